@@ -35,6 +35,8 @@ struct ModuleImageResult {
 // bytes: ELF magic, fatbinary magic (0xBA55ED50) or PTX text (NUL-terminated). `max_bytes`
 // bounds every read when the caller knows the size (a file); 0 means "trust the headers".
 // Never throws; a malformed image is !ok with a reason.
+// A fatbinary's first uncompressed cubin is read, else its first uncompressed PTX. The wrapper
+// struct nvcc embeds (magic 0x466243B1, pointing at a fatbinary) is followed when max_bytes == 0.
 ModuleImageResult parse_module_image(const void* data, std::size_t max_bytes);
 
 }  // namespace gpuqos::simgpu
