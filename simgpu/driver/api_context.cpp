@@ -1,0 +1,205 @@
+// Driver API: primary and created contexts, the per-thread context stack, synchronisation.
+#include "driver.h"
+
+using namespace gpuqos::simgpu::driver;
+
+namespace {
+
+// Contexts below the current one on this thread's stack (the current one is current_context()).
+std::vector<CUctx_st*>& context_stack() {
+  thread_local std::vector<CUctx_st*> stack;
+  return stack;
+}
+
+CUresult check_device(CUdevice dev) {
+  Driver& d = driver();
+  if (!d.initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (dev < 0 || static_cast<std::size_t>(dev) >= d.devices.size()) return CUDA_ERROR_INVALID_DEVICE;
+  return CUDA_SUCCESS;
+}
+
+CUresult create_context(CUcontext* pctx, unsigned flags, CUdevice dev) {
+  if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = check_device(dev); r != CUDA_SUCCESS) return r;
+  Driver& d = driver();
+  std::lock_guard lock(d.mu);
+  CUctx_st* ctx = create_context_locked(dev, flags, false);
+  if (current_context()) context_stack().push_back(current_context());
+  current_context() = ctx;
+  *pctx = ctx;
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+SIMGPU_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
+  if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = check_device(dev); r != CUDA_SUCCESS) return r;
+  Driver& d = driver();
+  std::lock_guard lock(d.mu);
+  if (!d.primary[dev]) d.primary[dev] = create_context_locked(dev, d.primary_flags[dev], true);
+  ++d.primary_refs[dev];
+  *pctx = d.primary[dev];
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+  if (CUresult r = check_device(dev); r != CUDA_SUCCESS) return r;
+  Driver& d = driver();
+  std::lock_guard lock(d.mu);
+  if (d.primary_refs[dev] == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  if (--d.primary_refs[dev] == 0 && d.primary[dev]) {
+    destroy_context_locked(d.primary[dev]);
+    d.primary[dev] = nullptr;
+  }
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
+  if (CUresult r = check_device(dev); r != CUDA_SUCCESS) return r;
+  Driver& d = driver();
+  std::lock_guard lock(d.mu);
+  if (d.primary[dev]) {
+    destroy_context_locked(d.primary[dev]);
+    d.primary[dev] = nullptr;
+  }
+  d.primary_refs[dev] = 0;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flags, int* active) {
+  if (!flags || !active) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = check_device(dev); r != CUDA_SUCCESS) return r;
+  Driver& d = driver();
+  std::lock_guard lock(d.mu);
+  *flags = d.primary_flags[dev];
+  *active = d.primary[dev] != nullptr;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags) {
+  if (CUresult r = check_device(dev); r != CUDA_SUCCESS) return r;
+  Driver& d = driver();
+  std::lock_guard lock(d.mu);
+  d.primary_flags[dev] = flags;
+  if (d.primary[dev]) d.primary[dev]->flags = flags;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* params, unsigned int flags, CUdevice dev) {
+  if (params && (params->execAffinityParams || params->cigParams)) {
+    log_once("cuCtxCreate: execution affinity and CIG parameters are not supported");
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  return create_context(pctx, flags, dev);
+}
+
+// The CUDA 11/12 entry point, for programs built against older headers.
+SIMGPU_EXPORT CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev) {
+  return create_context(pctx, flags, dev);
+}
+
+SIMGPU_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
+  Driver& d = driver();
+  if (!d.initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  std::lock_guard lock(d.mu);
+  if (!d.contexts.contains(ctx) || ctx->primary) return CUDA_ERROR_INVALID_CONTEXT;
+  std::erase(context_stack(), ctx);
+  bool was_current = current_context() == ctx;
+  destroy_context_locked(ctx);
+  if (was_current && !context_stack().empty()) {
+    current_context() = context_stack().back();
+    context_stack().pop_back();
+  }
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) {
+  Driver& d = driver();
+  if (!d.initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  std::lock_guard lock(d.mu);
+  if (ctx && !d.contexts.contains(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+  current_context() = ctx;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuCtxGetCurrent(CUcontext* pctx) {
+  if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+  if (!driver().initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  *pctx = current_context();
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuCtxPushCurrent_v2(CUcontext ctx) {
+  Driver& d = driver();
+  if (!d.initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  std::lock_guard lock(d.mu);
+  if (!d.contexts.contains(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+  if (current_context()) context_stack().push_back(current_context());
+  current_context() = ctx;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuCtxPopCurrent_v2(CUcontext* pctx) {
+  if (!driver().initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!current_context()) return CUDA_ERROR_INVALID_CONTEXT;
+  if (pctx) *pctx = current_context();
+  current_context() = nullptr;
+  if (!context_stack().empty()) {
+    current_context() = context_stack().back();
+    context_stack().pop_back();
+  }
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuCtxGetDevice(CUdevice* device) {
+  if (!device) return CUDA_ERROR_INVALID_VALUE;
+  Driver& d = driver();
+  std::lock_guard lock(d.mu);
+  CUctx_st* ctx = nullptr;
+  if (CUresult r = require_context(&ctx); r != CUDA_SUCCESS) return r;
+  *device = ctx->device;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuCtxGetFlags(unsigned int* flags) {
+  if (!flags) return CUDA_ERROR_INVALID_VALUE;
+  Driver& d = driver();
+  std::lock_guard lock(d.mu);
+  CUctx_st* ctx = nullptr;
+  if (CUresult r = require_context(&ctx); r != CUDA_SUCCESS) return r;
+  *flags = ctx->flags;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int* version) {
+  if (!version) return CUDA_ERROR_INVALID_VALUE;
+  Driver& d = driver();
+  std::lock_guard lock(d.mu);
+  if (!ctx) ctx = current_context();
+  if (!d.contexts.contains(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+  *version = 12000;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuCtxSynchronize() {
+  Driver& d = driver();
+  std::unique_lock lock(d.mu);
+  CUctx_st* ctx = nullptr;
+  if (CUresult r = require_context(&ctx); r != CUDA_SUCCESS) return r;
+  // Snapshot: streams created or work submitted by other threads meanwhile are not waited for.
+  std::vector<std::pair<CUstream_st*, std::uint64_t>> targets;
+  for (CUstream_st* s : ctx->streams) targets.emplace_back(s, s->submitted);
+  for (auto [stream, seq] : targets) {
+    if (!d.streams.contains(stream)) continue;
+    if (CUresult r = wait_op(lock, stream, seq); r != CUDA_SUCCESS) return r;
+  }
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuCtxGetStreamPriorityRange(int* least, int* greatest) {
+  if (!driver().initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (least) *least = 0;
+  if (greatest) *greatest = -5;
+  return CUDA_SUCCESS;
+}

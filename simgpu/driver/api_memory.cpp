@@ -1,0 +1,334 @@
+// Driver API: device and page-locked memory, copies and memsets.
+//
+// Device memory is host memory of this process (mmap'ed without reserving swap, so an 80 GB
+// device costs only the pages a program touches); simgpud accounts for capacity. A copy moves
+// its bytes when simgpud reports it complete, so its timing and ordering are the device's.
+#include <sys/mman.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "driver.h"
+
+using namespace gpuqos::simgpu::driver;
+namespace wire = gpuqos::simgpu::wire;
+
+namespace {
+
+enum class Direction { any, h2d, d2h, d2d };
+
+std::uintptr_t addr(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
+
+// Waits until no pending op would still write into or read from [base, base+bytes).
+void wait_range_idle(std::unique_lock<std::mutex>& lock, std::uintptr_t base, std::size_t bytes) {
+  Driver& d = driver();
+  auto touches = [&] {
+    for (const auto& [id, op] : d.pending) {
+      for (const HostAction& a : op.actions) {
+        auto in = [&](const void* p) { return addr(p) >= base && addr(p) < base + bytes; };
+        if (in(a.dst) || in(a.src)) return true;
+      }
+    }
+    return false;
+  };
+  d.cv.wait(lock, [&] { return d.connection_lost || !touches(); });
+}
+
+// Classifies and checks a copy; device ranges must lie inside one allocation.
+CUresult classify(const void* dst, const void* src, std::size_t bytes, Direction want, wire::WireEngine* engine,
+                  bool* host_side_pageable) {
+  bool dst_dev = find_allocation(addr(dst), bytes) != nullptr;
+  bool src_dev = find_allocation(addr(src), bytes) != nullptr;
+  switch (want) {
+    case Direction::h2d:
+      if (!dst_dev) return CUDA_ERROR_INVALID_VALUE;
+      break;
+    case Direction::d2h:
+      if (!src_dev) return CUDA_ERROR_INVALID_VALUE;
+      break;
+    case Direction::d2d:
+      if (!dst_dev || !src_dev) return CUDA_ERROR_INVALID_VALUE;
+      break;
+    case Direction::any:
+      break;
+  }
+  if (dst_dev && src_dev) {
+    *engine = wire::WireEngine::local;
+    *host_side_pageable = false;
+  } else if (dst_dev) {
+    *engine = wire::WireEngine::h2d;
+    *host_side_pageable = !is_pinned(src, bytes);
+  } else if (src_dev) {
+    *engine = wire::WireEngine::d2h;
+    *host_side_pageable = !is_pinned(dst, bytes);
+  } else {
+    *engine = wire::WireEngine::local;  // host to host through unified addressing
+    *host_side_pageable = false;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult do_copy(void* dst, const void* src, std::size_t bytes, CUstream hstream, bool async, bool per_thread,
+              Direction want) {
+  Driver& d = driver();
+  std::unique_lock lock(d.mu);
+  if (CUresult r = require_context(nullptr); r != CUDA_SUCCESS) return r;
+  if (!dst || !src) return CUDA_ERROR_INVALID_VALUE;
+  CUstream_st* stream = resolve_stream(hstream, per_thread);
+  if (!stream) return CUDA_ERROR_INVALID_HANDLE;
+  if (bytes == 0) return CUDA_SUCCESS;
+  wire::WireOp op{};
+  op.kind = wire::WireOpKind::copy;
+  bool pageable = false;
+  if (CUresult r = classify(dst, src, bytes, want, &op.engine, &pageable); r != CUDA_SUCCESS) return r;
+  op.pageable = pageable;
+  op.bytes = bytes;
+  HostAction action;
+  action.kind = HostAction::Kind::copy;
+  action.dst = dst;
+  action.src = src;
+  action.bytes = bytes;
+  // A pageable source may be reused as soon as an async call returns: stage it now, as the
+  // real driver does through its staging buffers.
+  if (async && pageable && op.engine == wire::WireEngine::h2d && !stream->capture) {
+    auto staged = std::make_shared<std::vector<unsigned char>>(bytes);
+    std::memcpy(staged->data(), src, bytes);
+    action.staged = std::move(staged);
+  }
+  if (CUresult r = submit(stream, op, std::move(action)); r != CUDA_SUCCESS) return r;
+  // Synchronous copies, and async copies into pageable memory, return once the data is there.
+  bool wait = !async || (pageable && op.engine == wire::WireEngine::d2h);
+  if (!wait || stream->capture) return CUDA_SUCCESS;
+  return wait_op(lock, stream, stream->submitted);
+}
+
+CUresult do_fill(CUdeviceptr dst, std::size_t pitch, std::uint32_t value, unsigned element_size, std::size_t width,
+                std::size_t height, CUstream hstream, bool async, bool per_thread) {
+  Driver& d = driver();
+  std::unique_lock lock(d.mu);
+  if (CUresult r = require_context(nullptr); r != CUDA_SUCCESS) return r;
+  CUstream_st* stream = resolve_stream(hstream, per_thread);
+  if (!stream) return CUDA_ERROR_INVALID_HANDLE;
+  if (width == 0 || height == 0) return CUDA_SUCCESS;
+  std::size_t row_bytes = width * element_size;
+  if (pitch && pitch < row_bytes) return CUDA_ERROR_INVALID_VALUE;
+  std::size_t span = (height - 1) * (pitch ? pitch : row_bytes) + row_bytes;
+  if (!find_allocation(dst, span) || dst % element_size != 0) return CUDA_ERROR_INVALID_VALUE;
+  wire::WireOp op{};
+  op.kind = wire::WireOpKind::memset;
+  op.engine = wire::WireEngine::local;
+  op.bytes = row_bytes * height;
+  HostAction action;
+  action.kind = HostAction::Kind::memset;
+  action.dst = reinterpret_cast<void*>(dst);
+  action.value = value;
+  action.element_size = element_size;
+  action.pitch = pitch;
+  action.width = width;
+  action.height = height;
+  if (CUresult r = submit(stream, op, std::move(action)); r != CUDA_SUCCESS) return r;
+  if (async || stream->capture) return CUDA_SUCCESS;
+  return wait_op(lock, stream, stream->submitted);
+}
+
+void* ptr(CUdeviceptr p) { return reinterpret_cast<void*>(p); }
+
+}  // namespace
+
+SIMGPU_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
+  if (!dptr) return CUDA_ERROR_INVALID_VALUE;
+  Driver& d = driver();
+  std::unique_lock lock(d.mu);
+  CUctx_st* ctx = nullptr;
+  if (CUresult r = require_context(&ctx); r != CUDA_SUCCESS) return r;
+  if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  wire::MemAlloc msg{0, static_cast<std::uint32_t>(ctx->device), 0, bytes};
+  auto reply = d.request(lock, wire::MsgType::mem_alloc, &msg, sizeof msg, &msg.request);
+  if (!reply) return CUDA_ERROR_DEVICE_UNAVAILABLE;
+  if (reply->status != wire::ReplyStatus::ok) return CUDA_ERROR_OUT_OF_MEMORY;
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) {
+    wire::MemFree undo{msg.device, 0, bytes};
+    d.send(wire::MsgType::mem_free, &undo, sizeof undo);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  d.allocations[addr(p)] = {bytes, ctx->device};
+  *dptr = addr(p);
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
+  Driver& d = driver();
+  std::unique_lock lock(d.mu);
+  if (!d.initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (dptr == 0) return CUDA_SUCCESS;
+  auto it = d.allocations.find(dptr);
+  if (it == d.allocations.end()) return CUDA_ERROR_INVALID_VALUE;
+  DeviceMemory mem = it->second;
+  // Like the real driver, freeing waits for work still using the memory.
+  wait_range_idle(lock, dptr, mem.bytes);
+  d.allocations.erase(dptr);
+  ::munmap(ptr(dptr), mem.bytes);
+  wire::MemFree msg{static_cast<std::uint32_t>(mem.device), 0, mem.bytes};
+  d.send(wire::MsgType::mem_free, &msg, sizeof msg);
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
+  Driver& d = driver();
+  std::unique_lock lock(d.mu);
+  CUctx_st* ctx = nullptr;
+  if (CUresult r = require_context(&ctx); r != CUDA_SUCCESS) return r;
+  wire::MemInfo msg{0, static_cast<std::uint32_t>(ctx->device), 0};
+  auto reply = d.request(lock, wire::MsgType::mem_info, &msg, sizeof msg, &msg.request);
+  if (!reply) return CUDA_ERROR_DEVICE_UNAVAILABLE;
+  if (free_bytes) *free_bytes = reply->value0;
+  if (total_bytes) *total_bytes = reply->value1;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, CUdeviceptr dptr) {
+  Driver& d = driver();
+  std::lock_guard lock(d.mu);
+  auto it = d.allocations.upper_bound(dptr);
+  if (it == d.allocations.begin()) return CUDA_ERROR_NOT_FOUND;
+  --it;
+  if (dptr >= it->first + it->second.bytes) return CUDA_ERROR_NOT_FOUND;
+  if (base) *base = it->first;
+  if (size) *size = it->second.bytes;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuMemHostAlloc(void** pp, size_t bytes, unsigned int) {
+  if (!pp) return CUDA_ERROR_INVALID_VALUE;
+  Driver& d = driver();
+  std::lock_guard lock(d.mu);
+  if (CUresult r = require_context(nullptr); r != CUDA_SUCCESS) return r;
+  if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  void* p = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+  if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
+  d.pinned[addr(p)] = bytes;
+  *pp = p;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuMemAllocHost_v2(void** pp, size_t bytes) { return cuMemHostAlloc(pp, bytes, 0); }
+
+SIMGPU_EXPORT CUresult cuMemFreeHost(void* p) {
+  Driver& d = driver();
+  std::unique_lock lock(d.mu);
+  auto it = d.pinned.find(addr(p));
+  if (it == d.pinned.end()) return CUDA_ERROR_INVALID_VALUE;
+  wait_range_idle(lock, it->first, it->second);
+  d.pinned.erase(it);
+  std::free(p);
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuMemHostRegister_v2(void* p, size_t bytes, unsigned int) {
+  Driver& d = driver();
+  std::lock_guard lock(d.mu);
+  if (CUresult r = require_context(nullptr); r != CUDA_SUCCESS) return r;
+  if (!p || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (is_pinned(p, 1) || is_pinned(static_cast<char*>(p) + bytes - 1, 1)) {
+    return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+  }
+  d.pinned[addr(p)] = bytes;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuMemHostUnregister(void* p) {
+  Driver& d = driver();
+  std::lock_guard lock(d.mu);
+  if (!d.pinned.erase(addr(p))) return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr* pdptr, void* p, unsigned int) {
+  Driver& d = driver();
+  std::lock_guard lock(d.mu);
+  if (!pdptr || !is_pinned(p, 1)) return CUDA_ERROR_INVALID_VALUE;
+  *pdptr = addr(p);
+  return CUDA_SUCCESS;
+}
+
+// Copies: every form, sync and async, default-stream and per-thread-default-stream flavours.
+#define SIMGPU_COPIES(SUFFIX, PT)                                                                                   \
+  SIMGPU_EXPORT CUresult cuMemcpyHtoD_v2##SUFFIX(CUdeviceptr dst, const void* src, size_t n) {                       \
+    return do_copy(ptr(dst), src, n, nullptr, false, PT, Direction::h2d);                                               \
+  }                                                                                                                  \
+  SIMGPU_EXPORT CUresult cuMemcpyDtoH_v2##SUFFIX(void* dst, CUdeviceptr src, size_t n) {                             \
+    return do_copy(dst, ptr(src), n, nullptr, false, PT, Direction::d2h);                                               \
+  }                                                                                                                  \
+  SIMGPU_EXPORT CUresult cuMemcpyDtoD_v2##SUFFIX(CUdeviceptr dst, CUdeviceptr src, size_t n) {                       \
+    return do_copy(ptr(dst), ptr(src), n, nullptr, false, PT, Direction::d2d);                                          \
+  }                                                                                                                  \
+  SIMGPU_EXPORT CUresult cuMemcpy##SUFFIX(CUdeviceptr dst, CUdeviceptr src, size_t n) {                              \
+    return do_copy(ptr(dst), ptr(src), n, nullptr, false, PT, Direction::any);                                          \
+  }                                                                                                                  \
+  SIMGPU_EXPORT CUresult cuMemcpyPeer##SUFFIX(CUdeviceptr dst, CUcontext, CUdeviceptr src, CUcontext, size_t n) {    \
+    return do_copy(ptr(dst), ptr(src), n, nullptr, false, PT, Direction::d2d);                                          \
+  }                                                                                                                  \
+  SIMGPU_EXPORT CUresult cuMemsetD8_v2##SUFFIX(CUdeviceptr dst, unsigned char v, size_t n) {                         \
+    return do_fill(dst, 0, v, 1, n, 1, nullptr, false, PT);                                                           \
+  }                                                                                                                  \
+  SIMGPU_EXPORT CUresult cuMemsetD16_v2##SUFFIX(CUdeviceptr dst, unsigned short v, size_t n) {                       \
+    return do_fill(dst, 0, v, 2, n, 1, nullptr, false, PT);                                                           \
+  }                                                                                                                  \
+  SIMGPU_EXPORT CUresult cuMemsetD32_v2##SUFFIX(CUdeviceptr dst, unsigned int v, size_t n) {                         \
+    return do_fill(dst, 0, v, 4, n, 1, nullptr, false, PT);                                                           \
+  }                                                                                                                  \
+  SIMGPU_EXPORT CUresult cuMemsetD2D8_v2##SUFFIX(CUdeviceptr dst, size_t pitch, unsigned char v, size_t w, size_t h) { \
+    return do_fill(dst, pitch, v, 1, w, h, nullptr, false, PT);                                                       \
+  }                                                                                                                  \
+  SIMGPU_EXPORT CUresult cuMemsetD2D16_v2##SUFFIX(CUdeviceptr dst, size_t pitch, unsigned short v, size_t w,         \
+                                                  size_t h) {                                                        \
+    return do_fill(dst, pitch, v, 2, w, h, nullptr, false, PT);                                                       \
+  }                                                                                                                  \
+  SIMGPU_EXPORT CUresult cuMemsetD2D32_v2##SUFFIX(CUdeviceptr dst, size_t pitch, unsigned int v, size_t w, size_t h) { \
+    return do_fill(dst, pitch, v, 4, w, h, nullptr, false, PT);                                                       \
+  }
+
+#define SIMGPU_ASYNC_COPIES(SUFFIX, PT)                                                                             \
+  SIMGPU_EXPORT CUresult cuMemcpyHtoDAsync_v2##SUFFIX(CUdeviceptr dst, const void* src, size_t n, CUstream s) {      \
+    return do_copy(ptr(dst), src, n, s, true, PT, Direction::h2d);                                                      \
+  }                                                                                                                  \
+  SIMGPU_EXPORT CUresult cuMemcpyDtoHAsync_v2##SUFFIX(void* dst, CUdeviceptr src, size_t n, CUstream s) {            \
+    return do_copy(dst, ptr(src), n, s, true, PT, Direction::d2h);                                                      \
+  }                                                                                                                  \
+  SIMGPU_EXPORT CUresult cuMemcpyDtoDAsync_v2##SUFFIX(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {      \
+    return do_copy(ptr(dst), ptr(src), n, s, true, PT, Direction::d2d);                                                 \
+  }                                                                                                                  \
+  SIMGPU_EXPORT CUresult cuMemcpyAsync##SUFFIX(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {             \
+    return do_copy(ptr(dst), ptr(src), n, s, true, PT, Direction::any);                                                 \
+  }                                                                                                                  \
+  SIMGPU_EXPORT CUresult cuMemcpyPeerAsync##SUFFIX(CUdeviceptr dst, CUcontext, CUdeviceptr src, CUcontext, size_t n, \
+                                                   CUstream s) {                                                     \
+    return do_copy(ptr(dst), ptr(src), n, s, true, PT, Direction::d2d);                                                 \
+  }                                                                                                                  \
+  SIMGPU_EXPORT CUresult cuMemsetD8Async##SUFFIX(CUdeviceptr dst, unsigned char v, size_t n, CUstream s) {           \
+    return do_fill(dst, 0, v, 1, n, 1, s, true, PT);                                                                  \
+  }                                                                                                                  \
+  SIMGPU_EXPORT CUresult cuMemsetD16Async##SUFFIX(CUdeviceptr dst, unsigned short v, size_t n, CUstream s) {         \
+    return do_fill(dst, 0, v, 2, n, 1, s, true, PT);                                                                  \
+  }                                                                                                                  \
+  SIMGPU_EXPORT CUresult cuMemsetD32Async##SUFFIX(CUdeviceptr dst, unsigned int v, size_t n, CUstream s) {           \
+    return do_fill(dst, 0, v, 4, n, 1, s, true, PT);                                                                  \
+  }                                                                                                                  \
+  SIMGPU_EXPORT CUresult cuMemsetD2D8Async##SUFFIX(CUdeviceptr dst, size_t pitch, unsigned char v, size_t w,         \
+                                                   size_t h, CUstream s) {                                           \
+    return do_fill(dst, pitch, v, 1, w, h, s, true, PT);                                                              \
+  }                                                                                                                  \
+  SIMGPU_EXPORT CUresult cuMemsetD2D16Async##SUFFIX(CUdeviceptr dst, size_t pitch, unsigned short v, size_t w,       \
+                                                    size_t h, CUstream s) {                                          \
+    return do_fill(dst, pitch, v, 2, w, h, s, true, PT);                                                              \
+  }                                                                                                                  \
+  SIMGPU_EXPORT CUresult cuMemsetD2D32Async##SUFFIX(CUdeviceptr dst, size_t pitch, unsigned int v, size_t w,         \
+                                                    size_t h, CUstream s) {                                          \
+    return do_fill(dst, pitch, v, 4, w, h, s, true, PT);                                                              \
+  }
+
+SIMGPU_COPIES(, false)
+SIMGPU_COPIES(_ptds, true)
+SIMGPU_ASYNC_COPIES(, false)
+SIMGPU_ASYNC_COPIES(_ptsz, true)

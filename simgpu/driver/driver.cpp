@@ -1,0 +1,388 @@
+// The driver's connection to simgpud and the machinery every API call shares: submit and wait.
+#include "driver.h"
+
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace gpuqos::simgpu::driver {
+
+Driver& driver() {
+  static Driver* instance = new Driver();  // leaked on purpose: see header
+  return *instance;
+}
+
+void log_once(const std::string& message) {
+  static std::mutex mu;
+  static std::unordered_set<std::string> seen;
+  std::lock_guard lock(mu);
+  if (!seen.insert(message).second) return;
+  std::string line = "simgpu libcuda: " + message + "\n";
+  [[maybe_unused]] ssize_t n = ::write(STDERR_FILENO, line.data(), line.size());
+}
+
+CUctx_st*& current_context() {
+  thread_local CUctx_st* ctx = nullptr;
+  return ctx;
+}
+
+void HostAction::run() const {
+  switch (kind) {
+    case Kind::none: return;
+    case Kind::copy:
+      std::memmove(dst, staged ? staged->data() : src, bytes);
+      return;
+    case Kind::memset: {
+      auto* base = static_cast<unsigned char*>(dst);
+      std::size_t row_bytes = width * element_size;
+      for (std::size_t row = 0; row < height; ++row) {
+        unsigned char* p = base + row * (pitch ? pitch : row_bytes);
+        if (element_size == 1) {
+          std::memset(p, static_cast<int>(value & 0xff), width);
+          continue;
+        }
+        for (std::size_t i = 0; i < width; ++i) std::memcpy(p + i * element_size, &value, element_size);
+      }
+      return;
+    }
+    case Kind::host_func:
+      if (fn) fn(user_data);
+      return;
+  }
+}
+
+CUresult Driver::init() {
+  std::unique_lock lock(mu);
+  if (initialized_) return init_result_;
+  std::string path = wire::default_socket_path();
+  int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (fd < 0 || path.size() >= sizeof addr.sun_path) {
+    if (fd >= 0) ::close(fd);
+    return CUDA_ERROR_NO_DEVICE;
+  }
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return CUDA_ERROR_NO_DEVICE;  // as the real driver says on a machine without a GPU
+  }
+  wire::Hello hello{wire::kMagic, wire::kVersionMajor, wire::kVersionMinor, static_cast<std::uint32_t>(::getpid()), 0};
+  std::vector<unsigned char> buf(sizeof(wire::MsgHeader) + wire::kMaxPayload);
+  ssize_t n = -1;
+  if (wire::send_message(fd, wire::MsgType::hello, &hello, sizeof hello)) {
+    do {
+      n = ::recv(fd, buf.data(), buf.size(), 0);
+    } while (n < 0 && errno == EINTR);
+  }
+  wire::MsgHeader header{};
+  wire::HelloReply reply{};
+  bool ok = n >= static_cast<ssize_t>(sizeof header + sizeof reply);
+  if (ok) {
+    std::memcpy(&header, buf.data(), sizeof header);
+    std::memcpy(&reply, buf.data() + sizeof header, sizeof reply);
+    ok = header.type == wire::MsgType::hello_reply && reply.status == 0 && reply.device_count <= wire::kMaxDevices &&
+         static_cast<std::size_t>(n) >= sizeof header + sizeof reply + reply.device_count * sizeof(wire::DeviceInfo);
+  }
+  if (!ok) {
+    log_once("simgpud at " + path + " refused the connection (protocol version mismatch?)");
+    ::close(fd);
+    return CUDA_ERROR_NO_DEVICE;
+  }
+  devices.resize(reply.device_count);
+  std::memcpy(devices.data(), buf.data() + sizeof header + sizeof reply, reply.device_count * sizeof(wire::DeviceInfo));
+  primary.assign(devices.size(), nullptr);
+  primary_refs.assign(devices.size(), 0);
+  primary_flags.assign(devices.size(), 0);
+  fd_ = fd;
+  initialized_ = true;
+  init_result_ = devices.empty() ? CUDA_ERROR_NO_DEVICE : CUDA_SUCCESS;
+  receiver_ = std::thread([this] { receive_loop(); });
+  receiver_.detach();
+  return init_result_;
+}
+
+bool Driver::send(wire::MsgType type, const void* head, std::size_t head_bytes, const void* tail,
+                  std::size_t tail_bytes) {
+  if (connection_lost) return false;
+  return wire::send_message(fd_, type, head, head_bytes, tail, tail_bytes);
+}
+
+std::optional<wire::Reply> Driver::request(std::unique_lock<std::mutex>& lock, wire::MsgType type, void* msg,
+                                           std::size_t bytes, std::uint64_t* request_field, const void* tail,
+                                           std::size_t tail_bytes) {
+  std::uint64_t id = next_request++;
+  *request_field = id;
+  if (!send(type, msg, bytes, tail, tail_bytes)) return std::nullopt;
+  cv.wait(lock, [&] { return replies_.contains(id) || connection_lost; });
+  auto it = replies_.find(id);
+  if (it == replies_.end()) return std::nullopt;
+  wire::Reply reply = it->second;
+  replies_.erase(it);
+  return reply;
+}
+
+void Driver::receive_loop() {
+  std::vector<unsigned char> buf(sizeof(wire::MsgHeader) + wire::kMaxPayload);
+  while (true) {
+    ssize_t n = ::recv(fd_, buf.data(), buf.size(), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < static_cast<ssize_t>(sizeof(wire::MsgHeader))) break;
+    wire::MsgHeader header;
+    std::memcpy(&header, buf.data(), sizeof header);
+    const unsigned char* payload = buf.data() + sizeof header;
+    std::size_t size = static_cast<std::size_t>(n) - sizeof header;
+    if (header.type == wire::MsgType::completion && size >= sizeof(wire::CompletionMsg)) {
+      wire::CompletionMsg msg;
+      std::memcpy(&msg, payload, sizeof msg);
+      on_completion(msg);
+    } else if (header.type == wire::MsgType::reply && size >= sizeof(wire::Reply)) {
+      wire::Reply reply;
+      std::memcpy(&reply, payload, sizeof reply);
+      std::lock_guard lock(mu);
+      replies_[reply.request] = reply;
+      cv.notify_all();
+    } else if (header.type == wire::MsgType::host_func_run && size >= sizeof(wire::HostFuncRun)) {
+      wire::HostFuncRun msg;
+      std::memcpy(&msg, payload, sizeof msg);
+      on_host_func(msg.op);
+    }
+  }
+  lose_connection();
+}
+
+void Driver::on_completion(const wire::CompletionMsg& msg) {
+  std::vector<HostAction> actions;
+  {
+    std::lock_guard lock(mu);
+    auto it = pending.find(msg.op);
+    if (it == pending.end()) return;
+    actions = std::move(it->second.actions);
+  }
+  // Data moves outside the lock: launches on other threads go on meanwhile.
+  if (msg.status == 0) {
+    for (const HostAction& action : actions) action.run();
+  }
+  std::lock_guard lock(mu);
+  auto it = pending.find(msg.op);
+  if (it == pending.end()) return;
+  PendingOp& op = it->second;
+  if (streams.contains(op.stream) && op.stream->completed < op.seq) op.stream->completed = op.seq;
+  if (op.event && events.contains(op.event) && op.event->op == msg.op) {
+    op.event->done = true;
+    op.event->time_ns = msg.end_ns;
+  }
+  pending.erase(it);
+  cv.notify_all();
+}
+
+void Driver::on_host_func(std::uint64_t op) {
+  HostAction action;
+  {
+    std::lock_guard lock(mu);
+    auto it = pending.find(op);
+    if (it != pending.end() && !it->second.actions.empty()) action = it->second.actions.front();
+    if (it != pending.end()) it->second.actions.clear();  // ran now, not again at completion
+  }
+  action.run();  // without the lock: the callback may take its time
+  std::lock_guard lock(mu);
+  wire::HostFuncDone done{op};
+  send(wire::MsgType::host_func_done, &done, sizeof done);
+}
+
+void Driver::lose_connection() {
+  std::lock_guard lock(mu);
+  if (!connection_lost) log_once("lost the connection to simgpud: the device is gone");
+  connection_lost = true;
+  pending.clear();
+  cv.notify_all();
+}
+
+CUstream_st* resolve_stream(CUstream stream, bool per_thread_default) {
+  Driver& d = driver();
+  if (stream == CU_STREAM_PER_THREAD || (stream == nullptr && per_thread_default)) {
+    CUctx_st* ctx = current_context();
+    if (!ctx || !d.contexts.contains(ctx)) return nullptr;
+    thread_local std::map<CUctx_st*, CUstream_st*> per_thread;
+    CUstream_st*& s = per_thread[ctx];
+    if (!s || !d.streams.contains(s) || s->ctx != ctx) {
+      s = create_stream_locked(ctx, 0, 0, wire::WireStreamKind::blocking);
+      if (s) s->per_thread = true;
+    }
+    return s;
+  }
+  if (stream == nullptr || stream == CU_STREAM_LEGACY) {
+    CUctx_st* ctx = current_context();
+    return ctx && d.contexts.contains(ctx) ? ctx->legacy : nullptr;
+  }
+  return d.streams.contains(stream) ? stream : nullptr;
+}
+
+CUresult submit(CUstream_st* stream, const wire::WireOp& op, HostAction action, CUevent_st* event,
+                const std::vector<std::uint64_t>& wait_deps, const std::vector<GraphNode>* graph,
+                std::uint64_t* op_id) {
+  Driver& d = driver();
+  if (op_id) *op_id = 0;
+  if (stream->capture) {
+    if (op.kind == wire::WireOpKind::kernel || op.kind == wire::WireOpKind::copy ||
+        op.kind == wire::WireOpKind::memset) {
+      stream->capture->nodes.push_back({op, std::move(action)});
+      return CUDA_SUCCESS;
+    }
+    if (op.kind == wire::WireOpKind::graph && graph) {
+      stream->capture->nodes.insert(stream->capture->nodes.end(), graph->begin(), graph->end());
+      return CUDA_SUCCESS;
+    }
+    // Events and waits inside a single-stream capture order nothing new: the graph is linear.
+    if (op.kind == wire::WireOpKind::event_record || op.kind == wire::WireOpKind::wait) return CUDA_SUCCESS;
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  }
+  if (d.connection_lost) return CUDA_ERROR_DEVICE_UNAVAILABLE;
+  wire::Submit msg{};
+  msg.op = d.next_op++;
+  msg.stream = stream->id;
+  msg.spec = op;
+  std::vector<wire::WireOp> nodes;
+  const void* tail = nullptr;
+  std::size_t tail_bytes = 0;
+  PendingOp pending{stream, ++stream->submitted, {}, event};
+  if (action.kind != HostAction::Kind::none) pending.actions.push_back(std::move(action));
+  if (op.kind == wire::WireOpKind::wait) {
+    msg.extra = static_cast<std::uint32_t>(wait_deps.size());
+    tail = wait_deps.data();
+    tail_bytes = wait_deps.size() * sizeof(std::uint64_t);
+  } else if (op.kind == wire::WireOpKind::graph && graph) {
+    for (const GraphNode& node : *graph) {
+      nodes.push_back(node.op);
+      if (node.action.kind != HostAction::Kind::none) pending.actions.push_back(node.action);
+    }
+    msg.extra = static_cast<std::uint32_t>(nodes.size());
+    tail = nodes.data();
+    tail_bytes = nodes.size() * sizeof(wire::WireOp);
+  }
+  d.pending.emplace(msg.op, std::move(pending));
+  stream->last_op = msg.op;
+  if (!d.send(wire::MsgType::submit, &msg, sizeof msg, tail, tail_bytes)) {
+    d.pending.erase(msg.op);
+    stream->completed = stream->submitted;
+    return CUDA_ERROR_DEVICE_UNAVAILABLE;
+  }
+  if (op_id) *op_id = msg.op;
+  return CUDA_SUCCESS;
+}
+
+CUresult wait_op(std::unique_lock<std::mutex>& lock, CUstream_st* stream, std::uint64_t seq) {
+  Driver& d = driver();
+  d.cv.wait(lock, [&] { return !d.streams.contains(stream) || stream->completed >= seq || d.connection_lost; });
+  if (d.streams.contains(stream) && stream->completed >= seq) return CUDA_SUCCESS;
+  return d.connection_lost ? CUDA_ERROR_DEVICE_UNAVAILABLE : CUDA_SUCCESS;
+}
+
+CUresult wait_stream(std::unique_lock<std::mutex>& lock, CUstream_st* stream) {
+  return wait_op(lock, stream, stream->submitted);
+}
+
+const DeviceMemory* find_allocation(std::uintptr_t ptr, std::size_t bytes) {
+  auto& allocations = driver().allocations;
+  auto it = allocations.upper_bound(ptr);
+  if (it == allocations.begin()) return nullptr;
+  --it;
+  std::uintptr_t end = it->first + it->second.bytes;
+  if (ptr >= end || bytes > end - ptr) return nullptr;
+  return &it->second;
+}
+
+bool is_pinned(const void* ptr, std::size_t bytes) {
+  auto p = reinterpret_cast<std::uintptr_t>(ptr);
+  auto& pinned = driver().pinned;
+  auto it = pinned.upper_bound(p);
+  if (it == pinned.begin()) return false;
+  --it;
+  return p < it->first + it->second && bytes <= it->first + it->second - p;
+}
+
+CUresult require_context(CUctx_st** ctx) {
+  Driver& d = driver();
+  if (!d.initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  CUctx_st* current = current_context();
+  if (!current || !d.contexts.contains(current)) return CUDA_ERROR_INVALID_CONTEXT;
+  if (ctx) *ctx = current;
+  return CUDA_SUCCESS;
+}
+
+CUstream_st* create_stream_locked(CUctx_st* ctx, unsigned flags, int priority, wire::WireStreamKind kind) {
+  Driver& d = driver();
+  auto* stream = new CUstream_st();
+  stream->id = d.next_stream++;
+  stream->ctx = ctx;
+  stream->flags = flags;
+  stream->priority = priority;
+  wire::CreateStream msg{stream->id, ctx->id, kind};
+  d.send(wire::MsgType::create_stream, &msg, sizeof msg);
+  d.streams.insert(stream);
+  ctx->streams.push_back(stream);
+  return stream;
+}
+
+void destroy_stream_locked(CUstream_st* stream) {
+  Driver& d = driver();
+  wire::DestroyStream msg{stream->id};
+  d.send(wire::MsgType::destroy_stream, &msg, sizeof msg);
+  auto& owned = stream->ctx->streams;
+  std::erase(owned, stream);
+  d.streams.erase(stream);
+  delete stream->capture;
+  delete stream;
+  // Pending ops of the stream still complete on the device; their bookkeeping must not
+  // touch the freed stream (on_completion checks the live set).
+}
+
+CUctx_st* create_context_locked(int device, unsigned flags, bool primary) {
+  Driver& d = driver();
+  auto* ctx = new CUctx_st();
+  ctx->id = d.next_ctx++;
+  ctx->device = device;
+  ctx->flags = flags;
+  ctx->primary = primary;
+  wire::CreateContext msg{ctx->id, static_cast<std::uint32_t>(device)};
+  d.send(wire::MsgType::create_context, &msg, sizeof msg);
+  d.contexts.insert(ctx);
+  ctx->legacy = create_stream_locked(ctx, 0, 0, wire::WireStreamKind::legacy_default);
+  return ctx;
+}
+
+void destroy_context_locked(CUctx_st* ctx) {
+  Driver& d = driver();
+  wire::DestroyContext msg{ctx->id};
+  d.send(wire::MsgType::destroy_context, &msg, sizeof msg);
+  for (CUstream_st* stream : std::vector<CUstream_st*>(ctx->streams)) {
+    d.streams.erase(stream);
+    delete stream->capture;
+    delete stream;
+  }
+  for (auto it = d.modules.begin(); it != d.modules.end();) {
+    CUmod_st* module = *it;
+    if (module->ctx != ctx) {
+      ++it;
+      continue;
+    }
+    for (auto& [name, fn] : module->functions) d.functions.erase(fn.get());
+    it = d.modules.erase(it);
+    delete module;
+  }
+  for (CUlib_st* library : d.libraries) library->modules.erase(ctx);
+  for (CUevent_st* event : d.events) {
+    if (event->ctx == ctx) event->ctx = nullptr;
+  }
+  for (auto& [id, op] : d.pending) {
+    if (!d.streams.contains(op.stream)) op.actions.clear();
+  }
+  d.contexts.erase(ctx);
+  if (current_context() == ctx) current_context() = nullptr;
+  delete ctx;
+}
+
+}  // namespace gpuqos::simgpu::driver

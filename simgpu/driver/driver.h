@@ -1,0 +1,231 @@
+// simgpu's libcuda.so.1: the driver's process-wide state and the objects behind CUDA handles.
+//
+// Handles (CUcontext, CUstream, ...) point to the structs defined here, and every handle a
+// program passes in is checked against the live set before it is used, so a stale or garbage
+// handle is an error code, never a crash. One mutex guards all state; the receiver thread
+// takes it to apply completions. Data movement of copies happens when the device (simgpud)
+// says the copy completed, so stream order and events order it exactly as on a GPU.
+#pragma once
+
+#include <cuda.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "gpuqos/simgpu/module_image.h"
+#include "gpuqos/simgpu/protocol.h"
+
+#define SIMGPU_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace gpuqos::simgpu::driver {
+struct Graph;
+}
+
+struct CUctx_st {
+  std::uint32_t id = 0;
+  int device = 0;
+  bool primary = false;
+  unsigned flags = 0;
+  CUstream_st* legacy = nullptr;
+  std::vector<CUstream_st*> streams;  // including legacy and per-thread streams
+};
+
+struct CUstream_st {
+  std::uint32_t id = 0;
+  CUctx_st* ctx = nullptr;
+  unsigned flags = 0;
+  int priority = 0;
+  bool per_thread = false;
+  std::uint64_t submitted = 0;  // ops submitted (sequence numbers from 1)
+  std::uint64_t completed = 0;  // ops completed; they complete in order
+  std::uint64_t last_op = 0;
+  gpuqos::simgpu::driver::Graph* capture = nullptr;  // non-null while capturing
+  CUstreamCaptureMode capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+};
+
+struct CUevent_st {
+  CUctx_st* ctx = nullptr;
+  unsigned flags = 0;
+  std::uint64_t op = 0;  // the latest record; 0 if never recorded
+  bool done = true;
+  std::int64_t time_ns = 0;
+};
+
+struct CUmod_st;
+
+struct CUfunc_st {
+  CUmod_st* module = nullptr;
+  std::uint32_t kernel_id = 0;  // registered with simgpud
+  gpuqos::simgpu::KernelEntry entry;
+  int duration_arg = -1;  // the catalog reads this parameter as the duration
+};
+
+struct CUmod_st {
+  CUctx_st* ctx = nullptr;
+  gpuqos::simgpu::ModuleImage image;
+  std::map<std::string, std::unique_ptr<CUfunc_st>> functions;
+};
+
+// A library is context-independent; its kernels become functions of the current context.
+struct CUlib_st {
+  std::vector<unsigned char> image_bytes;
+  gpuqos::simgpu::ModuleImage image;
+  std::map<std::string, std::unique_ptr<struct CUkern_st>> kernels;
+  std::map<CUctx_st*, CUmod_st*> modules;  // loaded lazily per context
+};
+
+struct CUkern_st {
+  CUlib_st* library = nullptr;
+  std::string name;
+};
+
+namespace gpuqos::simgpu::driver {
+
+// Host-side effect of an op, applied when the device reports it complete.
+struct HostAction {
+  enum class Kind : std::uint8_t { none, copy, memset, host_func } kind = Kind::none;
+  void* dst = nullptr;
+  const void* src = nullptr;
+  std::size_t bytes = 0;
+  std::shared_ptr<std::vector<unsigned char>> staged;  // pageable source snapshot
+  std::uint32_t value = 0;      // memset
+  unsigned element_size = 1;    // memset: 1, 2 or 4
+  std::size_t pitch = 0;        // memset 2D: bytes between rows (0 = contiguous)
+  std::size_t width = 0;        // memset 2D: elements per row
+  std::size_t height = 1;
+  CUhostFn fn = nullptr;
+  void* user_data = nullptr;
+  void run() const;
+};
+
+struct GraphNode {
+  wire::WireOp op{};
+  HostAction action;
+};
+
+struct Graph {
+  std::vector<GraphNode> nodes;
+};
+
+struct GraphExec {
+  std::vector<GraphNode> nodes;
+};
+
+struct PendingOp {
+  CUstream_st* stream = nullptr;
+  std::uint64_t seq = 0;
+  std::vector<HostAction> actions;
+  CUevent_st* event = nullptr;
+};
+
+struct DeviceMemory {
+  std::size_t bytes = 0;
+  int device = 0;
+};
+
+class Driver {
+ public:
+  // Connects to simgpud on first call; later calls return the cached answer.
+  CUresult init();
+  bool initialized() const { return initialized_; }
+
+  std::mutex mu;
+  std::condition_variable cv;
+
+  // Devices, from simgpud's hello reply.
+  std::vector<wire::DeviceInfo> devices;
+
+  // Live handles, for validation.
+  std::unordered_set<CUctx_st*> contexts;
+  std::unordered_set<CUstream_st*> streams;
+  std::unordered_set<CUevent_st*> events;
+  std::unordered_set<CUmod_st*> modules;
+  std::unordered_set<CUfunc_st*> functions;
+  std::unordered_set<CUlib_st*> libraries;
+  std::unordered_set<CUkern_st*> kernels;
+  std::unordered_set<Graph*> graphs;
+  std::unordered_set<GraphExec*> graph_execs;
+  std::vector<CUctx_st*> primary;          // by device
+  std::vector<unsigned> primary_refs;      // retain counts by device
+  std::vector<unsigned> primary_flags;
+  std::map<std::uintptr_t, DeviceMemory> allocations;  // device pointer -> allocation
+  std::map<std::uintptr_t, std::size_t> pinned;        // page-locked host ranges
+  std::unordered_map<std::uint64_t, PendingOp> pending;
+  bool connection_lost = false;
+
+  // Ids for objects simgpud knows.
+  std::uint32_t next_ctx = 1, next_stream = 1, next_kernel = 1;
+  std::uint64_t next_op = 1, next_request = 1;
+
+  // Sends one message (caller holds mu). False if the connection is gone.
+  bool send(wire::MsgType type, const void* head, std::size_t head_bytes, const void* tail = nullptr,
+            std::size_t tail_bytes = 0);
+  // Sends a request and waits for its reply (caller holds mu via `lock`).
+  std::optional<wire::Reply> request(std::unique_lock<std::mutex>& lock, wire::MsgType type, void* msg,
+                                     std::size_t bytes, std::uint64_t* request_field, const void* tail = nullptr,
+                                     std::size_t tail_bytes = 0);
+
+ private:
+  void receive_loop();
+  void on_completion(const wire::CompletionMsg& msg);
+  void on_host_func(std::uint64_t op);
+  void lose_connection();
+
+  bool initialized_ = false;
+  CUresult init_result_ = CUDA_ERROR_NOT_INITIALIZED;
+  int fd_ = -1;
+  std::thread receiver_;
+  std::unordered_map<std::uint64_t, wire::Reply> replies_;
+};
+
+// The one driver instance of this process (never destroyed, so exit-time calls stay safe).
+Driver& driver();
+
+// Logs a message to stderr once per distinct text (unsupported calls, unknown kernels).
+void log_once(const std::string& message);
+
+// The calling thread's current context (nullptr if none).
+CUctx_st*& current_context();
+
+// Resolves a stream handle as the given API flavour sees it: NULL means the legacy stream, or
+// the per-thread default stream for _ptsz/_ptds entry points. Caller holds mu. Null if invalid.
+CUstream_st* resolve_stream(CUstream stream, bool per_thread_default);
+
+// Appends an op to a stream (or to the graph it is capturing); caller holds mu.
+// Returns the op id (0 if captured into a graph or on error).
+CUresult submit(CUstream_st* stream, const wire::WireOp& op, HostAction action, CUevent_st* event = nullptr,
+                const std::vector<std::uint64_t>& wait_deps = {}, const std::vector<GraphNode>* graph = nullptr,
+                std::uint64_t* op_id = nullptr);
+
+// Blocks until every op submitted to `stream` so far has completed.
+CUresult wait_stream(std::unique_lock<std::mutex>& lock, CUstream_st* stream);
+CUresult wait_op(std::unique_lock<std::mutex>& lock, CUstream_st* stream, std::uint64_t seq);
+
+// The allocation containing [ptr, ptr+bytes), if any.
+const DeviceMemory* find_allocation(std::uintptr_t ptr, std::size_t bytes);
+bool is_pinned(const void* ptr, std::size_t bytes);
+
+// Checks cuInit was called and a context is current; the common prologue of most calls.
+CUresult require_context(CUctx_st** ctx);
+
+// The function `name` of a module, registered with simgpud on first use. Caller holds mu via lock.
+CUresult get_function_locked(std::unique_lock<std::mutex>& lock, CUmod_st* mod, const char* name, CUfunc_st** out);
+// A launchable function from a CUfunction or a CUkernel (which stands for its current-context function).
+CUresult resolve_function_locked(std::unique_lock<std::mutex>& lock, CUfunction handle, CUfunc_st** out);
+
+CUstream_st* create_stream_locked(CUctx_st* ctx, unsigned flags, int priority, wire::WireStreamKind kind);
+void destroy_stream_locked(CUstream_st* stream);
+CUctx_st* create_context_locked(int device, unsigned flags, bool primary);
+void destroy_context_locked(CUctx_st* ctx);
+
+}  // namespace gpuqos::simgpu::driver
