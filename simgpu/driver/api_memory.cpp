@@ -171,6 +171,11 @@ SIMGPU_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
   ::munmap(ptr(dptr), mem.bytes);
   wire::MemFree msg{static_cast<std::uint32_t>(mem.device), 0, mem.bytes};
   d.send(wire::MsgType::mem_free, &msg, sizeof msg);
+  // mem_free has no reply, and simgpud does not order messages of different clients: return only
+  // once it has applied the free (it answers one client's messages in order), so another process
+  // told "freed" can allocate the memory, as with the real driver.
+  wire::MemInfo barrier{0, msg.device, 0};
+  d.request(lock, wire::MsgType::mem_info, &barrier, sizeof barrier, &barrier.request);
   return CUDA_SUCCESS;
 }
 

@@ -54,9 +54,10 @@ CUresult get_function_locked(std::unique_lock<std::mutex>& lock, CUmod_st* mod, 
   if (!reply) return CUDA_ERROR_DEVICE_UNAVAILABLE;
   if (!d.modules.contains(mod)) return CUDA_ERROR_INVALID_HANDLE;  // unloaded while we waited
   fn->duration_arg = static_cast<int>(reply->value0) - 1;
-  *out = fn.get();
-  d.functions.insert(fn.get());
-  mod->functions.emplace(name, std::move(fn));
+  // Another thread may have registered the same name while we waited: keep the first.
+  auto [it, inserted] = mod->functions.emplace(name, std::move(fn));
+  if (inserted) d.functions.insert(it->second.get());
+  *out = it->second.get();
   return CUDA_SUCCESS;
 }
 

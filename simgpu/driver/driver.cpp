@@ -2,6 +2,7 @@
 #include "driver.h"
 
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -9,6 +10,10 @@
 #include <cstring>
 
 namespace gpuqos::simgpu::driver {
+
+namespace {
+constexpr int kHelloTimeoutSeconds = 5;  // as simgpu-stat: a server that does not answer is as good as none
+}  // namespace
 
 Driver& driver() {
   static Driver* instance = new Driver();  // leaked on purpose: see header
@@ -70,6 +75,11 @@ CUresult Driver::init() {
     ::close(fd);
     return CUDA_ERROR_NO_DEVICE;  // as the real driver says on a machine without a GPU
   }
+  // A server that accepted the connection but never answers (stopped, hung) must not hang cuInit:
+  // the hello exchange has a deadline; afterwards the receiver thread blocks without one.
+  timeval hello_timeout{kHelloTimeoutSeconds, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &hello_timeout, sizeof hello_timeout);
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &hello_timeout, sizeof hello_timeout);
   wire::Hello hello{wire::kMagic, wire::kVersionMajor, wire::kVersionMinor, static_cast<std::uint32_t>(::getpid()), 0};
   std::vector<unsigned char> buf(sizeof(wire::MsgHeader) + wire::kMaxPayload);
   ssize_t n = -1;
@@ -78,6 +88,7 @@ CUresult Driver::init() {
       n = ::recv(fd, buf.data(), buf.size(), 0);
     } while (n < 0 && errno == EINTR);
   }
+  bool timed_out = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
   wire::MsgHeader header{};
   wire::HelloReply reply{};
   bool ok = n >= static_cast<ssize_t>(sizeof header + sizeof reply);
@@ -88,10 +99,14 @@ CUresult Driver::init() {
          static_cast<std::size_t>(n) >= sizeof header + sizeof reply + reply.device_count * sizeof(wire::DeviceInfo);
   }
   if (!ok) {
-    log_once("simgpud at " + path + " refused the connection (protocol version mismatch?)");
+    log_once(timed_out ? "simgpud at " + path + " did not answer within " + std::to_string(kHelloTimeoutSeconds) + " s"
+                       : "simgpud at " + path + " refused the connection (protocol version mismatch?)");
     ::close(fd);
     return CUDA_ERROR_NO_DEVICE;
   }
+  timeval no_timeout{0, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &no_timeout, sizeof no_timeout);
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &no_timeout, sizeof no_timeout);
   devices.resize(reply.device_count);
   std::memcpy(devices.data(), buf.data() + sizeof header + sizeof reply, reply.device_count * sizeof(wire::DeviceInfo));
   primary.assign(devices.size(), nullptr);

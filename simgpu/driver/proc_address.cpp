@@ -31,7 +31,11 @@ void* self_handle() {
   return handle;
 }
 
-CUresult lookup(const char* symbol, void** pfn, int version, cuuint64_t flags, CUdriverProcAddressQueryResult* status) {
+// Not found (no such entry point, or none as old as `version`) is *pfn = nullptr with the reason in
+// *status; `not_found` is what the call returns then: CUDA_SUCCESS for cuGetProcAddress_v2, as
+// cuda.h documents since CUDA 12, CUDA_ERROR_NOT_FOUND for the CUDA 11 form without a status.
+CUresult lookup(const char* symbol, void** pfn, int version, cuuint64_t flags, CUdriverProcAddressQueryResult* status,
+                CUresult not_found) {
   if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
   *pfn = nullptr;
   bool per_thread = flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
@@ -48,22 +52,22 @@ CUresult lookup(const char* symbol, void** pfn, int version, cuuint64_t flags, C
   if (per_thread && best_variant) best = best_variant;
   if (!best) {
     if (status) *status = known ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-    return CUDA_ERROR_NOT_FOUND;
+    return not_found;
   }
   *pfn = dlsym(self_handle(), best->symbol);
   if (status) *status = *pfn ? CU_GET_PROC_ADDRESS_SUCCESS : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-  return *pfn ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+  return *pfn ? CUDA_SUCCESS : not_found;
 }
 
 }  // namespace
 
 SIMGPU_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, cuuint64_t flags,
                                            CUdriverProcAddressQueryResult* status) {
-  return lookup(symbol, pfn, version, flags, status);
+  return lookup(symbol, pfn, version, flags, status, CUDA_SUCCESS);
 }
 
 // The CUDA 11.3 form, without the status out-parameter (cuda.h maps the name to _v2).
 #undef cuGetProcAddress
 SIMGPU_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int version, cuuint64_t flags) {
-  return lookup(symbol, pfn, version, flags, nullptr);
+  return lookup(symbol, pfn, version, flags, nullptr, CUDA_ERROR_NOT_FOUND);
 }
