@@ -1,0 +1,1134 @@
+// Integration tests of simgpu's libcuda.so.1: real driver-API client processes on a real simgpud.
+//
+// This binary links the simulated driver, but the test process never calls cuInit: each scenario
+// runs its CUDA calls in forked clients that report back (driver_itest_harness.h), against a
+// simgpud of its own on a private socket.
+//
+// Timing assertions compare CUDA event times (the device's clock, exact in the model) with tight
+// tolerances, and wall-clock times only with margins that absorb a loaded 2-core machine.
+#include <cuda.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "simgpu/driver_itest_harness.h"
+
+namespace {
+
+using namespace gpuqos::simgpu::itest;
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+constexpr std::uint64_t kMiB = 1ull << 20;
+
+// Kernels of the test module: `spin` takes its first parameter as its duration in microseconds.
+constexpr const char* kPtx = R"(
+.version 7.0
+.target sm_70
+.address_size 64
+.visible .entry spin(.param .u64 spin_duration_us) { ret; }
+.visible .entry three_params(.param .u64 first, .param .u32 second, .param .u64 third) { ret; }
+)";
+
+constexpr const char* kCatalog = R"({
+  "kernels": [{"match": "^spin$", "model": "from_arg", "arg": 0, "unit": "us"}],
+  "default_us": 10,
+  "noise_cv": 0
+})";
+
+// A one-device profile: 8 SMs in `mode`, plus any extra TOML lines.
+std::string profile(const std::string& mode, const std::string& extra = "") {
+  return "name = \"itest gpu\"\nsms = 8\ncompute_mode = \"" + mode + "\"\n" + extra + "\n";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Client-side helpers.
+
+// cuInit, then device `ordinal`'s primary context made current.
+bool open_device(ClientLink& c, int ordinal = 0) {
+  CUdevice device = 0;
+  CUcontext ctx = nullptr;
+  return CLIENT_OK(c, cuInit(0)) && CLIENT_OK(c, cuDeviceGet(&device, ordinal)) &&
+         CLIENT_OK(c, cuDevicePrimaryCtxRetain(&ctx, device)) && CLIENT_OK(c, cuCtxSetCurrent(ctx));
+}
+
+bool load_kernel(ClientLink& c, const char* name, CUfunction* function) {
+  CUmodule module = nullptr;
+  return CLIENT_OK(c, cuModuleLoadData(&module, kPtx)) && CLIENT_OK(c, cuModuleGetFunction(function, module, name));
+}
+
+CUresult launch_spin(CUfunction spin, std::uint64_t duration_us, unsigned blocks, CUstream stream) {
+  void* params[] = {&duration_us};
+  return cuLaunchKernel(spin, blocks, 1, 1, 128, 1, 1, 0, stream, params, nullptr);
+}
+
+// Holds a stream at a host function until open(): work submitted behind it then reaches the
+// device all at once, so event timings do not depend on how fast this process submitted it.
+// The host function blocks the driver's callback thread meanwhile: open() before waiting on
+// anything. The destructor opens it too, so an early return cannot leave the thread blocked.
+class StreamGate {
+ public:
+  StreamGate() = default;
+  StreamGate(const StreamGate&) = delete;
+  StreamGate& operator=(const StreamGate&) = delete;
+  ~StreamGate() { open(); }
+
+  CUresult close(CUstream stream) { return cuLaunchHostFunc(stream, &StreamGate::wait, this); }
+  void open() {
+    std::lock_guard lock(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  static void wait(void* self) {
+    auto* gate = static_cast<StreamGate*>(self);
+    std::unique_lock lock(gate->mu_);
+    gate->cv_.wait(lock, [gate] { return gate->open_; });
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false;
+};
+
+// Device time between two recorded events, in ms (-1 when the driver refuses).
+double elapsed_ms(CUevent start, CUevent end) {
+  float ms = -1;
+  return cuEventElapsedTime(&ms, start, end) == CUDA_SUCCESS ? ms : -1;
+}
+
+class DriverItest : public ::testing::Test {
+ protected:
+  void start(const std::string& profile_toml) { server_ = std::make_unique<SimgpudServer>(profile_toml, kCatalog); }
+  SimgpudServer& server() { return *server_; }
+
+  void TearDown() override {
+    if (server_ && HasFailure()) std::cerr << "---- simgpud log ----\n" << server_->log_text() << "---------------------\n";
+    server_.reset();
+  }
+
+  std::unique_ptr<SimgpudServer> server_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// 1. Two processes share one device: the compute mode decides how their kernels interleave.
+
+constexpr double kPairKernelMs = 100;
+
+// One client's view of its kernel: event-timed (device clock) and wall-clock times.
+struct KernelTiming {
+  double launch_ms = 0;  // wall clock, when the client let its kernel go
+  double end_ms = 0;     // wall clock, when cuEventSynchronize returned
+  double event_ms = 0;   // device time from the event before the kernel to the one after
+};
+
+// A client that launches one `spin` of kPairKernelMs on `blocks` blocks when the test says go:
+// the kernel and its events wait behind a gate that opens then.
+void timed_spin_client(ClientLink& c, unsigned blocks) {
+  CUfunction spin = nullptr;
+  CUstream stream = nullptr;
+  CUevent start = nullptr, end = nullptr;
+  if (!open_device(c) || !load_kernel(c, "spin", &spin)) return;
+  if (!CLIENT_OK(c, cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING)) || !CLIENT_OK(c, cuEventCreate(&start, 0)) ||
+      !CLIENT_OK(c, cuEventCreate(&end, 0))) {
+    return;
+  }
+  StreamGate gate;
+  CLIENT_OK(c, gate.close(stream));
+  CLIENT_OK(c, cuEventRecord(start, stream));
+  CLIENT_OK(c, launch_spin(spin, static_cast<std::uint64_t>(kPairKernelMs * 1000), blocks, stream));
+  CLIENT_OK(c, cuEventRecord(end, stream));
+  c.ready();
+  c.wait_go();
+  double launch_ms = now_ms();
+  gate.open();
+  CLIENT_OK(c, cuEventSynchronize(end));
+  c.report("end_ms", now_ms());
+  c.report("launch_ms", launch_ms);
+  c.report("event_ms", elapsed_ms(start, end));
+}
+
+// Runs two timed_spin_clients that launch together; their timings, the first launcher first.
+std::vector<KernelTiming> run_kernel_pair(SimgpudServer& server, unsigned blocks) {
+  ClientProcess a(server.socket(), [&](ClientLink& c) { timed_spin_client(c, blocks); });
+  ClientProcess b(server.socket(), [&](ClientLink& c) { timed_spin_client(c, blocks); });
+  if (!a.wait_ready() || !b.wait_ready()) {
+    ADD_FAILURE() << "clients did not get ready";
+    return {};
+  }
+  a.go();
+  b.go();
+  std::vector<KernelTiming> timings;
+  for (ClientProcess* client : {&a, &b}) {
+    ClientOutcome outcome = client->finish();
+    expect_clean(outcome, "client");
+    timings.push_back({outcome.number("launch_ms"), outcome.number("end_ms"), outcome.number("event_ms")});
+  }
+  std::sort(timings.begin(), timings.end(), [](auto& x, auto& y) { return x.launch_ms < y.launch_ms; });
+  return timings;
+}
+
+// The device's compute_busy_ns covers exactly the two kernels' work, and nothing else ran.
+void expect_busy_ms(SimgpudServer& server, double busy_ms, std::uint64_t kernels) {
+  EXPECT_EQ(server.device_stat("kernels_completed"), static_cast<std::int64_t>(kernels));
+  EXPECT_NEAR(static_cast<double>(server.device_stat("compute_busy_ns")) / 1e6, busy_ms, 1.0);
+}
+
+TEST_F(DriverItest, FifoRunsTheSecondProcessKernelAfterTheFirst) {
+  start(profile("fifo"));
+  std::vector<KernelTiming> t = run_kernel_pair(server(), 8);
+  ASSERT_EQ(t.size(), 2u);
+  double skew_ms = t[1].launch_ms - t[0].launch_ms;
+  ASSERT_LT(skew_ms, kPairKernelMs / 2) << "the clients did not launch together; the machine is too loaded";
+  auto [first, second] = std::minmax(t[0].event_ms, t[1].event_ms);
+  // One kernel ran alone at once; the other waited for all of it, then ran alone.
+  EXPECT_NEAR(first, kPairKernelMs, 1.0);
+  EXPECT_GT(second, 1.5 * kPairKernelMs);
+  EXPECT_LT(second, 2 * kPairKernelMs + 1.0);
+  // Wall clock (noisy on a loaded machine): the waiting kernel ended about one kernel later.
+  double end_gap_ms = std::abs(t[1].end_ms - t[0].end_ms);
+  EXPECT_GT(end_gap_ms, 0.5 * kPairKernelMs);
+  EXPECT_LT(end_gap_ms, 1.5 * kPairKernelMs);
+  expect_busy_ms(server(), 2 * kPairKernelMs, 2);
+  EXPECT_EQ(server().device_stat("context_switches"), 0);
+}
+
+TEST_F(DriverItest, TimesliceAlternatesTwoProcessesInQuanta) {
+  constexpr double kQuantumMs = 50;
+  start(profile("timeslice", "timeslice_us = 50000"));
+  std::vector<KernelTiming> t = run_kernel_pair(server(), 8);
+  ASSERT_EQ(t.size(), 2u);
+  ASSERT_LT(t[1].launch_ms - t[0].launch_ms, kQuantumMs / 2) << "the clients did not launch together";
+  auto [first, second] = std::minmax(t[0].event_ms, t[1].event_ms);
+  // Both were slowed to about half speed. The context that got the device first finishes one
+  // quantum before the end: 2 quanta each, alternating, so 3 quanta after its launch.
+  EXPECT_NEAR(first, 2 * kPairKernelMs - kQuantumMs, 1.0);
+  EXPECT_GT(second, 2 * kPairKernelMs - kQuantumMs);
+  EXPECT_LT(second, 2 * kPairKernelMs + 1.0);
+  expect_busy_ms(server(), 2 * kPairKernelMs, 2);
+  std::int64_t switches = server().device_stat("context_switches");
+  EXPECT_GE(switches, 2);  // A B A B: 3 switches
+  EXPECT_LE(switches, 4);
+}
+
+TEST_F(DriverItest, MpsSharesTheSmsOfFullDeviceKernels) {
+  start(profile("mps"));
+  std::vector<KernelTiming> t = run_kernel_pair(server(), 8);  // each wants all 8 SMs
+  ASSERT_EQ(t.size(), 2u);
+  ASSERT_LT(t[1].launch_ms - t[0].launch_ms, kPairKernelMs / 2) << "the clients did not launch together";
+  // Half the SMs each while both run: whatever the launch skew, both end together, after ~2d.
+  EXPECT_NEAR(t[0].event_ms, t[1].event_ms, 1.0);
+  for (const KernelTiming& timing : t) {
+    EXPECT_GT(timing.event_ms, 1.5 * kPairKernelMs);
+    EXPECT_LT(timing.event_ms, 2 * kPairKernelMs + 1.0);
+  }
+  EXPECT_NEAR(t[0].end_ms, t[1].end_ms, 0.5 * kPairKernelMs);  // wall clock: noisy
+  expect_busy_ms(server(), 2 * kPairKernelMs, 2);
+}
+
+TEST_F(DriverItest, MpsRunsKernelsThatFitSideBySide) {
+  start(profile("mps"));
+  std::vector<KernelTiming> t = run_kernel_pair(server(), 4);  // 4 + 4 of 8 SMs
+  ASSERT_EQ(t.size(), 2u);
+  for (const KernelTiming& timing : t) EXPECT_NEAR(timing.event_ms, kPairKernelMs, 1.0);
+  EXPECT_EQ(server().device_stat("kernels_completed"), 2);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. Copies and memsets move exactly the bytes they should, in stream and event order.
+
+std::vector<std::uint8_t> pattern(std::size_t bytes, unsigned seed) {
+  std::vector<std::uint8_t> data(bytes);
+  for (std::size_t i = 0; i < bytes; ++i) data[i] = static_cast<std::uint8_t>((i * 131 + seed * 7 + i / 251) & 0xff);
+  return data;
+}
+
+bool equal_bytes(const void* a, const void* b, std::size_t bytes) { return std::memcmp(a, b, bytes) == 0; }
+
+template <class T>
+bool all_equal(const void* p, std::size_t count, T value) {
+  const auto* bytes = static_cast<const std::uint8_t*>(p);
+  for (std::size_t i = 0; i < count; ++i) {
+    T x;
+    std::memcpy(&x, bytes + i * sizeof(T), sizeof(T));
+    if (x != value) return false;
+  }
+  return true;
+}
+
+constexpr std::size_t kCopyBytes = 1 * kMiB;
+
+void sync_copies_client(ClientLink& c) {
+  if (!open_device(c)) return;
+  CUdeviceptr a = 0, b = 0, unified = 0;
+  if (!CLIENT_OK(c, cuMemAlloc(&a, kCopyBytes)) || !CLIENT_OK(c, cuMemAlloc(&b, kCopyBytes)) ||
+      !CLIENT_OK(c, cuMemAlloc(&unified, kCopyBytes))) {
+    return;
+  }
+  auto source = pattern(kCopyBytes, 1);
+  std::vector<std::uint8_t> back(kCopyBytes, 0);
+  CLIENT_OK(c, cuMemcpyHtoD(a, source.data(), kCopyBytes));
+  CLIENT_OK(c, cuMemcpyDtoH(back.data(), a, kCopyBytes));
+  CLIENT_CHECK(c, back == source);
+
+  std::vector<std::uint8_t> via_d2d(kCopyBytes, 0);
+  CLIENT_OK(c, cuMemcpyDtoD(b, a, kCopyBytes));
+  CLIENT_OK(c, cuMemcpyDtoH(via_d2d.data(), b, kCopyBytes));
+  CLIENT_CHECK(c, via_d2d == source);
+
+  // cuMemcpy infers the direction from unified addresses: host -> device -> host.
+  auto other = pattern(kCopyBytes, 2);
+  std::vector<std::uint8_t> via_unified(kCopyBytes, 0);
+  CLIENT_OK(c, cuMemcpy(unified, reinterpret_cast<CUdeviceptr>(other.data()), kCopyBytes));
+  CLIENT_OK(c, cuMemcpy(reinterpret_cast<CUdeviceptr>(via_unified.data()), unified, kCopyBytes));
+  CLIENT_CHECK(c, via_unified == other);
+
+  // Memsets write exactly their elements: the bytes around them keep the D8 fill.
+  CLIENT_OK(c, cuMemsetD8(a, 0xab, kCopyBytes));
+  CLIENT_OK(c, cuMemsetD16(a + 2, 0x1234, 10));
+  CLIENT_OK(c, cuMemsetD32(a + 64, 0xdeadbeef, 8));
+  CLIENT_OK(c, cuMemcpyDtoH(back.data(), a, kCopyBytes));
+  CLIENT_CHECK(c, all_equal<std::uint8_t>(back.data(), 2, 0xab));
+  CLIENT_CHECK(c, all_equal<std::uint16_t>(back.data() + 2, 10, 0x1234));
+  CLIENT_CHECK(c, all_equal<std::uint8_t>(back.data() + 22, 42, 0xab));
+  CLIENT_CHECK(c, all_equal<std::uint32_t>(back.data() + 64, 8, 0xdeadbeef));
+  CLIENT_CHECK(c, all_equal<std::uint8_t>(back.data() + 96, kCopyBytes - 96, 0xab));
+}
+
+void async_copies_client(ClientLink& c) {
+  CUfunction spin = nullptr;
+  if (!open_device(c) || !load_kernel(c, "spin", &spin)) return;
+  CUdeviceptr a = 0, b = 0;
+  void* pinned_src = nullptr;
+  void* pinned_dst = nullptr;
+  CUstream stream = nullptr;
+  if (!CLIENT_OK(c, cuMemAlloc(&a, kCopyBytes)) || !CLIENT_OK(c, cuMemAlloc(&b, kCopyBytes)) ||
+      !CLIENT_OK(c, cuMemAllocHost(&pinned_src, kCopyBytes)) || !CLIENT_OK(c, cuMemAllocHost(&pinned_dst, kCopyBytes)) ||
+      !CLIENT_OK(c, cuStreamCreate(&stream, 0))) {
+    return;
+  }
+  // Pinned, both directions, ordered on one stream.
+  auto source = pattern(kCopyBytes, 3);
+  std::memcpy(pinned_src, source.data(), kCopyBytes);
+  std::memset(pinned_dst, 0, kCopyBytes);
+  CLIENT_OK(c, cuMemcpyHtoDAsync(a, pinned_src, kCopyBytes, stream));
+  CLIENT_OK(c, cuMemcpyDtoHAsync(pinned_dst, a, kCopyBytes, stream));
+  CLIENT_OK(c, cuStreamSynchronize(stream));
+  CLIENT_CHECK(c, equal_bytes(pinned_dst, source.data(), kCopyBytes));
+
+  // Pageable source: the call has staged the bytes when it returns, so reusing the buffer at
+  // once does not change what reaches the device.
+  auto pageable = pattern(kCopyBytes, 4);
+  auto expected = pageable;
+  CLIENT_OK(c, cuMemcpyHtoDAsync(b, pageable.data(), kCopyBytes, stream));
+  std::fill(pageable.begin(), pageable.end(), 0xee);
+  // Pageable destination: the call returns once the data is there, without a sync.
+  std::vector<std::uint8_t> back(kCopyBytes, 0);
+  CLIENT_OK(c, cuMemcpyDtoHAsync(back.data(), b, kCopyBytes, stream));
+  CLIENT_CHECK(c, back == expected);
+
+  // Async memsets, read back through the same stream.
+  CLIENT_OK(c, cuMemsetD8Async(b, 0x5a, kCopyBytes, stream));
+  CLIENT_OK(c, cuMemsetD16Async(b + 8, 0xbeef, 4, stream));
+  CLIENT_OK(c, cuMemsetD32Async(b + 32, 0x01020304, 4, stream));
+  CLIENT_OK(c, cuMemcpyDtoHAsync(pinned_dst, b, kCopyBytes, stream));
+  CLIENT_OK(c, cuStreamSynchronize(stream));
+  auto* dst = static_cast<std::uint8_t*>(pinned_dst);
+  CLIENT_CHECK(c, all_equal<std::uint8_t>(dst, 8, 0x5a));
+  CLIENT_CHECK(c, all_equal<std::uint16_t>(dst + 8, 4, 0xbeef));
+  CLIENT_CHECK(c, all_equal<std::uint8_t>(dst + 16, 16, 0x5a));
+  CLIENT_CHECK(c, all_equal<std::uint32_t>(dst + 32, 4, 0x01020304));
+  CLIENT_CHECK(c, all_equal<std::uint8_t>(dst + 48, kCopyBytes - 48, 0x5a));
+
+  // A kernel between two copies: the read-back waits for the kernel.
+  CUevent before = nullptr, after = nullptr;
+  CLIENT_OK(c, cuEventCreate(&before, 0));
+  CLIENT_OK(c, cuEventCreate(&after, 0));
+  std::memset(pinned_dst, 0, kCopyBytes);
+  StreamGate gate;
+  CLIENT_OK(c, gate.close(stream));
+  CLIENT_OK(c, cuEventRecord(before, stream));
+  CLIENT_OK(c, cuMemcpyHtoDAsync(a, pinned_src, kCopyBytes, stream));
+  CLIENT_OK(c, launch_spin(spin, 100'000, 1, stream));
+  CLIENT_OK(c, cuMemcpyDtoHAsync(pinned_dst, a, kCopyBytes, stream));
+  CLIENT_OK(c, cuEventRecord(after, stream));
+  gate.open();
+  CLIENT_CU(c, cuStreamQuery(stream), CUDA_ERROR_NOT_READY);
+  CLIENT_CHECK(c, all_equal<std::uint8_t>(pinned_dst, kCopyBytes, 0));  // not copied back yet
+  CLIENT_OK(c, cuStreamSynchronize(stream));
+  CLIENT_CHECK(c, equal_bytes(pinned_dst, source.data(), kCopyBytes));
+  // 100 ms of kernel plus two 1 MiB copies at 25 GB/s (about 44 us each).
+  CLIENT_RANGE(c, elapsed_ms(before, after), 100.0, 100.5);
+}
+
+void cross_stream_client(ClientLink& c) {
+  CUfunction spin = nullptr;
+  if (!open_device(c) || !load_kernel(c, "spin", &spin)) return;
+  CUdeviceptr a = 0;
+  void* waited = nullptr;
+  void* unwaited = nullptr;
+  CUstream producer = nullptr, consumer = nullptr, bystander = nullptr;
+  CUevent produced = nullptr;
+  if (!CLIENT_OK(c, cuMemAlloc(&a, kCopyBytes)) || !CLIENT_OK(c, cuMemAllocHost(&waited, kCopyBytes)) ||
+      !CLIENT_OK(c, cuMemAllocHost(&unwaited, kCopyBytes)) ||
+      !CLIENT_OK(c, cuStreamCreate(&producer, CU_STREAM_NON_BLOCKING)) ||
+      !CLIENT_OK(c, cuStreamCreate(&consumer, CU_STREAM_NON_BLOCKING)) ||
+      !CLIENT_OK(c, cuStreamCreate(&bystander, CU_STREAM_NON_BLOCKING)) ||
+      !CLIENT_OK(c, cuEventCreate(&produced, CU_EVENT_DISABLE_TIMING))) {
+    return;
+  }
+  constexpr std::size_t kWords = kCopyBytes / 4;
+  CLIENT_OK(c, cuMemsetD32(a, 0x11111111, kWords));
+  // The producer overwrites `a` only after a 100 ms kernel.
+  CLIENT_OK(c, launch_spin(spin, 100'000, 1, producer));
+  CLIENT_OK(c, cuMemsetD32Async(a, 0x22222222, kWords, producer));
+  CLIENT_OK(c, cuEventRecord(produced, producer));
+  // The consumer waits for the event and sees the new data; a stream that does not wait reads
+  // the old data meanwhile.
+  CLIENT_OK(c, cuStreamWaitEvent(consumer, produced, 0));
+  CLIENT_OK(c, cuMemcpyDtoHAsync(waited, a, kCopyBytes, consumer));
+  CLIENT_OK(c, cuMemcpyDtoHAsync(unwaited, a, kCopyBytes, bystander));
+  CLIENT_OK(c, cuStreamSynchronize(bystander));
+  CLIENT_CU(c, cuEventQuery(produced), CUDA_ERROR_NOT_READY);
+  CLIENT_CHECK(c, all_equal<std::uint32_t>(unwaited, kWords, 0x11111111u));
+  CLIENT_OK(c, cuStreamSynchronize(consumer));
+  CLIENT_OK(c, cuEventQuery(produced));
+  CLIENT_CHECK(c, all_equal<std::uint32_t>(waited, kWords, 0x22222222u));
+}
+
+void graph_client(ClientLink& c) {
+  CUfunction spin = nullptr;
+  if (!open_device(c) || !load_kernel(c, "spin", &spin)) return;
+  CUdeviceptr a = 0, b = 0;
+  void* host_src = nullptr;
+  void* host_dst = nullptr;
+  CUstream stream = nullptr;
+  if (!CLIENT_OK(c, cuMemAlloc(&a, kCopyBytes)) || !CLIENT_OK(c, cuMemAlloc(&b, kCopyBytes)) ||
+      !CLIENT_OK(c, cuMemAllocHost(&host_src, kCopyBytes)) || !CLIENT_OK(c, cuMemAllocHost(&host_dst, kCopyBytes)) ||
+      !CLIENT_OK(c, cuStreamCreate(&stream, 0))) {
+    return;
+  }
+  CLIENT_OK(c, cuMemsetD8(b, 0, kCopyBytes));
+  std::memset(host_dst, 0, kCopyBytes);
+  // Capture: copy in, memset, kernel, copy out. Nothing runs while capturing.
+  CUgraph graph = nullptr;
+  CUgraphExec exec = nullptr;
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  CLIENT_OK(c, cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CLIENT_OK(c, cuStreamIsCapturing(stream, &status));
+  CLIENT_CHECK(c, status == CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  CLIENT_OK(c, cuMemcpyHtoDAsync(a, host_src, kCopyBytes, stream));
+  CLIENT_OK(c, cuMemsetD8Async(b, 0x77, kCopyBytes, stream));
+  CLIENT_OK(c, launch_spin(spin, 20'000, 1, stream));
+  CLIENT_OK(c, cuMemcpyDtoHAsync(host_dst, a, kCopyBytes, stream));
+  CLIENT_OK(c, cuStreamEndCapture(stream, &graph));
+  CLIENT_OK(c, cuStreamIsCapturing(stream, &status));
+  CLIENT_CHECK(c, status == CU_STREAM_CAPTURE_STATUS_NONE);
+  if (!CLIENT_OK(c, cuGraphInstantiate(&exec, graph, 0))) return;
+  CLIENT_OK(c, cuStreamSynchronize(stream));
+  std::vector<std::uint8_t> b_back(kCopyBytes, 1);
+  CLIENT_OK(c, cuMemcpyDtoH(b_back.data(), b, kCopyBytes));
+  CLIENT_CHECK(c, all_equal<std::uint8_t>(b_back.data(), kCopyBytes, 0));    // memset not run
+  CLIENT_CHECK(c, all_equal<std::uint8_t>(host_dst, kCopyBytes, 0));         // copies not run
+
+  // Two replays; each reads the host buffer as it is when the graph runs.
+  CUevent before = nullptr, after = nullptr;
+  CLIENT_OK(c, cuEventCreate(&before, 0));
+  CLIENT_OK(c, cuEventCreate(&after, 0));
+  for (unsigned replay = 0; replay < 2; ++replay) {
+    auto source = pattern(kCopyBytes, 10 + replay);
+    std::memcpy(host_src, source.data(), kCopyBytes);
+    CLIENT_OK(c, cuMemsetD8(b, 0, kCopyBytes));
+    StreamGate gate;
+    CLIENT_OK(c, gate.close(stream));
+    CLIENT_OK(c, cuEventRecord(before, stream));
+    CLIENT_OK(c, cuGraphLaunch(exec, stream));
+    CLIENT_OK(c, cuEventRecord(after, stream));
+    gate.open();
+    CLIENT_OK(c, cuStreamSynchronize(stream));
+    CLIENT_CHECK(c, equal_bytes(host_dst, source.data(), kCopyBytes));
+    CLIENT_OK(c, cuMemcpyDtoH(b_back.data(), b, kCopyBytes));
+    CLIENT_CHECK(c, all_equal<std::uint8_t>(b_back.data(), kCopyBytes, 0x77));
+    CLIENT_RANGE(c, elapsed_ms(before, after), 20.0, 20.5);  // the kernel and three short transfers
+  }
+  CLIENT_OK(c, cuGraphExecDestroy(exec));
+  CLIENT_OK(c, cuGraphDestroy(graph));
+}
+
+TEST_F(DriverItest, SyncCopiesAndMemsetsRoundTripBytes) {
+  start(profile("fifo"));
+  ClientProcess client(server().socket(), sync_copies_client);
+  expect_clean(client.finish(), "client");
+  EXPECT_GT(server().device_stat("copies_completed"), 8);
+}
+
+TEST_F(DriverItest, AsyncCopiesPinnedAndPageableRoundTripBytesInStreamOrder) {
+  start(profile("fifo"));
+  ClientProcess client(server().socket(), async_copies_client);
+  expect_clean(client.finish(), "client");
+}
+
+TEST_F(DriverItest, StreamWaitEventOrdersDataAcrossStreams) {
+  start(profile("timeslice"));
+  ClientProcess client(server().socket(), cross_stream_client);
+  expect_clean(client.finish(), "client");
+}
+
+TEST_F(DriverItest, CapturedGraphOfCopyMemsetKernelReplaysTwice) {
+  start(profile("fifo"));
+  ClientProcess client(server().socket(), graph_client);
+  expect_clean(client.finish(), "client");
+  EXPECT_EQ(server().device_stat("kernels_completed"), 2);  // the captured kernel, once per replay
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. Error codes.
+
+TEST_F(DriverItest, CallsBeforeCuInitReturnNotInitialized) {
+  start(profile("fifo"));
+  ClientProcess client(server().socket(), [](ClientLink& c) {
+    int count = -1;
+    CUdevice device = 0;
+    CUcontext ctx = nullptr;
+    CUdeviceptr p = 0;
+    CLIENT_CU(c, cuDeviceGetCount(&count), CUDA_ERROR_NOT_INITIALIZED);
+    CLIENT_CU(c, cuDeviceGet(&device, 0), CUDA_ERROR_NOT_INITIALIZED);
+    CLIENT_CU(c, cuDevicePrimaryCtxRetain(&ctx, 0), CUDA_ERROR_NOT_INITIALIZED);
+    CLIENT_CU(c, cuCtxGetCurrent(&ctx), CUDA_ERROR_NOT_INITIALIZED);
+    CLIENT_CU(c, cuMemAlloc(&p, 16), CUDA_ERROR_NOT_INITIALIZED);
+    CLIENT_CU(c, cuStreamSynchronize(nullptr), CUDA_ERROR_NOT_INITIALIZED);
+    // These need no initialisation.
+    int version = 0;
+    CLIENT_OK(c, cuDriverGetVersion(&version));
+    CLIENT_CHECK(c, version >= 12000);
+    const char* name = nullptr;
+    CLIENT_OK(c, cuGetErrorName(CUDA_ERROR_NOT_INITIALIZED, &name));
+    // And cuInit still works afterwards.
+    CLIENT_OK(c, cuInit(0));
+    CLIENT_OK(c, cuDeviceGetCount(&count));
+    CLIENT_CHECK(c, count == 1);
+  });
+  expect_clean(client.finish(), "client");
+}
+
+TEST_F(DriverItest, BadHandlesSizesNamesAndImagesReturnTheirErrorCodes) {
+  start(profile("fifo"));
+  ClientProcess client(server().socket(), [](ClientLink& c) {
+    CUfunction spin = nullptr;
+    if (!open_device(c) || !load_kernel(c, "spin", &spin)) return;
+    auto* garbage_stream = reinterpret_cast<CUstream>(0x5eed0);
+    auto* garbage_event = reinterpret_cast<CUevent>(0x5eed0);
+    auto* garbage_function = reinterpret_cast<CUfunction>(0x5eed0);
+    auto* garbage_module = reinterpret_cast<CUmodule>(0x5eed0);
+    CLIENT_CU(c, cuStreamSynchronize(garbage_stream), CUDA_ERROR_INVALID_HANDLE);
+    CLIENT_CU(c, cuStreamQuery(garbage_stream), CUDA_ERROR_INVALID_HANDLE);
+    CLIENT_CU(c, launch_spin(spin, 10, 1, garbage_stream), CUDA_ERROR_INVALID_HANDLE);
+    CLIENT_CU(c, cuEventRecord(garbage_event, nullptr), CUDA_ERROR_INVALID_HANDLE);
+    CLIENT_CU(c, cuEventQuery(garbage_event), CUDA_ERROR_INVALID_HANDLE);
+    CLIENT_CU(c, cuEventSynchronize(garbage_event), CUDA_ERROR_INVALID_HANDLE);
+    CLIENT_CU(c, launch_spin(garbage_function, 10, 1, nullptr), CUDA_ERROR_INVALID_HANDLE);
+    CUfunction found = nullptr;
+    CLIENT_CU(c, cuModuleGetFunction(&found, garbage_module, "spin"), CUDA_ERROR_INVALID_HANDLE);
+    CLIENT_CU(c, cuModuleUnload(garbage_module), CUDA_ERROR_INVALID_HANDLE);
+
+    // A destroyed stream is a bad handle too; so is a destroyed event.
+    CUstream stream = nullptr;
+    CUevent event = nullptr;
+    CLIENT_OK(c, cuStreamCreate(&stream, 0));
+    CLIENT_OK(c, cuStreamDestroy(stream));
+    CLIENT_CU(c, cuStreamSynchronize(stream), CUDA_ERROR_INVALID_HANDLE);
+    CLIENT_CU(c, launch_spin(spin, 10, 1, stream), CUDA_ERROR_INVALID_HANDLE);
+    CLIENT_CU(c, cuStreamDestroy(stream), CUDA_ERROR_INVALID_HANDLE);
+    CLIENT_OK(c, cuEventCreate(&event, 0));
+    CLIENT_OK(c, cuEventDestroy(event));
+    CLIENT_CU(c, cuEventRecord(event, nullptr), CUDA_ERROR_INVALID_HANDLE);
+    // An event never recorded has no time.
+    CUevent unrecorded = nullptr, recorded = nullptr;
+    CLIENT_OK(c, cuEventCreate(&unrecorded, 0));
+    CLIENT_OK(c, cuEventCreate(&recorded, 0));
+    CLIENT_OK(c, cuEventRecord(recorded, nullptr));
+    CLIENT_OK(c, cuEventSynchronize(recorded));
+    float ms = 0;
+    CLIENT_CU(c, cuEventElapsedTime(&ms, unrecorded, recorded), CUDA_ERROR_INVALID_HANDLE);
+
+    // Sizes: zero-byte allocations, copies and memsets past an allocation's end, bad frees.
+    CUdeviceptr p = 0;
+    CLIENT_CU(c, cuMemAlloc(&p, 0), CUDA_ERROR_INVALID_VALUE);
+    if (!CLIENT_OK(c, cuMemAlloc(&p, 4096))) return;
+    std::vector<std::uint8_t> host(8192, 0);
+    CLIENT_CU(c, cuMemcpyHtoD(p, host.data(), 4097), CUDA_ERROR_INVALID_VALUE);
+    CLIENT_CU(c, cuMemcpyHtoD(p + 4000, host.data(), 97), CUDA_ERROR_INVALID_VALUE);
+    CLIENT_OK(c, cuMemcpyHtoD(p + 4000, host.data(), 96));
+    CLIENT_CU(c, cuMemcpyDtoH(host.data(), p + 1, 4096), CUDA_ERROR_INVALID_VALUE);
+    CLIENT_CU(c, cuMemsetD32(p, 0, 1025), CUDA_ERROR_INVALID_VALUE);
+    CLIENT_CU(c, cuMemsetD8Async(p + 4096, 0, 1, nullptr), CUDA_ERROR_INVALID_VALUE);
+    CLIENT_CU(c, cuMemFree(p + 8), CUDA_ERROR_INVALID_VALUE);
+    CLIENT_OK(c, cuMemFree(p));
+    CLIENT_CU(c, cuMemFree(p), CUDA_ERROR_INVALID_VALUE);
+    CLIENT_CU(c, cuMemcpyHtoD(p, host.data(), 16), CUDA_ERROR_INVALID_VALUE);  // freed memory
+
+    // Launch shapes, names and images.
+    std::uint64_t us = 10;
+    void* params[] = {&us};
+    CLIENT_CU(c, cuLaunchKernel(spin, 0, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr), CUDA_ERROR_INVALID_VALUE);
+    CLIENT_CU(c, cuLaunchKernel(spin, 1, 1, 1, 1025, 1, 1, 0, nullptr, params, nullptr), CUDA_ERROR_INVALID_VALUE);
+    CUmodule module = nullptr;
+    CLIENT_OK(c, cuModuleLoadData(&module, kPtx));
+    CLIENT_CU(c, cuModuleGetFunction(&found, module, "no_such_kernel"), CUDA_ERROR_NOT_FOUND);
+    CLIENT_CU(c, cuModuleGetFunction(&found, module, "spi"), CUDA_ERROR_NOT_FOUND);
+    CUmodule bad = nullptr;
+    CLIENT_CU(c, cuModuleLoadData(&bad, "this is not PTX, a cubin or a fatbinary"), CUDA_ERROR_INVALID_IMAGE);
+    CLIENT_CU(c, cuModuleLoadData(&bad, ".target sm_70\n.visible .entry k() { ret; }\n"), CUDA_ERROR_INVALID_IMAGE);
+    // Unloading a module makes its functions bad handles.
+    CLIENT_OK(c, cuModuleGetFunction(&found, module, "spin"));
+    CLIENT_OK(c, cuModuleUnload(module));
+    CLIENT_CU(c, launch_spin(found, 10, 1, nullptr), CUDA_ERROR_INVALID_HANDLE);
+    CLIENT_CU(c, cuModuleGetFunction(&found, module, "spin"), CUDA_ERROR_INVALID_HANDLE);
+
+    // No context current: context-bound calls say so.
+    CLIENT_OK(c, cuCtxSetCurrent(nullptr));
+    CLIENT_CU(c, cuCtxSynchronize(), CUDA_ERROR_INVALID_CONTEXT);
+    CLIENT_CU(c, cuMemAlloc(&p, 16), CUDA_ERROR_INVALID_CONTEXT);
+  });
+  expect_clean(client.finish(), "client");
+}
+
+TEST_F(DriverItest, AllocationsBeyondDeviceCapacityAcrossProcessesAreOutOfMemory) {
+  start(profile("fifo", "memory_gib = 1.0"));
+  // The holder takes 768 MiB of the 1 GiB and keeps it until told to let go.
+  ClientProcess holder(server().socket(), [](ClientLink& c) {
+    CUdeviceptr p = 0;
+    if (!open_device(c) || !CLIENT_OK(c, cuMemAlloc(&p, 768 * kMiB))) return;
+    c.ready();
+    c.wait_go();
+    CLIENT_OK(c, cuMemFree(p));
+    c.report("freed", 1);
+    c.wait_go();
+  });
+  ASSERT_TRUE(holder.wait_ready());
+  EXPECT_EQ(server().device_stat("memory_used_bytes"), static_cast<std::int64_t>(768 * kMiB));
+  ClientProcess other(server().socket(), [](ClientLink& c) {
+    CUdeviceptr big = 0, small = 0;
+    if (!open_device(c)) return;
+    std::size_t free_bytes = 0, total_bytes = 0;
+    CLIENT_OK(c, cuMemGetInfo(&free_bytes, &total_bytes));
+    CLIENT_CHECK(c, total_bytes == 1024 * kMiB);
+    CLIENT_CHECK(c, free_bytes == 256 * kMiB);
+    CLIENT_CU(c, cuMemAlloc(&big, 512 * kMiB), CUDA_ERROR_OUT_OF_MEMORY);
+    CLIENT_OK(c, cuMemAlloc(&small, 200 * kMiB));
+    CLIENT_CU(c, cuMemAlloc(&big, 57 * kMiB), CUDA_ERROR_OUT_OF_MEMORY);  // 56 MiB left
+    c.ready();
+    c.wait_go();  // the holder has freed its 768 MiB
+    CLIENT_OK(c, cuMemAlloc(&big, 512 * kMiB));
+    CLIENT_OK(c, cuMemGetInfo(&free_bytes, &total_bytes));
+    CLIENT_CHECK(c, free_bytes == (1024 - 712) * kMiB);
+    CLIENT_OK(c, cuMemFree(big));
+    CLIENT_OK(c, cuMemFree(small));
+  });
+  ASSERT_TRUE(other.wait_ready());
+  holder.go();
+  ASSERT_FALSE(holder.wait_value("freed").empty());
+  other.go();
+  expect_clean(other.finish(), "other");
+  holder.go();
+  expect_clean(holder.finish(), "holder");
+  EXPECT_EQ(server().device_stat("memory_used_bytes"), 0);
+}
+
+TEST_F(DriverItest, ErrorNamesAndStrings) {
+  start(profile("fifo"));
+  ClientProcess client(server().socket(), [](ClientLink& c) {
+    const char* text = nullptr;
+    CLIENT_OK(c, cuGetErrorName(CUDA_ERROR_OUT_OF_MEMORY, &text));
+    CLIENT_CHECK(c, text && std::string(text) == "CUDA_ERROR_OUT_OF_MEMORY");
+    CLIENT_OK(c, cuGetErrorString(CUDA_ERROR_OUT_OF_MEMORY, &text));
+    CLIENT_CHECK(c, text && std::string(text) == "out of memory");
+    CLIENT_OK(c, cuGetErrorName(CUDA_SUCCESS, &text));
+    CLIENT_CHECK(c, text && std::string(text) == "CUDA_SUCCESS");
+    CLIENT_OK(c, cuGetErrorString(CUDA_ERROR_INVALID_HANDLE, &text));
+    CLIENT_CHECK(c, text && std::string(text) == "invalid resource handle");
+    CLIENT_OK(c, cuGetErrorName(CUDA_ERROR_NOT_FOUND, &text));
+    CLIENT_CHECK(c, text && std::string(text) == "CUDA_ERROR_NOT_FOUND");
+    text = "unchanged";
+    CLIENT_CU(c, cuGetErrorName(static_cast<CUresult>(123456), &text), CUDA_ERROR_INVALID_VALUE);
+    CLIENT_CHECK(c, text == nullptr);
+    CLIENT_CU(c, cuGetErrorString(CUDA_ERROR_OUT_OF_MEMORY, nullptr), CUDA_ERROR_INVALID_VALUE);
+  });
+  expect_clean(client.finish(), "client");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. A client killed mid-kernel is reclaimed: the device moves on and its memory is freed.
+
+TEST_F(DriverItest, KilledClientIsReclaimedAndUnblocksTheQueue) {
+  start(profile("fifo", "memory_gib = 1.0"));
+  ClientProcess victim(server().socket(), [](ClientLink& c) {
+    CUfunction spin = nullptr;
+    CUdeviceptr p = 0;
+    if (!open_device(c) || !load_kernel(c, "spin", &spin) || !CLIENT_OK(c, cuMemAlloc(&p, 256 * kMiB))) return;
+    CLIENT_OK(c, launch_spin(spin, 2'000'000, 8, nullptr));  // 2 s
+    c.ready();
+    c.wait_go();  // never comes: SIGKILL does
+  });
+  ASSERT_TRUE(victim.wait_ready());
+  ClientProcess waiter(server().socket(), [](ClientLink& c) {
+    CUfunction spin = nullptr;
+    CUdeviceptr p = 0;
+    CUevent start = nullptr, end = nullptr;
+    if (!open_device(c) || !load_kernel(c, "spin", &spin) || !CLIENT_OK(c, cuMemAlloc(&p, 64 * kMiB)) ||
+        !CLIENT_OK(c, cuEventCreate(&start, 0)) || !CLIENT_OK(c, cuEventCreate(&end, 0))) {
+      return;
+    }
+    c.ready();
+    c.wait_go();
+    CLIENT_OK(c, cuEventRecord(start, nullptr));
+    CLIENT_OK(c, launch_spin(spin, 50'000, 8, nullptr));  // queued behind the 2 s kernel
+    CLIENT_OK(c, cuEventRecord(end, nullptr));
+    c.report("launched_ms", now_ms());
+    CLIENT_OK(c, cuEventSynchronize(end));
+    c.report("end_ms", now_ms());
+    c.report("event_ms", elapsed_ms(start, end));
+    c.wait_go();  // keeps its 64 MiB until told to exit
+  });
+  ASSERT_TRUE(waiter.wait_ready());
+  EXPECT_EQ(server().device_stat("memory_used_bytes"), static_cast<std::int64_t>(320 * kMiB));
+  waiter.go();
+  ASSERT_FALSE(waiter.wait_value("launched_ms").empty());
+  std::this_thread::sleep_for(150ms);
+  EXPECT_TRUE(waiter.wait_value("end_ms", 0ms).empty()) << "the waiter's kernel did not wait for the 2 s one";
+  double kill_ms = now_ms();
+  victim.kill_now();
+
+  ASSERT_FALSE(waiter.wait_value("event_ms", 5s).empty());
+  const ClientOutcome& waited = waiter.outcome();  // the waiter still runs, holding its memory
+  // It waited for the kill (>= 150 ms), then ran its 50 ms: far less than the 2 s it queued behind.
+  double event_ms = waited.number("event_ms");
+  EXPECT_GE(event_ms, 150 + 50 - 20.0);  // margin: simgpud may be slow to see the launch on a loaded machine
+  EXPECT_LT(event_ms, 1000);
+  EXPECT_GE(waited.number("end_ms") - kill_ms, 50 - 1.0);
+  EXPECT_LT(waited.number("end_ms") - kill_ms, 500);
+  // The victim's 256 MiB is back; the waiter still holds its 64 MiB.
+  EXPECT_EQ(server().device_stat("memory_used_bytes"), static_cast<std::int64_t>(64 * kMiB));
+  EXPECT_EQ(server().device_stat("kernels_completed"), 1);  // the killed kernel never completed
+  waiter.go();
+  expect_clean(waiter.finish(), "waiter");
+  // A client that exits without freeing is reclaimed as well.
+  std::int64_t used = -1;
+  for (int i = 0; i < 200 && (used = server().device_stat("memory_used_bytes")) != 0; ++i) {
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(used, 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. No server: cuInit says there is no device, promptly.
+
+TEST_F(DriverItest, CuInitWithoutServerReturnsNoDevicePromptly) {
+  start(profile("fifo"));  // only for its temp dir
+  fs::path dir = server().dir();
+  // A socket file nobody listens on (bound, never listen()ed): connect is refused.
+  std::string refusing = (dir / "refusing.sock").string();
+  int bound = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, refusing.c_str(), sizeof addr.sun_path - 1);
+  ASSERT_EQ(::bind(bound, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  for (const std::string& path : {(dir / "nobody.sock").string(), refusing}) {
+    ClientProcess client(path, [](ClientLink& c) {
+      double start_ms = now_ms();
+      CLIENT_CU(c, cuInit(0), CUDA_ERROR_NO_DEVICE);
+      c.report("init_ms", now_ms() - start_ms);
+      int count = -1;
+      CLIENT_CHECK(c, cuDeviceGetCount(&count) != CUDA_SUCCESS);
+    });
+    ClientOutcome outcome = client.finish(10s);
+    expect_clean(outcome, path);
+    EXPECT_LT(outcome.number("init_ms"), 1000) << path;
+  }
+  ::close(bound);
+}
+
+TEST_F(DriverItest, CuInitAgainstASilentServerGivesUp) {
+  start(profile("fifo"));  // only for its temp dir
+  // A socket that accepts connections into its backlog but never answers the hello.
+  std::string silent = (server().dir() / "silent.sock").string();
+  int listening = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, silent.c_str(), sizeof addr.sun_path - 1);
+  ASSERT_EQ(::bind(listening, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(listening, 4), 0);
+  ClientProcess client(silent, [](ClientLink& c) {
+    double start_ms = now_ms();
+    CLIENT_CU(c, cuInit(0), CUDA_ERROR_NO_DEVICE);
+    c.report("init_ms", now_ms() - start_ms);
+  });
+  ClientOutcome outcome = client.finish(20s);
+  expect_clean(outcome, "client");
+  EXPECT_LT(outcome.number("init_ms"), 15000);
+  ::close(listening);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6. Devices, contexts, entry points, stream semantics, host functions, launch variants.
+
+constexpr const char* kTwoDeviceProfile = R"(
+compute_mode = "timeslice"
+sms = 100
+memory_gib = 2.0
+cc_major = 8
+cc_minor = 6
+[[device]]
+name = "itest gpu zero"
+[[device]]
+name = "itest gpu one"
+sms = 50
+)";
+
+std::string hex(const CUuuid& uuid) {
+  std::string text;
+  char byte[3];
+  for (char b : uuid.bytes) {
+    std::snprintf(byte, sizeof byte, "%02x", static_cast<unsigned char>(b));
+    text += byte;
+  }
+  return text;
+}
+
+void device_query_client(ClientLink& c) {
+  if (!CLIENT_OK(c, cuInit(0))) return;
+  int count = 0;
+  CLIENT_OK(c, cuDeviceGetCount(&count));
+  CLIENT_CHECK(c, count == 2);
+  const char* names[] = {"itest gpu zero", "itest gpu one"};
+  const int sms[] = {100, 50};
+  for (int ordinal = 0; ordinal < 2; ++ordinal) {
+    CUdevice dev = -1;
+    CLIENT_OK(c, cuDeviceGet(&dev, ordinal));
+    char name[128] = {};
+    CLIENT_OK(c, cuDeviceGetName(name, sizeof name, dev));
+    CLIENT_CHECK(c, std::string(name) == names[ordinal]);
+    char short_name[6] = {};
+    CLIENT_OK(c, cuDeviceGetName(short_name, sizeof short_name, dev));
+    CLIENT_CHECK(c, std::string(short_name) == "itest");  // truncated, NUL-terminated
+    int value = 0, major = 0, minor = 0;
+    CLIENT_OK(c, cuDeviceGetAttribute(&value, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+    CLIENT_CHECK(c, value == sms[ordinal]);
+    CLIENT_OK(c, cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev));
+    CLIENT_OK(c, cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev));
+    CLIENT_CHECK(c, major == 8 && minor == 6);
+    std::size_t total = 0;
+    CLIENT_OK(c, cuDeviceTotalMem(&total, dev));
+    CLIENT_CHECK(c, total == 2048 * kMiB);
+    CUuuid uuid{}, again{};
+    CLIENT_OK(c, cuDeviceGetUuid(&uuid, dev));
+    CLIENT_OK(c, cuDeviceGetUuid(&again, dev));
+    CLIENT_CHECK(c, hex(uuid) == hex(again));
+    c.report("uuid" + std::to_string(ordinal), hex(uuid));
+  }
+  CUdevice dev = -1;
+  char name[32];
+  CLIENT_CU(c, cuDeviceGet(&dev, 2), CUDA_ERROR_INVALID_DEVICE);
+  CLIENT_CU(c, cuDeviceGetName(name, sizeof name, 2), CUDA_ERROR_INVALID_DEVICE);
+}
+
+TEST_F(DriverItest, DevicesReportTheProfileAndStableUuids) {
+  start(kTwoDeviceProfile);
+  ClientProcess first(server().socket(), device_query_client);
+  ClientProcess second(server().socket(), device_query_client);
+  ClientOutcome a = first.finish(), b = second.finish();
+  expect_clean(a, "first");
+  expect_clean(b, "second");
+  EXPECT_EQ(a.values["uuid0"].size(), 32u);
+  EXPECT_NE(a.values["uuid0"], a.values["uuid1"]);
+  EXPECT_EQ(a.values["uuid0"], b.values["uuid0"]);
+  EXPECT_EQ(a.values["uuid1"], b.values["uuid1"]);
+  // A restarted server with the same profile presents the same devices.
+  server().stop();
+  server().start();
+  ClientProcess third(server().socket(), device_query_client);
+  ClientOutcome c = third.finish();
+  expect_clean(c, "after restart");
+  EXPECT_EQ(a.values["uuid0"], c.values["uuid0"]);
+  EXPECT_EQ(a.values["uuid1"], c.values["uuid1"]);
+}
+
+TEST_F(DriverItest, PrimaryContextsAndTheContextStack) {
+  start(kTwoDeviceProfile);
+  ClientProcess client(server().socket(), [](ClientLink& c) {
+    if (!CLIENT_OK(c, cuInit(0))) return;
+    unsigned flags = 99;
+    int active = 99;
+    CLIENT_OK(c, cuDevicePrimaryCtxGetState(0, &flags, &active));
+    CLIENT_CHECK(c, flags == 0 && active == 0);
+    CLIENT_OK(c, cuDevicePrimaryCtxSetFlags(0, CU_CTX_SCHED_BLOCKING_SYNC));
+    CUcontext primary = nullptr, again = nullptr, current = nullptr;
+    CLIENT_OK(c, cuDevicePrimaryCtxRetain(&primary, 0));
+    CLIENT_OK(c, cuDevicePrimaryCtxGetState(0, &flags, &active));
+    CLIENT_CHECK(c, flags == CU_CTX_SCHED_BLOCKING_SYNC && active == 1);
+    CLIENT_OK(c, cuDevicePrimaryCtxRetain(&again, 0));
+    CLIENT_CHECK(c, again == primary);
+    CLIENT_OK(c, cuCtxGetCurrent(&current));
+    CLIENT_CHECK(c, current == nullptr);  // retaining does not make it current
+    CLIENT_OK(c, cuDevicePrimaryCtxRelease(0));
+    CLIENT_OK(c, cuDevicePrimaryCtxGetState(0, &flags, &active));
+    CLIENT_CHECK(c, active == 1);  // one reference left
+    CLIENT_OK(c, cuDevicePrimaryCtxRelease(0));
+    CLIENT_OK(c, cuDevicePrimaryCtxGetState(0, &flags, &active));
+    CLIENT_CHECK(c, active == 0);
+    CLIENT_CHECK(c, cuCtxSetCurrent(primary) != CUDA_SUCCESS);  // released for good
+
+    // Created contexts stack per thread.
+    CUcontext zero = nullptr, one = nullptr, popped = nullptr;
+    CUdevice device = -1;
+    CLIENT_OK(c, cuCtxCreate(&zero, nullptr, 0, 0));
+    CLIENT_OK(c, cuCtxCreate(&one, nullptr, 0, 1));  // pushed on top of `zero`
+    CLIENT_OK(c, cuCtxGetCurrent(&current));
+    CLIENT_CHECK(c, current == one);
+    CLIENT_OK(c, cuCtxGetDevice(&device));
+    CLIENT_CHECK(c, device == 1);
+    CLIENT_OK(c, cuCtxPopCurrent(&popped));
+    CLIENT_CHECK(c, popped == one);
+    CLIENT_OK(c, cuCtxGetCurrent(&current));
+    CLIENT_CHECK(c, current == zero);
+    CLIENT_OK(c, cuCtxGetDevice(&device));
+    CLIENT_CHECK(c, device == 0);
+    CLIENT_OK(c, cuCtxPushCurrent(one));
+    CLIENT_OK(c, cuCtxGetCurrent(&current));
+    CLIENT_CHECK(c, current == one);
+    CLIENT_OK(c, cuCtxPopCurrent(&popped));
+    CLIENT_OK(c, cuCtxPopCurrent(&popped));
+    CLIENT_CHECK(c, popped == zero);
+    CLIENT_OK(c, cuCtxGetCurrent(&current));
+    CLIENT_CHECK(c, current == nullptr);
+    CLIENT_CU(c, cuCtxPopCurrent(&popped), CUDA_ERROR_INVALID_CONTEXT);
+    // Work in a context that is not current elsewhere: memory of context `one` on device 1.
+    CLIENT_OK(c, cuCtxPushCurrent(one));
+    CUdeviceptr p = 0;
+    CLIENT_OK(c, cuMemAlloc(&p, kMiB));
+    CLIENT_OK(c, cuMemsetD8(p, 1, kMiB));
+    CLIENT_OK(c, cuMemFree(p));
+    CLIENT_OK(c, cuCtxDestroy(one));
+    CLIENT_OK(c, cuCtxGetCurrent(&current));
+    CLIENT_CHECK(c, current == nullptr);
+    CLIENT_OK(c, cuCtxDestroy(zero));
+    CLIENT_CU(c, cuCtxPushCurrent(zero), CUDA_ERROR_INVALID_CONTEXT);
+    CLIENT_CU(c, cuCtxDestroy(zero), CUDA_ERROR_INVALID_CONTEXT);
+  });
+  expect_clean(client.finish(), "client");
+}
+
+TEST_F(DriverItest, GetProcAddressAnswersByVersionAndStreamFlavour) {
+  start(profile("timeslice"));
+  ClientProcess client(server().socket(), [](ClientLink& c) {
+    CUfunction spin = nullptr;
+    if (!open_device(c) || !load_kernel(c, "spin", &spin)) return;
+    void* fn = nullptr;
+    CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    CLIENT_OK(c, cuGetProcAddress("cuLaunchKernel", &fn, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &status));
+    CLIENT_CHECK(c, status == CU_GET_PROC_ADDRESS_SUCCESS);
+    CLIENT_CHECK(c, fn == dlsym(RTLD_DEFAULT, "cuLaunchKernel") && fn != nullptr);
+    void* per_thread = nullptr;
+    CLIENT_OK(c, cuGetProcAddress("cuLaunchKernel", &per_thread, 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+                                  &status));
+    CLIENT_CHECK(c, status == CU_GET_PROC_ADDRESS_SUCCESS);
+    CLIENT_CHECK(c, per_thread == dlsym(RTLD_DEFAULT, "cuLaunchKernel_ptsz") && per_thread != nullptr);
+    // The _v2 ABI of cuMemAlloc is the one a CUDA 12 program gets.
+    CLIENT_OK(c, cuGetProcAddress("cuMemAlloc", &fn, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &status));
+    CLIENT_CHECK(c, fn == dlsym(RTLD_DEFAULT, "cuMemAlloc_v2") && fn != nullptr);
+    // Too old a version for the symbol, and no such symbol: success, a null pointer and a status
+    // that says which (CUDA 12+ semantics, see cuda.h).
+    fn = reinterpret_cast<void*>(0x1);
+    CLIENT_OK(c, cuGetProcAddress("cuLaunchKernel", &fn, 3000, CU_GET_PROC_ADDRESS_DEFAULT, &status));
+    CLIENT_CHECK(c, status == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+    CLIENT_CHECK(c, fn == nullptr);
+    fn = reinterpret_cast<void*>(0x1);
+    CLIENT_OK(c, cuGetProcAddress("cuNoSuchEntryPoint", &fn, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &status));
+    CLIENT_CHECK(c, status == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+    CLIENT_CHECK(c, fn == nullptr);
+
+    // The per-thread flavour launches on the per-thread default stream, not the legacy one.
+    using LaunchFn = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                  CUstream, void**, void**);
+    auto launch_per_thread = reinterpret_cast<LaunchFn>(per_thread);
+    std::uint64_t us = 200'000;
+    void* params[] = {&us};
+    if (!CLIENT_CHECK(c, launch_per_thread != nullptr)) return;
+    CLIENT_OK(c, launch_per_thread(spin, 1, 1, 1, 32, 1, 1, 0, nullptr, params, nullptr));
+    CLIENT_CU(c, cuStreamQuery(CU_STREAM_PER_THREAD), CUDA_ERROR_NOT_READY);
+    CLIENT_OK(c, cuStreamSynchronize(CU_STREAM_PER_THREAD));
+  });
+  expect_clean(client.finish(), "client");
+}
+
+TEST_F(DriverItest, LegacyStreamOrdersWithBlockingStreamsButNotNonBlockingOnes) {
+  start(profile("timeslice"));
+  ClientProcess client(server().socket(), [](ClientLink& c) {
+    CUfunction spin = nullptr;
+    CUdeviceptr p = 0;
+    CUstream blocking = nullptr, non_blocking = nullptr;
+    if (!open_device(c) || !load_kernel(c, "spin", &spin) || !CLIENT_OK(c, cuMemAlloc(&p, 4096)) ||
+        !CLIENT_OK(c, cuStreamCreate(&blocking, CU_STREAM_DEFAULT)) ||
+        !CLIENT_OK(c, cuStreamCreate(&non_blocking, CU_STREAM_NON_BLOCKING))) {
+      return;
+    }
+    constexpr std::uint64_t kSpinUs = 300'000;
+    unsigned flags = 99;
+    CLIENT_OK(c, cuStreamGetFlags(non_blocking, &flags));
+    CLIENT_CHECK(c, flags == CU_STREAM_NON_BLOCKING);
+
+    // Blocking stream then legacy: the legacy memset waits for the kernel.
+    double start = now_ms();
+    CLIENT_OK(c, launch_spin(spin, kSpinUs, 1, blocking));
+    CLIENT_OK(c, cuMemsetD8(p, 1, 4096));
+    c.report("legacy_after_blocking_ms", now_ms() - start);
+    CLIENT_RANGE(c, now_ms() - start, 300.0, 1e9);
+    CLIENT_OK(c, cuStreamQuery(blocking));
+    // Legacy then blocking stream: the blocking stream's memset waits for the legacy kernel.
+    start = now_ms();
+    CLIENT_OK(c, launch_spin(spin, kSpinUs, 1, nullptr));
+    CLIENT_OK(c, cuMemsetD8Async(p, 2, 4096, blocking));
+    CLIENT_OK(c, cuStreamSynchronize(blocking));
+    CLIENT_RANGE(c, now_ms() - start, 300.0, 1e9);
+    CLIENT_OK(c, cuStreamQuery(nullptr));
+
+    // Non-blocking stream then legacy: no implicit wait.
+    start = now_ms();
+    CLIENT_OK(c, launch_spin(spin, kSpinUs, 1, non_blocking));
+    CLIENT_OK(c, cuMemsetD8(p, 3, 4096));
+    c.report("legacy_after_non_blocking_ms", now_ms() - start);
+    CLIENT_CU(c, cuStreamQuery(non_blocking), CUDA_ERROR_NOT_READY);
+    CLIENT_OK(c, cuCtxSynchronize());
+    // Legacy then non-blocking stream: no implicit wait either.
+    CLIENT_OK(c, launch_spin(spin, kSpinUs, 1, nullptr));
+    CLIENT_OK(c, cuMemsetD8Async(p, 4, 4096, non_blocking));
+    CLIENT_OK(c, cuStreamSynchronize(non_blocking));
+    CLIENT_CU(c, cuStreamQuery(nullptr), CUDA_ERROR_NOT_READY);
+    CLIENT_OK(c, cuCtxSynchronize());
+    std::uint8_t byte = 0;
+    CLIENT_OK(c, cuMemcpyDtoH(&byte, p, 1));
+    CLIENT_CHECK(c, byte == 4);
+  });
+  expect_clean(client.finish(), "client");
+}
+
+// What host functions saw, written from the driver's thread.
+struct HostFuncLog {
+  std::mutex mu;
+  std::vector<int> order;
+  double first_ms = 0;
+  const std::uint32_t* watched = nullptr;
+  std::uint32_t seen = 0;
+};
+
+TEST_F(DriverItest, HostFunctionsRunInStreamOrder) {
+  start(profile("fifo"));
+  ClientProcess client(server().socket(), [](ClientLink& c) {
+    CUfunction spin = nullptr;
+    CUdeviceptr p = 0;
+    CUstream stream = nullptr;
+    void* pinned = nullptr;
+    if (!open_device(c) || !load_kernel(c, "spin", &spin) || !CLIENT_OK(c, cuMemAlloc(&p, 4096)) ||
+        !CLIENT_OK(c, cuMemAllocHost(&pinned, 4096)) || !CLIENT_OK(c, cuStreamCreate(&stream, 0))) {
+      return;
+    }
+    HostFuncLog log;
+    log.watched = static_cast<const std::uint32_t*>(pinned);
+    std::memset(pinned, 0, 4096);
+    auto first = [](void* data) {
+      auto* l = static_cast<HostFuncLog*>(data);
+      std::lock_guard lock(l->mu);
+      l->order.push_back(1);
+      l->first_ms = now_ms();
+    };
+    auto second = [](void* data) {
+      auto* l = static_cast<HostFuncLog*>(data);
+      std::lock_guard lock(l->mu);
+      l->order.push_back(2);
+      l->seen = *l->watched;
+    };
+    double start = now_ms();
+    CLIENT_OK(c, cuMemsetD32Async(p, 0xc0ffee, 1024, stream));
+    CLIENT_OK(c, launch_spin(spin, 50'000, 1, stream));
+    CLIENT_OK(c, cuLaunchHostFunc(stream, first, &log));
+    CLIENT_OK(c, cuMemcpyDtoHAsync(pinned, p, 4096, stream));
+    CLIENT_OK(c, cuLaunchHostFunc(stream, second, &log));
+    CLIENT_OK(c, cuStreamSynchronize(stream));
+    std::lock_guard lock(log.mu);
+    CLIENT_CHECK(c, (log.order == std::vector<int>{1, 2}));
+    CLIENT_RANGE(c, log.first_ms - start, 50.0, 1e9);  // after the kernel
+    CLIENT_CHECK(c, log.seen == 0xc0ffee);        // after the copy before it
+  });
+  expect_clean(client.finish(), "client");
+}
+
+TEST_F(DriverItest, LaunchKernelExAndParameterBuffersCarryTheDuration) {
+  start(profile("fifo"));
+  ClientProcess client(server().socket(), [](ClientLink& c) {
+    CUfunction spin = nullptr, three = nullptr;
+    CUevent start = nullptr, end = nullptr;
+    if (!open_device(c) || !load_kernel(c, "spin", &spin) || !load_kernel(c, "three_params", &three) ||
+        !CLIENT_OK(c, cuEventCreate(&start, 0)) || !CLIENT_OK(c, cuEventCreate(&end, 0))) {
+      return;
+    }
+    // cuLaunchKernelEx with kernelParams.
+    std::uint64_t us = 30'000;
+    void* params[] = {&us};
+    CUlaunchConfig config{};
+    config.gridDimX = config.gridDimY = config.gridDimZ = 1;
+    config.blockDimX = 64;
+    config.blockDimY = config.blockDimZ = 1;
+    config.hStream = nullptr;
+    StreamGate gate;
+    CLIENT_OK(c, gate.close(nullptr));
+    CLIENT_OK(c, cuEventRecord(start, nullptr));
+    CLIENT_OK(c, cuLaunchKernelEx(&config, spin, params, nullptr));
+    CLIENT_OK(c, cuEventRecord(end, nullptr));
+    gate.open();
+    CLIENT_OK(c, cuEventSynchronize(end));
+    CLIENT_RANGE(c, elapsed_ms(start, end), 30.0, 30.01);
+    // cuLaunchKernel with a packed parameter buffer (`extra`).
+    std::uint64_t buffer_us = 40'000;
+    std::size_t buffer_size = sizeof buffer_us;
+    void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, &buffer_us, CU_LAUNCH_PARAM_BUFFER_SIZE, &buffer_size,
+                     CU_LAUNCH_PARAM_END};
+    StreamGate second_gate;
+    CLIENT_OK(c, second_gate.close(nullptr));
+    CLIENT_OK(c, cuEventRecord(start, nullptr));
+    CLIENT_OK(c, cuLaunchKernel(spin, 1, 1, 1, 64, 1, 1, 0, nullptr, nullptr, extra));
+    CLIENT_OK(c, cuEventRecord(end, nullptr));
+    second_gate.open();
+    CLIENT_OK(c, cuEventSynchronize(end));
+    CLIENT_RANGE(c, elapsed_ms(start, end), 40.0, 40.01);
+
+    // cuFuncGetParamInfo: offsets and sizes from the PTX, aligned as the ABI packs them.
+    std::size_t offset = 99, size = 99;
+    CLIENT_OK(c, cuFuncGetParamInfo(three, 0, &offset, &size));
+    CLIENT_CHECK(c, offset == 0 && size == 8);
+    CLIENT_OK(c, cuFuncGetParamInfo(three, 1, &offset, &size));
+    CLIENT_CHECK(c, offset == 8 && size == 4);
+    CLIENT_OK(c, cuFuncGetParamInfo(three, 2, &offset, &size));
+    CLIENT_CHECK(c, offset == 16 && size == 8);
+    CLIENT_CU(c, cuFuncGetParamInfo(three, 3, &offset, &size), CUDA_ERROR_INVALID_VALUE);
+    CLIENT_OK(c, cuFuncGetParamInfo(spin, 0, &offset, &size));
+    CLIENT_CHECK(c, offset == 0 && size == 8);
+    const char* name = nullptr;
+    CLIENT_OK(c, cuFuncGetName(&name, three));
+    CLIENT_CHECK(c, name && std::string(name) == "three_params");
+  });
+  expect_clean(client.finish(), "client");
+}
+
+}  // namespace
