@@ -1,0 +1,57 @@
+// Whole-file reads with zlib decompression of .gz data.
+#include "gpuqos/replay/text_file.h"
+
+#include <zlib.h>
+
+#include <fstream>
+#include <sstream>
+
+namespace gpuqos::replay {
+
+namespace {
+
+bool is_gzip(const std::string& data) {
+  return data.size() >= 2 && static_cast<unsigned char>(data[0]) == 0x1f && static_cast<unsigned char>(data[1]) == 0x8b;
+}
+
+std::string gunzip(const std::string& data, const std::string& name) {
+  z_stream zs{};
+  if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK) throw FileError(name + ": cannot initialise zlib");
+  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
+  zs.avail_in = static_cast<uInt>(data.size());
+  std::string out;
+  char buffer[1 << 16];
+  int rc = Z_OK;
+  while (rc != Z_STREAM_END) {
+    zs.next_out = reinterpret_cast<Bytef*>(buffer);
+    zs.avail_out = sizeof buffer;
+    rc = inflate(&zs, Z_NO_FLUSH);
+    if (rc == Z_STREAM_END && zs.avail_in > 0) {  // concatenated gzip members
+      out.append(buffer, sizeof buffer - zs.avail_out);
+      inflateReset(&zs);
+      rc = Z_OK;
+      continue;
+    }
+    if (rc != Z_OK && rc != Z_STREAM_END) {
+      const std::string why = zs.msg ? zs.msg : (rc == Z_BUF_ERROR ? "truncated data" : "error " + std::to_string(rc));
+      inflateEnd(&zs);
+      throw FileError(name + ": corrupt gzip data (" + why + ")");
+    }
+    out.append(buffer, sizeof buffer - zs.avail_out);
+  }
+  inflateEnd(&zs);
+  return out;
+}
+
+}  // namespace
+
+std::string read_text_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw FileError(path.string() + ": cannot open for reading");
+  std::ostringstream content;
+  content << in.rdbuf();
+  std::string data = std::move(content).str();
+  return is_gzip(data) ? gunzip(data, path.string()) : data;
+}
+
+}  // namespace gpuqos::replay

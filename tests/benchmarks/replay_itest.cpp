@@ -1,0 +1,140 @@
+// Replay fidelity on simgpu: real traces converted, replayed through simgpu's libcuda, and the
+// device's own figures compared with the trace (BERT busy time per query, ResNet iteration time).
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "benchmarks/child_process.h"
+#include "benchmarks/temp_dir.h"
+#include "gpuqos/replay/workload.h"
+
+namespace gpuqos::replay {
+namespace {
+
+namespace fs = std::filesystem;
+using gpuqos::testing::ChildProcess;
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+const fs::path kBuild = GPUQOS_BUILD_DIR;
+const fs::path kTraces = fs::path(GPUQOS_SOURCE_DIR) / ".." / "shared" / "traces";
+constexpr double kTolerance = 0.02;
+
+// One simgpud on a socket of its own, in a temp dir that holds every file of the test.
+class SimgpuRig {
+ public:
+  SimgpuRig() {
+    for (const fs::path& p : {bin("simgpud"), bin("simgpu-stat"), bin("gpuqos-replay"), bin("gpuqos-trace2workload"),
+                              kBuild / "lib" / "simgpu" / "libcuda.so.1"}) {
+      if (!fs::exists(p)) missing_ += p.string() + " ";
+    }
+  }
+  const std::string& missing() const { return missing_; }
+  fs::path file(const std::string& name) const { return dir_.path() / name; }
+
+  // Converts a trace; returns the workload (also written to <name>.json).
+  Workload convert(const std::string& trace, const std::string& name, const std::string& iteration) {
+    run({bin("gpuqos-trace2workload").string(), "--trace", (kTraces / trace).string(), "--out",
+         file(name + ".json").string(), "--catalog", file("catalog.json").string(), "--iteration", iteration},
+        name + "-convert");
+    return load_workload(file(name + ".json"));
+  }
+
+  void start_simgpud() {
+    simgpud_ = std::make_unique<ChildProcess>(
+        std::vector<std::string>{bin("simgpud").string(), "--socket", socket().string(), "--catalog",
+                                 file("catalog.json").string(), "--log-level", "warn"},
+        std::map<std::string, std::string>{}, file("simgpud.log"));
+    for (int i = 0; i < 1000 && !fs::exists(socket()); ++i) {
+      ASSERT_TRUE(simgpud_->running()) << "simgpud exited:\n" << simgpud_->output();
+      std::this_thread::sleep_for(10ms);
+    }
+    ASSERT_TRUE(fs::exists(socket())) << "simgpud did not create its socket:\n" << simgpud_->output();
+  }
+
+  json device_stats() {
+    const std::string out = run({bin("simgpu-stat").string(), "--socket", socket().string()}, "stat");
+    return json::parse(out).at("devices").at(0);
+  }
+
+  json replay(const std::string& name, std::vector<std::string> args) {
+    std::vector<std::string> argv{bin("gpuqos-replay").string(), "--workload", file(name + ".json").string(), "--out",
+                                  file(name + "-results.json").string()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    run(argv, name + "-replay");
+    std::ifstream in(file(name + "-results.json"));
+    return json::parse(in);
+  }
+
+  // Runs a program to completion with simgpu's driver and socket; throws with its output on failure.
+  std::string run(const std::vector<std::string>& argv, const std::string& log) {
+    ChildProcess child(argv,
+                       {{"LD_LIBRARY_PATH", (kBuild / "lib" / "simgpu").string()}, {"SIMGPU_SOCKET", socket().string()}},
+                       file(log + ".log"));
+    const auto code = child.wait(240s);
+    if (code != 0) {
+      throw std::runtime_error(argv[0] + (code ? " exited with " + std::to_string(*code) : " timed out") + ":\n" +
+                               child.output() + (simgpud_ ? "\nsimgpud log:\n" + simgpud_->output() : ""));
+    }
+    return child.output();
+  }
+
+ private:
+  static fs::path bin(const std::string& name) { return kBuild / "bin" / name; }
+  fs::path socket() const { return file("simgpu.sock"); }
+
+  gpuqos::testing::TempDir dir_;  // declared first: destroyed after simgpud is stopped
+  std::unique_ptr<ChildProcess> simgpud_;
+  std::string missing_;
+};
+
+double relative_error(double measured, double expected) { return std::abs(measured - expected) / expected; }
+
+TEST(ReplayFidelity, BertQueryDeviceBusyTimeMatchesTrace) {
+  SimgpuRig rig;
+  if (!rig.missing().empty()) GTEST_SKIP() << "not built: " << rig.missing();
+  const Workload bert = rig.convert("tracelens_h100_bert_small_bs1_infer.json.gz", "bert", "all");
+  ASSERT_NO_FATAL_FAILURE(rig.start_simgpud());
+  constexpr int kQueries = 20;
+  const json before = rig.device_stats();
+  const json results = rig.replay("bert", {"--mode", "lc", "--queries", std::to_string(kQueries), "--closed-loop"});
+  const json after = rig.device_stats();
+
+  const auto delta = [&](const char* key) { return after.at(key).get<double>() - before.at(key).get<double>(); };
+  EXPECT_EQ(delta("kernels_completed"), 60.0 * kQueries);
+  const double compute_busy_ns = delta("compute_busy_ns") / kQueries;
+  const double copy_busy_ns = (delta("h2d_busy_ns") + delta("d2h_busy_ns")) / kQueries;
+  std::cout << "BERT query: trace busy " << bert.busy_ns << " ns (kernels " << bert.kernel_busy_ns
+            << "), simgpu busy per query: compute " << compute_busy_ns << " ns, copies " << copy_busy_ns
+            << " ns; query latency p50 " << results["summary"]["p50_ms"] << " ms (trace span "
+            << bert.span_ns / 1e6 << " ms)\n";
+  EXPECT_LT(relative_error(compute_busy_ns, static_cast<double>(bert.kernel_busy_ns)), kTolerance);
+  EXPECT_LT(relative_error(compute_busy_ns + copy_busy_ns, static_cast<double>(bert.busy_ns)), kTolerance);
+  EXPECT_EQ(results["latency_ms"].size(), static_cast<std::size_t>(kQueries));
+}
+
+TEST(ReplayFidelity, ResNetIterationTimeMatchesTrace) {
+  SimgpuRig rig;
+  if (!rig.missing().empty()) GTEST_SKIP() << "not built: " << rig.missing();
+  const Workload resnet = rig.convert("kineto_resnet50_v100_train.json.gz", "resnet", "1");
+  ASSERT_EQ(resnet.iterations.size(), 1u);
+  ASSERT_NO_FATAL_FAILURE(rig.start_simgpud());
+  const json results = rig.replay("resnet", {"--mode", "be", "--iterations", "2"});
+  const double trace_ms = static_cast<double>(resnet.iterations[0].span_ns) / 1e6;
+  ASSERT_EQ(results["iteration_ms"].size(), 2u);
+  // Host and server scheduling delays on a busy machine only ever add time (a late submission
+  // leaves the device idle), so the best iteration is the one that shows the replay's fidelity.
+  double best_error = 1e9;
+  for (const json& measured : results["iteration_ms"]) {
+    std::cout << "ResNet-50 iteration (" << resnet.iterations[0].name << "): trace " << trace_ms << " ms, simgpu "
+              << measured.get<double>() << " ms\n";
+    best_error = std::min(best_error, relative_error(measured.get<double>(), trace_ms));
+  }
+  EXPECT_LT(best_error, kTolerance);
+}
+
+}  // namespace
+}  // namespace gpuqos::replay
