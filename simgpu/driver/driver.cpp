@@ -204,7 +204,7 @@ void Driver::on_host_func(std::uint64_t op) {
   }
   action.run();  // without the lock: the callback may take its time
   std::lock_guard lock(mu);
-  wire::HostFuncDone done{op};
+  wire::HostFuncDone done{op, wire::monotonic_ns()};
   send(wire::MsgType::host_func_done, &done, sizeof done);
 }
 
@@ -259,6 +259,7 @@ CUresult submit(CUstream_st* stream, const wire::WireOp& op, HostAction action, 
   wire::Submit msg{};
   msg.op = d.next_op++;
   msg.stream = stream->id;
+  msg.sent_ns = wire::monotonic_ns();
   msg.spec = op;
   std::vector<wire::WireOp> nodes;
   const void* tail = nullptr;

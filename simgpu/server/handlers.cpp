@@ -21,7 +21,6 @@ std::string loggable(const std::string& name) { return name.size() <= 200 ? name
 }  // namespace
 
 void Server::on_message(Session& session, std::span<const std::byte> message) {
-  advance();
   Decoded decoded = decode_message(message, device_count());
   if (!decoded.request) return doom(session, "sent a bad message (" + decoded.error + ")");
   const Request& request = *decoded.request;
@@ -134,6 +133,7 @@ OpSpec Server::to_op_spec(Session& session, const wire::WireOp& op) {
 }
 
 void Server::handle(Session& session, const SubmitRequest& msg) {
+  advance_to_sent(msg.head.sent_ns);
   OpSpec spec = to_op_spec(session, msg.head.spec);
   for (std::uint64_t dep : msg.wait_for) spec.wait_for.push_back(session.op_id(dep));
   for (const wire::WireOp& node : msg.graph_nodes) spec.graph_nodes.push_back(to_op_spec(session, node));
@@ -150,6 +150,7 @@ void Server::handle(Session& session, const SubmitRequest& msg) {
 }
 
 void Server::handle(Session& session, const wire::HostFuncDone& msg) {
+  advance_to_sent(msg.sent_ns);
   EngineEvents events;
   EngineStatus status = engine_.host_func_done(session.op_id(msg.op), events);
   deliver(events);
@@ -184,6 +185,7 @@ void Server::handle(Session& session, const wire::MemInfo& msg) {
 }
 
 void Server::handle(Session& session, const wire::StatsRequest& msg) {
+  advance_due();
   auto clients = std::count_if(sessions_.begin(), sessions_.end(), [](const auto& entry) {
     const Session& s = *entry.second;
     return s.greeted && !s.observer && !s.closing;

@@ -9,6 +9,7 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -31,11 +32,6 @@ constexpr std::size_t kMaxOutboxBytes = 64u << 20;
 // Messages read from one client per wakeup, so a chatty client cannot starve the others.
 constexpr int kMaxMessagesPerWakeup = 64;
 
-std::int64_t monotonic_ns() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
-}
 
 std::runtime_error sys_error(const char* what) { return std::runtime_error(std::string(what) + ": " + std::strerror(errno)); }
 
@@ -70,7 +66,7 @@ void Server::open() {
   if (::sigprocmask(SIG_BLOCK, &stop_signals, nullptr) != 0) throw sys_error("sigprocmask");
   ::signal(SIGPIPE, SIG_IGN);
   ::prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);  // wake up on the ns the engine asked for
-  start_monotonic_ns_ = monotonic_ns();
+  start_monotonic_ns_ = wire::monotonic_ns();
 
   listen_fd_ = open_listen_socket(options_.socket_path, options_.socket_mode);
   socket_bound_ = true;
@@ -98,13 +94,13 @@ int Server::run() {
       return 1;
     }
     for (int i = 0; i < n && !stopping_; ++i) {
-      advance();
       std::uint64_t tag = ready[i].data.u64;
       if (tag == kListenTag) {
         accept_clients();
       } else if (tag == kTimerTag) {
         std::uint64_t expirations;
         [[maybe_unused]] ssize_t ignored = ::read(timer_fd_, &expirations, sizeof expirations);
+        advance_due();
       } else if (tag == kSignalTag) {
         signalfd_siginfo info{};
         if (::read(signal_fd_, &info, sizeof info) == sizeof info) {
@@ -125,11 +121,26 @@ int Server::run() {
   return 0;
 }
 
-Nanos Server::now_ns() const { return monotonic_ns() - start_monotonic_ns_; }
+Nanos Server::now_ns() const { return wire::monotonic_ns() - start_monotonic_ns_; }
 
-void Server::advance() {
+// Runs every event due by now, leaving the device clock at the last of them (not at now), so
+// a message stamped before now and read after can still take effect at its own time.
+void Server::advance_due() {
   EngineEvents events;
-  engine_.advance_to(now_ns(), events);
+  Nanos now = now_ns();
+  for (auto next = engine_.next_event_ns(); next && *next <= now; next = engine_.next_event_ns()) {
+    engine_.advance_to(*next, events);
+  }
+  deliver(events);
+}
+
+// Moves the device clock to when the client made its call: clamped to [device now, now], so
+// no client can push the device into the future or rewrite its past.
+void Server::advance_to_sent(std::int64_t sent_monotonic_ns) {
+  Nanos now = now_ns();
+  Nanos at = sent_monotonic_ns == 0 ? now : std::clamp(sent_monotonic_ns - start_monotonic_ns_, engine_.now(), now);
+  EngineEvents events;
+  engine_.advance_to(at, events);
   deliver(events);
 }
 
@@ -271,6 +282,7 @@ void Server::reap() {
 }
 
 void Server::close_session(Session& session) {
+  advance_to_sent(0);  // its work stops now, not at the device clock's last event
   EngineEvents events;
   for (std::uint32_t ctx : session.contexts) engine_.destroy_context(session.context_id(ctx), events);
   deliver(events);

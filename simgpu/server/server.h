@@ -1,8 +1,9 @@
 // simgpud's device server: one thread, one epoll loop, the engine driven by the monotonic clock.
 //
-// Model time is CLOCK_MONOTONIC ns since the server started. Before any input or timer is
-// handled the engine is advanced to now and what finished is sent to its owners; a timerfd is
-// armed for the engine's next event. SIGTERM/SIGINT (read from a signalfd, so the caller must
+// Model time is CLOCK_MONOTONIC ns since the server started. A timerfd armed for the engine's
+// next event runs what is due and sends what finished to its owners. Work a client submits
+// takes effect when the client made the call (its message is stamped), not when this loop got
+// round to reading it, so server scheduling delays do not stretch the device timeline. SIGTERM/SIGINT (read from a signalfd, so the caller must
 // have blocked them) end run() cleanly: clients closed, socket file removed.
 #pragma once
 
@@ -44,7 +45,8 @@ class Server {
  private:
   // The event loop (server.cpp).
   Nanos now_ns() const;
-  void advance();
+  void advance_due();
+  void advance_to_sent(std::int64_t sent_monotonic_ns);
   void deliver(const EngineEvents& events);
   void rearm_timer();
   void accept_clients();

@@ -7,8 +7,15 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <ctime>
 
 namespace gpuqos::simgpu::wire {
+
+std::int64_t monotonic_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
 
 std::string default_socket_path() {
   if (const char* env = std::getenv("SIMGPU_SOCKET"); env && *env) return env;

@@ -18,7 +18,7 @@
 namespace gpuqos::simgpu::wire {
 
 inline constexpr std::uint32_t kMagic = 0x55504753;  // "SGPU"
-inline constexpr std::uint16_t kVersionMajor = 1;
+inline constexpr std::uint16_t kVersionMajor = 2;
 inline constexpr std::uint16_t kVersionMinor = 0;
 inline constexpr std::uint32_t kMaxPayload = 64 * 1024;
 inline constexpr std::uint32_t kMaxDevices = 16;
@@ -128,15 +128,20 @@ struct WireOp {
 };
 
 // Followed by `extra` items: OpIds (u64) for wait, WireOp nodes for graph.
+// sent_ns: CLOCK_MONOTONIC when the program made the call (0: unknown, use arrival). The
+// device timeline uses it, clamped to [device now, arrival], so a server that reads the
+// message late does not make the program's work start late.
 struct Submit {
   std::uint64_t op;
   std::uint32_t stream;
   std::uint32_t extra;
+  std::int64_t sent_ns;
   WireOp spec;
 };
 
 struct HostFuncDone {
   std::uint64_t op;
+  std::int64_t sent_ns;  // as in Submit
 };
 
 struct MemAlloc {
@@ -218,7 +223,11 @@ GPUQOS_WIRE_POD(StatsReply);
 GPUQOS_WIRE_POD(WireDeviceStats);
 #undef GPUQOS_WIRE_POD
 static_assert(sizeof(WireOp) == 32);
-static_assert(sizeof(Submit) == 48);
+static_assert(sizeof(Submit) == 56);
+static_assert(sizeof(HostFuncDone) == 16);
+
+// CLOCK_MONOTONIC in ns: the clock both ends stamp and time messages with.
+std::int64_t monotonic_ns();
 
 // The socket simgpud listens on when none is given: $SIMGPU_SOCKET, else
 // $XDG_RUNTIME_DIR/simgpu.sock, else /tmp/simgpu-<uid>.sock.
