@@ -4,8 +4,8 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
-#include "benchmarks/temp_dir.h"
 #include "gpuqos/replay/kineto.h"
+#include "gpuqos/testing/temp_dir.h"
 
 namespace gpuqos::replay {
 namespace {

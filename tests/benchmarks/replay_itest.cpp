@@ -7,15 +7,17 @@
 #include <filesystem>
 #include <fstream>
 
-#include "benchmarks/child_process.h"
-#include "benchmarks/temp_dir.h"
 #include "gpuqos/replay/workload.h"
+#include "gpuqos/testing/child_process.h"
+#include "gpuqos/testing/simgpud_process.h"
 
 namespace gpuqos::replay {
 namespace {
 
 namespace fs = std::filesystem;
 using gpuqos::testing::ChildProcess;
+using gpuqos::testing::SimgpudProcess;
+using gpuqos::testing::SimgpudStartup;
 using nlohmann::json;
 using namespace std::chrono_literals;
 
@@ -23,7 +25,8 @@ const fs::path kBuild = GPUQOS_BUILD_DIR;
 const fs::path kTraces = fs::path(GPUQOS_SOURCE_DIR) / ".." / "shared" / "traces";
 constexpr double kTolerance = 0.02;
 
-// One simgpud on a socket of its own, in a temp dir that holds every file of the test.
+// One simgpud on a socket of its own, in its temp dir that holds every file of the test (the
+// catalog there is the one the trace conversion writes).
 class SimgpuRig {
  public:
   SimgpuRig() {
@@ -33,7 +36,7 @@ class SimgpuRig {
     }
   }
   const std::string& missing() const { return missing_; }
-  fs::path file(const std::string& name) const { return dir_.path() / name; }
+  fs::path file(const std::string& name) const { return simgpud_.file(name); }
 
   // Converts a trace; returns the workload (also written to <name>.json).
   Workload convert(const std::string& trace, const std::string& name, const std::string& iteration) {
@@ -44,15 +47,9 @@ class SimgpuRig {
   }
 
   void start_simgpud() {
-    simgpud_ = std::make_unique<ChildProcess>(
-        std::vector<std::string>{bin("simgpud").string(), "--socket", socket().string(), "--catalog",
-                                 file("catalog.json").string(), "--log-level", "warn"},
-        std::map<std::string, std::string>{}, file("simgpud.log"));
-    for (int i = 0; i < 1000 && !fs::exists(socket()); ++i) {
-      ASSERT_TRUE(simgpud_->running()) << "simgpud exited:\n" << simgpud_->output();
-      std::this_thread::sleep_for(10ms);
-    }
-    ASSERT_TRUE(fs::exists(socket())) << "simgpud did not create its socket:\n" << simgpud_->output();
+    const SimgpudStartup startup = simgpud_.try_start(10s);
+    ASSERT_NE(startup, SimgpudStartup::exited) << "simgpud exited:\n" << simgpud_.log_text();
+    ASSERT_EQ(startup, SimgpudStartup::serving) << "simgpud did not create its socket:\n" << simgpud_.log_text();
   }
 
   json device_stats() {
@@ -77,17 +74,17 @@ class SimgpuRig {
     const auto code = child.wait(240s);
     if (code != 0) {
       throw std::runtime_error(argv[0] + (code ? " exited with " + std::to_string(*code) : " timed out") + ":\n" +
-                               child.output() + (simgpud_ ? "\nsimgpud log:\n" + simgpud_->output() : ""));
+                               child.output() + "\nsimgpud log:\n" + simgpud_.log_text());
     }
     return child.output();
   }
 
  private:
   static fs::path bin(const std::string& name) { return kBuild / "bin" / name; }
-  fs::path socket() const { return file("simgpu.sock"); }
+  fs::path socket() const { return simgpud_.socket(); }
 
-  gpuqos::testing::TempDir dir_;  // declared first: destroyed after simgpud is stopped
-  std::unique_ptr<ChildProcess> simgpud_;
+  // No profile (simgpud's default device); convert() writes the catalog.
+  SimgpudProcess simgpud_{{.dir_prefix = "gpuqos-replay-itest"}};
   std::string missing_;
 };
 

@@ -8,8 +8,8 @@
 #include <filesystem>
 #include <regex>
 
-#include "benchmarks/temp_dir.h"
 #include "gpuqos/replay/replay_module.h"
+#include "gpuqos/testing/temp_dir.h"
 
 namespace gpuqos::replay {
 namespace {

@@ -2,9 +2,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "benchmarks/temp_dir.h"
 #include "gpuqos/replay/kernel_names.h"
 #include "gpuqos/replay/workload.h"
+#include "gpuqos/testing/temp_dir.h"
 
 namespace gpuqos::replay {
 namespace {

@@ -5,10 +5,10 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <string>
-#include <unistd.h>
 #include <vector>
+
+#include "gpuqos/testing/temp_dir.h"
 
 namespace gpuqos::simgpu {
 namespace {
@@ -16,27 +16,9 @@ namespace {
 namespace fs = std::filesystem;
 
 // A fresh directory per test for the catalogs it writes, removed afterwards.
-class CatalogFileTest : public testing::Test {
+class CatalogFileTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const auto* info = testing::UnitTest::GetInstance()->current_test_info();
-    std::string name = std::string(info->test_suite_name()) + "_" + info->name();
-    for (char& c : name) {
-      if (c == '/') c = '_';
-    }
-    dir_ = fs::path(testing::TempDir()) / ("catalog_test_" + name + "_" + std::to_string(getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  fs::path write(const std::string& file_name, const std::string& text) const {
-    const fs::path path = dir_ / file_name;
-    std::ofstream(path) << text;
-    return path;
-  }
-
-  fs::path dir_;
+  const gpuqos::testing::TempDir dir_{"catalog_test"};
 };
 
 std::int64_t duration_of(KernelCatalog& catalog, const std::string& name, LaunchShape shape = {}) {
@@ -83,7 +65,7 @@ struct UnitCase {
   std::int64_t ns_per_unit;
 };
 
-class CatalogUnitTest : public testing::TestWithParam<UnitCase> {};
+class CatalogUnitTest : public ::testing::TestWithParam<UnitCase> {};
 
 TEST_P(CatalogUnitTest, FromArgScalesTheArgumentByItsUnit) {
   KernelCatalog catalog;
@@ -101,9 +83,9 @@ TEST_P(CatalogUnitTest, FromArgScalesTheArgumentByItsUnit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Units, CatalogUnitTest,
-                         testing::Values(UnitCase{"ns", 1}, UnitCase{"us", 1'000},
+                         ::testing::Values(UnitCase{"ns", 1}, UnitCase{"us", 1'000},
                                          UnitCase{"ms", 1'000'000}, UnitCase{"s", 1'000'000'000}),
-                         [](const testing::TestParamInfo<UnitCase>& info) {
+                         [](const ::testing::TestParamInfo<UnitCase>& info) {
                            return std::string(info.param.unit);
                          });
 
@@ -137,11 +119,11 @@ TEST(CatalogTest, UnknownKernelTakesDefaultUs) {
 
 TEST_F(CatalogFileTest, FilesAppendAndTheLastSettingWins) {
   KernelCatalog catalog;
-  catalog.add_file(write(
+  catalog.add_file(dir_.write(
       "a.json", R"({"kernels": [{"match": "^a", "model": "fixed", "us": 1}], "default_us": 20})"));
-  catalog.add_file(write("b.json", R"({"kernels": [{"match": "^a", "model": "fixed", "us": 2},
+  catalog.add_file(dir_.write("b.json", R"({"kernels": [{"match": "^a", "model": "fixed", "us": 2},
       {"match": "^b", "model": "fixed", "us": 3}], "default_us": 30, "noise_cv": 0.1})"));
-  catalog.add_file(write("c.json", R"({"kernels": []})"));
+  catalog.add_file(dir_.write("c.json", R"({"kernels": []})"));
   EXPECT_EQ(catalog.resolve("abc").us, 1.0);  // the earlier file's entry comes first
   EXPECT_EQ(catalog.resolve("bcd").us, 3.0);
   EXPECT_DOUBLE_EQ(catalog.default_us(), 30.0);  // c.json sets nothing, so b.json's values stay
@@ -150,7 +132,7 @@ TEST_F(CatalogFileTest, FilesAppendAndTheLastSettingWins) {
 
 TEST_F(CatalogFileTest, MissingFileNamesThePath) {
   KernelCatalog catalog;
-  const fs::path path = dir_ / "absent.json";
+  const fs::path path = dir_.path() / "absent.json";
   try {
     catalog.add_file(path);
     FAIL() << "no error for a missing file";
@@ -229,7 +211,7 @@ TEST(CatalogTest, NoiseIsDeterministicGivenTheSeed) {
 
 TEST_F(CatalogFileTest, SyntaxErrorNamesFileLineAndColumn) {
   const fs::path path =
-      write("catalog.json", "{\n  \"kernels\": [\n    {\"match\": \"a\",, }\n  ]\n}\n");
+      dir_.write("catalog.json", "{\n  \"kernels\": [\n    {\"match\": \"a\",, }\n  ]\n}\n");
   KernelCatalog catalog;
   try {
     catalog.add_file(path);
@@ -279,7 +261,7 @@ struct BadCatalog {
 
 void PrintTo(const BadCatalog& bad, std::ostream* out) { *out << bad.label; }
 
-class CatalogErrorTest : public testing::TestWithParam<BadCatalog> {};
+class CatalogErrorTest : public ::testing::TestWithParam<BadCatalog> {};
 
 TEST_P(CatalogErrorTest, NamesFileAndPath) {
   KernelCatalog catalog;
@@ -295,7 +277,7 @@ TEST_P(CatalogErrorTest, NamesFileAndPath) {
 
 INSTANTIATE_TEST_SUITE_P(
     Errors, CatalogErrorTest,
-    testing::Values(
+    ::testing::Values(
         BadCatalog{"not_object", R"([1])", "top level must be an object"},
         BadCatalog{"missing_kernels", R"({"default_us": 1})", "kernels: missing key"},
         BadCatalog{"kernels_not_array", R"({"kernels": {}})", "kernels: must be an array"},
@@ -350,7 +332,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCatalog{"negative_seed", R"({"kernels": [], "seed": -1})", "seed: must be an integer"},
         BadCatalog{"huge_number", R"({"kernels": [], "default_us": 1e999})",
                    "number overflow parsing '1e999'"}),
-    [](const testing::TestParamInfo<BadCatalog>& info) { return std::string(info.param.label); });
+    [](const ::testing::TestParamInfo<BadCatalog>& info) { return std::string(info.param.label); });
 
 }  // namespace
 }  // namespace gpuqos::simgpu

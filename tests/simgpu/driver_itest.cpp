@@ -856,7 +856,7 @@ TEST_F(DriverItest, DevicesReportTheProfileAndStableUuids) {
   EXPECT_EQ(a.values["uuid0"], b.values["uuid0"]);
   EXPECT_EQ(a.values["uuid1"], b.values["uuid1"]);
   // A restarted server with the same profile presents the same devices.
-  server().stop();
+  server().kill();
   server().start();
   ClientProcess third(server().socket(), device_query_client);
   ClientOutcome c = third.finish();

@@ -21,9 +21,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
-#include <iterator>
 #include <map>
 #include <sstream>
 #include <stdexcept>
@@ -33,6 +31,8 @@
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+
+#include "gpuqos/testing/simgpud_process.h"
 
 namespace gpuqos::simgpu::itest {
 
@@ -53,16 +53,6 @@ inline bool send_all(int fd, const std::string& text) {
     sent += static_cast<std::size_t>(n);
   }
   return true;
-}
-
-inline bool can_connect(const std::string& path) {
-  int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
-  bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-  ::close(fd);
-  return ok;
 }
 
 inline std::string error_name(CUresult code) {
@@ -135,67 +125,21 @@ class ClientLink {
 // ---------------------------------------------------------------------------------------------
 // The test side: simgpud and client processes, each cleaned up by its destructor.
 
-// One simgpud on a private socket in a fresh temp dir, with the given profile and catalog.
-class SimgpudServer {
+// One simgpud on a private socket in a fresh temp dir, with the given profile and catalog, started
+// at once (start() again after kill() restarts it on the same socket).
+class SimgpudServer : public gpuqos::testing::SimgpudProcess {
  public:
-  SimgpudServer(const std::string& profile_toml, const std::string& catalog_json) {
-    char dir_template[] = "/tmp/simgpu-driver-itest-XXXXXX";
-    if (!::mkdtemp(dir_template)) throw std::runtime_error("mkdtemp failed");
-    dir_ = dir_template;
-    socket_ = (dir_ / "simgpu.sock").string();
-    std::ofstream(dir_ / "profile.toml") << profile_toml;
-    std::ofstream(dir_ / "catalog.json") << catalog_json;
+  SimgpudServer(const std::string& profile_toml, const std::string& catalog_json)
+      : SimgpudProcess({.profile_toml = profile_toml,
+                        .catalog_json = catalog_json,
+                        .log_level = "info",
+                        .dir_prefix = "simgpu-driver-itest"}) {
     start();
-  }
-  ~SimgpudServer() {
-    stop();
-    std::error_code ignored;
-    fs::remove_all(dir_, ignored);
-  }
-  SimgpudServer(const SimgpudServer&) = delete;
-  SimgpudServer& operator=(const SimgpudServer&) = delete;
-
-  const std::string& socket() const { return socket_; }
-  const fs::path& dir() const { return dir_; }
-
-  // Starts simgpud (again) and waits until its socket accepts connections.
-  void start() {
-    std::string log = (dir_ / "simgpud.log").string();
-    std::vector<std::string> args = {std::string(GPUQOS_BUILD_DIR) + "/bin/simgpud",
-                                     "--socket", socket_, "--profile", (dir_ / "profile.toml").string(),
-                                     "--catalog", (dir_ / "catalog.json").string(), "--log-level", "info"};
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      if (!std::freopen(log.c_str(), "a", stdout) || !std::freopen(log.c_str(), "a", stderr)) ::_exit(126);
-      std::vector<char*> argv;
-      for (auto& arg : args) argv.push_back(arg.data());
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
-    for (int i = 0; i < 1000 && !can_connect(socket_); ++i) {
-      if (::waitpid(pid_, nullptr, WNOHANG) == pid_) {
-        pid_ = -1;
-        throw std::runtime_error("simgpud exited at start:\n" + log_text());
-      }
-      std::this_thread::sleep_for(5ms);
-    }
-    if (!can_connect(socket_)) throw std::runtime_error("simgpud did not come up on " + socket_);
-  }
-
-  // SIGKILL and reap (the socket file stays; start() may bind it again).
-  void stop() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-    pid_ = -1;
-    std::error_code ignored;
-    fs::remove(socket_, ignored);
   }
 
   // simgpu-stat's answer; null when it failed.
   nlohmann::json stats() const {
-    std::string command = "'" + std::string(GPUQOS_BUILD_DIR) + "/bin/simgpu-stat' --socket '" + socket_ + "' 2>&1";
+    std::string command = "'" + std::string(GPUQOS_BUILD_DIR) + "/bin/simgpu-stat' --socket '" + socket() + "' 2>&1";
     FILE* pipe = ::popen(command.c_str(), "r");
     if (!pipe) return nullptr;
     std::string text;
@@ -215,16 +159,6 @@ class SimgpudServer {
     if (!s.is_object() || !s.contains("devices") || s["devices"].size() <= static_cast<std::size_t>(device)) return -1;
     return s["devices"][device].value(key, std::int64_t{-1});
   }
-
-  std::string log_text() const {
-    std::ifstream in(dir_ / "simgpud.log");
-    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-  }
-
- private:
-  fs::path dir_;
-  std::string socket_;
-  pid_t pid_ = -1;
 };
 
 // What a client reported, and how it ended.

@@ -4,9 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
 #include <string>
-#include <unistd.h>
+
+#include "gpuqos/testing/temp_dir.h"
 
 namespace gpuqos::simgpu {
 namespace {
@@ -14,27 +14,9 @@ namespace {
 namespace fs = std::filesystem;
 
 // A fresh directory per test for the profiles it writes, removed afterwards.
-class ProfileFileTest : public testing::Test {
+class ProfileFileTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const auto* info = testing::UnitTest::GetInstance()->current_test_info();
-    std::string name = std::string(info->test_suite_name()) + "_" + info->name();
-    for (char& c : name) {
-      if (c == '/') c = '_';
-    }
-    dir_ = fs::path(testing::TempDir()) / ("profile_test_" + name + "_" + std::to_string(getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  fs::path write(const std::string& file_name, const std::string& text) const {
-    const fs::path path = dir_ / file_name;
-    std::ofstream(path) << text;
-    return path;
-  }
-
-  fs::path dir_;
+  const gpuqos::testing::TempDir dir_{"profile_test"};
 };
 
 void expect_same(const DeviceProfile& a, const DeviceProfile& b) {
@@ -166,14 +148,14 @@ TEST(ProfileTest, ShippedTwoDeviceFifoProfile) {
 }
 
 TEST_F(ProfileFileTest, LoadsAFile) {
-  const auto devices = load_profile_file(write("p.toml", "sms = 7\n[[device]]\n[[device]]\n"));
+  const auto devices = load_profile_file(dir_.write("p.toml", "sms = 7\n[[device]]\n[[device]]\n"));
   ASSERT_EQ(devices.size(), 2u);
   EXPECT_EQ(devices[0].sms, 7);
   EXPECT_EQ(devices[1].sms, 7);
 }
 
 TEST_F(ProfileFileTest, MissingFileNamesThePath) {
-  const fs::path path = dir_ / "absent.toml";
+  const fs::path path = dir_.path() / "absent.toml";
   try {
     load_profile_file(path);
     FAIL() << "no error for a missing file";
@@ -183,7 +165,7 @@ TEST_F(ProfileFileTest, MissingFileNamesThePath) {
 }
 
 TEST_F(ProfileFileTest, ErrorMessageHasFileLineColumnKeyAndValue) {
-  const fs::path path = write("h100.toml", "# comment\nname = \"x\"\n\nsms = -3\n");
+  const fs::path path = dir_.write("h100.toml", "# comment\nname = \"x\"\n\nsms = -3\n");
   try {
     load_profile_file(path);
     FAIL() << "no error for sms = -3";
@@ -202,11 +184,11 @@ struct BadProfile {
 
 void PrintTo(const BadProfile& bad, std::ostream* out) { *out << bad.label; }
 
-class ProfileErrorTest : public ProfileFileTest, public testing::WithParamInterface<BadProfile> {};
+class ProfileErrorTest : public ProfileFileTest, public ::testing::WithParamInterface<BadProfile> {};
 
 TEST_P(ProfileErrorTest, NamesFileLocationAndKey) {
   const BadProfile& bad = GetParam();
-  const fs::path path = write("bad.toml", bad.text);
+  const fs::path path = dir_.write("bad.toml", bad.text);
   try {
     load_profile_file(path);
     FAIL() << "no error for: " << bad.text;
@@ -222,7 +204,7 @@ TEST_P(ProfileErrorTest, NamesFileLocationAndKey) {
 
 INSTANTIATE_TEST_SUITE_P(
     Errors, ProfileErrorTest,
-    testing::Values(
+    ::testing::Values(
         BadProfile{"unknown_top_key", "sms = 1\nsmss = 2\n", "2:1", "unknown key 'smss'"},
         BadProfile{"unknown_device_key", "[[device]]\nname = \"a\"\n  colour = 1\n", "3:3",
                    "unknown key 'colour'"},
@@ -268,7 +250,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadProfile{"syntax_error", "sms = 1\nname = \n", "2:8", ""},
         BadProfile{"duplicate_key", "sms = 1\nsms = 2\n", "2:7",
                    "cannot redefine existing integer 'sms'"}),
-    [](const testing::TestParamInfo<BadProfile>& info) { return std::string(info.param.label); });
+    [](const ::testing::TestParamInfo<BadProfile>& info) { return std::string(info.param.label); });
 
 }  // namespace
 }  // namespace gpuqos::simgpu

@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gpuqos/simgpu/protocol.h"
+#include "gpuqos/testing/simgpud_process.h"
 
 namespace gpuqos::simgpu {
 namespace {
@@ -57,16 +58,6 @@ constexpr const char* kCatalog = R"({
   "noise_cv": 0
 })";
 
-bool can_connect(const std::string& path) {
-  int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
-  bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-  ::close(fd);
-  return ok;
-}
-
 // Runs `argv` and returns its exit code (or -1), with stdout captured into `out` if given.
 int run_program(const std::vector<std::string>& argv, std::string* out = nullptr) {
   std::string command;
@@ -82,64 +73,12 @@ int run_program(const std::vector<std::string>& argv, std::string* out = nullptr
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-// One simgpud in a fresh temp dir; killed and cleaned up whatever happens in the test.
-class SimgpudProcess {
+// One simgpud with this file's profile and catalog in a fresh temp dir, not started yet; killed
+// and cleaned up whatever happens in the test.
+class ItestSimgpud : public gpuqos::testing::SimgpudProcess {
  public:
-  SimgpudProcess() {
-    char dir_template[] = "/tmp/simgpud-itest-XXXXXX";
-    if (!::mkdtemp(dir_template)) throw std::runtime_error("mkdtemp failed");
-    dir_ = dir_template;
-    socket_ = (dir_ / "simgpu.sock").string();
-    std::ofstream(dir_ / "profile.toml") << kProfile;
-    std::ofstream(dir_ / "catalog.json") << kCatalog;
-  }
-  ~SimgpudProcess() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-    std::error_code ignored;
-    fs::remove_all(dir_, ignored);
-  }
-  SimgpudProcess(const SimgpudProcess&) = delete;
-  SimgpudProcess& operator=(const SimgpudProcess&) = delete;
-
-  static std::string binary() { return std::string(GPUQOS_BUILD_DIR) + "/bin/simgpud"; }
-  std::vector<std::string> argv() const {
-    return {binary(), "--socket", socket_, "--profile", (dir_ / "profile.toml").string(),
-            "--catalog", (dir_ / "catalog.json").string(), "--log-level", "warn"};
-  }
-
-  // Starts the server and waits until it accepts connections.
-  void start() {
-    auto args = argv();
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      std::vector<char*> raw;
-      for (auto& arg : args) raw.push_back(arg.data());
-      raw.push_back(nullptr);
-      ::execv(raw[0], raw.data());
-      ::_exit(127);
-    }
-    for (int i = 0; i < 500 && !can_connect(socket_); ++i) std::this_thread::sleep_for(10ms);
-    if (!can_connect(socket_)) throw std::runtime_error("simgpud did not come up on " + socket_);
-  }
-
-  // SIGTERM, then its exit code (-1 if it did not exit normally).
-  int terminate() {
-    ::kill(pid_, SIGTERM);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  }
-
-  const std::string& socket() const { return socket_; }
-
- private:
-  fs::path dir_;
-  std::string socket_;
-  pid_t pid_ = -1;
+  ItestSimgpud()
+      : SimgpudProcess({.profile_toml = kProfile, .catalog_json = kCatalog, .dir_prefix = "simgpud-itest"}) {}
 };
 
 struct Message {
@@ -292,7 +231,7 @@ class TestClient {
 class SimgpudTest : public ::testing::Test {
  protected:
   void SetUp() override { server.start(); }
-  SimgpudProcess server;
+  ItestSimgpud server;
 };
 
 TEST_F(SimgpudTest, HelloReportsEveryDevice) {
@@ -539,14 +478,14 @@ TEST_F(SimgpudTest, SigtermExitsCleanlyAndRemovesTheSocket) {
 }
 
 TEST(SimgpudStartup, BadProfileExitsWithTwo) {
-  SimgpudProcess server;
+  ItestSimgpud server;
   std::ofstream(fs::path(server.socket()).parent_path() / "profile.toml") << "sms = -1\n";
   EXPECT_EQ(run_program(server.argv()), 2);
   EXPECT_FALSE(fs::exists(server.socket()));
 }
 
 TEST(SimgpudStartup, StaleSocketFileIsReplaced) {
-  SimgpudProcess server;
+  ItestSimgpud server;
   int stale = ::socket(AF_UNIX, SOCK_SEQPACKET, 0);
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
@@ -561,7 +500,7 @@ TEST(SimgpudStartup, StaleSocketFileIsReplaced) {
 }
 
 TEST(SimgpudStartup, StatWithoutServerFails) {
-  SimgpudProcess server;  // not started: only its temp dir
+  ItestSimgpud server;  // not started: only its temp dir
   EXPECT_EQ(run_program({std::string(GPUQOS_BUILD_DIR) + "/bin/simgpu-stat", "--socket", server.socket()}), 1);
 }
 

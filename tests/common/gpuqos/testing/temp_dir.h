@@ -1,20 +1,23 @@
 // A fresh temporary directory for one test, removed with everything in it when the test ends.
 #pragma once
 
+#include <stdlib.h>
+
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
 #include <string>
-
-#include <stdlib.h>
+#include <system_error>
 
 namespace gpuqos::testing {
 
+// Contract: the directory exists from construction until destruction, even when the test fails
+// (the destructor removes it and never throws).
 class TempDir {
  public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "gpuqos-bench-XXXXXX").string();
-    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+  explicit TempDir(const std::string& prefix = "gpuqos-test") {
+    std::string pattern = (std::filesystem::temp_directory_path() / (prefix + "-XXXXXX")).string();
+    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed for " + pattern);
     path_ = pattern;
   }
   ~TempDir() {
@@ -26,6 +29,7 @@ class TempDir {
 
   const std::filesystem::path& path() const { return path_; }
 
+  // Writes `text` to <dir>/<name> (replacing it) and returns that path.
   std::filesystem::path write(const std::string& name, const std::string& text) const {
     const auto file = path_ / name;
     std::ofstream(file, std::ios::binary) << text;
