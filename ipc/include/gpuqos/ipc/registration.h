@@ -1,0 +1,126 @@
+// Registration over the daemon's Unix socket (SOCK_SEQPACKET: one send is one record).
+//
+//   shim -> daemon  Hello        who am I: priority, device, job name (versioned)
+//   daemon -> shim  HelloReply   ok + the segment to map and the client number, or a refusal
+//   shim -> daemon  KernelName   the name behind a kernel id, once per id, before its first op
+//
+// Every record opens with its own magic and then the protocol version (Hello and HelloReply), a
+// prefix that never changes, so either side can recognise the other's version and refuse
+// politely. Everything the daemon receives is untrusted: decode_* validate every field and return
+// the reason for rejecting garbage. Who the client is (pid, uid, gid) comes from the kernel via
+// peer_credentials(), never from a message.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <sys/types.h>
+#include <type_traits>
+#include <vector>
+
+#include "gpuqos/ipc/result.h"
+
+namespace gpuqos::ipc {
+
+inline constexpr std::uint32_t kHelloMagic = 0x4c485147;       // "GQHL"
+inline constexpr std::uint32_t kHelloReplyMagic = 0x52485147;  // "GQHR"
+inline constexpr std::uint32_t kKernelNameMagic = 0x4e4b5147;  // "GQKN"
+inline constexpr std::uint16_t kProtocolVersionMajor = 1;
+inline constexpr std::uint16_t kProtocolVersionMinor = 0;
+
+inline constexpr std::size_t kJobNameBytes = 64;        // with its NUL
+inline constexpr std::size_t kReplyMessageBytes = 128;  // with its NUL
+inline constexpr std::uint32_t kMaxDevices = 64;
+inline constexpr std::uint32_t kMaxKernelNameBytes = 4096;
+inline constexpr std::size_t kMaxRecordBytes = 16 + kMaxKernelNameBytes;  // the largest record
+
+enum class Priority : std::uint8_t { low = 0, high = 1 };
+enum class HelloStatus : std::uint32_t { ok = 0, version_mismatch = 1, refused = 2 };
+
+struct Hello {
+  std::uint32_t magic;  // kHelloMagic
+  std::uint16_t version_major;
+  std::uint16_t version_minor;
+  Priority priority;
+  std::uint8_t reserved[3];
+  std::uint32_t device;
+  char job_name[kJobNameBytes];  // printable ASCII, 1..63 bytes, NUL-terminated
+};
+
+struct HelloReply {
+  std::uint32_t magic;  // kHelloReplyMagic
+  std::uint16_t version_major;  // the daemon's
+  std::uint16_t version_minor;
+  HelloStatus status;
+  std::uint32_t client_number;
+  char segment_name[64];                // ok: the segment to open (segment.h); else empty
+  char message[kReplyMessageBytes];     // refused / version_mismatch: why, for the shim's warning
+};
+
+// Followed by name_bytes bytes of the name (no NUL).
+struct KernelNameHeader {
+  std::uint32_t magic;  // kKernelNameMagic
+  std::uint32_t kernel_id;  // != 0, as in OpDescriptor::kernel_id
+  std::uint32_t name_bytes;  // 1..kMaxKernelNameBytes
+  std::uint32_t reserved;
+};
+
+static_assert(std::is_trivially_copyable_v<Hello> && std::is_standard_layout_v<Hello> && sizeof(Hello) == 80);
+static_assert(std::is_trivially_copyable_v<HelloReply> && std::is_standard_layout_v<HelloReply> &&
+              sizeof(HelloReply) == 208);
+static_assert(sizeof(KernelNameHeader) == 16);
+static_assert(offsetof(Hello, priority) == 8 && offsetof(Hello, job_name) == 16);
+static_assert(offsetof(HelloReply, status) == 8 && offsetof(HelloReply, segment_name) == 16);
+
+struct KernelName {
+  std::uint32_t kernel_id = 0;
+  std::string name;
+};
+
+// A decoded Hello. When the client speaks another major version only magic and version are
+// filled in: reply version_mismatch and close.
+struct DecodedHello {
+  Hello hello{};
+  bool version_matches = false;
+};
+
+enum class RecordKind { hello, hello_reply, kernel_name, unknown };
+
+// Which record this is, from its magic.
+RecordKind record_kind(std::span<const std::byte> record) noexcept;
+
+// Builders (shim and daemon side). The job name must be valid (see sanitize_job_name).
+Result<Hello> make_hello(Priority priority, std::uint32_t device, std::string_view job_name);
+HelloReply make_hello_reply(HelloStatus status, std::uint32_t client_number, std::string_view segment_name,
+                            std::string_view message);
+
+// Turns any string into a valid job name: bad bytes become '_', cut to 63 bytes, "job" if empty.
+std::string sanitize_job_name(std::string_view name);
+
+std::vector<std::byte> encode(const Hello& hello);
+std::vector<std::byte> encode(const HelloReply& reply);
+Result<std::vector<std::byte>> encode_kernel_name(std::uint32_t kernel_id, std::string_view name);
+
+// Decoders: the one place where records from the other process are checked.
+Result<DecodedHello> decode_hello(std::span<const std::byte> record);
+Result<HelloReply> decode_hello_reply(std::span<const std::byte> record);
+Result<KernelName> decode_kernel_name(std::span<const std::byte> record);
+
+// Sends one record (MSG_NOSIGNAL, EINTR retried).
+Status send_record(int fd, std::span<const std::byte> record);
+
+// Receives one record into buffer (resized to what arrived). A record longer than
+// kMaxRecordBytes is an error, as is end of stream ("peer closed"). Blocking follows the socket.
+Status receive_record(int fd, std::vector<std::byte>& buffer);
+
+// The peer of a connected Unix socket, as the kernel saw it when it connected (SO_PEERCRED).
+struct PeerCredentials {
+  pid_t pid = 0;
+  uid_t uid = 0;
+  gid_t gid = 0;
+};
+Result<PeerCredentials> peer_credentials(int fd);
+
+}  // namespace gpuqos::ipc

@@ -1,0 +1,243 @@
+// Registration records: builders, encoders, the validating decoders, record I/O and SO_PEERCRED.
+#include "gpuqos/ipc/registration.h"
+
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "gpuqos/ipc/segment.h"
+
+namespace gpuqos::ipc {
+namespace {
+
+using Record = std::span<const std::byte>;
+
+// The prefix every versioned record starts with.
+struct VersionPrefix {
+  std::uint32_t magic;
+  std::uint16_t version_major;
+  std::uint16_t version_minor;
+};
+static_assert(offsetof(Hello, priority) == sizeof(VersionPrefix) && offsetof(HelloReply, status) == sizeof(VersionPrefix));
+
+template <class T>
+T read_prefix(Record record, std::size_t bytes) {
+  T value{};
+  std::memcpy(&value, record.data(), std::min(bytes, sizeof(T)));
+  return value;
+}
+
+bool printable(char c) { return c >= 0x20 && c <= 0x7e; }
+
+// A NUL-terminated, printable field of `capacity` bytes holding at least min_length characters.
+Status check_text_field(const char* what, const char* field, std::size_t capacity, std::size_t min_length) {
+  const char* end = static_cast<const char*>(std::memchr(field, '\0', capacity));
+  if (end == nullptr) return Error{std::string(what) + " is not NUL-terminated"};
+  std::size_t length = static_cast<std::size_t>(end - field);
+  if (length < min_length) return Error{std::string(what) + " is empty"};
+  if (!std::all_of(field, end, printable)) return Error{std::string(what) + " holds a non-printable byte"};
+  return {};
+}
+
+// The record's size for the version it declares: exact for ours and older minors; a newer minor
+// may append fields we ignore.
+Status check_record_size(const char* what, std::size_t got, std::size_t want, std::uint16_t minor) {
+  if (got < want || (got > want && minor <= kProtocolVersionMinor)) {
+    return Error{std::string(what) + ": " + std::to_string(got) + " bytes, expected " + std::to_string(want)};
+  }
+  return {};
+}
+
+template <std::size_t N>
+void copy_text(char (&field)[N], std::string_view text) {
+  std::size_t bytes = std::min(text.size(), N - 1);
+  std::memcpy(field, text.data(), bytes);
+  field[bytes] = '\0';
+}
+
+template <class T>
+std::vector<std::byte> bytes_of(const T& value) {
+  const auto* begin = reinterpret_cast<const std::byte*>(&value);
+  return std::vector<std::byte>(begin, begin + sizeof(T));
+}
+
+}  // namespace
+
+RecordKind record_kind(Record record) noexcept {
+  if (record.size() < sizeof(std::uint32_t)) return RecordKind::unknown;
+  switch (read_prefix<std::uint32_t>(record, sizeof(std::uint32_t))) {
+    case kHelloMagic: return RecordKind::hello;
+    case kHelloReplyMagic: return RecordKind::hello_reply;
+    case kKernelNameMagic: return RecordKind::kernel_name;
+    default: return RecordKind::unknown;
+  }
+}
+
+std::string sanitize_job_name(std::string_view name) {
+  std::string clean(name.substr(0, kJobNameBytes - 1));
+  std::replace_if(clean.begin(), clean.end(), [](char c) { return !printable(c); }, '_');
+  return clean.empty() ? std::string("job") : clean;
+}
+
+Result<Hello> make_hello(Priority priority, std::uint32_t device, std::string_view job_name) {
+  Hello hello{};
+  hello.magic = kHelloMagic;
+  hello.version_major = kProtocolVersionMajor;
+  hello.version_minor = kProtocolVersionMinor;
+  hello.priority = priority;
+  hello.device = device;
+  if (job_name.size() >= kJobNameBytes) return Error{"job name longer than 63 bytes"};
+  if (job_name.find('\0') != std::string_view::npos) return Error{"job name holds a NUL byte"};
+  copy_text(hello.job_name, job_name);
+  if (Status valid = check_text_field("job name", hello.job_name, kJobNameBytes, 1); !valid) return Error{valid.error()};
+  return hello;
+}
+
+HelloReply make_hello_reply(HelloStatus status, std::uint32_t client_number, std::string_view segment_name,
+                            std::string_view message) {
+  HelloReply reply{};
+  reply.magic = kHelloReplyMagic;
+  reply.version_major = kProtocolVersionMajor;
+  reply.version_minor = kProtocolVersionMinor;
+  reply.status = status;
+  reply.client_number = client_number;
+  copy_text(reply.segment_name, segment_name);
+  copy_text(reply.message, message);
+  std::replace_if(std::begin(reply.message), std::end(reply.message), [](char c) { return c != '\0' && !printable(c); }, '_');
+  return reply;
+}
+
+std::vector<std::byte> encode(const Hello& hello) { return bytes_of(hello); }
+std::vector<std::byte> encode(const HelloReply& reply) { return bytes_of(reply); }
+
+Result<std::vector<std::byte>> encode_kernel_name(std::uint32_t kernel_id, std::string_view name) {
+  if (kernel_id == 0) return Error{"kernel id 0 is reserved"};
+  if (name.empty() || name.size() > kMaxKernelNameBytes) return Error{"kernel name must be 1..4096 bytes"};
+  KernelNameHeader header{kKernelNameMagic, kernel_id, static_cast<std::uint32_t>(name.size()), 0};
+  std::vector<std::byte> record = bytes_of(header);
+  const auto* text = reinterpret_cast<const std::byte*>(name.data());
+  record.insert(record.end(), text, text + name.size());
+  return record;
+}
+
+Result<DecodedHello> decode_hello(Record record) {
+  if (record.size() < sizeof(VersionPrefix)) return Error{"hello: " + std::to_string(record.size()) + " bytes, too short"};
+  auto prefix = read_prefix<VersionPrefix>(record, sizeof(VersionPrefix));
+  if (prefix.magic != kHelloMagic) return Error{"hello: bad magic"};
+  DecodedHello decoded;
+  decoded.hello.magic = prefix.magic;
+  decoded.hello.version_major = prefix.version_major;
+  decoded.hello.version_minor = prefix.version_minor;
+  if (prefix.version_major != kProtocolVersionMajor) return decoded;  // refused politely by the daemon
+  if (Status size = check_record_size("hello", record.size(), sizeof(Hello), prefix.version_minor); !size) {
+    return Error{size.error()};
+  }
+  const Hello hello = read_prefix<Hello>(record, sizeof(Hello));
+  if (static_cast<std::uint8_t>(hello.priority) > static_cast<std::uint8_t>(Priority::high)) {
+    return Error{"hello: priority " + std::to_string(static_cast<unsigned>(hello.priority)) + " is neither low nor high"};
+  }
+  if (hello.device >= kMaxDevices) return Error{"hello: device " + std::to_string(hello.device) + " out of range"};
+  if (Status name = check_text_field("hello: job name", hello.job_name, kJobNameBytes, 1); !name) {
+    return Error{name.error()};
+  }
+  decoded.hello = hello;
+  decoded.version_matches = true;
+  return decoded;
+}
+
+Result<HelloReply> decode_hello_reply(Record record) {
+  constexpr std::size_t kStatusEnd = offsetof(HelloReply, client_number);
+  if (record.size() < kStatusEnd) return Error{"hello reply: " + std::to_string(record.size()) + " bytes, too short"};
+  auto reply = read_prefix<HelloReply>(record, kStatusEnd);
+  if (reply.magic != kHelloReplyMagic) return Error{"hello reply: bad magic"};
+  if (reply.version_major != kProtocolVersionMajor) {
+    reply.status = HelloStatus::version_mismatch;  // whatever it said: we cannot read the rest
+    return reply;
+  }
+  if (Status size = check_record_size("hello reply", record.size(), sizeof(HelloReply), reply.version_minor); !size) {
+    return Error{size.error()};
+  }
+  reply = read_prefix<HelloReply>(record, sizeof(HelloReply));
+  if (static_cast<std::uint32_t>(reply.status) > static_cast<std::uint32_t>(HelloStatus::refused)) {
+    return Error{"hello reply: unknown status " + std::to_string(static_cast<std::uint32_t>(reply.status))};
+  }
+  if (Status text = check_text_field("hello reply: message", reply.message, kReplyMessageBytes, 0); !text) {
+    return Error{text.error()};
+  }
+  if (reply.status == HelloStatus::ok) {
+    if (Status name = check_text_field("hello reply: segment name", reply.segment_name, kSegmentNameBytes, 1); !name) {
+      return Error{name.error()};
+    }
+    if (Status name = check_segment_name(reply.segment_name); !name) return Error{"hello reply: " + name.error()};
+  }
+  return reply;
+}
+
+Result<KernelName> decode_kernel_name(Record record) {
+  if (record.size() < sizeof(KernelNameHeader)) return Error{"kernel name: record too short"};
+  auto header = read_prefix<KernelNameHeader>(record, sizeof(KernelNameHeader));
+  if (header.magic != kKernelNameMagic) return Error{"kernel name: bad magic"};
+  if (header.kernel_id == 0) return Error{"kernel name: kernel id 0 is reserved"};
+  if (header.name_bytes == 0 || header.name_bytes > kMaxKernelNameBytes) {
+    return Error{"kernel name: length " + std::to_string(header.name_bytes) + " not in 1..4096"};
+  }
+  if (record.size() != sizeof header + header.name_bytes) {
+    return Error{"kernel name: record of " + std::to_string(record.size()) + " bytes, expected " +
+                 std::to_string(sizeof header + header.name_bytes)};
+  }
+  KernelName decoded;
+  decoded.kernel_id = header.kernel_id;
+  decoded.name.assign(reinterpret_cast<const char*>(record.data() + sizeof header), header.name_bytes);
+  if (!std::all_of(decoded.name.begin(), decoded.name.end(), printable)) {
+    return Error{"kernel name: holds a non-printable byte"};
+  }
+  return decoded;
+}
+
+Status send_record(int fd, std::span<const std::byte> record) {
+  for (;;) {
+    ssize_t sent = ::send(fd, record.data(), record.size(), MSG_NOSIGNAL);
+    if (sent == static_cast<ssize_t>(record.size())) return {};
+    if (sent < 0 && errno == EINTR) continue;
+    return Error{sent < 0 ? std::string("send: ") + std::strerror(errno) : std::string("send: short write")};
+  }
+}
+
+Status receive_record(int fd, std::vector<std::byte>& buffer) {
+  buffer.resize(kMaxRecordBytes);
+  iovec io{buffer.data(), buffer.size()};
+  msghdr message{};
+  message.msg_iov = &io;
+  message.msg_iovlen = 1;
+  ssize_t got;
+  do {
+    got = ::recvmsg(fd, &message, MSG_CMSG_CLOEXEC);
+  } while (got < 0 && errno == EINTR);
+  if (got < 0) {
+    buffer.clear();
+    return Error{std::string("recv: ") + std::strerror(errno)};
+  }
+  if (got == 0) {
+    buffer.clear();
+    return Error{"peer closed"};
+  }
+  if (message.msg_flags & MSG_TRUNC) {
+    buffer.clear();
+    return Error{"record longer than " + std::to_string(kMaxRecordBytes) + " bytes"};
+  }
+  buffer.resize(static_cast<std::size_t>(got));
+  return {};
+}
+
+Result<PeerCredentials> peer_credentials(int fd) {
+  ucred credentials{};
+  socklen_t length = sizeof credentials;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) != 0 || length != sizeof credentials) {
+    return Error{std::string("SO_PEERCRED: ") + std::strerror(errno)};
+  }
+  return PeerCredentials{credentials.pid, credentials.uid, credentials.gid};
+}
+
+}  // namespace gpuqos::ipc

@@ -1,0 +1,172 @@
+// Segment::create (daemon) and Segment::open (shim): Boost.Interprocess mapping plus the header
+// checks that make a client refuse a segment it does not understand.
+#include "gpuqos/ipc/segment.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <new>
+
+#include <boost/interprocess/shared_memory_object.hpp>
+
+#include "gpuqos/ipc/clock.h"
+
+namespace gpuqos::ipc {
+namespace bip = boost::interprocess;
+namespace {
+
+constexpr unsigned kSegmentMode = 0600;
+
+SegmentHeader expected_header() {
+  SegmentHeader header{};
+  header.magic = kSegmentMagic;
+  header.version_major = kSegmentVersionMajor;
+  header.version_minor = kSegmentVersionMinor;
+  header.total_bytes = kSegmentBytes;
+  header.ops_ring_offset = kOpsRingOffset;
+  header.completions_ring_offset = kCompletionsRingOffset;
+  header.grants_ring_offset = kGrantsRingOffset;
+  header.ops_ring_capacity = kOpsRingCapacity;
+  header.completions_ring_capacity = kCompletionsRingCapacity;
+  header.grants_ring_capacity = kGrantsRingCapacity;
+  header.op_descriptor_bytes = sizeof(OpDescriptor);
+  header.completion_descriptor_bytes = sizeof(CompletionDescriptor);
+  header.grant_descriptor_bytes = sizeof(GrantDescriptor);
+  return header;
+}
+
+std::string hex(std::uint32_t value) {
+  char text[16];
+  std::snprintf(text, sizeof text, "0x%08x", value);
+  return text;
+}
+
+// The checks open() makes before it touches anything past the header.
+Status check_header(const SegmentHeader& got, std::uint64_t mapped_bytes) {
+  const SegmentHeader want = expected_header();
+  if (got.magic != want.magic) return Error{"bad magic " + hex(got.magic) + " (not a gpuqos segment)"};
+  if (got.version_major != want.version_major) {
+    return Error{"segment version " + std::to_string(got.version_major) + "." + std::to_string(got.version_minor) +
+                 " but this library speaks " + std::to_string(want.version_major) + "." +
+                 std::to_string(want.version_minor) + " (daemon and libgpuqos.so are from different releases)"};
+  }
+  if (got.total_bytes > mapped_bytes) {
+    return Error{"segment is " + std::to_string(mapped_bytes) + " bytes but its header says " +
+                 std::to_string(got.total_bytes) + " (truncated)"};
+  }
+  bool same_layout = got.total_bytes == want.total_bytes && got.ops_ring_offset == want.ops_ring_offset &&
+                     got.completions_ring_offset == want.completions_ring_offset &&
+                     got.grants_ring_offset == want.grants_ring_offset &&
+                     got.ops_ring_capacity == want.ops_ring_capacity &&
+                     got.completions_ring_capacity == want.completions_ring_capacity &&
+                     got.grants_ring_capacity == want.grants_ring_capacity &&
+                     got.op_descriptor_bytes == want.op_descriptor_bytes &&
+                     got.completion_descriptor_bytes == want.completion_descriptor_bytes &&
+                     got.grant_descriptor_bytes == want.grant_descriptor_bytes;
+  if (!same_layout) return Error{"segment layout differs from this library's at the same major version"};
+  return {};
+}
+
+// Gives the segment to the client's user when the daemon is another user (root).
+Status hand_to_client(const bip::shared_memory_object& shm, std::uint32_t client_uid) {
+  const int fd = shm.get_mapping_handle().handle;
+  if (::fchmod(fd, kSegmentMode) != 0) return Error{std::string("fchmod: ") + std::strerror(errno)};
+  if (::geteuid() == client_uid) return {};
+  if (::fchown(fd, client_uid, static_cast<gid_t>(-1)) != 0) {
+    return Error{"fchown to uid " + std::to_string(client_uid) + ": " + std::strerror(errno) +
+                 " (a daemon serving other users must run as root)"};
+  }
+  return {};
+}
+
+void construct_layout(void* base, std::uint32_t client_uid, std::uint32_t client_pid) {
+  auto* bytes = static_cast<std::byte*>(base);
+  new (bytes + kOpsRingOffset) OpsRing();
+  new (bytes + kCompletionsRingOffset) CompletionsRing();
+  new (bytes + kGrantsRingOffset) GrantsRing();
+  SegmentHeader header = expected_header();
+  header.client_pid = client_pid;
+  header.client_uid = client_uid;
+  header.daemon_pid = static_cast<std::uint32_t>(::getpid());
+  header.daemon_heartbeat_ns = static_cast<std::uint64_t>(monotonic_ns());
+  std::memcpy(base, &header, sizeof header);
+}
+
+bool is_name_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+         c == '-';
+}
+
+}  // namespace
+
+std::string segment_name(std::uint32_t daemon_pid, std::uint32_t client_number) {
+  return "/gpuqos-" + std::to_string(daemon_pid) + "-" + std::to_string(client_number);
+}
+
+Status check_segment_name(std::string_view name) {
+  if (name.size() < 2 || name.size() >= kSegmentNameBytes) return Error{"segment name must be 2..63 bytes"};
+  if (name.front() != '/') return Error{"segment name must start with '/'"};
+  for (char c : name.substr(1)) {
+    if (!is_name_char(c)) return Error{"segment name may only hold [A-Za-z0-9._-] after its '/'"};
+  }
+  return {};
+}
+
+Result<Segment> Segment::create(const std::string& name, std::uint32_t client_uid, std::uint32_t client_pid) {
+  if (Status valid = check_segment_name(name); !valid) return Error{valid.error()};
+  bool created = false;
+  try {
+    bip::shared_memory_object shm(bip::create_only, name.c_str(), bip::read_write, bip::permissions(kSegmentMode));
+    created = true;
+    if (Status handed = hand_to_client(shm, client_uid); !handed) {
+      remove(name);
+      return Error{"segment " + name + ": " + handed.error()};
+    }
+    shm.truncate(static_cast<bip::offset_t>(kSegmentBytes));
+    bip::mapped_region region(shm, bip::read_write);
+    construct_layout(region.get_address(), client_uid, client_pid);
+    return Segment(name, std::move(region));
+  } catch (const std::exception& e) {
+    if (created) remove(name);
+    return Error{"cannot create segment " + name + ": " + e.what()};
+  } catch (...) {
+    if (created) remove(name);
+    return Error{"cannot create segment " + name + ": unknown error"};
+  }
+}
+
+Result<Segment> Segment::open(const std::string& name) {
+  try {
+    if (Status valid = check_segment_name(name); !valid) return Error{valid.error()};
+    bip::shared_memory_object shm(bip::open_only, name.c_str(), bip::read_write);
+    bip::offset_t size = 0;
+    if (!shm.get_size(size) || size < static_cast<bip::offset_t>(sizeof(SegmentHeader))) {
+      return Error{"segment " + name + " is smaller than its header (" + std::to_string(size) + " bytes)"};
+    }
+    bip::mapped_region region(shm, bip::read_write);
+    SegmentHeader header;
+    std::memcpy(&header, region.get_address(), sizeof header);
+    if (Status usable = check_header(header, region.get_size()); !usable) {
+      return Error{"refusing segment " + name + ": " + usable.error()};
+    }
+    return Segment(name, std::move(region));
+  } catch (const std::exception& e) {
+    return Error{"cannot open segment " + name + ": " + e.what()};
+  } catch (...) {
+    return Error{"cannot open segment " + name + ": unknown error"};
+  }
+}
+
+bool Segment::remove(const std::string& name) noexcept {
+  try {
+    return bip::shared_memory_object::remove(name.c_str());
+  } catch (...) {
+    return false;
+  }
+}
+
+}  // namespace gpuqos::ipc

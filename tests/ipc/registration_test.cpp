@@ -1,0 +1,255 @@
+// Tests of the registration records (round trips, garbage rejected), record I/O and SO_PEERCRED.
+#include "gpuqos/ipc/registration.h"
+
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <random>
+
+namespace gpuqos::ipc {
+namespace {
+
+template <class T>
+std::vector<std::byte> raw(const T& value) {
+  const auto* begin = reinterpret_cast<const std::byte*>(&value);
+  return {begin, begin + sizeof(T)};
+}
+
+Hello valid_hello() {
+  auto hello = make_hello(Priority::high, 1, "resnet-serve");
+  EXPECT_TRUE(hello) << hello.error();
+  return hello.value();
+}
+
+void expect_rejected(const Result<DecodedHello>& decoded, const std::string& why) {
+  ASSERT_FALSE(decoded) << "accepted, expected: " << why;
+  EXPECT_NE(decoded.error().find(why), std::string::npos) << decoded.error();
+}
+
+TEST(Hello, RoundTrips) {
+  auto decoded = decode_hello(encode(valid_hello()));
+  ASSERT_TRUE(decoded) << decoded.error();
+  EXPECT_TRUE(decoded->version_matches);
+  EXPECT_EQ(decoded->hello.priority, Priority::high);
+  EXPECT_EQ(decoded->hello.device, 1u);
+  EXPECT_STREQ(decoded->hello.job_name, "resnet-serve");
+  EXPECT_EQ(record_kind(encode(valid_hello())), RecordKind::hello);
+}
+
+TEST(Hello, MakeRefusesBadJobNames) {
+  EXPECT_FALSE(make_hello(Priority::low, 0, ""));
+  EXPECT_FALSE(make_hello(Priority::low, 0, std::string(64, 'a')));
+  EXPECT_TRUE(make_hello(Priority::low, 0, std::string(63, 'a')));
+  EXPECT_FALSE(make_hello(Priority::low, 0, std::string("a\0b", 3)));
+  EXPECT_FALSE(make_hello(Priority::low, 0, "tab\there"));
+  EXPECT_EQ(sanitize_job_name("tab\there"), "tab_here");
+  EXPECT_EQ(sanitize_job_name(""), "job");
+  EXPECT_EQ(sanitize_job_name(std::string(100, 'x')).size(), 63u);
+  EXPECT_TRUE(make_hello(Priority::low, 0, sanitize_job_name("caf\xc3\xa9 \x01")));
+}
+
+TEST(Hello, GarbageIsRejectedWithAReason) {
+  std::vector<std::byte> bytes = encode(valid_hello());
+  expect_rejected(decode_hello(std::span(bytes).first(5)), "too short");
+  expect_rejected(decode_hello(std::span(bytes).first(sizeof(Hello) - 1)), "expected 80");
+
+  Hello bad = valid_hello();
+  bad.magic = kHelloReplyMagic;
+  expect_rejected(decode_hello(raw(bad)), "bad magic");
+  bad = valid_hello();
+  bad.priority = static_cast<Priority>(7);
+  expect_rejected(decode_hello(raw(bad)), "priority 7");
+  bad = valid_hello();
+  bad.device = kMaxDevices;
+  expect_rejected(decode_hello(raw(bad)), "device 64");
+  bad = valid_hello();
+  std::memset(bad.job_name, 'x', sizeof bad.job_name);
+  expect_rejected(decode_hello(raw(bad)), "not NUL-terminated");
+  bad = valid_hello();
+  bad.job_name[0] = '\0';
+  expect_rejected(decode_hello(raw(bad)), "empty");
+  bad = valid_hello();
+  bad.job_name[2] = '\n';
+  expect_rejected(decode_hello(raw(bad)), "non-printable");
+}
+
+TEST(Hello, ReservedBytesAreIgnored) {
+  Hello hello = valid_hello();
+  std::memset(hello.reserved, 0xff, sizeof hello.reserved);
+  EXPECT_TRUE(decode_hello(raw(hello)));
+}
+
+TEST(Hello, AnotherMajorVersionDecodesForAPoliteRefusal) {
+  struct FutureHello {
+    std::uint32_t magic;
+    std::uint16_t major;
+    std::uint16_t minor;
+  } future{kHelloMagic, kProtocolVersionMajor + 1, 0};
+  auto decoded = decode_hello(raw(future));
+  ASSERT_TRUE(decoded) << decoded.error();
+  EXPECT_FALSE(decoded->version_matches);
+  EXPECT_EQ(decoded->hello.version_major, kProtocolVersionMajor + 1);
+}
+
+TEST(Hello, OnlyANewerMinorVersionMayAppendBytes) {
+  Hello hello = valid_hello();
+  std::vector<std::byte> longer = raw(hello);
+  longer.resize(longer.size() + 8);
+  expect_rejected(decode_hello(longer), "expected 80");
+  hello.version_minor = kProtocolVersionMinor + 1;
+  longer = raw(hello);
+  longer.resize(longer.size() + 8);
+  EXPECT_TRUE(decode_hello(longer));
+}
+
+TEST(Hello, MutatedRecordsNeverDecodeIntoInvalidFields) {
+  std::mt19937 random(12345);
+  const std::vector<std::byte> good = encode(valid_hello());
+  int accepted = 0;
+  for (int trial = 0; trial < 20'000; ++trial) {
+    std::vector<std::byte> bytes = good;
+    bytes.resize(random() % (sizeof(Hello) + 16));
+    for (int flips = 1 + random() % 4; flips > 0 && !bytes.empty(); --flips) {
+      bytes[random() % bytes.size()] = static_cast<std::byte>(random());
+    }
+    auto decoded = decode_hello(bytes);
+    if (!decoded || !decoded->version_matches) continue;
+    ++accepted;
+    const Hello& hello = decoded->hello;
+    ASSERT_LE(static_cast<unsigned>(hello.priority), 1u);
+    ASSERT_LT(hello.device, kMaxDevices);
+    ASSERT_NE(std::memchr(hello.job_name, '\0', kJobNameBytes), nullptr);
+    ASSERT_GT(std::strlen(hello.job_name), 0u);
+  }
+  EXPECT_GT(accepted, 0);  // some mutations only touch reserved or valid values
+}
+
+TEST(HelloReply, RoundTrips) {
+  HelloReply reply = make_hello_reply(HelloStatus::ok, 3, "/gpuqos-100-3", "");
+  auto decoded = decode_hello_reply(encode(reply));
+  ASSERT_TRUE(decoded) << decoded.error();
+  EXPECT_EQ(decoded->status, HelloStatus::ok);
+  EXPECT_EQ(decoded->client_number, 3u);
+  EXPECT_STREQ(decoded->segment_name, "/gpuqos-100-3");
+  EXPECT_EQ(record_kind(encode(reply)), RecordKind::hello_reply);
+}
+
+TEST(HelloReply, RefusalCarriesItsReason) {
+  auto decoded = decode_hello_reply(encode(make_hello_reply(HelloStatus::refused, 0, "", "device 3 does not exist")));
+  ASSERT_TRUE(decoded) << decoded.error();
+  EXPECT_EQ(decoded->status, HelloStatus::refused);
+  EXPECT_STREQ(decoded->message, "device 3 does not exist");
+}
+
+TEST(HelloReply, GarbageIsRejected) {
+  HelloReply reply = make_hello_reply(HelloStatus::ok, 3, "/gpuqos-100-3", "");
+  HelloReply bad = reply;
+  bad.status = static_cast<HelloStatus>(9);
+  EXPECT_FALSE(decode_hello_reply(raw(bad)));
+  bad = reply;
+  std::strcpy(bad.segment_name, "../etc/passwd");
+  EXPECT_FALSE(decode_hello_reply(raw(bad)));
+  bad = reply;
+  std::memset(bad.message, 'm', sizeof bad.message);
+  EXPECT_FALSE(decode_hello_reply(raw(bad)));
+  bad = reply;
+  bad.magic = kHelloMagic;
+  EXPECT_FALSE(decode_hello_reply(raw(bad)));
+  EXPECT_FALSE(decode_hello_reply(std::span<const std::byte>(raw(reply)).first(20)));
+}
+
+TEST(HelloReply, FromAnotherMajorVersionMeansVersionMismatch) {
+  HelloReply reply = make_hello_reply(HelloStatus::ok, 3, "/gpuqos-100-3", "");
+  reply.version_major = kProtocolVersionMajor + 1;
+  auto decoded = decode_hello_reply(std::span<const std::byte>(raw(reply)).first(12));
+  ASSERT_TRUE(decoded) << decoded.error();
+  EXPECT_EQ(decoded->status, HelloStatus::version_mismatch);
+  EXPECT_EQ(decoded->segment_name[0], '\0');
+}
+
+TEST(KernelName, RoundTrips) {
+  auto record = encode_kernel_name(7, "_Z6matmulPfS_S_i");
+  ASSERT_TRUE(record) << record.error();
+  EXPECT_EQ(record_kind(record.value()), RecordKind::kernel_name);
+  auto decoded = decode_kernel_name(record.value());
+  ASSERT_TRUE(decoded) << decoded.error();
+  EXPECT_EQ(decoded->kernel_id, 7u);
+  EXPECT_EQ(decoded->name, "_Z6matmulPfS_S_i");
+}
+
+TEST(KernelName, GarbageIsRejected) {
+  EXPECT_FALSE(encode_kernel_name(0, "k"));
+  EXPECT_FALSE(encode_kernel_name(1, ""));
+  EXPECT_FALSE(encode_kernel_name(1, std::string(kMaxKernelNameBytes + 1, 'k')));
+  std::vector<std::byte> record = encode_kernel_name(1, "kernel").value();
+  EXPECT_FALSE(decode_kernel_name(std::span(record).first(record.size() - 1)));  // length mismatch
+  record.push_back(std::byte{'x'});
+  EXPECT_FALSE(decode_kernel_name(record));
+  record.pop_back();
+  record[sizeof(KernelNameHeader) + 2] = std::byte{0};
+  EXPECT_FALSE(decode_kernel_name(record));  // NUL inside the name
+  KernelNameHeader huge{kKernelNameMagic, 1, 0xffffffffu, 0};
+  EXPECT_FALSE(decode_kernel_name(raw(huge)));
+  EXPECT_EQ(record_kind(std::span(record).first(2)), RecordKind::unknown);
+}
+
+// A connected SOCK_SEQPACKET pair, closed at the end of the test.
+struct SocketPair {
+  int fds[2] = {-1, -1};
+  SocketPair() { EXPECT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds), 0); }
+  ~SocketPair() {
+    for (int fd : fds) if (fd >= 0) ::close(fd);
+  }
+};
+
+TEST(PeerCredentials, AreThoseOfThePeerProcess) {
+  SocketPair pair;
+  auto credentials = peer_credentials(pair.fds[0]);
+  ASSERT_TRUE(credentials) << credentials.error();
+  EXPECT_EQ(credentials->pid, ::getpid());
+  EXPECT_EQ(credentials->uid, ::getuid());
+  EXPECT_EQ(credentials->gid, ::getgid());
+}
+
+TEST(PeerCredentials, FailOnANonSocket) {
+  auto credentials = peer_credentials(-1);
+  ASSERT_FALSE(credentials);
+  EXPECT_NE(credentials.error().find("SO_PEERCRED"), std::string::npos);
+}
+
+TEST(Records, TravelWholeOverASeqpacketSocket) {
+  SocketPair pair;
+  ASSERT_TRUE(send_record(pair.fds[0], encode(valid_hello())));
+  std::vector<std::byte> received;
+  Status status = receive_record(pair.fds[1], received);
+  ASSERT_TRUE(status) << status.error();
+  auto decoded = decode_hello(received);
+  ASSERT_TRUE(decoded) << decoded.error();
+  EXPECT_STREQ(decoded->hello.job_name, "resnet-serve");
+}
+
+TEST(Records, AnOversizedRecordIsAnError) {
+  SocketPair pair;
+  std::vector<std::byte> huge(kMaxRecordBytes + 100, std::byte{1});
+  ASSERT_TRUE(send_record(pair.fds[0], huge));
+  std::vector<std::byte> received;
+  Status status = receive_record(pair.fds[1], received);
+  ASSERT_FALSE(status);
+  EXPECT_NE(status.error().find("longer than"), std::string::npos) << status.error();
+}
+
+TEST(Records, PeerHangUpIsReported) {
+  SocketPair pair;
+  ::close(pair.fds[0]);
+  pair.fds[0] = -1;
+  std::vector<std::byte> received;
+  Status status = receive_record(pair.fds[1], received);
+  ASSERT_FALSE(status);
+  EXPECT_EQ(status.error(), "peer closed");
+  EXPECT_FALSE(send_record(pair.fds[1], encode(valid_hello())));  // EPIPE, and no SIGPIPE
+}
+
+}  // namespace
+}  // namespace gpuqos::ipc

@@ -1,0 +1,274 @@
+// Tests of Segment: create/open, the header checks that refuse a segment, names, permissions,
+// and a real second process (fork) that pushes through the rings.
+#include "gpuqos/ipc/segment.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <stdexcept>
+#include <vector>
+#include <boost/interprocess/shared_memory_object.hpp>
+
+#include "gpuqos/ipc/clock.h"
+
+namespace gpuqos::ipc {
+namespace {
+
+// A unique segment name, removed when the test ends, passed or failed.
+class ScopedSegmentName {
+ public:
+  ScopedSegmentName() {
+    static std::atomic<int> counter{0};
+    name_ = "/gpuqos-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+    Segment::remove(name_);
+  }
+  ~ScopedSegmentName() { Segment::remove(name_); }
+  const std::string& get() const { return name_; }
+
+ private:
+  std::string name_;
+};
+
+// A forked child, killed and reaped when the test ends however it ends.
+class ChildProcess {
+ public:
+  explicit ChildProcess(pid_t pid) : pid_(pid) {}
+  ~ChildProcess() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  // The child's exit status, or -1 if it did not exit normally.
+  int wait() {
+    int status = 0;
+    pid_t reaped = ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return reaped > 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+
+ private:
+  pid_t pid_;
+};
+
+// Throws on failure: GoogleTest reports the exception as the test's failure.
+Segment create_or_fail(const std::string& name) {
+  auto created = Segment::create(name, ::getuid(), static_cast<std::uint32_t>(::getpid()));
+  if (!created) throw std::runtime_error(created.error());
+  return std::move(created).value();
+}
+
+TEST(Segment, CreateThenOpenSharesTheRings) {
+  ScopedSegmentName name;
+  Segment daemon = create_or_fail(name.get());
+  auto client = Segment::open(name.get());
+  ASSERT_TRUE(client) << client.error();
+  OpDescriptor op{};
+  op.seq = 1;
+  op.kind = OpKind::sync;
+  ASSERT_TRUE(client->ops().try_push(op));
+  OpDescriptor popped{};
+  ASSERT_TRUE(daemon.ops().try_pop(popped));
+  EXPECT_EQ(popped.seq, 1u);
+  ASSERT_TRUE(daemon.grants().try_push(GrantDescriptor{1, 0, kGrantNone, 0, 0}));
+  GrantDescriptor grant{};
+  ASSERT_TRUE(client->grants().try_pop(grant));
+  EXPECT_EQ(grant.granted_through_seq, 1u);
+}
+
+TEST(Segment, HeaderDescribesTheLayout) {
+  ScopedSegmentName name;
+  Segment segment = create_or_fail(name.get());
+  const SegmentHeader& header = segment.header();
+  EXPECT_EQ(header.magic, kSegmentMagic);
+  EXPECT_EQ(header.version_major, kSegmentVersionMajor);
+  EXPECT_EQ(header.total_bytes, kSegmentBytes);
+  EXPECT_EQ(header.ops_ring_offset, kOpsRingOffset);
+  EXPECT_EQ(header.grants_ring_offset, kGrantsRingOffset);
+  EXPECT_EQ(header.client_pid, static_cast<std::uint32_t>(::getpid()));
+  EXPECT_EQ(header.client_uid, ::getuid());
+  EXPECT_GT(header.daemon_heartbeat_ns, 0u);
+  EXPECT_GE(segment.mapped_bytes(), kSegmentBytes);
+}
+
+TEST(Segment, IsPrivateToItsUser) {
+  ScopedSegmentName name;
+  Segment segment = create_or_fail(name.get());
+  struct stat info{};
+  ASSERT_EQ(::stat(("/dev/shm" + name.get()).c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0600u);
+  EXPECT_EQ(info.st_uid, ::getuid());
+}
+
+TEST(Segment, RootGivesTheSegmentToTheClientsUser) {
+  if (::geteuid() != 0) GTEST_SKIP() << "only root can give a segment away";
+  ScopedSegmentName name;
+  constexpr std::uint32_t kClientUid = 54321;
+  auto created = Segment::create(name.get(), kClientUid);
+  ASSERT_TRUE(created) << created.error();
+  struct stat info{};
+  ASSERT_EQ(::stat(("/dev/shm" + name.get()).c_str(), &info), 0);
+  EXPECT_EQ(info.st_uid, kClientUid);
+  EXPECT_EQ(info.st_mode & 0777, 0600u);
+  EXPECT_EQ(created->header().client_uid, kClientUid);
+}
+
+TEST(Segment, HeartbeatIsSeenByTheOtherMapping) {
+  ScopedSegmentName name;
+  Segment daemon = create_or_fail(name.get());
+  auto client = Segment::open(name.get());
+  ASSERT_TRUE(client) << client.error();
+  daemon.publish_heartbeat(123456789);
+  EXPECT_EQ(client->daemon_heartbeat_ns(), 123456789u);
+}
+
+TEST(Segment, CreateRefusesAnExistingName) {
+  ScopedSegmentName name;
+  Segment first = create_or_fail(name.get());
+  auto second = Segment::create(name.get(), ::getuid());
+  ASSERT_FALSE(second);
+  EXPECT_NE(second.error().find(name.get()), std::string::npos) << second.error();
+}
+
+TEST(Segment, OpenOfAMissingSegmentFailsWithItsName) {
+  ScopedSegmentName name;
+  auto missing = Segment::open(name.get());
+  ASSERT_FALSE(missing);
+  EXPECT_NE(missing.error().find(name.get()), std::string::npos) << missing.error();
+}
+
+TEST(Segment, CreateToAnotherUserFailsCleanlyWhenNotRoot) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root may give segments away";
+  ScopedSegmentName name;
+  auto created = Segment::create(name.get(), ::getuid() + 1);
+  ASSERT_FALSE(created);
+  EXPECT_NE(created.error().find("root"), std::string::npos) << created.error();
+  EXPECT_FALSE(Segment::remove(name.get()));  // nothing left behind
+}
+
+TEST(Segment, RefusesBadMagic) {
+  ScopedSegmentName name;
+  Segment daemon = create_or_fail(name.get());
+  daemon.header().magic = 0xdeadbeef;
+  auto client = Segment::open(name.get());
+  ASSERT_FALSE(client);
+  EXPECT_NE(client.error().find("bad magic 0xdeadbeef"), std::string::npos) << client.error();
+}
+
+TEST(Segment, RefusesAnotherMajorVersion) {
+  ScopedSegmentName name;
+  Segment daemon = create_or_fail(name.get());
+  daemon.header().version_major = kSegmentVersionMajor + 1;
+  auto client = Segment::open(name.get());
+  ASSERT_FALSE(client);
+  EXPECT_NE(client.error().find("version " + std::to_string(kSegmentVersionMajor + 1)), std::string::npos)
+      << client.error();
+}
+
+TEST(Segment, AcceptsANewerMinorVersion) {
+  ScopedSegmentName name;
+  Segment daemon = create_or_fail(name.get());
+  daemon.header().version_minor = kSegmentVersionMinor + 3;
+  auto client = Segment::open(name.get());
+  EXPECT_TRUE(client) << client.error();
+}
+
+TEST(Segment, RefusesAnotherLayout) {
+  ScopedSegmentName name;
+  Segment daemon = create_or_fail(name.get());
+  daemon.header().ops_ring_capacity = kOpsRingCapacity * 2;
+  auto client = Segment::open(name.get());
+  ASSERT_FALSE(client);
+  EXPECT_NE(client.error().find("layout"), std::string::npos) << client.error();
+}
+
+void truncate_segment(const std::string& name, std::int64_t bytes) {
+  namespace bip = boost::interprocess;
+  bip::shared_memory_object shm(bip::open_only, name.c_str(), bip::read_write);
+  shm.truncate(bytes);
+}
+
+TEST(Segment, RefusesASegmentShorterThanItsHeaderSays) {
+  ScopedSegmentName name;
+  { Segment daemon = create_or_fail(name.get()); }  // unmapped before it shrinks
+  truncate_segment(name.get(), static_cast<std::int64_t>(kSegmentBytes / 2));
+  auto client = Segment::open(name.get());
+  ASSERT_FALSE(client);
+  EXPECT_NE(client.error().find("truncated"), std::string::npos) << client.error();
+}
+
+TEST(Segment, RefusesASegmentShorterThanAHeader) {
+  ScopedSegmentName name;
+  { Segment daemon = create_or_fail(name.get()); }
+  truncate_segment(name.get(), 16);
+  auto client = Segment::open(name.get());
+  ASSERT_FALSE(client);
+  EXPECT_NE(client.error().find("smaller than its header"), std::string::npos) << client.error();
+}
+
+TEST(Segment, NamesAreChecked) {
+  EXPECT_EQ(segment_name(4242, 7), "/gpuqos-4242-7");
+  EXPECT_TRUE(check_segment_name(segment_name(4294967295u, 4294967295u)));
+  for (const std::string& bad : std::vector<std::string>{"", "/", "gpuqos-1-2", "/a/b", "/a b", "/" + std::string(63, 'x')}) {
+    EXPECT_FALSE(check_segment_name(bad)) << '"' << bad << '"';
+    auto created = Segment::create(bad, ::getuid());
+    EXPECT_FALSE(created) << '"' << bad << '"';
+    auto opened = Segment::open(bad);
+    EXPECT_FALSE(opened) << '"' << bad << '"';
+  }
+}
+
+// The child: maps the segment, posts kOps ops (sleeping when the ring is full), then waits for
+// the grant of all of them. Exit code 0 on success.
+constexpr std::uint64_t kOps = 200'000;
+constexpr std::int64_t kChildWaitNs = 2'000'000'000;
+
+int child_main(const std::string& name) {
+  auto segment = Segment::open(name);
+  if (!segment) return 10;
+  for (std::uint64_t seq = 1; seq <= kOps; ++seq) {
+    OpDescriptor op{};
+    op.seq = seq;
+    op.kind = OpKind::sync;
+    op.posted_ns = monotonic_ns();
+    while (!segment->ops().try_push(op)) {
+      if (!segment->ops().wait_for_space(kChildWaitNs) && segment->ops().full()) return 11;
+    }
+  }
+  GrantDescriptor grant{};
+  while (!segment->grants().try_pop(grant)) {
+    if (!segment->grants().wait_for_items(kChildWaitNs) && segment->grants().empty()) return 12;
+  }
+  return grant.granted_through_seq == kOps ? 0 : 13;
+}
+
+TEST(Segment, AnotherProcessPostsAndIsGranted) {
+  ScopedSegmentName name;
+  Segment daemon = create_or_fail(name.get());
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) ::_exit(child_main(name.get()));
+  ChildProcess child(pid);
+
+  const std::int64_t deadline_ns = monotonic_ns() + 60'000'000'000;
+  std::uint64_t expected = 1;
+  OpDescriptor op{};
+  while (expected <= kOps && monotonic_ns() < deadline_ns) {
+    if (daemon.ops().try_pop(op)) {
+      ASSERT_EQ(op.seq, expected);
+      ++expected;
+    } else {
+      daemon.ops().wait_for_items(100'000'000);
+    }
+  }
+  ASSERT_EQ(expected, kOps + 1) << "the child stopped posting";
+  ASSERT_TRUE(daemon.grants().try_push(GrantDescriptor{kOps, 0, kGrantNone, 0, 0}));
+  EXPECT_EQ(child.wait(), 0);
+}
+
+}  // namespace
+}  // namespace gpuqos::ipc
