@@ -1,0 +1,52 @@
+#!/usr/bin/env python3
+"""The hook check: every launch, copy, memset and graph-launch entry point of the installed cuda.h
+must be hooked (hooks.def) or deliberately excluded (hook_exclusions.txt, with a reason).
+
+The entry points are the cu(Launch|Memcpy|Memset|GraphLaunch)* functions cuda.h declares, and
+every exported symbol of each (legacy, _v2, _ptds, _ptsz), derived from cudaTypedefs.h by the
+version rule in cuda_symbols.py. Exit status 0 when all are covered; 1 naming each offender.
+"""
+import argparse
+import re
+import sys
+
+import cuda_symbols
+
+FAMILIES = re.compile(r"cu(Launch|Memcpy|Memset|GraphLaunch)\w*")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    for option in ("--cuda-h", "--typedefs", "--hooks", "--exclusions"):
+        parser.add_argument(option, required=True)
+    options = parser.parse_args()
+
+    declared = set(re.findall(r"\bCUresult\s+CUDAAPI\s+(cu\w+)\s*\(", open(options.cuda_h, encoding="utf-8").read()))
+    versions = cuda_symbols.read_versions(options.typedefs)
+    apis = {name for name in declared if FAMILIES.fullmatch(name)}
+    if not apis:
+        print(f"hook check: no launch/copy/memset entry points found in {options.cuda_h}", file=sys.stderr)
+        return 1
+    apis |= {v.api for v in versions if FAMILIES.fullmatch(v.api)}
+    origin = {name: f"declared in {options.cuda_h}" for name in apis}
+    for v in versions:
+        if v.api in apis:
+            origin[v.symbol] = f"{v.api} for CUDA {v.version // 1000}.{v.version % 1000 // 10}{v.variant}"
+    symbols = set(origin)
+
+    hooked = {symbol for _, symbol in cuda_symbols.read_hooks(options.hooks)}
+    exclusions = cuda_symbols.read_exclusions(options.exclusions)
+    offenders = sorted(symbols - hooked - set(exclusions))
+    both = sorted(hooked & set(exclusions))
+    for symbol in offenders:
+        print(f"NOT HOOKED: {symbol} ({origin[symbol]}): add it to intercept/hooks.def, or to "
+              f"intercept/hook_exclusions.txt with the reason it needs no scheduling")
+    for symbol in both:
+        print(f"BOTH HOOKED AND EXCLUDED: {symbol}")
+    print(f"hook check: {len(symbols)} launch/copy/memset/graph-launch entry points, "
+          f"{len(symbols & hooked)} hooked, {len(symbols & set(exclusions))} excluded, {len(offenders)} not covered")
+    return 1 if offenders or both else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+// The gate: the one place a hooked call meets the scheduler. The hooks describe each call as an
+// Operation and ask the gate before and tell it after calling the real driver function.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "gpuqos/intercept/hooks.h"
+
+namespace gpuqos::intercept {
+
+enum class CopyDirection : std::uint8_t { unknown, host_to_device, device_to_host, device_to_device, host_to_host, peer };
+
+struct Dim3 {
+  unsigned x = 1, y = 1, z = 1;
+};
+
+// One hooked call, described from its arguments (gen_hooks.py writes the description of each hook).
+// Pointers are the caller's: valid during before() and after() only.
+struct Operation {
+  CUstream stream = nullptr;  // the stream named in the call; nullptr: the default stream
+  bool per_thread = false;    // a _ptsz/_ptds form: a null stream is the per-thread default stream
+  CUfunction function = nullptr;  // launch
+  CUkernel kernel = nullptr;      // naming: cuKernelGetFunction's kernel
+  Dim3 grid{};                    // launch (cuLaunchCooperativeKernelMultiDevice: unknown, 1x1x1)
+  Dim3 block{};
+  unsigned shared_mem_bytes = 0;
+  void** kernel_params = nullptr;
+  CUgraphExec graph_exec = nullptr;  // graph_launch
+  std::uint64_t bytes = 0;           // copy, memset, alloc: bytes moved, set or allocated (0: unknown)
+  CopyDirection direction = CopyDirection::unknown;  // copy; unknown for unified-address copies
+  CUevent event = nullptr;           // sync on an event
+  CUcontext context = nullptr;       // cuCtxSynchronize_v2
+  CUdeviceptr device_ptr = 0;        // memset destination, freed pointer
+  void* out_handle = nullptr;        // naming, alloc: where the driver writes the result (read in after())
+  const char* name = nullptr;        // naming: the kernel's name
+  HookId hook{};                     // set by the hook
+  Category category{};
+  // Issued into a capturing stream: it only records a graph node and runs when the graph is
+  // launched, so it passes straight through; the gate must neither post nor hold it.
+  bool captured = false;
+};
+
+// What before() gave an operation, handed back to after(). 0: not posted.
+struct Ticket {
+  std::uint64_t seq = 0;
+};
+
+// Contract for every implementation: called concurrently from any thread of the program, possibly
+// while it exits; never throws, exits or aborts; on any failure of its own it lets the operation
+// go (fail open), and it never makes a caller wait for more than ~100 ms after the daemon stopped
+// answering.
+class Gate {
+ public:
+  virtual ~Gate() = default;
+
+  // Before the real driver function, on the calling thread. For GPU work: high priority posts the
+  // descriptor and returns at once; low priority posts it and blocks until the daemon grants it.
+  // Order within a stream is preserved because the caller's thread waits here.
+  virtual Ticket before(const Operation& op) noexcept = 0;
+
+  // After the real function returned `result` (also on failure: the daemon must not wait for work
+  // the driver refused). Starts completion tracking of granted work; the completion itself is
+  // reported later, when the device has run it. Also where naming and alloc read out_handle.
+  virtual void after(const Operation& op, Ticket ticket, CUresult result) noexcept = 0;
+
+  // The library is being unloaded or the process exits: flush and release what is held.
+  virtual void shutdown() noexcept = 0;
+};
+
+// The process's gate (the one connection object of the shim).
+Gate& gate() noexcept;
+
+}  // namespace gpuqos::intercept

@@ -1,0 +1,102 @@
+// The shim's one connection object: the settings read from the environment and the gate. Created
+// on first use, never destroyed (hooks may run in other threads and atexit handlers until the very
+// end); the gate is shut down when the library is unloaded or the process exits.
+#include <errno.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "pass_through_gate.h"
+#include "shim.h"
+
+namespace gpuqos::intercept {
+namespace {
+
+std::string executable_name() {
+  if (program_invocation_short_name && *program_invocation_short_name) return program_invocation_short_name;
+  std::string comm;
+  std::getline(std::ifstream("/proc/self/comm"), comm);
+  return comm;
+}
+
+void write_stderr(const std::string& line) {
+  for (std::size_t done = 0; done < line.size();) {
+    const ssize_t n = ::write(STDERR_FILENO, line.data() + done, line.size() - done);
+    if (n <= 0 && errno != EINTR) return;
+    if (n > 0) done += static_cast<std::size_t>(n);
+  }
+}
+
+class Client {
+ public:
+  Client() {
+    ParsedSettings parsed = parse_settings([](const char* name) { return std::getenv(name); }, executable_name());
+    settings_ = std::move(parsed.settings);
+    for (const std::string& problem : parsed.problems) write(problem);  // always shown, whatever GPUQOS_LOG says
+    // The daemon connection replaces this in the gate step (settings_.priority, job, socket_path).
+    gate_ = std::make_unique<PassThroughGate>(settings_.debug_counts_path);
+  }
+
+  const Settings& settings() const { return settings_; }
+  Gate& gate() { return *gate_; }
+
+  void write(std::string_view text) const {
+    write_stderr("gpuqos[" + std::to_string(::getpid()) + "] " + settings_.job + ": " + std::string(text) + "\n");
+  }
+
+ private:
+  Settings settings_;
+  std::unique_ptr<Gate> gate_;
+};
+
+// The accessor: the only way to the connection object. `create` false: nullptr if none yet.
+Client* client(bool create = true) {
+  static std::atomic<Client*> instance{nullptr};
+  static std::once_flag once;
+  if (create) {
+    std::call_once(once, [] {
+      try {
+        instance.store(new Client(), std::memory_order_release);
+      } catch (...) {
+        write_stderr("gpuqos: cannot start (out of memory?); running unmanaged\n");
+      }
+    });
+  }
+  return instance.load(std::memory_order_acquire);
+}
+
+// Where hooks go when the client could not be created: everything passes (fail open).
+Gate& fallback_gate() {
+  static PassThroughGate pass_through{""};
+  return pass_through;
+}
+
+__attribute__((destructor)) void shut_down_gate() {
+  if (Client* c = client(false)) c->gate().shutdown();  // shutdown() is noexcept
+}
+
+}  // namespace
+
+Gate& gate() noexcept {
+  try {
+    if (Client* c = client()) return c->gate();
+  } catch (...) {  // std::call_once may throw std::system_error
+  }
+  return fallback_gate();
+}
+
+void log_message(LogLevel level, std::string_view text) noexcept {
+  try {
+    Client* c = client();
+    if (c && level != LogLevel::off && level <= c->settings().log_level) c->write(text);
+  } catch (...) {
+    // Logging must never be what breaks the program.
+  }
+}
+
+}  // namespace gpuqos::intercept

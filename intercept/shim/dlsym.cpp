@@ -1,0 +1,98 @@
+// dlsym interposition, for programs that dlopen libcuda and look its symbols up themselves.
+//
+// glibc's dlsym finds RTLD_NEXT (and RTLD_DEFAULT, in dlmopen namespaces) relative to the object
+// that called it, found from its return address. A wrapper that calls it would make libgpuqos.so
+// the caller and break every other interposer's dlsym(RTLD_NEXT, ...). So on x86-64 dlsym is a
+// small trampoline: it asks dlsym_route() and either returns our hook or *jumps* to glibc's dlsym,
+// with the program's return address still on the stack.
+#include <dlfcn.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "shim.h"
+
+namespace gpuqos::intercept {
+namespace {
+
+void* no_dlsym(void*, const char*) { return nullptr; }
+
+DlsymFunction look_up_real_dlsym() {
+  // Both versions are the same function in glibc >= 2.34 (GLIBC_2.34 since libdl moved into libc);
+  // GLIBC_2.2.5 is x86-64's original one, for older glibc.
+  for (const char* version : {"GLIBC_2.34", "GLIBC_2.2.5"}) {
+    if (void* fn = dlvsym(RTLD_NEXT, "dlsym", version)) return reinterpret_cast<DlsymFunction>(fn);
+  }
+  return &no_dlsym;  // never a null pointer to jump to
+}
+
+}  // namespace
+
+DlsymFunction real_dlsym() noexcept {
+  static std::atomic<DlsymFunction> real{nullptr};  // part of the hook table; racing lookups agree
+  DlsymFunction fn = real.load(std::memory_order_acquire);
+  if (!fn) {
+    fn = look_up_real_dlsym();
+    real.store(fn, std::memory_order_release);
+  }
+  return fn;
+}
+
+}  // namespace gpuqos::intercept
+
+using namespace gpuqos::intercept;
+
+// Returned in rax:rdx. forward == 0: `value` is the answer; else jump to `value` (glibc's dlsym).
+struct DlsymRoute {
+  void* value;
+  std::uintptr_t forward;
+};
+
+extern "C" __attribute__((visibility("hidden"))) DlsymRoute gpuqos_dlsym_route(void* handle, const char* name) noexcept {
+  const auto hook = name && name[0] == 'c' && name[1] == 'u' ? find_hook(name) : std::nullopt;
+  if (!hook) return {reinterpret_cast<void*>(real_dlsym()), 1};
+  // A search of the global scope would find our hook anyway (we are preloaded); from a library
+  // after us, RTLD_NEXT is meant to reach the driver, which our hook stands in for.
+  if (handle == RTLD_DEFAULT || handle == RTLD_NEXT) return {hook_address(*hook), 0};
+  // An explicit handle (the program's dlopen("libcuda.so.1")): our hook if that object has the
+  // symbol at all, else glibc's "not found" with its dlerror() message.
+  return {real_dlsym()(handle, name) ? hook_address(*hook) : nullptr, 0};
+}
+
+#if defined(__x86_64__)
+asm(R"(
+    .text
+    .globl dlsym
+    .type dlsym, @function
+    .p2align 4
+dlsym:
+    .cfi_startproc
+    endbr64
+    pushq %rdi
+    .cfi_adjust_cfa_offset 8
+    pushq %rsi
+    .cfi_adjust_cfa_offset 8
+    subq $8, %rsp
+    .cfi_adjust_cfa_offset 8
+    call gpuqos_dlsym_route
+    addq $8, %rsp
+    .cfi_adjust_cfa_offset -8
+    popq %rsi
+    .cfi_adjust_cfa_offset -8
+    popq %rdi
+    .cfi_adjust_cfa_offset -8
+    testq %rdx, %rdx
+    jnz 1f
+    ret
+1:  jmp *%rax
+    .cfi_endproc
+    .size dlsym, .-dlsym
+)");
+#else
+// Elsewhere a plain wrapper: correct for the program's own lookups; RTLD_NEXT from another
+// library then resolves relative to libgpuqos.so (documented limitation).
+extern "C" __attribute__((visibility("default"))) void* dlsym(void* handle, const char* name) noexcept {
+  const DlsymRoute route = gpuqos_dlsym_route(handle, name);
+  return route.forward ? reinterpret_cast<DlsymFunction>(route.value)(handle, name) : route.value;
+}
+#endif

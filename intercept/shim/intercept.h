@@ -1,0 +1,104 @@
+// What the generated hook definitions (hooks.cpp) are made of: the typed real functions, the
+// helpers that describe arguments, and intercept<>, the one body every gated hook shares.
+//
+// Included only by hooks.cpp, which is compiled with __CUDA_API_VERSION_INTERNAL so that cuda.h and
+// cudaTypedefs.h declare every ABI (legacy, _v2, _ptds, _ptsz) and the compiler checks each hook's
+// signature against the driver's own declaration of the symbol.
+#pragma once
+
+#ifndef __CUDA_API_VERSION_INTERNAL
+#error "intercept.h needs __CUDA_API_VERSION_INTERNAL (set for hooks.cpp in intercept/CMakeLists.txt)"
+#endif
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "shim.h"
+
+#define GPUQOS_HOOK_EXPORT __attribute__((visibility("default")))
+
+namespace gpuqos::intercept {
+
+// The driver's function type of each hook (PFN_* from cudaTypedefs.h).
+template <HookId id>
+struct HookTraits;
+#define GPUQOS_PFN(symbol, pfn)            \
+  template <>                              \
+  struct HookTraits<HookId::hook_##symbol> {\
+    using Function = pfn;                  \
+  };
+#include "gpuqos/intercept/hook_pfn.inc"
+#undef GPUQOS_PFN
+
+template <HookId id>
+typename HookTraits<id>::Function real_function() noexcept {
+  return reinterpret_cast<typename HookTraits<id>::Function>(real_function_address(id));
+}
+
+// The body of every hook but the resolvers: describe, ask the gate, call the driver, tell the gate.
+template <HookId id, class... Args>
+CUresult intercept(Operation op, Args... args) noexcept {
+  const auto real = real_function<id>();
+  if (!real) return missing_real_function(id);
+  op.hook = id;
+  op.category = hook_category(id);
+  op.captured = issued_into_capture(op);
+  Gate& g = gate();
+  const Ticket ticket = g.before(op);
+  const CUresult result = real(args...);
+  g.after(op, ticket, result);
+  return result;
+}
+
+// ---- Describing arguments. Every pointer may be null or invalid in a bad call: the driver rejects
+// it after us, so we read through pointers only after a null check and never past a count.
+
+inline CUstream launch_stream(const CUlaunchConfig* config) { return config ? config->hStream : nullptr; }
+inline Dim3 launch_grid(const CUlaunchConfig* config) {
+  return config ? Dim3{config->gridDimX, config->gridDimY, config->gridDimZ} : Dim3{};
+}
+inline Dim3 launch_block(const CUlaunchConfig* config) {
+  return config ? Dim3{config->blockDimX, config->blockDimY, config->blockDimZ} : Dim3{};
+}
+inline unsigned launch_shared_mem_bytes(const CUlaunchConfig* config) { return config ? config->sharedMemBytes : 0; }
+
+inline CopyDirection direction_of(CUmemorytype src, CUmemorytype dst) {
+  const bool src_host = src == CU_MEMORYTYPE_HOST, dst_host = dst == CU_MEMORYTYPE_HOST;
+  const bool src_device = src == CU_MEMORYTYPE_DEVICE || src == CU_MEMORYTYPE_ARRAY;
+  const bool dst_device = dst == CU_MEMORYTYPE_DEVICE || dst == CU_MEMORYTYPE_ARRAY;
+  if (src_host && dst_device) return CopyDirection::host_to_device;
+  if (src_device && dst_host) return CopyDirection::device_to_host;
+  if (src_device && dst_device) return CopyDirection::device_to_device;
+  if (src_host && dst_host) return CopyDirection::host_to_host;
+  return CopyDirection::unknown;  // unified addressing: the pointers tell, not the call
+}
+
+// CUDA_MEMCPY2D, CUDA_MEMCPY3D (legacy and _v2) and CUDA_MEMCPY3D_PEER.
+template <class Copy>
+std::uint64_t copy_bytes(const Copy* copy) {
+  if (!copy) return 0;
+  std::uint64_t bytes = static_cast<std::uint64_t>(copy->WidthInBytes) * copy->Height;
+  if constexpr (requires { copy->Depth; }) bytes *= copy->Depth;
+  return bytes;
+}
+template <class Copy>
+CopyDirection copy_direction(const Copy* copy) {
+  return copy ? direction_of(copy->srcMemoryType, copy->dstMemoryType) : CopyDirection::unknown;
+}
+
+inline std::uint64_t batch_bytes(const size_t* sizes, size_t count) {
+  std::uint64_t bytes = 0;
+  for (size_t i = 0; sizes && i < count; ++i) bytes += sizes[i];
+  return bytes;
+}
+// Extents of array copies are in elements, not bytes: an estimate for those.
+inline std::uint64_t batch_bytes(const CUDA_MEMCPY3D_BATCH_OP* ops, size_t count) {
+  std::uint64_t bytes = 0;
+  for (size_t i = 0; ops && i < count; ++i) bytes += ops[i].extent.width * ops[i].extent.height * ops[i].extent.depth;
+  return bytes;
+}
+
+}  // namespace gpuqos::intercept

@@ -1,0 +1,83 @@
+// Resolution of the driver's real functions: each looked up once, on first use, in one function.
+//
+// Slots are atomics rather than a std::call_once: a lookup may dlopen libcuda, whose initialisers
+// could re-enter a hook on this thread, which a once-flag would deadlock. Two threads racing on an
+// empty slot both look it up and store the same answer: harmless.
+#include <dlfcn.h>
+
+#include <array>
+#include <atomic>
+#include <string>
+
+#include "shim.h"
+
+namespace gpuqos::intercept {
+namespace {
+
+constexpr const char* kDriverSoname = "libcuda.so.1";
+
+// Marks a slot whose symbol was looked up and not found (nullptr marks "not looked up yet").
+char missing_marker;
+void* const kMissing = &missing_marker;
+
+// Part of the hook table: one slot per hook, then the helpers.
+std::array<std::atomic<void*>, kHookCount> hook_slots{};
+std::array<std::atomic<void*>, 2> helper_slots{};
+
+// The driver's definition of `name`, or nullptr.
+void* look_up(const char* name) {
+  DlsymFunction real = real_dlsym();
+  // 1. The next definition after libgpuqos.so in the global scope: libcuda when the program links it
+  //    or dlopen()ed it RTLD_GLOBAL (or another interposer after us, which then chains to libcuda).
+  //    Fails when libcuda is not global: dlopen()ed RTLD_LOCAL, as the CUDA runtime and most
+  //    frameworks do, or not loaded yet.
+  if (void* fn = real(RTLD_NEXT, name)) return fn;
+  // 2. A libcuda that is loaded, however it was loaded. RTLD_NOLOAD fails when it is not loaded.
+  void* driver = dlopen(kDriverSoname, RTLD_NOW | RTLD_NOLOAD);
+  // 3. Load it ourselves: a hook reached through dlsym(RTLD_DEFAULT) before the program loaded the
+  //    driver. Fails when this machine has no driver (or no simgpu on LD_LIBRARY_PATH).
+  if (!driver) driver = dlopen(kDriverSoname, RTLD_LAZY);
+  if (!driver) return nullptr;
+  // Fails when this driver is older than the entry point (a symbol of a newer CUDA). The handle is
+  // kept open on purpose: the function must stay valid for the life of the process.
+  return real(driver, name);
+}
+
+void* resolve(std::atomic<void*>& slot, const char* name) {
+  void* fn = slot.load(std::memory_order_acquire);
+  if (fn == nullptr) {
+    void* found = look_up(name);
+    fn = found ? found : kMissing;
+    void* expected = nullptr;
+    if (slot.compare_exchange_strong(expected, fn, std::memory_order_acq_rel) && !found) {
+      try {
+        log_message(LogLevel::error, std::string("the driver has no ") + name + "; calls to it fail");
+      } catch (...) {  // out of memory for the message: the error code still tells
+      }
+    }
+  }
+  return fn == kMissing ? nullptr : fn;
+}
+
+bool driver_loaded() {
+  void* driver = dlopen(kDriverSoname, RTLD_NOW | RTLD_NOLOAD);
+  if (driver) dlclose(driver);  // NOLOAD took a reference
+  return driver != nullptr;
+}
+
+}  // namespace
+
+void* real_function_address(HookId id) noexcept {
+  return resolve(hook_slots[index_of(id)], hook_name(id).data());  // names are NUL-terminated literals
+}
+
+void* driver_helper(DriverHelper helper) noexcept {
+  const bool ptsz = helper == DriverHelper::stream_is_capturing_ptsz;
+  return resolve(helper_slots[static_cast<std::size_t>(helper)], ptsz ? "cuStreamIsCapturing_ptsz" : "cuStreamIsCapturing");
+}
+
+CUresult missing_real_function(HookId) noexcept {
+  return driver_loaded() ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_NOT_INITIALIZED;
+}
+
+}  // namespace gpuqos::intercept

@@ -1,0 +1,44 @@
+// The parts of libgpuqos.so, as the hooks see them. Internal to the shim.
+#pragma once
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <string_view>
+
+#include "gpuqos/intercept/gate.h"
+#include "gpuqos/intercept/hooks.h"
+#include "gpuqos/intercept/settings.h"
+
+namespace gpuqos::intercept {
+
+// real_functions.cpp: the driver's definition of a hooked symbol, looked up on first use; nullptr
+// when there is none (then the hook returns missing_real_function(id), never calls it).
+void* real_function_address(HookId id) noexcept;
+CUresult missing_real_function(HookId id) noexcept;
+
+// Driver functions the shim calls itself without hooking them, resolved the same way.
+enum class DriverHelper { stream_is_capturing, stream_is_capturing_ptsz };
+void* driver_helper(DriverHelper helper) noexcept;
+
+// dlsym.cpp: glibc's dlsym (ours answers hooks, so the shim must never call plain dlsym).
+using DlsymFunction = void* (*)(void*, const char*);
+DlsymFunction real_dlsym() noexcept;
+
+// hooks.cpp (generated): our exported definition of a hook.
+void* hook_address(HookId id) noexcept;
+
+// capture.cpp: whether GPU work goes into a capturing stream (it then passes straight through).
+bool issued_into_capture(const Operation& op) noexcept;
+
+// proc_address.cpp: cuGetProcAddress and cuGetProcAddress_v2. The driver's answer, with our hook in
+// place of the real function when the answered symbol is hooked.
+CUresult answer_proc_address(PFN_cuGetProcAddress_v11030 real, const char* symbol, void** pfn, int version,
+                             cuuint64_t flags) noexcept;
+CUresult answer_proc_address(PFN_cuGetProcAddress_v12000 real, const char* symbol, void** pfn, int version,
+                             cuuint64_t flags, CUdriverProcAddressQueryResult* found) noexcept;
+
+// client.cpp: a line on stderr, "gpuqos[<pid>] <job>: <text>", if `level` is enabled.
+void log_message(LogLevel level, std::string_view text) noexcept;
+
+}  // namespace gpuqos::intercept

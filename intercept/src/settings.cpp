@@ -1,0 +1,76 @@
+// Parsing of the GPUQOS_* environment variables into Settings, with one message per bad value.
+#include "gpuqos/intercept/settings.h"
+
+#include <algorithm>
+#include <array>
+#include <utility>
+
+namespace gpuqos::intercept {
+namespace {
+
+constexpr std::size_t kMaxSocketPathBytes = 107;  // sockaddr_un::sun_path holds 108 with the NUL
+
+constexpr std::array<std::pair<std::string_view, LogLevel>, 5> kLogLevels = {
+    {{"off", LogLevel::off}, {"error", LogLevel::error}, {"warn", LogLevel::warn}, {"info", LogLevel::info},
+     {"debug", LogLevel::debug}}};
+
+std::string problem(std::string_view variable, std::string_view value, std::string_view allowed) {
+  return std::string(variable) + "=\"" + std::string(value) + "\" is not valid (allowed: " + std::string(allowed) +
+         "); this job runs as low priority";
+}
+
+bool job_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+}
+
+// `name` made a valid job name: other characters become '_', too long is cut, empty is "unknown".
+std::string sanitized_job(std::string_view name) {
+  std::string job(name.substr(0, kMaxJobNameBytes));
+  std::replace_if(job.begin(), job.end(), [](char c) { return !job_char(c); }, '_');
+  return job.empty() ? "unknown" : job;
+}
+
+}  // namespace
+
+bool is_valid_job_name(std::string_view name) noexcept {
+  return !name.empty() && name.size() <= kMaxJobNameBytes && std::all_of(name.begin(), name.end(), job_char);
+}
+
+ParsedSettings parse_settings(const std::function<const char*(const char*)>& getenv, std::string_view default_job) {
+  ParsedSettings parsed;
+  Settings& s = parsed.settings;
+  auto read = [&](const char* variable) -> std::string_view {
+    const char* value = getenv(variable);
+    return value ? value : "";
+  };
+  s.job = sanitized_job(default_job);
+
+  if (const auto value = read("GPUQOS_PRIORITY"); value == "high") {
+    s.priority = Priority::high;
+  } else if (!value.empty() && value != "low") {
+    parsed.problems.push_back(problem("GPUQOS_PRIORITY", value, "high, low"));
+  }
+  if (const auto value = read("GPUQOS_JOB"); is_valid_job_name(value)) {
+    s.job = value;
+  } else if (!value.empty()) {
+    parsed.problems.push_back(problem("GPUQOS_JOB", value, "1 to 64 characters of A-Z a-z 0-9 . _ -"));
+  }
+  if (const auto value = read("GPUQOS_SOCKET"); value.starts_with('/') && value.size() <= kMaxSocketPathBytes) {
+    s.socket_path = value;
+  } else if (!value.empty()) {
+    parsed.problems.push_back(problem("GPUQOS_SOCKET", value, "an absolute path of at most 107 bytes"));
+  }
+  if (const auto value = read("GPUQOS_LOG"); !value.empty()) {
+    const auto it = std::find_if(kLogLevels.begin(), kLogLevels.end(), [&](const auto& l) { return l.first == value; });
+    if (it != kLogLevels.end()) {
+      s.log_level = it->second;
+    } else {
+      parsed.problems.push_back(problem("GPUQOS_LOG", value, "off, error, warn, info, debug"));
+    }
+  }
+  s.debug_counts_path = read("GPUQOS_DEBUG_COUNTS");
+  if (!parsed.problems.empty()) s.priority = Priority::low;
+  return parsed;
+}
+
+}  // namespace gpuqos::intercept

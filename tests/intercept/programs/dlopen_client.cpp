@@ -1,0 +1,96 @@
+// A CUDA program that does not link libcuda: it dlopen()s libcuda.so.1 (RTLD_LOCAL, as the CUDA
+// runtime does) and looks each entry point up with dlsym. `dlsym` runs kernels and copies that way;
+// `absent` expects no driver at all and calls hooks found with dlsym(RTLD_DEFAULT), which must fail
+// cleanly with CUDA_ERROR_NOT_INITIALIZED.
+#include <cuda.h>
+#include <dlfcn.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels.h"
+
+namespace {
+
+template <class Function>
+Function* symbol(void* handle, const char* name) {
+  return reinterpret_cast<Function*>(dlsym(handle, name));
+}
+
+std::string object_of(void* fn) {
+  Dl_info info{};
+  return dladdr(fn, &info) != 0 && info.dli_fname ? info.dli_fname : "?";
+}
+
+int run_dlsym() {
+  void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  CHECK(driver != nullptr);
+  auto init = symbol<decltype(cuInit)>(driver, "cuInit");
+  auto device_get = symbol<decltype(cuDeviceGet)>(driver, "cuDeviceGet");
+  auto retain = symbol<decltype(cuDevicePrimaryCtxRetain)>(driver, "cuDevicePrimaryCtxRetain");
+  auto set_current = symbol<decltype(cuCtxSetCurrent)>(driver, "cuCtxSetCurrent");
+  auto load = symbol<decltype(cuModuleLoadData)>(driver, "cuModuleLoadData");
+  auto get_function = symbol<decltype(cuModuleGetFunction)>(driver, "cuModuleGetFunction");
+  auto launch = symbol<decltype(cuLaunchKernel)>(driver, "cuLaunchKernel");
+  auto alloc = symbol<decltype(cuMemAlloc_v2)>(driver, "cuMemAlloc_v2");
+  auto free = symbol<decltype(cuMemFree_v2)>(driver, "cuMemFree_v2");
+  auto to_device = symbol<decltype(cuMemcpyHtoD_v2)>(driver, "cuMemcpyHtoD_v2");
+  auto to_host = symbol<decltype(cuMemcpyDtoH_v2)>(driver, "cuMemcpyDtoH_v2");
+  auto synchronize = symbol<decltype(cuCtxSynchronize)>(driver, "cuCtxSynchronize");
+  CHECK(init && device_get && retain && set_current && load && get_function && launch && alloc && free &&
+        to_device && to_host && synchronize);
+  // Hooked names answer the shim's hooks, the others the driver's functions.
+  CHECK(object_of(reinterpret_cast<void*>(launch)).find("libgpuqos.so") != std::string::npos);
+  CHECK(object_of(reinterpret_cast<void*>(init)).find("libcuda.so") != std::string::npos);
+  CHECK(dlsym(driver, "cuNoSuchEntryPoint") == nullptr && dlerror() != nullptr);
+
+  CUdevice device = 0;
+  CUcontext context = nullptr;
+  CUmodule module = nullptr;
+  CUfunction spin = nullptr;
+  CHECK_CU(init(0));
+  CHECK_CU(device_get(&device, 0));
+  CHECK_CU(retain(&context, device));
+  CHECK_CU(set_current(context));
+  CHECK_CU(load(&module, kPtx));
+  CHECK_CU(get_function(&spin, module, "spin"));
+  std::uint64_t duration_us = 20;
+  void* params[] = {&duration_us};
+  CHECK_CU(launch(spin, 1, 1, 1, 32, 1, 1, 0, nullptr, params, nullptr));
+  CUdeviceptr buffer = 0;
+  std::vector<unsigned char> source(512, 7), result(512);
+  CHECK_CU(alloc(&buffer, source.size()));
+  CHECK_CU(to_device(buffer, source.data(), source.size()));
+  CHECK_CU(synchronize());
+  CHECK_CU(to_host(result.data(), buffer, result.size()));
+  CHECK(result == source);
+  CHECK_CU(free(buffer));
+  std::printf("dlsym ok\n");
+  return 0;
+}
+
+int run_absent() {
+  CHECK(dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL) == nullptr);
+  auto launch = symbol<decltype(cuLaunchKernel)>(RTLD_DEFAULT, "cuLaunchKernel");
+  auto to_device = symbol<decltype(cuMemcpyHtoD_v2)>(RTLD_DEFAULT, "cuMemcpyHtoD_v2");
+  CHECK(launch && to_device);  // the preloaded shim's hooks
+  for (int i = 0; i < 2; ++i) {
+    CHECK(launch(nullptr, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr) == CUDA_ERROR_NOT_INITIALIZED);
+  }
+  char byte = 0;
+  CHECK(to_device(0, &byte, 1) == CUDA_ERROR_NOT_INITIALIZED);
+  std::printf("absent ok\n");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "dlsym") return run_dlsym();
+  if (mode == "absent") return run_absent();
+  std::printf("usage: %s dlsym|absent\n", argv[0]);
+  return 2;
+}

@@ -1,0 +1,99 @@
+// GPUQOS_* environment parsing: defaults, good values, and one clear message per bad value.
+#include "gpuqos/intercept/settings.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+namespace gpuqos::intercept {
+namespace {
+
+ParsedSettings parse(const std::map<std::string, std::string>& env, std::string_view default_job = "trainer") {
+  return parse_settings(
+      [&](const char* name) {
+        const auto it = env.find(name);
+        return it == env.end() ? nullptr : it->second.c_str();
+      },
+      default_job);
+}
+
+TEST(Settings, DefaultsAreLowPriorityAndTheExecutableName) {
+  const ParsedSettings p = parse({});
+  EXPECT_TRUE(p.problems.empty());
+  EXPECT_EQ(p.settings.priority, Priority::low);
+  EXPECT_EQ(p.settings.job, "trainer");
+  EXPECT_EQ(p.settings.socket_path, kDefaultSocketPath);
+  EXPECT_EQ(p.settings.log_level, LogLevel::warn);
+  EXPECT_EQ(p.settings.debug_counts_path, "");
+}
+
+TEST(Settings, EmptyMeansUnset) {
+  const ParsedSettings p = parse({{"GPUQOS_PRIORITY", ""}, {"GPUQOS_JOB", ""}, {"GPUQOS_SOCKET", ""}, {"GPUQOS_LOG", ""}});
+  EXPECT_TRUE(p.problems.empty());
+  EXPECT_EQ(p.settings.job, "trainer");
+}
+
+TEST(Settings, GoodValuesAreTaken) {
+  const ParsedSettings p = parse({{"GPUQOS_PRIORITY", "high"},
+                                  {"GPUQOS_JOB", "resnet-serve_v1.2"},
+                                  {"GPUQOS_SOCKET", "/tmp/x/gpuqosd.sock"},
+                                  {"GPUQOS_LOG", "debug"},
+                                  {"GPUQOS_DEBUG_COUNTS", "/tmp/counts"}});
+  EXPECT_TRUE(p.problems.empty());
+  EXPECT_EQ(p.settings.priority, Priority::high);
+  EXPECT_EQ(p.settings.job, "resnet-serve_v1.2");
+  EXPECT_EQ(p.settings.socket_path, "/tmp/x/gpuqosd.sock");
+  EXPECT_EQ(p.settings.log_level, LogLevel::debug);
+  EXPECT_EQ(p.settings.debug_counts_path, "/tmp/counts");
+}
+
+struct BadValue {
+  const char* variable;
+  std::string value;
+  const char* allowed;
+};
+
+class SettingsBadValue : public ::testing::TestWithParam<BadValue> {};
+
+// One message, naming the variable, the value and the allowed values; the job runs as low priority
+// even when it asked for high.
+TEST_P(SettingsBadValue, GivesOneMessageAndRunsAsLow) {
+  const BadValue& bad = GetParam();
+  std::map<std::string, std::string> env = {{bad.variable, bad.value}};
+  if (std::string(bad.variable) != "GPUQOS_PRIORITY") env["GPUQOS_PRIORITY"] = "high";
+  const ParsedSettings p = parse(env);
+  ASSERT_EQ(p.problems.size(), 1u);
+  const std::string& message = p.problems[0];
+  EXPECT_EQ(message, std::string(bad.variable) + "=\"" + bad.value + "\" is not valid (allowed: " + bad.allowed +
+                         "); this job runs as low priority");
+  EXPECT_EQ(p.settings.priority, Priority::low);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    EachVariable, SettingsBadValue,
+    ::testing::Values(BadValue{"GPUQOS_PRIORITY", "urgent", "high, low"},
+                      BadValue{"GPUQOS_PRIORITY", "HIGH", "high, low"},
+                      BadValue{"GPUQOS_JOB", "my job", "1 to 64 characters of A-Z a-z 0-9 . _ -"},
+                      BadValue{"GPUQOS_JOB", std::string(65, 'j'), "1 to 64 characters of A-Z a-z 0-9 . _ -"},
+                      BadValue{"GPUQOS_SOCKET", "relative/gpuqosd.sock", "an absolute path of at most 107 bytes"},
+                      BadValue{"GPUQOS_SOCKET", "/" + std::string(107, 's'), "an absolute path of at most 107 bytes"},
+                      BadValue{"GPUQOS_LOG", "verbose", "off, error, warn, info, debug"}));
+
+TEST(Settings, BadValuesKeepTheirDefaults) {
+  const ParsedSettings p = parse({{"GPUQOS_JOB", "a/b"}, {"GPUQOS_SOCKET", "x"}, {"GPUQOS_LOG", "loud"}});
+  EXPECT_EQ(p.problems.size(), 3u);
+  EXPECT_EQ(p.settings.job, "trainer");
+  EXPECT_EQ(p.settings.socket_path, kDefaultSocketPath);
+  EXPECT_EQ(p.settings.log_level, LogLevel::warn);
+}
+
+TEST(Settings, TheDefaultJobIsMadeAValidName) {
+  EXPECT_EQ(parse({}, "python3 serve.py").settings.job, "python3_serve.py");
+  EXPECT_EQ(parse({}, "").settings.job, "unknown");
+  EXPECT_EQ(parse({}, std::string(100, 'x')).settings.job.size(), kMaxJobNameBytes);
+  EXPECT_TRUE(is_valid_job_name(parse({}, "a b/c").settings.job));
+}
+
+}  // namespace
+}  // namespace gpuqos::intercept

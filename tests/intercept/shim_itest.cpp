@@ -1,0 +1,157 @@
+// libgpuqos.so under real CUDA programs on simgpu: every call is seen by the shim whether the
+// program calls the driver by name, through cuGetProcAddress or through dlopen + dlsym; with no
+// driver at all the hooks fail cleanly.
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "gpuqos/testing/child_process.h"
+#include "gpuqos/testing/simgpud_process.h"
+#include "gpuqos/testing/temp_dir.h"
+
+namespace {
+
+using gpuqos::testing::ChildProcess;
+using gpuqos::testing::SimgpudProcess;
+using gpuqos::testing::TempDir;
+using namespace std::chrono_literals;
+
+const std::string kBuild = GPUQOS_BUILD_DIR;
+const std::string kShim = kBuild + "/lib/libgpuqos.so";
+
+constexpr const char* kCatalog = R"({
+  "kernels": [{"match": "^spin$", "model": "from_arg", "arg": 0, "unit": "us"}],
+  "default_us": 10,
+  "noise_cv": 0
+})";
+
+// "category launch 3", "hook cuLaunchKernel 2", "captured 1" -> {"launch": 3, "cuLaunchKernel": 2, "captured": 1}
+std::map<std::string, long> read_counts(const std::filesystem::path& path) {
+  std::map<std::string, long> counts;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string kind, name;
+    long n = 0;
+    fields >> kind >> name;
+    if (kind == "category" || kind == "hook") {
+      fields >> n;
+      counts[name] = n;
+    } else {
+      counts[kind] = std::stol(name);
+    }
+  }
+  return counts;
+}
+
+std::size_t occurrences(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+class ShimTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    simgpud_.start();
+    counts_path_ = dir_.path() / "counts.txt";
+  }
+
+  // Runs tests/programs/<program> <mode> under the shim; its exit code (-1: did not finish in time).
+  int run(const std::string& program, const std::string& mode, std::map<std::string, std::string> env = {},
+          bool with_driver = true) {
+    env["LD_PRELOAD"] = kShim;
+    env["GPUQOS_DEBUG_COUNTS"] = counts_path_.string();
+    env["SIMGPU_SOCKET"] = simgpud_.socket();
+    env["LD_LIBRARY_PATH"] = with_driver ? kBuild + "/lib/simgpu" : dir_.path().string();
+    ChildProcess child({kBuild + "/tests/programs/" + program, mode}, env, dir_.path() / "output.txt");
+    const int code = child.wait(60s).value_or(-1);
+    output_ = child.output();
+    return code;
+  }
+
+  std::map<std::string, long> counts() const { return read_counts(counts_path_); }
+
+  TempDir dir_{"shim-itest"};
+  SimgpudProcess simgpud_{{.profile_toml = "name = \"itest gpu\"\nsms = 8\ncompute_mode = \"fifo\"\n",
+                           .catalog_json = kCatalog,
+                           .dir_prefix = "shim-itest-simgpud"}};
+  std::filesystem::path counts_path_;
+  std::string output_;
+};
+
+TEST_F(ShimTest, DirectCallsAreAllSeen) {
+  ASSERT_EQ(run("intercept_linked_client", "direct"), 0) << output_;
+  EXPECT_NE(output_.find("direct ok"), std::string::npos) << output_;
+  const auto c = counts();
+  EXPECT_EQ(c.at("launch"), 4);  // two on the legacy stream, one on a stream, one captured
+  EXPECT_EQ(c.at("captured"), 1);
+  EXPECT_EQ(c.at("graph_launch"), 1);
+  EXPECT_EQ(c.at("copy"), 3);
+  EXPECT_EQ(c.at("memset"), 1);
+  EXPECT_EQ(c.at("sync"), 3);
+  EXPECT_EQ(c.at("naming"), 1);
+  EXPECT_EQ(c.at("alloc"), 2);
+  EXPECT_EQ(c.at("failed"), 0);
+  EXPECT_EQ(c.at("cuLaunchKernel"), 4);
+  EXPECT_EQ(c.at("cuMemcpyHtoD_v2"), 1);
+  EXPECT_EQ(c.at("cuMemcpyHtoDAsync_v2"), 1);
+  EXPECT_EQ(c.at("cuMemcpyDtoH_v2"), 1);
+  EXPECT_EQ(c.at("cuMemsetD32_v2"), 1);
+  EXPECT_EQ(c.at("cuGraphLaunch"), 1);
+  EXPECT_EQ(c.at("cuCtxSynchronize"), 1);
+  EXPECT_EQ(c.at("cuStreamSynchronize"), 2);
+  EXPECT_EQ(c.at("cuModuleGetFunction"), 1);
+  EXPECT_EQ(c.at("cuMemAlloc_v2"), 1);
+  EXPECT_EQ(c.at("cuMemFree_v2"), 1);
+}
+
+TEST_F(ShimTest, CuGetProcAddressAnswersHooks) {
+  ASSERT_EQ(run("intercept_linked_client", "proc"), 0) << output_;
+  EXPECT_NE(output_.find("proc ok"), std::string::npos) << output_;
+  const auto c = counts();
+  EXPECT_EQ(c.at("cuLaunchKernel"), 1);
+  EXPECT_EQ(c.at("cuLaunchKernel_ptsz"), 1);  // the per-thread flag got the per-thread hook
+  EXPECT_EQ(c.at("cuMemcpyHtoD_v2"), 1);
+  EXPECT_EQ(c.at("cuStreamSynchronize_ptsz"), 1);  // through a cuGetProcAddress found by cuGetProcAddress
+  EXPECT_EQ(c.at("cuMemcpyDtoH_v2"), 1);
+  EXPECT_EQ(c.at("launch"), 2);
+  EXPECT_EQ(c.at("copy"), 2);
+  EXPECT_EQ(c.at("failed"), 0);
+}
+
+TEST_F(ShimTest, DlopenAndDlsymAnswerHooks) {
+  ASSERT_EQ(run("intercept_dlopen_client", "dlsym"), 0) << output_;
+  EXPECT_NE(output_.find("dlsym ok"), std::string::npos) << output_;
+  const auto c = counts();
+  EXPECT_EQ(c.at("cuLaunchKernel"), 1);
+  EXPECT_EQ(c.at("cuModuleGetFunction"), 1);
+  EXPECT_EQ(c.at("cuMemcpyHtoD_v2"), 1);
+  EXPECT_EQ(c.at("cuMemcpyDtoH_v2"), 1);
+  EXPECT_EQ(c.at("cuCtxSynchronize"), 1);
+  EXPECT_EQ(c.at("alloc"), 2);
+  EXPECT_EQ(c.at("failed"), 0);
+}
+
+TEST_F(ShimTest, WithoutADriverHooksFailCleanlyAndSayItOnce) {
+  ASSERT_EQ(run("intercept_dlopen_client", "absent", {}, /*with_driver=*/false), 0) << output_;
+  EXPECT_NE(output_.find("absent ok"), std::string::npos) << output_;
+  EXPECT_EQ(occurrences(output_, "the driver has no cuLaunchKernel;"), 1u) << output_;
+  EXPECT_EQ(occurrences(output_, "the driver has no cuMemcpyHtoD_v2;"), 1u) << output_;
+  const auto c = counts();
+  EXPECT_EQ(c.at("launch"), 0);  // never reached the gate: there was nothing to call
+}
+
+TEST_F(ShimTest, ABadSettingIsReportedOnceAndTheProgramStillRuns) {
+  ASSERT_EQ(run("intercept_linked_client", "direct", {{"GPUQOS_PRIORITY", "urgent"}}), 0) << output_;
+  EXPECT_EQ(occurrences(output_, "GPUQOS_PRIORITY=\"urgent\" is not valid (allowed: high, low)"), 1u) << output_;
+  EXPECT_EQ(counts().at("launch"), 4);
+}
+
+}  // namespace
