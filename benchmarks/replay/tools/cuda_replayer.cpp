@@ -1,6 +1,8 @@
 // The driver-API side of the replayer: setup, paced submission, event timing, teardown.
 #include "cuda_replayer.h"
 
+#include <cmath>
+
 #include <sys/prctl.h>
 
 #include <algorithm>
@@ -34,8 +36,8 @@ bool uses_pinned_host(const Operation& op) {
 }  // namespace
 
 CudaReplayer::CudaReplayer(const Workload& workload, const std::string& ptx, int device, bool keep_gaps,
-                           std::chrono::nanoseconds lead)
-    : workload_(workload), keep_gaps_(keep_gaps), lead_(lead) {
+                           std::chrono::nanoseconds lead, double pace_scale)
+    : workload_(workload), keep_gaps_(keep_gaps), lead_(lead), pace_scale_(pace_scale) {
   ::prctl(PR_SET_TIMERSLACK, 1000UL);  // 1 us instead of 50 us: paced sleeps wake on time
   GQ_CU_CHECK(cuInit(0));
   GQ_CU_CHECK(cuDeviceGet(&device_, device));
@@ -118,7 +120,10 @@ CudaReplayer::Clock::time_point CudaReplayer::start(bool wait_for_device) {
 
 void CudaReplayer::submit(Clock::time_point origin) {
   for (const Operation& op : workload_.ops) {
-    if (keep_gaps_) pace_until(origin + std::chrono::nanoseconds(submit_offset_ns(op)) - lead_);
+    if (keep_gaps_) {
+      auto offset = std::chrono::nanoseconds(std::llround(static_cast<double>(submit_offset_ns(op)) * pace_scale_));
+      pace_until(origin + offset - lead_);
+    }
     submit_op(op);
   }
   for (auto& [id, stream] : streams_) GQ_CU_CHECK(cuEventRecord(end_events_.at(id), stream));

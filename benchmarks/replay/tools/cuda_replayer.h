@@ -22,8 +22,10 @@ class CudaReplayer {
   // creates streams and events and allocates the largest buffer each kind of copy needs.
   // lead: with keep_gaps, how much earlier than its recorded start each op is submitted, to
   // cover the time work takes to reach the device (zero: never before the recorded start).
+  // pace_scale: recorded offsets are stretched by it; set it to the device's time_scale when the
+  // device (simgpu) runs in slow motion, so host and device keep the recorded proportions.
   CudaReplayer(const Workload& workload, const std::string& ptx, int device, bool keep_gaps,
-               std::chrono::nanoseconds lead = std::chrono::nanoseconds(0));
+               std::chrono::nanoseconds lead = std::chrono::nanoseconds(0), double pace_scale = 1.0);
   ~CudaReplayer();
   CudaReplayer(const CudaReplayer&) = delete;
   CudaReplayer& operator=(const CudaReplayer&) = delete;
@@ -52,6 +54,7 @@ class CudaReplayer {
   const Workload& workload_;
   bool keep_gaps_;
   std::chrono::nanoseconds lead_;
+  double pace_scale_;
   CUdevice device_ = 0;
   CUcontext context_ = nullptr;
   CUmodule module_ = nullptr;

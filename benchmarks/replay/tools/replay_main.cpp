@@ -24,6 +24,7 @@ struct Options {
   std::string mode = "be";
   std::string gaps = "keep";
   double lead_us = 0;
+  double pace_scale = 1.0;
   double rate_per_s = 10;
   bool closed_loop = false;
   std::uint64_t seed = 1;
@@ -111,11 +112,11 @@ int run(const Options& o) {
   const Workload workload = load_workload(o.workload_path);
   const std::string ptx = o.ptx_path.empty() ? generate_ptx(workload) : read_text_file(o.ptx_path);
   const auto us = [](double v) { return std::chrono::nanoseconds(static_cast<std::int64_t>(v * 1000)); };
-  CudaReplayer replayer(workload, ptx, o.device, o.gaps == "keep", us(o.lead_us));
+  CudaReplayer replayer(workload, ptx, o.device, o.gaps == "keep", us(o.lead_us), o.pace_scale);
   StopRule stop{Clock::now(), o.duration_s, o.count};
   if (!stop.count && !stop.duration_s) stop.duration_s = 10.0;
   json result = o.mode == "lc" ? run_queries(replayer, o, stop) : run_iterations(replayer, stop);
-  result["config"] = {{"workload", o.workload_path}, {"mode", o.mode},   {"gaps", o.gaps}, {"lead_us", o.lead_us},
+  result["config"] = {{"workload", o.workload_path}, {"mode", o.mode},   {"gaps", o.gaps}, {"lead_us", o.lead_us}, {"pace_scale", o.pace_scale},
                       {"rate_per_s", o.rate_per_s},  {"closed_loop", o.closed_loop}, {"seed", o.seed},
                       {"device", replayer.device_name()}};
   result["trace"] = {{"source", workload.source},
@@ -149,6 +150,10 @@ int main(int argc, char** argv) {
                  "gaps keep: submit each op this much before its recorded start, to cover the time work "
                  "takes to reach the device (0: never before it)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--pace-scale", o.pace_scale,
+                 "gaps keep: stretch recorded offsets by this factor (the device's time_scale when it runs "
+                 "slowed down, e.g. simgpu with time_scale > 1)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--rate", o.rate_per_s, "lc: query arrivals per second (Poisson, open loop)")
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_flag("--closed-loop", o.closed_loop, "lc: the next query arrives when the previous one finished");
