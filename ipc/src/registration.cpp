@@ -71,6 +71,8 @@ RecordKind record_kind(Record record) noexcept {
     case kHelloMagic: return RecordKind::hello;
     case kHelloReplyMagic: return RecordKind::hello_reply;
     case kKernelNameMagic: return RecordKind::kernel_name;
+    case kControlRequestMagic: return RecordKind::control_request;
+    case kControlReplyMagic: return RecordKind::control_reply;
     default: return RecordKind::unknown;
   }
 }
@@ -120,6 +122,61 @@ Result<std::vector<std::byte>> encode_kernel_name(std::uint32_t kernel_id, std::
   const auto* text = reinterpret_cast<const std::byte*>(name.data());
   record.insert(record.end(), text, text + name.size());
   return record;
+}
+
+std::vector<std::byte> encode_control_request(ControlKind kind) {
+  return bytes_of(ControlRequest{kControlRequestMagic, kProtocolVersionMajor, kProtocolVersionMinor, kind, 0});
+}
+
+Result<std::vector<std::byte>> encode_control_reply(ControlStatus status, std::string_view text) {
+  if (text.size() > kMaxControlTextBytes) return Error{"control reply text of " + std::to_string(text.size()) + " bytes is too long"};
+  ControlReplyHeader header{kControlReplyMagic, kProtocolVersionMajor, kProtocolVersionMinor, status,
+                            static_cast<std::uint32_t>(text.size())};
+  std::vector<std::byte> record = bytes_of(header);
+  const auto* bytes = reinterpret_cast<const std::byte*>(text.data());
+  record.insert(record.end(), bytes, bytes + text.size());
+  return record;
+}
+
+Result<DecodedControlRequest> decode_control_request(Record record) {
+  if (record.size() < sizeof(VersionPrefix)) return Error{"control request: " + std::to_string(record.size()) + " bytes, too short"};
+  auto prefix = read_prefix<VersionPrefix>(record, sizeof(VersionPrefix));
+  if (prefix.magic != kControlRequestMagic) return Error{"control request: bad magic"};
+  DecodedControlRequest decoded;
+  decoded.request.magic = prefix.magic;
+  decoded.request.version_major = prefix.version_major;
+  decoded.request.version_minor = prefix.version_minor;
+  if (prefix.version_major != kProtocolVersionMajor) return decoded;
+  if (Status size = check_record_size("control request", record.size(), sizeof(ControlRequest), prefix.version_minor); !size) {
+    return Error{size.error()};
+  }
+  decoded.request = read_prefix<ControlRequest>(record, sizeof(ControlRequest));
+  decoded.version_matches = true;
+  return decoded;  // an unknown kind is answered with unknown_kind, not dropped
+}
+
+Result<ControlReply> decode_control_reply(Record record) {
+  if (record.size() < sizeof(ControlReplyHeader)) return Error{"control reply: " + std::to_string(record.size()) + " bytes, too short"};
+  auto header = read_prefix<ControlReplyHeader>(record, sizeof(ControlReplyHeader));
+  if (header.magic != kControlReplyMagic) return Error{"control reply: bad magic"};
+  ControlReply reply;
+  reply.version_major = header.version_major;
+  if (header.version_major != kProtocolVersionMajor) {
+    reply.status = ControlStatus::version_mismatch;
+    reply.text = "the daemon speaks protocol " + std::to_string(header.version_major) + "." +
+                 std::to_string(header.version_minor);
+    return reply;
+  }
+  if (static_cast<std::uint32_t>(header.status) > static_cast<std::uint32_t>(ControlStatus::unknown_kind)) {
+    return Error{"control reply: unknown status " + std::to_string(static_cast<std::uint32_t>(header.status))};
+  }
+  if (header.text_bytes > kMaxControlTextBytes || record.size() != sizeof header + header.text_bytes) {
+    return Error{"control reply: record of " + std::to_string(record.size()) + " bytes does not hold " +
+                 std::to_string(header.text_bytes) + " bytes of text"};
+  }
+  reply.status = header.status;
+  reply.text.assign(reinterpret_cast<const char*>(record.data() + sizeof header), header.text_bytes);
+  return reply;
 }
 
 Result<DecodedHello> decode_hello(Record record) {
@@ -205,8 +262,10 @@ Status send_record(int fd, std::span<const std::byte> record) {
   }
 }
 
-Status receive_record(int fd, std::vector<std::byte>& buffer) {
-  buffer.resize(kMaxRecordBytes);
+Status receive_record(int fd, std::vector<std::byte>& buffer) { return receive_record(fd, buffer, kMaxRecordBytes); }
+
+Status receive_record(int fd, std::vector<std::byte>& buffer, std::size_t max_bytes) {
+  buffer.resize(max_bytes);
   iovec io{buffer.data(), buffer.size()};
   msghdr message{};
   message.msg_iov = &io;
@@ -225,7 +284,7 @@ Status receive_record(int fd, std::vector<std::byte>& buffer) {
   }
   if (message.msg_flags & MSG_TRUNC) {
     buffer.clear();
-    return Error{"record longer than " + std::to_string(kMaxRecordBytes) + " bytes"};
+    return Error{"record longer than " + std::to_string(max_bytes) + " bytes"};
   }
   buffer.resize(static_cast<std::size_t>(got));
   return {};

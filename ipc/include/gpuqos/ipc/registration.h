@@ -4,6 +4,9 @@
 //   daemon -> shim  HelloReply   ok + the segment to map and the client number, or a refusal
 //   shim -> daemon  KernelName   the name behind a kernel id, once per id, before its first op
 //
+// A control client (the gpuqos CLI) sends a ControlRequest as its first record instead of a Hello
+// and gets one ControlReply (a header and up to kMaxControlTextBytes of JSON text) back.
+//
 // Every record opens with its own magic and then the protocol version (Hello and HelloReply), a
 // prefix that never changes, so either side can recognise the other's version and refuse
 // politely. Everything the daemon receives is untrusted: decode_* validate every field and return
@@ -27,6 +30,8 @@ namespace gpuqos::ipc {
 inline constexpr std::uint32_t kHelloMagic = 0x4c485147;       // "GQHL"
 inline constexpr std::uint32_t kHelloReplyMagic = 0x52485147;  // "GQHR"
 inline constexpr std::uint32_t kKernelNameMagic = 0x4e4b5147;  // "GQKN"
+inline constexpr std::uint32_t kControlRequestMagic = 0x54435147;  // "GQCT"
+inline constexpr std::uint32_t kControlReplyMagic = 0x52435147;    // "GQCR"
 inline constexpr std::uint16_t kProtocolVersionMajor = 1;
 inline constexpr std::uint16_t kProtocolVersionMinor = 0;
 
@@ -35,6 +40,9 @@ inline constexpr std::size_t kReplyMessageBytes = 128;  // with its NUL
 inline constexpr std::uint32_t kMaxDevices = 64;
 inline constexpr std::uint32_t kMaxKernelNameBytes = 4096;
 inline constexpr std::size_t kMaxRecordBytes = 16 + kMaxKernelNameBytes;  // the largest record
+
+// A control reply is one record of at most this many bytes (header included).
+inline constexpr std::size_t kMaxControlRecordBytes = 64 * 1024;
 
 enum class Priority : std::uint8_t { low = 0, high = 1 };
 enum class HelloStatus : std::uint32_t { ok = 0, version_mismatch = 1, refused = 2 };
@@ -74,6 +82,33 @@ static_assert(sizeof(KernelNameHeader) == 16);
 static_assert(offsetof(Hello, priority) == 8 && offsetof(Hello, job_name) == 16);
 static_assert(offsetof(HelloReply, status) == 8 && offsetof(HelloReply, segment_name) == 16);
 
+// What a control client asks for.
+enum class ControlKind : std::uint32_t { status = 1 };
+enum class ControlStatus : std::uint32_t { ok = 0, version_mismatch = 1, unknown_kind = 2 };
+
+struct ControlRequest {
+  std::uint32_t magic;  // kControlRequestMagic
+  std::uint16_t version_major;
+  std::uint16_t version_minor;
+  ControlKind kind;
+  std::uint32_t reserved;
+};
+
+// Followed by text_bytes bytes of UTF-8 text (no NUL): ok: the answer (status: a JSON object);
+// otherwise why the request was refused.
+struct ControlReplyHeader {
+  std::uint32_t magic;  // kControlReplyMagic
+  std::uint16_t version_major;  // the daemon's
+  std::uint16_t version_minor;
+  ControlStatus status;
+  std::uint32_t text_bytes;  // <= kMaxControlTextBytes
+};
+inline constexpr std::size_t kMaxControlTextBytes = kMaxControlRecordBytes - sizeof(ControlReplyHeader);
+
+static_assert(std::is_trivially_copyable_v<ControlRequest> && sizeof(ControlRequest) == 16);
+static_assert(std::is_trivially_copyable_v<ControlReplyHeader> && sizeof(ControlReplyHeader) == 16);
+static_assert(offsetof(ControlRequest, kind) == 8 && offsetof(ControlReplyHeader, status) == 8);
+
 struct KernelName {
   std::uint32_t kernel_id = 0;
   std::string name;
@@ -86,7 +121,20 @@ struct DecodedHello {
   bool version_matches = false;
 };
 
-enum class RecordKind { hello, hello_reply, kernel_name, unknown };
+// A decoded ControlRequest. From another major version only magic and version are filled in:
+// reply version_mismatch.
+struct DecodedControlRequest {
+  ControlRequest request{};
+  bool version_matches = false;
+};
+
+struct ControlReply {
+  ControlStatus status = ControlStatus::ok;
+  std::uint16_t version_major = 0;  // the daemon's
+  std::string text;
+};
+
+enum class RecordKind { hello, hello_reply, kernel_name, control_request, control_reply, unknown };
 
 // Which record this is, from its magic.
 RecordKind record_kind(std::span<const std::byte> record) noexcept;
@@ -102,18 +150,25 @@ std::string sanitize_job_name(std::string_view name);
 std::vector<std::byte> encode(const Hello& hello);
 std::vector<std::byte> encode(const HelloReply& reply);
 Result<std::vector<std::byte>> encode_kernel_name(std::uint32_t kernel_id, std::string_view name);
+std::vector<std::byte> encode_control_request(ControlKind kind);
+// Text longer than kMaxControlTextBytes is an error (the daemon bounds what it sends).
+Result<std::vector<std::byte>> encode_control_reply(ControlStatus status, std::string_view text);
 
 // Decoders: the one place where records from the other process are checked.
 Result<DecodedHello> decode_hello(std::span<const std::byte> record);
 Result<HelloReply> decode_hello_reply(std::span<const std::byte> record);
 Result<KernelName> decode_kernel_name(std::span<const std::byte> record);
+Result<DecodedControlRequest> decode_control_request(std::span<const std::byte> record);
+Result<ControlReply> decode_control_reply(std::span<const std::byte> record);
 
 // Sends one record (MSG_NOSIGNAL, EINTR retried).
 Status send_record(int fd, std::span<const std::byte> record);
 
 // Receives one record into buffer (resized to what arrived). A record longer than
-// kMaxRecordBytes is an error, as is end of stream ("peer closed"). Blocking follows the socket.
+// kMaxRecordBytes (max_bytes) is an error, as is end of stream ("peer closed"). Blocking follows
+// the socket.
 Status receive_record(int fd, std::vector<std::byte>& buffer);
+Status receive_record(int fd, std::vector<std::byte>& buffer, std::size_t max_bytes);
 
 // The peer of a connected Unix socket, as the kernel saw it when it connected (SO_PEERCRED).
 struct PeerCredentials {
