@@ -1,0 +1,90 @@
+// A registered client as the daemon sees it: who it is (from SO_PEERCRED), its socket, its
+// segment, the thread that waits on its ops ring, and its accounting for status.
+//
+// Owned and used by the daemon's loop thread only (the OpsWaiter inside has its own thread).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "gpuqos/ipc/registration.h"
+#include "gpuqos/ipc/segment.h"
+#include "gpuqos/scheduler/ops_waiter.h"
+#include "gpuqos/scheduler/policy.h"
+#include "gpuqos/scheduler/unix_socket.h"
+
+namespace gpuqos::scheduler {
+
+struct ClientIdentity {
+  ClientId id = 0;
+  ipc::PeerCredentials peer;  // from the kernel, never from the hello
+  std::string job;
+  ipc::Priority priority = ipc::Priority::low;
+  std::uint32_t device = 0;
+};
+
+class Client {
+ public:
+  Client(ClientIdentity identity, FileDescriptor socket, ipc::Segment segment, int wake_fd);
+
+  const ClientIdentity& identity() const { return identity_; }
+  // "job 'NAME' pid PID": starts every log line about this client.
+  const std::string& tag() const { return tag_; }
+  int socket_fd() const { return socket_.get(); }
+  ipc::Segment& segment() { return segment_; }
+  const std::string& segment_name() const { return segment_.name(); }
+  OpsWaiter& waiter() { return *waiter_; }
+  bool high_priority() const { return identity_.priority == ipc::Priority::high; }
+
+  // Accounting of one validated op, arrived at now_ns.
+  void posted(const ipc::OpDescriptor& op, std::int64_t now_ns);
+  // Raises the grant to through_seq (never lowers it); true when it moved.
+  bool grant_through(std::uint64_t through_seq);
+  // Pushes the current grant into the grants ring unless already there; false if the ring is full.
+  bool publish_grant(std::uint32_t flags = ipc::kGrantNone);
+
+  std::uint64_t last_seq() const { return last_seq_; }
+  std::uint64_t granted_through() const { return granted_through_; }
+  std::uint64_t posted_ops() const { return posted_ops_; }
+  std::uint64_t granted_ops() const { return granted_ops_; }
+  std::uint64_t completed_ops() const { return completed_ops_; }
+  void count_completion() { ++completed_ops_; }
+  bool grant_pending() const { return published_through_ != granted_through_; }
+  // ns the oldest ungranted op has waited (0: none waits).
+  std::int64_t current_wait_ns(std::int64_t now_ns) const;
+  const char* state() const { return ungranted_.empty() ? "running" : "waiting"; }
+
+  // Kernel names registered over the socket.
+  std::unordered_map<std::uint32_t, std::string>& kernel_names() { return kernel_names_; }
+  std::size_t kernel_name_count() const { return kernel_names_.size(); }
+  // Completions popped before the op they name reached the loop (the waiter still held it).
+  std::vector<ipc::CompletionDescriptor>& deferred_completions() { return deferred_completions_; }
+  std::int64_t deferred_since_ns = 0;
+
+ private:
+  struct Ungranted {
+    std::uint64_t seq;
+    std::int64_t arrived_ns;
+  };
+
+  ClientIdentity identity_;
+  std::string tag_;
+  FileDescriptor socket_;
+  ipc::Segment segment_;
+  std::unique_ptr<OpsWaiter> waiter_;  // last: stops before the segment is unmapped
+  std::uint64_t last_seq_ = 0;
+  std::uint64_t granted_through_ = 0;
+  std::uint64_t published_through_ = 0;
+  std::uint64_t posted_ops_ = 0;
+  std::uint64_t granted_ops_ = 0;
+  std::uint64_t completed_ops_ = 0;
+  std::deque<Ungranted> ungranted_;
+  std::unordered_map<std::uint32_t, std::string> kernel_names_;
+  std::vector<ipc::CompletionDescriptor> deferred_completions_;
+};
+
+}  // namespace gpuqos::scheduler

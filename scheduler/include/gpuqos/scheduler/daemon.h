@@ -1,0 +1,88 @@
+// gpuqosd's loop: one epoll thread for the listening socket, the client sockets, a signalfd
+// (SIGTERM/SIGINT: drain and exit), a 10 ms timerfd (heartbeats, completions, policy ticks) and
+// the eventfd the clients' OpsWaiter threads signal when ops arrive.
+//
+// Contract: create() must run before any other thread exists (it blocks SIGTERM and SIGINT for the
+// process so the signalfd receives them); run() is called once, from that same thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gpuqos/ipc/registration.h"
+#include "gpuqos/ipc/result.h"
+#include "gpuqos/scheduler/client.h"
+#include "gpuqos/scheduler/policy.h"
+#include "gpuqos/scheduler/status.h"
+#include "gpuqos/scheduler/unix_socket.h"
+
+namespace gpuqos::scheduler {
+
+struct DaemonOptions {
+  std::string socket_path = kDefaultSocketPath;
+  PolicyOptions policy;
+};
+
+class Daemon {
+ public:
+  // How often heartbeats are published and the policy ticks (the shim's limit is 100 ms).
+  static constexpr std::int64_t kTickNs = 10'000'000;
+  // A connection that sends neither a hello nor a control request within this is closed.
+  static constexpr std::int64_t kFirstRecordTimeoutNs = 2'000'000'000;
+  // A completion whose op has not arrived within this is a protocol violation.
+  static constexpr std::int64_t kDeferredCompletionLimitNs = 1'000'000'000;
+
+  static ipc::Result<std::unique_ptr<Daemon>> create(DaemonOptions options);
+  ~Daemon();
+
+  // Serves until SIGTERM or SIGINT, then drains; the process exit code.
+  int run();
+
+ private:
+  struct Pending {  // connected, first record not yet read
+    FileDescriptor socket;
+    ipc::PeerCredentials peer;
+    std::int64_t accepted_ns = 0;
+  };
+
+  explicit Daemon(DaemonOptions options);
+  ipc::Status setup();
+  void watch(int fd, std::uint64_t token, std::uint32_t events);
+  void on_event(std::uint64_t token, std::uint32_t events);
+
+  // daemon_connections.cpp: accepting, first records, control requests, kernel names.
+  void accept_connections();
+  void on_pending_readable(std::uint64_t token, std::uint32_t events);
+  void on_first_record(Pending& pending, const std::vector<std::byte>& record);
+  void register_client(Pending& pending, const ipc::Hello& hello);
+  void answer_control(Pending& pending, const std::vector<std::byte>& record);
+  // Reads every record queued on the client's socket; why the client must go, or empty.
+  std::string read_client_socket(Client& client);
+  void expire_pending(std::int64_t now_ns);
+
+  // daemon_clients.cpp: ops, completions, grants, reclaim, drain.
+  void drain_all(std::int64_t now_ns);
+  // Each returns why the client must go, or an empty string.
+  std::string accept_op(Client& client, const ArrivedOp& arrived);
+  std::string drain_completions(Client& client, std::int64_t now_ns);
+  void apply(const Decisions& decisions);
+  void drop_client(ClientId id, const std::string& reason, bool as_error);
+  void heartbeat_and_tick(std::int64_t now_ns);
+  void drain_and_release();
+  DaemonStatus status_snapshot() const;
+
+  DaemonOptions options_;
+  std::unique_ptr<Policy> policy_;
+  std::int64_t started_ns_ = 0;
+  FileDescriptor epoll_, listener_, signals_, timer_, wake_;
+  bool stopping_ = false;
+  std::uint32_t next_client_number_ = 1;
+  std::uint64_t next_pending_token_ = 0;
+  std::map<std::uint64_t, Pending> pending_;
+  std::map<ClientId, std::unique_ptr<Client>> clients_;
+};
+
+}  // namespace gpuqos::scheduler

@@ -1,0 +1,70 @@
+// The policy interface: events in (op posted, op completed, client gone, tick), grants out.
+//
+// A policy is a pure object: no I/O, no clock, no threads. The daemon calls it from its one loop
+// thread with the time of each event, so a test drives it in a virtual clock. Every descriptor it
+// sees has already passed ipc's validate_op / validate_completion. The Baymax policy implements
+// this same interface.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gpuqos/ipc/descriptor.h"
+#include "gpuqos/ipc/registration.h"
+#include "gpuqos/scheduler/engine_backlog.h"
+
+namespace gpuqos::scheduler {
+
+using ClientId = std::uint32_t;  // the daemon's client number, unique for its lifetime
+
+// A decision: client may issue every op with seq <= through_seq.
+struct Grant {
+  ClientId client = 0;
+  std::uint64_t through_seq = 0;
+  friend bool operator==(const Grant&, const Grant&) = default;
+};
+using Decisions = std::vector<Grant>;
+
+struct OpPosted {
+  ClientId client = 0;
+  ipc::Priority priority = ipc::Priority::low;
+  ipc::OpDescriptor op{};
+  std::int64_t now_ns = 0;
+};
+
+struct OpCompleted {
+  ClientId client = 0;
+  ipc::CompletionDescriptor completion{};  // device start/end times
+  std::int64_t now_ns = 0;
+};
+
+class Policy {
+ public:
+  virtual ~Policy() = default;
+
+  virtual std::string_view name() const = 0;
+
+  // A high-priority op is accounted and never held: no decision is ever needed for it.
+  virtual Decisions op_posted(const OpPosted& event) = 0;
+  virtual Decisions op_completed(const OpCompleted& event) = 0;
+  // Everything of the client is forgotten; freed capacity may grant others.
+  virtual Decisions client_gone(ClientId client, std::int64_t now_ns) = 0;
+  virtual Decisions tick(std::int64_t now_ns) = 0;
+
+  // What is on (or granted to) each device's engines, for status and for the policy itself.
+  virtual const EngineBacklog& backlog() const = 0;
+};
+
+struct PolicyOptions {
+  std::string name = "fifo";
+  // fifo: low-priority ops granted but not yet completed (0: no limit).
+  std::uint32_t max_outstanding_ops = 0;
+};
+
+// The policy called options.name, or nullptr when there is none by that name.
+std::unique_ptr<Policy> make_policy(const PolicyOptions& options);
+
+}  // namespace gpuqos::scheduler

@@ -1,0 +1,65 @@
+// `gpuqos status`: what the daemon reports (DaemonStatus), its JSON form (bounded to one control
+// record), the human-readable table, and the client side of the request.
+//
+// JSON (version 1):
+//   {"version":1, "daemon":{"pid","uptime_ns","policy","socket"},
+//    "backlog":[{"device","engine","outstanding_ops","backlog_ns","completed_ops","completed_device_ns"}],
+//    "clients":[{"client","pid","uid","gid","job","priority","device","state","segment",
+//                "ops":{"posted","granted","completed"},"last_seq","granted_through_seq",
+//                "current_wait_ns","kernel_names"}],
+//    "clients_omitted": N}   (only when the list had to be cut to fit one record)
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "gpuqos/ipc/registration.h"
+#include "gpuqos/ipc/result.h"
+#include "gpuqos/scheduler/engine_backlog.h"
+
+namespace gpuqos::scheduler {
+
+struct ClientStatus {
+  std::uint32_t client = 0;
+  std::int64_t pid = 0;
+  std::uint32_t uid = 0;
+  std::uint32_t gid = 0;
+  std::string job;
+  ipc::Priority priority = ipc::Priority::low;
+  std::uint32_t device = 0;
+  std::string state;
+  std::string segment;
+  std::uint64_t posted = 0;
+  std::uint64_t granted = 0;
+  std::uint64_t completed = 0;
+  std::uint64_t last_seq = 0;
+  std::uint64_t granted_through_seq = 0;
+  std::int64_t current_wait_ns = 0;
+  std::uint64_t kernel_names = 0;
+};
+
+struct DaemonStatus {
+  std::int64_t pid = 0;
+  std::int64_t uptime_ns = 0;
+  std::string policy;
+  std::string socket;
+  std::vector<EngineLoad> backlog;
+  std::vector<ClientStatus> clients;
+};
+
+nlohmann::json to_json(const DaemonStatus& status);
+
+// The JSON text, at most max_bytes: clients are left off the end (counted in "clients_omitted")
+// until it fits.
+std::string bounded_status_text(const DaemonStatus& status, std::size_t max_bytes = ipc::kMaxControlTextBytes);
+
+// The table `gpuqos status` prints.
+std::string render_status_table(const nlohmann::json& status);
+
+// Asks the daemon on socket_path for its status; the JSON text, or why not.
+ipc::Result<std::string> request_status(const std::string& socket_path);
+
+}  // namespace gpuqos::scheduler

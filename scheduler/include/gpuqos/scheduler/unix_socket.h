@@ -1,0 +1,55 @@
+// The daemon's socket: an owned file descriptor, listening (with the stale-socket and
+// another-daemon checks) and connecting on an AF_UNIX SOCK_SEQPACKET path, and a non-blocking
+// record read that tells "nothing yet" from "gone".
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gpuqos/ipc/result.h"
+
+namespace gpuqos::scheduler {
+
+inline constexpr const char* kDefaultSocketPath = "/run/gpuqos/gpuqosd.sock";
+
+// Owns one file descriptor; closes it on destruction.
+class FileDescriptor {
+ public:
+  FileDescriptor() = default;
+  explicit FileDescriptor(int fd) noexcept : fd_(fd) {}
+  ~FileDescriptor() { reset(); }
+  FileDescriptor(FileDescriptor&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  FileDescriptor& operator=(FileDescriptor&& other) noexcept {
+    if (this != &other) {
+      reset();
+      fd_ = std::exchange(other.fd_, -1);
+    }
+    return *this;
+  }
+  FileDescriptor(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(const FileDescriptor&) = delete;
+
+  int get() const noexcept { return fd_; }
+  bool valid() const noexcept { return fd_ >= 0; }
+  void reset() noexcept;
+
+ private:
+  int fd_ = -1;
+};
+
+// Creates the parent directory if missing, removes a stale socket, and refuses when another
+// daemon answers on path. The socket is non-blocking and close-on-exec.
+ipc::Result<FileDescriptor> listen_unix(const std::string& path);
+
+// A blocking, close-on-exec connection to path.
+ipc::Result<FileDescriptor> connect_unix(const std::string& path);
+
+enum class ReadOutcome { record, would_block, closed, error };
+
+// Reads one record without blocking. error: too long (truncated) or a socket error (in error).
+ReadOutcome read_record_nonblocking(int fd, std::vector<std::byte>& buffer, std::size_t max_bytes,
+                                    std::string& error);
+
+}  // namespace gpuqos::scheduler

@@ -1,0 +1,45 @@
+// A registered client's accounting and its grants ring.
+#include "gpuqos/scheduler/client.h"
+
+namespace gpuqos::scheduler {
+
+Client::Client(ClientIdentity identity, FileDescriptor socket, ipc::Segment segment, int wake_fd)
+    : identity_(std::move(identity)),
+      tag_("job '" + identity_.job + "' pid " + std::to_string(identity_.peer.pid)),
+      socket_(std::move(socket)),
+      segment_(std::move(segment)),
+      waiter_(std::make_unique<OpsWaiter>(segment_.ops(), wake_fd)) {}
+
+void Client::posted(const ipc::OpDescriptor& op, std::int64_t now_ns) {
+  last_seq_ = op.seq;
+  ++posted_ops_;
+  if (high_priority()) {
+    ++granted_ops_;  // never held
+  } else {
+    ungranted_.push_back(Ungranted{op.seq, now_ns});
+  }
+}
+
+bool Client::grant_through(std::uint64_t through_seq) {
+  if (through_seq <= granted_through_) return false;
+  granted_through_ = through_seq;
+  while (!ungranted_.empty() && ungranted_.front().seq <= through_seq) {
+    ungranted_.pop_front();
+    ++granted_ops_;
+  }
+  return true;
+}
+
+bool Client::publish_grant(std::uint32_t flags) {
+  if (!grant_pending() && flags == ipc::kGrantNone) return true;
+  const ipc::GrantDescriptor grant{granted_through_, 0, flags, 0, 0};
+  if (!segment_.grants().try_push(grant)) return false;
+  published_through_ = granted_through_;
+  return true;
+}
+
+std::int64_t Client::current_wait_ns(std::int64_t now_ns) const {
+  return ungranted_.empty() ? 0 : now_ns - ungranted_.front().arrived_ns;
+}
+
+}  // namespace gpuqos::scheduler

@@ -1,0 +1,156 @@
+// gpuqosd's loop: setup of its descriptors, the epoll dispatch, ticks, status and shutdown.
+#include "gpuqos/scheduler/daemon.h"
+
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/signalfd.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+
+#include <spdlog/spdlog.h>
+
+#include "daemon_tokens.h"
+#include "gpuqos/ipc/clock.h"
+
+namespace gpuqos::scheduler {
+namespace {
+
+ipc::Error system_error(const std::string& what) { return ipc::Error{what + ": " + std::strerror(errno)}; }
+
+}  // namespace
+
+Daemon::Daemon(DaemonOptions options) : options_(std::move(options)) {}
+
+Daemon::~Daemon() {
+  // Normally drain_and_release() already did this; on an early failure nothing must be left.
+  for (auto& [id, client] : clients_) ipc::Segment::remove(client->segment().name());
+  clients_.clear();
+  if (listener_.valid()) ::unlink(options_.socket_path.c_str());
+}
+
+ipc::Result<std::unique_ptr<Daemon>> Daemon::create(DaemonOptions options) {
+  std::unique_ptr<Daemon> daemon(new Daemon(std::move(options)));
+  daemon->policy_ = make_policy(daemon->options_.policy);
+  if (!daemon->policy_) return ipc::Error{"unknown policy '" + daemon->options_.policy.name + "' (known: fifo)"};
+  if (ipc::Status ready = daemon->setup(); !ready) return ipc::Error{ready.error()};
+  return daemon;
+}
+
+ipc::Status Daemon::setup() {
+  started_ns_ = ipc::monotonic_ns();
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGTERM);
+  sigaddset(&mask, SIGINT);
+  if (::pthread_sigmask(SIG_BLOCK, &mask, nullptr) != 0) return system_error("pthread_sigmask");
+  ::signal(SIGPIPE, SIG_IGN);
+  signals_ = FileDescriptor(::signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC));
+  timer_ = FileDescriptor(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
+  wake_ = FileDescriptor(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  epoll_ = FileDescriptor(::epoll_create1(EPOLL_CLOEXEC));
+  if (!signals_.valid() || !timer_.valid() || !wake_.valid() || !epoll_.valid()) return system_error("event descriptors");
+  const itimerspec period{{0, kTickNs}, {0, kTickNs}};
+  if (::timerfd_settime(timer_.get(), 0, &period, nullptr) != 0) return system_error("timerfd_settime");
+  auto listener = listen_unix(options_.socket_path);
+  if (!listener) return ipc::Error{listener.error()};
+  listener_ = std::move(listener.value());
+  watch(listener_.get(), tokens::kListener, EPOLLIN);
+  watch(signals_.get(), tokens::kSignals, EPOLLIN);
+  watch(timer_.get(), tokens::kTimer, EPOLLIN);
+  watch(wake_.get(), tokens::kWake, EPOLLIN);
+  return {};
+}
+
+void Daemon::watch(int fd, std::uint64_t token, std::uint32_t events) {
+  epoll_event event{};
+  event.events = events;
+  event.data.u64 = token;
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &event) != 0) {
+    spdlog::error("epoll_ctl add: {}", std::strerror(errno));
+  }
+}
+
+int Daemon::run() {
+  spdlog::info("gpuqosd pid {} serving {} with policy {}", ::getpid(), options_.socket_path, policy_->name());
+  std::array<epoll_event, 64> events;
+  while (!stopping_) {
+    const int ready = ::epoll_wait(epoll_.get(), events.data(), static_cast<int>(events.size()), -1);
+    if (ready < 0) {
+      if (errno == EINTR) continue;
+      spdlog::critical("epoll_wait: {}", std::strerror(errno));
+      drain_and_release();
+      return 1;
+    }
+    for (int i = 0; i < ready; ++i) on_event(events[i].data.u64, events[i].events);
+  }
+  drain_and_release();
+  return 0;
+}
+
+void Daemon::on_event(std::uint64_t token, std::uint32_t events) {
+  const std::int64_t now = ipc::monotonic_ns();
+  if (token == tokens::kListener) return accept_connections();
+  if (token == tokens::kSignals) {
+    signalfd_siginfo info{};
+    while (::read(signals_.get(), &info, sizeof info) == sizeof info) {
+      spdlog::info("signal {} from pid {}: draining", strsignal(static_cast<int>(info.ssi_signo)), info.ssi_pid);
+      stopping_ = true;
+    }
+    return;
+  }
+  if (token == tokens::kTimer) {
+    std::uint64_t expirations = 0;
+    [[maybe_unused]] ssize_t got = ::read(timer_.get(), &expirations, sizeof expirations);
+    return heartbeat_and_tick(now);
+  }
+  if (token == tokens::kWake) {
+    std::uint64_t count = 0;
+    [[maybe_unused]] ssize_t got = ::read(wake_.get(), &count, sizeof count);
+    return drain_all(now);
+  }
+  if (tokens::is_pending(token)) return on_pending_readable(token, events);
+  auto client = clients_.find(static_cast<ClientId>(token));
+  if (client == clients_.end()) return;
+  if (events & EPOLLIN) {
+    if (std::string why = read_client_socket(*client->second); !why.empty()) return drop_client(client->first, why, true);
+  }
+  if (events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)) drop_client(client->first, "hung up", false);
+}
+
+void Daemon::heartbeat_and_tick(std::int64_t now_ns) {
+  for (auto& [id, client] : clients_) {
+    client->segment().publish_heartbeat(static_cast<std::uint64_t>(now_ns));
+    if (client->grant_pending() && !client->publish_grant()) {
+      spdlog::debug("{}: grants ring full, retrying", client->tag());
+    }
+  }
+  drain_all(now_ns);
+  apply(policy_->tick(now_ns));
+  expire_pending(now_ns);
+}
+
+DaemonStatus Daemon::status_snapshot() const {
+  const std::int64_t now_ns = ipc::monotonic_ns();
+  DaemonStatus status;
+  status.pid = ::getpid();
+  status.uptime_ns = now_ns - started_ns_;
+  status.policy = std::string(policy_->name());
+  status.socket = options_.socket_path;
+  status.backlog = policy_->backlog().loads();
+  for (const auto& [id, client] : clients_) {
+    const ClientIdentity& who = client->identity();
+    status.clients.push_back(ClientStatus{
+        id, who.peer.pid, who.peer.uid, who.peer.gid, who.job, who.priority, who.device, client->state(),
+        client->segment_name(), client->posted_ops(), client->granted_ops(), client->completed_ops(),
+        client->last_seq(), client->granted_through(), client->current_wait_ns(now_ns),
+        client->kernel_name_count()});
+  }
+  return status;
+}
+
+}  // namespace gpuqos::scheduler

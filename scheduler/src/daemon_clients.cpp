@@ -1,0 +1,140 @@
+// gpuqosd: the path of each client's ops and completions through validation and the policy, the
+// grants that come back, reclaiming a client that is gone, and the drain at shutdown.
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <map>
+
+#include "gpuqos/ipc/clock.h"
+#include "gpuqos/ipc/validate.h"
+#include "gpuqos/scheduler/daemon.h"
+
+namespace gpuqos::scheduler {
+
+// Ops of all clients go to the policy in the order the waiters popped them, then completions.
+void Daemon::drain_all(std::int64_t now_ns) {
+  std::vector<std::pair<ClientId, ArrivedOp>> arrivals;
+  for (auto& [id, client] : clients_) {
+    for (const ArrivedOp& arrived : client->waiter().take()) arrivals.emplace_back(id, arrived);
+  }
+  std::stable_sort(arrivals.begin(), arrivals.end(),
+                   [](const auto& a, const auto& b) { return a.second.arrived_ns < b.second.arrived_ns; });
+  std::map<ClientId, std::string> broken;
+  for (const auto& [id, arrived] : arrivals) {
+    if (broken.contains(id)) continue;
+    if (std::string why = accept_op(*clients_.at(id), arrived); !why.empty()) broken.emplace(id, std::move(why));
+  }
+  for (auto& [id, client] : clients_) {
+    if (broken.contains(id)) continue;
+    std::string why = client->waiter().corrupted() ? "ops ring corrupted (impossible indices)" : "";
+    if (why.empty()) why = drain_completions(*client, now_ns);
+    if (!why.empty()) broken.emplace(id, std::move(why));
+  }
+  for (const auto& [id, why] : broken) drop_client(id, why, true);
+}
+
+// The one place a client's ops are validated before anything looks at them.
+std::string Daemon::accept_op(Client& client, const ArrivedOp& arrived) {
+  const ipc::OpDescriptor& op = arrived.op;
+  if (ipc::Status valid = ipc::validate_op(op, client.last_seq(), ipc::kMaxDevices); !valid) {
+    return "invalid op descriptor after seq " + std::to_string(client.last_seq()) + ": " + valid.error();
+  }
+  if (op.kind == ipc::OpKind::kernel && !client.kernel_names().contains(op.kernel_id)) {
+    // Its name was sent before the op, so it is already queued on the socket.
+    if (std::string why = read_client_socket(client); !why.empty()) return why;
+    if (!client.kernel_names().contains(op.kernel_id)) {
+      spdlog::warn("{}: op {} uses kernel {} whose name was never sent", client.tag(), op.seq, op.kernel_id);
+      client.kernel_names()[op.kernel_id] = "kernel-" + std::to_string(op.kernel_id);
+    }
+  }
+  client.posted(op, arrived.arrived_ns);
+  apply(policy_->op_posted(OpPosted{client.identity().id, client.identity().priority, op, arrived.arrived_ns}));
+  return {};
+}
+
+std::string Daemon::drain_completions(Client& client, std::int64_t now_ns) {
+  auto& deferred = client.deferred_completions();
+  ipc::CompletionDescriptor completion;
+  while (deferred.size() < ipc::kCompletionsRingCapacity && client.segment().completions().try_pop(completion)) {
+    deferred.push_back(completion);
+  }
+  if (client.segment().completions().corrupted()) return "completions ring corrupted (impossible indices)";
+  std::size_t done = 0;
+  for (; done < deferred.size(); ++done) {
+    const ipc::CompletionDescriptor& c = deferred[done];
+    // The op may still be with the OpsWaiter (popped, not yet taken): keep the rest for later.
+    if (c.seq > client.last_seq()) break;
+    if (ipc::Status valid = ipc::validate_completion(c, client.last_seq()); !valid) {
+      return "invalid completion descriptor: " + valid.error();
+    }
+    client.count_completion();
+    apply(policy_->op_completed(OpCompleted{client.identity().id, c, now_ns}));
+  }
+  deferred.erase(deferred.begin(), deferred.begin() + static_cast<std::ptrdiff_t>(done));
+  if (deferred.empty()) {
+    client.deferred_since_ns = 0;
+  } else if (client.deferred_since_ns == 0) {
+    client.deferred_since_ns = now_ns;
+  } else if (now_ns - client.deferred_since_ns > kDeferredCompletionLimitNs) {
+    return "completion of seq " + std::to_string(deferred.front().seq) + " but no such op was posted";
+  }
+  return {};
+}
+
+void Daemon::apply(const Decisions& decisions) {
+  std::vector<Client*> moved;
+  for (const Grant& grant : decisions) {
+    auto it = clients_.find(grant.client);
+    if (it != clients_.end() && it->second->grant_through(grant.through_seq)) moved.push_back(it->second.get());
+  }
+  for (Client* client : moved) {
+    if (!client->publish_grant()) spdlog::debug("{}: grants ring full, retrying on the next tick", client->tag());
+  }
+}
+
+void Daemon::drop_client(ClientId id, const std::string& reason, bool as_error) {
+  auto it = clients_.find(id);
+  if (it == clients_.end()) return;
+  Client& client = *it->second;
+  const auto level = as_error ? spdlog::level::warn : spdlog::level::info;
+  spdlog::log(level, "{}: {}: disconnected ({} posted, {} granted, {} completed)", client.tag(), reason,
+              client.posted_ops(), client.granted_ops(), client.completed_ops());
+  ipc::Segment::remove(client.segment_name());  // first: nothing new can map it
+  ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, client.socket_fd(), nullptr);
+  std::unique_ptr<Client> gone = std::move(it->second);
+  clients_.erase(it);
+  apply(policy_->client_gone(id, ipc::monotonic_ns()));
+  gone.reset();  // stops its OpsWaiter, unmaps, closes the socket
+}
+
+void Daemon::drain_and_release() {
+  ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, listener_.get(), nullptr);
+  listener_.reset();
+  ::unlink(options_.socket_path.c_str());
+  pending_.clear();
+  const std::int64_t now = ipc::monotonic_ns();
+  drain_all(now);
+  for (auto& [id, client] : clients_) {
+    client->waiter().stop();  // from here the loop is the ops ring's only consumer
+    ipc::OpDescriptor op;
+    std::uint64_t last_seq = client->last_seq();
+    while (client->segment().ops().try_pop(op)) {
+      if (ipc::validate_op(op, last_seq, ipc::kMaxDevices)) last_seq = op.seq;
+    }
+    const std::uint64_t before = client->granted_through();
+    client->grant_through(last_seq);
+    if (!client->publish_grant(ipc::kGrantDetach)) {
+      spdlog::warn("{}: grants ring full, cannot send the final grant", client->tag());
+    } else {
+      spdlog::info("{}: released through seq {} (was {}), detached", client->tag(), last_seq, before);
+    }
+    ipc::Segment::remove(client->segment_name());
+  }
+  clients_.clear();
+  spdlog::info("gpuqosd pid {} stopped", ::getpid());
+}
+
+}  // namespace gpuqos::scheduler

@@ -1,0 +1,150 @@
+// gpuqosd: accepting connections, the first record (Hello or ControlRequest), registration of a
+// client (its segment and reply), control answers, and the kernel names clients send afterwards.
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <spdlog/spdlog.h>
+
+#include "daemon_tokens.h"
+#include "gpuqos/ipc/clock.h"
+#include "gpuqos/scheduler/daemon.h"
+
+namespace gpuqos::scheduler {
+
+void Daemon::accept_connections() {
+  for (;;) {
+    FileDescriptor socket(::accept4(listener_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    if (!socket.valid()) {
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) spdlog::warn("accept: {}", std::strerror(errno));
+      return;
+    }
+    auto peer = ipc::peer_credentials(socket.get());
+    if (!peer) {
+      spdlog::warn("connection without peer credentials: {}", peer.error());
+      continue;
+    }
+    const std::uint64_t token = tokens::kPendingBase + next_pending_token_++;
+    watch(socket.get(), token, EPOLLIN | EPOLLRDHUP);
+    pending_.emplace(token, Pending{std::move(socket), peer.value(), ipc::monotonic_ns()});
+  }
+}
+
+void Daemon::on_pending_readable(std::uint64_t token, std::uint32_t events) {
+  auto it = pending_.find(token);
+  if (it == pending_.end()) return;
+  std::vector<std::byte> record;
+  std::string error;
+  switch (read_record_nonblocking(it->second.socket.get(), record, ipc::kMaxRecordBytes, error)) {
+    case ReadOutcome::record: on_first_record(it->second, record); break;
+    case ReadOutcome::would_block:
+      if ((events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)) == 0) return;  // wait for it
+      [[fallthrough]];
+    case ReadOutcome::closed: spdlog::debug("pid {} closed before registering", it->second.peer.pid); break;
+    case ReadOutcome::error: spdlog::warn("pid {}: bad first record: {}", it->second.peer.pid, error); break;
+  }
+  pending_.erase(token);  // registered clients moved their socket out; everything else closes here
+}
+
+void Daemon::on_first_record(Pending& pending, const std::vector<std::byte>& record) {
+  const pid_t pid = pending.peer.pid;
+  switch (ipc::record_kind(record)) {
+    case ipc::RecordKind::control_request: return answer_control(pending, record);
+    case ipc::RecordKind::hello: break;
+    default: return spdlog::warn("pid {}: garbage instead of a hello ({} bytes): connection closed", pid, record.size());
+  }
+  auto decoded = ipc::decode_hello(record);
+  if (!decoded) return spdlog::warn("pid {}: garbage hello: {}: connection closed", pid, decoded.error());
+  if (!decoded->version_matches) {
+    spdlog::warn("pid {}: protocol version {}.{}, this daemon speaks {}.{}: refused", pid,
+                 decoded->hello.version_major, decoded->hello.version_minor, ipc::kProtocolVersionMajor,
+                 ipc::kProtocolVersionMinor);
+    auto reply = ipc::make_hello_reply(ipc::HelloStatus::version_mismatch, 0, "",
+                                       "gpuqosd speaks protocol " + std::to_string(ipc::kProtocolVersionMajor) + "." +
+                                           std::to_string(ipc::kProtocolVersionMinor));
+    [[maybe_unused]] auto sent = ipc::send_record(pending.socket.get(), ipc::encode(reply));
+    return;
+  }
+  ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, pending.socket.get(), nullptr);
+  register_client(pending, decoded->hello);
+}
+
+void Daemon::register_client(Pending& pending, const ipc::Hello& hello) {
+  if (stopping_) return;
+  const ClientId id = next_client_number_++;
+  const std::string job = hello.job_name;
+  const std::string name = ipc::segment_name(static_cast<std::uint32_t>(::getpid()), id);
+  auto segment = ipc::Segment::create(name, pending.peer.uid, static_cast<std::uint32_t>(pending.peer.pid));
+  if (!segment) {
+    spdlog::error("job '{}' pid {}: {}", job, pending.peer.pid, segment.error());
+    auto reply = ipc::make_hello_reply(ipc::HelloStatus::refused, 0, "", "gpuqosd cannot create a segment");
+    [[maybe_unused]] auto sent = ipc::send_record(pending.socket.get(), ipc::encode(reply));
+    return;
+  }
+  auto reply = ipc::make_hello_reply(ipc::HelloStatus::ok, id, name, "");
+  if (ipc::Status sent = ipc::send_record(pending.socket.get(), ipc::encode(reply)); !sent) {
+    spdlog::warn("job '{}' pid {}: cannot answer its hello: {}", job, pending.peer.pid, sent.error());
+    ipc::Segment::remove(name);
+    return;
+  }
+  ClientIdentity identity{id, pending.peer, job, hello.priority, hello.device};
+  auto client = std::make_unique<Client>(std::move(identity), std::move(pending.socket), std::move(segment.value()),
+                                         wake_.get());
+  watch(client->socket_fd(), id, EPOLLIN | EPOLLRDHUP);
+  spdlog::info("{}: registered as client {} (uid {}, {} priority, device {}, segment {})", client->tag(), id,
+               pending.peer.uid, hello.priority == ipc::Priority::high ? "high" : "low", hello.device, name);
+  clients_.emplace(id, std::move(client));
+}
+
+void Daemon::answer_control(Pending& pending, const std::vector<std::byte>& record) {
+  auto decoded = ipc::decode_control_request(record);
+  if (!decoded) return spdlog::warn("pid {}: garbage control request: {}", pending.peer.pid, decoded.error());
+  ipc::ControlStatus status = ipc::ControlStatus::ok;
+  std::string text;
+  if (!decoded->version_matches) {
+    status = ipc::ControlStatus::version_mismatch;
+    text = "gpuqosd speaks protocol " + std::to_string(ipc::kProtocolVersionMajor);
+  } else if (decoded->request.kind != ipc::ControlKind::status) {
+    status = ipc::ControlStatus::unknown_kind;
+    text = "unknown control request " + std::to_string(static_cast<std::uint32_t>(decoded->request.kind));
+  } else {
+    drain_all(ipc::monotonic_ns());  // count what has arrived
+    text = bounded_status_text(status_snapshot());
+  }
+  auto reply = ipc::encode_control_reply(status, text);
+  if (!reply) return spdlog::error("pid {}: {}", pending.peer.pid, reply.error());
+  if (ipc::Status sent = ipc::send_record(pending.socket.get(), reply.value()); !sent) {
+    spdlog::warn("pid {}: cannot send status: {}", pending.peer.pid, sent.error());
+  }
+}
+
+std::string Daemon::read_client_socket(Client& client) {
+  std::vector<std::byte> record;
+  std::string error;
+  for (;;) {
+    switch (read_record_nonblocking(client.socket_fd(), record, ipc::kMaxRecordBytes, error)) {
+      case ReadOutcome::would_block: return {};
+      case ReadOutcome::closed: return {};  // the hang-up event follows
+      case ReadOutcome::error: return "socket: " + error;
+      case ReadOutcome::record: break;
+    }
+    auto name = ipc::decode_kernel_name(record);
+    if (!name) return "bad record on its socket: " + name.error();
+    spdlog::debug("{}: kernel {} is {}", client.tag(), name->kernel_id, name->name);
+    client.kernel_names()[name->kernel_id] = std::move(name->name);
+  }
+}
+
+void Daemon::expire_pending(std::int64_t now_ns) {
+  std::erase_if(pending_, [now_ns](const auto& entry) {
+    if (now_ns - entry.second.accepted_ns < kFirstRecordTimeoutNs) return false;
+    spdlog::warn("pid {}: sent nothing within {} ms of connecting: closed", entry.second.peer.pid,
+                 kFirstRecordTimeoutNs / 1'000'000);
+    return true;
+  });
+}
+
+}  // namespace gpuqos::scheduler

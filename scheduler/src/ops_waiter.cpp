@@ -1,0 +1,71 @@
+// OpsWaiter: the per-client thread that sleeps on the ops ring and hands ops to the loop.
+#include "gpuqos/scheduler/ops_waiter.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+
+#include "gpuqos/ipc/clock.h"
+
+namespace gpuqos::scheduler {
+
+OpsWaiter::OpsWaiter(ipc::OpsRing& ring, int wake_fd) : ring_(ring), wake_fd_(wake_fd) {
+  thread_ = std::thread([this] { run(); });
+}
+
+std::vector<ArrivedOp> OpsWaiter::take() {
+  std::vector<ArrivedOp> ops;
+  {
+    std::lock_guard lock(mutex_);
+    ops.assign(queue_.begin(), queue_.end());
+    queue_.clear();
+  }
+  space_.notify_one();
+  return ops;
+}
+
+void OpsWaiter::stop() {
+  stopping_.store(true, std::memory_order_release);
+  space_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
+void OpsWaiter::signal_loop() const {
+  const std::uint64_t one = 1;
+  [[maybe_unused]] ssize_t written = ::write(wake_fd_, &one, sizeof one);  // EAGAIN: already signalled
+}
+
+void OpsWaiter::run() {
+  constexpr std::size_t kBatchOps = 256;
+  std::vector<ArrivedOp> batch;
+  while (!stopping_.load(std::memory_order_acquire)) {
+    {
+      std::unique_lock lock(mutex_);
+      // Leave ops in the ring while the loop is behind (the client then sees backpressure).
+      space_.wait_for(lock, std::chrono::nanoseconds(kSleepNs), [this] {
+        return queue_.size() < kMaxQueuedOps || stopping_.load(std::memory_order_acquire);
+      });
+      if (queue_.size() >= kMaxQueuedOps) continue;
+    }
+    batch.clear();
+    ipc::OpDescriptor op;
+    while (batch.size() < kBatchOps && ring_.try_pop(op)) batch.push_back(ArrivedOp{op, ipc::monotonic_ns()});
+    if (!batch.empty()) {
+      {
+        std::lock_guard lock(mutex_);
+        queue_.insert(queue_.end(), batch.begin(), batch.end());
+      }
+      signal_loop();
+      continue;
+    }
+    if (ring_.corrupted()) {
+      corrupted_.store(true, std::memory_order_release);
+      signal_loop();
+      return;
+    }
+    ring_.wait_for_items(kSleepNs);
+  }
+}
+
+}  // namespace gpuqos::scheduler

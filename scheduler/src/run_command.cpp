@@ -1,0 +1,45 @@
+// `gpuqos run`: environment set-up and exec.
+#include "gpuqos/scheduler/run_command.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <iostream>
+#include <sstream>
+
+namespace gpuqos::scheduler {
+
+std::filesystem::path shim_next_to(const std::filesystem::path& executable) {
+  return (executable.parent_path() / ".." / "lib" / "libgpuqos.so").lexically_normal();
+}
+
+std::string preload_with(const std::string& shim, const char* existing) {
+  std::string result = shim;
+  if (existing == nullptr) return result;
+  // ld.so separates LD_PRELOAD entries with colons or spaces.
+  std::string entries = existing;
+  for (char& c : entries) c = c == ':' ? ' ' : c;
+  std::istringstream words(entries);
+  for (std::string entry; words >> entry;) {
+    if (entry != shim) result += ":" + entry;
+  }
+  return result;
+}
+
+int exec_managed(const RunOptions& options, const std::optional<std::filesystem::path>& shim) {
+  ::setenv("GPUQOS_PRIORITY", options.priority.c_str(), 1);
+  if (options.job) ::setenv("GPUQOS_JOB", options.job->c_str(), 1);
+  if (options.socket) ::setenv("GPUQOS_SOCKET", options.socket->c_str(), 1);
+  if (shim) ::setenv("LD_PRELOAD", preload_with(shim->string(), ::getenv("LD_PRELOAD")).c_str(), 1);
+  std::vector<char*> argv;
+  for (const auto& word : options.command) argv.push_back(const_cast<char*>(word.c_str()));
+  argv.push_back(nullptr);
+  ::execvp(argv[0], argv.data());
+  const int error = errno;
+  std::cerr << "gpuqos run: cannot run " << options.command.front() << ": " << std::strerror(error) << "\n";
+  return error == ENOENT ? 127 : 126;
+}
+
+}  // namespace gpuqos::scheduler

@@ -1,0 +1,129 @@
+// Status: JSON encoding, the bounded reply text, the table, and the CLI's request.
+#include "gpuqos/scheduler/status.h"
+
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#include <cstdio>
+#include <sstream>
+
+#include "gpuqos/scheduler/unix_socket.h"
+
+namespace gpuqos::scheduler {
+namespace {
+
+nlohmann::json client_json(const ClientStatus& c) {
+  return {{"client", c.client},
+          {"pid", c.pid},
+          {"uid", c.uid},
+          {"gid", c.gid},
+          {"job", c.job},
+          {"priority", c.priority == ipc::Priority::high ? "high" : "low"},
+          {"device", c.device},
+          {"state", c.state},
+          {"segment", c.segment},
+          {"ops", {{"posted", c.posted}, {"granted", c.granted}, {"completed", c.completed}}},
+          {"last_seq", c.last_seq},
+          {"granted_through_seq", c.granted_through_seq},
+          {"current_wait_ns", c.current_wait_ns},
+          {"kernel_names", c.kernel_names}};
+}
+
+nlohmann::json backlog_json(const EngineLoad& load) {
+  return {{"device", load.device},
+          {"engine", engine_name(load.engine)},
+          {"outstanding_ops", load.outstanding_ops},
+          {"backlog_ns", load.backlog_ns},
+          {"completed_ops", load.completed_ops},
+          {"completed_device_ns", load.completed_device_ns}};
+}
+
+std::string milliseconds(std::int64_t ns) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3f", static_cast<double>(ns) / 1e6);
+  return text;
+}
+
+}  // namespace
+
+nlohmann::json to_json(const DaemonStatus& status) {
+  nlohmann::json json = {{"version", 1},
+                         {"daemon",
+                          {{"pid", status.pid},
+                           {"uptime_ns", status.uptime_ns},
+                           {"policy", status.policy},
+                           {"socket", status.socket}}},
+                         {"backlog", nlohmann::json::array()},
+                         {"clients", nlohmann::json::array()}};
+  for (const auto& load : status.backlog) json["backlog"].push_back(backlog_json(load));
+  for (const auto& client : status.clients) json["clients"].push_back(client_json(client));
+  return json;
+}
+
+std::string bounded_status_text(const DaemonStatus& status, std::size_t max_bytes) {
+  nlohmann::json json = to_json(status);
+  std::string text = json.dump();
+  std::size_t omitted = 0;
+  while (text.size() > max_bytes && !json["clients"].empty()) {
+    // Cut about as many clients as the excess needs, at least one.
+    const std::size_t count = json["clients"].size();
+    const std::size_t per_client = text.size() / (count + 1) + 1;
+    std::size_t cut = std::min(count, std::max<std::size_t>(1, (text.size() - max_bytes) / per_client + 1));
+    json["clients"].erase(json["clients"].end() - static_cast<std::ptrdiff_t>(cut), json["clients"].end());
+    omitted += cut;
+    json["clients_omitted"] = omitted;
+    text = json.dump();
+  }
+  return text;
+}
+
+std::string render_status_table(const nlohmann::json& status) {
+  std::ostringstream out;
+  const auto& daemon = status.at("daemon");
+  out << "gpuqosd pid " << daemon.at("pid").get<std::int64_t>() << ", up "
+      << milliseconds(daemon.at("uptime_ns").get<std::int64_t>()) << " ms, policy "
+      << daemon.at("policy").get<std::string>() << ", socket " << daemon.at("socket").get<std::string>() << "\n";
+  for (const auto& load : status.at("backlog")) {
+    out << "  device " << load.at("device") << " " << load.at("engine").get<std::string>() << ": "
+        << load.at("outstanding_ops") << " outstanding ops, backlog " << milliseconds(load.at("backlog_ns"))
+        << " ms, " << load.at("completed_ops") << " completed\n";
+  }
+  char line[256];
+  std::snprintf(line, sizeof line, "%-8s %-6s %-24s %-4s %-8s %10s %10s %10s %12s\n", "PID", "UID", "JOB", "PRIO",
+                "STATE", "POSTED", "GRANTED", "COMPLETED", "WAIT_MS");
+  out << line;
+  for (const auto& c : status.at("clients")) {
+    const auto& ops = c.at("ops");
+    std::snprintf(line, sizeof line, "%-8lld %-6u %-24s %-4s %-8s %10llu %10llu %10llu %12s\n",
+                  static_cast<long long>(c.at("pid").get<std::int64_t>()), c.at("uid").get<unsigned>(),
+                  c.at("job").get<std::string>().c_str(), c.at("priority").get<std::string>().c_str(),
+                  c.at("state").get<std::string>().c_str(),
+                  static_cast<unsigned long long>(ops.at("posted").get<std::uint64_t>()),
+                  static_cast<unsigned long long>(ops.at("granted").get<std::uint64_t>()),
+                  static_cast<unsigned long long>(ops.at("completed").get<std::uint64_t>()),
+                  milliseconds(c.at("current_wait_ns").get<std::int64_t>()).c_str());
+    out << line;
+  }
+  if (status.contains("clients_omitted")) out << "(" << status["clients_omitted"] << " more clients not shown)\n";
+  return out.str();
+}
+
+ipc::Result<std::string> request_status(const std::string& socket_path) {
+  auto socket = connect_unix(socket_path);
+  if (!socket) return ipc::Error{"cannot reach gpuqosd: " + socket.error()};
+  const timeval timeout{5, 0};  // a daemon that never answers must not hang the CLI
+  ::setsockopt(socket->get(), SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  if (ipc::Status sent = ipc::send_record(socket->get(), ipc::encode_control_request(ipc::ControlKind::status)); !sent) {
+    return ipc::Error{sent.error()};
+  }
+  std::vector<std::byte> record;
+  if (ipc::Status got = ipc::receive_record(socket->get(), record, ipc::kMaxControlRecordBytes); !got) {
+    return ipc::Error{"no answer from gpuqosd: " + got.error()};
+  }
+  auto reply = ipc::decode_control_reply(record);
+  if (!reply) return ipc::Error{reply.error()};
+  if (reply->status != ipc::ControlStatus::ok) return ipc::Error{"gpuqosd refused: " + reply->text};
+  return std::move(reply->text);
+}
+
+}  // namespace gpuqos::scheduler

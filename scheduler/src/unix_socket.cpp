@@ -1,0 +1,103 @@
+// AF_UNIX SOCK_SEQPACKET listening and connecting for gpuqosd and the gpuqos CLI.
+#include "gpuqos/scheduler/unix_socket.h"
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+
+namespace gpuqos::scheduler {
+namespace {
+
+ipc::Error system_error(const std::string& what) { return ipc::Error{what + ": " + std::strerror(errno)}; }
+
+ipc::Result<sockaddr_un> address_of(const std::string& path) {
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof address.sun_path) {
+    return ipc::Error{"socket path '" + path + "' must be 1.." + std::to_string(sizeof address.sun_path - 1) + " bytes"};
+  }
+  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+  return address;
+}
+
+// Removes path when it is a socket nobody answers on; an error when a daemon answers there or
+// the path is something other than a socket.
+ipc::Status clear_stale_socket(const std::string& path) {
+  struct stat info{};
+  if (::lstat(path.c_str(), &info) != 0) return {};  // nothing there
+  if (!S_ISSOCK(info.st_mode)) return ipc::Error{path + " exists and is not a socket"};
+  if (connect_unix(path)) return ipc::Error{"another gpuqosd is already serving " + path};
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) return system_error("cannot remove stale socket " + path);
+  return {};
+}
+
+}  // namespace
+
+void FileDescriptor::reset() noexcept {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+ipc::Result<FileDescriptor> listen_unix(const std::string& path) {
+  auto address = address_of(path);
+  if (!address) return ipc::Error{address.error()};
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  std::error_code error;
+  if (!parent.empty()) std::filesystem::create_directories(parent, error);
+  if (error) return ipc::Error{"cannot create " + parent.string() + ": " + error.message()};
+  if (ipc::Status cleared = clear_stale_socket(path); !cleared) return ipc::Error{cleared.error()};
+  FileDescriptor fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return system_error("socket");
+  // Any local user may register: who they are comes from SO_PEERCRED, and segments are theirs alone.
+  const mode_t old_mask = ::umask(0);
+  const int bound = ::bind(fd.get(), reinterpret_cast<const sockaddr*>(&address.value()), sizeof(sockaddr_un));
+  ::umask(old_mask);
+  if (bound != 0) return system_error("bind " + path);
+  if (::listen(fd.get(), 128) != 0) return system_error("listen " + path);
+  return fd;
+}
+
+ipc::Result<FileDescriptor> connect_unix(const std::string& path) {
+  auto address = address_of(path);
+  if (!address) return ipc::Error{address.error()};
+  FileDescriptor fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return system_error("socket");
+  if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&address.value()), sizeof(sockaddr_un)) != 0) {
+    return system_error("connect " + path);
+  }
+  return fd;
+}
+
+ReadOutcome read_record_nonblocking(int fd, std::vector<std::byte>& buffer, std::size_t max_bytes, std::string& error) {
+  buffer.resize(max_bytes);
+  ssize_t got;
+  do {
+    got = ::recv(fd, buffer.data(), buffer.size(), MSG_DONTWAIT | MSG_TRUNC);
+  } while (got < 0 && errno == EINTR);
+  if (got < 0) {
+    buffer.clear();
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return ReadOutcome::would_block;
+    if (errno == ECONNRESET) return ReadOutcome::closed;
+    error = std::string("recv: ") + std::strerror(errno);
+    return ReadOutcome::error;
+  }
+  if (got == 0) {
+    buffer.clear();
+    return ReadOutcome::closed;
+  }
+  if (static_cast<std::size_t>(got) > max_bytes) {  // MSG_TRUNC: the real length
+    buffer.clear();
+    error = "record of " + std::to_string(got) + " bytes, longer than " + std::to_string(max_bytes);
+    return ReadOutcome::error;
+  }
+  buffer.resize(static_cast<std::size_t>(got));
+  return ReadOutcome::record;
+}
+
+}  // namespace gpuqos::scheduler

@@ -1,0 +1,95 @@
+// gpuqos: the command-line tool. `gpuqos status` asks the daemon; `gpuqos run` starts a managed job.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <filesystem>
+#include <iostream>
+
+#include "gpuqos/scheduler/run_command.h"
+#include "gpuqos/scheduler/status.h"
+#include "gpuqos/scheduler/unix_socket.h"
+
+namespace {
+
+constexpr int kUsageError = 2;
+
+int show_status(const std::string& socket, bool json) {
+  auto text = gpuqos::scheduler::request_status(socket);
+  if (!text) {
+    std::cerr << "gpuqos status: " << text.error() << "\n";
+    return 1;
+  }
+  if (json) {
+    std::cout << text.value() << "\n";
+    return 0;
+  }
+  auto parsed = nlohmann::json::parse(text.value(), nullptr, false);
+  if (parsed.is_discarded()) {
+    std::cerr << "gpuqos status: the daemon's answer is not JSON\n";
+    return 1;
+  }
+  try {
+    std::cout << gpuqos::scheduler::render_status_table(parsed);
+  } catch (const nlohmann::json::exception& e) {
+    std::cerr << "gpuqos status: unexpected answer: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+std::optional<std::filesystem::path> find_shim() {
+  std::error_code error;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (error) return std::nullopt;
+  auto shim = gpuqos::scheduler::shim_next_to(self);
+  if (!std::filesystem::exists(shim, error)) {
+    std::cerr << "gpuqos run: warning: " << shim.string() << " not found; the job runs unmanaged\n";
+    return std::nullopt;
+  }
+  return shim;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Everything after the first "--" is the command of `gpuqos run`, untouched by the parser.
+  std::vector<std::string> args(argv + 1, argv + argc);
+  std::vector<std::string> command;
+  if (auto dashes = std::find(args.begin(), args.end(), "--"); dashes != args.end()) {
+    command.assign(dashes + 1, args.end());
+    args.erase(dashes, args.end());
+  }
+  std::reverse(args.begin(), args.end());  // CLI11 takes a reversed vector
+
+  CLI::App app{"gpuqos: control the gpuqos GPU QoS daemon"};
+  app.require_subcommand(1);
+  std::string socket = gpuqos::scheduler::kDefaultSocketPath;
+  bool json = false;
+  auto* status = app.add_subcommand("status", "Show the daemon, its policy and its clients");
+  status->add_flag("--json", json, "Print the daemon's JSON answer");
+  status->add_option("--socket", socket, "The daemon's socket")->capture_default_str();
+
+  gpuqos::scheduler::RunOptions run_options;
+  std::string run_socket;
+  std::string job;
+  auto* run = app.add_subcommand("run", "Run a command as a gpuqos-managed job: gpuqos run [options] -- CMD ARGS...");
+  run->add_option("--priority", run_options.priority, "high or low")
+      ->check(CLI::IsMember({"high", "low"}))
+      ->capture_default_str();
+  run->add_option("--job", job, "Job name (default: the executable's name)");
+  run->add_option("--socket", run_socket, "The daemon's socket (default: the shim's)");
+  try {
+    app.parse(args);
+    if (run->parsed() && command.empty()) throw CLI::ValidationError("run", "no command: gpuqos run [options] -- CMD ARGS...");
+    if (status->parsed() && !command.empty()) throw CLI::ExtrasError({"--"});
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : kUsageError;
+  }
+  if (status->parsed()) return show_status(socket, json);
+  if (!job.empty()) run_options.job = job;
+  if (!run_socket.empty()) run_options.socket = run_socket;
+  run_options.command = std::move(command);
+  return gpuqos::scheduler::exec_managed(run_options, find_shim());
+}

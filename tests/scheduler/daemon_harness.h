@@ -1,0 +1,203 @@
+// Integration-test helpers: a private gpuqosd (temp dir, unique socket, killed and cleaned up by
+// its destructor) and a fake client written with ipc alone (no CUDA, no shim).
+#pragma once
+
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "gpuqos/ipc/registration.h"
+#include "gpuqos/ipc/segment.h"
+#include "gpuqos/scheduler/status.h"
+#include "gpuqos/scheduler/unix_socket.h"
+#include "gpuqos/testing/child_process.h"
+#include "gpuqos/testing/temp_dir.h"
+
+namespace gpuqos::testing {
+
+using namespace std::chrono_literals;
+
+inline std::string bin(const std::string& name) { return std::string(GPUQOS_BUILD_DIR) + "/bin/" + name; }
+
+// Polls condition every millisecond until it holds or timeout passes.
+template <class Condition>
+bool eventually(Condition condition, std::chrono::milliseconds timeout = 2s) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!condition()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+  return true;
+}
+
+inline bool segment_exists(const std::string& name) { return std::filesystem::exists("/dev/shm" + name); }
+
+class DaemonProcess {
+ public:
+  explicit DaemonProcess(std::vector<std::string> extra_args = {})
+      : dir_("gpuqosd-test"), socket_((dir_.path() / "gpuqosd.sock").string()) {
+    std::vector<std::string> argv = {bin("gpuqosd"), "--socket", socket_, "--log-level", "debug"};
+    argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+    process_.emplace(argv, std::map<std::string, std::string>{}, log_path());
+    if (!eventually([&] { return scheduler::connect_unix(socket_).ok() || !process_->running(); }, 10s) ||
+        !process_->running()) {
+      throw std::runtime_error("gpuqosd did not come up:\n" + log());
+    }
+    pid_ = status()["daemon"]["pid"].get<pid_t>();
+  }
+  ~DaemonProcess() {
+    if (process_) process_->stop();  // SIGTERM (it drains and cleans up), SIGKILL after 5 s
+    // Whatever a killed daemon left behind: its socket and its segments (/gpuqos-<pid>-<n>).
+    std::error_code ignored;
+    std::filesystem::remove(socket_, ignored);
+    const std::string prefix = "gpuqos-" + std::to_string(pid_) + "-";
+    for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ignored)) {
+      if (entry.path().filename().string().starts_with(prefix)) std::filesystem::remove(entry.path(), ignored);
+    }
+  }
+
+  const std::string& socket() const { return socket_; }
+  std::filesystem::path log_path() const { return dir_.path() / "gpuqosd.log"; }
+  std::string log() const {
+    std::ifstream in(log_path());
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  }
+  ChildProcess& process() { return *process_; }
+  const std::filesystem::path& dir() const { return dir_.path(); }
+
+  nlohmann::json status() const {
+    auto text = scheduler::request_status(socket_);
+    if (!text) throw std::runtime_error("status: " + text.error());
+    return nlohmann::json::parse(text.value());
+  }
+  // The status entry of the client with this pid, or null.
+  nlohmann::json client_with_pid(pid_t pid) const {
+    const nlohmann::json now = status();
+    for (const auto& client : now["clients"]) {
+      if (client["pid"] == pid) return client;
+    }
+    return nullptr;
+  }
+
+ private:
+  TempDir dir_;
+  std::string socket_;
+  std::optional<ChildProcess> process_;
+  pid_t pid_ = 0;
+};
+
+// A forked child process, SIGKILLed and reaped by the destructor even when a test fails.
+class ForkedChild {
+ public:
+  explicit ForkedChild(pid_t pid) : pid_(pid) {}
+  ~ForkedChild() { kill(); }
+  ForkedChild(const ForkedChild&) = delete;
+  ForkedChild& operator=(const ForkedChild&) = delete;
+  pid_t pid() const { return pid_; }
+  void kill() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+
+ private:
+  pid_t pid_;
+};
+
+class FakeClient {
+ public:
+  FakeClient(const std::string& socket, ipc::Priority priority, const std::string& job) {
+    auto fd = scheduler::connect_unix(socket);
+    if (!fd) throw std::runtime_error(fd.error());
+    socket_ = std::move(fd.value());
+    auto hello = ipc::make_hello(priority, 0, job);
+    if (!ipc::send_record(socket_.get(), ipc::encode(hello.value()))) throw std::runtime_error("send hello");
+    std::vector<std::byte> record;
+    if (!ipc::receive_record(socket_.get(), record)) throw std::runtime_error("no hello reply");
+    auto reply = ipc::decode_hello_reply(record);
+    if (!reply || reply->status != ipc::HelloStatus::ok) throw std::runtime_error("hello refused");
+    client_number_ = reply->client_number;
+    segment_name_ = reply->segment_name;
+    auto segment = ipc::Segment::open(segment_name_);
+    if (!segment) throw std::runtime_error(segment.error());
+    segment_.emplace(std::move(segment.value()));
+  }
+
+  static ipc::OpDescriptor kernel(std::uint64_t seq, std::uint32_t kernel_id = 1) {
+    ipc::OpDescriptor op{};
+    op.seq = seq;
+    op.posted_ns = 1;
+    op.kind = ipc::OpKind::kernel;
+    op.kernel_id = kernel_id;
+    op.grid[0] = op.grid[1] = op.grid[2] = 1;
+    op.block[0] = 32;
+    op.block[1] = op.block[2] = 1;
+    return op;
+  }
+
+  void name_kernel(std::uint32_t id, const std::string& name) {
+    if (!ipc::send_record(socket_.get(), ipc::encode_kernel_name(id, name).value())) throw std::runtime_error("send name");
+  }
+  void post(const ipc::OpDescriptor& op) {
+    if (!segment_->ops().try_push(op)) throw std::runtime_error("ops ring full");
+  }
+  void complete(std::uint64_t seq) {
+    if (!segment_->completions().try_push(ipc::CompletionDescriptor{seq, 100, 200, 0, 0})) {
+      throw std::runtime_error("completions ring full");
+    }
+  }
+  // Pops grants until one covers seq; false after timeout.
+  bool wait_granted(std::uint64_t seq, std::chrono::milliseconds timeout = 2s) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (granted_through_ < seq) {
+      ipc::GrantDescriptor grant;
+      while (segment_->grants().try_pop(grant)) {
+        granted_through_ = std::max(granted_through_, grant.granted_through_seq);
+        last_flags_ = grant.flags;
+      }
+      if (granted_through_ >= seq) break;
+      const auto left = deadline - std::chrono::steady_clock::now();
+      if (left <= 0ns) return false;
+      segment_->grants().wait_for_items(std::min<std::int64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(left).count(), 5'000'000));
+    }
+    return true;
+  }
+  // True once the daemon closed the socket.
+  bool disconnected(std::chrono::milliseconds timeout = 2s) {
+    return eventually([&] {
+      std::byte byte;
+      const ssize_t got = ::recv(socket_.get(), &byte, 1, MSG_DONTWAIT);
+      return got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+    }, timeout);
+  }
+
+  ipc::Segment& segment() { return *segment_; }
+  const std::string& segment_name() const { return segment_name_; }
+  std::uint32_t client_number() const { return client_number_; }
+  std::uint64_t granted_through() const { return granted_through_; }
+  std::uint32_t last_flags() const { return last_flags_; }
+  int socket_fd() const { return socket_.get(); }
+
+ private:
+  scheduler::FileDescriptor socket_;
+  std::uint32_t client_number_ = 0;
+  std::string segment_name_;
+  std::optional<ipc::Segment> segment_;
+  std::uint64_t granted_through_ = 0;
+  std::uint32_t last_flags_ = 0;
+};
+
+}  // namespace gpuqos::testing

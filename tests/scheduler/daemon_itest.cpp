@@ -1,0 +1,305 @@
+// Integration tests of gpuqosd and the gpuqos CLI: real daemon processes on unique sockets, fake
+// clients written with ipc alone (no CUDA, no shim).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <random>
+
+#include "daemon_harness.h"
+#include "gpuqos/ipc/clock.h"
+
+namespace gpuqos::testing {
+namespace {
+
+using ipc::Priority;
+
+TEST(Daemon, RegistersAClientWithTheKernelsCredentials) {
+  DaemonProcess daemon;
+  FakeClient client(daemon.socket(), Priority::low, "trainer");
+  EXPECT_EQ(client.client_number(), 1u);
+  EXPECT_TRUE(segment_exists(client.segment_name()));
+  EXPECT_EQ(client.segment().header().client_pid, static_cast<std::uint32_t>(::getpid()));
+  EXPECT_EQ(client.segment().header().client_uid, ::getuid());
+  const auto entry = daemon.client_with_pid(::getpid());
+  ASSERT_FALSE(entry.is_null()) << daemon.status().dump(2);
+  EXPECT_EQ(entry["uid"], ::getuid());
+  EXPECT_EQ(entry["job"], "trainer");
+  EXPECT_EQ(entry["priority"], "low");
+  EXPECT_EQ(entry["segment"], client.segment_name());
+  EXPECT_NE(daemon.log().find("job 'trainer' pid " + std::to_string(::getpid())), std::string::npos) << daemon.log();
+}
+
+TEST(Daemon, GrantsLowPriorityOpsInArrivalOrder) {
+  DaemonProcess daemon({"--max-outstanding", "1"});
+  FakeClient a(daemon.socket(), Priority::low, "a");
+  FakeClient b(daemon.socket(), Priority::low, "b");
+  a.name_kernel(1, "gemm");
+  b.name_kernel(1, "conv");
+  a.post(FakeClient::kernel(1));
+  ASSERT_TRUE(a.wait_granted(1));
+  b.post(FakeClient::kernel(1));
+  // Arrival order is the order the daemon takes ops from the rings: let b's op arrive first.
+  ASSERT_TRUE(eventually([&] { return daemon.status()["clients"][1]["ops"]["posted"] == 1; }));
+  a.post(FakeClient::kernel(2));
+  EXPECT_FALSE(b.wait_granted(1, 50ms)) << "a's op 1 holds the only slot";
+  const auto waiting = daemon.status()["clients"][1];
+  EXPECT_EQ(waiting["state"], "waiting");
+  EXPECT_GT(waiting["current_wait_ns"].get<std::int64_t>(), 0);
+  a.complete(1);
+  ASSERT_TRUE(b.wait_granted(1));
+  EXPECT_FALSE(a.wait_granted(2, 50ms)) << "b arrived first";
+  b.complete(1);
+  ASSERT_TRUE(a.wait_granted(2));
+  a.complete(2);
+  EXPECT_TRUE(eventually([&] { return daemon.status()["clients"][0]["ops"]["completed"] == 2; }));
+  const auto status = daemon.status();
+  EXPECT_EQ(status["clients"][0]["ops"]["posted"], 2);
+  EXPECT_EQ(status["clients"][0]["ops"]["granted"], 2);
+  EXPECT_EQ(status["clients"][0]["kernel_names"], 1);
+  EXPECT_EQ(status["clients"][0]["state"], "running");
+}
+
+TEST(Daemon, AccountsHighPriorityOpsWithoutGrants) {
+  DaemonProcess daemon({"--max-outstanding", "1"});
+  FakeClient high(daemon.socket(), Priority::high, "serve");
+  high.name_kernel(7, "resnet_block");
+  for (std::uint64_t seq = 1; seq <= 5; ++seq) high.post(FakeClient::kernel(seq, 7));
+  ASSERT_TRUE(eventually([&] { return daemon.status()["clients"][0]["ops"]["posted"] == 5; }));
+  for (std::uint64_t seq = 1; seq <= 5; ++seq) high.complete(seq);
+  ASSERT_TRUE(eventually([&] { return daemon.status()["clients"][0]["ops"]["completed"] == 5; }));
+  const auto status = daemon.status();
+  EXPECT_EQ(status["clients"][0]["ops"]["granted"], 5);
+  EXPECT_EQ(status["clients"][0]["priority"], "high");
+  EXPECT_EQ(status["backlog"][0]["engine"], "compute");
+  EXPECT_EQ(status["backlog"][0]["completed_ops"], 5);
+  EXPECT_EQ(status["backlog"][0]["outstanding_ops"], 0);
+  EXPECT_TRUE(high.segment().grants().empty()) << "high-priority ops never wait for grants";
+}
+
+TEST(Daemon, DropsAGarbageHelloAndServesOthers) {
+  DaemonProcess daemon;
+  FakeClient good(daemon.socket(), Priority::low, "good");
+  auto raw = scheduler::connect_unix(daemon.socket());
+  ASSERT_TRUE(raw);
+  std::vector<std::byte> garbage(80);
+  std::mt19937 random(7);
+  for (auto& byte : garbage) byte = static_cast<std::byte>(random());
+  ASSERT_TRUE(ipc::send_record(raw->get(), garbage));
+  std::vector<std::byte> record;
+  EXPECT_FALSE(ipc::receive_record(raw->get(), record)) << "the daemon closes the connection";
+  EXPECT_TRUE(eventually([&] { return daemon.log().find("pid " + std::to_string(::getpid()) + ": garbage") != std::string::npos; }))
+      << daemon.log();
+  good.name_kernel(1, "k");
+  good.post(FakeClient::kernel(1));
+  EXPECT_TRUE(good.wait_granted(1));
+}
+
+TEST(Daemon, RefusesAnotherProtocolVersion) {
+  DaemonProcess daemon;
+  auto fd = scheduler::connect_unix(daemon.socket());
+  ASSERT_TRUE(fd);
+  auto hello = ipc::make_hello(Priority::low, 0, "old").value();
+  hello.version_major = ipc::kProtocolVersionMajor + 1;
+  ASSERT_TRUE(ipc::send_record(fd->get(), ipc::encode(hello)));
+  std::vector<std::byte> record;
+  ASSERT_TRUE(ipc::receive_record(fd->get(), record));
+  auto reply = ipc::decode_hello_reply(record);
+  ASSERT_TRUE(reply) << reply.error();
+  EXPECT_EQ(reply->status, ipc::HelloStatus::version_mismatch);
+  EXPECT_FALSE(ipc::receive_record(fd->get(), record)) << "then closed";
+}
+
+// One misbehaving client is dropped while another keeps being granted.
+void expect_dropped_others_served(DaemonProcess& daemon, FakeClient& bad, FakeClient& good) {
+  EXPECT_TRUE(bad.disconnected()) << daemon.log();
+  EXPECT_TRUE(eventually([&] { return !segment_exists(bad.segment_name()); }));
+  EXPECT_EQ(daemon.status()["clients"].size(), 1u);
+  good.name_kernel(1, "k");
+  good.post(FakeClient::kernel(1));
+  EXPECT_TRUE(good.wait_granted(1));
+}
+
+TEST(Daemon, DisconnectsAClientWhoseRingIsCorrupted) {
+  DaemonProcess daemon;
+  FakeClient bad(daemon.socket(), Priority::low, "bad");
+  FakeClient good(daemon.socket(), Priority::low, "good");
+  // The ops ring's producer index sits on the ring's second cache line: make it impossible.
+  auto* ring = reinterpret_cast<std::byte*>(&bad.segment().ops());
+  reinterpret_cast<std::atomic<std::uint32_t>*>(ring + ipc::kCacheLineBytes)->store(0xfffffff0u);
+  ASSERT_TRUE(bad.segment().ops().corrupted());
+  expect_dropped_others_served(daemon, bad, good);
+  EXPECT_NE(daemon.log().find("job 'bad' pid " + std::to_string(::getpid()) + ": ops ring corrupted"), std::string::npos)
+      << daemon.log();
+}
+
+TEST(Daemon, DisconnectsAClientThatPostsAnInvalidDescriptor) {
+  DaemonProcess daemon;
+  FakeClient bad(daemon.socket(), Priority::high, "bad");
+  FakeClient good(daemon.socket(), Priority::low, "good");
+  auto op = FakeClient::kernel(1);
+  op.kind = static_cast<ipc::OpKind>(99);
+  bad.post(op);
+  expect_dropped_others_served(daemon, bad, good);
+  EXPECT_NE(daemon.log().find("job 'bad' pid " + std::to_string(::getpid()) + ": invalid op descriptor"), std::string::npos)
+      << daemon.log();
+}
+
+TEST(Daemon, ReclaimsAClientKilledWhileWaitingWithin100ms) {
+  DaemonProcess daemon({"--max-outstanding", "1"});
+  FakeClient holder(daemon.socket(), Priority::low, "holder");
+  holder.name_kernel(1, "k");
+  holder.post(FakeClient::kernel(1));
+  ASSERT_TRUE(holder.wait_granted(1));
+  int names[2];
+  ASSERT_EQ(::pipe(names), 0);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {  // the victim: registers, posts an op that must wait, then waits to be killed
+    try {
+      FakeClient victim(daemon.socket(), Priority::low, "victim");
+      victim.name_kernel(1, "k");
+      victim.post(FakeClient::kernel(1));
+      const std::string name = victim.segment_name() + "\n";
+      [[maybe_unused]] auto written = ::write(names[1], name.data(), name.size());
+      ::pause();
+    } catch (...) {
+    }
+    ::_exit(1);
+  }
+  ForkedChild child(pid);
+  ::close(names[1]);
+  char buffer[128] = {};
+  ASSERT_GT(::read(names[0], buffer, sizeof buffer - 1), 0);
+  ::close(names[0]);
+  const std::string segment = std::string(buffer, std::strchr(buffer, '\n'));
+  ASSERT_TRUE(eventually([&] {
+    const auto entry = daemon.client_with_pid(pid);
+    return entry.is_object() && entry["state"] == "waiting";
+  })) << daemon.status().dump(2);
+  child.kill();
+  const auto killed = std::chrono::steady_clock::now();
+  ASSERT_TRUE(eventually([&] { return !segment_exists(segment) && daemon.client_with_pid(pid).is_null(); }));
+  const auto reclaim = std::chrono::steady_clock::now() - killed;
+  EXPECT_LT(reclaim, 100ms) << std::chrono::duration_cast<std::chrono::microseconds>(reclaim).count() << " us";
+  holder.complete(1);
+  holder.post(FakeClient::kernel(2));
+  EXPECT_TRUE(holder.wait_granted(2)) << "the survivor is unaffected";
+}
+
+TEST(Daemon, HeartbeatAdvances) {
+  DaemonProcess daemon;
+  FakeClient client(daemon.socket(), Priority::low, "hb");
+  const std::uint64_t first = client.segment().daemon_heartbeat_ns();
+  std::this_thread::sleep_for(50ms);
+  const std::uint64_t second = client.segment().daemon_heartbeat_ns();
+  EXPECT_GT(second, first);
+  EXPECT_LT(static_cast<std::uint64_t>(ipc::monotonic_ns()) - second, 100'000'000u) << "fresher than the shim's limit";
+}
+
+TEST(Daemon, SigtermReleasesWaitingClientsAndExitsCleanly) {
+  auto daemon = std::make_unique<DaemonProcess>(std::vector<std::string>{"--max-outstanding", "1"});
+  FakeClient holder(daemon->socket(), Priority::low, "holder");
+  FakeClient waiter(daemon->socket(), Priority::low, "waiter");
+  holder.name_kernel(1, "k");
+  waiter.name_kernel(1, "k");
+  holder.post(FakeClient::kernel(1));
+  ASSERT_TRUE(holder.wait_granted(1));
+  waiter.post(FakeClient::kernel(1));
+  waiter.post(FakeClient::kernel(2));
+  ASSERT_TRUE(eventually([&] { return daemon->status()["clients"][1]["ops"]["posted"] == 2; }));
+  EXPECT_FALSE(waiter.wait_granted(1, 20ms));
+  EXPECT_EQ(daemon->process().terminate(5s), 0) << daemon->log();
+  EXPECT_TRUE(waiter.wait_granted(2, 100ms));
+  EXPECT_EQ(waiter.last_flags() & ipc::kGrantDetach, ipc::kGrantDetach);
+  EXPECT_FALSE(std::filesystem::exists(daemon->socket()));
+  EXPECT_FALSE(segment_exists(holder.segment_name()));
+  EXPECT_FALSE(segment_exists(waiter.segment_name()));
+}
+
+TEST(Daemon, RefusesToStartWhereAnotherDaemonServes) {
+  DaemonProcess daemon;
+  ChildProcess second({bin("gpuqosd"), "--socket", daemon.socket()}, {}, daemon.dir() / "second.log");
+  EXPECT_EQ(second.wait(5s), 1);
+  EXPECT_NE(second.output().find("another gpuqosd"), std::string::npos) << second.output();
+  EXPECT_TRUE(scheduler::connect_unix(daemon.socket())) << "the first one still serves";
+}
+
+TEST(Cli, StatusJsonDescribesTheDaemonAndItsClients) {
+  DaemonProcess daemon;
+  FakeClient client(daemon.socket(), Priority::high, "resnet-serve");
+  client.name_kernel(1, "k");
+  client.post(FakeClient::kernel(1));
+  ASSERT_TRUE(eventually([&] { return daemon.status()["clients"][0]["ops"]["posted"] == 1; }));
+  ChildProcess cli({bin("gpuqos"), "status", "--json", "--socket", daemon.socket()}, {}, daemon.dir() / "status.out");
+  ASSERT_EQ(cli.wait(5s), 0) << cli.output();
+  const auto status = nlohmann::json::parse(cli.output());
+  EXPECT_EQ(status["daemon"]["policy"], "fifo");
+  EXPECT_GT(status["daemon"]["uptime_ns"].get<std::int64_t>(), 0);
+  ASSERT_EQ(status["clients"].size(), 1u);
+  const auto& entry = status["clients"][0];
+  EXPECT_EQ(entry["pid"], ::getpid());
+  EXPECT_EQ(entry["job"], "resnet-serve");
+  EXPECT_EQ(entry["priority"], "high");
+  EXPECT_EQ(entry["ops"]["posted"], 1);
+  EXPECT_EQ(entry["ops"]["granted"], 1);
+  EXPECT_EQ(entry["ops"]["completed"], 0);
+  EXPECT_EQ(entry["current_wait_ns"], 0);
+
+  ChildProcess table({bin("gpuqos"), "status", "--socket", daemon.socket()}, {}, daemon.dir() / "table.out");
+  ASSERT_EQ(table.wait(5s), 0) << table.output();
+  EXPECT_NE(table.output().find("resnet-serve"), std::string::npos) << table.output();
+}
+
+TEST(Cli, StatusWithoutDaemonFails) {
+  TempDir dir;
+  ChildProcess cli({bin("gpuqos"), "status", "--socket", (dir.path() / "none.sock").string()}, {}, dir.path() / "out");
+  EXPECT_EQ(cli.wait(5s), 1);
+  EXPECT_NE(cli.output().find("cannot reach gpuqosd"), std::string::npos) << cli.output();
+}
+
+TEST(Cli, RunPassesTheEnvironmentAndTheExitStatus) {
+  TempDir dir;
+  ChildProcess run({bin("gpuqos"), "run", "--priority", "high", "--job", "nightly", "--socket", "/tmp/x.sock", "--",
+                    "sh", "-c", "echo $GPUQOS_PRIORITY $GPUQOS_JOB $GPUQOS_SOCKET; exit 7"},
+                   {}, dir.path() / "out");
+  EXPECT_EQ(run.wait(5s), 7);
+  EXPECT_NE(run.output().find("high nightly /tmp/x.sock"), std::string::npos) << run.output();
+
+  ChildProcess defaults({bin("gpuqos"), "run", "--", "sh", "-c", "echo [$GPUQOS_PRIORITY]"}, {}, dir.path() / "out2");
+  EXPECT_EQ(defaults.wait(5s), 0);
+  EXPECT_NE(defaults.output().find("[low]"), std::string::npos) << defaults.output();
+}
+
+TEST(Cli, RunPutsTheShimFirstInLdPreloadWhenItExists) {
+  TempDir dir;
+  const std::string shim = std::string(GPUQOS_BUILD_DIR) + "/lib/libgpuqos.so";
+  ChildProcess run({bin("gpuqos"), "run", "--", "sh", "-c", "echo \"[$LD_PRELOAD]\""}, {{"LD_PRELOAD", ""}},
+                   dir.path() / "out");
+  EXPECT_EQ(run.wait(5s), 0);
+  if (std::filesystem::exists(shim)) {
+    EXPECT_NE(run.output().find("[" + shim + "]"), std::string::npos) << run.output();
+  } else {
+    EXPECT_NE(run.output().find("not found; the job runs unmanaged"), std::string::npos) << run.output();
+  }
+}
+
+TEST(Cli, BadArgumentsExitWith2) {
+  TempDir dir;
+  for (const auto& args : std::vector<std::vector<std::string>>{{"run", "--priority", "medium", "--", "true"},
+                                                                {"run", "--job", "x"},
+                                                                {"frobnicate"},
+                                                                {}}) {
+    std::vector<std::string> argv = {bin("gpuqos")};
+    argv.insert(argv.end(), args.begin(), args.end());
+    ChildProcess cli(argv, {}, dir.path() / "out");
+    EXPECT_EQ(cli.wait(5s), 2) << cli.output();
+    EXPECT_FALSE(cli.output().empty());
+  }
+  ChildProcess missing({bin("gpuqos"), "run", "--", "/no/such/program"}, {}, dir.path() / "out");
+  EXPECT_EQ(missing.wait(5s), 127);
+}
+
+}  // namespace
+}  // namespace gpuqos::testing

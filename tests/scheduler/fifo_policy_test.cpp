@@ -1,0 +1,144 @@
+// Tests of the fifo policy and the engine backlog in a virtual clock (no daemon, no processes).
+#include "gpuqos/scheduler/fifo_policy.h"
+
+#include <gtest/gtest.h>
+
+namespace gpuqos::scheduler {
+namespace {
+
+using ipc::Priority;
+
+ipc::OpDescriptor kernel(std::uint64_t seq, std::uint32_t device = 0) {
+  ipc::OpDescriptor op{};
+  op.seq = seq;
+  op.posted_ns = 1;
+  op.device = device;
+  op.kind = ipc::OpKind::kernel;
+  op.kernel_id = 1;
+  return op;
+}
+
+ipc::OpDescriptor copy(std::uint64_t seq, ipc::CopyDirection direction, std::uint64_t bytes) {
+  ipc::OpDescriptor op{};
+  op.seq = seq;
+  op.posted_ns = 1;
+  op.kind = ipc::OpKind::copy;
+  op.direction = direction;
+  op.host_memory = ipc::HostMemory::pinned;
+  op.bytes = bytes;
+  return op;
+}
+
+ipc::OpDescriptor sync(std::uint64_t seq) {
+  ipc::OpDescriptor op{};
+  op.seq = seq;
+  op.posted_ns = 1;
+  op.kind = ipc::OpKind::sync;
+  return op;
+}
+
+ipc::CompletionDescriptor done(std::uint64_t seq, std::int64_t start_ns, std::int64_t end_ns) {
+  return ipc::CompletionDescriptor{seq, start_ns, end_ns, 0, 0};
+}
+
+// A virtual clock: every event happens 1 us after the previous one.
+struct Clock {
+  std::int64_t now_ns = 1'000'000;
+  std::int64_t next() { return now_ns += 1'000; }
+};
+
+TEST(FifoPolicy, UnlimitedGrantsEachLowOpAsItArrives) {
+  FifoPolicy fifo;
+  Clock clock;
+  EXPECT_EQ(fifo.op_posted({1, Priority::low, kernel(1), clock.next()}), (Decisions{{1, 1}}));
+  EXPECT_EQ(fifo.op_posted({2, Priority::low, kernel(1), clock.next()}), (Decisions{{2, 1}}));
+  EXPECT_EQ(fifo.op_posted({1, Priority::low, kernel(2), clock.next()}), (Decisions{{1, 2}}));
+  EXPECT_EQ(fifo.name(), "fifo");
+}
+
+TEST(FifoPolicy, GrantsInArrivalOrderAcrossClients) {
+  FifoPolicy fifo(1);
+  Clock clock;
+  EXPECT_EQ(fifo.op_posted({1, Priority::low, kernel(1), clock.next()}), (Decisions{{1, 1}}));
+  EXPECT_TRUE(fifo.op_posted({2, Priority::low, kernel(1), clock.next()}).empty());
+  EXPECT_TRUE(fifo.op_posted({1, Priority::low, kernel(2), clock.next()}).empty());
+  EXPECT_TRUE(fifo.op_posted({3, Priority::low, kernel(1), clock.next()}).empty());
+  EXPECT_EQ(fifo.queued_ops(), 3u);
+  EXPECT_TRUE(fifo.tick(clock.next()).empty()) << "nothing completed: nothing more may go";
+  EXPECT_EQ(fifo.op_completed({1, done(1, 10, 20), clock.next()}), (Decisions{{2, 1}}));
+  EXPECT_EQ(fifo.op_completed({2, done(1, 20, 30), clock.next()}), (Decisions{{1, 2}}));
+  EXPECT_EQ(fifo.op_completed({1, done(2, 30, 40), clock.next()}), (Decisions{{3, 1}}));
+  EXPECT_EQ(fifo.queued_ops(), 0u);
+  EXPECT_EQ(fifo.outstanding_ops(), 1u);
+}
+
+TEST(FifoPolicy, HighPriorityIsAccountedNeverHeld) {
+  FifoPolicy fifo(1);
+  Clock clock;
+  EXPECT_EQ(fifo.op_posted({1, Priority::low, kernel(1), clock.next()}), (Decisions{{1, 1}}));
+  for (std::uint64_t seq = 1; seq <= 5; ++seq) {
+    EXPECT_TRUE(fifo.op_posted({9, Priority::high, kernel(seq), clock.next()}).empty());
+  }
+  EXPECT_EQ(fifo.backlog().load(0, Engine::compute).outstanding_ops, 6u);
+  EXPECT_EQ(fifo.outstanding_ops(), 1u) << "high ops take no low-priority slot";
+  EXPECT_TRUE(fifo.op_completed({9, done(3, 0, 50'000), clock.next()}).empty());
+  EXPECT_EQ(fifo.backlog().load(0, Engine::compute).outstanding_ops, 5u);
+}
+
+TEST(FifoPolicy, CompletionsUpdateTheBacklogPerEngine) {
+  FifoPolicy fifo;
+  Clock clock;
+  (void)fifo.op_posted({1, Priority::low, kernel(1), clock.next()});
+  (void)fifo.op_posted({1, Priority::low, copy(2, ipc::CopyDirection::h2d, 10'000'000), clock.next()});
+  (void)fifo.op_posted({1, Priority::low, copy(3, ipc::CopyDirection::d2h, 20'000), clock.next()});
+  (void)fifo.op_posted({1, Priority::low, sync(4), clock.next()});
+  const auto& backlog = fifo.backlog();
+  EXPECT_EQ(backlog.load(0, Engine::compute).backlog_ns, 100'000);
+  EXPECT_EQ(backlog.load(0, Engine::h2d).backlog_ns, 5'000 + 1'000'000);
+  EXPECT_EQ(backlog.load(0, Engine::d2h).outstanding_ops, 1u);
+  (void)fifo.op_completed({1, done(2, 100, 900'100), clock.next()});
+  EXPECT_EQ(backlog.load(0, Engine::h2d).outstanding_ops, 0u);
+  EXPECT_EQ(backlog.load(0, Engine::h2d).backlog_ns, 0);
+  EXPECT_EQ(backlog.load(0, Engine::h2d).completed_ops, 1u);
+  EXPECT_EQ(backlog.load(0, Engine::h2d).completed_device_ns, 900'000);
+  (void)fifo.op_completed({1, done(2, 100, 900'100), clock.next()});
+  EXPECT_EQ(backlog.load(0, Engine::h2d).completed_ops, 1u) << "a duplicate completion is ignored";
+  EXPECT_EQ(backlog.loads().size(), 3u);
+}
+
+TEST(FifoPolicy, SyncOpsTakeNoSlot) {
+  FifoPolicy fifo(1);
+  Clock clock;
+  EXPECT_EQ(fifo.op_posted({1, Priority::low, sync(1), clock.next()}), (Decisions{{1, 1}}));
+  EXPECT_EQ(fifo.op_posted({1, Priority::low, kernel(2), clock.next()}), (Decisions{{1, 2}}));
+}
+
+TEST(FifoPolicy, ClientGoneDropsItsOpsAndFreesItsSlot) {
+  FifoPolicy fifo(1);
+  Clock clock;
+  (void)fifo.op_posted({1, Priority::low, kernel(1), clock.next()});
+  (void)fifo.op_posted({1, Priority::low, kernel(2), clock.next()});
+  (void)fifo.op_posted({2, Priority::low, kernel(1), clock.next()});
+  (void)fifo.op_posted({1, Priority::low, kernel(3), clock.next()});
+  EXPECT_EQ(fifo.client_gone(1, clock.next()), (Decisions{{2, 1}}));
+  EXPECT_EQ(fifo.queued_ops(), 0u);
+  EXPECT_EQ(fifo.backlog().load(0, Engine::compute).outstanding_ops, 1u);
+  EXPECT_TRUE(fifo.op_completed({1, done(1, 0, 1), clock.next()}).empty()) << "the gone client is forgotten";
+  EXPECT_EQ(fifo.backlog().load(0, Engine::compute).outstanding_ops, 1u);
+}
+
+TEST(EngineBacklog, RetiresTheOldestBeyondItsBound) {
+  EngineBacklog backlog;
+  for (std::uint64_t seq = 1; seq <= EngineBacklog::kMaxTrackedOpsPerClient + 10; ++seq) backlog.account(1, kernel(seq), 1);
+  EXPECT_EQ(backlog.load(0, Engine::compute).outstanding_ops, EngineBacklog::kMaxTrackedOpsPerClient);
+  EXPECT_FALSE(backlog.complete(1, done(1, 0, 1)));
+  EXPECT_TRUE(backlog.complete(1, done(EngineBacklog::kMaxTrackedOpsPerClient + 10, 0, 1)));
+}
+
+TEST(MakePolicy, KnowsFifoOnly) {
+  EXPECT_NE(make_policy({"fifo", 0}), nullptr);
+  EXPECT_EQ(make_policy({"baymax", 0}), nullptr);
+}
+
+}  // namespace
+}  // namespace gpuqos::scheduler
