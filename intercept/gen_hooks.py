@@ -26,7 +26,7 @@ DIRECTIONS = [("Peer", "peer"), ("HtoD", "host_to_device"), ("HtoA", "host_to_de
 # Operation's fields in declaration order (C++20 designated initializers must follow it).
 FIELD_ORDER = ["stream", "per_thread", "function", "kernel", "grid", "block", "shared_mem_bytes",
                "kernel_params", "graph_exec", "bytes", "direction", "event", "context", "device_ptr",
-               "out_handle", "name"]
+               "host_ptr", "out_handle", "name"]
 
 
 def split_params(params):
@@ -77,8 +77,11 @@ def describe(category, symbol, params):
         f["direction"] = next((f"CopyDirection::{d}" for key, d in DIRECTIONS if key in symbol), "CopyDirection::unknown")
         if "ByteCount" in names:
             f["bytes"] = "ByteCount"
+        host = next((n for n in ("srcHost", "dstHost") if n in names), None)
+        if host:
+            f["host_ptr"] = host
         elif "pCopy" in names:
-            f.update(bytes="copy_bytes(pCopy)", direction="copy_direction(pCopy)")
+            f.update(bytes="copy_bytes(pCopy)", direction="copy_direction(pCopy)", host_ptr="copy_host_ptr(pCopy)")
         elif "sizes" in names:
             f["bytes"] = "batch_bytes(sizes, count)"
         elif "opList" in names:

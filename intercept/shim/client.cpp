@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 
+#include "daemon_gate.h"
 #include "pass_through_gate.h"
 #include "shim.h"
 
@@ -38,12 +39,13 @@ class Client {
     ParsedSettings parsed = parse_settings([](const char* name) { return std::getenv(name); }, executable_name());
     settings_ = std::move(parsed.settings);
     for (const std::string& problem : parsed.problems) write(problem);  // always shown, whatever GPUQOS_LOG says
-    // The daemon connection replaces this in the gate step (settings_.priority, job, socket_path).
-    gate_ = std::make_unique<PassThroughGate>(settings_.debug_counts_path);
+    gate_ = std::make_unique<DaemonGate>(settings_, [this](LogLevel level, const std::string& text) {
+      if (level != LogLevel::off && level <= settings_.log_level) write(text);
+    });
   }
 
   const Settings& settings() const { return settings_; }
-  Gate& gate() { return *gate_; }
+  DaemonGate& gate() { return *gate_; }
 
   void write(std::string_view text) const {
     write_stderr("gpuqos[" + std::to_string(::getpid()) + "] " + settings_.job + ": " + std::string(text) + "\n");
@@ -51,7 +53,7 @@ class Client {
 
  private:
   Settings settings_;
-  std::unique_ptr<Gate> gate_;
+  std::unique_ptr<DaemonGate> gate_;
 };
 
 // The accessor: the only way to the connection object. `create` false: nullptr if none yet.
@@ -88,6 +90,10 @@ Gate& gate() noexcept {
   } catch (...) {  // std::call_once may throw std::system_error
   }
   return fallback_gate();
+}
+
+void stop_completion_tracking() noexcept {
+  if (Client* c = client(false)) c->gate().stop_completion_tracking();
 }
 
 void log_message(LogLevel level, std::string_view text) noexcept {

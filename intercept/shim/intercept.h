@@ -89,6 +89,17 @@ CopyDirection copy_direction(const Copy* copy) {
   return copy ? direction_of(copy->srcMemoryType, copy->dstMemoryType) : CopyDirection::unknown;
 }
 
+// The host side of a 2D/3D copy between host and device memory; nullptr otherwise.
+template <class Copy>
+const void* copy_host_ptr(const Copy* copy) {
+  if (!copy) return nullptr;
+  if constexpr (requires { copy->srcHost; }) {
+    if (copy->srcMemoryType == CU_MEMORYTYPE_HOST) return copy->srcHost;
+    if (copy->dstMemoryType == CU_MEMORYTYPE_HOST) return copy->dstHost;
+  }
+  return nullptr;
+}
+
 inline std::uint64_t batch_bytes(const size_t* sizes, size_t count) {
   std::uint64_t bytes = 0;
   for (size_t i = 0; sizes && i < count; ++i) bytes += sizes[i];

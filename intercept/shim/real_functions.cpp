@@ -22,7 +22,14 @@ void* const kMissing = &missing_marker;
 
 // Part of the hook table: one slot per hook, then the helpers.
 std::array<std::atomic<void*>, kHookCount> hook_slots{};
-std::array<std::atomic<void*>, 2> helper_slots{};
+std::array<std::atomic<void*>, kDriverHelperCount> helper_slots{};
+
+// Indexed by DriverHelper.
+constexpr std::array<const char*, kDriverHelperCount> kHelperNames = {
+    "cuStreamIsCapturing", "cuStreamIsCapturing_ptsz", "cuCtxGetCurrent",      "cuCtxGetDevice",
+    "cuFuncGetParamInfo",  "cuFuncGetName",            "cuMemHostGetFlags",    "cuPointerGetAttribute",
+    "cuEventCreate",       "cuEventDestroy_v2",        "cuEventRecord",        "cuEventRecord_ptsz",
+    "cuEventQuery"};
 
 // The driver's definition of `name`, or nullptr.
 void* look_up(const char* name) {
@@ -43,13 +50,14 @@ void* look_up(const char* name) {
   return real(driver, name);
 }
 
-void* resolve(std::atomic<void*>& slot, const char* name) {
+// `report_missing`: log the first failed lookup (hooks: calls to it fail; helpers: the shim copes).
+void* resolve(std::atomic<void*>& slot, const char* name, bool report_missing = true) {
   void* fn = slot.load(std::memory_order_acquire);
   if (fn == nullptr) {
     void* found = look_up(name);
     fn = found ? found : kMissing;
     void* expected = nullptr;
-    if (slot.compare_exchange_strong(expected, fn, std::memory_order_acq_rel) && !found) {
+    if (slot.compare_exchange_strong(expected, fn, std::memory_order_acq_rel) && !found && report_missing) {
       try {
         log_message(LogLevel::error, std::string("the driver has no ") + name + "; calls to it fail");
       } catch (...) {  // out of memory for the message: the error code still tells
@@ -72,8 +80,8 @@ void* real_function_address(HookId id) noexcept {
 }
 
 void* driver_helper(DriverHelper helper) noexcept {
-  const bool ptsz = helper == DriverHelper::stream_is_capturing_ptsz;
-  return resolve(helper_slots[static_cast<std::size_t>(helper)], ptsz ? "cuStreamIsCapturing_ptsz" : "cuStreamIsCapturing");
+  const auto index = static_cast<std::size_t>(helper);
+  return resolve(helper_slots[index], kHelperNames[index], /*report_missing=*/false);
 }
 
 CUresult missing_real_function(HookId) noexcept {

@@ -17,9 +17,21 @@ namespace gpuqos::intercept {
 void* real_function_address(HookId id) noexcept;
 CUresult missing_real_function(HookId id) noexcept;
 
-// Driver functions the shim calls itself without hooking them, resolved the same way.
-enum class DriverHelper { stream_is_capturing, stream_is_capturing_ptsz };
+// Driver functions the shim calls itself (never through our hooks), resolved the same way; nullptr
+// when the driver lacks one (optional ones, such as cuMemHostGetFlags on simgpu, are not logged).
+enum class DriverHelper {
+  stream_is_capturing, stream_is_capturing_ptsz, ctx_get_current, ctx_get_device, func_get_param_info,
+  func_get_name, mem_host_get_flags, pointer_get_attribute, event_create, event_destroy, event_record,
+  event_record_ptsz, event_query,
+};
+inline constexpr std::size_t kDriverHelperCount = 13;
 void* driver_helper(DriverHelper helper) noexcept;
+
+// The helper as its driver function type: driver<PFN_cuEventRecord>(DriverHelper::event_record).
+template <class Function>
+Function driver(DriverHelper helper) noexcept {
+  return reinterpret_cast<Function>(driver_helper(helper));
+}
 
 // dlsym.cpp: glibc's dlsym (ours answers hooks, so the shim must never call plain dlsym).
 using DlsymFunction = void* (*)(void*, const char*);
@@ -37,6 +49,9 @@ CUresult answer_proc_address(PFN_cuGetProcAddress_v11030 real, const char* symbo
                              cuuint64_t flags) noexcept;
 CUresult answer_proc_address(PFN_cuGetProcAddress_v12000 real, const char* symbol, void** pfn, int version,
                              cuuint64_t flags, CUdriverProcAddressQueryResult* found) noexcept;
+
+// client.cpp: stops the completion thread (an atexit handler: before the driver's exit handlers).
+void stop_completion_tracking() noexcept;
 
 // client.cpp: a line on stderr, "gpuqos[<pid>] <job>: <text>", if `level` is enabled.
 void log_message(LogLevel level, std::string_view text) noexcept;

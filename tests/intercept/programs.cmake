@@ -1,7 +1,8 @@
 # CUDA driver-API programs the shim's integration tests run under LD_PRELOAD=libgpuqos.so on simgpu.
 # linked_client links libcuda like any CUDA program (the toolkit's stub at link time, simgpu's
-# libcuda.so.1 at run time); dlopen_client does not link it and finds it with dlopen + dlsym.
-foreach(program linked_client dlopen_client)
+# libcuda.so.1 at run time); dlopen_client does not link it and finds it with dlopen + dlsym;
+# gate_client (linked) is what the gate's tests run under a fake gpuqosd.
+foreach(program linked_client dlopen_client gate_client)
   add_executable(intercept_${program} ${CMAKE_CURRENT_LIST_DIR}/programs/${program}.cpp)
   set_target_properties(intercept_${program} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests/programs)
   target_include_directories(intercept_${program} PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
@@ -9,3 +10,4 @@ foreach(program linked_client dlopen_client)
 endforeach()
 target_link_libraries(intercept_linked_client PRIVATE CUDA::cuda_driver ${CMAKE_DL_LIBS})
 target_link_libraries(intercept_dlopen_client PRIVATE ${CMAKE_DL_LIBS})
+target_link_libraries(intercept_gate_client PRIVATE CUDA::cuda_driver Threads::Threads)

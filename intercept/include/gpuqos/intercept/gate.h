@@ -33,6 +33,7 @@ struct Operation {
   CUevent event = nullptr;           // sync on an event
   CUcontext context = nullptr;       // cuCtxSynchronize_v2
   CUdeviceptr device_ptr = 0;        // memset destination, freed pointer
+  const void* host_ptr = nullptr;    // copy: the host side of a host<->device copy (pinned or not?)
   void* out_handle = nullptr;        // naming, alloc: where the driver writes the result (read in after())
   const char* name = nullptr;        // naming: the kernel's name
   HookId hook{};                     // set by the hook
@@ -42,9 +43,12 @@ struct Operation {
   bool captured = false;
 };
 
-// What before() gave an operation, handed back to after(). 0: not posted.
+// What before() gave an operation, handed back to after(). seq 0: not posted.
 struct Ticket {
   std::uint64_t seq = 0;
+  std::uint32_t session = 0;    // which registration with the daemon posted it
+  CUcontext context = nullptr;  // current when it was posted: completion events are made there
+  std::int64_t posted_ns = 0;
 };
 
 // Contract for every implementation: called concurrently from any thread of the program, possibly

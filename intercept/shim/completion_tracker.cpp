@@ -1,0 +1,174 @@
+// CompletionTracker: pooled events, the polling thread, CompletionDescriptors.
+#include "completion_tracker.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+
+#include "describe.h"
+#include "gpuqos/ipc/clock.h"
+#include "shim.h"
+
+namespace gpuqos::intercept {
+namespace {
+
+using EventCreate = CUresult (*)(CUevent*, unsigned int);
+using EventDestroy = CUresult (*)(CUevent);
+using EventRecord = CUresult (*)(CUevent, CUstream);
+using EventQuery = CUresult (*)(CUevent);
+
+constexpr auto kFirstPollSleep = std::chrono::microseconds(20);
+constexpr auto kLongestPollSleep = std::chrono::microseconds(1000);
+
+}  // namespace
+
+CUevent CompletionTracker::acquire_event(CUcontext context) noexcept {
+  {
+    std::lock_guard lock(mutex_);
+    auto& pool = free_events_[context];
+    if (!pool.empty()) {
+      CUevent event = pool.back();
+      pool.pop_back();
+      return event;
+    }
+  }
+  CUevent event = nullptr;
+  const auto create = driver<EventCreate>(DriverHelper::event_create);
+  return create && create(&event, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS ? event : nullptr;
+}
+
+void CompletionTracker::track(std::shared_ptr<Session> session, const Ticket& ticket, const Operation& op,
+                              CUresult result) noexcept {
+  try {
+    Pending pending{std::move(session), ticket.seq, stream_key(op), ticket.context, nullptr, ticket.posted_ns,
+                    static_cast<std::int32_t>(result)};
+    if (result == CUDA_SUCCESS) {
+      pending.event = acquire_event(ticket.context);
+      const auto record = driver<EventRecord>(op.per_thread ? DriverHelper::event_record_ptsz : DriverHelper::event_record);
+      if (pending.event && (!record || record(pending.event, op.stream) != CUDA_SUCCESS)) {
+        if (const auto destroy = driver<EventDestroy>(DriverHelper::event_destroy)) destroy(pending.event);
+        pending.event = nullptr;  // reported at once: better early than never
+      }
+    }
+    enqueue(std::move(pending));
+  } catch (...) {  // out of memory: the daemon misses one completion, the program goes on
+  }
+}
+
+void CompletionTracker::enqueue(Pending pending) noexcept {
+  std::unique_lock lock(mutex_);
+  if (stopping_) {
+    lock.unlock();
+    report(pending, ipc::monotonic_ns());
+    return;
+  }
+  if (!started_) {
+    started_ = true;
+    try {
+      thread_ = std::thread([this] { run(); });
+      // Stop polling before the driver's own exit handlers (registered earlier) tear it down.
+      std::atexit([] { stop_completion_tracking(); });
+    } catch (...) {
+      stopping_ = true;
+    }
+  }
+  incoming_.push_back(std::move(pending));
+  const bool wake = idle_;
+  lock.unlock();
+  if (wake) wake_.notify_one();
+}
+
+void CompletionTracker::nudge() noexcept {
+  {
+    std::lock_guard lock(mutex_);
+    if (!started_ || stopping_) return;
+    nudged_ = true;
+  }
+  wake_.notify_one();
+}
+
+void CompletionTracker::stop() noexcept {
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (!thread_.joinable() || thread_.get_id() == std::this_thread::get_id()) return;
+  thread_.join();
+  // The program is exiting, usually right after a synchronisation: report what has finished.
+  try {
+    for (Pending& pending : incoming_) by_stream_[pending.stream].push_back(std::move(pending));
+  } catch (...) {
+  }
+  incoming_.clear();
+  poll_streams();
+}
+
+void CompletionTracker::report(Pending& pending, std::int64_t end_ns) noexcept {
+  if (!pending.session || !pending.session->alive()) return;
+  std::int64_t& last_end = last_end_ns_[pending.stream];
+  const bool ran = pending.status == 0;
+  ipc::CompletionDescriptor completion{};
+  completion.seq = pending.seq;
+  completion.end_ns = end_ns;
+  completion.start_ns = std::min(end_ns, ran ? std::max(pending.posted_ns, last_end) : end_ns);
+  completion.status = pending.status;
+  if (ran) last_end = end_ns;
+  for (int attempt = 0; attempt < 100 && !pending.session->push_completion(completion); ++attempt) {
+    if (!pending.session->alive()) return;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));  // the daemon drains the ring
+  }
+}
+
+bool CompletionTracker::poll_streams() noexcept {
+  const auto query = driver<EventQuery>(DriverHelper::event_query);
+  bool any = false;
+  for (auto it = by_stream_.begin(); it != by_stream_.end();) {
+    auto& queue = it->second;
+    while (!queue.empty()) {
+      Pending& head = queue.front();
+      const CUresult state = head.event && query ? query(head.event) : CUDA_SUCCESS;
+      if (state == CUDA_ERROR_NOT_READY) break;
+      report(head, ipc::monotonic_ns());
+      if (head.event && state == CUDA_SUCCESS) {
+        std::lock_guard lock(mutex_);
+        free_events_[head.context].push_back(head.event);
+      }  // an event the driver no longer knows (its context destroyed) is dropped
+      queue.pop_front();
+      any = true;
+    }
+    it = queue.empty() ? by_stream_.erase(it) : std::next(it);
+  }
+  return any;
+}
+
+void CompletionTracker::run() noexcept {
+  auto sleep = kFirstPollSleep;
+  std::vector<Pending> batch;
+  for (;;) {
+    {
+      std::unique_lock lock(mutex_);
+      if (by_stream_.empty()) {  // only this sleep is woken by track(): a timed one ends by itself
+        idle_ = true;
+        wake_.wait(lock, [&] { return stopping_ || !incoming_.empty(); });
+        idle_ = false;
+      } else {
+        wake_.wait_for(lock, sleep, [&] { return stopping_ || nudged_; });
+      }
+      if (nudged_) sleep = kFirstPollSleep;
+      nudged_ = false;
+      if (stopping_) return;
+      if (!incoming_.empty()) sleep = kFirstPollSleep;
+      batch.swap(incoming_);
+    }
+    try {
+      for (Pending& pending : batch) by_stream_[pending.stream].push_back(std::move(pending));
+    } catch (...) {  // out of memory: those completions are lost
+    }
+    batch.clear();
+    sleep = poll_streams() ? kFirstPollSleep : std::min(sleep * 2, kLongestPollSleep);
+  }
+}
+
+}  // namespace gpuqos::intercept

@@ -1,0 +1,141 @@
+// DaemonGate: the hooks' side of the daemon connection, and the monitor thread.
+#include "daemon_gate.h"
+
+#include <chrono>
+#include <thread>
+
+#include "describe.h"
+#include "gpuqos/ipc/clock.h"
+#include "shim.h"
+
+namespace gpuqos::intercept {
+namespace {
+
+using CtxGetCurrent = CUresult (*)(CUcontext*);
+using CtxGetDevice = CUresult (*)(CUdevice*);
+
+constexpr int kWatchIntervalMs = 10;
+constexpr auto kRetryInterval = std::chrono::seconds(1);
+
+}  // namespace
+
+DaemonGate::DaemonGate(Settings settings, Log log)
+    : settings_(std::move(settings)), log_(std::move(log)), pass_through_(settings_.debug_counts_path) {
+  try_register(/*at_start=*/true);
+  try {
+    std::thread([this] { monitor(); }).detach();
+  } catch (...) {
+    log_(LogLevel::warn, "cannot start the gpuqosd monitor thread: no re-registration after a loss");
+  }
+}
+
+bool DaemonGate::try_register(bool at_start) noexcept {
+  try {
+    Session::Opened opened = Session::open(settings_, next_session_id_++);
+    if (opened.session) {
+      log_(LogLevel::info,
+                  std::string(at_start ? "registered" : "re-registered") + " with gpuqosd as client " +
+                      std::to_string(opened.session->client_number()));
+      session_.store(std::move(opened.session));
+      return true;
+    }
+    gave_up_ = opened.refused;
+    if (at_start || opened.refused) {
+      log_(LogLevel::warn, "gpuqosd at " + settings_.socket_path + ": " + opened.why + "; running unmanaged" +
+                                      (opened.refused ? "" : " (retrying every second)"));
+    }
+  } catch (...) {  // out of memory: unmanaged
+  }
+  return false;
+}
+
+void DaemonGate::monitor() noexcept {
+  for (;;) {
+    std::shared_ptr<Session> session = session_.load();
+    if (session && session->watch(kWatchIntervalMs)) continue;
+    if (session) {
+      log_(LogLevel::warn, "lost gpuqosd (" + session->lost_reason() + "); running unmanaged until it is back");
+      session_.store(nullptr);
+      session.reset();
+    }
+    std::unique_lock lock(stop_mutex_);
+    if (stop_cv_.wait_for(lock, kRetryInterval, [this] { return stopping_; })) return;
+    lock.unlock();
+    if (!gave_up_) try_register(/*at_start=*/false);
+  }
+}
+
+std::uint32_t DaemonGate::device_of(CUcontext context) noexcept {
+  std::lock_guard lock(devices_mutex_);
+  for (const auto& [known, device] : devices_) {
+    if (known == context) return device;
+  }
+  CUdevice device = 0;
+  const auto get_device = driver<CtxGetDevice>(DriverHelper::ctx_get_device);
+  if (!get_device || get_device(&device) != CUDA_SUCCESS || device < 0) device = 0;
+  if (devices_.size() < 256) devices_.emplace_back(context, static_cast<std::uint32_t>(device));
+  return static_cast<std::uint32_t>(device);
+}
+
+Ticket DaemonGate::post(const Operation& op, const std::shared_ptr<Session>& session) noexcept {
+  Ticket ticket;
+  ticket.posted_ns = ipc::monotonic_ns();
+  const auto get_current = driver<CtxGetCurrent>(DriverHelper::ctx_get_current);
+  if (!get_current || get_current(&ticket.context) != CUDA_SUCCESS || !ticket.context) return {};  // the call fails
+  try {
+    ipc::OpDescriptor descriptor;
+    if (!describe(op, device_of(ticket.context), ticket.posted_ns, kernels_, descriptor)) return {};
+    const bool low = settings_.priority == Priority::low;
+    if (!session->post(descriptor, kernels_, /*may_wait=*/low)) return {};
+    ticket.seq = descriptor.seq;
+    ticket.session = session->id();
+    if (low) session->wait_for_grant(ticket.seq);  // lost meanwhile: released, the call goes ahead
+    return ticket;
+  } catch (...) {
+    return {};
+  }
+}
+
+Ticket DaemonGate::before(const Operation& op) noexcept {
+  pass_through_.before(op);
+  if (!is_gpu_work(op.category) || op.captured) return {};
+  std::shared_ptr<Session> session = session_.load();
+  if (!session || !session->alive()) return {};
+  return post(op, session);
+}
+
+void DaemonGate::on_named(const Operation& op) noexcept {
+  try {
+    if (!op.out_handle) return;
+    const void* handle = *static_cast<void* const*>(op.out_handle);  // CUfunction* or CUkernel*
+    if (op.hook == HookId::hook_cuKernelGetFunction) {
+      kernels_.alias(handle, op.kernel);
+    } else if (op.name) {
+      kernels_.name_handle(handle, op.name);
+    }
+  } catch (...) {  // unnamed: launches ask the driver for the name instead
+  }
+}
+
+void DaemonGate::after(const Operation& op, Ticket ticket, CUresult result) noexcept {
+  pass_through_.after(op, ticket, result);
+  if (op.category == Category::naming && result == CUDA_SUCCESS) on_named(op);
+  if (op.category == Category::sync) completions_.nudge();
+  if (ticket.seq == 0) return;
+  std::shared_ptr<Session> session = session_.load();
+  if (session && session->id() == ticket.session && session->alive()) {
+    completions_.track(std::move(session), ticket, op, result);
+  }
+}
+
+void DaemonGate::shutdown() noexcept {
+  completions_.stop();
+  {
+    std::lock_guard lock(stop_mutex_);
+    stopping_ = true;
+  }
+  stop_cv_.notify_all();
+  pass_through_.shutdown();
+}
+
+}  // namespace gpuqos::intercept

@@ -1,0 +1,70 @@
+// The gate when gpuqosd manages the program: posts every launch, copy, memset and graph launch to
+// the daemon, holds low-priority work until it is granted, reports completions, and fails open.
+//
+// Fail-open: with no registration (no daemon at start, or lost) every call passes straight through
+// (PassThroughGate, which also keeps the GPUQOS_DEBUG_COUNTS counts). A monitor thread watches the
+// registration (socket hang-up, heartbeat older than 100 ms, kGrantDetach), releases waiters at
+// once when it is lost, and tries to register again every second; a new registration gets a new
+// segment, seq restarts at 1 and kernel names are sent again before their first use.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <string>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "completion_tracker.h"
+#include "gpuqos/intercept/gate.h"
+#include "gpuqos/intercept/settings.h"
+#include "kernel_registry.h"
+#include "pass_through_gate.h"
+#include "session.h"
+
+namespace gpuqos::intercept {
+
+class DaemonGate final : public Gate {
+ public:
+  // Where the gate's messages go (the Client's log: the gate is built inside the accessor's
+  // call_once, so it must not call log_message itself).
+  using Log = std::function<void(LogLevel, const std::string&)>;
+
+  // Registers (at most ~1.5 s when a daemon accepts and never answers; at once when none listens)
+  // and starts the monitor thread. Lives until the process ends: the thread uses it.
+  DaemonGate(Settings settings, Log log);
+
+  Ticket before(const Operation& op) noexcept override;
+  void after(const Operation& op, Ticket ticket, CUresult result) noexcept override;
+  void shutdown() noexcept override;
+
+  // At exit, before the driver is torn down: no more event polling.
+  void stop_completion_tracking() noexcept { completions_.stop(); }
+
+ private:
+  Ticket post(const Operation& op, const std::shared_ptr<Session>& session) noexcept;
+  void on_named(const Operation& op) noexcept;
+  std::uint32_t device_of(CUcontext context) noexcept;
+  bool try_register(bool at_start) noexcept;
+  void monitor() noexcept;
+
+  const Settings settings_;
+  const Log log_;
+  PassThroughGate pass_through_;
+  KernelRegistry kernels_;
+  CompletionTracker completions_;
+  std::atomic<std::shared_ptr<Session>> session_;
+  std::uint32_t next_session_id_ = 1;  // monitor thread (and the constructor)
+  bool gave_up_ = false;               // the daemon refused us: do not ask again
+
+  std::mutex devices_mutex_;
+  std::vector<std::pair<CUcontext, std::uint32_t>> devices_;  // context -> device ordinal
+
+  std::mutex stop_mutex_;
+  std::condition_variable stop_cv_;
+  bool stopping_ = false;
+};
+
+}  // namespace gpuqos::intercept

@@ -1,0 +1,82 @@
+// describe(): the kind, shape, sizes and arguments of one operation, for its descriptor.
+#include "describe.h"
+
+#include "shim.h"
+
+namespace gpuqos::intercept {
+namespace {
+
+using MemHostGetFlags = CUresult (*)(unsigned int*, void*);
+using PointerGetAttribute = CUresult (*)(void*, CUpointer_attribute, CUdeviceptr);
+
+ipc::HostMemory host_memory_of(const void* host) {
+  void* pointer = const_cast<void*>(host);
+  unsigned flags = 0;
+  if (const auto get_flags = driver<MemHostGetFlags>(DriverHelper::mem_host_get_flags)) {
+    if (get_flags(&flags, pointer) == CUDA_SUCCESS) return ipc::HostMemory::pinned;
+  }
+  if (const auto get_attribute = driver<PointerGetAttribute>(DriverHelper::pointer_get_attribute)) {
+    CUmemorytype type{};
+    if (get_attribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, reinterpret_cast<CUdeviceptr>(pointer)) ==
+            CUDA_SUCCESS &&
+        type == CU_MEMORYTYPE_HOST) {
+      return ipc::HostMemory::pinned;
+    }
+  }
+  return ipc::HostMemory::pageable;
+}
+
+void describe_kernel(const Operation& op, KernelRegistry& kernels, ipc::OpDescriptor& out) {
+  out.kind = ipc::OpKind::kernel;
+  const KernelLaunchInfo info = kernels.launch_info(op.function);
+  out.kernel_id = info.id;
+  out.grid[0] = op.grid.x, out.grid[1] = op.grid.y, out.grid[2] = op.grid.z;
+  out.block[0] = op.block.x, out.block[1] = op.block.y, out.block[2] = op.block.z;
+  out.shared_bytes = op.shared_mem_bytes;
+  out.param_bytes = info.param_bytes;
+  out.arg_count = read_scalar_args(info, op.kernel_params, out.args);
+}
+
+// False for a host-to-host copy.
+bool describe_copy(const Operation& op, ipc::OpDescriptor& out) {
+  out.kind = ipc::OpKind::copy;
+  out.bytes = op.bytes;
+  switch (op.direction) {
+    case CopyDirection::host_to_device: out.direction = ipc::CopyDirection::h2d; break;
+    case CopyDirection::device_to_host: out.direction = ipc::CopyDirection::d2h; break;
+    case CopyDirection::host_to_host: return false;
+    // Peer copies run on the copy engines like device-to-device ones; unified-address copies
+    // (cuMemcpy, cuMemcpyAsync) are counted as device-to-device: the pointers are not classified yet.
+    default: out.direction = ipc::CopyDirection::d2d; return true;
+  }
+  out.host_memory = op.host_ptr ? host_memory_of(op.host_ptr) : ipc::HostMemory::pageable;
+  return true;
+}
+
+}  // namespace
+
+std::uint64_t stream_key(const Operation& op) noexcept {
+  if (op.stream == nullptr && op.per_thread) return reinterpret_cast<std::uint64_t>(CU_STREAM_PER_THREAD);
+  return reinterpret_cast<std::uint64_t>(op.stream);
+}
+
+bool describe(const Operation& op, std::uint32_t device, std::int64_t posted_ns, KernelRegistry& kernels,
+              ipc::OpDescriptor& out) {
+  out = ipc::OpDescriptor{};
+  out.stream = stream_key(op);
+  out.posted_ns = posted_ns;
+  out.device = device;
+  switch (op.category) {
+    case Category::launch: describe_kernel(op, kernels, out); return true;
+    case Category::graph_launch: out.kind = ipc::OpKind::graph; return true;
+    case Category::copy: return describe_copy(op, out);
+    case Category::memset:
+      out.kind = ipc::OpKind::memset;
+      out.bytes = op.bytes;
+      out.direction = ipc::CopyDirection::memset;
+      return true;
+    default: return false;
+  }
+}
+
+}  // namespace gpuqos::intercept

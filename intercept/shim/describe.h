@@ -1,0 +1,23 @@
+// What the daemon learns of one piece of GPU work: an Operation made into an ipc::OpDescriptor.
+#pragma once
+
+#include <cstdint>
+
+#include "gpuqos/intercept/gate.h"
+#include "gpuqos/ipc/descriptor.h"
+#include "kernel_registry.h"
+
+namespace gpuqos::intercept {
+
+// The stream value the descriptor carries: the handle, or CU_STREAM_PER_THREAD for the per-thread
+// default stream of a _ptsz/_ptds call.
+std::uint64_t stream_key(const Operation& op) noexcept;
+
+// Fills everything but seq for a launch, graph launch, copy or memset on `device`. Kernel
+// arguments are read through op.kernel_params; host memory is pinned when the driver says so
+// (cuMemHostGetFlags, else cuPointerGetAttribute), pageable otherwise. Host-to-host copies
+// return false (not GPU work the daemon schedules); so does anything else that is not GPU work.
+bool describe(const Operation& op, std::uint32_t device, std::int64_t posted_ns, KernelRegistry& kernels,
+              ipc::OpDescriptor& out);
+
+}  // namespace gpuqos::intercept

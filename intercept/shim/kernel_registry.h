@@ -1,0 +1,55 @@
+// Kernel identity for the daemon: the id the shim gives each kernel name (sent once per registration
+// as an ipc KernelName record), and the parameter layout a launch reads its scalar arguments with.
+#pragma once
+
+#include <cuda.h>
+
+#include <array>
+#include <cstdint>
+#include <shared_mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "gpuqos/ipc/descriptor.h"
+
+namespace gpuqos::intercept {
+
+// What a launch of one kernel needs: its id and where its scalar (<= 8-byte) parameters are.
+struct KernelLaunchInfo {
+  std::uint32_t id = 0;           // 0 only when the registry could not store a name (out of memory)
+  std::uint32_t param_bytes = 0;  // 0 when the driver cannot tell (no cuFuncGetParamInfo)
+  std::uint8_t scalar_count = 0;  // how many of the first parameters below are read, <= 8
+  std::array<std::uint8_t, ipc::kMaxScalarArgs> scalar_index{};  // parameter index of each scalar
+  std::array<std::uint8_t, ipc::kMaxScalarArgs> scalar_bytes{};
+  bool layout_known = false;  // the driver was asked (answered or not)
+};
+
+// Thread-safe; lives as long as the process (ids survive re-registrations with the daemon).
+class KernelRegistry {
+ public:
+  // Naming hooks: `handle` (a CUfunction or CUkernel) is the kernel `name`. Names share one id.
+  void name_handle(const void* handle, std::string_view name);
+  // cuKernelGetFunction: `function` is the same kernel as `kernel` (if that one is known).
+  void alias(const void* function, const void* kernel);
+  // A launch of `function`. A function never seen being named gets its name from the driver
+  // (cuFuncGetName) or "unnamed": the daemon refuses kernel id 0, so every launch has an id.
+  KernelLaunchInfo launch_info(CUfunction function);
+  // "" for an unknown id.
+  std::string name_of(std::uint32_t id) const;
+
+ private:
+  std::uint32_t id_for_locked(std::string_view name);
+
+  mutable std::shared_mutex mutex_;
+  std::unordered_map<const void*, KernelLaunchInfo> handles_;
+  std::unordered_map<std::string, std::uint32_t> ids_;
+  std::vector<std::string> names_;  // names_[id - 1]
+};
+
+// Scalar arguments of a launch as the descriptor carries them (zero-extended); the count read.
+std::uint8_t read_scalar_args(const KernelLaunchInfo& info, void** kernel_params,
+                              std::uint64_t (&args)[ipc::kMaxScalarArgs]) noexcept;
+
+}  // namespace gpuqos::intercept

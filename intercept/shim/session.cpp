@@ -1,0 +1,149 @@
+// Session: posting ops, waiting for grants, reporting completions, noticing that the daemon is gone.
+#include "session.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+
+#include "gpuqos/ipc/clock.h"
+#include "gpuqos/ipc/registration.h"
+#include "gpuqos/ipc/validate.h"
+
+namespace gpuqos::intercept {
+
+Session::Session(std::uint32_t id, int fd, std::uint32_t client_number, ipc::Segment segment)
+    : id_(id), fd_(fd), client_number_(client_number), segment_(std::move(segment)) {}
+
+Session::~Session() { ::close(fd_); }
+
+bool Session::heartbeat_fresh() noexcept {
+  const auto beat = static_cast<std::int64_t>(segment_.daemon_heartbeat_ns());
+  return ipc::monotonic_ns() - beat <= kHeartbeatLimitNs;
+}
+
+void Session::publish() noexcept {
+  { std::lock_guard lock(state_mutex_); }  // a waiter between its check and its sleep sees the change
+  state_cv_.notify_all();
+}
+
+void Session::lose(const std::string& why) noexcept {
+  try {
+    std::lock_guard lock(state_mutex_);
+    if (lost_reason_.empty()) lost_reason_ = why;
+  } catch (...) {  // no memory for the reason: still lost
+  }
+  if (alive_.exchange(false, std::memory_order_acq_rel)) ::shutdown(fd_, SHUT_RDWR);
+  publish();
+}
+
+std::string Session::lost_reason() const {
+  std::lock_guard lock(state_mutex_);
+  return lost_reason_;
+}
+
+bool Session::send_kernel_name(std::uint32_t id, const KernelRegistry& kernels) noexcept {
+  try {
+    if (id < named_.size() && named_[id]) return true;
+    auto record = ipc::encode_kernel_name(id, kernels.name_of(id));
+    if (!record) return false;
+    // The socket is non-blocking: a full send buffer means the daemon stopped reading.
+    for (int attempt = 0; attempt < 20; ++attempt) {
+      const ipc::Status sent = ipc::send_record(fd_, record.value());
+      if (sent) {
+        if (named_.size() <= id) named_.resize(id + 1024);
+        named_[id] = true;
+        return true;
+      }
+      pollfd writable{fd_, POLLOUT, 0};
+      if (::poll(&writable, 1, 5) < 0 || (writable.revents & (POLLERR | POLLHUP))) break;
+    }
+    lose("cannot send a kernel name to gpuqosd");
+  } catch (...) {
+    lose("out of memory sending a kernel name");
+  }
+  return false;
+}
+
+bool Session::push_op(const ipc::OpDescriptor& op, bool may_wait) noexcept {
+  ipc::OpsRing& ring = segment_.ops();
+  while (!ring.try_push(op)) {
+    if (!may_wait || !alive()) return false;
+    if (!heartbeat_fresh()) {
+      lose("gpuqosd stopped answering (no heartbeat for over 100 ms)");
+      return false;
+    }
+    ring.wait_for_space(kWaitSliceNs);
+  }
+  return true;
+}
+
+bool Session::post(ipc::OpDescriptor& op, const KernelRegistry& kernels, bool may_wait) noexcept {
+  std::lock_guard lock(post_mutex_);
+  if (!alive()) return false;
+  op.seq = next_seq_;
+  if (!ipc::validate_op(op, next_seq_ - 1, ipc::kMaxDevices)) return false;
+  if (op.kernel_id != 0 && !send_kernel_name(op.kernel_id, kernels)) return false;
+  if (!push_op(op, may_wait)) return false;
+  ++next_seq_;
+  return true;
+}
+
+void Session::drain_grants() noexcept {
+  ipc::GrantDescriptor grant{};
+  std::uint64_t highest = granted_.load(std::memory_order_relaxed);
+  bool detach = false, changed = false;
+  while (segment_.grants().try_pop(grant)) {
+    detach = detach || (grant.flags & ipc::kGrantDetach) != 0;
+    if (grant.granted_through_seq > highest) highest = grant.granted_through_seq, changed = true;
+  }
+  if (changed) {
+    granted_.store(highest, std::memory_order_release);
+    publish();
+  }
+  if (detach) lose("gpuqosd asked its clients to detach");
+}
+
+bool Session::wait_for_grant(std::uint64_t seq) noexcept {
+  const auto slice = std::chrono::nanoseconds(kWaitSliceNs);
+  while (granted_.load(std::memory_order_acquire) < seq) {
+    if (!alive()) return false;
+    std::unique_lock pop(pop_mutex_, std::try_to_lock);
+    if (pop.owns_lock()) {  // this thread reads the grants ring for everyone
+      drain_grants();
+      if (granted_.load(std::memory_order_acquire) >= seq) break;
+      if (!heartbeat_fresh()) lose("gpuqosd stopped answering (no heartbeat for over 100 ms)");
+      if (alive()) segment_.grants().wait_for_items(kWaitSliceNs);
+      drain_grants();
+      continue;
+    }
+    std::unique_lock lock(state_mutex_);
+    state_cv_.wait_for(lock, slice, [&] { return granted_.load(std::memory_order_acquire) >= seq || !alive(); });
+  }
+  publish();  // whoever waits next may have to take over reading the grants ring
+  return alive() || granted_.load(std::memory_order_acquire) >= seq;
+}
+
+bool Session::push_completion(const ipc::CompletionDescriptor& completion) noexcept {
+  return alive() && segment_.completions().try_push(completion);
+}
+
+bool Session::watch(int timeout_ms) noexcept {
+  if (!alive()) return false;
+  pollfd socket{fd_, POLLIN | POLLRDHUP, 0};
+  const int ready = ::poll(&socket, 1, timeout_ms);
+  if (ready > 0 && (socket.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLNVAL))) {
+    lose("gpuqosd closed the connection");
+  } else if (ready > 0 && (socket.revents & POLLIN)) {
+    std::array<char, 256> ignored;  // the daemon sends nothing after its reply; read what it sends
+    if (::recv(fd_, ignored.data(), ignored.size(), MSG_DONTWAIT) == 0) lose("gpuqosd closed the connection");
+  }
+  if (alive() && !heartbeat_fresh()) lose("gpuqosd stopped answering (no heartbeat for over 100 ms)");
+  if (std::unique_lock pop(pop_mutex_, std::try_to_lock); pop.owns_lock() && alive()) drain_grants();
+  return alive();
+}
+
+}  // namespace gpuqos::intercept

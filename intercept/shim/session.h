@@ -1,0 +1,89 @@
+// One registration with gpuqosd: the socket, the mapped segment, the seq counter and the grant
+// state shared by every thread of the program. Dead for good once lost (the gate makes a new one).
+//
+// Threads: any user thread posts and waits; the gate's monitor thread watches the socket and the
+// heartbeat; the completion thread is the only producer of the completions ring. Only one thread
+// at a time pops the grants ring (pop_mutex_) and publishes what it read through granted_.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "gpuqos/intercept/settings.h"
+#include "gpuqos/ipc/segment.h"
+#include "kernel_registry.h"
+
+namespace gpuqos::intercept {
+
+inline constexpr std::int64_t kHeartbeatLimitNs = 100'000'000;  // older: the daemon is gone
+inline constexpr std::int64_t kWaitSliceNs = 5'000'000;         // a waiter re-checks liveness this often
+
+class Session {
+ public:
+  struct Opened {
+    std::shared_ptr<Session> session;  // null: not registered
+    std::string why;                   // why not
+    bool refused = false;              // the daemon answered no (version mismatch or refusal)
+  };
+  // Connects to the daemon's socket, says Hello and maps the segment it names. Short timeouts:
+  // returns within ~1.5 s even when the daemon accepts and never answers.
+  static Opened open(const Settings& settings, std::uint32_t id);
+
+  Session(std::uint32_t id, int fd, std::uint32_t client_number, ipc::Segment segment);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  std::uint32_t id() const noexcept { return id_; }
+  std::uint32_t client_number() const noexcept { return client_number_; }
+  bool alive() const noexcept { return alive_.load(std::memory_order_acquire); }
+
+  // Sends the name of op.kernel_id if this registration has not had it, gives op the next seq and
+  // pushes it. A full ops ring: `may_wait` waits for space (low priority), else not posted. An op
+  // ipc::validate_op would refuse is not posted either (the driver will refuse the call anyway).
+  bool post(ipc::OpDescriptor& op, const KernelRegistry& kernels, bool may_wait) noexcept;
+
+  // Blocks until the daemon granted seq: true; false when the session was lost meanwhile.
+  bool wait_for_grant(std::uint64_t seq) noexcept;
+
+  // Completion thread only (the single producer of the completions ring).
+  bool push_completion(const ipc::CompletionDescriptor& completion) noexcept;
+
+  // Monitor thread: waits up to timeout_ms for the socket, checks the heartbeat and drains grants;
+  // false once the session is lost.
+  bool watch(int timeout_ms) noexcept;
+
+  // Marks the session lost (first reason wins), releases every waiter, hangs up.
+  void lose(const std::string& why) noexcept;
+  std::string lost_reason() const;
+
+ private:
+  bool heartbeat_fresh() noexcept;
+  bool send_kernel_name(std::uint32_t id, const KernelRegistry& kernels) noexcept;
+  bool push_op(const ipc::OpDescriptor& op, bool may_wait) noexcept;
+  void drain_grants() noexcept;  // with pop_mutex_ held
+  void publish() noexcept;       // wakes the waiters on state_cv_
+
+  const std::uint32_t id_;
+  const int fd_;
+  const std::uint32_t client_number_;
+  ipc::Segment segment_;
+  std::atomic<bool> alive_{true};
+
+  std::mutex post_mutex_;  // the ops ring's producer side, the seq counter, the names sent
+  std::uint64_t next_seq_ = 1;
+  std::vector<bool> named_;  // named_[kernel id]: sent on this registration
+
+  std::mutex pop_mutex_;  // the grants ring's consumer side
+  std::atomic<std::uint64_t> granted_{0};
+  mutable std::mutex state_mutex_;
+  std::condition_variable state_cv_;
+  std::string lost_reason_;  // under state_mutex_
+};
+
+}  // namespace gpuqos::intercept

@@ -1,0 +1,99 @@
+// Session::open: registration with gpuqosd. Non-blocking connect to its SOCK_SEQPACKET socket, Hello,
+// HelloReply (with timeouts), then the segment it names.
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "gpuqos/ipc/registration.h"
+#include "session.h"
+
+namespace gpuqos::intercept {
+namespace {
+
+constexpr int kConnectTimeoutMs = 250;
+constexpr int kReplyTimeoutMs = 1000;
+
+// Closes the socket unless released: every failure path below just returns.
+struct SocketGuard {
+  int fd = -1;
+  ~SocketGuard() {
+    if (fd >= 0) ::close(fd);
+  }
+  int release() { return std::exchange(fd, -1); }
+};
+
+std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
+
+bool wait_for(int fd, short events, int timeout_ms) {
+  pollfd p{fd, events, 0};
+  int ready;
+  do {
+    ready = ::poll(&p, 1, timeout_ms);
+  } while (ready < 0 && errno == EINTR);
+  return ready > 0 && (p.revents & events);
+}
+
+bool connect_socket(const std::string& path, SocketGuard& socket, std::string& why) {
+  sockaddr_un address{};
+  if (path.empty() || path.size() >= sizeof address.sun_path) return why = "socket path too long or empty", false;
+  address.sun_family = AF_UNIX;
+  std::memcpy(address.sun_path, path.data(), path.size());
+  socket.fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (socket.fd < 0) return why = errno_text("socket"), false;
+  if (::connect(socket.fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0) return true;
+  if (errno != EINPROGRESS && errno != EAGAIN) return why = errno_text("connect"), false;
+  int error = 0;
+  socklen_t length = sizeof error;
+  if (!wait_for(socket.fd, POLLOUT, kConnectTimeoutMs)) return why = "connect timed out", false;
+  if (::getsockopt(socket.fd, SOL_SOCKET, SO_ERROR, &error, &length) != 0 || error != 0) {
+    return why = std::string("connect: ") + std::strerror(error), false;
+  }
+  return true;
+}
+
+ipc::Result<ipc::HelloReply> exchange_hello(int fd, const Settings& settings) {
+  const auto priority = settings.priority == Priority::high ? ipc::Priority::high : ipc::Priority::low;
+  auto hello = ipc::make_hello(priority, 0, ipc::sanitize_job_name(settings.job));
+  if (!hello) return ipc::Error{hello.error()};
+  if (ipc::Status sent = ipc::send_record(fd, ipc::encode(hello.value())); !sent) return ipc::Error{sent.error()};
+  if (!wait_for(fd, POLLIN, kReplyTimeoutMs)) return ipc::Error{"no answer to Hello within 1 s"};
+  std::vector<std::byte> record;
+  if (ipc::Status received = ipc::receive_record(fd, record); !received) return ipc::Error{received.error()};
+  return ipc::decode_hello_reply(record);
+}
+
+}  // namespace
+
+Session::Opened Session::open(const Settings& settings, std::uint32_t id) {
+  Opened opened;
+  SocketGuard socket;
+  if (!connect_socket(settings.socket_path, socket, opened.why)) return opened;
+  auto reply = exchange_hello(socket.fd, settings);
+  if (!reply) {
+    opened.why = reply.error();
+    return opened;
+  }
+  if (reply->status != ipc::HelloStatus::ok) {
+    opened.refused = true;
+    opened.why = std::string(reply->status == ipc::HelloStatus::version_mismatch ? "version mismatch" : "refused") +
+                 ": " + std::string(reply->message, ::strnlen(reply->message, sizeof reply->message));
+    return opened;
+  }
+  const std::string name(reply->segment_name, ::strnlen(reply->segment_name, sizeof reply->segment_name));
+  auto segment = ipc::Segment::open(name);
+  if (!segment) {
+    opened.why = segment.error();
+    return opened;
+  }
+  opened.session = std::make_shared<Session>(id, socket.release(), reply->client_number, std::move(segment.value()));
+  return opened;
+}
+
+}  // namespace gpuqos::intercept

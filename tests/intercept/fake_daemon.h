@@ -1,0 +1,178 @@
+// A stand-in for gpuqosd inside a test process, speaking the real ipc protocol: accepts clients on a
+// SOCK_SEQPACKET socket, answers Hello with a Segment::create'd segment, drains ops, completions
+// and kernel names, publishes heartbeats every 2 ms, and grants on command (or everything at once).
+// stop() is what a crash looks like to the shim: heartbeats stop and every socket closes.
+#pragma once
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gpuqos/ipc/clock.h"
+#include "gpuqos/ipc/registration.h"
+#include "gpuqos/ipc/segment.h"
+#include "gpuqos/ipc/validate.h"
+
+namespace gpuqos::testing {
+
+struct FakeClient {
+  ipc::PeerCredentials peer;
+  ipc::Hello hello{};
+  std::int64_t registered_ns = 0;
+  std::vector<ipc::OpDescriptor> ops;
+  std::vector<std::int64_t> popped_ns;  // when each op was popped
+  std::vector<ipc::CompletionDescriptor> completions;
+  std::map<std::uint32_t, std::string> names;
+  std::vector<std::string> problems;  // invalid ops, names sent after their first op, ...
+  bool hung_up = false;
+};
+
+class FakeDaemon {
+ public:
+  explicit FakeDaemon(std::string socket_path) : path_(std::move(socket_path)) {}
+  ~FakeDaemon() { stop(); }
+  FakeDaemon(const FakeDaemon&) = delete;
+  FakeDaemon& operator=(const FakeDaemon&) = delete;
+
+  void start() {
+    listen_fd_ = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    std::strncpy(address.sun_path, path_.c_str(), sizeof address.sun_path - 1);
+    ::unlink(path_.c_str());
+    if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 || ::listen(listen_fd_, 16) != 0) {
+      throw std::runtime_error("fake daemon cannot listen on " + path_);
+    }
+    running_ = true;
+    thread_ = std::thread([this] { run(); });
+  }
+
+  // Crash: no more heartbeats, every socket closed, segments unlinked.
+  void stop() {
+    if (!running_.exchange(false)) return;
+    thread_.join();
+    for (auto& connection : connections_) ::close(connection.fd);
+    for (auto& connection : connections_) ipc::Segment::remove(connection.segment.name());
+    connections_.clear();
+    ::close(listen_fd_);
+    ::unlink(path_.c_str());
+  }
+
+  void set_auto_grant(bool on) { auto_grant_ = on; }
+  void grant_through(std::uint64_t seq) { grant_target_ = seq; }
+  void freeze_heartbeat() { heartbeat_frozen_ = true; }
+
+  std::vector<FakeClient> clients() const {
+    std::lock_guard lock(mutex_);
+    return clients_;
+  }
+
+  // Polls `condition` on a copy of the clients until it holds or `timeout` passes.
+  bool wait_until(const std::function<bool(const std::vector<FakeClient>&)>& condition,
+                  std::chrono::milliseconds timeout = std::chrono::seconds(20)) const {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (condition(clients())) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return condition(clients());
+  }
+
+ private:
+  struct Connection {
+    int fd;
+    ipc::Segment segment;
+    std::size_t client;  // index in clients_
+    std::uint64_t last_seq = 0, granted = 0;
+  };
+
+  void run() {
+    while (running_) {
+      accept_one();
+      for (auto& connection : connections_) serve(connection);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+
+  void accept_one() {
+    pollfd p{listen_fd_, POLLIN, 0};
+    if (::poll(&p, 1, 1) <= 0) return;
+    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) return;
+    std::vector<std::byte> record;
+    pollfd hello{fd, POLLIN, 0};
+    if (::poll(&hello, 1, 2000) <= 0 || !ipc::receive_record(fd, record)) return void(::close(fd));
+    auto decoded = ipc::decode_hello(record);
+    auto peer = ipc::peer_credentials(fd);
+    static std::atomic<int> counter{0};
+    const std::string name = "/gpuqos-fake-" + std::to_string(::getpid()) + "-" + std::to_string(++counter);
+    auto segment = ipc::Segment::create(name, peer->uid, static_cast<std::uint32_t>(peer->pid));
+    if (!decoded || !peer || !segment) return void(::close(fd));
+    const auto number = static_cast<std::uint32_t>(counter.load());
+    (void)ipc::send_record(fd, ipc::encode(ipc::make_hello_reply(ipc::HelloStatus::ok, number, name, "")));
+    std::lock_guard lock(mutex_);
+    clients_.push_back({.peer = peer.value(), .hello = decoded->hello, .registered_ns = ipc::monotonic_ns()});
+    connections_.push_back({fd, std::move(segment.value()), clients_.size() - 1});
+  }
+
+  void serve(Connection& connection) {
+    if (!heartbeat_frozen_) connection.segment.publish_heartbeat(static_cast<std::uint64_t>(ipc::monotonic_ns()));
+    std::lock_guard lock(mutex_);
+    FakeClient& client = clients_[connection.client];
+    drain_socket(connection, client);
+    ipc::OpDescriptor op;
+    while (connection.segment.ops().try_pop(op)) {
+      if (auto valid = ipc::validate_op(op, connection.last_seq, 1); !valid) client.problems.push_back(valid.error());
+      if (op.kernel_id && !client.names.contains(op.kernel_id)) client.problems.push_back("op before its kernel name");
+      connection.last_seq = op.seq;
+      client.ops.push_back(op);
+      client.popped_ns.push_back(ipc::monotonic_ns());
+    }
+    ipc::CompletionDescriptor completion;
+    while (connection.segment.completions().try_pop(completion)) {
+      if (auto valid = ipc::validate_completion(completion, connection.last_seq); !valid) {
+        client.problems.push_back(valid.error());
+      }
+      client.completions.push_back(completion);
+    }
+    const std::uint64_t target = auto_grant_ ? connection.last_seq : std::min<std::uint64_t>(grant_target_, connection.last_seq);
+    if (target > connection.granted && connection.segment.grants().try_push({.granted_through_seq = target})) {
+      connection.granted = target;
+    }
+  }
+
+  void drain_socket(Connection& connection, FakeClient& client) {
+    pollfd p{connection.fd, POLLIN, 0};
+    while (!client.hung_up && ::poll(&p, 1, 0) > 0) {
+      std::vector<std::byte> record;
+      if (!ipc::receive_record(connection.fd, record)) {
+        client.hung_up = true;
+        return;
+      }
+      if (auto name = ipc::decode_kernel_name(record)) client.names[name->kernel_id] = name->name;
+    }
+  }
+
+  const std::string path_;
+  int listen_fd_ = -1;
+  std::atomic<bool> running_{false}, auto_grant_{true}, heartbeat_frozen_{false};
+  std::atomic<std::uint64_t> grant_target_{0};
+  std::thread thread_;
+  std::vector<Connection> connections_;  // the thread's (and stop()'s once it is joined)
+  mutable std::mutex mutex_;
+  std::vector<FakeClient> clients_;
+};
+
+}  // namespace gpuqos::testing

@@ -1,0 +1,254 @@
+// libgpuqos.so's daemon gate on simgpu, against a fake gpuqosd (fake_daemon.h) that speaks the real
+// ipc protocol: registration, every op posted and completed, low priority held until granted, high
+// priority never held, fail-open at start, on a crash and on a silent daemon, re-registration.
+#include <chrono>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "gpuqos/testing/child_process.h"
+#include "gpuqos/testing/simgpud_process.h"
+#include "gpuqos/testing/temp_dir.h"
+#include "intercept/fake_daemon.h"
+
+namespace {
+
+using gpuqos::testing::ChildProcess;
+using gpuqos::testing::FakeClient;
+using gpuqos::testing::FakeDaemon;
+using gpuqos::testing::SimgpudProcess;
+using gpuqos::testing::TempDir;
+using Clients = std::vector<FakeClient>;
+namespace ipc = gpuqos::ipc;
+using namespace std::chrono_literals;
+
+const std::string kBuild = GPUQOS_BUILD_DIR;
+
+constexpr const char* kCatalog = R"({
+  "kernels": [{"match": "^spin$", "model": "from_arg", "arg": 0, "unit": "us"}],
+  "default_us": 10,
+  "noise_cv": 0
+})";
+
+// "after 123" -> 123 (-1 when the output has no such line).
+long long value_of(const std::string& output, const std::string& key) {
+  std::istringstream lines(output);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind(key + " ", 0) == 0) return std::stoll(line.substr(key.size() + 1));
+  }
+  return -1;
+}
+
+std::size_t occurrences(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+bool has_ops(const Clients& clients, std::size_t n) { return !clients.empty() && clients.back().ops.size() >= n; }
+
+class GateTest : public ::testing::Test {
+ protected:
+  // Starts tests/programs/intercept_gate_client <args> under the shim with the given priority.
+  ChildProcess& start(const std::vector<std::string>& args, const std::string& priority, bool with_shim = true) {
+    std::vector<std::string> argv = {kBuild + "/tests/programs/intercept_gate_client"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::map<std::string, std::string> env = {{"SIMGPU_SOCKET", simgpud_.socket()},
+                                              {"LD_LIBRARY_PATH", kBuild + "/lib/simgpu"},
+                                              {"GPUQOS_SOCKET", socket_},
+                                              {"GPUQOS_PRIORITY", priority},
+                                              {"GPUQOS_JOB", "gate-itest"},
+                                              {"GPUQOS_LOG", "info"}};
+    if (with_shim) env["LD_PRELOAD"] = kBuild + "/lib/libgpuqos.so";
+    child_.emplace(argv, env, dir_.path() / "output.txt");
+    return *child_;
+  }
+
+  // Waits for the program; its exit code (-1: still running after `timeout`).
+  int finish(std::chrono::milliseconds timeout = 60s) {
+    const int code = child_->wait(timeout).value_or(-1);
+    output_ = child_->output();
+    return code;
+  }
+
+  TempDir dir_{"gate-itest"};
+  std::string socket_ = (dir_.path() / "gpuqosd.sock").string();
+  SimgpudProcess simgpud_{{.profile_toml = "name = \"itest gpu\"\nsms = 8\ncompute_mode = \"fifo\"\n",
+                           .catalog_json = kCatalog,
+                           .dir_prefix = "gate-itest-simgpud"}};
+  std::optional<FakeDaemon> daemon_;
+  std::optional<ChildProcess> child_;  // declared last: stopped before the daemon goes
+  std::string output_;
+
+  void SetUp() override {
+    simgpud_.start();
+    daemon_.emplace(socket_);
+    daemon_->start();
+  }
+  void TearDown() override {
+    child_.reset();
+    daemon_.reset();
+  }
+};
+
+TEST_F(GateTest, RegistersAndPostsEveryOpWithItsShapeAndCompletion) {
+  start({"ops"}, "high");
+  ASSERT_EQ(finish(), 0) << output_;
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 5) && c[0].completions.size() >= 5; }));
+  const FakeClient client = daemon_->clients().at(0);
+  EXPECT_EQ(client.peer.pid, value_of(output_, "pid"));
+  EXPECT_EQ(client.hello.priority, ipc::Priority::high);
+  EXPECT_STREQ(client.hello.job_name, "gate-itest");
+  EXPECT_TRUE(client.problems.empty()) << client.problems.front();
+  ASSERT_EQ(client.ops.size(), 5u);  // the captured launch is not posted: the graph launch is
+  for (std::size_t i = 0; i < client.ops.size(); ++i) EXPECT_EQ(client.ops[i].seq, i + 1);
+
+  const ipc::OpDescriptor& h2d = client.ops[0];
+  EXPECT_EQ(h2d.kind, ipc::OpKind::copy);
+  EXPECT_EQ(h2d.direction, ipc::CopyDirection::h2d);
+  EXPECT_EQ(h2d.host_memory, ipc::HostMemory::pageable);
+  EXPECT_EQ(h2d.bytes, 4096u);
+  const ipc::OpDescriptor& kernel = client.ops[1];
+  EXPECT_EQ(kernel.kind, ipc::OpKind::kernel);
+  EXPECT_EQ(client.names.at(kernel.kernel_id), "spin");
+  EXPECT_EQ(kernel.grid[0], 2u);
+  EXPECT_EQ(kernel.grid[1], 3u);
+  EXPECT_EQ(kernel.block[0], 64u);
+  EXPECT_EQ(kernel.block[1], 2u);
+  EXPECT_EQ(kernel.shared_bytes, 128u);
+  EXPECT_EQ(kernel.param_bytes, 8u);
+  EXPECT_EQ(kernel.arg_count, 1u);
+  EXPECT_EQ(kernel.args[0], 1500u);
+  EXPECT_EQ(kernel.stream, h2d.stream);
+  EXPECT_NE(kernel.stream, 0u);
+  EXPECT_EQ(client.ops[2].kind, ipc::OpKind::memset);
+  EXPECT_EQ(client.ops[2].bytes, 1024u);
+  EXPECT_EQ(client.ops[3].kind, ipc::OpKind::copy);
+  EXPECT_EQ(client.ops[3].direction, ipc::CopyDirection::d2h);
+  EXPECT_EQ(client.ops[4].kind, ipc::OpKind::graph);
+
+  std::map<std::uint64_t, ipc::CompletionDescriptor> done;
+  for (const auto& c : client.completions) done[c.seq] = c;
+  ASSERT_EQ(done.size(), 5u);
+  for (const auto& [seq, c] : done) {
+    EXPECT_EQ(c.status, 0) << seq;
+    EXPECT_LE(c.start_ns, c.end_ns) << seq;
+    EXPECT_GE(c.start_ns, client.ops[seq - 1].posted_ns) << seq;
+  }
+  EXPECT_GE(done[2].end_ns - client.ops[1].posted_ns, 1'500'000);  // the 1.5 ms kernel ran before its end
+}
+
+TEST_F(GateTest, LowPriorityWaitsForTheGrantAndRunsAfterIt) {
+  daemon_->set_auto_grant(false);
+  start({"timed", "20000"}, "low");
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 1); }));
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(value_of(child_->output(), "after"), -1) << "launched without a grant";
+  const long long grant_ns = ipc::monotonic_ns();
+  daemon_->grant_through(1);
+  ASSERT_EQ(finish(), 0) << output_;
+  EXPECT_EQ(daemon_->clients().at(0).hello.priority, ipc::Priority::low);
+  EXPECT_GE(value_of(output_, "after"), grant_ns);  // the real call came after the grant...
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return !c[0].completions.empty(); }));
+  const auto completion = daemon_->clients().at(0).completions.at(0);
+  EXPECT_GE(completion.end_ns - grant_ns, 20'000'000);  // ...so the 20 ms kernel ended 20 ms after it
+  EXPECT_GE(value_of(output_, "done") - grant_ns, 20'000'000);
+}
+
+TEST_F(GateTest, HighPriorityIsNeverHeld) {
+  daemon_->set_auto_grant(false);
+  start({"timed", "1000"}, "high");
+  ASSERT_EQ(finish(20s), 0) << output_;
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 1) && !c[0].completions.empty(); }));
+  std::cout << "high-priority launch call took " << (value_of(output_, "after") - value_of(output_, "before")) / 1000
+            << " us with no grant ever given\n";
+}
+
+TEST_F(GateTest, ManyLowPriorityThreadsWaitAtOnce) {
+  start({"threads", "4", "25"}, "low");
+  ASSERT_EQ(finish(), 0) << output_;
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 100) && c[0].completions.size() >= 100; }));
+  const FakeClient client = daemon_->clients().at(0);
+  EXPECT_TRUE(client.problems.empty()) << client.problems.front();
+  std::map<std::uint64_t, std::uint64_t> last_seq_by_stream;
+  for (const auto& op : client.ops) {
+    EXPECT_GT(op.seq, last_seq_by_stream[op.stream]);
+    last_seq_by_stream[op.stream] = op.seq;
+  }
+  EXPECT_EQ(last_seq_by_stream.size(), 4u);
+}
+
+TEST_F(GateTest, NoDaemonAtStartRunsUnmanagedWithOneWarning) {
+  daemon_.reset();
+  start({"ops"}, "low");
+  ASSERT_EQ(finish(), 0) << output_;
+  EXPECT_NE(output_.find("ops ok"), std::string::npos);
+  EXPECT_EQ(occurrences(output_, "running unmanaged"), 1u) << output_;
+}
+
+TEST_F(GateTest, ADaemonCrashReleasesTheWaiterAtOnce) {
+  daemon_->set_auto_grant(false);
+  start({"timed", "1000"}, "low");
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 1); }));
+  std::this_thread::sleep_for(100ms);
+  const long long crash_ns = ipc::monotonic_ns();
+  daemon_->stop();
+  ASSERT_EQ(finish(), 0) << output_;
+  const long long released_after_ns = value_of(output_, "after") - crash_ns;
+  std::cout << "released " << released_after_ns / 1000 << " us after the daemon closed\n";
+  EXPECT_LT(released_after_ns, 100'000'000);
+  EXPECT_EQ(occurrences(output_, "lost gpuqosd"), 1u) << output_;
+}
+
+TEST_F(GateTest, ASilentDaemonReleasesTheWaiterAfterTheHeartbeatLimit) {
+  daemon_->set_auto_grant(false);
+  start({"timed", "1000"}, "low");
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 1); }));
+  const long long silent_ns = ipc::monotonic_ns();
+  daemon_->freeze_heartbeat();
+  ASSERT_EQ(finish(), 0) << output_;
+  const long long released_after_ns = value_of(output_, "after") - silent_ns;
+  std::cout << "released " << released_after_ns / 1000 << " us after the last heartbeat\n";
+  EXPECT_GE(released_after_ns, 90'000'000);  // not before the 100 ms limit (2 ms heartbeat period)
+  EXPECT_LT(released_after_ns, 150'000'000);
+}
+
+TEST_F(GateTest, ReRegistersWhenTheDaemonComesBack) {
+  start({"loop", "60", "1000"}, "low");  // ~1.3 s of launch, sync, sleep
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 3); }));
+  daemon_.reset();  // crash
+  std::this_thread::sleep_for(200ms);
+  daemon_.emplace(socket_);
+  daemon_->start();
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 3); }, 10s)) << child_->output();
+  ASSERT_EQ(finish(), 0) << output_;
+  const FakeClient again = daemon_->clients().at(0);
+  EXPECT_EQ(again.peer.pid, value_of(output_, "pid"));
+  EXPECT_EQ(again.ops.front().seq, 1u);  // a new registration starts over
+  EXPECT_EQ(again.names.at(again.ops.front().kernel_id), "spin");  // and names its kernels again
+  EXPECT_TRUE(again.problems.empty()) << again.problems.front();
+  EXPECT_NE(output_.find("re-registered with gpuqosd"), std::string::npos) << output_;
+}
+
+// Not a timing goal (those live in benchmarks/): the figures, side by side, for the record.
+TEST_F(GateTest, HighPriorityLaunchCostSideBySide) {
+  const auto bench = [&](bool with_shim, const std::string& socket) {
+    socket_ = socket;
+    start({"bench", "3000"}, "high", with_shim);
+    EXPECT_EQ(finish(), 0) << output_;
+    return output_.substr(output_.find("bench "), output_.find('\n', output_.find("bench ")) - output_.find("bench "));
+  };
+  const std::string managed_socket = socket_;
+  const std::string direct = bench(false, managed_socket);
+  const std::string unmanaged = bench(true, (dir_.path() / "nobody.sock").string());
+  const std::string managed = bench(true, managed_socket);
+  std::cout << "cuLaunchKernel p50/p99/mean ns:\n  direct     " << direct << "\n  shim, no daemon " << unmanaged
+            << "\n  shim, high " << managed << "\n";
+  EXPECT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 3000); }));
+}
+
+}  // namespace

@@ -1,0 +1,152 @@
+// A CUDA driver-API program for the gate's integration tests (tests/intercept/gate_itest.cpp), run
+// under libgpuqos.so on simgpu. Prints CLOCK_MONOTONIC times so the test can compare them with
+// what its fake daemon did:
+//   ops             one of each posted kind (copy h2d, kernel, memset, copy d2h, graph) + a captured launch
+//   timed <us>      one spin(us) launch: "before <ns>", "after <ns>" around the call, "done <ns>" after sync
+//   loop <n> <us>   n times: launch spin(us) and synchronize, sleeping 20 ms between
+//   threads <t> <n> t threads, each launching spin(100) n times on its own stream
+//   bench <n>       n launches of spin(0): "bench p50_ns p99_ns mean_ns" of the cuLaunchKernel call
+#include <cuda.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernels.h"
+
+namespace {
+
+long long now_ns() {
+  timespec t{};
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1'000'000'000LL + t.tv_nsec;
+}
+
+CUfunction g_spin = nullptr;  // set once by open_device, before any thread starts
+
+struct Dim3Args {
+  unsigned gx = 1, gy = 1, bx = 32, by = 1, shared_bytes = 0;
+};
+
+int open_device() {
+  CUdevice device = 0;
+  CUcontext context = nullptr;
+  CUmodule module = nullptr;
+  CHECK_CU(cuInit(0));
+  CHECK_CU(cuDeviceGet(&device, 0));
+  CHECK_CU(cuDevicePrimaryCtxRetain(&context, device));
+  CHECK_CU(cuCtxSetCurrent(context));
+  CHECK_CU(cuModuleLoadData(&module, kPtx));
+  CHECK_CU(cuModuleGetFunction(&g_spin, module, "spin"));
+  std::printf("pid %d\n", static_cast<int>(getpid()));
+  return 0;
+}
+
+CUresult launch(std::uint64_t duration_us, CUstream stream, Dim3Args shape = {}) {
+  void* params[] = {&duration_us};
+  return cuLaunchKernel(g_spin, shape.gx, shape.gy, 1, shape.bx, shape.by, 1, shape.shared_bytes, stream, params, nullptr);
+}
+
+int run_ops() {
+  constexpr std::size_t kBytes = 4096;
+  std::vector<unsigned char> host(kBytes, 3);
+  CUdeviceptr device = 0;
+  CUstream stream = nullptr;
+  CHECK_CU(cuMemAlloc(&device, kBytes));
+  CHECK_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  CHECK_CU(cuMemcpyHtoDAsync(device, host.data(), kBytes, stream));
+  CHECK_CU(launch(1500, stream, {2, 3, 64, 2, 128}));
+  CHECK_CU(cuMemsetD32Async(device, 7u, 256, stream));  // 1024 bytes
+  CHECK_CU(cuMemcpyDtoHAsync(host.data(), device, kBytes, stream));
+  CUgraph graph = nullptr;
+  CUgraphExec exec = nullptr;
+  CHECK_CU(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_RELAXED));
+  CHECK_CU(launch(10, stream));
+  CHECK_CU(cuStreamEndCapture(stream, &graph));
+  CHECK_CU(cuGraphInstantiate(&exec, graph, 0));
+  CHECK_CU(cuGraphLaunch(exec, stream));
+  CHECK_CU(cuStreamSynchronize(stream));
+  CHECK(host[0] == 7);
+  std::printf("ops ok\n");
+  return 0;
+}
+
+int run_timed(std::uint64_t duration_us) {
+  const long long before = now_ns();
+  CHECK_CU(launch(duration_us, nullptr));
+  const long long after = now_ns();
+  CHECK_CU(cuCtxSynchronize());
+  std::printf("before %lld\nafter %lld\ndone %lld\n", before, after, now_ns());
+  return 0;
+}
+
+int run_loop(int count, std::uint64_t duration_us) {
+  for (int i = 0; i < count; ++i) {
+    CHECK_CU(launch(duration_us, nullptr));
+    CHECK_CU(cuCtxSynchronize());
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::printf("loop ok\n");
+  return 0;
+}
+
+int run_threads(int threads, int count) {
+  CUcontext context = nullptr;
+  CHECK_CU(cuCtxGetCurrent(&context));
+  std::vector<std::thread> workers;
+  std::vector<int> failures(threads, 0);
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      CUstream stream = nullptr;
+      cuCtxSetCurrent(context);
+      if (cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) ++failures[t];
+      for (int i = 0; i < count; ++i) failures[t] += launch(100, stream) != CUDA_SUCCESS;
+      failures[t] += cuStreamSynchronize(stream) != CUDA_SUCCESS;
+    });
+  }
+  for (auto& w : workers) w.join();
+  CHECK(std::count(failures.begin(), failures.end(), 0) == threads);
+  std::printf("threads ok\n");
+  return 0;
+}
+
+int run_bench(int count) {
+  CUstream stream = nullptr;
+  CHECK_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  std::vector<long long> took;
+  took.reserve(count);
+  for (int i = 0; i < count; ++i) {
+    const long long start = now_ns();
+    CHECK_CU(launch(0, stream));
+    took.push_back(now_ns() - start);
+    if (i % 64 == 63) CHECK_CU(cuStreamSynchronize(stream));
+  }
+  CHECK_CU(cuStreamSynchronize(stream));
+  long long sum = 0;
+  for (long long t : took) sum += t;
+  std::sort(took.begin(), took.end());
+  std::printf("bench %lld %lld %lld\n", took[took.size() / 2], took[took.size() * 99 / 100], sum / count);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  const auto arg = [&](int i, long fallback) { return argc > i ? std::atol(argv[i]) : fallback; };
+  if (open_device() != 0) return 1;
+  if (mode == "ops") return run_ops();
+  if (mode == "timed") return run_timed(arg(2, 1000));
+  if (mode == "loop") return run_loop(arg(2, 10), arg(3, 1000));
+  if (mode == "threads") return run_threads(arg(2, 4), arg(3, 20));
+  if (mode == "bench") return run_bench(arg(2, 1000));
+  std::printf("usage: %s ops|timed|loop|threads|bench\n", argv[0]);
+  return 2;
+}
