@@ -1,0 +1,45 @@
+// An LD_PRELOAD for the end-to-end tests: when E2E_HOLD_UNTIL names a file, the program's
+// cuDevicePrimaryCtxRelease waits (up to 60 s) until that file exists. A CUDA program releases its
+// context when its work is done and synchronised, so the test reads gpuqosd's final accounting of
+// the program while it is still connected, then lets it finish by creating the file.
+#include <cuda.h>
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+namespace {
+
+using Release = CUresult (*)(CUdevice);
+
+void hold() {
+  const char* file = std::getenv("E2E_HOLD_UNTIL");
+  if (file == nullptr || *file == '\0') return;
+  std::fprintf(stderr, "e2e-hold: holding\n");
+  std::fflush(stderr);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (::access(file, F_OK) != 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::fprintf(stderr, "e2e-hold: released\n");
+  std::fflush(stderr);
+}
+
+// The driver's own function (the shim does not hook it): found in libcuda.so.1 directly so that no
+// dlsym interposer is asked.
+Release real_release() {
+  void* driver = ::dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+  return driver ? reinterpret_cast<Release>(::dlsym(driver, "cuDevicePrimaryCtxRelease_v2")) : nullptr;
+}
+
+}  // namespace
+
+// cuda.h maps cuDevicePrimaryCtxRelease to this _v2 symbol.
+extern "C" CUresult cuDevicePrimaryCtxRelease_v2(CUdevice device) {
+  hold();
+  static const Release real = real_release();
+  return real ? real(device) : CUDA_ERROR_NOT_INITIALIZED;
+}
