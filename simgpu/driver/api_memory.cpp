@@ -249,6 +249,47 @@ SIMGPU_EXPORT CUresult cuMemHostUnregister(void* p) {
   return CUDA_SUCCESS;
 }
 
+SIMGPU_EXPORT CUresult cuMemHostGetFlags(unsigned int* flags, void* p) {
+  Driver& d = driver();
+  std::lock_guard lock(d.mu);
+  if (!flags || !is_pinned(p, 1)) return CUDA_ERROR_INVALID_VALUE;
+  *flags = 0;
+  return CUDA_SUCCESS;
+}
+
+// The attributes a program (or the gpuqos shim) asks to tell device, page-locked and pageable
+// memory apart. A pointer simgpu knows nothing about is CUDA_ERROR_INVALID_VALUE, as on a GPU.
+SIMGPU_EXPORT CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr p) {
+  if (!data) return CUDA_ERROR_INVALID_VALUE;
+  Driver& d = driver();
+  std::lock_guard lock(d.mu);
+  if (!d.initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  const DeviceMemory* device = find_allocation(p, 1);
+  bool host = !device && is_pinned(ptr(p), 1);
+  if (!device && !host) return CUDA_ERROR_INVALID_VALUE;
+  switch (attribute) {
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+      *static_cast<CUmemorytype*>(data) = device ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+      *static_cast<CUdeviceptr*>(data) = p;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+      if (!host) return CUDA_ERROR_INVALID_VALUE;
+      *static_cast<void**>(data) = ptr(p);
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+      *static_cast<unsigned*>(data) = 0;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+      *static_cast<int*>(data) = device ? device->device : (current_context() ? current_context()->device : 0);
+      return CUDA_SUCCESS;
+    default:
+      log_once("cuPointerGetAttribute: attribute " + std::to_string(attribute) + " is not supported by simgpu");
+      return CUDA_ERROR_NOT_SUPPORTED;
+  }
+}
+
 SIMGPU_EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr* pdptr, void* p, unsigned int) {
   Driver& d = driver();
   std::lock_guard lock(d.mu);

@@ -1074,6 +1074,36 @@ TEST_F(DriverItest, HostFunctionsRunInStreamOrder) {
   expect_clean(client.finish(), "client");
 }
 
+TEST_F(DriverItest, PointerAttributesTellDevicePinnedAndPageableMemoryApart) {
+  start(profile("fifo"));
+  ClientProcess client(server().socket(), [](ClientLink& c) {
+    CUdeviceptr device = 0;
+    void* pinned = nullptr;
+    std::vector<char> pageable(4096);
+    if (!open_device(c) || !CLIENT_OK(c, cuMemAlloc(&device, 4096)) || !CLIENT_OK(c, cuMemAllocHost(&pinned, 4096))) {
+      return;
+    }
+    CUmemorytype type{};
+    CLIENT_OK(c, cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, device + 100));
+    CLIENT_CHECK(c, type == CU_MEMORYTYPE_DEVICE);
+    CLIENT_OK(c, cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, reinterpret_cast<CUdeviceptr>(pinned)));
+    CLIENT_CHECK(c, type == CU_MEMORYTYPE_HOST);
+    CLIENT_CU(c, cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                       reinterpret_cast<CUdeviceptr>(pageable.data())),
+              CUDA_ERROR_INVALID_VALUE);
+    int ordinal = -1;
+    CLIENT_OK(c, cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, device));
+    CLIENT_CHECK(c, ordinal == 0);
+    unsigned flags = 99;
+    CLIENT_OK(c, cuMemHostGetFlags(&flags, static_cast<char*>(pinned) + 10));
+    CLIENT_CHECK(c, flags == 0);
+    CLIENT_CU(c, cuMemHostGetFlags(&flags, pageable.data()), CUDA_ERROR_INVALID_VALUE);
+    CLIENT_OK(c, cuMemFreeHost(pinned));
+    CLIENT_CU(c, cuMemHostGetFlags(&flags, pinned), CUDA_ERROR_INVALID_VALUE);
+  });
+  expect_clean(client.finish(), "client");
+}
+
 TEST_F(DriverItest, LaunchKernelExAndParameterBuffersCarryTheDuration) {
   start(profile("fifo"));
   ClientProcess client(server().socket(), [](ClientLink& c) {
