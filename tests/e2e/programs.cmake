@@ -5,7 +5,7 @@
 # read while the program is still registered.
 add_executable(e2e_pipeline_client ${CMAKE_CURRENT_LIST_DIR}/programs/pipeline_client.cpp)
 set_target_properties(e2e_pipeline_client PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests/programs)
-target_include_directories(e2e_pipeline_client PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
+target_include_directories(e2e_pipeline_client PRIVATE ${CUDAToolkit_INCLUDE_DIRS} ${PROJECT_SOURCE_DIR}/tests/common)
 target_link_libraries(e2e_pipeline_client PRIVATE CUDA::cuda_driver)
 gpuqos_warnings(e2e_pipeline_client)
 

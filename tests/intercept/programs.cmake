@@ -5,7 +5,7 @@
 foreach(program linked_client dlopen_client gate_client)
   add_executable(intercept_${program} ${CMAKE_CURRENT_LIST_DIR}/programs/${program}.cpp)
   set_target_properties(intercept_${program} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests/programs)
-  target_include_directories(intercept_${program} PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
+  target_include_directories(intercept_${program} PRIVATE ${CUDAToolkit_INCLUDE_DIRS} ${PROJECT_SOURCE_DIR}/tests/common)
   gpuqos_warnings(intercept_${program})
 endforeach()
 target_link_libraries(intercept_linked_client PRIVATE CUDA::cuda_driver ${CMAKE_DL_LIBS})

@@ -16,23 +16,9 @@
 #include <thread>
 #include <vector>
 
-#define CHECK_CU(call)                                                                        \
-  do {                                                                                        \
-    const CUresult check_result_ = (call);                                                    \
-    if (check_result_ != CUDA_SUCCESS) {                                                      \
-      std::printf("FAILED line %d: %s returned %d\n", __LINE__, #call, int(check_result_));   \
-      return 1;                                                                               \
-    }                                                                                         \
-  } while (0)
+#include "gpuqos/testing/spin_program.h"
 
 namespace {
-
-constexpr const char* kPtx = R"(
-.version 7.0
-.target sm_70
-.address_size 64
-.visible .entry spin(.param .u64 spin_duration_us) { ret; }
-)";
 
 constexpr std::size_t kBytes = 4096;
 constexpr std::size_t kMemsetBytes = kBytes / 4;

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels.h"
+#include "gpuqos/testing/spin_program.h"
 
 namespace {
 

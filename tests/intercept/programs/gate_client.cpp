@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "kernels.h"
+#include "gpuqos/testing/spin_program.h"
 
 namespace {
 

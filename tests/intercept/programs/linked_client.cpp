@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels.h"
+#include "gpuqos/testing/spin_program.h"
 
 namespace {
 

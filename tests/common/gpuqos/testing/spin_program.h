@@ -1,5 +1,5 @@
-// What both test programs run: a PTX module whose `spin` kernel takes its duration in microseconds
-// from its first argument (the tests' simgpu catalog says so), and a check macro.
+// What the test CUDA programs share: a PTX module whose `spin` kernel takes its duration in
+// microseconds from its first argument (the tests' simgpu catalogs say so), and check macros.
 #pragma once
 
 #include <cstdio>
