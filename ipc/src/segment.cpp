@@ -129,7 +129,7 @@ Result<Segment> Segment::create(const std::string& name, std::uint32_t client_ui
     shm.truncate(static_cast<bip::offset_t>(kSegmentBytes));
     bip::mapped_region region(shm, bip::read_write);
     construct_layout(region.get_address(), client_uid, client_pid);
-    return Segment(name, std::move(region));
+    return Segment(name, std::move(region), /*guard=*/true);
   } catch (const std::exception& e) {
     if (created) remove(name);
     return Error{"cannot create segment " + name + ": " + e.what()};
@@ -153,7 +153,7 @@ Result<Segment> Segment::open(const std::string& name) {
     if (Status usable = check_header(header, region.get_size()); !usable) {
       return Error{"refusing segment " + name + ": " + usable.error()};
     }
-    return Segment(name, std::move(region));
+    return Segment(name, std::move(region), /*guard=*/false);
   } catch (const std::exception& e) {
     return Error{"cannot open segment " + name + ": " + e.what()};
   } catch (...) {

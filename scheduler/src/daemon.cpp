@@ -15,6 +15,7 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon_tokens.h"
+#include "gpuqos/ipc/bus_guard.h"
 #include "gpuqos/ipc/clock.h"
 
 namespace gpuqos::scheduler {
@@ -49,6 +50,8 @@ ipc::Status Daemon::setup() {
   sigaddset(&mask, SIGINT);
   if (::pthread_sigmask(SIG_BLOCK, &mask, nullptr) != 0) return system_error("pthread_sigmask");
   ::signal(SIGPIPE, SIG_IGN);
+  // A client can truncate its own segment: that must cost it its registration, not us a SIGBUS.
+  if (ipc::Status guarded = ipc::install_bus_guard(); !guarded) return ipc::Error{guarded.error()};
   signals_ = FileDescriptor(::signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC));
   timer_ = FileDescriptor(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
   wake_ = FileDescriptor(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
@@ -114,6 +117,10 @@ void Daemon::on_event(std::uint64_t token, std::uint32_t events) {
     return drain_all(now);
   }
   if (tokens::is_pending(token)) return on_pending_readable(token, events);
+  if (tokens::is_pidfd(token)) {
+    // The process is gone even if a child it forked still holds the socket open.
+    return drop_client(static_cast<ClientId>(token - tokens::kPidfdBase), "process exited", false);
+  }
   auto client = clients_.find(static_cast<ClientId>(token));
   if (client == clients_.end()) return;
   if (events & EPOLLIN) {

@@ -23,6 +23,9 @@ void Daemon::drain_all(std::int64_t now_ns) {
   std::stable_sort(arrivals.begin(), arrivals.end(),
                    [](const auto& a, const auto& b) { return a.second.arrived_ns < b.second.arrived_ns; });
   std::map<ClientId, std::string> broken;
+  for (auto& [id, client] : clients_) {
+    if (client->segment().faulted()) broken.emplace(id, "segment truncated under the daemon (SIGBUS caught)");
+  }
   for (const auto& [id, arrived] : arrivals) {
     if (broken.contains(id)) continue;
     if (std::string why = accept_op(*clients_.at(id), arrived); !why.empty()) broken.emplace(id, std::move(why));

@@ -14,7 +14,8 @@
 // afterwards only daemon_heartbeat_ns changes (through std::atomic_ref).
 //
 // Permissions: mode 0600, owned by the client's uid (the daemon, when it runs as root, fchowns
-// it), so only that user and root can map it.
+// it), so only that user and root can map it. That user can also truncate it: the daemon's mapping
+// is covered by a BusGuard (bus_guard.h), so a truncation turns into faulted(), not a SIGBUS.
 #pragma once
 
 #include <atomic>
@@ -28,6 +29,7 @@
 
 #include <boost/interprocess/mapped_region.hpp>
 
+#include "gpuqos/ipc/bus_guard.h"
 #include "gpuqos/ipc/descriptor.h"
 #include "gpuqos/ipc/result.h"
 #include "gpuqos/ipc/ring.h"
@@ -109,7 +111,8 @@ Status check_segment_name(std::string_view name);
 class Segment {
  public:
   // Daemon side: creates the named segment (fails if it exists), mode 0600, owned by client_uid,
-  // and constructs the header and empty rings. On failure nothing is left behind.
+  // and constructs the header and empty rings. On failure nothing is left behind. The mapping is
+  // guarded against truncation (effective once install_bus_guard() ran).
   static Result<Segment> create(const std::string& name, std::uint32_t client_uid, std::uint32_t client_pid = 0);
 
   // Client side: maps an existing segment and checks its header. Never throws; refuses bad magic,
@@ -124,6 +127,8 @@ class Segment {
 
   const std::string& name() const noexcept { return name_; }
   std::size_t mapped_bytes() const noexcept { return region_.get_size(); }
+  // The other side truncated the segment under a guarded mapping: it now reads as zeros.
+  bool faulted() const noexcept { return guard_.faulted(); }
 
   SegmentHeader& header() noexcept { return *static_cast<SegmentHeader*>(region_.get_address()); }
   OpsRing& ops() noexcept { return at<OpsRing>(kOpsRingOffset); }
@@ -139,8 +144,10 @@ class Segment {
   }
 
  private:
-  Segment(std::string name, boost::interprocess::mapped_region region) noexcept
-      : name_(std::move(name)), region_(std::move(region)) {}
+  Segment(std::string name, boost::interprocess::mapped_region region, bool guard) noexcept
+      : name_(std::move(name)), region_(std::move(region)) {
+    if (guard) guard_ = BusGuard(region_.get_address(), region_.get_size());
+  }
 
   template <class Ring>
   Ring& at(std::uint64_t offset) noexcept {
@@ -149,6 +156,7 @@ class Segment {
 
   std::string name_;
   boost::interprocess::mapped_region region_;
+  BusGuard guard_;  // after region_: unguarded before it is unmapped
 };
 
 }  // namespace gpuqos::ipc
