@@ -1,12 +1,26 @@
 // A registered client's accounting and its grants ring.
 #include "gpuqos/scheduler/client.h"
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
 namespace gpuqos::scheduler {
+namespace {
+
+FileDescriptor open_pidfd(pid_t pid) {
+#ifdef SYS_pidfd_open
+  if (pid > 0) return FileDescriptor(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+#endif
+  return FileDescriptor();
+}
+
+}  // namespace
 
 Client::Client(ClientIdentity identity, FileDescriptor socket, ipc::Segment segment, int wake_fd)
     : identity_(std::move(identity)),
       tag_("job '" + identity_.job + "' pid " + std::to_string(identity_.peer.pid)),
       socket_(std::move(socket)),
+      pidfd_(open_pidfd(identity_.peer.pid)),
       segment_(std::move(segment)),
       waiter_(std::make_unique<OpsWaiter>(segment_.ops(), wake_fd)) {}
 

@@ -94,6 +94,7 @@ void Daemon::register_client(Pending& pending, const ipc::Hello& hello) {
   auto client = std::make_unique<Client>(std::move(identity), std::move(pending.socket), std::move(segment.value()),
                                          wake_.get());
   watch(client->socket_fd(), id, EPOLLIN | EPOLLRDHUP);
+  if (client->pidfd() >= 0) watch(client->pidfd(), tokens::kPidfdBase + id, EPOLLIN);
   spdlog::info("{}: registered as client {} (uid {}, {} priority, device {}, segment {})", client->tag(), id,
                pending.peer.uid, hello.priority == ipc::Priority::high ? "high" : "low", hello.device, name);
   clients_.emplace(id, std::move(client));

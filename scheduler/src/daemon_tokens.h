@@ -1,5 +1,5 @@
 // The epoll tokens of gpuqosd's loop: fixed ones for its own descriptors, ClientId for clients,
-// and a range for connections that have not sent their first record yet.
+// a range for connections that have not sent their first record yet, and one for clients' pidfds.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +11,9 @@ inline constexpr std::uint64_t kSignals = kListener + 1;
 inline constexpr std::uint64_t kTimer = kListener + 2;
 inline constexpr std::uint64_t kWake = kListener + 3;
 inline constexpr std::uint64_t kPendingBase = std::uint64_t{1} << 40;  // above every ClientId
+inline constexpr std::uint64_t kPidfdBase = std::uint64_t{1} << 52;    // + ClientId: its process's pidfd
 
-inline bool is_pending(std::uint64_t token) { return token >= kPendingBase && token < kListener; }
+inline bool is_pending(std::uint64_t token) { return token >= kPendingBase && token < kPidfdBase; }
+inline bool is_pidfd(std::uint64_t token) { return token >= kPidfdBase && token < kListener; }
 
 }  // namespace gpuqos::scheduler::tokens

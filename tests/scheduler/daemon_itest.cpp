@@ -2,10 +2,13 @@
 // clients written with ipc alone (no CUDA, no shim).
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <random>
+#include <sstream>
 
 #include "daemon_harness.h"
 #include "gpuqos/ipc/clock.h"
@@ -134,6 +137,21 @@ TEST(Daemon, DisconnectsAClientWhoseRingIsCorrupted) {
       << daemon.log();
 }
 
+TEST(Daemon, DisconnectsAClientThatTruncatesItsSegment) {
+  DaemonProcess daemon;
+  FakeClient bad(daemon.socket(), Priority::low, "bad");
+  FakeClient good(daemon.socket(), Priority::low, "good");
+  // The client owns its segment's file: shrinking it would SIGBUS an unguarded daemon.
+  const int fd = ::shm_open(bad.segment().name().c_str(), O_RDWR, 0);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::ftruncate(fd, 0), 0);
+  ::close(fd);
+  expect_dropped_others_served(daemon, bad, good);
+  EXPECT_TRUE(daemon.process().running());
+  EXPECT_NE(daemon.log().find("job 'bad' pid " + std::to_string(::getpid()) + ": segment truncated"), std::string::npos)
+      << daemon.log();
+}
+
 TEST(Daemon, DisconnectsAClientThatPostsAnInvalidDescriptor) {
   DaemonProcess daemon;
   FakeClient bad(daemon.socket(), Priority::high, "bad");
@@ -186,6 +204,50 @@ TEST(Daemon, ReclaimsAClientKilledWhileWaitingWithin100ms) {
   holder.complete(1);
   holder.post(FakeClient::kernel(2));
   EXPECT_TRUE(holder.wait_granted(2)) << "the survivor is unaffected";
+}
+
+TEST(Daemon, ReclaimsAClientWhoseProcessExitedWhileAForkedChildHoldsItsSocket) {
+  DaemonProcess daemon;
+  int report[2];
+  ASSERT_EQ(::pipe(report), 0);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {  // registers, forks a child that inherits the socket, then waits to be killed
+    try {
+      FakeClient victim(daemon.socket(), Priority::low, "forker");
+      const pid_t grandchild = ::fork();
+      if (grandchild == 0) {
+        ::pause();
+        ::_exit(0);
+      }
+      const std::string line = victim.segment_name() + " " + std::to_string(grandchild) + "\n";
+      [[maybe_unused]] auto written = ::write(report[1], line.data(), line.size());
+      ::pause();
+    } catch (...) {
+    }
+    ::_exit(1);
+  }
+  ForkedChild child(pid);
+  ::close(report[1]);
+  char buffer[128] = {};
+  ASSERT_GT(::read(report[0], buffer, sizeof buffer - 1), 0);
+  ::close(report[0]);
+  std::string segment;
+  pid_t grandchild = 0;
+  std::istringstream(buffer) >> segment >> grandchild;
+  ASSERT_GT(grandchild, 0);
+  struct KillOnExit {
+    pid_t pid;
+    ~KillOnExit() { ::kill(pid, SIGKILL); }
+  } grandchild_guard{grandchild};
+  ASSERT_TRUE(eventually([&] { return daemon.client_with_pid(pid).is_object(); }));
+  child.kill();  // the socket stays open in the grandchild: only the pidfd tells
+  const auto killed = std::chrono::steady_clock::now();
+  ASSERT_TRUE(eventually([&] { return !segment_exists(segment) && daemon.client_with_pid(pid).is_null(); }))
+      << daemon.log();
+  const auto reclaim = std::chrono::steady_clock::now() - killed;
+  EXPECT_LT(reclaim, 100ms) << std::chrono::duration_cast<std::chrono::microseconds>(reclaim).count() << " us";
+  EXPECT_NE(daemon.log().find("process exited"), std::string::npos) << daemon.log();
 }
 
 TEST(Daemon, HeartbeatAdvances) {

@@ -35,6 +35,9 @@ class Client {
   // "job 'NAME' pid PID": starts every log line about this client.
   const std::string& tag() const { return tag_; }
   int socket_fd() const { return socket_.get(); }
+  // A pidfd of the client's process (readable once it exits), or -1 where the kernel has none
+  // (before Linux 5.3, or the pid is not in our namespace): then the socket hang-up alone tells.
+  int pidfd() const { return pidfd_.get(); }
   ipc::Segment& segment() { return segment_; }
   const std::string& segment_name() const { return segment_.name(); }
   OpsWaiter& waiter() { return *waiter_; }
@@ -74,6 +77,7 @@ class Client {
   ClientIdentity identity_;
   std::string tag_;
   FileDescriptor socket_;
+  FileDescriptor pidfd_;
   ipc::Segment segment_;
   std::unique_ptr<OpsWaiter> waiter_;  // last: stops before the segment is unmapped
   std::uint64_t last_seq_ = 0;
