@@ -26,7 +26,7 @@ DIRECTIONS = [("Peer", "peer"), ("HtoD", "host_to_device"), ("HtoA", "host_to_de
 # Operation's fields in declaration order (C++20 designated initializers must follow it).
 FIELD_ORDER = ["stream", "per_thread", "function", "kernel", "grid", "block", "shared_mem_bytes",
                "kernel_params", "graph_exec", "bytes", "direction", "event", "context", "device_ptr",
-               "host_ptr", "out_handle", "name"]
+               "src_ptr", "dst_ptr", "host_ptr", "out_handle", "name"]
 
 
 def split_params(params):
@@ -81,9 +81,12 @@ def describe(category, symbol, params):
         if host:
             f["host_ptr"] = host
         elif "pCopy" in names:
-            f.update(bytes="copy_bytes(pCopy)", direction="copy_direction(pCopy)", host_ptr="copy_host_ptr(pCopy)")
+            f.update(bytes="copy_bytes(pCopy)", direction="copy_direction(pCopy)", host_ptr="copy_host_ptr(pCopy)",
+                     src_ptr="copy_unified_src(pCopy)", dst_ptr="copy_unified_dst(pCopy)")
         elif "sizes" in names:
-            f["bytes"] = "batch_bytes(sizes, count)"
+            f.update(bytes="batch_bytes(sizes, count)", src_ptr="first_ptr(srcs, count)", dst_ptr="first_ptr(dsts, count)")
+        if "src" in names and "dst" in names:  # cuMemcpy, cuMemcpyAsync: unified addresses
+            f.update(src_ptr="src", dst_ptr="dst")
         elif "opList" in names:
             f["bytes"] = "batch_bytes(opList, numParams)"
     elif category == "memset":

@@ -26,6 +26,32 @@ ipc::HostMemory host_memory_of(const void* host) {
   return ipc::HostMemory::pageable;
 }
 
+// Where a unified address lives, as the driver knows it: device memory, page-locked host memory,
+// or (the driver does not know it) pageable host memory.
+enum class Residence { device, pinned_host, pageable_host };
+
+Residence residence_of(CUdeviceptr address) {
+  CUmemorytype type{};
+  const auto get_attribute = driver<PointerGetAttribute>(DriverHelper::pointer_get_attribute);
+  if (!get_attribute || get_attribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, address) != CUDA_SUCCESS) {
+    return Residence::pageable_host;
+  }
+  return type == CU_MEMORYTYPE_HOST ? Residence::pinned_host : Residence::device;
+}
+
+// A unified-address copy classified by its pointers; false for host-to-host.
+bool classify_unified(const Operation& op, ipc::OpDescriptor& out) {
+  const Residence src = residence_of(op.src_ptr), dst = residence_of(op.dst_ptr);
+  const bool src_host = src != Residence::device, dst_host = dst != Residence::device;
+  if (src_host && dst_host) return false;
+  out.direction = src_host ? ipc::CopyDirection::h2d : dst_host ? ipc::CopyDirection::d2h : ipc::CopyDirection::d2d;
+  const Residence host = src_host ? src : dst;
+  out.host_memory = !src_host && !dst_host ? ipc::HostMemory::none
+                    : host == Residence::pinned_host ? ipc::HostMemory::pinned
+                                                     : ipc::HostMemory::pageable;
+  return true;
+}
+
 void describe_kernel(const Operation& op, KernelRegistry& kernels, ipc::OpDescriptor& out) {
   out.kind = ipc::OpKind::kernel;
   const KernelLaunchInfo info = kernels.launch_info(op.function);
@@ -45,8 +71,11 @@ bool describe_copy(const Operation& op, ipc::OpDescriptor& out) {
     case CopyDirection::host_to_device: out.direction = ipc::CopyDirection::h2d; break;
     case CopyDirection::device_to_host: out.direction = ipc::CopyDirection::d2h; break;
     case CopyDirection::host_to_host: return false;
-    // Peer copies run on the copy engines like device-to-device ones; unified-address copies
-    // (cuMemcpy, cuMemcpyAsync) are counted as device-to-device: the pointers are not classified yet.
+    case CopyDirection::unknown:
+      if (op.src_ptr != 0 && op.dst_ptr != 0) return classify_unified(op, out);
+      out.direction = ipc::CopyDirection::d2d;  // array batches and the like: nothing to classify
+      return true;
+    // Peer copies run on the copy engines like device-to-device ones.
     default: out.direction = ipc::CopyDirection::d2d; return true;
   }
   out.host_memory = op.host_ptr ? host_memory_of(op.host_ptr) : ipc::HostMemory::pageable;

@@ -100,6 +100,19 @@ const void* copy_host_ptr(const Copy* copy) {
   return nullptr;
 }
 
+// The addresses of a 2D/3D copy's CU_MEMORYTYPE_UNIFIED sides (0 for the others).
+template <class Copy>
+CUdeviceptr copy_unified_src(const Copy* copy) {
+  return copy && copy->srcMemoryType == CU_MEMORYTYPE_UNIFIED ? copy->srcDevice : 0;
+}
+template <class Copy>
+CUdeviceptr copy_unified_dst(const Copy* copy) {
+  return copy && copy->dstMemoryType == CU_MEMORYTYPE_UNIFIED ? copy->dstDevice : 0;
+}
+inline CUdeviceptr first_ptr(const CUdeviceptr* pointers, size_t count) {
+  return pointers && count > 0 ? pointers[0] : 0;
+}
+
 inline std::uint64_t batch_bytes(const size_t* sizes, size_t count) {
   std::uint64_t bytes = 0;
   for (size_t i = 0; sizes && i < count; ++i) bytes += sizes[i];

@@ -142,6 +142,21 @@ TEST_F(GateTest, RegistersAndPostsEveryOpWithItsShapeAndCompletion) {
   EXPECT_GE(done[2].end_ns - client.ops[1].posted_ns, 1'500'000);  // the 1.5 ms kernel ran before its end
 }
 
+TEST_F(GateTest, ClassifiesUnifiedAddressCopiesByTheirPointers) {
+  start({"unified"}, "high");
+  ASSERT_EQ(finish(), 0) << output_;
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 3); }));
+  const FakeClient client = daemon_->clients().at(0);
+  ASSERT_EQ(client.ops.size(), 3u) << "the host-to-host copy is not posted";
+  EXPECT_EQ(client.ops[0].direction, ipc::CopyDirection::h2d);
+  EXPECT_EQ(client.ops[0].host_memory, ipc::HostMemory::pinned);
+  EXPECT_EQ(client.ops[0].bytes, 8192u);
+  EXPECT_EQ(client.ops[1].direction, ipc::CopyDirection::d2h);
+  EXPECT_EQ(client.ops[1].host_memory, ipc::HostMemory::pageable);
+  EXPECT_EQ(client.ops[2].direction, ipc::CopyDirection::d2d);
+  EXPECT_EQ(client.ops[2].host_memory, ipc::HostMemory::none);
+}
+
 TEST_F(GateTest, LowPriorityWaitsForTheGrantAndRunsAfterIt) {
   daemon_->set_auto_grant(false);
   start({"timed", "20000"}, "low");

@@ -2,6 +2,8 @@
 // under libgpuqos.so on simgpu. Prints CLOCK_MONOTONIC times so the test can compare them with
 // what its fake daemon did:
 //   ops             one of each posted kind (copy h2d, kernel, memset, copy d2h, graph) + a captured launch
+//   unified         cuMemcpy / cuMemcpyAsync with unified addresses: pinned->device, device->pageable,
+//                   device->device, pageable->pageable (host to host: not GPU work)
 //   timed <us>      one spin(us) launch: "before <ns>", "after <ns>" around the call, "done <ns>" after sync
 //   loop <n> <us>   n times: launch spin(us) and synchronize, sleeping 20 ms between
 //   threads <t> <n> t threads, each launching spin(100) n times on its own stream
@@ -138,11 +140,32 @@ int run_bench(int count) {
 
 }  // namespace
 
+int run_unified() {
+  constexpr std::size_t kBytes = 8192;
+  std::vector<unsigned char> pageable(kBytes, 5), other(kBytes, 0);
+  void* pinned = nullptr;
+  CUdeviceptr device = 0, device2 = 0;
+  CUstream stream = nullptr;
+  CHECK_CU(cuMemAllocHost(&pinned, kBytes));
+  CHECK_CU(cuMemAlloc(&device, kBytes));
+  CHECK_CU(cuMemAlloc(&device2, kBytes));
+  CHECK_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  const auto address = [](const void* p) { return reinterpret_cast<CUdeviceptr>(p); };
+  CHECK_CU(cuMemcpy(device, address(pinned), kBytes));
+  CHECK_CU(cuMemcpyAsync(address(pageable.data()), device, kBytes, stream));
+  CHECK_CU(cuMemcpyAsync(device2, device, kBytes, stream));
+  CHECK_CU(cuMemcpy(address(other.data()), address(pageable.data()), kBytes));
+  CHECK_CU(cuStreamSynchronize(stream));
+  std::printf("unified ok\n");
+  return 0;
+}
+
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   const auto arg = [&](int i, long fallback) { return argc > i ? std::atol(argv[i]) : fallback; };
   if (open_device() != 0) return 1;
   if (mode == "ops") return run_ops();
+  if (mode == "unified") return run_unified();
   if (mode == "timed") return run_timed(arg(2, 1000));
   if (mode == "loop") return run_loop(arg(2, 10), arg(3, 1000));
   if (mode == "threads") return run_threads(arg(2, 4), arg(3, 20));

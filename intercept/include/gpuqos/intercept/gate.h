@@ -33,6 +33,8 @@ struct Operation {
   CUevent event = nullptr;           // sync on an event
   CUcontext context = nullptr;       // cuCtxSynchronize_v2
   CUdeviceptr device_ptr = 0;        // memset destination, freed pointer
+  CUdeviceptr src_ptr = 0;           // copy with unified addresses (direction unknown): the pointers
+  CUdeviceptr dst_ptr = 0;           //   that tell it (a batch: its first pair)
   const void* host_ptr = nullptr;    // copy: the host side of a host<->device copy (pinned or not?)
   void* out_handle = nullptr;        // naming, alloc: where the driver writes the result (read in after())
   const char* name = nullptr;        // naming: the kernel's name
