@@ -96,8 +96,45 @@ Ticket DaemonGate::post(const Operation& op, const std::shared_ptr<Session>& ses
   }
 }
 
+// The calls that block until work drained (the queries only poll: posting each would flood).
+static bool waits_for_work(HookId hook) noexcept {
+  switch (hook) {
+    case HookId::hook_cuCtxSynchronize:
+    case HookId::hook_cuCtxSynchronize_v2:
+    case HookId::hook_cuStreamSynchronize:
+    case HookId::hook_cuStreamSynchronize_ptsz:
+    case HookId::hook_cuEventSynchronize: return true;
+    default: return false;
+  }
+}
+
+void DaemonGate::post_mark(ipc::OpKind kind, std::uint64_t stream) noexcept {
+  std::shared_ptr<Session> session = session_.load();
+  if (!session || !session->alive()) return;
+  CUcontext context = nullptr;
+  const auto get_current = driver<CtxGetCurrent>(DriverHelper::ctx_get_current);
+  if (!get_current || get_current(&context) != CUDA_SUCCESS || !context) return;
+  ipc::OpDescriptor descriptor{};
+  descriptor.kind = kind;
+  descriptor.stream = stream;
+  descriptor.posted_ns = ipc::monotonic_ns();
+  descriptor.device = device_of(context);
+  session->post(descriptor, kernels_, /*may_wait=*/false);  // a full ring drops the mark, never blocks
+}
+
+void DaemonGate::mark_query(bool begin) noexcept {
+  post_mark(begin ? ipc::OpKind::query_begin : ipc::OpKind::query_end, 0);
+}
+
 Ticket DaemonGate::before(const Operation& op) noexcept {
   pass_through_.before(op);
+  if (op.category == Category::sync && waits_for_work(op.hook)) {
+    // The program is about to wait: where an inferred query closes. stream 0 = the whole context
+    // (cuEventSynchronize also reports 0: which stream recorded the event is not tracked).
+    const bool on_stream = op.hook == HookId::hook_cuStreamSynchronize || op.hook == HookId::hook_cuStreamSynchronize_ptsz;
+    post_mark(ipc::OpKind::sync, on_stream ? stream_key(op) : 0);
+    return {};
+  }
   if (!is_gpu_work(op.category) || op.captured) return {};
   std::shared_ptr<Session> session = session_.load();
   if (!session || !session->alive()) return {};

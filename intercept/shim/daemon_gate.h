@@ -39,12 +39,15 @@ class DaemonGate final : public Gate {
   Ticket before(const Operation& op) noexcept override;
   void after(const Operation& op, Ticket ticket, CUresult result) noexcept override;
   void shutdown() noexcept override;
+  void mark_query(bool begin) noexcept override;
 
   // At exit, before the driver is torn down: no more event polling.
   void stop_completion_tracking() noexcept { completions_.stop(); }
 
  private:
   Ticket post(const Operation& op, const std::shared_ptr<Session>& session) noexcept;
+  // A synchronisation or query mark: posted, never held, never tracked for completion.
+  void post_mark(ipc::OpKind kind, std::uint64_t stream) noexcept;
   void on_named(const Operation& op) noexcept;
   std::uint32_t device_of(CUcontext context) noexcept;
   bool try_register(bool at_start) noexcept;

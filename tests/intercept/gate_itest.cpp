@@ -1,6 +1,7 @@
 // libgpuqos.so's daemon gate on simgpu, against a fake gpuqosd (fake_daemon.h) that speaks the real
 // ipc protocol: registration, every op posted and completed, low priority held until granted, high
 // priority never held, fail-open at start, on a crash and on a silent daemon, re-registration.
+#include <algorithm>
 #include <chrono>
 #include <iostream>
 #include <map>
@@ -98,13 +99,14 @@ class GateTest : public ::testing::Test {
 TEST_F(GateTest, RegistersAndPostsEveryOpWithItsShapeAndCompletion) {
   start({"ops"}, "high");
   ASSERT_EQ(finish(), 0) << output_;
-  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 5) && c[0].completions.size() >= 5; }));
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 6) && c[0].completions.size() >= 5; }));
   const FakeClient client = daemon_->clients().at(0);
   EXPECT_EQ(client.peer.pid, value_of(output_, "pid"));
   EXPECT_EQ(client.hello.priority, ipc::Priority::high);
   EXPECT_STREQ(client.hello.job_name, "gate-itest");
   EXPECT_TRUE(client.problems.empty()) << client.problems.front();
-  ASSERT_EQ(client.ops.size(), 5u);  // the captured launch is not posted: the graph launch is
+  // The captured launch is not posted (the graph launch is); the stream synchronisation is, last.
+  ASSERT_EQ(client.ops.size(), 6u);
   for (std::size_t i = 0; i < client.ops.size(); ++i) EXPECT_EQ(client.ops[i].seq, i + 1);
 
   const ipc::OpDescriptor& h2d = client.ops[0];
@@ -130,10 +132,12 @@ TEST_F(GateTest, RegistersAndPostsEveryOpWithItsShapeAndCompletion) {
   EXPECT_EQ(client.ops[3].kind, ipc::OpKind::copy);
   EXPECT_EQ(client.ops[3].direction, ipc::CopyDirection::d2h);
   EXPECT_EQ(client.ops[4].kind, ipc::OpKind::graph);
+  EXPECT_EQ(client.ops[5].kind, ipc::OpKind::sync);
+  EXPECT_EQ(client.ops[5].stream, kernel.stream);
 
   std::map<std::uint64_t, ipc::CompletionDescriptor> done;
   for (const auto& c : client.completions) done[c.seq] = c;
-  ASSERT_EQ(done.size(), 5u);
+  ASSERT_EQ(done.size(), 5u) << "a synchronisation has no completion";
   for (const auto& [seq, c] : done) {
     EXPECT_EQ(c.status, 0) << seq;
     EXPECT_LE(c.start_ns, c.end_ns) << seq;
@@ -145,9 +149,10 @@ TEST_F(GateTest, RegistersAndPostsEveryOpWithItsShapeAndCompletion) {
 TEST_F(GateTest, ClassifiesUnifiedAddressCopiesByTheirPointers) {
   start({"unified"}, "high");
   ASSERT_EQ(finish(), 0) << output_;
-  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 3); }));
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 4); }));
   const FakeClient client = daemon_->clients().at(0);
-  ASSERT_EQ(client.ops.size(), 3u) << "the host-to-host copy is not posted";
+  ASSERT_EQ(client.ops.size(), 4u) << "the host-to-host copy is not posted";
+  EXPECT_EQ(client.ops[3].kind, ipc::OpKind::sync);
   EXPECT_EQ(client.ops[0].direction, ipc::CopyDirection::h2d);
   EXPECT_EQ(client.ops[0].host_memory, ipc::HostMemory::pinned);
   EXPECT_EQ(client.ops[0].bytes, 8192u);
@@ -155,6 +160,33 @@ TEST_F(GateTest, ClassifiesUnifiedAddressCopiesByTheirPointers) {
   EXPECT_EQ(client.ops[1].host_memory, ipc::HostMemory::pageable);
   EXPECT_EQ(client.ops[2].direction, ipc::CopyDirection::d2d);
   EXPECT_EQ(client.ops[2].host_memory, ipc::HostMemory::none);
+}
+
+TEST_F(GateTest, PostsSynchronisationsAndExplicitQueryMarksWithoutHolding) {
+  daemon_->set_auto_grant(false);
+  start({"marks"}, "low");
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 2); }));
+  daemon_->grant_through(2);  // the launch; the marks and synchronisations are never waited for
+  ASSERT_EQ(finish(), 0) << output_;
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 6); }));
+  const FakeClient client = daemon_->clients().at(0);
+  std::vector<ipc::OpKind> kinds;
+  for (const auto& op : client.ops) kinds.push_back(op.kind);
+  const std::vector<ipc::OpKind> want = {ipc::OpKind::query_begin, ipc::OpKind::kernel, ipc::OpKind::sync,
+                                         ipc::OpKind::query_end,   ipc::OpKind::sync,   ipc::OpKind::sync};
+  EXPECT_EQ(kinds, want);
+  ASSERT_EQ(client.ops.size(), want.size());
+  EXPECT_NE(client.ops[2].stream, 0u);  // cuStreamSynchronize names its stream
+  EXPECT_EQ(client.ops[4].stream, 0u);  // cuCtxSynchronize: the whole context
+  EXPECT_EQ(client.ops[5].stream, 0u);  // cuEventSynchronize: the event's stream is not tracked
+  EXPECT_TRUE(client.problems.empty()) << client.problems.front();
+}
+
+TEST_F(GateTest, QueryMarksAreNoOpsWithoutTheShim) {
+  start({"marks"}, "low", /*with_shim=*/false);
+  ASSERT_EQ(finish(), 0) << output_;
+  EXPECT_NE(output_.find("marks ok"), std::string::npos);
+  EXPECT_TRUE(daemon_->clients().empty());
 }
 
 TEST_F(GateTest, LowPriorityWaitsForTheGrantAndRunsAfterIt) {
@@ -244,7 +276,10 @@ TEST_F(GateTest, ReRegistersWhenTheDaemonComesBack) {
   const FakeClient again = daemon_->clients().at(0);
   EXPECT_EQ(again.peer.pid, value_of(output_, "pid"));
   EXPECT_EQ(again.ops.front().seq, 1u);  // a new registration starts over
-  EXPECT_EQ(again.names.at(again.ops.front().kernel_id), "spin");  // and names its kernels again
+  const auto kernel = std::find_if(again.ops.begin(), again.ops.end(),
+                                   [](const ipc::OpDescriptor& op) { return op.kind == ipc::OpKind::kernel; });
+  ASSERT_NE(kernel, again.ops.end());
+  EXPECT_EQ(again.names.at(kernel->kernel_id), "spin");  // and names its kernels again
   EXPECT_TRUE(again.problems.empty()) << again.problems.front();
   EXPECT_NE(output_.find("re-registered with gpuqosd"), std::string::npos) << output_;
 }

@@ -10,4 +10,5 @@ foreach(program linked_client dlopen_client gate_client)
 endforeach()
 target_link_libraries(intercept_linked_client PRIVATE CUDA::cuda_driver ${CMAKE_DL_LIBS})
 target_link_libraries(intercept_dlopen_client PRIVATE ${CMAKE_DL_LIBS})
-target_link_libraries(intercept_gate_client PRIVATE CUDA::cuda_driver Threads::Threads)
+target_link_libraries(intercept_gate_client PRIVATE CUDA::cuda_driver Threads::Threads ${CMAKE_DL_LIBS})
+target_include_directories(intercept_gate_client PRIVATE ${PROJECT_SOURCE_DIR}/intercept/include)  # gpuqos/query.h

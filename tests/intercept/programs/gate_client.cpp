@@ -4,6 +4,8 @@
 //   ops             one of each posted kind (copy h2d, kernel, memset, copy d2h, graph) + a captured launch
 //   unified         cuMemcpy / cuMemcpyAsync with unified addresses: pinned->device, device->pageable,
 //                   device->device, pageable->pageable (host to host: not GPU work)
+//   marks           gpuqos_query_begin, launch spin(100) + cuStreamSynchronize, gpuqos_query_end,
+//                   cuCtxSynchronize, cuEventSynchronize
 //   timed <us>      one spin(us) launch: "before <ns>", "after <ns>" around the call, "done <ns>" after sync
 //   loop <n> <us>   n times: launch spin(us) and synchronize, sleeping 20 ms between
 //   threads <t> <n> t threads, each launching spin(100) n times on its own stream
@@ -21,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "gpuqos/query.h"
 #include "gpuqos/testing/spin_program.h"
 
 namespace {
@@ -160,12 +163,29 @@ int run_unified() {
   return 0;
 }
 
+int run_marks() {
+  CUstream stream = nullptr;
+  CUevent event = nullptr;
+  CHECK_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  CHECK_CU(cuEventCreate(&event, CU_EVENT_DEFAULT));
+  gpuqos_query_begin();
+  CHECK_CU(launch(100, stream));
+  CHECK_CU(cuStreamSynchronize(stream));
+  gpuqos_query_end();
+  CHECK_CU(cuCtxSynchronize());
+  CHECK_CU(cuEventRecord(event, stream));
+  CHECK_CU(cuEventSynchronize(event));
+  std::printf("marks ok\n");
+  return 0;
+}
+
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   const auto arg = [&](int i, long fallback) { return argc > i ? std::atol(argv[i]) : fallback; };
   if (open_device() != 0) return 1;
   if (mode == "ops") return run_ops();
   if (mode == "unified") return run_unified();
+  if (mode == "marks") return run_marks();
   if (mode == "timed") return run_timed(arg(2, 1000));
   if (mode == "loop") return run_loop(arg(2, 10), arg(3, 1000));
   if (mode == "threads") return run_threads(arg(2, 4), arg(3, 20));

@@ -73,6 +73,10 @@ class Gate {
 
   // The library is being unloaded or the process exits: flush and release what is held.
   virtual void shutdown() noexcept = 0;
+
+  // An explicit query boundary from gpuqos/query.h (gpuqosQueryBegin / gpuqosQueryEnd). Never
+  // waits. The default ignores it (nothing to tell when there is no daemon).
+  virtual void mark_query(bool /*begin*/) noexcept {}
 };
 
 // The process's gate (the one connection object of the shim).

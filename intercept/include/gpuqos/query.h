@@ -1,0 +1,59 @@
+/* gpuqos/query.h: explicit query boundaries for a latency-critical job.
+ *
+ * gpuqosd infers a query by default: it opens with the first GPU operation after the job's work
+ * drained and closes at the synchronisation that drains it. A job whose queries overlap, or that
+ * never synchronises, says where each query begins and ends instead:
+ *
+ *     #include <gpuqos/query.h>
+ *     gpuqos_query_begin();
+ *     ... launches, copies ...
+ *     cuStreamSynchronize(stream);
+ *     gpuqos_query_end();
+ *
+ * Header only, C and C++, nothing to link. Without libgpuqos.so in the process both calls are
+ * no-ops (one failed symbol lookup, cached); with it they post a mark to the daemon and return at
+ * once, never waiting on it.
+ */
+#ifndef GPUQOS_QUERY_H
+#define GPUQOS_QUERY_H
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* RTLD_DEFAULT */
+#endif
+#include <dlfcn.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef void (*gpuqos_query_mark_fn)(void);
+
+/* The shim's function of that name, or a no-op; looked up once per call site's translation unit. */
+static inline gpuqos_query_mark_fn gpuqos_query_resolve_(const char* symbol, gpuqos_query_mark_fn* cache,
+                                                         int* resolved) {
+  if (!__atomic_load_n(resolved, __ATOMIC_ACQUIRE)) {
+    __atomic_store_n(cache, (gpuqos_query_mark_fn)dlsym(RTLD_DEFAULT, symbol), __ATOMIC_RELAXED);
+    __atomic_store_n(resolved, 1, __ATOMIC_RELEASE);
+  }
+  return __atomic_load_n(cache, __ATOMIC_RELAXED);
+}
+
+static inline void gpuqos_query_begin(void) {
+  static gpuqos_query_mark_fn cache;
+  static int resolved;
+  gpuqos_query_mark_fn mark = gpuqos_query_resolve_("gpuqosQueryBegin", &cache, &resolved);
+  if (mark) mark();
+}
+
+static inline void gpuqos_query_end(void) {
+  static gpuqos_query_mark_fn cache;
+  static int resolved;
+  gpuqos_query_mark_fn mark = gpuqos_query_resolve_("gpuqosQueryEnd", &cache, &resolved);
+  if (mark) mark();
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GPUQOS_QUERY_H */

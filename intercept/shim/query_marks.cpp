@@ -1,0 +1,8 @@
+// gpuqosQueryBegin / gpuqosQueryEnd: what gpuqos/query.h finds in a process the shim is loaded into.
+#include "shim.h"
+
+#define GPUQOS_QUERY_EXPORT extern "C" __attribute__((visibility("default")))
+
+GPUQOS_QUERY_EXPORT void gpuqosQueryBegin(void) noexcept { gpuqos::intercept::gate().mark_query(true); }
+
+GPUQOS_QUERY_EXPORT void gpuqosQueryEnd(void) noexcept { gpuqos::intercept::gate().mark_query(false); }
