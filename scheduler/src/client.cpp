@@ -7,6 +7,11 @@
 namespace gpuqos::scheduler {
 namespace {
 
+bool is_gpu_work(ipc::OpKind kind) {
+  return kind == ipc::OpKind::kernel || kind == ipc::OpKind::copy || kind == ipc::OpKind::memset ||
+         kind == ipc::OpKind::graph;
+}
+
 FileDescriptor open_pidfd(pid_t pid) {
 #ifdef SYS_pidfd_open
   if (pid > 0) return FileDescriptor(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
@@ -26,11 +31,16 @@ Client::Client(ClientIdentity identity, FileDescriptor socket, ipc::Segment segm
 
 void Client::posted(const ipc::OpDescriptor& op, std::int64_t now_ns) {
   last_seq_ = op.seq;
-  ++posted_ops_;
-  if (high_priority()) {
-    ++granted_ops_;  // never held
+  const bool work = is_gpu_work(op.kind);
+  if (work) {
+    ++posted_ops_;
   } else {
-    ungranted_.push_back(Ungranted{op.seq, now_ns});
+    ++marks_[static_cast<std::size_t>(op.kind) - static_cast<std::size_t>(ipc::OpKind::sync)];
+  }
+  if (high_priority()) {
+    granted_ops_ += work;  // never held
+  } else {
+    ungranted_.push_back(Ungranted{op.seq, now_ns, work});
   }
 }
 
@@ -38,8 +48,8 @@ bool Client::grant_through(std::uint64_t through_seq) {
   if (through_seq <= granted_through_) return false;
   granted_through_ = through_seq;
   while (!ungranted_.empty() && ungranted_.front().seq <= through_seq) {
+    granted_ops_ += ungranted_.front().work;
     ungranted_.pop_front();
-    ++granted_ops_;
   }
   return true;
 }

@@ -154,7 +154,7 @@ DaemonStatus Daemon::status_snapshot() const {
     status.clients.push_back(ClientStatus{
         id, who.peer.pid, who.peer.uid, who.peer.gid, who.job, who.priority, who.device, client->state(),
         client->segment_name(), client->posted_ops(), client->granted_ops(), client->completed_ops(),
-        client->last_seq(), client->granted_through(), client->current_wait_ns(now_ns),
+        client->marks(), client->last_seq(), client->granted_through(), client->current_wait_ns(now_ns),
         client->kernel_name_count()});
   }
   return status;

@@ -31,12 +31,15 @@ Decisions FifoPolicy::tick(std::int64_t /*now_ns*/) { return grant_ready(); }
 
 Decisions FifoPolicy::grant_ready() {
   Decisions decisions;
-  while (!queue_.empty() && (max_outstanding_ops_ == 0 || in_flight_.size() < max_outstanding_ops_)) {
+  while (!queue_.empty()) {
     const Queued next = queue_.front();
+    // Only work that occupies an engine needs (and holds) a slot: sync and query marks have no
+    // completion, so they pass as soon as everything before them did.
+    const bool takes_slot = engine_of(next.op).has_value();
+    if (takes_slot && max_outstanding_ops_ != 0 && in_flight_.size() >= max_outstanding_ops_) break;
     queue_.pop_front();
     backlog_.account(next.client, next.op, placeholder_duration_ns(next.op));
-    // Only work that occupies an engine holds a slot: sync and query marks have no completion.
-    if (max_outstanding_ops_ != 0 && engine_of(next.op)) in_flight_.insert({next.client, next.op.seq});
+    if (takes_slot && max_outstanding_ops_ != 0) in_flight_.insert({next.client, next.op.seq});
     decisions.push_back(Grant{next.client, next.op.seq});
   }
   return decisions;

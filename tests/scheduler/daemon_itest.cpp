@@ -81,6 +81,33 @@ TEST(Daemon, AccountsHighPriorityOpsWithoutGrants) {
   EXPECT_TRUE(high.segment().grants().empty()) << "high-priority ops never wait for grants";
 }
 
+TEST(Daemon, CountsSynchronisationsAndQueryMarksApartFromWork) {
+  DaemonProcess daemon({"--max-outstanding", "1"});
+  FakeClient low(daemon.socket(), Priority::low, "marks");
+  low.name_kernel(1, "k");
+  const auto mark = [](std::uint64_t seq, ipc::OpKind kind) {
+    ipc::OpDescriptor op{};
+    op.seq = seq;
+    op.posted_ns = 1;
+    op.kind = kind;
+    return op;
+  };
+  low.post(mark(1, ipc::OpKind::query_begin));
+  low.post(FakeClient::kernel(2));
+  low.post(mark(3, ipc::OpKind::sync));
+  low.post(mark(4, ipc::OpKind::query_end));
+  ASSERT_TRUE(low.wait_granted(4)) << "marks take no engine slot: granted behind the one kernel";
+  low.complete(2);
+  ASSERT_TRUE(eventually([&] { return daemon.status()["clients"][0]["ops"]["completed"] == 1; }));
+  const auto client = daemon.status()["clients"][0];
+  EXPECT_EQ(client["ops"]["posted"], 1);
+  EXPECT_EQ(client["ops"]["granted"], 1);
+  EXPECT_EQ(client["marks"]["sync"], 1);
+  EXPECT_EQ(client["marks"]["query_begin"], 1);
+  EXPECT_EQ(client["marks"]["query_end"], 1);
+  EXPECT_EQ(client["state"], "running");
+}
+
 TEST(Daemon, DropsAGarbageHelloAndServesOthers) {
   DaemonProcess daemon;
   FakeClient good(daemon.socket(), Priority::low, "good");

@@ -111,6 +111,11 @@ TEST(FifoPolicy, SyncOpsTakeNoSlot) {
   Clock clock;
   EXPECT_EQ(fifo.op_posted({1, Priority::low, sync(1), clock.next()}), (Decisions{{1, 1}}));
   EXPECT_EQ(fifo.op_posted({1, Priority::low, kernel(2), clock.next()}), (Decisions{{1, 2}}));
+  // Every slot taken: a mark behind the running kernel still goes, one behind a held kernel waits.
+  EXPECT_EQ(fifo.op_posted({1, Priority::low, sync(3), clock.next()}), (Decisions{{1, 3}}));
+  EXPECT_TRUE(fifo.op_posted({2, Priority::low, kernel(1), clock.next()}).empty());
+  EXPECT_TRUE(fifo.op_posted({2, Priority::low, sync(2), clock.next()}).empty()) << "order within a client";
+  EXPECT_EQ(fifo.op_completed({1, done(2, 10, 20), clock.next()}), (Decisions{{2, 1}, {2, 2}}));
 }
 
 TEST(FifoPolicy, ClientGoneDropsItsOpsAndFreesItsSlot) {

@@ -4,6 +4,7 @@
 // Owned and used by the daemon's loop thread only (the OpsWaiter inside has its own thread).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -43,7 +44,8 @@ class Client {
   OpsWaiter& waiter() { return *waiter_; }
   bool high_priority() const { return identity_.priority == ipc::Priority::high; }
 
-  // Accounting of one validated op, arrived at now_ns.
+  // Accounting of one validated op, arrived at now_ns. GPU work (kernels, copies, memsets, graphs)
+  // counts as posted / granted / completed ops; synchronisations and query marks as marks.
   void posted(const ipc::OpDescriptor& op, std::int64_t now_ns);
   // Raises the grant to through_seq (never lowers it); true when it moved.
   bool grant_through(std::uint64_t through_seq);
@@ -56,6 +58,8 @@ class Client {
   std::uint64_t granted_ops() const { return granted_ops_; }
   std::uint64_t completed_ops() const { return completed_ops_; }
   void count_completion() { ++completed_ops_; }
+  // Marks posted: [0] synchronisations, [1] query begins, [2] query ends.
+  const std::array<std::uint64_t, 3>& marks() const { return marks_; }
   bool grant_pending() const { return published_through_ != granted_through_; }
   // ns the oldest ungranted op has waited (0: none waits).
   std::int64_t current_wait_ns(std::int64_t now_ns) const;
@@ -72,6 +76,7 @@ class Client {
   struct Ungranted {
     std::uint64_t seq;
     std::int64_t arrived_ns;
+    bool work;  // GPU work, not a mark
   };
 
   ClientIdentity identity_;
@@ -86,6 +91,7 @@ class Client {
   std::uint64_t posted_ops_ = 0;
   std::uint64_t granted_ops_ = 0;
   std::uint64_t completed_ops_ = 0;
+  std::array<std::uint64_t, 3> marks_{};
   std::deque<Ungranted> ungranted_;
   std::unordered_map<std::uint32_t, std::string> kernel_names_;
   std::vector<ipc::CompletionDescriptor> deferred_completions_;

@@ -10,6 +10,7 @@
 //    "clients_omitted": N}   (only when the list had to be cut to fit one record)
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -35,6 +36,7 @@ struct ClientStatus {
   std::uint64_t posted = 0;
   std::uint64_t granted = 0;
   std::uint64_t completed = 0;
+  std::array<std::uint64_t, 3> marks{};  // synchronisations, query begins, query ends
   std::uint64_t last_seq = 0;
   std::uint64_t granted_through_seq = 0;
   std::int64_t current_wait_ns = 0;
