@@ -94,7 +94,7 @@ def describe(category, symbol, params):
         extent = "Width) * Height" if "Height" in names else "N)"
         f["bytes"] = f"static_cast<std::uint64_t>({extent} * {size}"
         f["device_ptr"] = "dstDevice"
-    elif category == "sync":
+    elif category in ("sync", "lifetime"):
         for name, field in (("hEvent", "event"), ("ctx", "context")):
             if name in names:
                 f[field] = name

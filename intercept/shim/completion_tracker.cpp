@@ -16,6 +16,7 @@ using EventCreate = CUresult (*)(CUevent*, unsigned int);
 using EventDestroy = CUresult (*)(CUevent);
 using EventRecord = CUresult (*)(CUevent, CUstream);
 using EventQuery = CUresult (*)(CUevent);
+using CtxSetCurrent = CUresult (*)(CUcontext);
 
 constexpr auto kFirstPollSleep = std::chrono::microseconds(20);
 constexpr auto kLongestPollSleep = std::chrono::microseconds(1000);
@@ -37,21 +38,69 @@ CUevent CompletionTracker::acquire_event(CUcontext context) noexcept {
   return create && create(&event, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS ? event : nullptr;
 }
 
+void CompletionTracker::record(Pending& pending, CUstream stream) noexcept {
+  pending.event = acquire_event(pending.context);
+  const auto record = driver<EventRecord>(pending.per_thread ? DriverHelper::event_record_ptsz : DriverHelper::event_record);
+  if (pending.event && (!record || record(pending.event, stream) != CUDA_SUCCESS)) {
+    if (const auto destroy = driver<EventDestroy>(DriverHelper::event_destroy)) destroy(pending.event);
+    pending.event = nullptr;  // reported at once: better early than never
+  }
+}
+
 void CompletionTracker::track(std::shared_ptr<Session> session, const Ticket& ticket, const Operation& op,
-                              CUresult result) noexcept {
+                              CUresult result, bool record_inline) noexcept {
   try {
     Pending pending{std::move(session), ticket.seq, stream_key(op), ticket.context, nullptr, ticket.posted_ns,
-                    static_cast<std::int32_t>(result)};
+                    static_cast<std::int32_t>(result), op.per_thread};
     if (result == CUDA_SUCCESS) {
-      pending.event = acquire_event(ticket.context);
-      const auto record = driver<EventRecord>(op.per_thread ? DriverHelper::event_record_ptsz : DriverHelper::event_record);
-      if (pending.event && (!record || record(pending.event, op.stream) != CUDA_SUCCESS)) {
-        if (const auto destroy = driver<EventDestroy>(DriverHelper::event_destroy)) destroy(pending.event);
-        pending.event = nullptr;  // reported at once: better early than never
+      // Only this thread can name its per-thread default stream.
+      if (record_inline || (op.per_thread && op.stream == nullptr)) {
+        record(pending, op.stream);
+      } else {
+        pending.needs_record = true;
       }
     }
     enqueue(std::move(pending));
   } catch (...) {  // out of memory: the daemon misses one completion, the program goes on
+  }
+}
+
+void CompletionTracker::record_deferred(std::vector<Pending>& batch) noexcept {
+  const auto set_current = driver<CtxSetCurrent>(DriverHelper::ctx_set_current);
+  CUcontext current = nullptr;
+  std::vector<std::pair<CUcontext, std::uint64_t>> recorded;  // streams whose latest op has its event
+  for (auto pending = batch.rbegin(); pending != batch.rend(); ++pending) {
+    if (!pending->needs_record) continue;
+    pending->needs_record = false;
+    const std::pair<CUcontext, std::uint64_t> key{pending->context, pending->stream};
+    if (std::find(recorded.begin(), recorded.end(), key) != recorded.end()) {
+      pending->covered = true;  // the later op's event on the same stream decides
+      continue;
+    }
+    try {
+      recorded.push_back(key);
+    } catch (...) {  // out of memory: record each op, which is only slower
+    }
+    if (pending->context != current && set_current && set_current(pending->context) == CUDA_SUCCESS) {
+      current = pending->context;
+    }
+    record(*pending, reinterpret_cast<CUstream>(pending->stream));
+  }
+}
+
+void CompletionTracker::record_deferred_now() noexcept {
+  std::vector<Pending> batch;
+  try {
+    std::lock_guard turn(record_mutex_);  // waits for the thread's own turn to finish recording
+    {
+      std::lock_guard lock(mutex_);
+      if (!started_) return;
+      batch.swap(incoming_);
+    }
+    record_deferred(batch);
+    std::lock_guard lock(mutex_);
+    incoming_.insert(incoming_.begin(), std::make_move_iterator(batch.begin()), std::make_move_iterator(batch.end()));
+  } catch (...) {  // out of memory: those completions are lost
   }
 }
 
@@ -98,6 +147,7 @@ void CompletionTracker::stop() noexcept {
   thread_.join();
   // The program is exiting, usually right after a synchronisation: report what has finished.
   try {
+    record_deferred(incoming_);
     for (Pending& pending : incoming_) by_stream_[pending.stream].push_back(std::move(pending));
   } catch (...) {
   }
@@ -127,15 +177,18 @@ bool CompletionTracker::poll_streams() noexcept {
   for (auto it = by_stream_.begin(); it != by_stream_.end();) {
     auto& queue = it->second;
     while (!queue.empty()) {
-      Pending& head = queue.front();
-      const CUresult state = head.event && query ? query(head.event) : CUDA_SUCCESS;
+      // A covered op is done when the first event after it on its stream is.
+      const auto decider = std::find_if(queue.begin(), queue.end(), [](const Pending& p) { return !p.covered; });
+      if (decider == queue.end()) break;  // its event is still to be recorded
+      const CUresult state = decider->event && query ? query(decider->event) : CUDA_SUCCESS;
       if (state == CUDA_ERROR_NOT_READY) break;
-      report(head, ipc::monotonic_ns());
-      if (head.event && state == CUDA_SUCCESS) {
+      const std::int64_t now = ipc::monotonic_ns();
+      for (auto done = queue.begin(); done != std::next(decider); ++done) report(*done, now);
+      if (decider->event && state == CUDA_SUCCESS) {
         std::lock_guard lock(mutex_);
-        free_events_[head.context].push_back(head.event);
+        free_events_[decider->context].push_back(decider->event);
       }  // an event the driver no longer knows (its context destroyed) is dropped
-      queue.pop_front();
+      queue.erase(queue.begin(), std::next(decider));
       any = true;
     }
     it = queue.empty() ? by_stream_.erase(it) : std::next(it);
@@ -160,9 +213,17 @@ void CompletionTracker::run() noexcept {
       nudged_ = false;
       if (stopping_) return;
       if (!incoming_.empty()) sleep = kFirstPollSleep;
-      batch.swap(incoming_);
     }
     try {
+      {
+        // Taken before the batch: a destroyer waiting on it then finds nothing of ours unrecorded.
+        std::lock_guard turn(record_mutex_);
+        {
+          std::lock_guard lock(mutex_);
+          batch.swap(incoming_);
+        }
+        record_deferred(batch);
+      }
       for (Pending& pending : batch) by_stream_[pending.stream].push_back(std::move(pending));
     } catch (...) {  // out of memory: those completions are lost
     }

@@ -1,14 +1,23 @@
 // Completion tracking: tells the daemon when posted work has run on the device.
 //
-// After the real call, the calling thread records a pooled event (CU_EVENT_DISABLE_TIMING) on the
-// op's stream and hands (session, seq, event) to one background thread: a lock, a driver call and
-// a lock, nothing that waits for the device or orders streams. The thread polls the oldest event
-// of each stream (a stream's events finish in order) and pushes a CompletionDescriptor with
-// host-observed times: end = when the poll saw the event done (the poll sleeps 20 us after a
-// completion, doubling up to 1 ms while nothing completes, so end is late by at most that; only an
-// idle thread is woken by a new op, so a busy program pays no wake-up per launch); start =
-// the later of the call and the previous end on the same stream. A call the driver refused is
-// reported at once with its error code.
+// Each tracked op gets a pooled event (CU_EVENT_DISABLE_TIMING) recorded on its stream after the
+// real call; one background thread polls the oldest event of each stream (a stream's events finish
+// in order) and pushes a CompletionDescriptor with host-observed times: end = when the poll saw the
+// event done (the poll sleeps 20 us after a completion, doubling up to 1 ms while nothing
+// completes, so end is late by at most that; only an idle thread is woken by a new op, so a busy
+// program pays no wake-up per launch); start = the later of the call and the previous end on the
+// same stream. A call the driver refused is reported at once with its error code.
+//
+// Who records the event:
+// - inline (low priority): the program's thread, right after the call. Exact per op; the cost
+//   (one driver call) hides behind the grant the thread just waited for.
+// - deferred (high priority: nothing may be added to its path): the program's thread only queues
+//   the op; the background thread records one event per stream for everything queued since its
+//   last turn, and each op on that stream completes with it (late by at most the ops issued after
+//   it in the same turn). Ops on a per-thread default stream are recorded inline: another thread
+//   cannot name that stream. Before a stream or context is destroyed (the lifetime hooks), the
+//   destroying thread records what is still queued, so no event is ever recorded on a dead handle;
+//   a synchronising thread does the same, so the work it waits for is known done when it returns.
 #pragma once
 
 #include <cuda.h>
@@ -36,7 +45,12 @@ class CompletionTracker {
   CompletionTracker& operator=(const CompletionTracker&) = delete;
 
   // after() of a posted op, on the calling thread. Starts the thread on first use.
-  void track(std::shared_ptr<Session> session, const Ticket& ticket, const Operation& op, CUresult result) noexcept;
+  void track(std::shared_ptr<Session> session, const Ticket& ticket, const Operation& op, CUresult result,
+             bool record_inline) noexcept;
+
+  // Records every deferred event now, on this thread: before a stream or context is destroyed (no
+  // event on a dead handle), and before a synchronisation (its events then finish with it).
+  void record_deferred_now() noexcept;
 
   // A synchronisation returned: what it waited for is done, poll now rather than at the next tick.
   void nudge() noexcept;
@@ -50,17 +64,25 @@ class CompletionTracker {
     std::uint64_t seq = 0;
     std::uint64_t stream = 0;
     CUcontext context = nullptr;
-    CUevent event = nullptr;  // null: report now
+    CUevent event = nullptr;  // null: report now, unless covered
     std::int64_t posted_ns = 0;
     std::int32_t status = 0;
+    bool per_thread = false;    // issued on a _ptsz/_ptds form
+    bool needs_record = false;  // deferred: the background thread records its event
+    bool covered = false;       // done when the next event on its stream is
   };
 
   CUevent acquire_event(CUcontext context) noexcept;
+  // Records the event of `pending` on its stream; on failure the pending is reported at once.
+  void record(Pending& pending, CUstream stream) noexcept;
+  // Records one event per (context, stream) for the deferred ops of `batch` (record_mutex_ held).
+  void record_deferred(std::vector<Pending>& batch) noexcept;
   void enqueue(Pending pending) noexcept;
   void run() noexcept;
   bool poll_streams() noexcept;  // reports what finished; true if anything did
   void report(Pending& pending, std::int64_t end_ns) noexcept;
 
+  std::mutex record_mutex_;  // deferred recording: the thread's turn, or a destroyer's
   std::mutex mutex_;
   std::condition_variable wake_;
   std::vector<Pending> incoming_;

@@ -128,11 +128,16 @@ void DaemonGate::mark_query(bool begin) noexcept {
 
 Ticket DaemonGate::before(const Operation& op) noexcept {
   pass_through_.before(op);
+  if (op.category == Category::lifetime) {
+    completions_.record_deferred_now();  // no deferred event may be recorded on a dead handle
+    return {};
+  }
   if (op.category == Category::sync && waits_for_work(op.hook)) {
     // The program is about to wait: where an inferred query closes. stream 0 = the whole context
     // (cuEventSynchronize also reports 0: which stream recorded the event is not tracked).
     const bool on_stream = op.hook == HookId::hook_cuStreamSynchronize || op.hook == HookId::hook_cuStreamSynchronize_ptsz;
     post_mark(ipc::OpKind::sync, on_stream ? stream_key(op) : 0);
+    completions_.record_deferred_now();  // off the launch path, before the wait: done when it returns
     return {};
   }
   if (!is_gpu_work(op.category) || op.captured) return {};
@@ -161,7 +166,8 @@ void DaemonGate::after(const Operation& op, Ticket ticket, CUresult result) noex
   if (ticket.seq == 0) return;
   std::shared_ptr<Session> session = session_.load();
   if (session && session->id() == ticket.session && session->alive()) {
-    completions_.track(std::move(session), ticket, op, result);
+    // High priority: nothing added to the program's path; the completion thread records.
+    completions_.track(std::move(session), ticket, op, result, /*record_inline=*/settings_.priority == Priority::low);
   }
 }
 

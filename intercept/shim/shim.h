@@ -22,9 +22,9 @@ CUresult missing_real_function(HookId id) noexcept;
 enum class DriverHelper {
   stream_is_capturing, stream_is_capturing_ptsz, ctx_get_current, ctx_get_device, func_get_param_info,
   func_get_name, mem_host_get_flags, pointer_get_attribute, event_create, event_destroy, event_record,
-  event_record_ptsz, event_query,
+  event_record_ptsz, event_query, ctx_set_current,
 };
-inline constexpr std::size_t kDriverHelperCount = 13;
+inline constexpr std::size_t kDriverHelperCount = 14;
 void* driver_helper(DriverHelper helper) noexcept;
 
 // The helper as its driver function type: driver<PFN_cuEventRecord>(DriverHelper::event_record).
