@@ -4,7 +4,9 @@
 // that called it, found from its return address. A wrapper that calls it would make libgpuqos.so
 // the caller and break every other interposer's dlsym(RTLD_NEXT, ...). So on x86-64 dlsym is a
 // small trampoline: it asks dlsym_route() and either returns our hook or *jumps* to glibc's dlsym,
-// with the program's return address still on the stack.
+// with the program's return address still on the stack. Another interposer of a hooked function
+// (an object that defines it and looks up the next definition to chain to) always gets glibc's
+// answer: handing it our hook would make the chain call itself forever.
 #include <dlfcn.h>
 
 #include <atomic>
@@ -48,9 +50,28 @@ struct DlsymRoute {
   std::uintptr_t forward;
 };
 
-extern "C" __attribute__((visibility("hidden"))) DlsymRoute gpuqos_dlsym_route(void* handle, const char* name) noexcept {
+namespace {
+
+// Whether the object containing `caller` defines `name` itself: another interposer of that driver
+// function, looking up the next definition to chain to. It must get that definition, never our
+// hook (which would call it again: endless recursion).
+bool caller_interposes(const void* caller, const char* name) noexcept {
+  Dl_info object{};
+  if (!caller || dladdr(caller, &object) == 0 || !object.dli_fname) return false;
+  void* handle = dlopen(object.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+  if (!handle) return false;
+  void* found = real_dlsym()(handle, name);
+  dlclose(handle);  // NOLOAD took a reference
+  Dl_info definer{};
+  return found && dladdr(found, &definer) != 0 && definer.dli_fbase == object.dli_fbase;
+}
+
+}  // namespace
+
+extern "C" __attribute__((visibility("hidden"))) DlsymRoute gpuqos_dlsym_route(void* handle, const char* name,
+                                                                               const void* caller) noexcept {
   const auto hook = name && name[0] == 'c' && name[1] == 'u' ? find_hook(name) : std::nullopt;
-  if (!hook) return {reinterpret_cast<void*>(real_dlsym()), 1};
+  if (!hook || caller_interposes(caller, name)) return {reinterpret_cast<void*>(real_dlsym()), 1};
   // A search of the global scope would find our hook anyway (we are preloaded); from a library
   // after us, RTLD_NEXT is meant to reach the driver, which our hook stands in for.
   if (handle == RTLD_DEFAULT || handle == RTLD_NEXT) return {hook_address(*hook), 0};
@@ -74,6 +95,7 @@ dlsym:
     .cfi_adjust_cfa_offset 8
     subq $8, %rsp
     .cfi_adjust_cfa_offset 8
+    movq 24(%rsp), %rdx
     call gpuqos_dlsym_route
     addq $8, %rsp
     .cfi_adjust_cfa_offset -8
@@ -92,7 +114,7 @@ dlsym:
 // Elsewhere a plain wrapper: correct for the program's own lookups; RTLD_NEXT from another
 // library then resolves relative to libgpuqos.so (documented limitation).
 extern "C" __attribute__((visibility("default"))) void* dlsym(void* handle, const char* name) noexcept {
-  const DlsymRoute route = gpuqos_dlsym_route(handle, name);
+  const DlsymRoute route = gpuqos_dlsym_route(handle, name, __builtin_return_address(0));
   return route.forward ? reinterpret_cast<DlsymFunction>(route.value)(handle, name) : route.value;
 }
 #endif
