@@ -98,10 +98,26 @@ void Daemon::apply(const Decisions& decisions) {
   }
 }
 
+// A client that left on its own (hang-up, exit) may have pushed its last ops and completions just
+// before: account them, so its final numbers are whole. Not for a client dropped for misbehaving.
+void Daemon::settle_departed(Client& client) {
+  client.waiter().stop();  // from here the loop is the ops ring's only consumer
+  const std::int64_t now = ipc::monotonic_ns();
+  for (const ArrivedOp& arrived : client.waiter().take()) {
+    if (!accept_op(client, arrived).empty()) return;
+  }
+  ipc::OpDescriptor op;
+  while (client.segment().ops().try_pop(op)) {
+    if (!accept_op(client, ArrivedOp{op, now}).empty()) return;
+  }
+  drain_completions(client, now);
+}
+
 void Daemon::drop_client(ClientId id, const std::string& reason, bool as_error) {
   auto it = clients_.find(id);
   if (it == clients_.end()) return;
   Client& client = *it->second;
+  if (!as_error && !client.segment().faulted()) settle_departed(client);
   const auto level = as_error ? spdlog::level::warn : spdlog::level::info;
   spdlog::log(level, "{}: {}: disconnected ({} posted, {} granted, {} completed)", client.tag(), reason,
               client.posted_ops(), client.granted_ops(), client.completed_ops());

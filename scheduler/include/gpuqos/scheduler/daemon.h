@@ -69,6 +69,7 @@ class Daemon {
   std::string accept_op(Client& client, const ArrivedOp& arrived);
   std::string drain_completions(Client& client, std::int64_t now_ns);
   void apply(const Decisions& decisions);
+  void settle_departed(Client& client);
   void drop_client(ClientId id, const std::string& reason, bool as_error);
   void heartbeat_and_tick(std::int64_t now_ns);
   void drain_and_release();
