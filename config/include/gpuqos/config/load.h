@@ -1,0 +1,22 @@
+// Loading a config: TOML text in, a validated Config or every problem (with file:line:column and
+// the key) out. Pure: no logging, no globals, nothing changes on failure, so the daemon can try a
+// reload on SIGHUP and keep its running config when the new one is bad.
+#pragma once
+
+#include <filesystem>
+#include <string_view>
+
+#include "gpuqos/config/config.h"
+#include "gpuqos/config/result.h"
+
+namespace gpuqos::config {
+
+// Parses `text`; `source_name` (usually the file's path) starts every message. Keys not in the
+// schema are errors. Never throws except std::bad_alloc.
+Result<Config> parse_config(std::string_view text, std::string_view source_name);
+
+// Reads the file at `path` and parses it, named by `path` as given. A file that cannot be read
+// gives one error naming the path and the reason.
+Result<Config> load_config_file(const std::filesystem::path& path);
+
+}  // namespace gpuqos::config

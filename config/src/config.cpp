@@ -1,0 +1,40 @@
+// Defaults, lookups and the access rule.
+#include "gpuqos/config/config.h"
+
+#include <algorithm>
+
+#include "names.h"
+
+namespace gpuqos::config {
+
+Config default_config() { return Config{}; }
+
+const JobConfig* find_job(const Config& config, std::string_view name) noexcept {
+  const auto job = std::find_if(config.jobs.begin(), config.jobs.end(),
+                                [name](const JobConfig& candidate) { return candidate.name == name; });
+  return job == config.jobs.end() ? nullptr : &*job;
+}
+
+bool may_run_high(const Config& config, uid_t uid, gid_t gid, std::span<const gid_t> supplementary_gids) noexcept {
+  const AccessConfig& access = config.access;
+  if (access.anyone_may_run_high || uid == 0) return true;
+  const auto listed = [](const auto& list, auto id) { return std::find(list.begin(), list.end(), id) != list.end(); };
+  if (listed(access.high_priority_uids, uid) || listed(access.high_priority_gids, gid)) return true;
+  return std::any_of(supplementary_gids.begin(), supplementary_gids.end(),
+                     [&](gid_t group) { return listed(access.high_priority_gids, group); });
+}
+
+std::string_view to_string(LogLevel level) noexcept { return detail::kLogLevelNames[static_cast<std::size_t>(level)]; }
+std::string_view to_string(PolicyName name) noexcept { return detail::kPolicyNames[static_cast<std::size_t>(name)]; }
+std::string_view to_string(Priority priority) noexcept {
+  return detail::kPriorityNames[static_cast<std::size_t>(priority)];
+}
+
+std::string to_string(const ListenAddress& address) {
+  if (!address.enabled()) return "";
+  const bool ipv6 = address.host.find(':') != std::string::npos;
+  const std::string host = ipv6 ? "[" + address.host + "]" : address.host;
+  return host + ":" + std::to_string(address.port);
+}
+
+}  // namespace gpuqos::config

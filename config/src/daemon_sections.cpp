@@ -1,0 +1,77 @@
+// [daemon], [devices] and [access]: the daemon's own settings and who may do what.
+#include <cstdint>
+#include <limits>
+
+#include "names.h"
+#include "readers.h"
+#include "sections.h"
+
+namespace gpuqos::config::detail {
+namespace {
+
+constexpr std::size_t kMaxSocketPathBytes = 107;  // sockaddr_un::sun_path, with its NUL
+constexpr std::int64_t kMaxDeviceOrdinal = 1023;
+constexpr std::int64_t kMaxId = std::numeric_limits<std::uint32_t>::max() - 1;  // (uid_t)-1 is "no id"
+
+void read_socket(Section& section, std::string& out) {
+  auto path = section.string("socket");
+  if (!path) return;
+  if (path->empty()) {
+    section.error("socket", "must not be empty");
+  } else if (path->size() > kMaxSocketPathBytes) {
+    section.error("socket", "must be at most " + std::to_string(kMaxSocketPathBytes) +
+                                " bytes (a Unix socket path; got " + std::to_string(path->size()) + ")");
+  } else {
+    out = std::move(*path);
+  }
+}
+
+void read_listen(Section& section, ListenAddress& out) {
+  const auto text = section.string("metrics_listen");
+  if (!text) return;
+  ListenAddress address;
+  if (text->empty()) {
+    out = address;  // off
+  } else if (auto why = parse_listen_address(*text, address)) {
+    section.error("metrics_listen", *why + " (got " + quoted(*text) + ")");
+  } else {
+    out = address;
+  }
+}
+
+}  // namespace
+
+void read_daemon(Diagnostics& diagnostics, const toml::table& table, DaemonConfig& out) {
+  Section section(diagnostics, table, "daemon",
+                  {"socket", "log_level", "metrics_listen", "profile_store", "profile_save_interval_s"});
+  read_socket(section, out.socket_path);
+  read_choice(section, "log_level", kLogLevelNames, out.log_level);
+  read_listen(section, out.metrics_listen);
+  read_string(section, "profile_store", out.profile_store);
+  read_integer(section, "profile_save_interval_s", 0, std::numeric_limits<std::uint32_t>::max(),
+               out.profile_save_interval_s);
+}
+
+void read_devices(Diagnostics& diagnostics, const toml::table& table, DevicesConfig& out) {
+  Section section(diagnostics, table, "devices", {"ordinals"});
+  std::vector<std::int64_t> ordinals;
+  if (!read_integer_list(section, "ordinals", 0, kMaxDeviceOrdinal, ordinals)) return;
+  const toml::array* array = section.find("ordinals")->as_array();
+  if (array != nullptr && array->empty())
+    section.error("ordinals", "must list at least one device (leave it out to manage every device)");
+  out.ordinals.assign(ordinals.begin(), ordinals.end());
+}
+
+void read_access(Diagnostics& diagnostics, const toml::table& table, AccessConfig& out) {
+  Section section(diagnostics, table, "access", {"high_priority_uids", "high_priority_gids"});
+  std::vector<std::int64_t> uids;
+  std::vector<std::int64_t> gids;
+  const bool has_uids = read_integer_list(section, "high_priority_uids", 0, kMaxId, uids);
+  const bool has_gids = read_integer_list(section, "high_priority_gids", 0, kMaxId, gids);
+  if (!has_uids && !has_gids) return;
+  out.anyone_may_run_high = false;
+  out.high_priority_uids.assign(uids.begin(), uids.end());
+  out.high_priority_gids.assign(gids.begin(), gids.end());
+}
+
+}  // namespace gpuqos::config::detail

@@ -1,0 +1,86 @@
+// [[job]]: each job's name, allowed priority, latency target and weight; names must be unique.
+#include <map>
+
+#include "names.h"
+#include "readers.h"
+#include "sections.h"
+
+namespace gpuqos::config::detail {
+namespace {
+
+constexpr double kMinPercentile = 50;
+constexpr double kMaxPercentile = 100;  // exclusive: p100 is the maximum, not a percentile target
+
+// False when the job has no valid name (it is then left out; the problem is reported).
+bool read_name(Section& section, std::string& out) {
+  if (section.find("name") == nullptr) {
+    section.error_at_table("name", "missing (every job needs a name)");
+    return false;
+  }
+  auto name = section.string("name");
+  if (!name) return false;
+  if (!is_valid_job_name(*name)) {
+    section.error("name", "must be 1 to 64 of A-Z a-z 0-9 . _ - (got " + quoted(*name) + ")");
+    return false;
+  }
+  out = std::move(*name);
+  return true;
+}
+
+void read_percentile(Section& section, double& out) {
+  const toml::node* node = section.find("percentile");
+  if (node == nullptr) return;
+  std::optional<double> value;
+  if (const auto* text = node->as_string()) {
+    value = parse_percentile(text->get());
+    if (!value) section.error("percentile", "must be like 99, 99.9 or \"p99\" (got " + quoted(text->get()) + ")");
+  } else if (node->is_number()) {
+    value = section.number("percentile");
+  } else {
+    section.error("percentile",
+                  "must be like 99, 99.9 or \"p99\" (got " + std::string(type_phrase(node->type())) + ")");
+  }
+  if (!value) return;
+  if (*value >= kMinPercentile && *value < kMaxPercentile) {
+    out = *value;
+    return;
+  }
+  section.error("percentile", "must be >= 50 and < 100 (got " + format_number(*value) + ")");
+}
+
+bool read_job(Section& section, JobConfig& job) {
+  read_choice(section, "allowed_priority", kPriorityNames, job.allowed_priority);
+  double target_ms = 0;
+  read_number(section, "target_ms", Bound::above, 0, target_ms);
+  if (target_ms > 0) job.target_ms = target_ms;
+  read_percentile(section, job.percentile);
+  read_number(section, "weight", Bound::above, 0, job.weight);
+  return read_name(section, job.name);
+}
+
+}  // namespace
+
+void read_jobs(Diagnostics& diagnostics, const toml::array& jobs, std::vector<JobConfig>& out) {
+  std::map<std::string, std::string, std::less<>> first_defined_at;
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    const toml::node& element = *jobs.get(i);
+    const std::string path = "job[" + std::to_string(i) + "]";
+    const toml::table* table = element.as_table();
+    if (table == nullptr) {
+      diagnostics.error(element.source().begin, path,
+                        "must be a table (got " + std::string(type_phrase(element.type())) + ")");
+      continue;
+    }
+    Section section(diagnostics, *table, path, {"name", "allowed_priority", "target_ms", "percentile", "weight"});
+    JobConfig job;
+    if (!read_job(section, job)) continue;
+    const auto [first, inserted] =
+        first_defined_at.emplace(job.name, diagnostics.place(section.find("name")->source().begin));
+    if (inserted)
+      out.push_back(std::move(job));
+    else
+      section.error("name", "duplicate job " + quoted(job.name) + " (first defined at " + first->second + ")");
+  }
+}
+
+}  // namespace gpuqos::config::detail

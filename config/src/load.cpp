@@ -1,0 +1,81 @@
+// parse_config and load_config_file: TOML text into a validated Config, or every problem found.
+#include "gpuqos/config/load.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <memory>
+#include <system_error>
+
+#include "section.h"
+#include "sections.h"
+#include "values.h"
+
+namespace gpuqos::config {
+namespace {
+
+using detail::Diagnostics;
+using detail::Section;
+
+void read_job_list(Section& root, Diagnostics& diagnostics, std::vector<JobConfig>& out) {
+  const toml::node* jobs = root.find("job");
+  if (jobs == nullptr) return;
+  if (!jobs->is_array()) {
+    root.error("job", "must be an array of tables, written [[job]] (got " +
+                          std::string(detail::type_phrase(jobs->type())) + ")");
+    return;
+  }
+  detail::read_jobs(diagnostics, *jobs->as_array(), out);
+}
+
+Config read_document(Diagnostics& diagnostics, const toml::table& document) {
+  Config config = default_config();
+  Section root(diagnostics, document, "", {"daemon", "devices", "policy", "job", "access"});
+  if (const toml::table* daemon = root.table("daemon")) detail::read_daemon(diagnostics, *daemon, config.daemon);
+  if (const toml::table* devices = root.table("devices")) detail::read_devices(diagnostics, *devices, config.devices);
+  if (const toml::table* policy = root.table("policy")) detail::read_policy(diagnostics, *policy, config.policy);
+  read_job_list(root, diagnostics, config.jobs);
+  if (const toml::table* access = root.table("access")) detail::read_access(diagnostics, *access, config.access);
+  return config;
+}
+
+// toml++ says "Error while parsing value: ..."; the message reads better in lower case after "invalid TOML: ".
+std::string syntax_message(const toml::parse_error& error) {
+  std::string description(error.description());
+  if (description.rfind("Error ", 0) == 0) description[0] = 'e';
+  return "invalid TOML: " + description;
+}
+
+// The whole file, or the reason it cannot be read.
+std::optional<std::string> read_file(const std::filesystem::path& path, std::string& text) {
+  const std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
+  if (!file) return std::error_code(errno, std::generic_category()).message();
+  char buffer[8192];
+  std::size_t read = 0;
+  while ((read = std::fread(buffer, 1, sizeof buffer, file.get())) > 0) text.append(buffer, read);
+  if (std::ferror(file.get())) return std::error_code(errno, std::generic_category()).message();
+  return std::nullopt;
+}
+
+}  // namespace
+
+Result<Config> parse_config(std::string_view text, std::string_view source_name) {
+  Diagnostics diagnostics(source_name);
+  toml::table document;
+  try {
+    document = toml::parse(text, source_name);
+  } catch (const toml::parse_error& error) {
+    diagnostics.error(error.source().begin, "", syntax_message(error));
+    return Errors{diagnostics.messages()};
+  }
+  Config config = read_document(diagnostics, document);
+  if (!diagnostics.empty()) return Errors{diagnostics.messages()};
+  return config;
+}
+
+Result<Config> load_config_file(const std::filesystem::path& path) {
+  std::string text;
+  if (auto why = read_file(path, text)) return Errors{{path.string() + ": cannot read config file: " + *why}};
+  return parse_config(text, path.string());
+}
+
+}  // namespace gpuqos::config

@@ -1,0 +1,99 @@
+// [policy], [policy.baymax] and [policy.fifo].
+#include <limits>
+
+#include "names.h"
+#include "readers.h"
+#include "sections.h"
+
+namespace gpuqos::config::detail {
+namespace {
+
+constexpr std::uint64_t kMinChunkBytes = 64 * 1024;
+constexpr std::int64_t kMaxU32 = std::numeric_limits<std::uint32_t>::max();
+
+std::optional<std::uint64_t> chunk_bytes_value(Section& section, const toml::node& node) {
+  constexpr std::string_view kKey = "copy_chunk_bytes";
+  if (const auto* integer = node.as_integer()) {
+    if (!check_integer_range(section, kKey, integer->get(), 0, std::numeric_limits<std::int64_t>::max()))
+      return std::nullopt;
+    return static_cast<std::uint64_t>(integer->get());
+  }
+  const auto* text = node.as_string();
+  const std::string got = text ? quoted(text->get()) : std::string(type_phrase(node.type()));
+  const auto bytes = text ? parse_byte_size(text->get()) : std::nullopt;
+  if (!bytes)
+    section.error(kKey,
+                  "must be a byte count like 4194304 or \"4MiB\" (units B, KiB, MiB, GiB, TiB) (got " + got + ")");
+  return bytes;
+}
+
+void read_chunk_bytes(Section& section, std::uint64_t& out) {
+  const toml::node* node = section.find("copy_chunk_bytes");
+  if (node == nullptr) return;
+  const auto bytes = chunk_bytes_value(section, *node);
+  if (!bytes) return;
+  if (*bytes != 0 && *bytes < kMinChunkBytes) {
+    section.error("copy_chunk_bytes",
+                  "must be 0 (no chunking) or at least 65536 (64 KiB) (got " + std::to_string(*bytes) + ")");
+    return;
+  }
+  out = *bytes;
+}
+
+// The adaptation bounds must be ordered, and contain the starting bound when adaptation is on. Each
+// problem is reported at a key the file sets (a default cannot be wrong on its own).
+void check_bounds(Section& section, const BaymaxConfig& baymax) {
+  const std::string min = format_number(baymax.min_backlog_bound_ms);
+  const std::string max = format_number(baymax.max_backlog_bound_ms);
+  const std::string bound = format_number(baymax.be_backlog_bound_ms);
+  if (baymax.max_backlog_bound_ms < baymax.min_backlog_bound_ms) {
+    if (section.find("max_backlog_bound_ms"))
+      section.error("max_backlog_bound_ms", "must be >= min_backlog_bound_ms (" + min + ") (got " + max + ")");
+    else
+      section.error("min_backlog_bound_ms", "must be <= max_backlog_bound_ms (" + max + ") (got " + min + ")");
+    return;
+  }
+  if (!baymax.adaptation) return;
+  const bool below = baymax.be_backlog_bound_ms < baymax.min_backlog_bound_ms;
+  if (!below && baymax.be_backlog_bound_ms <= baymax.max_backlog_bound_ms) return;
+  if (section.find("be_backlog_bound_ms"))
+    section.error("be_backlog_bound_ms", "must be within min_backlog_bound_ms and max_backlog_bound_ms (" + min +
+                                             " to " + max + ") when adaptation is on (got " + bound + ")");
+  else if (below)
+    section.error("min_backlog_bound_ms",
+                  "must be <= be_backlog_bound_ms (" + bound + ") when adaptation is on (got " + min + ")");
+  else
+    section.error("max_backlog_bound_ms",
+                  "must be >= be_backlog_bound_ms (" + bound + ") when adaptation is on (got " + max + ")");
+}
+
+void read_baymax(Diagnostics& diagnostics, const toml::table& table, BaymaxConfig& out) {
+  Section section(diagnostics, table, "policy.baymax",
+                  {"safety_margin_ms", "be_backlog_bound_ms", "max_be_transfers", "copy_chunk_bytes", "adaptation",
+                   "min_backlog_bound_ms", "max_backlog_bound_ms", "adapt_step_ms"});
+  read_number(section, "safety_margin_ms", Bound::at_least, 0, out.safety_margin_ms);
+  read_number(section, "be_backlog_bound_ms", Bound::above, 0, out.be_backlog_bound_ms);
+  read_integer(section, "max_be_transfers", 0, kMaxU32, out.max_be_transfers);
+  read_chunk_bytes(section, out.copy_chunk_bytes);
+  read_bool(section, "adaptation", out.adaptation);
+  read_number(section, "min_backlog_bound_ms", Bound::above, 0, out.min_backlog_bound_ms);
+  read_number(section, "max_backlog_bound_ms", Bound::above, 0, out.max_backlog_bound_ms);
+  read_number(section, "adapt_step_ms", Bound::above, 0, out.adapt_step_ms);
+  check_bounds(section, out);
+}
+
+void read_fifo(Diagnostics& diagnostics, const toml::table& table, FifoConfig& out) {
+  Section section(diagnostics, table, "policy.fifo", {"max_outstanding"});
+  read_integer(section, "max_outstanding", 0, kMaxU32, out.max_outstanding);
+}
+
+}  // namespace
+
+void read_policy(Diagnostics& diagnostics, const toml::table& table, PolicyConfig& out) {
+  Section section(diagnostics, table, "policy", {"name", "baymax", "fifo"});
+  read_choice(section, "name", kPolicyNames, out.name);
+  if (const toml::table* baymax = section.table("baymax")) read_baymax(diagnostics, *baymax, out.baymax);
+  if (const toml::table* fifo = section.table("fifo")) read_fifo(diagnostics, *fifo, out.fifo);
+}
+
+}  // namespace gpuqos::config::detail

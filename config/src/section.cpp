@@ -1,0 +1,85 @@
+// Reading one TOML table against its schema.
+#include "section.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "values.h"
+
+namespace gpuqos::config::detail {
+
+Section::Section(Diagnostics& diagnostics, const toml::table& table, std::string path,
+                 std::initializer_list<std::string_view> known_keys)
+    : diagnostics_(diagnostics), table_(table), path_(std::move(path)) {
+  report_unknown_keys(std::vector<std::string_view>(known_keys));
+}
+
+std::string Section::key_path(std::string_view key) const {
+  return path_.empty() ? std::string(key) : path_ + "." + std::string(key);
+}
+
+void Section::report_unknown_keys(const std::vector<std::string_view>& known_keys) {
+  for (const auto& [key, value] : table_) {
+    if (std::find(known_keys.begin(), known_keys.end(), key.str()) != known_keys.end()) continue;
+    const bool section = value.is_table() || value.is_array_of_tables();
+    diagnostics_.error(key.source().begin, key_path(key.str()),
+                       std::string(section ? "unknown section" : "unknown key") + did_you_mean(key.str(), known_keys));
+  }
+}
+
+void Section::error(std::string_view key, std::string_view message) {
+  diagnostics_.error(table_.get(key)->source().begin, key_path(key), message);
+}
+
+void Section::error_at_table(std::string_view key, std::string_view message) {
+  diagnostics_.error(table_.source().begin, key_path(key), message);
+}
+
+bool Section::expect(std::string_view key, const toml::node& node, toml::node_type type, std::string_view expected) {
+  if (node.type() == type) return true;
+  error(key, "must be " + std::string(expected) + " (got " + std::string(type_phrase(node.type())) + ")");
+  return false;
+}
+
+std::optional<std::string> Section::string(std::string_view key) {
+  const toml::node* node = find(key);
+  if (node == nullptr || !expect(key, *node, toml::node_type::string, "a string")) return std::nullopt;
+  return node->as_string()->get();
+}
+
+std::optional<bool> Section::boolean(std::string_view key) {
+  const toml::node* node = find(key);
+  if (node == nullptr || !expect(key, *node, toml::node_type::boolean, "true or false")) return std::nullopt;
+  return node->as_boolean()->get();
+}
+
+std::optional<std::int64_t> Section::integer(std::string_view key) {
+  const toml::node* node = find(key);
+  if (node == nullptr || !expect(key, *node, toml::node_type::integer, "an integer")) return std::nullopt;
+  return node->as_integer()->get();
+}
+
+std::optional<double> Section::number(std::string_view key) {
+  const toml::node* node = find(key);
+  if (node == nullptr) return std::nullopt;
+  if (const auto* integer = node->as_integer()) return static_cast<double>(integer->get());
+  if (!expect(key, *node, toml::node_type::floating_point, "a number")) return std::nullopt;
+  const double value = node->as_floating_point()->get();
+  if (std::isfinite(value)) return value;
+  error(key, "must be a finite number (got " + format_number(value) + ")");
+  return std::nullopt;
+}
+
+const toml::table* Section::table(std::string_view key) {
+  const toml::node* node = find(key);
+  if (node == nullptr || !expect(key, *node, toml::node_type::table, "a table")) return nullptr;
+  return node->as_table();
+}
+
+const toml::array* Section::array(std::string_view key) {
+  const toml::node* node = find(key);
+  if (node == nullptr || !expect(key, *node, toml::node_type::array, "an array")) return nullptr;
+  return node->as_array();
+}
+
+}  // namespace gpuqos::config::detail

@@ -1,0 +1,103 @@
+// render_summary: the loaded config as aligned "key  value" lines, for --check-config.
+#include "gpuqos/config/summary.h"
+
+#include <array>
+#include <cstdint>
+#include <sstream>
+
+#include "values.h"
+
+namespace gpuqos::config {
+namespace {
+
+using detail::format_number;
+
+class Lines {
+ public:
+  void add(std::string_view key, std::string_view value, int indent = 2) {
+    std::string left(static_cast<std::size_t>(indent), ' ');
+    left.append(key);
+    if (!value.empty() && left.size() < kValueColumn) left.resize(kValueColumn, ' ');
+    out_ << left << (value.empty() ? "" : " ") << value << '\n';
+  }
+  void heading(std::string_view name, std::string_view value = {}) { add(name, value, 0); }
+  std::string text() const { return out_.str(); }
+
+ private:
+  static constexpr std::size_t kValueColumn = 26;
+  std::ostringstream out_;
+};
+
+std::string or_text(const std::string& value, const char* if_empty) { return value.empty() ? if_empty : value; }
+
+std::string join(const auto& numbers) {
+  std::string text;
+  for (const auto number : numbers) text += (text.empty() ? "" : ", ") + std::to_string(number);
+  return text;
+}
+
+// "4194304 (4 MiB)"; the unit only when the size is a whole number of it.
+std::string describe_bytes(std::uint64_t bytes) {
+  static constexpr std::array<const char*, 4> kUnits{"KiB", "MiB", "GiB", "TiB"};
+  std::string text = std::to_string(bytes);
+  for (std::size_t i = kUnits.size(); i-- > 0;) {
+    const std::uint64_t unit = std::uint64_t{1} << (10 * (i + 1));
+    if (bytes >= unit && bytes % unit == 0) return text + " (" + std::to_string(bytes / unit) + " " + kUnits[i] + ")";
+  }
+  return text;
+}
+
+void add_baymax(Lines& lines, const BaymaxConfig& baymax) {
+  lines.add("safety_margin_ms", format_number(baymax.safety_margin_ms));
+  lines.add("be_backlog_bound_ms", format_number(baymax.be_backlog_bound_ms));
+  lines.add("max_be_transfers", baymax.max_be_transfers == 0 ? "no limit" : std::to_string(baymax.max_be_transfers));
+  lines.add("copy_chunk_bytes", baymax.copy_chunk_bytes == 0 ? "no chunking" : describe_bytes(baymax.copy_chunk_bytes));
+  if (!baymax.adaptation) {
+    lines.add("adaptation", "off");
+    return;
+  }
+  lines.add("adaptation", "on: " + format_number(baymax.min_backlog_bound_ms) + " to " +
+                              format_number(baymax.max_backlog_bound_ms) + " ms, step " +
+                              format_number(baymax.adapt_step_ms) + " ms");
+}
+
+std::string describe(const JobConfig& job) {
+  std::string text = job.allowed_priority == Priority::high ? "may run high" : "always low";
+  text += job.target_ms ? ", target p" + format_number(job.percentile) + " <= " + format_number(*job.target_ms) + " ms"
+                        : ", no latency target";
+  return text + ", weight " + format_number(job.weight);
+}
+
+std::string describe(const AccessConfig& access) {
+  if (access.anyone_may_run_high) return "anyone";
+  std::string text = "root";
+  if (!access.high_priority_uids.empty()) text += ", uids " + join(access.high_priority_uids);
+  if (!access.high_priority_gids.empty()) text += ", gids " + join(access.high_priority_gids);
+  return text;
+}
+
+}  // namespace
+
+std::string render_summary(const Config& config) {
+  Lines lines;
+  lines.heading("daemon");
+  lines.add("socket", config.daemon.socket_path);
+  lines.add("log_level", to_string(config.daemon.log_level));
+  lines.add("metrics_listen", or_text(to_string(config.daemon.metrics_listen), "off"));
+  lines.add("profile_store", or_text(config.daemon.profile_store, "none"));
+  lines.add("profile_save_interval_s", std::to_string(config.daemon.profile_save_interval_s));
+  lines.heading("devices", config.devices.ordinals.empty() ? "all" : join(config.devices.ordinals));
+  lines.heading("policy", to_string(config.policy.name));
+  if (config.policy.name == PolicyName::baymax) add_baymax(lines, config.policy.baymax);
+  if (config.policy.name == PolicyName::fifo) {
+    const auto limit = config.policy.fifo.max_outstanding;
+    lines.add("max_outstanding", limit == 0 ? "no limit" : std::to_string(limit));
+  }
+  lines.heading("jobs", config.jobs.empty() ? "none listed" : std::to_string(config.jobs.size()));
+  for (const JobConfig& job : config.jobs) lines.add(job.name, describe(job));
+  lines.heading("access");
+  lines.add("high priority", describe(config.access));
+  return lines.text();
+}
+
+}  // namespace gpuqos::config

@@ -1,0 +1,404 @@
+// Tests of config/: defaults, a full file into structs, the shipped example, the access rule, and a
+// table of malformed inputs whose every message is checked (file:line:column, key and reason).
+#include "gpuqos/config/config.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "gpuqos/config/load.h"
+#include "gpuqos/config/summary.h"
+#include "gpuqos/testing/temp_dir.h"
+
+namespace gpuqos::config {
+namespace {
+
+Config parse_ok(const std::string& text) {
+  auto result = parse_config(text, "t.toml");
+  EXPECT_TRUE(result.ok()) << result.error();
+  return result.ok() ? result.value() : Config{};
+}
+
+TEST(ConfigDefaults, EmptyFileIsTheDefaultConfig) {
+  const Config config = parse_ok("");
+  EXPECT_EQ(config, default_config());
+  EXPECT_EQ(config.daemon.socket_path, "/run/gpuqos/gpuqosd.sock");
+  EXPECT_EQ(config.daemon.log_level, LogLevel::info);
+  EXPECT_FALSE(config.daemon.metrics_listen.enabled());
+  EXPECT_EQ(config.daemon.profile_store, "");
+  EXPECT_TRUE(config.devices.ordinals.empty());
+  EXPECT_EQ(config.policy.name, PolicyName::baymax);
+  EXPECT_EQ(config.policy.baymax.safety_margin_ms, 1.0);
+  EXPECT_EQ(config.policy.baymax.be_backlog_bound_ms, 5.0);
+  EXPECT_EQ(config.policy.baymax.max_be_transfers, 1u);
+  EXPECT_EQ(config.policy.baymax.copy_chunk_bytes, 4u << 20);
+  EXPECT_FALSE(config.policy.baymax.adaptation);
+  EXPECT_EQ(config.policy.fifo.max_outstanding, 0u);
+  EXPECT_TRUE(config.jobs.empty());
+  EXPECT_TRUE(config.access.anyone_may_run_high);
+}
+
+TEST(ConfigDefaults, EmptySectionsKeepDefaults) {
+  EXPECT_EQ(parse_ok("[daemon]\n[devices]\n[policy]\n[policy.baymax]\n[policy.fifo]\n[access]\n"), default_config());
+}
+
+constexpr const char* kFullFile = R"(
+[daemon]
+socket = "/tmp/gpuqos/d.sock"
+log_level = "debug"
+metrics_listen = "[::1]:9500"
+profile_store = "/var/lib/gpuqos/profiles.bin"
+profile_save_interval_s = 60
+
+[devices]
+ordinals = [1, 0]
+
+[policy]
+name = "fifo"
+
+[policy.baymax]
+safety_margin_ms = 0.25
+be_backlog_bound_ms = 8
+max_be_transfers = 0
+copy_chunk_bytes = "1 MiB"
+adaptation = true
+min_backlog_bound_ms = 2
+max_backlog_bound_ms = 16.5
+adapt_step_ms = 0.125
+
+[policy.fifo]
+max_outstanding = 4
+
+[[job]]
+name = "bert-infer"
+allowed_priority = "high"
+target_ms = 20
+percentile = "p99.9"
+
+[[job]]
+name = "resnet_train.v2"
+allowed_priority = "low"
+percentile = 90
+weight = 2.5
+
+[access]
+high_priority_uids = [1000, 1001]
+high_priority_gids = [27]
+)";
+
+TEST(ConfigLoad, FullFileIntoStructs) {
+  const Config config = parse_ok(kFullFile);
+  EXPECT_EQ(config.daemon.socket_path, "/tmp/gpuqos/d.sock");
+  EXPECT_EQ(config.daemon.log_level, LogLevel::debug);
+  EXPECT_EQ(config.daemon.metrics_listen, (ListenAddress{"::1", 9500}));
+  EXPECT_EQ(to_string(config.daemon.metrics_listen), "[::1]:9500");
+  EXPECT_EQ(config.daemon.profile_store, "/var/lib/gpuqos/profiles.bin");
+  EXPECT_EQ(config.daemon.profile_save_interval_s, 60u);
+  EXPECT_EQ(config.devices.ordinals, (std::vector<std::uint32_t>{1, 0}));
+  EXPECT_EQ(config.policy.name, PolicyName::fifo);
+  const BaymaxConfig& baymax = config.policy.baymax;
+  EXPECT_EQ(baymax.safety_margin_ms, 0.25);
+  EXPECT_EQ(baymax.be_backlog_bound_ms, 8.0);
+  EXPECT_EQ(baymax.max_be_transfers, 0u);
+  EXPECT_EQ(baymax.copy_chunk_bytes, 1u << 20);
+  EXPECT_TRUE(baymax.adaptation);
+  EXPECT_EQ(baymax.min_backlog_bound_ms, 2.0);
+  EXPECT_EQ(baymax.max_backlog_bound_ms, 16.5);
+  EXPECT_EQ(baymax.adapt_step_ms, 0.125);
+  EXPECT_EQ(config.policy.fifo.max_outstanding, 4u);
+  ASSERT_EQ(config.jobs.size(), 2u);
+  EXPECT_EQ(config.jobs[0], (JobConfig{"bert-infer", Priority::high, 20.0, 99.9, 1.0}));
+  EXPECT_EQ(config.jobs[1], (JobConfig{"resnet_train.v2", Priority::low, std::nullopt, 90.0, 2.5}));
+  EXPECT_FALSE(config.access.anyone_may_run_high);
+  EXPECT_EQ(config.access.high_priority_uids, (std::vector<uid_t>{1000, 1001}));
+  EXPECT_EQ(config.access.high_priority_gids, (std::vector<gid_t>{27}));
+}
+
+TEST(ConfigLoad, InlineTablesAndValueForms) {
+  const Config config = parse_ok(R"(
+daemon = { metrics_listen = "0.0.0.0:9400", log_level = "off" }
+policy = { name = "priority", baymax = { copy_chunk_bytes = 65536 } }
+job = [ { name = "a", percentile = 99.5 }, { name = "b", percentile = "75" } ]
+)");
+  EXPECT_EQ(config.daemon.metrics_listen, (ListenAddress{"0.0.0.0", 9400}));
+  EXPECT_EQ(config.daemon.log_level, LogLevel::off);
+  EXPECT_EQ(config.policy.name, PolicyName::priority);
+  EXPECT_EQ(config.policy.baymax.copy_chunk_bytes, 65536u);
+  ASSERT_EQ(config.jobs.size(), 2u);
+  EXPECT_EQ(config.jobs[0].percentile, 99.5);
+  EXPECT_EQ(config.jobs[1].percentile, 75.0);
+}
+
+TEST(ConfigLoad, ChunkSizesAndListenAddresses) {
+  EXPECT_EQ(parse_ok("[policy.baymax]\ncopy_chunk_bytes = 0").policy.baymax.copy_chunk_bytes, 0u);
+  EXPECT_EQ(parse_ok("[policy.baymax]\ncopy_chunk_bytes = \"64KiB\"").policy.baymax.copy_chunk_bytes, 65536u);
+  EXPECT_EQ(parse_ok("[policy.baymax]\ncopy_chunk_bytes = \"2GiB\"").policy.baymax.copy_chunk_bytes, 2ull << 30);
+  EXPECT_EQ(parse_ok("[policy.baymax]\ncopy_chunk_bytes = \"131072B\"").policy.baymax.copy_chunk_bytes, 131072u);
+  EXPECT_EQ(parse_ok("[daemon]\nmetrics_listen = \"gpu-node.local:80\"").daemon.metrics_listen,
+            (ListenAddress{"gpu-node.local", 80}));
+  EXPECT_FALSE(parse_ok("[daemon]\nmetrics_listen = \"\"").daemon.metrics_listen.enabled());
+}
+
+TEST(ConfigLoad, ExampleFileLoads) {
+  auto result = load_config_file(GPUQOS_SOURCE_DIR "/examples/gpuqos.toml");
+  ASSERT_TRUE(result.ok()) << result.error();
+  const Config& config = result.value();
+  EXPECT_EQ(config.policy.name, PolicyName::baymax);
+  const JobConfig* bert = find_job(config, "bert-infer");
+  ASSERT_NE(bert, nullptr);
+  EXPECT_EQ(bert->allowed_priority, Priority::high);
+  EXPECT_EQ(bert->target_ms, 20.0);
+  EXPECT_EQ(bert->percentile, 99.0);
+  for (const char* name : {"resnet-train", "recsys-train"}) {
+    const JobConfig* job = find_job(config, name);
+    ASSERT_NE(job, nullptr) << name;
+    EXPECT_EQ(job->allowed_priority, Priority::low);
+    EXPECT_GT(job->weight, 0.0);
+  }
+  EXPECT_TRUE(config.access.anyone_may_run_high);
+}
+
+TEST(ConfigLoad, FindJob) {
+  const Config config = parse_ok("[[job]]\nname = \"a\"\n[[job]]\nname = \"b\"\nweight = 3\n");
+  ASSERT_NE(find_job(config, "b"), nullptr);
+  EXPECT_EQ(find_job(config, "b")->weight, 3.0);
+  EXPECT_EQ(find_job(config, "c"), nullptr);
+  EXPECT_EQ(find_job(default_config(), "a"), nullptr);
+}
+
+TEST(ConfigLoad, MissingFileNamesThePath) {
+  auto result = load_config_file("/nonexistent/gpuqos/gpuqos.toml");
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.error(), "/nonexistent/gpuqos/gpuqos.toml: cannot read config file: No such file or directory");
+}
+
+TEST(ConfigLoad, DirectoryIsRefused) {
+  testing::TempDir dir("gpuqos-config");
+  auto result = load_config_file(dir.path());
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.error(), dir.path().string() + ": cannot read config file: Is a directory");
+}
+
+TEST(ConfigLoad, FileErrorsStartWithThePath) {
+  testing::TempDir dir("gpuqos-config");
+  const auto path = dir.write("bad.toml", "[policy]\nname = \"lifo\"\n");
+  auto result = load_config_file(path);
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.error().rfind(path.string() + ":2:8: policy.name: must be one of", 0), 0u) << result.error();
+}
+
+TEST(ConfigLoad, EveryErrorIsReportedInFileOrder) {
+  auto result = parse_config(
+      "[policy.baymax]\nsafety_margin_ms = -1\n[daemon]\nlog_level = \"loud\"\n[access]\nx = 1\n", "t.toml");
+  ASSERT_FALSE(result.ok());
+  ASSERT_EQ(result.errors().size(), 3u) << result.error();
+  EXPECT_EQ(result.errors()[0], "t.toml:2:20: policy.baymax.safety_margin_ms: must be >= 0 (got -1)");
+  EXPECT_EQ(result.errors()[1].rfind("t.toml:4:13: daemon.log_level: must be one of", 0), 0u);
+  EXPECT_EQ(result.errors()[2], "t.toml:6:1: access.x: unknown key");
+  EXPECT_EQ(result.error(), result.errors()[0] + "\n" + result.errors()[1] + "\n" + result.errors()[2]);
+}
+
+TEST(ConfigSummary, ShowsEverySetting) {
+  const std::string summary = render_summary(parse_ok(kFullFile));
+  for (const char* expected : {"/tmp/gpuqos/d.sock", "debug", "[::1]:9500", "profiles.bin", "devices", "1, 0", "policy",
+                               "fifo", "max_outstanding", "4", "bert-infer", "may run high", "target p99.9 <= 20 ms",
+                               "resnet_train.v2", "always low", "weight 2.5", "root, uids 1000, 1001, gids 27"})
+    EXPECT_NE(summary.find(expected), std::string::npos) << expected << " not in:\n" << summary;
+  const std::string defaults = render_summary(default_config());
+  for (const char* expected : {"metrics_listen", "off", "all", "baymax", "be_backlog_bound_ms", "4194304 (4 MiB)",
+                               "adaptation", "none listed", "anyone"})
+    EXPECT_NE(defaults.find(expected), std::string::npos) << expected << " not in:\n" << defaults;
+}
+
+// may_run_high
+
+Config restricted(std::vector<uid_t> uids, std::vector<gid_t> gids) {
+  Config config;
+  config.access = AccessConfig{false, std::move(uids), std::move(gids)};
+  return config;
+}
+
+TEST(MayRunHigh, AnyoneByDefault) { EXPECT_TRUE(may_run_high(default_config(), 1234, 1234, {})); }
+
+TEST(MayRunHigh, RestrictedToListedUidsAndGroups) {
+  const Config config = restricted({1000}, {27});
+  const std::vector<gid_t> other_groups{5, 6};
+  const std::vector<gid_t> with_listed_group{5, 27};
+  EXPECT_TRUE(may_run_high(config, 0, 0, {}));                       // root always
+  EXPECT_TRUE(may_run_high(config, 1000, 1000, {}));                 // listed uid
+  EXPECT_TRUE(may_run_high(config, 2000, 27, {}));                   // listed primary group
+  EXPECT_TRUE(may_run_high(config, 2000, 2000, with_listed_group));  // listed supplementary group
+  EXPECT_FALSE(may_run_high(config, 2000, 2000, other_groups));
+  EXPECT_FALSE(may_run_high(config, 1001, 1001, {}));
+}
+
+TEST(MayRunHigh, EmptyListsMeanRootOnly) {
+  const Config config = parse_ok("[access]\nhigh_priority_uids = []\n");
+  EXPECT_FALSE(config.access.anyone_may_run_high);
+  EXPECT_TRUE(may_run_high(config, 0, 0, {}));
+  EXPECT_FALSE(may_run_high(config, 1000, 1000, {}));
+}
+
+TEST(MayRunHigh, FromTheFile) {
+  const Config config = parse_ok("[access]\nhigh_priority_gids = [44]\n");
+  const std::vector<gid_t> groups{44};
+  EXPECT_TRUE(may_run_high(config, 1000, 1000, groups));
+  EXPECT_FALSE(may_run_high(config, 1000, 1000, {}));
+}
+
+// The malformed-input table: each input must fail with exactly this message (one error each).
+
+struct BadCase {
+  const char* name;
+  std::string text;
+  std::string message;
+};
+
+std::string repeat(char c, std::size_t n) { return std::string(n, c); }
+
+const std::vector<BadCase>& bad_cases() {
+  static const std::vector<BadCase> cases = {
+      {"unterminated_string", "[daemon]\nsocket = \"/tmp/s\n",
+       "t.toml:2:17: invalid TOML: error while parsing string: unescaped control characters other than TAB (U+0009) "
+       "are explicitly prohibited"},
+      {"table_defined_twice", "[policy]\n[policy]\n",
+       "t.toml:2:1: invalid TOML: error while parsing table header: cannot redefine existing table 'policy'"},
+      {"unknown_section", "[polcy]\nname = \"fifo\"\n",
+       "t.toml:1:2: polcy: unknown section (did you mean \"policy\"?)"},
+      {"unknown_top_level_key", "verbose = true\n", "t.toml:1:1: verbose: unknown key"},
+      {"unknown_baymax_key", "[policy.baymax]\nsafety_margin = 1\n",
+       "t.toml:2:1: policy.baymax.safety_margin: unknown key (did you mean \"safety_margin_ms\"?)"},
+      {"unknown_job_key", "[[job]]\nname = \"a\"\nweigth = 2\n",
+       "t.toml:3:1: job[0].weigth: unknown key (did you mean \"weight\"?)"},
+      {"unknown_policy_subsection", "[policy.bayamx]\n",
+       "t.toml:1:9: policy.bayamx: unknown section (did you mean \"baymax\"?)"},
+      {"policy_not_a_table", "policy = \"baymax\"\n", "t.toml:1:10: policy: must be a table (got a string)"},
+      {"bad_policy_name", "[policy]\nname = \"baymx\"\n",
+       "t.toml:2:8: policy.name: must be one of \"none\", \"fifo\", \"priority\", \"baymax\" (got \"baymx\") "
+       "(did you mean \"baymax\"?)"},
+      {"policy_name_wrong_type", "[policy]\nname = 3\n", "t.toml:2:8: policy.name: must be a string (got an integer)"},
+      {"negative_margin", "[policy.baymax]\nsafety_margin_ms = -1\n",
+       "t.toml:2:20: policy.baymax.safety_margin_ms: must be >= 0 (got -1)"},
+      {"zero_backlog_bound", "[policy.baymax]\nbe_backlog_bound_ms = 0\n",
+       "t.toml:2:23: policy.baymax.be_backlog_bound_ms: must be > 0 (got 0)"},
+      {"nan_margin", "[policy.baymax]\nsafety_margin_ms = nan\n",
+       "t.toml:2:20: policy.baymax.safety_margin_ms: must be a finite number (got nan)"},
+      {"margin_as_string", "[policy.baymax]\nsafety_margin_ms = \"1ms\"\n",
+       "t.toml:2:20: policy.baymax.safety_margin_ms: must be a number (got a string)"},
+      {"negative_transfers", "[policy.baymax]\nmax_be_transfers = -2\n",
+       "t.toml:2:20: policy.baymax.max_be_transfers: must be >= 0 (got -2)"},
+      {"fractional_transfers", "[policy.baymax]\nmax_be_transfers = 1.5\n",
+       "t.toml:2:20: policy.baymax.max_be_transfers: must be an integer (got a floating-point number)"},
+      {"chunk_too_small", "[policy.baymax]\ncopy_chunk_bytes = 1024\n",
+       "t.toml:2:20: policy.baymax.copy_chunk_bytes: must be 0 (no chunking) or at least 65536 (64 KiB) (got 1024)"},
+      {"chunk_string_too_small", "[policy.baymax]\ncopy_chunk_bytes = \"32KiB\"\n",
+       "t.toml:2:20: policy.baymax.copy_chunk_bytes: must be 0 (no chunking) or at least 65536 (64 KiB) (got 32768)"},
+      {"bad_size_unit", "[policy.baymax]\ncopy_chunk_bytes = \"4MB\"\n",
+       "t.toml:2:20: policy.baymax.copy_chunk_bytes: must be a byte count like 4194304 or \"4MiB\" (units B, KiB, MiB, "
+       "GiB, TiB) (got \"4MB\")"},
+      {"size_overflow", "[policy.baymax]\ncopy_chunk_bytes = \"99999999999TiB\"\n",
+       "t.toml:2:20: policy.baymax.copy_chunk_bytes: must be a byte count like 4194304 or \"4MiB\" (units B, KiB, MiB, "
+       "GiB, TiB) (got \"99999999999TiB\")"},
+      {"adaptation_not_bool", "[policy.baymax]\nadaptation = \"yes\"\n",
+       "t.toml:2:14: policy.baymax.adaptation: must be true or false (got a string)"},
+      {"adaptation_bounds_reversed", "[policy.baymax]\nmin_backlog_bound_ms = 10\nmax_backlog_bound_ms = 5\n",
+       "t.toml:3:24: policy.baymax.max_backlog_bound_ms: must be >= min_backlog_bound_ms (10) (got 5)"},
+      {"bound_outside_adaptation_range", "[policy.baymax]\nadaptation = true\nbe_backlog_bound_ms = 30\n",
+       "t.toml:3:23: policy.baymax.be_backlog_bound_ms: must be within min_backlog_bound_ms and max_backlog_bound_ms "
+       "(1 to 20) when adaptation is on (got 30)"},
+      {"adaptation_min_above_default_bound", "[policy.baymax]\nadaptation = true\nmin_backlog_bound_ms = 8\n",
+       "t.toml:3:24: policy.baymax.min_backlog_bound_ms: must be <= be_backlog_bound_ms (5) when adaptation is on "
+       "(got 8)"},
+      {"zero_adapt_step", "[policy.baymax]\nadapt_step_ms = 0\n",
+       "t.toml:2:17: policy.baymax.adapt_step_ms: must be > 0 (got 0)"},
+      {"negative_fifo_limit", "[policy.fifo]\nmax_outstanding = -1\n",
+       "t.toml:2:19: policy.fifo.max_outstanding: must be >= 0 (got -1)"},
+      {"bad_log_level", "[daemon]\nlog_level = \"verbose\"\n",
+       "t.toml:2:13: daemon.log_level: must be one of \"trace\", \"debug\", \"info\", \"warn\", \"error\", \"off\" "
+       "(got "
+       "\"verbose\")"},
+      {"log_level_typo", "[daemon]\nlog_level = \"warning\"\n",
+       "t.toml:2:13: daemon.log_level: must be one of \"trace\", \"debug\", \"info\", \"warn\", \"error\", \"off\" "
+       "(got "
+       "\"warning\") (did you mean \"warn\"?)"},
+      {"log_level_case", "[daemon]\nlog_level = \"INFO\"\n",
+       "t.toml:2:13: daemon.log_level: must be one of \"trace\", \"debug\", \"info\", \"warn\", \"error\", \"off\" "
+       "(got "
+       "\"INFO\") (did you mean \"info\"?)"},
+      {"empty_socket", "[daemon]\nsocket = \"\"\n", "t.toml:2:10: daemon.socket: must not be empty"},
+      {"socket_too_long", "[daemon]\nsocket = \"/" + repeat('s', 110) + "\"\n",
+       "t.toml:2:10: daemon.socket: must be at most 107 bytes (a Unix socket path; got 111)"},
+      {"listen_without_port", "[daemon]\nmetrics_listen = \"9400\"\n",
+       "t.toml:2:18: daemon.metrics_listen: must be host:port, like \"127.0.0.1:9400\", or \"\" (off) (got \"9400\")"},
+      {"listen_port_out_of_range", "[daemon]\nmetrics_listen = \"localhost:70000\"\n",
+       "t.toml:2:18: daemon.metrics_listen: the port must be 1 to 65535 (got \"localhost:70000\")"},
+      {"listen_bad_ipv4", "[daemon]\nmetrics_listen = \"300.1.1.1:9400\"\n",
+       "t.toml:2:18: daemon.metrics_listen: bad IPv4 address (got \"300.1.1.1:9400\")"},
+      {"listen_without_host", "[daemon]\nmetrics_listen = \":9400\"\n",
+       "t.toml:2:18: daemon.metrics_listen: the host is missing (use 0.0.0.0 for every interface) (got \":9400\")"},
+      {"listen_bad_ipv6", "[daemon]\nmetrics_listen = \"[::g]:9400\"\n",
+       "t.toml:2:18: daemon.metrics_listen: bad IPv6 address (got \"[::g]:9400\")"},
+      {"listen_ipv6_without_port", "[daemon]\nmetrics_listen = \"[::1]\"\n",
+       "t.toml:2:18: daemon.metrics_listen: must be host:port, like \"127.0.0.1:9400\", or \"\" (off) (got \"[::1]\")"},
+      {"negative_save_interval", "[daemon]\nprofile_save_interval_s = -5\n",
+       "t.toml:2:27: daemon.profile_save_interval_s: must be >= 0 (got -5)"},
+      {"device_not_integer", "[devices]\nordinals = [0, \"1\"]\n",
+       "t.toml:2:16: devices.ordinals[1]: must be an integer (got a string)"},
+      {"device_listed_twice", "[devices]\nordinals = [0, 0]\n", "t.toml:2:16: devices.ordinals[1]: 0 is listed twice"},
+      {"negative_device", "[devices]\nordinals = [-1]\n",
+       "t.toml:2:13: devices.ordinals[0]: must be 0 to 1023 (got -1)"},
+      {"no_devices", "[devices]\nordinals = []\n",
+       "t.toml:2:12: devices.ordinals: must list at least one device (leave it out to manage every device)"},
+      {"job_without_name", "[[job]]\ntarget_ms = 5\n", "t.toml:1:1: job[0].name: missing (every job needs a name)"},
+      {"job_name_with_space", "[[job]]\nname = \"bert infer\"\n",
+       "t.toml:2:8: job[0].name: must be 1 to 64 of A-Z a-z 0-9 . _ - (got \"bert infer\")"},
+      {"job_name_too_long", "[[job]]\nname = \"" + repeat('j', 65) + "\"\n",
+       "t.toml:2:8: job[0].name: must be 1 to 64 of A-Z a-z 0-9 . _ - (got \"" + repeat('j', 65) + "\")"},
+      {"duplicate_job", "[[job]]\nname = \"a\"\n[[job]]\nname = \"b\"\n[[job]]\n  name = \"a\"\n",
+       "t.toml:6:10: job[2].name: duplicate job \"a\" (first defined at t.toml:2:8)"},
+      {"percentile_100", "[[job]]\nname = \"a\"\npercentile = 100\n",
+       "t.toml:3:14: job[0].percentile: must be >= 50 and < 100 (got 100)"},
+      {"percentile_below_50", "[[job]]\nname = \"a\"\npercentile = \"p40\"\n",
+       "t.toml:3:14: job[0].percentile: must be >= 50 and < 100 (got 40)"},
+      {"percentile_malformed", "[[job]]\nname = \"a\"\npercentile = \"p9x\"\n",
+       "t.toml:3:14: job[0].percentile: must be like 99, 99.9 or \"p99\" (got \"p9x\")"},
+      {"percentile_wrong_type", "[[job]]\nname = \"a\"\npercentile = true\n",
+       "t.toml:3:14: job[0].percentile: must be like 99, 99.9 or \"p99\" (got a boolean)"},
+      {"infinite_target", "[[job]]\nname = \"a\"\ntarget_ms = inf\n",
+       "t.toml:3:13: job[0].target_ms: must be a finite number (got inf)"},
+      {"zero_target", "[[job]]\nname = \"a\"\ntarget_ms = 0\n", "t.toml:3:13: job[0].target_ms: must be > 0 (got 0)"},
+      {"negative_weight", "[[job]]\nname = \"a\"\nweight = -1.5\n",
+       "t.toml:3:10: job[0].weight: must be > 0 (got -1.5)"},
+      {"bad_priority_class", "[[job]]\nname = \"a\"\nallowed_priority = \"medium\"\n",
+       "t.toml:3:20: job[0].allowed_priority: must be one of \"low\", \"high\" (got \"medium\")"},
+      {"job_as_single_table", "[job]\nname = \"a\"\n",
+       "t.toml:1:1: job: must be an array of tables, written [[job]] (got a table)"},
+      {"job_element_not_table", "job = [1]\n", "t.toml:1:8: job[0]: must be a table (got an integer)"},
+      {"uids_not_array", "[access]\nhigh_priority_uids = \"root\"\n",
+       "t.toml:2:22: access.high_priority_uids: must be an array (got a string)"},
+      {"negative_gid", "[access]\nhigh_priority_gids = [10, -3]\n",
+       "t.toml:2:27: access.high_priority_gids[1]: must be 0 to 4294967294 (got -3)"},
+      {"access_key_typo", "[access]\nhigh_priority_users = [0]\n",
+       "t.toml:2:1: access.high_priority_users: unknown key (did you mean \"high_priority_uids\"?)"},
+  };
+  return cases;
+}
+
+void PrintTo(const BadCase& bad, std::ostream* out) { *out << bad.name; }
+
+class MalformedConfig : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(MalformedConfig, FailsWithThisMessage) {
+  const BadCase& bad = GetParam();
+  auto result = parse_config(bad.text, "t.toml");
+  ASSERT_FALSE(result.ok()) << "accepted:\n" << bad.text;
+  ASSERT_EQ(result.errors().size(), 1u) << result.error();
+  EXPECT_EQ(result.errors()[0], bad.message);
+}
+
+INSTANTIATE_TEST_SUITE_P(Table, MalformedConfig, ::testing::ValuesIn(bad_cases()),
+                         [](const ::testing::TestParamInfo<BadCase>& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace gpuqos::config
