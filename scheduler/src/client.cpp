@@ -37,8 +37,8 @@ void Client::posted(const ipc::OpDescriptor& op, std::int64_t now_ns) {
   } else {
     ++marks_[static_cast<std::size_t>(op.kind) - static_cast<std::size_t>(ipc::OpKind::sync)];
   }
-  if (high_priority()) {
-    granted_ops_ += work;  // never held
+  if (high_priority() || op.seq <= granted_through_) {
+    granted_ops_ += work;  // never held, or issued on credit
   } else {
     ungranted_.push_back(Ungranted{op.seq, now_ns, work});
   }

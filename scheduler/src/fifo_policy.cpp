@@ -10,24 +10,59 @@ Decisions FifoPolicy::op_posted(const OpPosted& event) {
     backlog_.account(event.client, event.op, placeholder_duration_ns(event.op));
     return {};
   }
+  ClientSeqs& seqs = seqs_[event.client];
+  seqs.posted = event.op.seq;
+  if (event.op.seq <= seqs.granted) {  // spent credit: it is already on its way to the device
+    admit(event.client, event.op);
+    Decisions decisions;
+    if (queue_.empty()) extend_credit(event.client, decisions);
+    return decisions;
+  }
   queue_.push_back(Queued{event.client, event.op});
-  return grant_ready();
+  Decisions decisions = grant_ready();
+  if (queue_.empty()) extend_credit(event.client, decisions);
+  return decisions;
 }
 
 Decisions FifoPolicy::op_completed(const OpCompleted& event) {
   backlog_.complete(event.client, event.completion);
   in_flight_.erase({event.client, event.completion.seq});
-  return grant_ready();
+  Decisions decisions = grant_ready();
+  if (queue_.empty() && seqs_.contains(event.client)) extend_credit(event.client, decisions);
+  return decisions;
 }
 
 Decisions FifoPolicy::client_gone(ClientId client, std::int64_t /*now_ns*/) {
   std::erase_if(queue_, [client](const Queued& queued) { return queued.client == client; });
   std::erase_if(in_flight_, [client](const auto& op) { return op.first == client; });
+  seqs_.erase(client);
   backlog_.drop_client(client);
   return grant_ready();
 }
 
 Decisions FifoPolicy::tick(std::int64_t /*now_ns*/) { return grant_ready(); }
+
+void FifoPolicy::admit(ClientId client, const ipc::OpDescriptor& op) {
+  backlog_.account(client, op, placeholder_duration_ns(op));
+  // Only work that occupies an engine holds a slot: sync and query marks have no completion.
+  if (max_outstanding_ops_ != 0 && engine_of(op)) in_flight_.insert({client, op.seq});
+}
+
+void FifoPolicy::extend_credit(ClientId client, Decisions& decisions) {
+  if (credit_ops_ == 0) return;
+  ClientSeqs& seqs = seqs_[client];
+  if (seqs.granted < seqs.posted) return;  // something of it still waits
+  std::uint64_t credit = credit_ops_;
+  if (max_outstanding_ops_ != 0) {  // what the limit leaves beside running ops and others' credit
+    std::uint64_t taken = in_flight_.size();
+    for (const auto& [other, s] : seqs_) taken += other != client && s.granted > s.posted ? s.granted - s.posted : 0;
+    credit = taken >= max_outstanding_ops_ ? 0 : std::min<std::uint64_t>(credit, max_outstanding_ops_ - taken);
+  }
+  const std::uint64_t left = seqs.granted - seqs.posted;
+  if (credit <= left || left * 2 >= credit) return;  // no more room, or more than half still left
+  seqs.granted = seqs.posted + credit;
+  decisions.push_back(Grant{client, seqs.granted});
+}
 
 Decisions FifoPolicy::grant_ready() {
   Decisions decisions;
@@ -38,15 +73,16 @@ Decisions FifoPolicy::grant_ready() {
     const bool takes_slot = engine_of(next.op).has_value();
     if (takes_slot && max_outstanding_ops_ != 0 && in_flight_.size() >= max_outstanding_ops_) break;
     queue_.pop_front();
-    backlog_.account(next.client, next.op, placeholder_duration_ns(next.op));
-    if (takes_slot && max_outstanding_ops_ != 0) in_flight_.insert({next.client, next.op.seq});
+    admit(next.client, next.op);
+    ClientSeqs& seqs = seqs_[next.client];
+    seqs.granted = std::max(seqs.granted, next.op.seq);
     decisions.push_back(Grant{next.client, next.op.seq});
   }
   return decisions;
 }
 
 std::unique_ptr<Policy> make_policy(const PolicyOptions& options) {
-  if (options.name == "fifo") return std::make_unique<FifoPolicy>(options.max_outstanding_ops);
+  if (options.name == "fifo") return std::make_unique<FifoPolicy>(options.max_outstanding_ops, options.credit_ops);
   return nullptr;
 }
 

@@ -20,6 +20,10 @@ int main(int argc, char** argv) {
   app.add_option("--max-outstanding", options.policy.max_outstanding_ops,
                  "fifo: low-priority ops granted and not yet completed (0: no limit)")
       ->capture_default_str();
+  app.add_option("--credit-ops", options.policy.credit_ops,
+                 "Low-priority ops a client may issue ahead of the daemon's answer while nothing else waits "
+                 "(0: a grant round trip per op)")
+      ->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
       ->capture_default_str();

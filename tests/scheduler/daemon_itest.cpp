@@ -64,6 +64,26 @@ TEST(Daemon, GrantsLowPriorityOpsInArrivalOrder) {
   EXPECT_EQ(status["clients"][0]["state"], "running");
 }
 
+TEST(Daemon, GrantsCreditAheadWhenNothingElseWaits) {
+  DaemonProcess daemon({"--credit-ops", "8"});
+  FakeClient low(daemon.socket(), Priority::low, "credit");
+  low.name_kernel(1, "k");
+  low.post(FakeClient::kernel(1));
+  ASSERT_TRUE(low.wait_granted(9)) << "granted through seq 9 after posting only seq 1";
+  for (std::uint64_t seq = 2; seq <= 9; ++seq) low.post(FakeClient::kernel(seq));
+  ASSERT_TRUE(eventually([&] { return daemon.status()["clients"][0]["ops"]["granted"] == 9; }));
+  EXPECT_EQ(daemon.status()["clients"][0]["state"], "running");
+}
+
+TEST(Daemon, WithoutCreditEveryOpWaitsForItsGrant) {
+  DaemonProcess daemon({"--credit-ops", "0"});
+  FakeClient low(daemon.socket(), Priority::low, "strict");
+  low.name_kernel(1, "k");
+  low.post(FakeClient::kernel(1));
+  ASSERT_TRUE(low.wait_granted(1));
+  EXPECT_FALSE(low.wait_granted(2, 200ms));
+}
+
 TEST(Daemon, AccountsHighPriorityOpsWithoutGrants) {
   DaemonProcess daemon({"--max-outstanding", "1"});
   FakeClient high(daemon.socket(), Priority::high, "serve");

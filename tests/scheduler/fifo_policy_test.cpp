@@ -118,6 +118,42 @@ TEST(FifoPolicy, SyncOpsTakeNoSlot) {
   EXPECT_EQ(fifo.op_completed({1, done(2, 10, 20), clock.next()}), (Decisions{{2, 1}, {2, 2}}));
 }
 
+TEST(FifoPolicy, CreditLetsAnIdleClientIssueAheadAndIsRenewedAtHalf) {
+  FifoPolicy fifo(/*max_outstanding_ops=*/0, /*credit_ops=*/4);
+  Clock clock;
+  EXPECT_EQ(fifo.op_posted({1, Priority::low, kernel(1), clock.next()}), (Decisions{{1, 1}, {1, 5}}));
+  EXPECT_TRUE(fifo.op_posted({1, Priority::low, kernel(2), clock.next()}).empty()) << "3 of 4 left";
+  EXPECT_TRUE(fifo.op_posted({1, Priority::low, kernel(3), clock.next()}).empty()) << "2 of 4 left";
+  EXPECT_EQ(fifo.op_posted({1, Priority::low, kernel(4), clock.next()}), (Decisions{{1, 8}})) << "1 left: renewed";
+  EXPECT_EQ(fifo.queued_ops(), 0u);
+  EXPECT_EQ(fifo.backlog().load(0, Engine::compute).outstanding_ops, 4u) << "credited ops are accounted";
+}
+
+TEST(FifoPolicy, CreditStaysWithinTheOutstandingLimit) {
+  FifoPolicy fifo(/*max_outstanding_ops=*/2, /*credit_ops=*/4);
+  Clock clock;
+  EXPECT_EQ(fifo.op_posted({1, Priority::low, kernel(1), clock.next()}), (Decisions{{1, 1}, {1, 2}}))
+      << "one slot left: one op of credit";
+  EXPECT_TRUE(fifo.op_posted({1, Priority::low, kernel(2), clock.next()}).empty());
+  EXPECT_EQ(fifo.outstanding_ops(), 2u);
+  EXPECT_TRUE(fifo.op_posted({2, Priority::low, kernel(1), clock.next()}).empty()) << "full: queued";
+  EXPECT_EQ(fifo.op_completed({1, done(1, 10, 20), clock.next()}), (Decisions{{2, 1}}))
+      << "the queued op first; no credit while anything waited";
+  EXPECT_TRUE(fifo.op_completed({1, done(2, 20, 30), clock.next()}).empty() == false);
+  EXPECT_LE(fifo.outstanding_ops(), 2u);
+}
+
+TEST(FifoPolicy, NoCreditWhileAnotherClientWaits) {
+  FifoPolicy fifo(/*max_outstanding_ops=*/1, /*credit_ops=*/8);
+  Clock clock;
+  EXPECT_EQ(fifo.op_posted({1, Priority::low, kernel(1), clock.next()}), (Decisions{{1, 1}}));
+  EXPECT_TRUE(fifo.op_posted({2, Priority::low, kernel(1), clock.next()}).empty());
+  EXPECT_TRUE(fifo.op_posted({1, Priority::low, kernel(2), clock.next()}).empty());
+  EXPECT_EQ(fifo.op_completed({1, done(1, 10, 20), clock.next()}), (Decisions{{2, 1}}));
+  EXPECT_EQ(fifo.op_completed({2, done(1, 20, 30), clock.next()}), (Decisions{{1, 2}}))
+      << "in arrival order, and the limit leaves no room for credit";
+}
+
 TEST(FifoPolicy, ClientGoneDropsItsOpsAndFreesItsSlot) {
   FifoPolicy fifo(1);
   Clock clock;

@@ -1,10 +1,17 @@
 // fifo: grants low-priority ops in arrival order across clients, optionally keeping at most
 // max_outstanding_ops of them granted and not yet completed. High-priority ops are accounted in
 // the backlog and never held. No priorities beyond that: the comparison baseline.
+//
+// Credits: when nothing is queued, a client whose ops were all granted is granted `credit_ops`
+// seqs beyond its last posted op (fewer if the outstanding limit leaves less room), so the shim
+// issues that many more without a round trip; the grant is renewed when half is spent. Credited
+// ops count as outstanding the moment they are posted, so the limit still holds for everything the
+// daemon let go; it is exceeded only by credit handed out before other clients queued work.
 #pragma once
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <set>
 #include <utility>
 
@@ -14,7 +21,8 @@ namespace gpuqos::scheduler {
 
 class FifoPolicy final : public Policy {
  public:
-  explicit FifoPolicy(std::uint32_t max_outstanding_ops = 0) : max_outstanding_ops_(max_outstanding_ops) {}
+  explicit FifoPolicy(std::uint32_t max_outstanding_ops = 0, std::uint32_t credit_ops = 0)
+      : max_outstanding_ops_(max_outstanding_ops), credit_ops_(credit_ops) {}
 
   std::string_view name() const override { return "fifo"; }
   Decisions op_posted(const OpPosted& event) override;
@@ -31,10 +39,20 @@ class FifoPolicy final : public Policy {
     ClientId client;
     ipc::OpDescriptor op;
   };
+  struct ClientSeqs {
+    std::uint64_t posted = 0;   // last seq posted
+    std::uint64_t granted = 0;  // last seq granted (beyond posted: credit)
+  };
   // Grants from the head of the queue while the outstanding limit allows, one decision per op.
   Decisions grant_ready();
+  // Accounts a granted op: backlog, and an outstanding slot if it runs on an engine.
+  void admit(ClientId client, const ipc::OpDescriptor& op);
+  // With nothing queued: renews `client`'s credit when less than half is left.
+  void extend_credit(ClientId client, Decisions& decisions);
 
   std::uint32_t max_outstanding_ops_;
+  std::uint32_t credit_ops_;
+  std::map<ClientId, ClientSeqs> seqs_;
   std::deque<Queued> queue_;                             // posted low-priority ops, arrival order
   std::set<std::pair<ClientId, std::uint64_t>> in_flight_;  // granted low ops on an engine
   EngineBacklog backlog_;

@@ -20,7 +20,8 @@ namespace gpuqos::scheduler {
 
 using ClientId = std::uint32_t;  // the daemon's client number, unique for its lifetime
 
-// A decision: client may issue every op with seq <= through_seq.
+// A decision: client may issue every op with seq <= through_seq. through_seq may lie beyond the
+// client's last posted op: credit, spent by the shim without asking.
 struct Grant {
   ClientId client = 0;
   std::uint64_t through_seq = 0;
@@ -62,6 +63,9 @@ struct PolicyOptions {
   std::string name = "fifo";
   // fifo: low-priority ops granted but not yet completed (0: no limit).
   std::uint32_t max_outstanding_ops = 0;
+  // Ops a low-priority client may issue ahead of the daemon's answer when nothing else waits
+  // (0: one grant round trip per op).
+  std::uint32_t credit_ops = 32;
 };
 
 // The policy called options.name, or nullptr when there is none by that name.
