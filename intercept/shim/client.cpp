@@ -13,6 +13,7 @@
 
 #include "daemon_gate.h"
 #include "pass_through_gate.h"
+#include "profiling_gate.h"
 #include "shim.h"
 
 namespace gpuqos::intercept {
@@ -39,13 +40,18 @@ class Client {
     ParsedSettings parsed = parse_settings([](const char* name) { return std::getenv(name); }, executable_name());
     settings_ = std::move(parsed.settings);
     for (const std::string& problem : parsed.problems) write(problem);  // always shown, whatever GPUQOS_LOG says
-    gate_ = std::make_unique<DaemonGate>(settings_, [this](LogLevel level, const std::string& text) {
+    const auto log = [this](LogLevel level, const std::string& text) {
       if (level != LogLevel::off && level <= settings_.log_level) write(text);
-    });
+    };
+    gate_ = std::make_unique<DaemonGate>(settings_, log);
+    if (!settings_.profile_path.empty()) profiling_ = std::make_unique<ProfilingGate>(*gate_, settings_, log);
   }
 
   const Settings& settings() const { return settings_; }
-  DaemonGate& gate() { return *gate_; }
+  // What the hooks ask: the daemon gate, wrapped by the profiling gate in profiling mode.
+  Gate& gate() { return profiling_ ? static_cast<Gate&>(*profiling_) : *gate_; }
+  DaemonGate& daemon_gate() { return *gate_; }
+  Profiler* profiler() { return profiling_ ? &profiling_->profiler() : nullptr; }
 
   void write(std::string_view text) const {
     write_stderr("gpuqos[" + std::to_string(::getpid()) + "] " + settings_.job + ": " + std::string(text) + "\n");
@@ -54,6 +60,7 @@ class Client {
  private:
   Settings settings_;
   std::unique_ptr<DaemonGate> gate_;
+  std::unique_ptr<ProfilingGate> profiling_;  // GPUQOS_PROFILE set
 };
 
 // The accessor: the only way to the connection object. `create` false: nullptr if none yet.
@@ -93,7 +100,12 @@ Gate& gate() noexcept {
 }
 
 void stop_completion_tracking() noexcept {
-  if (Client* c = client(false)) c->gate().stop_completion_tracking();
+  if (Client* c = client(false)) c->daemon_gate().stop_completion_tracking();
+}
+
+Profiler* active_profiler() noexcept {
+  Client* c = client(false);
+  return c ? c->profiler() : nullptr;
 }
 
 void log_message(LogLevel level, std::string_view text) noexcept {

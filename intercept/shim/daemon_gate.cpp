@@ -12,7 +12,6 @@ namespace gpuqos::intercept {
 namespace {
 
 using CtxGetCurrent = CUresult (*)(CUcontext*);
-using CtxGetDevice = CUresult (*)(CUdevice*);
 
 constexpr int kWatchIntervalMs = 10;
 constexpr auto kRetryInterval = std::chrono::seconds(1);
@@ -65,17 +64,6 @@ void DaemonGate::monitor() noexcept {
   }
 }
 
-std::uint32_t DaemonGate::device_of(CUcontext context) noexcept {
-  std::lock_guard lock(devices_mutex_);
-  for (const auto& [known, device] : devices_) {
-    if (known == context) return device;
-  }
-  CUdevice device = 0;
-  const auto get_device = driver<CtxGetDevice>(DriverHelper::ctx_get_device);
-  if (!get_device || get_device(&device) != CUDA_SUCCESS || device < 0) device = 0;
-  if (devices_.size() < 256) devices_.emplace_back(context, static_cast<std::uint32_t>(device));
-  return static_cast<std::uint32_t>(device);
-}
 
 Ticket DaemonGate::post(const Operation& op, const std::shared_ptr<Session>& session) noexcept {
   Ticket ticket;
@@ -84,7 +72,7 @@ Ticket DaemonGate::post(const Operation& op, const std::shared_ptr<Session>& ses
   if (!get_current || get_current(&ticket.context) != CUDA_SUCCESS || !ticket.context) return {};  // the call fails
   try {
     ipc::OpDescriptor descriptor;
-    if (!describe(op, device_of(ticket.context), ticket.posted_ns, kernels_, descriptor)) return {};
+    if (!describe(op, devices_.of(ticket.context), ticket.posted_ns, kernels_, descriptor)) return {};
     const bool low = settings_.priority == Priority::low;
     if (!session->post(descriptor, kernels_, /*may_wait=*/low)) return {};
     ticket.seq = descriptor.seq;
@@ -118,7 +106,7 @@ void DaemonGate::post_mark(ipc::OpKind kind, std::uint64_t stream) noexcept {
   descriptor.kind = kind;
   descriptor.stream = stream;
   descriptor.posted_ns = ipc::monotonic_ns();
-  descriptor.device = device_of(context);
+  descriptor.device = devices_.of(context);
   session->post(descriptor, kernels_, /*may_wait=*/false);  // a full ring drops the mark, never blocks
 }
 
@@ -146,22 +134,10 @@ Ticket DaemonGate::before(const Operation& op) noexcept {
   return post(op, session);
 }
 
-void DaemonGate::on_named(const Operation& op) noexcept {
-  try {
-    if (!op.out_handle) return;
-    const void* handle = *static_cast<void* const*>(op.out_handle);  // CUfunction* or CUkernel*
-    if (op.hook == HookId::hook_cuKernelGetFunction) {
-      kernels_.alias(handle, op.kernel);
-    } else if (op.name) {
-      kernels_.name_handle(handle, op.name);
-    }
-  } catch (...) {  // unnamed: launches ask the driver for the name instead
-  }
-}
 
 void DaemonGate::after(const Operation& op, Ticket ticket, CUresult result) noexcept {
   pass_through_.after(op, ticket, result);
-  if (op.category == Category::naming && result == CUDA_SUCCESS) on_named(op);
+  if (op.category == Category::naming && result == CUDA_SUCCESS) learn_kernel_name(op, kernels_);
   if (op.category == Category::sync) completions_.nudge();
   if (ticket.seq == 0) return;
   std::shared_ptr<Session> session = session_.load();

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "completion_tracker.h"
+#include "describe.h"
 #include "gpuqos/intercept/gate.h"
 #include "gpuqos/intercept/settings.h"
 #include "kernel_registry.h"
@@ -48,8 +49,6 @@ class DaemonGate final : public Gate {
   Ticket post(const Operation& op, const std::shared_ptr<Session>& session) noexcept;
   // A synchronisation or query mark: posted, never held, never tracked for completion.
   void post_mark(ipc::OpKind kind, std::uint64_t stream) noexcept;
-  void on_named(const Operation& op) noexcept;
-  std::uint32_t device_of(CUcontext context) noexcept;
   bool try_register(bool at_start) noexcept;
   void monitor() noexcept;
 
@@ -62,8 +61,7 @@ class DaemonGate final : public Gate {
   std::uint32_t next_session_id_ = 1;  // monitor thread (and the constructor)
   bool gave_up_ = false;               // the daemon refused us: do not ask again
 
-  std::mutex devices_mutex_;
-  std::vector<std::pair<CUcontext, std::uint32_t>> devices_;  // context -> device ordinal
+  ContextDevices devices_;
 
   std::mutex stop_mutex_;
   std::condition_variable stop_cv_;

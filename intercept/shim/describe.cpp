@@ -6,6 +6,7 @@
 namespace gpuqos::intercept {
 namespace {
 
+using CtxGetDevice = CUresult (*)(CUdevice*);
 using MemHostGetFlags = CUresult (*)(unsigned int*, void*);
 using PointerGetAttribute = CUresult (*)(void*, CUpointer_attribute, CUdeviceptr);
 
@@ -106,6 +107,34 @@ bool describe(const Operation& op, std::uint32_t device, std::int64_t posted_ns,
       return true;
     default: return false;
   }
+}
+
+void learn_kernel_name(const Operation& op, KernelRegistry& kernels) noexcept {
+  try {
+    if (!op.out_handle) return;
+    const void* handle = *static_cast<void* const*>(op.out_handle);  // CUfunction* or CUkernel*
+    if (op.hook == HookId::hook_cuKernelGetFunction) {
+      kernels.alias(handle, op.kernel);
+    } else if (op.name) {
+      kernels.name_handle(handle, op.name);
+    }
+  } catch (...) {  // unnamed: launches ask the driver for the name instead
+  }
+}
+
+std::uint32_t ContextDevices::of(CUcontext context) noexcept {
+  std::lock_guard lock(mutex_);
+  for (const auto& [known, device] : devices_) {
+    if (known == context) return device;
+  }
+  CUdevice device = 0;
+  const auto get_device = driver<CtxGetDevice>(DriverHelper::ctx_get_device);
+  if (!get_device || get_device(&device) != CUDA_SUCCESS || device < 0) device = 0;
+  try {
+    if (devices_.size() < 256) devices_.emplace_back(context, static_cast<std::uint32_t>(device));
+  } catch (...) {  // out of memory: asked again next time
+  }
+  return static_cast<std::uint32_t>(device);
 }
 
 }  // namespace gpuqos::intercept

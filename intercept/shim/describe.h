@@ -2,6 +2,9 @@
 #pragma once
 
 #include <cstdint>
+#include <mutex>
+#include <utility>
+#include <vector>
 
 #include "gpuqos/intercept/gate.h"
 #include "gpuqos/ipc/descriptor.h"
@@ -19,5 +22,19 @@ std::uint64_t stream_key(const Operation& op) noexcept;
 // return false (not GPU work the daemon schedules); so does anything else that is not GPU work.
 bool describe(const Operation& op, std::uint32_t device, std::int64_t posted_ns, KernelRegistry& kernels,
               ipc::OpDescriptor& out);
+
+// A naming call returned (cuModuleGetFunction, cuLibraryGetKernel, cuKernelGetFunction...): remember
+// the name of the handle it wrote, so launches of it carry the kernel's identity.
+void learn_kernel_name(const Operation& op, KernelRegistry& kernels) noexcept;
+
+// The device ordinal of each context seen (cuCtxGetDevice once per context; 0 when it fails).
+class ContextDevices {
+ public:
+  std::uint32_t of(CUcontext context) noexcept;
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::pair<CUcontext, std::uint32_t>> devices_;  // at most 256 remembered
+};
 
 }  // namespace gpuqos::intercept

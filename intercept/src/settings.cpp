@@ -69,6 +69,8 @@ ParsedSettings parse_settings(const std::function<const char*(const char*)>& get
     }
   }
   s.debug_counts_path = read("GPUQOS_DEBUG_COUNTS");
+  s.profile_path = read("GPUQOS_PROFILE");        // any path: a bad one is reported when it is opened
+  s.cupti_library = read("GPUQOS_CUPTI_LIBRARY");  // a name or a path, as dlopen takes it
   if (!parsed.problems.empty()) s.priority = Priority::low;
   return parsed;
 }

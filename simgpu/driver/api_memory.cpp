@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "activity.h"
 #include "driver.h"
 
 using namespace gpuqos::simgpu::driver;
@@ -95,7 +96,9 @@ CUresult do_copy(void* dst, const void* src, std::size_t bytes, CUstream hstream
     std::memcpy(staged->data(), src, bytes);
     action.staged = std::move(staged);
   }
-  if (CUresult r = submit(stream, op, std::move(action)); r != CUDA_SUCCESS) return r;
+  std::uint64_t op_id = 0;
+  if (CUresult r = submit(stream, op, std::move(action), nullptr, {}, nullptr, &op_id); r != CUDA_SUCCESS) return r;
+  report_copy(op_id, *stream, dst, src, bytes, async);
   // Synchronous copies, and async copies into pageable memory, return once the data is there.
   bool wait = !async || (pageable && op.engine == wire::WireEngine::d2h);
   if (!wait || stream->capture) return CUDA_SUCCESS;
@@ -126,7 +129,9 @@ CUresult do_fill(CUdeviceptr dst, std::size_t pitch, std::uint32_t value, unsign
   action.pitch = pitch;
   action.width = width;
   action.height = height;
-  if (CUresult r = submit(stream, op, std::move(action)); r != CUDA_SUCCESS) return r;
+  std::uint64_t op_id = 0;
+  if (CUresult r = submit(stream, op, std::move(action), nullptr, {}, nullptr, &op_id); r != CUDA_SUCCESS) return r;
+  report_memset(op_id, *stream, op.bytes, value, async);
   if (async || stream->capture) return CUDA_SUCCESS;
   return wait_op(lock, stream, stream->submitted);
 }

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "activity.h"
 #include "driver.h"
 
 using namespace gpuqos::simgpu::driver;
@@ -141,7 +142,10 @@ CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx
     op.has_duration_arg = 1;
     op.duration_arg = *value;
   }
-  return submit(stream, op, {});
+  std::uint64_t op_id = 0;
+  if (CUresult r = submit(stream, op, {}, nullptr, {}, nullptr, &op_id); r != CUDA_SUCCESS) return r;
+  report_kernel(op_id, *fn, *stream, {{gx, gy, gz}, {bx, by, bz}, shared_bytes});
+  return CUDA_SUCCESS;
 }
 
 CUresult launch_ex(const CUlaunchConfig* config, CUfunction f, void** params, void** extra, bool per_thread) {

@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "activity.h"
+
 namespace gpuqos::simgpu::driver {
 
 namespace {
@@ -107,6 +109,7 @@ CUresult Driver::init() {
   timeval no_timeout{0, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &no_timeout, sizeof no_timeout);
   ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &no_timeout, sizeof no_timeout);
+  epoch_monotonic_ns = reply.epoch_monotonic_ns;
   devices.resize(reply.device_count);
   std::memcpy(devices.data(), buf.data() + sizeof header + sizeof reply, reply.device_count * sizeof(wire::DeviceInfo));
   primary.assign(devices.size(), nullptr);
@@ -176,6 +179,7 @@ void Driver::on_completion(const wire::CompletionMsg& msg) {
     auto it = pending.find(msg.op);
     if (it == pending.end()) return;
     actions = std::move(it->second.actions);
+    report_completion(msg);  // under the lock, so after the op's submit report
   }
   // Data moves outside the lock: launches on other threads go on meanwhile.
   if (msg.status == 0) {

@@ -144,6 +144,8 @@ class Driver {
 
   // Devices, from simgpud's hello reply.
   std::vector<wire::DeviceInfo> devices;
+  // Device time 0 on CLOCK_MONOTONIC (hello reply): completions' device times + this = host clock.
+  std::int64_t epoch_monotonic_ns = 0;
 
   // Live handles, for validation.
   std::unordered_set<CUctx_st*> contexts;

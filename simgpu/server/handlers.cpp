@@ -34,7 +34,7 @@ void Server::on_message(Session& session, std::span<const std::byte> message) {
 }
 
 void Server::handle(Session& session, const wire::Hello& msg) {
-  wire::HelloReply reply{0, wire::kVersionMajor, wire::kVersionMinor, 0, session.number};
+  wire::HelloReply reply{0, wire::kVersionMajor, wire::kVersionMinor, 0, session.number, start_monotonic_ns_};
   if (msg.magic != wire::kMagic || msg.version_major != wire::kVersionMajor) {
     reply.status = 1;
     send(session, wire::MsgType::hello_reply, &reply, sizeof reply);

@@ -26,12 +26,26 @@ TEST(Settings, DefaultsAreLowPriorityAndTheExecutableName) {
   EXPECT_EQ(p.settings.socket_path, kDefaultSocketPath);
   EXPECT_EQ(p.settings.log_level, LogLevel::warn);
   EXPECT_EQ(p.settings.debug_counts_path, "");
+  EXPECT_EQ(p.settings.profile_path, "");  // no profiling
+  EXPECT_EQ(p.settings.cupti_library, "");
+}
+
+TEST(Settings, ProfilePathAndCuptiLibraryAreTakenAsGivenAndDoNotChangeThePriority) {
+  const ParsedSettings p = parse({{"GPUQOS_PRIORITY", "high"},
+                                  {"GPUQOS_PROFILE", "runs/bert profile.jsonl"},
+                                  {"GPUQOS_CUPTI_LIBRARY", "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so"}});
+  EXPECT_TRUE(p.problems.empty());
+  EXPECT_EQ(p.settings.profile_path, "runs/bert profile.jsonl");
+  EXPECT_EQ(p.settings.cupti_library, "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so");
+  EXPECT_EQ(p.settings.priority, Priority::high);
 }
 
 TEST(Settings, EmptyMeansUnset) {
-  const ParsedSettings p = parse({{"GPUQOS_PRIORITY", ""}, {"GPUQOS_JOB", ""}, {"GPUQOS_SOCKET", ""}, {"GPUQOS_LOG", ""}});
+  const ParsedSettings p = parse({{"GPUQOS_PRIORITY", ""}, {"GPUQOS_JOB", ""}, {"GPUQOS_SOCKET", ""}, {"GPUQOS_LOG", ""},
+                                  {"GPUQOS_PROFILE", ""}});
   EXPECT_TRUE(p.problems.empty());
   EXPECT_EQ(p.settings.job, "trainer");
+  EXPECT_EQ(p.settings.profile_path, "");
 }
 
 TEST(Settings, GoodValuesAreTaken) {

@@ -20,6 +20,8 @@ struct Settings {
   std::string socket_path = kDefaultSocketPath; // GPUQOS_SOCKET: the daemon's registration socket
   LogLevel log_level = LogLevel::warn;          // GPUQOS_LOG=off|error|warn|info|debug
   std::string debug_counts_path;                // GPUQOS_DEBUG_COUNTS: per-hook counts written at exit (tests)
+  std::string profile_path;                     // GPUQOS_PROFILE: CUPTI training records written here at exit
+  std::string cupti_library;                    // GPUQOS_CUPTI_LIBRARY: the libcupti to load (default: searched)
 };
 
 struct ParsedSettings {

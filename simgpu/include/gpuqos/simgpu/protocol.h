@@ -18,7 +18,7 @@
 namespace gpuqos::simgpu::wire {
 
 inline constexpr std::uint32_t kMagic = 0x55504753;  // "SGPU"
-inline constexpr std::uint16_t kVersionMajor = 2;
+inline constexpr std::uint16_t kVersionMajor = 3;  // 3: HelloReply.epoch_monotonic_ns (its devices follow it)
 inline constexpr std::uint16_t kVersionMinor = 0;
 inline constexpr std::uint32_t kMaxPayload = 64 * 1024;
 inline constexpr std::uint32_t kMaxDevices = 16;
@@ -82,6 +82,7 @@ struct HelloReply {
   std::uint16_t version_minor;
   std::uint32_t device_count;
   std::uint32_t session;
+  std::int64_t epoch_monotonic_ns;  // device time 0 (simgpud's start) on the CLOCK_MONOTONIC both ends read
 };
 
 struct CreateContext {
@@ -222,6 +223,7 @@ GPUQOS_WIRE_POD(CompletionMsg);
 GPUQOS_WIRE_POD(StatsReply);
 GPUQOS_WIRE_POD(WireDeviceStats);
 #undef GPUQOS_WIRE_POD
+static_assert(sizeof(HelloReply) == 24);
 static_assert(sizeof(WireOp) == 32);
 static_assert(sizeof(Submit) == 56);
 static_assert(sizeof(HostFuncDone) == 16);

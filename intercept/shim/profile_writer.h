@@ -1,0 +1,61 @@
+// The profile file GPUQOS_PROFILE names: JSON Lines of device-timed training records, which
+// `gpuqos train` reads. Written to <path>.tmp.<pid> as records arrive and renamed over <path> at
+// the end, so a reader never sees half a profile.
+//
+//   line 1:  {"format":"gpuqos-profile","version":1,"job":"<job>","pid":N}
+//   kernel:  {"kind":"kernel","name":"<name>","device":0,"grid":[x,y,z],"block":[x,y,z],"shared_bytes":N,
+//             "args":[u64,...],"start_ns":S,"end_ns":E}
+//   copy:    {"kind":"copy","direction":"h2d"|"d2h"|"d2d","host_memory":"pinned"|"pageable"|"none",
+//             "bytes":N,"start_ns":S,"end_ns":E}
+//   memset:  {"kind":"memset","bytes":N,"start_ns":S,"end_ns":E}
+//
+// start_ns/end_ns are CUPTI's timestamps of the op on the device (on simgpu: CLOCK_MONOTONIC).
+// Not thread-safe: its owner serialises calls.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <string_view>
+
+#include "gpuqos/ipc/descriptor.h"
+
+namespace gpuqos::intercept {
+
+// `text` as the inside of a JSON string: quote, backslash and control characters escaped; other
+// bytes (UTF-8 included) kept.
+std::string json_escaped(std::string_view text);
+
+// One record line (without the newline).
+std::string kernel_line(std::string_view name, const ipc::OpDescriptor& launch, std::uint64_t start_ns,
+                        std::uint64_t end_ns);
+std::string copy_line(ipc::CopyDirection direction, ipc::HostMemory host_memory, std::uint64_t bytes,
+                      std::uint64_t start_ns, std::uint64_t end_ns);
+std::string memset_line(std::uint64_t bytes, std::uint64_t start_ns, std::uint64_t end_ns);
+
+class ProfileWriter {
+ public:
+  ProfileWriter() = default;
+  ~ProfileWriter() { discard(); }
+  ProfileWriter(const ProfileWriter&) = delete;
+  ProfileWriter& operator=(const ProfileWriter&) = delete;
+
+  // Creates the temporary file and writes the header line. False and `why` when it cannot.
+  bool open(const std::string& path, std::string_view job, int pid, std::string& why);
+  bool is_open() const { return file_ != nullptr; }
+
+  void write_line(const std::string& line);
+  std::uint64_t records() const { return records_; }
+
+  // Closes the temporary file and renames it to the path. False and `why` on a write error.
+  bool commit(std::string& why);
+  // Closes and removes the temporary file (profiling failed: no profile rather than a wrong one).
+  void discard();
+
+ private:
+  std::string path_, temp_path_;
+  std::FILE* file_ = nullptr;
+  std::uint64_t records_ = 0;
+};
+
+}  // namespace gpuqos::intercept

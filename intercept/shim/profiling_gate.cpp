@@ -1,0 +1,67 @@
+// ProfilingGate: the inner gate's decisions, plus an external correlation id around each profiled call.
+#include "profiling_gate.h"
+
+#include "describe.h"
+#include "gpuqos/ipc/clock.h"
+#include "shim.h"
+
+namespace gpuqos::intercept {
+namespace {
+
+using CtxGetCurrent = CUresult (*)(CUcontext*);
+
+// This thread's hook nesting and the external id pushed at its outermost profiled call. A hook's
+// real function may call another hooked symbol (simgpu's cuMemAllocHost calls cuMemHostAlloc): only
+// the outermost call is profiled, so pushes and pops pair up.
+struct ThreadCall {
+  int depth = 0;
+  std::uint64_t external_id = 0;
+};
+thread_local ThreadCall this_thread_call;
+
+bool profiled_category(const Operation& op) {
+  return !op.captured &&
+         (op.category == Category::launch || op.category == Category::copy || op.category == Category::memset);
+}
+
+}  // namespace
+
+ProfilingGate::ProfilingGate(Gate& inner, const Settings& settings, Profiler::Log log)
+    : inner_(inner), profiler_(settings, kernels_, std::move(log)) {}
+
+Ticket ProfilingGate::before(const Operation& op) noexcept {
+  const Ticket ticket = inner_.before(op);  // a low-priority op may wait here for its grant
+  ThreadCall& call = this_thread_call;
+  if (call.depth++ == 0 && profiled_category(op) && profiler_.ready()) begin_profiled(op);
+  return ticket;
+}
+
+void ProfilingGate::after(const Operation& op, Ticket ticket, CUresult result) noexcept {
+  ThreadCall& call = this_thread_call;
+  if (--call.depth == 0 && call.external_id != 0) {
+    profiler_.end(std::exchange(call.external_id, 0), result == CUDA_SUCCESS);
+  }
+  if (op.category == Category::naming && result == CUDA_SUCCESS) learn_kernel_name(op, kernels_);
+  inner_.after(op, ticket, result);
+}
+
+void ProfilingGate::shutdown() noexcept {
+  profiler_.finish();
+  inner_.shutdown();
+}
+
+void ProfilingGate::begin_profiled(const Operation& op) noexcept {
+  try {
+    CUcontext context = nullptr;
+    const auto get_current = driver<CtxGetCurrent>(DriverHelper::ctx_get_current);
+    if (!get_current || get_current(&context) != CUDA_SUCCESS || !context) return;  // the call fails
+    ipc::OpDescriptor descriptor;
+    if (!describe(op, devices_.of(context), ipc::monotonic_ns(), kernels_, descriptor)) return;
+    this_thread_call.external_id = profiler_.begin(descriptor);
+  } catch (...) {  // out of memory: this op is not profiled
+  }
+}
+
+
+
+}  // namespace gpuqos::intercept

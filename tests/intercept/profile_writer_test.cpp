@@ -1,0 +1,89 @@
+// The profile file's lines (a contract with `gpuqos train`) and its atomic writing.
+#include "profile_writer.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "gpuqos/testing/temp_dir.h"
+
+namespace gpuqos::intercept {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+TEST(ProfileLines, KernelLineHasEveryFieldInTheDocumentedOrder) {
+  ipc::OpDescriptor launch{};
+  launch.device = 1;
+  launch.grid[0] = 564, launch.grid[1] = 2, launch.grid[2] = 1;
+  launch.block[0] = 128, launch.block[1] = 1, launch.block[2] = 1;
+  launch.shared_bytes = 4096;
+  launch.arg_count = 3;
+  launch.args[0] = 3136, launch.args[1] = 0, launch.args[2] = 18446744073709551615ull;
+  EXPECT_EQ(kernel_line("gq_0_indexSelect", launch, 100, 3236),
+            R"({"kind":"kernel","name":"gq_0_indexSelect","device":1,"grid":[564,2,1],"block":[128,1,1],)"
+            R"("shared_bytes":4096,"args":[3136,0,18446744073709551615],"start_ns":100,"end_ns":3236})");
+  launch.arg_count = 0;
+  EXPECT_EQ(json::parse(kernel_line("k", launch, 1, 2)).at("args"), json::array());
+}
+
+TEST(ProfileLines, CopyAndMemsetLines) {
+  EXPECT_EQ(copy_line(ipc::CopyDirection::h2d, ipc::HostMemory::pinned, 1048576, 5, 43948),
+            R"({"kind":"copy","direction":"h2d","host_memory":"pinned","bytes":1048576,"start_ns":5,"end_ns":43948})");
+  EXPECT_EQ(copy_line(ipc::CopyDirection::d2h, ipc::HostMemory::pageable, 1, 0, 2000),
+            R"({"kind":"copy","direction":"d2h","host_memory":"pageable","bytes":1,"start_ns":0,"end_ns":2000})");
+  EXPECT_EQ(copy_line(ipc::CopyDirection::d2d, ipc::HostMemory::none, 8, 1, 2),
+            R"({"kind":"copy","direction":"d2d","host_memory":"none","bytes":8,"start_ns":1,"end_ns":2})");
+  EXPECT_EQ(memset_line(4096, 10, 2013), R"({"kind":"memset","bytes":4096,"start_ns":10,"end_ns":2013})");
+}
+
+TEST(ProfileLines, NamesAreEscapedSoEveryLineIsJson) {
+  const std::string name = "void f<\"q\">(a\\b)\n\t\x01 caf\xc3\xa9";
+  EXPECT_EQ(json_escaped(name), "void f<\\\"q\\\">(a\\\\b)\\u000a\\u0009\\u0001 caf\xc3\xa9");
+  const json line = json::parse(kernel_line(name, ipc::OpDescriptor{}, 1, 2));
+  EXPECT_EQ(line.at("name"), name);
+}
+
+TEST(ProfileWriter, TheFileAppearsWholeOnlyAtCommit) {
+  gpuqos::testing::TempDir dir("profile-writer-test");
+  const fs::path path = dir.path() / "p.jsonl";
+  ProfileWriter writer;
+  std::string why;
+  ASSERT_TRUE(writer.open(path.string(), "bert \"serve\"", 42, why)) << why;
+  writer.write_line(memset_line(1, 2, 3));
+  EXPECT_FALSE(fs::exists(path));  // a reader never sees half a profile
+  EXPECT_TRUE(fs::exists(path.string() + ".tmp.42"));
+  ASSERT_TRUE(writer.commit(why)) << why;
+  EXPECT_FALSE(fs::exists(path.string() + ".tmp.42"));
+  EXPECT_EQ(writer.records(), 1u);
+  EXPECT_EQ(read_file(path), "{\"format\":\"gpuqos-profile\",\"version\":1,\"job\":\"bert \\\"serve\\\"\",\"pid\":42}\n"
+                             "{\"kind\":\"memset\",\"bytes\":1,\"start_ns\":2,\"end_ns\":3}\n");
+}
+
+TEST(ProfileWriter, DiscardLeavesNothingAndABadDirectoryIsExplained) {
+  gpuqos::testing::TempDir dir("profile-writer-test");
+  ProfileWriter writer;
+  std::string why;
+  ASSERT_TRUE(writer.open((dir.path() / "p.jsonl").string(), "job", 7, why));
+  writer.discard();
+  EXPECT_TRUE(fs::is_empty(dir.path()));
+  ProfileWriter nowhere;
+  EXPECT_FALSE(nowhere.open((dir.path() / "missing" / "p.jsonl").string(), "job", 7, why));
+  EXPECT_NE(why.find("No such file or directory"), std::string::npos) << why;
+  EXPECT_FALSE(nowhere.commit(why));
+}
+
+}  // namespace
+}  // namespace gpuqos::intercept
