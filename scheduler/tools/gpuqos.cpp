@@ -1,4 +1,5 @@
-// gpuqos: the command-line tool. `gpuqos status` asks the daemon; `gpuqos run` starts a managed job.
+// gpuqos: the command-line tool. `gpuqos status` asks the daemon; `gpuqos run` starts a managed job;
+// `gpuqos train` / `gpuqos eval` build and check the duration predictor's profile.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -6,6 +7,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "gpuqos/predictor/commands.h"
 #include "gpuqos/scheduler/run_command.h"
 #include "gpuqos/scheduler/status.h"
 #include "gpuqos/scheduler/unix_socket.h"
@@ -36,6 +38,28 @@ int show_status(const std::string& socket, bool json) {
     return 1;
   }
   return 0;
+}
+
+// `gpuqos train` and `gpuqos eval`: the duration predictor's tools (predictor/README.md).
+std::pair<CLI::App*, CLI::App*> add_predictor_commands(CLI::App& app, gpuqos::predictor::TrainOptions& train,
+                                                       gpuqos::predictor::EvalOptions& eval) {
+  auto* t = app.add_subcommand("train", "Learn a predictor profile from measurements (gpuqos profiles, Kineto traces, CSV)");
+  t->add_option("--from", train.inputs, "Measurement files")->required()->check(CLI::ExistingFile);
+  t->add_option("--out", train.out, "The profile file to write")->required();
+  t->add_option("--csv-args", train.csv_args, "CSV columns that are the kernels' scalar args, in order (e.g. B,M,N,K)")->delimiter(',');
+  t->add_option("--sms", train.sms, "SMs of the measured GPU")->capture_default_str();
+  auto* e = app.add_subcommand("eval", "Prediction errors on held-out measurements");
+  e->add_option("--train", eval.train, "Measurement files to train on")->required()->check(CLI::ExistingFile);
+  e->add_option("--test", eval.test, "Measurement files to test on")->check(CLI::ExistingFile);
+  e->add_option("--cv", eval.cv_folds, "K-fold cross-validation over the --train files instead of --test");
+  e->add_option("--split-by-work,--extrapolate", eval.split_by_work,
+                "Train on this fraction of the --train rows with the least work (B*M*N*K; copies: bytes), test on the rest");
+  e->add_option("--csv-args", eval.csv_args, "CSV columns that are the kernels' scalar args, in order")->delimiter(',');
+  e->add_option("--sms", eval.sms, "SMs of the measured GPU")->capture_default_str();
+  e->add_option("--min-copy-bytes", eval.min_copy_bytes, "Score only copies and memsets at least this large");
+  e->add_flag("--json", eval.json, "One JSON object: kernels, copies (median_ape, mape, p90_ape, count), per kernel");
+  e->add_flag("!--summary", eval.per_kernel, "Text output: totals only, no line per kernel");
+  return {t, e};
 }
 
 std::optional<std::filesystem::path> find_shim() {
@@ -79,15 +103,20 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   run->add_option("--job", job, "Job name (default: the executable's name)");
   run->add_option("--socket", run_socket, "The daemon's socket (default: the shim's)");
+  gpuqos::predictor::TrainOptions train_options;
+  gpuqos::predictor::EvalOptions eval_options;
+  const auto [train, eval] = add_predictor_commands(app, train_options, eval_options);
   try {
     app.parse(args);
     if (run->parsed() && command.empty()) throw CLI::ValidationError("run", "no command: gpuqos run [options] -- CMD ARGS...");
-    if (status->parsed() && !command.empty()) throw CLI::ExtrasError({"--"});
+    if ((status->parsed() || train->parsed() || eval->parsed()) && !command.empty()) throw CLI::ExtrasError({"--"});
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
     return code == 0 ? 0 : kUsageError;
   }
   if (status->parsed()) return show_status(socket, json);
+  if (train->parsed()) return gpuqos::predictor::run_train(train_options, std::cout, std::cerr);
+  if (eval->parsed()) return gpuqos::predictor::run_eval(eval_options, std::cout, std::cerr);
   if (!job.empty()) run_options.job = job;
   if (!run_socket.empty()) run_options.socket = run_socket;
   run_options.command = std::move(command);

@@ -1,0 +1,67 @@
+// One copy class's model: duration = latency + bytes * ns_per_byte, fitted on relative error with
+// non-negative coefficients from running sums (refitted on every observation, O(1)), and a blend
+// that corrects the line by the recent medians of the recorded sizes nearest to the query (within
+// two doublings). Test-then-train scores choose between line and blend.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "gpuqos/predictor/model_score.h"
+#include "gpuqos/predictor/recent_window.h"
+#include "gpuqos/predictor/size_memory.h"
+
+namespace gpuqos::predictor {
+
+class CopyLine {
+ public:
+  struct Sums {
+    double g00 = 0, g01 = 0, g11 = 0;  // Gram of (1, bytes) / duration
+    double r0 = 0, r1 = 0;             // its right side
+    double weight = 0;                 // observations, decayed
+  };
+  enum Model { kLine = 0, kBlend = 1 };
+
+  struct Answer {
+    double ns = 0;
+    bool blended = false;
+  };
+
+  explicit CopyLine(std::uint32_t window = 64) : residuals_(window) {}
+
+  void observe(std::uint64_t bytes, double duration_ns, double decay, std::uint32_t score_window);
+  bool fitted() const { return fitted_; }
+  double line_ns(std::uint64_t bytes) const { return latency_ns_ + double(bytes) * ns_per_byte_; }
+  Answer predict(std::uint64_t bytes) const;
+  double upper_ratio() const { return upper_ratio_; }
+  double latency_ns() const { return latency_ns_; }
+  double ns_per_byte() const { return ns_per_byte_; }
+
+  // Persistence.
+  struct State {
+    Sums sums;
+    std::vector<float> residuals;  // oldest first
+    std::array<ModelScore, 2> scores;
+    std::vector<std::pair<std::uint64_t, std::vector<float>>> sizes;  // bytes, log2 durations oldest first
+    std::uint64_t size_clock = 0;
+  };
+  State state() const;
+  void restore(const State& state);
+
+ private:
+  std::optional<double> blend_log2(std::uint64_t bytes) const;
+  void refit();
+
+  Sums sums_;
+  RecentWindow residuals_;  // log2(measured / predicted) before each observation
+  SizeMemory sizes_;
+  std::array<ModelScore, 2> scores_{};
+  bool fitted_ = false;
+  double latency_ns_ = 0;
+  double ns_per_byte_ = 0;
+  double upper_ratio_ = 1.5;
+};
+
+}  // namespace gpuqos::predictor

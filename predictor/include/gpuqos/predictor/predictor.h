@@ -1,0 +1,74 @@
+// The duration predictor the daemon consults: predict() for every posted op, observe() for every
+// completion. A pure object: no I/O, clocks or threads; not thread-safe (one owner calls it).
+//
+//   Predictor predictor(config);                                  // or load_profile() (store.h)
+//   const OpFeatures f = features_of(descriptor, kernel_name);    // name registered for kernel_id
+//   Prediction p = predictor.predict(f);                          // p.duration_ns, p.upper_ns, p.model
+//   ...
+//   predictor.observe(f, completion.end_ns - completion.start_ns);
+//
+// Cost: predict() is a hash lookup of the name and at most one scan of that name's <=
+// max_samples_per_kernel stored shapes; observe() adds the scoring of every candidate model and an
+// occasional small refit (regressions keep running sums). Memory per name is bounded.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "gpuqos/predictor/config.h"
+#include "gpuqos/predictor/copy_model.h"
+#include "gpuqos/predictor/features.h"
+#include "gpuqos/predictor/kernel_model.h"
+#include "gpuqos/predictor/log_moments.h"
+#include "gpuqos/predictor/prediction.h"
+
+namespace gpuqos::predictor {
+
+class Predictor {
+ public:
+  explicit Predictor(PredictorConfig config = {});
+
+  Prediction predict(const OpFeatures& op) const;
+  Prediction predict(const KernelFeatures& kernel) const;
+  Prediction predict(const CopyFeatures& copy) const;
+
+  // Learns one measured duration. False (and nothing learned) when the duration is not a positive
+  // finite number, the op is unsupported, or a new name would exceed config.max_kernels.
+  bool observe(const OpFeatures& op, double duration_ns);
+  bool observe(const KernelFeatures& kernel, double duration_ns);
+  bool observe(const CopyFeatures& copy, double duration_ns);
+
+  const PredictorConfig& config() const { return config_; }
+  std::size_t kernel_count() const { return kernels_.size(); }
+  std::size_t stored_samples() const;  // kNN samples over all names
+  const KernelModel* kernel(std::string_view name) const;
+  const CopyModel& copies() const { return copies_; }
+  std::vector<std::string> kernel_names() const;  // sorted
+
+  // Persistence (store.h): everything learned, and a predictor rebuilt from it.
+  struct State {
+    PredictorConfig config;
+    std::vector<std::pair<std::string, KernelModel::State>> kernels;
+    CopyModel::State copies;
+    LogMoments global_log2_ns;  // every kernel observation
+  };
+  State state() const;
+  static Predictor restore(const State& state);
+
+ private:
+  struct NameHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view name) const noexcept { return std::hash<std::string_view>{}(name); }
+  };
+
+  PredictorConfig config_;
+  std::unordered_map<std::string, KernelModel, NameHash, std::equal_to<>> kernels_;
+  CopyModel copies_;
+  LogMoments global_log2_ns_;  // recent kernel durations, any name: the global default
+};
+
+}  // namespace gpuqos::predictor

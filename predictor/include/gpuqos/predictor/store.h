@@ -1,0 +1,42 @@
+// The predictor's profile file: everything a Predictor learned, loaded when the daemon starts and
+// saved periodically and at exit, so predictions are good from the first launch.
+//
+// Layout (version 1): a 40-byte little-endian header, then the body.
+//   magic "GPUQOSPF" | u32 version | u32 flags (0) | u64 body bytes | u64 JSON bytes |
+//   u32 CRC-32 of the body | u32 reserved (0)
+// The body is the zlib-compressed JSON of Predictor::State (profile_json.h).
+//
+// Contract: loading never throws on bad content (only std::bad_alloc can escape). A missing,
+// truncated, corrupt or newer-version file gives an empty predictor and a warning that names the
+// file and the problem. Saving writes a temporary file beside the target, fsyncs it and renames it
+// over the target, so a reader sees the old or the new profile, never a partial one.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "gpuqos/predictor/config.h"
+#include "gpuqos/predictor/predictor.h"
+
+namespace gpuqos::predictor {
+
+inline constexpr std::uint32_t kProfileFileVersion = 1;
+
+struct LoadedProfile {
+  Predictor predictor;
+  std::optional<std::string> warning;  // set when the profile was not (entirely) used
+};
+
+// `config` is used when the profile cannot be used; a loaded profile keeps the configuration it was
+// trained with (warning when its sm_count differs from config's).
+LoadedProfile load_profile(const std::filesystem::path& path, const PredictorConfig& config);
+// The error, or nullopt on success.
+std::optional<std::string> save_profile(const Predictor& predictor, const std::filesystem::path& path);
+
+// The same, in memory.
+std::string encode_profile(const Predictor& predictor);
+LoadedProfile decode_profile(std::string_view bytes, const std::string& source, const PredictorConfig& config);
+
+}  // namespace gpuqos::predictor

@@ -1,0 +1,149 @@
+// The profile file: header, CRC-32, zlib body; atomic replacement on save.
+#include "gpuqos/predictor/store.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "profile_json.h"
+
+namespace gpuqos::predictor {
+
+namespace {
+
+constexpr char kMagic[8] = {'G', 'P', 'U', 'Q', 'O', 'S', 'P', 'F'};
+constexpr std::size_t kHeaderBytes = 40;
+constexpr std::uint64_t kMaxJsonBytes = std::uint64_t{1} << 32;  // refuse to inflate beyond 4 GiB
+
+void put_le(std::string& out, std::uint64_t value, int bytes) {
+  for (int i = 0; i < bytes; ++i) out.push_back(char((value >> (8 * i)) & 0xff));
+}
+
+std::uint64_t get_le(std::string_view in, std::size_t at, int bytes) {
+  std::uint64_t value = 0;
+  for (int i = 0; i < bytes; ++i) value |= std::uint64_t(static_cast<unsigned char>(in[at + std::size_t(i)])) << (8 * i);
+  return value;
+}
+
+std::uint32_t crc_of(std::string_view data) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  for (std::size_t at = 0; at < data.size();) {  // crc32 takes a uInt length
+    const auto chunk = uInt(std::min<std::size_t>(data.size() - at, 1u << 30));
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(data.data() + at), chunk);
+    at += chunk;
+  }
+  return std::uint32_t(crc);
+}
+
+// The JSON text of a body, or an error.
+std::string inflate_body(std::string_view body, std::uint64_t json_bytes, std::string& error) {
+  if (json_bytes > kMaxJsonBytes) {
+    error = "implausible body size " + std::to_string(json_bytes);
+    return "";
+  }
+  std::string text(json_bytes, '\0');
+  uLongf length = uLongf(json_bytes);
+  const int rc = uncompress(reinterpret_cast<Bytef*>(text.data()), &length, reinterpret_cast<const Bytef*>(body.data()), uLong(body.size()));
+  if (rc != Z_OK || length != json_bytes) {
+    error = "corrupt compressed body (zlib error " + std::to_string(rc) + ")";
+    return "";
+  }
+  return text;
+}
+
+LoadedProfile empty(const PredictorConfig& config, const std::string& source, const std::string& problem) {
+  return {Predictor(config), source + ": " + problem + "; starting with an empty model"};
+}
+
+}  // namespace
+
+std::string encode_profile(const Predictor& predictor) {
+  const std::string json_text = detail::state_to_json(predictor.state()).dump();
+  uLongf compressed_bytes = compressBound(uLong(json_text.size()));
+  std::string body(compressed_bytes, '\0');
+  if (compress2(reinterpret_cast<Bytef*>(body.data()), &compressed_bytes, reinterpret_cast<const Bytef*>(json_text.data()),
+                uLong(json_text.size()), 6) != Z_OK)
+    throw std::runtime_error("zlib compress failed");
+  body.resize(compressed_bytes);
+  std::string out(kMagic, sizeof kMagic);
+  put_le(out, kProfileFileVersion, 4);
+  put_le(out, 0, 4);
+  put_le(out, body.size(), 8);
+  put_le(out, json_text.size(), 8);
+  put_le(out, crc_of(body), 4);
+  put_le(out, 0, 4);
+  return out + body;
+}
+
+LoadedProfile decode_profile(std::string_view bytes, const std::string& source, const PredictorConfig& config) {
+  if (bytes.size() < kHeaderBytes) return empty(config, source, "truncated: " + std::to_string(bytes.size()) + " bytes, shorter than the header");
+  if (std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) return empty(config, source, "not a gpuqos predictor profile (bad magic)");
+  const auto version = get_le(bytes, 8, 4);
+  if (version != kProfileFileVersion)
+    return empty(config, source, "unsupported profile version " + std::to_string(version) + " (this build reads 1)");
+  if (get_le(bytes, 12, 4) != 0) return empty(config, source, "unsupported flags " + std::to_string(get_le(bytes, 12, 4)));
+  const std::uint64_t body_bytes = get_le(bytes, 16, 8);
+  if (bytes.size() - kHeaderBytes != body_bytes)
+    return empty(config, source, "truncated or padded: the header says " + std::to_string(body_bytes) + " body bytes, the file has " +
+                                     std::to_string(bytes.size() - kHeaderBytes));
+  const std::string_view body = bytes.substr(kHeaderBytes);
+  if (crc_of(body) != get_le(bytes, 32, 4)) return empty(config, source, "checksum mismatch: the file is corrupt");
+  std::string error;
+  const std::string text = inflate_body(body, get_le(bytes, 24, 8), error);
+  if (!error.empty()) return empty(config, source, error);
+  try {
+    LoadedProfile loaded{Predictor::restore(detail::state_from_json(nlohmann::json::parse(text))), std::nullopt};
+    if (loaded.predictor.config().sm_count != config.sm_count)
+      loaded.warning = source + ": trained for " + std::to_string(loaded.predictor.config().sm_count) + " SMs, not " +
+                       std::to_string(config.sm_count) + "; using the profile's";
+    return loaded;
+  } catch (const std::bad_alloc&) {
+    throw;
+  } catch (const std::exception& e) {
+    return empty(config, source, std::string("invalid content: ") + e.what());
+  }
+}
+
+LoadedProfile load_profile(const std::filesystem::path& path, const PredictorConfig& config) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return empty(config, path.string(), errno == ENOENT ? "no such file" : std::string("cannot open: ") + std::strerror(errno));
+  std::ostringstream contents;
+  contents << in.rdbuf();
+  if (in.bad()) return empty(config, path.string(), "read error");
+  return decode_profile(contents.str(), path.string(), config);
+}
+
+std::optional<std::string> save_profile(const Predictor& predictor, const std::filesystem::path& path) {
+  std::string bytes;
+  try {
+    bytes = encode_profile(predictor);
+  } catch (const std::exception& e) {
+    return path.string() + ": " + e.what();
+  }
+  const std::string temp = path.string() + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return temp + ": cannot create: " + std::strerror(errno);
+  std::size_t written = 0;
+  while (written < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    written += std::size_t(n);
+  }
+  const bool ok = written == bytes.size() && ::fsync(fd) == 0;
+  const int saved_errno = errno;
+  ::close(fd);
+  if (!ok || ::rename(temp.c_str(), path.c_str()) != 0) {
+    const std::string reason = std::strerror(ok ? errno : saved_errno);
+    ::unlink(temp.c_str());
+    return path.string() + ": cannot write: " + reason;
+  }
+  return std::nullopt;
+}
+
+}  // namespace gpuqos::predictor

@@ -1,0 +1,62 @@
+// `gpuqos eval`: accuracy on held-out measurements (test files, K-fold CV, or a work split).
+#include <sstream>
+
+#include "eval_report.h"
+#include "gpuqos/predictor/commands.h"
+#include "load_inputs.h"
+
+namespace gpuqos::predictor {
+
+namespace {
+
+constexpr int kUsageError = 2;
+
+// The problem with a combination of options, or "".
+std::string check(const EvalOptions& o) {
+  const int modes = int(!o.test.empty()) + int(o.cv_folds > 0) + int(o.split_by_work.has_value());
+  if (o.train.empty()) return "no --train files";
+  if (modes != 1) return "give exactly one of --test FILE..., --cv K or --split-by-work FRACTION";
+  if (o.cv_folds == 1) return "--cv needs at least 2 folds";
+  if (o.split_by_work && !(*o.split_by_work > 0 && *o.split_by_work < 1)) return "--split-by-work needs a fraction in (0, 1)";
+  if (o.sms == 0) return "--sms must be positive";
+  return "";
+}
+
+}  // namespace
+
+int run_eval(const EvalOptions& options, std::ostream& out, std::ostream& err) {
+  if (const std::string problem = check(options); !problem.empty()) {
+    err << "gpuqos eval: " << problem << "\n";
+    return kUsageError;
+  }
+  const ReadOptions read_options{options.csv_args};
+  SampleSet train, test;
+  if (!detail::load_inputs(options.train, read_options, train, err) || !detail::load_inputs(options.test, read_options, test, err))
+    return 1;
+  EvalSettings settings;
+  settings.config.sm_count = options.sms;
+  settings.min_copy_bytes = options.min_copy_bytes;
+  EvalResult result;
+  std::ostringstream mode;
+  if (options.cv_folds > 1) {
+    mode << options.cv_folds << "-fold cross-validation";
+    result = cross_validate(train, options.cv_folds, settings);
+  } else if (options.split_by_work) {
+    mode << "extrapolation: trained on the " << *options.split_by_work * 100 << "% least work, tested on the rest";
+    auto [low, high] = split_by_work(train, *options.split_by_work);
+    result = evaluate(low, high, settings);
+  } else {
+    mode << "train/test";
+    result = evaluate(train, test, settings);
+  }
+  if (options.min_copy_bytes > 0) mode << " (copies >= " << options.min_copy_bytes << " bytes scored)";
+  if (result.kernels.count + result.copies.count == 0) err << "gpuqos eval: warning: nothing to evaluate\n";
+  if (options.json) {
+    out << detail::eval_json(result, mode.str()) << "\n";
+  } else {
+    detail::print_eval_text(result, mode.str(), options.per_kernel, out);
+  }
+  return 0;
+}
+
+}  // namespace gpuqos::predictor

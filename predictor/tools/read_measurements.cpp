@@ -1,0 +1,54 @@
+// Format detection and the one entry point over every reader.
+#include <algorithm>
+#include <cctype>
+
+#include "gpuqos/replay/text_file.h"
+#include "read_util.h"
+
+namespace gpuqos::predictor {
+
+void SampleSet::append(SampleSet&& other) {
+  kernels.insert(kernels.end(), std::make_move_iterator(other.kernels.begin()), std::make_move_iterator(other.kernels.end()));
+  copies.insert(copies.end(), other.copies.begin(), other.copies.end());
+}
+
+const char* to_string(InputFormat format) {
+  switch (format) {
+    case InputFormat::profile: return "gpuqos profile";
+    case InputFormat::kineto: return "Kineto trace";
+    case InputFormat::csv: return "CSV table";
+  }
+  return "?";
+}
+
+std::optional<InputFormat> detect_format(const std::string& text, const std::filesystem::path& path) {
+  const std::string_view first_line = detail::trim(std::string_view(text).substr(0, text.find('\n')));
+  if (first_line.find("\"gpuqos-profile\"") != std::string_view::npos) return InputFormat::profile;
+  const auto first = text.find_first_not_of(" \t\r\n");
+  if (first != std::string::npos && (text[first] == '{' || text[first] == '[')) return InputFormat::kineto;
+  std::string extension = path.extension().string();
+  std::transform(extension.begin(), extension.end(), extension.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+  if (extension == ".csv" || first_line.find(',') != std::string_view::npos) return InputFormat::csv;
+  return std::nullopt;
+}
+
+ReadReport read_measurements(const std::filesystem::path& path, const ReadOptions& options, SampleSet& out) {
+  ReadReport report{path.string()};
+  std::string text;
+  try {
+    text = replay::read_text_file(path);  // gunzips gzip data whatever the extension
+  } catch (const std::exception& e) {
+    return detail::fail(report, e.what());
+  }
+  const auto format = detect_format(text, path);
+  if (!format)
+    return detail::fail(report, path.string() + ": unknown format: not a gpuqos profile (JSON Lines), a Kineto trace (JSON) or a CSV table");
+  switch (*format) {
+    case InputFormat::profile: return read_profile_text(text, path.string(), options, out);
+    case InputFormat::kineto: return read_kineto_text(text, path.string(), options, out);
+    case InputFormat::csv: return read_csv_text(text, path.string(), options, out);
+  }
+  return report;
+}
+
+}  // namespace gpuqos::predictor

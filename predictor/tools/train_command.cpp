@@ -1,0 +1,72 @@
+// `gpuqos train`: learn a profile from measurement files and save it.
+#include <cmath>
+#include <cstdio>
+
+#include "gpuqos/predictor/candidates.h"
+#include "gpuqos/predictor/commands.h"
+#include "gpuqos/predictor/evaluation.h"
+#include "gpuqos/predictor/store.h"
+#include "load_inputs.h"
+
+namespace gpuqos::predictor {
+
+namespace {
+
+constexpr int kUsageError = 2;
+
+void print_kernels(const Predictor& predictor, std::ostream& out) {
+  out << "kernels: " << predictor.kernel_count() << " names, " << predictor.stored_samples() << " stored shapes\n";
+  for (const std::string& name : predictor.kernel_names()) {
+    const KernelModel& k = *predictor.kernel(name);
+    const int best = k.best_candidate();
+    char model[96] = "name_stats (too few observations to validate)";
+    if (best >= 0)
+      std::snprintf(model, sizeof model, "%s (validation error ~%.1f%%)", describe_candidate(best).c_str(),
+                    (std::exp2(k.scores()[std::size_t(best)].mean_abs_log2_error) - 1) * 100);
+    out << "  " << k.observations() << " obs, " << k.store().size() << " shapes, " << model << ": "
+        << (name.size() > 80 ? name.substr(0, 77) + "..." : name) << "\n";
+  }
+}
+
+void print_copies(const Predictor& predictor, std::ostream& out) {
+  for (std::size_t d = 0; d < kCopyDirectionCount; ++d) {
+    for (std::size_t m = 0; m < kHostMemoryCount; ++m) {
+      const CopyLine& line = predictor.copies().line(CopyDirection(d), HostMemory(m));
+      if (!line.fitted()) continue;
+      char text[160];
+      std::snprintf(text, sizeof text, "  %s/%s: latency %.2f us, %.1f GB/s\n", to_string(CopyDirection(d)), to_string(HostMemory(m)),
+                    line.latency_ns() / 1000, line.ns_per_byte() > 0 ? 1.0 / line.ns_per_byte() : INFINITY);
+      out << text;
+    }
+  }
+}
+
+}  // namespace
+
+int run_train(const TrainOptions& options, std::ostream& out, std::ostream& err) {
+  if (options.inputs.empty() || options.out.empty() || options.sms == 0) {
+    err << "gpuqos train: need --from FILE..., --out PROFILE and a positive --sms\n";
+    return kUsageError;
+  }
+  SampleSet samples;
+  if (!detail::load_inputs(options.inputs, ReadOptions{options.csv_args}, samples, err)) return 1;
+  if (samples.kernels.empty() && samples.copies.empty()) {
+    err << "gpuqos train: no usable measurements in the input files\n";
+    return 1;
+  }
+  PredictorConfig config;
+  config.sm_count = options.sms;
+  const Predictor predictor = train_predictor(samples, config, 1);
+  if (const auto error = save_profile(predictor, options.out)) {
+    err << "gpuqos train: " << *error << "\n";
+    return 1;
+  }
+  out << "trained on " << samples.kernels.size() << " kernels and " << samples.copies.size() << " copies and memsets; wrote "
+      << options.out << "\n";
+  print_kernels(predictor, out);
+  out << "copies:\n";
+  print_copies(predictor, out);
+  return 0;
+}
+
+}  // namespace gpuqos::predictor

@@ -1,0 +1,112 @@
+// Error summaries, work splits, cross-validation and the train / eval commands end to end.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "gpuqos/predictor/commands.h"
+#include "gpuqos/predictor/evaluation.h"
+#include "gpuqos/predictor/store.h"
+#include "gpuqos/testing/temp_dir.h"
+
+namespace gpuqos::predictor {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(Evaluation, SummaryUsesNearestRank) {
+  const ErrorSummary s = summarize_errors({0.1, 0.3, 0.2, 0.0, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9});
+  EXPECT_EQ(s.count, 10u);
+  EXPECT_DOUBLE_EQ(s.median_ape, 0.4);
+  EXPECT_DOUBLE_EQ(s.p90_ape, 0.8);
+  EXPECT_NEAR(s.mape, 0.45, 1e-12);
+  EXPECT_EQ(summarize_errors({}).count, 0u);
+}
+
+KernelSample gemm(std::uint64_t b, std::uint64_t m, double ns) {
+  KernelSample k{"g", {}, ns};
+  k.shape.arg_count = 2;
+  k.shape.args = {b, m};
+  return k;
+}
+
+TEST(Evaluation, SplitByWorkPutsTheMostWorkInTheTestSet) {
+  SampleSet all;
+  for (std::uint64_t i = 10; i >= 1; --i) all.kernels.push_back(gemm(i, 3, 1));
+  for (std::uint64_t i = 1; i <= 5; ++i) all.copies.push_back({{CopyDirection::d2d, HostMemory::none, 100 * i}, 1});
+  const auto [low, high] = split_by_work(all, 0.8);
+  ASSERT_EQ(low.kernels.size(), 8u);
+  ASSERT_EQ(high.kernels.size(), 2u);
+  for (const auto& k : low.kernels) EXPECT_LE(work_of(k), 24);
+  EXPECT_EQ(work_of(high.kernels[0]), 27);
+  EXPECT_EQ(work_of(high.kernels[1]), 30);
+  ASSERT_EQ(high.copies.size(), 1u);
+  EXPECT_EQ(high.copies[0].copy.bytes, 500u);
+}
+
+TEST(Evaluation, CrossValidationPredictsEverySampleOnce) {
+  SampleSet all;
+  for (std::uint64_t i = 1; i <= 200; ++i) all.kernels.push_back(gemm(i % 7 + 1, 64 * i, 2000.0 + 3.0 * double((i % 7 + 1) * 64 * i)));
+  for (std::uint64_t i = 1; i <= 50; ++i) all.copies.push_back({{CopyDirection::h2d, HostMemory::pinned, 4096 * i}, 4000.0 + 4096.0 * double(i) / 12});
+  const EvalResult r = cross_validate(all, 5, EvalSettings{});
+  EXPECT_EQ(r.kernels.count, 200u);
+  EXPECT_EQ(r.copies.count, 50u);
+  EXPECT_LT(r.kernels.median_ape, 0.01);  // linear in work: the regression is exact
+  EXPECT_LT(r.copies.mape, 0.001);
+  EXPECT_EQ(r.per_kernel.at("g").count, 200u);
+  EXPECT_EQ(r.per_copy_class.at("h2d/pinned").count, 50u);
+  EvalSettings only_large;
+  only_large.min_copy_bytes = 4096 * 26;
+  EXPECT_EQ(cross_validate(all, 5, only_large).copies.count, 25u);
+}
+
+TEST(Commands, TrainWritesAProfileAndEvalPrintsJson) {
+  const testing::TempDir dir;
+  std::string csv = "Latency,Kernel Name,Grid x,Grid y,Grid z,Block x,Block y,Block z,M,N\n";
+  for (int i = 1; i <= 60; ++i)
+    csv += std::to_string(0.01 + 1e-6 * i * i * 16) + ",k," + std::to_string(i) + ",1,1,128,1,1," + std::to_string(i * 4) + ",16\n";
+  csv += "oops,k,1,1,1,128,1,1,4,16\n";
+  const auto table = dir.write("t.csv", csv);
+  std::ostringstream out, err;
+  const TrainOptions train{{table.string()}, (dir.path() / "p.gqp").string(), {"M", "N"}, 108};
+  ASSERT_EQ(run_train(train, out, err), 0) << err.str();
+  EXPECT_THAT(err.str(), HasSubstr("t.csv: CSV table, 60 kernels, 0 copies and memsets, 1 skipped"));
+  EXPECT_THAT(err.str(), HasSubstr("t.csv:62: column 'Latency': 'oops' is not a number"));
+  EXPECT_THAT(out.str(), HasSubstr("trained on 60 kernels"));
+  const LoadedProfile loaded = load_profile(dir.path() / "p.gqp", {});
+  EXPECT_EQ(loaded.warning, std::nullopt);
+  EXPECT_EQ(loaded.predictor.kernel_count(), 1u);
+
+  std::ostringstream json_out, json_err;
+  EvalOptions eval;
+  eval.train = {table.string()};
+  eval.cv_folds = 3;
+  eval.csv_args = {"M", "N"};
+  eval.json = true;
+  ASSERT_EQ(run_eval(eval, json_out, json_err), 0) << json_err.str();
+  const auto j = nlohmann::json::parse(json_out.str());
+  for (const char* part : {"kernels", "copies"})
+    for (const char* key : {"median_ape", "mape", "p90_ape", "count"}) EXPECT_TRUE(j.at(part).contains(key)) << part << "." << key;
+  EXPECT_EQ(j["kernels"]["count"], 60);
+  EXPECT_LT(j["kernels"]["median_ape"].get<double>(), 0.05);
+}
+
+TEST(Commands, UsageAndInputErrors) {
+  std::ostringstream out, err;
+  EvalOptions both;
+  both.train = {"a.csv"};
+  both.cv_folds = 5;
+  both.test = {"b.csv"};
+  EXPECT_EQ(run_eval(both, out, err), 2);
+  EXPECT_THAT(err.str(), HasSubstr("give exactly one of --test"));
+  EvalOptions missing;
+  missing.train = {"/nonexistent/a.csv"};
+  missing.cv_folds = 5;
+  EXPECT_EQ(run_eval(missing, out, err), 1);
+  EXPECT_THAT(err.str(), HasSubstr("/nonexistent/a.csv"));
+  EXPECT_EQ(run_train(TrainOptions{{}, "p", {}, 108}, out, err), 2);
+}
+
+}  // namespace
+}  // namespace gpuqos::predictor

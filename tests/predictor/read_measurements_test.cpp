@@ -1,0 +1,99 @@
+// Format detection, gzip input, Kineto traces through the replayer's converter, unreadable files.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <zlib.h>
+
+#include "gpuqos/predictor/measurements.h"
+#include "gpuqos/testing/temp_dir.h"
+
+namespace gpuqos::predictor {
+namespace {
+
+using ::testing::HasSubstr;
+
+const char* kTrace = R"J({"traceEvents": [
+  {"ph": "X", "cat": "kernel", "name": "k1", "ts": 10, "dur": 2.5, "args": {"grid": [4, 2, 1], "block": [128, 1, 1], "shared memory": 512}},
+  {"ph": "X", "cat": "Kernel", "name": "k1", "ts": 20, "dur": 0},
+  {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pinned -> Device)", "ts": 30, "dur": 4, "args": {"bytes": 65536}},
+  {"ph": "X", "cat": "Memcpy", "name": "Memcpy DtoD (Device -> Device) 1 MB", "ts": 40, "dur": 3},
+  {"ph": "X", "cat": "gpu_memset", "name": "Memset (Device)", "ts": 50, "dur": 1, "args": {"bytes": 4096}}
+]})J";
+
+std::string gzip(const std::string& text) {
+  z_stream z{};
+  deflateInit2(&z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY);
+  std::string out(deflateBound(&z, uLong(text.size())) + 32, '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
+  z.avail_in = uInt(text.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = uInt(out.size());
+  deflate(&z, Z_FINISH);
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  return out;
+}
+
+TEST(DetectFormat, ByContentThenExtension) {
+  EXPECT_EQ(detect_format("{\"format\":\"gpuqos-profile\",\"version\":1}\n{}", "x.json"), InputFormat::profile);
+  EXPECT_EQ(detect_format(kTrace, "x.txt"), InputFormat::kineto);
+  EXPECT_EQ(detect_format("  [ ]", "x"), InputFormat::kineto);
+  EXPECT_EQ(detect_format("a,b\n1,2\n", "x.dat"), InputFormat::csv);
+  EXPECT_EQ(detect_format("anything", "x.CSV"), InputFormat::csv);
+  EXPECT_EQ(detect_format("hello world", "x.txt"), std::nullopt);
+}
+
+TEST(ReadMeasurements, KinetoTraceGzippedOrNot) {
+  const testing::TempDir dir;
+  for (const auto& path : {dir.write("t.json", kTrace), dir.write("t.json.gz", gzip(kTrace))}) {
+    SampleSet out;
+    const ReadReport r = read_measurements(path, ReadOptions{}, out);
+    ASSERT_FALSE(r.failed) << r.messages[0];
+    EXPECT_EQ(r.format, InputFormat::kineto);
+    ASSERT_EQ(out.kernels.size(), 1u);
+    EXPECT_EQ(out.kernels[0].name, "k1");
+    EXPECT_EQ(out.kernels[0].duration_ns, 2500);
+    EXPECT_EQ(out.kernels[0].shape.grid[1], 2u);
+    EXPECT_EQ(out.kernels[0].shape.shared_bytes, 512u);
+    ASSERT_EQ(out.copies.size(), 3u);
+    EXPECT_EQ(out.copies[0].copy.direction, CopyDirection::h2d);
+    EXPECT_EQ(out.copies[0].copy.host_memory, HostMemory::pinned);
+    EXPECT_EQ(out.copies[1].copy.direction, CopyDirection::d2d);
+    EXPECT_EQ(out.copies[1].copy.bytes, 1'000'000u);
+    EXPECT_EQ(out.copies[2].copy.direction, CopyDirection::memset);
+    EXPECT_EQ(r.skipped, 1u);  // the zero-duration kernel
+    ASSERT_EQ(r.messages.size(), 1u);
+    EXPECT_THAT(r.messages[0], HasSubstr("1 GPU ops with a zero duration"));
+  }
+}
+
+TEST(ReadMeasurements, MalformedTraceFailsNamingFileAndEvent) {
+  const testing::TempDir dir;
+  SampleSet out;
+  const auto bad_grid = dir.write("bad.json", R"({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 1,
+      "args": {"grid": [0, 1, 1]}}]})");
+  ReadReport r = read_measurements(bad_grid, ReadOptions{}, out);
+  EXPECT_TRUE(r.failed);
+  EXPECT_THAT(r.messages[0], HasSubstr("bad.json: traceEvents[0]"));
+  EXPECT_THAT(r.messages[0], HasSubstr("args.grid[0] is not a positive integer"));
+  r = read_measurements(dir.write("trunc.json", std::string(kTrace).substr(0, 100)), ReadOptions{}, out);
+  EXPECT_TRUE(r.failed);
+  EXPECT_THAT(r.messages[0], HasSubstr("trunc.json: not JSON"));
+  EXPECT_TRUE(out.kernels.empty());
+}
+
+TEST(ReadMeasurements, UnreadableOrUnknownFiles) {
+  const testing::TempDir dir;
+  SampleSet out;
+  ReadReport r = read_measurements(dir.path() / "absent.csv", ReadOptions{}, out);
+  EXPECT_TRUE(r.failed);
+  EXPECT_THAT(r.messages[0], HasSubstr("absent.csv"));
+  r = read_measurements(dir.write("notes.txt", "just some words"), ReadOptions{}, out);
+  EXPECT_TRUE(r.failed);
+  EXPECT_THAT(r.messages[0], HasSubstr("notes.txt: unknown format"));
+  r = read_measurements(dir.write("bad.gz", std::string("\x1f\x8b\x08\x00garbage", 11)), ReadOptions{}, out);
+  EXPECT_TRUE(r.failed);
+  EXPECT_THAT(r.messages[0], HasSubstr("bad.gz"));
+}
+
+}  // namespace
+}  // namespace gpuqos::predictor

@@ -1,0 +1,187 @@
+// The profile file: a round trip predicts the same; missing, truncated, corrupt, foreign, newer
+// or invalid files give an empty model and a warning saying why; saving replaces atomically.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <zlib.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "gpuqos/predictor/store.h"
+#include "gpuqos/testing/temp_dir.h"
+
+namespace gpuqos::predictor {
+namespace {
+
+using ::testing::HasSubstr;
+
+LaunchShape shape(std::uint64_t m, std::uint64_t n) {
+  LaunchShape s;
+  s.grid = {std::uint32_t(m / 32 + 1), std::uint32_t(n / 32 + 1), 1};
+  s.block = {256, 1, 1};
+  s.arg_count = 2;
+  s.args = {m, n};
+  return s;
+}
+
+Predictor trained() {
+  PredictorConfig config;
+  config.sm_count = 80;
+  Predictor p(config);
+  for (std::uint64_t i = 0; i < 300; ++i) {
+    const LaunchShape s = shape(32 + 7 * i, 64 + 13 * (i % 17));
+    p.observe(KernelFeatures{"gemm", s}, 3000.0 + 0.01 * double(s.args[0] * s.args[1]));
+    p.observe(KernelFeatures{"small", s}, 2000.0 + double(i % 5));
+    p.observe(CopyFeatures{CopyDirection::h2d, HostMemory::pinned, 4096 * (i + 1)}, 5000.0 + 4096.0 * double(i + 1) / 20);
+  }
+  return p;
+}
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void expect_empty(const LoadedProfile& loaded, const std::string& why) {
+  ASSERT_TRUE(loaded.warning.has_value());
+  EXPECT_THAT(*loaded.warning, HasSubstr(why));
+  EXPECT_THAT(*loaded.warning, HasSubstr("starting with an empty model"));
+  EXPECT_EQ(loaded.predictor.kernel_count(), 0u);
+  EXPECT_EQ(loaded.predictor.predict(KernelFeatures{"gemm", shape(64, 64)}).model, ModelUsed::global_default);
+}
+
+TEST(Store, RoundTripPredictsTheSame) {
+  const testing::TempDir dir;
+  const Predictor original = trained();
+  const auto path = dir.path() / "profile.gqp";
+  ASSERT_EQ(save_profile(original, path), std::nullopt);
+  const LoadedProfile loaded = load_profile(path, PredictorConfig{.sm_count = 80});
+  EXPECT_EQ(loaded.warning, std::nullopt);
+  EXPECT_EQ(loaded.predictor.kernel_count(), 2u);
+  EXPECT_EQ(loaded.predictor.config().sm_count, 80u);
+  EXPECT_EQ(loaded.predictor.stored_samples(), original.stored_samples());
+  for (const char* name : {"gemm", "small", "unknown"}) {
+    for (std::uint64_t m : {40u, 1000u, 20000u}) {
+      const KernelFeatures k{name, shape(m, 100)};
+      const Prediction a = original.predict(k), b = loaded.predictor.predict(k);
+      EXPECT_NEAR(b.duration_ns / a.duration_ns, 1.0, 1e-6) << name << " " << m;
+      EXPECT_NEAR(b.upper_ns / a.upper_ns, 1.0, 1e-6) << name << " " << m << " " << to_string(a.model);
+      EXPECT_EQ(a.model, b.model);
+      EXPECT_EQ(a.candidate, b.candidate);
+    }
+  }
+  const CopyFeatures c{CopyDirection::h2d, HostMemory::pinned, 1 << 22};
+  EXPECT_NEAR(loaded.predictor.predict(c).duration_ns, original.predict(c).duration_ns, 1e-6);
+  // It keeps learning after a load exactly as the original does.
+  Predictor continued = loaded.predictor;
+  Predictor reference = original;
+  continued.observe(KernelFeatures{"gemm", shape(500, 500)}, 9000);
+  reference.observe(KernelFeatures{"gemm", shape(500, 500)}, 9000);
+  EXPECT_NEAR(continued.predict(KernelFeatures{"gemm", shape(510, 500)}).duration_ns,
+              reference.predict(KernelFeatures{"gemm", shape(510, 500)}).duration_ns, 1e-3);
+}
+
+TEST(Store, DifferentSmCountIsWarnedButKept) {
+  const std::string bytes = encode_profile(trained());
+  const LoadedProfile loaded = decode_profile(bytes, "p", PredictorConfig{.sm_count = 132});
+  ASSERT_TRUE(loaded.warning.has_value());
+  EXPECT_THAT(*loaded.warning, HasSubstr("trained for 80 SMs, not 132"));
+  EXPECT_EQ(loaded.predictor.kernel_count(), 2u);
+}
+
+TEST(Store, MissingFile) {
+  const testing::TempDir dir;
+  expect_empty(load_profile(dir.path() / "absent.gqp", {}), "absent.gqp: no such file");
+}
+
+TEST(Store, TruncatedFile) {
+  const std::string bytes = encode_profile(trained());
+  expect_empty(decode_profile(bytes.substr(0, bytes.size() - 100), "p", {}), "p: truncated or padded: the header says");
+  expect_empty(decode_profile(bytes.substr(0, 20), "p", {}), "truncated: 20 bytes, shorter than the header");
+  expect_empty(decode_profile("", "p", {}), "truncated: 0 bytes");
+}
+
+TEST(Store, CorruptBody) {
+  std::string bytes = encode_profile(trained());
+  bytes[bytes.size() / 2] = char(bytes[bytes.size() / 2] ^ 0x5a);
+  expect_empty(decode_profile(bytes, "p", {}), "checksum mismatch");
+}
+
+TEST(Store, ForeignOrNewerFile) {
+  std::string bytes = encode_profile(trained());
+  std::string foreign = bytes;
+  foreign[0] = 'X';
+  expect_empty(decode_profile(foreign, "p", {}), "not a gpuqos predictor profile");
+  std::string newer = bytes;
+  newer[8] = 2;
+  expect_empty(decode_profile(newer, "p", {}), "unsupported profile version 2");
+}
+
+// A well-formed envelope around a body whose content is wrong.
+std::string envelope(const std::string& json_text) {
+  uLongf length = compressBound(uLong(json_text.size()));
+  std::string body(length, '\0');
+  compress2(reinterpret_cast<Bytef*>(body.data()), &length, reinterpret_cast<const Bytef*>(json_text.data()), uLong(json_text.size()), 6);
+  body.resize(length);
+  std::string out = "GPUQOSPF";
+  auto put = [&out](std::uint64_t v, int n) {
+    for (int i = 0; i < n; ++i) out.push_back(char((v >> (8 * i)) & 0xff));
+  };
+  put(1, 4);
+  put(0, 4);
+  put(body.size(), 8);
+  put(json_text.size(), 8);
+  put(crc32(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(body.data()), uInt(body.size())), 4);
+  put(0, 4);
+  return out + body;
+}
+
+// The JSON body of an encoded profile.
+nlohmann::json body_of(const std::string& bytes) {
+  std::uint64_t json_bytes = 0;
+  for (int i = 0; i < 8; ++i) json_bytes |= std::uint64_t(static_cast<unsigned char>(bytes[24 + std::size_t(i)])) << (8 * i);
+  std::string text(json_bytes, '\0');
+  uLongf length = uLongf(json_bytes);
+  uncompress(reinterpret_cast<Bytef*>(text.data()), &length, reinterpret_cast<const Bytef*>(bytes.data() + 40), uLong(bytes.size() - 40));
+  return nlohmann::json::parse(text);
+}
+
+TEST(Store, InvalidContent) {
+  expect_empty(decode_profile(envelope("{not json"), "p", {}), "invalid content");
+  expect_empty(decode_profile(envelope("[1, 2]"), "p", {}), "the body is not a JSON object");
+  const nlohmann::json good = body_of(encode_profile(trained()));
+  nlohmann::json bad = good;
+  bad["config"]["knn_max_distance"] = nullptr;  // what a NaN becomes in JSON
+  expect_empty(decode_profile(envelope(bad.dump()), "p", {}), "config.knn_max_distance: not a finite number");
+  bad = good;
+  bad["kernels"][0]["samples"][0][0] = {0, 1, 1};
+  expect_empty(decode_profile(envelope(bad.dump()), "p", {}), "zero grid or block dimension");
+  bad = good;
+  bad["copies"]["classes"].erase(0);
+  expect_empty(decode_profile(envelope(bad.dump()), "p", {}), "copies: expected 12 class lines");
+  bad = good;
+  bad["kernels"][1].erase("sums");
+  expect_empty(decode_profile(envelope(bad.dump()), "p", {}), "invalid content");
+  EXPECT_EQ(decode_profile(envelope(good.dump()), "p", PredictorConfig{.sm_count = 80}).warning, std::nullopt);
+}
+
+TEST(Store, SaveReplacesAtomicallyAndLeavesNoTemporaries) {
+  const testing::TempDir dir;
+  const auto path = dir.path() / "profile.gqp";
+  ASSERT_EQ(save_profile(Predictor(), path), std::nullopt);
+  const Predictor p = trained();
+  ASSERT_EQ(save_profile(p, path), std::nullopt);
+  EXPECT_EQ(read_file(path), encode_profile(p));
+  std::size_t files = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator(dir.path())) ++files;
+  EXPECT_EQ(files, 1u);
+  const auto error = save_profile(p, dir.path() / "no-such-dir" / "profile.gqp");
+  ASSERT_TRUE(error.has_value());
+  EXPECT_THAT(*error, HasSubstr("cannot create"));
+}
+
+}  // namespace
+}  // namespace gpuqos::predictor
