@@ -3,12 +3,12 @@
 //
 //   build/bin/gpuqos-overhead [--out DIR] [--quick] [--rounds N] [--launches N] [--iterations N]
 //
-// It starts its own simgpud and gpuqosd (fifo) on private sockets in a temp dir, then, in each
-// round, runs as child processes:
+// It starts its own simgpud and two gpuqosd (fifo; one granting credit as by default, one with
+// --credit-ops 0) on private sockets in a temp dir, then, in each round, runs as child processes:
 //   1. gpuqos-overhead-launch-timer (N cuLaunchKernel calls of a 0-us kernel, each timed) directly
-//      on simgpu, under `gpuqos run --priority high` and under `gpuqos run --priority low`;
+//      on simgpu, under `gpuqos run --priority high`, and at low priority under each daemon;
 //   2. gpuqos-replay --mode be on one ResNet-50 training iteration (converted from
-//      ../shared/traces/kineto_resnet50_v100_train.json.gz) directly and at low priority.
+//      ../shared/traces/kineto_resnet50_v100_train.json.gz) directly and at low priority under each.
 // Samples are pooled over the rounds; it prints a markdown table (p50/p99, differences, ratios)
 // and with --out writes DIR/overhead.json and DIR/overhead.md. About a minute; --quick: seconds.
 #include <CLI/CLI.hpp>
@@ -85,8 +85,10 @@ Samples measure(const Rig& rig, const Options& o) {
     time_launches(rig, Placement::direct, o, round, s.direct_launch_us);
     time_launches(rig, Placement::high, o, round, s.high_launch_us);
     time_launches(rig, Placement::low, o, round, s.low_launch_us);
+    time_launches(rig, Placement::low_strict, o, round, s.low_strict_launch_us);
     replay(rig, Placement::direct, o, round, s.direct_iteration_ms);
     replay(rig, Placement::low, o, round, s.low_iteration_ms);
+    replay(rig, Placement::low_strict, o, round, s.low_strict_iteration_ms);
   }
   return s;
 }
@@ -104,7 +106,7 @@ int run(const Options& o) {
   const Samples samples = measure(rig, o);
   const json config = {{"rounds", o.rounds},          {"launches_per_run", o.launches},
                        {"iterations_per_run", o.iterations}, {"quick", o.quick},
-                       {"policy", "fifo"},            {"replay", "gpuqos-replay --mode be, ResNet-50 iteration 1"}};
+                       {"policy", "fifo"}, {"credit_ops", {32, 0}},            {"replay", "gpuqos-replay --mode be, ResNet-50 iteration 1"}};
   const Report report = make_report(samples, config);
   std::cout << report.markdown;
   if (!o.out_dir.empty()) write_outputs(report, o.out_dir);

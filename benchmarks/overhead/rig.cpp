@@ -27,16 +27,20 @@ const char* placement_name(Placement placement) {
     case Placement::direct: return "direct";
     case Placement::high: return "high";
     case Placement::low: return "low";
+    case Placement::low_strict: return "low-strict";
   }
   return "?";
 }
 
 Rig::Rig() : simgpud_({.log_level = "warn", .dir_prefix = "gpuqos-overhead"}) {
   gpuqosd_socket_ = file("gpuqosd.sock").string();
+  strict_socket_ = file("gpuqosd-strict.sock").string();
 }
 
 Rig::~Rig() {
-  if (gpuqosd_) gpuqosd_->terminate(10s);  // before simgpud_ and its temp dir go
+  // Before simgpud_ and its temp dir go.
+  if (gpuqosd_) gpuqosd_->terminate(10s);
+  if (strict_gpuqosd_) strict_gpuqosd_->terminate(10s);
 }
 
 fs::path Rig::bin(const std::string& name) { return fs::path(GPUQOS_BUILD_DIR) / "bin" / name; }
@@ -51,17 +55,19 @@ void Rig::write_catalog(const std::string& replay_catalog_json) const {
 
 void Rig::start() {
   simgpud_.start();
-  start_gpuqosd();
+  start_gpuqosd(gpuqosd_, gpuqosd_socket_, "32");
+  start_gpuqosd(strict_gpuqosd_, strict_socket_, "0");
 }
 
-void Rig::start_gpuqosd() {
-  gpuqosd_.emplace(std::vector<std::string>{bin("gpuqosd").string(), "--socket", gpuqosd_socket_, "--policy", "fifo",
-                                            "--log-level", "warn"},
-                   std::map<std::string, std::string>{}, file("gpuqosd.log"));
+void Rig::start_gpuqosd(std::optional<testing::ChildProcess>& daemon, const std::string& socket,
+                        const std::string& credit_ops) {
+  daemon.emplace(std::vector<std::string>{bin("gpuqosd").string(), "--socket", socket, "--policy", "fifo",
+                                          "--credit-ops", credit_ops, "--log-level", "warn"},
+                 std::map<std::string, std::string>{}, file("gpuqosd-credit-" + credit_ops + ".log"));
   const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (!testing::can_connect(gpuqosd_socket_)) {
-    if (!gpuqosd_->running() || std::chrono::steady_clock::now() > deadline) {
-      throw std::runtime_error("gpuqosd did not come up on " + gpuqosd_socket_ + ":\n" + gpuqosd_->output());
+  while (!testing::can_connect(socket)) {
+    if (!daemon->running() || std::chrono::steady_clock::now() > deadline) {
+      throw std::runtime_error("gpuqosd did not come up on " + socket + ":\n" + daemon->output());
     }
     std::this_thread::sleep_for(5ms);
   }
@@ -72,8 +78,9 @@ std::string Rig::run(Placement placement, std::vector<std::string> argv, const s
                                          {"SIMGPU_SOCKET", simgpud_.socket()}};
   if (placement != Placement::direct) {
     // The documented way to run a job under gpuqosd: `gpuqos run` sets LD_PRELOAD and GPUQOS_*.
-    std::vector<std::string> wrapper{bin("gpuqos").string(), "run",      "--priority", placement_name(placement),
-                                     "--socket",             gpuqosd_socket_, "--job", log_name, "--"};
+    const bool strict = placement == Placement::low_strict;
+    std::vector<std::string> wrapper{bin("gpuqos").string(), "run", "--priority", strict ? "low" : placement_name(placement),
+                                     "--socket", strict ? strict_socket_ : gpuqosd_socket_, "--job", log_name, "--"};
     argv.insert(argv.begin(), wrapper.begin(), wrapper.end());
     env["GPUQOS_LOG"] = "info";
   }
