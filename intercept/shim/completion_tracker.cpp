@@ -108,7 +108,7 @@ void CompletionTracker::enqueue(Pending pending) noexcept {
   std::unique_lock lock(mutex_);
   if (stopping_) {
     lock.unlock();
-    report(pending, ipc::monotonic_ns());
+    report(pending, ipc::monotonic_ns(), /*coarse=*/true);
     return;
   }
   if (!started_) {
@@ -155,7 +155,7 @@ void CompletionTracker::stop() noexcept {
   poll_streams();
 }
 
-void CompletionTracker::report(Pending& pending, std::int64_t end_ns) noexcept {
+void CompletionTracker::report(Pending& pending, std::int64_t end_ns, bool coarse) noexcept {
   if (!pending.session || !pending.session->alive()) return;
   std::int64_t& last_end = last_end_ns_[pending.stream];
   const bool ran = pending.status == 0;
@@ -164,6 +164,7 @@ void CompletionTracker::report(Pending& pending, std::int64_t end_ns) noexcept {
   completion.end_ns = end_ns;
   completion.start_ns = std::min(end_ns, ran ? std::max(pending.posted_ns, last_end) : end_ns);
   completion.status = pending.status;
+  completion.flags = coarse ? ipc::kCompletionCoarse : ipc::kCompletionExact;
   if (ran) last_end = end_ns;
   for (int attempt = 0; attempt < 100 && !pending.session->push_completion(completion); ++attempt) {
     if (!pending.session->alive()) return;
@@ -183,7 +184,9 @@ bool CompletionTracker::poll_streams() noexcept {
       const CUresult state = decider->event && query ? query(decider->event) : CUDA_SUCCESS;
       if (state == CUDA_ERROR_NOT_READY) break;
       const std::int64_t now = ipc::monotonic_ns();
-      for (auto done = queue.begin(); done != std::next(decider); ++done) report(*done, now);
+      // One event decided several ops, or there was none to wait for: the times do not time this op.
+      const bool coarse = decider != queue.begin() || !decider->event;
+      for (auto done = queue.begin(); done != std::next(decider); ++done) report(*done, now, coarse);
       if (decider->event && state == CUDA_SUCCESS) {
         std::lock_guard lock(mutex_);
         free_events_[decider->context].push_back(decider->event);

@@ -80,7 +80,7 @@ class CompletionTracker {
   void enqueue(Pending pending) noexcept;
   void run() noexcept;
   bool poll_streams() noexcept;  // reports what finished; true if anything did
-  void report(Pending& pending, std::int64_t end_ns) noexcept;
+  void report(Pending& pending, std::int64_t end_ns, bool coarse = false) noexcept;
 
   std::mutex record_mutex_;  // deferred recording: the thread's turn, or a destroyer's
   std::mutex mutex_;

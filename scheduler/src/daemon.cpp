@@ -38,6 +38,13 @@ ipc::Result<std::unique_ptr<Daemon>> Daemon::create(DaemonOptions options) {
   std::unique_ptr<Daemon> daemon(new Daemon(std::move(options)));
   daemon->policy_ = make_policy(daemon->options_.policy);
   if (!daemon->policy_) return ipc::Error{"unknown policy '" + daemon->options_.policy.name + "' (known: fifo)"};
+  std::optional<std::string> warning;
+  daemon->learner_ = std::make_unique<DurationLearner>(daemon->options_.learning, ipc::monotonic_ns(), warning);
+  if (warning) spdlog::warn("{}", *warning);
+  if (!daemon->options_.learning.store_path.empty()) {
+    spdlog::info("predictor: {} kernels from {}", daemon->learner_->predictor().kernel_count(),
+                 daemon->options_.learning.store_path);
+  }
   if (ipc::Status ready = daemon->setup(); !ready) return ipc::Error{ready.error()};
   return daemon;
 }
@@ -139,6 +146,7 @@ void Daemon::heartbeat_and_tick(std::int64_t now_ns) {
   drain_all(now_ns);
   apply(policy_->tick(now_ns));
   expire_pending(now_ns);
+  if (auto error = learner_->tick(now_ns)) spdlog::warn("predictor: {}", *error);
 }
 
 DaemonStatus Daemon::status_snapshot() const {
@@ -149,6 +157,9 @@ DaemonStatus Daemon::status_snapshot() const {
   status.policy = std::string(policy_->name());
   status.socket = options_.socket_path;
   status.backlog = policy_->backlog().loads();
+  const DurationLearner::Counts& learned = learner_->counts();
+  status.predictor = PredictorStatus{learner_->store_path(), learner_->predictor().kernel_count(), learned.learned,
+                                     learned.coarse, learned.unknown, learned.rejected, learned.saves};
   for (const auto& [id, client] : clients_) {
     const ClientIdentity& who = client->identity();
     status.clients.push_back(ClientStatus{

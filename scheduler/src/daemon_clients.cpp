@@ -54,6 +54,11 @@ std::string Daemon::accept_op(Client& client, const ArrivedOp& arrived) {
     }
   }
   client.posted(op, arrived.arrived_ns);
+  if (op.kind == ipc::OpKind::kernel) {
+    learner_->posted(client.identity().id, op, client.kernel_names().at(op.kernel_id));
+  } else {
+    learner_->posted(client.identity().id, op, op.kind == ipc::OpKind::graph ? "graph:" + client.identity().job : "");
+  }
   apply(policy_->op_posted(OpPosted{client.identity().id, client.identity().priority, op, arrived.arrived_ns}));
   return {};
 }
@@ -74,6 +79,7 @@ std::string Daemon::drain_completions(Client& client, std::int64_t now_ns) {
       return "invalid completion descriptor: " + valid.error();
     }
     client.count_completion();
+    learner_->completed(client.identity().id, c);
     apply(policy_->op_completed(OpCompleted{client.identity().id, c, now_ns}));
   }
   deferred.erase(deferred.begin(), deferred.begin() + static_cast<std::ptrdiff_t>(done));
@@ -126,6 +132,7 @@ void Daemon::drop_client(ClientId id, const std::string& reason, bool as_error) 
   std::unique_ptr<Client> gone = std::move(it->second);
   clients_.erase(it);
   apply(policy_->client_gone(id, ipc::monotonic_ns()));
+  learner_->client_gone(id);
   gone.reset();  // stops its OpsWaiter, unmaps, closes the socket
 }
 
@@ -153,6 +160,11 @@ void Daemon::drain_and_release() {
     ipc::Segment::remove(client->segment_name());
   }
   clients_.clear();
+  if (auto error = learner_->save()) {
+    spdlog::error("predictor: {}", *error);
+  } else if (!learner_->store_path().empty()) {
+    spdlog::info("predictor: saved {} kernels to {}", learner_->predictor().kernel_count(), learner_->store_path());
+  }
   spdlog::info("gpuqosd pid {} stopped", ::getpid());
 }
 

@@ -54,6 +54,14 @@ nlohmann::json to_json(const DaemonStatus& status) {
                            {"uptime_ns", status.uptime_ns},
                            {"policy", status.policy},
                            {"socket", status.socket}}},
+                         {"predictor",
+                          {{"store", status.predictor.store},
+                           {"kernels", status.predictor.kernels},
+                           {"learned", status.predictor.learned},
+                           {"coarse", status.predictor.coarse},
+                           {"unknown", status.predictor.unknown},
+                           {"rejected", status.predictor.rejected},
+                           {"saves", status.predictor.saves}}},
                          {"backlog", nlohmann::json::array()},
                          {"clients", nlohmann::json::array()}};
   for (const auto& load : status.backlog) json["backlog"].push_back(backlog_json(load));

@@ -24,6 +24,13 @@ int main(int argc, char** argv) {
                  "Low-priority ops a client may issue ahead of the daemon's answer while nothing else waits "
                  "(0: a grant round trip per op)")
       ->capture_default_str();
+  app.add_option("--profile-store", options.learning.store_path,
+                 "The predictor's store: loaded at start (from `gpuqos train` or an earlier run), refined by "
+                 "every completion, saved periodically and at exit");
+  double save_interval_s = 300;
+  app.add_option("--profile-save-interval", save_interval_s, "Seconds between saves of the store (0: only at exit)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
       ->capture_default_str();
@@ -47,6 +54,7 @@ int main(int argc, char** argv) {
                  "using the command line only", config);
   }
 
+  options.learning.save_interval_ns = static_cast<std::int64_t>(save_interval_s * 1e9);
   auto daemon = gpuqos::scheduler::Daemon::create(options);
   if (!daemon) {
     spdlog::error("cannot start: {}", daemon.error());

@@ -203,6 +203,7 @@ TEST_F(GateTest, LowPriorityWaitsForTheGrantAndRunsAfterIt) {
   ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return !c[0].completions.empty(); }));
   const auto completion = daemon_->clients().at(0).completions.at(0);
   EXPECT_GE(completion.end_ns - grant_ns, 20'000'000);  // ...so the 20 ms kernel ended 20 ms after it
+  EXPECT_EQ(completion.flags, ipc::kCompletionExact) << "low priority: its own event, its own time";
   EXPECT_GE(value_of(output_, "done") - grant_ns, 20'000'000);
 }
 

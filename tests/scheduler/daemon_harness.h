@@ -153,8 +153,9 @@ class FakeClient {
   void post(const ipc::OpDescriptor& op) {
     if (!segment_->ops().try_push(op)) throw std::runtime_error("ops ring full");
   }
-  void complete(std::uint64_t seq) {
-    if (!segment_->completions().try_push(ipc::CompletionDescriptor{seq, 100, 200, 0, 0})) {
+  void complete(std::uint64_t seq, std::int64_t start_ns = 100, std::int64_t end_ns = 200,
+                std::uint32_t flags = ipc::kCompletionExact) {
+    if (!segment_->completions().try_push(ipc::CompletionDescriptor{seq, start_ns, end_ns, 0, flags})) {
       throw std::runtime_error("completions ring full");
     }
   }

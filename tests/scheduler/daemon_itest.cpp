@@ -7,11 +7,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <random>
 #include <sstream>
 
 #include "daemon_harness.h"
 #include "gpuqos/ipc/clock.h"
+#include "gpuqos/predictor/features.h"
+#include "gpuqos/predictor/store.h"
 
 namespace gpuqos::testing {
 namespace {
@@ -126,6 +129,44 @@ TEST(Daemon, CountsSynchronisationsAndQueryMarksApartFromWork) {
   EXPECT_EQ(client["marks"]["query_begin"], 1);
   EXPECT_EQ(client["marks"]["query_end"], 1);
   EXPECT_EQ(client["state"], "running");
+}
+
+TEST(Daemon, LearnsFromExactCompletionsAndSavesTheStoreAtExit) {
+  TempDir dir("gpuqosd-store");
+  const std::string store = (dir.path() / "profile.gqp").string();
+  {
+    DaemonProcess daemon({"--profile-store", store});
+    FakeClient high(daemon.socket(), Priority::high, "serve");
+    high.name_kernel(1, "gemm");
+    for (std::uint64_t seq = 1; seq <= 21; ++seq) high.post(FakeClient::kernel(seq));
+    for (std::uint64_t seq = 1; seq <= 20; ++seq) high.complete(seq, 1'000'000, 1'050'000);  // 50 us each
+    high.complete(21, 1'000'000, 9'000'000, ipc::kCompletionCoarse);  // a batch's time: not learned
+    ASSERT_TRUE(eventually([&] { return daemon.status()["predictor"]["learned"] == 20; })) << daemon.status().dump(1);
+    const auto predictor = daemon.status()["predictor"];
+    EXPECT_EQ(predictor["coarse"], 1);
+    EXPECT_EQ(predictor["kernels"], 1);
+    EXPECT_EQ(predictor["store"], store);
+    daemon.process().stop();  // SIGTERM: drains and saves
+    EXPECT_NE(daemon.log().find("predictor: saved 1 kernels"), std::string::npos) << daemon.log();
+  }
+  predictor::LoadedProfile loaded = predictor::load_profile(store, predictor::PredictorConfig{});
+  ASSERT_FALSE(loaded.warning) << *loaded.warning;
+  const auto prediction = loaded.predictor.predict(predictor::features_of(FakeClient::kernel(1), "gemm"));
+  EXPECT_NEAR(prediction.duration_ns, 50'000, 2'500);
+
+  // The next daemon starts from what the last one learned.
+  DaemonProcess again({"--profile-store", store});
+  EXPECT_EQ(again.status()["predictor"]["kernels"], 1);
+}
+
+TEST(Daemon, ACorruptStoreIsAWarningAndAnEmptyModel) {
+  TempDir dir("gpuqosd-store");
+  const auto store = dir.path() / "profile.gqp";
+  std::ofstream(store) << "GPUQOSPF but then garbage";
+  DaemonProcess daemon({"--profile-store", store.string()});
+  EXPECT_EQ(daemon.status()["predictor"]["kernels"], 0);
+  EXPECT_NE(daemon.log().find(store.string()), std::string::npos) << daemon.log();
+  EXPECT_NE(daemon.log().find("warn"), std::string::npos) << daemon.log();
 }
 
 TEST(Daemon, DropsAGarbageHelloAndServesOthers) {

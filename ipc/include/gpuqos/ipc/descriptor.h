@@ -64,13 +64,20 @@ struct OpDescriptor {
   std::uint8_t reserved[48];
 };
 
+enum CompletionFlags : std::uint32_t {
+  kCompletionExact = 0,
+  // The times bound a batch of ops on the stream that finished together (one event for several),
+  // not this op alone: good for the backlog, not for learning this op's duration.
+  kCompletionCoarse = 1u << 0,
+};
+
 // The device times of one op, reported by the shim once it has finished.
 struct CompletionDescriptor {
   std::uint64_t seq;       // the op's seq
   std::int64_t start_ns;   // device timeline (as the shim's completion source reports it)
   std::int64_t end_ns;
   std::int32_t status;     // 0: ran; otherwise the driver's error code (nothing ran)
-  std::uint32_t reserved;
+  std::uint32_t flags;     // CompletionFlags; unknown bits are ignored
 };
 
 enum GrantFlags : std::uint32_t {

@@ -15,6 +15,7 @@
 #include "gpuqos/ipc/registration.h"
 #include "gpuqos/ipc/result.h"
 #include "gpuqos/scheduler/client.h"
+#include "gpuqos/scheduler/duration_learner.h"
 #include "gpuqos/scheduler/policy.h"
 #include "gpuqos/scheduler/status.h"
 #include "gpuqos/scheduler/unix_socket.h"
@@ -24,6 +25,7 @@ namespace gpuqos::scheduler {
 struct DaemonOptions {
   std::string socket_path = kDefaultSocketPath;
   PolicyOptions policy;
+  DurationLearner::Options learning;  // the predictor's store and how often it is saved
 };
 
 class Daemon {
@@ -77,6 +79,7 @@ class Daemon {
 
   DaemonOptions options_;
   std::unique_ptr<Policy> policy_;
+  std::unique_ptr<DurationLearner> learner_;
   std::int64_t started_ns_ = 0;
   FileDescriptor epoll_, listener_, signals_, timer_, wake_;
   bool stopping_ = false;

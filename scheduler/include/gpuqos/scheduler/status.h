@@ -43,6 +43,12 @@ struct ClientStatus {
   std::uint64_t kernel_names = 0;
 };
 
+struct PredictorStatus {
+  std::string store;  // empty: none
+  std::uint64_t kernels = 0;
+  std::uint64_t learned = 0, coarse = 0, unknown = 0, rejected = 0, saves = 0;
+};
+
 struct DaemonStatus {
   std::int64_t pid = 0;
   std::int64_t uptime_ns = 0;
@@ -50,6 +56,7 @@ struct DaemonStatus {
   std::string socket;
   std::vector<EngineLoad> backlog;
   std::vector<ClientStatus> clients;
+  PredictorStatus predictor;
 };
 
 nlohmann::json to_json(const DaemonStatus& status);

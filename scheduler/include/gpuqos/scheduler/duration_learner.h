@@ -1,0 +1,66 @@
+// The daemon's side of the predictor: every posted op is remembered until its completion, and every
+// exactly timed completion teaches the predictor (online learning); the profile store is loaded at
+// start and saved periodically and at exit.
+//
+// Only completions the shim marks exact are learned: a completion flagged ipc::kCompletionCoarse
+// bounds several ops that finished together and says nothing of this one's own duration. The
+// shim's times are host-observed (late by the completion poll, see the shim's
+// completion_tracker.h), so they refine a model that CUPTI profiles (`gpuqos train`) should seed.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "gpuqos/ipc/descriptor.h"
+#include "gpuqos/predictor/predictor.h"
+
+namespace gpuqos::scheduler {
+
+class DurationLearner {
+ public:
+  struct Options {
+    std::string store_path;                   // empty: nothing loaded or saved
+    std::int64_t save_interval_ns = 300'000'000'000;  // 0: only at exit
+    std::size_t max_remembered_ops = 65536;  // posted, not yet completed (the oldest go first)
+  };
+  struct Counts {
+    std::uint64_t learned = 0;     // exact completions the predictor took
+    std::uint64_t coarse = 0;      // completions not learned: batch-timed
+    std::uint64_t unknown = 0;     // completions of ops not remembered (or not GPU work)
+    std::uint64_t rejected = 0;    // failed ops, or durations the predictor refused
+    std::uint64_t saves = 0;
+  };
+
+  // Loads the store; `warning` is set when it could not be (entirely) used.
+  DurationLearner(Options options, std::int64_t now_ns, std::optional<std::string>& warning);
+
+  void posted(std::uint32_t client, const ipc::OpDescriptor& op, std::string kernel_name);
+  void completed(std::uint32_t client, const ipc::CompletionDescriptor& completion);
+  void client_gone(std::uint32_t client);
+
+  // Saves when the interval has passed; the error, if the save failed.
+  std::optional<std::string> tick(std::int64_t now_ns);
+  std::optional<std::string> save();
+
+  const predictor::Predictor& predictor() const { return predictor_; }
+  const Counts& counts() const { return counts_; }
+  const std::string& store_path() const { return options_.store_path; }
+
+ private:
+  struct Remembered {
+    ipc::OpDescriptor op;
+    std::string kernel_name;
+  };
+
+  Options options_;
+  predictor::Predictor predictor_;
+  std::map<std::pair<std::uint32_t, std::uint64_t>, Remembered> remembered_;  // (client, seq)
+  std::int64_t last_save_ns_ = 0;
+  std::uint64_t learned_at_last_save_ = 0;
+  Counts counts_;
+};
+
+}  // namespace gpuqos::scheduler

@@ -1,0 +1,73 @@
+// DurationLearner: remembered ops, online observations, the store's schedule.
+#include "gpuqos/scheduler/duration_learner.h"
+
+#include "gpuqos/predictor/features.h"
+#include "gpuqos/predictor/store.h"
+
+namespace gpuqos::scheduler {
+namespace {
+
+bool is_timed_work(ipc::OpKind kind) {
+  return kind == ipc::OpKind::kernel || kind == ipc::OpKind::copy || kind == ipc::OpKind::memset ||
+         kind == ipc::OpKind::graph;
+}
+
+predictor::Predictor load(const std::string& path, std::optional<std::string>& warning) {
+  if (path.empty()) return predictor::Predictor();
+  predictor::LoadedProfile loaded = predictor::load_profile(path, predictor::PredictorConfig{});
+  warning = std::move(loaded.warning);
+  return std::move(loaded.predictor);
+}
+
+}  // namespace
+
+DurationLearner::DurationLearner(Options options, std::int64_t now_ns, std::optional<std::string>& warning)
+    : options_(std::move(options)), predictor_(load(options_.store_path, warning)), last_save_ns_(now_ns) {}
+
+void DurationLearner::posted(std::uint32_t client, const ipc::OpDescriptor& op, std::string kernel_name) {
+  if (!is_timed_work(op.kind)) return;
+  if (remembered_.size() >= options_.max_remembered_ops) remembered_.erase(remembered_.begin());
+  remembered_.insert_or_assign({client, op.seq}, Remembered{op, std::move(kernel_name)});
+}
+
+void DurationLearner::completed(std::uint32_t client, const ipc::CompletionDescriptor& completion) {
+  const auto it = remembered_.find({client, completion.seq});
+  if (it == remembered_.end()) {
+    ++counts_.unknown;
+    return;
+  }
+  const Remembered remembered = std::move(it->second);
+  remembered_.erase(it);
+  if (completion.flags & ipc::kCompletionCoarse) {
+    ++counts_.coarse;
+    return;
+  }
+  const double duration_ns = static_cast<double>(completion.end_ns - completion.start_ns);
+  const predictor::OpFeatures features = predictor::features_of(remembered.op, remembered.kernel_name);
+  if (completion.status != 0 || !predictor_.observe(features, duration_ns)) {
+    ++counts_.rejected;
+    return;
+  }
+  ++counts_.learned;
+}
+
+void DurationLearner::client_gone(std::uint32_t client) {
+  remembered_.erase(remembered_.lower_bound({client, 0}), remembered_.upper_bound({client, UINT64_MAX}));
+}
+
+std::optional<std::string> DurationLearner::tick(std::int64_t now_ns) {
+  if (options_.save_interval_ns <= 0 || now_ns - last_save_ns_ < options_.save_interval_ns) return std::nullopt;
+  last_save_ns_ = now_ns;
+  if (counts_.learned == learned_at_last_save_) return std::nullopt;  // nothing new
+  return save();
+}
+
+std::optional<std::string> DurationLearner::save() {
+  if (options_.store_path.empty()) return std::nullopt;
+  if (auto error = predictor::save_profile(predictor_, options_.store_path)) return error;
+  learned_at_last_save_ = counts_.learned;
+  ++counts_.saves;
+  return std::nullopt;
+}
+
+}  // namespace gpuqos::scheduler
