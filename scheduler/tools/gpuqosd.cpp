@@ -1,60 +1,102 @@
-// gpuqosd: the gpuqos daemon. Parses its command line, sets up logging and runs the Daemon loop.
+// gpuqosd: the gpuqos daemon. Parses its command line (and config file), sets up logging and runs
+// the Daemon loop. Options given on the command line win over the config file's.
 #include <CLI/CLI.hpp>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
-#include <filesystem>
+#include <iostream>
 
+#include "gpuqos/config/load.h"
+#include "gpuqos/config/summary.h"
 #include "gpuqos/scheduler/daemon.h"
+#include "gpuqos/scheduler/daemon_config.h"
+
+namespace {
+
+constexpr int kUsageError = 2;
+
+// --check-config FILE: 0 when this gpuqosd would start with it, 1 with every problem printed.
+int check_config(const std::string& path) {
+  auto loaded = gpuqos::config::load_config_file(path);
+  if (!loaded) {
+    std::cerr << loaded.error() << "\n";
+    return 1;
+  }
+  auto options = gpuqos::scheduler::options_from_config(loaded.value(), {});
+  if (!options) {
+    std::cerr << path << ": " << options.error() << "\n";
+    return 1;
+  }
+  std::cout << path << ": ok\n" << gpuqos::config::render_summary(loaded.value());
+  return 0;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   gpuqos::scheduler::DaemonOptions options;
-  std::string config;
+  std::string config_path, check_path;
   std::string log_level = "info";
+  double save_interval_s = 300;
   CLI::App app{"gpuqosd: the gpuqos GPU QoS daemon"};
-  app.add_option("--socket", options.socket_path, "Unix socket clients register on")->capture_default_str();
-  app.add_option("--config", config, "Config file (not yet supported: accepted, checked to exist, ignored)");
-  app.add_option("--policy", options.policy.name, "Scheduling policy")
-      ->check(CLI::IsMember({"fifo"}))
-      ->capture_default_str();
-  app.add_option("--max-outstanding", options.policy.max_outstanding_ops,
-                 "fifo: low-priority ops granted and not yet completed (0: no limit)")
-      ->capture_default_str();
+  app.add_option("--config", config_path, "TOML config file (examples/gpuqos.toml); the options below override it");
+  app.add_option("--check-config", check_path, "Validate a config file, print what it sets, and exit (0: usable)");
+  auto* socket = app.add_option("--socket", options.socket_path, "Unix socket clients register on")->capture_default_str();
+  auto* policy = app.add_option("--policy", options.policy.name, "Scheduling policy")
+                     ->check(CLI::IsMember({"fifo"}))
+                     ->capture_default_str();
+  auto* outstanding = app.add_option("--max-outstanding", options.policy.max_outstanding_ops,
+                                     "fifo: low-priority ops granted and not yet completed (0: no limit)")
+                          ->capture_default_str();
   app.add_option("--credit-ops", options.policy.credit_ops,
                  "Low-priority ops a client may issue ahead of the daemon's answer while nothing else waits "
                  "(0: a grant round trip per op)")
       ->capture_default_str();
-  app.add_option("--profile-store", options.learning.store_path,
-                 "The predictor's store: loaded at start (from `gpuqos train` or an earlier run), refined by "
-                 "every completion, saved periodically and at exit");
-  double save_interval_s = 300;
-  app.add_option("--profile-save-interval", save_interval_s, "Seconds between saves of the store (0: only at exit)")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
-      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
-      ->capture_default_str();
+  auto* store = app.add_option("--profile-store", options.learning.store_path,
+                               "The predictor's store: loaded at start (from `gpuqos train` or an earlier run), "
+                               "refined by every completion, saved periodically and at exit");
+  auto* interval = app.add_option("--profile-save-interval", save_interval_s,
+                                  "Seconds between saves of the store (0: only at exit)")
+                       ->check(CLI::NonNegativeNumber)
+                       ->capture_default_str();
+  auto* level = app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off")
+                    ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
+                    ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
-    return code == 0 ? 0 : 2;
+    return code == 0 ? 0 : kUsageError;
+  }
+  if (!check_path.empty()) return check_config(check_path);
+
+  options.learning.save_interval_ns = static_cast<std::int64_t>(save_interval_s * 1e9);
+  if (!config_path.empty()) {
+    auto loaded = gpuqos::config::load_config_file(config_path);
+    if (!loaded) {
+      std::cerr << "gpuqosd: " << loaded.error() << "\n";
+      return kUsageError;
+    }
+    const gpuqos::scheduler::DaemonOptions from_command_line = options;
+    auto configured = gpuqos::scheduler::options_from_config(loaded.value(), options);
+    if (!configured) {
+      std::cerr << "gpuqosd: " << config_path << ": " << configured.error() << "\n";
+      return kUsageError;
+    }
+    options = configured.value();
+    if (socket->count()) options.socket_path = from_command_line.socket_path;
+    if (policy->count()) options.policy.name = from_command_line.policy.name;
+    if (outstanding->count()) options.policy.max_outstanding_ops = from_command_line.policy.max_outstanding_ops;
+    if (store->count()) options.learning.store_path = from_command_line.learning.store_path;
+    if (interval->count()) options.learning.save_interval_ns = from_command_line.learning.save_interval_ns;
+    if (!level->count()) log_level = gpuqos::config::to_string(loaded.value().daemon.log_level);
   }
 
   spdlog::set_default_logger(spdlog::stderr_color_mt("gpuqosd"));
   spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %^%l%$ %v");
   spdlog::set_level(spdlog::level::from_str(log_level));
-  if (!config.empty()) {
-    std::error_code error;
-    if (!std::filesystem::is_regular_file(config, error)) {
-      spdlog::error("--config {}: no such file", config);
-      return 2;
-    }
-    spdlog::warn("--config {}: config files are not supported yet (they arrive with the policy issue); "
-                 "using the command line only", config);
-  }
+  if (!config_path.empty()) spdlog::info("config {}", config_path);
 
-  options.learning.save_interval_ns = static_cast<std::int64_t>(save_interval_s * 1e9);
   auto daemon = gpuqos::scheduler::Daemon::create(options);
   if (!daemon) {
     spdlog::error("cannot start: {}", daemon.error());

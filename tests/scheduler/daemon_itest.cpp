@@ -451,5 +451,49 @@ TEST(Cli, BadArgumentsExitWith2) {
   EXPECT_EQ(missing.wait(5s), 127);
 }
 
+TEST(Gpuqosd, CheckConfigAcceptsAFifoConfigAndPrintsWhatItSets) {
+  TempDir dir;
+  const auto file = dir.path() / "fifo.toml";
+  std::ofstream(file) << "[policy]\nname = \"fifo\"\n[policy.fifo]\nmax_outstanding = 3\n";
+  ChildProcess check({bin("gpuqosd"), "--check-config", file.string()}, {}, dir.path() / "out");
+  EXPECT_EQ(check.wait(5s), 0) << check.output();
+  EXPECT_NE(check.output().find("ok"), std::string::npos) << check.output();
+  EXPECT_NE(check.output().find("fifo"), std::string::npos) << check.output();
+}
+
+TEST(Gpuqosd, CheckConfigNamesFileLineColumnAndKey) {
+  TempDir dir;
+  const auto file = dir.path() / "bad.toml";
+  std::ofstream(file) << "[policy]\nname = \"fifo\"\n[policy.fifo]\nmax_outstanding = -3\n";
+  ChildProcess check({bin("gpuqosd"), "--check-config", file.string()}, {}, dir.path() / "out");
+  EXPECT_EQ(check.wait(5s), 1);
+  EXPECT_NE(check.output().find("bad.toml:4:"), std::string::npos) << check.output();
+  EXPECT_NE(check.output().find("policy.fifo.max_outstanding"), std::string::npos) << check.output();
+}
+
+TEST(Gpuqosd, RefusesAPolicyThisReleaseDoesNotImplement) {
+  TempDir dir;
+  const auto file = dir.path() / "baymax.toml";
+  std::ofstream(file) << "[policy]\nname = \"baymax\"\n";
+  ChildProcess check({bin("gpuqosd"), "--check-config", file.string()}, {}, dir.path() / "check");
+  EXPECT_EQ(check.wait(5s), 1);
+  EXPECT_NE(check.output().find("only \"fifo\""), std::string::npos) << check.output();
+  ChildProcess start({bin("gpuqosd"), "--config", file.string(), "--socket", (dir.path() / "s.sock").string()}, {},
+                     dir.path() / "start");
+  EXPECT_EQ(start.wait(5s), 2) << start.output();
+}
+
+TEST(Gpuqosd, RunsWithAConfigFileAndTheCommandLineWins) {
+  TempDir dir;
+  const auto file = dir.path() / "daemon.toml";
+  const auto store = dir.path() / "profile.gqp";
+  std::ofstream(file) << "[daemon]\nsocket = \"" << (dir.path() / "from-config.sock").string()
+                      << "\"\nprofile_store = \"" << store.string() << "\"\n[policy]\nname = \"fifo\"\n";
+  DaemonProcess daemon({"--config", file.string()});  // its own --socket wins
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "from-config.sock"));
+  EXPECT_EQ(daemon.status()["predictor"]["store"], store.string());
+  EXPECT_EQ(daemon.status()["daemon"]["policy"], "fifo");
+}
+
 }  // namespace
 }  // namespace gpuqos::testing
