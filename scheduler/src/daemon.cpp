@@ -37,7 +37,7 @@ Daemon::~Daemon() {
 ipc::Result<std::unique_ptr<Daemon>> Daemon::create(DaemonOptions options) {
   std::unique_ptr<Daemon> daemon(new Daemon(std::move(options)));
   daemon->policy_ = make_policy(daemon->options_.policy);
-  if (!daemon->policy_) return ipc::Error{"unknown policy '" + daemon->options_.policy.name + "' (known: fifo)"};
+  if (!daemon->policy_) return ipc::Error{"unknown policy '" + daemon->options_.policy.name + "' (known: fifo, priority)"};
   std::optional<std::string> warning;
   daemon->learner_ = std::make_unique<DurationLearner>(daemon->options_.learning, ipc::monotonic_ns(), warning);
   if (warning) spdlog::warn("{}", *warning);

@@ -1,5 +1,6 @@
 // fifo: arrival order across clients, an optional cap on outstanding low-priority ops.
 #include "gpuqos/scheduler/fifo_policy.h"
+#include "gpuqos/scheduler/priority_policy.h"
 
 #include <algorithm>
 
@@ -83,6 +84,7 @@ Decisions FifoPolicy::grant_ready() {
 
 std::unique_ptr<Policy> make_policy(const PolicyOptions& options) {
   if (options.name == "fifo") return std::make_unique<FifoPolicy>(options.max_outstanding_ops, options.credit_ops);
+  if (options.name == "priority") return std::make_unique<PriorityPolicy>();
   return nullptr;
 }
 

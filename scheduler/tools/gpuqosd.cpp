@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
   app.add_option("--check-config", check_path, "Validate a config file, print what it sets, and exit (0: usable)");
   auto* socket = app.add_option("--socket", options.socket_path, "Unix socket clients register on")->capture_default_str();
   auto* policy = app.add_option("--policy", options.policy.name, "Scheduling policy")
-                     ->check(CLI::IsMember({"fifo"}))
+                     ->check(CLI::IsMember({"fifo", "priority"}))
                      ->capture_default_str();
   auto* outstanding = app.add_option("--max-outstanding", options.policy.max_outstanding_ops,
                                      "fifo: low-priority ops granted and not yet completed (0: no limit)")

@@ -87,6 +87,21 @@ TEST(Daemon, WithoutCreditEveryOpWaitsForItsGrant) {
   EXPECT_FALSE(low.wait_granted(2, 200ms));
 }
 
+TEST(Daemon, PriorityPolicyHoldsBestEffortWhileAQueryRuns) {
+  DaemonProcess daemon({"--policy", "priority"});
+  FakeClient serve(daemon.socket(), Priority::high, "serve");
+  FakeClient train(daemon.socket(), Priority::low, "train");
+  serve.name_kernel(1, "attention");
+  train.name_kernel(1, "conv");
+  serve.post(FakeClient::kernel(1));
+  ASSERT_TRUE(eventually([&] { return daemon.status()["clients"][0]["ops"]["posted"] == 1; }));
+  train.post(FakeClient::kernel(1));
+  EXPECT_FALSE(train.wait_granted(1, 200ms)) << "the query's kernel is still on the device";
+  serve.complete(1);
+  EXPECT_TRUE(train.wait_granted(1));
+  EXPECT_EQ(daemon.status()["daemon"]["policy"], "priority");
+}
+
 TEST(Daemon, AccountsHighPriorityOpsWithoutGrants) {
   DaemonProcess daemon({"--max-outstanding", "1"});
   FakeClient high(daemon.socket(), Priority::high, "serve");
@@ -477,7 +492,7 @@ TEST(Gpuqosd, RefusesAPolicyThisReleaseDoesNotImplement) {
   std::ofstream(file) << "[policy]\nname = \"baymax\"\n";
   ChildProcess check({bin("gpuqosd"), "--check-config", file.string()}, {}, dir.path() / "check");
   EXPECT_EQ(check.wait(5s), 1);
-  EXPECT_NE(check.output().find("only \"fifo\""), std::string::npos) << check.output();
+  EXPECT_NE(check.output().find("only \"fifo\" and \"priority\""), std::string::npos) << check.output();
   ChildProcess start({bin("gpuqosd"), "--config", file.string(), "--socket", (dir.path() / "s.sock").string()}, {},
                      dir.path() / "start");
   EXPECT_EQ(start.wait(5s), 2) << start.output();

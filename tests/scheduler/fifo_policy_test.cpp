@@ -176,8 +176,9 @@ TEST(EngineBacklog, RetiresTheOldestBeyondItsBound) {
   EXPECT_TRUE(backlog.complete(1, done(EngineBacklog::kMaxTrackedOpsPerClient + 10, 0, 1)));
 }
 
-TEST(MakePolicy, KnowsFifoOnly) {
-  EXPECT_NE(make_policy({"fifo", 0}), nullptr);
+TEST(MakePolicy, KnowsFifoAndPriority) {
+  EXPECT_EQ(make_policy({"fifo", 0})->name(), "fifo");
+  EXPECT_EQ(make_policy({"priority", 0})->name(), "priority");
   EXPECT_EQ(make_policy({"baymax", 0}), nullptr);
 }
 

@@ -11,7 +11,7 @@
 namespace gpuqos::scheduler {
 
 // Options from `config`, on top of `base`. An error names what this daemon does not support
-// (policies other than fifo, for now).
+// (none and baymax, for now).
 ipc::Result<DaemonOptions> options_from_config(const config::Config& config, DaemonOptions base);
 
 }  // namespace gpuqos::scheduler

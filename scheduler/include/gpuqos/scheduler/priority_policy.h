@@ -1,0 +1,45 @@
+// priority: the naive answer to co-location. High-priority ops are accounted and never held;
+// low-priority ops are granted in arrival order, but only while no high-priority work is on the
+// device (posted and not yet completed). No prediction, no credit: best-effort work already granted
+// keeps running when a query arrives, which is the problem the baymax policy solves.
+//
+// A high-priority op whose completion never arrives (a shim that lost its completion thread) stops
+// blocking best-effort work after kStaleHighNs, so a lost report cannot starve everyone else.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <utility>
+
+#include "gpuqos/scheduler/policy.h"
+
+namespace gpuqos::scheduler {
+
+class PriorityPolicy final : public Policy {
+ public:
+  static constexpr std::int64_t kStaleHighNs = 1'000'000'000;
+
+  std::string_view name() const override { return "priority"; }
+  Decisions op_posted(const OpPosted& event) override;
+  Decisions op_completed(const OpCompleted& event) override;
+  Decisions client_gone(ClientId client, std::int64_t now_ns) override;
+  Decisions tick(std::int64_t now_ns) override;
+  const EngineBacklog& backlog() const override { return backlog_; }
+
+  std::size_t queued_ops() const { return queue_.size(); }
+  std::size_t high_priority_in_flight() const { return high_in_flight_.size(); }
+
+ private:
+  struct Queued {
+    ClientId client;
+    ipc::OpDescriptor op;
+  };
+  Decisions grant_ready();
+
+  std::deque<Queued> queue_;  // low-priority ops, arrival order
+  std::map<std::pair<ClientId, std::uint64_t>, std::int64_t> high_in_flight_;  // -> posted at (daemon clock)
+  EngineBacklog backlog_;
+};
+
+}  // namespace gpuqos::scheduler

@@ -1,0 +1,76 @@
+// Tests of the priority policy in a virtual clock: best-effort work only while no high-priority
+// work is on the device, arrival order otherwise, and a lost completion cannot starve anyone.
+#include "gpuqos/scheduler/priority_policy.h"
+
+#include <gtest/gtest.h>
+
+namespace gpuqos::scheduler {
+namespace {
+
+using ipc::Priority;
+
+ipc::OpDescriptor op(std::uint64_t seq, ipc::OpKind kind = ipc::OpKind::kernel) {
+  ipc::OpDescriptor d{};
+  d.seq = seq;
+  d.posted_ns = 1;
+  d.kind = kind;
+  if (kind == ipc::OpKind::kernel) d.kernel_id = 1;
+  return d;
+}
+
+ipc::CompletionDescriptor done(std::uint64_t seq) { return ipc::CompletionDescriptor{seq, 10, 20, 0, 0}; }
+
+constexpr ClientId kServe = 1, kTrainA = 2, kTrainB = 3;
+
+TEST(PriorityPolicy, BestEffortFlowsWhileNoQueryRuns) {
+  PriorityPolicy policy;
+  EXPECT_EQ(policy.op_posted({kTrainA, Priority::low, op(1), 1'000}), (Decisions{{kTrainA, 1}}));
+  EXPECT_EQ(policy.op_posted({kTrainB, Priority::low, op(1), 2'000}), (Decisions{{kTrainB, 1}}));
+  EXPECT_EQ(policy.name(), "priority");
+}
+
+TEST(PriorityPolicy, HoldsBestEffortWhileHighPriorityWorkIsOnTheDevice) {
+  PriorityPolicy policy;
+  EXPECT_TRUE(policy.op_posted({kServe, Priority::high, op(1), 1'000}).empty());
+  EXPECT_TRUE(policy.op_posted({kServe, Priority::high, op(2), 1'100}).empty());
+  EXPECT_TRUE(policy.op_posted({kTrainA, Priority::low, op(1), 1'200}).empty());
+  EXPECT_TRUE(policy.op_posted({kTrainB, Priority::low, op(1), 1'300}).empty());
+  EXPECT_TRUE(policy.op_completed({kServe, done(1), 1'400}).empty()) << "one of the query's ops still runs";
+  EXPECT_EQ(policy.op_completed({kServe, done(2), 1'500}), (Decisions{{kTrainA, 1}, {kTrainB, 1}}))
+      << "drained: the queue goes in arrival order";
+  EXPECT_EQ(policy.queued_ops(), 0u);
+}
+
+TEST(PriorityPolicy, MarksOfTheHighPriorityJobHoldNothing) {
+  PriorityPolicy policy;
+  EXPECT_TRUE(policy.op_posted({kServe, Priority::high, op(1, ipc::OpKind::sync), 1'000}).empty());
+  EXPECT_EQ(policy.high_priority_in_flight(), 0u);
+  EXPECT_EQ(policy.op_posted({kTrainA, Priority::low, op(1), 1'100}), (Decisions{{kTrainA, 1}}));
+}
+
+TEST(PriorityPolicy, AGoneHighPriorityClientReleasesTheQueue) {
+  PriorityPolicy policy;
+  (void)policy.op_posted({kServe, Priority::high, op(1), 1'000});
+  EXPECT_TRUE(policy.op_posted({kTrainA, Priority::low, op(1), 1'100}).empty());
+  EXPECT_EQ(policy.client_gone(kServe, 1'200), (Decisions{{kTrainA, 1}}));
+}
+
+TEST(PriorityPolicy, ALostCompletionStopsBlockingAfterTheStaleLimit) {
+  PriorityPolicy policy;
+  (void)policy.op_posted({kServe, Priority::high, op(1), 1'000});
+  EXPECT_TRUE(policy.op_posted({kTrainA, Priority::low, op(1), 2'000}).empty());
+  EXPECT_TRUE(policy.tick(1'000 + PriorityPolicy::kStaleHighNs).empty()) << "not yet stale";
+  EXPECT_EQ(policy.tick(1'001 + PriorityPolicy::kStaleHighNs), (Decisions{{kTrainA, 1}}));
+}
+
+TEST(PriorityPolicy, BacklogCountsBothClasses) {
+  PriorityPolicy policy;
+  (void)policy.op_posted({kTrainA, Priority::low, op(1), 1'000});
+  (void)policy.op_posted({kServe, Priority::high, op(1), 1'100});
+  EXPECT_EQ(policy.backlog().load(0, Engine::compute).outstanding_ops, 2u);
+  (void)policy.op_completed({kTrainA, done(1), 1'200});
+  EXPECT_EQ(policy.backlog().load(0, Engine::compute).outstanding_ops, 1u);
+}
+
+}  // namespace
+}  // namespace gpuqos::scheduler
