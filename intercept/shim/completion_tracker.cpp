@@ -57,7 +57,7 @@ void CompletionTracker::track(std::shared_ptr<Session> session, const Ticket& ti
       if (record_inline || (op.per_thread && op.stream == nullptr)) {
         record(pending, op.stream);
       } else {
-        pending.needs_record = true;
+        pending.needs_record = pending.deferred = true;
       }
     }
     enqueue(std::move(pending));
@@ -184,8 +184,9 @@ bool CompletionTracker::poll_streams() noexcept {
       const CUresult state = decider->event && query ? query(decider->event) : CUDA_SUCCESS;
       if (state == CUDA_ERROR_NOT_READY) break;
       const std::int64_t now = ipc::monotonic_ns();
-      // One event decided several ops, or there was none to wait for: the times do not time this op.
-      const bool coarse = decider != queue.begin() || !decider->event;
+      // One event decided several ops, it was recorded late, or there was none to wait for: the
+      // times do not time this op alone.
+      const bool coarse = decider != queue.begin() || !decider->event || decider->deferred;
       for (auto done = queue.begin(); done != std::next(decider); ++done) report(*done, now, coarse);
       if (decider->event && state == CUDA_SUCCESS) {
         std::lock_guard lock(mutex_);

@@ -9,12 +9,13 @@
 // same stream. A call the driver refused is reported at once with its error code.
 //
 // Who records the event:
-// - inline (low priority): the program's thread, right after the call. Exact per op; the cost
-//   (one driver call) hides behind the grant the thread just waited for.
-// - deferred (high priority: nothing may be added to its path): the program's thread only queues
-//   the op; the background thread records one event per stream for everything queued since its
-//   last turn, and each op on that stream completes with it (late by at most the ops issued after
-//   it in the same turn). Ops on a per-thread default stream are recorded inline: another thread
+// - inline (a low-priority call that waited for its grant): the program's thread, right after the
+//   call. Exact per op; the cost (one driver call) hides behind the wait.
+// - deferred (high priority, where nothing may be added to the launch path, and low priority
+//   spending credit, where there is no wait to hide it): the program's thread only queues the op;
+//   the background thread records one event per stream for everything queued since its last turn,
+//   and each op on that stream completes with it. Such an event is recorded after the call, maybe
+//   after later ops of the stream, so these completions are always reported coarse. Ops on a per-thread default stream are recorded inline: another thread
 //   cannot name that stream. Before a stream or context is destroyed (the lifetime hooks), the
 //   destroying thread records what is still queued, so no event is ever recorded on a dead handle;
 //   a synchronising thread does the same, so the work it waits for is known done when it returns.
@@ -70,6 +71,7 @@ class CompletionTracker {
     bool per_thread = false;    // issued on a _ptsz/_ptds form
     bool needs_record = false;  // deferred: the background thread records its event
     bool covered = false;       // done when the next event on its stream is
+    bool deferred = false;      // its event (if any) was recorded by the background thread
   };
 
   CUevent acquire_event(CUcontext context) noexcept;

@@ -77,7 +77,10 @@ Ticket DaemonGate::post(const Operation& op, const std::shared_ptr<Session>& ses
     if (!session->post(descriptor, kernels_, /*may_wait=*/low)) return {};
     ticket.seq = descriptor.seq;
     ticket.session = session->id();
-    if (low) session->wait_for_grant(ticket.seq);  // lost meanwhile: released, the call goes ahead
+    if (low && !session->granted(ticket.seq)) {
+      ticket.waited = true;
+      session->wait_for_grant(ticket.seq);  // lost meanwhile: released, the call goes ahead
+    }
     return ticket;
   } catch (...) {
     return {};
@@ -142,8 +145,9 @@ void DaemonGate::after(const Operation& op, Ticket ticket, CUresult result) noex
   if (ticket.seq == 0) return;
   std::shared_ptr<Session> session = session_.load();
   if (session && session->id() == ticket.session && session->alive()) {
-    // High priority: nothing added to the program's path; the completion thread records.
-    completions_.track(std::move(session), ticket, op, result, /*record_inline=*/settings_.priority == Priority::low);
+    // Only a call that waited for its grant records its own event (the cost hides behind the wait);
+    // high priority, and low priority spending credit, add nothing: the completion thread records.
+    completions_.track(std::move(session), ticket, op, result, /*record_inline=*/ticket.waited);
   }
 }
 

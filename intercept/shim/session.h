@@ -50,6 +50,8 @@ class Session {
 
   // Blocks until the daemon granted seq: true; false when the session was lost meanwhile.
   bool wait_for_grant(std::uint64_t seq) noexcept;
+  // Already granted (credit), as far as this process has read the grants: no wait needed.
+  bool granted(std::uint64_t seq) const noexcept { return granted_.load(std::memory_order_acquire) >= seq; }
 
   // Completion thread only (the single producer of the completions ring).
   bool push_completion(const ipc::CompletionDescriptor& completion) noexcept;

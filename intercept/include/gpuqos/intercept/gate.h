@@ -51,6 +51,7 @@ struct Ticket {
   std::uint32_t session = 0;    // which registration with the daemon posted it
   CUcontext context = nullptr;  // current when it was posted: completion events are made there
   std::int64_t posted_ns = 0;
+  bool waited = false;          // held for the daemon's grant (not issued on credit)
 };
 
 // Contract for every implementation: called concurrently from any thread of the program, possibly
