@@ -5,13 +5,18 @@ namespace gpuqos::scheduler {
 
 ipc::Result<DaemonOptions> options_from_config(const config::Config& config, DaemonOptions base) {
   const auto name = config.policy.name;
-  if (name != config::PolicyName::fifo && name != config::PolicyName::priority) {
-    return ipc::Error{"policy." + std::string("name = \"") + std::string(config::to_string(name)) +
-                      "\": this gpuqosd implements only \"fifo\" and \"priority\" so far"};
+  if (name == config::PolicyName::none) {
+    return ipc::Error{"policy.name = \"none\" means running without gpuqosd (stop the daemon instead)"};
   }
   base.socket_path = config.daemon.socket_path;
   base.policy.name = std::string(config::to_string(name));
   base.policy.max_outstanding_ops = config.policy.fifo.max_outstanding;
+  const config::BaymaxConfig& b = config.policy.baymax;
+  const auto ns = [](double ms) { return static_cast<std::int64_t>(ms * 1e6); };
+  base.policy.baymax = BaymaxOptions{ns(b.safety_margin_ms), ns(b.be_backlog_bound_ms),   b.max_be_transfers,
+                                     b.copy_chunk_bytes,      b.adaptation,                ns(b.min_backlog_bound_ms),
+                                     ns(b.max_backlog_bound_ms), ns(b.adapt_step_ms)};
+  base.config = config;
   base.learning.store_path = config.daemon.profile_store;
   base.learning.save_interval_ns = static_cast<std::int64_t>(config.daemon.profile_save_interval_s) * 1'000'000'000;
   return base;

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "gpuqos/config/config.h"
 #include "gpuqos/ipc/registration.h"
 #include "gpuqos/ipc/result.h"
 #include "gpuqos/scheduler/client.h"
@@ -26,6 +27,9 @@ struct DaemonOptions {
   std::string socket_path = kDefaultSocketPath;
   PolicyOptions policy;
   DurationLearner::Options learning;  // the predictor's store and how often it is saved
+  // The whole config (jobs, access); the defaults when gpuqosd runs without a file.
+  config::Config config = config::default_config();
+  std::string config_path;  // empty: no file (then there is nothing to reload)
 };
 
 class Daemon {

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,11 +30,25 @@ struct Grant {
 };
 using Decisions = std::vector<Grant>;
 
+// Who a client is, as far as scheduling cares: told once, before its first op.
+struct ClientInfo {
+  ClientId client = 0;
+  std::string job;
+  ipc::Priority priority = ipc::Priority::low;  // the effective class (after access checks)
+  std::uint32_t device = 0;
+  std::optional<std::int64_t> target_ns;  // the job's latency target (config), if any
+  double percentile = 99.0;               // ... at this percentile
+  double weight = 1.0;                    // share among best-effort jobs
+};
+
 struct OpPosted {
   ClientId client = 0;
   ipc::Priority priority = ipc::Priority::low;
   ipc::OpDescriptor op{};
   std::int64_t now_ns = 0;
+  // The predictor's upper estimate of the op's device time; 0: no prediction (the policy falls
+  // back to placeholder_duration_ns).
+  std::int64_t predicted_ns = 0;
 };
 
 struct OpCompleted {
@@ -42,11 +57,36 @@ struct OpCompleted {
   std::int64_t now_ns = 0;
 };
 
+// [policy.baymax], in the daemon's units.
+struct BaymaxOptions {
+  std::int64_t safety_margin_ns = 1'000'000;
+  std::int64_t be_backlog_bound_ns = 5'000'000;
+  std::uint32_t max_be_transfers = 1;         // 0: no limit
+  std::uint64_t copy_chunk_bytes = 4u << 20;  // 0: never split
+  bool adaptation = false;
+  std::int64_t min_backlog_bound_ns = 1'000'000;
+  std::int64_t max_backlog_bound_ns = 20'000'000;
+  std::int64_t adapt_step_ns = 500'000;
+};
+
+struct PolicyOptions {
+  std::string name = "fifo";
+  // fifo: low-priority ops granted but not yet completed (0: no limit).
+  std::uint32_t max_outstanding_ops = 0;
+  // Ops a low-priority client may issue ahead of the daemon's answer when nothing else waits
+  // (0: one grant round trip per op).
+  std::uint32_t credit_ops = 32;
+  BaymaxOptions baymax;
+};
+
 class Policy {
  public:
   virtual ~Policy() = default;
 
   virtual std::string_view name() const = 0;
+
+  // A client registered; its ops follow. Policies that need nothing of it ignore it.
+  virtual Decisions client_registered(const ClientInfo& /*info*/, std::int64_t /*now_ns*/) { return {}; }
 
   // A high-priority op is accounted and never held: no decision is ever needed for it.
   virtual Decisions op_posted(const OpPosted& event) = 0;
@@ -57,15 +97,10 @@ class Policy {
 
   // What is on (or granted to) each device's engines, for status and for the policy itself.
   virtual const EngineBacklog& backlog() const = 0;
-};
 
-struct PolicyOptions {
-  std::string name = "fifo";
-  // fifo: low-priority ops granted but not yet completed (0: no limit).
-  std::uint32_t max_outstanding_ops = 0;
-  // Ops a low-priority client may issue ahead of the daemon's answer when nothing else waits
-  // (0: one grant round trip per op).
-  std::uint32_t credit_ops = 32;
+  // New parameters of the same policy (a config reload), applied in place. False when this policy
+  // cannot take them without a restart (a different name); then nothing changed.
+  virtual bool reconfigure(const PolicyOptions& /*options*/) { return false; }
 };
 
 // The policy called options.name, or nullptr when there is none by that name.
