@@ -1,0 +1,53 @@
+// The best-effort backlog bound, moved by the measured tail latency of high-priority jobs.
+//
+// The rule: each job with a target keeps its last kWindow query latencies. After every kEvery
+// queries of a job, its tail (the latency at its percentile over the window) is compared with its
+// target: above kTighten x target, the bound drops one step; below kLoosen x target, it rises one
+// step; in between it stays. Always within [min, max]. With adaptation off the bound is fixed.
+//
+// Why it converges: if a job's tail grows with the bound (more best-effort work queued ahead of a
+// query delays it more), steps move the bound towards the band where the tail lies between
+// kLoosen and kTighten of the target, and the band has no step out of it; if the tail does not
+// depend on the bound (the target is met or missed whatever it is), the bound walks to the end
+// that serves best-effort work (max) or the query (min). tests/scheduler/adaptive_bound_test.cpp
+// shows both with a latency model.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "gpuqos/scheduler/policy.h"
+
+namespace gpuqos::scheduler {
+
+class AdaptiveBound {
+ public:
+  static constexpr std::size_t kWindow = 64;
+  static constexpr std::size_t kEvery = 16;
+  static constexpr double kTighten = 0.9;
+  static constexpr double kLoosen = 0.6;
+
+  explicit AdaptiveBound(const BaymaxOptions& options) { configure(options); }
+  // New parameters: the bound restarts from options.be_backlog_bound_ns (clamped); history stays.
+  void configure(const BaymaxOptions& options);
+
+  std::int64_t bound_ns() const { return bound_ns_; }
+  // One closed query of `client`'s job. True when the bound moved.
+  bool observe(ClientId client, std::int64_t latency_ns, std::int64_t target_ns, double percentile);
+  void forget(ClientId client) { windows_.erase(client); }
+  std::uint64_t steps() const { return steps_; }
+
+ private:
+  struct Window {
+    std::vector<std::int64_t> latencies;  // ring of the last kWindow
+    std::size_t next = 0;
+    std::size_t since_check = 0;
+  };
+  bool enabled_ = false;
+  std::int64_t bound_ns_ = 0, min_ns_ = 0, max_ns_ = 0, step_ns_ = 0;
+  std::uint64_t steps_ = 0;
+  std::map<ClientId, Window> windows_;
+};
+
+}  // namespace gpuqos::scheduler

@@ -1,0 +1,120 @@
+// baymax: best-effort work is granted only when it cannot make a high-priority query miss its
+// deadline (Baymax, ASPLOS '16, behind gpuqos's policy interface).
+//
+// State, per device and engine (compute, h2d, d2h): the predicted time at which the best-effort
+// work already granted will be done (`be_until`), pushed out by each grant (by the predictor's
+// upper estimate of the op) and pulled back by each completion (its end, plus what is still
+// outstanding). High-priority ops are never held; they are accounted per client (their predicted
+// device time) and their queries are tracked by QueryTracker (inferred from sync marks or marked
+// explicitly). A query's deadline is its opening time plus its job's target.
+//
+// The decision for the head op of a best-effort client, on engine e of device d, predicted p:
+// - compute (kernels, graphs, memsets, device-to-device copies): if best-effort work is already
+//   outstanding, backlog(e) + p must stay within the bound (a query arriving later waits at most
+//   that long); a lone op is let through whatever its length, or a long kernel would never run;
+// - copies: at most max_be_transfers best-effort copies in flight on the device, and none while a
+//   high-priority copy is in flight in the same direction;
+// - every open query on d with a target, in earliest-deadline-first order, must still make it:
+//   now + backlog(e) + p + need_k + margin <= deadline_k, where need_k is the query's expected
+//   remaining time (QueryTracker's profile) plus the predicted outstanding device work of the
+//   queries ahead of it in deadline order (they are served first).
+// Sync and query marks occupy nothing and pass as soon as everything before them did.
+//
+// Among best-effort clients, grants go by weight (start-time fair queueing: each grant advances
+// the client's virtual time by p / weight; the least advanced client with a grantable head goes
+// first). With no high-priority client on a device, best-effort clients also get credit (seqs
+// beyond their last posted op, as in fifo), so they pay no round trip when there is nothing to
+// protect.
+//
+// Adaptation (optional): the bound follows the measured tail latency of each job (adaptive_bound.h).
+// Stale state: an open query older than kStaleQueryNs is abandoned and an op whose completion never
+// came is retired after kStaleOpNs, so a lost report cannot starve best-effort work forever.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "gpuqos/scheduler/adaptive_bound.h"
+#include "gpuqos/scheduler/policy.h"
+#include "gpuqos/scheduler/query_tracker.h"
+
+namespace gpuqos::scheduler {
+
+class BaymaxPolicy final : public Policy {
+ public:
+  static constexpr std::int64_t kStaleQueryNs = 2'000'000'000;
+  static constexpr std::int64_t kStaleOpNs = 10'000'000'000;
+
+  explicit BaymaxPolicy(const PolicyOptions& options);
+
+  std::string_view name() const override { return "baymax"; }
+  Decisions client_registered(const ClientInfo& info, std::int64_t now_ns) override;
+  Decisions op_posted(const OpPosted& event) override;
+  Decisions op_completed(const OpCompleted& event) override;
+  Decisions client_gone(ClientId client, std::int64_t now_ns) override;
+  Decisions tick(std::int64_t now_ns) override;
+  const EngineBacklog& backlog() const override { return backlog_; }
+  bool reconfigure(const PolicyOptions& options) override;
+
+  // For tests and status.
+  std::int64_t bound_ns() const { return bound_.bound_ns(); }
+  std::int64_t be_backlog_ns(std::uint32_t device, Engine engine, std::int64_t now_ns) const;
+  std::size_t queued_ops() const;
+  const QueryTracker& queries() const { return queries_; }
+  std::uint64_t adaptation_steps() const { return bound_.steps(); }
+
+ private:
+  struct Queued {
+    ipc::OpDescriptor op;
+    std::int64_t predicted_ns;
+  };
+  struct ClientState {
+    ClientInfo info;
+    std::deque<Queued> queue;
+    std::uint64_t posted = 0;
+    std::uint64_t granted = 0;  // beyond posted: credit
+    double vtime = 0;           // fair queueing: device ns granted / weight
+    std::int64_t hp_outstanding_ns = 0;  // high priority: predicted device time not yet completed
+  };
+  struct InFlight {
+    std::uint32_t device;
+    Engine engine;
+    std::int64_t predicted_ns;
+    std::int64_t since_ns;
+    bool high;
+  };
+  struct EngineState {
+    std::int64_t be_until_ns = 0;        // predicted end of the outstanding best-effort work
+    std::int64_t be_outstanding_ns = 0;  // its predicted total
+    std::uint32_t be_ops = 0;
+    std::uint32_t hp_ops = 0;
+  };
+  using EngineKey = std::pair<std::uint32_t, Engine>;
+
+  ClientState& state_of(ClientId client, ipc::Priority priority);
+  std::int64_t predicted(const OpPosted& event) const;
+  void account(ClientId client, const ipc::OpDescriptor& op, std::int64_t predicted_ns, bool high, std::int64_t now_ns);
+  void retire(ClientId client, std::uint64_t seq, std::optional<std::int64_t> end_ns, std::int64_t now_ns);
+  void learn(const std::vector<ClosedQuery>& closed);
+  bool grantable(const Queued& queued, std::int64_t now_ns) const;
+  bool high_priority_on(std::uint32_t device) const;
+  Decisions grant_ready(std::int64_t now_ns);
+  void extend_credit(ClientId client, ClientState& state, Decisions& decisions);
+
+  PolicyOptions options_;
+  AdaptiveBound bound_;
+  QueryTracker queries_;
+  std::map<ClientId, ClientState> clients_;
+  std::map<std::pair<ClientId, std::uint64_t>, InFlight> in_flight_;
+  std::map<EngineKey, EngineState> engines_;
+  double virtual_time_ = 0;  // the vtime of the latest grant: where a newly busy client starts
+  EngineBacklog backlog_;
+};
+
+}  // namespace gpuqos::scheduler

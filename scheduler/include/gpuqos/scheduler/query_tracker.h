@@ -1,0 +1,89 @@
+// Query boundaries of high-priority jobs, and how long the rest of an open query usually takes.
+//
+// A query is what a latency target is about: one request's worth of work, from its first op to the
+// synchronisation that waits for it. Boundaries are
+// - inferred (the default): a query opens with the first GPU op posted while none of the job's work
+//   is outstanding, and closes at the synchronisation mark that drains it: when every op posted
+//   before that mark has completed (or at the mark, if they already had). Ops posted after the mark
+//   but before the drain open the next query at their own post time;
+// - explicit, once the job posts a query_begin mark (gpuqos/query.h): from then on only its marks
+//   count; query_begin opens (a second begin while open is ignored) and query_end closes at the
+//   mark's arrival.
+//
+// Closed queries teach a per-job profile: for the k-th op of a query (k < kProfileOps), how long the
+// query still ran after it was posted. It rises fast and falls slowly (a tail estimate, not a mean),
+// so expected_remaining_ns() errs towards waiting; the policy adds the margin on top.
+//
+// Pure: times come in with each event, in the daemon's clock (CLOCK_MONOTONIC ns); the shim's
+// completion times are in the same clock.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <vector>
+
+#include "gpuqos/ipc/descriptor.h"
+
+namespace gpuqos::scheduler {
+
+using ClientId = std::uint32_t;
+
+struct ClosedQuery {
+  ClientId client = 0;
+  std::int64_t opened_ns = 0;
+  std::int64_t closed_ns = 0;
+  std::uint64_t ops = 0;   // GPU ops posted in it
+  bool marked = false;     // explicit marks, not inferred
+  std::int64_t latency_ns() const { return closed_ns - opened_ns; }
+};
+
+struct OpenQuery {
+  std::int64_t opened_ns = 0;
+  std::uint64_t ops = 0;
+  std::int64_t last_op_ns = 0;   // when its latest op was posted (opened_ns before any)
+  bool marked = false;
+  std::uint64_t closing_seq = 0;  // inferred: the sync mark that will close it (0: none yet)
+};
+
+class QueryTracker {
+ public:
+  static constexpr std::size_t kProfileOps = 4096;
+
+  // Every op and mark a tracked (high-priority) client posts, in seq order.
+  std::vector<ClosedQuery> posted(ClientId client, const ipc::OpDescriptor& op, std::int64_t now_ns);
+  // Every completion of such a client's ops.
+  std::vector<ClosedQuery> completed(ClientId client, const ipc::CompletionDescriptor& completion,
+                                     std::int64_t now_ns);
+  void client_gone(ClientId client);
+  // Abandons queries open longer than max_age_ns (a client that lost its completions); returns them.
+  std::vector<ClientId> expire(std::int64_t now_ns, std::int64_t max_age_ns);
+
+  // The client's open query, or nullptr.
+  const OpenQuery* open_query(ClientId client) const;
+  // How much longer the open query is expected to run from now: the profile's remaining time after
+  // its latest op, less the time since that op; 0 with no open query or no profile yet.
+  std::int64_t expected_remaining_ns(ClientId client, std::int64_t now_ns) const;
+  // The profile's expected length of a whole query (0: none closed yet).
+  std::int64_t expected_query_ns(ClientId client) const;
+  std::uint64_t outstanding_ops(ClientId client) const;
+
+ private:
+  struct State {
+    std::map<std::uint64_t, std::int64_t> outstanding;  // GPU op seq -> posted at
+    bool explicit_marks = false;
+    bool open = false;
+    OpenQuery query;
+    std::vector<std::int64_t> op_times;  // post time of each op of the open query (first kProfileOps)
+    std::vector<std::int64_t> remaining;  // profile: after op k, the query ran this much longer
+    std::int64_t whole = 0;               // profile: a whole query
+  };
+  void open(State& state, std::int64_t at_ns);
+  ClosedQuery close(ClientId client, State& state, std::int64_t at_ns);
+  // Inferred: closes the query if its closing mark has been drained.
+  void maybe_close(ClientId client, State& state, std::int64_t at_ns, std::vector<ClosedQuery>& closed);
+
+  std::map<ClientId, State> clients_;
+};
+
+}  // namespace gpuqos::scheduler

@@ -1,0 +1,47 @@
+// The adaptation rule of the best-effort backlog bound (see adaptive_bound.h).
+#include "gpuqos/scheduler/adaptive_bound.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace gpuqos::scheduler {
+
+void AdaptiveBound::configure(const BaymaxOptions& options) {
+  enabled_ = options.adaptation;
+  min_ns_ = std::max<std::int64_t>(1, options.min_backlog_bound_ns);
+  max_ns_ = std::max(min_ns_, options.max_backlog_bound_ns);
+  step_ns_ = std::max<std::int64_t>(1, options.adapt_step_ns);
+  bound_ns_ = enabled_ ? std::clamp(options.be_backlog_bound_ns, min_ns_, max_ns_) : options.be_backlog_bound_ns;
+}
+
+bool AdaptiveBound::observe(ClientId client, std::int64_t latency_ns, std::int64_t target_ns, double percentile) {
+  if (!enabled_ || target_ns <= 0) return false;
+  Window& window = windows_[client];
+  if (window.latencies.size() < kWindow) {
+    window.latencies.push_back(latency_ns);
+  } else {
+    window.latencies[window.next] = latency_ns;
+  }
+  window.next = (window.next + 1) % kWindow;
+  if (++window.since_check < kEvery) return false;
+  window.since_check = 0;
+  std::vector<std::int64_t> sorted = window.latencies;
+  const auto rank = static_cast<std::size_t>(
+      std::ceil(std::clamp(percentile, 0.0, 100.0) / 100.0 * static_cast<double>(sorted.size())));
+  const std::size_t index = std::clamp<std::size_t>(rank, 1, sorted.size()) - 1;
+  std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(index), sorted.end());
+  const double tail = static_cast<double>(sorted[index]);
+  const double target = static_cast<double>(target_ns);
+  std::int64_t next = bound_ns_;
+  if (tail > kTighten * target) {
+    next = std::max(min_ns_, bound_ns_ - step_ns_);
+  } else if (tail < kLoosen * target) {
+    next = std::min(max_ns_, bound_ns_ + step_ns_);
+  }
+  if (next == bound_ns_) return false;
+  bound_ns_ = next;
+  ++steps_;
+  return true;
+}
+
+}  // namespace gpuqos::scheduler

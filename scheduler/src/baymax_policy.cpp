@@ -1,0 +1,243 @@
+// baymax: deadline-aware admission of best-effort work (see baymax_policy.h).
+#include "gpuqos/scheduler/baymax_policy.h"
+
+#include <algorithm>
+
+namespace gpuqos::scheduler {
+
+BaymaxPolicy::BaymaxPolicy(const PolicyOptions& options) : options_(options), bound_(options.baymax) {}
+
+bool BaymaxPolicy::reconfigure(const PolicyOptions& options) {
+  if (options.name != name()) return false;
+  options_ = options;
+  bound_.configure(options.baymax);
+  return true;
+}
+
+BaymaxPolicy::ClientState& BaymaxPolicy::state_of(ClientId client, ipc::Priority priority) {
+  auto [it, added] = clients_.try_emplace(client);
+  if (added) {
+    it->second.info.client = client;
+    it->second.info.priority = priority;
+  }
+  return it->second;
+}
+
+std::int64_t BaymaxPolicy::predicted(const OpPosted& event) const {
+  return event.predicted_ns > 0 ? event.predicted_ns : placeholder_duration_ns(event.op);
+}
+
+Decisions BaymaxPolicy::client_registered(const ClientInfo& info, std::int64_t now_ns) {
+  ClientState& state = state_of(info.client, info.priority);
+  state.info = info;
+  return grant_ready(now_ns);
+}
+
+void BaymaxPolicy::account(ClientId client, const ipc::OpDescriptor& op, std::int64_t predicted_ns, bool high,
+                           std::int64_t now_ns) {
+  const auto engine = engine_of(op);
+  if (!engine) return;
+  if (!in_flight_.try_emplace({client, op.seq}, InFlight{op.device, *engine, predicted_ns, now_ns, high}).second) return;
+  EngineState& state = engines_[{op.device, *engine}];
+  if (high) {
+    ++state.hp_ops;
+    clients_[client].hp_outstanding_ns += predicted_ns;
+  } else {
+    state.be_until_ns = std::max(state.be_until_ns, now_ns) + predicted_ns;
+    state.be_outstanding_ns += predicted_ns;
+    ++state.be_ops;
+  }
+  backlog_.account(client, op, predicted_ns);
+}
+
+void BaymaxPolicy::retire(ClientId client, std::uint64_t seq, std::optional<std::int64_t> end_ns, std::int64_t now_ns) {
+  auto it = in_flight_.find({client, seq});
+  if (it == in_flight_.end()) return;
+  const InFlight done = it->second;
+  in_flight_.erase(it);
+  EngineState& state = engines_[{done.device, done.engine}];
+  if (done.high) {
+    --state.hp_ops;
+    if (auto c = clients_.find(client); c != clients_.end()) c->second.hp_outstanding_ns -= done.predicted_ns;
+    return;
+  }
+  --state.be_ops;
+  state.be_outstanding_ns -= done.predicted_ns;
+  if (end_ns) {
+    // What is still outstanding runs after this op: the estimate restarts from its measured end.
+    state.be_until_ns = std::min(*end_ns, now_ns) + state.be_outstanding_ns;
+  } else {
+    state.be_until_ns = std::min(state.be_until_ns, now_ns + state.be_outstanding_ns);
+  }
+}
+
+std::int64_t BaymaxPolicy::be_backlog_ns(std::uint32_t device, Engine engine, std::int64_t now_ns) const {
+  auto it = engines_.find({device, engine});
+  if (it == engines_.end() || it->second.be_ops == 0) return 0;
+  return std::max<std::int64_t>(0, it->second.be_until_ns - now_ns);
+}
+
+std::size_t BaymaxPolicy::queued_ops() const {
+  std::size_t queued = 0;
+  for (const auto& [id, state] : clients_) queued += state.queue.size();
+  return queued;
+}
+
+void BaymaxPolicy::learn(const std::vector<ClosedQuery>& closed) {
+  for (const ClosedQuery& query : closed) {
+    auto it = clients_.find(query.client);
+    if (it == clients_.end() || !it->second.info.target_ns) continue;
+    bound_.observe(query.client, query.latency_ns(), *it->second.info.target_ns, it->second.info.percentile);
+  }
+}
+
+bool BaymaxPolicy::high_priority_on(std::uint32_t device) const {
+  return std::any_of(clients_.begin(), clients_.end(), [device](const auto& entry) {
+    return entry.second.info.priority == ipc::Priority::high && entry.second.info.device == device;
+  });
+}
+
+bool BaymaxPolicy::grantable(const Queued& queued, std::int64_t now_ns) const {
+  const ipc::OpDescriptor& op = queued.op;
+  const auto engine = engine_of(op);
+  if (!engine) return true;  // a mark
+  const std::int64_t p = queued.predicted_ns;
+  const std::int64_t backlog = be_backlog_ns(op.device, *engine, now_ns);
+  const auto state_at = [this, &op](Engine e) {
+    auto it = engines_.find({op.device, e});
+    return it == engines_.end() ? EngineState{} : it->second;
+  };
+  const EngineState here = state_at(*engine);
+  if (*engine == Engine::compute) {
+    if (here.be_ops > 0 && backlog + p > bound_.bound_ns()) return false;
+  } else {
+    const std::uint32_t copies = state_at(Engine::h2d).be_ops + state_at(Engine::d2h).be_ops;
+    if (options_.baymax.max_be_transfers != 0 && copies >= options_.baymax.max_be_transfers) return false;
+    if (here.hp_ops > 0) return false;
+  }
+  struct Open {
+    std::int64_t deadline_ns, remaining_ns, outstanding_ns;
+  };
+  std::vector<Open> open;
+  for (const auto& [id, state] : clients_) {
+    if (state.info.priority != ipc::Priority::high || state.info.device != op.device || !state.info.target_ns) continue;
+    const OpenQuery* query = queries_.open_query(id);
+    if (!query) continue;
+    open.push_back(Open{query->opened_ns + *state.info.target_ns, queries_.expected_remaining_ns(id, now_ns),
+                        state.hp_outstanding_ns});
+  }
+  std::sort(open.begin(), open.end(), [](const Open& a, const Open& b) { return a.deadline_ns < b.deadline_ns; });
+  std::int64_t ahead = 0;  // device work of the queries with earlier deadlines
+  for (const Open& query : open) {
+    const std::int64_t need = query.remaining_ns + ahead;
+    if (now_ns + backlog + p + need + options_.baymax.safety_margin_ns > query.deadline_ns) return false;
+    ahead += query.outstanding_ns;
+  }
+  return true;
+}
+
+void BaymaxPolicy::extend_credit(ClientId client, ClientState& state, Decisions& decisions) {
+  const std::uint32_t credit = options_.credit_ops;
+  if (credit == 0 || state.posted == 0 || !state.queue.empty() || high_priority_on(state.info.device)) return;
+  if (state.granted >= state.posted + credit / 2 && state.granted > state.posted) return;
+  state.granted = state.posted + credit;
+  decisions.push_back(Grant{client, state.granted});
+}
+
+Decisions BaymaxPolicy::grant_ready(std::int64_t now_ns) {
+  Decisions decisions;
+  for (;;) {
+    // Least virtual time first; a client whose head cannot go closes its engine to the clients
+    // behind it, so short ops of one client cannot starve a long op of another.
+    std::vector<std::pair<double, ClientId>> order;
+    for (const auto& [id, state] : clients_) {
+      if (!state.queue.empty()) order.emplace_back(state.vtime, id);
+    }
+    std::sort(order.begin(), order.end());
+    std::set<EngineKey> closed;
+    ClientId chosen = 0;
+    bool found = false;
+    for (const auto& [vtime, id] : order) {
+      const Queued& head = clients_.at(id).queue.front();
+      const auto engine = engine_of(head.op);
+      if (engine && closed.contains({head.op.device, *engine})) continue;
+      if (grantable(head, now_ns)) {
+        chosen = id;
+        found = true;
+        break;
+      }
+      if (engine) closed.insert({head.op.device, *engine});
+    }
+    if (!found) break;
+    ClientState& state = clients_.at(chosen);
+    const Queued next = state.queue.front();
+    state.queue.pop_front();
+    if (engine_of(next.op)) {
+      account(chosen, next.op, next.predicted_ns, false, now_ns);
+      virtual_time_ = std::max(virtual_time_, state.vtime);
+      state.vtime += static_cast<double>(next.predicted_ns) / std::max(state.info.weight, 1e-3);
+    }
+    state.granted = std::max(state.granted, next.op.seq);
+    decisions.push_back(Grant{chosen, next.op.seq});
+  }
+  for (auto& [id, state] : clients_) {
+    if (state.info.priority == ipc::Priority::low) extend_credit(id, state, decisions);
+  }
+  return decisions;
+}
+
+Decisions BaymaxPolicy::op_posted(const OpPosted& event) {
+  const ipc::OpDescriptor& op = event.op;
+  ClientState& state = state_of(event.client, event.priority);
+  state.posted = std::max(state.posted, op.seq);
+  const std::int64_t p = predicted(event);
+  if (event.priority == ipc::Priority::high) {
+    account(event.client, op, p, true, event.now_ns);
+    learn(queries_.posted(event.client, op, event.now_ns));
+    return grant_ready(event.now_ns);
+  }
+  if (op.seq <= state.granted && state.queue.empty()) {
+    account(event.client, op, p, false, event.now_ns);  // credit, spent without asking
+    return grant_ready(event.now_ns);
+  }
+  if (state.queue.empty()) state.vtime = std::max(state.vtime, virtual_time_);
+  state.queue.push_back(Queued{op, p});
+  return grant_ready(event.now_ns);
+}
+
+Decisions BaymaxPolicy::op_completed(const OpCompleted& event) {
+  const ipc::CompletionDescriptor& completion = event.completion;
+  retire(event.client, completion.seq, completion.end_ns > 0 ? std::optional(completion.end_ns) : std::nullopt,
+         event.now_ns);
+  backlog_.complete(event.client, completion);
+  auto it = clients_.find(event.client);
+  if (it != clients_.end() && it->second.info.priority == ipc::Priority::high) {
+    learn(queries_.completed(event.client, completion, event.now_ns));
+  }
+  return grant_ready(event.now_ns);
+}
+
+Decisions BaymaxPolicy::client_gone(ClientId client, std::int64_t now_ns) {
+  std::vector<std::uint64_t> seqs;
+  for (const auto& [key, flight] : in_flight_) {
+    if (key.first == client) seqs.push_back(key.second);
+  }
+  for (std::uint64_t seq : seqs) retire(client, seq, std::nullopt, now_ns);
+  queries_.client_gone(client);
+  bound_.forget(client);
+  backlog_.drop_client(client);
+  clients_.erase(client);
+  return grant_ready(now_ns);
+}
+
+Decisions BaymaxPolicy::tick(std::int64_t now_ns) {
+  queries_.expire(now_ns, kStaleQueryNs);
+  std::vector<std::pair<ClientId, std::uint64_t>> stale;
+  for (const auto& [key, flight] : in_flight_) {
+    if (now_ns - flight.since_ns > kStaleOpNs) stale.push_back(key);
+  }
+  for (const auto& [client, seq] : stale) retire(client, seq, std::nullopt, now_ns);
+  return grant_ready(now_ns);
+}
+
+}  // namespace gpuqos::scheduler

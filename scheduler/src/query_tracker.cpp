@@ -1,0 +1,156 @@
+// Query boundaries (inferred or marked) and the per-job remaining-time profile.
+#include "gpuqos/scheduler/query_tracker.h"
+
+#include <algorithm>
+
+#include "gpuqos/scheduler/engine_backlog.h"
+
+namespace gpuqos::scheduler {
+namespace {
+
+// Rises halfway to a longer sample, falls a sixteenth of the way to a shorter one.
+void learn(std::int64_t& estimate, std::int64_t sample) {
+  if (estimate == 0) {
+    estimate = sample;
+  } else if (sample > estimate) {
+    estimate += (sample - estimate) / 2;
+  } else {
+    estimate -= (estimate - sample) / 16;
+  }
+}
+
+}  // namespace
+
+void QueryTracker::open(State& state, std::int64_t at_ns) {
+  state.open = true;
+  state.query = OpenQuery{at_ns, 0, at_ns, state.explicit_marks, 0};
+  state.op_times.clear();
+}
+
+ClosedQuery QueryTracker::close(ClientId client, State& state, std::int64_t at_ns) {
+  const std::int64_t closed_ns = std::max(at_ns, state.query.opened_ns);
+  for (std::size_t k = 0; k < state.op_times.size(); ++k) {
+    if (state.remaining.size() <= k) state.remaining.resize(k + 1, 0);
+    learn(state.remaining[k], std::max<std::int64_t>(1, closed_ns - state.op_times[k]));
+  }
+  learn(state.whole, std::max<std::int64_t>(1, closed_ns - state.query.opened_ns));
+  ClosedQuery closed{client, state.query.opened_ns, closed_ns, state.query.ops, state.query.marked};
+  state.open = false;
+  state.query = {};
+  state.op_times.clear();
+  return closed;
+}
+
+void QueryTracker::maybe_close(ClientId client, State& state, std::int64_t at_ns, std::vector<ClosedQuery>& closed) {
+  if (!state.open || state.explicit_marks || state.query.closing_seq == 0) return;
+  const std::uint64_t mark = state.query.closing_seq;
+  if (!state.outstanding.empty() && state.outstanding.begin()->first < mark) return;
+  closed.push_back(close(client, state, at_ns));
+  if (state.outstanding.empty()) return;
+  // Work posted after the mark belongs to the next query, open since its first op.
+  open(state, state.outstanding.begin()->second);
+  for (const auto& [seq, posted_ns] : state.outstanding) {
+    ++state.query.ops;
+    state.query.last_op_ns = posted_ns;
+    if (state.op_times.size() < kProfileOps) state.op_times.push_back(posted_ns);
+  }
+}
+
+std::vector<ClosedQuery> QueryTracker::posted(ClientId client, const ipc::OpDescriptor& op, std::int64_t now_ns) {
+  std::vector<ClosedQuery> closed;
+  State& state = clients_[client];
+  switch (op.kind) {
+    case ipc::OpKind::query_begin:
+      if (!state.explicit_marks) {
+        // Switching to marks: whatever was inferred so far is not a query of the job's own.
+        state.explicit_marks = true;
+        state.open = false;
+      }
+      if (!state.open) open(state, now_ns);
+      return closed;
+    case ipc::OpKind::query_end:
+      if (state.explicit_marks && state.open) closed.push_back(close(client, state, now_ns));
+      return closed;
+    case ipc::OpKind::sync:
+      if (state.open && !state.explicit_marks) {
+        state.query.closing_seq = op.seq;
+        maybe_close(client, state, now_ns, closed);
+      }
+      return closed;
+    default: break;
+  }
+  if (!engine_of(op)) return closed;
+  state.outstanding.emplace(op.seq, now_ns);
+  if (state.explicit_marks) {
+    if (!state.open) return closed;  // work outside any marked query
+  } else if (!state.open) {
+    open(state, now_ns);
+  } else if (state.query.closing_seq != 0) {
+    return closed;  // after the closing mark: counted into the next query when this one closes
+  }
+  ++state.query.ops;
+  state.query.last_op_ns = now_ns;
+  if (state.op_times.size() < kProfileOps) state.op_times.push_back(now_ns);
+  return closed;
+}
+
+std::vector<ClosedQuery> QueryTracker::completed(ClientId client, const ipc::CompletionDescriptor& completion,
+                                                 std::int64_t now_ns) {
+  std::vector<ClosedQuery> closed;
+  auto it = clients_.find(client);
+  if (it == clients_.end()) return closed;
+  State& state = it->second;
+  if (state.outstanding.erase(completion.seq) == 0) return closed;
+  // The shim's end time is when its poll saw the work done; never later than now.
+  const std::int64_t end_ns = completion.end_ns > 0 ? std::min(completion.end_ns, now_ns) : now_ns;
+  maybe_close(client, state, end_ns, closed);
+  return closed;
+}
+
+void QueryTracker::client_gone(ClientId client) { clients_.erase(client); }
+
+std::vector<ClientId> QueryTracker::expire(std::int64_t now_ns, std::int64_t max_age_ns) {
+  std::vector<ClientId> expired;
+  for (auto& [client, state] : clients_) {
+    if (!state.open || now_ns - state.query.last_op_ns <= max_age_ns) continue;
+    state.open = false;
+    state.query = {};
+    state.op_times.clear();
+    state.outstanding.clear();
+    expired.push_back(client);
+  }
+  return expired;
+}
+
+const OpenQuery* QueryTracker::open_query(ClientId client) const {
+  auto it = clients_.find(client);
+  return it != clients_.end() && it->second.open ? &it->second.query : nullptr;
+}
+
+std::int64_t QueryTracker::expected_remaining_ns(ClientId client, std::int64_t now_ns) const {
+  auto it = clients_.find(client);
+  if (it == clients_.end() || !it->second.open) return 0;
+  const State& state = it->second;
+  std::int64_t remaining = 0;
+  std::int64_t since = state.query.opened_ns;
+  if (state.query.ops == 0) {
+    remaining = state.whole;
+  } else {
+    const std::size_t k = std::min<std::size_t>(state.query.ops - 1, state.op_times.size() - 1);
+    if (k < state.remaining.size()) remaining = state.remaining[k];
+    since = state.op_times[k];
+  }
+  return std::max<std::int64_t>(0, remaining - (now_ns - since));
+}
+
+std::int64_t QueryTracker::expected_query_ns(ClientId client) const {
+  auto it = clients_.find(client);
+  return it == clients_.end() ? 0 : it->second.whole;
+}
+
+std::uint64_t QueryTracker::outstanding_ops(ClientId client) const {
+  auto it = clients_.find(client);
+  return it == clients_.end() ? 0 : it->second.outstanding.size();
+}
+
+}  // namespace gpuqos::scheduler

@@ -1,0 +1,67 @@
+// Tests of the adaptation rule of the best-effort backlog bound: it steps at most once per
+// kEvery queries, stays within [min, max], and converges with a latency model where the tail grows
+// with the bound.
+#include "gpuqos/scheduler/adaptive_bound.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+namespace gpuqos::scheduler {
+namespace {
+
+constexpr std::int64_t kMs = 1'000'000;
+
+BaymaxOptions adaptive(std::int64_t start_ns) {
+  BaymaxOptions o;
+  o.adaptation = true;
+  o.be_backlog_bound_ns = start_ns;
+  o.min_backlog_bound_ns = 1 * kMs;
+  o.max_backlog_bound_ns = 20 * kMs;
+  o.adapt_step_ns = kMs / 2;
+  return o;
+}
+
+TEST(AdaptiveBound, OffKeepsTheConfiguredBound) {
+  BaymaxOptions o = adaptive(5 * kMs);
+  o.adaptation = false;
+  AdaptiveBound bound(o);
+  for (int i = 0; i < 100; ++i) EXPECT_FALSE(bound.observe(1, 50 * kMs, 10 * kMs, 99));
+  EXPECT_EQ(bound.bound_ns(), 5 * kMs);
+}
+
+TEST(AdaptiveBound, StepsOncePerBatchOfQueriesAndStaysWithinLimits) {
+  AdaptiveBound bound(adaptive(2 * kMs));
+  int moves = 0;
+  for (int i = 0; i < 100 * static_cast<int>(AdaptiveBound::kEvery); ++i) moves += bound.observe(1, 20 * kMs, 10 * kMs, 99);
+  EXPECT_EQ(bound.bound_ns(), 1 * kMs) << "over target: down to the minimum";
+  EXPECT_EQ(moves, 2);
+  for (int i = 0; i < 100 * static_cast<int>(AdaptiveBound::kEvery); ++i) (void)bound.observe(1, 1 * kMs, 10 * kMs, 99);
+  EXPECT_EQ(bound.bound_ns(), 20 * kMs) << "plenty of slack: up to the maximum";
+}
+
+// Queries take 3 ms plus up to the bound of best-effort work ahead of them (uniform): their p99 is
+// about 3 ms + bound. Target 10 ms: the band [0.6, 0.9] x 10 ms holds the p99 for bounds in
+// [3, 6] ms, and the bound must settle there from either side and stay.
+TEST(AdaptiveBound, ConvergesIntoTheBandWhereTheTailMeetsTheTarget) {
+  for (std::int64_t start : {1 * kMs, 20 * kMs}) {
+    AdaptiveBound bound(adaptive(start));
+    std::mt19937_64 rng(7);
+    std::uniform_real_distribution<double> ahead(0.0, 1.0);
+    std::int64_t low = 20 * kMs, high = 0;
+    for (int i = 0; i < 5000; ++i) {
+      const auto latency = 3 * kMs + static_cast<std::int64_t>(ahead(rng) * static_cast<double>(bound.bound_ns()));
+      (void)bound.observe(1, latency, 10 * kMs, 99);
+      if (i >= 3000) {
+        low = std::min(low, bound.bound_ns());
+        high = std::max(high, bound.bound_ns());
+      }
+    }
+    EXPECT_GE(low, 3 * kMs) << "from " << start;
+    EXPECT_LE(high, 6 * kMs) << "from " << start;
+    EXPECT_LE(high - low, 1 * kMs) << "settled, not oscillating across the band";
+  }
+}
+
+}  // namespace
+}  // namespace gpuqos::scheduler

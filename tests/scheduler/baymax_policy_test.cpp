@@ -1,0 +1,266 @@
+// Tests of the baymax policy in a virtual clock: the compute bound, the deadline test of open
+// queries (with the query profile and earliest-deadline-first order), copies (transfer limit, high
+// priority transfers first, chunks letting a query's copy in), weights, credit, adaptation, stale state.
+#include "gpuqos/scheduler/baymax_policy.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+namespace gpuqos::scheduler {
+namespace {
+
+using ipc::Priority;
+
+constexpr std::int64_t kMs = 1'000'000;
+constexpr ClientId kServe = 1, kServeB = 2, kTrainA = 3, kTrainB = 4, kTrainC = 5;
+
+ipc::OpDescriptor op(std::uint64_t seq, ipc::OpKind kind = ipc::OpKind::kernel) {
+  ipc::OpDescriptor d{};
+  d.seq = seq;
+  d.posted_ns = 1;
+  d.kind = kind;
+  if (kind == ipc::OpKind::kernel) d.kernel_id = 1;
+  return d;
+}
+
+ipc::OpDescriptor copy(std::uint64_t seq, ipc::CopyDirection direction) {
+  ipc::OpDescriptor d = op(seq, ipc::OpKind::copy);
+  d.direction = direction;
+  d.bytes = 4u << 20;
+  return d;
+}
+
+ipc::CompletionDescriptor done(std::uint64_t seq, std::int64_t end_ns) {
+  return ipc::CompletionDescriptor{seq, end_ns - 1, end_ns, 0, 0};
+}
+
+PolicyOptions options(std::int64_t bound_ns = 5 * kMs, std::uint32_t credit_ops = 0) {
+  PolicyOptions o;
+  o.name = "baymax";
+  o.credit_ops = credit_ops;
+  o.baymax.safety_margin_ns = 1 * kMs;
+  o.baymax.be_backlog_bound_ns = bound_ns;
+  o.baymax.max_be_transfers = 1;
+  return o;
+}
+
+ClientInfo serve(ClientId id, std::int64_t target_ns) {
+  return ClientInfo{id, "serve", Priority::high, 0, target_ns, 99.0, 1.0};
+}
+ClientInfo train(ClientId id, double weight = 1.0) {
+  return ClientInfo{id, "train", Priority::low, 0, std::nullopt, 99.0, weight};
+}
+
+Decisions post(BaymaxPolicy& p, ClientId client, Priority priority, const ipc::OpDescriptor& d, std::int64_t now,
+               std::int64_t predicted) {
+  return p.op_posted(OpPosted{client, priority, d, now, predicted});
+}
+
+TEST(BaymaxPolicy, WithNothingToProtectBestEffortGetsCredit) {
+  BaymaxPolicy policy(options(5 * kMs, 8));
+  (void)policy.client_registered(train(kTrainA), 0);
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 0, kMs), (Decisions{{kTrainA, 1}, {kTrainA, 9}}));
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(2), 1, kMs).empty()) << "spent on credit, nothing to say";
+  EXPECT_EQ(policy.name(), "baymax");
+}
+
+TEST(BaymaxPolicy, NoCreditWhileAHighPriorityJobShareTheDevice) {
+  BaymaxPolicy policy(options(5 * kMs, 8));
+  (void)policy.client_registered(serve(kServe, 10 * kMs), 0);
+  (void)policy.client_registered(train(kTrainA), 0);
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 0, kMs), (Decisions{{kTrainA, 1}}));
+}
+
+TEST(BaymaxPolicy, TheBoundCapsBestEffortComputeBacklogAndCompletionsCorrectIt) {
+  BaymaxPolicy policy(options(5 * kMs));
+  (void)policy.client_registered(serve(kServe, 10 * kMs), 0);
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 0, 2 * kMs), (Decisions{{kTrainA, 1}}));
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(2), 0, 2 * kMs), (Decisions{{kTrainA, 2}}));
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(3), 0, 2 * kMs).empty()) << "4 ms + 2 ms > 5 ms";
+  EXPECT_EQ(policy.be_backlog_ns(0, Engine::compute, 0), 4 * kMs);
+  // Op 1 ran long: the estimate restarts from its real end (3 ms) with op 2 still to run (2 ms),
+  // so op 3 fits (2 + 2 <= 5) and the backlog is 4 ms from there.
+  EXPECT_EQ(policy.op_completed({kTrainA, done(1, 3 * kMs), 3 * kMs}), (Decisions{{kTrainA, 3}}));
+  EXPECT_EQ(policy.be_backlog_ns(0, Engine::compute, 3 * kMs), 4 * kMs);
+  EXPECT_EQ(policy.be_backlog_ns(0, Engine::compute, 5 * kMs), 2 * kMs) << "time passing drains it";
+}
+
+TEST(BaymaxPolicy, ALoneOpLongerThanTheBoundStillRuns) {
+  BaymaxPolicy policy(options(5 * kMs));
+  (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 0, 20 * kMs), (Decisions{{kTrainA, 1}}));
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(2), 0, kMs).empty());
+}
+
+TEST(BaymaxPolicy, AnOpenQueryAdmitsOnlyWhatStillMeetsItsDeadline) {
+  BaymaxPolicy policy(options(50 * kMs));
+  (void)policy.client_registered(serve(kServe, 10 * kMs), 0);
+  EXPECT_TRUE(post(policy, kServe, Priority::high, op(1), 0, kMs).empty());  // opens a query, deadline 10 ms
+  // now + backlog + op + remaining (no profile yet: 0) + margin (1 ms) <= 10 ms
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 0, 3 * kMs), (Decisions{{kTrainA, 1}}));  // 4
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(2), 0, 3 * kMs), (Decisions{{kTrainA, 2}}));  // 7
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(3), 0, 3 * kMs), (Decisions{{kTrainA, 3}}));  // 10
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(4), 0, 3 * kMs).empty());                   // 13
+  EXPECT_TRUE(post(policy, kServe, Priority::high, op(2, ipc::OpKind::sync), kMs, 0).empty()) << "not drained yet";
+  EXPECT_EQ(policy.op_completed({kServe, done(1, 2 * kMs), 2 * kMs}), (Decisions{{kTrainA, 4}}))
+      << "the sync drained: the query closed";
+  EXPECT_EQ(policy.queries().open_query(kServe), nullptr);
+}
+
+TEST(BaymaxPolicy, TheQueryProfileCountsTheRestOfTheQuery) {
+  BaymaxPolicy policy(options(50 * kMs));
+  (void)policy.client_registered(serve(kServe, 10 * kMs), 0);
+  // One query: op at 0, sync, done at 8 ms: after its first op a query runs 8 ms more.
+  (void)post(policy, kServe, Priority::high, op(1), 0, kMs);
+  (void)post(policy, kServe, Priority::high, op(2, ipc::OpKind::sync), 0, 0);
+  (void)policy.op_completed({kServe, done(1, 8 * kMs), 8 * kMs});
+  // The next query opens at 20 ms (deadline 30): 20 + 2 + 8 + 1 = 31 > 30.
+  (void)post(policy, kServe, Priority::high, op(3), 20 * kMs, kMs);
+  EXPECT_EQ(policy.queries().expected_remaining_ns(kServe, 20 * kMs), 8 * kMs);
+  // A 1 ms op fits: 20 + 1 + 8 + 1 = 30; 2 ms more does not: 20 + 1 + 2 + 8 + 1 = 32.
+  EXPECT_EQ(post(policy, kTrainB, Priority::low, op(1), 20 * kMs, 1 * kMs), (Decisions{{kTrainB, 1}}));
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(1), 20 * kMs, 2 * kMs).empty());
+}
+
+// Two queries open at once; the one with the earlier deadline is served first, so the later one
+// must also absorb its outstanding work.
+TEST(BaymaxPolicy, EarliestDeadlineFirstCountsTheWorkOfEarlierDeadlines) {
+  const auto decide = [](std::int64_t target_a, std::int64_t target_b) {
+    BaymaxPolicy policy(options(50 * kMs));
+    (void)policy.client_registered(serve(kServe, target_a), 0);
+    (void)policy.client_registered(serve(kServeB, target_b), 0);
+    (void)post(policy, kServe, Priority::high, op(1), 0, 5 * kMs);   // A: 5 ms of work outstanding
+    (void)post(policy, kServeB, Priority::high, op(1), 0, 1 * kMs);  // B: 1 ms
+    return post(policy, kTrainA, Priority::low, op(1), 0, 6 * kMs);
+  };
+  // A first (deadline 10): A 6+0+1 = 7 <= 10; B (11) after A's 5 ms: 6+5+1 = 12 > 11: held.
+  EXPECT_TRUE(decide(10 * kMs, 11 * kMs).empty());
+  // B first (deadline 9): B 6+0+1 = 7 <= 9; A (10) after B's 1 ms: 6+1+1 = 8 <= 10: granted.
+  EXPECT_EQ(decide(10 * kMs, 9 * kMs), (Decisions{{kTrainA, 1}}));
+}
+
+TEST(BaymaxPolicy, AtMostMaxBestEffortTransfersAtOnce) {
+  BaymaxPolicy policy(options());
+  (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, copy(1, ipc::CopyDirection::h2d), 0, kMs), (Decisions{{kTrainA, 1}}));
+  EXPECT_TRUE(post(policy, kTrainB, Priority::low, copy(1, ipc::CopyDirection::d2h), 0, kMs).empty())
+      << "one transfer in flight (any direction) is the limit";
+  EXPECT_EQ(post(policy, kTrainC, Priority::low, op(1), 0, kMs), (Decisions{{kTrainC, 1}})) << "kernels are not held";
+  EXPECT_EQ(policy.op_completed({kTrainA, done(1, kMs), kMs}), (Decisions{{kTrainB, 1}}));
+}
+
+TEST(BaymaxPolicy, AQuerysCopySlipsBetweenTheChunksOfABestEffortCopy) {
+  BaymaxPolicy policy(options());
+  (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
+  // The shim splits a 12 MiB best-effort upload into 4 MiB chunks, each its own op and grant.
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, copy(1, ipc::CopyDirection::h2d), 0, kMs), (Decisions{{kTrainA, 1}}));
+  EXPECT_TRUE(post(policy, kServe, Priority::high, copy(1, ipc::CopyDirection::h2d), kMs / 2, kMs).empty());
+  EXPECT_TRUE(policy.op_completed({kTrainA, done(1, kMs), kMs}).empty());
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, copy(2, ipc::CopyDirection::h2d), kMs, kMs).empty())
+      << "the query's transfer runs: the next chunk waits";
+  EXPECT_EQ(policy.op_completed({kServe, done(1, 2 * kMs), 2 * kMs}), (Decisions{{kTrainA, 2}}));
+}
+
+TEST(BaymaxPolicy, BestEffortJobsShareByWeight) {
+  BaymaxPolicy policy(options(2 * kMs));
+  (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
+  (void)policy.client_registered(train(kTrainA, 2.0), 0);
+  (void)policy.client_registered(train(kTrainB, 1.0), 0);
+  std::map<ClientId, std::uint64_t> posted, granted;
+  std::deque<std::pair<ClientId, std::uint64_t>> running;
+  const auto count = [&](const Decisions& decisions) {
+    for (const Grant& g : decisions) {
+      running.emplace_back(g.client, g.through_seq);
+      ++granted[g.client];
+    }
+  };
+  std::int64_t now = 0;
+  for (ClientId c : {kTrainA, kTrainB}) {
+    for (int i = 0; i < 4; ++i) count(post(policy, c, Priority::low, op(++posted[c]), now, kMs));
+  }
+  for (int step = 0; step < 300; ++step) {
+    ASSERT_FALSE(running.empty());
+    const auto [client, seq] = running.front();
+    running.pop_front();
+    now += kMs;
+    count(policy.op_completed({client, done(seq, now), now}));
+    // Both stay backlogged: each keeps four ops queued.
+    for (ClientId c : {kTrainA, kTrainB}) {
+      while (posted[c] < granted[c] + 4) count(post(policy, c, Priority::low, op(++posted[c]), now, kMs));
+    }
+  }
+  const double ratio = static_cast<double>(granted[kTrainA]) / static_cast<double>(granted[kTrainB]);
+  EXPECT_NEAR(ratio, 2.0, 0.1) << granted[kTrainA] << " vs " << granted[kTrainB];
+}
+
+TEST(BaymaxPolicy, ShortOpsOfOneJobDoNotOvertakeTheHeldOpOfAnother) {
+  BaymaxPolicy policy(options(5 * kMs));
+  (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
+  EXPECT_EQ(post(policy, kTrainC, Priority::low, op(1), 0, 3 * kMs), (Decisions{{kTrainC, 1}}));
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(1), 0, 4 * kMs).empty()) << "3 + 4 > 5";
+  EXPECT_TRUE(post(policy, kTrainB, Priority::low, op(1), 0, 1 * kMs).empty()) << "would fit, but A is ahead";
+  EXPECT_EQ(policy.op_completed({kTrainC, done(1, 3 * kMs), 3 * kMs}), (Decisions{{kTrainA, 1}, {kTrainB, 1}}));
+}
+
+TEST(BaymaxPolicy, MarksPassAsSoonAsEverythingBeforeThemDid) {
+  BaymaxPolicy policy(options(5 * kMs));
+  (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 0, 5 * kMs), (Decisions{{kTrainA, 1}}));
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(2), 0, kMs).empty());
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(3, ipc::OpKind::sync), 0, 0).empty()) << "behind op 2";
+  EXPECT_EQ(policy.op_completed({kTrainA, done(1, 5 * kMs), 5 * kMs}), (Decisions{{kTrainA, 2}, {kTrainA, 3}}));
+}
+
+TEST(BaymaxPolicy, AdaptationTightensTheBoundWhenTheTailNearsTheTarget) {
+  PolicyOptions o = options(5 * kMs);
+  o.baymax.adaptation = true;
+  o.baymax.min_backlog_bound_ns = 1 * kMs;
+  o.baymax.max_backlog_bound_ns = 10 * kMs;
+  o.baymax.adapt_step_ns = kMs / 2;
+  BaymaxPolicy policy(o);
+  (void)policy.client_registered(serve(kServe, 10 * kMs), 0);
+  std::int64_t now = 0;
+  std::uint64_t seq = 0;
+  for (std::size_t q = 0; q < AdaptiveBound::kEvery; ++q) {  // queries of 9.5 ms: above 0.9 x target
+    (void)post(policy, kServe, Priority::high, op(++seq), now, kMs);
+    const std::uint64_t work = seq;
+    (void)post(policy, kServe, Priority::high, op(++seq, ipc::OpKind::sync), now, 0);
+    now += 9'500'000;
+    (void)policy.op_completed({kServe, done(work, now), now});
+    now += kMs;
+  }
+  EXPECT_EQ(policy.bound_ns(), 4'500'000);
+  EXPECT_EQ(policy.adaptation_steps(), 1u);
+}
+
+TEST(BaymaxPolicy, AnAbandonedQueryStopsHoldingBestEffortWork) {
+  BaymaxPolicy policy(options(50 * kMs));
+  (void)policy.client_registered(serve(kServe, 10 * kMs), 0);
+  (void)post(policy, kServe, Priority::high, op(1), 0, kMs);
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(1), 0, 20 * kMs).empty());
+  EXPECT_TRUE(policy.tick(BaymaxPolicy::kStaleQueryNs).empty());
+  EXPECT_EQ(policy.tick(BaymaxPolicy::kStaleQueryNs + kMs + 1), (Decisions{{kTrainA, 1}}));
+}
+
+TEST(BaymaxPolicy, AGoneClientReleasesWhatItHeld) {
+  BaymaxPolicy policy(options(5 * kMs));
+  (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 0, 5 * kMs), (Decisions{{kTrainA, 1}}));
+  EXPECT_TRUE(post(policy, kTrainB, Priority::low, op(1), 0, kMs).empty());
+  EXPECT_EQ(policy.client_gone(kTrainA, kMs), (Decisions{{kTrainB, 1}}));
+  EXPECT_EQ(policy.queued_ops(), 0u);
+}
+
+TEST(BaymaxPolicy, ReconfigureTakesNewParametersButNotAnotherPolicy) {
+  BaymaxPolicy policy(options(5 * kMs));
+  PolicyOptions wider = options(8 * kMs);
+  EXPECT_TRUE(policy.reconfigure(wider));
+  EXPECT_EQ(policy.bound_ns(), 8 * kMs);
+  wider.name = "fifo";
+  EXPECT_FALSE(policy.reconfigure(wider));
+  EXPECT_EQ(policy.bound_ns(), 8 * kMs);
+}
+
+}  // namespace
+}  // namespace gpuqos::scheduler

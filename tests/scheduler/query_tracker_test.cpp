@@ -1,0 +1,128 @@
+// Tests of query boundaries (inferred from sync marks, or explicit marks) and the remaining-time
+// profile, in a virtual clock.
+#include "gpuqos/scheduler/query_tracker.h"
+
+#include <gtest/gtest.h>
+
+namespace gpuqos::scheduler {
+namespace {
+
+constexpr std::int64_t kMs = 1'000'000;
+constexpr ClientId kServe = 1;
+
+ipc::OpDescriptor op(std::uint64_t seq, ipc::OpKind kind = ipc::OpKind::kernel) {
+  ipc::OpDescriptor d{};
+  d.seq = seq;
+  d.kind = kind;
+  if (kind == ipc::OpKind::kernel) d.kernel_id = 1;
+  return d;
+}
+
+ipc::CompletionDescriptor done(std::uint64_t seq, std::int64_t end_ns) {
+  return ipc::CompletionDescriptor{seq, end_ns - 1, end_ns, 0, 0};
+}
+
+TEST(QueryTracker, AQueryOpensWithTheFirstOpAndClosesWhenItsSyncDrains) {
+  QueryTracker tracker;
+  EXPECT_TRUE(tracker.posted(kServe, op(1), 1 * kMs).empty());
+  ASSERT_NE(tracker.open_query(kServe), nullptr);
+  EXPECT_EQ(tracker.open_query(kServe)->opened_ns, 1 * kMs);
+  EXPECT_TRUE(tracker.posted(kServe, op(2), 2 * kMs).empty());
+  EXPECT_TRUE(tracker.completed(kServe, done(1, 3 * kMs), 3 * kMs).empty()) << "no sync yet";
+  EXPECT_TRUE(tracker.posted(kServe, op(3, ipc::OpKind::sync), 3 * kMs).empty()) << "op 2 still runs";
+  const auto closed = tracker.completed(kServe, done(2, 5 * kMs), 5 * kMs + 10);
+  ASSERT_EQ(closed.size(), 1u);
+  EXPECT_EQ(closed[0].latency_ns(), 4 * kMs) << "from the first op to the end of the last";
+  EXPECT_EQ(closed[0].ops, 2u);
+  EXPECT_FALSE(closed[0].marked);
+  EXPECT_EQ(tracker.open_query(kServe), nullptr);
+}
+
+TEST(QueryTracker, ASyncAfterEverythingFinishedClosesAtOnce) {
+  QueryTracker tracker;
+  (void)tracker.posted(kServe, op(1), 0);
+  (void)tracker.completed(kServe, done(1, 1 * kMs), 1 * kMs);
+  const auto closed = tracker.posted(kServe, op(2, ipc::OpKind::sync), 2 * kMs);
+  ASSERT_EQ(closed.size(), 1u);
+  EXPECT_EQ(closed[0].latency_ns(), 2 * kMs);
+}
+
+TEST(QueryTracker, WorkPostedAfterTheClosingSyncStartsTheNextQuery) {
+  QueryTracker tracker;
+  (void)tracker.posted(kServe, op(1), 0);
+  (void)tracker.posted(kServe, op(2, ipc::OpKind::sync), 1 * kMs);
+  (void)tracker.posted(kServe, op(3), 2 * kMs);  // another thread's next request
+  ASSERT_EQ(tracker.completed(kServe, done(1, 3 * kMs), 3 * kMs).size(), 1u);
+  ASSERT_NE(tracker.open_query(kServe), nullptr);
+  EXPECT_EQ(tracker.open_query(kServe)->opened_ns, 2 * kMs);
+  EXPECT_EQ(tracker.open_query(kServe)->ops, 1u);
+}
+
+TEST(QueryTracker, ExplicitMarksReplaceInference) {
+  QueryTracker tracker;
+  (void)tracker.posted(kServe, op(1, ipc::OpKind::query_begin), 1 * kMs);
+  (void)tracker.posted(kServe, op(2), 1 * kMs);
+  EXPECT_TRUE(tracker.posted(kServe, op(3, ipc::OpKind::sync), 2 * kMs).empty()) << "syncs no longer close";
+  (void)tracker.completed(kServe, done(2, 3 * kMs), 3 * kMs);
+  ASSERT_NE(tracker.open_query(kServe), nullptr);
+  const auto closed = tracker.posted(kServe, op(4, ipc::OpKind::query_end), 7 * kMs);
+  ASSERT_EQ(closed.size(), 1u);
+  EXPECT_EQ(closed[0].latency_ns(), 6 * kMs);
+  EXPECT_TRUE(closed[0].marked);
+  (void)tracker.posted(kServe, op(5), 8 * kMs);
+  EXPECT_EQ(tracker.open_query(kServe), nullptr) << "work outside a marked query opens none";
+}
+
+TEST(QueryTracker, TheProfileGivesTheRemainingTimeAfterEachOp) {
+  QueryTracker tracker;
+  // A query: op at 0, op at 2 ms, done at 5 ms.
+  (void)tracker.posted(kServe, op(1), 0);
+  (void)tracker.posted(kServe, op(2), 2 * kMs);
+  (void)tracker.posted(kServe, op(3, ipc::OpKind::sync), 2 * kMs);
+  (void)tracker.completed(kServe, done(1, 3 * kMs), 3 * kMs);
+  (void)tracker.completed(kServe, done(2, 5 * kMs), 5 * kMs);
+  EXPECT_EQ(tracker.expected_query_ns(kServe), 5 * kMs);
+  (void)tracker.posted(kServe, op(4), 10 * kMs);
+  EXPECT_EQ(tracker.expected_remaining_ns(kServe, 10 * kMs), 5 * kMs);
+  EXPECT_EQ(tracker.expected_remaining_ns(kServe, 11 * kMs), 4 * kMs);
+  (void)tracker.posted(kServe, op(5), 12 * kMs);
+  EXPECT_EQ(tracker.expected_remaining_ns(kServe, 12 * kMs), 3 * kMs) << "after the second op: 3 ms";
+  EXPECT_EQ(tracker.expected_remaining_ns(kServe, 20 * kMs), 0) << "overdue: nothing expected";
+}
+
+TEST(QueryTracker, TheProfileRisesFastAndFallsSlowly) {
+  QueryTracker tracker;
+  std::uint64_t seq = 0;
+  std::int64_t now = 0;
+  const auto run_query = [&](std::int64_t length) {
+    (void)tracker.posted(kServe, op(++seq), now);
+    const std::uint64_t work = seq;
+    (void)tracker.posted(kServe, op(++seq, ipc::OpKind::sync), now);
+    (void)tracker.completed(kServe, done(work, now + length), now + length);
+    now += length + kMs;
+  };
+  run_query(4 * kMs);
+  run_query(8 * kMs);
+  EXPECT_EQ(tracker.expected_query_ns(kServe), 6 * kMs) << "halfway up";
+  run_query(2 * kMs);
+  EXPECT_EQ(tracker.expected_query_ns(kServe), 6 * kMs - kMs / 4) << "a sixteenth of the way down";
+}
+
+TEST(QueryTracker, AQueryWhoseCompletionsNeverComeExpires) {
+  QueryTracker tracker;
+  (void)tracker.posted(kServe, op(1), 0);
+  EXPECT_TRUE(tracker.expire(1 * kMs, 2 * kMs).empty());
+  EXPECT_EQ(tracker.expire(3 * kMs, 2 * kMs), std::vector<ClientId>{kServe});
+  EXPECT_EQ(tracker.open_query(kServe), nullptr);
+  EXPECT_EQ(tracker.outstanding_ops(kServe), 0u);
+}
+
+TEST(QueryTracker, MarksAndUnknownCompletionsOfOtherClientsAreIgnored) {
+  QueryTracker tracker;
+  EXPECT_TRUE(tracker.completed(7, done(1, kMs), kMs).empty());
+  EXPECT_TRUE(tracker.posted(kServe, op(1, ipc::OpKind::sync), kMs).empty());
+  EXPECT_EQ(tracker.open_query(kServe), nullptr) << "a sync opens nothing";
+}
+
+}  // namespace
+}  // namespace gpuqos::scheduler
