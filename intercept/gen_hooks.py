@@ -9,7 +9,8 @@ version rule in cuda_symbols.py). Outputs, in <out>/:
   hooks.cpp                       the exported extern "C" hook definitions
 
 A hook body describes the call as an Operation from its parameters (by name, the names NVIDIA's
-headers use) and hands it to gpuqos::intercept::intercept<HookId>, which gates and forwards it.
+headers use) and hands it to gpuqos::intercept::intercept<HookId>, which gates and forwards it (1-D
+copies: intercept_copy<HookId>, which may also split the copy into chunks).
 """
 import argparse
 import os
@@ -116,6 +117,14 @@ def describe(category, symbol, params):
     return [(field, f[field]) for field in FIELD_ORDER if field in f]
 
 
+def is_linear_copy(category, params):
+    """A 1-D copy, (dst, src, ByteCount[, hStream]): one the shim may split into chunks (intercept_copy)."""
+    names = [n for _, n in params]
+    return (category == "copy" and len(names) in (3, 4) and names[0] in ("dstDevice", "dstHost", "dst")
+            and names[1] in ("srcDevice", "srcHost", "src") and names[2] == "ByteCount"
+            and names[3:] in ([], ["hStream"]))
+
+
 def hook_definition(category, version):
     params = split_params(version.params)
     signature = ", ".join(f"{t} {n}" for t, n in params)
@@ -125,7 +134,9 @@ def hook_definition(category, version):
         lines.append(f"  return answer_proc_address(real_function<HookId::hook_{version.symbol}>(), {args});")
     else:
         init = ", ".join(f".{field} = {value}" for field, value in describe(category, version.symbol, params))
-        lines.append(f"  return intercept<HookId::hook_{version.symbol}>(Operation{{{init}}}{', ' if args else ''}{args});")
+        body = "intercept_copy" if is_linear_copy(category, params) else "intercept"
+        call_args = f"{', ' if args else ''}{args}"
+        lines.append(f"  return {body}<HookId::hook_{version.symbol}>(Operation{{{init}}}{call_args});")
     lines.append("}")
     return "\n".join(lines)
 

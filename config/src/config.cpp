@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "names.h"
+#include "values.h"
 
 namespace gpuqos::config {
 
@@ -35,6 +36,10 @@ std::string to_string(const ListenAddress& address) {
   const bool ipv6 = address.host.find(':') != std::string::npos;
   const std::string host = ipv6 ? "[" + address.host + "]" : address.host;
   return host + ":" + std::to_string(address.port);
+}
+
+std::optional<std::string> parse_listen(std::string_view text, ListenAddress& out) {
+  return detail::parse_listen_address(text, out);
 }
 
 }  // namespace gpuqos::config

@@ -35,6 +35,12 @@ bool DaemonGate::try_register(bool at_start) noexcept {
       log_(LogLevel::info,
                   std::string(at_start ? "registered" : "re-registered") + " with gpuqosd as client " +
                       std::to_string(opened.session->client_number()));
+      if (opened.lowered && !told_lowered_) {
+        told_lowered_ = true;
+        log_(LogLevel::warn, "gpuqosd runs this job as low priority: its config does not allow '" + settings_.job +
+                                 "' (or this user) high priority");
+      }
+      copy_chunk_bytes_.store(opened.session->copy_chunk_bytes(), std::memory_order_relaxed);
       session_.store(std::move(opened.session));
       return true;
     }
@@ -54,6 +60,7 @@ void DaemonGate::monitor() noexcept {
     if (session && session->watch(kWatchIntervalMs)) continue;
     if (session) {
       log_(LogLevel::warn, "lost gpuqosd (" + session->lost_reason() + "); running unmanaged until it is back");
+      copy_chunk_bytes_.store(0, std::memory_order_relaxed);
       session_.store(nullptr);
       session.reset();
     }
@@ -73,7 +80,7 @@ Ticket DaemonGate::post(const Operation& op, const std::shared_ptr<Session>& ses
   try {
     ipc::OpDescriptor descriptor;
     if (!describe(op, devices_.of(ticket.context), ticket.posted_ns, kernels_, descriptor)) return {};
-    const bool low = settings_.priority == Priority::low;
+    const bool low = session->low_priority();  // the daemon's answer, not our claim
     if (!session->post(descriptor, kernels_, /*may_wait=*/low)) return {};
     ticket.seq = descriptor.seq;
     ticket.session = session->id();

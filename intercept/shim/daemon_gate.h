@@ -41,6 +41,10 @@ class DaemonGate final : public Gate {
   void after(const Operation& op, Ticket ticket, CUresult result) noexcept override;
   void shutdown() noexcept override;
   void mark_query(bool begin) noexcept override;
+  // The registration's chunk size at low priority; 0 at high priority and while unmanaged.
+  std::uint64_t copy_chunk_bytes() const noexcept override {
+    return copy_chunk_bytes_.load(std::memory_order_relaxed);
+  }
 
   // At exit, before the driver is torn down: no more event polling.
   void stop_completion_tracking() noexcept { completions_.stop(); }
@@ -60,6 +64,10 @@ class DaemonGate final : public Gate {
   std::atomic<std::shared_ptr<Session>> session_;
   std::uint32_t next_session_id_ = 1;  // monitor thread (and the constructor)
   bool gave_up_ = false;               // the daemon refused us: do not ask again
+  bool told_lowered_ = false;          // the one warning that the daemon lowered our claim was shown
+  // The current registration's Session::copy_chunk_bytes(), 0 without one: read by every 1-D copy,
+  // so kept apart from session_ (whose load costs more than a relaxed read).
+  std::atomic<std::uint64_t> copy_chunk_bytes_{0};
 
   ContextDevices devices_;
 

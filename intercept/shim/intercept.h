@@ -13,8 +13,10 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "shim.h"
 
@@ -49,6 +51,62 @@ CUresult intercept(Operation op, Args... args) noexcept {
   Gate& g = gate();
   const Ticket ticket = g.before(op);
   const CUresult result = real(args...);
+  g.after(op, ticket, result);
+  return result;
+}
+
+// `pointer` (a host pointer or a device address) moved on by `bytes`.
+template <class Pointer>
+Pointer advanced(Pointer pointer, std::uint64_t bytes) noexcept {
+  if constexpr (std::is_pointer_v<Pointer>) {
+    return reinterpret_cast<Pointer>(reinterpret_cast<std::uintptr_t>(pointer) + bytes);
+  } else {
+    return static_cast<Pointer>(pointer + bytes);
+  }
+}
+
+// A 1-D copy too large for the gate's chunk size: one describe/ask/call/tell per chunk, with the
+// pointers moved on. The program sees one call: the first failure is returned and nothing after
+// it is issued. A gate that lost the daemon meanwhile lets the remaining chunks straight through.
+template <HookId id, class Dst, class Src, class Count, class... Rest>
+CUresult intercept_in_chunks(Gate& g, const Operation& op, std::uint64_t chunk_bytes, Dst dst, Src src, Count bytes,
+                             Rest... rest) noexcept {
+  const auto real = real_function<id>();
+  const std::uint64_t total = static_cast<std::uint64_t>(bytes);
+  for (std::uint64_t done = 0; done < total; done += chunk_bytes) {
+    const std::uint64_t part_bytes = std::min(chunk_bytes, total - done);
+    Operation part = op;
+    part.bytes = part_bytes;
+    if (part.host_ptr) part.host_ptr = advanced(part.host_ptr, done);
+    if (part.src_ptr) part.src_ptr = advanced(part.src_ptr, done);
+    if (part.dst_ptr) part.dst_ptr = advanced(part.dst_ptr, done);
+    const Ticket ticket = g.before(part);
+    const CUresult result = real(advanced(dst, done), advanced(src, done), static_cast<Count>(part_bytes), rest...);
+    g.after(part, ticket, result);
+    if (result != CUDA_SUCCESS) return result;
+  }
+  return CUDA_SUCCESS;
+}
+
+// The body of the 1-D copy hooks (dst, src, ByteCount[, stream]: cuMemcpyHtoD/DtoH/DtoD, cuMemcpy
+// and their Async, _v2 and per-thread forms): intercept<>, except that a copy larger than the
+// gate's chunk size (low priority under a daemon that asks for it) goes in chunks. Launches never
+// come here, so the check costs them nothing; a high-priority copy pays one relaxed load.
+template <HookId id, class Dst, class Src, class Count, class... Rest>
+CUresult intercept_copy(Operation op, Dst dst, Src src, Count bytes, Rest... rest) noexcept {
+  const auto real = real_function<id>();
+  if (!real) return missing_real_function(id);
+  op.hook = id;
+  op.category = hook_category(id);
+  op.captured = issued_into_capture(op);
+  Gate& g = gate();
+  const std::uint64_t chunk_bytes = g.copy_chunk_bytes();
+  // Captured copies only record a graph node: one node, as the program asked.
+  if (chunk_bytes != 0 && static_cast<std::uint64_t>(bytes) > chunk_bytes && !op.captured) {
+    return intercept_in_chunks<id>(g, op, chunk_bytes, dst, src, bytes, rest...);
+  }
+  const Ticket ticket = g.before(op);
+  const CUresult result = real(dst, src, bytes, rest...);
   g.after(op, ticket, result);
   return result;
 }

@@ -15,8 +15,8 @@
 
 namespace gpuqos::intercept {
 
-Session::Session(std::uint32_t id, int fd, std::uint32_t client_number, ipc::Segment segment)
-    : id_(id), fd_(fd), client_number_(client_number), segment_(std::move(segment)) {}
+Session::Session(std::uint32_t id, int fd, std::uint32_t client_number, ipc::Segment segment, Terms terms)
+    : id_(id), fd_(fd), client_number_(client_number), terms_(terms), segment_(std::move(segment)) {}
 
 Session::~Session() { ::close(fd_); }
 

@@ -25,16 +25,22 @@ inline constexpr std::int64_t kWaitSliceNs = 5'000'000;         // a waiter re-c
 
 class Session {
  public:
+  // What the daemon's HelloReply decided for this registration.
+  struct Terms {
+    bool low_priority = true;          // the effective class: the claim, or low if the daemon lowered it
+    std::uint64_t copy_chunk_bytes = 0;  // low priority: 1-D copies larger than this go in chunks; 0: never
+  };
   struct Opened {
     std::shared_ptr<Session> session;  // null: not registered
     std::string why;                   // why not
     bool refused = false;              // the daemon answered no (version mismatch or refusal)
+    bool lowered = false;              // registered, but the daemon lowered a high-priority claim
   };
   // Connects to the daemon's socket, says Hello and maps the segment it names. Short timeouts:
   // returns within ~1.5 s even when the daemon accepts and never answers.
   static Opened open(const Settings& settings, std::uint32_t id);
 
-  Session(std::uint32_t id, int fd, std::uint32_t client_number, ipc::Segment segment);
+  Session(std::uint32_t id, int fd, std::uint32_t client_number, ipc::Segment segment, Terms terms);
   ~Session();
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
@@ -42,6 +48,10 @@ class Session {
   std::uint32_t id() const noexcept { return id_; }
   std::uint32_t client_number() const noexcept { return client_number_; }
   bool alive() const noexcept { return alive_.load(std::memory_order_acquire); }
+  // Low priority waits for grants (and splits large copies); high priority never waits.
+  bool low_priority() const noexcept { return terms_.low_priority; }
+  // The chunk size of this process's 1-D copies: 0 (never split) at high priority.
+  std::uint64_t copy_chunk_bytes() const noexcept { return terms_.low_priority ? terms_.copy_chunk_bytes : 0; }
 
   // Sends the name of op.kernel_id if this registration has not had it, gives op the next seq and
   // pushes it. A full ops ring: `may_wait` waits for space (low priority), else not posted. An op
@@ -74,6 +84,7 @@ class Session {
   const std::uint32_t id_;
   const int fd_;
   const std::uint32_t client_number_;
+  const Terms terms_;
   ipc::Segment segment_;
   std::atomic<bool> alive_{true};
 

@@ -1,5 +1,6 @@
 // Session::open: registration with gpuqosd. Non-blocking connect to its SOCK_SEQPACKET socket, Hello,
-// HelloReply (with timeouts), then the segment it names.
+// HelloReply (with timeouts: the class the daemon runs us as and the copy chunk size), then the
+// segment it names.
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -69,6 +70,14 @@ ipc::Result<ipc::HelloReply> exchange_hello(int fd, const Settings& settings) {
   return ipc::decode_hello_reply(record);
 }
 
+// The class and chunk size the reply gives. A 1.0 daemon says neither: the claim stands and
+// nothing is split. A daemon may only lower a claim, never raise it.
+Session::Terms terms_of(const ipc::HelloReply& reply, Priority claimed) {
+  const bool claimed_low = claimed == Priority::low;
+  if (reply.version_minor < 1) return {claimed_low, 0};
+  return {claimed_low || reply.effective_priority == ipc::Priority::low, reply.copy_chunk_bytes};
+}
+
 }  // namespace
 
 Session::Opened Session::open(const Settings& settings, std::uint32_t id) {
@@ -92,7 +101,10 @@ Session::Opened Session::open(const Settings& settings, std::uint32_t id) {
     opened.why = segment.error();
     return opened;
   }
-  opened.session = std::make_shared<Session>(id, socket.release(), reply->client_number, std::move(segment.value()));
+  const Session::Terms terms = terms_of(reply.value(), settings.priority);
+  opened.lowered = settings.priority == Priority::high && terms.low_priority;
+  opened.session =
+      std::make_shared<Session>(id, socket.release(), reply->client_number, std::move(segment.value()), terms);
   return opened;
 }
 

@@ -98,7 +98,7 @@ Result<Hello> make_hello(Priority priority, std::uint32_t device, std::string_vi
 }
 
 HelloReply make_hello_reply(HelloStatus status, std::uint32_t client_number, std::string_view segment_name,
-                            std::string_view message) {
+                            std::string_view message, Priority effective_priority, std::uint64_t copy_chunk_bytes) {
   HelloReply reply{};
   reply.magic = kHelloReplyMagic;
   reply.version_major = kProtocolVersionMajor;
@@ -108,6 +108,8 @@ HelloReply make_hello_reply(HelloStatus status, std::uint32_t client_number, std
   copy_text(reply.segment_name, segment_name);
   copy_text(reply.message, message);
   std::replace_if(std::begin(reply.message), std::end(reply.message), [](char c) { return c != '\0' && !printable(c); }, '_');
+  reply.effective_priority = effective_priority;
+  reply.copy_chunk_bytes = copy_chunk_bytes;
   return reply;
 }
 
@@ -213,12 +215,18 @@ Result<HelloReply> decode_hello_reply(Record record) {
     reply.status = HelloStatus::version_mismatch;  // whatever it said: we cannot read the rest
     return reply;
   }
-  if (Status size = check_record_size("hello reply", record.size(), sizeof(HelloReply), reply.version_minor); !size) {
+  // A 1.0 daemon's reply ends after the message: the 1.1 fields stay zero (the shim checks the minor).
+  const std::size_t want = reply.version_minor == 0 ? kHelloReplyBytesV1_0 : sizeof(HelloReply);
+  if (Status size = check_record_size("hello reply", record.size(), want, reply.version_minor); !size) {
     return Error{size.error()};
   }
-  reply = read_prefix<HelloReply>(record, sizeof(HelloReply));
+  reply = read_prefix<HelloReply>(record, want);
   if (static_cast<std::uint32_t>(reply.status) > static_cast<std::uint32_t>(HelloStatus::refused)) {
     return Error{"hello reply: unknown status " + std::to_string(static_cast<std::uint32_t>(reply.status))};
+  }
+  if (static_cast<std::uint8_t>(reply.effective_priority) > static_cast<std::uint8_t>(Priority::high)) {
+    return Error{"hello reply: priority " + std::to_string(static_cast<unsigned>(reply.effective_priority)) +
+                 " is neither low nor high"};
   }
   if (Status text = check_text_field("hello reply: message", reply.message, kReplyMessageBytes, 0); !text) {
     return Error{text.error()};

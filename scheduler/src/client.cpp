@@ -4,6 +4,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 namespace gpuqos::scheduler {
 namespace {
 
@@ -41,14 +43,21 @@ void Client::posted(const ipc::OpDescriptor& op, std::int64_t now_ns) {
     granted_ops_ += work;  // never held, or issued on credit
   } else {
     ungranted_.push_back(Ungranted{op.seq, now_ns, work});
+    grant_counters_.ops_held += work;
   }
 }
 
-bool Client::grant_through(std::uint64_t through_seq) {
+bool Client::grant_through(std::uint64_t through_seq, std::int64_t now_ns) {
   if (through_seq <= granted_through_) return false;
   granted_through_ = through_seq;
   while (!ungranted_.empty() && ungranted_.front().seq <= through_seq) {
-    granted_ops_ += ungranted_.front().work;
+    const Ungranted& op = ungranted_.front();
+    if (op.work) {
+      ++granted_ops_;
+      const std::int64_t waited_ns = std::max<std::int64_t>(0, now_ns - op.arrived_ns);
+      grant_counters_.held_wait_ns_total += waited_ns;
+      grant_counters_.held_wait_ns_max = std::max(grant_counters_.held_wait_ns_max, waited_ns);
+    }
     ungranted_.pop_front();
   }
   return true;
@@ -59,6 +68,7 @@ bool Client::publish_grant(std::uint32_t flags) {
   const ipc::GrantDescriptor grant{granted_through_, 0, flags, 0, 0};
   if (!segment_.grants().try_push(grant)) return false;
   published_through_ = granted_through_;
+  ++grant_counters_.grants;
   return true;
 }
 

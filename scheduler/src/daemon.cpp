@@ -37,7 +37,7 @@ Daemon::~Daemon() {
 ipc::Result<std::unique_ptr<Daemon>> Daemon::create(DaemonOptions options) {
   std::unique_ptr<Daemon> daemon(new Daemon(std::move(options)));
   daemon->policy_ = make_policy(daemon->options_.policy);
-  if (!daemon->policy_) return ipc::Error{"unknown policy '" + daemon->options_.policy.name + "' (known: fifo, priority)"};
+  if (!daemon->policy_) return ipc::Error{"unknown policy '" + daemon->options_.policy.name + "' (known: fifo, priority, baymax)"};
   std::optional<std::string> warning;
   daemon->learner_ = std::make_unique<DurationLearner>(daemon->options_.learning, ipc::monotonic_ns(), warning);
   if (warning) spdlog::warn("{}", *warning);
@@ -55,6 +55,7 @@ ipc::Status Daemon::setup() {
   sigemptyset(&mask);
   sigaddset(&mask, SIGTERM);
   sigaddset(&mask, SIGINT);
+  sigaddset(&mask, SIGHUP);  // reload the config file
   if (::pthread_sigmask(SIG_BLOCK, &mask, nullptr) != 0) return system_error("pthread_sigmask");
   ::signal(SIGPIPE, SIG_IGN);
   // A client can truncate its own segment: that must cost it its registration, not us a SIGBUS.
@@ -73,6 +74,7 @@ ipc::Status Daemon::setup() {
   watch(signals_.get(), tokens::kSignals, EPOLLIN);
   watch(timer_.get(), tokens::kTimer, EPOLLIN);
   watch(wake_.get(), tokens::kWake, EPOLLIN);
+  start_metrics();
   return {};
 }
 
@@ -98,6 +100,7 @@ int Daemon::run() {
     }
     for (int i = 0; i < ready; ++i) on_event(events[i].data.u64, events[i].events);
   }
+  stop_metrics();
   drain_and_release();
   return 0;
 }
@@ -108,6 +111,11 @@ void Daemon::on_event(std::uint64_t token, std::uint32_t events) {
   if (token == tokens::kSignals) {
     signalfd_siginfo info{};
     while (::read(signals_.get(), &info, sizeof info) == sizeof info) {
+      if (info.ssi_signo == SIGHUP) {
+        spdlog::info("SIGHUP from pid {}: reloading the config", info.ssi_pid);
+        reload_config();
+        continue;
+      }
       spdlog::info("signal {} from pid {}: draining", strsignal(static_cast<int>(info.ssi_signo)), info.ssi_pid);
       stopping_ = true;
     }
@@ -147,6 +155,7 @@ void Daemon::heartbeat_and_tick(std::int64_t now_ns) {
   apply(policy_->tick(now_ns));
   expire_pending(now_ns);
   if (auto error = learner_->tick(now_ns)) spdlog::warn("predictor: {}", *error);
+  qos_tick(now_ns);
 }
 
 DaemonStatus Daemon::status_snapshot() const {
@@ -167,7 +176,9 @@ DaemonStatus Daemon::status_snapshot() const {
         client->segment_name(), client->posted_ops(), client->granted_ops(), client->completed_ops(),
         client->marks(), client->last_seq(), client->granted_through(), client->current_wait_ns(now_ns),
         client->kernel_name_count()});
+    status.clients.back().claimed_priority = who.claimed_priority;
   }
+  qos_status(status, now_ns);
   return status;
 }
 

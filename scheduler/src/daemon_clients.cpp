@@ -54,12 +54,13 @@ std::string Daemon::accept_op(Client& client, const ArrivedOp& arrived) {
     }
   }
   client.posted(op, arrived.arrived_ns);
-  if (op.kind == ipc::OpKind::kernel) {
-    learner_->posted(client.identity().id, op, client.kernel_names().at(op.kernel_id));
-  } else {
-    learner_->posted(client.identity().id, op, op.kind == ipc::OpKind::graph ? "graph:" + client.identity().job : "");
-  }
-  apply(policy_->op_posted(OpPosted{client.identity().id, client.identity().priority, op, arrived.arrived_ns}));
+  qos_posted(client, op, arrived.arrived_ns);
+  const std::int64_t predicted_ns =
+      op.kind == ipc::OpKind::kernel
+          ? learner_->posted(client.identity().id, op, client.kernel_names().at(op.kernel_id))
+          : learner_->posted(client.identity().id, op, op.kind == ipc::OpKind::graph ? "graph:" + client.identity().job : "");
+  apply(policy_->op_posted(
+      OpPosted{client.identity().id, client.identity().priority, op, arrived.arrived_ns, predicted_ns}));
   return {};
 }
 
@@ -80,6 +81,7 @@ std::string Daemon::drain_completions(Client& client, std::int64_t now_ns) {
     }
     client.count_completion();
     learner_->completed(client.identity().id, c);
+    qos_completed(client, c, now_ns);
     apply(policy_->op_completed(OpCompleted{client.identity().id, c, now_ns}));
   }
   deferred.erase(deferred.begin(), deferred.begin() + static_cast<std::ptrdiff_t>(done));
@@ -133,6 +135,7 @@ void Daemon::drop_client(ClientId id, const std::string& reason, bool as_error) 
   clients_.erase(it);
   apply(policy_->client_gone(id, ipc::monotonic_ns()));
   learner_->client_gone(id);
+  qos_client_gone(*gone);
   gone.reset();  // stops its OpsWaiter, unmaps, closes the socket
 }
 

@@ -11,6 +11,7 @@
 
 #include "daemon_tokens.h"
 #include "gpuqos/ipc/clock.h"
+#include "gpuqos/scheduler/client_access.h"
 #include "gpuqos/scheduler/daemon.h"
 
 namespace gpuqos::scheduler {
@@ -64,7 +65,8 @@ void Daemon::on_first_record(Pending& pending, const std::vector<std::byte>& rec
                  ipc::kProtocolVersionMinor);
     auto reply = ipc::make_hello_reply(ipc::HelloStatus::version_mismatch, 0, "",
                                        "gpuqosd speaks protocol " + std::to_string(ipc::kProtocolVersionMajor) + "." +
-                                           std::to_string(ipc::kProtocolVersionMinor));
+                                           std::to_string(ipc::kProtocolVersionMinor),
+                                       ipc::Priority::low, 0);
     [[maybe_unused]] auto sent = ipc::send_record(pending.socket.get(), ipc::encode(reply));
     return;
   }
@@ -76,28 +78,46 @@ void Daemon::register_client(Pending& pending, const ipc::Hello& hello) {
   if (stopping_) return;
   const ClientId id = next_client_number_++;
   const std::string job = hello.job_name;
+  const ipc::PeerCredentials& peer = pending.peer;
+  // The groups count only for a high claim. Read after connect: a process that changed its
+  // groups since is judged by the new ones (SO_PEERCRED keeps the uid and gid of connect time).
+  const std::vector<gid_t> groups = hello.priority == ipc::Priority::high ? supplementary_groups(peer.pid)
+                                                                          : std::vector<gid_t>{};
+  const PriorityDecision decision = decide_priority(options_.config, job, hello.priority, peer, groups);
+  if (!decision.why_lowered.empty()) {
+    const char* old_shim = " (its shim speaks protocol 1.0 and cannot be told: it will not wait for grants)";
+    spdlog::warn("job '{}' pid {} uid {}: claims high priority, but {}: runs as low priority{}", job, peer.pid,
+                 peer.uid, decision.why_lowered, hello.version_minor < 1 ? old_shim : "");
+  }
   const std::string name = ipc::segment_name(static_cast<std::uint32_t>(::getpid()), id);
-  auto segment = ipc::Segment::create(name, pending.peer.uid, static_cast<std::uint32_t>(pending.peer.pid));
+  auto segment = ipc::Segment::create(name, peer.uid, static_cast<std::uint32_t>(peer.pid));
   if (!segment) {
-    spdlog::error("job '{}' pid {}: {}", job, pending.peer.pid, segment.error());
-    auto reply = ipc::make_hello_reply(ipc::HelloStatus::refused, 0, "", "gpuqosd cannot create a segment");
+    spdlog::error("job '{}' pid {}: {}", job, peer.pid, segment.error());
+    auto reply = ipc::make_hello_reply(ipc::HelloStatus::refused, 0, "", "gpuqosd cannot create a segment",
+                                       ipc::Priority::low, 0);
     [[maybe_unused]] auto sent = ipc::send_record(pending.socket.get(), ipc::encode(reply));
     return;
   }
-  auto reply = ipc::make_hello_reply(ipc::HelloStatus::ok, id, name, "");
+  // The chunk size lives in [policy.baymax] but is sent whatever the policy: the shim splits
+  // low-priority copies by it and knows nothing of policy names.
+  auto reply = ipc::make_hello_reply(ipc::HelloStatus::ok, id, name, "", decision.effective,
+                                     options_.policy.baymax.copy_chunk_bytes);
   if (ipc::Status sent = ipc::send_record(pending.socket.get(), ipc::encode(reply)); !sent) {
-    spdlog::warn("job '{}' pid {}: cannot answer its hello: {}", job, pending.peer.pid, sent.error());
+    spdlog::warn("job '{}' pid {}: cannot answer its hello: {}", job, peer.pid, sent.error());
     ipc::Segment::remove(name);
     return;
   }
-  ClientIdentity identity{id, pending.peer, job, hello.priority, hello.device};
+  ClientIdentity identity{id, peer, job, decision.effective, hello.device, hello.priority};
   auto client = std::make_unique<Client>(std::move(identity), std::move(pending.socket), std::move(segment.value()),
                                          wake_.get());
   watch(client->socket_fd(), id, EPOLLIN | EPOLLRDHUP);
   if (client->pidfd() >= 0) watch(client->pidfd(), tokens::kPidfdBase + id, EPOLLIN);
-  spdlog::info("{}: registered as client {} (uid {}, {} priority, device {}, segment {})", client->tag(), id,
-               pending.peer.uid, hello.priority == ipc::Priority::high ? "high" : "low", hello.device, name);
+  const ClientInfo info = client_info(options_.config, client->identity());
+  spdlog::info("{}: registered as client {} (uid {}, {} priority, device {}, {}, segment {})", client->tag(), id,
+               peer.uid, decision.effective == ipc::Priority::high ? "high" : "low", hello.device,
+               describe_targets(info), name);
   clients_.emplace(id, std::move(client));
+  apply(policy_->client_registered(info, ipc::monotonic_ns()));
 }
 
 void Daemon::answer_control(Pending& pending, const std::vector<std::byte>& record) {

@@ -24,10 +24,12 @@ predictor::Predictor load(const std::string& path, std::optional<std::string>& w
 DurationLearner::DurationLearner(Options options, std::int64_t now_ns, std::optional<std::string>& warning)
     : options_(std::move(options)), predictor_(load(options_.store_path, warning)), last_save_ns_(now_ns) {}
 
-void DurationLearner::posted(std::uint32_t client, const ipc::OpDescriptor& op, std::string kernel_name) {
-  if (!is_timed_work(op.kind)) return;
+std::int64_t DurationLearner::posted(std::uint32_t client, const ipc::OpDescriptor& op, std::string kernel_name) {
+  if (!is_timed_work(op.kind)) return 0;
+  const predictor::Prediction prediction = predictor_.predict(predictor::features_of(op, kernel_name));
   if (remembered_.size() >= options_.max_remembered_ops) remembered_.erase(remembered_.begin());
   remembered_.insert_or_assign({client, op.seq}, Remembered{op, std::move(kernel_name)});
+  return prediction.model == predictor::ModelUsed::none ? 0 : static_cast<std::int64_t>(prediction.upper_ns);
 }
 
 void DurationLearner::completed(std::uint32_t client, const ipc::CompletionDescriptor& completion) {

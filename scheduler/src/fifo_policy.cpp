@@ -1,5 +1,6 @@
 // fifo: arrival order across clients, an optional cap on outstanding low-priority ops.
 #include "gpuqos/scheduler/fifo_policy.h"
+#include "gpuqos/scheduler/baymax_policy.h"
 #include "gpuqos/scheduler/priority_policy.h"
 
 #include <algorithm>
@@ -43,6 +44,13 @@ Decisions FifoPolicy::client_gone(ClientId client, std::int64_t /*now_ns*/) {
 
 Decisions FifoPolicy::tick(std::int64_t /*now_ns*/) { return grant_ready(); }
 
+bool FifoPolicy::reconfigure(const PolicyOptions& options) {
+  if (options.name != name()) return false;
+  max_outstanding_ops_ = options.max_outstanding_ops;
+  credit_ops_ = options.credit_ops;
+  return true;
+}
+
 void FifoPolicy::admit(ClientId client, const ipc::OpDescriptor& op) {
   backlog_.account(client, op, placeholder_duration_ns(op));
   // Only work that occupies an engine holds a slot: sync and query marks have no completion.
@@ -85,6 +93,7 @@ Decisions FifoPolicy::grant_ready() {
 std::unique_ptr<Policy> make_policy(const PolicyOptions& options) {
   if (options.name == "fifo") return std::make_unique<FifoPolicy>(options.max_outstanding_ops, options.credit_ops);
   if (options.name == "priority") return std::make_unique<PriorityPolicy>();
+  if (options.name == "baymax") return std::make_unique<BaymaxPolicy>(options);
   return nullptr;
 }
 

@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 
+#include <array>
 #include <cstdio>
 #include <sstream>
 
@@ -19,6 +20,7 @@ nlohmann::json client_json(const ClientStatus& c) {
           {"gid", c.gid},
           {"job", c.job},
           {"priority", c.priority == ipc::Priority::high ? "high" : "low"},
+          {"claimed_priority", c.claimed_priority == ipc::Priority::high ? "high" : "low"},
           {"device", c.device},
           {"state", c.state},
           {"segment", c.segment},
@@ -48,7 +50,7 @@ std::string milliseconds(std::int64_t ns) {
 }  // namespace
 
 nlohmann::json to_json(const DaemonStatus& status) {
-  nlohmann::json json = {{"version", 1},
+  nlohmann::json json = {{"version", 2},
                          {"daemon",
                           {{"pid", status.pid},
                            {"uptime_ns", status.uptime_ns},
@@ -63,27 +65,47 @@ nlohmann::json to_json(const DaemonStatus& status) {
                            {"rejected", status.predictor.rejected},
                            {"saves", status.predictor.saves}}},
                          {"backlog", nlohmann::json::array()},
-                         {"clients", nlohmann::json::array()}};
+                         {"clients", nlohmann::json::array()},
+                         {"jobs", nlohmann::json::array()},
+                         {"grants", grants_json(status.grants)}};
   for (const auto& load : status.backlog) json["backlog"].push_back(backlog_json(load));
   for (const auto& client : status.clients) json["clients"].push_back(client_json(client));
+  for (const auto& job : status.jobs) json["jobs"].push_back(job_json(job));
   return json;
 }
 
 std::string bounded_status_text(const DaemonStatus& status, std::size_t max_bytes) {
   nlohmann::json json = to_json(status);
   std::string text = json.dump();
-  std::size_t omitted = 0;
-  while (text.size() > max_bytes && !json["clients"].empty()) {
-    // Cut about as many clients as the excess needs, at least one.
-    const std::size_t count = json["clients"].size();
-    const std::size_t per_client = text.size() / (count + 1) + 1;
-    std::size_t cut = std::min(count, std::max<std::size_t>(1, (text.size() - max_bytes) / per_client + 1));
-    json["clients"].erase(json["clients"].end() - static_cast<std::ptrdiff_t>(cut), json["clients"].end());
-    omitted += cut;
-    json["clients_omitted"] = omitted;
-    text = json.dump();
+  if (text.size() <= max_bytes) return text;
+  // What each entry takes (with its comma), so the cut is worked out without dumping again: entries
+  // come off the end of whichever list takes more room (clients on a tie) until the rest fits.
+  struct List {
+    const char* name;
+    std::vector<std::size_t> bytes;
+    std::size_t total = 0;
+    std::size_t kept = 0;
+  };
+  std::array<List, 2> lists{List{"clients"}, List{"jobs"}};
+  for (List& list : lists) {
+    for (const auto& entry : json[list.name]) list.total += list.bytes.emplace_back(entry.dump().size() + 1);
+    list.kept = list.bytes.size();
   }
-  return text;
+  constexpr std::size_t kOmittedCountsBytes = 64;  // ,"clients_omitted":N,"jobs_omitted":N
+  std::size_t size = text.size() + kOmittedCountsBytes;
+  while (size > max_bytes && (lists[0].kept > 0 || lists[1].kept > 0)) {
+    List& longer = lists[0].total >= lists[1].total ? lists[0] : lists[1];
+    const std::size_t bytes = longer.bytes[--longer.kept];
+    longer.total -= bytes;
+    size -= bytes;
+  }
+  for (const List& list : lists) {
+    nlohmann::json& entries = json[list.name];
+    if (list.kept == entries.size()) continue;
+    json[std::string(list.name) + "_omitted"] = entries.size() - list.kept;
+    entries.erase(entries.begin() + static_cast<std::ptrdiff_t>(list.kept), entries.end());
+  }
+  return json.dump();
 }
 
 std::string render_status_table(const nlohmann::json& status) {
@@ -97,6 +119,7 @@ std::string render_status_table(const nlohmann::json& status) {
         << load.at("outstanding_ops") << " outstanding ops, backlog " << milliseconds(load.at("backlog_ns"))
         << " ms, " << load.at("completed_ops") << " completed\n";
   }
+  out << render_jobs_table(status);
   char line[256];
   std::snprintf(line, sizeof line, "%-8s %-6s %-24s %-4s %-8s %10s %10s %10s %12s\n", "PID", "UID", "JOB", "PRIO",
                 "STATE", "POSTED", "GRANTED", "COMPLETED", "WAIT_MS");

@@ -1,5 +1,5 @@
-// gpuqos: the command-line tool. `gpuqos status` asks the daemon; `gpuqos run` starts a managed job;
-// `gpuqos train` / `gpuqos eval` build and check the duration predictor's profile.
+// gpuqos: the command-line tool. `gpuqos status` asks the daemon (`gpuqos top`: live); `gpuqos run`
+// starts a managed job; `gpuqos train` / `gpuqos eval` build and check the duration predictor's profile.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -10,6 +10,7 @@
 #include "gpuqos/predictor/commands.h"
 #include "gpuqos/scheduler/run_command.h"
 #include "gpuqos/scheduler/status.h"
+#include "gpuqos/scheduler/top_command.h"
 #include "gpuqos/scheduler/unix_socket.h"
 
 namespace {
@@ -93,6 +94,13 @@ int main(int argc, char** argv) {
   auto* status = app.add_subcommand("status", "Show the daemon, its policy and its clients");
   status->add_flag("--json", json, "Print the daemon's JSON answer");
   status->add_option("--socket", socket, "The daemon's socket")->capture_default_str();
+  gpuqos::scheduler::TopOptions top_options;
+  auto* top = app.add_subcommand("top", "Show the jobs (latency against target, best-effort progress) live");
+  top->add_option("--interval", top_options.interval_s, "Seconds between refreshes")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  top->add_flag("--once", top_options.once, "Print one frame and exit");
+  top->add_option("--socket", top_options.socket, "The daemon's socket")->capture_default_str();
 
   gpuqos::scheduler::RunOptions run_options;
   std::string run_socket;
@@ -109,12 +117,15 @@ int main(int argc, char** argv) {
   try {
     app.parse(args);
     if (run->parsed() && command.empty()) throw CLI::ValidationError("run", "no command: gpuqos run [options] -- CMD ARGS...");
-    if ((status->parsed() || train->parsed() || eval->parsed()) && !command.empty()) throw CLI::ExtrasError({"--"});
+    if ((status->parsed() || top->parsed() || train->parsed() || eval->parsed()) && !command.empty()) {
+      throw CLI::ExtrasError({"--"});
+    }
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
     return code == 0 ? 0 : kUsageError;
   }
   if (status->parsed()) return show_status(socket, json);
+  if (top->parsed()) return gpuqos::scheduler::run_top(top_options, std::cout, std::cerr, ::isatty(STDOUT_FILENO) == 1);
   if (train->parsed()) return gpuqos::predictor::run_train(train_options, std::cout, std::cerr);
   if (eval->parsed()) return gpuqos::predictor::run_eval(eval_options, std::cout, std::cerr);
   if (!job.empty()) run_options.job = job;

@@ -43,15 +43,15 @@ int main(int argc, char** argv) {
   app.add_option("--check-config", check_path, "Validate a config file, print what it sets, and exit (0: usable)");
   auto* socket = app.add_option("--socket", options.socket_path, "Unix socket clients register on")->capture_default_str();
   auto* policy = app.add_option("--policy", options.policy.name, "Scheduling policy")
-                     ->check(CLI::IsMember({"fifo", "priority"}))
+                     ->check(CLI::IsMember({"fifo", "priority", "baymax"}))
                      ->capture_default_str();
   auto* outstanding = app.add_option("--max-outstanding", options.policy.max_outstanding_ops,
                                      "fifo: low-priority ops granted and not yet completed (0: no limit)")
                           ->capture_default_str();
-  app.add_option("--credit-ops", options.policy.credit_ops,
+  auto* credit = app.add_option("--credit-ops", options.policy.credit_ops,
                  "Low-priority ops a client may issue ahead of the daemon's answer while nothing else waits "
                  "(0: a grant round trip per op)")
-      ->capture_default_str();
+                    ->capture_default_str();
   auto* store = app.add_option("--profile-store", options.learning.store_path,
                                "The predictor's store: loaded at start (from `gpuqos train` or an earlier run), "
                                "refined by every completion, saved periodically and at exit");
@@ -59,6 +59,10 @@ int main(int argc, char** argv) {
                                   "Seconds between saves of the store (0: only at exit)")
                        ->check(CLI::NonNegativeNumber)
                        ->capture_default_str();
+  std::string metrics_listen;
+  auto* metrics = app.add_option("--metrics-listen", metrics_listen,
+                                 "Serve Prometheus metrics at http://HOST:PORT/metrics (over [daemon] metrics_listen; "
+                                 "\"\": off)");
   auto* level = app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off")
                     ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
                     ->capture_default_str();
@@ -71,30 +75,46 @@ int main(int argc, char** argv) {
   if (!check_path.empty()) return check_config(check_path);
 
   options.learning.save_interval_ns = static_cast<std::int64_t>(save_interval_s * 1e9);
+  options.log_level = log_level;
+  // What was typed wins over the file, now and at every reload (SIGHUP).
+  gpuqos::scheduler::CommandLineOverrides& given = options.command_line;
+  if (socket->count()) given.socket_path = options.socket_path;
+  if (policy->count()) given.policy_name = options.policy.name;
+  if (outstanding->count()) given.max_outstanding_ops = options.policy.max_outstanding_ops;
+  if (credit->count()) given.credit_ops = options.policy.credit_ops;
+  if (store->count()) given.store_path = options.learning.store_path;
+  if (interval->count()) given.save_interval_ns = options.learning.save_interval_ns;
+  if (level->count()) given.log_level = log_level;
+  if (metrics->count()) {
+    gpuqos::config::ListenAddress address;  // "" leaves it off
+    if (!metrics_listen.empty()) {
+      if (auto why = gpuqos::config::parse_listen(metrics_listen, address)) {
+        std::cerr << "gpuqosd: --metrics-listen " << metrics_listen << ": " << *why << "\n";
+        return kUsageError;
+      }
+    }
+    given.metrics_listen = options.config.daemon.metrics_listen = address;
+  }
   if (!config_path.empty()) {
     auto loaded = gpuqos::config::load_config_file(config_path);
     if (!loaded) {
       std::cerr << "gpuqosd: " << loaded.error() << "\n";
       return kUsageError;
     }
-    const gpuqos::scheduler::DaemonOptions from_command_line = options;
     auto configured = gpuqos::scheduler::options_from_config(loaded.value(), options);
     if (!configured) {
       std::cerr << "gpuqosd: " << config_path << ": " << configured.error() << "\n";
       return kUsageError;
     }
     options = configured.value();
-    if (socket->count()) options.socket_path = from_command_line.socket_path;
-    if (policy->count()) options.policy.name = from_command_line.policy.name;
-    if (outstanding->count()) options.policy.max_outstanding_ops = from_command_line.policy.max_outstanding_ops;
-    if (store->count()) options.learning.store_path = from_command_line.learning.store_path;
-    if (interval->count()) options.learning.save_interval_ns = from_command_line.learning.save_interval_ns;
-    if (!level->count()) log_level = gpuqos::config::to_string(loaded.value().daemon.log_level);
+    options.config_path = config_path;
+    options.log_level = gpuqos::config::to_string(loaded.value().daemon.log_level);
+    gpuqos::scheduler::apply_command_line(options);
   }
 
   spdlog::set_default_logger(spdlog::stderr_color_mt("gpuqosd"));
   spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %^%l%$ %v");
-  spdlog::set_level(spdlog::level::from_str(log_level));
+  spdlog::set_level(spdlog::level::from_str(options.log_level));
   if (!config_path.empty()) spdlog::info("config {}", config_path);
 
   auto daemon = gpuqos::scheduler::Daemon::create(options);

@@ -288,4 +288,44 @@ TEST(Pipeline, AHostileClientIsDisconnectedAndTheRealClientIsUnaffected) {
   EXPECT_EQ(program.wait(kFinish), 0) << program.output();
 }
 
+// Completed ops on device 0's `engine` ("h2d", "d2h", "compute"), from gpuqosd's status.
+std::uint64_t engine_completed(PipelineRig& rig, const std::string& engine) {
+  const json status = rig.gpuqosd().status();
+  for (const json& load : status["backlog"]) {
+    if (load["device"] == 0 && load["engine"] == engine) return load["completed_ops"].get<std::uint64_t>();
+  }
+  return 0;
+}
+
+TEST(Pipeline, BestEffortCopiesGoInChunksOfTheConfiguredSizeAndHighPriorityOnesDoNot) {
+  gpuqos::testing::TempDir config_dir("e2e-chunk-config");
+  const auto config = config_dir.write(
+      "gpuqosd.toml", "[policy]\nname = \"fifo\"\n[policy.baymax]\ncopy_chunk_bytes = \"4MiB\"\n");
+  PipelineRig rig({"--config", config.string()});
+  rig.gpuqosd().start();
+  const std::string ten_mib = std::to_string(10 << 20);
+
+  ChildProcess& low = rig.start({.job = "be-copies", .hold = true}, PipelineRig::client({"copies", ten_mib}));
+  ASSERT_TRUE(eventually([&] { return holding(low) || !low.running(); }, kFinish)) << low.output();
+  ASSERT_NE(low.output().find("copies ok"), std::string::npos) << low.output() << rig.logs();
+  const json be = settled(rig, "be-copies", 6);
+  EXPECT_EQ(ops(be, "posted"), 6u) << "10 MiB up and back in 4 MiB chunks: 3 + 3\n" << be.dump();
+  EXPECT_EQ(ops(be, "granted"), 6u) << be.dump();
+  EXPECT_EQ(engine_completed(rig, "h2d"), 3u) << "the upload: three copy ops\n" << rig.gpuqosd().status().dump(1);
+  EXPECT_EQ(engine_completed(rig, "d2h"), 3u) << rig.gpuqosd().status().dump(1);
+
+  ChildProcess& high = rig.start({.job = "lc-copies", .priority = "high", .hold = true},
+                                 PipelineRig::client({"copies", ten_mib}));
+  ASSERT_TRUE(eventually([&] { return holding(high) || !high.running(); }, kFinish)) << high.output();
+  ASSERT_NE(high.output().find("copies ok"), std::string::npos) << high.output() << rig.logs();
+  const json lc = settled(rig, "lc-copies", 2);
+  EXPECT_EQ(ops(lc, "posted"), 2u) << "high priority: one op per copy\n" << lc.dump();
+  EXPECT_EQ(engine_completed(rig, "h2d"), 4u) << rig.gpuqosd().status().dump(1);
+
+  rig.release("be-copies");
+  rig.release("lc-copies");
+  EXPECT_EQ(low.wait(kFinish), 0) << low.output();
+  EXPECT_EQ(high.wait(kFinish), 0) << high.output();
+}
+
 }  // namespace

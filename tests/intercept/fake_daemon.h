@@ -1,6 +1,8 @@
 // A stand-in for gpuqosd inside a test process, speaking the real ipc protocol: accepts clients on a
 // SOCK_SEQPACKET socket, answers Hello with a Segment::create'd segment, drains ops, completions
 // and kernel names, publishes heartbeats every 2 ms, and grants on command (or everything at once).
+// Its HelloReply echoes the claimed priority unless told to lower every claim, and carries the copy
+// chunk size it is given (0 by default: copies are not split).
 // stop() is what a crash looks like to the shim: heartbeats stop and every socket closes.
 #pragma once
 
@@ -73,6 +75,9 @@ class FakeDaemon {
   void set_auto_grant(bool on) { auto_grant_ = on; }
   void grant_through(std::uint64_t seq) { grant_target_ = seq; }
   void freeze_heartbeat() { heartbeat_frozen_ = true; }
+  // For registrations from now on: answer every claim with low priority / this chunk size.
+  void lower_every_claim() { lower_claims_ = true; }
+  void set_copy_chunk_bytes(std::uint64_t bytes) { copy_chunk_bytes_ = bytes; }
 
   std::vector<FakeClient> clients() const {
     std::lock_guard lock(mutex_);
@@ -121,7 +126,9 @@ class FakeDaemon {
     auto segment = ipc::Segment::create(name, peer->uid, static_cast<std::uint32_t>(peer->pid));
     if (!decoded || !peer || !segment) return void(::close(fd));
     const auto number = static_cast<std::uint32_t>(counter.load());
-    (void)ipc::send_record(fd, ipc::encode(ipc::make_hello_reply(ipc::HelloStatus::ok, number, name, "")));
+    const ipc::Priority effective = lower_claims_ ? ipc::Priority::low : decoded->hello.priority;
+    (void)ipc::send_record(fd, ipc::encode(ipc::make_hello_reply(ipc::HelloStatus::ok, number, name, "", effective,
+                                                                 copy_chunk_bytes_)));
     std::lock_guard lock(mutex_);
     clients_.push_back({.peer = peer.value(), .hello = decoded->hello, .registered_ns = ipc::monotonic_ns()});
     connections_.push_back({fd, std::move(segment.value()), clients_.size() - 1});
@@ -169,6 +176,8 @@ class FakeDaemon {
   int listen_fd_ = -1;
   std::atomic<bool> running_{false}, auto_grant_{true}, heartbeat_frozen_{false};
   std::atomic<std::uint64_t> grant_target_{0};
+  std::atomic<bool> lower_claims_{false};
+  std::atomic<std::uint64_t> copy_chunk_bytes_{0};
   std::thread thread_;
   std::vector<Connection> connections_;  // the thread's (and stop()'s once it is joined)
   mutable std::mutex mutex_;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <iostream>
+#include <iterator>
 #include <map>
 #include <sstream>
 #include <string>
@@ -283,6 +284,74 @@ TEST_F(GateTest, ReRegistersWhenTheDaemonComesBack) {
   EXPECT_EQ(again.names.at(kernel->kernel_id), "spin");  // and names its kernels again
   EXPECT_TRUE(again.problems.empty()) << again.problems.front();
   EXPECT_NE(output_.find("re-registered with gpuqosd"), std::string::npos) << output_;
+}
+
+TEST_F(GateTest, AClaimTheDaemonLowersRunsAsLowPriorityWithOneWarning) {
+  daemon_->lower_every_claim();
+  daemon_->set_auto_grant(false);
+  start({"timed", "1000"}, "high");
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 1); }));
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(value_of(child_->output(), "after"), -1) << "a lowered claim waits for its grant";
+  daemon_->grant_through(1);
+  ASSERT_EQ(finish(), 0) << output_;
+  EXPECT_EQ(daemon_->clients().at(0).hello.priority, ipc::Priority::high) << "it claimed high";
+  EXPECT_EQ(occurrences(output_, "gpuqosd runs this job as low priority"), 1u) << output_;
+}
+
+// The descriptors of the copies among `ops`, in seq order.
+std::vector<ipc::OpDescriptor> copies_of(const std::vector<ipc::OpDescriptor>& ops) {
+  std::vector<ipc::OpDescriptor> copies;
+  std::copy_if(ops.begin(), ops.end(), std::back_inserter(copies),
+               [](const ipc::OpDescriptor& op) { return op.kind == ipc::OpKind::copy; });
+  return copies;
+}
+
+constexpr std::uint64_t kMiB = 1 << 20;
+
+TEST_F(GateTest, LowPriorityCopiesGoInChunksEachGrantedAndTheDataRoundTrips) {
+  daemon_->set_copy_chunk_bytes(4 * kMiB);
+  start({"copies", std::to_string(10 * kMiB)}, "low");
+  ASSERT_EQ(finish(), 0) << output_;
+  EXPECT_NE(output_.find("copies ok"), std::string::npos) << output_;
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return !c.empty() && c[0].completions.size() >= 9; }));
+  const FakeClient client = daemon_->clients().at(0);
+  EXPECT_TRUE(client.problems.empty()) << client.problems.front();
+  const auto copies = copies_of(client.ops);
+  ASSERT_EQ(copies.size(), 9u) << "HtoD, DtoDAsync and the unified cuMemcpyAsync, three chunks each";
+  const ipc::CopyDirection directions[] = {ipc::CopyDirection::h2d, ipc::CopyDirection::d2d, ipc::CopyDirection::d2h};
+  for (std::size_t i = 0; i < copies.size(); ++i) {
+    EXPECT_EQ(copies[i].direction, directions[i / 3]) << i;
+    EXPECT_EQ(copies[i].bytes, i % 3 == 2 ? 2 * kMiB : 4 * kMiB) << i;
+  }
+  EXPECT_EQ(copies[0].host_memory, ipc::HostMemory::pageable);
+  EXPECT_EQ(copies[3].stream, copies[8].stream);
+  EXPECT_NE(copies[3].stream, 0u);
+  for (const auto& completion : client.completions) EXPECT_EQ(completion.status, 0) << completion.seq;
+}
+
+TEST_F(GateTest, HighPriorityCopiesAreNeverSplit) {
+  daemon_->set_copy_chunk_bytes(4 * kMiB);
+  start({"copies", std::to_string(10 * kMiB)}, "high");
+  ASSERT_EQ(finish(), 0) << output_;
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 3); }));
+  const auto copies = copies_of(daemon_->clients().at(0).ops);
+  ASSERT_EQ(copies.size(), 3u);
+  for (const auto& copy : copies) EXPECT_EQ(copy.bytes, 10 * kMiB);
+}
+
+TEST_F(GateTest, AFailedChunkIsTheCallsResultAndNothingAfterItIsIssued) {
+  daemon_->set_copy_chunk_bytes(4 * kMiB);
+  // 10 MiB into a 6 MiB buffer: the second chunk runs past the allocation.
+  start({"copies", std::to_string(10 * kMiB), std::to_string(6 * kMiB)}, "low");
+  ASSERT_EQ(finish(), 3) << output_;
+  EXPECT_EQ(value_of(output_, "htod"), 1) << "CUDA_ERROR_INVALID_VALUE\n" << output_;
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return !c.empty() && c[0].completions.size() >= 2; }));
+  std::this_thread::sleep_for(100ms);
+  const auto copies = copies_of(daemon_->clients().at(0).ops);
+  ASSERT_EQ(copies.size(), 2u) << "the third chunk is not issued";
+  EXPECT_EQ(copies[0].bytes, 4 * kMiB);
+  EXPECT_EQ(copies[1].bytes, 4 * kMiB);
 }
 
 // Not a timing goal (those live in benchmarks/): the figures, side by side, for the record.

@@ -127,24 +127,63 @@ TEST(Hello, MutatedRecordsNeverDecodeIntoInvalidFields) {
 }
 
 TEST(HelloReply, RoundTrips) {
-  HelloReply reply = make_hello_reply(HelloStatus::ok, 3, "/gpuqos-100-3", "");
+  HelloReply reply = make_hello_reply(HelloStatus::ok, 3, "/gpuqos-100-3", "", Priority::high, 4u << 20);
   auto decoded = decode_hello_reply(encode(reply));
   ASSERT_TRUE(decoded) << decoded.error();
   EXPECT_EQ(decoded->status, HelloStatus::ok);
   EXPECT_EQ(decoded->client_number, 3u);
   EXPECT_STREQ(decoded->segment_name, "/gpuqos-100-3");
+  EXPECT_EQ(decoded->version_minor, kProtocolVersionMinor);
+  EXPECT_EQ(decoded->effective_priority, Priority::high);
+  EXPECT_EQ(decoded->copy_chunk_bytes, 4u << 20);
   EXPECT_EQ(record_kind(encode(reply)), RecordKind::hello_reply);
 }
 
+TEST(HelloReply, CarriesALoweredPriority) {
+  auto decoded =
+      decode_hello_reply(encode(make_hello_reply(HelloStatus::ok, 3, "/gpuqos-100-3", "", Priority::low, 0)));
+  ASSERT_TRUE(decoded) << decoded.error();
+  EXPECT_EQ(decoded->effective_priority, Priority::low);
+  EXPECT_EQ(decoded->copy_chunk_bytes, 0u);
+}
+
+TEST(HelloReply, FromA1_0DaemonDecodesWithoutThe1_1Fields) {
+  HelloReply reply = make_hello_reply(HelloStatus::ok, 3, "/gpuqos-100-3", "", Priority::high, 1234);
+  reply.version_minor = 0;
+  const std::vector<std::byte> whole = raw(reply);
+  auto decoded = decode_hello_reply(std::span(whole).first(kHelloReplyBytesV1_0));
+  ASSERT_TRUE(decoded) << decoded.error();
+  EXPECT_EQ(decoded->version_minor, 0u);
+  EXPECT_STREQ(decoded->segment_name, "/gpuqos-100-3");
+  EXPECT_EQ(decoded->effective_priority, Priority::low) << "absent: zero, the shim checks the minor";
+  EXPECT_EQ(decoded->copy_chunk_bytes, 0u);
+  EXPECT_FALSE(decode_hello_reply(whole)) << "a 1.0 reply has exactly the 1.0 size";
+}
+
+TEST(HelloReply, OnlyANewerMinorVersionMayAppendBytes) {
+  HelloReply reply = make_hello_reply(HelloStatus::ok, 3, "/gpuqos-100-3", "", Priority::high, 1234);
+  std::vector<std::byte> longer = raw(reply);
+  longer.resize(longer.size() + 8);
+  EXPECT_FALSE(decode_hello_reply(longer));
+  EXPECT_FALSE(decode_hello_reply(std::span<const std::byte>(raw(reply)).first(sizeof(HelloReply) - 1)));
+  reply.version_minor = kProtocolVersionMinor + 1;
+  longer = raw(reply);
+  longer.resize(longer.size() + 8);
+  auto decoded = decode_hello_reply(longer);
+  ASSERT_TRUE(decoded) << decoded.error();
+  EXPECT_EQ(decoded->copy_chunk_bytes, 1234u);
+}
+
 TEST(HelloReply, RefusalCarriesItsReason) {
-  auto decoded = decode_hello_reply(encode(make_hello_reply(HelloStatus::refused, 0, "", "device 3 does not exist")));
+  auto decoded = decode_hello_reply(
+      encode(make_hello_reply(HelloStatus::refused, 0, "", "device 3 does not exist", Priority::low, 0)));
   ASSERT_TRUE(decoded) << decoded.error();
   EXPECT_EQ(decoded->status, HelloStatus::refused);
   EXPECT_STREQ(decoded->message, "device 3 does not exist");
 }
 
 TEST(HelloReply, GarbageIsRejected) {
-  HelloReply reply = make_hello_reply(HelloStatus::ok, 3, "/gpuqos-100-3", "");
+  HelloReply reply = make_hello_reply(HelloStatus::ok, 3, "/gpuqos-100-3", "", Priority::high, 4u << 20);
   HelloReply bad = reply;
   bad.status = static_cast<HelloStatus>(9);
   EXPECT_FALSE(decode_hello_reply(raw(bad)));
@@ -157,11 +196,14 @@ TEST(HelloReply, GarbageIsRejected) {
   bad = reply;
   bad.magic = kHelloMagic;
   EXPECT_FALSE(decode_hello_reply(raw(bad)));
+  bad = reply;
+  bad.effective_priority = static_cast<Priority>(2);
+  EXPECT_FALSE(decode_hello_reply(raw(bad)));
   EXPECT_FALSE(decode_hello_reply(std::span<const std::byte>(raw(reply)).first(20)));
 }
 
 TEST(HelloReply, FromAnotherMajorVersionMeansVersionMismatch) {
-  HelloReply reply = make_hello_reply(HelloStatus::ok, 3, "/gpuqos-100-3", "");
+  HelloReply reply = make_hello_reply(HelloStatus::ok, 3, "/gpuqos-100-3", "", Priority::high, 4u << 20);
   reply.version_major = kProtocolVersionMajor + 1;
   auto decoded = decode_hello_reply(std::span<const std::byte>(raw(reply)).first(12));
   ASSERT_TRUE(decoded) << decoded.error();

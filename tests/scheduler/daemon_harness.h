@@ -68,6 +68,7 @@ class DaemonProcess {
   }
 
   const std::string& socket() const { return socket_; }
+  pid_t pid() const { return pid_; }  // gpuqosd's, as its status reports it
   std::filesystem::path log_path() const { return dir_.path() / "gpuqosd.log"; }
   std::string log() const {
     std::ifstream in(log_path());
@@ -128,6 +129,7 @@ class FakeClient {
     if (!ipc::receive_record(socket_.get(), record)) throw std::runtime_error("no hello reply");
     auto reply = ipc::decode_hello_reply(record);
     if (!reply || reply->status != ipc::HelloStatus::ok) throw std::runtime_error("hello refused");
+    reply_ = reply.value();
     client_number_ = reply->client_number;
     segment_name_ = reply->segment_name;
     auto segment = ipc::Segment::open(segment_name_);
@@ -188,12 +190,14 @@ class FakeClient {
   ipc::Segment& segment() { return *segment_; }
   const std::string& segment_name() const { return segment_name_; }
   std::uint32_t client_number() const { return client_number_; }
+  const ipc::HelloReply& reply() const { return reply_; }
   std::uint64_t granted_through() const { return granted_through_; }
   std::uint32_t last_flags() const { return last_flags_; }
   int socket_fd() const { return socket_.get(); }
 
  private:
   scheduler::FileDescriptor socket_;
+  ipc::HelloReply reply_{};
   std::uint32_t client_number_ = 0;
   std::string segment_name_;
   std::optional<ipc::Segment> segment_;

@@ -176,10 +176,35 @@ TEST(EngineBacklog, RetiresTheOldestBeyondItsBound) {
   EXPECT_TRUE(backlog.complete(1, done(EngineBacklog::kMaxTrackedOpsPerClient + 10, 0, 1)));
 }
 
-TEST(MakePolicy, KnowsFifoAndPriority) {
+TEST(MakePolicy, KnowsFifoPriorityAndBaymax) {
   EXPECT_EQ(make_policy({"fifo", 0})->name(), "fifo");
   EXPECT_EQ(make_policy({"priority", 0})->name(), "priority");
-  EXPECT_EQ(make_policy({"baymax", 0}), nullptr);
+  EXPECT_EQ(make_policy({"baymax", 0})->name(), "baymax");
+  EXPECT_EQ(make_policy({"none", 0}), nullptr) << "none means running without gpuqosd";
+  EXPECT_EQ(make_policy({"edf", 0}), nullptr);
+}
+
+TEST(FifoPolicy, ReconfigureRaisesTheLimitAndTheNextTickGrants) {
+  FifoPolicy fifo(1);
+  Clock clock;
+  EXPECT_EQ(fifo.op_posted({1, Priority::low, kernel(1), clock.next()}), (Decisions{{1, 1}}));
+  EXPECT_TRUE(fifo.op_posted({2, Priority::low, kernel(1), clock.next()}).empty());
+  EXPECT_TRUE(fifo.tick(clock.next()).empty()) << "the one slot is taken";
+  EXPECT_TRUE(fifo.reconfigure({.name = "fifo", .max_outstanding_ops = 2, .credit_ops = 0}));
+  EXPECT_EQ(fifo.max_outstanding_ops(), 2u);
+  EXPECT_EQ(fifo.tick(clock.next()), (Decisions{{2, 1}}));
+}
+
+TEST(FifoPolicy, ReconfigureTakesCreditAndRefusesAnotherPolicy) {
+  FifoPolicy fifo(0, 0);
+  Clock clock;
+  EXPECT_EQ(fifo.op_posted({1, Priority::low, kernel(1), clock.next()}), (Decisions{{1, 1}})) << "no credit";
+  EXPECT_FALSE(fifo.reconfigure({.name = "priority", .max_outstanding_ops = 5, .credit_ops = 8}));
+  EXPECT_EQ(fifo.max_outstanding_ops(), 0u) << "a refused reconfigure changes nothing";
+  EXPECT_EQ(fifo.credit_ops(), 0u);
+  EXPECT_TRUE(fifo.reconfigure({.name = "fifo", .max_outstanding_ops = 0, .credit_ops = 8}));
+  EXPECT_EQ(fifo.op_posted({1, Priority::low, kernel(2), clock.next()}), (Decisions{{1, 2}, {1, 10}}))
+      << "granted, then 8 ops of credit beyond it";
 }
 
 }  // namespace

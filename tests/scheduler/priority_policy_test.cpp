@@ -72,5 +72,13 @@ TEST(PriorityPolicy, BacklogCountsBothClasses) {
   EXPECT_EQ(policy.backlog().load(0, Engine::compute).outstanding_ops, 1u);
 }
 
+TEST(PriorityPolicy, ReconfigureTakesItsOwnNameOnly) {
+  PriorityPolicy policy;
+  EXPECT_TRUE(policy.reconfigure({.name = "priority", .max_outstanding_ops = 3, .credit_ops = 4}));
+  EXPECT_FALSE(policy.reconfigure({.name = "fifo"}));
+  EXPECT_FALSE(policy.reconfigure({.name = "baymax"}));
+  EXPECT_EQ(policy.op_posted({kTrainA, Priority::low, op(1), 1'000}), (Decisions{{kTrainA, 1}})) << "still serving";
+}
+
 }  // namespace
 }  // namespace gpuqos::scheduler

@@ -5,6 +5,8 @@
 //                          which fails if any stream ran its operations out of order
 //   loop <n> <us>          n times: spin(us) and synchronise, 20 ms apart ("iteration <i>" each)
 //   pair <us>              spin(us) on two streams at once, then synchronise both
+//   copies <bytes>         one cuMemcpyHtoD of <bytes> (pageable), then cuMemcpyDtoH back; every byte
+//                          checked (the shim may split each into chunks: the data must not tell)
 // Prints "ops <n>" (the operations it issued) and "<mode> ok"; releases its primary context last.
 #include <cuda.h>
 
@@ -129,12 +131,25 @@ int run_pair(std::uint64_t duration_us) {
   return 0;
 }
 
+int run_copies(std::size_t bytes) {
+  std::vector<unsigned char> in(bytes), out(bytes, 0);
+  for (std::size_t i = 0; i < bytes; ++i) in[i] = static_cast<unsigned char>(i * 131 + i / 4093 + 7);
+  CUdeviceptr device = 0;
+  CHECK_CU(cuMemAlloc(&device, bytes));
+  CHECK_CU(cuMemcpyHtoD(device, in.data(), bytes));
+  CHECK_CU(cuMemcpyDtoH(out.data(), device, bytes));
+  CHECK(in == out);
+  std::printf("ops 2\ncopies ok\n");
+  return 0;
+}
+
 int run(const std::string& mode, int argc, char** argv) {
   const auto arg = [&](int i, long fallback) { return argc > i ? std::atol(argv[i]) : fallback; };
   if (mode == "streams") return run_streams(static_cast<int>(arg(2, 10)), static_cast<std::uint64_t>(arg(3, 200)));
   if (mode == "loop") return run_loop(static_cast<int>(arg(2, 10)), static_cast<std::uint64_t>(arg(3, 1000)));
   if (mode == "pair") return run_pair(static_cast<std::uint64_t>(arg(2, 1000)));
-  std::printf("usage: %s streams|loop|pair ...\n", argv[0]);
+  if (mode == "copies") return run_copies(static_cast<std::size_t>(arg(2, 1 << 20)));
+  std::printf("usage: %s streams|loop|pair|copies ...\n", argv[0]);
   return 2;
 }
 

@@ -10,6 +10,10 @@
 //   loop <n> <us>   n times: launch spin(us) and synchronize, sleeping 20 ms between
 //   threads <t> <n> t threads, each launching spin(100) n times on its own stream
 //   bench <n>       n launches of spin(0): "bench p50_ns p99_ns mean_ns" of the cuLaunchKernel call
+//   copies <bytes> <device bytes>
+//                   cuMemcpyHtoD of <bytes> into a buffer of <device bytes> ("htod <result>"); if it
+//                   worked, cuMemcpyDtoDAsync to a second buffer, cuMemcpyAsync (unified) back to the
+//                   host, synchronise, and every byte checked ("copies ok")
 #include <cuda.h>
 #include <time.h>
 #include <unistd.h>
@@ -163,6 +167,25 @@ int run_unified() {
   return 0;
 }
 
+int run_copies(std::size_t bytes, std::size_t device_bytes) {
+  std::vector<unsigned char> in(bytes), out(bytes, 0);
+  for (std::size_t i = 0; i < bytes; ++i) in[i] = static_cast<unsigned char>(i * 131 + i / 4093 + 7);
+  CUdeviceptr a = 0, b = 0;
+  CUstream stream = nullptr;
+  CHECK_CU(cuMemAlloc(&a, device_bytes));
+  CHECK_CU(cuMemAlloc(&b, device_bytes));
+  CHECK_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  const CUresult htod = cuMemcpyHtoD(a, in.data(), bytes);
+  std::printf("htod %d\n", static_cast<int>(htod));
+  if (htod != CUDA_SUCCESS) return 3;
+  CHECK_CU(cuMemcpyDtoDAsync(b, a, bytes, stream));
+  CHECK_CU(cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(out.data()), b, bytes, stream));
+  CHECK_CU(cuStreamSynchronize(stream));
+  CHECK(in == out);
+  std::printf("copies ok\n");
+  return 0;
+}
+
 int run_marks() {
   CUstream stream = nullptr;
   CUevent event = nullptr;
@@ -190,6 +213,7 @@ int main(int argc, char** argv) {
   if (mode == "loop") return run_loop(arg(2, 10), arg(3, 1000));
   if (mode == "threads") return run_threads(arg(2, 4), arg(3, 20));
   if (mode == "bench") return run_bench(arg(2, 1000));
+  if (mode == "copies") return run_copies(arg(2, 1 << 20), arg(3, arg(2, 1 << 20)));
   std::printf("usage: %s ops|timed|loop|threads|bench\n", argv[0]);
   return 2;
 }

@@ -116,4 +116,8 @@ std::string_view to_string(PolicyName name) noexcept;
 std::string_view to_string(Priority priority) noexcept;
 std::string to_string(const ListenAddress& address);
 
+// "host:port" (host: IPv4, [IPv6] or a DNS name; port 1-65535) as metrics_listen takes it, for a
+// command line that overrides it: nullopt with `out` set, or why the text is not one.
+std::optional<std::string> parse_listen(std::string_view text, ListenAddress& out);
+
 }  // namespace gpuqos::config

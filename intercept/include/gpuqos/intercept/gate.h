@@ -78,6 +78,12 @@ class Gate {
   // An explicit query boundary from gpuqos/query.h (gpuqosQueryBegin / gpuqosQueryEnd). Never
   // waits. The default ignores it (nothing to tell when there is no daemon).
   virtual void mark_query(bool /*begin*/) noexcept {}
+
+  // Asked by the 1-D copy hooks (and only by them) before a copy: a copy larger than this is issued
+  // as chunks of at most this many bytes, each one operation of its own through before() and
+  // after(), so the daemon can let other work in between. 0: never split (the default; what a
+  // high-priority or unmanaged process gets). Must be cheap: no locks, no syscalls.
+  virtual std::uint64_t copy_chunk_bytes() const noexcept { return 0; }
 };
 
 // The process's gate (the one connection object of the shim).

@@ -9,8 +9,16 @@
 //
 // Every record opens with its own magic and then the protocol version (Hello and HelloReply), a
 // prefix that never changes, so either side can recognise the other's version and refuse
-// politely. Everything the daemon receives is untrusted: decode_* validate every field and return
-// the reason for rejecting garbage. Who the client is (pid, uid, gid) comes from the kernel via
+// politely. Versioning rules: a change that an older peer cannot ignore bumps the major version
+// (the other side refuses); a minor version may only append fields to the end of a record, which
+// an older peer skips (a record from a newer minor may be longer than ours) and a newer peer
+// reads as absent (a record from an older minor is exactly that minor's size).
+//
+//   1.0  the first protocol
+//   1.1  HelloReply appends effective_priority and copy_chunk_bytes
+//
+// Everything the daemon receives is untrusted: decode_* validate every field and return the reason
+// for rejecting garbage. Who the client is (pid, uid, gid) comes from the kernel via
 // peer_credentials(), never from a message.
 #pragma once
 
@@ -33,7 +41,7 @@ inline constexpr std::uint32_t kKernelNameMagic = 0x4e4b5147;  // "GQKN"
 inline constexpr std::uint32_t kControlRequestMagic = 0x54435147;  // "GQCT"
 inline constexpr std::uint32_t kControlReplyMagic = 0x52435147;    // "GQCR"
 inline constexpr std::uint16_t kProtocolVersionMajor = 1;
-inline constexpr std::uint16_t kProtocolVersionMinor = 0;
+inline constexpr std::uint16_t kProtocolVersionMinor = 1;
 
 inline constexpr std::size_t kJobNameBytes = 64;        // with its NUL
 inline constexpr std::size_t kReplyMessageBytes = 128;  // with its NUL
@@ -65,7 +73,18 @@ struct HelloReply {
   std::uint32_t client_number;
   char segment_name[64];                // ok: the segment to open (segment.h); else empty
   char message[kReplyMessageBytes];     // refused / version_mismatch: why, for the shim's warning
+  // 1.1 (a 1.0 reply is kHelloReplyBytesV1_0 long; decode_hello_reply leaves these zero for it,
+  // so a shim reads them only when version_minor >= 1).
+  // ok: the class the daemon runs this client as: the Hello's claim, or low when the daemon's
+  // config does not allow the job or the user to run high priority (the shim must then wait for
+  // grants as low priority does). Never higher than the claim.
+  Priority effective_priority;
+  std::uint8_t reserved[7];
+  // ok: low-priority 1-D copies larger than this are issued as chunks of at most this many bytes,
+  // each posted and granted on its own, so a high-priority copy can slip in between; 0: never split.
+  std::uint64_t copy_chunk_bytes;
 };
+inline constexpr std::size_t kHelloReplyBytesV1_0 = 208;  // up to and including message
 
 // Followed by name_bytes bytes of the name (no NUL).
 struct KernelNameHeader {
@@ -77,7 +96,9 @@ struct KernelNameHeader {
 
 static_assert(std::is_trivially_copyable_v<Hello> && std::is_standard_layout_v<Hello> && sizeof(Hello) == 80);
 static_assert(std::is_trivially_copyable_v<HelloReply> && std::is_standard_layout_v<HelloReply> &&
-              sizeof(HelloReply) == 208);
+              sizeof(HelloReply) == 224);
+static_assert(offsetof(HelloReply, effective_priority) == kHelloReplyBytesV1_0 &&
+              offsetof(HelloReply, copy_chunk_bytes) == 216);
 static_assert(sizeof(KernelNameHeader) == 16);
 static_assert(offsetof(Hello, priority) == 8 && offsetof(Hello, job_name) == 16);
 static_assert(offsetof(HelloReply, status) == 8 && offsetof(HelloReply, segment_name) == 16);
@@ -140,9 +161,10 @@ enum class RecordKind { hello, hello_reply, kernel_name, control_request, contro
 RecordKind record_kind(std::span<const std::byte> record) noexcept;
 
 // Builders (shim and daemon side). The job name must be valid (see sanitize_job_name).
+// effective_priority and copy_chunk_bytes matter for an ok reply only (pass low and 0 otherwise).
 Result<Hello> make_hello(Priority priority, std::uint32_t device, std::string_view job_name);
 HelloReply make_hello_reply(HelloStatus status, std::uint32_t client_number, std::string_view segment_name,
-                            std::string_view message);
+                            std::string_view message, Priority effective_priority, std::uint64_t copy_chunk_bytes);
 
 // Turns any string into a valid job name: bad bytes become '_', cut to 63 bytes, "job" if empty.
 std::string sanitize_job_name(std::string_view name);

@@ -12,10 +12,12 @@
 #include <unordered_map>
 #include <vector>
 
+#include "gpuqos/ipc/clock.h"
 #include "gpuqos/ipc/registration.h"
 #include "gpuqos/ipc/segment.h"
 #include "gpuqos/scheduler/ops_waiter.h"
 #include "gpuqos/scheduler/policy.h"
+#include "gpuqos/scheduler/qos_tracker.h"
 #include "gpuqos/scheduler/unix_socket.h"
 
 namespace gpuqos::scheduler {
@@ -24,8 +26,9 @@ struct ClientIdentity {
   ClientId id = 0;
   ipc::PeerCredentials peer;  // from the kernel, never from the hello
   std::string job;
-  ipc::Priority priority = ipc::Priority::low;
+  ipc::Priority priority = ipc::Priority::low;  // effective: the claim after the access check
   std::uint32_t device = 0;
+  ipc::Priority claimed_priority = ipc::Priority::low;  // what its Hello asked for
 };
 
 class Client {
@@ -47,8 +50,9 @@ class Client {
   // Accounting of one validated op, arrived at now_ns. GPU work (kernels, copies, memsets, graphs)
   // counts as posted / granted / completed ops; synchronisations and query marks as marks.
   void posted(const ipc::OpDescriptor& op, std::int64_t now_ns);
-  // Raises the grant to through_seq (never lowers it); true when it moved.
-  bool grant_through(std::uint64_t through_seq);
+  // Raises the grant to through_seq (never lowers it); true when it moved. The ops it releases
+  // count their wait up to now_ns in grant_counters().
+  bool grant_through(std::uint64_t through_seq, std::int64_t now_ns = ipc::monotonic_ns());
   // Pushes the current grant into the grants ring unless already there; false if the ring is full.
   bool publish_grant(std::uint32_t flags = ipc::kGrantNone);
 
@@ -64,6 +68,8 @@ class Client {
   // ns the oldest ungranted op has waited (0: none waits).
   std::int64_t current_wait_ns(std::int64_t now_ns) const;
   const char* state() const { return ungranted_.empty() ? "running" : "waiting"; }
+  // Grants pushed, GPU ops held for a grant and how long they waited (for the metrics).
+  const GrantCounters& grant_counters() const { return grant_counters_; }
 
   // Kernel names registered over the socket.
   std::unordered_map<std::uint32_t, std::string>& kernel_names() { return kernel_names_; }
@@ -92,6 +98,7 @@ class Client {
   std::uint64_t granted_ops_ = 0;
   std::uint64_t completed_ops_ = 0;
   std::array<std::uint64_t, 3> marks_{};
+  GrantCounters grant_counters_;
   std::deque<Ungranted> ungranted_;
   std::unordered_map<std::uint32_t, std::string> kernel_names_;
   std::vector<ipc::CompletionDescriptor> deferred_completions_;

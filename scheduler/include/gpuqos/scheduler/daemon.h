@@ -1,14 +1,17 @@
 // gpuqosd's loop: one epoll thread for the listening socket, the client sockets, a signalfd
-// (SIGTERM/SIGINT: drain and exit), a 10 ms timerfd (heartbeats, completions, policy ticks) and
-// the eventfd the clients' OpsWaiter threads signal when ops arrive.
+// (SIGTERM/SIGINT: drain and exit; SIGHUP: reload the config file), a 10 ms timerfd (heartbeats,
+// completions, policy ticks) and the eventfd the clients' OpsWaiter threads signal when ops arrive.
+// With [daemon] metrics_listen, the metrics server has threads of its own; they only read the text
+// the loop publishes (metrics_server.h).
 //
-// Contract: create() must run before any other thread exists (it blocks SIGTERM and SIGINT for the
-// process so the signalfd receives them); run() is called once, from that same thread.
+// Contract: create() must run before any other thread exists (it blocks SIGTERM, SIGINT and SIGHUP
+// for the process so the signalfd receives them); run() is called once, from that same thread.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,11 +20,27 @@
 #include "gpuqos/ipc/result.h"
 #include "gpuqos/scheduler/client.h"
 #include "gpuqos/scheduler/duration_learner.h"
+#include "gpuqos/scheduler/metrics_server.h"
 #include "gpuqos/scheduler/policy.h"
+#include "gpuqos/scheduler/qos_tracker.h"
+#include "gpuqos/scheduler/query_tracker.h"
 #include "gpuqos/scheduler/status.h"
 #include "gpuqos/scheduler/unix_socket.h"
 
 namespace gpuqos::scheduler {
+
+// What gpuqosd's command line set explicitly. It wins over the config file, at start and at every
+// reload (SIGHUP), so a reload never undoes an option the operator typed.
+struct CommandLineOverrides {
+  std::optional<std::string> socket_path;
+  std::optional<std::string> policy_name;
+  std::optional<std::uint32_t> max_outstanding_ops;
+  std::optional<std::uint32_t> credit_ops;
+  std::optional<std::string> store_path;
+  std::optional<std::int64_t> save_interval_ns;
+  std::optional<std::string> log_level;  // trace, debug, info, warn, error, off
+  std::optional<config::ListenAddress> metrics_listen;  // --metrics-listen: [daemon] metrics_listen
+};
 
 struct DaemonOptions {
   std::string socket_path = kDefaultSocketPath;
@@ -30,7 +49,12 @@ struct DaemonOptions {
   // The whole config (jobs, access); the defaults when gpuqosd runs without a file.
   config::Config config = config::default_config();
   std::string config_path;  // empty: no file (then there is nothing to reload)
+  std::string log_level = "info";  // spdlog's level: the config's [daemon] log_level, or --log-level
+  CommandLineOverrides command_line;
 };
+
+// Puts options.command_line's values over the rest of options.
+void apply_command_line(DaemonOptions& options);
 
 class Daemon {
  public:
@@ -81,6 +105,24 @@ class Daemon {
   void drain_and_release();
   DaemonStatus status_snapshot() const;
 
+  // daemon_reload.cpp: SIGHUP. Reads config_path again; a bad file changes nothing.
+  void reload_config();
+  void reregister_clients_with_policy(std::int64_t now_ns);
+
+  // daemon_qos.cpp: the QoS tracker's view of every client's ops (queries, latencies, progress).
+  void qos_posted(const Client& client, const ipc::OpDescriptor& op, std::int64_t now_ns);
+  void qos_completed(const Client& client, const ipc::CompletionDescriptor& completion, std::int64_t now_ns);
+  void qos_client_gone(const Client& client);
+  // Each tick: abandons queries whose completions were lost, publishes metrics a scrape asked for,
+  // and restarts the endpoint when a reload moved [daemon] metrics_listen.
+  void qos_tick(std::int64_t now_ns);
+  // The jobs and grant counters of status_snapshot().
+  void qos_status(DaemonStatus& status, std::int64_t now_ns) const;
+  // The Prometheus endpoint at options_.config.daemon.metrics_listen (off when its port is 0); a
+  // bind failure is logged and the daemon runs on without it.
+  void start_metrics();
+  void stop_metrics();
+
   DaemonOptions options_;
   std::unique_ptr<Policy> policy_;
   std::unique_ptr<DurationLearner> learner_;
@@ -91,6 +133,10 @@ class Daemon {
   std::uint64_t next_pending_token_ = 0;
   std::map<std::uint64_t, Pending> pending_;
   std::map<ClientId, std::unique_ptr<Client>> clients_;
+  QueryTracker queries_;  // the high-priority clients' query boundaries (for the QoS tracker)
+  QosTracker qos_;
+  config::ListenAddress metrics_address_;  // what start_metrics() last tried
+  std::unique_ptr<MetricsServer> metrics_;
 };
 
 }  // namespace gpuqos::scheduler

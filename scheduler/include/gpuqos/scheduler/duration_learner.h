@@ -37,7 +37,8 @@ class DurationLearner {
   // Loads the store; `warning` is set when it could not be (entirely) used.
   DurationLearner(Options options, std::int64_t now_ns, std::optional<std::string>& warning);
 
-  void posted(std::uint32_t client, const ipc::OpDescriptor& op, std::string kernel_name);
+  // Remembers the op; returns the predictor's upper estimate of its device time (0: no model knows it).
+  std::int64_t posted(std::uint32_t client, const ipc::OpDescriptor& op, std::string kernel_name);
   void completed(std::uint32_t client, const ipc::CompletionDescriptor& completion);
   void client_gone(std::uint32_t client);
 

@@ -30,9 +30,14 @@ class FifoPolicy final : public Policy {
   Decisions client_gone(ClientId client, std::int64_t now_ns) override;
   Decisions tick(std::int64_t now_ns) override;
   const EngineBacklog& backlog() const override { return backlog_; }
+  // Takes max_outstanding_ops and credit_ops (the next tick grants what a higher limit allows).
+  // Ops granted while there was no limit hold no slot under a new one. False for another name.
+  bool reconfigure(const PolicyOptions& options) override;
 
   std::size_t queued_ops() const { return queue_.size(); }
   std::size_t outstanding_ops() const { return in_flight_.size(); }
+  std::uint32_t max_outstanding_ops() const { return max_outstanding_ops_; }
+  std::uint32_t credit_ops() const { return credit_ops_; }
 
  private:
   struct Queued {

@@ -26,6 +26,8 @@ class PriorityPolicy final : public Policy {
   Decisions client_gone(ClientId client, std::int64_t now_ns) override;
   Decisions tick(std::int64_t now_ns) override;
   const EngineBacklog& backlog() const override { return backlog_; }
+  // Same name: true (max_outstanding_ops and credit_ops mean nothing to it). False for another name.
+  bool reconfigure(const PolicyOptions& options) override { return options.name == name(); }
 
   std::size_t queued_ops() const { return queue_.size(); }
   std::size_t high_priority_in_flight() const { return high_in_flight_.size(); }

@@ -1,13 +1,22 @@
 // `gpuqos status`: what the daemon reports (DaemonStatus), its JSON form (bounded to one control
 // record), the human-readable table, and the client side of the request.
 //
-// JSON (version 1):
-//   {"version":1, "daemon":{"pid","uptime_ns","policy","socket"},
+// JSON (version 2; version 1 had no "jobs", "jobs_omitted" nor "grants"):
+//   {"version":2, "daemon":{"pid","uptime_ns","policy","socket"},
 //    "backlog":[{"device","engine","outstanding_ops","backlog_ns","completed_ops","completed_device_ns"}],
-//    "clients":[{"client","pid","uid","gid","job","priority","device","state","segment",
+//    "clients":[{"client","pid","uid","gid","job","priority","claimed_priority","device","state","segment",
 //                "ops":{"posted","granted","completed"},"last_seq","granted_through_seq",
 //                "current_wait_ns","kernel_names"}],
-//    "clients_omitted": N}   (only when the list had to be cut to fit one record)
+//    "clients_omitted": N,   (only when the list had to be cut to fit one record)
+//    "jobs":[{"job","priority","clients","target_ms" (null: none),"percentile","queries","mean_ms",
+//             "p50_ms","p90_ms","p99_ms","p999_ms","max_ms","percentile_ms" (at "percentile"),
+//             "violations","violation_fraction","meets_target" (null: no target or no query yet),
+//             "idle_s","be":{"ops","device_ms","ops_per_s","busy_share"}}],
+//    "jobs_omitted": N,      (the same, for jobs; the list that takes more room is cut first)
+//    "grants":{"issued","ops_held","held_wait_ns_total","held_wait_ns_max"}}
+// Jobs (status_jobs.cpp) are what the daemon has seen work from, by name, kept across reconnects:
+// latencies are of the high-priority queries since the daemon started; "be" counts the completions of
+// its best-effort clients (ops_per_s and busy_share over the last 5 s).
 #pragma once
 
 #include <array>
@@ -20,6 +29,7 @@
 #include "gpuqos/ipc/registration.h"
 #include "gpuqos/ipc/result.h"
 #include "gpuqos/scheduler/engine_backlog.h"
+#include "gpuqos/scheduler/qos_tracker.h"
 
 namespace gpuqos::scheduler {
 
@@ -41,6 +51,9 @@ struct ClientStatus {
   std::uint64_t granted_through_seq = 0;
   std::int64_t current_wait_ns = 0;
   std::uint64_t kernel_names = 0;
+  // "priority" is the class the client runs as; this is what its Hello claimed (higher when the
+  // config's access rules lowered it).
+  ipc::Priority claimed_priority = ipc::Priority::low;
 };
 
 struct PredictorStatus {
@@ -57,16 +70,24 @@ struct DaemonStatus {
   std::vector<EngineLoad> backlog;
   std::vector<ClientStatus> clients;
   PredictorStatus predictor;
+  std::vector<JobQosSnapshot> jobs;  // QosTracker::snapshot's order
+  GrantCounters grants;              // daemon-wide, departed clients included
 };
 
 nlohmann::json to_json(const DaemonStatus& status);
 
-// The JSON text, at most max_bytes: clients are left off the end (counted in "clients_omitted")
-// until it fits.
+// The JSON text, at most max_bytes: clients and jobs are left off the end (counted in
+// "clients_omitted" and "jobs_omitted"), from whichever list is longer, until it fits.
 std::string bounded_status_text(const DaemonStatus& status, std::size_t max_bytes = ipc::kMaxControlTextBytes);
 
-// The table `gpuqos status` prints.
+// The table `gpuqos status` prints (and `gpuqos top` refreshes).
 std::string render_status_table(const nlohmann::json& status);
+
+// status_jobs.cpp: the "jobs" entries and the "grants" object of the JSON, and their part of the
+// table (query latencies against targets, best-effort progress, held work).
+nlohmann::json job_json(const JobQosSnapshot& job);
+nlohmann::json grants_json(const GrantCounters& grants);
+std::string render_jobs_table(const nlohmann::json& status);
 
 // Asks the daemon on socket_path for its status; the JSON text, or why not.
 ipc::Result<std::string> request_status(const std::string& socket_path);

@@ -1,0 +1,39 @@
+// The Prometheus view of gpuqosd: a DaemonStatus rendered in the text exposition format 0.0.4, the
+// body of `GET /metrics` (metrics_server.h serves it). Pure: a function of the snapshot.
+//
+// Families (seconds as in Prometheus' conventions; every per-job family has the label job):
+//   gpuqos_query_latency_seconds          summary, quantile 0.5 0.9 0.99 0.999, _sum, _count: the
+//                                         queries of high-priority jobs since the daemon started
+//   gpuqos_query_target_seconds           gauge, label percentile: the job's target (config)
+//   gpuqos_query_meets_target             gauge 1/0: the latency at that percentile is within it
+//   gpuqos_query_violations_total         counter: queries longer than their target
+//   gpuqos_be_ops_completed_total         counter: best-effort GPU ops that ran
+//   gpuqos_be_device_seconds_total        counter: their measured device time
+//   gpuqos_be_busy_share                  gauge: device time / wall time over the last 5 s
+//   gpuqos_grants_total, gpuqos_ops_held_total, gpuqos_grant_wait_seconds_total  counters
+//   gpuqos_grant_wait_seconds_max         gauge: the longest a held op waited
+//   gpuqos_engine_backlog_seconds{device,engine}, gpuqos_engine_outstanding_ops{device,engine}  gauges
+//   gpuqos_clients{priority}              gauge: connected clients
+//   gpuqos_uptime_seconds                 gauge
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "gpuqos/scheduler/status.h"
+
+namespace gpuqos::scheduler {
+
+// The Content-Type of the body render_metrics returns.
+inline constexpr const char* kMetricsContentType = "text/plain; version=0.0.4; charset=utf-8";
+
+std::string render_metrics(const DaemonStatus& status);
+
+// A label value as the format wants it between double quotes: \ " and newline escaped.
+std::string escape_label_value(std::string_view value);
+
+// A sample value: integers without a fraction, others in the shortest form that reads back
+// exactly, NaN, +Inf, -Inf.
+std::string format_sample_value(double value);
+
+}  // namespace gpuqos::scheduler

@@ -1,0 +1,170 @@
+// The QoS tracker: per job, the latency distribution of its queries measured against its target,
+// and the progress of its best-effort work; daemon-wide, how often best-effort work was held and
+// for how long. It is what `gpuqos status`, `gpuqos top` and the metrics endpoint show.
+//
+// Pure: the daemon's loop feeds it events with their times (CLOCK_MONOTONIC ns) and reads
+// snapshots; no clock, I/O or threads of its own. Jobs are keyed by name, so a job's numbers
+// survive its clients reconnecting; at most kMaxJobs are kept (the one idle longest goes first).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gpuqos/config/config.h"
+#include "gpuqos/ipc/descriptor.h"
+#include "gpuqos/ipc/registration.h"
+
+namespace gpuqos::scheduler {
+
+using ClientId = std::uint32_t;  // the daemon's client number (as in policy.h)
+
+// Log-linear buckets of nanosecond values: exact below 32 ns, then 32 linear buckets per power of
+// two, so a percentile is within 1/64 (1.6 %) of the exact one; values from 0 to about 137 s (2^37
+// ns) are bucketed, larger ones share the top bucket (max_ns() stays exact). Storage grows with the
+// largest value seen (about 5 KiB for latencies up to 10 ms, 8.5 KiB at most).
+class LatencyHistogram {
+ public:
+  static constexpr int kSubBucketBits = 5;
+  static constexpr int kMaxExponent = 36;  // values up to 2^37 - 1 ns have their own bucket
+  static constexpr std::size_t kBucketCount =
+      static_cast<std::size_t>(kMaxExponent - kSubBucketBits + 2) << kSubBucketBits;
+
+  void record(std::int64_t value_ns);
+
+  std::uint64_t count() const { return count_; }
+  double sum_ns() const { return sum_ns_; }
+  double mean_ns() const { return count_ == 0 ? 0.0 : sum_ns_ / static_cast<double>(count_); }
+  std::int64_t min_ns() const { return min_ns_; }
+  std::int64_t max_ns() const { return max_ns_; }
+  // The value at percentile p in (0, 100] by nearest rank (the rank_for(p, count())-th smallest),
+  // to within 1/64 of it; 0 when empty.
+  std::int64_t percentile_ns(double percentile) const;
+
+  // Nearest rank: the smallest rank r (1-based) with r >= p/100 * count; at least 1.
+  static std::uint64_t rank_for(double percentile, std::uint64_t count);
+  static std::size_t bucket_of(std::int64_t value_ns);
+  static std::int64_t bucket_low_ns(std::size_t bucket);   // smallest value in the bucket
+  static std::int64_t bucket_high_ns(std::size_t bucket);  // largest value in the bucket
+
+ private:
+  std::vector<std::uint64_t> counts_;  // up to the highest bucket used
+  std::uint64_t count_ = 0;
+  double sum_ns_ = 0;
+  std::int64_t min_ns_ = 0;
+  std::int64_t max_ns_ = 0;
+};
+
+// Ops completed and device time over the last kWindowNs (a ring of kSlots slots by arrival time):
+// a best-effort job's current rate, next to its totals.
+class ProgressWindow {
+ public:
+  static constexpr std::size_t kSlots = 10;
+  static constexpr std::int64_t kSlotNs = 500'000'000;
+  static constexpr std::int64_t kWindowNs = kSlotNs * static_cast<std::int64_t>(kSlots);
+
+  void add(std::int64_t now_ns, std::uint64_t ops, std::int64_t device_ns);
+
+  struct Rate {
+    double ops_per_s = 0;
+    double busy_share = 0;  // device time / wall time; above 1 when its ops overlap on several engines
+  };
+  // Over the window ending at now_ns, or since since_ns (the job first seen) when that is later.
+  Rate rate(std::int64_t now_ns, std::int64_t since_ns) const;
+
+ private:
+  struct Slot {
+    std::int64_t index = -1;  // now_ns / kSlotNs of what it holds
+    std::uint64_t ops = 0;
+    std::int64_t device_ns = 0;
+  };
+  std::array<Slot, kSlots> slots_{};
+};
+
+// Grants and held best-effort work, counted by each Client and summed for the daemon.
+struct GrantCounters {
+  std::uint64_t grants = 0;              // grant descriptors pushed to clients
+  std::uint64_t ops_held = 0;            // GPU ops posted beyond the client's grant (they waited)
+  std::int64_t held_wait_ns_total = 0;   // how long those waited, post to grant, once granted
+  std::int64_t held_wait_ns_max = 0;
+  GrantCounters& operator+=(const GrantCounters& other);
+};
+
+// One job as status and metrics show it. Latencies in ns; 0 while it has no query.
+struct JobQosSnapshot {
+  std::string job;
+  ipc::Priority priority = ipc::Priority::low;  // of its latest client
+  std::uint32_t clients = 0;                    // connected now
+  std::optional<std::int64_t> target_ns;        // the config's target now, if any
+  double percentile = 99.0;                     // ... at this percentile
+  std::uint64_t queries = 0;
+  double latency_sum_ns = 0;
+  std::int64_t mean_ns = 0, p50_ns = 0, p90_ns = 0, p99_ns = 0, p999_ns = 0, max_ns = 0;
+  std::int64_t at_percentile_ns = 0;  // the latency at `percentile`: what the target is about
+  std::uint64_t violations = 0;       // queries longer than the target they were measured against
+  double violation_fraction = 0;
+  std::optional<bool> meets_target;   // at_percentile_ns <= target; none without target or query
+  std::uint64_t be_ops = 0;           // best-effort GPU ops completed (they ran)
+  std::int64_t be_device_ns = 0;      // their measured device time, end - start
+  double be_ops_per_s = 0;            // over the last ProgressWindow::kWindowNs
+  double be_busy_share = 0;
+  std::int64_t idle_ns = 0;           // since its latest event
+};
+
+class QosTracker {
+ public:
+  static constexpr std::size_t kMaxJobs = 256;
+  // One completion counts for at most this much device time (a client's times are untrusted).
+  static constexpr std::int64_t kMaxCompletionNs = 3'600'000'000'000;
+
+  // The client (of job `job`, running as `priority`) posted; the first call registers it.
+  void client_seen(ClientId client, const std::string& job, ipc::Priority priority, std::int64_t now_ns);
+  // The client is gone; its grant counters are kept in the daemon-wide total.
+  void client_left(ClientId client, const GrantCounters& counters, std::int64_t now_ns);
+  // A query of the client's job closed after latency_ns; target_ns: the job's target now.
+  void query_closed(ClientId client, std::int64_t latency_ns, std::optional<std::int64_t> target_ns,
+                    std::int64_t now_ns);
+  // A completion of a best-effort client's op. Coarse completions (one interval for a batch) count
+  // only the part of their interval the client's previous coarse one did not cover.
+  void work_completed(ClientId client, const ipc::CompletionDescriptor& completion, std::int64_t now_ns);
+
+  // Every job: connected ones first (high priority, then by name), then idle ones, latest first.
+  // Targets and percentiles come from `config` as it is now.
+  std::vector<JobQosSnapshot> snapshot(const config::Config& config, std::int64_t now_ns) const;
+  // Counters of the clients that left (add the connected clients' own for the daemon's total).
+  const GrantCounters& departed_counters() const { return departed_; }
+  std::size_t job_count() const { return jobs_.size(); }
+
+ private:
+  struct Job {
+    ipc::Priority priority = ipc::Priority::low;
+    std::uint32_t clients = 0;
+    std::int64_t first_seen_ns = 0;
+    std::int64_t last_active_ns = 0;
+    LatencyHistogram latency;
+    std::uint64_t violations = 0;
+    std::uint64_t be_ops = 0;
+    std::int64_t be_device_ns = 0;
+    ProgressWindow window;
+  };
+  struct ClientState {
+    std::string job;
+    ipc::Priority priority = ipc::Priority::low;
+    std::int64_t coarse_end_ns = 0;  // end of its latest coarse completion
+  };
+  // The client's job (created again if it was dropped), marked active at now_ns; nullptr for a
+  // client never seen.
+  Job* job_of(ClientId client, std::int64_t now_ns);
+  Job& add_job(const std::string& name, std::int64_t now_ns);
+  JobQosSnapshot snapshot_of(const std::string& name, const Job& job, const config::Config& config,
+                             std::int64_t now_ns) const;
+
+  std::map<std::string, Job> jobs_;
+  std::map<ClientId, ClientState> clients_;
+  GrantCounters departed_;
+};
+
+}  // namespace gpuqos::scheduler

@@ -1,0 +1,28 @@
+// `gpuqos top`: the status view (status.h's table: jobs against their targets, best-effort
+// progress, clients) refreshed live until Ctrl-C, or printed once.
+#pragma once
+
+#include <ostream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "gpuqos/scheduler/unix_socket.h"
+
+namespace gpuqos::scheduler {
+
+struct TopOptions {
+  std::string socket = kDefaultSocketPath;
+  double interval_s = 1.0;  // between refreshes, > 0
+  bool once = false;        // one frame, then exit (scripts, tests)
+};
+
+// Asks the daemon every interval and prints a frame to `out`, preceded by the ANSI clear-screen
+// codes when clear_screen (a terminal). Ends on SIGINT or SIGTERM (exit code 0) or after one frame
+// with once; when the daemon cannot be reached, says so on `err` and returns 1.
+int run_top(const TopOptions& options, std::ostream& out, std::ostream& err, bool clear_screen);
+
+// One frame: a title line, then render_status_table(status).
+std::string render_top_frame(const nlohmann::json& status, const TopOptions& options);
+
+}  // namespace gpuqos::scheduler

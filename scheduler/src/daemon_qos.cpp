@@ -1,0 +1,87 @@
+// gpuqosd: feeding the QoS tracker (queries of high-priority jobs, progress of best-effort ones),
+// its part of the status, and the Prometheus endpoint that shows it.
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+
+#include "gpuqos/ipc/clock.h"
+#include "gpuqos/scheduler/daemon.h"
+#include "gpuqos/scheduler/metrics.h"
+
+namespace gpuqos::scheduler {
+namespace {
+
+// A query still open this long after its latest op lost a completion (a shim that stopped
+// reporting them): it is abandoned, not counted. A client that leaves is forgotten at once.
+constexpr std::int64_t kAbandonQueryNs = 60'000'000'000;
+
+std::optional<std::int64_t> target_ns(const config::Config& config, const std::string& job) {
+  const config::JobConfig* listed = config::find_job(config, job);
+  if (listed == nullptr || !listed->target_ms) return std::nullopt;
+  return std::llround(*listed->target_ms * 1e6);
+}
+
+}  // namespace
+
+void Daemon::qos_posted(const Client& client, const ipc::OpDescriptor& op, std::int64_t now_ns) {
+  const ClientIdentity& who = client.identity();
+  qos_.client_seen(who.id, who.job, who.priority, now_ns);
+  if (!client.high_priority()) return;
+  for (const ClosedQuery& query : queries_.posted(who.id, op, now_ns)) {
+    qos_.query_closed(who.id, query.latency_ns(), target_ns(options_.config, who.job), now_ns);
+  }
+}
+
+void Daemon::qos_completed(const Client& client, const ipc::CompletionDescriptor& completion, std::int64_t now_ns) {
+  const ClientIdentity& who = client.identity();
+  if (!client.high_priority()) return qos_.work_completed(who.id, completion, now_ns);
+  for (const ClosedQuery& query : queries_.completed(who.id, completion, now_ns)) {
+    qos_.query_closed(who.id, query.latency_ns(), target_ns(options_.config, who.job), now_ns);
+  }
+}
+
+void Daemon::qos_client_gone(const Client& client) {
+  queries_.client_gone(client.identity().id);
+  qos_.client_left(client.identity().id, client.grant_counters(), ipc::monotonic_ns());
+}
+
+void Daemon::qos_tick(std::int64_t now_ns) {
+  for (const ClientId id : queries_.expire(now_ns, kAbandonQueryNs)) {
+    auto client = clients_.find(id);
+    if (client != clients_.end()) {
+      spdlog::debug("{}: query open for over {} s without its completions, not counted", client->second->tag(),
+                   kAbandonQueryNs / 1'000'000'000);
+    }
+  }
+  if (options_.config.daemon.metrics_listen != metrics_address_) {  // a reload moved it
+    stop_metrics();
+    start_metrics();
+  }
+  if (metrics_ && metrics_->refresh_wanted()) metrics_->publish(render_metrics(status_snapshot()), now_ns);
+}
+
+void Daemon::qos_status(DaemonStatus& status, std::int64_t now_ns) const {
+  status.jobs = qos_.snapshot(options_.config, now_ns);
+  status.grants = qos_.departed_counters();
+  for (const auto& [id, client] : clients_) status.grants += client->grant_counters();
+}
+
+void Daemon::start_metrics() {
+  metrics_address_ = options_.config.daemon.metrics_listen;
+  if (!metrics_address_.enabled()) return;
+  auto server = MetricsServer::start(metrics_address_);
+  if (!server) {
+    return spdlog::error("metrics: {}; running without the metrics endpoint", server.error());
+  }
+  metrics_ = std::move(server.value());
+  spdlog::info("metrics: serving http://{}/metrics", config::to_string(metrics_address_));
+}
+
+void Daemon::stop_metrics() {
+  if (!metrics_) return;
+  metrics_->stop();
+  metrics_.reset();
+  spdlog::info("metrics: stopped serving {}", config::to_string(metrics_address_));
+}
+
+}  // namespace gpuqos::scheduler

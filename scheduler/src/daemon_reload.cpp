@@ -1,0 +1,80 @@
+// gpuqosd: reloading the config file on SIGHUP, and the command-line options that survive it.
+//
+// A reload is all or nothing for what it can change: a file that does not load, or that this
+// daemon cannot run, is logged and changes nothing. What needs a restart (the socket, the predictor's
+// store, another policy) is warned about and kept as it runs.
+#include <spdlog/spdlog.h>
+
+#include "gpuqos/config/load.h"
+#include "gpuqos/ipc/clock.h"
+#include "gpuqos/scheduler/client_access.h"
+#include "gpuqos/scheduler/daemon.h"
+#include "gpuqos/scheduler/daemon_config.h"
+
+namespace gpuqos::scheduler {
+
+void apply_command_line(DaemonOptions& options) {
+  const CommandLineOverrides& given = options.command_line;
+  if (given.socket_path) options.socket_path = *given.socket_path;
+  if (given.policy_name) options.policy.name = *given.policy_name;
+  if (given.max_outstanding_ops) options.policy.max_outstanding_ops = *given.max_outstanding_ops;
+  if (given.credit_ops) options.policy.credit_ops = *given.credit_ops;
+  if (given.store_path) options.learning.store_path = *given.store_path;
+  if (given.save_interval_ns) options.learning.save_interval_ns = *given.save_interval_ns;
+  if (given.log_level) options.log_level = *given.log_level;
+  if (given.metrics_listen) options.config.daemon.metrics_listen = *given.metrics_listen;
+}
+
+void Daemon::reload_config() {
+  const std::string path = options_.config_path;  // a copy: options_ is replaced below
+  if (path.empty()) return spdlog::info("SIGHUP: gpuqosd runs without --config, there is no file to reload");
+  auto loaded = config::load_config_file(path);
+  if (!loaded) return spdlog::error("reload of {} failed, keeping the running config: {}", path, loaded.error());
+  auto configured = options_from_config(loaded.value(), options_);
+  if (!configured) {
+    return spdlog::error("reload of {} failed, keeping the running config: {}", path, configured.error());
+  }
+  DaemonOptions next = std::move(configured.value());
+  next.log_level = std::string(config::to_string(loaded->daemon.log_level));
+  apply_command_line(next);
+
+  if (next.socket_path != options_.socket_path) {
+    spdlog::warn("reload of {}: the socket change to {} needs a restart; still serving {}", path, next.socket_path,
+                 options_.socket_path);
+    next.socket_path = options_.socket_path;
+  }
+  if (next.learning.store_path != options_.learning.store_path ||
+      next.learning.save_interval_ns != options_.learning.save_interval_ns) {
+    spdlog::warn("reload of {}: the profile store change needs a restart; still using '{}'", path,
+                 options_.learning.store_path);
+    next.learning = options_.learning;
+  }
+  if (!policy_->reconfigure(next.policy)) {
+    if (next.policy.name != policy_->name()) {
+      spdlog::warn("reload of {}: the policy change from {} to {} needs a restart; keeping {} as it runs", path,
+                   policy_->name(), next.policy.name, policy_->name());
+    } else {
+      spdlog::warn("reload of {}: policy {} cannot take new parameters without a restart", path, policy_->name());
+    }
+    next.policy = options_.policy;
+  }
+  options_ = std::move(next);  // jobs and access: for registrations from now on
+  spdlog::set_level(spdlog::level::from_str(options_.log_level));
+  spdlog::info("config reloaded from {} (policy {}, max_outstanding_ops {}, credit_ops {}, {} jobs, log level {})",
+               path, policy_->name(), options_.policy.max_outstanding_ops, options_.policy.credit_ops,
+               options_.config.jobs.size(), options_.log_level);
+  reregister_clients_with_policy(ipc::monotonic_ns());
+}
+
+// The policy hears each connected client's targets and weight again, as the new config has them.
+// Their effective priorities are not revisited: a client keeps the class it registered with (the
+// shim was told it then) until it registers again.
+void Daemon::reregister_clients_with_policy(std::int64_t now_ns) {
+  for (const auto& [id, client] : clients_) {
+    const ClientInfo info = client_info(options_.config, client->identity());
+    spdlog::debug("{}: {}", client->tag(), describe_targets(info));
+    apply(policy_->client_registered(info, now_ns));
+  }
+}
+
+}  // namespace gpuqos::scheduler

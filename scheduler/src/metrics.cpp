@@ -1,0 +1,159 @@
+// render_metrics: a DaemonStatus in the Prometheus text exposition format 0.0.4.
+#include "gpuqos/scheduler/metrics.h"
+
+#include <charconv>
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+namespace gpuqos::scheduler {
+namespace {
+
+double seconds(std::int64_t ns) { return static_cast<double>(ns) / 1e9; }
+double seconds(double ns) { return ns / 1e9; }
+
+// Writes one family: its HELP and TYPE lines, then the samples added to it.
+class Family {
+ public:
+  Family(std::ostringstream& out, std::string_view name, std::string_view type, std::string_view help)
+      : out_(out), name_(name) {
+    out_ << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n';
+  }
+  // One sample: name_ + suffix, labels as name="value" pairs.
+  Family& sample(double value, std::initializer_list<std::pair<std::string_view, std::string_view>> labels = {},
+                 std::string_view suffix = "") {
+    out_ << name_ << suffix;
+    if (labels.size() > 0) {
+      out_ << '{';
+      bool first = true;
+      for (const auto& [label, text] : labels) {
+        out_ << (first ? "" : ",") << label << "=\"" << escape_label_value(text) << '"';
+        first = false;
+      }
+      out_ << '}';
+    }
+    out_ << ' ' << format_sample_value(value) << '\n';
+    return *this;
+  }
+
+ private:
+  std::ostringstream& out_;
+  std::string name_;
+};
+
+bool tracks_queries(const JobQosSnapshot& job) { return job.priority == ipc::Priority::high || job.queries > 0; }
+bool tracks_progress(const JobQosSnapshot& job) { return job.priority == ipc::Priority::low || job.be_ops > 0; }
+
+void query_families(const DaemonStatus& status, std::ostringstream& out) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  Family latency(out, "gpuqos_query_latency_seconds", "summary",
+                 "Latency of a high-priority job's queries, first op to the synchronisation that drains them, "
+                 "since the daemon started.");
+  for (const auto& job : status.jobs) {
+    if (!tracks_queries(job)) continue;
+    const bool any = job.queries > 0;
+    const std::pair<const char*, std::int64_t> quantiles[] = {
+        {"0.5", job.p50_ns}, {"0.9", job.p90_ns}, {"0.99", job.p99_ns}, {"0.999", job.p999_ns}};
+    for (const auto& [quantile, ns] : quantiles) {
+      latency.sample(any ? seconds(ns) : nan, {{"job", job.job}, {"quantile", quantile}});
+    }
+    latency.sample(seconds(job.latency_sum_ns), {{"job", job.job}}, "_sum");
+    latency.sample(static_cast<double>(job.queries), {{"job", job.job}}, "_count");
+  }
+  Family target(out, "gpuqos_query_target_seconds", "gauge",
+                "The job's latency target from the config, at the percentile labelled.");
+  for (const auto& job : status.jobs) {
+    if (job.target_ns) target.sample(seconds(*job.target_ns), {{"job", job.job}, {"percentile", format_sample_value(job.percentile)}});
+  }
+  Family meets(out, "gpuqos_query_meets_target", "gauge",
+               "1 when the job's latency at its target percentile is within the target, else 0.");
+  for (const auto& job : status.jobs) {
+    if (job.meets_target) meets.sample(*job.meets_target ? 1 : 0, {{"job", job.job}});
+  }
+  Family violations(out, "gpuqos_query_violations_total", "counter", "Queries that took longer than the job's target.");
+  for (const auto& job : status.jobs) {
+    if (tracks_queries(job)) violations.sample(static_cast<double>(job.violations), {{"job", job.job}});
+  }
+}
+
+void best_effort_families(const DaemonStatus& status, std::ostringstream& out) {
+  Family ops(out, "gpuqos_be_ops_completed_total", "counter", "GPU ops of a best-effort job that ran.");
+  for (const auto& job : status.jobs) {
+    if (tracks_progress(job)) ops.sample(static_cast<double>(job.be_ops), {{"job", job.job}});
+  }
+  Family device(out, "gpuqos_be_device_seconds_total", "counter",
+                "Measured device time (end - start) of a best-effort job's completed ops.");
+  for (const auto& job : status.jobs) {
+    if (tracks_progress(job)) device.sample(seconds(job.be_device_ns), {{"job", job.job}});
+  }
+  Family busy(out, "gpuqos_be_busy_share", "gauge",
+              "A best-effort job's device time over wall time in the last 5 s (above 1 when engines overlap).");
+  for (const auto& job : status.jobs) {
+    if (tracks_progress(job)) busy.sample(job.be_busy_share, {{"job", job.job}});
+  }
+}
+
+void daemon_families(const DaemonStatus& status, std::ostringstream& out) {
+  const GrantCounters& g = status.grants;
+  Family(out, "gpuqos_grants_total", "counter", "Grant descriptors pushed to clients.")
+      .sample(static_cast<double>(g.grants));
+  Family(out, "gpuqos_ops_held_total", "counter", "Best-effort GPU ops that had to wait for a grant.")
+      .sample(static_cast<double>(g.ops_held));
+  Family(out, "gpuqos_grant_wait_seconds_total", "counter", "Time held ops waited, post to grant, in all.")
+      .sample(seconds(g.held_wait_ns_total));
+  Family(out, "gpuqos_grant_wait_seconds_max", "gauge", "The longest a held op waited for its grant.")
+      .sample(seconds(g.held_wait_ns_max));
+  Family backlog(out, "gpuqos_engine_backlog_seconds", "gauge",
+                 "Predicted device time of the work accounted on an engine and not completed.");
+  for (const auto& load : status.backlog) {
+    backlog.sample(seconds(load.backlog_ns), {{"device", std::to_string(load.device)}, {"engine", engine_name(load.engine)}});
+  }
+  Family outstanding(out, "gpuqos_engine_outstanding_ops", "gauge", "Ops accounted on an engine and not completed.");
+  for (const auto& load : status.backlog) {
+    outstanding.sample(static_cast<double>(load.outstanding_ops),
+                       {{"device", std::to_string(load.device)}, {"engine", engine_name(load.engine)}});
+  }
+  std::size_t high = 0;
+  for (const auto& client : status.clients) high += client.priority == ipc::Priority::high;
+  Family(out, "gpuqos_clients", "gauge", "Connected clients by the priority they run at.")
+      .sample(static_cast<double>(high), {{"priority", "high"}})
+      .sample(static_cast<double>(status.clients.size() - high), {{"priority", "low"}});
+  Family(out, "gpuqos_uptime_seconds", "gauge", "Seconds since gpuqosd started.").sample(seconds(status.uptime_ns));
+}
+
+}  // namespace
+
+std::string escape_label_value(std::string_view value) {
+  std::string escaped;
+  escaped.reserve(value.size());
+  for (const char c : value) {
+    if (c == '\\') {
+      escaped += "\\\\";
+    } else if (c == '"') {
+      escaped += "\\\"";
+    } else if (c == '\n') {
+      escaped += "\\n";
+    } else {
+      escaped += c;
+    }
+  }
+  return escaped;
+}
+
+std::string format_sample_value(double value) {
+  if (std::isnan(value)) return "NaN";
+  if (std::isinf(value)) return value > 0 ? "+Inf" : "-Inf";
+  char text[64];
+  const auto [end, error] = std::to_chars(text, text + sizeof text, value);
+  return error == std::errc() ? std::string(text, end) : "NaN";
+}
+
+std::string render_metrics(const DaemonStatus& status) {
+  std::ostringstream out;
+  query_families(status, out);
+  best_effort_families(status, out);
+  daemon_families(status, out);
+  return out.str();
+}
+
+}  // namespace gpuqos::scheduler

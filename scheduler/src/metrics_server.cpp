@@ -1,0 +1,83 @@
+// MetricsServer: cpp-httplib serving the text the loop publishes at GET /metrics.
+#include "gpuqos/scheduler/metrics_server.h"
+
+#include <httplib.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+#include "gpuqos/ipc/clock.h"
+#include "gpuqos/scheduler/metrics.h"
+
+namespace gpuqos::scheduler {
+
+struct MetricsServer::Http {
+  httplib::Server server;
+};
+
+MetricsServer::MetricsServer(config::ListenAddress address)
+    : address_(std::move(address)), http_(std::make_unique<Http>()) {}
+
+MetricsServer::~MetricsServer() { stop(); }
+
+ipc::Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const config::ListenAddress& address) {
+  std::unique_ptr<MetricsServer> metrics(new MetricsServer(address));
+  httplib::Server& server = metrics->http_->server;
+  // A scrape every few seconds needs neither many threads nor kept-alive connections, and a short
+  // timeout keeps a stuck peer from delaying the daemon's exit.
+  server.new_task_queue = [] { return new httplib::ThreadPool(2); };
+  server.set_keep_alive_max_count(1);
+  server.set_read_timeout(2, 0);
+  server.set_write_timeout(2, 0);
+  MetricsServer* self = metrics.get();
+  server.Get("/metrics", [self](const httplib::Request&, httplib::Response& response) {
+    std::string text = self->current_text();
+    if (text.empty()) {
+      response.status = 503;
+      response.set_content("gpuqosd: no metrics yet, try again\n", "text/plain");
+      return;
+    }
+    response.set_content(std::move(text), kMetricsContentType);
+  });
+  errno = 0;
+  if (!server.bind_to_port(address.host, address.port)) {
+    const int error = errno;
+    return ipc::Error{"cannot listen on " + config::to_string(address) +
+                      (error != 0 ? std::string(": ") + std::strerror(error) : std::string())};
+  }
+  metrics->thread_ = std::thread([&server] { server.listen_after_bind(); });
+  // stop() before the accept loop runs would be lost (httplib ignores it): wait until it does.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!server.is_running() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return metrics;
+}
+
+void MetricsServer::stop() {
+  if (!thread_.joinable()) return;
+  http_->server.stop();
+  thread_.join();
+}
+
+void MetricsServer::publish(std::string text, std::int64_t now_ns) {
+  {
+    std::lock_guard lock(mutex_);
+    text_ = std::move(text);
+    published_ns_ = now_ns;
+    ++generation_;
+  }
+  published_.notify_all();
+}
+
+std::string MetricsServer::current_text() {
+  std::unique_lock lock(mutex_);
+  if (generation_ > 0 && ipc::monotonic_ns() - published_ns_ <= kFreshNs) return text_;
+  const std::uint64_t seen = generation_;
+  refresh_wanted_.store(true, std::memory_order_release);
+  published_.wait_for(lock, std::chrono::nanoseconds(kRefreshWaitNs), [&] { return generation_ != seen; });
+  return text_;
+}
+
+}  // namespace gpuqos::scheduler

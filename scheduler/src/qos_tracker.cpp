@@ -1,0 +1,233 @@
+// The QoS tracker: latency histograms, best-effort progress windows and per-job bookkeeping.
+#include "gpuqos/scheduler/qos_tracker.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+
+namespace gpuqos::scheduler {
+namespace {
+
+constexpr std::int64_t kSubBuckets = std::int64_t{1} << LatencyHistogram::kSubBucketBits;
+
+}  // namespace
+
+// --- LatencyHistogram ---
+
+std::size_t LatencyHistogram::bucket_of(std::int64_t value_ns) {
+  if (value_ns < kSubBuckets) return value_ns < 0 ? 0 : static_cast<std::size_t>(value_ns);
+  const int exponent = std::bit_width(static_cast<std::uint64_t>(value_ns)) - 1;
+  if (exponent > kMaxExponent) return kBucketCount - 1;
+  const int shift = exponent - kSubBucketBits;
+  return (static_cast<std::size_t>(shift + 1) << kSubBucketBits) +
+         static_cast<std::size_t>((value_ns >> shift) - kSubBuckets);
+}
+
+std::int64_t LatencyHistogram::bucket_low_ns(std::size_t bucket) {
+  if (bucket < static_cast<std::size_t>(kSubBuckets)) return static_cast<std::int64_t>(bucket);
+  const std::size_t group = bucket >> kSubBucketBits;  // >= 1
+  const auto sub = static_cast<std::int64_t>(bucket & (kSubBuckets - 1));
+  return (kSubBuckets + sub) << (group - 1);
+}
+
+std::int64_t LatencyHistogram::bucket_high_ns(std::size_t bucket) {
+  if (bucket < static_cast<std::size_t>(kSubBuckets)) return static_cast<std::int64_t>(bucket);
+  const std::size_t group = bucket >> kSubBucketBits;
+  return bucket_low_ns(bucket) + (std::int64_t{1} << (group - 1)) - 1;
+}
+
+void LatencyHistogram::record(std::int64_t value_ns) {
+  value_ns = std::max<std::int64_t>(0, value_ns);
+  const std::size_t bucket = bucket_of(value_ns);
+  if (counts_.size() <= bucket) counts_.resize(bucket + 1, 0);
+  ++counts_[bucket];
+  min_ns_ = count_ == 0 ? value_ns : std::min(min_ns_, value_ns);
+  max_ns_ = count_ == 0 ? value_ns : std::max(max_ns_, value_ns);
+  ++count_;
+  sum_ns_ += static_cast<double>(value_ns);
+}
+
+std::uint64_t LatencyHistogram::rank_for(double percentile, std::uint64_t count) {
+  if (count == 0) return 0;
+  // p * n / 100 is exact for whole p; the factor absorbs the rounding of 99.9 * n.
+  const double exact = std::clamp(percentile, 0.0, 100.0) * static_cast<double>(count) / 100.0;
+  const double rank = std::ceil(exact * (1.0 - 1e-12));
+  return std::clamp<std::uint64_t>(static_cast<std::uint64_t>(std::max(rank, 1.0)), 1, count);
+}
+
+std::int64_t LatencyHistogram::percentile_ns(double percentile) const {
+  const std::uint64_t rank = rank_for(percentile, count_);
+  if (rank == 0) return 0;
+  std::uint64_t seen = 0;
+  for (std::size_t bucket = 0; bucket < counts_.size(); ++bucket) {
+    seen += counts_[bucket];
+    if (seen < rank) continue;
+    const std::int64_t low = bucket_low_ns(bucket), high = bucket_high_ns(bucket);
+    if (bucket == kBucketCount - 1 && max_ns_ > high) return max_ns_;  // the top bucket holds all larger ones too
+    return std::clamp(low + (high - low) / 2, min_ns_, max_ns_);
+  }
+  return max_ns_;
+}
+
+// --- ProgressWindow ---
+
+void ProgressWindow::add(std::int64_t now_ns, std::uint64_t ops, std::int64_t device_ns) {
+  const std::int64_t index = now_ns / kSlotNs;
+  Slot& slot = slots_[static_cast<std::size_t>(index) % kSlots];
+  if (slot.index != index) slot = Slot{index, 0, 0};
+  slot.ops += ops;
+  slot.device_ns += device_ns;
+}
+
+ProgressWindow::Rate ProgressWindow::rate(std::int64_t now_ns, std::int64_t since_ns) const {
+  const std::int64_t newest = now_ns / kSlotNs;
+  const std::int64_t oldest = newest - static_cast<std::int64_t>(kSlots) + 1;
+  std::uint64_t ops = 0;
+  std::int64_t device_ns = 0;
+  for (const Slot& slot : slots_) {
+    if (slot.index < oldest || slot.index > newest) continue;
+    ops += slot.ops;
+    device_ns += slot.device_ns;
+  }
+  // At least one slot long: a job seen a millisecond ago has no meaningful rate yet.
+  const std::int64_t span_ns = std::max(kSlotNs, now_ns - std::max(oldest * kSlotNs, since_ns));
+  const double seconds = static_cast<double>(span_ns) / 1e9;
+  return Rate{static_cast<double>(ops) / seconds, static_cast<double>(device_ns) / static_cast<double>(span_ns)};
+}
+
+// --- GrantCounters ---
+
+GrantCounters& GrantCounters::operator+=(const GrantCounters& other) {
+  grants += other.grants;
+  ops_held += other.ops_held;
+  held_wait_ns_total += other.held_wait_ns_total;
+  held_wait_ns_max = std::max(held_wait_ns_max, other.held_wait_ns_max);
+  return *this;
+}
+
+// --- QosTracker ---
+
+QosTracker::Job& QosTracker::add_job(const std::string& name, std::int64_t now_ns) {
+  if (jobs_.size() >= kMaxJobs) {
+    // Drop the job idle longest; one with connected clients only when every job has some.
+    auto victim = jobs_.end();
+    for (auto it = jobs_.begin(); it != jobs_.end(); ++it) {
+      const bool better = victim == jobs_.end() || (it->second.clients == 0 && victim->second.clients != 0) ||
+                          ((it->second.clients == 0) == (victim->second.clients == 0) &&
+                           it->second.last_active_ns < victim->second.last_active_ns);
+      if (better) victim = it;
+    }
+    jobs_.erase(victim);
+  }
+  Job& job = jobs_[name];
+  job.first_seen_ns = job.last_active_ns = now_ns;
+  return job;
+}
+
+QosTracker::Job* QosTracker::job_of(ClientId client, std::int64_t now_ns) {
+  auto state = clients_.find(client);
+  if (state == clients_.end()) return nullptr;
+  auto it = jobs_.find(state->second.job);
+  Job* job = nullptr;
+  if (it != jobs_.end()) {
+    job = &it->second;
+  } else {  // dropped while this client was connected: start it again
+    job = &add_job(state->second.job, now_ns);
+    job->priority = state->second.priority;
+    for (const auto& [id, other] : clients_) job->clients += other.job == state->second.job;
+  }
+  job->last_active_ns = now_ns;
+  return job;
+}
+
+void QosTracker::client_seen(ClientId client, const std::string& job, ipc::Priority priority, std::int64_t now_ns) {
+  if (job_of(client, now_ns) != nullptr) return;
+  clients_.emplace(client, ClientState{job, priority, 0});
+  auto it = jobs_.find(job);
+  Job& entry = it != jobs_.end() ? it->second : add_job(job, now_ns);
+  ++entry.clients;
+  entry.priority = priority;
+  entry.last_active_ns = now_ns;
+}
+
+void QosTracker::client_left(ClientId client, const GrantCounters& counters, std::int64_t now_ns) {
+  departed_ += counters;
+  auto state = clients_.find(client);
+  if (state == clients_.end()) return;
+  if (auto it = jobs_.find(state->second.job); it != jobs_.end()) {
+    if (it->second.clients > 0) --it->second.clients;
+    it->second.last_active_ns = now_ns;
+  }
+  clients_.erase(state);
+}
+
+void QosTracker::query_closed(ClientId client, std::int64_t latency_ns, std::optional<std::int64_t> target_ns,
+                              std::int64_t now_ns) {
+  Job* job = job_of(client, now_ns);
+  if (job == nullptr) return;
+  job->latency.record(latency_ns);
+  if (target_ns && latency_ns > *target_ns) ++job->violations;
+}
+
+void QosTracker::work_completed(ClientId client, const ipc::CompletionDescriptor& completion, std::int64_t now_ns) {
+  if (completion.status != 0) return;  // nothing ran
+  Job* job = job_of(client, now_ns);
+  if (job == nullptr) return;
+  std::int64_t device_ns = std::max<std::int64_t>(0, completion.end_ns - completion.start_ns);
+  if (completion.flags & ipc::kCompletionCoarse) {
+    std::int64_t& covered_ns = clients_.at(client).coarse_end_ns;
+    device_ns = std::max<std::int64_t>(0, completion.end_ns - std::max(completion.start_ns, covered_ns));
+    covered_ns = std::max(covered_ns, completion.end_ns);
+  }
+  device_ns = std::min(device_ns, kMaxCompletionNs);
+  ++job->be_ops;
+  job->be_device_ns += device_ns;
+  job->window.add(now_ns, 1, device_ns);
+}
+
+JobQosSnapshot QosTracker::snapshot_of(const std::string& name, const Job& job, const config::Config& config,
+                                       std::int64_t now_ns) const {
+  JobQosSnapshot s;
+  s.job = name;
+  s.priority = job.priority;
+  s.clients = job.clients;
+  if (const config::JobConfig* listed = config::find_job(config, name)) {
+    if (listed->target_ms) s.target_ns = std::llround(*listed->target_ms * 1e6);
+    s.percentile = listed->percentile;
+  }
+  const LatencyHistogram& h = job.latency;
+  s.queries = h.count();
+  s.latency_sum_ns = h.sum_ns();
+  s.mean_ns = std::llround(h.mean_ns());
+  s.p50_ns = h.percentile_ns(50);
+  s.p90_ns = h.percentile_ns(90);
+  s.p99_ns = h.percentile_ns(99);
+  s.p999_ns = h.percentile_ns(99.9);
+  s.max_ns = h.max_ns();
+  s.at_percentile_ns = h.percentile_ns(s.percentile);
+  s.violations = job.violations;
+  s.violation_fraction = s.queries == 0 ? 0.0 : static_cast<double>(job.violations) / static_cast<double>(s.queries);
+  if (s.target_ns && s.queries > 0) s.meets_target = s.at_percentile_ns <= *s.target_ns;
+  s.be_ops = job.be_ops;
+  s.be_device_ns = job.be_device_ns;
+  const ProgressWindow::Rate rate = job.window.rate(now_ns, job.first_seen_ns);
+  s.be_ops_per_s = rate.ops_per_s;
+  s.be_busy_share = rate.busy_share;
+  s.idle_ns = std::max<std::int64_t>(0, now_ns - job.last_active_ns);
+  return s;
+}
+
+std::vector<JobQosSnapshot> QosTracker::snapshot(const config::Config& config, std::int64_t now_ns) const {
+  std::vector<JobQosSnapshot> jobs;
+  jobs.reserve(jobs_.size());
+  for (const auto& [name, job] : jobs_) jobs.push_back(snapshot_of(name, job, config, now_ns));
+  std::stable_sort(jobs.begin(), jobs.end(), [](const JobQosSnapshot& a, const JobQosSnapshot& b) {
+    const bool a_connected = a.clients > 0, b_connected = b.clients > 0;
+    if (a_connected != b_connected) return a_connected;
+    if (!a_connected) return a.idle_ns < b.idle_ns;  // most recently active first (the map gave name order)
+    return a.priority != b.priority ? a.priority == ipc::Priority::high : false;
+  });
+  return jobs;
+}
+
+}  // namespace gpuqos::scheduler

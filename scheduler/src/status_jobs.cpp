@@ -1,0 +1,140 @@
+// Status: the jobs (query latencies against targets, best-effort progress) and grant counters, as
+// JSON and as the part of the table `gpuqos status` and `gpuqos top` print.
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "gpuqos/scheduler/status.h"
+
+namespace gpuqos::scheduler {
+namespace {
+
+// ns as milliseconds rounded to the microsecond: short JSON, no false precision.
+double ms(std::int64_t ns) { return std::round(static_cast<double>(ns) / 1e3) / 1e3; }
+// value with `decimals` digits after the point (as near as a double gets: 0.4321, not 0.43210000000000004).
+double rounded(double value, int decimals) {
+  const double scale = std::pow(10.0, decimals);
+  return std::round(value * scale) / scale;
+}
+
+std::string format(const char* pattern, double value) {
+  char text[64];
+  std::snprintf(text, sizeof text, pattern, value);
+  return text;
+}
+
+// "3.9" for 3.9 ms, "0.412" below a millisecond, "125" from 100 ms on.
+std::string short_ms(double value_ms) {
+  return format(value_ms >= 100 ? "%.0f" : value_ms >= 1 ? "%.1f" : "%.3f", value_ms);
+}
+
+// "p99 3.9 ms / target 6.0 ms  ok  (2 over, 0.13%)", "no target", "p99 - / target 6.0 ms".
+std::string verdict(const nlohmann::json& job) {
+  if (job.at("target_ms").is_null()) return "no target";
+  const std::string at = "p" + format("%g", job.at("percentile").get<double>());
+  const std::string target = "target " + short_ms(job.at("target_ms").get<double>()) + " ms";
+  if (job.at("queries").get<std::uint64_t>() == 0) return at + " - / " + target;
+  std::string text = at + " " + short_ms(job.at("percentile_ms").get<double>()) + " ms / " + target + "  " +
+                     (job.at("meets_target").get<bool>() ? "ok" : "OVER");
+  const auto violations = job.at("violations").get<std::uint64_t>();
+  if (violations > 0) {
+    text += "  (" + std::to_string(violations) + " over, " +
+            format("%.2f", 100 * job.at("violation_fraction").get<double>()) + "%)";
+  }
+  return text;
+}
+
+void query_rows(const nlohmann::json& jobs, std::ostringstream& out) {
+  char line[320];
+  bool header = false;
+  for (const auto& job : jobs) {
+    if (job.at("priority") != "high" && job.at("queries").get<std::uint64_t>() == 0) continue;
+    if (!header) {
+      std::snprintf(line, sizeof line, "%-24s %-4s %8s %9s %9s %9s %9s  %s\n", "JOB", "PRIO", "QUERIES", "P50_MS",
+                    "P90_MS", "P99_MS", "P999_MS", "QOS");
+      out << line;
+      header = true;
+    }
+    std::snprintf(line, sizeof line, "%-24s %-4s %8llu %9.3f %9.3f %9.3f %9.3f  %s\n",
+                  job.at("job").get<std::string>().c_str(), job.at("priority").get<std::string>().c_str(),
+                  static_cast<unsigned long long>(job.at("queries").get<std::uint64_t>()),
+                  job.at("p50_ms").get<double>(), job.at("p90_ms").get<double>(), job.at("p99_ms").get<double>(),
+                  job.at("p999_ms").get<double>(), verdict(job).c_str());
+    out << line;
+  }
+}
+
+void best_effort_rows(const nlohmann::json& jobs, std::ostringstream& out) {
+  char line[256];
+  bool header = false;
+  for (const auto& job : jobs) {
+    const auto& be = job.at("be");
+    if (job.at("priority") != "low" && be.at("ops").get<std::uint64_t>() == 0) continue;
+    if (!header) {
+      std::snprintf(line, sizeof line, "%-24s %-4s %10s %12s %10s %7s\n", "JOB", "PRIO", "OPS", "DEVICE_MS",
+                    "OPS/S", "BUSY");
+      out << line;
+      header = true;
+    }
+    std::snprintf(line, sizeof line, "%-24s %-4s %10llu %12.3f %10.1f %6.1f%%\n",
+                  job.at("job").get<std::string>().c_str(), job.at("priority").get<std::string>().c_str(),
+                  static_cast<unsigned long long>(be.at("ops").get<std::uint64_t>()),
+                  be.at("device_ms").get<double>(), be.at("ops_per_s").get<double>(),
+                  100 * be.at("busy_share").get<double>());
+    out << line;
+  }
+}
+
+}  // namespace
+
+nlohmann::json job_json(const JobQosSnapshot& job) {
+  const auto optional = [](const auto& value, auto convert) {
+    return value ? nlohmann::json(convert(*value)) : nlohmann::json(nullptr);
+  };
+  return {{"job", job.job},
+          {"priority", job.priority == ipc::Priority::high ? "high" : "low"},
+          {"clients", job.clients},
+          {"target_ms", optional(job.target_ns, ms)},
+          {"percentile", job.percentile},
+          {"queries", job.queries},
+          {"mean_ms", ms(job.mean_ns)},
+          {"p50_ms", ms(job.p50_ns)},
+          {"p90_ms", ms(job.p90_ns)},
+          {"p99_ms", ms(job.p99_ns)},
+          {"p999_ms", ms(job.p999_ns)},
+          {"max_ms", ms(job.max_ns)},
+          {"percentile_ms", ms(job.at_percentile_ns)},
+          {"violations", job.violations},
+          {"violation_fraction", rounded(job.violation_fraction, 6)},
+          {"meets_target", optional(job.meets_target, [](bool meets) { return meets; })},
+          {"idle_s", rounded(static_cast<double>(job.idle_ns) / 1e9, 3)},
+          {"be",
+           {{"ops", job.be_ops},
+            {"device_ms", ms(job.be_device_ns)},
+            {"ops_per_s", rounded(job.be_ops_per_s, 3)},
+            {"busy_share", rounded(job.be_busy_share, 4)}}}};
+}
+
+nlohmann::json grants_json(const GrantCounters& grants) {
+  return {{"issued", grants.grants},
+          {"ops_held", grants.ops_held},
+          {"held_wait_ns_total", grants.held_wait_ns_total},
+          {"held_wait_ns_max", grants.held_wait_ns_max}};
+}
+
+std::string render_jobs_table(const nlohmann::json& status) {
+  std::ostringstream out;
+  if (status.contains("grants")) {
+    const auto& grants = status.at("grants");
+    out << "  grants: " << grants.at("issued") << " issued, " << grants.at("ops_held") << " ops held, waited "
+        << short_ms(ms(grants.at("held_wait_ns_total").get<std::int64_t>())) << " ms in all, at most "
+        << short_ms(ms(grants.at("held_wait_ns_max").get<std::int64_t>())) << " ms\n";
+  }
+  if (!status.contains("jobs")) return out.str();  // a daemon of JSON version 1
+  query_rows(status.at("jobs"), out);
+  best_effort_rows(status.at("jobs"), out);
+  if (status.contains("jobs_omitted")) out << "(" << status["jobs_omitted"] << " more jobs not shown)\n";
+  return out.str();
+}
+
+}  // namespace gpuqos::scheduler

@@ -1,0 +1,78 @@
+// `gpuqos top`: status frames every interval; SIGINT/SIGTERM arrive on a signalfd the wait polls,
+// so Ctrl-C ends the loop between two frames without a handler or a global flag.
+#include "gpuqos/scheduler/top_command.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+
+#include "gpuqos/scheduler/status.h"
+
+namespace gpuqos::scheduler {
+namespace {
+
+constexpr const char* kClearScreen = "\x1b[H\x1b[2J";  // cursor home, erase the screen
+
+// A signalfd for SIGINT and SIGTERM (blocked for the process while it lives); invalid if none.
+FileDescriptor quit_signals() {
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGINT);
+  sigaddset(&mask, SIGTERM);
+  if (::sigprocmask(SIG_BLOCK, &mask, nullptr) != 0) return FileDescriptor();
+  return FileDescriptor(::signalfd(-1, &mask, SFD_CLOEXEC));
+}
+
+// Waits interval_s; false when a quit signal came first.
+bool wait_interval(const FileDescriptor& signals, double interval_s) {
+  const auto timeout_ms = static_cast<int>(std::clamp(std::ceil(interval_s * 1000), 1.0, 86'400'000.0));
+  pollfd watched{signals.get(), POLLIN, 0};
+  const int ready = ::poll(&watched, signals.valid() ? 1 : 0, timeout_ms);
+  return !(ready > 0 && (watched.revents & POLLIN));
+}
+
+}  // namespace
+
+std::string render_top_frame(const nlohmann::json& status, const TopOptions& options) {
+  char title[160];
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  ::localtime_r(&now, &local);
+  char clock[16];
+  std::strftime(clock, sizeof clock, "%H:%M:%S", &local);
+  if (options.once) {
+    std::snprintf(title, sizeof title, "gpuqos top at %s\n", clock);
+  } else {
+    std::snprintf(title, sizeof title, "gpuqos top at %s, every %g s (Ctrl-C quits)\n", clock, options.interval_s);
+  }
+  return title + render_status_table(status);
+}
+
+int run_top(const TopOptions& options, std::ostream& out, std::ostream& err, bool clear_screen) {
+  const FileDescriptor signals = options.once ? FileDescriptor() : quit_signals();
+  for (bool first = true;; first = false) {
+    auto text = request_status(options.socket);
+    if (!text) {
+      err << "gpuqos top: " << (first ? "" : "gpuqosd went away: ") << text.error() << " (socket " << options.socket
+          << "; is gpuqosd running?)\n";
+      return 1;
+    }
+    std::string frame;
+    try {
+      frame = render_top_frame(nlohmann::json::parse(text.value()), options);
+    } catch (const nlohmann::json::exception& e) {
+      err << "gpuqos top: unexpected answer from gpuqosd: " << e.what() << "\n";
+      return 1;
+    }
+    out << (clear_screen ? kClearScreen : (first ? "" : "\n")) << frame << std::flush;
+    if (options.once || !wait_interval(signals, options.interval_s)) return 0;
+  }
+}
+
+}  // namespace gpuqos::scheduler

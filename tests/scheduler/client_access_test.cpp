@@ -1,0 +1,105 @@
+// Tests of the registration access check, the /proc groups reader and a client's ClientInfo.
+#include "gpuqos/scheduler/client_access.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+namespace gpuqos::scheduler {
+namespace {
+
+using ipc::Priority;
+
+const ipc::PeerCredentials kAlice{4242, 1000, 1000};
+
+config::Config with_jobs() {
+  config::Config config = config::default_config();
+  config.jobs.push_back({.name = "serve", .allowed_priority = config::Priority::high, .target_ms = 20.0,
+                         .percentile = 99.9, .weight = 1.0});
+  config.jobs.push_back({.name = "train", .allowed_priority = config::Priority::low, .target_ms = std::nullopt,
+                         .percentile = 99.0, .weight = 3.0});
+  return config;
+}
+
+config::Config restricted(std::vector<uid_t> uids, std::vector<gid_t> gids) {
+  config::Config config = with_jobs();
+  config.access = {.anyone_may_run_high = false,
+                   .high_priority_uids = std::move(uids),
+                   .high_priority_gids = std::move(gids)};
+  return config;
+}
+
+TEST(DecidePriority, APermittedClaimStandsAndLowIsNeverRaised) {
+  const auto config = with_jobs();
+  EXPECT_EQ(decide_priority(config, "serve", Priority::high, kAlice, {}).effective, Priority::high);
+  EXPECT_TRUE(decide_priority(config, "serve", Priority::high, kAlice, {}).why_lowered.empty());
+  EXPECT_EQ(decide_priority(config, "unlisted", Priority::high, kAlice, {}).effective, Priority::high);
+  EXPECT_EQ(decide_priority(config, "serve", Priority::low, kAlice, {}).effective, Priority::low);
+  EXPECT_TRUE(decide_priority(config, "serve", Priority::low, kAlice, {}).why_lowered.empty());
+}
+
+TEST(DecidePriority, AJobAllowedOnlyLowRunsLow) {
+  const PriorityDecision decision = decide_priority(with_jobs(), "train", Priority::high, kAlice, {});
+  EXPECT_EQ(decision.effective, Priority::low);
+  EXPECT_NE(decision.why_lowered.find("allowed_priority"), std::string::npos) << decision.why_lowered;
+}
+
+TEST(DecidePriority, AccessListsCountUidPrimaryAndSupplementaryGroups) {
+  const gid_t groups[] = {27, 500};
+  EXPECT_EQ(decide_priority(restricted({1000}, {}), "serve", Priority::high, kAlice, {}).effective, Priority::high);
+  EXPECT_EQ(decide_priority(restricted({}, {1000}), "serve", Priority::high, kAlice, {}).effective, Priority::high);
+  EXPECT_EQ(decide_priority(restricted({}, {500}), "serve", Priority::high, kAlice, groups).effective, Priority::high);
+  const PriorityDecision refused = decide_priority(restricted({7}, {8}), "serve", Priority::high, kAlice, groups);
+  EXPECT_EQ(refused.effective, Priority::low);
+  EXPECT_NE(refused.why_lowered.find("uid 1000"), std::string::npos) << refused.why_lowered;
+  EXPECT_EQ(decide_priority(restricted({}, {}), "serve", Priority::high, {1, 0, 0}, {}).effective, Priority::high)
+      << "root always may";
+}
+
+TEST(StatusGroups, ParsesTheGroupsLine) {
+  EXPECT_EQ(parse_status_groups("Name:\tx\nUid:\t1\t1\t1\t1\nGroups:\t4 24 27 1000 \nNSpid:\t1\n"),
+            (std::vector<gid_t>{4, 24, 27, 1000}));
+  EXPECT_EQ(parse_status_groups("Groups:\t5\n"), (std::vector<gid_t>{5}));
+  EXPECT_TRUE(parse_status_groups("Name:\tx\nGroups:\t\nNSpid:\t1\n").empty());
+  EXPECT_TRUE(parse_status_groups("Name:\tx\n").empty());
+  EXPECT_TRUE(parse_status_groups("Groups:\t4 x 5\n").empty()) << "malformed: none trusted";
+  EXPECT_TRUE(parse_status_groups("Name:\tGroups: 4\n").empty()) << "only a line that starts with the key";
+}
+
+TEST(StatusGroups, OfThisProcessAreWhatGetgroupsSays) {
+  std::vector<gid_t> expected(static_cast<std::size_t>(::getgroups(0, nullptr)));
+  ASSERT_EQ(::getgroups(static_cast<int>(expected.size()), expected.data()), static_cast<int>(expected.size()));
+  std::vector<gid_t> read = supplementary_groups(::getpid());
+  std::sort(expected.begin(), expected.end());
+  std::sort(read.begin(), read.end());
+  EXPECT_EQ(read, expected);
+  EXPECT_TRUE(supplementary_groups(-1).empty());
+}
+
+TEST(ClientInfoOf, CarriesTheJobsTargetsInNanoseconds) {
+  const auto config = with_jobs();
+  const ClientIdentity serve{7, kAlice, "serve", Priority::high, 1, Priority::high};
+  const ClientInfo info = client_info(config, serve);
+  EXPECT_EQ(info.client, 7u);
+  EXPECT_EQ(info.job, "serve");
+  EXPECT_EQ(info.priority, Priority::high);
+  EXPECT_EQ(info.device, 1u);
+  EXPECT_EQ(info.target_ns, 20'000'000);
+  EXPECT_DOUBLE_EQ(info.percentile, 99.9);
+  EXPECT_EQ(describe_targets(info), "target 20 ms at p99.9, weight 1");
+
+  const ClientInfo train = client_info(config, {8, kAlice, "train", Priority::low, 0, Priority::high});
+  EXPECT_FALSE(train.target_ns);
+  EXPECT_DOUBLE_EQ(train.weight, 3.0);
+  EXPECT_EQ(train.priority, Priority::low) << "the effective class";
+  EXPECT_EQ(describe_targets(train), "no target, weight 3");
+
+  const ClientInfo unlisted = client_info(config, {9, kAlice, "other", Priority::low, 0, Priority::low});
+  EXPECT_FALSE(unlisted.target_ns);
+  EXPECT_DOUBLE_EQ(unlisted.percentile, 99.0);
+  EXPECT_DOUBLE_EQ(unlisted.weight, 1.0);
+}
+
+}  // namespace
+}  // namespace gpuqos::scheduler

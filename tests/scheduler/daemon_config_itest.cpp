@@ -1,0 +1,249 @@
+// Integration tests of what gpuqosd's config file decides at run time: who may run high priority
+// (checked at registration), what the HelloReply tells the shim, and reloading the file on SIGHUP.
+// Real daemon processes with --config, fake clients written with ipc alone.
+#include <gtest/gtest.h>
+#include <grp.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <optional>
+
+#include "daemon_harness.h"
+
+namespace gpuqos::testing {
+namespace {
+
+using ipc::Priority;
+
+// A daemon running `config_text` from <its dir>/gpuqosd.toml, with extra command-line options.
+class ConfiguredDaemon {
+ public:
+  explicit ConfiguredDaemon(const std::string& config_text, std::vector<std::string> extra_args = {})
+      : file_(write(config_text)), daemon_(args(file_, std::move(extra_args))) {}
+
+  DaemonProcess& operator*() { return daemon_; }
+  DaemonProcess* operator->() { return &daemon_; }
+  const std::filesystem::path& file() const { return file_; }
+
+  // Rewrites the file and sends SIGHUP; waits until the daemon logged the outcome (`expect`).
+  bool reload(const std::string& config_text, const std::string& expect) {
+    std::ofstream(file_, std::ios::trunc) << config_text;
+    const std::size_t before = occurrences(expect);
+    if (::kill(daemon_.pid(), SIGHUP) != 0) return false;
+    return eventually([&] { return occurrences(expect) > before; }, 5s);
+  }
+  std::size_t occurrences(const std::string& text) const {
+    const std::string log = daemon_.log();
+    std::size_t n = 0;
+    for (auto at = log.find(text); at != std::string::npos; at = log.find(text, at + 1)) ++n;
+    return n;
+  }
+
+ private:
+  static std::filesystem::path write(const std::string& text) {
+    static TempDir dir("gpuqosd-config");  // outlives every daemon of this test program
+    static int count = 0;
+    const auto file = dir.path() / ("gpuqosd-" + std::to_string(++count) + ".toml");
+    std::ofstream(file) << text;
+    return file;
+  }
+  static std::vector<std::string> args(const std::filesystem::path& file, std::vector<std::string> extra) {
+    extra.insert(extra.begin(), {"--config", file.string()});
+    return extra;
+  }
+
+  std::filesystem::path file_;
+  DaemonProcess daemon_;
+};
+
+std::string fifo(int max_outstanding, const std::string& more = "") {
+  return "[policy]\nname = \"fifo\"\n[policy.fifo]\nmax_outstanding = " + std::to_string(max_outstanding) + "\n" +
+         more;
+}
+
+const std::string kTrainOnlyLow = "[[job]]\nname = \"train\"\nallowed_priority = \"low\"\n";
+
+TEST(Access, AJobAllowedOnlyLowThatClaimsHighRunsLowAndStatusShowsBoth) {
+  ConfiguredDaemon daemon(fifo(0, kTrainOnlyLow));
+  FakeClient train(daemon->socket(), Priority::high, "train");
+  EXPECT_EQ(train.reply().effective_priority, Priority::low);
+  FakeClient serve(daemon->socket(), Priority::high, "serve");
+  EXPECT_EQ(serve.reply().effective_priority, Priority::high) << "a permitted claim stays high";
+  const auto status = daemon->status();
+  ASSERT_EQ(status["clients"].size(), 2u) << status.dump(1);
+  EXPECT_EQ(status["clients"][0]["job"], "train");
+  EXPECT_EQ(status["clients"][0]["priority"], "low");
+  EXPECT_EQ(status["clients"][0]["claimed_priority"], "high");
+  EXPECT_EQ(status["clients"][1]["priority"], "high");
+  EXPECT_EQ(status["clients"][1]["claimed_priority"], "high");
+  const std::string warning = "job 'train' pid " + std::to_string(::getpid()) + " uid " + std::to_string(::getuid()) +
+                              ": claims high priority, but its [[job]] entry says allowed_priority";
+  EXPECT_NE(daemon->log().find(warning), std::string::npos) << daemon->log();
+  EXPECT_EQ(daemon->log().find("job 'serve' pid " + std::to_string(::getpid()) + " uid"), std::string::npos);
+
+  // Held as low priority: it waits for grants like any best-effort client.
+  train.name_kernel(1, "k");
+  train.post(FakeClient::kernel(1));
+  EXPECT_TRUE(train.wait_granted(1));
+}
+
+// Registers a high-priority client `job` from a forked child running as uid/gid (if they differ
+// from ours: the test runs as root), which then waits to be killed. The effective priority the
+// daemon answered (none if the child could not register) and the child's pid, for a ForkedChild.
+struct Registered {
+  pid_t pid = -1;
+  std::optional<Priority> effective;
+};
+Registered register_high_as(uid_t uid, gid_t gid, const std::string& socket, const std::string& job) {
+  int report[2];
+  if (::pipe(report) != 0) return {};
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(report[0]);
+    char answer = 'x';
+    try {
+      if (uid != ::getuid() && (::setgroups(0, nullptr) != 0 || ::setgid(gid) != 0 || ::setuid(uid) != 0)) ::_exit(1);
+      FakeClient client(socket, Priority::high, job);
+      answer = client.reply().effective_priority == Priority::high ? 'h' : 'l';
+      [[maybe_unused]] auto written = ::write(report[1], &answer, 1);
+      ::pause();
+    } catch (...) {
+      [[maybe_unused]] auto written = ::write(report[1], &answer, 1);
+    }
+    ::_exit(1);
+  }
+  ::close(report[1]);
+  char answer = 'x';
+  const bool got = pid > 0 && ::read(report[0], &answer, 1) == 1;
+  ::close(report[0]);
+  if (!got || answer == 'x') return {pid, std::nullopt};
+  return {pid, answer == 'h' ? Priority::high : Priority::low};
+}
+
+TEST(Access, AClaimFromAUidTheAccessListsLeaveOutIsDowngraded) {
+  // Root may always run high priority: as root, the claim comes from a child that became nobody.
+  const bool root = ::getuid() == 0;
+  const uid_t uid = root ? 65534 : ::getuid();
+  const gid_t gid = root ? 65534 : ::getgid();
+  const std::string access = "[access]\nhigh_priority_uids = [" + std::to_string(uid + 1) + "]\n";
+  ConfiguredDaemon daemon(fifo(0, access));
+  std::filesystem::permissions(daemon->dir(), std::filesystem::perms::owner_all | std::filesystem::perms::others_exec |
+                                                  std::filesystem::perms::group_exec);  // nobody reaches the socket
+  const Registered registered = register_high_as(uid, gid, daemon->socket(), "serve");
+  ForkedChild child(registered.pid);
+  ASSERT_TRUE(registered.effective) << daemon->log();
+  EXPECT_EQ(*registered.effective, Priority::low);
+  FakeClient low(daemon->socket(), Priority::low, "batch");
+  EXPECT_EQ(low.reply().effective_priority, Priority::low);
+  const auto serve = daemon->client_with_pid(child.pid());
+  ASSERT_FALSE(serve.is_null()) << daemon->status().dump(1);
+  EXPECT_EQ(serve["uid"], uid);
+  EXPECT_EQ(serve["priority"], "low");
+  EXPECT_EQ(serve["claimed_priority"], "high");
+  EXPECT_EQ(daemon->client_with_pid(::getpid())["claimed_priority"], "low");
+  const std::string warning = "job 'serve' pid " + std::to_string(child.pid()) + " uid " + std::to_string(uid) +
+                              ": claims high priority, but [access] lets neither uid " + std::to_string(uid);
+  EXPECT_NE(daemon->log().find(warning), std::string::npos) << daemon->log();
+}
+
+TEST(Access, AListedUidOrPrimaryGroupKeepsItsHighClaim) {
+  ConfiguredDaemon by_uid(fifo(0, "[access]\nhigh_priority_uids = [" + std::to_string(::getuid()) + "]\n"));
+  FakeClient a(by_uid->socket(), Priority::high, "serve");
+  EXPECT_EQ(a.reply().effective_priority, Priority::high);
+  EXPECT_EQ(by_uid->status()["clients"][0]["priority"], "high");
+  ConfiguredDaemon by_gid(fifo(0, "[access]\nhigh_priority_gids = [" + std::to_string(::getgid()) + "]\n"));
+  FakeClient b(by_gid->socket(), Priority::high, "serve");
+  EXPECT_EQ(b.reply().effective_priority, Priority::high);
+}
+
+TEST(HelloReply, CarriesTheCopyChunkSizeWhateverThePolicy) {
+  ConfiguredDaemon configured(fifo(0, "[policy.baymax]\ncopy_chunk_bytes = \"1MiB\"\n"));
+  FakeClient low(configured->socket(), Priority::low, "batch");
+  EXPECT_EQ(low.reply().version_minor, ipc::kProtocolVersionMinor);
+  EXPECT_EQ(low.reply().copy_chunk_bytes, 1u << 20);
+  DaemonProcess defaults;
+  FakeClient other(defaults.socket(), Priority::low, "batch");
+  EXPECT_EQ(other.reply().copy_chunk_bytes, 4u << 20) << "the default of [policy.baymax]";
+}
+
+TEST(Reload, SighupAppliesANewFifoLimitAndJobTargets) {
+  const std::string serve = "[[job]]\nname = \"serve\"\ntarget_ms = 20.0\n";
+  ConfiguredDaemon daemon(fifo(1, serve), {"--credit-ops", "0"});
+  FakeClient high(daemon->socket(), Priority::high, "serve");
+  FakeClient low(daemon->socket(), Priority::low, "train");
+  EXPECT_NE(daemon->log().find("target 20 ms at p99"), std::string::npos) << daemon->log();
+  low.name_kernel(1, "k");
+  low.post(FakeClient::kernel(1));
+  ASSERT_TRUE(low.wait_granted(1));
+  low.post(FakeClient::kernel(2));
+  EXPECT_FALSE(low.wait_granted(2, 100ms)) << "max_outstanding = 1";
+
+  const std::string serve35 = "[[job]]\nname = \"serve\"\ntarget_ms = 35.0\npercentile = 99.9\n";
+  ASSERT_TRUE(daemon.reload(fifo(2, serve35), "config reloaded from " + daemon.file().string())) << daemon->log();
+  EXPECT_TRUE(low.wait_granted(2)) << "the second slot opened";
+  EXPECT_NE(daemon->log().find("max_outstanding_ops 2"), std::string::npos) << daemon->log();
+  const std::string retold = "job 'serve' pid " + std::to_string(::getpid()) + ": target 35 ms at p99.9";
+  EXPECT_TRUE(eventually([&] { return daemon->log().find(retold) != std::string::npos; })) << daemon->log();
+  EXPECT_EQ(daemon->status()["clients"][0]["priority"], "high");
+}
+
+TEST(Reload, AMalformedFileKeepsTheRunningConfigAndALaterGoodOneWorks) {
+  ConfiguredDaemon daemon(fifo(1), {"--credit-ops", "0"});
+  FakeClient low(daemon->socket(), Priority::low, "train");
+  low.name_kernel(1, "k");
+  low.post(FakeClient::kernel(1));
+  ASSERT_TRUE(low.wait_granted(1));
+  low.post(FakeClient::kernel(2));
+
+  const std::string failed = "reload of " + daemon.file().string() + " failed, keeping the running config";
+  ASSERT_TRUE(daemon.reload(fifo(-3), failed)) << daemon->log();
+  EXPECT_NE(daemon->log().find(daemon.file().string() + ":4:19: policy.fifo.max_outstanding"), std::string::npos)
+      << "file:line:column: key\n" << daemon->log();
+  ASSERT_TRUE(daemon.reload("[policy\nname = \"fifo\"\n", failed)) << daemon->log();
+  EXPECT_NE(daemon->log().find(daemon.file().string() + ":1:8: invalid TOML"), std::string::npos) << daemon->log();
+  EXPECT_TRUE(daemon->process().running());
+  EXPECT_FALSE(low.wait_granted(2, 100ms)) << "still max_outstanding = 1";
+  EXPECT_EQ(daemon->status()["daemon"]["policy"], "fifo");
+
+  ASSERT_TRUE(daemon.reload(fifo(2), "config reloaded from")) << daemon->log();
+  EXPECT_TRUE(low.wait_granted(2));
+}
+
+TEST(Reload, CommandLineOptionsStillWinAndAPolicyChangeNeedsARestart) {
+  const std::string other_socket = "[daemon]\nsocket = \"/nonexistent/other.sock\"\nlog_level = \"error\"\n";
+  ConfiguredDaemon daemon(other_socket + "[policy]\nname = \"fifo\"\n", {"--policy", "priority"});
+  EXPECT_EQ(daemon->status()["daemon"]["policy"], "priority");
+  FakeClient serve(daemon->socket(), Priority::high, "serve");
+  ASSERT_TRUE(daemon.reload(other_socket + "[policy]\nname = \"fifo\"\n[policy.fifo]\nmax_outstanding = 3\n",
+                            "config reloaded from"))
+      << daemon->log();
+  EXPECT_EQ(daemon->log().find("needs a restart"), std::string::npos) << "--socket and --policy still win\n"
+                                                                      << daemon->log();
+  EXPECT_EQ(daemon->status()["daemon"]["policy"], "priority");
+  EXPECT_EQ(daemon->status()["daemon"]["socket"], daemon->socket());
+  const std::string retold = "debug job 'serve' pid " + std::to_string(::getpid()) + ": no target";
+  EXPECT_TRUE(eventually([&] { return daemon->log().find(retold) != std::string::npos; }))
+      << "--log-level debug still wins over the file's error\n" << daemon->log();
+
+  ConfiguredDaemon plain("[policy]\nname = \"fifo\"\n");
+  ASSERT_TRUE(plain.reload("[policy]\nname = \"priority\"\n" + kTrainOnlyLow, "needs a restart")) << plain->log();
+  EXPECT_NE(plain->log().find("policy change from fifo to priority needs a restart"), std::string::npos)
+      << plain->log();
+  EXPECT_TRUE(eventually([&] { return plain.occurrences("config reloaded from") == 1; })) << plain->log();
+  EXPECT_EQ(plain->status()["daemon"]["policy"], "fifo");
+  FakeClient train(plain->socket(), Priority::high, "train");
+  EXPECT_EQ(train.reply().effective_priority, Priority::low) << "the new [[job]] entries apply to registrations";
+}
+
+TEST(Reload, SighupWithoutAConfigFileIsIgnored) {
+  DaemonProcess daemon;
+  ASSERT_EQ(::kill(daemon.pid(), SIGHUP), 0);
+  EXPECT_TRUE(eventually([&] { return daemon.log().find("no file to reload") != std::string::npos; })) << daemon.log();
+  EXPECT_TRUE(daemon.process().running());
+  FakeClient client(daemon.socket(), Priority::low, "after");
+  EXPECT_EQ(daemon.status()["clients"].size(), 1u);
+}
+
+}  // namespace
+}  // namespace gpuqos::testing

@@ -1,0 +1,151 @@
+// Tests of the Prometheus text rendering (format 0.0.4): line syntax, families, escaping, values.
+#include "gpuqos/scheduler/metrics.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <regex>
+#include <set>
+#include <sstream>
+
+namespace gpuqos::scheduler {
+namespace {
+
+constexpr std::int64_t kMs = 1'000'000;
+
+DaemonStatus sample_status() {
+  DaemonStatus status;
+  status.uptime_ns = 12'500 * kMs;
+  status.backlog = {EngineLoad{0, Engine::compute, 3, 4 * kMs, 10, 20 * kMs}, EngineLoad{1, Engine::h2d, 1, kMs / 2, 0, 0}};
+  ClientStatus high, low;
+  high.priority = ipc::Priority::high;
+  status.clients = {high, low, low};
+  JobQosSnapshot serve;
+  serve.job = "serve";
+  serve.priority = ipc::Priority::high;
+  serve.target_ns = 6 * kMs;
+  serve.percentile = 99.9;
+  serve.queries = 200;
+  serve.latency_sum_ns = 600.0 * kMs;
+  serve.p50_ns = 3 * kMs;
+  serve.p90_ns = 4 * kMs;
+  serve.p99_ns = 5 * kMs;
+  serve.p999_ns = 7 * kMs;
+  serve.violations = 1;
+  serve.meets_target = false;
+  JobQosSnapshot train;
+  train.job = "tr\"ain\\x\ny";
+  train.be_ops = 1234;
+  train.be_device_ns = 2'500 * kMs;
+  train.be_busy_share = 0.5;
+  JobQosSnapshot fresh;  // high priority, no query yet
+  fresh.job = "fresh";
+  fresh.priority = ipc::Priority::high;
+  status.jobs = {serve, train, fresh};
+  status.grants = GrantCounters{42, 17, 340 * kMs, 25 * kMs};
+  return status;
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+bool has_line(const std::string& text, const std::string& line) {
+  for (const auto& l : lines_of(text)) {
+    if (l == line) return true;
+  }
+  return false;
+}
+
+TEST(Metrics, EveryLineFollowsTheTextFormatAndEveryFamilyIsTypedOnceBeforeItsSamples) {
+  const std::string text = render_metrics(sample_status());
+  ASSERT_FALSE(text.empty());
+  EXPECT_EQ(text.back(), '\n');
+  const std::regex sample(R"re(([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\\n]|\\["\\n])*",?)*\})? (NaN|[+-]Inf|-?[0-9.]+(e[+-]?[0-9]+)?))re");
+  const std::regex comment(R"(# (HELP|TYPE) ([a-zA-Z_:][a-zA-Z0-9_:]*) .+)");
+  std::set<std::string> typed;
+  std::string current;
+  for (const auto& line : lines_of(text)) {
+    std::smatch match;
+    if (std::regex_match(line, match, comment)) {
+      if (match[1] == "TYPE") {
+        EXPECT_TRUE(typed.insert(match[2]).second) << "typed twice: " << line;
+        current = match[2];
+      }
+      continue;
+    }
+    ASSERT_TRUE(std::regex_match(line, match, sample)) << "not a sample line: '" << line << "'\n" << text;
+    const std::string name = match[1];
+    EXPECT_TRUE(name == current || name == current + "_sum" || name == current + "_count")
+        << name << " outside its family " << current;
+  }
+  for (const char* family :
+       {"gpuqos_query_latency_seconds", "gpuqos_query_target_seconds", "gpuqos_query_violations_total",
+        "gpuqos_be_ops_completed_total", "gpuqos_be_device_seconds_total", "gpuqos_grants_total",
+        "gpuqos_ops_held_total", "gpuqos_grant_wait_seconds_total", "gpuqos_engine_backlog_seconds",
+        "gpuqos_engine_outstanding_ops", "gpuqos_clients"}) {
+    EXPECT_TRUE(typed.contains(family)) << family;
+  }
+}
+
+TEST(Metrics, QueryLatencyIsASummaryInSeconds) {
+  const std::string text = render_metrics(sample_status());
+  EXPECT_TRUE(has_line(text, "# TYPE gpuqos_query_latency_seconds summary")) << text;
+  EXPECT_TRUE(has_line(text, "gpuqos_query_latency_seconds{job=\"serve\",quantile=\"0.5\"} 0.003")) << text;
+  EXPECT_TRUE(has_line(text, "gpuqos_query_latency_seconds{job=\"serve\",quantile=\"0.999\"} 0.007")) << text;
+  EXPECT_TRUE(has_line(text, "gpuqos_query_latency_seconds_sum{job=\"serve\"} 0.6")) << text;
+  EXPECT_TRUE(has_line(text, "gpuqos_query_latency_seconds_count{job=\"serve\"} 200")) << text;
+  EXPECT_TRUE(has_line(text, "gpuqos_query_latency_seconds{job=\"fresh\",quantile=\"0.99\"} NaN"))
+      << "no query yet: NaN, as Prometheus' own summaries do\n" << text;
+  EXPECT_TRUE(has_line(text, "gpuqos_query_target_seconds{job=\"serve\",percentile=\"99.9\"} 0.006")) << text;
+  EXPECT_TRUE(has_line(text, "gpuqos_query_meets_target{job=\"serve\"} 0")) << text;
+  EXPECT_TRUE(has_line(text, "gpuqos_query_violations_total{job=\"serve\"} 1")) << text;
+  EXPECT_EQ(text.find("gpuqos_query_target_seconds{job=\"fresh\""), std::string::npos) << "it has no target";
+}
+
+TEST(Metrics, BestEffortGrantsEnginesAndClients) {
+  const std::string text = render_metrics(sample_status());
+  EXPECT_TRUE(has_line(text, R"(gpuqos_be_ops_completed_total{job="tr\"ain\\x\ny"} 1234)")) << text;
+  EXPECT_TRUE(has_line(text, R"(gpuqos_be_device_seconds_total{job="tr\"ain\\x\ny"} 2.5)")) << text;
+  EXPECT_EQ(text.find("gpuqos_be_ops_completed_total{job=\"serve\""), std::string::npos) << "a high-priority job";
+  EXPECT_TRUE(has_line(text, "gpuqos_grants_total 42")) << text;
+  EXPECT_TRUE(has_line(text, "gpuqos_ops_held_total 17")) << text;
+  EXPECT_TRUE(has_line(text, "gpuqos_grant_wait_seconds_total 0.34")) << text;
+  EXPECT_TRUE(has_line(text, "gpuqos_engine_backlog_seconds{device=\"0\",engine=\"compute\"} 0.004")) << text;
+  EXPECT_TRUE(has_line(text, "gpuqos_engine_outstanding_ops{device=\"1\",engine=\"h2d\"} 1")) << text;
+  EXPECT_TRUE(has_line(text, "gpuqos_clients{priority=\"high\"} 1")) << text;
+  EXPECT_TRUE(has_line(text, "gpuqos_clients{priority=\"low\"} 2")) << text;
+  EXPECT_TRUE(has_line(text, "gpuqos_uptime_seconds 12.5")) << text;
+}
+
+TEST(Metrics, LabelValuesAreEscaped) {
+  EXPECT_EQ(escape_label_value("plain-job.1"), "plain-job.1");
+  EXPECT_EQ(escape_label_value("a\"b"), "a\\\"b");
+  EXPECT_EQ(escape_label_value("a\\b"), "a\\\\b");
+  EXPECT_EQ(escape_label_value("a\nb"), "a\\nb");
+  EXPECT_EQ(escape_label_value("\\\"\n"), "\\\\\\\"\\n");
+}
+
+TEST(Metrics, SampleValues) {
+  EXPECT_EQ(format_sample_value(0), "0");
+  EXPECT_EQ(format_sample_value(1234), "1234");
+  EXPECT_EQ(format_sample_value(0.001), "0.001");
+  EXPECT_EQ(format_sample_value(std::numeric_limits<double>::quiet_NaN()), "NaN");
+  EXPECT_EQ(format_sample_value(std::numeric_limits<double>::infinity()), "+Inf");
+  EXPECT_EQ(format_sample_value(-std::numeric_limits<double>::infinity()), "-Inf");
+  EXPECT_EQ(std::stod(format_sample_value(1.0 / 3)), 1.0 / 3) << "reads back exactly";
+}
+
+TEST(Metrics, AnIdleDaemonStillRendersEveryDaemonFamily) {
+  const std::string text = render_metrics(DaemonStatus{});
+  EXPECT_TRUE(has_line(text, "gpuqos_grants_total 0")) << text;
+  EXPECT_TRUE(has_line(text, "gpuqos_clients{priority=\"high\"} 0")) << text;
+  EXPECT_TRUE(has_line(text, "# TYPE gpuqos_query_latency_seconds summary")) << text;
+}
+
+}  // namespace
+}  // namespace gpuqos::scheduler

@@ -1,0 +1,245 @@
+// Integration tests of the QoS tracker as users see it: `gpuqos status` and `gpuqos top` showing a
+// job's query latency against the target of its config, best-effort progress, and the Prometheus
+// endpoint. Real gpuqosd processes (unique sockets and temp dirs), fake clients written with ipc.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "daemon_harness.h"
+#include "gpuqos/ipc/clock.h"
+
+namespace gpuqos::testing {
+namespace {
+
+using ipc::Priority;
+
+constexpr std::int64_t kMs = 1'000'000;
+
+ipc::OpDescriptor mark(std::uint64_t seq, ipc::OpKind kind) {
+  ipc::OpDescriptor op{};
+  op.seq = seq;
+  op.posted_ns = 1;
+  op.kind = kind;
+  return op;
+}
+
+// One inferred query of two kernels and a sync (seqs first..first+2): the ops are posted now and
+// complete after run_for, with device times in the daemon's clock.
+void run_query(FakeClient& client, std::uint64_t first, std::chrono::milliseconds run_for) {
+  client.post(FakeClient::kernel(first));
+  client.post(FakeClient::kernel(first + 1));
+  client.post(mark(first + 2, ipc::OpKind::sync));
+  const std::int64_t start_ns = ipc::monotonic_ns();
+  std::this_thread::sleep_for(run_for);
+  const std::int64_t end_ns = ipc::monotonic_ns();
+  client.complete(first, start_ns, (start_ns + end_ns) / 2);
+  client.complete(first + 1, (start_ns + end_ns) / 2, end_ns);
+}
+
+// The status entry of the job called `name`, or an empty object.
+nlohmann::json job_named(const nlohmann::json& status, const std::string& name) {
+  for (const auto& job : status.at("jobs")) {
+    if (job.at("job") == name) return job;
+  }
+  return nlohmann::json::object();
+}
+
+// The job's best-effort ops completed, 0 while it is not listed.
+std::uint64_t be_ops(const nlohmann::json& status, const std::string& name) {
+  const nlohmann::json job = job_named(status, name);
+  return job.contains("be") ? job["be"].value("ops", std::uint64_t{0}) : 0;
+}
+
+// A TCP port on 127.0.0.1 nothing listens on right now (bound to port 0, read, closed).
+std::uint16_t free_port() {
+  scheduler::FileDescriptor probe(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  if (::bind(probe.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
+      ::getsockname(probe.get(), reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    throw std::runtime_error("cannot find a free port");
+  }
+  return ntohs(address.sin_port);
+}
+
+// GET `path` from 127.0.0.1:port over a plain socket; the whole response, or "" if nothing answers.
+std::string http_get(std::uint16_t port, const std::string& path) {
+  scheduler::FileDescriptor socket(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  const timeval timeout{5, 0};
+  ::setsockopt(socket.get(), SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(port);
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(socket.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) return "";
+  const std::string request = "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+  if (::send(socket.get(), request.data(), request.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(request.size())) return "";
+  std::string response;
+  char buffer[4096];
+  for (ssize_t got; (got = ::recv(socket.get(), buffer, sizeof buffer, 0)) > 0;) response.append(buffer, static_cast<std::size_t>(got));
+  return response;
+}
+
+const std::string kServeConfig =
+    "[policy]\nname = \"fifo\"\n[[job]]\nname = \"serve\"\ntarget_ms = 10.0\npercentile = 99.0\n";
+
+TEST(Qos, StatusShowsAQuerysLatencyAgainstTheConfiguredTargetAndTopPrintsIt) {
+  TempDir dir("gpuqos-qos");
+  DaemonProcess daemon({"--config", dir.write("gpuqosd.toml", kServeConfig).string()});
+  FakeClient serve(daemon.socket(), Priority::high, "serve");
+  serve.name_kernel(1, "infer");
+  run_query(serve, 1, 100ms);  // well over the 10 ms target
+  ASSERT_TRUE(eventually([&] { return job_named(daemon.status(), "serve").value("queries", 0) == 1; }, 5s))
+      << daemon.status().dump(1);
+
+  const nlohmann::json job = job_named(daemon.status(), "serve");
+  EXPECT_EQ(job["priority"], "high");
+  EXPECT_EQ(job["clients"], 1);
+  EXPECT_EQ(job["target_ms"], 10.0);
+  EXPECT_EQ(job["percentile"], 99.0);
+  const double p50_ms = job["p50_ms"].get<double>();
+  EXPECT_GT(p50_ms, 50.0) << "posted, then completed 100 ms later\n" << job.dump(1);
+  EXPECT_LT(p50_ms, 5'000.0) << job.dump(1);
+  EXPECT_EQ(job["p99_ms"], job["percentile_ms"]);
+  EXPECT_EQ(job["violations"], 1);
+  EXPECT_EQ(job["violation_fraction"], 1.0);
+  EXPECT_EQ(job["meets_target"], false);
+
+  ChildProcess top({bin("gpuqos"), "top", "--once", "--socket", daemon.socket()}, {}, dir.path() / "top.out");
+  ASSERT_EQ(top.wait(10s), 0) << top.output();
+  const std::string frame = top.output();
+  EXPECT_NE(frame.find("serve"), std::string::npos) << frame;
+  EXPECT_NE(frame.find("/ target 10.0 ms  OVER"), std::string::npos) << frame;
+  EXPECT_EQ(frame.find("\x1b[2J"), std::string::npos) << "no screen clearing into a file";
+
+  ChildProcess table({bin("gpuqos"), "status", "--socket", daemon.socket()}, {}, dir.path() / "status.out");
+  ASSERT_EQ(table.wait(10s), 0) << table.output();
+  EXPECT_NE(table.output().find("/ target 10.0 ms  OVER  (1 over, 100.00%)"), std::string::npos) << table.output();
+}
+
+TEST(Qos, AJobsNumbersSurviveItsClientReconnectingAndBestEffortProgressIsCounted) {
+  TempDir dir("gpuqos-qos");
+  DaemonProcess daemon({"--config", dir.write("gpuqosd.toml", kServeConfig).string()});
+  {
+    FakeClient serve(daemon.socket(), Priority::high, "serve");
+    serve.name_kernel(1, "infer");
+    run_query(serve, 1, 2ms);
+    ASSERT_TRUE(eventually([&] { return job_named(daemon.status(), "serve").value("queries", 0) == 1; }, 5s));
+  }
+  ASSERT_TRUE(eventually([&] { return job_named(daemon.status(), "serve").value("clients", 1) == 0; }, 5s));
+  FakeClient again(daemon.socket(), Priority::high, "serve");
+  again.name_kernel(1, "infer");
+  run_query(again, 1, 2ms);
+  EXPECT_TRUE(eventually([&] { return job_named(daemon.status(), "serve").value("queries", 0) == 2; }, 5s))
+      << daemon.status().dump(1);
+
+  FakeClient train(daemon.socket(), Priority::low, "train");
+  train.name_kernel(1, "step");
+  for (std::uint64_t seq = 1; seq <= 5; ++seq) {
+    train.post(FakeClient::kernel(seq));
+    ASSERT_TRUE(train.wait_granted(seq));
+    const std::int64_t now = ipc::monotonic_ns();
+    train.complete(seq, now - 3 * kMs, now);
+  }
+  ASSERT_TRUE(eventually([&] { return be_ops(daemon.status(), "train") == 5; }, 5s))
+      << daemon.status().dump(1);
+  const nlohmann::json be = job_named(daemon.status(), "train")["be"];
+  EXPECT_EQ(be["device_ms"], 15.0);
+  EXPECT_GT(be["ops_per_s"].get<double>(), 0.0);
+  EXPECT_GT(be["busy_share"].get<double>(), 0.0);
+  EXPECT_EQ(job_named(daemon.status(), "train")["queries"], 0);
+  EXPECT_GT(daemon.status()["grants"]["issued"].get<std::uint64_t>(), 0u);
+}
+
+TEST(Qos, MetricsEndpointServesPrometheusText) {
+  TempDir dir("gpuqos-qos");
+  const std::uint16_t port = free_port();
+  DaemonProcess daemon({"--config", dir.write("gpuqosd.toml", kServeConfig).string(), "--metrics-listen",
+                        "127.0.0.1:" + std::to_string(port)});
+  FakeClient serve(daemon.socket(), Priority::high, "serve");
+  serve.name_kernel(1, "infer");
+  run_query(serve, 1, 5ms);
+  ASSERT_TRUE(eventually([&] { return job_named(daemon.status(), "serve").value("queries", 0) == 1; }, 5s));
+
+  std::string response;
+  ASSERT_TRUE(eventually([&] {
+    response = http_get(port, "/metrics");
+    return response.find("gpuqos_query_latency_seconds_count{job=\"serve\"} 1") != std::string::npos;
+  }, 5s)) << response << "\n" << daemon.log();
+  EXPECT_EQ(response.rfind("HTTP/1.1 200", 0), 0u) << response;
+  EXPECT_NE(response.find("text/plain; version=0.0.4"), std::string::npos) << response;
+  EXPECT_NE(response.find("# TYPE gpuqos_query_latency_seconds summary"), std::string::npos) << response;
+  EXPECT_NE(response.find("gpuqos_query_target_seconds{job=\"serve\",percentile=\"99\"} 0.01"), std::string::npos)
+      << response;
+  EXPECT_NE(response.find("gpuqos_clients{priority=\"high\"} 1"), std::string::npos) << response;
+  EXPECT_NE(response.find("gpuqos_engine_backlog_seconds{device=\"0\",engine=\"compute\"}"), std::string::npos)
+      << response;
+  EXPECT_EQ(http_get(port, "/elsewhere").rfind("HTTP/1.1 404", 0), 0u);
+  EXPECT_NE(daemon.log().find("metrics: serving http://127.0.0.1:" + std::to_string(port) + "/metrics"),
+            std::string::npos)
+      << daemon.log();
+
+  ASSERT_EQ(daemon.process().terminate(10s), 0) << daemon.log();
+  EXPECT_NE(daemon.log().find("metrics: stopped"), std::string::npos) << daemon.log();
+  EXPECT_EQ(http_get(port, "/metrics"), "") << "the endpoint is gone with the daemon";
+}
+
+TEST(Qos, AMetricsPortInUseIsAnErrorAndTheDaemonRunsWithoutIt) {
+  scheduler::FileDescriptor taken(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  ASSERT_EQ(::bind(taken.get(), reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+  ASSERT_EQ(::listen(taken.get(), 1), 0);
+  ASSERT_EQ(::getsockname(taken.get(), reinterpret_cast<sockaddr*>(&address), &length), 0);
+  const std::string where = "127.0.0.1:" + std::to_string(ntohs(address.sin_port));
+
+  DaemonProcess daemon({"--metrics-listen", where});
+  EXPECT_TRUE(eventually([&] { return daemon.log().find("metrics: cannot listen on " + where) != std::string::npos; }))
+      << daemon.log();
+  FakeClient client(daemon.socket(), Priority::low, "batch");
+  EXPECT_EQ(daemon.status()["clients"].size(), 1u) << "it serves on";
+}
+
+TEST(Qos, ABadMetricsAddressOnTheCommandLineIsAUsageError) {
+  TempDir dir("gpuqos-qos");
+  ChildProcess daemon({bin("gpuqosd"), "--socket", (dir.path() / "d.sock").string(), "--metrics-listen", "nohost"}, {},
+                      dir.path() / "out");
+  EXPECT_EQ(daemon.wait(10s), 2);
+  EXPECT_NE(daemon.output().find("--metrics-listen nohost: must be host:port"), std::string::npos) << daemon.output();
+}
+
+TEST(Cli, TopWithoutDaemonSaysSoAndFails) {
+  TempDir dir;
+  ChildProcess top({bin("gpuqos"), "top", "--once", "--socket", (dir.path() / "none.sock").string()}, {},
+                   dir.path() / "out");
+  EXPECT_EQ(top.wait(10s), 1);
+  EXPECT_NE(top.output().find("gpuqos top: cannot reach gpuqosd"), std::string::npos) << top.output();
+  EXPECT_NE(top.output().find("is gpuqosd running?"), std::string::npos) << top.output();
+}
+
+TEST(Cli, TopRefreshesUntilItIsToldToStop) {
+  DaemonProcess daemon;
+  FakeClient train(daemon.socket(), Priority::low, "train");
+  train.name_kernel(1, "step");
+  train.post(FakeClient::kernel(1));
+  ChildProcess top({bin("gpuqos"), "top", "--interval", "0.05", "--socket", daemon.socket()}, {},
+                   daemon.dir() / "top.out");
+  const auto frames = [&] {
+    const std::string out = top.output();
+    std::size_t n = 0;
+    for (auto at = out.find("gpuqos top at"); at != std::string::npos; at = out.find("gpuqos top at", at + 1)) ++n;
+    return n;
+  };
+  ASSERT_TRUE(eventually([&] { return frames() >= 3; }, 10s)) << top.output();
+  EXPECT_NE(top.output().find("train"), std::string::npos) << top.output();
+  EXPECT_EQ(top.terminate(5s), 0) << "a quit signal ends it cleanly\n" << top.output();
+}
+
+}  // namespace
+}  // namespace gpuqos::testing

@@ -1,0 +1,238 @@
+// Tests of the QoS tracker: histogram percentiles against a sorted-array reference, violations,
+// meets_target, the best-effort window, job bookkeeping (reconnects, the bound on jobs).
+#include "gpuqos/scheduler/qos_tracker.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+namespace gpuqos::scheduler {
+namespace {
+
+constexpr std::int64_t kMs = 1'000'000;
+constexpr std::int64_t kS = 1'000'000'000;
+
+config::Config config_with(const std::string& job, std::optional<double> target_ms, double percentile = 99.0) {
+  config::Config config = config::default_config();
+  config::JobConfig entry;
+  entry.name = job;
+  entry.target_ms = target_ms;
+  entry.percentile = percentile;
+  config.jobs.push_back(entry);
+  return config;
+}
+
+ipc::CompletionDescriptor ran(std::uint64_t seq, std::int64_t start_ns, std::int64_t end_ns,
+                              std::uint32_t flags = ipc::kCompletionExact) {
+  return ipc::CompletionDescriptor{seq, start_ns, end_ns, 0, flags};
+}
+
+void expect_percentiles_within_error(std::vector<std::int64_t> values, const std::string& what) {
+  LatencyHistogram histogram;
+  for (const std::int64_t v : values) histogram.record(v);
+  std::sort(values.begin(), values.end());
+  ASSERT_EQ(histogram.count(), values.size());
+  EXPECT_EQ(histogram.max_ns(), values.back()) << what;
+  EXPECT_EQ(histogram.min_ns(), values.front()) << what;
+  for (const double p : {1.0, 10.0, 50.0, 90.0, 99.0, 99.9, 99.99, 100.0}) {
+    const std::int64_t exact = values[LatencyHistogram::rank_for(p, values.size()) - 1];
+    const std::int64_t approximate = histogram.percentile_ns(p);
+    EXPECT_LE(std::abs(static_cast<double>(approximate - exact)), static_cast<double>(exact) / 64 + 0.5)
+        << what << " p" << p << ": exact " << exact << ", histogram " << approximate;
+  }
+}
+
+TEST(LatencyHistogram, PercentilesAreWithinOneSixtyFourthOfASortedArraysOverRandomData) {
+  std::mt19937_64 random(20240611);
+  std::vector<std::int64_t> log_uniform, normal, two_modes;
+  std::uniform_real_distribution<double> exponent(3.0, 11.0);  // 1 us to 100 s
+  std::normal_distribution<double> around_5ms(5.0 * kMs, 0.7 * kMs);
+  std::bernoulli_distribution slow(0.02);
+  for (int i = 0; i < 100'000; ++i) {
+    log_uniform.push_back(static_cast<std::int64_t>(std::pow(10.0, exponent(random))));
+    normal.push_back(std::max<std::int64_t>(1, static_cast<std::int64_t>(around_5ms(random))));
+    two_modes.push_back(slow(random) ? 40 * kMs + static_cast<std::int64_t>(random() % kMs)
+                                     : 2 * kMs + static_cast<std::int64_t>(random() % (kMs / 4)));
+  }
+  expect_percentiles_within_error(log_uniform, "log-uniform 1 us..100 s");
+  expect_percentiles_within_error(normal, "normal around 5 ms");
+  expect_percentiles_within_error(two_modes, "2 ms with a 2% tail at 40 ms");
+  expect_percentiles_within_error({7}, "one value");
+  expect_percentiles_within_error({0, 1, 2, 31, 32, 33, 63, 64, 65}, "small exact values");
+}
+
+TEST(LatencyHistogram, BucketsTileTheRangeWithoutGaps) {
+  for (std::size_t bucket = 1; bucket < LatencyHistogram::kBucketCount; ++bucket) {
+    ASSERT_EQ(LatencyHistogram::bucket_low_ns(bucket), LatencyHistogram::bucket_high_ns(bucket - 1) + 1) << bucket;
+    ASSERT_EQ(LatencyHistogram::bucket_of(LatencyHistogram::bucket_low_ns(bucket)), bucket);
+    ASSERT_EQ(LatencyHistogram::bucket_of(LatencyHistogram::bucket_high_ns(bucket)), bucket);
+  }
+  EXPECT_EQ(LatencyHistogram::bucket_of(-5), 0u);
+  EXPECT_EQ(LatencyHistogram::bucket_of(std::int64_t{1} << 40), LatencyHistogram::kBucketCount - 1) << "clamped";
+}
+
+TEST(LatencyHistogram, EmptyHasZerosAndHugeValuesKeepAnExactMax) {
+  LatencyHistogram histogram;
+  EXPECT_EQ(histogram.percentile_ns(99), 0);
+  EXPECT_EQ(histogram.mean_ns(), 0.0);
+  histogram.record(500 * kS);
+  histogram.record(1 * kMs);
+  EXPECT_EQ(histogram.max_ns(), 500 * kS);
+  EXPECT_EQ(histogram.percentile_ns(100), 500 * kS) << "clamped to the max, not the top bucket's middle";
+  EXPECT_EQ(histogram.count(), 2u);
+  EXPECT_DOUBLE_EQ(histogram.mean_ns(), (500.0 * kS + kMs) / 2);
+}
+
+TEST(LatencyHistogram, NearestRank) {
+  EXPECT_EQ(LatencyHistogram::rank_for(99, 100), 99u);
+  EXPECT_EQ(LatencyHistogram::rank_for(99.9, 1000), 999u);
+  EXPECT_EQ(LatencyHistogram::rank_for(99.9, 10'000), 9990u);
+  EXPECT_EQ(LatencyHistogram::rank_for(50, 3), 2u);
+  EXPECT_EQ(LatencyHistogram::rank_for(0.001, 3), 1u);
+  EXPECT_EQ(LatencyHistogram::rank_for(100, 3), 3u);
+  EXPECT_EQ(LatencyHistogram::rank_for(99, 0), 0u);
+}
+
+TEST(QosTracker, CountsViolationsAndTellsWhetherTheJobMeetsItsTarget) {
+  const config::Config config = config_with("serve", 6.0, 90.0);
+  QosTracker tracker;
+  tracker.client_seen(1, "serve", ipc::Priority::high, 0);
+  for (int i = 0; i < 95; ++i) tracker.query_closed(1, 3 * kMs, 6 * kMs, i * kMs);
+  for (int i = 0; i < 5; ++i) tracker.query_closed(1, 9 * kMs, 6 * kMs, 100 * kMs);
+  tracker.query_closed(1, 6 * kMs, 6 * kMs, 100 * kMs);  // exactly at the target: not a violation
+  auto jobs = tracker.snapshot(config, 200 * kMs);
+  ASSERT_EQ(jobs.size(), 1u);
+  const JobQosSnapshot& serve = jobs[0];
+  EXPECT_EQ(serve.job, "serve");
+  EXPECT_EQ(serve.priority, ipc::Priority::high);
+  EXPECT_EQ(serve.clients, 1u);
+  EXPECT_EQ(serve.queries, 101u);
+  EXPECT_EQ(serve.violations, 5u);
+  EXPECT_NEAR(serve.violation_fraction, 5.0 / 101, 1e-12);
+  ASSERT_TRUE(serve.target_ns);
+  EXPECT_EQ(*serve.target_ns, 6 * kMs);
+  EXPECT_EQ(serve.percentile, 90.0);
+  EXPECT_NEAR(static_cast<double>(serve.at_percentile_ns), 3.0 * kMs, 3.0 * kMs / 64);
+  ASSERT_TRUE(serve.meets_target);
+  EXPECT_TRUE(*serve.meets_target) << "p90 is 3 ms";
+  EXPECT_NEAR(static_cast<double>(serve.p99_ns), 9.0 * kMs, 9.0 * kMs / 64);
+  EXPECT_EQ(serve.max_ns, 9 * kMs);
+
+  // The same numbers against p99 <= 6 ms: over.
+  jobs = tracker.snapshot(config_with("serve", 6.0, 99.0), 200 * kMs);
+  ASSERT_TRUE(jobs[0].meets_target);
+  EXPECT_FALSE(*jobs[0].meets_target);
+  // Without a target: nothing to meet (and queries are still measured).
+  jobs = tracker.snapshot(config::default_config(), 200 * kMs);
+  EXPECT_FALSE(jobs[0].target_ns);
+  EXPECT_FALSE(jobs[0].meets_target);
+  EXPECT_EQ(jobs[0].queries, 101u);
+}
+
+TEST(QosTracker, AJobWithATargetButNoQueryYetHasNoVerdict) {
+  QosTracker tracker;
+  tracker.client_seen(1, "serve", ipc::Priority::high, 0);
+  const auto jobs = tracker.snapshot(config_with("serve", 5.0), kMs);
+  ASSERT_EQ(jobs.size(), 1u);
+  EXPECT_TRUE(jobs[0].target_ns);
+  EXPECT_FALSE(jobs[0].meets_target);
+  EXPECT_EQ(jobs[0].p99_ns, 0);
+}
+
+TEST(QosTracker, BestEffortProgressHasTotalsAndARateOverTheLastFiveSeconds) {
+  QosTracker tracker;
+  tracker.client_seen(2, "train", ipc::Priority::low, 0);
+  // 10 s of one 2 ms op every 10 ms (20 % busy), then 5 s of 8 ms ops every 10 ms (80 %).
+  std::int64_t now = 0;
+  std::uint64_t seq = 0;
+  for (; now < 10 * kS; now += 10 * kMs) tracker.work_completed(2, ran(++seq, now, now + 2 * kMs), now + 2 * kMs);
+  auto train = tracker.snapshot(config::default_config(), now)[0];
+  EXPECT_EQ(train.be_ops, 1000u);
+  EXPECT_EQ(train.be_device_ns, 2 * kS);
+  EXPECT_NEAR(train.be_ops_per_s, 100, 3);
+  EXPECT_NEAR(train.be_busy_share, 0.2, 0.01);
+  for (; now < 15 * kS; now += 10 * kMs) tracker.work_completed(2, ran(++seq, now, now + 8 * kMs), now + 8 * kMs);
+  train = tracker.snapshot(config::default_config(), now)[0];
+  EXPECT_EQ(train.be_ops, 1500u);
+  EXPECT_EQ(train.be_device_ns, 6 * kS);
+  EXPECT_NEAR(train.be_busy_share, 0.8, 0.03) << "the window forgot the first 10 s";
+  // Idle for a while: the rate falls to zero, the totals stay.
+  train = tracker.snapshot(config::default_config(), now + 6 * kS)[0];
+  EXPECT_EQ(train.be_ops_per_s, 0.0);
+  EXPECT_EQ(train.be_busy_share, 0.0);
+  EXPECT_EQ(train.be_ops, 1500u);
+}
+
+TEST(QosTracker, CoarseCompletionsOfOneBatchCountItsIntervalOnceAndFailedOpsNotAtAll) {
+  QosTracker tracker;
+  tracker.client_seen(2, "train", ipc::Priority::low, 0);
+  for (std::uint64_t seq = 1; seq <= 4; ++seq) tracker.work_completed(2, ran(seq, 10 * kMs, 14 * kMs, ipc::kCompletionCoarse), 15 * kMs);
+  tracker.work_completed(2, ran(5, 13 * kMs, 16 * kMs, ipc::kCompletionCoarse), 17 * kMs);  // overlaps by 1 ms
+  tracker.work_completed(2, ipc::CompletionDescriptor{6, 0, 0, 700, 0}, 18 * kMs);           // an error: nothing ran
+  const auto train = tracker.snapshot(config::default_config(), 20 * kMs)[0];
+  EXPECT_EQ(train.be_ops, 5u);
+  EXPECT_EQ(train.be_device_ns, 6 * kMs);
+}
+
+TEST(QosTracker, AJobKeepsItsNumbersAcrossReconnectsAndIdleJobsComeLast) {
+  QosTracker tracker;
+  tracker.client_seen(1, "serve", ipc::Priority::high, 0);
+  tracker.query_closed(1, 2 * kMs, std::nullopt, kMs);
+  tracker.client_left(1, GrantCounters{3, 2, 5 * kMs, 4 * kMs}, 2 * kMs);
+  tracker.client_seen(2, "train", ipc::Priority::low, 3 * kMs);
+  tracker.client_seen(3, "batch", ipc::Priority::low, 3 * kMs);
+  tracker.client_seen(4, "api", ipc::Priority::high, 3 * kMs);
+  auto jobs = tracker.snapshot(config::default_config(), 4 * kMs);
+  ASSERT_EQ(jobs.size(), 4u);
+  EXPECT_EQ(jobs[0].job, "api") << "connected, high priority first";
+  EXPECT_EQ(jobs[1].job, "batch");
+  EXPECT_EQ(jobs[2].job, "train");
+  EXPECT_EQ(jobs[3].job, "serve") << "idle";
+  EXPECT_EQ(jobs[3].clients, 0u);
+  EXPECT_EQ(jobs[3].idle_ns, 2 * kMs);
+  EXPECT_EQ(tracker.departed_counters().grants, 3u);
+  EXPECT_EQ(tracker.departed_counters().held_wait_ns_max, 4 * kMs);
+
+  tracker.client_seen(5, "serve", ipc::Priority::high, 5 * kMs);  // it comes back
+  tracker.query_closed(5, 4 * kMs, std::nullopt, 6 * kMs);
+  jobs = tracker.snapshot(config::default_config(), 7 * kMs);
+  const auto serve = std::find_if(jobs.begin(), jobs.end(), [](const auto& j) { return j.job == "serve"; });
+  ASSERT_NE(serve, jobs.end());
+  EXPECT_EQ(serve->queries, 2u);
+  EXPECT_EQ(serve->clients, 1u);
+}
+
+TEST(QosTracker, KeepsAtMostMaxJobsDroppingTheOneIdleLongest) {
+  QosTracker tracker;
+  ClientId id = 0;
+  for (std::size_t i = 0; i < QosTracker::kMaxJobs; ++i) {
+    ++id;
+    tracker.client_seen(id, "job-" + std::to_string(i), ipc::Priority::low, static_cast<std::int64_t>(i));
+    if (i != 0) tracker.client_left(id, {}, static_cast<std::int64_t>(i));  // job-0 stays connected
+  }
+  EXPECT_EQ(tracker.job_count(), QosTracker::kMaxJobs);
+  tracker.client_seen(++id, "newcomer", ipc::Priority::low, 1000);
+  EXPECT_EQ(tracker.job_count(), QosTracker::kMaxJobs);
+  const auto jobs = tracker.snapshot(config::default_config(), 2000);
+  const auto named = [&](const std::string& name) {
+    return std::any_of(jobs.begin(), jobs.end(), [&](const auto& j) { return j.job == name; });
+  };
+  EXPECT_TRUE(named("newcomer"));
+  EXPECT_TRUE(named("job-0")) << "connected: kept although oldest";
+  EXPECT_FALSE(named("job-1")) << "the idle one idle longest";
+  EXPECT_TRUE(named("job-2"));
+}
+
+TEST(GrantCounters, AddUpWithTheLongestWait) {
+  GrantCounters total{1, 2, 30, 20};
+  total += GrantCounters{4, 5, 60, 10};
+  EXPECT_EQ(total.grants, 5u);
+  EXPECT_EQ(total.ops_held, 7u);
+  EXPECT_EQ(total.held_wait_ns_total, 90);
+  EXPECT_EQ(total.held_wait_ns_max, 20);
+}
+
+}  // namespace
+}  // namespace gpuqos::scheduler

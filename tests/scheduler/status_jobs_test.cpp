@@ -1,0 +1,129 @@
+// Tests of the jobs part of the status: its JSON, the table lines (latency against target), the
+// grant counters, and cutting jobs to fit one control record.
+#include <gtest/gtest.h>
+
+#include "gpuqos/scheduler/status.h"
+#include "gpuqos/scheduler/top_command.h"
+
+namespace gpuqos::scheduler {
+namespace {
+
+constexpr std::int64_t kMs = 1'000'000;
+
+JobQosSnapshot serve(std::int64_t p99_ns, bool meets) {
+  JobQosSnapshot job;
+  job.job = "serve";
+  job.priority = ipc::Priority::high;
+  job.clients = 1;
+  job.target_ns = 6 * kMs;
+  job.queries = 400;
+  job.p50_ns = 2 * kMs;
+  job.p90_ns = 3 * kMs;
+  job.p99_ns = job.at_percentile_ns = p99_ns;
+  job.p999_ns = 8'123'456;
+  job.max_ns = 9 * kMs;
+  job.violations = meets ? 0 : 3;
+  job.violation_fraction = meets ? 0 : 3.0 / 400;
+  job.meets_target = meets;
+  return job;
+}
+
+JobQosSnapshot train() {
+  JobQosSnapshot job;
+  job.job = "train";
+  job.clients = 2;
+  job.be_ops = 5000;
+  job.be_device_ns = 1234'567'890;
+  job.be_ops_per_s = 250.25;
+  job.be_busy_share = 0.4321;
+  return job;
+}
+
+DaemonStatus with_jobs(std::vector<JobQosSnapshot> jobs) {
+  DaemonStatus status{42, 5'000'000'000, "baymax", "/tmp/s.sock", {}, {}};
+  status.jobs = std::move(jobs);
+  status.grants = GrantCounters{10, 4, 12 * kMs, 5 * kMs};
+  return status;
+}
+
+TEST(StatusJobs, JsonCarriesLatenciesTargetsAndProgress) {
+  const auto json = nlohmann::json::parse(bounded_status_text(with_jobs({serve(3'900'000, true), train()})));
+  EXPECT_EQ(json["version"], 2);
+  ASSERT_EQ(json["jobs"].size(), 2u);
+  const auto& s = json["jobs"][0];
+  EXPECT_EQ(s["job"], "serve");
+  EXPECT_EQ(s["priority"], "high");
+  EXPECT_EQ(s["target_ms"], 6.0);
+  EXPECT_EQ(s["percentile"], 99.0);
+  EXPECT_EQ(s["queries"], 400);
+  EXPECT_EQ(s["p99_ms"], 3.9);
+  EXPECT_EQ(s["p999_ms"], 8.123) << "rounded to the microsecond";
+  EXPECT_EQ(s["meets_target"], true);
+  EXPECT_EQ(s["violations"], 0);
+  const auto& t = json["jobs"][1];
+  EXPECT_TRUE(t["target_ms"].is_null());
+  EXPECT_TRUE(t["meets_target"].is_null());
+  EXPECT_EQ(t["be"]["ops"], 5000);
+  EXPECT_EQ(t["be"]["device_ms"], 1234.568);
+  EXPECT_EQ(t["be"]["ops_per_s"], 250.25);
+  EXPECT_EQ(t["be"]["busy_share"], 0.4321);
+  EXPECT_EQ(json["grants"]["issued"], 10);
+  EXPECT_EQ(json["grants"]["ops_held"], 4);
+  EXPECT_EQ(json["grants"]["held_wait_ns_max"], 5 * kMs);
+}
+
+TEST(StatusJobs, TableShowsLatencyAgainstTarget) {
+  auto json = nlohmann::json::parse(bounded_status_text(with_jobs({serve(3'900'000, true), train()})));
+  std::string table = render_status_table(json);
+  EXPECT_NE(table.find("p99 3.9 ms / target 6.0 ms  ok"), std::string::npos) << table;
+  EXPECT_NE(table.find("BUSY"), std::string::npos) << table;
+  EXPECT_NE(table.find("43.2%"), std::string::npos) << table;
+  EXPECT_NE(table.find("4 ops held"), std::string::npos) << table;
+
+  json = nlohmann::json::parse(bounded_status_text(with_jobs({serve(7'200'000, false)})));
+  table = render_status_table(json);
+  EXPECT_NE(table.find("p99 7.2 ms / target 6.0 ms  OVER  (3 over, 0.75%)"), std::string::npos) << table;
+  EXPECT_EQ(table.find("BUSY"), std::string::npos) << "no best-effort job\n" << table;
+}
+
+TEST(StatusJobs, AnOlderDaemonsJsonWithoutJobsStillRenders) {
+  auto json = nlohmann::json::parse(bounded_status_text(with_jobs({})));
+  json.erase("jobs");
+  json.erase("grants");
+  EXPECT_NO_THROW(render_status_table(json));
+}
+
+TEST(StatusJobs, ManyJobsAndClientsAreCutToFitOneRecord) {
+  std::vector<JobQosSnapshot> jobs;
+  for (int i = 0; i < 256; ++i) {
+    jobs.push_back(serve(3 * kMs, true));
+    jobs.back().job = "job-with-a-long-name-" + std::to_string(i);
+  }
+  DaemonStatus status = with_jobs(jobs);
+  for (std::uint32_t i = 0; i < 1000; ++i) {
+    status.clients.push_back(ClientStatus{i + 1, 100 + i, 1000, 1000, "job-" + std::to_string(i), ipc::Priority::low,
+                                          0, "running", "/gpuqos-42-1", 3, 2, 1, {4, 1, 1}, 9, 2, 0, 0});
+  }
+  const std::string text = bounded_status_text(status);
+  EXPECT_LE(text.size(), ipc::kMaxControlTextBytes);
+  const auto json = nlohmann::json::parse(text);
+  EXPECT_EQ(json["jobs"].size() + json.value("jobs_omitted", std::size_t{0}), 256u);
+  EXPECT_EQ(json["clients"].size() + json.value("clients_omitted", std::size_t{0}), 1000u);
+  EXPECT_GT(json["jobs"].size(), 20u) << "jobs are not all sacrificed to clients";
+  EXPECT_GT(json["clients"].size(), 20u);
+  EXPECT_EQ(json["jobs"][0]["job"], "job-with-a-long-name-0") << "cut from the end";
+  EXPECT_NE(render_status_table(json).find("more jobs not shown"), std::string::npos);
+}
+
+TEST(StatusJobs, TopFrameIsTheTableUnderATitle) {
+  const auto json = nlohmann::json::parse(bounded_status_text(with_jobs({serve(3'900'000, true)})));
+  TopOptions options;
+  options.interval_s = 2;
+  const std::string frame = render_top_frame(json, options);
+  EXPECT_EQ(frame.rfind("gpuqos top at ", 0), 0u) << frame;
+  EXPECT_NE(frame.find("every 2 s (Ctrl-C quits)"), std::string::npos) << frame;
+  EXPECT_NE(frame.find("p99 3.9 ms / target 6.0 ms  ok"), std::string::npos) << frame;
+}
+
+}  // namespace
+}  // namespace gpuqos::scheduler
