@@ -1,19 +1,39 @@
 #!/usr/bin/env bash
-# Demo of the replayer: converts the BERT query and a ResNet-50 training iteration (real traces),
-# replays both on simgpu and prints the trace's figures beside the simulated ones.
+# The main job: installs what is missing, builds gpuqos and runs the quick QoS benchmark
+# (gpuqos-bench qos --quick: a BERT query stream beside ResNet-50 training on simgpu, under the
+# policies none, fifo, priority and baymax, in device modes fifo and timeslice), printing its table.
+#
+#   scripts/demo.sh            quick QoS benchmark (about 1.5 minutes after the build); files in results/qos
+#   scripts/demo.sh full       the full grid (3 loads x 2 best-effort mixes; about 11 minutes); results/qos-full
+#   scripts/demo.sh fidelity   the replayer's fidelity: the BERT query and a ResNet-50 iteration replayed
+#                              on simgpu, the trace's figures beside the simulated ones
+#
 # Environment: DEMO_BUILD_DIR (default build/; set it with DEMO_SKIP_BUILD=1 to use a tree you
-# built yourself), GPUQOS_TRACES (default ../shared/traces), DEMO_QUERIES, DEMO_ITERATIONS.
+# built yourself), GPUQOS_TRACES (default ../shared/traces), DEMO_QUERIES, DEMO_ITERATIONS (fidelity).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 traces=$(cd "${GPUQOS_TRACES:-$root/../shared/traces}" && pwd)
 build=${DEMO_BUILD_DIR:-$root/build}
 bin=$build/bin
+what=${1:-quick}
+case $what in
+  quick | full | fidelity) ;;
+  *) echo "usage: scripts/demo.sh [quick|full|fidelity]" >&2; exit 2 ;;
+esac
+
+[[ ${DEMO_SKIP_BUILD:-0} == 1 ]] || scripts/build.sh
+
+if [[ $what == quick ]]; then
+  exec "$bin/gpuqos-bench" qos --quick --traces "$traces" --out "$root/results/qos"
+elif [[ $what == full ]]; then
+  exec "$bin/gpuqos-bench" qos --traces "$traces" --out "$root/results/qos-full"
+fi
+
+# fidelity
 out=$build/workloads
 queries=${DEMO_QUERIES:-20}
 iterations=${DEMO_ITERATIONS:-3}
-
-[[ ${DEMO_SKIP_BUILD:-0} == 1 ]] || scripts/build.sh
 mkdir -p "$out"
 
 echo "== converting traces into $out"

@@ -7,7 +7,6 @@
 #include <fstream>
 #include <map>
 #include <stdexcept>
-#include <thread>
 
 namespace gpuqos::overhead {
 namespace {
@@ -16,9 +15,6 @@ using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
 constexpr auto kChildTimeout = 300s;
-
-// What the shim logs (GPUQOS_LOG=info) once it is managed by gpuqosd.
-constexpr const char* kRegisteredMark = "registered with gpuqosd";
 
 }  // namespace
 
@@ -43,7 +39,7 @@ Rig::~Rig() {
   if (strict_gpuqosd_) strict_gpuqosd_->terminate(10s);
 }
 
-fs::path Rig::bin(const std::string& name) { return fs::path(GPUQOS_BUILD_DIR) / "bin" / name; }
+fs::path Rig::bin(const std::string& name) { return testing::build_program(name); }
 
 void Rig::write_catalog(const std::string& replay_catalog_json) const {
   nlohmann::json catalog = nlohmann::json::parse(replay_catalog_json);
@@ -64,24 +60,17 @@ void Rig::start_gpuqosd(std::optional<testing::ChildProcess>& daemon, const std:
   daemon.emplace(std::vector<std::string>{bin("gpuqosd").string(), "--socket", socket, "--policy", "fifo",
                                           "--credit-ops", credit_ops, "--log-level", "warn"},
                  std::map<std::string, std::string>{}, file("gpuqosd-credit-" + credit_ops + ".log"));
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (!testing::can_connect(socket)) {
-    if (!daemon->running() || std::chrono::steady_clock::now() > deadline) {
-      throw std::runtime_error("gpuqosd did not come up on " + socket + ":\n" + daemon->output());
-    }
-    std::this_thread::sleep_for(5ms);
+  if (testing::wait_until_serving(*daemon, socket, 10s) != testing::DaemonStartup::serving) {
+    throw std::runtime_error("gpuqosd did not come up on " + socket + ":\n" + daemon->output());
   }
 }
 
 std::string Rig::run(Placement placement, std::vector<std::string> argv, const std::string& log_name) const {
-  std::map<std::string, std::string> env{{"LD_LIBRARY_PATH", (fs::path(GPUQOS_BUILD_DIR) / "lib" / "simgpu").string()},
-                                         {"SIMGPU_SOCKET", simgpud_.socket()}};
+  std::map<std::string, std::string> env = testing::simgpu_client_env(simgpud_.socket());
   if (placement != Placement::direct) {
-    // The documented way to run a job under gpuqosd: `gpuqos run` sets LD_PRELOAD and GPUQOS_*.
     const bool strict = placement == Placement::low_strict;
-    std::vector<std::string> wrapper{bin("gpuqos").string(), "run", "--priority", strict ? "low" : placement_name(placement),
-                                     "--socket", strict ? strict_socket_ : gpuqosd_socket_, "--job", log_name, "--"};
-    argv.insert(argv.begin(), wrapper.begin(), wrapper.end());
+    argv = testing::under_gpuqos_run(std::move(argv), strict ? "low" : placement_name(placement),
+                                     strict ? strict_socket_ : gpuqosd_socket_, log_name);
     env["GPUQOS_LOG"] = "info";
   }
   testing::ChildProcess child(argv, env, file(log_name + ".log"));
@@ -91,7 +80,7 @@ std::string Rig::run(Placement placement, std::vector<std::string> argv, const s
     throw std::runtime_error(argv[0] + (code ? " exited with " + std::to_string(*code) : " timed out") + ":\n" +
                              output + "\nsimgpud log:\n" + simgpud_.log_text());
   }
-  if (placement != Placement::direct && output.find(kRegisteredMark) == std::string::npos) {
+  if (placement != Placement::direct && output.find(testing::kShimRegisteredMark) == std::string::npos) {
     throw std::runtime_error(log_name + " ran unmanaged (no gpuqosd registration):\n" + output);
   }
   return output;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gpuqos/testing/child_process.h"
+#include "gpuqos/testing/gpuqos_programs.h"
 #include "gpuqos/testing/simgpud_process.h"
 
 namespace gpuqos::overhead {

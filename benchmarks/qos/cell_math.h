@@ -1,0 +1,46 @@
+// The QoS benchmark's arithmetic: load and arrival rate, targets, violations, busy fractions from
+// simgpu-stat answers and the best-effort share of the ideal. Pure, so unit tests pin every figure
+// the table shows (tests/benchmarks/qos_cell_math_test.cpp).
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include <nlohmann/json.hpp>
+
+namespace gpuqos::qos {
+
+// Device 0 of one simgpu-stat answer: simgpud's clock and the compute engine's busy time so far.
+struct DeviceSample {
+  std::uint64_t now_ns = 0;
+  std::uint64_t compute_busy_ns = 0;
+};
+
+// Reads simgpu-stat's JSON ({"now_ns":..., "devices":[{"compute_busy_ns":...}, ...]}); throws
+// std::runtime_error when it has no device or a field is missing.
+DeviceSample parse_device_sample(const nlohmann::json& stat);
+
+// Share of the window [before, after] the compute engine was busy, clamped to [0, 1]; 0 for an
+// empty or backwards window.
+double compute_busy_fraction(const DeviceSample& before, const DeviceSample& after);
+
+// lc_load is arrival rate x standalone mean query latency: the share of time a query is in flight
+// when the latency-critical job runs alone. These two convert between the load and the rate.
+double arrival_rate_per_s(double lc_load, double mean_latency_ms);
+double lc_load_of(double rate_per_s, double mean_latency_ms);
+
+// A cell's latency target: target_factor x the standalone p99 at the same load and device mode.
+double target_ms(double target_factor, double standalone_p99_ms);
+
+// Share of the latencies strictly above target_ms; 0 when there are none.
+double violation_fraction(std::span<const double> latency_ms, double target_ms);
+
+// measured / standalone; 0 when the standalone figure is not positive.
+double fraction_of_standalone(double measured, double standalone);
+
+// How much of the GPU time the latency-critical job leaves idle the best-effort jobs got: the mean
+// over the BE jobs of their fraction of standalone throughput, divided by the ideal leftover
+// (1 - the LC's standalone GPU busy fraction). 1.0: all of it; 0 when no BE job or no leftover.
+double be_fraction_of_ideal(std::span<const double> fractions_of_standalone, double lc_busy_fraction);
+
+}  // namespace gpuqos::qos

@@ -1,0 +1,195 @@
+// run_experiment: the standalone references and the cells, one device mode at a time (experiment.h).
+#include "experiment.h"
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <stdexcept>
+
+#include "cell_math.h"
+
+namespace gpuqos::qos {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::string number(double value) {
+  std::ostringstream s;
+  s.precision(10);
+  s << value;
+  return s.str();
+}
+
+std::string fixed(double value, int decimals) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.*f", decimals, value);
+  return buffer;
+}
+
+LcStats lc_stats(const json& result) {
+  const json& summary = result.at("summary");
+  LcStats s;
+  s.queries = summary.at("count").get<std::uint64_t>();
+  s.mean_ms = summary.at("mean_ms").get<double>();
+  s.p50_ms = summary.at("p50_ms").get<double>();
+  s.p99_ms = summary.at("p99_ms").get<double>();
+  s.latency_ms = result.at("latency_ms").get<std::vector<double>>();
+  return s;
+}
+
+BeRun be_run(const std::string& job, const json& result) {
+  const json& summary = result.at("summary");
+  return {job, summary.at("count").get<std::uint64_t>(), summary.at("iterations_per_s").get<double>()};
+}
+
+class Experiment {
+ public:
+  Experiment(QosRig& rig, const Options& o, const std::atomic<bool>& interrupted)
+      : rig_(rig), o_(o), interrupted_(interrupted), cells_(plan_cells(o)), be_used_(be_workloads_used(o)) {
+    total_runs_ = o.device_modes.size() * (1 + o.loads.size() + be_used_.size()) + cells_.size();
+  }
+
+  Results run() {
+    for (const std::string& mode : o_.device_modes) {
+      rig_.start_device(mode);
+      const Calibration& calibration = results_.calibrations.emplace_back(calibrate(mode));
+      for (double load : o_.loads) results_.standalone_lc.push_back(standalone_lc(mode, load, calibration));
+      for (const Workload& be : be_used_) results_.standalone_be.push_back(standalone_be(mode, be));
+      for (const Cell& cell : cells_) {
+        if (cell.device_mode == mode) results_.cells.push_back(run_cell(cell));
+      }
+    }
+    return results_;
+  }
+
+ private:
+  // The LC replayer: Poisson arrivals at `rate_per_s`, or closed loop without one.
+  JobSpec lc_job(std::optional<double> rate_per_s) const {
+    std::vector<std::string> args{"--workload", rig_.workload_file(lc_workload()).string(), "--mode", "lc", "--gaps", "keep",
+                                  "--pace-scale", number(o_.time_scale), "--seed", std::to_string(o_.seed)};
+    if (rate_per_s) {
+      args.insert(args.end(), {"--rate", number(*rate_per_s)});
+    } else {
+      args.push_back("--closed-loop");
+    }
+    return {lc_workload().job, "high", args};
+  }
+
+  JobSpec be_job(const Workload& w) const {
+    return {w.job, "low", {"--workload", rig_.workload_file(w).string(), "--mode", "be", "--pace-scale", number(o_.time_scale)}};
+  }
+
+  // Runs the jobs and hands the outcome to `use`, which may throw on a result it cannot read; the
+  // returned status says whether both went well.
+  template <typename Use>
+  Status measure(const std::string& name, const std::vector<JobSpec>& jobs, const std::optional<fs::path>& config,
+                 double duration_s, Use use) {
+    if (interrupted_) throw std::runtime_error("interrupted");
+    ++done_runs_;
+    std::cerr << "gpuqos-bench: [" << done_runs_ << "/" << total_runs_ << "] " << name << " ..." << std::flush;
+    RunOutcome outcome = rig_.run(name, jobs, config, duration_s);
+    if (outcome.status.ok) {
+      try {
+        use(outcome);
+      } catch (const std::exception& e) {
+        outcome.status = {false, std::string("unreadable result: ") + e.what(), "", ""};
+      }
+    }
+    if (outcome.status.ok) {
+      std::cerr << " ok\n";
+    } else {
+      std::cerr << " FAILED: " << outcome.status.reason;
+      if (!outcome.status.log_path.empty()) std::cerr << " (" << outcome.status.log_path << "), its last lines:\n" << outcome.status.log_tail;
+      std::cerr << "\n";
+    }
+    return outcome.status;
+  }
+
+  Calibration calibrate(const std::string& mode) {
+    Calibration c{mode, {}, {}};
+    c.status = measure("calibrate-" + mode, {lc_job(std::nullopt)}, std::nullopt, o_.calibration_s,
+                       [&](const RunOutcome& out) { c.lc = lc_stats(out.jobs.at(0).result); });
+    return c;
+  }
+
+  StandaloneLc standalone_lc(const std::string& mode, double load, const Calibration& calibration) {
+    StandaloneLc s;
+    s.device_mode = mode;
+    s.lc_load = load;
+    if (!calibration.status.ok || calibration.lc.mean_ms <= 0) {
+      s.status = {false, "no closed-loop calibration in this mode", calibration.status.log_path, calibration.status.log_tail};
+      return s;
+    }
+    s.rate_per_s = arrival_rate_per_s(load, calibration.lc.mean_ms);
+    s.status = measure("alone-" + mode + "-lc-" + fixed(load, 2), {lc_job(s.rate_per_s)}, std::nullopt, o_.duration_s,
+                       [&](const RunOutcome& out) {
+                         s.lc = lc_stats(out.jobs.at(0).result);
+                         s.lc_load_measured = lc_load_of(s.rate_per_s, s.lc.mean_ms);
+                         s.gpu_busy_fraction = compute_busy_fraction(out.window_begin, out.window_end);
+                         s.target_ms = target_ms(o_.target_factor, s.lc.p99_ms);
+                       });
+    return s;
+  }
+
+  StandaloneBe standalone_be(const std::string& mode, const Workload& w) {
+    StandaloneBe s;
+    s.device_mode = mode;
+    s.job = w.job;
+    s.status = measure("alone-" + mode + "-" + w.key, {be_job(w)}, std::nullopt, o_.duration_s, [&](const RunOutcome& out) {
+      s.run = be_run(w.job, out.jobs.at(0).result);
+      s.gpu_busy_fraction = compute_busy_fraction(out.window_begin, out.window_end);
+    });
+    return s;
+  }
+
+  const StandaloneLc* lc_reference(const Cell& cell) const {
+    for (const StandaloneLc& s : results_.standalone_lc) {
+      if (s.device_mode == cell.device_mode && s.lc_load == cell.lc_load) return &s;
+    }
+    return nullptr;
+  }
+
+  CellResult run_cell(const Cell& cell) {
+    const StandaloneLc* reference = lc_reference(cell);
+    if (reference == nullptr || !reference->status.ok) {
+      ++done_runs_;
+      return failed_cell(cell, reference ? *reference : StandaloneLc{},
+                         {false, "no standalone LC reference at this load and mode", "", ""});
+    }
+    const std::string name = cell_name(cell);
+    std::vector<JobSpec> jobs{lc_job(reference->rate_per_s)};
+    const std::vector<Workload> mix = mix_workloads(cell.be_mix);
+    for (const Workload& w : mix) jobs.push_back(be_job(w));
+    std::optional<fs::path> config;
+    if (cell.policy != "none") {
+      config = rig_.out_dir() / "configs" / (name + ".toml");
+      std::ofstream(*config) << gpuqosd_config_toml(cell, reference->target_ms, o_.time_scale);
+    }
+    CellMeasurement m;
+    const Status status = measure(name, jobs, config, o_.duration_s, [&](const RunOutcome& out) {
+      m.lc = lc_stats(out.jobs.at(0).result);
+      for (std::size_t i = 0; i < mix.size(); ++i) m.be.push_back(be_run(mix[i].job, out.jobs.at(i + 1).result));
+      m.gpu_busy_fraction = compute_busy_fraction(out.window_begin, out.window_end);
+    });
+    if (!status.ok) return failed_cell(cell, *reference, status);
+    return evaluate_cell(cell, m, *reference, results_.standalone_be);
+  }
+
+  QosRig& rig_;
+  const Options& o_;
+  const std::atomic<bool>& interrupted_;
+  std::vector<Cell> cells_;
+  std::vector<Workload> be_used_;
+  Results results_;
+  std::size_t total_runs_ = 0, done_runs_ = 0;
+};
+
+}  // namespace
+
+Results run_experiment(QosRig& rig, const Options& options, const std::atomic<bool>& interrupted) {
+  return Experiment(rig, options, interrupted).run();
+}
+
+}  // namespace gpuqos::qos

@@ -1,0 +1,70 @@
+// What one `gpuqos-bench qos` run measures: its options (with the --quick defaults), the workloads
+// it replays and the grid of cells (policy x device mode x LC load x best-effort mix). Pure.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace gpuqos::qos {
+
+// A workload the benchmark converts from a real trace (../shared/traces) and replays.
+struct Workload {
+  std::string key;        // short name: bert, resnet, recsys (file names, --be-mixes)
+  std::string job;        // the job name it runs as (GPUQOS_JOB, the config's [[job]])
+  std::string trace;      // file name in the traces directory
+  std::string iteration;  // gpuqos-trace2workload --iteration
+};
+
+// The latency-critical query: one BERT-small bs1 inference step (the whole trace is one query).
+const Workload& lc_workload();
+// The best-effort workloads a mix names: resnet (ResNet-50 training) and recsys (DLRM-style training).
+const std::vector<Workload>& be_workloads();
+// The workloads of a mix such as "resnet+recsys", in the mix's order; throws std::invalid_argument
+// on an unknown or repeated name.
+std::vector<Workload> mix_workloads(const std::string& mix);
+
+inline const std::vector<std::string> kPolicies{"none", "fifo", "priority", "baymax"};
+inline const std::vector<std::string> kDeviceModes{"fifo", "timeslice", "mps"};
+
+struct Options {
+  std::string out_dir;
+  bool quick = false;
+  double target_factor = 1.5;
+  double duration_s = 10;       // every measured run; --quick: 5
+  double calibration_s = 3;     // the closed-loop run that gives the LC's mean latency; --quick: 1.5
+  double time_scale = 4;        // simgpud --time-scale and the replayers' --pace-scale
+  std::uint64_t seed = 1;       // the LC's Poisson arrivals: the same in every run
+  std::vector<std::string> policies = kPolicies;
+  std::vector<std::string> device_modes{"fifo", "timeslice"};
+  std::vector<double> loads{0.2, 0.4, 0.6};
+  std::vector<std::string> be_mixes{"resnet", "resnet+recsys"};
+};
+
+// Sets what --quick changes, leaving alone the options the user gave (`given_*` true).
+void apply_quick(Options& o, bool given_duration, bool given_loads, bool given_mixes);
+// Throws std::invalid_argument with a message naming the bad option.
+void validate(const Options& o);
+
+// One cell of the grid.
+struct Cell {
+  std::string policy;
+  std::string device_mode;
+  double lc_load = 0;
+  std::string be_mix;
+};
+
+// Every cell, device mode outermost (one simgpud per mode) and policy innermost, so the policies
+// of one load and mix run back to back under the same machine conditions.
+std::vector<Cell> plan_cells(const Options& o);
+// The BE workloads any mix uses, each once, in table order.
+std::vector<Workload> be_workloads_used(const Options& o);
+// "baymax-fifo-0.40-resnet+recsys": the file-name stem of a cell's logs and results.
+std::string cell_name(const Cell& cell);
+
+// The gpuqosd config of a cell (policy other than none): its policy, the LC job high with
+// target_ms at p99, each BE job of the mix low with weight 1. The baymax times are the config's
+// defaults stretched by time_scale, as every device time is.
+std::string gpuqosd_config_toml(const Cell& cell, double target_ms, double time_scale);
+
+}  // namespace gpuqos::qos

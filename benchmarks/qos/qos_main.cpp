@@ -1,0 +1,140 @@
+// gpuqos-bench qos: a latency-critical BERT query stream beside best-effort training jobs on simgpu,
+// under each policy (none, fifo, priority, baymax) and each device mode, side by side in one run.
+//
+//   build/bin/gpuqos-bench qos [--quick] --out DIR [--target-factor 1.5] [--duration S]
+//       [--time-scale X] [--policies none,fifo,priority,baymax] [--device-modes fifo,timeslice]
+//       [--loads 0.2,0.4,0.6] [--be-mixes resnet,resnet+recsys]
+//
+// It converts the real traces into DIR/workloads, starts its own simgpud per device mode and a
+// gpuqosd per cell on private sockets, measures the standalone references, runs every cell, prints
+// the table and writes DIR/qos.json, DIR/qos.md and, with python3 and matplotlib, DIR/*.png.
+// Every child's output is in DIR/logs. benchmarks/README.md explains the columns.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "experiment.h"
+#include "gpuqos/testing/gpuqos_programs.h"
+#include "plan.h"
+#include "qos_rig.h"
+#include "report.h"
+
+namespace gpuqos::qos {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// Set by SIGINT/SIGTERM: the run stops before its next measurement and cleans up (the children of
+// the current one get a terminal's SIGINT themselves; a SIGTERM lets the current run finish).
+std::atomic<bool> interrupted{false};
+static_assert(std::atomic<bool>::is_always_lock_free);
+
+void on_stop_signal(int) { interrupted = true; }
+
+struct Cli {
+  Options options;
+  std::string traces_dir = (fs::path(GPUQOS_SOURCE_DIR) / ".." / "shared" / "traces").lexically_normal().string();
+};
+
+json config_json(const Options& o, const std::string& traces_dir, double wall_s) {
+  json workloads = json::array();
+  workloads.push_back({{"job", lc_workload().job}, {"trace", lc_workload().trace}, {"iteration", lc_workload().iteration}});
+  for (const Workload& w : be_workloads_used(o)) workloads.push_back({{"job", w.job}, {"trace", w.trace}, {"iteration", w.iteration}});
+  return {{"quick", o.quick},           {"target_factor", o.target_factor}, {"duration_s", o.duration_s},
+          {"calibration_s", o.calibration_s}, {"time_scale", o.time_scale},   {"seed", o.seed},
+          {"policies", o.policies},      {"device_modes", o.device_modes},   {"loads", o.loads},
+          {"be_mixes", o.be_mixes},      {"traces_dir", traces_dir},         {"workloads", workloads},
+          {"wall_s", wall_s}};
+}
+
+// Runs plot_qos.py with the first python3 that has matplotlib; one warning when there is none.
+void plot(const fs::path& out_dir) {
+  const fs::path script = fs::path(GPUQOS_SOURCE_DIR) / "benchmarks" / "qos" / "plot_qos.py";
+  const fs::path log = out_dir / "logs" / "plot.log";
+  if (!fs::exists(script)) {
+    std::cerr << "gpuqos-bench: warning: " << script.string() << " not found: no PNG plots\n";
+    return;
+  }
+  // The Debian interpreter second: python3-matplotlib installs there, whatever python3 PATH finds.
+  for (const std::vector<std::string>& python : {std::vector<std::string>{"/usr/bin/env", "python3"},
+                                                 std::vector<std::string>{"/usr/bin/python3"}}) {
+    if (!fs::exists(python.front())) continue;
+    std::vector<std::string> argv = python;
+    argv.insert(argv.end(), {script.string(), (out_dir / "qos.json").string()});
+    testing::ChildProcess child(argv, {}, log);
+    const auto code = child.wait(std::chrono::minutes(2));
+    if (code == 0) {
+      std::cerr << "gpuqos-bench: plots: " << tail_lines(child.output(), 2);
+      return;
+    }
+    if (code != 2 && code != 127) {  // 2: no matplotlib (the script's exit code); 127: no python3
+      std::cerr << "gpuqos-bench: warning: plot_qos.py failed (" << log.string() << "):\n" << tail_lines(child.output(), 10);
+      return;
+    }
+  }
+  std::cerr << "gpuqos-bench: warning: no python3 with matplotlib (apt install python3-matplotlib): no PNG plots\n";
+}
+
+int run(const Cli& cli) {
+  const Options& o = cli.options;
+  const auto start = std::chrono::steady_clock::now();
+  std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
+  const fs::path out_dir = fs::absolute(o.out_dir);
+  QosRig rig(out_dir, o.time_scale);
+  std::cerr << "gpuqos-bench: converting traces from " << cli.traces_dir << " into " << (out_dir / "workloads").string() << "\n";
+  rig.convert(lc_workload(), cli.traces_dir);
+  for (const Workload& w : be_workloads_used(o)) rig.convert(w, cli.traces_dir);
+  const Results results = run_experiment(rig, o, interrupted);
+  const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  const std::string markdown = results_markdown(results, o.time_scale);
+  std::ofstream(out_dir / "qos.json") << results_json(results, config_json(o, cli.traces_dir, wall_s)).dump(2) << "\n";
+  std::ofstream(out_dir / "qos.md") << markdown;
+  std::cout << "\n" << markdown << std::flush;
+  plot(out_dir);
+  std::size_t failed = 0;
+  for (const CellResult& c : results.cells) failed += c.status.ok ? 0 : 1;
+  std::cerr << "gpuqos-bench: " << results.cells.size() - failed << " of " << results.cells.size() << " cells ok; "
+            << "wrote " << (out_dir / "qos.json").string() << " and qos.md in " << wall_s << " s\n";
+  return 0;
+}
+
+}  // namespace
+}  // namespace gpuqos::qos
+
+int main(int argc, char** argv) {
+  using namespace gpuqos::qos;
+  Cli cli;
+  Options& o = cli.options;
+  CLI::App app{"gpuqos-bench: gpuqos's benchmarks on simgpu."};
+  app.require_subcommand(1);
+  CLI::App* qos = app.add_subcommand("qos", "LC query latency and BE throughput under each policy and device mode");
+  qos->add_option("--out", o.out_dir, "write qos.json, qos.md, plots, workloads and logs here")->required();
+  qos->add_flag("--quick", o.quick, "one load (0.4), one mix (resnet), 5-s runs: a few minutes");
+  qos->add_option("--target-factor", o.target_factor, "target = this x the standalone LC p99")->capture_default_str();
+  auto* duration = qos->add_option("--duration", o.duration_s, "seconds each run lasts")->capture_default_str();
+  qos->add_option("--time-scale", o.time_scale, "simgpud --time-scale and the replayers' --pace-scale")->capture_default_str();
+  qos->add_option("--policies", o.policies, "none, fifo, priority, baymax")->delimiter(',')->capture_default_str();
+  qos->add_option("--device-modes", o.device_modes, "simgpu compute modes: fifo, timeslice, mps")->delimiter(',')->capture_default_str();
+  auto* loads = qos->add_option("--loads", o.loads, "LC loads (rate x standalone mean latency)")->delimiter(',')->capture_default_str();
+  auto* mixes = qos->add_option("--be-mixes", o.be_mixes, "BE mixes: jobs joined by + (resnet, recsys)")->delimiter(',')->capture_default_str();
+  qos->add_option("--seed", o.seed, "seed of the LC's Poisson arrivals")->capture_default_str();
+  qos->add_option("--traces", cli.traces_dir, "directory of the real traces")->check(CLI::ExistingDirectory)->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  try {
+    apply_quick(o, duration->count() > 0, loads->count() > 0, mixes->count() > 0);
+    validate(o);
+    return gpuqos::qos::run(cli);
+  } catch (const std::exception& e) {
+    std::cerr << "gpuqos-bench: " << e.what() << "\n";
+    return 1;
+  }
+}

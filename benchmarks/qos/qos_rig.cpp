@@ -1,0 +1,217 @@
+// QosRig: conversion, simgpud per device mode, gpuqosd per run, and the replayers of a run.
+#include "qos_rig.h"
+
+#include <chrono>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include "gpuqos/testing/gpuqos_programs.h"
+#include "report.h"
+
+namespace gpuqos::qos {
+namespace {
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using testing::build_program;
+using testing::ChildProcess;
+
+constexpr std::size_t kTailLines = 15;
+constexpr auto kDaemonStartTimeout = 10s;
+// How long past its duration a run may take before its jobs are stopped: a BE job finishes the
+// iteration it is in, which a contended device may stretch to seconds.
+constexpr auto kRunGrace = 120s;
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::string number(double value) {
+  std::ostringstream s;
+  s << value;
+  return s.str();
+}
+
+// simgpu/profiles/h100.toml with compute_mode and time_scale set: the repository's H100, so the
+// benchmark's device follows that file when it changes.
+std::string device_profile(const std::string& compute_mode, double time_scale) {
+  const fs::path base = fs::path(GPUQOS_SOURCE_DIR) / "simgpu" / "profiles" / "h100.toml";
+  std::istringstream in(read_file(base));
+  if (in.str().empty()) throw std::runtime_error("cannot read " + base.string());
+  std::string out = "# Written by gpuqos-bench qos: " + base.filename().string() + " with compute_mode = \"" +
+                    compute_mode + "\" and time_scale = " + number(time_scale) + ".\n";
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("compute_mode", 0) == 0) line = "compute_mode = \"" + compute_mode + "\"";
+    if (line.rfind("time_scale", 0) == 0) line = "time_scale = " + number(time_scale);
+    out += line + "\n";
+  }
+  return out;
+}
+
+bool contains(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
+
+void sleep_until(Clock::time_point t) { std::this_thread::sleep_until(t); }
+
+Clock::time_point after(Clock::time_point t, double seconds) {
+  return t + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+}  // namespace
+
+Status failed(const std::string& reason, const fs::path& log) {
+  return {false, reason, log.string(), tail_lines(read_file(log), kTailLines)};
+}
+
+QosRig::QosRig(const fs::path& out_dir, double time_scale)
+    : out_(out_dir), time_scale_(time_scale), sockets_("gpuqos-bench") {
+  for (const char* sub : {"workloads", "logs", "runs", "configs", "profiles"}) fs::create_directories(out_ / sub);
+}
+
+QosRig::~QosRig() { stop_device(); }
+
+fs::path QosRig::workload_file(const Workload& workload) const { return out_ / "workloads" / (workload.key + ".json"); }
+
+void QosRig::convert(const Workload& workload, const fs::path& traces_dir) {
+  const fs::path catalog = out_ / "workloads" / (workload.key + "-catalog.json");
+  const fs::path log = log_file("convert-" + workload.key);
+  ChildProcess converter({build_program("gpuqos-trace2workload").string(), "--trace", (traces_dir / workload.trace).string(),
+                          "--out", workload_file(workload).string(), "--catalog", catalog.string(), "--iteration",
+                          workload.iteration},
+                         {}, log);
+  if (converter.wait(300s) != 0) {
+    throw std::runtime_error("gpuqos-trace2workload failed on " + workload.trace + " (" + log.string() + "):\n" +
+                             tail_lines(read_file(log), kTailLines));
+  }
+  catalogs_.push_back(catalog);
+}
+
+void QosRig::start_device(const std::string& compute_mode) {
+  stop_device();
+  compute_mode_ = compute_mode;
+  launch_device(testing::OutputMode::truncate);
+}
+
+void QosRig::launch_device(testing::OutputMode log_mode) {
+  const fs::path profile = out_ / "profiles" / ("simgpu-" + compute_mode_ + ".toml");
+  std::ofstream(profile) << device_profile(compute_mode_, time_scale_);
+  simgpu_socket_ = (sockets_.path() / ("simgpu-" + compute_mode_ + ".sock")).string();
+  std::error_code ignored;
+  fs::remove(simgpu_socket_, ignored);  // left by a simgpud that crashed
+  std::vector<std::string> argv{build_program("simgpud").string(), "--socket", simgpu_socket_, "--profile",
+                                profile.string(), "--time-scale", number(time_scale_), "--log-level", "warn"};
+  for (const fs::path& catalog : catalogs_) argv.insert(argv.end(), {"--catalog", catalog.string()});
+  const fs::path log = log_file("simgpud-" + compute_mode_);
+  simgpud_.emplace(argv, std::map<std::string, std::string>{}, log, log_mode);
+  if (testing::wait_until_serving(*simgpud_, simgpu_socket_, kDaemonStartTimeout) != testing::DaemonStartup::serving) {
+    throw std::runtime_error("simgpud (" + compute_mode_ + ") did not come up (" + log.string() + "):\n" +
+                             tail_lines(read_file(log), kTailLines));
+  }
+}
+
+void QosRig::stop_device() {
+  if (simgpud_) simgpud_->stop();
+  simgpud_.reset();
+}
+
+DeviceSample QosRig::sample_device(const std::string& name) const {
+  const fs::path answer = out_ / "logs" / (name + ".json");
+  ChildProcess stat({build_program("simgpu-stat").string(), "--socket", simgpu_socket_}, {}, answer);
+  if (stat.wait(10s) != 0) throw std::runtime_error("simgpu-stat failed: " + tail_lines(read_file(answer), kTailLines));
+  return parse_device_sample(nlohmann::json::parse(read_file(answer)));
+}
+
+bool QosRig::start_gpuqosd(const std::string& run_name, const fs::path& config, const std::string& socket,
+                           std::optional<ChildProcess>& daemon, Status& status) {
+  const fs::path log = log_file(run_name + "-gpuqosd");
+  daemon.emplace(std::vector<std::string>{build_program("gpuqosd").string(), "--config", config.string(), "--socket", socket},
+                 std::map<std::string, std::string>{}, log);
+  switch (testing::wait_until_serving(*daemon, socket, kDaemonStartTimeout)) {
+    case testing::DaemonStartup::serving: return true;
+    case testing::DaemonStartup::exited: status = failed("gpuqosd exited at startup", log); break;
+    case testing::DaemonStartup::timed_out: status = failed("gpuqosd did not come up", log); break;
+  }
+  daemon.reset();
+  return false;
+}
+
+RunOutcome QosRig::run(const std::string& run_name, const std::vector<JobSpec>& jobs,
+                       const std::optional<fs::path>& gpuqosd_config, double duration_s) {
+  RunOutcome outcome;
+  if (simgpud_ && !simgpud_->running()) {  // a crashed device must not fail every later run too
+    std::cerr << "gpuqos-bench: simgpud (" << compute_mode_ << ") had exited; restarting it (see "
+              << log_file("simgpud-" + compute_mode_).string() << ")\n";
+    launch_device(testing::OutputMode::append);
+  }
+  const bool managed = gpuqosd_config.has_value();
+  const std::string gpuqosd_socket = (sockets_.path() / "gpuqosd.sock").string();
+  std::optional<ChildProcess> daemon;
+  if (managed && !start_gpuqosd(run_name, *gpuqosd_config, gpuqosd_socket, daemon, outcome.status)) return outcome;
+
+  std::vector<std::unique_ptr<ChildProcess>> children;  // ChildProcess cannot move
+  std::vector<fs::path> results, logs;
+  const Clock::time_point begin = Clock::now();
+  for (const JobSpec& job : jobs) {
+    results.push_back(out_ / "runs" / (run_name + "-" + job.name + ".json"));
+    logs.push_back(log_file(run_name + "-" + job.name));
+    std::vector<std::string> argv{build_program("gpuqos-replay").string()};
+    argv.insert(argv.end(), job.replay_args.begin(), job.replay_args.end());
+    argv.insert(argv.end(), {"--duration", number(duration_s), "--out", results.back().string()});
+    auto env = testing::simgpu_client_env(simgpu_socket_);
+    if (managed) {
+      argv = testing::under_gpuqos_run(std::move(argv), job.priority, gpuqosd_socket, job.name);
+      env["GPUQOS_LOG"] = "info";
+    }
+    std::error_code ignored;
+    fs::remove(results.back(), ignored);  // a result left by an earlier run must not pass for this one's
+    children.push_back(std::make_unique<ChildProcess>(argv, env, logs.back()));
+  }
+
+  // The window: after every replayer has set up (module load, buffers), before the first stops.
+  try {
+    sleep_until(after(begin, std::min(1.0, 0.15 * duration_s)));
+    outcome.window_begin = sample_device(run_name + "-stat-begin");
+    sleep_until(after(begin, 0.95 * duration_s));
+    outcome.window_end = sample_device(run_name + "-stat-end");
+  } catch (const std::exception& e) {
+    outcome.status = {false, e.what(), "", ""};
+  }
+
+  const Clock::time_point deadline = after(begin, duration_s) + kRunGrace;
+  std::vector<std::optional<int>> codes;
+  for (auto& child : children) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    codes.push_back(child->wait(std::max(left, std::chrono::milliseconds(1))));
+  }
+  if (daemon) {
+    if (!daemon->running() && outcome.status.ok) outcome.status = failed("gpuqosd died during the run", log_file(run_name + "-gpuqosd"));
+    daemon->stop();
+  }
+
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    JobOutcome job{jobs[i].name, nullptr};
+    Status status;
+    if (codes[i] != 0) {
+      status = failed(jobs[i].name + (codes[i] ? " exited with " + std::to_string(*codes[i]) : " did not finish in time"),
+                      logs[i]);
+    } else if (managed && !contains(read_file(logs[i]), testing::kShimRegisteredMark)) {
+      status = failed(jobs[i].name + " ran unmanaged (no gpuqosd registration)", logs[i]);
+    } else {
+      job.result = nlohmann::json::parse(read_file(results[i]), nullptr, false);
+      if (job.result.is_discarded()) status = failed(jobs[i].name + " wrote no readable result", logs[i]);
+    }
+    if (!status.ok) job.result = nullptr;
+    if (!status.ok && outcome.status.ok) outcome.status = status;
+    outcome.jobs.push_back(std::move(job));
+  }
+  return outcome;
+}
+
+}  // namespace gpuqos::qos

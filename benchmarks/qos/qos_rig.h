@@ -1,0 +1,91 @@
+// The processes of one `gpuqos-bench qos` run: trace conversion, one simgpud per device mode, one
+// gpuqosd per cell, and the replayers of a run started together and waited for. Sockets live in a
+// private temp dir; every child's output goes to a log file in <out>/logs.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cell_math.h"
+#include "gpuqos/testing/child_process.h"
+#include "gpuqos/testing/temp_dir.h"
+#include "plan.h"
+#include "results.h"
+
+namespace gpuqos::qos {
+
+// One replayer of a run.
+struct JobSpec {
+  std::string name;                      // the job name, also the log's
+  std::string priority;                  // "high" or "low", under gpuqosd
+  std::vector<std::string> replay_args;  // gpuqos-replay's options, without --duration and --out
+};
+
+// What one job of a run left: its replay result when it succeeded.
+struct JobOutcome {
+  std::string name;
+  nlohmann::json result;  // gpuqos-replay --out; null when the job failed
+};
+
+struct RunOutcome {
+  Status status;
+  std::vector<JobOutcome> jobs;   // in JobSpec order
+  DeviceSample window_begin, window_end;  // simgpu-stat while every job ran
+};
+
+// Contract: one thread. The destructor stops every process still running (gpuqosd, simgpud) and
+// removes the socket dir, also when a run threw.
+class QosRig {
+ public:
+  QosRig(const std::filesystem::path& out_dir, double time_scale);
+  ~QosRig();
+  QosRig(const QosRig&) = delete;
+  QosRig& operator=(const QosRig&) = delete;
+
+  // Converts `workload`'s trace into <out>/workloads/<key>.json and its catalog; throws with the
+  // converter's log when it fails.
+  void convert(const Workload& workload, const std::filesystem::path& traces_dir);
+  std::filesystem::path workload_file(const Workload& workload) const;
+
+  // Stops the simgpud of the previous mode, writes <out>/profiles/simgpu-<mode>.toml and starts
+  // simgpud with it and every converted catalog; throws with its log when it does not come up.
+  void start_device(const std::string& compute_mode);
+
+  // Runs `jobs` concurrently, each for duration_s, directly on simgpu or, with `gpuqosd_config`,
+  // each under `gpuqos run` and a gpuqosd started for this run only. Samples simgpu-stat once every
+  // job is going and again just before the first can stop. Never throws for a failed process: the
+  // outcome's status says which failed and why.
+  RunOutcome run(const std::string& run_name, const std::vector<JobSpec>& jobs,
+                 const std::optional<std::filesystem::path>& gpuqosd_config, double duration_s);
+
+  const std::filesystem::path& out_dir() const { return out_; }
+  double time_scale() const { return time_scale_; }
+
+ private:
+  std::filesystem::path log_file(const std::string& name) const { return out_ / "logs" / (name + ".log"); }
+  // Starts gpuqosd with `config` on `socket`; false (with `status` saying why) when it does not serve.
+  bool start_gpuqosd(const std::string& run_name, const std::filesystem::path& config, const std::string& socket,
+                     std::optional<testing::ChildProcess>& daemon, Status& status);
+  // Starts simgpud for compute_mode_; its log restarts or, after a crash, goes on.
+  void launch_device(testing::OutputMode log_mode);
+  DeviceSample sample_device(const std::string& name) const;
+  void stop_device();
+
+  std::filesystem::path out_;
+  double time_scale_;
+  testing::TempDir sockets_;  // short paths: a Unix socket path has at most 107 bytes
+  std::vector<std::filesystem::path> catalogs_;
+  std::string compute_mode_;
+  std::string simgpu_socket_;
+  std::optional<testing::ChildProcess> simgpud_;
+};
+
+// Failed status for `what` with the tail of its log.
+Status failed(const std::string& reason, const std::filesystem::path& log);
+
+}  // namespace gpuqos::qos

@@ -1,0 +1,156 @@
+// qos.json and qos.md from the results (report.h).
+#include "report.h"
+
+#include <cstdio>
+
+namespace gpuqos::qos {
+namespace {
+
+using nlohmann::json;
+
+std::string fixed(double value, int decimals) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.*f", decimals, value);
+  return buffer;
+}
+
+std::string percent(double fraction) { return fixed(100.0 * fraction, 0) + " %"; }
+
+json status_json(const Status& s) {
+  json j = {{"status", s.ok ? "ok" : "failed"}};
+  if (!s.ok) j.update({{"reason", s.reason}, {"log", s.log_path}, {"log_tail", s.log_tail}});
+  return j;
+}
+
+json lc_json(const LcStats& lc) {
+  return {{"lc_queries", lc.queries}, {"lc_mean_ms", lc.mean_ms}, {"lc_p50_ms", lc.p50_ms}, {"lc_p99_ms", lc.p99_ms}};
+}
+
+json cell_json(const CellResult& c) {
+  json j = {{"policy", c.cell.policy},       {"device_mode", c.cell.device_mode}, {"lc_load", c.cell.lc_load},
+            {"be_mix", c.cell.be_mix},       {"rate_per_s", c.rate_per_s},        {"target_ms", c.target_ms},
+            {"lc_gpu_busy_fraction_standalone", c.lc_gpu_busy_standalone}};
+  j.update(status_json(c.status));
+  if (!c.status.ok) {
+    for (const char* key : {"lc_p50_ms", "lc_p99_ms", "violation_fraction", "be_fraction_of_ideal", "gpu_busy_fraction"})
+      j[key] = nullptr;
+    return j;
+  }
+  j.update(lc_json(c.lc));
+  j["p99_over_target"] = c.target_ms > 0 ? c.lc.p99_ms / c.target_ms : 0.0;
+  j["violation_fraction"] = c.violation_fraction;
+  j["be"] = json::array();
+  for (const BeJobResult& be : c.be) {
+    j["be"].push_back({{"job", be.run.job},
+                       {"iterations", be.run.iterations},
+                       {"iterations_per_s", be.run.iterations_per_s},
+                       {"standalone_iterations_per_s", be.standalone_iterations_per_s},
+                       {"fraction_of_standalone", be.fraction_of_standalone}});
+  }
+  j["be_fraction_of_ideal"] = c.be_fraction_of_ideal;
+  j["gpu_busy_fraction"] = c.gpu_busy_fraction;
+  return j;
+}
+
+json standalone_json(const Results& r) {
+  json all = json::array();
+  for (const Calibration& c : r.calibrations) {
+    json j = {{"kind", "lc_calibration"}, {"device_mode", c.device_mode}, {"closed_loop", true}};
+    j.update(lc_json(c.lc));
+    j.update(status_json(c.status));
+    all.push_back(j);
+  }
+  for (const StandaloneLc& s : r.standalone_lc) {
+    json j = {{"kind", "lc"},
+              {"device_mode", s.device_mode},
+              {"lc_load", s.lc_load},
+              {"rate_per_s", s.rate_per_s},
+              {"lc_load_measured", s.lc_load_measured},
+              {"lc_gpu_busy_fraction", s.gpu_busy_fraction},
+              {"target_ms", s.target_ms}};
+    j.update(lc_json(s.lc));
+    j.update(status_json(s.status));
+    all.push_back(j);
+  }
+  for (const StandaloneBe& s : r.standalone_be) {
+    json j = {{"kind", "be"},
+              {"device_mode", s.device_mode},
+              {"job", s.job},
+              {"iterations", s.run.iterations},
+              {"iterations_per_s", s.run.iterations_per_s},
+              {"gpu_busy_fraction", s.gpu_busy_fraction}};
+    j.update(status_json(s.status));
+    all.push_back(j);
+  }
+  return all;
+}
+
+std::string standalone_table(const Results& r) {
+  std::string md =
+      "| device mode | run | lc_load | rate (/s) | LC p50 (ms) | LC p99 (ms) | LC mean (ms) | lc_load measured | "
+      "LC GPU busy | target (ms) | BE it/s | status |\n"
+      "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n";
+  const auto status = [](const Status& s) { return s.ok ? std::string("ok") : "failed: " + s.reason; };
+  for (const Calibration& c : r.calibrations) {
+    md += "| " + c.device_mode + " | LC closed loop | | | " + fixed(c.lc.p50_ms, 2) + " | " + fixed(c.lc.p99_ms, 2) +
+          " | " + fixed(c.lc.mean_ms, 2) + " | | | | | " + status(c.status) + " |\n";
+  }
+  for (const StandaloneLc& s : r.standalone_lc) {
+    md += "| " + s.device_mode + " | LC alone | " + fixed(s.lc_load, 2) + " | " + fixed(s.rate_per_s, 1) + " | " +
+          fixed(s.lc.p50_ms, 2) + " | " + fixed(s.lc.p99_ms, 2) + " | " + fixed(s.lc.mean_ms, 2) + " | " +
+          fixed(s.lc_load_measured, 2) + " | " + percent(s.gpu_busy_fraction) + " | " + fixed(s.target_ms, 2) +
+          " | | " + status(s.status) + " |\n";
+  }
+  for (const StandaloneBe& s : r.standalone_be) {
+    md += "| " + s.device_mode + " | " + s.job + " alone | | | | | | | | | " + fixed(s.run.iterations_per_s, 2) +
+          " | " + status(s.status) + " |\n";
+  }
+  return md;
+}
+
+std::string cell_row(const CellResult& c) {
+  std::string row = "| " + c.cell.policy + " | " + c.cell.device_mode + " | " + fixed(c.cell.lc_load, 2) + " | " +
+                    c.cell.be_mix + " | ";
+  if (!c.status.ok) return row + "| | " + fixed(c.target_ms, 2) + " | | | | | | | | failed: " + c.status.reason + " |\n";
+  std::string rates, fractions;
+  for (const BeJobResult& be : c.be) {
+    const std::string sep = rates.empty() ? "" : ", ";
+    rates += sep + fixed(be.run.iterations_per_s, 2);
+    fractions += sep + percent(be.fraction_of_standalone);
+  }
+  return row + fixed(c.lc.p50_ms, 2) + " | " + fixed(c.lc.p99_ms, 2) + " | " + fixed(c.target_ms, 2) + " | " +
+         fixed(c.target_ms > 0 ? c.lc.p99_ms / c.target_ms : 0.0, 2) + " | " + percent(c.violation_fraction) + " | " +
+         std::to_string(c.lc.queries) + " | " + rates + " | " + fractions + " | " + percent(c.be_fraction_of_ideal) +
+         " | " + percent(c.gpu_busy_fraction) + " | ok |\n";
+}
+
+}  // namespace
+
+json results_json(const Results& results, const json& config) {
+  json cells = json::array();
+  for (const CellResult& c : results.cells) cells.push_back(cell_json(c));
+  return {{"benchmark", "gpuqos-bench qos"}, {"config", config}, {"standalone", standalone_json(results)}, {"cells", cells}};
+}
+
+std::string results_markdown(const Results& results, double time_scale) {
+  std::string md = "Standalone references (simgpu time scale " + fixed(time_scale, 1) + "; latencies in scaled ms)\n\n" +
+                   standalone_table(results) + "\nCells (BE columns list the mix's jobs in order)\n\n" +
+                   "| policy | device mode | lc_load | BE mix | LC p50 (ms) | LC p99 (ms) | target (ms) | p99/target | "
+                   "violations | queries | BE it/s | BE % of standalone | BE % of ideal | GPU busy | status |\n"
+                   "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n";
+  for (const CellResult& c : results.cells) md += cell_row(c);
+  return md;
+}
+
+std::string tail_lines(const std::string& text, std::size_t lines) {
+  std::size_t pos = text.size();
+  if (pos > 0 && text[pos - 1] == '\n') --pos;
+  for (std::size_t n = 0; n < lines && pos > 0; ++n) {
+    const std::size_t nl = text.rfind('\n', pos - 1);
+    if (nl == std::string::npos) return text;
+    pos = nl;
+  }
+  return pos == 0 ? text : text.substr(pos + 1);
+}
+
+}  // namespace gpuqos::qos

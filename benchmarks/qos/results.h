@@ -1,0 +1,105 @@
+// What the QoS benchmark measured: the standalone references per device mode, and per cell the
+// raw measurement and the figures derived from it against those references. Pure.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "plan.h"
+
+namespace gpuqos::qos {
+
+// How a run ended. A failed run keeps its reason and the tail of the log that explains it.
+struct Status {
+  bool ok = true;
+  std::string reason;    // one line, for the table
+  std::string log_path;  // the log that explains it
+  std::string log_tail;  // its last lines
+};
+
+// The latency-critical replayer's figures of one run (ms).
+struct LcStats {
+  std::uint64_t queries = 0;
+  double mean_ms = 0, p50_ms = 0, p99_ms = 0;
+  std::vector<double> latency_ms;  // every query, arrival to completion
+};
+
+// One best-effort job's throughput in one run.
+struct BeRun {
+  std::string job;
+  std::uint64_t iterations = 0;
+  double iterations_per_s = 0;
+};
+
+// The LC alone, closed loop: its mean latency is the service time that turns a load into a rate.
+struct Calibration {
+  std::string device_mode;
+  LcStats lc;
+  Status status;
+};
+
+// The LC alone, open loop at one load: its p99 sets the cells' target, its GPU busy share the ideal
+// leftover for the BE jobs.
+struct StandaloneLc {
+  std::string device_mode;
+  double lc_load = 0;           // nominal: rate x the calibration's mean latency
+  double rate_per_s = 0;
+  LcStats lc;
+  double lc_load_measured = 0;  // rate x this run's mean latency (queueing included)
+  double gpu_busy_fraction = 0; // compute engine busy share over the run
+  double target_ms = 0;         // target_factor x lc.p99_ms
+  Status status;
+};
+
+// One BE job alone: its throughput is what "fraction of standalone" divides by.
+struct StandaloneBe {
+  std::string device_mode;
+  std::string job;
+  BeRun run;
+  double gpu_busy_fraction = 0;
+  Status status;
+};
+
+// What a cell's processes reported, before any reference is applied.
+struct CellMeasurement {
+  LcStats lc;
+  std::vector<BeRun> be;
+  double gpu_busy_fraction = 0;
+};
+
+struct BeJobResult {
+  BeRun run;
+  double standalone_iterations_per_s = 0;
+  double fraction_of_standalone = 0;
+};
+
+struct CellResult {
+  Cell cell;
+  double rate_per_s = 0;
+  double target_ms = 0;
+  LcStats lc;
+  double violation_fraction = 0;         // share of queries over target_ms
+  double lc_gpu_busy_standalone = 0;     // the reference's, which sets the ideal leftover
+  std::vector<BeJobResult> be;
+  double be_fraction_of_ideal = 0;
+  double gpu_busy_fraction = 0;
+  Status status;
+};
+
+struct Results {
+  std::vector<Calibration> calibrations;
+  std::vector<StandaloneLc> standalone_lc;
+  std::vector<StandaloneBe> standalone_be;
+  std::vector<CellResult> cells;
+};
+
+// The cell's figures from its measurement and the standalone runs of its device mode and load.
+// A BE job without a usable standalone throughput gets fraction 0 (and the reference's status says why).
+CellResult evaluate_cell(const Cell& cell, const CellMeasurement& measured, const StandaloneLc& lc_reference,
+                         const std::vector<StandaloneBe>& be_references);
+
+// A failed cell: the grid coordinates, target and reason, no figures.
+CellResult failed_cell(const Cell& cell, const StandaloneLc& lc_reference, Status status);
+
+}  // namespace gpuqos::qos

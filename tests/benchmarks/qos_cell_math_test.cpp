@@ -1,0 +1,104 @@
+// gpuqos-bench qos's per-cell arithmetic: loads and rates, targets, violations, busy fractions from
+// simgpu-stat answers, the BE share of the ideal, and a cell evaluated against its references.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "cell_math.h"
+#include "results.h"
+
+namespace gpuqos::qos {
+namespace {
+
+TEST(QosCellMath, LoadAndRateAreInverse) {
+  // 0.4 of the time in flight with 16 ms queries: 25 queries per second.
+  EXPECT_DOUBLE_EQ(arrival_rate_per_s(0.4, 16.0), 25.0);
+  EXPECT_DOUBLE_EQ(lc_load_of(25.0, 16.0), 0.4);
+  EXPECT_THROW(arrival_rate_per_s(0.4, 0.0), std::invalid_argument);
+  EXPECT_THROW(arrival_rate_per_s(0.0, 16.0), std::invalid_argument);
+}
+
+TEST(QosCellMath, TargetIsFactorTimesStandaloneP99) { EXPECT_DOUBLE_EQ(target_ms(1.5, 20.0), 30.0); }
+
+TEST(QosCellMath, ViolationsAreStrictlyOverTarget) {
+  const std::vector<double> latency{10, 20, 30, 30.0001, 50};
+  EXPECT_DOUBLE_EQ(violation_fraction(latency, 30.0), 0.4);  // 30 itself meets the target
+  EXPECT_DOUBLE_EQ(violation_fraction(latency, 100.0), 0.0);
+  EXPECT_DOUBLE_EQ(violation_fraction(latency, 1.0), 1.0);
+  EXPECT_DOUBLE_EQ(violation_fraction({}, 1.0), 0.0);
+}
+
+TEST(QosCellMath, BusyFractionFromTwoStatAnswers) {
+  const auto stat = [](std::uint64_t now, std::uint64_t busy) {
+    return nlohmann::json{{"now_ns", now}, {"clients", 2}, {"devices", {{{"compute_busy_ns", busy}, {"h2d_busy_ns", 7}}}}};
+  };
+  const DeviceSample a = parse_device_sample(stat(1'000'000'000, 200'000'000));
+  const DeviceSample b = parse_device_sample(stat(3'000'000'000, 700'000'000));
+  EXPECT_EQ(a.now_ns, 1'000'000'000u);
+  EXPECT_EQ(b.compute_busy_ns, 700'000'000u);
+  EXPECT_DOUBLE_EQ(compute_busy_fraction(a, b), 0.25);
+  EXPECT_DOUBLE_EQ(compute_busy_fraction(b, a), 0.0);  // backwards window
+  EXPECT_DOUBLE_EQ(compute_busy_fraction(a, a), 0.0);  // empty window
+  EXPECT_THROW(parse_device_sample(nlohmann::json{{"now_ns", 1}, {"devices", nlohmann::json::array()}}), std::runtime_error);
+  EXPECT_THROW(parse_device_sample(nlohmann::json{{"devices", {{{"compute_busy_ns", 1}}}}}), std::runtime_error);
+}
+
+TEST(QosCellMath, BeFractionOfIdealIsMeanShareOverLeftover) {
+  EXPECT_DOUBLE_EQ(fraction_of_standalone(1.5, 2.0), 0.75);
+  EXPECT_DOUBLE_EQ(fraction_of_standalone(1.5, 0.0), 0.0);
+  // The LC keeps the GPU busy 20 %: 80 % is left; a BE job at 60 % of standalone got 75 % of that.
+  const std::vector<double> one{0.6};
+  EXPECT_DOUBLE_EQ(be_fraction_of_ideal(one, 0.2), 0.75);
+  // A mix: the mean over its jobs, (0.6 + 0.2) / 2 = 0.4, over the same leftover.
+  const std::vector<double> mix{0.6, 0.2};
+  EXPECT_DOUBLE_EQ(be_fraction_of_ideal(mix, 0.2), 0.5);
+  EXPECT_DOUBLE_EQ(be_fraction_of_ideal({}, 0.2), 0.0);
+  EXPECT_DOUBLE_EQ(be_fraction_of_ideal(one, 1.0), 0.0);  // no leftover at all
+}
+
+TEST(QosCellMath, EvaluateCellAgainstItsReferences) {
+  const Cell cell{"priority", "fifo", 0.4, "resnet+recsys"};
+  StandaloneLc lc_reference;
+  lc_reference.device_mode = "fifo";
+  lc_reference.lc_load = 0.4;
+  lc_reference.rate_per_s = 25;
+  lc_reference.gpu_busy_fraction = 0.2;
+  lc_reference.target_ms = 30;
+  std::vector<StandaloneBe> be_references(3);
+  be_references[0].device_mode = "fifo";
+  be_references[0].job = "resnet-train";
+  be_references[0].run.iterations_per_s = 2.0;
+  be_references[1].device_mode = "timeslice";  // another mode's: never used for this cell
+  be_references[1].job = "recsys-train";
+  be_references[1].run.iterations_per_s = 100.0;
+  be_references[2].device_mode = "fifo";
+  be_references[2].job = "recsys-train";
+  be_references[2].run.iterations_per_s = 0.5;
+
+  CellMeasurement m;
+  m.lc.queries = 4;
+  m.lc.p99_ms = 45;
+  m.lc.latency_ms = {10, 20, 31, 45};
+  m.be = {{"resnet-train", 10, 1.2}, {"recsys-train", 2, 0.1}};
+  m.gpu_busy_fraction = 0.9;
+
+  const CellResult r = evaluate_cell(cell, m, lc_reference, be_references);
+  EXPECT_TRUE(r.status.ok);
+  EXPECT_DOUBLE_EQ(r.target_ms, 30);
+  EXPECT_DOUBLE_EQ(r.rate_per_s, 25);
+  EXPECT_DOUBLE_EQ(r.violation_fraction, 0.5);
+  ASSERT_EQ(r.be.size(), 2u);
+  EXPECT_DOUBLE_EQ(r.be[0].fraction_of_standalone, 0.6);
+  EXPECT_DOUBLE_EQ(r.be[1].standalone_iterations_per_s, 0.5);
+  EXPECT_DOUBLE_EQ(r.be[1].fraction_of_standalone, 0.2);
+  EXPECT_DOUBLE_EQ(r.be_fraction_of_ideal, 0.5);  // (0.6 + 0.2) / 2 / (1 - 0.2)
+  EXPECT_DOUBLE_EQ(r.gpu_busy_fraction, 0.9);
+
+  const CellResult f = failed_cell(cell, lc_reference, {false, "gpuqosd exited at startup", "x.log", "tail"});
+  EXPECT_FALSE(f.status.ok);
+  EXPECT_DOUBLE_EQ(f.target_ms, 30);
+  EXPECT_TRUE(f.be.empty());
+}
+
+}  // namespace
+}  // namespace gpuqos::qos

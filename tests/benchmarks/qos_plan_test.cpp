@@ -1,0 +1,93 @@
+// gpuqos-bench qos's plan (mixes, --quick, the grid, the gpuqosd config it writes) and report
+// (qos.json records, the table, log tails).
+#include <gtest/gtest.h>
+
+#include "plan.h"
+#include "report.h"
+
+namespace gpuqos::qos {
+namespace {
+
+TEST(QosPlan, MixesNameKnownJobsOnce) {
+  const auto mix = mix_workloads("resnet+recsys");
+  ASSERT_EQ(mix.size(), 2u);
+  EXPECT_EQ(mix[0].job, "resnet-train");
+  EXPECT_EQ(mix[1].job, "recsys-train");
+  EXPECT_THROW(mix_workloads("resnet+bert"), std::invalid_argument);
+  EXPECT_THROW(mix_workloads("resnet+resnet"), std::invalid_argument);
+  EXPECT_THROW(mix_workloads(""), std::invalid_argument);
+}
+
+TEST(QosPlan, QuickKeepsWhatTheUserGave) {
+  Options o;
+  o.quick = true;
+  o.loads = {0.6};
+  apply_quick(o, false, true, false);
+  EXPECT_EQ(o.duration_s, 5);
+  EXPECT_EQ(o.loads, std::vector<double>{0.6});
+  EXPECT_EQ(o.be_mixes, std::vector<std::string>{"resnet"});
+  EXPECT_NO_THROW(validate(o));
+  o.loads = {1.0};
+  EXPECT_THROW(validate(o), std::invalid_argument);
+  o.loads = {0.4};
+  o.policies = {"fifo", "edf"};
+  EXPECT_THROW(validate(o), std::invalid_argument);
+}
+
+TEST(QosPlan, GridHasEveryCellModeOutermostPolicyInnermost) {
+  Options o;  // 4 policies x 2 modes x 3 loads x 2 mixes
+  const auto cells = plan_cells(o);
+  ASSERT_EQ(cells.size(), 48u);
+  EXPECT_EQ(cells[0].policy, "none");
+  EXPECT_EQ(cells[3].policy, "baymax");
+  EXPECT_EQ(cells[3].device_mode, "fifo");
+  EXPECT_EQ(cells[4].be_mix, "resnet+recsys");
+  EXPECT_EQ(cells[24].device_mode, "timeslice");
+  EXPECT_EQ(cell_name(cells[5]), "fifo-fifo-0.20-resnet+recsys");
+  EXPECT_EQ(be_workloads_used(o).size(), 2u);
+}
+
+TEST(QosPlan, GpuqosdConfigListsTheCellsJobs) {
+  const std::string toml = gpuqosd_config_toml({"baymax", "fifo", 0.4, "resnet+recsys"}, 31.25, 4.0);
+  EXPECT_NE(toml.find("name = \"baymax\""), std::string::npos);
+  EXPECT_NE(toml.find("name = \"bert-infer\"\nallowed_priority = \"high\"\ntarget_ms = 31.250\npercentile = 99"),
+            std::string::npos);
+  EXPECT_NE(toml.find("name = \"recsys-train\"\nallowed_priority = \"low\""), std::string::npos);
+  EXPECT_NE(toml.find("be_backlog_bound_ms = 20.000"), std::string::npos);  // 5 ms x time scale 4
+}
+
+TEST(QosReport, FailedCellsKeepTheirReasonAndNoFigures) {
+  Results r;
+  CellResult ok;
+  ok.cell = {"fifo", "fifo", 0.4, "resnet"};
+  ok.target_ms = 30;
+  ok.lc.p99_ms = 45;
+  ok.violation_fraction = 0.25;
+  ok.be = {{{"resnet-train", 10, 1.2}, 2.0, 0.6}};
+  ok.be_fraction_of_ideal = 0.75;
+  CellResult bad;
+  bad.cell = {"baymax", "fifo", 0.4, "resnet"};
+  bad.status = {false, "gpuqosd exited at startup", "/x/gpuqosd.log", "unknown policy\n"};
+  r.cells = {ok, bad};
+  const nlohmann::json j = results_json(r, {{"quick", true}});
+  ASSERT_EQ(j.at("cells").size(), 2u);
+  EXPECT_EQ(j["cells"][0]["status"], "ok");
+  EXPECT_DOUBLE_EQ(j["cells"][0]["p99_over_target"].get<double>(), 1.5);
+  EXPECT_DOUBLE_EQ(j["cells"][0]["be"][0]["fraction_of_standalone"].get<double>(), 0.6);
+  EXPECT_EQ(j["cells"][1]["status"], "failed");
+  EXPECT_EQ(j["cells"][1]["reason"], "gpuqosd exited at startup");
+  EXPECT_TRUE(j["cells"][1]["lc_p99_ms"].is_null());
+  const std::string md = results_markdown(r, 4.0);
+  EXPECT_NE(md.find("| fifo | fifo | 0.40 | resnet | 0.00 | 45.00 | 30.00 | 1.50 | 25 % |"), std::string::npos);
+  EXPECT_NE(md.find("failed: gpuqosd exited at startup"), std::string::npos);
+}
+
+TEST(QosReport, TailLines) {
+  EXPECT_EQ(tail_lines("a\nb\nc\n", 2), "b\nc\n");
+  EXPECT_EQ(tail_lines("a\nb\nc", 2), "b\nc");
+  EXPECT_EQ(tail_lines("a\nb\n", 5), "a\nb\n");
+  EXPECT_EQ(tail_lines("", 3), "");
+}
+
+}  // namespace
+}  // namespace gpuqos::qos
