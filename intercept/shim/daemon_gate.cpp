@@ -87,6 +87,9 @@ Ticket DaemonGate::post(const Operation& op, const std::shared_ptr<Session>& ses
     if (low && !session->granted(ticket.seq)) {
       ticket.waited = true;
       session->wait_for_grant(ticket.seq);  // lost meanwhile: released, the call goes ahead
+      // The completion's start is the call, not the post: a duration that included the hold
+      // would teach the predictor that held ops are long, and hold them longer.
+      ticket.posted_ns = ipc::monotonic_ns();
     }
     return ticket;
   } catch (...) {

@@ -50,7 +50,7 @@ struct Ticket {
   std::uint64_t seq = 0;
   std::uint32_t session = 0;    // which registration with the daemon posted it
   CUcontext context = nullptr;  // current when it was posted: completion events are made there
-  std::int64_t posted_ns = 0;
+  std::int64_t posted_ns = 0;   // when the real call was issued (after any wait for the grant)
   bool waited = false;          // held for the daemon's grant (not issued on credit)
 };
 
