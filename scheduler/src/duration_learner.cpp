@@ -1,6 +1,8 @@
 // DurationLearner: remembered ops, online observations, the store's schedule.
 #include "gpuqos/scheduler/duration_learner.h"
 
+#include <algorithm>
+
 #include "gpuqos/predictor/features.h"
 #include "gpuqos/predictor/store.h"
 
@@ -29,7 +31,8 @@ std::int64_t DurationLearner::posted(std::uint32_t client, const ipc::OpDescript
   const predictor::Prediction prediction = predictor_.predict(predictor::features_of(op, kernel_name));
   if (remembered_.size() >= options_.max_remembered_ops) remembered_.erase(remembered_.begin());
   remembered_.insert_or_assign({client, op.seq}, Remembered{op, std::move(kernel_name)});
-  return prediction.model == predictor::ModelUsed::none ? 0 : static_cast<std::int64_t>(prediction.upper_ns);
+  if (prediction.model == predictor::ModelUsed::none) return 0;
+  return static_cast<std::int64_t>(std::min(prediction.upper_ns, prediction.duration_ns * kMaxUpperRatio));
 }
 
 void DurationLearner::completed(std::uint32_t client, const ipc::CompletionDescriptor& completion) {

@@ -37,7 +37,15 @@ class DurationLearner {
   // Loads the store; `warning` is set when it could not be (entirely) used.
   DurationLearner(Options options, std::int64_t now_ns, std::optional<std::string>& warning);
 
-  // Remembers the op; returns the predictor's upper estimate of its device time (0: no model knows it).
+  // The upper estimate handed to the policy is at most this many times the prediction. The
+  // predictor's own (its prediction times the p90 of its recent log-residuals) keeps the errors of
+  // a kernel's first, few-sample predictions for its next 64 observations: ratios of 100-1000x were
+  // seen on ResNet-50 trace kernels, which would hold a 0.2 ms best-effort kernel for a second. What
+  // the cap leaves out, the margin, the completions' corrections and the adaptive bound absorb.
+  static constexpr double kMaxUpperRatio = 4.0;
+
+  // Remembers the op; returns the predictor's upper estimate of its device time, capped at
+  // kMaxUpperRatio x the prediction (0: no model knows it).
   std::int64_t posted(std::uint32_t client, const ipc::OpDescriptor& op, std::string kernel_name);
   void completed(std::uint32_t client, const ipc::CompletionDescriptor& completion);
   void client_gone(std::uint32_t client);

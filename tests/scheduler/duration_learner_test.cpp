@@ -1,0 +1,83 @@
+// DurationLearner: what it hands the policy, and what it learns from.
+#include "gpuqos/scheduler/duration_learner.h"
+
+#include <gtest/gtest.h>
+
+#include "gpuqos/predictor/features.h"
+
+namespace gpuqos::scheduler {
+namespace {
+
+ipc::OpDescriptor kernel(std::uint64_t seq, std::uint32_t grid_x) {
+  ipc::OpDescriptor op{};
+  op.seq = seq;
+  op.kind = ipc::OpKind::kernel;
+  op.kernel_id = 1;
+  op.grid[0] = grid_x;
+  op.grid[1] = op.grid[2] = 1;
+  op.block[0] = 128;
+  op.block[1] = op.block[2] = 1;
+  return op;
+}
+
+ipc::CompletionDescriptor exact(std::uint64_t seq, std::int64_t duration_ns) {
+  ipc::CompletionDescriptor c{};
+  c.seq = seq;
+  c.start_ns = 1'000'000;
+  c.end_ns = c.start_ns + duration_ns;
+  c.flags = ipc::kCompletionExact;
+  return c;
+}
+
+DurationLearner make_learner() {
+  std::optional<std::string> warning;
+  DurationLearner learner({}, 0, warning);
+  EXPECT_FALSE(warning);
+  return learner;
+}
+
+TEST(DurationLearner, LearnsExactCompletionsAndNotCoarseOnes) {
+  DurationLearner learner = make_learner();
+  std::uint64_t seq = 0;
+  for (int i = 0; i < 20; ++i) {
+    learner.posted(7, kernel(++seq, 64), "k");
+    learner.completed(7, exact(seq, 100'000));
+  }
+  learner.posted(7, kernel(++seq, 64), "k");
+  ipc::CompletionDescriptor coarse = exact(seq, 50'000'000);
+  coarse.flags = ipc::kCompletionCoarse;
+  learner.completed(7, coarse);
+  EXPECT_EQ(learner.counts().learned, 20u);
+  EXPECT_EQ(learner.counts().coarse, 1u);
+  const std::int64_t upper = learner.posted(7, kernel(++seq, 64), "k");
+  EXPECT_GE(upper, 100'000 * 0.9);
+  EXPECT_LE(upper, 100'000 * DurationLearner::kMaxUpperRatio);
+}
+
+// A kernel whose durations swing by 1000x at the same shape: the predictor's p90 residual ratio is
+// huge, and the learner hands the policy at most kMaxUpperRatio x the prediction.
+TEST(DurationLearner, CapsTheUpperEstimateAtAFewTimesThePrediction) {
+  DurationLearner learner = make_learner();
+  std::uint64_t seq = 0;
+  for (int i = 0; i < 60; ++i) {
+    learner.posted(7, kernel(++seq, 64), "wild");
+    learner.completed(7, exact(seq, i % 3 == 0 ? 100'000'000 : 100'000));
+  }
+  const auto features = predictor::features_of(kernel(seq + 1, 64), "wild");
+  const predictor::Prediction raw = learner.predictor().predict(features);
+  ASSERT_GT(raw.upper_ns, raw.duration_ns * 10) << "the case needs a wild upper estimate to mean anything";
+  const std::int64_t upper = learner.posted(7, kernel(++seq, 64), "wild");
+  EXPECT_LE(static_cast<double>(upper), raw.duration_ns * DurationLearner::kMaxUpperRatio + 1);
+  EXPECT_GE(static_cast<double>(upper), raw.duration_ns);
+}
+
+TEST(DurationLearner, OpsThatTakeNoEngineTimeArePredictedZero) {
+  DurationLearner learner = make_learner();
+  ipc::OpDescriptor sync{};
+  sync.seq = 1;
+  sync.kind = ipc::OpKind::sync;
+  EXPECT_EQ(learner.posted(7, sync, ""), 0);
+}
+
+}  // namespace
+}  // namespace gpuqos::scheduler
