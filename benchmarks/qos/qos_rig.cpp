@@ -56,6 +56,17 @@ std::string device_profile(const std::string& compute_mode, double time_scale) {
   return out;
 }
 
+// The `sms` of that same file: what `gpuqos train` is told, so the predictor's waves match the device.
+std::string device_sms() {
+  std::istringstream in(read_file(fs::path(GPUQOS_SOURCE_DIR) / "simgpu" / "profiles" / "h100.toml"));
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("sms", 0) == 0 && line.find('=') != std::string::npos) {
+      return std::to_string(std::stoul(line.substr(line.find('=') + 1)));
+    }
+  }
+  throw std::runtime_error("simgpu/profiles/h100.toml has no sms");
+}
+
 bool contains(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
 
 void sleep_until(Clock::time_point t) { std::this_thread::sleep_until(t); }
@@ -131,8 +142,18 @@ DeviceSample QosRig::sample_device(const std::string& name) const {
 bool QosRig::start_gpuqosd(const std::string& run_name, const fs::path& config, const std::string& socket,
                            std::optional<ChildProcess>& daemon, Status& status) {
   const fs::path log = log_file(run_name + "-gpuqosd");
-  daemon.emplace(std::vector<std::string>{build_program("gpuqosd").string(), "--config", config.string(), "--socket", socket},
-                 std::map<std::string, std::string>{}, log);
+  std::vector<std::string> argv{build_program("gpuqosd").string(), "--config", config.string(), "--socket", socket};
+  if (predictor_store_) {
+    const fs::path copy = sockets_.path() / "predictor.gqp";  // this run's: what it learns dies with it
+    std::error_code error;
+    fs::copy_file(*predictor_store_, copy, fs::copy_options::overwrite_existing, error);
+    if (error) {
+      status = {false, "cannot copy the predictor store " + predictor_store_->string() + ": " + error.message(), "", ""};
+      return false;
+    }
+    argv.insert(argv.end(), {"--profile-store", copy.string()});
+  }
+  daemon.emplace(argv, std::map<std::string, std::string>{}, log);
   switch (testing::wait_until_serving(*daemon, socket, kDaemonStartTimeout)) {
     case testing::DaemonStartup::serving: return true;
     case testing::DaemonStartup::exited: status = failed("gpuqosd exited at startup", log); break;
@@ -142,8 +163,31 @@ bool QosRig::start_gpuqosd(const std::string& run_name, const fs::path& config, 
   return false;
 }
 
+Status QosRig::train_predictor(const std::string& run_name, const std::vector<JobSpec>& jobs, double duration_s,
+                               const fs::path& store) {
+  const fs::path profiles = out_ / "profiles" / run_name;
+  std::error_code ignored;
+  fs::remove_all(profiles, ignored);  // an earlier run's profiles must not train this one
+  fs::create_directories(profiles);
+  const RunOutcome outcome = run_jobs(run_name, jobs, std::nullopt, profiles, duration_s);
+  if (!outcome.status.ok) return outcome.status;
+  std::vector<std::string> argv{build_program("gpuqos").string(), "train", "--out", store.string(), "--sms",
+                                device_sms(), "--from"};
+  for (const JobSpec& job : jobs) argv.push_back((profiles / (run_name + "-" + job.name + ".jsonl")).string());
+  const fs::path log = log_file(run_name + "-train");
+  ChildProcess train(argv, {}, log);
+  if (train.wait(300s) != 0) return failed("gpuqos train failed", log);
+  return {};
+}
+
 RunOutcome QosRig::run(const std::string& run_name, const std::vector<JobSpec>& jobs,
                        const std::optional<fs::path>& gpuqosd_config, double duration_s) {
+  return run_jobs(run_name, jobs, gpuqosd_config, std::nullopt, duration_s);
+}
+
+RunOutcome QosRig::run_jobs(const std::string& run_name, const std::vector<JobSpec>& jobs,
+                            const std::optional<fs::path>& gpuqosd_config, const std::optional<fs::path>& profile_dir,
+                            double duration_s) {
   RunOutcome outcome;
   if (simgpud_ && !simgpud_->running()) {  // a crashed device must not fail every later run too
     std::cerr << "gpuqos-bench: simgpud (" << compute_mode_ << ") had exited; restarting it (see "
@@ -168,6 +212,9 @@ RunOutcome QosRig::run(const std::string& run_name, const std::vector<JobSpec>& 
     if (managed) {
       argv = testing::under_gpuqos_run(std::move(argv), job.priority, gpuqosd_socket, job.name);
       env["GPUQOS_LOG"] = "info";
+    } else if (profile_dir) {  // no gpuqosd at that socket: the shim only profiles
+      argv = testing::under_gpuqos_run(std::move(argv), job.priority, gpuqosd_socket, job.name);
+      env["GPUQOS_PROFILE"] = (*profile_dir / (run_name + "-" + job.name + ".jsonl")).string();
     }
     std::error_code ignored;
     fs::remove(results.back(), ignored);  // a result left by an earlier run must not pass for this one's

@@ -63,11 +63,24 @@ class QosRig {
   RunOutcome run(const std::string& run_name, const std::vector<JobSpec>& jobs,
                  const std::optional<std::filesystem::path>& gpuqosd_config, double duration_s);
 
+  // Runs `jobs` together on simgpu without gpuqosd, each under `gpuqos run` with CUPTI profiling
+  // (GPUQOS_PROFILE), then `gpuqos train`s a predictor store from the profiles into `store`: what a
+  // user does before deploying (README, "Training the predictor"). The status says why not.
+  Status train_predictor(const std::string& run_name, const std::vector<JobSpec>& jobs, double duration_s,
+                         const std::filesystem::path& store);
+  // The store every later gpuqosd starts from (`--profile-store` on a fresh copy, so runs do not
+  // learn from each other); none: gpuqosd starts untrained.
+  void use_predictor_store(std::optional<std::filesystem::path> store) { predictor_store_ = std::move(store); }
+
   const std::filesystem::path& out_dir() const { return out_; }
   double time_scale() const { return time_scale_; }
 
  private:
   std::filesystem::path log_file(const std::string& name) const { return out_ / "logs" / (name + ".log"); }
+  // run(), or with `profile_dir` each job profiled into <profile_dir>/<run>-<job>.jsonl.
+  RunOutcome run_jobs(const std::string& run_name, const std::vector<JobSpec>& jobs,
+                      const std::optional<std::filesystem::path>& gpuqosd_config,
+                      const std::optional<std::filesystem::path>& profile_dir, double duration_s);
   // Starts gpuqosd with `config` on `socket`; false (with `status` saying why) when it does not serve.
   bool start_gpuqosd(const std::string& run_name, const std::filesystem::path& config, const std::string& socket,
                      std::optional<testing::ChildProcess>& daemon, Status& status);
@@ -83,6 +96,7 @@ class QosRig {
   std::string compute_mode_;
   std::string simgpu_socket_;
   std::optional<testing::ChildProcess> simgpud_;
+  std::optional<std::filesystem::path> predictor_store_;
 };
 
 // Failed status for `what` with the tail of its log.
