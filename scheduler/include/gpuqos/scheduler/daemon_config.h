@@ -11,7 +11,7 @@
 namespace gpuqos::scheduler {
 
 // Options from `config`, on top of `base`. An error names what this daemon does not support
-// (none and baymax, for now).
+// (policy `none`, which means running without gpuqosd).
 ipc::Result<DaemonOptions> options_from_config(const config::Config& config, DaemonOptions base);
 
 }  // namespace gpuqos::scheduler
