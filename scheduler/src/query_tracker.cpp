@@ -8,14 +8,14 @@
 namespace gpuqos::scheduler {
 namespace {
 
-// Rises halfway to a longer sample, falls a sixteenth of the way to a shorter one.
+// Falls halfway to a shorter sample, rises a sixteenth of the way to a longer one.
 void learn(std::int64_t& estimate, std::int64_t sample) {
   if (estimate == 0) {
     estimate = sample;
-  } else if (sample > estimate) {
-    estimate += (sample - estimate) / 2;
+  } else if (sample < estimate) {
+    estimate -= (estimate - sample) / 2;
   } else {
-    estimate -= (estimate - sample) / 16;
+    estimate += (sample - estimate) / 16;
   }
 }
 
