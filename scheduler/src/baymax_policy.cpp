@@ -97,10 +97,10 @@ bool BaymaxPolicy::high_priority_on(std::uint32_t device) const {
   });
 }
 
-bool BaymaxPolicy::grantable(const Queued& queued, std::int64_t now_ns) const {
+BaymaxPolicy::Hold BaymaxPolicy::hold_of(const Queued& queued, std::int64_t now_ns) const {
   const ipc::OpDescriptor& op = queued.op;
   const auto engine = engine_of(op);
-  if (!engine) return true;  // a mark
+  if (!engine) return Hold::none;  // a mark
   const std::int64_t p = queued.predicted_ns;
   const std::int64_t backlog = be_backlog_ns(op.device, *engine, now_ns);
   const auto state_at = [this, &op](Engine e) {
@@ -109,11 +109,11 @@ bool BaymaxPolicy::grantable(const Queued& queued, std::int64_t now_ns) const {
   };
   const EngineState here = state_at(*engine);
   if (*engine == Engine::compute) {
-    if (here.be_ops > 0 && backlog + p > bound_.bound_ns()) return false;
+    if (here.be_ops > 0 && backlog + p > bound_.bound_ns()) return Hold::engine;
   } else {
     const std::uint32_t copies = state_at(Engine::h2d).be_ops + state_at(Engine::d2h).be_ops;
-    if (options_.baymax.max_be_transfers != 0 && copies >= options_.baymax.max_be_transfers) return false;
-    if (here.hp_ops > 0) return false;
+    if (options_.baymax.max_be_transfers != 0 && copies >= options_.baymax.max_be_transfers) return Hold::engine;
+    if (here.hp_ops > 0) return Hold::engine;
   }
   struct Open {
     std::int64_t deadline_ns, remaining_ns, outstanding_ns;
@@ -130,10 +130,10 @@ bool BaymaxPolicy::grantable(const Queued& queued, std::int64_t now_ns) const {
   std::int64_t ahead = 0;  // device work of the queries with earlier deadlines
   for (const Open& query : open) {
     const std::int64_t need = query.remaining_ns + ahead;
-    if (now_ns + backlog + p + need + options_.baymax.safety_margin_ns > query.deadline_ns) return false;
+    if (now_ns + backlog + p + need + options_.baymax.safety_margin_ns > query.deadline_ns) return Hold::deadline;
     ahead += query.outstanding_ns;
   }
-  return true;
+  return Hold::none;
 }
 
 void BaymaxPolicy::extend_credit(ClientId client, ClientState& state, Decisions& decisions) {
@@ -147,8 +147,11 @@ void BaymaxPolicy::extend_credit(ClientId client, ClientState& state, Decisions&
 Decisions BaymaxPolicy::grant_ready(std::int64_t now_ns) {
   Decisions decisions;
   for (;;) {
-    // Least virtual time first; a client whose head cannot go closes its engine to the clients
-    // behind it, so short ops of one client cannot starve a long op of another.
+    // Least virtual time first. A client whose head the engine's state holds (the bound, the
+    // transfer limit) closes the engine to the clients behind it, so short ops of one client cannot
+    // starve a long op of another. A head held only by a query's deadline does not: a shorter op of
+    // another client may still fit the query's slack, and the long op goes after the query, when
+    // the bound (which the shorter ones cannot pass then) holds it and closes the engine for it.
     std::vector<std::pair<double, ClientId>> order;
     for (const auto& [id, state] : clients_) {
       if (!state.queue.empty()) order.emplace_back(state.vtime, id);
@@ -161,12 +164,13 @@ Decisions BaymaxPolicy::grant_ready(std::int64_t now_ns) {
       const Queued& head = clients_.at(id).queue.front();
       const auto engine = engine_of(head.op);
       if (engine && closed.contains({head.op.device, *engine})) continue;
-      if (grantable(head, now_ns)) {
+      const Hold hold = hold_of(head, now_ns);
+      if (hold == Hold::none) {
         chosen = id;
         found = true;
         break;
       }
-      if (engine) closed.insert({head.op.device, *engine});
+      if (engine && hold == Hold::engine) closed.insert({head.op.device, *engine});
     }
     if (!found) break;
     ClientState& state = clients_.at(chosen);

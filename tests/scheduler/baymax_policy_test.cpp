@@ -203,6 +203,24 @@ TEST(BaymaxPolicy, ShortOpsOfOneJobDoNotOvertakeTheHeldOpOfAnother) {
   EXPECT_EQ(policy.op_completed({kTrainC, done(1, 3 * kMs), 3 * kMs}), (Decisions{{kTrainA, 1}, {kTrainB, 1}}));
 }
 
+// A long head op that only the query's deadline holds leaves the slack to another job's short op;
+// after the query the bound holds the long op, which then closes the engine until it has gone.
+TEST(BaymaxPolicy, AnotherJobsShortOpUsesTheSlackALongHeadCannot) {
+  BaymaxPolicy policy(options(5 * kMs));
+  (void)policy.client_registered(serve(kServe, 10 * kMs), 0);
+  EXPECT_TRUE(post(policy, kServe, Priority::high, op(1), 0, kMs).empty());  // deadline 10 ms
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(1), 0, 12 * kMs).empty()) << "0 + 12 + 1 > 10";
+  EXPECT_EQ(post(policy, kTrainB, Priority::low, op(1), 0, 2 * kMs), (Decisions{{kTrainB, 1}})) << "0 + 2 + 1 <= 10";
+  EXPECT_TRUE(post(policy, kTrainB, Priority::low, op(2), 0, 8 * kMs).empty()) << "2 + 8 + 1 > 10";
+  (void)post(policy, kServe, Priority::high, op(2, ipc::OpKind::sync), kMs, 0);
+  // The query closes at 1 ms; B's op 1 is still outstanding (until 2 ms), so A's 12 ms op is over
+  // the bound and holds the engine: B's op 2 must not overtake it.
+  EXPECT_TRUE(policy.op_completed({kServe, done(1, kMs), kMs}).empty());
+  EXPECT_EQ(policy.queries().open_query(kServe), nullptr);
+  EXPECT_EQ(policy.op_completed({kTrainB, done(1, 2 * kMs), 2 * kMs}), (Decisions{{kTrainA, 1}}))
+      << "the engine drained: the long op goes alone, B's next waits behind it";
+}
+
 TEST(BaymaxPolicy, MarksPassAsSoonAsEverythingBeforeThemDid) {
   BaymaxPolicy policy(options(5 * kMs));
   (void)policy.client_registered(serve(kServe, 100 * kMs), 0);

@@ -22,7 +22,9 @@
 //
 // Among best-effort clients, grants go by weight (start-time fair queueing: each grant advances
 // the client's virtual time by p / weight; the least advanced client with a grantable head goes
-// first). With no high-priority client on a device, best-effort clients also get credit (seqs
+// first). A head held by its engine's state (bound, transfer limit) closes that engine to the
+// clients behind it, so a long op is not starved by short ones; a head held only by a query's
+// deadline does not, so another client's shorter op may use the query's slack. With no high-priority client on a device, best-effort clients also get credit (seqs
 // beyond their last posted op, as in fifo), so they pay no round trip when there is nothing to
 // protect.
 //
@@ -102,7 +104,10 @@ class BaymaxPolicy final : public Policy {
   void account(ClientId client, const ipc::OpDescriptor& op, std::int64_t predicted_ns, bool high, std::int64_t now_ns);
   void retire(ClientId client, std::uint64_t seq, std::optional<std::int64_t> end_ns, std::int64_t now_ns);
   void learn(const std::vector<ClosedQuery>& closed);
-  bool grantable(const Queued& queued, std::int64_t now_ns) const;
+  // Why the head op of a best-effort client cannot go now: the state of its engine (the compute
+  // bound, the transfer limit, a high-priority copy in flight), or an open query's deadline.
+  enum class Hold { none, engine, deadline };
+  Hold hold_of(const Queued& queued, std::int64_t now_ns) const;
   bool high_priority_on(std::uint32_t device) const;
   Decisions grant_ready(std::int64_t now_ns);
   void extend_credit(ClientId client, ClientState& state, Decisions& decisions);
