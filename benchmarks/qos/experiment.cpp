@@ -199,7 +199,8 @@ class Experiment {
     std::optional<fs::path> config;
     if (cell.policy != "none") {
       config = rig_.out_dir() / "configs" / (name + ".toml");
-      std::ofstream(*config) << gpuqosd_config_toml(cell, daemon_target_ms(cell.device_mode), o_.time_scale);
+      std::ofstream(*config) << gpuqosd_config_toml(cell, daemon_target_ms(cell.device_mode), o_.time_scale, o_.baymax,
+                                                    o_.baymax_source);
     }
     CellMeasurement m;
     const Status status = measure(name, jobs, config, o_.duration_s, [&](const RunOutcome& out) {

@@ -112,18 +112,22 @@ std::string toml_float(double value) {
 
 }  // namespace
 
-std::string gpuqosd_config_toml(const Cell& cell, double target_ms, double time_scale) {
+std::string gpuqosd_config_toml(const Cell& cell, double target_ms, double time_scale,
+                                const config::BaymaxConfig& baymax, const std::string& baymax_source) {
   std::ostringstream toml;
   toml << "# Written by gpuqos-bench qos for cell " << cell_name(cell) << ".\n"
        << "[daemon]\nlog_level = \"info\"\n\n"
        << "[policy]\nname = \"" << cell.policy << "\"\n\n"
-       << "# examples/gpuqos.toml's defaults x time_scale " << time_scale << "\n"
+       << "# " << baymax_source << "'s [policy.baymax], its times x time_scale " << time_scale << "\n"
        << "[policy.baymax]\n"
-       << "safety_margin_ms = " << toml_float(1.0 * time_scale) << "\n"
-       << "be_backlog_bound_ms = " << toml_float(5.0 * time_scale) << "\n"
-       << "min_backlog_bound_ms = " << toml_float(1.0 * time_scale) << "\n"
-       << "max_backlog_bound_ms = " << toml_float(20.0 * time_scale) << "\n"
-       << "adapt_step_ms = " << toml_float(0.5 * time_scale) << "\n\n"
+       << "safety_margin_ms = " << toml_float(baymax.safety_margin_ms * time_scale) << "\n"
+       << "be_backlog_bound_ms = " << toml_float(baymax.be_backlog_bound_ms * time_scale) << "\n"
+       << "max_be_transfers = " << baymax.max_be_transfers << "\n"
+       << "copy_chunk_bytes = " << baymax.copy_chunk_bytes << "\n"
+       << "adaptation = " << (baymax.adaptation ? "true" : "false") << "\n"
+       << "min_backlog_bound_ms = " << toml_float(baymax.min_backlog_bound_ms * time_scale) << "\n"
+       << "max_backlog_bound_ms = " << toml_float(baymax.max_backlog_bound_ms * time_scale) << "\n"
+       << "adapt_step_ms = " << toml_float(baymax.adapt_step_ms * time_scale) << "\n\n"
        << "[[job]]\nname = \"" << lc_workload().job << "\"\nallowed_priority = \"high\"\n"
        << "target_ms = " << toml_float(target_ms) << "\npercentile = 99\n";
   for (const Workload& be : mix_workloads(cell.be_mix)) {

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "gpuqos/config/config.h"
+
 namespace gpuqos::qos {
 
 // A workload the benchmark converts from a real trace (../shared/traces) and replays.
@@ -39,6 +41,10 @@ struct Options {
   std::vector<std::string> device_modes{"fifo", "timeslice"};
   std::vector<double> loads{0.2, 0.4, 0.6};
   std::vector<std::string> be_mixes{"resnet", "resnet+recsys"};
+  // [policy.baymax] of every cell's gpuqosd config, times x time_scale (the demo's: the example
+  // config's; qos_main loads it from --baymax-from).
+  config::BaymaxConfig baymax;
+  std::string baymax_source = "built-in defaults";
 };
 
 // Sets what --quick changes, leaving alone the options the user gave (`given_*` true).
@@ -63,8 +69,10 @@ std::vector<Workload> be_workloads_used(const Options& o);
 std::string cell_name(const Cell& cell);
 
 // The gpuqosd config of a cell (policy other than none): its policy, the LC job high with
-// target_ms at p99, each BE job of the mix low with weight 1. The baymax times are the config's
-// defaults stretched by time_scale, as every device time is.
-std::string gpuqosd_config_toml(const Cell& cell, double target_ms, double time_scale);
+// target_ms at p99, each BE job of the mix low with weight 1, and `baymax` (read from
+// `baymax_source`, examples/gpuqos.toml by default) with its times stretched by time_scale, as
+// every device time is.
+std::string gpuqosd_config_toml(const Cell& cell, double target_ms, double time_scale,
+                                const config::BaymaxConfig& baymax, const std::string& baymax_source);
 
 }  // namespace gpuqos::qos

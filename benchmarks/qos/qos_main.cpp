@@ -20,6 +20,7 @@
 #include <iostream>
 
 #include "experiment.h"
+#include "gpuqos/config/load.h"
 #include "gpuqos/testing/gpuqos_programs.h"
 #include "plan.h"
 #include "qos_rig.h"
@@ -127,11 +128,22 @@ int main(int argc, char** argv) {
   auto* loads = qos->add_option("--loads", o.loads, "LC loads (rate x standalone mean latency)")->delimiter(',')->capture_default_str();
   auto* mixes = qos->add_option("--be-mixes", o.be_mixes, "BE mixes: jobs joined by + (resnet, recsys)")->delimiter(',')->capture_default_str();
   qos->add_option("--seed", o.seed, "seed of the LC's Poisson arrivals")->capture_default_str();
+  std::string baymax_from = (fs::path(GPUQOS_SOURCE_DIR) / "examples" / "gpuqos.toml").string();
+  qos->add_option("--baymax-from", baymax_from, "config file whose [policy.baymax] every cell's gpuqosd gets (times x --time-scale)")
+      ->check(CLI::ExistingFile)
+      ->capture_default_str();
   qos->add_option("--traces", cli.traces_dir, "directory of the real traces")->check(CLI::ExistingDirectory)->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
     apply_quick(o, duration->count() > 0, loads->count() > 0, mixes->count() > 0);
     validate(o);
+    auto loaded = gpuqos::config::load_config_file(baymax_from);
+    if (!loaded) {
+      std::cerr << "gpuqos-bench: --baymax-from: " << loaded.error() << "\n";
+      return 2;
+    }
+    o.baymax = loaded.value().policy.baymax;
+    o.baymax_source = baymax_from;
     return gpuqos::qos::run(cli);
   } catch (const std::exception& e) {
     std::cerr << "gpuqos-bench: " << e.what() << "\n";

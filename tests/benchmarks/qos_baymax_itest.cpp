@@ -12,6 +12,7 @@
 #include <iostream>
 
 #include "experiment.h"
+#include "gpuqos/config/load.h"
 #include "gpuqos/testing/temp_dir.h"
 #include "qos_rig.h"
 
@@ -32,6 +33,10 @@ TEST(QosBaymax, ShortColocationKeepsTheQueryTailWhileBestEffortProgresses) {
   o.duration_s = 4;
   o.calibration_s = 1.5;
   validate(o);
+  const auto example = config::load_config_file(std::filesystem::path(GPUQOS_SOURCE_DIR) / "examples" / "gpuqos.toml");
+  ASSERT_TRUE(example) << example.error();
+  o.baymax = example.value().policy.baymax;  // what the demo runs
+  o.baymax_source = "examples/gpuqos.toml";
   QosRig rig(out.path(), o.time_scale);
   rig.convert(lc_workload(), kTraces);
   for (const Workload& w : be_workloads_used(o)) rig.convert(w, kTraces);

@@ -48,12 +48,19 @@ TEST(QosPlan, GridHasEveryCellModeOutermostPolicyInnermost) {
 }
 
 TEST(QosPlan, GpuqosdConfigListsTheCellsJobs) {
-  const std::string toml = gpuqosd_config_toml({"baymax", "fifo", 0.4, "resnet+recsys"}, 31.25, 4.0);
+  config::BaymaxConfig baymax;
+  baymax.max_be_transfers = 3;
+  baymax.adaptation = true;
+  const std::string toml = gpuqosd_config_toml({"baymax", "fifo", 0.4, "resnet+recsys"}, 31.25, 4.0, baymax, "x.toml");
   EXPECT_NE(toml.find("name = \"baymax\""), std::string::npos);
   EXPECT_NE(toml.find("name = \"bert-infer\"\nallowed_priority = \"high\"\ntarget_ms = 31.250\npercentile = 99"),
             std::string::npos);
   EXPECT_NE(toml.find("name = \"recsys-train\"\nallowed_priority = \"low\""), std::string::npos);
   EXPECT_NE(toml.find("be_backlog_bound_ms = 20.000"), std::string::npos);  // 5 ms x time scale 4
+  EXPECT_NE(toml.find("safety_margin_ms = 4.000"), std::string::npos);
+  EXPECT_NE(toml.find("max_be_transfers = 3\n"), std::string::npos) << "counts are not scaled";
+  EXPECT_NE(toml.find("adaptation = true\n"), std::string::npos);
+  EXPECT_NE(toml.find("# x.toml's [policy.baymax]"), std::string::npos);
 }
 
 TEST(QosReport, FailedCellsKeepTheirReasonAndNoFigures) {
