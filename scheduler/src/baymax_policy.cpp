@@ -116,7 +116,7 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(const Queued& queued, std::int64_t now_
     if (here.hp_ops > 0) return Hold::engine;
   }
   struct Open {
-    std::int64_t deadline_ns, remaining_ns, outstanding_ns;
+    std::int64_t deadline_ns, remaining_ns, unblocked_ns, outstanding_ns;
   };
   std::vector<Open> open;
   for (const auto& [id, state] : clients_) {
@@ -124,13 +124,16 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(const Queued& queued, std::int64_t now_
     const OpenQuery* query = queries_.open_query(id);
     if (!query) continue;
     open.push_back(Open{query->opened_ns + *state.info.target_ns, queries_.expected_remaining_ns(id, now_ns),
-                        state.hp_outstanding_ns});
+                        queries_.expected_unblocked_ns(id, now_ns), state.hp_outstanding_ns});
   }
   std::sort(open.begin(), open.end(), [](const Open& a, const Open& b) { return a.deadline_ns < b.deadline_ns; });
   std::int64_t ahead = 0;  // device work of the queries with earlier deadlines
   for (const Open& query : open) {
     const std::int64_t need = query.remaining_ns + ahead;
-    if (now_ns + backlog + p + need + options_.baymax.safety_margin_ns > query.deadline_ns) return Hold::deadline;
+    // The best-effort work ahead, this op included, delays the query only by what of it is still
+    // running when the query's program next waits for the device.
+    const std::int64_t delay = std::max<std::int64_t>(0, backlog + p - query.unblocked_ns);
+    if (now_ns + need + delay + options_.baymax.safety_margin_ns > query.deadline_ns) return Hold::deadline;
     ahead += query.outstanding_ns;
   }
   return Hold::none;

@@ -19,25 +19,46 @@ void learn(std::int64_t& estimate, std::int64_t sample) {
   }
 }
 
+// Where the program waits for the device: a synchronisation, or a copy to or from pageable memory
+// (the driver stages those through a bounce buffer, synchronously with the host).
+bool blocks_host(const ipc::OpDescriptor& op) {
+  if (op.kind == ipc::OpKind::sync || op.kind == ipc::OpKind::query_end) return true;
+  return op.kind == ipc::OpKind::copy && op.host_memory == ipc::HostMemory::pageable;
+}
+
 }  // namespace
 
 void QueryTracker::open(State& state, std::int64_t at_ns) {
   state.open = true;
   state.query = OpenQuery{at_ns, 0, at_ns, state.explicit_marks, 0};
   state.op_times.clear();
+  state.block_times.clear();
+}
+
+void QueryTracker::note_blocking(State& state, const ipc::OpDescriptor& op, std::int64_t now_ns) {
+  if (state.open && blocks_host(op) && state.block_times.size() < kProfileOps) state.block_times.push_back(now_ns);
 }
 
 ClosedQuery QueryTracker::close(ClientId client, State& state, std::int64_t at_ns) {
   const std::int64_t closed_ns = std::max(at_ns, state.query.opened_ns);
+  // The next blocking point at or after t (the close, if none was seen).
+  const auto next_block = [&](std::int64_t t) {
+    auto it = std::lower_bound(state.block_times.begin(), state.block_times.end(), t);
+    return it == state.block_times.end() ? closed_ns : std::min(*it, closed_ns);
+  };
   for (std::size_t k = 0; k < state.op_times.size(); ++k) {
     if (state.remaining.size() <= k) state.remaining.resize(k + 1, 0);
+    if (state.unblocked.size() <= k) state.unblocked.resize(k + 1, 0);
     learn(state.remaining[k], std::max<std::int64_t>(1, closed_ns - state.op_times[k]));
+    learn(state.unblocked[k], std::max<std::int64_t>(1, next_block(state.op_times[k]) - state.op_times[k]));
   }
   learn(state.whole, std::max<std::int64_t>(1, closed_ns - state.query.opened_ns));
+  learn(state.whole_unblocked, std::max<std::int64_t>(1, next_block(state.query.opened_ns) - state.query.opened_ns));
   ClosedQuery closed{client, state.query.opened_ns, closed_ns, state.query.ops, state.query.marked};
   state.open = false;
   state.query = {};
   state.op_times.clear();
+  state.block_times.clear();
   return closed;
 }
 
@@ -69,9 +90,11 @@ std::vector<ClosedQuery> QueryTracker::posted(ClientId client, const ipc::OpDesc
       if (!state.open) open(state, now_ns);
       return closed;
     case ipc::OpKind::query_end:
+      note_blocking(state, op, now_ns);
       if (state.explicit_marks && state.open) closed.push_back(close(client, state, now_ns));
       return closed;
     case ipc::OpKind::sync:
+      if (state.open && (state.explicit_marks || state.query.closing_seq == 0)) note_blocking(state, op, now_ns);
       if (state.open && !state.explicit_marks) {
         state.query.closing_seq = op.seq;
         maybe_close(client, state, now_ns, closed);
@@ -91,6 +114,7 @@ std::vector<ClosedQuery> QueryTracker::posted(ClientId client, const ipc::OpDesc
   ++state.query.ops;
   state.query.last_op_ns = now_ns;
   if (state.op_times.size() < kProfileOps) state.op_times.push_back(now_ns);
+  note_blocking(state, op, now_ns);
   return closed;
 }
 
@@ -141,6 +165,22 @@ std::int64_t QueryTracker::expected_remaining_ns(ClientId client, std::int64_t n
     since = state.op_times[k];
   }
   return std::max<std::int64_t>(0, remaining - (now_ns - since));
+}
+
+std::int64_t QueryTracker::expected_unblocked_ns(ClientId client, std::int64_t now_ns) const {
+  auto it = clients_.find(client);
+  if (it == clients_.end() || !it->second.open) return 0;
+  const State& state = it->second;
+  std::int64_t unblocked = 0;
+  std::int64_t since = state.query.opened_ns;
+  if (state.query.ops == 0) {
+    unblocked = state.whole_unblocked;
+  } else {
+    const std::size_t k = std::min<std::size_t>(state.query.ops - 1, state.op_times.size() - 1);
+    if (k < state.unblocked.size()) unblocked = state.unblocked[k];
+    since = state.op_times[k];
+  }
+  return std::max<std::int64_t>(0, unblocked - (now_ns - since));
 }
 
 std::int64_t QueryTracker::expected_query_ns(ClientId client) const {

@@ -123,6 +123,27 @@ TEST(BaymaxPolicy, TheQueryProfileCountsTheRestOfTheQuery) {
   EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(1), 20 * kMs, 2 * kMs).empty());
 }
 
+// Best-effort work that drains before the query's program next waits for the device costs the
+// query nothing; only what is left of it then delays the query.
+TEST(BaymaxPolicy, OnlyWorkStillRunningAtTheQuerysNextBlockingPointDelaysIt) {
+  BaymaxPolicy policy(options(50 * kMs));
+  (void)policy.client_registered(serve(kServe, 12 * kMs), 0);
+  // One query: op at 0, its program syncs at 8 ms, done at 9 ms (8 ms to the blocking point, 9 to the end).
+  (void)post(policy, kServe, Priority::high, op(1), 0, kMs);
+  (void)post(policy, kServe, Priority::high, op(2, ipc::OpKind::sync), 8 * kMs, 0);
+  (void)policy.op_completed({kServe, done(1, 9 * kMs), 9 * kMs});
+  // The next opens at 20 ms, deadline 32: 20 + 9 + max(0, backlog + p - 8) + 1 <= 32, so up to
+  // 10 ms of best-effort work fits; adding it to the query's 9 ms would have allowed 2.
+  (void)post(policy, kServe, Priority::high, op(3), 20 * kMs, kMs);
+  EXPECT_EQ(policy.queries().expected_unblocked_ns(kServe, 20 * kMs), 8 * kMs);
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 20 * kMs, 6 * kMs), (Decisions{{kTrainA, 1}}));
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(2), 20 * kMs, 4 * kMs), (Decisions{{kTrainA, 2}})) << "6 + 4 = 10";
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(3), 20 * kMs, kMs).empty()) << "11 ms: 1 ms late";
+  // At 26 ms the blocking point is 2 ms away; the 4 ms still queued (till 30) delay it by 2:
+  // 26 + 3 + 2 + 1 = 32. Nothing more fits.
+  EXPECT_TRUE(policy.tick(26 * kMs).empty());
+}
+
 // Two queries open at once; the one with the earlier deadline is served first, so the later one
 // must also absorb its outstanding work.
 TEST(BaymaxPolicy, EarliestDeadlineFirstCountsTheWorkOfEarlierDeadlines) {

@@ -90,6 +90,51 @@ TEST(QueryTracker, TheProfileGivesTheRemainingTimeAfterEachOp) {
   EXPECT_EQ(tracker.expected_remaining_ns(kServe, 20 * kMs), 0) << "overdue: nothing expected";
 }
 
+// A query: a pageable input copy at 0 (the program waits for it), kernels at 1 and 2 ms, a
+// pageable output copy at 6 ms, the sync at 7 ms, done at 8 ms. After the copy in, the program next
+// waits at the copy out.
+TEST(QueryTracker, TheProfileGivesTheTimeToTheNextBlockingPoint) {
+  QueryTracker tracker;
+  ipc::OpDescriptor in = op(1, ipc::OpKind::copy);
+  in.direction = ipc::CopyDirection::h2d;
+  in.host_memory = ipc::HostMemory::pageable;
+  ipc::OpDescriptor out = op(4, ipc::OpKind::copy);
+  out.direction = ipc::CopyDirection::d2h;
+  out.host_memory = ipc::HostMemory::pageable;
+  const auto run_query = [&](std::int64_t at, std::uint64_t seq0) {
+    in.seq = seq0 + 1;
+    out.seq = seq0 + 4;
+    (void)tracker.posted(kServe, in, at);
+    (void)tracker.posted(kServe, op(seq0 + 2), at + 1 * kMs);
+    (void)tracker.posted(kServe, op(seq0 + 3), at + 2 * kMs);
+    (void)tracker.posted(kServe, out, at + 6 * kMs);
+    (void)tracker.posted(kServe, op(seq0 + 5, ipc::OpKind::sync), at + 7 * kMs);
+    for (std::uint64_t s = seq0 + 1; s <= seq0 + 4; ++s) (void)tracker.completed(kServe, done(s, at + 8 * kMs), at + 8 * kMs);
+  };
+  run_query(0, 0);
+  ASSERT_EQ(tracker.open_query(kServe), nullptr);
+  EXPECT_EQ(tracker.expected_unblocked_ns(kServe, 20 * kMs), 0) << "no open query";
+  in.seq = 6;
+  (void)tracker.posted(kServe, in, 20 * kMs);
+  EXPECT_LE(tracker.expected_unblocked_ns(kServe, 20 * kMs), 1) << "the copy in blocks at once (1 ns: 0 is unlearned)";
+  EXPECT_EQ(tracker.expected_remaining_ns(kServe, 20 * kMs), 8 * kMs);
+  (void)tracker.posted(kServe, op(7), 21 * kMs);
+  EXPECT_EQ(tracker.expected_unblocked_ns(kServe, 21 * kMs), 5 * kMs) << "the copy out at 6 ms";
+  EXPECT_EQ(tracker.expected_unblocked_ns(kServe, 23 * kMs), 3 * kMs);
+  EXPECT_EQ(tracker.expected_remaining_ns(kServe, 21 * kMs), 7 * kMs);
+  // Kernels, pinned copies and memsets are not blocking points: a query of only those blocks at
+  // its sync.
+  QueryTracker plain;
+  (void)plain.posted(kServe, op(1), 0);
+  (void)plain.posted(kServe, op(2, ipc::OpKind::memset), 1 * kMs);
+  (void)plain.posted(kServe, op(3, ipc::OpKind::sync), 4 * kMs);
+  (void)plain.completed(kServe, done(1, 5 * kMs), 5 * kMs);
+  (void)plain.completed(kServe, done(2, 5 * kMs), 5 * kMs);
+  (void)plain.posted(kServe, op(4), 10 * kMs);
+  EXPECT_EQ(plain.expected_unblocked_ns(kServe, 10 * kMs), 4 * kMs);
+  EXPECT_EQ(plain.expected_remaining_ns(kServe, 10 * kMs), 5 * kMs);
+}
+
 TEST(QueryTracker, TheProfileFallsFastAndRisesSlowly) {
   QueryTracker tracker;
   std::uint64_t seq = 0;

@@ -15,9 +15,11 @@
 // - copies: at most max_be_transfers best-effort copies in flight on the device, and none while a
 //   high-priority copy is in flight in the same direction;
 // - every open query on d with a target, in earliest-deadline-first order, must still make it:
-//   now + backlog(e) + p + need_k + margin <= deadline_k, where need_k is the query's expected
-//   remaining time (QueryTracker's profile) plus the predicted outstanding device work of the
-//   queries ahead of it in deadline order (they are served first).
+//   now + need_k + max(0, backlog(e) + p - unblocked_k) + margin <= deadline_k, where need_k is
+//   the query's expected remaining time (QueryTracker's profile) plus the predicted outstanding
+//   device work of the queries ahead of it in deadline order (they are served first), and
+//   unblocked_k the expected time until its program next waits for the device: best-effort work
+//   drained by then does not delay it, what is left does (0 without a profile: all of it does).
 // Sync and query marks occupy nothing and pass as soon as everything before them did.
 //
 // Among best-effort clients, grants go by weight (start-time fair queueing: each grant advances

@@ -11,7 +11,10 @@
 //   mark's arrival.
 //
 // Closed queries teach a per-job profile: for the k-th op of a query (k < kProfileOps), how long the
-// query still ran after it was posted. It falls fast and rises slowly: it estimates the query's own
+// query still ran after it was posted, and how long until the program next waited for the device
+// (its next blocking point: a synchronisation mark, a copy to or from pageable memory, the end).
+// Best-effort work that drains before that point delays the query by nothing on a device that
+// runs work in order; what is left of it delays the query by that much (baymax_policy.h). It falls fast and rises slowly: it estimates the query's own
 // time, without the delays best-effort work added to it, because the policy adds those itself (the
 // backlog and the op it grants) and the margin on top. A tail estimate counted them twice: each
 // delayed query raised it, so less best-effort work went while queries were open (bench: 49 % vs
@@ -67,6 +70,11 @@ class QueryTracker {
   // How much longer the open query is expected to run from now: the profile's remaining time after
   // its latest op, less the time since that op; 0 with no open query or no profile yet.
   std::int64_t expected_remaining_ns(ClientId client, std::int64_t now_ns) const;
+  // How much longer until the open query's program next waits for the device (a blocking point:
+  // a synchronisation, or a copy to or from pageable host memory), the same way: the profile's
+  // time from its latest op to the next blocking point, less the time since that op; 0 with no
+  // open query or no profile yet (every best-effort op then counts as delaying the query).
+  std::int64_t expected_unblocked_ns(ClientId client, std::int64_t now_ns) const;
   // The profile's expected length of a whole query (0: none closed yet).
   std::int64_t expected_query_ns(ClientId client) const;
   std::uint64_t outstanding_ops(ClientId client) const;
@@ -78,10 +86,15 @@ class QueryTracker {
     bool open = false;
     OpenQuery query;
     std::vector<std::int64_t> op_times;  // post time of each op of the open query (first kProfileOps)
+    std::vector<std::int64_t> block_times;  // post times of the open query's blocking points
     std::vector<std::int64_t> remaining;  // profile: after op k, the query ran this much longer
+    std::vector<std::int64_t> unblocked;  // profile: after op k, its next blocking point came this much later
     std::int64_t whole = 0;               // profile: a whole query
+    std::int64_t whole_unblocked = 0;     // profile: from its opening to its first blocking point
   };
   void open(State& state, std::int64_t at_ns);
+  // Records `op` as a blocking point of the open query when it is one.
+  static void note_blocking(State& state, const ipc::OpDescriptor& op, std::int64_t now_ns);
   ClosedQuery close(ClientId client, State& state, std::int64_t at_ns);
   // Inferred: closes the query if its closing mark has been drained.
   void maybe_close(ClientId client, State& state, std::int64_t at_ns, std::vector<ClosedQuery>& closed);
