@@ -40,14 +40,20 @@ typename HookTraits<id>::Function real_function() noexcept {
   return reinterpret_cast<typename HookTraits<id>::Function>(real_function_address(id));
 }
 
+// What every hook's operation says about the hook itself.
+template <HookId id>
+void stamp(Operation& op) noexcept {
+  op.hook = id;
+  op.category = hook_category(id);
+  op.captured = issued_into_capture(op);
+}
+
 // The body of every hook but the resolvers: describe, ask the gate, call the driver, tell the gate.
 template <HookId id, class... Args>
 CUresult intercept(Operation op, Args... args) noexcept {
   const auto real = real_function<id>();
   if (!real) return missing_real_function(id);
-  op.hook = id;
-  op.category = hook_category(id);
-  op.captured = issued_into_capture(op);
+  stamp<id>(op);
   Gate& g = gate();
   const Ticket ticket = g.before(op);
   const CUresult result = real(args...);
@@ -96,9 +102,7 @@ template <HookId id, class Dst, class Src, class Count, class... Rest>
 CUresult intercept_copy(Operation op, Dst dst, Src src, Count bytes, Rest... rest) noexcept {
   const auto real = real_function<id>();
   if (!real) return missing_real_function(id);
-  op.hook = id;
-  op.category = hook_category(id);
-  op.captured = issued_into_capture(op);
+  stamp<id>(op);
   Gate& g = gate();
   const std::uint64_t chunk_bytes = g.copy_chunk_bytes();
   // Captured copies only record a graph node: one node, as the program asked.

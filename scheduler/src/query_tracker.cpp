@@ -151,36 +151,30 @@ const OpenQuery* QueryTracker::open_query(ClientId client) const {
   return it != clients_.end() && it->second.open ? &it->second.query : nullptr;
 }
 
-std::int64_t QueryTracker::expected_remaining_ns(ClientId client, std::int64_t now_ns) const {
+// The open query's profile estimate after its latest op (`whole` before any), less the time since.
+std::int64_t QueryTracker::expected_from(ClientId client, std::int64_t now_ns,
+                                         std::vector<std::int64_t> State::*after_op, std::int64_t State::*whole) const {
   auto it = clients_.find(client);
   if (it == clients_.end() || !it->second.open) return 0;
   const State& state = it->second;
-  std::int64_t remaining = 0;
+  std::int64_t estimate = 0;
   std::int64_t since = state.query.opened_ns;
   if (state.query.ops == 0) {
-    remaining = state.whole;
+    estimate = state.*whole;
   } else {
     const std::size_t k = std::min<std::size_t>(state.query.ops - 1, state.op_times.size() - 1);
-    if (k < state.remaining.size()) remaining = state.remaining[k];
+    if (k < (state.*after_op).size()) estimate = (state.*after_op)[k];
     since = state.op_times[k];
   }
-  return std::max<std::int64_t>(0, remaining - (now_ns - since));
+  return std::max<std::int64_t>(0, estimate - (now_ns - since));
+}
+
+std::int64_t QueryTracker::expected_remaining_ns(ClientId client, std::int64_t now_ns) const {
+  return expected_from(client, now_ns, &State::remaining, &State::whole);
 }
 
 std::int64_t QueryTracker::expected_unblocked_ns(ClientId client, std::int64_t now_ns) const {
-  auto it = clients_.find(client);
-  if (it == clients_.end() || !it->second.open) return 0;
-  const State& state = it->second;
-  std::int64_t unblocked = 0;
-  std::int64_t since = state.query.opened_ns;
-  if (state.query.ops == 0) {
-    unblocked = state.whole_unblocked;
-  } else {
-    const std::size_t k = std::min<std::size_t>(state.query.ops - 1, state.op_times.size() - 1);
-    if (k < state.unblocked.size()) unblocked = state.unblocked[k];
-    since = state.op_times[k];
-  }
-  return std::max<std::int64_t>(0, unblocked - (now_ns - since));
+  return expected_from(client, now_ns, &State::unblocked, &State::whole_unblocked);
 }
 
 std::int64_t QueryTracker::expected_query_ns(ClientId client) const {

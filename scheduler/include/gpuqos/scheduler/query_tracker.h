@@ -93,6 +93,8 @@ class QueryTracker {
     std::int64_t whole_unblocked = 0;     // profile: from its opening to its first blocking point
   };
   void open(State& state, std::int64_t at_ns);
+  std::int64_t expected_from(ClientId client, std::int64_t now_ns, std::vector<std::int64_t> State::*after_op,
+                             std::int64_t State::*whole) const;
   // Records `op` as a blocking point of the open query when it is one.
   static void note_blocking(State& state, const ipc::OpDescriptor& op, std::int64_t now_ns);
   ClosedQuery close(ClientId client, State& state, std::int64_t at_ns);
