@@ -60,11 +60,15 @@ std::string device_profile(const std::string& compute_mode, double time_scale) {
 std::string device_sms() {
   std::istringstream in(read_file(fs::path(GPUQOS_SOURCE_DIR) / "simgpu" / "profiles" / "h100.toml"));
   for (std::string line; std::getline(in, line);) {
-    if (line.rfind("sms", 0) == 0 && line.find('=') != std::string::npos) {
-      return std::to_string(std::stoul(line.substr(line.find('=') + 1)));
+    const auto equals = line.find('=');
+    if (equals == std::string::npos || line.substr(0, line.find_first_of(" =")) != "sms") continue;
+    try {
+      return std::to_string(std::stoul(line.substr(equals + 1)));
+    } catch (const std::exception&) {
+      break;
     }
   }
-  throw std::runtime_error("simgpu/profiles/h100.toml has no sms");
+  throw std::runtime_error("simgpu/profiles/h100.toml has no integer sms");
 }
 
 bool contains(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }

@@ -131,8 +131,10 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(const Queued& queued, std::int64_t now_
   for (const Open& query : open) {
     const std::int64_t need = query.remaining_ns + ahead;
     // The best-effort work ahead, this op included, delays the query only by what of it is still
-    // running when the query's program next waits for the device.
-    const std::int64_t delay = std::max<std::int64_t>(0, backlog + p - query.unblocked_ns);
+    // running when its program next waits; until then the device also has the query's own
+    // outstanding work to do, so only the rest of that time is idle for best-effort work.
+    const std::int64_t idle = std::max<std::int64_t>(0, query.unblocked_ns - query.outstanding_ns);
+    const std::int64_t delay = std::max<std::int64_t>(0, backlog + p - idle);
     if (now_ns + need + delay + options_.baymax.safety_margin_ns > query.deadline_ns) return Hold::deadline;
     ahead += query.outstanding_ns;
   }
@@ -167,18 +169,22 @@ Decisions BaymaxPolicy::grant_ready(std::int64_t now_ns) {
       const Queued& head = clients_.at(id).queue.front();
       const auto engine = engine_of(head.op);
       if (engine && closed.contains({head.op.device, *engine})) continue;
-      const Hold hold = hold_of(head, now_ns);
+      ClientState& client = clients_.at(id);
+      Hold hold = hold_of(head, now_ns);
       if (hold == Hold::none) {
         chosen = id;
         found = true;
         break;
       }
+      if (client.head_held_since_ns < 0) client.head_held_since_ns = now_ns;
+      if (hold == Hold::deadline && now_ns - client.head_held_since_ns > kDeadlineHoldNs) hold = Hold::engine;
       if (engine && hold == Hold::engine) closed.insert({head.op.device, *engine});
     }
     if (!found) break;
     ClientState& state = clients_.at(chosen);
     const Queued next = state.queue.front();
     state.queue.pop_front();
+    state.head_held_since_ns = -1;
     if (engine_of(next.op)) {
       account(chosen, next.op, next.predicted_ns, false, now_ns);
       virtual_time_ = std::max(virtual_time_, state.vtime);

@@ -2,6 +2,7 @@
 #include "gpuqos/scheduler/duration_learner.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "gpuqos/predictor/features.h"
 #include "gpuqos/predictor/store.h"
@@ -32,7 +33,10 @@ std::int64_t DurationLearner::posted(std::uint32_t client, const ipc::OpDescript
   if (remembered_.size() >= options_.max_remembered_ops) remembered_.erase(remembered_.begin());
   remembered_.insert_or_assign({client, op.seq}, Remembered{op, std::move(kernel_name)});
   if (prediction.model == predictor::ModelUsed::none) return 0;
-  return static_cast<std::int64_t>(std::min(prediction.upper_ns, prediction.duration_ns * kMaxUpperRatio));
+  const double upper = std::min(prediction.upper_ns, prediction.duration_ns * kMaxUpperRatio);
+  // 0 would read as "no model knows it"; a NaN or infinity cannot be an integer.
+  if (!std::isfinite(upper)) return 0;
+  return std::max<std::int64_t>(1, static_cast<std::int64_t>(std::min(upper, 1e15)));
 }
 
 void DurationLearner::completed(std::uint32_t client, const ipc::CompletionDescriptor& completion) {

@@ -69,11 +69,12 @@ void QueryTracker::maybe_close(ClientId client, State& state, std::int64_t at_ns
   closed.push_back(close(client, state, at_ns));
   if (state.outstanding.empty()) return;
   // Work posted after the mark belongs to the next query, open since its first op.
-  open(state, state.outstanding.begin()->second);
-  for (const auto& [seq, posted_ns] : state.outstanding) {
+  open(state, state.outstanding.begin()->second.at_ns);
+  for (const auto& [seq, posted] : state.outstanding) {
     ++state.query.ops;
-    state.query.last_op_ns = posted_ns;
-    if (state.op_times.size() < kProfileOps) state.op_times.push_back(posted_ns);
+    state.query.last_op_ns = posted.at_ns;
+    if (state.op_times.size() < kProfileOps) state.op_times.push_back(posted.at_ns);
+    if (posted.blocks && state.block_times.size() < kProfileOps) state.block_times.push_back(posted.at_ns);
   }
 }
 
@@ -103,7 +104,7 @@ std::vector<ClosedQuery> QueryTracker::posted(ClientId client, const ipc::OpDesc
     default: break;
   }
   if (!engine_of(op)) return closed;
-  state.outstanding.emplace(op.seq, now_ns);
+  state.outstanding.emplace(op.seq, State::Posted{now_ns, blocks_host(op)});
   if (state.explicit_marks) {
     if (!state.open) return closed;  // work outside any marked query
   } else if (!state.open) {

@@ -132,16 +132,31 @@ TEST(BaymaxPolicy, OnlyWorkStillRunningAtTheQuerysNextBlockingPointDelaysIt) {
   (void)post(policy, kServe, Priority::high, op(1), 0, kMs);
   (void)post(policy, kServe, Priority::high, op(2, ipc::OpKind::sync), 8 * kMs, 0);
   (void)policy.op_completed({kServe, done(1, 9 * kMs), 9 * kMs});
-  // The next opens at 20 ms, deadline 32: 20 + 9 + max(0, backlog + p - 8) + 1 <= 32, so up to
-  // 10 ms of best-effort work fits; adding it to the query's 9 ms would have allowed 2.
+  // The next opens at 20 ms, deadline 32, with 1 ms of its own device work outstanding:
+  // 20 + 9 + max(0, backlog + p + 1 - 8) + 1 <= 32, so up to 9 ms of best-effort work fits;
+  // adding it to the query's 9 ms would have allowed 1.
   (void)post(policy, kServe, Priority::high, op(3), 20 * kMs, kMs);
   EXPECT_EQ(policy.queries().expected_unblocked_ns(kServe, 20 * kMs), 8 * kMs);
   EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 20 * kMs, 6 * kMs), (Decisions{{kTrainA, 1}}));
-  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(2), 20 * kMs, 4 * kMs), (Decisions{{kTrainA, 2}})) << "6 + 4 = 10";
-  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(3), 20 * kMs, kMs).empty()) << "11 ms: 1 ms late";
-  // At 26 ms the blocking point is 2 ms away; the 4 ms still queued (till 30) delay it by 2:
-  // 26 + 3 + 2 + 1 = 32. Nothing more fits.
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(2), 20 * kMs, 3 * kMs), (Decisions{{kTrainA, 2}})) << "6 + 3 = 9";
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(3), 20 * kMs, kMs).empty()) << "10 ms: 1 ms late";
+  // At 26 ms the blocking point is 2 ms away; the 3 ms still queued (till 29), the 1 ms op and the
+  // query's own 1 ms delay it by 3: 26 + 3 + 3 + 1 = 33 > 32. It still does not fit.
   EXPECT_TRUE(policy.tick(26 * kMs).empty());
+}
+
+// A long op held only by the deadline leaves the slack to others, but not for ever: queries that
+// open back to back would otherwise hold it each time before the others' short ops drained.
+TEST(BaymaxPolicy, ALongOpHeldByDeadlinesClosesTheEngineAfterTheHoldLimit) {
+  BaymaxPolicy policy(options(50 * kMs));
+  (void)policy.client_registered(serve(kServe, 10 * kMs), 0);
+  EXPECT_TRUE(post(policy, kServe, Priority::high, op(1), 0, kMs).empty());
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(1), 0, 30 * kMs).empty()) << "never fits a 10 ms query";
+  EXPECT_EQ(post(policy, kTrainB, Priority::low, op(1), 0, kMs), (Decisions{{kTrainB, 1}}));
+  (void)policy.op_completed({kTrainB, done(1, kMs), kMs});
+  const std::int64_t late = BaymaxPolicy::kDeadlineHoldNs + 2 * kMs;
+  EXPECT_TRUE(post(policy, kTrainB, Priority::low, op(2), late, kMs).empty())
+      << "A's head has waited past the limit: the engine is closed to B until A's op has gone";
 }
 
 // Two queries open at once; the one with the earlier deadline is served first, so the later one

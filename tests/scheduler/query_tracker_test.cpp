@@ -135,6 +135,32 @@ TEST(QueryTracker, TheProfileGivesTheTimeToTheNextBlockingPoint) {
   EXPECT_EQ(plain.expected_remaining_ns(kServe, 10 * kMs), 5 * kMs);
 }
 
+// The next query's first op, a pageable copy, arrives before the completion that closes the
+// previous query: carried into the next query, it is still its blocking point.
+TEST(QueryTracker, AnOpCarriedIntoTheNextQueryKeepsItsBlockingPoint) {
+  QueryTracker tracker;
+  (void)tracker.posted(kServe, op(1), 0);
+  (void)tracker.posted(kServe, op(2, ipc::OpKind::sync), 1 * kMs);
+  ipc::OpDescriptor in = op(3, ipc::OpKind::copy);
+  in.direction = ipc::CopyDirection::h2d;
+  in.host_memory = ipc::HostMemory::pageable;
+  (void)tracker.posted(kServe, in, 3 * kMs);
+  (void)tracker.posted(kServe, op(4), 4 * kMs);
+  ASSERT_EQ(tracker.completed(kServe, done(1, 2 * kMs), 5 * kMs).size(), 1u);
+  ASSERT_NE(tracker.open_query(kServe), nullptr) << "the carried ops opened the next query";
+  (void)tracker.posted(kServe, op(5, ipc::OpKind::sync), 9 * kMs);
+  (void)tracker.completed(kServe, done(3, 6 * kMs), 6 * kMs);
+  ASSERT_EQ(tracker.completed(kServe, done(4, 10 * kMs), 10 * kMs).size(), 1u);
+  ipc::OpDescriptor next = in;
+  next.seq = 6;
+  (void)tracker.posted(kServe, next, 20 * kMs);
+  // After the first op: 1 ms in the first query, 0 in the second (falls halfway); had the copy lost
+  // its blocking point, the second would have taught 6 ms (to the sync) and it would have risen.
+  EXPECT_EQ(tracker.expected_unblocked_ns(kServe, 20 * kMs), kMs / 2 + 1);
+  (void)tracker.posted(kServe, op(7), 21 * kMs);
+  EXPECT_EQ(tracker.expected_unblocked_ns(kServe, 21 * kMs), 5 * kMs) << "the sync, 5 ms after op 4";
+}
+
 TEST(QueryTracker, TheProfileFallsFastAndRisesSlowly) {
   QueryTracker tracker;
   std::uint64_t seq = 0;

@@ -26,7 +26,9 @@
 // the client's virtual time by p / weight; the least advanced client with a grantable head goes
 // first). A head held by its engine's state (bound, transfer limit) closes that engine to the
 // clients behind it, so a long op is not starved by short ones; a head held only by a query's
-// deadline does not, so another client's shorter op may use the query's slack. With no high-priority client on a device, best-effort clients also get credit (seqs
+// deadline does not, so another client's shorter op may use the query's slack, until it has been
+// held kDeadlineHoldNs: then it closes the engine too, or back-to-back queries, each opening before
+// the others' short ops drained, would hold it for ever. With no high-priority client on a device, best-effort clients also get credit (seqs
 // beyond their last posted op, as in fifo), so they pay no round trip when there is nothing to
 // protect.
 //
@@ -54,6 +56,7 @@ class BaymaxPolicy final : public Policy {
  public:
   static constexpr std::int64_t kStaleQueryNs = 2'000'000'000;
   static constexpr std::int64_t kStaleOpNs = 10'000'000'000;
+  static constexpr std::int64_t kDeadlineHoldNs = 100'000'000;
 
   explicit BaymaxPolicy(const PolicyOptions& options);
 
@@ -85,6 +88,7 @@ class BaymaxPolicy final : public Policy {
     std::uint64_t granted = 0;  // beyond posted: credit
     double vtime = 0;           // fair queueing: device ns granted / weight
     std::int64_t hp_outstanding_ns = 0;  // high priority: predicted device time not yet completed
+    std::int64_t head_held_since_ns = -1;  // when its queue's head was first held (-1: not held)
   };
   struct InFlight {
     std::uint32_t device;

@@ -81,7 +81,11 @@ class QueryTracker {
 
  private:
   struct State {
-    std::map<std::uint64_t, std::int64_t> outstanding;  // GPU op seq -> posted at
+    struct Posted {
+      std::int64_t at_ns;
+      bool blocks;  // a blocking point (a pageable copy)
+    };
+    std::map<std::uint64_t, Posted> outstanding;  // GPU op seq -> when posted
     bool explicit_marks = false;
     bool open = false;
     OpenQuery query;
