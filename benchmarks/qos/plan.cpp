@@ -127,7 +127,11 @@ std::string gpuqosd_config_toml(const Cell& cell, double target_ms, double time_
        << "adaptation = " << (baymax.adaptation ? "true" : "false") << "\n"
        << "min_backlog_bound_ms = " << toml_float(baymax.min_backlog_bound_ms * time_scale) << "\n"
        << "max_backlog_bound_ms = " << toml_float(baymax.max_backlog_bound_ms * time_scale) << "\n"
-       << "adapt_step_ms = " << toml_float(baymax.adapt_step_ms * time_scale) << "\n\n"
+       << "adapt_step_ms = " << toml_float(baymax.adapt_step_ms * time_scale) << "\n"
+       << "long_op_tail_share = " << toml_float(baymax.long_op_tail_share) << "\n"
+       << "# simgpu's " << cell.device_mode << " mode "
+       << (cell.device_mode == "fifo" ? "runs a kernel to its end once started" : "time-slices contexts' kernels")
+       << "\npreemptive_device = " << (cell.device_mode == "fifo" ? "false" : "true") << "\n\n"
        << "[[job]]\nname = \"" << lc_workload().job << "\"\nallowed_priority = \"high\"\n"
        << "target_ms = " << toml_float(target_ms) << "\npercentile = 99\n";
   for (const Workload& be : mix_workloads(cell.be_mix)) {

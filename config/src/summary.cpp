@@ -52,6 +52,8 @@ void add_baymax(Lines& lines, const BaymaxConfig& baymax) {
   lines.add("be_backlog_bound_ms", format_number(baymax.be_backlog_bound_ms));
   lines.add("max_be_transfers", baymax.max_be_transfers == 0 ? "no limit" : std::to_string(baymax.max_be_transfers));
   lines.add("copy_chunk_bytes", baymax.copy_chunk_bytes == 0 ? "no chunking" : describe_bytes(baymax.copy_chunk_bytes));
+  lines.add("preemptive_device", baymax.preemptive_device ? "yes: long best-effort kernels not rationed" : "no");
+  lines.add("long_op_tail_share", format_number(baymax.long_op_tail_share));
   if (!baymax.adaptation) {
     lines.add("adaptation", "off");
     return;

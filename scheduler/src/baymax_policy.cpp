@@ -30,6 +30,8 @@ std::int64_t BaymaxPolicy::predicted(const OpPosted& event) const {
 Decisions BaymaxPolicy::client_registered(const ClientInfo& info, std::int64_t now_ns) {
   ClientState& state = state_of(info.client, info.priority);
   state.info = info;
+  // The long-op budget starts empty when a device first has a target to protect: it is earned.
+  if (long_op_rate(info.device) > 0) long_budgets_.try_emplace(info.device, LongOpBudget{0, now_ns});
   return grant_ready(now_ns);
 }
 
@@ -97,6 +99,34 @@ bool BaymaxPolicy::high_priority_on(std::uint32_t device) const {
   });
 }
 
+double BaymaxPolicy::long_op_rate(std::uint32_t device) const {
+  if (options_.baymax.preemptive_device) return 0;
+  double strictest = -1;  // the highest percentile of a high-priority job with a target here
+  for (const auto& [id, state] : clients_) {
+    if (state.info.priority == ipc::Priority::high && state.info.device == device && state.info.target_ns)
+      strictest = std::max(strictest, state.info.percentile);
+  }
+  if (strictest < 0) return 0;
+  return options_.baymax.long_op_tail_share * std::clamp(1.0 - strictest / 100.0, 0.0, 1.0);
+}
+
+std::int64_t BaymaxPolicy::long_op_cost(const Queued& queued) const {
+  if (engine_of(queued.op) != Engine::compute || long_op_rate(queued.op.device) <= 0) return 0;
+  return std::max<std::int64_t>(0, queued.predicted_ns - bound_.bound_ns());
+}
+
+double BaymaxPolicy::long_op_budget_cap_ns(std::uint32_t device) const {
+  return long_op_rate(device) * static_cast<double>(kTailWindowNs);
+}
+
+double BaymaxPolicy::long_op_budget_ns(std::uint32_t device, std::int64_t now_ns) const {
+  const double cap = long_op_budget_cap_ns(device);
+  auto it = long_budgets_.find(device);
+  if (it == long_budgets_.end()) return 0;
+  const double grown = long_op_rate(device) * static_cast<double>(std::max<std::int64_t>(0, now_ns - it->second.at_ns));
+  return std::min(cap, it->second.level_ns + grown);
+}
+
 BaymaxPolicy::Hold BaymaxPolicy::hold_of(const Queued& queued, std::int64_t now_ns) const {
   const ipc::OpDescriptor& op = queued.op;
   const auto engine = engine_of(op);
@@ -109,6 +139,11 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(const Queued& queued, std::int64_t now_
   };
   const EngineState here = state_at(*engine);
   if (*engine == Engine::compute) {
+    // Budget first: a long op waiting for it must not close the engine to the others.
+    if (const std::int64_t cost = long_op_cost(queued); cost > 0) {
+      const double needed = std::min(static_cast<double>(cost), long_op_budget_cap_ns(op.device));
+      if (long_op_budget_ns(op.device, now_ns) < needed) return Hold::budget;
+    }
     if (here.be_ops > 0 && backlog + p > bound_.bound_ns()) return Hold::engine;
   } else {
     const std::uint32_t copies = state_at(Engine::h2d).be_ops + state_at(Engine::d2h).be_ops;
@@ -176,6 +211,10 @@ Decisions BaymaxPolicy::grant_ready(std::int64_t now_ns) {
         found = true;
         break;
       }
+      if (hold == Hold::budget) {
+        client.head_held_since_ns = -1;  // the deadline hold limit counts from when it has budget
+        continue;
+      }
       if (client.head_held_since_ns < 0) client.head_held_since_ns = now_ns;
       if (hold == Hold::deadline && now_ns - client.head_held_since_ns > kDeadlineHoldNs) hold = Hold::engine;
       if (engine && hold == Hold::engine) closed.insert({head.op.device, *engine});
@@ -186,6 +225,11 @@ Decisions BaymaxPolicy::grant_ready(std::int64_t now_ns) {
     state.queue.pop_front();
     state.head_held_since_ns = -1;
     if (engine_of(next.op)) {
+      if (const std::int64_t cost = long_op_cost(next); cost > 0) {
+        LongOpBudget& budget = long_budgets_[next.op.device];
+        budget.level_ns = long_op_budget_ns(next.op.device, now_ns) - static_cast<double>(cost);
+        budget.at_ns = now_ns;
+      }
       account(chosen, next.op, next.predicted_ns, false, now_ns);
       virtual_time_ = std::max(virtual_time_, state.vtime);
       state.vtime += static_cast<double>(next.predicted_ns) / std::max(state.info.weight, 1e-3);

@@ -61,6 +61,10 @@ TEST(QosPlan, GpuqosdConfigListsTheCellsJobs) {
   EXPECT_NE(toml.find("max_be_transfers = 3\n"), std::string::npos) << "counts are not scaled";
   EXPECT_NE(toml.find("adaptation = true\n"), std::string::npos);
   EXPECT_NE(toml.find("# x.toml's [policy.baymax]"), std::string::npos);
+  EXPECT_NE(toml.find("long_op_tail_share = 0.500\n"), std::string::npos);
+  EXPECT_NE(toml.find("preemptive_device = false\n"), std::string::npos) << "fifo runs kernels to their end";
+  const std::string sliced = gpuqosd_config_toml({"baymax", "timeslice", 0.4, "resnet"}, 31.25, 4.0, baymax, "x.toml");
+  EXPECT_NE(sliced.find("preemptive_device = true\n"), std::string::npos);
 }
 
 TEST(QosReport, FailedCellsKeepTheirReasonAndNoFigures) {

@@ -66,6 +66,8 @@ adaptation = true
 min_backlog_bound_ms = 2
 max_backlog_bound_ms = 16.5
 adapt_step_ms = 0.125
+preemptive_device = true
+long_op_tail_share = 0.25
 
 [policy.fifo]
 max_outstanding = 4
@@ -106,6 +108,8 @@ TEST(ConfigLoad, FullFileIntoStructs) {
   EXPECT_EQ(baymax.min_backlog_bound_ms, 2.0);
   EXPECT_EQ(baymax.max_backlog_bound_ms, 16.5);
   EXPECT_EQ(baymax.adapt_step_ms, 0.125);
+  EXPECT_TRUE(baymax.preemptive_device);
+  EXPECT_EQ(baymax.long_op_tail_share, 0.25);
   EXPECT_EQ(config.policy.fifo.max_outstanding, 4u);
   ASSERT_EQ(config.jobs.size(), 2u);
   EXPECT_EQ(config.jobs[0], (JobConfig{"bert-infer", Priority::high, 20.0, 99.9, 1.0}));
@@ -312,6 +316,12 @@ const std::vector<BadCase>& bad_cases() {
        "(got 8)"},
       {"zero_adapt_step", "[policy.baymax]\nadapt_step_ms = 0\n",
        "t.toml:2:17: policy.baymax.adapt_step_ms: must be > 0 (got 0)"},
+      {"preemptive_not_bool", "[policy.baymax]\npreemptive_device = 1\n",
+       "t.toml:2:21: policy.baymax.preemptive_device: must be true or false (got an integer)"},
+      {"zero_long_op_share", "[policy.baymax]\nlong_op_tail_share = 0\n",
+       "t.toml:2:22: policy.baymax.long_op_tail_share: must be > 0 (got 0)"},
+      {"long_op_share_above_one", "[policy.baymax]\nlong_op_tail_share = 1.5\n",
+       "t.toml:2:22: policy.baymax.long_op_tail_share: must be <= 1 (got 1.5)"},
       {"negative_fifo_limit", "[policy.fifo]\nmax_outstanding = -1\n",
        "t.toml:2:19: policy.fifo.max_outstanding: must be >= 0 (got -1)"},
       {"bad_log_level", "[daemon]\nlog_level = \"verbose\"\n",

@@ -86,11 +86,88 @@ TEST(BaymaxPolicy, TheBoundCapsBestEffortComputeBacklogAndCompletionsCorrectIt) 
   EXPECT_EQ(policy.be_backlog_ns(0, Engine::compute, 5 * kMs), 2 * kMs) << "time passing drains it";
 }
 
-TEST(BaymaxPolicy, ALoneOpLongerThanTheBoundStillRuns) {
+TEST(BaymaxPolicy, ALoneOpLongerThanTheBoundRunsOnceItsBudgetIsEarned) {
   BaymaxPolicy policy(options(5 * kMs));
   (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
-  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 0, 20 * kMs), (Decisions{{kTrainA, 1}}));
-  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(2), 0, kMs).empty());
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(1), 0, 20 * kMs).empty()) << "costs 15 ms: 3 s of budget";
+  EXPECT_EQ(policy.tick(3'000 * kMs), (Decisions{{kTrainA, 1}}));
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(2), 3'000 * kMs, kMs).empty()) << "20 + 1 > 5: the bound";
+}
+
+// p99 and share 0.5: the budget starts empty and grows by 0.5 % of wall time, up to 60 s of growth
+// (300 ms); an op of p > bound costs p - bound.
+TEST(BaymaxPolicy, LongOpsSpendTheTailBudgetAndWaitForItToGrow) {
+  constexpr std::int64_t kS = 1'000 * kMs;
+  BaymaxPolicy policy(options(5 * kMs));
+  (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
+  EXPECT_DOUBLE_EQ(policy.long_op_budget_cap_ns(0), 300.0 * kMs);
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(1), 0, 105 * kMs).empty()) << "no budget yet";
+  EXPECT_EQ(post(policy, kTrainB, Priority::low, op(1), 0, 2 * kMs), (Decisions{{kTrainB, 1}}))
+      << "a long op waiting for budget does not close the engine";
+  (void)policy.op_completed({kTrainB, done(1, 2 * kMs), 2 * kMs});
+  EXPECT_TRUE(policy.tick(20 * kS - kMs).empty());
+  EXPECT_EQ(policy.tick(20 * kS), (Decisions{{kTrainA, 1}})) << "100 ms of cost grows in 20 s";
+  std::int64_t now = 20 * kS + 105 * kMs;
+  (void)policy.op_completed({kTrainA, done(1, now), now});
+  now = 100 * kS;
+  EXPECT_DOUBLE_EQ(policy.long_op_budget_ns(0, now), 300.0 * kMs) << "capped at 60 s of growth";
+  for (std::uint64_t seq = 2; seq <= 4; ++seq) {
+    EXPECT_EQ(post(policy, kTrainA, Priority::low, op(seq), now, 105 * kMs), (Decisions{{kTrainA, seq}}))
+        << "a full budget pays for three";
+    now += 105 * kMs;
+    (void)policy.op_completed({kTrainA, done(seq, now), now});
+  }
+  EXPECT_NEAR(policy.long_op_budget_ns(0, now), 0.005 * 315 * kMs, 1.0) << "spent, and grown since";
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(5), now, 105 * kMs).empty()) << "held for budget";
+}
+
+TEST(BaymaxPolicy, AnOpCostingMoreThanTheCapGoesWhenTheBudgetIsFull) {
+  constexpr std::int64_t kS = 1'000 * kMs;
+  BaymaxPolicy policy(options(5 * kMs));
+  (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(1), 0, 505 * kMs).empty());
+  EXPECT_TRUE(policy.tick(60 * kS - kMs).empty()) << "not full yet";
+  EXPECT_EQ(policy.tick(60 * kS), (Decisions{{kTrainA, 1}})) << "full (300 ms) pays for a cost of 500 ms";
+  EXPECT_NEAR(policy.long_op_budget_ns(0, 60 * kS), -200.0 * kMs, 1.0) << "in debt";
+  (void)policy.op_completed({kTrainA, done(1, 60 * kS + 505 * kMs), 60 * kS + 505 * kMs});
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(2), 60 * kS + 505 * kMs, 505 * kMs).empty());
+  EXPECT_TRUE(policy.tick(160 * kS - kMs).empty()) << "the debt and a full budget take 100 s";
+  EXPECT_EQ(policy.tick(160 * kS), (Decisions{{kTrainA, 2}}));
+}
+
+TEST(BaymaxPolicy, TheStrictestTargetOnTheDeviceSetsTheBudget) {
+  BaymaxPolicy policy(options(5 * kMs));
+  (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
+  ClientInfo strict = serve(kServeB, 50 * kMs);
+  strict.percentile = 99.9;
+  (void)policy.client_registered(strict, 0);
+  EXPECT_NEAR(policy.long_op_budget_cap_ns(0), 30.0 * kMs, 1.0) << "0.5 x 0.1 % of 60 s";
+  ClientInfo elsewhere = strict;
+  elsewhere.device = 1;
+  elsewhere.client = kServeB + 10;
+  (void)policy.client_registered(elsewhere, 0);
+  EXPECT_NEAR(policy.long_op_budget_cap_ns(0), 30.0 * kMs, 1.0);
+  EXPECT_EQ(policy.long_op_budget_cap_ns(2), 0.0) << "no target on device 2";
+}
+
+TEST(BaymaxPolicy, LongOpsAreNotRationedWithoutATargetOrOnAPreemptiveDevice) {
+  {
+    BaymaxPolicy policy(options(5 * kMs));
+    (void)policy.client_registered(ClientInfo{kServe, "serve", Priority::high, 0, std::nullopt, 99.0, 1.0}, 0);
+    for (std::uint64_t seq = 1; seq <= 5; ++seq) {
+      EXPECT_EQ(post(policy, kTrainA, Priority::low, op(seq), 0, 1'000 * kMs), (Decisions{{kTrainA, seq}}));
+      (void)policy.op_completed({kTrainA, done(seq, 1), 1});
+    }
+  }
+  PolicyOptions preemptive = options(5 * kMs);
+  preemptive.baymax.preemptive_device = true;
+  BaymaxPolicy policy(preemptive);
+  (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
+  EXPECT_EQ(policy.long_op_budget_cap_ns(0), 0.0);
+  for (std::uint64_t seq = 1; seq <= 5; ++seq) {
+    EXPECT_EQ(post(policy, kTrainA, Priority::low, op(seq), 0, 1'000 * kMs), (Decisions{{kTrainA, seq}}));
+    (void)policy.op_completed({kTrainA, done(seq, 1), 1});
+  }
 }
 
 TEST(BaymaxPolicy, AnOpenQueryAdmitsOnlyWhatStillMeetsItsDeadline) {
@@ -242,7 +319,9 @@ TEST(BaymaxPolicy, ShortOpsOfOneJobDoNotOvertakeTheHeldOpOfAnother) {
 // A long head op that only the query's deadline holds leaves the slack to another job's short op;
 // after the query the bound holds the long op, which then closes the engine until it has gone.
 TEST(BaymaxPolicy, AnotherJobsShortOpUsesTheSlackALongHeadCannot) {
-  BaymaxPolicy policy(options(5 * kMs));
+  PolicyOptions o = options(5 * kMs);
+  o.baymax.preemptive_device = true;  // no long-op budget here: the rule under test is the deadline's
+  BaymaxPolicy policy(o);
   (void)policy.client_registered(serve(kServe, 10 * kMs), 0);
   EXPECT_TRUE(post(policy, kServe, Priority::high, op(1), 0, kMs).empty());  // deadline 10 ms
   EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(1), 0, 12 * kMs).empty()) << "0 + 12 + 1 > 10";

@@ -55,6 +55,8 @@ struct BaymaxConfig {
   double min_backlog_bound_ms = 1.0;          // adaptation never goes below this (> 0)
   double max_backlog_bound_ms = 20.0;         // ... nor above this (>= min_backlog_bound_ms)
   double adapt_step_ms = 0.5;                 // one adaptation step (> 0)
+  bool preemptive_device = false;             // the GPU time-slices kernels of different processes
+  double long_op_tail_share = 0.5;            // share of the tail allowance long ops may cost (0, 1]
   friend bool operator==(const BaymaxConfig&, const BaymaxConfig&) = default;
 };
 

@@ -11,7 +11,8 @@
 // The decision for the head op of a best-effort client, on engine e of device d, predicted p:
 // - compute (kernels, graphs, memsets, device-to-device copies): if best-effort work is already
 //   outstanding, backlog(e) + p must stay within the bound (a query arriving later waits at most
-//   that long); a lone op is let through whatever its length, or a long kernel would never run;
+//   that long); a lone op is let through whatever its length, or a long kernel would never run,
+//   but on a device that does not preempt kernels it is rationed (the long-op budget, below);
 // - copies: at most max_be_transfers best-effort copies in flight on the device, and none while a
 //   high-priority copy is in flight in the same direction;
 // - every open query on d with a target, in earliest-deadline-first order, must still make it:
@@ -31,6 +32,20 @@
 // the others' short ops drained, would hold it for ever. With no high-priority client on a device, best-effort clients also get credit (seqs
 // beyond their last posted op, as in fifo), so they pay no round trip when there is nothing to
 // protect.
+//
+// The long-op budget. On a device that runs a kernel to its end once started (preemptive_device =
+// false, the Baymax premise), a best-effort op of length p > bound blocks a query that arrives
+// while it runs for up to p: every query arriving in its first p - bound is blocked past the bound,
+// which is the wait a query can absorb. With arrivals independent of best-effort work (Poisson or
+// any stationary process), the share of queries so delayed is the sum of (p - bound) over the long
+// ops run, divided by the wall time, whatever the query rate. So long ops spend a budget: each costs
+// p - bound, and the budget grows by long_op_tail_share x (1 - percentile / 100) per ns of wall time
+// (the strictest high-priority job with a target on the device), up to kTailWindowNs of growth; it
+// starts empty when the device first has such a job (a burst at start would count against few queries).
+// With p99 and share 0.5, long ops may delay at most 0.5 % of queries past the bound: 5 ms of cost
+// per second. A long op waiting for budget does not close its engine (other jobs' short ops go on);
+// once the budget covers it (or is full, for an op costing more than the cap), it goes as any lone
+// long op does. No high-priority job with a target on the device, or a preemptive device: no budget.
 //
 // Adaptation (optional): the bound follows the measured tail latency of each job (adaptive_bound.h).
 // Stale state: an open query older than kStaleQueryNs is abandoned and an op whose completion never
@@ -57,6 +72,7 @@ class BaymaxPolicy final : public Policy {
   static constexpr std::int64_t kStaleQueryNs = 2'000'000'000;
   static constexpr std::int64_t kStaleOpNs = 10'000'000'000;
   static constexpr std::int64_t kDeadlineHoldNs = 100'000'000;
+  static constexpr std::int64_t kTailWindowNs = 60'000'000'000;
 
   explicit BaymaxPolicy(const PolicyOptions& options);
 
@@ -75,6 +91,9 @@ class BaymaxPolicy final : public Policy {
   std::size_t queued_ops() const;
   const QueryTracker& queries() const { return queries_; }
   std::uint64_t adaptation_steps() const { return bound_.steps(); }
+  // The long-op budget of a device (ns of cost a long best-effort op may spend), and its cap.
+  double long_op_budget_ns(std::uint32_t device, std::int64_t now_ns) const;
+  double long_op_budget_cap_ns(std::uint32_t device) const;
 
  private:
   struct Queued {
@@ -104,15 +123,24 @@ class BaymaxPolicy final : public Policy {
     std::uint32_t hp_ops = 0;
   };
   using EngineKey = std::pair<std::uint32_t, Engine>;
+  struct LongOpBudget {
+    double level_ns = 0;  // at at_ns
+    std::int64_t at_ns = 0;
+  };
 
   ClientState& state_of(ClientId client, ipc::Priority priority);
   std::int64_t predicted(const OpPosted& event) const;
   void account(ClientId client, const ipc::OpDescriptor& op, std::int64_t predicted_ns, bool high, std::int64_t now_ns);
   void retire(ClientId client, std::uint64_t seq, std::optional<std::int64_t> end_ns, std::int64_t now_ns);
   void learn(const std::vector<ClosedQuery>& closed);
+  // The long-op budget's growth per ns of wall time on a device (0: nothing to ration), and what an
+  // op costs from it (0: not a long op there).
+  double long_op_rate(std::uint32_t device) const;
+  std::int64_t long_op_cost(const Queued& queued) const;
   // Why the head op of a best-effort client cannot go now: the state of its engine (the compute
-  // bound, the transfer limit, a high-priority copy in flight), or an open query's deadline.
-  enum class Hold { none, engine, deadline };
+  // bound, the transfer limit, a high-priority copy in flight), an open query's deadline, or the
+  // long-op budget.
+  enum class Hold { none, engine, deadline, budget };
   Hold hold_of(const Queued& queued, std::int64_t now_ns) const;
   bool high_priority_on(std::uint32_t device) const;
   Decisions grant_ready(std::int64_t now_ns);
@@ -124,6 +152,7 @@ class BaymaxPolicy final : public Policy {
   std::map<ClientId, ClientState> clients_;
   std::map<std::pair<ClientId, std::uint64_t>, InFlight> in_flight_;
   std::map<EngineKey, EngineState> engines_;
+  std::map<std::uint32_t, LongOpBudget> long_budgets_;  // by device
   double virtual_time_ = 0;  // the vtime of the latest grant: where a newly busy client starts
   EngineBacklog backlog_;
 };

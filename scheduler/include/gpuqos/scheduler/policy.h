@@ -67,6 +67,11 @@ struct BaymaxOptions {
   std::int64_t min_backlog_bound_ns = 1'000'000;
   std::int64_t max_backlog_bound_ns = 20'000'000;
   std::int64_t adapt_step_ns = 500'000;
+  // Does the device time-slice the kernels of different processes? If not (the Baymax premise), a
+  // best-effort kernel longer than the bound blocks a query arriving behind it past the bound, and
+  // such kernels are rationed to long_op_tail_share of the tail allowance (baymax_policy.h).
+  bool preemptive_device = false;
+  double long_op_tail_share = 0.5;
 };
 
 struct PolicyOptions {
