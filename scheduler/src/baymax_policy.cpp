@@ -9,8 +9,10 @@ BaymaxPolicy::BaymaxPolicy(const PolicyOptions& options) : options_(options), bo
 
 bool BaymaxPolicy::reconfigure(const PolicyOptions& options) {
   if (options.name != name()) return false;
+  settle_long_budgets(last_now_ns_);
   options_ = options;
   bound_.configure(options.baymax);
+  refresh_long_budgets(last_now_ns_);
   return true;
 }
 
@@ -28,10 +30,11 @@ std::int64_t BaymaxPolicy::predicted(const OpPosted& event) const {
 }
 
 Decisions BaymaxPolicy::client_registered(const ClientInfo& info, std::int64_t now_ns) {
+  last_now_ns_ = std::max(last_now_ns_, now_ns);
+  settle_long_budgets(now_ns);
   ClientState& state = state_of(info.client, info.priority);
   state.info = info;
-  // The long-op budget starts empty when a device first has a target to protect: it is earned.
-  if (long_op_rate(info.device) > 0) long_budgets_.try_emplace(info.device, LongOpBudget{0, now_ns});
+  refresh_long_budgets(now_ns);
   return grant_ready(now_ns);
 }
 
@@ -119,6 +122,30 @@ double BaymaxPolicy::long_op_budget_cap_ns(std::uint32_t device) const {
   return long_op_rate(device) * static_cast<double>(kTailWindowNs);
 }
 
+void BaymaxPolicy::settle_long_budgets(std::int64_t now_ns) {
+  for (auto& [device, budget] : long_budgets_) {
+    budget.level_ns = long_op_budget_ns(device, now_ns);
+    budget.at_ns = std::max(budget.at_ns, now_ns);
+  }
+}
+
+void BaymaxPolicy::refresh_long_budgets(std::int64_t now_ns) {
+  std::erase_if(long_budgets_, [this](const auto& entry) { return long_op_rate(entry.first) <= 0; });
+  for (const auto& [id, state] : clients_) {
+    // The budget starts empty when a device first has a target to protect: it is earned.
+    if (long_op_rate(state.info.device) > 0) long_budgets_.try_emplace(state.info.device, LongOpBudget{0, now_ns});
+  }
+}
+
+void BaymaxPolicy::spend_long_budget(const Queued& queued, std::int64_t now_ns) {
+  const std::int64_t cost = long_op_cost(queued);
+  auto it = long_budgets_.find(queued.op.device);
+  if (cost <= 0 || it == long_budgets_.end()) return;
+  const double cap = long_op_budget_cap_ns(queued.op.device);
+  it->second.level_ns = std::max(-cap, long_op_budget_ns(queued.op.device, now_ns) - static_cast<double>(cost));
+  it->second.at_ns = std::max(it->second.at_ns, now_ns);
+}
+
 double BaymaxPolicy::long_op_budget_ns(std::uint32_t device, std::int64_t now_ns) const {
   const double cap = long_op_budget_cap_ns(device);
   auto it = long_budgets_.find(device);
@@ -198,12 +225,14 @@ Decisions BaymaxPolicy::grant_ready(std::int64_t now_ns) {
     }
     std::sort(order.begin(), order.end());
     std::set<EngineKey> closed;
+    std::set<std::uint32_t> budget_reserved;  // devices whose budget a held long op waits for
     ClientId chosen = 0;
     bool found = false;
     for (const auto& [vtime, id] : order) {
       const Queued& head = clients_.at(id).queue.front();
       const auto engine = engine_of(head.op);
       if (engine && closed.contains({head.op.device, *engine})) continue;
+      if (budget_reserved.contains(head.op.device) && long_op_cost(head) > 0) continue;
       ClientState& client = clients_.at(id);
       Hold hold = hold_of(head, now_ns);
       if (hold == Hold::none) {
@@ -213,6 +242,7 @@ Decisions BaymaxPolicy::grant_ready(std::int64_t now_ns) {
       }
       if (hold == Hold::budget) {
         client.head_held_since_ns = -1;  // the deadline hold limit counts from when it has budget
+        budget_reserved.insert(head.op.device);
         continue;
       }
       if (client.head_held_since_ns < 0) client.head_held_since_ns = now_ns;
@@ -225,11 +255,7 @@ Decisions BaymaxPolicy::grant_ready(std::int64_t now_ns) {
     state.queue.pop_front();
     state.head_held_since_ns = -1;
     if (engine_of(next.op)) {
-      if (const std::int64_t cost = long_op_cost(next); cost > 0) {
-        LongOpBudget& budget = long_budgets_[next.op.device];
-        budget.level_ns = long_op_budget_ns(next.op.device, now_ns) - static_cast<double>(cost);
-        budget.at_ns = now_ns;
-      }
+      spend_long_budget(next, now_ns);
       account(chosen, next.op, next.predicted_ns, false, now_ns);
       virtual_time_ = std::max(virtual_time_, state.vtime);
       state.vtime += static_cast<double>(next.predicted_ns) / std::max(state.info.weight, 1e-3);
@@ -244,6 +270,7 @@ Decisions BaymaxPolicy::grant_ready(std::int64_t now_ns) {
 }
 
 Decisions BaymaxPolicy::op_posted(const OpPosted& event) {
+  last_now_ns_ = std::max(last_now_ns_, event.now_ns);
   const ipc::OpDescriptor& op = event.op;
   ClientState& state = state_of(event.client, event.priority);
   state.posted = std::max(state.posted, op.seq);
@@ -254,7 +281,8 @@ Decisions BaymaxPolicy::op_posted(const OpPosted& event) {
     return grant_ready(event.now_ns);
   }
   if (op.seq <= state.granted && state.queue.empty()) {
-    account(event.client, op, p, false, event.now_ns);  // credit, spent without asking
+    spend_long_budget(Queued{op, p}, event.now_ns);  // credit, spent without asking: charged all the same
+    account(event.client, op, p, false, event.now_ns);
     return grant_ready(event.now_ns);
   }
   if (state.queue.empty()) state.vtime = std::max(state.vtime, virtual_time_);
@@ -263,6 +291,7 @@ Decisions BaymaxPolicy::op_posted(const OpPosted& event) {
 }
 
 Decisions BaymaxPolicy::op_completed(const OpCompleted& event) {
+  last_now_ns_ = std::max(last_now_ns_, event.now_ns);
   const ipc::CompletionDescriptor& completion = event.completion;
   retire(event.client, completion.seq, completion.end_ns > 0 ? std::optional(completion.end_ns) : std::nullopt,
          event.now_ns);
@@ -283,11 +312,15 @@ Decisions BaymaxPolicy::client_gone(ClientId client, std::int64_t now_ns) {
   queries_.client_gone(client);
   bound_.forget(client);
   backlog_.drop_client(client);
+  last_now_ns_ = std::max(last_now_ns_, now_ns);
+  settle_long_budgets(now_ns);
   clients_.erase(client);
+  refresh_long_budgets(now_ns);
   return grant_ready(now_ns);
 }
 
 Decisions BaymaxPolicy::tick(std::int64_t now_ns) {
+  last_now_ns_ = std::max(last_now_ns_, now_ns);
   queries_.expire(now_ns, kStaleQueryNs);
   std::vector<std::pair<ClientId, std::uint64_t>> stale;
   for (const auto& [key, flight] : in_flight_) {

@@ -121,18 +121,77 @@ TEST(BaymaxPolicy, LongOpsSpendTheTailBudgetAndWaitForItToGrow) {
   EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(5), now, 105 * kMs).empty()) << "held for budget";
 }
 
-TEST(BaymaxPolicy, AnOpCostingMoreThanTheCapGoesWhenTheBudgetIsFull) {
+TEST(BaymaxPolicy, AnOpCostingMoreThanTheCapGoesWhenTheBudgetIsFullAndTheDebtIsFloored) {
   constexpr std::int64_t kS = 1'000 * kMs;
   BaymaxPolicy policy(options(5 * kMs));
   (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
-  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(1), 0, 505 * kMs).empty());
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(1), 0, 1'005 * kMs).empty());
   EXPECT_TRUE(policy.tick(60 * kS - kMs).empty()) << "not full yet";
-  EXPECT_EQ(policy.tick(60 * kS), (Decisions{{kTrainA, 1}})) << "full (300 ms) pays for a cost of 500 ms";
-  EXPECT_NEAR(policy.long_op_budget_ns(0, 60 * kS), -200.0 * kMs, 1.0) << "in debt";
-  (void)policy.op_completed({kTrainA, done(1, 60 * kS + 505 * kMs), 60 * kS + 505 * kMs});
-  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(2), 60 * kS + 505 * kMs, 505 * kMs).empty());
-  EXPECT_TRUE(policy.tick(160 * kS - kMs).empty()) << "the debt and a full budget take 100 s";
-  EXPECT_EQ(policy.tick(160 * kS), (Decisions{{kTrainA, 2}}));
+  EXPECT_EQ(policy.tick(60 * kS), (Decisions{{kTrainA, 1}})) << "full (300 ms) pays for a cost of 1 s";
+  EXPECT_NEAR(policy.long_op_budget_ns(0, 60 * kS), -300.0 * kMs, 1.0) << "in debt, floored at minus the cap";
+  (void)policy.op_completed({kTrainA, done(1, 61 * kS), 61 * kS});
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(2), 61 * kS, 1'005 * kMs).empty());
+  EXPECT_TRUE(policy.tick(180 * kS - kMs).empty()) << "the debt and a full budget take 120 s";
+  EXPECT_EQ(policy.tick(180 * kS), (Decisions{{kTrainA, 2}}));
+}
+
+// Two clients' long ops: the one first in fair-queueing order reserves the budget, or the other's
+// cheaper ones would spend it each time it grew enough for them.
+TEST(BaymaxPolicy, TheFirstLongOpHeldForBudgetReservesIt) {
+  constexpr std::int64_t kS = 1'000 * kMs;
+  BaymaxPolicy policy(options(5 * kMs));
+  (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(1), 0, 105 * kMs).empty()) << "costs 100 ms";
+  EXPECT_TRUE(post(policy, kTrainB, Priority::low, op(1), 0, 15 * kMs).empty()) << "costs 10 ms, waits behind A's";
+  EXPECT_TRUE(policy.tick(19 * kS).empty()) << "95 ms grown: B's would fit, A's not yet";
+  EXPECT_EQ(policy.tick(20 * kS), (Decisions{{kTrainA, 1}}));
+  (void)policy.op_completed({kTrainA, done(1, 20 * kS + 105 * kMs), 20 * kS + 105 * kMs});
+  EXPECT_TRUE(policy.tick(22 * kS - kMs).empty());
+  EXPECT_EQ(policy.tick(22 * kS), (Decisions{{kTrainB, 1}}));
+}
+
+// A budget is settled at the old rate before the rate changes, and dropped when no job with a
+// target is left on its device: a job registering later starts from empty again.
+TEST(BaymaxPolicy, TheBudgetFollowsTheJobsOnItsDevice) {
+  constexpr std::int64_t kS = 1'000 * kMs;
+  BaymaxPolicy policy(options(5 * kMs));
+  (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
+  ClientInfo strict = serve(kServeB, 50 * kMs);
+  strict.percentile = 99.9;
+  (void)policy.client_registered(strict, 10 * kS);
+  EXPECT_NEAR(policy.long_op_budget_ns(0, 10 * kS), 30.0 * kMs, 1.0)
+      << "50 ms grown in 10 s at 0.5 %, capped at once by the new job's 60 s x 0.05 %";
+  EXPECT_NEAR(policy.long_op_budget_ns(0, 20 * kS), 30.0 * kMs, 1.0);
+  (void)policy.client_gone(kServeB, 20 * kS);
+  EXPECT_NEAR(policy.long_op_budget_ns(0, 30 * kS), 80.0 * kMs, 1.0) << "30 ms, then 10 s at 0.5 %";
+  (void)policy.client_gone(kServe, 30 * kS);
+  EXPECT_EQ(policy.long_op_budget_ns(0, 30 * kS), 0.0);
+  (void)policy.client_registered(serve(kServe, 100 * kMs), 100 * kS);
+  EXPECT_NEAR(policy.long_op_budget_ns(0, 101 * kS), 5.0 * kMs, 1.0) << "starts empty again";
+}
+
+TEST(BaymaxPolicy, AReloadThatMakesTheDeviceNonPreemptiveStartsAnEmptyBudget) {
+  constexpr std::int64_t kS = 1'000 * kMs;
+  PolicyOptions o = options(5 * kMs);
+  o.baymax.preemptive_device = true;
+  BaymaxPolicy policy(o);
+  (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 0, 105 * kMs), (Decisions{{kTrainA, 1}}));
+  (void)policy.op_completed({kTrainA, done(1, 10 * kS), 10 * kS});
+  o.baymax.preemptive_device = false;
+  EXPECT_TRUE(policy.reconfigure(o));
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(2), 10 * kS, 20 * kMs).empty()) << "costs 15 ms";
+  EXPECT_TRUE(policy.tick(13 * kS - kMs).empty());
+  EXPECT_EQ(policy.tick(13 * kS), (Decisions{{kTrainA, 2}})) << "earned from the reload on";
+}
+
+TEST(BaymaxPolicy, CreditSpentOnALongOpIsChargedToTheBudget) {
+  BaymaxPolicy policy(options(5 * kMs, 8));
+  (void)policy.client_registered(train(kTrainA), 0);
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 0, kMs), (Decisions{{kTrainA, 1}, {kTrainA, 9}}));
+  (void)policy.client_registered(serve(kServe, 100 * kMs), kMs);
+  (void)post(policy, kTrainA, Priority::low, op(2), kMs, 105 * kMs);  // within the credit: goes unasked
+  EXPECT_NEAR(policy.long_op_budget_ns(0, kMs), -100.0 * kMs, 1.0);
 }
 
 TEST(BaymaxPolicy, TheStrictestTargetOnTheDeviceSetsTheBudget) {

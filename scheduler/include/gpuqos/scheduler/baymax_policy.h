@@ -45,7 +45,13 @@
 // With p99 and share 0.5, long ops may delay at most 0.5 % of queries past the bound: 5 ms of cost
 // per second. A long op waiting for budget does not close its engine (other jobs' short ops go on);
 // once the budget covers it (or is full, for an op costing more than the cap), it goes as any lone
-// long op does. No high-priority job with a target on the device, or a preemptive device: no budget.
+// long op does. The first long op held for budget on a device (in fair-queueing order) reserves it:
+// the long ops of other clients wait behind it, or cheaper ones could spend the budget for ever.
+// Debt is floored at minus the cap, so one mispredicted op cannot stop long ops for days. Credit
+// (given while no high-priority job was on the device) spent on a long op is charged all the same.
+// When the rate changes (a job with a target comes or goes, a reload) the budget is settled at the
+// old rate first; when the device has no such job left it is dropped, so it starts empty again.
+// No high-priority job with a target on the device, or a preemptive device: no budget.
 //
 // Adaptation (optional): the bound follows the measured tail latency of each job (adaptive_bound.h).
 // Stale state: an open query older than kStaleQueryNs is abandoned and an op whose completion never
@@ -137,6 +143,11 @@ class BaymaxPolicy final : public Policy {
   // op costs from it (0: not a long op there).
   double long_op_rate(std::uint32_t device) const;
   std::int64_t long_op_cost(const Queued& queued) const;
+  // Before the rate may change: the budgets grown so far, at the old rate. After: a budget for each
+  // device that now has a rate (empty), none for a device that has not.
+  void settle_long_budgets(std::int64_t now_ns);
+  void refresh_long_budgets(std::int64_t now_ns);
+  void spend_long_budget(const Queued& queued, std::int64_t now_ns);
   // Why the head op of a best-effort client cannot go now: the state of its engine (the compute
   // bound, the transfer limit, a high-priority copy in flight), an open query's deadline, or the
   // long-op budget.
@@ -153,6 +164,7 @@ class BaymaxPolicy final : public Policy {
   std::map<std::pair<ClientId, std::uint64_t>, InFlight> in_flight_;
   std::map<EngineKey, EngineState> engines_;
   std::map<std::uint32_t, LongOpBudget> long_budgets_;  // by device
+  std::int64_t last_now_ns_ = 0;                         // the latest event's time (for reconfigure)
   double virtual_time_ = 0;  // the vtime of the latest grant: where a newly busy client starts
   EngineBacklog backlog_;
 };
