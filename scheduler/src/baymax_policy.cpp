@@ -213,7 +213,13 @@ void BaymaxPolicy::extend_credit(ClientId client, ClientState& state, Decisions&
 
 Decisions BaymaxPolicy::grant_ready(std::int64_t now_ns) {
   Decisions decisions;
+  // The state since the last round held its waiting heads until now.
+  const std::int64_t elapsed = std::max<std::int64_t>(0, now_ns - waiting_since_ns_);
+  for (std::size_t i = 0; i < kHoldReasons; ++i) held_ns_[i] += elapsed * waiting_[i];
+  waiting_since_ns_ = std::max(waiting_since_ns_, now_ns);
   for (;;) {
+    waiting_ = {};
+    const auto held = [this](HoldReason reason) { ++waiting_[static_cast<std::size_t>(reason)]; };
     // Least virtual time first. A client whose head the engine's state holds (the bound, the
     // transfer limit) closes the engine to the clients behind it, so short ops of one client cannot
     // starve a long op of another. A head held only by a query's deadline does not: a shorter op of
@@ -231,8 +237,11 @@ Decisions BaymaxPolicy::grant_ready(std::int64_t now_ns) {
     for (const auto& [vtime, id] : order) {
       const Queued& head = clients_.at(id).queue.front();
       const auto engine = engine_of(head.op);
-      if (engine && closed.contains({head.op.device, *engine})) continue;
-      if (budget_reserved.contains(head.op.device) && long_op_cost(head) > 0) continue;
+      if ((engine && closed.contains({head.op.device, *engine})) ||
+          (budget_reserved.contains(head.op.device) && long_op_cost(head) > 0)) {
+        held(HoldReason::behind);
+        continue;
+      }
       ClientState& client = clients_.at(id);
       Hold hold = hold_of(head, now_ns);
       if (hold == Hold::none) {
@@ -243,7 +252,13 @@ Decisions BaymaxPolicy::grant_ready(std::int64_t now_ns) {
       if (hold == Hold::budget) {
         client.head_held_since_ns = -1;  // the deadline hold limit counts from when it has budget
         budget_reserved.insert(head.op.device);
+        held(HoldReason::budget);
         continue;
+      }
+      if (hold == Hold::deadline) {
+        held(HoldReason::deadline);
+      } else {
+        held(engine == Engine::compute ? HoldReason::bound : HoldReason::transfer);
       }
       if (client.head_held_since_ns < 0) client.head_held_since_ns = now_ns;
       if (hold == Hold::deadline && now_ns - client.head_held_since_ns > kDeadlineHoldNs) hold = Hold::engine;

@@ -64,6 +64,7 @@ void Daemon::qos_status(DaemonStatus& status, std::int64_t now_ns) const {
   status.jobs = qos_.snapshot(options_.config, now_ns);
   status.grants = qos_.departed_counters();
   for (const auto& [id, client] : clients_) status.grants += client->grant_counters();
+  status.grants.held_ns_by_reason = policy_->hold_times();
 }
 
 void Daemon::start_metrics() {

@@ -116,10 +116,13 @@ nlohmann::json job_json(const JobQosSnapshot& job) {
 }
 
 nlohmann::json grants_json(const GrantCounters& grants) {
+  nlohmann::json by_reason = nlohmann::json::object();
+  for (std::size_t i = 0; i < kHoldReasons; ++i) by_reason[std::string(kHoldReasonNames[i])] = grants.held_ns_by_reason[i];
   return {{"issued", grants.grants},
           {"ops_held", grants.ops_held},
           {"held_wait_ns_total", grants.held_wait_ns_total},
-          {"held_wait_ns_max", grants.held_wait_ns_max}};
+          {"held_wait_ns_max", grants.held_wait_ns_max},
+          {"held_ns_by_reason", by_reason}};
 }
 
 std::string render_jobs_table(const nlohmann::json& status) {
@@ -129,6 +132,16 @@ std::string render_jobs_table(const nlohmann::json& status) {
     out << "  grants: " << grants.at("issued") << " issued, " << grants.at("ops_held") << " ops held, waited "
         << short_ms(ms(grants.at("held_wait_ns_total").get<std::int64_t>())) << " ms in all, at most "
         << short_ms(ms(grants.at("held_wait_ns_max").get<std::int64_t>())) << " ms\n";
+    // What held best-effort heads, if the policy says (absent from older daemons).
+    const auto by_reason = grants.find("held_ns_by_reason");
+    if (by_reason != grants.end() && by_reason->is_object()) {
+      std::string line;
+      for (const auto& [reason, ns] : by_reason->items()) {
+        if (!ns.is_number() || ns.get<double>() <= 0) continue;
+        line += (line.empty() ? "" : ", ") + reason + " " + short_ms(ns.get<double>() / 1e6) + " ms";
+      }
+      if (!line.empty()) out << "  held by: " << line << "\n";
+    }
   }
   if (!status.contains("jobs")) return out.str();  // a daemon of JSON version 1
   query_rows(status.at("jobs"), out);

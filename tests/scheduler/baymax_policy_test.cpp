@@ -229,6 +229,32 @@ TEST(BaymaxPolicy, LongOpsAreNotRationedWithoutATargetOrOnAPreemptiveDevice) {
   }
 }
 
+// Each round's waiting heads are charged the time to the next round, by what holds them.
+TEST(BaymaxPolicy, HoldTimesSayWhatHeldEachWaitingHead) {
+  constexpr ClientId kCopier = 6;
+  BaymaxPolicy policy(options(5 * kMs));
+  (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 0, 4 * kMs), (Decisions{{kTrainA, 1}}));
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(2), 0, 4 * kMs).empty()) << "4 + 4 > 5: the bound";
+  EXPECT_TRUE(post(policy, kTrainB, Priority::low, op(1), 0, 20 * kMs).empty()) << "the long-op budget";
+  EXPECT_TRUE(post(policy, kTrainC, Priority::low, op(1), 0, 10 * kMs).empty()) << "behind B's, for the budget";
+  EXPECT_EQ(post(policy, kCopier, Priority::low, copy(1, ipc::CopyDirection::h2d), 0, kMs), (Decisions{{kCopier, 1}}));
+  EXPECT_TRUE(post(policy, kCopier, Priority::low, copy(2, ipc::CopyDirection::h2d), 0, kMs).empty()) << "1 in flight";
+  EXPECT_EQ(policy.hold_times(), HoldTimes{}) << "no time has passed";
+  EXPECT_EQ(policy.tick(3 * kMs), (Decisions{{kTrainA, 2}})) << "1 ms of backlog left: 1 + 4 <= 5";
+  HoldTimes expected{};
+  for (HoldReason reason : {HoldReason::bound, HoldReason::budget, HoldReason::behind, HoldReason::transfer})
+    expected[static_cast<std::size_t>(reason)] = 3 * kMs;
+  EXPECT_EQ(policy.hold_times(), expected);
+  // The first copy completing at 4 ms lets the second go; A's bound hold ended at 3 ms.
+  EXPECT_EQ(policy.op_completed({kCopier, done(1, 4 * kMs), 4 * kMs}), (Decisions{{kCopier, 2}}));
+  for (HoldReason reason : {HoldReason::budget, HoldReason::behind, HoldReason::transfer})
+    expected[static_cast<std::size_t>(reason)] = 4 * kMs;
+  EXPECT_EQ(policy.hold_times(), expected);
+  (void)policy.tick(5 * kMs);
+  EXPECT_EQ(policy.hold_times()[static_cast<std::size_t>(HoldReason::transfer)], 4 * kMs);
+}
+
 TEST(BaymaxPolicy, AnOpenQueryAdmitsOnlyWhatStillMeetsItsDeadline) {
   BaymaxPolicy policy(options(50 * kMs));
   (void)policy.client_registered(serve(kServe, 10 * kMs), 0);

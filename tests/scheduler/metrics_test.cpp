@@ -44,6 +44,7 @@ DaemonStatus sample_status() {
   fresh.priority = ipc::Priority::high;
   status.jobs = {serve, train, fresh};
   status.grants = GrantCounters{42, 17, 340 * kMs, 25 * kMs};
+  status.grants.held_ns_by_reason[static_cast<std::size_t>(HoldReason::deadline)] = 250 * kMs;
   return status;
 }
 
@@ -87,7 +88,7 @@ TEST(Metrics, EveryLineFollowsTheTextFormatAndEveryFamilyIsTypedOnceBeforeItsSam
        {"gpuqos_query_latency_seconds", "gpuqos_query_target_seconds", "gpuqos_query_violations_total",
         "gpuqos_be_ops_completed_total", "gpuqos_be_device_seconds_total", "gpuqos_grants_total",
         "gpuqos_ops_held_total", "gpuqos_grant_wait_seconds_total", "gpuqos_engine_backlog_seconds",
-        "gpuqos_engine_outstanding_ops", "gpuqos_clients"}) {
+        "gpuqos_engine_outstanding_ops", "gpuqos_clients", "gpuqos_be_held_seconds_total"}) {
     EXPECT_TRUE(typed.contains(family)) << family;
   }
 }
@@ -115,6 +116,8 @@ TEST(Metrics, BestEffortGrantsEnginesAndClients) {
   EXPECT_TRUE(has_line(text, "gpuqos_grants_total 42")) << text;
   EXPECT_TRUE(has_line(text, "gpuqos_ops_held_total 17")) << text;
   EXPECT_TRUE(has_line(text, "gpuqos_grant_wait_seconds_total 0.34")) << text;
+  EXPECT_TRUE(has_line(text, "gpuqos_be_held_seconds_total{reason=\"deadline\"} 0.25")) << text;
+  EXPECT_TRUE(has_line(text, "gpuqos_be_held_seconds_total{reason=\"budget\"} 0")) << text;
   EXPECT_TRUE(has_line(text, "gpuqos_engine_backlog_seconds{device=\"0\",engine=\"compute\"} 0.004")) << text;
   EXPECT_TRUE(has_line(text, "gpuqos_engine_outstanding_ops{device=\"1\",engine=\"h2d\"} 1")) << text;
   EXPECT_TRUE(has_line(text, "gpuqos_clients{priority=\"high\"} 1")) << text;

@@ -43,6 +43,8 @@ DaemonStatus with_jobs(std::vector<JobQosSnapshot> jobs) {
   DaemonStatus status{42, 5'000'000'000, "baymax", "/tmp/s.sock", {}, {}};
   status.jobs = std::move(jobs);
   status.grants = GrantCounters{10, 4, 12 * kMs, 5 * kMs};
+  status.grants.held_ns_by_reason[static_cast<std::size_t>(HoldReason::deadline)] = 1500 * kMs;
+  status.grants.held_ns_by_reason[static_cast<std::size_t>(HoldReason::budget)] = 250 * kMs;
   return status;
 }
 
@@ -70,6 +72,8 @@ TEST(StatusJobs, JsonCarriesLatenciesTargetsAndProgress) {
   EXPECT_EQ(json["grants"]["issued"], 10);
   EXPECT_EQ(json["grants"]["ops_held"], 4);
   EXPECT_EQ(json["grants"]["held_wait_ns_max"], 5 * kMs);
+  EXPECT_EQ(json["grants"]["held_ns_by_reason"]["deadline"], 1500 * kMs);
+  EXPECT_EQ(json["grants"]["held_ns_by_reason"]["bound"], 0);
 }
 
 TEST(StatusJobs, TableShowsLatencyAgainstTarget) {
@@ -79,6 +83,8 @@ TEST(StatusJobs, TableShowsLatencyAgainstTarget) {
   EXPECT_NE(table.find("BUSY"), std::string::npos) << table;
   EXPECT_NE(table.find("43.2%"), std::string::npos) << table;
   EXPECT_NE(table.find("4 ops held"), std::string::npos) << table;
+  EXPECT_NE(table.find("held by: budget 250 ms, deadline 1500 ms\n"), std::string::npos)
+      << "the reasons that held anything\n" << table;
 
   json = nlohmann::json::parse(bounded_status_text(with_jobs({serve(7'200'000, false)})));
   table = render_status_table(json);

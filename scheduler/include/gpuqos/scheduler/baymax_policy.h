@@ -90,6 +90,7 @@ class BaymaxPolicy final : public Policy {
   Decisions tick(std::int64_t now_ns) override;
   const EngineBacklog& backlog() const override { return backlog_; }
   bool reconfigure(const PolicyOptions& options) override;
+  HoldTimes hold_times() const override { return held_ns_; }
 
   // For tests and status.
   std::int64_t bound_ns() const { return bound_.bound_ns(); }
@@ -165,6 +166,11 @@ class BaymaxPolicy final : public Policy {
   std::map<EngineKey, EngineState> engines_;
   std::map<std::uint32_t, LongOpBudget> long_budgets_;  // by device
   std::int64_t last_now_ns_ = 0;                         // the latest event's time (for reconfigure)
+  // Hold accounting: after each grant round, how many waiting heads each reason holds; the time to
+  // the next round is charged to those counts.
+  HoldTimes held_ns_{};
+  std::array<std::uint32_t, kHoldReasons> waiting_{};
+  std::int64_t waiting_since_ns_ = 0;
   double virtual_time_ = 0;  // the vtime of the latest grant: where a newly busy client starts
   EngineBacklog backlog_;
 };

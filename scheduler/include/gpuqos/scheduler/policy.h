@@ -16,6 +16,7 @@
 #include "gpuqos/ipc/descriptor.h"
 #include "gpuqos/ipc/registration.h"
 #include "gpuqos/scheduler/engine_backlog.h"
+#include "gpuqos/scheduler/hold_reason.h"
 
 namespace gpuqos::scheduler {
 
@@ -105,6 +106,8 @@ class Policy {
 
   // New parameters of the same policy (a config reload), applied in place. False when this policy
   // cannot take them without a restart (a different name); then nothing changed.
+  // How long best-effort heads were held, by reason, since the policy started (hold_reason.h).
+  virtual HoldTimes hold_times() const { return {}; }
   virtual bool reconfigure(const PolicyOptions& /*options*/) { return false; }
 };
 

@@ -13,7 +13,8 @@
 //             "violations","violation_fraction","meets_target" (null: no target or no query yet),
 //             "idle_s","be":{"ops","device_ms","ops_per_s","busy_share"}}],
 //    "jobs_omitted": N,      (the same, for jobs; the list that takes more room is cut first)
-//    "grants":{"issued","ops_held","held_wait_ns_total","held_wait_ns_max"}}
+//    "grants":{"issued","ops_held","held_wait_ns_total","held_wait_ns_max",
+//              "held_ns_by_reason":{"bound","transfer","deadline","budget","behind"}}}
 // Jobs (status_jobs.cpp) are what the daemon has seen work from, by name, kept across reconnects:
 // latencies are of the high-priority queries since the daemon started; "be" counts the completions of
 // its best-effort clients (ops_per_s and busy_share over the last 5 s).

@@ -1,0 +1,27 @@
+// Why best-effort work waited for its grant, as the policy saw it: the time each reason held the
+// head op of a waiting best-effort client, summed over clients (baymax says; other policies report
+// zeros). Shown by `gpuqos status` and the metrics endpoint, so an operator can tell what a slow
+// best-effort job is waiting for.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace gpuqos::scheduler {
+
+enum class HoldReason : std::uint8_t {
+  bound,     // the compute backlog bound (a query arriving later would wait too long)
+  transfer,  // the best-effort transfer limit, or a high-priority copy in flight
+  deadline,  // an open query's deadline
+  budget,    // the long-op budget of a device that does not preempt kernels
+  behind,    // another client's held head closed the engine (or reserved the budget)
+};
+inline constexpr std::size_t kHoldReasons = 5;
+inline constexpr std::array<std::string_view, kHoldReasons> kHoldReasonNames{"bound", "transfer", "deadline",
+                                                                             "budget", "behind"};
+
+using HoldTimes = std::array<std::int64_t, kHoldReasons>;  // ns, by HoldReason
+
+}  // namespace gpuqos::scheduler
