@@ -2,6 +2,7 @@
 #include "gpuqos/scheduler/baymax_policy.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace gpuqos::scheduler {
 
@@ -215,7 +216,12 @@ Decisions BaymaxPolicy::grant_ready(std::int64_t now_ns) {
   Decisions decisions;
   // The state since the last round held its waiting heads until now.
   const std::int64_t elapsed = std::max<std::int64_t>(0, now_ns - waiting_since_ns_);
-  for (std::size_t i = 0; i < kHoldReasons; ++i) held_ns_[i] += elapsed * waiting_[i];
+  for (std::size_t i = 0; i < kHoldReasons; ++i) {
+    // Summed over waiting clients: saturate rather than wrap (a wrapped counter reads as a reset).
+    const std::int64_t charge = elapsed * static_cast<std::int64_t>(waiting_[i]);
+    held_ns_[i] = held_ns_[i] > std::numeric_limits<std::int64_t>::max() - charge ? std::numeric_limits<std::int64_t>::max()
+                                                                                    : held_ns_[i] + charge;
+  }
   waiting_since_ns_ = std::max(waiting_since_ns_, now_ns);
   for (;;) {
     waiting_ = {};

@@ -103,10 +103,12 @@ void daemon_families(const DaemonStatus& status, std::ostringstream& out) {
       .sample(seconds(g.held_wait_ns_total));
   Family(out, "gpuqos_grant_wait_seconds_max", "gauge", "The longest a held op waited for its grant.")
       .sample(seconds(g.held_wait_ns_max));
-  Family held(out, "gpuqos_be_held_seconds_total", "counter",
-              "Time best-effort head ops were held, summed over waiting clients, by the policy's reason.");
-  for (std::size_t i = 0; i < kHoldReasons; ++i) {
-    held.sample(seconds(g.held_ns_by_reason[i]), {{"reason", std::string(kHoldReasonNames[i])}});
+  if (g.held_ns_by_reason) {
+    Family held(out, "gpuqos_be_held_seconds_total", "counter",
+                "Time best-effort head ops were held, summed over waiting clients, by the policy's reason.");
+    for (std::size_t i = 0; i < kHoldReasons; ++i) {
+      held.sample(seconds((*g.held_ns_by_reason)[i]), {{"reason", std::string(kHoldReasonNames[i])}});
+    }
   }
   Family backlog(out, "gpuqos_engine_backlog_seconds", "gauge",
                  "Predicted device time of the work accounted on an engine and not completed.");

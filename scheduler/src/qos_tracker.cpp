@@ -102,7 +102,10 @@ GrantCounters& GrantCounters::operator+=(const GrantCounters& other) {
   ops_held += other.ops_held;
   held_wait_ns_total += other.held_wait_ns_total;
   held_wait_ns_max = std::max(held_wait_ns_max, other.held_wait_ns_max);
-  for (std::size_t i = 0; i < kHoldReasons; ++i) held_ns_by_reason[i] += other.held_ns_by_reason[i];
+  if (other.held_ns_by_reason) {
+    if (!held_ns_by_reason) held_ns_by_reason.emplace();
+    for (std::size_t i = 0; i < kHoldReasons; ++i) (*held_ns_by_reason)[i] += (*other.held_ns_by_reason)[i];
+  }
   return *this;
 }
 

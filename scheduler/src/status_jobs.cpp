@@ -116,13 +116,15 @@ nlohmann::json job_json(const JobQosSnapshot& job) {
 }
 
 nlohmann::json grants_json(const GrantCounters& grants) {
-  nlohmann::json by_reason = nlohmann::json::object();
-  for (std::size_t i = 0; i < kHoldReasons; ++i) by_reason[std::string(kHoldReasonNames[i])] = grants.held_ns_by_reason[i];
-  return {{"issued", grants.grants},
-          {"ops_held", grants.ops_held},
-          {"held_wait_ns_total", grants.held_wait_ns_total},
-          {"held_wait_ns_max", grants.held_wait_ns_max},
-          {"held_ns_by_reason", by_reason}};
+  nlohmann::json json = {{"issued", grants.grants},
+                         {"ops_held", grants.ops_held},
+                         {"held_wait_ns_total", grants.held_wait_ns_total},
+                         {"held_wait_ns_max", grants.held_wait_ns_max}};
+  if (grants.held_ns_by_reason) {
+    nlohmann::json& by_reason = json["held_ns_by_reason"] = nlohmann::json::object();
+    for (std::size_t i = 0; i < kHoldReasons; ++i) by_reason[std::string(kHoldReasonNames[i])] = (*grants.held_ns_by_reason)[i];
+  }
+  return json;
 }
 
 std::string render_jobs_table(const nlohmann::json& status) {
@@ -136,9 +138,10 @@ std::string render_jobs_table(const nlohmann::json& status) {
     const auto by_reason = grants.find("held_ns_by_reason");
     if (by_reason != grants.end() && by_reason->is_object()) {
       std::string line;
-      for (const auto& [reason, ns] : by_reason->items()) {
-        if (!ns.is_number() || ns.get<double>() <= 0) continue;
-        line += (line.empty() ? "" : ", ") + reason + " " + short_ms(ns.get<double>() / 1e6) + " ms";
+      for (std::string_view name : kHoldReasonNames) {  // in the reasons' order, not the object's
+        const auto ns = by_reason->find(std::string(name));
+        if (ns == by_reason->end() || !ns->is_number() || ns->get<double>() <= 0) continue;
+        line += (line.empty() ? "" : ", ") + std::string(name) + " " + short_ms(ns->get<double>() / 1e6) + " ms";
       }
       if (!line.empty()) out << "  held by: " << line << "\n";
     }

@@ -252,7 +252,20 @@ TEST(BaymaxPolicy, HoldTimesSayWhatHeldEachWaitingHead) {
     expected[static_cast<std::size_t>(reason)] = 4 * kMs;
   EXPECT_EQ(policy.hold_times(), expected);
   (void)policy.tick(5 * kMs);
-  EXPECT_EQ(policy.hold_times()[static_cast<std::size_t>(HoldReason::transfer)], 4 * kMs);
+  EXPECT_EQ(policy.hold_times().value()[static_cast<std::size_t>(HoldReason::transfer)], 4 * kMs);
+}
+
+TEST(BaymaxPolicy, ADeadlineHoldIsChargedUntilItsClientGoes) {
+  BaymaxPolicy policy(options(5 * kMs));
+  (void)policy.client_registered(serve(kServe, 4 * kMs), 0);
+  EXPECT_TRUE(post(policy, kServe, Priority::high, op(1), 0, kMs).empty());  // opens a query, deadline 4 ms
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(1), 0, 4 * kMs).empty()) << "0 + 4 + margin 1 > 4";
+  (void)policy.tick(2 * kMs);
+  (void)policy.client_gone(kTrainA, 3 * kMs);
+  (void)policy.tick(5 * kMs);
+  HoldTimes expected{};
+  expected[static_cast<std::size_t>(HoldReason::deadline)] = 3 * kMs;
+  EXPECT_EQ(policy.hold_times(), expected) << "charged until the client went, not after";
 }
 
 TEST(BaymaxPolicy, AnOpenQueryAdmitsOnlyWhatStillMeetsItsDeadline) {

@@ -44,7 +44,8 @@ DaemonStatus sample_status() {
   fresh.priority = ipc::Priority::high;
   status.jobs = {serve, train, fresh};
   status.grants = GrantCounters{42, 17, 340 * kMs, 25 * kMs};
-  status.grants.held_ns_by_reason[static_cast<std::size_t>(HoldReason::deadline)] = 250 * kMs;
+  status.grants.held_ns_by_reason = HoldTimes{};
+  (*status.grants.held_ns_by_reason)[static_cast<std::size_t>(HoldReason::deadline)] = 250 * kMs;
   return status;
 }
 
@@ -148,6 +149,8 @@ TEST(Metrics, AnIdleDaemonStillRendersEveryDaemonFamily) {
   EXPECT_TRUE(has_line(text, "gpuqos_grants_total 0")) << text;
   EXPECT_TRUE(has_line(text, "gpuqos_clients{priority=\"high\"} 0")) << text;
   EXPECT_TRUE(has_line(text, "# TYPE gpuqos_query_latency_seconds summary")) << text;
+  EXPECT_EQ(text.find("gpuqos_be_held_seconds_total"), std::string::npos)
+      << "no hold reasons from a policy that does not give them: absent, not zero\n" << text;
 }
 
 }  // namespace

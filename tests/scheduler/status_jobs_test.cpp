@@ -43,8 +43,9 @@ DaemonStatus with_jobs(std::vector<JobQosSnapshot> jobs) {
   DaemonStatus status{42, 5'000'000'000, "baymax", "/tmp/s.sock", {}, {}};
   status.jobs = std::move(jobs);
   status.grants = GrantCounters{10, 4, 12 * kMs, 5 * kMs};
-  status.grants.held_ns_by_reason[static_cast<std::size_t>(HoldReason::deadline)] = 1500 * kMs;
-  status.grants.held_ns_by_reason[static_cast<std::size_t>(HoldReason::budget)] = 250 * kMs;
+  status.grants.held_ns_by_reason = HoldTimes{};
+  (*status.grants.held_ns_by_reason)[static_cast<std::size_t>(HoldReason::deadline)] = 1500 * kMs;
+  (*status.grants.held_ns_by_reason)[static_cast<std::size_t>(HoldReason::budget)] = 250 * kMs;
   return status;
 }
 
@@ -83,8 +84,8 @@ TEST(StatusJobs, TableShowsLatencyAgainstTarget) {
   EXPECT_NE(table.find("BUSY"), std::string::npos) << table;
   EXPECT_NE(table.find("43.2%"), std::string::npos) << table;
   EXPECT_NE(table.find("4 ops held"), std::string::npos) << table;
-  EXPECT_NE(table.find("held by: budget 250 ms, deadline 1500 ms\n"), std::string::npos)
-      << "the reasons that held anything\n" << table;
+  EXPECT_NE(table.find("held by: deadline 1500 ms, budget 250 ms\n"), std::string::npos)
+      << "the reasons that held anything, in their order\n" << table;
 
   json = nlohmann::json::parse(bounded_status_text(with_jobs({serve(7'200'000, false)})));
   table = render_status_table(json);
@@ -97,6 +98,17 @@ TEST(StatusJobs, AnOlderDaemonsJsonWithoutJobsStillRenders) {
   json.erase("jobs");
   json.erase("grants");
   EXPECT_NO_THROW(render_status_table(json));
+}
+
+TEST(StatusJobs, NoHeldByLineWithoutTheReasons) {
+  DaemonStatus status = with_jobs({train()});
+  status.grants.held_ns_by_reason.reset();  // a policy that does not say why
+  auto json = nlohmann::json::parse(bounded_status_text(status));
+  EXPECT_FALSE(json["grants"].contains("held_ns_by_reason"));
+  EXPECT_EQ(render_status_table(json).find("held by"), std::string::npos);
+  json = nlohmann::json::parse(bounded_status_text(with_jobs({train()})));
+  json["grants"].erase("held_ns_by_reason");  // an older daemon
+  EXPECT_EQ(render_status_table(json).find("held by"), std::string::npos);
 }
 
 TEST(StatusJobs, ManyJobsAndClientsAreCutToFitOneRecord) {

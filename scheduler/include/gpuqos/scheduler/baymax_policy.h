@@ -90,7 +90,7 @@ class BaymaxPolicy final : public Policy {
   Decisions tick(std::int64_t now_ns) override;
   const EngineBacklog& backlog() const override { return backlog_; }
   bool reconfigure(const PolicyOptions& options) override;
-  HoldTimes hold_times() const override { return held_ns_; }
+  std::optional<HoldTimes> hold_times() const override { return held_ns_; }
 
   // For tests and status.
   std::int64_t bound_ns() const { return bound_.bound_ns(); }

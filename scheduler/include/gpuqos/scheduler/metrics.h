@@ -13,7 +13,8 @@
 //   gpuqos_grants_total, gpuqos_ops_held_total, gpuqos_grant_wait_seconds_total  counters
 //   gpuqos_grant_wait_seconds_max         gauge: the longest a held op waited
 //   gpuqos_be_held_seconds_total{reason}  counter: time best-effort heads were held, summed over
-//                                         waiting clients, by reason (hold_reason.h; baymax only)
+//                                         waiting clients, daemon-wide, by reason (hold_reason.h;
+//                                         only from a policy that says: baymax)
 //   gpuqos_engine_backlog_seconds{device,engine}, gpuqos_engine_outstanding_ops{device,engine}  gauges
 //   gpuqos_clients{priority}              gauge: connected clients
 //   gpuqos_uptime_seconds                 gauge

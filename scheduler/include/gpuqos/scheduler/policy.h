@@ -106,9 +106,11 @@ class Policy {
 
   // New parameters of the same policy (a config reload), applied in place. False when this policy
   // cannot take them without a restart (a different name); then nothing changed.
-  // How long best-effort heads were held, by reason, since the policy started (hold_reason.h).
-  virtual HoldTimes hold_times() const { return {}; }
   virtual bool reconfigure(const PolicyOptions& /*options*/) { return false; }
+
+  // How long best-effort heads were held, by reason, since the policy started (hold_reason.h);
+  // none from a policy that does not say why it holds.
+  virtual std::optional<HoldTimes> hold_times() const { return std::nullopt; }
 };
 
 // The policy called options.name, or nullptr when there is none by that name.

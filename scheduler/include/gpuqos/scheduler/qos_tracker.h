@@ -91,7 +91,7 @@ struct GrantCounters {
   std::uint64_t ops_held = 0;            // GPU ops posted beyond the client's grant (they waited)
   std::int64_t held_wait_ns_total = 0;   // how long those waited, post to grant, once granted
   std::int64_t held_wait_ns_max = 0;
-  HoldTimes held_ns_by_reason{};         // the policy's account of why (daemon-wide; clients leave it 0)
+  std::optional<HoldTimes> held_ns_by_reason;  // the policy's account of why (daemon-wide; clients: none)
   GrantCounters& operator+=(const GrantCounters& other);
 };
 
