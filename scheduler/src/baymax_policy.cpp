@@ -212,20 +212,34 @@ void BaymaxPolicy::extend_credit(ClientId client, ClientState& state, Decisions&
   decisions.push_back(Grant{client, state.granted});
 }
 
+void BaymaxPolicy::charge_holds(std::int64_t now_ns) {
+  // Saturate rather than wrap: a wrapped counter reads as a reset.
+  const auto add = [](std::int64_t& total, std::int64_t ns) {
+    total = total > std::numeric_limits<std::int64_t>::max() - ns ? std::numeric_limits<std::int64_t>::max() : total + ns;
+  };
+  const std::int64_t elapsed = std::max<std::int64_t>(0, now_ns - waiting_since_ns_);
+  waiting_since_ns_ = std::max(waiting_since_ns_, now_ns);
+  if (elapsed == 0) return;
+  for (const auto& [id, reason] : waiting_) {
+    const auto r = static_cast<std::size_t>(reason);
+    add(held_ns_[r], elapsed);
+    auto client = clients_.find(id);
+    if (client == clients_.end()) continue;
+    auto job = held_by_job_.find(client->second.info.job);
+    if (job == held_by_job_.end()) {
+      if (held_by_job_.size() >= kMaxHoldJobs) continue;  // only the daemon-wide total
+      job = held_by_job_.try_emplace(client->second.info.job).first;
+    }
+    add(job->second[r], elapsed);
+  }
+}
+
 Decisions BaymaxPolicy::grant_ready(std::int64_t now_ns) {
   Decisions decisions;
-  // The state since the last round held its waiting heads until now.
-  const std::int64_t elapsed = std::max<std::int64_t>(0, now_ns - waiting_since_ns_);
-  for (std::size_t i = 0; i < kHoldReasons; ++i) {
-    // Summed over waiting clients: saturate rather than wrap (a wrapped counter reads as a reset).
-    const std::int64_t charge = elapsed * static_cast<std::int64_t>(waiting_[i]);
-    held_ns_[i] = held_ns_[i] > std::numeric_limits<std::int64_t>::max() - charge ? std::numeric_limits<std::int64_t>::max()
-                                                                                    : held_ns_[i] + charge;
-  }
-  waiting_since_ns_ = std::max(waiting_since_ns_, now_ns);
+  charge_holds(now_ns);
   for (;;) {
-    waiting_ = {};
-    const auto held = [this](HoldReason reason) { ++waiting_[static_cast<std::size_t>(reason)]; };
+    waiting_.clear();
+    const auto held = [this](ClientId id, HoldReason reason) { waiting_.emplace_back(id, reason); };
     // Least virtual time first. A client whose head the engine's state holds (the bound, the
     // transfer limit) closes the engine to the clients behind it, so short ops of one client cannot
     // starve a long op of another. A head held only by a query's deadline does not: a shorter op of
@@ -245,7 +259,7 @@ Decisions BaymaxPolicy::grant_ready(std::int64_t now_ns) {
       const auto engine = engine_of(head.op);
       if ((engine && closed.contains({head.op.device, *engine})) ||
           (budget_reserved.contains(head.op.device) && long_op_cost(head) > 0)) {
-        held(HoldReason::behind);
+        held(id, HoldReason::behind);
         continue;
       }
       ClientState& client = clients_.at(id);
@@ -258,13 +272,13 @@ Decisions BaymaxPolicy::grant_ready(std::int64_t now_ns) {
       if (hold == Hold::budget) {
         client.head_held_since_ns = -1;  // the deadline hold limit counts from when it has budget
         budget_reserved.insert(head.op.device);
-        held(HoldReason::budget);
+        held(id, HoldReason::budget);
         continue;
       }
       if (hold == Hold::deadline) {
-        held(HoldReason::deadline);
+        held(id, HoldReason::deadline);
       } else {
-        held(engine == Engine::compute ? HoldReason::bound : HoldReason::transfer);
+        held(id, engine == Engine::compute ? HoldReason::bound : HoldReason::transfer);
       }
       if (client.head_held_since_ns < 0) client.head_held_since_ns = now_ns;
       if (hold == Hold::deadline && now_ns - client.head_held_since_ns > kDeadlineHoldNs) hold = Hold::engine;
@@ -335,6 +349,7 @@ Decisions BaymaxPolicy::client_gone(ClientId client, std::int64_t now_ns) {
   backlog_.drop_client(client);
   last_now_ns_ = std::max(last_now_ns_, now_ns);
   settle_long_budgets(now_ns);
+  charge_holds(now_ns);  // its last wait, while its job is still known
   clients_.erase(client);
   refresh_long_budgets(now_ns);
   return grant_ready(now_ns);

@@ -65,6 +65,14 @@ void Daemon::qos_status(DaemonStatus& status, std::int64_t now_ns) const {
   status.grants = qos_.departed_counters();
   for (const auto& [id, client] : clients_) status.grants += client->grant_counters();
   status.grants.held_ns_by_reason = policy_->hold_times();
+  if (status.grants.held_ns_by_reason) {
+    const auto by_job = policy_->hold_times_by_job();
+    for (JobQosSnapshot& job : status.jobs) {
+      if (job.priority != ipc::Priority::low) continue;
+      auto it = by_job.find(job.job);
+      job.be_held_ns_by_reason = it == by_job.end() ? HoldTimes{} : it->second;
+    }
+  }
 }
 
 void Daemon::start_metrics() {

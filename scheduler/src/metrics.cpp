@@ -105,9 +105,13 @@ void daemon_families(const DaemonStatus& status, std::ostringstream& out) {
       .sample(seconds(g.held_wait_ns_max));
   if (g.held_ns_by_reason) {
     Family held(out, "gpuqos_be_held_seconds_total", "counter",
-                "Time best-effort head ops were held, summed over waiting clients, by the policy's reason.");
-    for (std::size_t i = 0; i < kHoldReasons; ++i) {
-      held.sample(seconds((*g.held_ns_by_reason)[i]), {{"reason", std::string(kHoldReasonNames[i])}});
+                "Time a best-effort job's next op waited for its grant, by the policy's reason.");
+    for (const auto& job : status.jobs) {
+      if (!job.be_held_ns_by_reason) continue;
+      for (std::size_t i = 0; i < kHoldReasons; ++i) {
+        held.sample(seconds((*job.be_held_ns_by_reason)[i]),
+                    {{"job", job.job}, {"reason", std::string(kHoldReasonNames[i])}});
+      }
     }
   }
   Family backlog(out, "gpuqos_engine_backlog_seconds", "gauge",

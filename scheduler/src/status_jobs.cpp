@@ -64,6 +64,29 @@ void query_rows(const nlohmann::json& jobs, std::ostringstream& out) {
   }
 }
 
+nlohmann::json reasons_json(const HoldTimes& times) {
+  nlohmann::json by_reason = nlohmann::json::object();
+  for (std::size_t i = 0; i < kHoldReasons; ++i) by_reason[std::string(kHoldReasonNames[i])] = times[i];
+  return by_reason;
+}
+
+// "deadline 2.3 s": the reason that held the job longest, "-" when none did or the daemon did not say.
+std::string top_reason(const nlohmann::json& be) {
+  const auto by_reason = be.find("held_ns_by_reason");
+  if (by_reason == be.end() || !by_reason->is_object()) return "-";
+  std::string top = "-";
+  double longest = 0;
+  for (std::string_view name : kHoldReasonNames) {
+    const auto ns = by_reason->find(std::string(name));
+    if (ns == by_reason->end() || !ns->is_number() || ns->get<double>() <= longest) continue;
+    longest = ns->get<double>();
+    char text[64];
+    std::snprintf(text, sizeof text, "%s %.1f s", std::string(name).c_str(), longest / 1e9);
+    top = text;
+  }
+  return top;
+}
+
 void best_effort_rows(const nlohmann::json& jobs, std::ostringstream& out) {
   char line[256];
   bool header = false;
@@ -71,16 +94,16 @@ void best_effort_rows(const nlohmann::json& jobs, std::ostringstream& out) {
     const auto& be = job.at("be");
     if (job.at("priority") != "low" && be.at("ops").get<std::uint64_t>() == 0) continue;
     if (!header) {
-      std::snprintf(line, sizeof line, "%-24s %-4s %10s %12s %10s %7s\n", "JOB", "PRIO", "OPS", "DEVICE_MS",
-                    "OPS/S", "BUSY");
+      std::snprintf(line, sizeof line, "%-24s %-4s %10s %12s %10s %7s  %s\n", "JOB", "PRIO", "OPS", "DEVICE_MS",
+                    "OPS/S", "BUSY", "HELD_MOST_BY");
       out << line;
       header = true;
     }
-    std::snprintf(line, sizeof line, "%-24s %-4s %10llu %12.3f %10.1f %6.1f%%\n",
+    std::snprintf(line, sizeof line, "%-24s %-4s %10llu %12.3f %10.1f %6.1f%%  %s\n",
                   job.at("job").get<std::string>().c_str(), job.at("priority").get<std::string>().c_str(),
                   static_cast<unsigned long long>(be.at("ops").get<std::uint64_t>()),
                   be.at("device_ms").get<double>(), be.at("ops_per_s").get<double>(),
-                  100 * be.at("busy_share").get<double>());
+                  100 * be.at("busy_share").get<double>(), top_reason(be).c_str());
     out << line;
   }
 }
@@ -91,7 +114,7 @@ nlohmann::json job_json(const JobQosSnapshot& job) {
   const auto optional = [](const auto& value, auto convert) {
     return value ? nlohmann::json(convert(*value)) : nlohmann::json(nullptr);
   };
-  return {{"job", job.job},
+  nlohmann::json json = {{"job", job.job},
           {"priority", job.priority == ipc::Priority::high ? "high" : "low"},
           {"clients", job.clients},
           {"target_ms", optional(job.target_ns, ms)},
@@ -113,6 +136,8 @@ nlohmann::json job_json(const JobQosSnapshot& job) {
             {"device_ms", ms(job.be_device_ns)},
             {"ops_per_s", rounded(job.be_ops_per_s, 3)},
             {"busy_share", rounded(job.be_busy_share, 4)}}}};
+  if (job.be_held_ns_by_reason) json["be"]["held_ns_by_reason"] = reasons_json(*job.be_held_ns_by_reason);
+  return json;
 }
 
 nlohmann::json grants_json(const GrantCounters& grants) {
@@ -120,10 +145,7 @@ nlohmann::json grants_json(const GrantCounters& grants) {
                          {"ops_held", grants.ops_held},
                          {"held_wait_ns_total", grants.held_wait_ns_total},
                          {"held_wait_ns_max", grants.held_wait_ns_max}};
-  if (grants.held_ns_by_reason) {
-    nlohmann::json& by_reason = json["held_ns_by_reason"] = nlohmann::json::object();
-    for (std::size_t i = 0; i < kHoldReasons; ++i) by_reason[std::string(kHoldReasonNames[i])] = (*grants.held_ns_by_reason)[i];
-  }
+  if (grants.held_ns_by_reason) json["held_ns_by_reason"] = reasons_json(*grants.held_ns_by_reason);
   return json;
 }
 

@@ -258,6 +258,7 @@ TEST(BaymaxPolicy, HoldTimesSayWhatHeldEachWaitingHead) {
 TEST(BaymaxPolicy, ADeadlineHoldIsChargedUntilItsClientGoes) {
   BaymaxPolicy policy(options(5 * kMs));
   (void)policy.client_registered(serve(kServe, 4 * kMs), 0);
+  (void)policy.client_registered(train(kTrainA), 0);
   EXPECT_TRUE(post(policy, kServe, Priority::high, op(1), 0, kMs).empty());  // opens a query, deadline 4 ms
   EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(1), 0, 4 * kMs).empty()) << "0 + 4 + margin 1 > 4";
   (void)policy.tick(2 * kMs);
@@ -266,6 +267,8 @@ TEST(BaymaxPolicy, ADeadlineHoldIsChargedUntilItsClientGoes) {
   HoldTimes expected{};
   expected[static_cast<std::size_t>(HoldReason::deadline)] = 3 * kMs;
   EXPECT_EQ(policy.hold_times(), expected) << "charged until the client went, not after";
+  EXPECT_EQ(policy.hold_times_by_job(), (std::map<std::string, HoldTimes>{{"train", expected}}))
+      << "by its job, which outlives the client";
 }
 
 TEST(BaymaxPolicy, AnOpenQueryAdmitsOnlyWhatStillMeetsItsDeadline) {

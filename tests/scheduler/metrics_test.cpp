@@ -39,6 +39,8 @@ DaemonStatus sample_status() {
   train.be_ops = 1234;
   train.be_device_ns = 2'500 * kMs;
   train.be_busy_share = 0.5;
+  train.be_held_ns_by_reason = HoldTimes{};
+  (*train.be_held_ns_by_reason)[static_cast<std::size_t>(HoldReason::deadline)] = 250 * kMs;
   JobQosSnapshot fresh;  // high priority, no query yet
   fresh.job = "fresh";
   fresh.priority = ipc::Priority::high;
@@ -117,8 +119,9 @@ TEST(Metrics, BestEffortGrantsEnginesAndClients) {
   EXPECT_TRUE(has_line(text, "gpuqos_grants_total 42")) << text;
   EXPECT_TRUE(has_line(text, "gpuqos_ops_held_total 17")) << text;
   EXPECT_TRUE(has_line(text, "gpuqos_grant_wait_seconds_total 0.34")) << text;
-  EXPECT_TRUE(has_line(text, "gpuqos_be_held_seconds_total{reason=\"deadline\"} 0.25")) << text;
-  EXPECT_TRUE(has_line(text, "gpuqos_be_held_seconds_total{reason=\"budget\"} 0")) << text;
+  EXPECT_TRUE(has_line(text, R"(gpuqos_be_held_seconds_total{job="tr\"ain\\x\ny",reason="deadline"} 0.25)")) << text;
+  EXPECT_TRUE(has_line(text, R"(gpuqos_be_held_seconds_total{job="tr\"ain\\x\ny",reason="budget"} 0)")) << text;
+  EXPECT_EQ(text.find("gpuqos_be_held_seconds_total{job=\"serve\""), std::string::npos) << "no hold times: none";
   EXPECT_TRUE(has_line(text, "gpuqos_engine_backlog_seconds{device=\"0\",engine=\"compute\"} 0.004")) << text;
   EXPECT_TRUE(has_line(text, "gpuqos_engine_outstanding_ops{device=\"1\",engine=\"h2d\"} 1")) << text;
   EXPECT_TRUE(has_line(text, "gpuqos_clients{priority=\"high\"} 1")) << text;

@@ -36,6 +36,9 @@ JobQosSnapshot train() {
   job.be_device_ns = 1234'567'890;
   job.be_ops_per_s = 250.25;
   job.be_busy_share = 0.4321;
+  job.be_held_ns_by_reason = HoldTimes{};
+  (*job.be_held_ns_by_reason)[static_cast<std::size_t>(HoldReason::bound)] = 700 * kMs;
+  (*job.be_held_ns_by_reason)[static_cast<std::size_t>(HoldReason::deadline)] = 2'300 * kMs;
   return job;
 }
 
@@ -70,6 +73,8 @@ TEST(StatusJobs, JsonCarriesLatenciesTargetsAndProgress) {
   EXPECT_EQ(t["be"]["device_ms"], 1234.568);
   EXPECT_EQ(t["be"]["ops_per_s"], 250.25);
   EXPECT_EQ(t["be"]["busy_share"], 0.4321);
+  EXPECT_EQ(t["be"]["held_ns_by_reason"]["deadline"], 2'300 * kMs);
+  EXPECT_FALSE(s["be"].contains("held_ns_by_reason")) << "the serve job has none";
   EXPECT_EQ(json["grants"]["issued"], 10);
   EXPECT_EQ(json["grants"]["ops_held"], 4);
   EXPECT_EQ(json["grants"]["held_wait_ns_max"], 5 * kMs);
@@ -82,7 +87,7 @@ TEST(StatusJobs, TableShowsLatencyAgainstTarget) {
   std::string table = render_status_table(json);
   EXPECT_NE(table.find("p99 3.9 ms / target 6.0 ms  ok"), std::string::npos) << table;
   EXPECT_NE(table.find("BUSY"), std::string::npos) << table;
-  EXPECT_NE(table.find("43.2%"), std::string::npos) << table;
+  EXPECT_NE(table.find("43.2%  deadline 2.3 s\n"), std::string::npos) << "the reason that held it longest\n" << table;
   EXPECT_NE(table.find("4 ops held"), std::string::npos) << table;
   EXPECT_NE(table.find("held by: deadline 1500 ms, budget 250 ms\n"), std::string::npos)
       << "the reasons that held anything, in their order\n" << table;

@@ -79,6 +79,7 @@ class BaymaxPolicy final : public Policy {
   static constexpr std::int64_t kStaleOpNs = 10'000'000'000;
   static constexpr std::int64_t kDeadlineHoldNs = 100'000'000;
   static constexpr std::int64_t kTailWindowNs = 60'000'000'000;
+  static constexpr std::size_t kMaxHoldJobs = 1024;  // jobs with hold times kept (beyond: the total only)
 
   explicit BaymaxPolicy(const PolicyOptions& options);
 
@@ -91,6 +92,7 @@ class BaymaxPolicy final : public Policy {
   const EngineBacklog& backlog() const override { return backlog_; }
   bool reconfigure(const PolicyOptions& options) override;
   std::optional<HoldTimes> hold_times() const override { return held_ns_; }
+  std::map<std::string, HoldTimes> hold_times_by_job() const override { return held_by_job_; }
 
   // For tests and status.
   std::int64_t bound_ns() const { return bound_.bound_ns(); }
@@ -166,10 +168,12 @@ class BaymaxPolicy final : public Policy {
   std::map<EngineKey, EngineState> engines_;
   std::map<std::uint32_t, LongOpBudget> long_budgets_;  // by device
   std::int64_t last_now_ns_ = 0;                         // the latest event's time (for reconfigure)
-  // Hold accounting: after each grant round, how many waiting heads each reason holds; the time to
-  // the next round is charged to those counts.
+  // Hold accounting: after each grant round, which waiting head each reason holds; the time to the
+  // next round is charged to them, in all and by job (kept across reconnects, like the QoS tracker's).
+  void charge_holds(std::int64_t now_ns);
   HoldTimes held_ns_{};
-  std::array<std::uint32_t, kHoldReasons> waiting_{};
+  std::map<std::string, HoldTimes> held_by_job_;
+  std::vector<std::pair<ClientId, HoldReason>> waiting_;
   std::int64_t waiting_since_ns_ = 0;
   double virtual_time_ = 0;  // the vtime of the latest grant: where a newly busy client starts
   EngineBacklog backlog_;

@@ -1,7 +1,7 @@
 // Why best-effort work waited for its grant, as the policy saw it: the time each reason held the
-// head op of a waiting best-effort client, summed over clients, daemon-wide (baymax says; other
-// policies report nothing). Shown by `gpuqos status` and the metrics endpoint, so an operator can
-// tell what best-effort work is waiting for.
+// head op of a waiting best-effort client, by job and summed over all (baymax says; other policies
+// report nothing). Shown by `gpuqos status` and the metrics endpoint, so an operator can tell what a
+// slow best-effort job is waiting for.
 #pragma once
 
 #include <array>

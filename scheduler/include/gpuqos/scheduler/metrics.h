@@ -12,9 +12,9 @@
 //   gpuqos_be_busy_share                  gauge: device time / wall time over the last 5 s
 //   gpuqos_grants_total, gpuqos_ops_held_total, gpuqos_grant_wait_seconds_total  counters
 //   gpuqos_grant_wait_seconds_max         gauge: the longest a held op waited
-//   gpuqos_be_held_seconds_total{reason}  counter: time best-effort heads were held, summed over
-//                                         waiting clients, daemon-wide, by reason (hold_reason.h;
-//                                         only from a policy that says: baymax)
+//   gpuqos_be_held_seconds_total{job,reason}  counter: time a best-effort job's next op waited for
+//                                         its grant, by reason (hold_reason.h; only from a policy
+//                                         that says: baymax)
 //   gpuqos_engine_backlog_seconds{device,engine}, gpuqos_engine_outstanding_ops{device,engine}  gauges
 //   gpuqos_clients{priority}              gauge: connected clients
 //   gpuqos_uptime_seconds                 gauge

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -111,6 +112,8 @@ class Policy {
   // How long best-effort heads were held, by reason, since the policy started (hold_reason.h);
   // none from a policy that does not say why it holds.
   virtual std::optional<HoldTimes> hold_times() const { return std::nullopt; }
+  // The same by job name (empty from such a policy, and for jobs that never waited).
+  virtual std::map<std::string, HoldTimes> hold_times_by_job() const { return {}; }
 };
 
 // The policy called options.name, or nullptr when there is none by that name.

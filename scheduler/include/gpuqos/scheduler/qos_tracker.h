@@ -113,6 +113,7 @@ struct JobQosSnapshot {
   std::int64_t be_device_ns = 0;      // their measured device time, end - start
   double be_ops_per_s = 0;            // over the last ProgressWindow::kWindowNs
   double be_busy_share = 0;
+  std::optional<HoldTimes> be_held_ns_by_reason;  // the policy's account of its waits (hold_reason.h)
   std::int64_t idle_ns = 0;           // since its latest event
 };
 

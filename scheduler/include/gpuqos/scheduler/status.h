@@ -11,7 +11,8 @@
 //    "jobs":[{"job","priority","clients","target_ms" (null: none),"percentile","queries","mean_ms",
 //             "p50_ms","p90_ms","p99_ms","p999_ms","max_ms","percentile_ms" (at "percentile"),
 //             "violations","violation_fraction","meets_target" (null: no target or no query yet),
-//             "idle_s","be":{"ops","device_ms","ops_per_s","busy_share"}}],
+//             "idle_s","be":{"ops","device_ms","ops_per_s","busy_share",
+//                            "held_ns_by_reason" (only from a policy that says; as in "grants")}}],
 //    "jobs_omitted": N,      (the same, for jobs; the list that takes more room is cut first)
 //    "grants":{"issued","ops_held","held_wait_ns_total","held_wait_ns_max",
 //              "held_ns_by_reason":{"bound","transfer","deadline","budget","behind"}}}
