@@ -31,7 +31,6 @@ std::int64_t BaymaxPolicy::predicted(const OpPosted& event) const {
 }
 
 Decisions BaymaxPolicy::client_registered(const ClientInfo& info, std::int64_t now_ns) {
-  last_now_ns_ = std::max(last_now_ns_, now_ns);
   settle_long_budgets(now_ns);
   ClientState& state = state_of(info.client, info.priority);
   state.info = info;
@@ -236,6 +235,7 @@ void BaymaxPolicy::charge_holds(std::int64_t now_ns) {
 
 Decisions BaymaxPolicy::grant_ready(std::int64_t now_ns) {
   Decisions decisions;
+  last_now_ns_ = std::max(last_now_ns_, now_ns);  // every event ends here
   charge_holds(now_ns);
   for (;;) {
     waiting_.clear();
@@ -305,7 +305,6 @@ Decisions BaymaxPolicy::grant_ready(std::int64_t now_ns) {
 }
 
 Decisions BaymaxPolicy::op_posted(const OpPosted& event) {
-  last_now_ns_ = std::max(last_now_ns_, event.now_ns);
   const ipc::OpDescriptor& op = event.op;
   ClientState& state = state_of(event.client, event.priority);
   state.posted = std::max(state.posted, op.seq);
@@ -326,7 +325,6 @@ Decisions BaymaxPolicy::op_posted(const OpPosted& event) {
 }
 
 Decisions BaymaxPolicy::op_completed(const OpCompleted& event) {
-  last_now_ns_ = std::max(last_now_ns_, event.now_ns);
   const ipc::CompletionDescriptor& completion = event.completion;
   retire(event.client, completion.seq, completion.end_ns > 0 ? std::optional(completion.end_ns) : std::nullopt,
          event.now_ns);
@@ -347,7 +345,6 @@ Decisions BaymaxPolicy::client_gone(ClientId client, std::int64_t now_ns) {
   queries_.client_gone(client);
   bound_.forget(client);
   backlog_.drop_client(client);
-  last_now_ns_ = std::max(last_now_ns_, now_ns);
   settle_long_budgets(now_ns);
   charge_holds(now_ns);  // its last wait, while its job is still known
   clients_.erase(client);
@@ -356,7 +353,6 @@ Decisions BaymaxPolicy::client_gone(ClientId client, std::int64_t now_ns) {
 }
 
 Decisions BaymaxPolicy::tick(std::int64_t now_ns) {
-  last_now_ns_ = std::max(last_now_ns_, now_ns);
   queries_.expire(now_ns, kStaleQueryNs);
   std::vector<std::pair<ClientId, std::uint64_t>> stale;
   for (const auto& [key, flight] : in_flight_) {
