@@ -1,8 +1,12 @@
 // Status: the jobs (query latencies against targets, best-effort progress) and grant counters, as
 // JSON and as the part of the table `gpuqos status` and `gpuqos top` print.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "gpuqos/scheduler/status.h"
 
@@ -70,21 +74,28 @@ nlohmann::json reasons_json(const HoldTimes& times) {
   return by_reason;
 }
 
+// The reasons that held anything, in their order, from a "held_ns_by_reason" object in `parent`;
+// none when it is absent (an older daemon, or a policy that does not say).
+std::vector<std::pair<std::string_view, double>> held_reasons(const nlohmann::json& parent) {
+  std::vector<std::pair<std::string_view, double>> reasons;
+  const auto by_reason = parent.find("held_ns_by_reason");
+  if (by_reason == parent.end() || !by_reason->is_object()) return reasons;
+  for (std::string_view name : kHoldReasonNames) {  // in the reasons' order, not the object's
+    const auto ns = by_reason->find(std::string(name));
+    if (ns != by_reason->end() && ns->is_number() && ns->get<double>() > 0) reasons.emplace_back(name, ns->get<double>());
+  }
+  return reasons;
+}
+
 // "deadline 2.3 s": the reason that held the job longest, "-" when none did or the daemon did not say.
 std::string top_reason(const nlohmann::json& be) {
-  const auto by_reason = be.find("held_ns_by_reason");
-  if (by_reason == be.end() || !by_reason->is_object()) return "-";
-  std::string top = "-";
-  double longest = 0;
-  for (std::string_view name : kHoldReasonNames) {
-    const auto ns = by_reason->find(std::string(name));
-    if (ns == by_reason->end() || !ns->is_number() || ns->get<double>() <= longest) continue;
-    longest = ns->get<double>();
-    char text[64];
-    std::snprintf(text, sizeof text, "%s %.1f s", std::string(name).c_str(), longest / 1e9);
-    top = text;
-  }
-  return top;
+  const auto reasons = held_reasons(be);
+  const auto top = std::max_element(reasons.begin(), reasons.end(),
+                                    [](const auto& a, const auto& b) { return a.second < b.second; });
+  if (top == reasons.end()) return "-";
+  char text[64];
+  std::snprintf(text, sizeof text, "%s %.1f s", std::string(top->first).c_str(), top->second / 1e9);
+  return text;
 }
 
 void best_effort_rows(const nlohmann::json& jobs, std::ostringstream& out) {
@@ -115,27 +126,27 @@ nlohmann::json job_json(const JobQosSnapshot& job) {
     return value ? nlohmann::json(convert(*value)) : nlohmann::json(nullptr);
   };
   nlohmann::json json = {{"job", job.job},
-          {"priority", job.priority == ipc::Priority::high ? "high" : "low"},
-          {"clients", job.clients},
-          {"target_ms", optional(job.target_ns, ms)},
-          {"percentile", job.percentile},
-          {"queries", job.queries},
-          {"mean_ms", ms(job.mean_ns)},
-          {"p50_ms", ms(job.p50_ns)},
-          {"p90_ms", ms(job.p90_ns)},
-          {"p99_ms", ms(job.p99_ns)},
-          {"p999_ms", ms(job.p999_ns)},
-          {"max_ms", ms(job.max_ns)},
-          {"percentile_ms", ms(job.at_percentile_ns)},
-          {"violations", job.violations},
-          {"violation_fraction", rounded(job.violation_fraction, 6)},
-          {"meets_target", optional(job.meets_target, [](bool meets) { return meets; })},
-          {"idle_s", rounded(static_cast<double>(job.idle_ns) / 1e9, 3)},
-          {"be",
-           {{"ops", job.be_ops},
-            {"device_ms", ms(job.be_device_ns)},
-            {"ops_per_s", rounded(job.be_ops_per_s, 3)},
-            {"busy_share", rounded(job.be_busy_share, 4)}}}};
+                         {"priority", job.priority == ipc::Priority::high ? "high" : "low"},
+                         {"clients", job.clients},
+                         {"target_ms", optional(job.target_ns, ms)},
+                         {"percentile", job.percentile},
+                         {"queries", job.queries},
+                         {"mean_ms", ms(job.mean_ns)},
+                         {"p50_ms", ms(job.p50_ns)},
+                         {"p90_ms", ms(job.p90_ns)},
+                         {"p99_ms", ms(job.p99_ns)},
+                         {"p999_ms", ms(job.p999_ns)},
+                         {"max_ms", ms(job.max_ns)},
+                         {"percentile_ms", ms(job.at_percentile_ns)},
+                         {"violations", job.violations},
+                         {"violation_fraction", rounded(job.violation_fraction, 6)},
+                         {"meets_target", optional(job.meets_target, [](bool meets) { return meets; })},
+                         {"idle_s", rounded(static_cast<double>(job.idle_ns) / 1e9, 3)},
+                         {"be",
+                          {{"ops", job.be_ops},
+                           {"device_ms", ms(job.be_device_ns)},
+                           {"ops_per_s", rounded(job.be_ops_per_s, 3)},
+                           {"busy_share", rounded(job.be_busy_share, 4)}}}};
   if (job.be_held_ns_by_reason) json["be"]["held_ns_by_reason"] = reasons_json(*job.be_held_ns_by_reason);
   return json;
 }
@@ -156,17 +167,11 @@ std::string render_jobs_table(const nlohmann::json& status) {
     out << "  grants: " << grants.at("issued") << " issued, " << grants.at("ops_held") << " ops held, waited "
         << short_ms(ms(grants.at("held_wait_ns_total").get<std::int64_t>())) << " ms in all, at most "
         << short_ms(ms(grants.at("held_wait_ns_max").get<std::int64_t>())) << " ms\n";
-    // What held best-effort heads, if the policy says (absent from older daemons).
-    const auto by_reason = grants.find("held_ns_by_reason");
-    if (by_reason != grants.end() && by_reason->is_object()) {
-      std::string line;
-      for (std::string_view name : kHoldReasonNames) {  // in the reasons' order, not the object's
-        const auto ns = by_reason->find(std::string(name));
-        if (ns == by_reason->end() || !ns->is_number() || ns->get<double>() <= 0) continue;
-        line += (line.empty() ? "" : ", ") + std::string(name) + " " + short_ms(ns->get<double>() / 1e6) + " ms";
-      }
-      if (!line.empty()) out << "  held by: " << line << "\n";
+    std::string line;
+    for (const auto& [name, ns] : held_reasons(grants)) {
+      line += (line.empty() ? "" : ", ") + std::string(name) + " " + short_ms(ns / 1e6) + " ms";
     }
+    if (!line.empty()) out << "  held by: " << line << "\n";
   }
   if (!status.contains("jobs")) return out.str();  // a daemon of JSON version 1
   query_rows(status.at("jobs"), out);
