@@ -112,19 +112,29 @@ static bool waits_for_work(HookId hook) noexcept {
 void DaemonGate::post_mark(ipc::OpKind kind, std::uint64_t stream) noexcept {
   std::shared_ptr<Session> session = session_.load();
   if (!session || !session->alive()) return;
-  CUcontext context = nullptr;
-  const auto get_current = driver<CtxGetCurrent>(DriverHelper::ctx_get_current);
-  if (!get_current || get_current(&context) != CUDA_SUCCESS || !context) return;
   ipc::OpDescriptor descriptor{};
   descriptor.kind = kind;
   descriptor.stream = stream;
   descriptor.posted_ns = ipc::monotonic_ns();
-  descriptor.device = devices_.of(context);
+  if (kind == ipc::OpKind::query_arrived) {
+    // From whichever thread took the request, often one without a context: it is about the job,
+    // not a device. A daemon older than 1.2 would refuse the kind and drop the whole connection.
+    if (!session->takes_arrivals()) return;
+  } else {
+    CUcontext context = nullptr;
+    const auto get_current = driver<CtxGetCurrent>(DriverHelper::ctx_get_current);
+    if (!get_current || get_current(&context) != CUDA_SUCCESS || !context) return;
+    descriptor.device = devices_.of(context);
+  }
   session->post(descriptor, kernels_, /*may_wait=*/false);  // a full ring drops the mark, never blocks
 }
 
-void DaemonGate::mark_query(bool begin) noexcept {
-  post_mark(begin ? ipc::OpKind::query_begin : ipc::OpKind::query_end, 0);
+void DaemonGate::mark_query(QueryMark mark) noexcept {
+  switch (mark) {
+    case QueryMark::arrived: return post_mark(ipc::OpKind::query_arrived, 0);
+    case QueryMark::begin: return post_mark(ipc::OpKind::query_begin, 0);
+    case QueryMark::end: return post_mark(ipc::OpKind::query_end, 0);
+  }
 }
 
 Ticket DaemonGate::before(const Operation& op) noexcept {

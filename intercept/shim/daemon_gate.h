@@ -40,7 +40,7 @@ class DaemonGate final : public Gate {
   Ticket before(const Operation& op) noexcept override;
   void after(const Operation& op, Ticket ticket, CUresult result) noexcept override;
   void shutdown() noexcept override;
-  void mark_query(bool begin) noexcept override;
+  void mark_query(QueryMark mark) noexcept override;
   // The registration's chunk size at low priority; 0 at high priority and while unmanaged.
   std::uint64_t copy_chunk_bytes() const noexcept override {
     return copy_chunk_bytes_.load(std::memory_order_relaxed);

@@ -31,7 +31,7 @@ class ProfilingGate final : public Gate {
   void after(const Operation& op, Ticket ticket, CUresult result) noexcept override;
   // Writes the profile (if the exit handler has not yet), then shuts the inner gate down.
   void shutdown() noexcept override;
-  void mark_query(bool begin) noexcept override { inner_.mark_query(begin); }
+  void mark_query(QueryMark mark) noexcept override { inner_.mark_query(mark); }
   std::uint64_t copy_chunk_bytes() const noexcept override { return inner_.copy_chunk_bytes(); }
 
   Profiler& profiler() noexcept { return profiler_; }

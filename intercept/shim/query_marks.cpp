@@ -1,8 +1,13 @@
-// gpuqosQueryBegin / gpuqosQueryEnd: what gpuqos/query.h finds in a process the shim is loaded into.
+// gpuqosQueryArrived / gpuqosQueryBegin / gpuqosQueryEnd: what gpuqos/query.h finds in a process the
+// shim is loaded into.
 #include "shim.h"
 
 #define GPUQOS_QUERY_EXPORT extern "C" __attribute__((visibility("default")))
 
-GPUQOS_QUERY_EXPORT void gpuqosQueryBegin(void) noexcept { gpuqos::intercept::gate().mark_query(true); }
+using QueryMark = gpuqos::intercept::Gate::QueryMark;
 
-GPUQOS_QUERY_EXPORT void gpuqosQueryEnd(void) noexcept { gpuqos::intercept::gate().mark_query(false); }
+GPUQOS_QUERY_EXPORT void gpuqosQueryArrived(void) noexcept { gpuqos::intercept::gate().mark_query(QueryMark::arrived); }
+
+GPUQOS_QUERY_EXPORT void gpuqosQueryBegin(void) noexcept { gpuqos::intercept::gate().mark_query(QueryMark::begin); }
+
+GPUQOS_QUERY_EXPORT void gpuqosQueryEnd(void) noexcept { gpuqos::intercept::gate().mark_query(QueryMark::end); }

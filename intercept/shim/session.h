@@ -29,6 +29,7 @@ class Session {
   struct Terms {
     bool low_priority = true;          // the effective class: the claim, or low if the daemon lowered it
     std::uint64_t copy_chunk_bytes = 0;  // low priority: 1-D copies larger than this go in chunks; 0: never
+    bool takes_arrivals = false;         // the daemon speaks 1.2: it takes query_arrived marks
   };
   struct Opened {
     std::shared_ptr<Session> session;  // null: not registered
@@ -52,6 +53,7 @@ class Session {
   bool low_priority() const noexcept { return terms_.low_priority; }
   // The chunk size of this process's 1-D copies: 0 (never split) at high priority.
   std::uint64_t copy_chunk_bytes() const noexcept { return terms_.low_priority ? terms_.copy_chunk_bytes : 0; }
+  bool takes_arrivals() const noexcept { return terms_.takes_arrivals; }
 
   // Sends the name of op.kernel_id if this registration has not had it, gives op the next seq and
   // pushes it. A full ops ring: `may_wait` waits for space (low priority), else not posted. An op

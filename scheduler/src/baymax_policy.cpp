@@ -177,27 +177,42 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(const Queued& queued, std::int64_t now_
     if (options_.baymax.max_be_transfers != 0 && copies >= options_.baymax.max_be_transfers) return Hold::engine;
     if (here.hp_ops > 0) return Hold::engine;
   }
-  struct Open {
-    std::int64_t deadline_ns, remaining_ns, unblocked_ns, outstanding_ns;
+  // Each query to protect: its deadline, the job's own time it still needs, the time best-effort
+  // work may use without delaying it, its posted device work (which queries after it wait for), and
+  // how much of the device work ahead of it its need already counts (its own job's).
+  struct Protected {
+    std::int64_t deadline_ns, need_ns, idle_ns, outstanding_ns, counted_ns;
   };
-  std::vector<Open> open;
+  std::vector<Protected> queries;
   for (const auto& [id, state] : clients_) {
     if (state.info.priority != ipc::Priority::high || state.info.device != op.device || !state.info.target_ns) continue;
-    const OpenQuery* query = queries_.open_query(id);
-    if (!query) continue;
-    open.push_back(Open{query->opened_ns + *state.info.target_ns, queries_.expected_remaining_ns(id, now_ns),
-                        queries_.expected_unblocked_ns(id, now_ns), state.hp_outstanding_ns});
+    const std::int64_t target = *state.info.target_ns;
+    std::int64_t need = 0, idle = 0;
+    if (const OpenQuery* query = queries_.open_query(id)) {
+      need = queries_.expected_remaining_ns(id, now_ns);
+      // The best-effort work ahead, this op included, delays the query only by what of it is still
+      // running when its program next waits; until then the device also has the query's own
+      // outstanding work to do, so only the rest of that time is idle for best-effort work.
+      idle = std::max<std::int64_t>(0, queries_.expected_unblocked_ns(id, now_ns) - state.hp_outstanding_ns);
+      queries.push_back(Protected{query->opened_ns + target, need, idle, state.hp_outstanding_ns, 0});
+    }
+    // Requests waiting in the job's own queue start when the ones before them are done (so what
+    // delays the open query delays them by as much), and each then takes a whole query's time.
+    const std::int64_t whole = queries_.expected_query_ns(id);
+    for (const std::int64_t arrived_ns : queries_.waiting_arrivals(id)) {
+      need += whole;
+      queries.push_back(Protected{arrived_ns + target, need, idle, 0, state.hp_outstanding_ns});
+    }
   }
-  std::sort(open.begin(), open.end(), [](const Open& a, const Open& b) { return a.deadline_ns < b.deadline_ns; });
+  std::sort(queries.begin(), queries.end(),
+            [](const Protected& a, const Protected& b) { return a.deadline_ns < b.deadline_ns; });
   std::int64_t ahead = 0;  // device work of the queries with earlier deadlines
-  for (const Open& query : open) {
-    const std::int64_t need = query.remaining_ns + ahead;
-    // The best-effort work ahead, this op included, delays the query only by what of it is still
-    // running when its program next waits; until then the device also has the query's own
-    // outstanding work to do, so only the rest of that time is idle for best-effort work.
-    const std::int64_t idle = std::max<std::int64_t>(0, query.unblocked_ns - query.outstanding_ns);
-    const std::int64_t delay = std::max<std::int64_t>(0, backlog + p - idle);
-    if (now_ns + need + delay + options_.baymax.safety_margin_ns > query.deadline_ns) return Hold::deadline;
+  for (const Protected& query : queries) {
+    const std::int64_t delay = std::max<std::int64_t>(0, backlog + p - query.idle_ns);
+    const std::int64_t others = std::max<std::int64_t>(0, ahead - query.counted_ns);
+    if (now_ns + query.need_ns + others + delay + options_.baymax.safety_margin_ns > query.deadline_ns) {
+      return Hold::deadline;
+    }
     ahead += query.outstanding_ns;
   }
   return Hold::none;

@@ -28,9 +28,9 @@ bool blocks_host(const ipc::OpDescriptor& op) {
 
 }  // namespace
 
-void QueryTracker::open(State& state, std::int64_t at_ns) {
+void QueryTracker::open(State& state, std::int64_t at_ns, std::int64_t arrived_ns) {
   state.open = true;
-  state.query = OpenQuery{at_ns, 0, at_ns, state.explicit_marks, 0};
+  state.query = OpenQuery{std::min(arrived_ns, at_ns), at_ns, 0, at_ns, state.explicit_marks, 0};
   state.op_times.clear();
   state.block_times.clear();
 }
@@ -52,8 +52,10 @@ ClosedQuery QueryTracker::close(ClientId client, State& state, std::int64_t at_n
     learn(state.remaining[k], std::max<std::int64_t>(1, closed_ns - state.op_times[k]));
     learn(state.unblocked[k], std::max<std::int64_t>(1, next_block(state.op_times[k]) - state.op_times[k]));
   }
-  learn(state.whole, std::max<std::int64_t>(1, closed_ns - state.query.opened_ns));
-  learn(state.whole_unblocked, std::max<std::int64_t>(1, next_block(state.query.opened_ns) - state.query.opened_ns));
+  // The profile is of the work, from its start: time waiting in the job's queue is not the query's to repeat.
+  const std::int64_t started_ns = std::min(state.query.started_ns, closed_ns);
+  learn(state.whole, std::max<std::int64_t>(1, closed_ns - started_ns));
+  learn(state.whole_unblocked, std::max<std::int64_t>(1, next_block(started_ns) - started_ns));
   ClosedQuery closed{client, state.query.opened_ns, closed_ns, state.query.ops, state.query.marked};
   state.open = false;
   state.query = {};
@@ -78,17 +80,36 @@ void QueryTracker::maybe_close(ClientId client, State& state, std::int64_t at_ns
   }
 }
 
+void QueryTracker::switch_to_marks(State& state) {
+  if (state.explicit_marks) return;
+  // Whatever was inferred so far is not a query of the job's own.
+  state.explicit_marks = true;
+  state.open = false;
+}
+
 std::vector<ClosedQuery> QueryTracker::posted(ClientId client, const ipc::OpDescriptor& op, std::int64_t now_ns) {
   std::vector<ClosedQuery> closed;
   State& state = clients_[client];
   switch (op.kind) {
+    case ipc::OpKind::query_arrived: {
+      switch_to_marks(state);
+      if (state.arrivals.size() >= kMaxArrivals) return closed;  // a job that never begins what arrives
+      // The shim's stamp, never in the future; threads stamp before they take a seq, so the order
+      // of arrival is the order of posting.
+      std::int64_t at_ns = std::min(op.posted_ns, now_ns);
+      if (!state.arrivals.empty()) at_ns = std::max(at_ns, state.arrivals.back());
+      state.arrivals.push_back(at_ns);
+      return closed;
+    }
     case ipc::OpKind::query_begin:
-      if (!state.explicit_marks) {
-        // Switching to marks: whatever was inferred so far is not a query of the job's own.
-        state.explicit_marks = true;
-        state.open = false;
+      switch_to_marks(state);
+      if (state.open) return closed;
+      if (state.arrivals.empty()) {
+        open(state, now_ns);
+      } else {
+        open(state, now_ns, state.arrivals.front());
+        state.arrivals.pop_front();
       }
-      if (!state.open) open(state, now_ns);
       return closed;
     case ipc::OpKind::query_end:
       note_blocking(state, op, now_ns);
@@ -137,6 +158,8 @@ void QueryTracker::client_gone(ClientId client) { clients_.erase(client); }
 std::vector<ClientId> QueryTracker::expire(std::int64_t now_ns, std::int64_t max_age_ns) {
   std::vector<ClientId> expired;
   for (auto& [client, state] : clients_) {
+    // A request that never began (the job dropped it, or the begin mark was lost in a full ring).
+    while (!state.arrivals.empty() && now_ns - state.arrivals.front() > max_age_ns) state.arrivals.pop_front();
     if (!state.open || now_ns - state.query.last_op_ns <= max_age_ns) continue;
     state.open = false;
     state.query = {};
@@ -159,7 +182,7 @@ std::int64_t QueryTracker::expected_from(ClientId client, std::int64_t now_ns,
   if (it == clients_.end() || !it->second.open) return 0;
   const State& state = it->second;
   std::int64_t estimate = 0;
-  std::int64_t since = state.query.opened_ns;
+  std::int64_t since = state.query.started_ns;
   if (state.query.ops == 0) {
     estimate = state.*whole;
   } else {
@@ -181,6 +204,12 @@ std::int64_t QueryTracker::expected_unblocked_ns(ClientId client, std::int64_t n
 std::int64_t QueryTracker::expected_query_ns(ClientId client) const {
   auto it = clients_.find(client);
   return it == clients_.end() ? 0 : it->second.whole;
+}
+
+const std::deque<std::int64_t>& QueryTracker::waiting_arrivals(ClientId client) const {
+  static const std::deque<std::int64_t> kNone;
+  auto it = clients_.find(client);
+  return it == clients_.end() ? kNone : it->second.arrivals;
 }
 
 std::uint64_t QueryTracker::outstanding_ops(ClientId client) const {

@@ -25,7 +25,7 @@ nlohmann::json client_json(const ClientStatus& c) {
           {"state", c.state},
           {"segment", c.segment},
           {"ops", {{"posted", c.posted}, {"granted", c.granted}, {"completed", c.completed}}},
-          {"marks", {{"sync", c.marks[0]}, {"query_begin", c.marks[1]}, {"query_end", c.marks[2]}}},
+          {"marks", {{"sync", c.marks[0]}, {"query_begin", c.marks[1]}, {"query_end", c.marks[2]}, {"query_arrived", c.marks[3]}}},
           {"last_seq", c.last_seq},
           {"granted_through_seq", c.granted_through_seq},
           {"current_wait_ns", c.current_wait_ns},

@@ -2,7 +2,8 @@
 // SOCK_SEQPACKET socket, answers Hello with a Segment::create'd segment, drains ops, completions
 // and kernel names, publishes heartbeats every 2 ms, and grants on command (or everything at once).
 // Its HelloReply echoes the claimed priority unless told to lower every claim, and carries the copy
-// chunk size it is given (0 by default: copies are not split).
+// chunk size it is given (0 by default: copies are not split) and the protocol's minor version,
+// unless told to speak an older one.
 // stop() is what a crash looks like to the shim: heartbeats stop and every socket closes.
 #pragma once
 
@@ -78,6 +79,7 @@ class FakeDaemon {
   // For registrations from now on: answer every claim with low priority / this chunk size.
   void lower_every_claim() { lower_claims_ = true; }
   void set_copy_chunk_bytes(std::uint64_t bytes) { copy_chunk_bytes_ = bytes; }
+  void speak_minor(std::uint16_t minor) { minor_ = minor; }
 
   std::vector<FakeClient> clients() const {
     std::lock_guard lock(mutex_);
@@ -127,8 +129,9 @@ class FakeDaemon {
     if (!decoded || !peer || !segment) return void(::close(fd));
     const auto number = static_cast<std::uint32_t>(counter.load());
     const ipc::Priority effective = lower_claims_ ? ipc::Priority::low : decoded->hello.priority;
-    (void)ipc::send_record(fd, ipc::encode(ipc::make_hello_reply(ipc::HelloStatus::ok, number, name, "", effective,
-                                                                 copy_chunk_bytes_)));
+    ipc::HelloReply reply = ipc::make_hello_reply(ipc::HelloStatus::ok, number, name, "", effective, copy_chunk_bytes_);
+    reply.version_minor = minor_;
+    (void)ipc::send_record(fd, ipc::encode(reply));
     std::lock_guard lock(mutex_);
     clients_.push_back({.peer = peer.value(), .hello = decoded->hello, .registered_ns = ipc::monotonic_ns()});
     connections_.push_back({fd, std::move(segment.value()), clients_.size() - 1});
@@ -178,6 +181,7 @@ class FakeDaemon {
   std::atomic<std::uint64_t> grant_target_{0};
   std::atomic<bool> lower_claims_{false};
   std::atomic<std::uint64_t> copy_chunk_bytes_{0};
+  std::atomic<std::uint16_t> minor_{ipc::kProtocolVersionMinor};
   std::thread thread_;
   std::vector<Connection> connections_;  // the thread's (and stop()'s once it is joined)
   mutable std::mutex mutex_;

@@ -166,21 +166,37 @@ TEST_F(GateTest, ClassifiesUnifiedAddressCopiesByTheirPointers) {
 TEST_F(GateTest, PostsSynchronisationsAndExplicitQueryMarksWithoutHolding) {
   daemon_->set_auto_grant(false);
   start({"marks"}, "low");
-  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 2); }));
-  daemon_->grant_through(2);  // the launch; the marks and synchronisations are never waited for
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 3); }));
+  daemon_->grant_through(3);  // the launch; the marks and synchronisations are never waited for
   ASSERT_EQ(finish(), 0) << output_;
-  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 6); }));
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 7); }));
   const FakeClient client = daemon_->clients().at(0);
   std::vector<ipc::OpKind> kinds;
   for (const auto& op : client.ops) kinds.push_back(op.kind);
-  const std::vector<ipc::OpKind> want = {ipc::OpKind::query_begin, ipc::OpKind::kernel, ipc::OpKind::sync,
-                                         ipc::OpKind::query_end,   ipc::OpKind::sync,   ipc::OpKind::sync};
+  const std::vector<ipc::OpKind> want = {ipc::OpKind::query_arrived, ipc::OpKind::query_begin, ipc::OpKind::kernel,
+                                         ipc::OpKind::sync,          ipc::OpKind::query_end,   ipc::OpKind::sync,
+                                         ipc::OpKind::sync};
   EXPECT_EQ(kinds, want);
   ASSERT_EQ(client.ops.size(), want.size());
-  EXPECT_NE(client.ops[2].stream, 0u);  // cuStreamSynchronize names its stream
-  EXPECT_EQ(client.ops[4].stream, 0u);  // cuCtxSynchronize: the whole context
-  EXPECT_EQ(client.ops[5].stream, 0u);  // cuEventSynchronize: the event's stream is not tracked
+  // The arrival came from a thread without a context: posted all the same, stamped when it was said.
+  EXPECT_GT(client.ops[0].posted_ns, 0);
+  EXPECT_LE(client.ops[0].posted_ns, client.ops[1].posted_ns);
+  EXPECT_NE(client.ops[3].stream, 0u);  // cuStreamSynchronize names its stream
+  EXPECT_EQ(client.ops[5].stream, 0u);  // cuCtxSynchronize: the whole context
+  EXPECT_EQ(client.ops[6].stream, 0u);  // cuEventSynchronize: the event's stream is not tracked
   EXPECT_TRUE(client.problems.empty()) << client.problems.front();
+}
+
+// A 1.1 gpuqosd would refuse the kind and drop the connection: the shim does not post arrivals to it.
+TEST_F(GateTest, NoArrivalMarksToADaemonOlderThanOnePointTwo) {
+  daemon_->speak_minor(1);
+  start({"marks"}, "low");
+  ASSERT_EQ(finish(), 0) << output_;
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 6); }));
+  const FakeClient client = daemon_->clients().at(0);
+  ASSERT_EQ(client.ops.size(), 6u);
+  EXPECT_EQ(client.ops[0].kind, ipc::OpKind::query_begin);
+  for (const auto& op : client.ops) EXPECT_NE(op.kind, ipc::OpKind::query_arrived);
 }
 
 TEST_F(GateTest, QueryMarksAreNoOpsWithoutTheShim) {

@@ -78,6 +78,7 @@ TEST(ValidateOp, AcceptsWellFormedOpsOfEveryKind) {
   expect_valid(plain_op(OpKind::sync));
   expect_valid(plain_op(OpKind::query_begin));
   expect_valid(plain_op(OpKind::query_end));
+  expect_valid(plain_op(OpKind::query_arrived));
 }
 
 TEST(ValidateOp, IgnoresReservedBytes) {
@@ -88,7 +89,7 @@ TEST(ValidateOp, IgnoresReservedBytes) {
 }
 
 TEST(ValidateOp, RejectsCommonFields) {
-  expect_invalid(with(kernel_op(), [](OpDescriptor& op) { op.kind = static_cast<OpKind>(kOpKindCount); }), "kind 7");
+  expect_invalid(with(kernel_op(), [](OpDescriptor& op) { op.kind = static_cast<OpKind>(kOpKindCount); }), "kind 8");
   expect_invalid(with(kernel_op(), [](OpDescriptor& op) { op.kind = static_cast<OpKind>(255); }), "kind 255");
   expect_invalid(with(kernel_op(), [](OpDescriptor& op) { op.seq = 9; }), "seq 9 not after the previous 9");
   expect_invalid(with(kernel_op(), [](OpDescriptor& op) { op.seq = 3; }), "seq 3");

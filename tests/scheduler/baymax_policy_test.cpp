@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <memory>
 
 namespace gpuqos::scheduler {
 namespace {
@@ -321,6 +322,54 @@ TEST(BaymaxPolicy, OnlyWorkStillRunningAtTheQuerysNextBlockingPointDelaysIt) {
   // At 26 ms the blocking point is 2 ms away; the 3 ms still queued (till 29), the 1 ms op and the
   // query's own 1 ms delay it by 3: 26 + 3 + 3 + 1 = 33 > 32. It still does not fit.
   EXPECT_TRUE(policy.tick(26 * kMs).empty());
+}
+
+// A request waiting in the job's own queue starts when the open query is done: best-effort work
+// that the open query's deadline would allow can still make the waiting one late.
+TEST(BaymaxPolicy, ARequestWaitingInTheJobsQueueIsProtectedToo) {
+  const auto mark = [](std::uint64_t seq, ipc::OpKind kind, std::int64_t posted_ns) {
+    ipc::OpDescriptor d = op(seq, kind);
+    d.posted_ns = posted_ns;
+    return d;
+  };
+  const auto policy_at_21ms = [&](bool second_request) {
+    auto policy = std::make_unique<BaymaxPolicy>(options(50 * kMs));
+    (void)policy->client_registered(serve(kServe, 30 * kMs), 0);
+    // One query to learn from: begun at 1 ms, one op, ended at 9 ms (8 ms of work, all before its end).
+    (void)post(*policy, kServe, Priority::high, mark(1, ipc::OpKind::query_arrived, 1 * kMs), 1 * kMs, 0);
+    (void)post(*policy, kServe, Priority::high, mark(2, ipc::OpKind::query_begin, 1 * kMs), 1 * kMs, 0);
+    (void)post(*policy, kServe, Priority::high, op(3), 1 * kMs, kMs);
+    (void)policy->op_completed({kServe, done(3, 9 * kMs), 9 * kMs});
+    (void)post(*policy, kServe, Priority::high, mark(4, ipc::OpKind::query_end, 9 * kMs), 9 * kMs, 0);
+    // A request at 20 ms, begun at once (deadline 50), its op outstanding; another at 21 ms (deadline 51).
+    (void)post(*policy, kServe, Priority::high, mark(5, ipc::OpKind::query_arrived, 20 * kMs), 20 * kMs, 0);
+    (void)post(*policy, kServe, Priority::high, mark(6, ipc::OpKind::query_begin, 20 * kMs), 20 * kMs, 0);
+    (void)post(*policy, kServe, Priority::high, op(7), 20 * kMs, kMs);
+    if (second_request) (void)post(*policy, kServe, Priority::high, mark(8, ipc::OpKind::query_arrived, 21 * kMs), 21 * kMs, 0);
+    return policy;
+  };
+  // At 21 ms the open query needs 7 ms more, 6 of them idle for best-effort work (its own 1 ms op
+  // runs then): an op of p delays it by p - 6, so 21 + 7 + (p - 6) + 1 <= 50 allows p <= 27.
+  auto alone = policy_at_21ms(false);
+  EXPECT_EQ(post(*alone, kTrainA, Priority::low, op(1), 21 * kMs, 24 * kMs), (Decisions{{kTrainA, 1}}));
+  // The waiting request starts after it and needs 8 ms: 21 + 7 + 8 + (p - 6) + 1 <= 51 allows p <= 20.
+  auto queued = policy_at_21ms(true);
+  EXPECT_EQ(queued->queries().waiting_arrivals(kServe).size(), 1u);
+  EXPECT_TRUE(post(*queued, kTrainA, Priority::low, op(1), 21 * kMs, 24 * kMs).empty());
+  EXPECT_EQ(post(*queued, kTrainB, Priority::low, op(1), 21 * kMs, 20 * kMs), (Decisions{{kTrainB, 1}}));
+}
+
+// The deadline counts from the request's arrival: one that waited in the job's queue has less slack.
+TEST(BaymaxPolicy, AQueryThatWaitedInTheJobsQueueHasLessSlack) {
+  BaymaxPolicy policy(options(50 * kMs));
+  (void)policy.client_registered(serve(kServe, 30 * kMs), 0);
+  ipc::OpDescriptor arrival = op(1, ipc::OpKind::query_arrived);
+  arrival.posted_ns = 0;
+  (void)post(policy, kServe, Priority::high, arrival, 0, 0);
+  (void)post(policy, kServe, Priority::high, op(2, ipc::OpKind::query_begin), 15 * kMs, 0);
+  // Deadline 30 (not 45): 15 + p + 0 (no profile) + 1 <= 30 allows p <= 14.
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(1), 15 * kMs, 15 * kMs).empty());
+  EXPECT_EQ(post(policy, kTrainB, Priority::low, op(1), 15 * kMs, 14 * kMs), (Decisions{{kTrainB, 1}}));
 }
 
 // A long op held only by the deadline leaves the slack to others, but not for ever: queries that

@@ -73,6 +73,77 @@ TEST(QueryTracker, ExplicitMarksReplaceInference) {
   EXPECT_EQ(tracker.open_query(kServe), nullptr) << "work outside a marked query opens none";
 }
 
+ipc::OpDescriptor arrived(std::uint64_t seq, std::int64_t posted_ns) {
+  ipc::OpDescriptor d = op(seq, ipc::OpKind::query_arrived);
+  d.posted_ns = posted_ns;
+  return d;
+}
+
+// A server that queues requests says when each arrived: the query it begins next is the oldest
+// waiting one, and counts from its arrival; the profile counts from its start.
+TEST(QueryTracker, AQueryCountsFromItsRequestsArrival) {
+  QueryTracker tracker;
+  (void)tracker.posted(kServe, arrived(1, 1 * kMs), 1 * kMs);
+  (void)tracker.posted(kServe, arrived(2, 3 * kMs), 3 * kMs + 10);  // the daemon reads it a little later
+  EXPECT_EQ(tracker.open_query(kServe), nullptr) << "arrived, not begun";
+  EXPECT_EQ(tracker.waiting_arrivals(kServe), (std::deque<std::int64_t>{1 * kMs, 3 * kMs}));
+  (void)tracker.posted(kServe, op(3, ipc::OpKind::query_begin), 5 * kMs);
+  ASSERT_NE(tracker.open_query(kServe), nullptr);
+  EXPECT_EQ(tracker.open_query(kServe)->opened_ns, 1 * kMs) << "the oldest request";
+  EXPECT_EQ(tracker.open_query(kServe)->started_ns, 5 * kMs);
+  EXPECT_EQ(tracker.waiting_arrivals(kServe), (std::deque<std::int64_t>{3 * kMs}));
+  (void)tracker.posted(kServe, op(4), 5 * kMs);
+  (void)tracker.completed(kServe, done(4, 8 * kMs), 8 * kMs);
+  const auto closed = tracker.posted(kServe, op(5, ipc::OpKind::query_end), 9 * kMs);
+  ASSERT_EQ(closed.size(), 1u);
+  EXPECT_EQ(closed[0].latency_ns(), 8 * kMs) << "arrival to end, the wait in the server's queue included";
+  EXPECT_EQ(tracker.expected_query_ns(kServe), 4 * kMs) << "the profile is the work: start to end";
+  (void)tracker.posted(kServe, op(6, ipc::OpKind::query_begin), 10 * kMs);
+  EXPECT_EQ(tracker.open_query(kServe)->opened_ns, 3 * kMs);
+  EXPECT_EQ(tracker.expected_remaining_ns(kServe, 11 * kMs), 3 * kMs) << "counted from its start, not its arrival";
+  EXPECT_TRUE(tracker.waiting_arrivals(kServe).empty());
+  (void)tracker.posted(kServe, op(7, ipc::OpKind::query_end), 12 * kMs);
+  (void)tracker.posted(kServe, op(8, ipc::OpKind::query_begin), 20 * kMs);
+  EXPECT_EQ(tracker.open_query(kServe)->opened_ns, 20 * kMs) << "no request waiting: it arrives as it begins";
+}
+
+TEST(QueryTracker, ArrivalsAreNeverInTheFutureNorOutOfOrder) {
+  QueryTracker tracker;
+  (void)tracker.posted(kServe, arrived(1, 9 * kMs), 2 * kMs);  // a stamp ahead of the daemon's clock
+  (void)tracker.posted(kServe, arrived(2, 1 * kMs), 3 * kMs);  // stamped before the first, posted after
+  EXPECT_EQ(tracker.waiting_arrivals(kServe), (std::deque<std::int64_t>{2 * kMs, 2 * kMs}));
+}
+
+TEST(QueryTracker, AnArrivalSwitchesToMarks) {
+  QueryTracker tracker;
+  (void)tracker.posted(kServe, op(1), 0);
+  ASSERT_NE(tracker.open_query(kServe), nullptr);
+  (void)tracker.posted(kServe, arrived(2, 1 * kMs), 1 * kMs);
+  EXPECT_EQ(tracker.open_query(kServe), nullptr) << "the inferred query is dropped";
+  (void)tracker.posted(kServe, op(3, ipc::OpKind::query_begin), 2 * kMs);
+  (void)tracker.completed(kServe, done(1, 3 * kMs), 3 * kMs);
+  EXPECT_TRUE(tracker.posted(kServe, op(4, ipc::OpKind::sync), 4 * kMs).empty()) << "syncs no longer close";
+  EXPECT_NE(tracker.open_query(kServe), nullptr);
+}
+
+TEST(QueryTracker, RequestsThatNeverBeginAreDroppedAndCapped) {
+  QueryTracker tracker;
+  std::uint64_t seq = 0;
+  for (std::size_t i = 0; i < QueryTracker::kMaxArrivals + 5; ++i) (void)tracker.posted(kServe, arrived(++seq, 1 * kMs), 1 * kMs);
+  EXPECT_EQ(tracker.waiting_arrivals(kServe).size(), QueryTracker::kMaxArrivals);
+  (void)tracker.posted(kServe, arrived(++seq, 4 * kMs), 4 * kMs);
+  EXPECT_EQ(tracker.waiting_arrivals(kServe).size(), QueryTracker::kMaxArrivals) << "full: not recorded";
+  EXPECT_TRUE(tracker.expire(3 * kMs, 2 * kMs).empty());
+  EXPECT_EQ(tracker.waiting_arrivals(kServe).size(), QueryTracker::kMaxArrivals) << "not stale yet";
+  (void)tracker.expire(4 * kMs, 2 * kMs);
+  EXPECT_TRUE(tracker.waiting_arrivals(kServe).empty()) << "older than the stale age";
+  (void)tracker.posted(kServe, arrived(++seq, 5 * kMs), 5 * kMs);
+  (void)tracker.posted(kServe, op(++seq, ipc::OpKind::query_begin), 6 * kMs);
+  EXPECT_EQ(tracker.open_query(kServe)->opened_ns, 5 * kMs) << "the next request pairs with its own arrival";
+  tracker.client_gone(kServe);
+  EXPECT_TRUE(tracker.waiting_arrivals(kServe).empty());
+}
+
 TEST(QueryTracker, TheProfileGivesTheRemainingTimeAfterEachOp) {
   QueryTracker tracker;
   // A query: op at 0, op at 2 ms, done at 5 ms.

@@ -13,7 +13,7 @@ DaemonStatus status_with(std::size_t clients) {
   for (std::size_t i = 0; i < clients; ++i) {
     status.clients.push_back(ClientStatus{static_cast<std::uint32_t>(i + 1), 100 + static_cast<std::int64_t>(i), 1000,
                                           1000, "job-" + std::to_string(i), ipc::Priority::low, 0, "waiting",
-                                          "/gpuqos-42-1", 3, 2, 1, {4, 1, 1}, 9, 2, 1500, 0});
+                                          "/gpuqos-42-1", 3, 2, 1, {4, 1, 1, 2}, 9, 2, 1500, 0});
   }
   return status;
 }
@@ -34,6 +34,7 @@ TEST(Status, JsonCarriesEveryField) {
   EXPECT_EQ(client["marks"]["sync"], 4);
   EXPECT_EQ(client["marks"]["query_begin"], 1);
   EXPECT_EQ(client["marks"]["query_end"], 1);
+  EXPECT_EQ(client["marks"]["query_arrived"], 2);
   EXPECT_EQ(client["current_wait_ns"], 1500);
   EXPECT_FALSE(json.contains("clients_omitted"));
   const std::string table = render_status_table(json);

@@ -10,6 +10,17 @@
  *     cuStreamSynchronize(stream);
  *     gpuqos_query_end();
  *
+ * A query's latency runs from its gpuqos_query_begin() by default. A server that queues requests
+ * says when each one arrived, so the latency (and the deadline gpuqosd protects) is the request's
+ * own, waiting in the server's queue included:
+ *
+ *     on the thread that receives a request:   gpuqos_query_arrived();
+ *     on the worker, when it takes the oldest:  gpuqos_query_begin(); ... gpuqos_query_end();
+ *
+ * Each gpuqos_query_begin() starts the oldest arrived request not yet begun (or one arriving now,
+ * if none waits); requests are served in arrival order. gpuqosd also counts the requests still
+ * waiting: best-effort work that would make one of them late is held too.
+ *
  * Header only, C and C++, nothing to link. Without libgpuqos.so in the process both calls are
  * no-ops (one failed symbol lookup, cached); with it they post a mark to the daemon and return at
  * once, never waiting on it.
@@ -36,6 +47,13 @@ static inline gpuqos_query_mark_fn gpuqos_query_resolve_(const char* symbol, gpu
     __atomic_store_n(resolved, 1, __ATOMIC_RELEASE);
   }
   return __atomic_load_n(cache, __ATOMIC_RELAXED);
+}
+
+static inline void gpuqos_query_arrived(void) {
+  static gpuqos_query_mark_fn cache;
+  static int resolved;
+  gpuqos_query_mark_fn mark = gpuqos_query_resolve_("gpuqosQueryArrived", &cache, &resolved);
+  if (mark) mark();
 }
 
 static inline void gpuqos_query_begin(void) {

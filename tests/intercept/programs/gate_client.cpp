@@ -4,8 +4,8 @@
 //   ops             one of each posted kind (copy h2d, kernel, memset, copy d2h, graph) + a captured launch
 //   unified         cuMemcpy / cuMemcpyAsync with unified addresses: pinned->device, device->pageable,
 //                   device->device, pageable->pageable (host to host: not GPU work)
-//   marks           gpuqos_query_begin, launch spin(100) + cuStreamSynchronize, gpuqos_query_end,
-//                   cuCtxSynchronize, cuEventSynchronize
+//   marks           gpuqos_query_arrived (from a thread with no context), gpuqos_query_begin, launch
+//                   spin(100) + cuStreamSynchronize, gpuqos_query_end, cuCtxSynchronize, cuEventSynchronize
 //   timed <us>      one spin(us) launch: "before <ns>", "after <ns>" around the call, "done <ns>" after sync
 //   loop <n> <us>   n times: launch spin(us) and synchronize, sleeping 20 ms between
 //   threads <t> <n> t threads, each launching spin(100) n times on its own stream
@@ -191,6 +191,7 @@ int run_marks() {
   CUevent event = nullptr;
   CHECK_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
   CHECK_CU(cuEventCreate(&event, CU_EVENT_DEFAULT));
+  std::thread([] { gpuqos_query_arrived(); }).join();  // a server's receiving thread: no CUDA context
   gpuqos_query_begin();
   CHECK_CU(launch(100, stream));
   CHECK_CU(cuStreamSynchronize(stream));

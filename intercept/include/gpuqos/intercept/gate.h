@@ -75,9 +75,11 @@ class Gate {
   // The library is being unloaded or the process exits: flush and release what is held.
   virtual void shutdown() noexcept = 0;
 
-  // An explicit query boundary from gpuqos/query.h (gpuqosQueryBegin / gpuqosQueryEnd). Never
-  // waits. The default ignores it (nothing to tell when there is no daemon).
-  virtual void mark_query(bool /*begin*/) noexcept {}
+  // An explicit query mark from gpuqos/query.h (gpuqosQueryArrived / gpuqosQueryBegin /
+  // gpuqosQueryEnd). Never waits; any thread. The default ignores it (nothing to tell when there is
+  // no daemon).
+  enum class QueryMark { arrived, begin, end };
+  virtual void mark_query(QueryMark /*mark*/) noexcept {}
 
   // Asked by the 1-D copy hooks (and only by them) before a copy: a copy larger than this is issued
   // as chunks of at most this many bytes, each one operation of its own through before() and

@@ -31,8 +31,9 @@ enum class OpKind : std::uint8_t {
   sync,         // a synchronisation call that drains work (stream == 0: the whole context)
   query_begin,  // explicit query mark (a job that does not rely on inferred boundaries)
   query_end,
+  query_arrived,  // a request arrived (posted_ns: when); the next query_begin starts it. Minor 2
 };
-inline constexpr std::uint8_t kOpKindCount = 7;
+inline constexpr std::uint8_t kOpKindCount = 8;
 
 enum class CopyDirection : std::uint8_t { none = 0, h2d, d2h, d2d, memset };
 inline constexpr std::uint8_t kCopyDirectionCount = 5;

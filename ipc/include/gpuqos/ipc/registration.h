@@ -41,7 +41,9 @@ inline constexpr std::uint32_t kKernelNameMagic = 0x4e4b5147;  // "GQKN"
 inline constexpr std::uint32_t kControlRequestMagic = 0x54435147;  // "GQCT"
 inline constexpr std::uint32_t kControlReplyMagic = 0x52435147;    // "GQCR"
 inline constexpr std::uint16_t kProtocolVersionMajor = 1;
-inline constexpr std::uint16_t kProtocolVersionMinor = 1;
+// 1.1: HelloReply's effective_priority and copy_chunk_bytes. 1.2: the daemon takes query_arrived
+// marks (descriptor.h); a shim posts them only to a daemon that says 1.2 or later.
+inline constexpr std::uint16_t kProtocolVersionMinor = 2;
 
 inline constexpr std::size_t kJobNameBytes = 64;        // with its NUL
 inline constexpr std::size_t kReplyMessageBytes = 128;  // with its NUL

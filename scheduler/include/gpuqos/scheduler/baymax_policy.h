@@ -6,7 +6,8 @@
 // upper estimate of the op) and pulled back by each completion (its end, plus what is still
 // outstanding). High-priority ops are never held; they are accounted per client (their predicted
 // device time) and their queries are tracked by QueryTracker (inferred from sync marks or marked
-// explicitly). A query's deadline is its opening time plus its job's target.
+// explicitly). A query's deadline is its opening time (its request's arrival, when the job says
+// when that was) plus its job's target.
 //
 // The decision for the head op of a best-effort client, on engine e of device d, predicted p:
 // - compute (kernels, graphs, memsets, device-to-device copies): if best-effort work is already
@@ -21,6 +22,9 @@
 //   device work of the queries ahead of it in deadline order (they are served first), and
 //   unblocked_k the expected time until its program next waits for the device: best-effort work
 //   drained by then does not delay it, what is left does (0 without a profile: all of it does).
+//   A request the job said arrived (query_arrived) and has not begun counts as a query too, due at
+//   its arrival plus the target: it starts when the job's queries before it are done, so its need
+//   is theirs plus a whole query's expected time, and what delays them delays it as much;
 // Sync and query marks occupy nothing and pass as soon as everything before them did.
 //
 // Among best-effort clients, grants go by weight (start-time fair queueing: each grant advances

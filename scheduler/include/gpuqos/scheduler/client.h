@@ -63,7 +63,7 @@ class Client {
   std::uint64_t completed_ops() const { return completed_ops_; }
   void count_completion() { ++completed_ops_; }
   // Marks posted: [0] synchronisations, [1] query begins, [2] query ends.
-  const std::array<std::uint64_t, 3>& marks() const { return marks_; }
+  const std::array<std::uint64_t, 4>& marks() const { return marks_; }
   bool grant_pending() const { return published_through_ != granted_through_; }
   // ns the oldest ungranted op has waited (0: none waits).
   std::int64_t current_wait_ns(std::int64_t now_ns) const;
@@ -97,7 +97,7 @@ class Client {
   std::uint64_t posted_ops_ = 0;
   std::uint64_t granted_ops_ = 0;
   std::uint64_t completed_ops_ = 0;
-  std::array<std::uint64_t, 3> marks_{};
+  std::array<std::uint64_t, 4> marks_{};
   GrantCounters grant_counters_;
   std::deque<Ungranted> ungranted_;
   std::unordered_map<std::uint32_t, std::string> kernel_names_;

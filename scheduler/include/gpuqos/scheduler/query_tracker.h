@@ -6,9 +6,13 @@
 //   is outstanding, and closes at the synchronisation mark that drains it: when every op posted
 //   before that mark has completed (or at the mark, if they already had). Ops posted after the mark
 //   but before the drain open the next query at their own post time;
-// - explicit, once the job posts a query_begin mark (gpuqos/query.h): from then on only its marks
-//   count; query_begin opens (a second begin while open is ignored) and query_end closes at the
-//   mark's arrival.
+// - explicit, once the job posts a query_begin or query_arrived mark (gpuqos/query.h): from then on
+//   only its marks count; query_begin opens (a second begin while open is ignored) and query_end
+//   closes at the mark's arrival. A query_arrived mark says a request arrived (at the mark's
+//   posted_ns); each query_begin then starts the oldest such request, and the query counts from its
+//   arrival: its latency and deadline include the time it waited in the job's own queue. Requests
+//   that arrived and have not begun wait in order (at most kMaxArrivals; the policy protects them
+//   too); one waiting longer than the stale age is dropped by expire().
 //
 // Closed queries teach a per-job profile: for the k-th op of a query (k < kProfileOps), how long the
 // query still ran after it was posted, and how long until the program next waited for the device
@@ -25,6 +29,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <set>
 #include <vector>
@@ -45,7 +50,8 @@ struct ClosedQuery {
 };
 
 struct OpenQuery {
-  std::int64_t opened_ns = 0;
+  std::int64_t opened_ns = 0;     // its request's arrival (marked with query_arrived), else its start
+  std::int64_t started_ns = 0;    // when the job began to serve it
   std::uint64_t ops = 0;
   std::int64_t last_op_ns = 0;   // when its latest op was posted (opened_ns before any)
   bool marked = false;
@@ -55,6 +61,9 @@ struct OpenQuery {
 class QueryTracker {
  public:
   static constexpr std::size_t kProfileOps = 4096;
+  // Requests waiting to begin, per client (beyond: not recorded; a queue that long has missed every
+  // target already, and the policy checks each waiting request at every decision).
+  static constexpr std::size_t kMaxArrivals = 256;
 
   // Every op and mark a tracked (high-priority) client posts, in seq order.
   std::vector<ClosedQuery> posted(ClientId client, const ipc::OpDescriptor& op, std::int64_t now_ns);
@@ -75,8 +84,10 @@ class QueryTracker {
   // time from its latest op to the next blocking point, less the time since that op; 0 with no
   // open query or no profile yet (every best-effort op then counts as delaying the query).
   std::int64_t expected_unblocked_ns(ClientId client, std::int64_t now_ns) const;
-  // The profile's expected length of a whole query (0: none closed yet).
+  // The profile's expected length of a whole query, from its start (0: none closed yet).
   std::int64_t expected_query_ns(ClientId client) const;
+  // The arrival times of the client's requests that have not begun, oldest first.
+  const std::deque<std::int64_t>& waiting_arrivals(ClientId client) const;
   std::uint64_t outstanding_ops(ClientId client) const;
 
  private:
@@ -91,12 +102,16 @@ class QueryTracker {
     OpenQuery query;
     std::vector<std::int64_t> op_times;  // post time of each op of the open query (first kProfileOps)
     std::vector<std::int64_t> block_times;  // post times of the open query's blocking points
+    std::deque<std::int64_t> arrivals;     // requests that arrived and have not begun, oldest first
     std::vector<std::int64_t> remaining;  // profile: after op k, the query ran this much longer
     std::vector<std::int64_t> unblocked;  // profile: after op k, its next blocking point came this much later
-    std::int64_t whole = 0;               // profile: a whole query
-    std::int64_t whole_unblocked = 0;     // profile: from its opening to its first blocking point
+    std::int64_t whole = 0;               // profile: a whole query, from its start
+    std::int64_t whole_unblocked = 0;     // profile: from its start to its first blocking point
   };
-  void open(State& state, std::int64_t at_ns);
+  // Opens a query started at at_ns whose request arrived at arrived_ns (<= at_ns).
+  void open(State& state, std::int64_t at_ns, std::int64_t arrived_ns);
+  void open(State& state, std::int64_t at_ns) { open(state, at_ns, at_ns); }
+  static void switch_to_marks(State& state);
   std::int64_t expected_from(ClientId client, std::int64_t now_ns, std::vector<std::int64_t> State::*after_op,
                              std::int64_t State::*whole) const;
   // Records `op` as a blocking point of the open query when it is one.

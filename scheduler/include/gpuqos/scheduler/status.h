@@ -48,7 +48,7 @@ struct ClientStatus {
   std::uint64_t posted = 0;
   std::uint64_t granted = 0;
   std::uint64_t completed = 0;
-  std::array<std::uint64_t, 3> marks{};  // synchronisations, query begins, query ends
+  std::array<std::uint64_t, 4> marks{};  // synchronisations, query begins, query ends, arrivals
   std::uint64_t last_seq = 0;
   std::uint64_t granted_through_seq = 0;
   std::int64_t current_wait_ns = 0;
