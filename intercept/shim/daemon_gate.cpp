@@ -109,32 +109,46 @@ static bool waits_for_work(HookId hook) noexcept {
   }
 }
 
-void DaemonGate::post_mark(ipc::OpKind kind, std::uint64_t stream) noexcept {
+void DaemonGate::post_mark(ipc::OpDescriptor descriptor) noexcept {
   std::shared_ptr<Session> session = session_.load();
   if (!session || !session->alive()) return;
-  ipc::OpDescriptor descriptor{};
-  descriptor.kind = kind;
-  descriptor.stream = stream;
-  descriptor.posted_ns = ipc::monotonic_ns();
-  if (kind == ipc::OpKind::query_arrived) {
-    // From whichever thread took the request, often one without a context: it is about the job,
-    // not a device. A daemon older than 1.2 would refuse the kind and drop the whole connection.
-    if (!session->takes_arrivals()) return;
-  } else {
-    CUcontext context = nullptr;
-    const auto get_current = driver<CtxGetCurrent>(DriverHelper::ctx_get_current);
-    if (!get_current || get_current(&context) != CUDA_SUCCESS || !context) return;
+  // A daemon older than 1.2 would refuse the kind and drop the whole connection.
+  if (descriptor.kind == ipc::OpKind::query_arrived && !session->takes_arrivals()) return;
+  // Query marks are about the job, not a device, and often come from a thread with no context
+  // (a server's receiving thread, a worker before its first CUDA call): device 0 then.
+  CUcontext context = nullptr;
+  const auto get_current = driver<CtxGetCurrent>(DriverHelper::ctx_get_current);
+  const bool has_context = get_current && get_current(&context) == CUDA_SUCCESS && context;
+  if (has_context) {
     descriptor.device = devices_.of(context);
+  } else if (descriptor.kind == ipc::OpKind::sync) {
+    return;
   }
   session->post(descriptor, kernels_, /*may_wait=*/false);  // a full ring drops the mark, never blocks
 }
 
 void DaemonGate::mark_query(QueryMark mark) noexcept {
-  switch (mark) {
-    case QueryMark::arrived: return post_mark(ipc::OpKind::query_arrived, 0);
-    case QueryMark::begin: return post_mark(ipc::OpKind::query_begin, 0);
-    case QueryMark::end: return post_mark(ipc::OpKind::query_end, 0);
+  ipc::OpDescriptor descriptor{};
+  if (mark == QueryMark::end) {
+    descriptor.kind = ipc::OpKind::query_end;
+    descriptor.posted_ns = ipc::monotonic_ns();
+    return post_mark(descriptor);
   }
+  // Stamped and posted under the lock: an arrival reaches the daemon before the begin that takes it.
+  std::lock_guard lock(arrivals_mutex_);
+  descriptor.posted_ns = ipc::monotonic_ns();
+  if (mark == QueryMark::arrived) {
+    descriptor.kind = ipc::OpKind::query_arrived;
+    if (arrivals_.size() >= kMaxArrivals) arrivals_.pop_front();
+    arrivals_.push_back(descriptor.posted_ns);
+  } else {
+    descriptor.kind = ipc::OpKind::query_begin;
+    if (!arrivals_.empty()) {
+      descriptor.arrived_ns = arrivals_.front();
+      arrivals_.pop_front();
+    }
+  }
+  post_mark(descriptor);
 }
 
 Ticket DaemonGate::before(const Operation& op) noexcept {
@@ -147,7 +161,11 @@ Ticket DaemonGate::before(const Operation& op) noexcept {
     // The program is about to wait: where an inferred query closes. stream 0 = the whole context
     // (cuEventSynchronize also reports 0: which stream recorded the event is not tracked).
     const bool on_stream = op.hook == HookId::hook_cuStreamSynchronize || op.hook == HookId::hook_cuStreamSynchronize_ptsz;
-    post_mark(ipc::OpKind::sync, on_stream ? stream_key(op) : 0);
+    ipc::OpDescriptor mark{};
+    mark.kind = ipc::OpKind::sync;
+    mark.stream = on_stream ? stream_key(op) : 0;
+    mark.posted_ns = ipc::monotonic_ns();
+    post_mark(mark);
     completions_.record_deferred_now();  // off the launch path, before the wait: done when it returns
     return {};
   }

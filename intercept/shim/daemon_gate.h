@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -52,7 +53,7 @@ class DaemonGate final : public Gate {
  private:
   Ticket post(const Operation& op, const std::shared_ptr<Session>& session) noexcept;
   // A synchronisation or query mark: posted, never held, never tracked for completion.
-  void post_mark(ipc::OpKind kind, std::uint64_t stream) noexcept;
+  void post_mark(ipc::OpDescriptor descriptor) noexcept;
   bool try_register(bool at_start) noexcept;
   void monitor() noexcept;
 
@@ -70,6 +71,14 @@ class DaemonGate final : public Gate {
   std::atomic<std::uint64_t> copy_chunk_bytes_{0};
 
   ContextDevices devices_;
+
+  // The arrival times of requests said to have arrived (gpuqos_query_arrived) and not yet begun,
+  // oldest first: each begin takes the oldest and names it to the daemon. Kept whether or not a
+  // daemon is there, so the pairing holds across a reconnect. At most kMaxArrivals (beyond: the
+  // oldest goes, the likeliest to be a request the program dropped).
+  static constexpr std::size_t kMaxArrivals = 256;
+  std::mutex arrivals_mutex_;
+  std::deque<std::int64_t> arrivals_;
 
   std::mutex stop_mutex_;
   std::condition_variable stop_cv_;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <tuple>
 
 namespace gpuqos::scheduler {
 
@@ -177,43 +178,56 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(const Queued& queued, std::int64_t now_
     if (options_.baymax.max_be_transfers != 0 && copies >= options_.baymax.max_be_transfers) return Hold::engine;
     if (here.hp_ops > 0) return Hold::engine;
   }
-  // Each query to protect: its deadline, the job's own time it still needs, the time best-effort
-  // work may use without delaying it, its posted device work (which queries after it wait for), and
-  // how much of the device work ahead of it its need already counts (its own job's).
+  // Each query to protect: its deadline, the time its job still needs for it (its own posted work
+  // included), the time best-effort work may use without delaying it, and its job's posted device
+  // work, which the queries of other jobs after it in deadline order wait for.
   struct Protected {
-    std::int64_t deadline_ns, need_ns, idle_ns, outstanding_ns, counted_ns;
+    std::int64_t deadline_ns, need_ns, idle_ns, outstanding_ns;
+    ClientId client;
+    bool waiting;  // a request not begun yet
   };
   std::vector<Protected> queries;
   for (const auto& [id, state] : clients_) {
     if (state.info.priority != ipc::Priority::high || state.info.device != op.device || !state.info.target_ns) continue;
     const std::int64_t target = *state.info.target_ns;
-    std::int64_t need = 0, idle = 0;
+    std::int64_t need = state.hp_outstanding_ns, idle = 0;
     if (const OpenQuery* query = queries_.open_query(id)) {
       need = queries_.expected_remaining_ns(id, now_ns);
       // The best-effort work ahead, this op included, delays the query only by what of it is still
       // running when its program next waits; until then the device also has the query's own
       // outstanding work to do, so only the rest of that time is idle for best-effort work.
       idle = std::max<std::int64_t>(0, queries_.expected_unblocked_ns(id, now_ns) - state.hp_outstanding_ns);
-      queries.push_back(Protected{query->opened_ns + target, need, idle, state.hp_outstanding_ns, 0});
+      queries.push_back(Protected{query->opened_ns + target, need, idle, state.hp_outstanding_ns, id, false});
     }
     // Requests waiting in the job's own queue start when the ones before them are done (so what
     // delays the open query delays them by as much), and each then takes a whole query's time.
     const std::int64_t whole = queries_.expected_query_ns(id);
     for (const std::int64_t arrived_ns : queries_.waiting_arrivals(id)) {
       need += whole;
-      queries.push_back(Protected{arrived_ns + target, need, idle, 0, state.hp_outstanding_ns});
+      queries.push_back(Protected{arrived_ns + target, need, idle, 0, id, true});
     }
   }
-  std::sort(queries.begin(), queries.end(),
-            [](const Protected& a, const Protected& b) { return a.deadline_ns < b.deadline_ns; });
-  std::int64_t ahead = 0;  // device work of the queries with earlier deadlines
+  std::sort(queries.begin(), queries.end(), [](const Protected& a, const Protected& b) {
+    return std::tie(a.deadline_ns, a.client, a.waiting) < std::tie(b.deadline_ns, b.client, b.waiting);
+  });
+  std::int64_t ahead = 0;  // device work of the other jobs' queries with earlier deadlines
+  std::vector<std::pair<ClientId, std::int64_t>> added;  // of which each job's own (its need counts it)
   for (const Protected& query : queries) {
+    auto own = std::find_if(added.begin(), added.end(), [&](const auto& a) { return a.first == query.client; });
+    const std::int64_t others = ahead - (own == added.end() ? 0 : own->second);
+    const std::int64_t due = now_ns + query.need_ns + others + options_.baymax.safety_margin_ns;
+    // A waiting request that is late even with no best-effort work is past saving: holding
+    // best-effort work for it would only starve that work while an overloaded job's queue refills.
+    if (query.waiting && due > query.deadline_ns) continue;
     const std::int64_t delay = std::max<std::int64_t>(0, backlog + p - query.idle_ns);
-    const std::int64_t others = std::max<std::int64_t>(0, ahead - query.counted_ns);
-    if (now_ns + query.need_ns + others + delay + options_.baymax.safety_margin_ns > query.deadline_ns) {
-      return Hold::deadline;
-    }
+    if (due + delay > query.deadline_ns) return Hold::deadline;
+    if (query.outstanding_ns == 0) continue;
     ahead += query.outstanding_ns;
+    if (own == added.end()) {
+      added.emplace_back(query.client, query.outstanding_ns);
+    } else {
+      own->second += query.outstanding_ns;
+    }
   }
   return Hold::none;
 }

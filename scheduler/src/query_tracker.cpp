@@ -91,26 +91,24 @@ std::vector<ClosedQuery> QueryTracker::posted(ClientId client, const ipc::OpDesc
   std::vector<ClosedQuery> closed;
   State& state = clients_[client];
   switch (op.kind) {
-    case ipc::OpKind::query_arrived: {
+    case ipc::OpKind::query_arrived:
       switch_to_marks(state);
-      if (state.arrivals.size() >= kMaxArrivals) return closed;  // a job that never begins what arrives
-      // The shim's stamp, never in the future; threads stamp before they take a seq, so the order
-      // of arrival is the order of posting.
-      std::int64_t at_ns = std::min(op.posted_ns, now_ns);
-      if (!state.arrivals.empty()) at_ns = std::max(at_ns, state.arrivals.back());
-      state.arrivals.push_back(at_ns);
+      // A request begun already (its arrival came late) or one too many: not waiting.
+      if (op.posted_ns <= state.last_begun_arrival_ns || state.arrivals.size() >= kMaxArrivals) return closed;
+      state.arrivals.push_back(std::min(op.posted_ns, now_ns));  // the shim's stamp, never in the future
+      return closed;
+    case ipc::OpKind::query_begin: {
+      switch_to_marks(state);
+      // The request it begins (the shim pairs them) and any that arrived before it: not waiting now.
+      // A mark lost on the way costs one query its arrival, never the pairing of the next ones.
+      const std::int64_t arrived_ns = op.arrived_ns > 0 ? std::min(op.arrived_ns, now_ns) : 0;
+      if (arrived_ns > 0) {
+        std::erase_if(state.arrivals, [arrived_ns](std::int64_t t) { return t <= arrived_ns; });
+        state.last_begun_arrival_ns = std::max(state.last_begun_arrival_ns, op.arrived_ns);
+      }
+      if (!state.open) open(state, now_ns, arrived_ns > 0 ? arrived_ns : now_ns);
       return closed;
     }
-    case ipc::OpKind::query_begin:
-      switch_to_marks(state);
-      if (state.open) return closed;
-      if (state.arrivals.empty()) {
-        open(state, now_ns);
-      } else {
-        open(state, now_ns, state.arrivals.front());
-        state.arrivals.pop_front();
-      }
-      return closed;
     case ipc::OpKind::query_end:
       note_blocking(state, op, now_ns);
       if (state.explicit_marks && state.open) closed.push_back(close(client, state, now_ns));
@@ -159,7 +157,7 @@ std::vector<ClientId> QueryTracker::expire(std::int64_t now_ns, std::int64_t max
   std::vector<ClientId> expired;
   for (auto& [client, state] : clients_) {
     // A request that never began (the job dropped it, or the begin mark was lost in a full ring).
-    while (!state.arrivals.empty() && now_ns - state.arrivals.front() > max_age_ns) state.arrivals.pop_front();
+    std::erase_if(state.arrivals, [&](std::int64_t t) { return now_ns - t > max_age_ns; });
     if (!state.open || now_ns - state.query.last_op_ns <= max_age_ns) continue;
     state.open = false;
     state.query = {};

@@ -181,6 +181,7 @@ TEST_F(GateTest, PostsSynchronisationsAndExplicitQueryMarksWithoutHolding) {
   // The arrival came from a thread without a context: posted all the same, stamped when it was said.
   EXPECT_GT(client.ops[0].posted_ns, 0);
   EXPECT_LE(client.ops[0].posted_ns, client.ops[1].posted_ns);
+  EXPECT_EQ(client.ops[1].arrived_ns, client.ops[0].posted_ns) << "the begin names the request it starts";
   EXPECT_NE(client.ops[3].stream, 0u);  // cuStreamSynchronize names its stream
   EXPECT_EQ(client.ops[5].stream, 0u);  // cuCtxSynchronize: the whole context
   EXPECT_EQ(client.ops[6].stream, 0u);  // cuEventSynchronize: the event's stream is not tracked

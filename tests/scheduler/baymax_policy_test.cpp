@@ -327,9 +327,10 @@ TEST(BaymaxPolicy, OnlyWorkStillRunningAtTheQuerysNextBlockingPointDelaysIt) {
 // A request waiting in the job's own queue starts when the open query is done: best-effort work
 // that the open query's deadline would allow can still make the waiting one late.
 TEST(BaymaxPolicy, ARequestWaitingInTheJobsQueueIsProtectedToo) {
-  const auto mark = [](std::uint64_t seq, ipc::OpKind kind, std::int64_t posted_ns) {
+  const auto mark = [](std::uint64_t seq, ipc::OpKind kind, std::int64_t at_ns) {
     ipc::OpDescriptor d = op(seq, kind);
-    d.posted_ns = posted_ns;
+    d.posted_ns = at_ns;
+    if (kind == ipc::OpKind::query_begin) d.arrived_ns = at_ns;  // begun as it arrived
     return d;
   };
   const auto policy_at_21ms = [&](bool second_request) {
@@ -364,12 +365,44 @@ TEST(BaymaxPolicy, AQueryThatWaitedInTheJobsQueueHasLessSlack) {
   BaymaxPolicy policy(options(50 * kMs));
   (void)policy.client_registered(serve(kServe, 30 * kMs), 0);
   ipc::OpDescriptor arrival = op(1, ipc::OpKind::query_arrived);
-  arrival.posted_ns = 0;
-  (void)post(policy, kServe, Priority::high, arrival, 0, 0);
-  (void)post(policy, kServe, Priority::high, op(2, ipc::OpKind::query_begin), 15 * kMs, 0);
+  arrival.posted_ns = 1;
+  (void)post(policy, kServe, Priority::high, arrival, 1, 0);
+  ipc::OpDescriptor begin = op(2, ipc::OpKind::query_begin);
+  begin.arrived_ns = 1;
+  (void)post(policy, kServe, Priority::high, begin, 15 * kMs, 0);
   // Deadline 30 (not 45): 15 + p + 0 (no profile) + 1 <= 30 allows p <= 14.
   EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(1), 15 * kMs, 15 * kMs).empty());
   EXPECT_EQ(post(policy, kTrainB, Priority::low, op(1), 15 * kMs, 14 * kMs), (Decisions{{kTrainB, 1}}));
+}
+
+ipc::OpDescriptor arrival_at(std::uint64_t seq, std::int64_t at_ns) {
+  ipc::OpDescriptor d = op(seq, ipc::OpKind::query_arrived);
+  d.posted_ns = at_ns;
+  return d;
+}
+
+// With no query open, a waiting request still waits for its job's posted work.
+TEST(BaymaxPolicy, AWaitingRequestCountsItsJobsPostedWork) {
+  BaymaxPolicy policy(options(50 * kMs));
+  (void)policy.client_registered(serve(kServe, 30 * kMs), 0);
+  (void)post(policy, kServe, Priority::high, arrival_at(1, 1), 1, 0);  // due at 30 ms
+  (void)post(policy, kServe, Priority::high, op(2), 1, 4 * kMs);        // not in a query, but ahead of it
+  // 0 + 4 + p + 1 <= 30: p <= 25.
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(1), 1, 26 * kMs).empty());
+  EXPECT_EQ(post(policy, kTrainB, Priority::low, op(1), 1, 25 * kMs), (Decisions{{kTrainB, 1}}));
+}
+
+// A waiting request that is late even with no best-effort work is past saving: it holds nothing,
+// or an overloaded job's ever-refilled queue would starve best-effort work.
+TEST(BaymaxPolicy, AWaitingRequestPastSavingHoldsNothing) {
+  BaymaxPolicy policy(options(50 * kMs));
+  (void)policy.client_registered(serve(kServe, 10 * kMs), 0);
+  (void)post(policy, kServe, Priority::high, arrival_at(1, 1 * kMs), 1 * kMs, 0);  // due at 11 ms
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 20 * kMs, 3 * kMs), (Decisions{{kTrainA, 1}}));
+  (void)post(policy, kServe, Priority::high, arrival_at(2, 19 * kMs), 20 * kMs, 0);  // due at 29 ms
+  // 20 + backlog 3 + p + 1 <= 29: p <= 5.
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(2), 20 * kMs, 6 * kMs).empty());
+  EXPECT_EQ(post(policy, kTrainB, Priority::low, op(1), 20 * kMs, 5 * kMs), (Decisions{{kTrainB, 1}}));
 }
 
 // A long op held only by the deadline leaves the slack to others, but not for ever: queries that

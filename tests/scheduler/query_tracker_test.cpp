@@ -79,6 +79,13 @@ ipc::OpDescriptor arrived(std::uint64_t seq, std::int64_t posted_ns) {
   return d;
 }
 
+// A begin naming the arrival of the request it begins, as the shim sends it (0: none).
+ipc::OpDescriptor begin(std::uint64_t seq, std::int64_t arrived_ns) {
+  ipc::OpDescriptor d = op(seq, ipc::OpKind::query_begin);
+  d.arrived_ns = arrived_ns;
+  return d;
+}
+
 // A server that queues requests says when each arrived: the query it begins next is the oldest
 // waiting one, and counts from its arrival; the profile counts from its start.
 TEST(QueryTracker, AQueryCountsFromItsRequestsArrival) {
@@ -87,9 +94,9 @@ TEST(QueryTracker, AQueryCountsFromItsRequestsArrival) {
   (void)tracker.posted(kServe, arrived(2, 3 * kMs), 3 * kMs + 10);  // the daemon reads it a little later
   EXPECT_EQ(tracker.open_query(kServe), nullptr) << "arrived, not begun";
   EXPECT_EQ(tracker.waiting_arrivals(kServe), (std::deque<std::int64_t>{1 * kMs, 3 * kMs}));
-  (void)tracker.posted(kServe, op(3, ipc::OpKind::query_begin), 5 * kMs);
+  (void)tracker.posted(kServe, begin(3, 1 * kMs), 5 * kMs);
   ASSERT_NE(tracker.open_query(kServe), nullptr);
-  EXPECT_EQ(tracker.open_query(kServe)->opened_ns, 1 * kMs) << "the oldest request";
+  EXPECT_EQ(tracker.open_query(kServe)->opened_ns, 1 * kMs) << "the request it names";
   EXPECT_EQ(tracker.open_query(kServe)->started_ns, 5 * kMs);
   EXPECT_EQ(tracker.waiting_arrivals(kServe), (std::deque<std::int64_t>{3 * kMs}));
   (void)tracker.posted(kServe, op(4), 5 * kMs);
@@ -98,20 +105,47 @@ TEST(QueryTracker, AQueryCountsFromItsRequestsArrival) {
   ASSERT_EQ(closed.size(), 1u);
   EXPECT_EQ(closed[0].latency_ns(), 8 * kMs) << "arrival to end, the wait in the server's queue included";
   EXPECT_EQ(tracker.expected_query_ns(kServe), 4 * kMs) << "the profile is the work: start to end";
-  (void)tracker.posted(kServe, op(6, ipc::OpKind::query_begin), 10 * kMs);
+  (void)tracker.posted(kServe, begin(6, 3 * kMs), 10 * kMs);
   EXPECT_EQ(tracker.open_query(kServe)->opened_ns, 3 * kMs);
   EXPECT_EQ(tracker.expected_remaining_ns(kServe, 11 * kMs), 3 * kMs) << "counted from its start, not its arrival";
   EXPECT_TRUE(tracker.waiting_arrivals(kServe).empty());
   (void)tracker.posted(kServe, op(7, ipc::OpKind::query_end), 12 * kMs);
-  (void)tracker.posted(kServe, op(8, ipc::OpKind::query_begin), 20 * kMs);
-  EXPECT_EQ(tracker.open_query(kServe)->opened_ns, 20 * kMs) << "no request waiting: it arrives as it begins";
+  (void)tracker.posted(kServe, begin(8, 0), 20 * kMs);
+  EXPECT_EQ(tracker.open_query(kServe)->opened_ns, 20 * kMs) << "no request named: it arrives as it begins";
 }
 
-TEST(QueryTracker, ArrivalsAreNeverInTheFutureNorOutOfOrder) {
+TEST(QueryTracker, ArrivalsAreNeverInTheFuture) {
   QueryTracker tracker;
   (void)tracker.posted(kServe, arrived(1, 9 * kMs), 2 * kMs);  // a stamp ahead of the daemon's clock
-  (void)tracker.posted(kServe, arrived(2, 1 * kMs), 3 * kMs);  // stamped before the first, posted after
-  EXPECT_EQ(tracker.waiting_arrivals(kServe), (std::deque<std::int64_t>{2 * kMs, 2 * kMs}));
+  EXPECT_EQ(tracker.waiting_arrivals(kServe), (std::deque<std::int64_t>{2 * kMs}));
+  (void)tracker.posted(kServe, begin(2, 9 * kMs), 3 * kMs);
+  EXPECT_EQ(tracker.open_query(kServe)->opened_ns, 3 * kMs);
+  EXPECT_TRUE(tracker.waiting_arrivals(kServe).empty());
+}
+
+// The shim names the request each begin starts: a mark lost on the way (a full ring) costs one
+// query its arrival, never the pairing of the next ones.
+TEST(QueryTracker, ALostMarkCostsOneQueryNotThePairing) {
+  QueryTracker tracker;
+  (void)tracker.posted(kServe, arrived(1, 1 * kMs), 1 * kMs);
+  (void)tracker.posted(kServe, arrived(2, 2 * kMs), 2 * kMs);
+  (void)tracker.posted(kServe, arrived(3, 3 * kMs), 3 * kMs);
+  // The begin of the first request was lost; its end closes nothing.
+  EXPECT_TRUE(tracker.posted(kServe, op(4, ipc::OpKind::query_end), 4 * kMs).empty());
+  (void)tracker.posted(kServe, begin(5, 2 * kMs), 5 * kMs);
+  EXPECT_EQ(tracker.open_query(kServe)->opened_ns, 2 * kMs);
+  EXPECT_EQ(tracker.waiting_arrivals(kServe), (std::deque<std::int64_t>{3 * kMs})) << "the first is gone too";
+  // The end of the second is lost: the third's begin finds it open, so opens nothing, but its
+  // request is no longer waiting.
+  (void)tracker.posted(kServe, begin(6, 3 * kMs), 6 * kMs);
+  EXPECT_EQ(tracker.open_query(kServe)->opened_ns, 2 * kMs);
+  EXPECT_TRUE(tracker.waiting_arrivals(kServe).empty());
+  // An arrival that reaches the daemon after the begin that took it is not waiting.
+  (void)tracker.posted(kServe, op(7, ipc::OpKind::query_end), 7 * kMs);
+  (void)tracker.posted(kServe, begin(8, 8 * kMs), 8 * kMs);
+  (void)tracker.posted(kServe, arrived(9, 8 * kMs), 8 * kMs);
+  EXPECT_TRUE(tracker.waiting_arrivals(kServe).empty());
+  EXPECT_EQ(tracker.open_query(kServe)->opened_ns, 8 * kMs);
 }
 
 TEST(QueryTracker, AnArrivalSwitchesToMarks) {
@@ -120,7 +154,7 @@ TEST(QueryTracker, AnArrivalSwitchesToMarks) {
   ASSERT_NE(tracker.open_query(kServe), nullptr);
   (void)tracker.posted(kServe, arrived(2, 1 * kMs), 1 * kMs);
   EXPECT_EQ(tracker.open_query(kServe), nullptr) << "the inferred query is dropped";
-  (void)tracker.posted(kServe, op(3, ipc::OpKind::query_begin), 2 * kMs);
+  (void)tracker.posted(kServe, begin(3, 1 * kMs), 2 * kMs);
   (void)tracker.completed(kServe, done(1, 3 * kMs), 3 * kMs);
   EXPECT_TRUE(tracker.posted(kServe, op(4, ipc::OpKind::sync), 4 * kMs).empty()) << "syncs no longer close";
   EXPECT_NE(tracker.open_query(kServe), nullptr);
@@ -138,8 +172,8 @@ TEST(QueryTracker, RequestsThatNeverBeginAreDroppedAndCapped) {
   (void)tracker.expire(4 * kMs, 2 * kMs);
   EXPECT_TRUE(tracker.waiting_arrivals(kServe).empty()) << "older than the stale age";
   (void)tracker.posted(kServe, arrived(++seq, 5 * kMs), 5 * kMs);
-  (void)tracker.posted(kServe, op(++seq, ipc::OpKind::query_begin), 6 * kMs);
-  EXPECT_EQ(tracker.open_query(kServe)->opened_ns, 5 * kMs) << "the next request pairs with its own arrival";
+  (void)tracker.posted(kServe, begin(++seq, 5 * kMs), 6 * kMs);
+  EXPECT_EQ(tracker.open_query(kServe)->opened_ns, 5 * kMs);
   tracker.client_gone(kServe);
   EXPECT_TRUE(tracker.waiting_arrivals(kServe).empty());
 }

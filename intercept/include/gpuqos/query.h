@@ -18,12 +18,16 @@
  *     on the worker, when it takes the oldest:  gpuqos_query_begin(); ... gpuqos_query_end();
  *
  * Each gpuqos_query_begin() starts the oldest arrived request not yet begun (or one arriving now,
- * if none waits); requests are served in arrival order. gpuqosd also counts the requests still
- * waiting: best-effort work that would make one of them late is held too.
+ * if none waits): requests are served in arrival order, one query at a time per process, and
+ * every gpuqos_query_arrived() wants exactly one gpuqos_query_begin() (a request dropped unbegun
+ * makes the next begin count from its arrival; at most 256 wait, beyond which the oldest is
+ * forgotten). Call gpuqos_query_arrived() before handing the request to the worker. gpuqosd also
+ * counts the requests still waiting: best-effort work that would make one of them late is held
+ * too. A gpuqosd older than protocol 1.2 gets no arrivals: its queries run from their begin.
  *
- * Header only, C and C++, nothing to link. Without libgpuqos.so in the process both calls are
- * no-ops (one failed symbol lookup, cached); with it they post a mark to the daemon and return at
- * once, never waiting on it.
+ * Header only, C and C++, nothing to link; any thread, with or without a CUDA context. Without
+ * libgpuqos.so in the process all three calls are no-ops (one failed symbol lookup, cached); with
+ * it they post a mark to the daemon and return at once, never waiting on it.
  */
 #ifndef GPUQOS_QUERY_H
 #define GPUQOS_QUERY_H

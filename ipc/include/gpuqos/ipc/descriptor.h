@@ -62,7 +62,10 @@ struct OpDescriptor {
   std::uint8_t arg_count;       // kernel: how many of args are meaningful, <= kMaxScalarArgs
   std::uint32_t reserved0;
   std::uint64_t args[kMaxScalarArgs];  // kernel: scalar arguments, zero-extended to 64 bits
-  std::uint8_t reserved[48];
+  // query_begin (1.2): the posted_ns of the query_arrived mark of the request it begins (<= 0: none
+  // said). The shim pairs them, so a mark lost on the way cannot pair later requests wrongly.
+  std::int64_t arrived_ns;
+  std::uint8_t reserved[40];
 };
 
 enum CompletionFlags : std::uint32_t {
@@ -110,7 +113,8 @@ static_assert(offsetof(OpDescriptor, shared_bytes) == 64);
 static_assert(offsetof(OpDescriptor, kind) == 72);
 static_assert(offsetof(OpDescriptor, arg_count) == 75);
 static_assert(offsetof(OpDescriptor, args) == 80);
-static_assert(offsetof(OpDescriptor, reserved) == 144);
+static_assert(offsetof(OpDescriptor, arrived_ns) == 144);
+static_assert(offsetof(OpDescriptor, reserved) == 152);
 static_assert(offsetof(CompletionDescriptor, status) == 24);
 static_assert(offsetof(GrantDescriptor, flags) == 16);
 

@@ -62,7 +62,7 @@ class Client {
   std::uint64_t granted_ops() const { return granted_ops_; }
   std::uint64_t completed_ops() const { return completed_ops_; }
   void count_completion() { ++completed_ops_; }
-  // Marks posted: [0] synchronisations, [1] query begins, [2] query ends.
+  // Marks posted: [0] synchronisations, [1] query begins, [2] query ends, [3] query arrivals.
   const std::array<std::uint64_t, 4>& marks() const { return marks_; }
   bool grant_pending() const { return published_through_ != granted_through_; }
   // ns the oldest ungranted op has waited (0: none waits).

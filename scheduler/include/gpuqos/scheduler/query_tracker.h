@@ -9,10 +9,12 @@
 // - explicit, once the job posts a query_begin or query_arrived mark (gpuqos/query.h): from then on
 //   only its marks count; query_begin opens (a second begin while open is ignored) and query_end
 //   closes at the mark's arrival. A query_arrived mark says a request arrived (at the mark's
-//   posted_ns); each query_begin then starts the oldest such request, and the query counts from its
-//   arrival: its latency and deadline include the time it waited in the job's own queue. Requests
-//   that arrived and have not begun wait in order (at most kMaxArrivals; the policy protects them
-//   too); one waiting longer than the stale age is dropped by expire().
+//   posted_ns); the shim gives each query_begin the arrival of the request it begins (the oldest
+//   not begun: OpDescriptor::arrived_ns), and the query counts from it: its latency and deadline
+//   include the time it waited in the job's own queue. That arrival and every earlier one stop
+//   waiting at the begin (even a begin ignored because a query is open), so a lost mark costs one
+//   query, not the pairing. Requests that arrived and have not begun wait (at most kMaxArrivals;
+//   the policy protects them too); one waiting longer than the stale age is dropped by expire().
 //
 // Closed queries teach a per-job profile: for the k-th op of a query (k < kProfileOps), how long the
 // query still ran after it was posted, and how long until the program next waited for the device
@@ -86,7 +88,7 @@ class QueryTracker {
   std::int64_t expected_unblocked_ns(ClientId client, std::int64_t now_ns) const;
   // The profile's expected length of a whole query, from its start (0: none closed yet).
   std::int64_t expected_query_ns(ClientId client) const;
-  // The arrival times of the client's requests that have not begun, oldest first.
+  // The arrival times of the client's requests that have not begun, in the order they were said.
   const std::deque<std::int64_t>& waiting_arrivals(ClientId client) const;
   std::uint64_t outstanding_ops(ClientId client) const;
 
@@ -103,6 +105,7 @@ class QueryTracker {
     std::vector<std::int64_t> op_times;  // post time of each op of the open query (first kProfileOps)
     std::vector<std::int64_t> block_times;  // post times of the open query's blocking points
     std::deque<std::int64_t> arrivals;     // requests that arrived and have not begun, oldest first
+    std::int64_t last_begun_arrival_ns = 0;  // the latest arrival a begin named
     std::vector<std::int64_t> remaining;  // profile: after op k, the query ran this much longer
     std::vector<std::int64_t> unblocked;  // profile: after op k, its next blocking point came this much later
     std::int64_t whole = 0;               // profile: a whole query, from its start
