@@ -66,10 +66,13 @@ class Experiment {
   }
 
  private:
-  // The LC replayer: Poisson arrivals at `rate_per_s`, or closed loop without one.
+  // The LC replayer: Poisson arrivals at `rate_per_s`, or closed loop without one. It marks its
+  // queries (gpuqos/query.h) as a server that queues requests would: gpuqosd then measures and
+  // protects the latency the cells are judged by, arrival to completion.
   JobSpec lc_job(std::optional<double> rate_per_s) const {
     std::vector<std::string> args{"--workload", rig_.workload_file(lc_workload()).string(), "--mode", "lc", "--gaps", "keep",
-                                  "--pace-scale", number(o_.time_scale), "--seed", std::to_string(o_.seed)};
+                                  "--pace-scale", number(o_.time_scale), "--seed", std::to_string(o_.seed),
+                                  "--mark-queries"};
     if (rate_per_s) {
       args.insert(args.end(), {"--rate", number(*rate_per_s)});
     } else {
@@ -166,18 +169,6 @@ class Experiment {
     return s;
   }
 
-  // The target gpuqosd enforces: the same factor on the query's service time (closed loop, alone;
-  // its median, as a 1.5-s calibration's p99 is one outlier away from 1.6x it), not on the cell's
-  // end-to-end target. gpuqosd sees a query from its first op to the sync that
-  // drains it; the replayer's own queue of arrivals is invisible to it, and at these loads a little
-  // more service time is a lot more queueing, so an end-to-end target cannot be handed to it as is.
-  double daemon_target_ms(const std::string& mode) const {
-    for (const Calibration& c : results_.calibrations) {
-      if (c.device_mode == mode && c.status.ok) return target_ms(o_.target_factor, c.lc.p50_ms);
-    }
-    throw std::runtime_error("no closed-loop calibration in mode " + mode);
-  }
-
   const StandaloneLc* lc_reference(const Cell& cell) const {
     for (const StandaloneLc& s : results_.standalone_lc) {
       if (s.device_mode == cell.device_mode && s.lc_load == cell.lc_load) return &s;
@@ -199,7 +190,8 @@ class Experiment {
     std::optional<fs::path> config;
     if (cell.policy != "none") {
       config = rig_.out_dir() / "configs" / (name + ".toml");
-      std::ofstream(*config) << gpuqosd_config_toml(cell, daemon_target_ms(cell.device_mode), o_.time_scale, o_.baymax,
+      // gpuqosd enforces the target the cell is judged by: the replayer marks each query's arrival.
+      std::ofstream(*config) << gpuqosd_config_toml(cell, reference->target_ms, o_.time_scale, o_.baymax,
                                                     o_.baymax_source);
     }
     CellMeasurement m;

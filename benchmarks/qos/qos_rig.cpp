@@ -143,6 +143,12 @@ DeviceSample QosRig::sample_device(const std::string& name) const {
   return parse_device_sample(nlohmann::json::parse(read_file(answer)));
 }
 
+void QosRig::save_daemon_status(const std::string& run_name, const std::string& socket) const {
+  const fs::path answer = out_ / "logs" / (run_name + "-gpuqosd-status.json");
+  ChildProcess status({build_program("gpuqos").string(), "status", "--json", "--socket", socket}, {}, answer);
+  if (status.wait(10s) != 0) std::cerr << "gpuqos-bench: " << run_name << ": no gpuqosd status (" << answer.string() << ")\n";
+}
+
 bool QosRig::start_gpuqosd(const std::string& run_name, const fs::path& config, const std::string& socket,
                            std::optional<ChildProcess>& daemon, Status& status) {
   const fs::path log = log_file(run_name + "-gpuqosd");
@@ -234,6 +240,7 @@ RunOutcome QosRig::run_jobs(const std::string& run_name, const std::vector<JobSp
   } catch (const std::exception& e) {
     outcome.status = {false, e.what(), "", ""};
   }
+  if (managed) save_daemon_status(run_name, gpuqosd_socket);
 
   const Clock::time_point deadline = after(begin, duration_s) + kRunGrace;
   std::vector<std::optional<int>> codes;

@@ -87,6 +87,9 @@ class QosRig {
   // Starts simgpud for compute_mode_; its log restarts or, after a crash, goes on.
   void launch_device(testing::OutputMode log_mode);
   DeviceSample sample_device(const std::string& name) const;
+  // gpuqosd's `gpuqos status --json` at the end of the window (logs/<run>-gpuqosd-status.json): what
+  // held best-effort work, the latencies it measured. Best effort: a failure is only reported.
+  void save_daemon_status(const std::string& run_name, const std::string& socket) const;
   void stop_device();
 
   std::filesystem::path out_;

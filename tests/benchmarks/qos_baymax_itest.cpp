@@ -9,7 +9,9 @@
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "experiment.h"
 #include "gpuqos/config/load.h"
@@ -55,6 +57,25 @@ TEST(QosBaymax, ShortColocationKeepsTheQueryTailWhileBestEffortProgresses) {
   ASSERT_EQ(cell.be.size(), 1u);
   EXPECT_GT(cell.be[0].run.iterations, 0u);
   EXPECT_GE(cell.be[0].fraction_of_standalone, 0.3) << "best-effort work hardly progressed";
+
+  // The replayer said when each query arrived (from a thread of its own, through the shim) and
+  // began each after its arrival: gpuqosd measured and protected latency from the arrival, as the
+  // report judges it.
+  const auto status_file = out.path() / "logs" / (cell_name(cell.cell) + "-gpuqosd-status.json");
+  std::ifstream in(status_file);
+  ASSERT_TRUE(in) << "no " << status_file;
+  const auto status = nlohmann::json::parse(in);
+  bool seen = false;
+  for (const auto& client : status.at("clients")) {
+    if (client.at("job") != "bert-infer") continue;
+    seen = true;
+    const auto& marks = client.at("marks");
+    EXPECT_GT(marks.at("query_arrived").get<std::uint64_t>(), 50u);
+    EXPECT_GE(marks.at("query_arrived").get<std::uint64_t>(), marks.at("query_begin").get<std::uint64_t>());
+    EXPECT_LE(marks.at("query_arrived").get<std::uint64_t>() - marks.at("query_begin").get<std::uint64_t>(), 10u)
+        << "more than the replayer's queue not begun when the window ended";
+  }
+  EXPECT_TRUE(seen) << "bert-infer is not a client of gpuqosd";
 }
 
 }  // namespace

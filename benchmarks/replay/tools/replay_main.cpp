@@ -1,9 +1,14 @@
 // gpuqos-replay: replays a workload on a CUDA device as latency-critical queries or best-effort iterations.
+#include <gpuqos/query.h>
+
 #include <CLI/CLI.hpp>
+#include <condition_variable>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <mutex>
 #include <optional>
+#include <stop_token>
 #include <thread>
 
 #include "cuda_replayer.h"
@@ -27,6 +32,7 @@ struct Options {
   double pace_scale = 1.0;
   double rate_per_s = 10;
   bool closed_loop = false;
+  bool mark_queries = false;
   std::uint64_t seed = 1;
   std::optional<double> duration_s;
   std::optional<std::uint64_t> count;  // --queries / --iterations
@@ -54,24 +60,71 @@ struct StopRule {
   }
 };
 
+Clock::time_point next_arrival(Clock::time_point arrival, PoissonArrivals& arrivals) {
+  return arrival + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(arrivals.next_gap_s()));
+}
+
+// --mark-queries, open loop: says when each request arrives (gpuqos_query_arrived), at its arrival,
+// from a thread of its own, as a server's receiving thread would, while the worker may be busy with
+// an earlier one. The schedule is the worker's: the same process from the same seed. The worker
+// begins request n only once its arrival was said (wait_said), so the daemon pairs them right.
+class ArrivalAnnouncer {
+ public:
+  ArrivalAnnouncer(const Options& o, Clock::time_point first)
+      : thread_([this, rate = o.rate_per_s, seed = o.seed, first](std::stop_token stop) { run(stop, rate, seed, first); }) {}
+
+  void wait_said(std::uint64_t count) {
+    std::unique_lock lock(mutex_);
+    said_cv_.wait(lock, [&] { return said_ >= count; });
+  }
+
+ private:
+  void run(std::stop_token stop, double rate, std::uint64_t seed, Clock::time_point arrival) {
+    PoissonArrivals arrivals(rate, seed);
+    std::mutex sleep_mutex;
+    std::condition_variable_any sleep_cv;
+    for (;;) {
+      std::unique_lock sleep(sleep_mutex);
+      if (sleep_cv.wait_until(sleep, stop, arrival, [] { return false; }) || stop.stop_requested()) return;
+      gpuqos_query_arrived();
+      {
+        std::lock_guard lock(mutex_);
+        ++said_;
+      }
+      said_cv_.notify_all();
+      arrival = next_arrival(arrival, arrivals);
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable said_cv_;
+  std::uint64_t said_ = 0;
+  std::jthread thread_;  // last: stopped and joined before the rest goes
+};
+
 // Latency-critical: each query replays the workload once; one query at a time, in arrival order.
+// --mark-queries brackets each with gpuqos/query.h's marks (no-ops without the shim).
 json run_queries(CudaReplayer& replayer, const Options& o, const StopRule& stop) {
   std::vector<double> latency_ms, service_ms, device_ms;
   PoissonArrivals arrivals(o.closed_loop ? 1.0 : o.rate_per_s, o.seed);
   Clock::time_point arrival = stop.begin;
+  std::optional<ArrivalAnnouncer> announcer;
+  if (o.mark_queries && !o.closed_loop) announcer.emplace(o, arrival);
   while (!stop.done(latency_ms.size(), Clock::now())) {
     std::this_thread::sleep_until(arrival);
+    if (announcer) announcer->wait_said(latency_ms.size() + 1);
+    if (o.mark_queries) gpuqos_query_begin();
     replayer.start(false);  // the query's clock is the host's: its arrival
     const Clock::time_point start = std::max(Clock::now(), arrival);
     replayer.submit(start);
     device_ms.push_back(replayer.wait());
+    if (o.mark_queries) gpuqos_query_end();
     const Clock::time_point done = Clock::now();
     latency_ms.push_back(ms_between(arrival, done));
     service_ms.push_back(ms_between(start, done));
-    arrival = o.closed_loop ? done
-                            : arrival + std::chrono::duration_cast<Clock::duration>(
-                                            std::chrono::duration<double>(arrivals.next_gap_s()));
+    arrival = o.closed_loop ? done : next_arrival(arrival, arrivals);
   }
+  announcer.reset();
   const double wall_s = ms_between(stop.begin, Clock::now()) / 1000.0;
   json summary = summary_json(summarize(latency_ms));
   summary["throughput_per_s"] = static_cast<double>(latency_ms.size()) / wall_s;
@@ -117,7 +170,7 @@ int run(const Options& o) {
   if (!stop.count && !stop.duration_s) stop.duration_s = 10.0;
   json result = o.mode == "lc" ? run_queries(replayer, o, stop) : run_iterations(replayer, stop);
   result["config"] = {{"workload", o.workload_path}, {"mode", o.mode},   {"gaps", o.gaps}, {"lead_us", o.lead_us}, {"pace_scale", o.pace_scale},
-                      {"rate_per_s", o.rate_per_s},  {"closed_loop", o.closed_loop}, {"seed", o.seed},
+                      {"rate_per_s", o.rate_per_s},  {"closed_loop", o.closed_loop}, {"mark_queries", o.mark_queries}, {"seed", o.seed},
                       {"device", replayer.device_name()}};
   result["trace"] = {{"source", workload.source},
                      {"span_ms", static_cast<double>(workload.span_ns) / 1e6},
@@ -157,6 +210,9 @@ int main(int argc, char** argv) {
   app.add_option("--rate", o.rate_per_s, "lc: query arrivals per second (Poisson, open loop)")
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_flag("--closed-loop", o.closed_loop, "lc: the next query arrives when the previous one finished");
+  app.add_flag("--mark-queries", o.mark_queries,
+               "lc: mark each query with gpuqos/query.h (its arrival, from a thread of its own, its begin and "
+               "end), so gpuqosd's latency and deadline run from the arrival");
   app.add_option("--seed", o.seed, "seed of the arrival process")->capture_default_str();
   auto* duration = app.add_option("--duration", duration_s, "stop after this many seconds (default 10 without a count)")
                        ->check(CLI::PositiveNumber);
