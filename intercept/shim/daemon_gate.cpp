@@ -1,6 +1,7 @@
 // DaemonGate: the hooks' side of the daemon connection, and the monitor thread.
 #include "daemon_gate.h"
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -134,13 +135,19 @@ void DaemonGate::mark_query(QueryMark mark) noexcept {
     descriptor.posted_ns = ipc::monotonic_ns();
     return post_mark(descriptor);
   }
-  // Stamped and posted under the lock: an arrival reaches the daemon before the begin that takes it.
-  std::lock_guard lock(arrivals_mutex_);
+  // Stamped before the lock (posting may wait for another thread's post), posted under it: an
+  // arrival reaches the daemon before the begin that takes it.
   descriptor.posted_ns = ipc::monotonic_ns();
+  std::lock_guard lock(arrivals_mutex_);
   if (mark == QueryMark::arrived) {
     descriptor.kind = ipc::OpKind::query_arrived;
-    if (arrivals_.size() >= kMaxArrivals) arrivals_.pop_front();
-    arrivals_.push_back(descriptor.posted_ns);
+    if (!arrivals_.empty()) descriptor.posted_ns = std::max(descriptor.posted_ns, arrivals_.back());  // in order
+    try {
+      if (arrivals_.size() >= kMaxArrivals) arrivals_.pop_front();
+      arrivals_.push_back(descriptor.posted_ns);
+    } catch (...) {  // out of memory: this request goes unpaired, the program goes on
+      return;
+    }
   } else {
     descriptor.kind = ipc::OpKind::query_begin;
     if (!arrivals_.empty()) {

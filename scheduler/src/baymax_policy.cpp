@@ -201,8 +201,12 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(const Queued& queued, std::int64_t now_
     }
     // Requests waiting in the job's own queue start when the ones before them are done (so what
     // delays the open query delays them by as much), and each then takes a whole query's time.
+    // Each query ahead may also run over its estimate by up to the margin: those add up.
     const std::int64_t whole = queries_.expected_query_ns(id);
+    bool query_ahead = queries_.open_query(id) != nullptr;
     for (const std::int64_t arrived_ns : queries_.waiting_arrivals(id)) {
+      if (query_ahead) need += options_.baymax.safety_margin_ns;
+      query_ahead = true;
       need += whole;
       queries.push_back(Protected{arrived_ns + target, need, idle, 0, id, true});
     }
@@ -215,12 +219,13 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(const Queued& queued, std::int64_t now_
   for (const Protected& query : queries) {
     auto own = std::find_if(added.begin(), added.end(), [&](const auto& a) { return a.first == query.client; });
     const std::int64_t others = ahead - (own == added.end() ? 0 : own->second);
-    const std::int64_t due = now_ns + query.need_ns + others + options_.baymax.safety_margin_ns;
-    // A waiting request that is late even with no best-effort work is past saving: holding
-    // best-effort work for it would only starve that work while an overloaded job's queue refills.
+    const std::int64_t due = now_ns + query.need_ns + others;
+    // A waiting request that is late even with no best-effort work and no margin is past saving:
+    // holding best-effort work for it would only starve that work while an overloaded job's queue
+    // refills. (The open query still holds, late or not, until it closes.)
     if (query.waiting && due > query.deadline_ns) continue;
     const std::int64_t delay = std::max<std::int64_t>(0, backlog + p - query.idle_ns);
-    if (due + delay > query.deadline_ns) return Hold::deadline;
+    if (due + options_.baymax.safety_margin_ns + delay > query.deadline_ns) return Hold::deadline;
     if (query.outstanding_ns == 0) continue;
     ahead += query.outstanding_ns;
     if (own == added.end()) {

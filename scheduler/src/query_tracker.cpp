@@ -93,8 +93,9 @@ std::vector<ClosedQuery> QueryTracker::posted(ClientId client, const ipc::OpDesc
   switch (op.kind) {
     case ipc::OpKind::query_arrived:
       switch_to_marks(state);
-      // A request begun already (its arrival came late) or one too many: not waiting.
-      if (op.posted_ns <= state.last_begun_arrival_ns || state.arrivals.size() >= kMaxArrivals) return closed;
+      // A request begun already (its arrival reached us after its begin): not waiting.
+      if (op.posted_ns <= state.last_begun_arrival_ns) return closed;
+      if (state.arrivals.size() >= kMaxArrivals) state.arrivals.pop_front();  // as the shim forgets it
       state.arrivals.push_back(std::min(op.posted_ns, now_ns));  // the shim's stamp, never in the future
       return closed;
     case ipc::OpKind::query_begin: {

@@ -58,9 +58,9 @@ TEST(QosBaymax, ShortColocationKeepsTheQueryTailWhileBestEffortProgresses) {
   EXPECT_GT(cell.be[0].run.iterations, 0u);
   EXPECT_GE(cell.be[0].fraction_of_standalone, 0.3) << "best-effort work hardly progressed";
 
-  // The replayer said when each query arrived (from a thread of its own, through the shim) and
-  // began each after its arrival: gpuqosd measured and protected latency from the arrival, as the
-  // report judges it.
+  // The replayer said when each query arrived (from a thread of its own, through the shim) and began
+  // each: gpuqosd got the arrival marks and the begins, as many of each but for the requests still
+  // queued when the window ended. (The pairing itself: query_tracker_test, gate_itest.)
   const auto status_file = out.path() / "logs" / (cell_name(cell.cell) + "-gpuqosd-status.json");
   std::ifstream in(status_file);
   ASSERT_TRUE(in) << "no " << status_file;

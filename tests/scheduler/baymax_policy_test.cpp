@@ -353,11 +353,12 @@ TEST(BaymaxPolicy, ARequestWaitingInTheJobsQueueIsProtectedToo) {
   // runs then): an op of p delays it by p - 6, so 21 + 7 + (p - 6) + 1 <= 50 allows p <= 27.
   auto alone = policy_at_21ms(false);
   EXPECT_EQ(post(*alone, kTrainA, Priority::low, op(1), 21 * kMs, 24 * kMs), (Decisions{{kTrainA, 1}}));
-  // The waiting request starts after it and needs 8 ms: 21 + 7 + 8 + (p - 6) + 1 <= 51 allows p <= 20.
+  // The waiting request starts after it and needs 8 ms, and the open query may overrun by its margin:
+  // 21 + 7 + 1 + 8 + (p - 6) + 1 <= 51 allows p <= 19.
   auto queued = policy_at_21ms(true);
   EXPECT_EQ(queued->queries().waiting_arrivals(kServe).size(), 1u);
-  EXPECT_TRUE(post(*queued, kTrainA, Priority::low, op(1), 21 * kMs, 24 * kMs).empty());
-  EXPECT_EQ(post(*queued, kTrainB, Priority::low, op(1), 21 * kMs, 20 * kMs), (Decisions{{kTrainB, 1}}));
+  EXPECT_TRUE(post(*queued, kTrainA, Priority::low, op(1), 21 * kMs, 20 * kMs).empty());
+  EXPECT_EQ(post(*queued, kTrainB, Priority::low, op(1), 21 * kMs, 19 * kMs), (Decisions{{kTrainB, 1}}));
 }
 
 // The deadline counts from the request's arrival: one that waited in the job's queue has less slack.
@@ -400,9 +401,19 @@ TEST(BaymaxPolicy, AWaitingRequestPastSavingHoldsNothing) {
   (void)post(policy, kServe, Priority::high, arrival_at(1, 1 * kMs), 1 * kMs, 0);  // due at 11 ms
   EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 20 * kMs, 3 * kMs), (Decisions{{kTrainA, 1}}));
   (void)post(policy, kServe, Priority::high, arrival_at(2, 19 * kMs), 20 * kMs, 0);  // due at 29 ms
-  // 20 + backlog 3 + p + 1 <= 29: p <= 5.
-  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(2), 20 * kMs, 6 * kMs).empty());
-  EXPECT_EQ(post(policy, kTrainB, Priority::low, op(1), 20 * kMs, 5 * kMs), (Decisions{{kTrainB, 1}}));
+  // The late one is still served first and may overrun by the margin:
+  // 20 + 1 + backlog 3 + p + 1 <= 29: p <= 4.
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(2), 20 * kMs, 5 * kMs).empty());
+  EXPECT_EQ(post(policy, kTrainB, Priority::low, op(1), 20 * kMs, 4 * kMs), (Decisions{{kTrainB, 1}}));
+}
+
+// Within the margin of its deadline a waiting request can still be saved: it holds.
+TEST(BaymaxPolicy, AWaitingRequestInsideTheMarginStillHolds) {
+  BaymaxPolicy policy(options(50 * kMs));
+  (void)policy.client_registered(serve(kServe, 10 * kMs), 0);
+  (void)post(policy, kServe, Priority::high, arrival_at(1, 10 * kMs + kMs / 2), 20 * kMs, 0);  // due at 20.5 ms
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(1), 20 * kMs, kMs / 10).empty()) << "20 + 1 + 0.1 > 20.5";
+  EXPECT_EQ(policy.tick(21 * kMs), (Decisions{{kTrainA, 1}})) << "past saving now";
 }
 
 // A long op held only by the deadline leaves the slack to others, but not for ever: queries that

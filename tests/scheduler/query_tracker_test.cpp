@@ -166,11 +166,12 @@ TEST(QueryTracker, RequestsThatNeverBeginAreDroppedAndCapped) {
   for (std::size_t i = 0; i < QueryTracker::kMaxArrivals + 5; ++i) (void)tracker.posted(kServe, arrived(++seq, 1 * kMs), 1 * kMs);
   EXPECT_EQ(tracker.waiting_arrivals(kServe).size(), QueryTracker::kMaxArrivals);
   (void)tracker.posted(kServe, arrived(++seq, 4 * kMs), 4 * kMs);
-  EXPECT_EQ(tracker.waiting_arrivals(kServe).size(), QueryTracker::kMaxArrivals) << "full: not recorded";
+  EXPECT_EQ(tracker.waiting_arrivals(kServe).size(), QueryTracker::kMaxArrivals);
+  EXPECT_EQ(tracker.waiting_arrivals(kServe).back(), 4 * kMs) << "full: the oldest is forgotten, as in the shim";
   EXPECT_TRUE(tracker.expire(3 * kMs, 2 * kMs).empty());
   EXPECT_EQ(tracker.waiting_arrivals(kServe).size(), QueryTracker::kMaxArrivals) << "not stale yet";
   (void)tracker.expire(4 * kMs, 2 * kMs);
-  EXPECT_TRUE(tracker.waiting_arrivals(kServe).empty()) << "older than the stale age";
+  EXPECT_EQ(tracker.waiting_arrivals(kServe), (std::deque<std::int64_t>{4 * kMs})) << "older than the stale age: gone";
   (void)tracker.posted(kServe, arrived(++seq, 5 * kMs), 5 * kMs);
   (void)tracker.posted(kServe, begin(++seq, 5 * kMs), 6 * kMs);
   EXPECT_EQ(tracker.open_query(kServe)->opened_ns, 5 * kMs);

@@ -25,9 +25,10 @@
  * counts the requests still waiting: best-effort work that would make one of them late is held
  * too. A gpuqosd older than protocol 1.2 gets no arrivals: its queries run from their begin.
  *
- * Header only, C and C++, nothing to link; any thread, with or without a CUDA context. Without
- * libgpuqos.so in the process all three calls are no-ops (one failed symbol lookup, cached); with
- * it they post a mark to the daemon and return at once, never waiting on it.
+ * Header only, C and C++, nothing to link; any thread, with or without a CUDA context, but not a
+ * signal handler (they take a lock). Without libgpuqos.so in the process all three calls are no-ops
+ * (one failed symbol lookup, cached); with it they post a mark to the daemon and return without
+ * waiting for the daemon (at most for another thread of the process posting at the same moment).
  */
 #ifndef GPUQOS_QUERY_H
 #define GPUQOS_QUERY_H

@@ -63,8 +63,9 @@ struct OpenQuery {
 class QueryTracker {
  public:
   static constexpr std::size_t kProfileOps = 4096;
-  // Requests waiting to begin, per client (beyond: not recorded; a queue that long has missed every
-  // target already, and the policy checks each waiting request at every decision).
+  // Requests waiting to begin, per client (beyond: the oldest is forgotten, as the shim forgets it;
+  // a queue that long has missed every target already, and the policy checks each waiting request
+  // at every decision).
   static constexpr std::size_t kMaxArrivals = 256;
 
   // Every op and mark a tracked (high-priority) client posts, in seq order.
