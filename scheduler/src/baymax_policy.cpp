@@ -97,6 +97,14 @@ void BaymaxPolicy::learn(const std::vector<ClosedQuery>& closed) {
   }
 }
 
+bool BaymaxPolicy::query_in_system(std::uint32_t device) const {
+  return std::any_of(clients_.begin(), clients_.end(), [&](const auto& entry) {
+    const ClientInfo& info = entry.second.info;
+    return info.priority == ipc::Priority::high && info.device == device && info.target_ns &&
+           (queries_.open_query(entry.first) != nullptr || !queries_.waiting_arrivals(entry.first).empty());
+  });
+}
+
 bool BaymaxPolicy::high_priority_on(std::uint32_t device) const {
   return std::any_of(clients_.begin(), clients_.end(), [device](const auto& entry) {
     return entry.second.info.priority == ipc::Priority::high && entry.second.info.device == device;
@@ -171,6 +179,9 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(const Queued& queued, std::int64_t now_
     if (const std::int64_t cost = long_op_cost(queued); cost > 0) {
       const double needed = std::min(static_cast<double>(cost), long_op_budget_cap_ns(op.device));
       if (long_op_budget_ns(op.device, now_ns) < needed) return Hold::budget;
+      // The budget prices the queries that arrive while the op runs. A query already open or
+      // waiting would wait for all of it, and so would everything queued behind that query.
+      if (query_in_system(op.device)) return Hold::deadline;
     }
     if (here.be_ops > 0 && backlog + p > bound_.bound_ns()) return Hold::engine;
   } else {

@@ -95,6 +95,28 @@ TEST(BaymaxPolicy, ALoneOpLongerThanTheBoundRunsOnceItsBudgetIsEarned) {
   EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(2), 3'000 * kMs, kMs).empty()) << "20 + 1 > 5: the bound";
 }
 
+// The budget prices queries that arrive while a long op runs; an open query (or a waiting request)
+// would wait for all of it, however much slack its deadline has.
+TEST(BaymaxPolicy, ALongOpWithItsBudgetStillWaitsForTheQueriesInTheSystem) {
+  BaymaxPolicy policy(options(5 * kMs));
+  (void)policy.client_registered(serve(kServe, 1'000 * kMs), 0);
+  (void)post(policy, kServe, Priority::high, op(1), 3'000 * kMs, kMs);  // a query opens: 1 s of slack
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(1), 3'000 * kMs, 20 * kMs).empty()) << "budget earned, query open";
+  EXPECT_EQ(post(policy, kTrainB, Priority::low, op(1), 3'000 * kMs, 2 * kMs), (Decisions{{kTrainB, 1}}))
+      << "a short op still uses the slack";
+  (void)policy.op_completed({kTrainB, done(1, 3'002 * kMs), 3'002 * kMs});
+  (void)post(policy, kServe, Priority::high, op(2, ipc::OpKind::sync), 3'003 * kMs, 0);
+  EXPECT_EQ(policy.op_completed({kServe, done(1, 3'004 * kMs), 3'004 * kMs}), (Decisions{{kTrainA, 1}}))
+      << "the query closed: nothing in the system";
+  // A waiting request holds it too.
+  BaymaxPolicy waiting(options(5 * kMs));
+  (void)waiting.client_registered(serve(kServe, 1'000 * kMs), 0);
+  ipc::OpDescriptor arrival = op(1, ipc::OpKind::query_arrived);
+  arrival.posted_ns = 3'000 * kMs;
+  (void)post(waiting, kServe, Priority::high, arrival, 3'000 * kMs, 0);
+  EXPECT_TRUE(post(waiting, kTrainA, Priority::low, op(1), 3'000 * kMs, 20 * kMs).empty());
+}
+
 // p99 and share 0.5: the budget starts empty and grows by 0.5 % of wall time, up to 60 s of growth
 // (300 ms); an op of p > bound costs p - bound.
 TEST(BaymaxPolicy, LongOpsSpendTheTailBudgetAndWaitForItToGrow) {

@@ -49,8 +49,11 @@
 // With p99 and share 0.5, long ops may delay at most 0.5 % of queries past the bound: 5 ms of cost
 // per second. A long op waiting for budget does not close its engine (other jobs' short ops go on);
 // once the budget covers it (or is full, for an op costing more than the cap), it goes as any lone
-// long op does. The first long op held for budget on a device (in fair-queueing order) reserves it:
-// the long ops of other clients wait behind it, or cheaper ones could spend the budget for ever.
+// long op does, but only while no query of such a job is open or waiting (a deadline hold): the
+// budget prices the queries that arrive while the op runs, and one already there would wait for
+// all of it, with everything queued behind it. The first long op held for budget on a device (in
+// fair-queueing order) reserves it: the long ops of other clients wait behind it, or cheaper ones
+// could spend the budget for ever.
 // Debt is floored at minus the cap, so one mispredicted op cannot stop long ops for days. Credit
 // (given while no high-priority job was on the device) spent on a long op is charged all the same.
 // When the rate changes (a job with a target comes or goes, a reload) the budget is settled at the
@@ -161,6 +164,8 @@ class BaymaxPolicy final : public Policy {
   enum class Hold { none, engine, deadline, budget };
   Hold hold_of(const Queued& queued, std::int64_t now_ns) const;
   bool high_priority_on(std::uint32_t device) const;
+  // A query of a job with a target on the device is open, or a request of one is waiting.
+  bool query_in_system(std::uint32_t device) const;
   Decisions grant_ready(std::int64_t now_ns);
   void extend_credit(ClientId client, ClientState& state, Decisions& decisions);
 
