@@ -66,13 +66,13 @@ class Experiment {
   }
 
  private:
-  // The LC replayer: Poisson arrivals at `rate_per_s`, or closed loop without one. It marks its
-  // queries (gpuqos/query.h) as a server that queues requests would: gpuqosd then measures and
-  // protects the latency the cells are judged by, arrival to completion.
+  // The LC replayer: Poisson arrivals at `rate_per_s`, or closed loop without one. With
+  // --daemon-target end-to-end it marks its queries (gpuqos/query.h) as a server that queues
+  // requests would: gpuqosd then measures and protects the latency the cells are judged by.
   JobSpec lc_job(std::optional<double> rate_per_s) const {
     std::vector<std::string> args{"--workload", rig_.workload_file(lc_workload()).string(), "--mode", "lc", "--gaps", "keep",
-                                  "--pace-scale", number(o_.time_scale), "--seed", std::to_string(o_.seed),
-                                  "--mark-queries"};
+                                  "--pace-scale", number(o_.time_scale), "--seed", std::to_string(o_.seed)};
+    if (end_to_end()) args.push_back("--mark-queries");
     if (rate_per_s) {
       args.insert(args.end(), {"--rate", number(*rate_per_s)});
     } else {
@@ -169,6 +169,20 @@ class Experiment {
     return s;
   }
 
+  bool end_to_end() const { return o_.daemon_target == "end-to-end"; }
+
+  // The target gpuqosd enforces. end-to-end: the cell's own. service: the same factor on the
+  // query's service time (closed loop, alone; its median, as a 1.5-s calibration's p99 is one
+  // outlier away from 1.6x it): gpuqosd then sees a query from its first op to the sync that drains
+  // it, and the replayer's own queue of arrivals is invisible to it.
+  double daemon_target_ms(const StandaloneLc& reference) const {
+    if (end_to_end()) return reference.target_ms;
+    for (const Calibration& c : results_.calibrations) {
+      if (c.device_mode == reference.device_mode && c.status.ok) return target_ms(o_.target_factor, c.lc.p50_ms);
+    }
+    throw std::runtime_error("no closed-loop calibration in mode " + reference.device_mode);
+  }
+
   const StandaloneLc* lc_reference(const Cell& cell) const {
     for (const StandaloneLc& s : results_.standalone_lc) {
       if (s.device_mode == cell.device_mode && s.lc_load == cell.lc_load) return &s;
@@ -190,8 +204,7 @@ class Experiment {
     std::optional<fs::path> config;
     if (cell.policy != "none") {
       config = rig_.out_dir() / "configs" / (name + ".toml");
-      // gpuqosd enforces the target the cell is judged by: the replayer marks each query's arrival.
-      std::ofstream(*config) << gpuqosd_config_toml(cell, reference->target_ms, o_.time_scale, o_.baymax,
+      std::ofstream(*config) << gpuqosd_config_toml(cell, daemon_target_ms(*reference), o_.time_scale, o_.baymax,
                                                     o_.baymax_source);
     }
     CellMeasurement m;

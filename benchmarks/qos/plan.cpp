@@ -68,6 +68,7 @@ void validate(const Options& o) {
   if (o.be_mixes.empty()) throw std::invalid_argument("--be-mixes: empty");
   for (const auto& mix : o.be_mixes) mix_workloads(mix);
   if (!(o.target_factor > 0)) throw std::invalid_argument("--target-factor must be positive");
+  check_members({o.daemon_target}, kDaemonTargets, "--daemon-target");
   if (!(o.duration_s > 0) || !(o.time_scale > 0)) throw std::invalid_argument("--duration and --time-scale must be positive");
 }
 

@@ -28,6 +28,11 @@ std::vector<Workload> mix_workloads(const std::string& mix);
 
 inline const std::vector<std::string> kPolicies{"none", "fifo", "priority", "baymax"};
 inline const std::vector<std::string> kDeviceModes{"fifo", "timeslice", "mps"};
+// What gpuqosd is told and shown of the LC's latency (benchmarks/README.md, "gpuqosd's target"):
+// `service`: the LC does not mark its queries, gpuqosd sees each from its first op, and its target
+// is the factor x the closed-loop service p50; `end-to-end`: the LC marks each query's arrival
+// (gpuqos_query_arrived) and gpuqosd gets the cell's own target.
+inline const std::vector<std::string> kDaemonTargets{"service", "end-to-end"};
 
 struct Options {
   std::string out_dir;
@@ -41,6 +46,7 @@ struct Options {
   std::vector<std::string> device_modes{"fifo", "timeslice"};
   std::vector<double> loads{0.2, 0.4, 0.6};
   std::vector<std::string> be_mixes{"resnet", "resnet+recsys"};
+  std::string daemon_target = "service";  // one of kDaemonTargets
   // [policy.baymax] of every cell's gpuqosd config, times x time_scale (the demo's: the example
   // config's; qos_main loads it from --baymax-from).
   config::BaymaxConfig baymax;

@@ -51,7 +51,8 @@ json config_json(const Options& o, const std::string& traces_dir, double wall_s)
   return {{"quick", o.quick},           {"target_factor", o.target_factor}, {"duration_s", o.duration_s},
           {"calibration_s", o.calibration_s}, {"time_scale", o.time_scale},   {"seed", o.seed},
           {"policies", o.policies},      {"device_modes", o.device_modes},   {"loads", o.loads},
-          {"be_mixes", o.be_mixes},      {"traces_dir", traces_dir},         {"workloads", workloads},
+          {"be_mixes", o.be_mixes},      {"daemon_target", o.daemon_target}, {"traces_dir", traces_dir},
+          {"workloads", workloads},
           {"wall_s", wall_s}};
 }
 
@@ -128,6 +129,10 @@ int main(int argc, char** argv) {
   auto* loads = qos->add_option("--loads", o.loads, "LC loads (rate x standalone mean latency)")->delimiter(',')->capture_default_str();
   auto* mixes = qos->add_option("--be-mixes", o.be_mixes, "BE mixes: jobs joined by + (resnet, recsys)")->delimiter(',')->capture_default_str();
   qos->add_option("--seed", o.seed, "seed of the LC's Poisson arrivals")->capture_default_str();
+  qos->add_option("--daemon-target", o.daemon_target,
+                  "service: gpuqosd sees each query from its first op, with target factor x the closed-loop "
+                  "service p50; end-to-end: the LC marks arrivals and gpuqosd gets the cell's target")
+      ->check(CLI::IsMember(kDaemonTargets))->capture_default_str();
   std::string baymax_from = (fs::path(GPUQOS_SOURCE_DIR) / "examples" / "gpuqos.toml").string();
   qos->add_option("--baymax-from", baymax_from, "config file whose [policy.baymax] every cell's gpuqosd gets (times x --time-scale)")
       ->check(CLI::ExistingFile)

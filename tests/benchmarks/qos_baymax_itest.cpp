@@ -33,6 +33,7 @@ TEST(QosBaymax, ShortColocationKeepsTheQueryTailWhileBestEffortProgresses) {
   o.loads = {0.4};
   o.be_mixes = {"resnet"};
   o.duration_s = 4;
+  o.daemon_target = "end-to-end";  // the path with the most parts: arrival marks, the cell's target
   o.calibration_s = 1.5;
   validate(o);
   const auto example = config::load_config_file(std::filesystem::path(GPUQOS_SOURCE_DIR) / "examples" / "gpuqos.toml");

@@ -32,6 +32,16 @@ TEST(QosPlan, QuickKeepsWhatTheUserGave) {
   o.loads = {0.4};
   o.policies = {"fifo", "edf"};
   EXPECT_THROW(validate(o), std::invalid_argument);
+  o.policies = {"fifo"};
+  o.daemon_target = "end-to-end";
+  EXPECT_NO_THROW(validate(o));
+  o.daemon_target = "arrival";
+  try {
+    validate(o);
+    ADD_FAILURE() << "an unknown --daemon-target passed";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("--daemon-target"), std::string::npos) << e.what();
+  }
 }
 
 TEST(QosPlan, GridHasEveryCellModeOutermostPolicyInnermost) {
