@@ -52,6 +52,7 @@ void BaymaxPolicy::account(ClientId client, const ipc::OpDescriptor& op, std::in
     state.be_until_ns = std::max(state.be_until_ns, now_ns) + predicted_ns;
     state.be_outstanding_ns += predicted_ns;
     ++state.be_ops;
+    if (*engine == Engine::compute) clients_[client].be_compute_ns += predicted_ns;
   }
   backlog_.account(client, op, predicted_ns);
 }
@@ -69,6 +70,9 @@ void BaymaxPolicy::retire(ClientId client, std::uint64_t seq, std::optional<std:
   }
   --state.be_ops;
   state.be_outstanding_ns -= done.predicted_ns;
+  if (done.engine == Engine::compute) {
+    if (auto c = clients_.find(client); c != clients_.end()) c->second.be_compute_ns -= done.predicted_ns;
+  }
   if (end_ns) {
     // What is still outstanding runs after this op: the estimate restarts from its measured end.
     state.be_until_ns = std::min(*end_ns, now_ns) + state.be_outstanding_ns;
@@ -163,7 +167,7 @@ double BaymaxPolicy::long_op_budget_ns(std::uint32_t device, std::int64_t now_ns
   return std::min(cap, it->second.level_ns + grown);
 }
 
-BaymaxPolicy::Hold BaymaxPolicy::hold_of(const Queued& queued, std::int64_t now_ns) const {
+BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, std::int64_t now_ns) const {
   const ipc::OpDescriptor& op = queued.op;
   const auto engine = engine_of(op);
   if (!engine) return Hold::none;  // a mark
@@ -183,7 +187,15 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(const Queued& queued, std::int64_t now_
       // waiting would wait for all of it, and so would everything queued behind that query.
       if (query_in_system(op.device)) return Hold::deadline;
     }
-    if (here.be_ops > 0 && backlog + p > bound_.bound_ns()) return Hold::engine;
+    if (options_.baymax.preemptive_device) {
+      // Kernels of different processes are time-sliced: a query arriving later waits for its
+      // slice, not behind every best-effort job's backlog. Each job's own backlog stays within the
+      // bound, and a job held by it does not close the device to the others.
+      const std::int64_t own = clients_.at(client).be_compute_ns;
+      if (own > 0 && own + p > bound_.bound_ns()) return Hold::own_bound;
+    } else if (here.be_ops > 0 && backlog + p > bound_.bound_ns()) {
+      return Hold::engine;
+    }
   } else {
     const std::uint32_t copies = state_at(Engine::h2d).be_ops + state_at(Engine::d2h).be_ops;
     if (options_.baymax.max_be_transfers != 0 && copies >= options_.baymax.max_be_transfers) return Hold::engine;
@@ -308,7 +320,7 @@ Decisions BaymaxPolicy::grant_ready(std::int64_t now_ns) {
         continue;
       }
       ClientState& client = clients_.at(id);
-      Hold hold = hold_of(head, now_ns);
+      Hold hold = hold_of(id, head, now_ns);
       if (hold == Hold::none) {
         chosen = id;
         found = true;
@@ -318,6 +330,11 @@ Decisions BaymaxPolicy::grant_ready(std::int64_t now_ns) {
         client.head_held_since_ns = -1;  // the deadline hold limit counts from when it has budget
         budget_reserved.insert(head.op.device);
         held(id, HoldReason::budget);
+        continue;
+      }
+      if (hold == Hold::own_bound) {
+        client.head_held_since_ns = -1;
+        held(id, HoldReason::bound);
         continue;
       }
       if (hold == Hold::deadline) {

@@ -87,6 +87,30 @@ TEST(BaymaxPolicy, TheBoundCapsBestEffortComputeBacklogAndCompletionsCorrectIt) 
   EXPECT_EQ(policy.be_backlog_ns(0, Engine::compute, 5 * kMs), 2 * kMs) << "time passing drains it";
 }
 
+// On a device that time-slices processes' kernels, a query arriving later waits for its slice, not
+// behind every best-effort job's backlog: each job's own backlog is bounded, and one job at its bound
+// does not hold back another.
+TEST(BaymaxPolicy, OnAPreemptiveDeviceTheBoundIsEachJobsOwn) {
+  for (const bool preemptive : {false, true}) {
+    SCOPED_TRACE(preemptive ? "preemptive" : "runs kernels to their end");
+    PolicyOptions o = options(5 * kMs);
+    o.baymax.preemptive_device = preemptive;
+    BaymaxPolicy policy(o);
+    (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
+    EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 0, 4 * kMs), (Decisions{{kTrainA, 1}}));
+    EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(2), 0, 4 * kMs).empty()) << "its own 4 + 4 > 5";
+    const Decisions other = post(policy, kTrainB, Priority::low, op(1), 0, 4 * kMs);
+    const Decisions after = policy.op_completed({kTrainA, done(1, 3 * kMs), 3 * kMs});
+    if (preemptive) {
+      EXPECT_EQ(other, (Decisions{{kTrainB, 1}})) << "another job's own backlog is empty";
+      EXPECT_EQ(after, (Decisions{{kTrainA, 2}})) << "its own backlog drained";
+    } else {
+      EXPECT_TRUE(other.empty()) << "the device's backlog 4 + 4 > 5";
+      EXPECT_EQ(after, (Decisions{{kTrainB, 1}})) << "the device's backlog drained: the least served job first";
+    }
+  }
+}
+
 TEST(BaymaxPolicy, ALoneOpLongerThanTheBoundRunsOnceItsBudgetIsEarned) {
   BaymaxPolicy policy(options(5 * kMs));
   (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
@@ -535,9 +559,9 @@ TEST(BaymaxPolicy, ShortOpsOfOneJobDoNotOvertakeTheHeldOpOfAnother) {
 // A long head op that only the query's deadline holds leaves the slack to another job's short op;
 // after the query the bound holds the long op, which then closes the engine until it has gone.
 TEST(BaymaxPolicy, AnotherJobsShortOpUsesTheSlackALongHeadCannot) {
-  PolicyOptions o = options(5 * kMs);
-  o.baymax.preemptive_device = true;  // no long-op budget here: the rule under test is the deadline's
-  BaymaxPolicy policy(o);
+  // A device that runs kernels to their end (the device's bound closes it); a bound over the long
+  // op, so no long-op budget comes in.
+  BaymaxPolicy policy(options(12 * kMs + kMs / 2));
   (void)policy.client_registered(serve(kServe, 10 * kMs), 0);
   EXPECT_TRUE(post(policy, kServe, Priority::high, op(1), 0, kMs).empty());  // deadline 10 ms
   EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(1), 0, 12 * kMs).empty()) << "0 + 12 + 1 > 10";
@@ -545,7 +569,7 @@ TEST(BaymaxPolicy, AnotherJobsShortOpUsesTheSlackALongHeadCannot) {
   EXPECT_TRUE(post(policy, kTrainB, Priority::low, op(2), 0, 8 * kMs).empty()) << "2 + 8 + 1 > 10";
   (void)post(policy, kServe, Priority::high, op(2, ipc::OpKind::sync), kMs, 0);
   // The query closes at 1 ms; B's op 1 is still outstanding (until 2 ms), so A's 12 ms op is over
-  // the bound and holds the engine: B's op 2 must not overtake it.
+  // the bound (1 + 12 > 12.5) and holds the engine: B's op 2 must not overtake it.
   EXPECT_TRUE(policy.op_completed({kServe, done(1, kMs), kMs}).empty());
   EXPECT_EQ(policy.queries().open_query(kServe), nullptr);
   EXPECT_EQ(policy.op_completed({kTrainB, done(1, 2 * kMs), 2 * kMs}), (Decisions{{kTrainA, 1}}))

@@ -13,7 +13,10 @@
 // - compute (kernels, graphs, memsets, device-to-device copies): if best-effort work is already
 //   outstanding, backlog(e) + p must stay within the bound (a query arriving later waits at most
 //   that long); a lone op is let through whatever its length, or a long kernel would never run,
-//   but on a device that does not preempt kernels it is rationed (the long-op budget, below);
+//   but on a device that does not preempt kernels it is rationed (the long-op budget, below). On a
+//   device that time-slices processes' kernels (preemptive_device), a query arriving later waits for
+//   its slice, not behind every job's backlog: the bound is then each best-effort job's own (its
+//   outstanding compute work + p), and a job at its bound does not close the device to the others;
 // - copies: at most max_be_transfers best-effort copies in flight on the device, and none while a
 //   high-priority copy is in flight in the same direction;
 // - every open query on d with a target, in earliest-deadline-first order, must still make it:
@@ -123,6 +126,7 @@ class BaymaxPolicy final : public Policy {
     std::uint64_t granted = 0;  // beyond posted: credit
     double vtime = 0;           // fair queueing: device ns granted / weight
     std::int64_t hp_outstanding_ns = 0;  // high priority: predicted device time not yet completed
+    std::int64_t be_compute_ns = 0;      // best effort: predicted compute time granted, not completed
     std::int64_t head_held_since_ns = -1;  // when its queue's head was first held (-1: not held)
   };
   struct InFlight {
@@ -161,8 +165,9 @@ class BaymaxPolicy final : public Policy {
   // Why the head op of a best-effort client cannot go now: the state of its engine (the compute
   // bound, the transfer limit, a high-priority copy in flight), an open query's deadline, or the
   // long-op budget.
-  enum class Hold { none, engine, deadline, budget };
-  Hold hold_of(const Queued& queued, std::int64_t now_ns) const;
+  // own_bound: the client's own compute backlog is at the bound (a preemptive device).
+  enum class Hold { none, engine, deadline, budget, own_bound };
+  Hold hold_of(ClientId client, const Queued& queued, std::int64_t now_ns) const;
   bool high_priority_on(std::uint32_t device) const;
   // A query of a job with a target on the device is open, or a request of one is waiting.
   bool query_in_system(std::uint32_t device) const;
