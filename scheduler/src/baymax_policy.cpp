@@ -184,8 +184,12 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
       const double needed = std::min(static_cast<double>(cost), long_op_budget_cap_ns(op.device));
       if (long_op_budget_ns(op.device, now_ns) < needed) return Hold::budget;
       // The budget prices the queries that arrive while the op runs. A query already open or
-      // waiting would wait for all of it, and so would everything queued behind that query.
-      if (query_in_system(op.device)) return Hold::deadline;
+      // waiting would wait for all of it, and so would everything queued behind that query. Not
+      // for ever: a job whose queries never leave the system (overloaded, or always busy) would
+      // starve the op, so after kLongOpWaitNs held it goes by the deadline test alone.
+      const std::int64_t held_since = clients_.at(client).head_held_since_ns;
+      const bool waited_enough = held_since >= 0 && now_ns - held_since > kLongOpWaitNs;
+      if (!waited_enough && query_in_system(op.device)) return Hold::deadline;
     }
     if (options_.baymax.preemptive_device) {
       // Kernels of different processes are time-sliced: a query arriving later waits for its

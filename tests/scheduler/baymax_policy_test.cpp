@@ -97,16 +97,19 @@ TEST(BaymaxPolicy, OnAPreemptiveDeviceTheBoundIsEachJobsOwn) {
     o.baymax.preemptive_device = preemptive;
     BaymaxPolicy policy(o);
     (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
-    EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 0, 4 * kMs), (Decisions{{kTrainA, 1}}));
-    EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(2), 0, 4 * kMs).empty()) << "its own 4 + 4 > 5";
-    const Decisions other = post(policy, kTrainB, Priority::low, op(1), 0, 4 * kMs);
+    // B has had more of the device, so A's held head comes first in fair-queueing order.
+    EXPECT_EQ(post(policy, kTrainB, Priority::low, op(1), 0, 4'500'000), (Decisions{{kTrainB, 1}}));
+    (void)policy.op_completed({kTrainB, done(1, kMs), kMs});
+    EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), kMs, 4 * kMs), (Decisions{{kTrainA, 1}}));
+    EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(2), kMs, 4 * kMs).empty()) << "its own 4 + 4 > 5";
+    const Decisions other = post(policy, kTrainB, Priority::low, op(2), kMs, 4 * kMs);
     const Decisions after = policy.op_completed({kTrainA, done(1, 3 * kMs), 3 * kMs});
     if (preemptive) {
-      EXPECT_EQ(other, (Decisions{{kTrainB, 1}})) << "another job's own backlog is empty";
+      EXPECT_EQ(other, (Decisions{{kTrainB, 2}})) << "A at its own bound does not close the device";
       EXPECT_EQ(after, (Decisions{{kTrainA, 2}})) << "its own backlog drained";
     } else {
-      EXPECT_TRUE(other.empty()) << "the device's backlog 4 + 4 > 5";
-      EXPECT_EQ(after, (Decisions{{kTrainB, 1}})) << "the device's backlog drained: the least served job first";
+      EXPECT_TRUE(other.empty()) << "A held by the device's backlog (4 + 4 > 5) closes it to B";
+      EXPECT_EQ(after, (Decisions{{kTrainA, 2}})) << "the device's backlog drained";
     }
   }
 }
@@ -132,13 +135,15 @@ TEST(BaymaxPolicy, ALongOpWithItsBudgetStillWaitsForTheQueriesInTheSystem) {
   (void)post(policy, kServe, Priority::high, op(2, ipc::OpKind::sync), 3'003 * kMs, 0);
   EXPECT_EQ(policy.op_completed({kServe, done(1, 3'004 * kMs), 3'004 * kMs}), (Decisions{{kTrainA, 1}}))
       << "the query closed: nothing in the system";
-  // A waiting request holds it too.
+  // A waiting request holds it too, but not for ever: a job whose queue never empties would starve it.
   BaymaxPolicy waiting(options(5 * kMs));
-  (void)waiting.client_registered(serve(kServe, 1'000 * kMs), 0);
+  (void)waiting.client_registered(serve(kServe, 10'000 * kMs), 0);
   ipc::OpDescriptor arrival = op(1, ipc::OpKind::query_arrived);
   arrival.posted_ns = 3'000 * kMs;
   (void)post(waiting, kServe, Priority::high, arrival, 3'000 * kMs, 0);
   EXPECT_TRUE(post(waiting, kTrainA, Priority::low, op(1), 3'000 * kMs, 20 * kMs).empty());
+  EXPECT_TRUE(waiting.tick(3'900 * kMs).empty());
+  EXPECT_EQ(waiting.tick(4'001 * kMs), (Decisions{{kTrainA, 1}})) << "held over 1 s: the deadline test alone";
 }
 
 // p99 and share 0.5: the budget starts empty and grows by 0.5 % of wall time, up to 60 s of growth

@@ -54,7 +54,8 @@
 // once the budget covers it (or is full, for an op costing more than the cap), it goes as any lone
 // long op does, but only while no query of such a job is open or waiting (a deadline hold): the
 // budget prices the queries that arrive while the op runs, and one already there would wait for
-// all of it, with everything queued behind it. The first long op held for budget on a device (in
+// all of it, with everything queued behind it. After kLongOpWaitNs of that it goes by the deadline
+// test alone, or a job whose queries never leave the system would starve it. The first long op held for budget on a device (in
 // fair-queueing order) reserves it: the long ops of other clients wait behind it, or cheaper ones
 // could spend the budget for ever.
 // Debt is floored at minus the cap, so one mispredicted op cannot stop long ops for days. Credit
@@ -88,6 +89,7 @@ class BaymaxPolicy final : public Policy {
   static constexpr std::int64_t kStaleQueryNs = 2'000'000'000;
   static constexpr std::int64_t kStaleOpNs = 10'000'000'000;
   static constexpr std::int64_t kDeadlineHoldNs = 100'000'000;
+  static constexpr std::int64_t kLongOpWaitNs = 1'000'000'000;  // a long op's wait for no query in the system
   static constexpr std::int64_t kTailWindowNs = 60'000'000'000;
   static constexpr std::size_t kMaxHoldJobs = 1024;  // jobs with hold times kept (beyond: the total only)
 
