@@ -19,6 +19,12 @@ void learn(std::int64_t& estimate, std::int64_t sample) {
   }
 }
 
+// Counts are learned the other way round: a query that waited more often than expected raises the
+// estimate at once (each wait may cost a time slice), a query that waited less lowers it slowly.
+void learn_count(double& estimate, double sample) {
+  estimate = sample >= estimate ? sample : estimate - (estimate - sample) / 16;
+}
+
 // Where the program waits for the device: a synchronisation, or a copy to or from pageable memory
 // (the driver stages those through a bounce buffer, synchronously with the host).
 bool blocks_host(const ipc::OpDescriptor& op) {
@@ -46,16 +52,24 @@ ClosedQuery QueryTracker::close(ClientId client, State& state, std::int64_t at_n
     auto it = std::lower_bound(state.block_times.begin(), state.block_times.end(), t);
     return it == state.block_times.end() ? closed_ns : std::min(*it, closed_ns);
   };
+  // The blocking points at or after t; at least one, the end (its mark is one of them when seen).
+  const auto blocks_from = [&](std::int64_t t) {
+    const auto first = std::lower_bound(state.block_times.begin(), state.block_times.end(), t);
+    return std::max(1.0, static_cast<double>(state.block_times.end() - first));
+  };
   for (std::size_t k = 0; k < state.op_times.size(); ++k) {
     if (state.remaining.size() <= k) state.remaining.resize(k + 1, 0);
     if (state.unblocked.size() <= k) state.unblocked.resize(k + 1, 0);
+    if (state.blocks.size() <= k) state.blocks.resize(k + 1, 0);
     learn(state.remaining[k], std::max<std::int64_t>(1, closed_ns - state.op_times[k]));
     learn(state.unblocked[k], std::max<std::int64_t>(1, next_block(state.op_times[k]) - state.op_times[k]));
+    learn_count(state.blocks[k], blocks_from(state.op_times[k]));
   }
   // The profile is of the work, from its start: time waiting in the job's queue is not the query's to repeat.
   const std::int64_t started_ns = std::min(state.query.started_ns, closed_ns);
   learn(state.whole, std::max<std::int64_t>(1, closed_ns - started_ns));
   learn(state.whole_unblocked, std::max<std::int64_t>(1, next_block(started_ns) - started_ns));
+  learn_count(state.whole_blocks, blocks_from(started_ns));
   ClosedQuery closed{client, state.query.opened_ns, closed_ns, state.query.ops, state.query.marked};
   state.open = false;
   state.query = {};
@@ -198,6 +212,23 @@ std::int64_t QueryTracker::expected_remaining_ns(ClientId client, std::int64_t n
 
 std::int64_t QueryTracker::expected_unblocked_ns(ClientId client, std::int64_t now_ns) const {
   return expected_from(client, now_ns, &State::unblocked, &State::whole_unblocked);
+}
+
+double QueryTracker::expected_blocking_points(ClientId client) const {
+  auto it = clients_.find(client);
+  if (it == clients_.end() || !it->second.open) return 0;
+  const State& state = it->second;
+  double estimate = state.whole_blocks;
+  if (state.query.ops > 0) {
+    const std::size_t k = std::min<std::size_t>(state.query.ops - 1, state.op_times.size() - 1);
+    estimate = k < state.blocks.size() ? state.blocks[k] : 0;
+  }
+  return std::max(1.0, estimate);
+}
+
+double QueryTracker::expected_query_blocking_points(ClientId client) const {
+  auto it = clients_.find(client);
+  return it == clients_.end() ? 1.0 : std::max(1.0, it->second.whole_blocks);
 }
 
 std::int64_t QueryTracker::expected_query_ns(ClientId client) const {

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
 namespace gpuqos::scheduler {
 namespace {
 
@@ -220,12 +222,16 @@ TEST(QueryTracker, TheProfileGivesTheTimeToTheNextBlockingPoint) {
   run_query(0, 0);
   ASSERT_EQ(tracker.open_query(kServe), nullptr);
   EXPECT_EQ(tracker.expected_unblocked_ns(kServe, 20 * kMs), 0) << "no open query";
+  EXPECT_EQ(tracker.expected_blocking_points(kServe), 0) << "no open query";
+  EXPECT_EQ(tracker.expected_query_blocking_points(kServe), 3) << "copy in, copy out, the sync";
   in.seq = 6;
   (void)tracker.posted(kServe, in, 20 * kMs);
+  EXPECT_EQ(tracker.expected_blocking_points(kServe), 3) << "after the copy in: all three still to come";
   EXPECT_LE(tracker.expected_unblocked_ns(kServe, 20 * kMs), 1) << "the copy in blocks at once (1 ns: 0 is unlearned)";
   EXPECT_EQ(tracker.expected_remaining_ns(kServe, 20 * kMs), 8 * kMs);
   (void)tracker.posted(kServe, op(7), 21 * kMs);
   EXPECT_EQ(tracker.expected_unblocked_ns(kServe, 21 * kMs), 5 * kMs) << "the copy out at 6 ms";
+  EXPECT_EQ(tracker.expected_blocking_points(kServe), 2) << "the copy out and the sync";
   EXPECT_EQ(tracker.expected_unblocked_ns(kServe, 23 * kMs), 3 * kMs);
   EXPECT_EQ(tracker.expected_remaining_ns(kServe, 21 * kMs), 7 * kMs);
   // Kernels, pinned copies and memsets are not blocking points: a query of only those blocks at
@@ -238,6 +244,7 @@ TEST(QueryTracker, TheProfileGivesTheTimeToTheNextBlockingPoint) {
   (void)plain.completed(kServe, done(2, 5 * kMs), 5 * kMs);
   (void)plain.posted(kServe, op(4), 10 * kMs);
   EXPECT_EQ(plain.expected_unblocked_ns(kServe, 10 * kMs), 4 * kMs);
+  EXPECT_EQ(plain.expected_blocking_points(kServe), 1) << "the sync";
   EXPECT_EQ(plain.expected_remaining_ns(kServe, 10 * kMs), 5 * kMs);
 }
 
@@ -283,6 +290,37 @@ TEST(QueryTracker, TheProfileFallsFastAndRisesSlowly) {
   EXPECT_EQ(tracker.expected_query_ns(kServe), 5 * kMs) << "a sixteenth of the way up";
   run_query(3 * kMs);
   EXPECT_EQ(tracker.expected_query_ns(kServe), 4 * kMs) << "halfway down";
+}
+
+// On a time-slicing device each blocking point can wait for a slice: the count errs high, rising
+// at once to a query that waited more often and falling slowly.
+TEST(QueryTracker, TheBlockingPointCountRisesAtOnceAndFallsSlowly) {
+  QueryTracker tracker;
+  std::uint64_t seq = 0;
+  std::int64_t now = 0;
+  const auto run_query = [&](int pageable_copies) {
+    (void)tracker.posted(kServe, op(++seq), now);
+    std::vector<std::uint64_t> work{seq};
+    for (int i = 0; i < pageable_copies; ++i) {
+      ipc::OpDescriptor copy = op(++seq, ipc::OpKind::copy);
+      copy.direction = ipc::CopyDirection::d2h;
+      copy.host_memory = ipc::HostMemory::pageable;
+      (void)tracker.posted(kServe, copy, now + (i + 1) * kMs);
+      work.push_back(seq);
+    }
+    (void)tracker.posted(kServe, op(++seq, ipc::OpKind::sync), now + 5 * kMs);
+    for (std::uint64_t s : work) (void)tracker.completed(kServe, done(s, now + 6 * kMs), now + 6 * kMs);
+    now += 10 * kMs;
+  };
+  EXPECT_EQ(tracker.expected_query_blocking_points(kServe), 1) << "none closed yet: the end";
+  run_query(0);
+  EXPECT_EQ(tracker.expected_query_blocking_points(kServe), 1);
+  run_query(2);
+  EXPECT_EQ(tracker.expected_query_blocking_points(kServe), 3) << "at once";
+  run_query(0);
+  EXPECT_DOUBLE_EQ(tracker.expected_query_blocking_points(kServe), 3 - 2.0 / 16) << "a sixteenth of the way down";
+  (void)tracker.posted(kServe, op(++seq), now);
+  EXPECT_DOUBLE_EQ(tracker.expected_blocking_points(kServe), 3 - 2.0 / 16) << "after the first op: the same";
 }
 
 TEST(QueryTracker, AQueryWhoseCompletionsNeverComeExpires) {

@@ -17,8 +17,9 @@
 //   the policy protects them too); one waiting longer than the stale age is dropped by expire().
 //
 // Closed queries teach a per-job profile: for the k-th op of a query (k < kProfileOps), how long the
-// query still ran after it was posted, and how long until the program next waited for the device
-// (its next blocking point: a synchronisation mark, a copy to or from pageable memory, the end).
+// query still ran after it was posted, how long until the program next waited for the device
+// (its next blocking point: a synchronisation mark, a copy to or from pageable memory, the end),
+// and how many blocking points followed it (on a time-slicing device each can wait for a slice).
 // Best-effort work that drains before that point delays the query by nothing on a device that
 // runs work in order; what is left of it delays the query by that much (baymax_policy.h). It falls fast and rises slowly: it estimates the query's own
 // time, without the delays best-effort work added to it, because the policy adds those itself (the
@@ -87,6 +88,13 @@ class QueryTracker {
   // time from its latest op to the next blocking point, less the time since that op; 0 with no
   // open query or no profile yet (every best-effort op then counts as delaying the query).
   std::int64_t expected_unblocked_ns(ClientId client, std::int64_t now_ns) const;
+  // How many more times the open query's program is expected to wait for the device, its end
+  // included: the profile's count after its latest op (a whole query's before any). At least 1 while a
+  // query is open (its end), 0 with none. Learned conservatively: it rises at once to a larger
+  // count and falls a sixteenth of the way to a smaller one.
+  double expected_blocking_points(ClientId client) const;
+  // The same for a whole query (1 before any closed).
+  double expected_query_blocking_points(ClientId client) const;
   // The profile's expected length of a whole query, from its start (0: none closed yet).
   std::int64_t expected_query_ns(ClientId client) const;
   // The arrival times of the client's requests that have not begun, in the order they were said.
@@ -109,8 +117,10 @@ class QueryTracker {
     std::int64_t last_begun_arrival_ns = 0;  // the latest arrival a begin named
     std::vector<std::int64_t> remaining;  // profile: after op k, the query ran this much longer
     std::vector<std::int64_t> unblocked;  // profile: after op k, its next blocking point came this much later
+    std::vector<double> blocks;           // profile: after op k, the query waited for the device this often
     std::int64_t whole = 0;               // profile: a whole query, from its start
     std::int64_t whole_unblocked = 0;     // profile: from its start to its first blocking point
+    double whole_blocks = 0;              // profile: blocking points of a whole query
   };
   // Opens a query started at at_ns whose request arrived at arrived_ns (<= at_ns).
   void open(State& state, std::int64_t at_ns, std::int64_t arrived_ns);
