@@ -43,7 +43,9 @@ void BaymaxPolicy::account(ClientId client, const ipc::OpDescriptor& op, std::in
                            std::int64_t now_ns) {
   const auto engine = engine_of(op);
   if (!engine) return;
-  if (!in_flight_.try_emplace({client, op.seq}, InFlight{op.device, *engine, predicted_ns, now_ns, high}).second) return;
+  if (!in_flight_.try_emplace({client, op.seq}, InFlight{op.device, *engine, op.stream, predicted_ns, now_ns, high})
+           .second)
+    return;
   EngineState& state = engines_[{op.device, *engine}];
   if (high) {
     ++state.hp_ops;
@@ -52,7 +54,7 @@ void BaymaxPolicy::account(ClientId client, const ipc::OpDescriptor& op, std::in
     state.be_until_ns = std::max(state.be_until_ns, now_ns) + predicted_ns;
     state.be_outstanding_ns += predicted_ns;
     ++state.be_ops;
-    if (*engine == Engine::compute) clients_[client].be_compute_ns += predicted_ns;
+    if (*engine == Engine::compute) clients_[client].be_compute_ns[op.stream] += predicted_ns;
   }
   backlog_.account(client, op, predicted_ns);
 }
@@ -71,7 +73,11 @@ void BaymaxPolicy::retire(ClientId client, std::uint64_t seq, std::optional<std:
   --state.be_ops;
   state.be_outstanding_ns -= done.predicted_ns;
   if (done.engine == Engine::compute) {
-    if (auto c = clients_.find(client); c != clients_.end()) c->second.be_compute_ns -= done.predicted_ns;
+    if (auto c = clients_.find(client); c != clients_.end()) {
+      auto stream = c->second.be_compute_ns.find(done.stream);
+      if (stream != c->second.be_compute_ns.end() && (stream->second -= done.predicted_ns) <= 0)
+        c->second.be_compute_ns.erase(stream);
+    }
   }
   if (end_ns) {
     // What is still outstanding runs after this op: the estimate restarts from its measured end.
@@ -79,6 +85,12 @@ void BaymaxPolicy::retire(ClientId client, std::uint64_t seq, std::optional<std:
   } else {
     state.be_until_ns = std::min(state.be_until_ns, now_ns + state.be_outstanding_ns);
   }
+}
+
+std::int64_t BaymaxPolicy::ClientState::be_busy_ns() const {
+  std::int64_t longest = 0;
+  for (const auto& [stream, ns] : be_compute_ns) longest = std::max(longest, ns);
+  return longest;
 }
 
 std::int64_t BaymaxPolicy::be_backlog_ns(std::uint32_t device, Engine engine, std::int64_t now_ns) const {
@@ -193,10 +205,12 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
     }
     if (options_.baymax.preemptive_device) {
       // Kernels of different processes are time-sliced: a query arriving later waits for its
-      // slice, not behind every best-effort job's backlog. Each job's own backlog stays within the
-      // bound, and a job held by it does not close the device to the others.
-      const std::int64_t own = clients_.at(client).be_compute_ns;
-      if (own > 0 && own + p > bound_.bound_ns()) return Hold::own_bound;
+      // slice, not behind every best-effort job's backlog. Each job's own backlog on each of its
+      // streams (they run side by side in its slice) stays within the bound, and a job held by it
+      // does not close the device to the others.
+      const auto& streams = clients_.at(client).be_compute_ns;
+      const auto own = streams.find(op.stream);
+      if (own != streams.end() && own->second + p > bound_.bound_ns()) return Hold::own_bound;
     } else if (here.be_ops > 0 && backlog + p > bound_.bound_ns()) {
       return Hold::engine;
     }
@@ -210,6 +224,7 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
   // work, which the queries of other jobs after it in deadline order wait for.
   struct Protected {
     std::int64_t deadline_ns, need_ns, idle_ns, outstanding_ns;
+    double blocks;  // the blocking points at which best-effort slices can delay it (a preemptive device)
     ClientId client;
     bool waiting;  // a request not begun yet
   };
@@ -218,13 +233,15 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
     if (state.info.priority != ipc::Priority::high || state.info.device != op.device || !state.info.target_ns) continue;
     const std::int64_t target = *state.info.target_ns;
     std::int64_t need = state.hp_outstanding_ns, idle = 0;
+    double blocks = queries_.expected_query_blocking_points(id);
     if (const OpenQuery* query = queries_.open_query(id)) {
       need = queries_.expected_remaining_ns(id, now_ns);
       // The best-effort work ahead, this op included, delays the query only by what of it is still
       // running when its program next waits; until then the device also has the query's own
       // outstanding work to do, so only the rest of that time is idle for best-effort work.
       idle = std::max<std::int64_t>(0, queries_.expected_unblocked_ns(id, now_ns) - state.hp_outstanding_ns);
-      queries.push_back(Protected{query->opened_ns + target, need, idle, state.hp_outstanding_ns, id, false});
+      blocks = queries_.expected_blocking_points(id);
+      queries.push_back(Protected{query->opened_ns + target, need, idle, state.hp_outstanding_ns, blocks, id, false});
     }
     // Requests waiting in the job's own queue start when the ones before them are done (so what
     // delays the open query delays them by as much), and each then takes a whole query's time.
@@ -235,12 +252,43 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
       if (query_ahead) need += options_.baymax.safety_margin_ns;
       query_ahead = true;
       need += whole;
-      queries.push_back(Protected{arrived_ns + target, need, idle, 0, id, true});
+      queries.push_back(Protected{arrived_ns + target, need, idle, 0, blocks, id, true});
     }
   }
   std::sort(queries.begin(), queries.end(), [](const Protected& a, const Protected& b) {
     return std::tie(a.deadline_ns, a.client, a.waiting) < std::tie(b.deadline_ns, b.client, b.waiting);
   });
+  // On a device that time-slices processes' kernels, best-effort work delays a query by the slices
+  // it takes, not by its length: at each blocking point the query's kernels wait for at most one
+  // slice of each best-effort job that still has work there. Until the query's next blocking point
+  // the jobs with work take turns in its idle time, so each has run its share of it by then; what
+  // it had beyond that share is left. A grant that adds nothing to that delay (its job fills its
+  // slice anyway) holds nothing: holding it would not make the query any faster.
+  const bool sliced = options_.baymax.preemptive_device && *engine == Engine::compute;
+  // How long each best-effort job keeps the device busy (its longest stream), and with this op.
+  std::vector<std::pair<ClientId, std::int64_t>> be_work;
+  std::int64_t busy_with_op = 0;
+  if (sliced) {
+    for (const auto& [id, state] : clients_) {
+      if (state.info.priority != ipc::Priority::low || state.info.device != op.device) continue;
+      if (id == client) {
+        const auto stream = state.be_compute_ns.find(op.stream);
+        busy_with_op = std::max(state.be_busy_ns(), (stream == state.be_compute_ns.end() ? 0 : stream->second) + p);
+      }
+      if (state.be_busy_ns() > 0 || id == client) be_work.emplace_back(id, state.be_busy_ns());
+    }
+  }
+  const auto slice_delay = [&](const Protected& query, bool with_op) {
+    const auto work_of = [&](const auto& job) { return with_op && job.first == client ? busy_with_op : job.second; };
+    const auto jobs = std::count_if(be_work.begin(), be_work.end(), [&](const auto& job) { return work_of(job) > 0; });
+    std::int64_t per_slice = 0;
+    for (const auto& job : be_work) {
+      if (work_of(job) <= 0) continue;
+      const std::int64_t left = std::max<std::int64_t>(0, work_of(job) - query.idle_ns / jobs);
+      per_slice += std::min(options_.baymax.timeslice_ns, left);
+    }
+    return static_cast<std::int64_t>(query.blocks * static_cast<double>(per_slice));
+  };
   std::int64_t ahead = 0;  // device work of the other jobs' queries with earlier deadlines
   std::vector<std::pair<ClientId, std::int64_t>> added;  // of which each job's own (its need counts it)
   for (const Protected& query : queries) {
@@ -251,8 +299,14 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
     // holding best-effort work for it would only starve that work while an overloaded job's queue
     // refills. (The open query still holds, late or not, until it closes.)
     if (query.waiting && due > query.deadline_ns) continue;
-    const std::int64_t delay = std::max<std::int64_t>(0, backlog + p - query.idle_ns);
-    if (due + options_.baymax.safety_margin_ns + delay > query.deadline_ns) return Hold::deadline;
+    if (sliced) {
+      const std::int64_t delay = slice_delay(query, true);
+      if (due + options_.baymax.safety_margin_ns + delay > query.deadline_ns && delay > slice_delay(query, false))
+        return Hold::deadline;
+    } else {
+      const std::int64_t delay = std::max<std::int64_t>(0, backlog + p - query.idle_ns);
+      if (due + options_.baymax.safety_margin_ns + delay > query.deadline_ns) return Hold::deadline;
+    }
     if (query.outstanding_ns == 0) continue;
     ahead += query.outstanding_ns;
     if (own == added.end()) {

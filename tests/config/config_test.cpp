@@ -68,6 +68,7 @@ max_backlog_bound_ms = 16.5
 adapt_step_ms = 0.125
 preemptive_device = true
 long_op_tail_share = 0.25
+timeslice_ms = 1.5
 
 [policy.fifo]
 max_outstanding = 4
@@ -110,6 +111,7 @@ TEST(ConfigLoad, FullFileIntoStructs) {
   EXPECT_EQ(baymax.adapt_step_ms, 0.125);
   EXPECT_TRUE(baymax.preemptive_device);
   EXPECT_EQ(baymax.long_op_tail_share, 0.25);
+  EXPECT_EQ(baymax.timeslice_ms, 1.5);
   EXPECT_EQ(config.policy.fifo.max_outstanding, 4u);
   ASSERT_EQ(config.jobs.size(), 2u);
   EXPECT_EQ(config.jobs[0], (JobConfig{"bert-infer", Priority::high, 20.0, 99.9, 1.0}));
@@ -322,6 +324,10 @@ const std::vector<BadCase>& bad_cases() {
        "t.toml:2:22: policy.baymax.long_op_tail_share: must be > 0 (got 0)"},
       {"long_op_share_above_one", "[policy.baymax]\nlong_op_tail_share = 1.5\n",
        "t.toml:2:22: policy.baymax.long_op_tail_share: must be <= 1 (got 1.5)"},
+      {"zero_timeslice", "[policy.baymax]\ntimeslice_ms = 0\n",
+       "t.toml:2:16: policy.baymax.timeslice_ms: must be > 0 (got 0)"},
+      {"timeslice_not_number", "[policy.baymax]\ntimeslice_ms = \"2ms\"\n",
+       "t.toml:2:16: policy.baymax.timeslice_ms: must be a number (got a string)"},
       {"negative_fifo_limit", "[policy.fifo]\nmax_outstanding = -1\n",
        "t.toml:2:19: policy.fifo.max_outstanding: must be >= 0 (got -1)"},
       {"bad_log_level", "[daemon]\nlog_level = \"verbose\"\n",

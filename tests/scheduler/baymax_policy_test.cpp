@@ -114,6 +114,118 @@ TEST(BaymaxPolicy, OnAPreemptiveDeviceTheBoundIsEachJobsOwn) {
   }
 }
 
+// A process's streams run side by side in its time slice: on a preemptive device the bound is each
+// stream's own, so a long kernel on one stream does not hold the job's work on another.
+TEST(BaymaxPolicy, OnAPreemptiveDeviceTheBoundIsEachStreamsOwn) {
+  for (const bool preemptive : {false, true}) {
+    SCOPED_TRACE(preemptive ? "preemptive" : "runs kernels to their end");
+    PolicyOptions o = options(5 * kMs);
+    o.baymax.preemptive_device = preemptive;
+    BaymaxPolicy policy(o);
+    (void)policy.client_registered(serve(kServe, 1'000 * kMs), 0);
+    (void)policy.client_registered(train(kTrainA), 0);
+    ipc::OpDescriptor a = op(1), b = op(2), c = op(3);
+    a.stream = 7;
+    b.stream = c.stream = 9;
+    if (!preemptive) (void)policy.tick(10'000 * kMs);  // the long-op budget
+    const std::int64_t now = preemptive ? 0 : 10'000 * kMs;
+    EXPECT_EQ(post(policy, kTrainA, Priority::low, a, now, 20 * kMs), (Decisions{{kTrainA, 1}})) << "a lone long op";
+    const Decisions second = post(policy, kTrainA, Priority::low, b, now, 3 * kMs);
+    if (preemptive) {
+      EXPECT_EQ(second, (Decisions{{kTrainA, 2}})) << "stream 9 has nothing outstanding";
+      EXPECT_TRUE(post(policy, kTrainA, Priority::low, c, now, 3 * kMs).empty()) << "stream 9: 3 + 3 > 5";
+    } else {
+      EXPECT_TRUE(second.empty()) << "the device's backlog: 20 + 3 > 5";
+    }
+  }
+}
+
+// The query of the next three tests: its program waits for the device once, at its end, 10 ms after
+// its first op; the next one opens at 100 ms with 1 ms of its own device work.
+void teach_one_query(BaymaxPolicy& policy) {
+  (void)post(policy, kServe, Priority::high, op(1), 0, kMs);
+  (void)post(policy, kServe, Priority::high, op(2, ipc::OpKind::sync), 10 * kMs, 0);
+  (void)policy.op_completed({kServe, done(1, 10 * kMs), 10 * kMs});
+  (void)post(policy, kServe, Priority::high, op(3), 100 * kMs, kMs);
+}
+
+PolicyOptions sliced(std::int64_t bound_ns = 50 * kMs) {
+  PolicyOptions o = options(bound_ns);
+  o.baymax.preemptive_device = true;
+  o.baymax.timeslice_ns = 4 * kMs;
+  return o;
+}
+
+// On a device that time-slices processes' kernels, a best-effort job delays a query by at most one
+// slice at its blocking point, however long its kernels: a 20-ms op fits a slack that a device
+// running kernels to their end could not give it.
+TEST(BaymaxPolicy, OnAPreemptiveDeviceBestEffortWorkDelaysAQueryByItsSlice) {
+  for (const bool preemptive : {false, true}) {
+    SCOPED_TRACE(preemptive ? "preemptive" : "runs kernels to their end");
+    PolicyOptions o = sliced();
+    o.baymax.preemptive_device = preemptive;
+    BaymaxPolicy policy(o);
+    (void)policy.client_registered(serve(kServe, 20 * kMs), 0);
+    teach_one_query(policy);
+    // Deadline 120; due 100 + 10 (the rest of the query) + 1 (margin) = 111; 9 ms idle before its end.
+    const Decisions long_op = post(policy, kTrainA, Priority::low, op(1), 100 * kMs, 20 * kMs);
+    if (preemptive) {
+      EXPECT_EQ(long_op, (Decisions{{kTrainA, 1}})) << "111 + min(4, 20 - 9) = 115 <= 120";
+    } else {
+      EXPECT_TRUE(long_op.empty()) << "111 + 20 - 9 = 122 > 120";
+    }
+  }
+  BaymaxPolicy tight(sliced());
+  (void)tight.client_registered(serve(kServe, 14 * kMs), 0);
+  teach_one_query(tight);
+  // Deadline 114: 3 ms of slack. A short op that drains in the idle time delays nothing; a longer one
+  // is still running at the query's end and takes a whole slice there.
+  EXPECT_EQ(post(tight, kTrainA, Priority::low, op(1), 100 * kMs, 5 * kMs), (Decisions{{kTrainA, 1}})) << "5 - 9 < 0";
+  EXPECT_TRUE(post(tight, kTrainA, Priority::low, op(2), 100 * kMs, 10 * kMs).empty()) << "15 - 9 = 6: 4 > 3";
+}
+
+// Jobs with work take turns in the query's idle time, so each has run its share of it by the
+// query's blocking point; a job that fills its slice anyway is not held (holding it would not make
+// the query faster), while a job that would add a slice is.
+TEST(BaymaxPolicy, OnAPreemptiveDeviceOnlyAGrantThatAddsASliceIsHeld) {
+  BaymaxPolicy policy(sliced());
+  (void)policy.client_registered(serve(kServe, 14 * kMs), 0);
+  (void)post(policy, kServe, Priority::high, op(1), 0, kMs);
+  (void)post(policy, kServe, Priority::high, op(2, ipc::OpKind::sync), 10 * kMs, 0);
+  (void)policy.op_completed({kServe, done(1, 10 * kMs), 10 * kMs});
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 90 * kMs, 30 * kMs), (Decisions{{kTrainA, 1}}))
+      << "no query open";
+  (void)post(policy, kServe, Priority::high, op(3), 100 * kMs, kMs);  // deadline 114, due 111, 9 ms idle
+  // A: 30 - 9 = 21 left at the query's end, a whole slice (4 > 3 of slack) with or without more.
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(2), 100 * kMs, 5 * kMs), (Decisions{{kTrainA, 2}}))
+      << "its slice is full anyway";
+  // B shares the 9 ms of idle time with A: 4.5 ms each. 4 ms of work is done by the query's end;
+  // 5 ms is not, and B would then take a slice of its own there.
+  EXPECT_EQ(post(policy, kTrainB, Priority::low, op(1), 100 * kMs, 4 * kMs), (Decisions{{kTrainB, 1}}));
+  EXPECT_TRUE(post(policy, kTrainB, Priority::low, op(2), 100 * kMs, 1 * kMs).empty()) << "4 + 1 - 4.5 > 0";
+}
+
+// Each blocking point still to come can wait for a slice of every best-effort job.
+TEST(BaymaxPolicy, OnAPreemptiveDeviceEachBlockingPointCanWaitForASlice) {
+  for (const std::int64_t target : {19 * kMs, 18 * kMs}) {
+    BaymaxPolicy policy(sliced());
+    (void)policy.client_registered(serve(kServe, target), 0);
+    // A query with a pageable copy back at 5 ms and its sync at 10: two blocking points.
+    ipc::OpDescriptor back = copy(2, ipc::CopyDirection::d2h);
+    back.host_memory = ipc::HostMemory::pageable;
+    (void)post(policy, kServe, Priority::high, op(1), 0, kMs);
+    (void)post(policy, kServe, Priority::high, back, 5 * kMs, kMs);
+    (void)post(policy, kServe, Priority::high, op(3, ipc::OpKind::sync), 10 * kMs, 0);
+    (void)policy.op_completed({kServe, done(1, 10 * kMs), 10 * kMs});
+    (void)policy.op_completed({kServe, done(2, 10 * kMs), 10 * kMs});
+    (void)post(policy, kServe, Priority::high, op(4), 100 * kMs, kMs);
+    EXPECT_EQ(policy.queries().expected_blocking_points(kServe), 2);
+    // due 111; 5 - 1 = 4 ms idle: 20 - 4 left, a slice at each of the two points: 111 + 8.
+    const Decisions d = post(policy, kTrainA, Priority::low, op(1), 100 * kMs, 20 * kMs);
+    EXPECT_EQ(d.empty(), target < 19 * kMs) << "target " << target / kMs << " ms";
+  }
+}
+
 TEST(BaymaxPolicy, ALoneOpLongerThanTheBoundRunsOnceItsBudgetIsEarned) {
   BaymaxPolicy policy(options(5 * kMs));
   (void)policy.client_registered(serve(kServe, 100 * kMs), 0);

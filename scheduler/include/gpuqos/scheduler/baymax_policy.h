@@ -15,8 +15,9 @@
 //   that long); a lone op is let through whatever its length, or a long kernel would never run,
 //   but on a device that does not preempt kernels it is rationed (the long-op budget, below). On a
 //   device that time-slices processes' kernels (preemptive_device), a query arriving later waits for
-//   its slice, not behind every job's backlog: the bound is then each best-effort job's own (its
-//   outstanding compute work + p), and a job at its bound does not close the device to the others;
+//   its slice, not behind every job's backlog: the bound is then each best-effort job's own, per
+//   stream (its outstanding compute work there + p; a process's streams share its slice), and a job
+//   at its bound does not close the device to the others;
 // - copies: at most max_be_transfers best-effort copies in flight on the device, and none while a
 //   high-priority copy is in flight in the same direction;
 // - every open query on d with a target, in earliest-deadline-first order, must still make it:
@@ -27,7 +28,14 @@
 //   drained by then does not delay it, what is left does (0 without a profile: all of it does).
 //   A request the job said arrived (query_arrived) and has not begun counts as a query too, due at
 //   its arrival plus the target: it starts when the job's queries before it are done, so its need
-//   is theirs plus a whole query's expected time, and what delays them delays it as much;
+//   is theirs plus a whole query's expected time, and what delays them delays it as much.
+//   On a preemptive device the compute delay is not backlog + p but the slices best-effort jobs
+//   take: at each of the query's blocking points still to come (the profile's count) its kernels
+//   wait at most one time slice (timeslice_ns) of each best-effort job with work there, and until
+//   the next one the jobs with work take turns in the query's idle time, so each job delays it by
+//   min(slice, its work (its longest stream, with p if it is this op's job) - idle / jobs with work).
+//   A grant that does not raise that sum (its job fills its slice anyway) is not held: holding it
+//   would not make the query faster;
 // Sync and query marks occupy nothing and pass as soon as everything before them did.
 //
 // Among best-effort clients, grants go by weight (start-time fair queueing: each grant advances
@@ -128,12 +136,16 @@ class BaymaxPolicy final : public Policy {
     std::uint64_t granted = 0;  // beyond posted: credit
     double vtime = 0;           // fair queueing: device ns granted / weight
     std::int64_t hp_outstanding_ns = 0;  // high priority: predicted device time not yet completed
-    std::int64_t be_compute_ns = 0;      // best effort: predicted compute time granted, not completed
+    // Best effort: predicted compute time granted and not completed, by stream. A process's
+    // streams run side by side in its time slice: it keeps the device busy for its longest one.
+    std::map<std::uint64_t, std::int64_t> be_compute_ns;
+    std::int64_t be_busy_ns() const;
     std::int64_t head_held_since_ns = -1;  // when its queue's head was first held (-1: not held)
   };
   struct InFlight {
     std::uint32_t device;
     Engine engine;
+    std::uint64_t stream;
     std::int64_t predicted_ns;
     std::int64_t since_ns;
     bool high;

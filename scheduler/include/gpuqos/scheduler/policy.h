@@ -74,6 +74,10 @@ struct BaymaxOptions {
   // such kernels are rationed to long_op_tail_share of the tail allowance (baymax_policy.h).
   bool preemptive_device = false;
   double long_op_tail_share = 0.5;
+  // On a preemptive device: how long a process's kernels keep the GPU once another process's are
+  // ready (its time slice). A query's kernels then wait for at most one slice of each best-effort
+  // job with work on the device, at each of its blocking points (baymax_policy.h).
+  std::int64_t timeslice_ns = 2'000'000;
 };
 
 struct PolicyOptions {
