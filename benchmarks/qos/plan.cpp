@@ -132,7 +132,9 @@ std::string gpuqosd_config_toml(const Cell& cell, double target_ms, double time_
        << "long_op_tail_share = " << toml_float(baymax.long_op_tail_share) << "\n"
        << "# simgpu's " << cell.device_mode << " mode "
        << (cell.device_mode == "fifo" ? "runs a kernel to its end once started" : "time-slices contexts' kernels")
-       << "\npreemptive_device = " << (cell.device_mode == "fifo" ? "false" : "true") << "\n\n"
+       << "\npreemptive_device = " << (cell.device_mode == "fifo" ? "false" : "true") << "\n"
+       << "# simgpu's time slice (timeslice_us of its profile), x time_scale\n"
+       << "timeslice_ms = " << toml_float(baymax.timeslice_ms * time_scale) << "\n\n"
        << "[[job]]\nname = \"" << lc_workload().job << "\"\nallowed_priority = \"high\"\n"
        << "target_ms = " << toml_float(target_ms) << "\npercentile = 99\n";
   for (const Workload& be : mix_workloads(cell.be_mix)) {

@@ -148,6 +148,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     o.baymax = loaded.value().policy.baymax;
+    o.baymax.timeslice_ms = device_timeslice_ms();  // the device's own, as an operator sets it
     o.baymax_source = baymax_from;
     return gpuqos::qos::run(cli);
   } catch (const std::exception& e) {

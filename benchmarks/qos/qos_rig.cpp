@@ -9,6 +9,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include <toml++/toml.h>
+
 #include "gpuqos/testing/gpuqos_programs.h"
 #include "report.h"
 
@@ -56,20 +58,20 @@ std::string device_profile(const std::string& compute_mode, double time_scale) {
   return out;
 }
 
-// The `sms` of that same file: what `gpuqos train` is told, so the predictor's waves match the device.
-std::string device_sms() {
-  std::istringstream in(read_file(fs::path(GPUQOS_SOURCE_DIR) / "simgpu" / "profiles" / "h100.toml"));
-  for (std::string line; std::getline(in, line);) {
-    const auto equals = line.find('=');
-    if (equals == std::string::npos || line.substr(0, line.find_first_of(" =")) != "sms") continue;
-    try {
-      return std::to_string(std::stoul(line.substr(equals + 1)));
-    } catch (const std::exception&) {
-      break;
-    }
+// A number of that same file's top level (the defaults of its devices).
+double device_number(const std::string& key) {
+  const fs::path path = fs::path(GPUQOS_SOURCE_DIR) / "simgpu" / "profiles" / "h100.toml";
+  try {
+    const toml::table profile = toml::parse_file(path.string());
+    if (const auto value = profile[key].value<double>()) return *value;
+  } catch (const toml::parse_error& e) {
+    throw std::runtime_error(path.string() + ": " + std::string(e.description()));
   }
-  throw std::runtime_error("simgpu/profiles/h100.toml has no integer sms");
+  throw std::runtime_error(path.string() + " has no number " + key);
 }
+
+// The `sms` of that same file: what `gpuqos train` is told, so the predictor's waves match the device.
+std::string device_sms() { return std::to_string(static_cast<long>(device_number("sms"))); }
 
 bool contains(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
 
@@ -80,6 +82,8 @@ Clock::time_point after(Clock::time_point t, double seconds) {
 }
 
 }  // namespace
+
+double device_timeslice_ms() { return device_number("timeslice_us") / 1000.0; }
 
 Status failed(const std::string& reason, const fs::path& log) {
   return {false, reason, log.string(), tail_lines(read_file(log), kTailLines)};

@@ -19,6 +19,10 @@
 
 namespace gpuqos::qos {
 
+// The time slice of the benchmark's device (simgpu/profiles/h100.toml's timeslice_us), in ms of
+// the unscaled device: what an operator sets as [policy.baymax] timeslice_ms for their GPU.
+double device_timeslice_ms();
+
 // One replayer of a run.
 struct JobSpec {
   std::string name;                      // the job name, also the log's

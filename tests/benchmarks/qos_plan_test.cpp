@@ -2,6 +2,7 @@
 // (qos.json records, the table, log tails).
 #include <gtest/gtest.h>
 
+#include "gpuqos/config/load.h"
 #include "plan.h"
 #include "report.h"
 
@@ -75,6 +76,10 @@ TEST(QosPlan, GpuqosdConfigListsTheCellsJobs) {
   EXPECT_NE(toml.find("preemptive_device = false\n"), std::string::npos) << "fifo runs kernels to their end";
   const std::string sliced = gpuqosd_config_toml({"baymax", "timeslice", 0.4, "resnet"}, 31.25, 4.0, baymax, "x.toml");
   EXPECT_NE(sliced.find("preemptive_device = true\n"), std::string::npos);
+  EXPECT_NE(sliced.find("timeslice_ms = 8.000\n"), std::string::npos) << "the device's 2 ms x time scale 4";
+  const auto reparsed = config::parse_config(sliced, "cell.toml");
+  ASSERT_TRUE(reparsed) << reparsed.error();
+  EXPECT_EQ(reparsed.value().policy.baymax.timeslice_ms, 8.0) << "gpuqosd reads what the bench wrote";
 }
 
 TEST(QosReport, FailedCellsKeepTheirReasonAndNoFigures) {
