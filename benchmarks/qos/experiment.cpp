@@ -47,8 +47,13 @@ BeRun be_run(const std::string& job, const json& result) {
 class Experiment {
  public:
   Experiment(QosRig& rig, const Options& o, const std::atomic<bool>& interrupted)
-      : rig_(rig), o_(o), interrupted_(interrupted), cells_(plan_cells(o)), be_used_(be_workloads_used(o)) {
-    total_runs_ = o.device_modes.size() * (2 + o.loads.size() + be_used_.size()) + cells_.size();
+      : rig_(rig),
+        o_(o),
+        interrupted_(interrupted),
+        cells_(plan_cells(o)),
+        be_used_(be_workloads_used(o)),
+        shared_mixes_(shared_mixes(o)) {
+    total_runs_ = o.device_modes.size() * (2 + o.loads.size() + be_used_.size() + shared_mixes_.size()) + cells_.size();
   }
 
   Results run() {
@@ -57,6 +62,7 @@ class Experiment {
       const Calibration& calibration = results_.calibrations.emplace_back(calibrate(mode));
       for (double load : o_.loads) results_.standalone_lc.push_back(standalone_lc(mode, load, calibration));
       for (const Workload& be : be_used_) results_.standalone_be.push_back(standalone_be(mode, be));
+      for (const std::string& mix : shared_mixes_) results_.standalone_mixes.push_back(standalone_mix(mode, mix));
       train_predictor(mode);
       for (const Cell& cell : cells_) {
         if (cell.device_mode == mode) results_.cells.push_back(run_cell(cell));
@@ -169,6 +175,20 @@ class Experiment {
     return s;
   }
 
+  StandaloneMix standalone_mix(const std::string& mode, const std::string& mix) {
+    StandaloneMix s;
+    s.device_mode = mode;
+    s.be_mix = mix;
+    const std::vector<Workload> jobs = mix_workloads(mix);
+    std::vector<JobSpec> specs;
+    for (const Workload& w : jobs) specs.push_back(be_job(w));
+    s.status = measure("alone-" + mode + "-" + mix, specs, std::nullopt, o_.duration_s, [&](const RunOutcome& out) {
+      for (std::size_t i = 0; i < jobs.size(); ++i) s.runs.push_back(be_run(jobs[i].job, out.jobs.at(i).result));
+      s.gpu_busy_fraction = compute_busy_fraction(out.window_begin, out.window_end);
+    });
+    return s;
+  }
+
   bool end_to_end() const { return o_.daemon_target == "end-to-end"; }
 
   // The target gpuqosd enforces. end-to-end: the cell's own. service: the same factor on the
@@ -214,7 +234,7 @@ class Experiment {
       m.gpu_busy_fraction = compute_busy_fraction(out.window_begin, out.window_end);
     });
     if (!status.ok) return failed_cell(cell, *reference, status);
-    return evaluate_cell(cell, m, *reference, results_.standalone_be);
+    return evaluate_cell(cell, m, *reference, results_.standalone_be, results_.standalone_mixes);
   }
 
   QosRig& rig_;
@@ -222,6 +242,7 @@ class Experiment {
   const std::atomic<bool>& interrupted_;
   std::vector<Cell> cells_;
   std::vector<Workload> be_used_;
+  std::vector<std::string> shared_mixes_;
   Results results_;
   std::size_t total_runs_ = 0, done_runs_ = 0;
 };

@@ -96,6 +96,15 @@ std::vector<Workload> be_workloads_used(const Options& o) {
   return used;
 }
 
+std::vector<std::string> shared_mixes(const Options& o) {
+  std::vector<std::string> shared;
+  for (const std::string& mix : o.be_mixes) {
+    const bool seen = std::find(shared.begin(), shared.end(), mix) != shared.end();
+    if (mix_workloads(mix).size() > 1 && !seen) shared.push_back(mix);
+  }
+  return shared;
+}
+
 std::string cell_name(const Cell& cell) {
   char load[32];
   std::snprintf(load, sizeof load, "%.2f", cell.lc_load);

@@ -71,6 +71,8 @@ struct Cell {
 std::vector<Cell> plan_cells(const Options& o);
 // The BE workloads any mix uses, each once, in table order.
 std::vector<Workload> be_workloads_used(const Options& o);
+// The mixes of more than one BE job, each once, in table order: their jobs also run alone together.
+std::vector<std::string> shared_mixes(const Options& o);
 // "baymax-fifo-0.40-resnet+recsys": the file-name stem of a cell's logs and results.
 std::string cell_name(const Cell& cell);
 

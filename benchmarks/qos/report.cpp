@@ -32,7 +32,8 @@ json cell_json(const CellResult& c) {
             {"lc_gpu_busy_fraction_standalone", c.lc_gpu_busy_standalone}};
   j.update(status_json(c.status));
   if (!c.status.ok) {
-    for (const char* key : {"lc_p50_ms", "lc_p99_ms", "violation_fraction", "be_fraction_of_ideal", "gpu_busy_fraction"})
+    for (const char* key : {"lc_p50_ms", "lc_p99_ms", "violation_fraction", "be_fraction_of_ideal",
+                            "be_fraction_of_ideal_together", "gpu_busy_fraction"})
       j[key] = nullptr;
     return j;
   }
@@ -45,9 +46,12 @@ json cell_json(const CellResult& c) {
                        {"iterations", be.run.iterations},
                        {"iterations_per_s", be.run.iterations_per_s},
                        {"standalone_iterations_per_s", be.standalone_iterations_per_s},
-                       {"fraction_of_standalone", be.fraction_of_standalone}});
+                       {"fraction_of_standalone", be.fraction_of_standalone},
+                       {"mix_alone_iterations_per_s", be.mix_alone_iterations_per_s},
+                       {"fraction_of_mix_alone", be.fraction_of_mix_alone}});
   }
   j["be_fraction_of_ideal"] = c.be_fraction_of_ideal;
+  j["be_fraction_of_ideal_together"] = c.be_fraction_of_ideal_together;
   j["gpu_busy_fraction"] = c.gpu_busy_fraction;
   return j;
 }
@@ -82,6 +86,19 @@ json standalone_json(const Results& r) {
     j.update(status_json(s.status));
     all.push_back(j);
   }
+  for (const StandaloneMix& s : r.standalone_mixes) {
+    json jobs = json::array();
+    for (const BeRun& run : s.runs) {
+      jobs.push_back({{"job", run.job}, {"iterations", run.iterations}, {"iterations_per_s", run.iterations_per_s}});
+    }
+    json j = {{"kind", "be_mix"},
+              {"device_mode", s.device_mode},
+              {"be_mix", s.be_mix},
+              {"be", jobs},
+              {"gpu_busy_fraction", s.gpu_busy_fraction}};
+    j.update(status_json(s.status));
+    all.push_back(j);
+  }
   return all;
 }
 
@@ -105,13 +122,20 @@ std::string standalone_table(const Results& r) {
     md += "| " + s.device_mode + " | " + s.job + " alone | | | | | | | | | " + fixed(s.run.iterations_per_s, 2) +
           " | " + status(s.status) + " |\n";
   }
+  for (const StandaloneMix& s : r.standalone_mixes) {
+    std::string rates;
+    for (const BeRun& run : s.runs) rates += (rates.empty() ? "" : ", ") + fixed(run.iterations_per_s, 2);
+    md += "| " + s.device_mode + " | " + s.be_mix + " alone together | | | | | | | | | " + rates + " | " +
+          status(s.status) + " |\n";
+  }
   return md;
 }
 
 std::string cell_row(const CellResult& c) {
   std::string row = "| " + c.cell.policy + " | " + c.cell.device_mode + " | " + fixed(c.cell.lc_load, 2) + " | " +
                     c.cell.be_mix + " | ";
-  if (!c.status.ok) return row + "| | " + fixed(c.target_ms, 2) + " | | | | | | | | failed: " + c.status.reason + " |\n";
+  if (!c.status.ok)
+    return row + "| | " + fixed(c.target_ms, 2) + " | | | | | | | | | failed: " + c.status.reason + " |\n";
   std::string rates, fractions;
   for (const BeJobResult& be : c.be) {
     const std::string sep = rates.empty() ? "" : ", ";
@@ -121,7 +145,7 @@ std::string cell_row(const CellResult& c) {
   return row + fixed(c.lc.p50_ms, 2) + " | " + fixed(c.lc.p99_ms, 2) + " | " + fixed(c.target_ms, 2) + " | " +
          fixed(c.target_ms > 0 ? c.lc.p99_ms / c.target_ms : 0.0, 2) + " | " + percent(c.violation_fraction) + " | " +
          std::to_string(c.lc.queries) + " | " + rates + " | " + fractions + " | " + percent(c.be_fraction_of_ideal) +
-         " | " + percent(c.gpu_busy_fraction) + " | ok |\n";
+         " | " + percent(c.be_fraction_of_ideal_together) + " | " + percent(c.gpu_busy_fraction) + " | ok |\n";
 }
 
 }  // namespace
@@ -136,8 +160,10 @@ std::string results_markdown(const Results& results, double time_scale) {
   std::string md = "Standalone references (simgpu time scale " + fixed(time_scale, 1) + "; latencies in scaled ms)\n\n" +
                    standalone_table(results) + "\nCells (BE columns list the mix's jobs in order)\n\n" +
                    "| policy | device mode | lc_load | BE mix | LC p50 (ms) | LC p99 (ms) | target (ms) | p99/target | "
-                   "violations | queries | BE it/s | BE % of standalone | BE % of ideal | GPU busy | status |\n"
-                   "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n";
+                   "violations | queries | BE it/s | BE % of standalone | BE % of ideal | BE % of ideal (mix alone) | "
+                   "GPU busy | status |\n"
+                   "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+                   "| ---: | --- |\n";
   for (const CellResult& c : results.cells) md += cell_row(c);
   return md;
 }

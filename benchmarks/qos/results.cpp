@@ -8,22 +8,35 @@
 namespace gpuqos::qos {
 
 CellResult evaluate_cell(const Cell& cell, const CellMeasurement& measured, const StandaloneLc& lc_reference,
-                         const std::vector<StandaloneBe>& be_references) {
+                         const std::vector<StandaloneBe>& be_references,
+                         const std::vector<StandaloneMix>& mix_references) {
   CellResult r = failed_cell(cell, lc_reference, Status{});
   r.lc = measured.lc;
   r.violation_fraction = violation_fraction(measured.lc.latency_ms, r.target_ms);
   r.gpu_busy_fraction = measured.gpu_busy_fraction;
-  std::vector<double> fractions;
+  const auto mix_alone = std::find_if(mix_references.begin(), mix_references.end(), [&](const StandaloneMix& s) {
+    return s.be_mix == cell.be_mix && s.device_mode == cell.device_mode && s.status.ok;
+  });
+  std::vector<double> fractions, together;
   for (const BeRun& run : measured.be) {
     const auto ref = std::find_if(be_references.begin(), be_references.end(), [&](const StandaloneBe& s) {
       return s.job == run.job && s.device_mode == cell.device_mode && s.status.ok;
     });
     const double standalone = ref == be_references.end() ? 0.0 : ref->run.iterations_per_s;
+    double beside_others = measured.be.size() == 1 ? standalone : 0.0;
+    if (measured.be.size() > 1 && mix_alone != mix_references.end()) {
+      const auto mine = std::find_if(mix_alone->runs.begin(), mix_alone->runs.end(),
+                                     [&](const BeRun& alone) { return alone.job == run.job; });
+      if (mine != mix_alone->runs.end()) beside_others = mine->iterations_per_s;
+    }
     const double fraction = fraction_of_standalone(run.iterations_per_s, standalone);
-    r.be.push_back({run, standalone, fraction});
+    const double of_mix = fraction_of_standalone(run.iterations_per_s, beside_others);
+    r.be.push_back({run, standalone, fraction, beside_others, of_mix});
     fractions.push_back(fraction);
+    together.push_back(of_mix);
   }
   r.be_fraction_of_ideal = be_fraction_of_ideal(fractions, r.lc_gpu_busy_standalone);
+  r.be_fraction_of_ideal_together = be_fraction_of_ideal(together, r.lc_gpu_busy_standalone);
   return r;
 }
 

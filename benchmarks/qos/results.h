@@ -61,6 +61,16 @@ struct StandaloneBe {
   Status status;
 };
 
+// The BE jobs of a mix of more than one, alone together (no LC): each one's throughput beside the
+// others is the most it can get in that mix, the reference of "fraction of the mix alone".
+struct StandaloneMix {
+  std::string device_mode;
+  std::string be_mix;
+  std::vector<BeRun> runs;  // in mix order
+  double gpu_busy_fraction = 0;
+  Status status;
+};
+
 // What a cell's processes reported, before any reference is applied.
 struct CellMeasurement {
   LcStats lc;
@@ -72,6 +82,8 @@ struct BeJobResult {
   BeRun run;
   double standalone_iterations_per_s = 0;
   double fraction_of_standalone = 0;
+  double mix_alone_iterations_per_s = 0;  // beside the mix's other jobs, no LC (one-job mix: standalone)
+  double fraction_of_mix_alone = 0;
 };
 
 struct CellResult {
@@ -83,6 +95,10 @@ struct CellResult {
   double lc_gpu_busy_standalone = 0;     // the reference's, which sets the ideal leftover
   std::vector<BeJobResult> be;
   double be_fraction_of_ideal = 0;
+  // The same with each job's throughput in the mix alone as its reference: of the GPU time the LC
+  // leaves idle, the share the mix got of what it gets with the whole GPU. Two BE jobs that each
+  // keep the GPU busy alone cannot both run at their standalone rate, LC or not.
+  double be_fraction_of_ideal_together = 0;
   double gpu_busy_fraction = 0;
   Status status;
 };
@@ -91,13 +107,16 @@ struct Results {
   std::vector<Calibration> calibrations;
   std::vector<StandaloneLc> standalone_lc;
   std::vector<StandaloneBe> standalone_be;
+  std::vector<StandaloneMix> standalone_mixes;
   std::vector<CellResult> cells;
 };
 
 // The cell's figures from its measurement and the standalone runs of its device mode and load.
-// A BE job without a usable standalone throughput gets fraction 0 (and the reference's status says why).
+// A BE job without a usable standalone throughput gets fraction 0 (and the reference's status says why);
+// so does one of a mix without a usable run of the mix alone.
 CellResult evaluate_cell(const Cell& cell, const CellMeasurement& measured, const StandaloneLc& lc_reference,
-                         const std::vector<StandaloneBe>& be_references);
+                         const std::vector<StandaloneBe>& be_references,
+                         const std::vector<StandaloneMix>& mix_references);
 
 // A failed cell: the grid coordinates, target and reason, no figures.
 CellResult failed_cell(const Cell& cell, const StandaloneLc& lc_reference, Status status);

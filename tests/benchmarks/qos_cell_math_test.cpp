@@ -82,7 +82,21 @@ TEST(QosCellMath, EvaluateCellAgainstItsReferences) {
   m.be = {{"resnet-train", 10, 1.2}, {"recsys-train", 2, 0.1}};
   m.gpu_busy_fraction = 0.9;
 
-  const CellResult r = evaluate_cell(cell, m, lc_reference, be_references);
+  // The mix alone together: resnet 1.5 it/s, recsys 0.4 beside it; another mode's and a failed one
+  // are never used.
+  std::vector<StandaloneMix> mix_references(3);
+  mix_references[0].device_mode = "timeslice";
+  mix_references[0].be_mix = "resnet+recsys";
+  mix_references[0].runs = {{"resnet-train", 1, 100.0}, {"recsys-train", 1, 100.0}};
+  mix_references[1].device_mode = "fifo";
+  mix_references[1].be_mix = "resnet+recsys";
+  mix_references[1].runs = {{"resnet-train", 1, 100.0}, {"recsys-train", 1, 100.0}};
+  mix_references[1].status = {false, "crashed", "", ""};
+  mix_references[2].device_mode = "fifo";
+  mix_references[2].be_mix = "resnet+recsys";
+  mix_references[2].runs = {{"resnet-train", 15, 1.5}, {"recsys-train", 4, 0.4}};
+
+  const CellResult r = evaluate_cell(cell, m, lc_reference, be_references, mix_references);
   EXPECT_TRUE(r.status.ok);
   EXPECT_DOUBLE_EQ(r.target_ms, 30);
   EXPECT_DOUBLE_EQ(r.rate_per_s, 25);
@@ -92,7 +106,22 @@ TEST(QosCellMath, EvaluateCellAgainstItsReferences) {
   EXPECT_DOUBLE_EQ(r.be[1].standalone_iterations_per_s, 0.5);
   EXPECT_DOUBLE_EQ(r.be[1].fraction_of_standalone, 0.2);
   EXPECT_DOUBLE_EQ(r.be_fraction_of_ideal, 0.5);  // (0.6 + 0.2) / 2 / (1 - 0.2)
+  EXPECT_DOUBLE_EQ(r.be[0].mix_alone_iterations_per_s, 1.5);
+  EXPECT_DOUBLE_EQ(r.be[0].fraction_of_mix_alone, 0.8);
+  EXPECT_DOUBLE_EQ(r.be[1].fraction_of_mix_alone, 0.25);
+  EXPECT_DOUBLE_EQ(r.be_fraction_of_ideal_together, 0.65625);  // (0.8 + 0.25) / 2 / (1 - 0.2)
   EXPECT_DOUBLE_EQ(r.gpu_busy_fraction, 0.9);
+
+  // One job: its mix alone is its standalone run.
+  CellMeasurement one = m;
+  one.be.resize(1);
+  const CellResult single = evaluate_cell({"priority", "fifo", 0.4, "resnet"}, one, lc_reference, be_references, {});
+  EXPECT_DOUBLE_EQ(single.be[0].mix_alone_iterations_per_s, 2.0);
+  EXPECT_DOUBLE_EQ(single.be_fraction_of_ideal_together, single.be_fraction_of_ideal);
+  // No usable run of the mix alone: no figure, rather than a made-up one.
+  const CellResult missing = evaluate_cell(cell, m, lc_reference, be_references, {mix_references[1]});
+  EXPECT_DOUBLE_EQ(missing.be[0].fraction_of_mix_alone, 0.0);
+  EXPECT_DOUBLE_EQ(missing.be_fraction_of_ideal_together, 0.0);
 
   const CellResult f = failed_cell(cell, lc_reference, {false, "gpuqosd exited at startup", "x.log", "tail"});
   EXPECT_FALSE(f.status.ok);

@@ -56,6 +56,9 @@ TEST(QosPlan, GridHasEveryCellModeOutermostPolicyInnermost) {
   EXPECT_EQ(cells[24].device_mode, "timeslice");
   EXPECT_EQ(cell_name(cells[5]), "fifo-fifo-0.20-resnet+recsys");
   EXPECT_EQ(be_workloads_used(o).size(), 2u);
+  EXPECT_EQ(shared_mixes(o), std::vector<std::string>{"resnet+recsys"}) << "its jobs also run alone together";
+  o.be_mixes = {"resnet", "recsys"};
+  EXPECT_TRUE(shared_mixes(o).empty()) << "a one-job mix alone is its standalone run";
 }
 
 TEST(QosPlan, GpuqosdConfigListsTheCellsJobs) {
@@ -89,8 +92,14 @@ TEST(QosReport, FailedCellsKeepTheirReasonAndNoFigures) {
   ok.target_ms = 30;
   ok.lc.p99_ms = 45;
   ok.violation_fraction = 0.25;
-  ok.be = {{{"resnet-train", 10, 1.2}, 2.0, 0.6}};
+  ok.be = {{{"resnet-train", 10, 1.2}, 2.0, 0.6, 2.0, 0.6}};
   ok.be_fraction_of_ideal = 0.75;
+  ok.be_fraction_of_ideal_together = 0.75;
+  StandaloneMix together;
+  together.device_mode = "timeslice";
+  together.be_mix = "resnet+recsys";
+  together.runs = {{"resnet-train", 18, 1.83}, {"recsys-train", 10, 1.04}};
+  r.standalone_mixes = {together};
   CellResult bad;
   bad.cell = {"baymax", "fifo", 0.4, "resnet"};
   bad.status = {false, "gpuqosd exited at startup", "/x/gpuqosd.log", "unknown policy\n"};
@@ -103,9 +112,19 @@ TEST(QosReport, FailedCellsKeepTheirReasonAndNoFigures) {
   EXPECT_EQ(j["cells"][1]["status"], "failed");
   EXPECT_EQ(j["cells"][1]["reason"], "gpuqosd exited at startup");
   EXPECT_TRUE(j["cells"][1]["lc_p99_ms"].is_null());
+  EXPECT_TRUE(j["cells"][1]["be_fraction_of_ideal_together"].is_null());
+  EXPECT_DOUBLE_EQ(j["cells"][0]["be_fraction_of_ideal_together"].get<double>(), 0.75);
+  EXPECT_DOUBLE_EQ(j["cells"][0]["be"][0]["fraction_of_mix_alone"].get<double>(), 0.6);
+  const nlohmann::json& mix = j.at("standalone").back();
+  EXPECT_EQ(mix["kind"], "be_mix");
+  EXPECT_EQ(mix["be_mix"], "resnet+recsys");
+  EXPECT_DOUBLE_EQ(mix["be"][1]["iterations_per_s"].get<double>(), 1.04);
   const std::string md = results_markdown(r, 4.0);
   EXPECT_NE(md.find("| fifo | fifo | 0.40 | resnet | 0.00 | 45.00 | 30.00 | 1.50 | 25 % |"), std::string::npos);
   EXPECT_NE(md.find("failed: gpuqosd exited at startup"), std::string::npos);
+  EXPECT_NE(md.find("| timeslice | resnet+recsys alone together | | | | | | | | | 1.83, 1.04 | ok |"),
+            std::string::npos);
+  EXPECT_NE(md.find("| 75 % | 75 % |"), std::string::npos) << "of the ideal, and of it with the mix alone as reference";
 }
 
 TEST(QosReport, TailLines) {
