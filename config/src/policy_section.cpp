@@ -81,7 +81,8 @@ void read_baymax(Diagnostics& diagnostics, const toml::table& table, BaymaxConfi
   read_number(section, "max_backlog_bound_ms", Bound::above, 0, out.max_backlog_bound_ms);
   read_number(section, "adapt_step_ms", Bound::above, 0, out.adapt_step_ms);
   read_bool(section, "preemptive_device", out.preemptive_device);
-  read_number(section, "timeslice_ms", Bound::above, 0, out.timeslice_ms);
+  // At least 1 us: the daemon counts in ns, and a slice that rounds to 0 would let everything through.
+  read_number(section, "timeslice_ms", Bound::at_least, 0.001, out.timeslice_ms);
   double share = out.long_op_tail_share;
   read_number(section, "long_op_tail_share", Bound::above, 0, share);
   if (share > 1)

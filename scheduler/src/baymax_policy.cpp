@@ -87,10 +87,10 @@ void BaymaxPolicy::retire(ClientId client, std::uint64_t seq, std::optional<std:
   }
 }
 
-std::int64_t BaymaxPolicy::ClientState::be_busy_ns() const {
-  std::int64_t longest = 0;
-  for (const auto& [stream, ns] : be_compute_ns) longest = std::max(longest, ns);
-  return longest;
+std::int64_t BaymaxPolicy::ClientState::be_compute_total_ns() const {
+  std::int64_t total = 0;
+  for (const auto& [stream, ns] : be_compute_ns) total += ns;
+  return total;
 }
 
 std::int64_t BaymaxPolicy::be_backlog_ns(std::uint32_t device, Engine engine, std::int64_t now_ns) const {
@@ -224,7 +224,10 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
   // work, which the queries of other jobs after it in deadline order wait for.
   struct Protected {
     std::int64_t deadline_ns, need_ns, idle_ns, outstanding_ns;
-    double blocks;  // the blocking points at which best-effort slices can delay it (a preemptive device)
+    // The blocking points at which best-effort slices can delay it (a preemptive device): its own
+    // still to come and those of the queries ahead of it; infinite before the job's first query
+    // closed (no profile: all the work counts, as on a device that runs work in order).
+    double blocks;
     ClientId client;
     bool waiting;  // a request not begun yet
   };
@@ -233,14 +236,15 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
     if (state.info.priority != ipc::Priority::high || state.info.device != op.device || !state.info.target_ns) continue;
     const std::int64_t target = *state.info.target_ns;
     std::int64_t need = state.hp_outstanding_ns, idle = 0;
-    double blocks = queries_.expected_query_blocking_points(id);
+    const bool profiled = queries_.expected_query_ns(id) > 0;
+    double blocks = profiled ? 0 : std::numeric_limits<double>::infinity();
     if (const OpenQuery* query = queries_.open_query(id)) {
       need = queries_.expected_remaining_ns(id, now_ns);
       // The best-effort work ahead, this op included, delays the query only by what of it is still
       // running when its program next waits; until then the device also has the query's own
       // outstanding work to do, so only the rest of that time is idle for best-effort work.
       idle = std::max<std::int64_t>(0, queries_.expected_unblocked_ns(id, now_ns) - state.hp_outstanding_ns);
-      blocks = queries_.expected_blocking_points(id);
+      if (profiled) blocks = queries_.expected_blocking_points(id);
       queries.push_back(Protected{query->opened_ns + target, need, idle, state.hp_outstanding_ns, blocks, id, false});
     }
     // Requests waiting in the job's own queue start when the ones before them are done (so what
@@ -252,6 +256,7 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
       if (query_ahead) need += options_.baymax.safety_margin_ns;
       query_ahead = true;
       need += whole;
+      if (profiled) blocks += queries_.expected_query_blocking_points(id);
       queries.push_back(Protected{arrived_ns + target, need, idle, 0, blocks, id, true});
     }
   }
@@ -260,34 +265,31 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
   });
   // On a device that time-slices processes' kernels, best-effort work delays a query by the slices
   // it takes, not by its length: at each blocking point the query's kernels wait for at most one
-  // slice of each best-effort job that still has work there. Until the query's next blocking point
-  // the jobs with work take turns in its idle time, so each has run its share of it by then; what
-  // it had beyond that share is left. A grant that adds nothing to that delay (its job fills its
-  // slice anyway) holds nothing: holding it would not make the query any faster.
+  // slice of each best-effort job that still has work there, and a job delays it by no more than
+  // the work it has left. Until the query's next blocking point the jobs with work take turns in
+  // its idle time, so each has run its share of it by then. A grant that adds nothing to that delay
+  // (its job fills a slice at every blocking point anyway) holds nothing: holding it would not make
+  // the query any faster.
   const bool sliced = options_.baymax.preemptive_device && *engine == Engine::compute;
-  // How long each best-effort job keeps the device busy (its longest stream), and with this op.
+  // Each best-effort job's outstanding compute work (all its streams: together they take at most
+  // that long), with this op for its own job.
   std::vector<std::pair<ClientId, std::int64_t>> be_work;
-  std::int64_t busy_with_op = 0;
   if (sliced) {
     for (const auto& [id, state] : clients_) {
       if (state.info.priority != ipc::Priority::low || state.info.device != op.device) continue;
-      if (id == client) {
-        const auto stream = state.be_compute_ns.find(op.stream);
-        busy_with_op = std::max(state.be_busy_ns(), (stream == state.be_compute_ns.end() ? 0 : stream->second) + p);
-      }
-      if (state.be_busy_ns() > 0 || id == client) be_work.emplace_back(id, state.be_busy_ns());
+      if (state.be_compute_total_ns() > 0 || id == client) be_work.emplace_back(id, state.be_compute_total_ns());
     }
   }
   const auto slice_delay = [&](const Protected& query, bool with_op) {
-    const auto work_of = [&](const auto& job) { return with_op && job.first == client ? busy_with_op : job.second; };
+    const auto work_of = [&](const auto& job) { return job.second + (with_op && job.first == client ? p : 0); };
     const auto jobs = std::count_if(be_work.begin(), be_work.end(), [&](const auto& job) { return work_of(job) > 0; });
-    std::int64_t per_slice = 0;
+    double delay = 0;
     for (const auto& job : be_work) {
       if (work_of(job) <= 0) continue;
-      const std::int64_t left = std::max<std::int64_t>(0, work_of(job) - query.idle_ns / jobs);
-      per_slice += std::min(options_.baymax.timeslice_ns, left);
+      const auto left = static_cast<double>(std::max<std::int64_t>(0, work_of(job) - query.idle_ns / jobs));
+      delay += std::min(left, query.blocks * static_cast<double>(options_.baymax.timeslice_ns));
     }
-    return static_cast<std::int64_t>(query.blocks * static_cast<double>(per_slice));
+    return static_cast<std::int64_t>(delay);
   };
   std::int64_t ahead = 0;  // device work of the other jobs' queries with earlier deadlines
   std::vector<std::pair<ClientId, std::int64_t>> added;  // of which each job's own (its need counts it)

@@ -175,6 +175,12 @@ TEST(BaymaxPolicy, OnAPreemptiveDeviceBestEffortWorkDelaysAQueryByItsSlice) {
       EXPECT_TRUE(long_op.empty()) << "111 + 20 - 9 = 122 > 120";
     }
   }
+  // Before the job's first query has closed there is no profile: all of the work counts.
+  BaymaxPolicy unprofiled(sliced());
+  (void)unprofiled.client_registered(serve(kServe, 20 * kMs), 0);
+  (void)post(unprofiled, kServe, Priority::high, op(1), 0, kMs);  // deadline 20
+  EXPECT_TRUE(post(unprofiled, kTrainA, Priority::low, op(1), 0, 20 * kMs).empty()) << "0 + 1 + 20 > 20";
+  EXPECT_EQ(post(unprofiled, kTrainB, Priority::low, op(1), 0, 10 * kMs), (Decisions{{kTrainB, 1}})) << "1 + 10";
   BaymaxPolicy tight(sliced());
   (void)tight.client_registered(serve(kServe, 14 * kMs), 0);
   teach_one_query(tight);
@@ -205,9 +211,11 @@ TEST(BaymaxPolicy, OnAPreemptiveDeviceOnlyAGrantThatAddsASliceIsHeld) {
   EXPECT_TRUE(post(policy, kTrainB, Priority::low, op(2), 100 * kMs, 1 * kMs).empty()) << "4 + 1 - 4.5 > 0";
 }
 
-// Each blocking point still to come can wait for a slice of every best-effort job.
+// Each blocking point still to come can wait for a slice of every best-effort job, but a job delays
+// the query by no more than the work it has.
 TEST(BaymaxPolicy, OnAPreemptiveDeviceEachBlockingPointCanWaitForASlice) {
-  for (const std::int64_t target : {19 * kMs, 18 * kMs}) {
+  for (const std::int64_t target : {18 * kMs, 19 * kMs, 20 * kMs}) {
+    SCOPED_TRACE("target " + std::to_string(target / kMs) + " ms");
     BaymaxPolicy policy(sliced());
     (void)policy.client_registered(serve(kServe, target), 0);
     // A query with a pageable copy back at 5 ms and its sync at 10: two blocking points.
@@ -221,9 +229,67 @@ TEST(BaymaxPolicy, OnAPreemptiveDeviceEachBlockingPointCanWaitForASlice) {
     (void)post(policy, kServe, Priority::high, op(4), 100 * kMs, kMs);
     EXPECT_EQ(policy.queries().expected_blocking_points(kServe), 2);
     // due 111; 5 - 1 = 4 ms idle: 20 - 4 left, a slice at each of the two points: 111 + 8.
-    const Decisions d = post(policy, kTrainA, Priority::low, op(1), 100 * kMs, 20 * kMs);
-    EXPECT_EQ(d.empty(), target < 19 * kMs) << "target " << target / kMs << " ms";
+    const Decisions a = post(policy, kTrainA, Priority::low, op(1), 100 * kMs, 20 * kMs);
+    EXPECT_EQ(a.empty(), target < 19 * kMs);
+    if (a.empty()) continue;
+    // B shares the idle time with A (2 ms each): of a 3-ms op 1 ms is left, which delays the query
+    // by 1 ms, not by 1 ms at each of its two blocking points: 111 + 8 + 1.
+    const Decisions b = post(policy, kTrainB, Priority::low, op(1), 100 * kMs, 3 * kMs);
+    EXPECT_EQ(b.empty(), target < 20 * kMs);
   }
+}
+
+// A request waiting in the job's queue can wait for slices at the blocking points of the queries
+// ahead of it too, and at its own.
+TEST(BaymaxPolicy, OnAPreemptiveDeviceAWaitingRequestCountsTheBlockingPointsAheadOfIt) {
+  const auto mark = [](std::uint64_t seq, ipc::OpKind kind, std::int64_t at_ns) {
+    ipc::OpDescriptor d = op(seq, kind);
+    d.posted_ns = at_ns;
+    if (kind == ipc::OpKind::query_begin) d.arrived_ns = at_ns;
+    return d;
+  };
+  const auto grants_at_21ms = [&](std::int64_t target, bool second_request) {
+    BaymaxPolicy policy(sliced());
+    (void)policy.client_registered(serve(kServe, target), 0);
+    // One query to learn from: begun at 1 ms, one op, ended at 9 ms: one blocking point, its end.
+    (void)post(policy, kServe, Priority::high, mark(1, ipc::OpKind::query_arrived, 1 * kMs), 1 * kMs, 0);
+    (void)post(policy, kServe, Priority::high, mark(2, ipc::OpKind::query_begin, 1 * kMs), 1 * kMs, 0);
+    (void)post(policy, kServe, Priority::high, op(3), 1 * kMs, kMs);
+    (void)policy.op_completed({kServe, done(3, 9 * kMs), 9 * kMs});
+    (void)post(policy, kServe, Priority::high, mark(4, ipc::OpKind::query_end, 9 * kMs), 9 * kMs, 0);
+    (void)post(policy, kServe, Priority::high, mark(5, ipc::OpKind::query_arrived, 20 * kMs), 20 * kMs, 0);
+    (void)post(policy, kServe, Priority::high, mark(6, ipc::OpKind::query_begin, 20 * kMs), 20 * kMs, 0);
+    (void)post(policy, kServe, Priority::high, op(7), 20 * kMs, kMs);
+    if (second_request)
+      (void)post(policy, kServe, Priority::high, mark(8, ipc::OpKind::query_arrived, 21 * kMs), 21 * kMs, 0);
+    return post(policy, kTrainA, Priority::low, op(1), 21 * kMs, 20 * kMs);
+  };
+  // The open query: due 21 + 7, 6 ms idle, so 14 ms of the op is left at its one blocking point:
+  // 28 + 1 + 4 <= 20 + 24. The waiting request: due 28 + 1 + 8 = 37, and it can wait at the open
+  // query's end and at its own: 37 + 1 + 2 x 4 = 46 > 21 + 24, but <= 21 + 25.
+  EXPECT_EQ(grants_at_21ms(24 * kMs, false), (Decisions{{kTrainA, 1}}));
+  EXPECT_TRUE(grants_at_21ms(24 * kMs, true).empty());
+  EXPECT_EQ(grants_at_21ms(25 * kMs, true), (Decisions{{kTrainA, 1}}));
+}
+
+// On a preemptive device each stream's own outstanding work is bounded, and it is released as its
+// ops complete or are retired when their completions never come.
+TEST(BaymaxPolicy, OnAPreemptiveDeviceAStreamsBoundFollowsItsOps) {
+  PolicyOptions o = sliced(5 * kMs);
+  BaymaxPolicy policy(o);
+  (void)policy.client_registered(serve(kServe, 1'000 * kMs), 0);
+  const auto on = [](std::uint64_t seq, std::uint64_t stream) {
+    ipc::OpDescriptor d = op(seq);
+    d.stream = stream;
+    return d;
+  };
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, on(1, 7), 0, 4 * kMs), (Decisions{{kTrainA, 1}}));
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, on(2, 9), 0, 4 * kMs), (Decisions{{kTrainA, 2}}));
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, on(3, 7), 0, 4 * kMs).empty()) << "stream 7: 4 + 4 > 5";
+  EXPECT_EQ(policy.op_completed({kTrainA, done(1, kMs), kMs}), (Decisions{{kTrainA, 3}})) << "stream 7 drained";
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, on(4, 9), kMs, 2 * kMs).empty()) << "stream 9: 4 + 2 > 5";
+  EXPECT_EQ(policy.tick(BaymaxPolicy::kStaleOpNs + 2 * kMs), (Decisions{{kTrainA, 4}}))
+      << "ops 2 and 3 never completed: retired, their streams free again";
 }
 
 TEST(BaymaxPolicy, ALoneOpLongerThanTheBoundRunsOnceItsBudgetIsEarned) {

@@ -57,7 +57,7 @@ struct BaymaxConfig {
   double adapt_step_ms = 0.5;                 // one adaptation step (> 0)
   bool preemptive_device = false;             // the GPU time-slices kernels of different processes
   double long_op_tail_share = 0.5;            // share of the tail allowance long ops may cost (0, 1]
-  double timeslice_ms = 2.0;                  // a preemptive GPU's time slice per process (> 0)
+  double timeslice_ms = 2.0;                  // a preemptive GPU's time slice per process (>= 0.001)
   friend bool operator==(const BaymaxConfig&, const BaymaxConfig&) = default;
 };
 

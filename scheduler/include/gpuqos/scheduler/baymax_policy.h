@@ -30,12 +30,14 @@
 //   its arrival plus the target: it starts when the job's queries before it are done, so its need
 //   is theirs plus a whole query's expected time, and what delays them delays it as much.
 //   On a preemptive device the compute delay is not backlog + p but the slices best-effort jobs
-//   take: at each of the query's blocking points still to come (the profile's count) its kernels
-//   wait at most one time slice (timeslice_ns) of each best-effort job with work there, and until
-//   the next one the jobs with work take turns in the query's idle time, so each job delays it by
-//   min(slice, its work (its longest stream, with p if it is this op's job) - idle / jobs with work).
-//   A grant that does not raise that sum (its job fills its slice anyway) is not held: holding it
-//   would not make the query faster;
+//   take: at each of the query's blocking points still to come (the profile's count; for a waiting
+//   request, also those of the queries ahead of it) its kernels wait at most one time slice
+//   (timeslice_ns) of each best-effort job with work there, and a job delays it by no more than the
+//   work it has left; until the next one the jobs with work take turns in the query's idle time. So
+//   each job delays it by min(blocks x slice, its work (with p if it is this op's job) - idle / jobs
+//   with work); with no profile yet, blocks is unbounded: all of the work counts. A grant that does
+//   not raise that sum (its job fills a slice at every blocking point anyway) is not held: holding
+//   it would not make the query faster;
 // Sync and query marks occupy nothing and pass as soon as everything before them did.
 //
 // Among best-effort clients, grants go by weight (start-time fair queueing: each grant advances
@@ -136,10 +138,10 @@ class BaymaxPolicy final : public Policy {
     std::uint64_t granted = 0;  // beyond posted: credit
     double vtime = 0;           // fair queueing: device ns granted / weight
     std::int64_t hp_outstanding_ns = 0;  // high priority: predicted device time not yet completed
-    // Best effort: predicted compute time granted and not completed, by stream. A process's
-    // streams run side by side in its time slice: it keeps the device busy for its longest one.
+    // Best effort: predicted compute time granted and not completed, by stream (a process's streams
+    // run side by side in its time slice: the bound on a preemptive device is per stream).
     std::map<std::uint64_t, std::int64_t> be_compute_ns;
-    std::int64_t be_busy_ns() const;
+    std::int64_t be_compute_total_ns() const;
     std::int64_t head_held_since_ns = -1;  // when its queue's head was first held (-1: not held)
   };
   struct InFlight {
