@@ -124,6 +124,13 @@ std::string toml_float(double value) {
 
 std::string gpuqosd_config_toml(const Cell& cell, double target_ms, double time_scale,
                                 const config::BaymaxConfig& baymax, const std::string& baymax_source) {
+  // Only a time-slicing device delays a query by a slice per process: under MPS a long best-effort
+  // kernel shares the SMs with the query's for as long as they overlap, so the in-order rule (its
+  // whole length counts) is the safe one there, as it is where kernels run to their end.
+  const bool sliced = cell.device_mode == "timeslice";
+  const char* how = cell.device_mode == "fifo"   ? "runs a kernel to its end once started"
+                    : sliced                     ? "time-slices contexts' kernels"
+                                                 : "runs contexts' kernels side by side on shared SMs";
   std::ostringstream toml;
   toml << "# Written by gpuqos-bench qos for cell " << cell_name(cell) << ".\n"
        << "[daemon]\nlog_level = \"info\"\n\n"
@@ -139,9 +146,8 @@ std::string gpuqosd_config_toml(const Cell& cell, double target_ms, double time_
        << "max_backlog_bound_ms = " << toml_float(baymax.max_backlog_bound_ms * time_scale) << "\n"
        << "adapt_step_ms = " << toml_float(baymax.adapt_step_ms * time_scale) << "\n"
        << "long_op_tail_share = " << toml_float(baymax.long_op_tail_share) << "\n"
-       << "# simgpu's " << cell.device_mode << " mode "
-       << (cell.device_mode == "fifo" ? "runs a kernel to its end once started" : "time-slices contexts' kernels")
-       << "\npreemptive_device = " << (cell.device_mode == "fifo" ? "false" : "true") << "\n"
+       << "# simgpu's " << cell.device_mode << " mode " << how << "\n"
+       << "preemptive_device = " << (sliced ? "true" : "false") << "\n"
        << "# simgpu's time slice (timeslice_us of its profile), x time_scale\n"
        << "timeslice_ms = " << toml_float(baymax.timeslice_ms * time_scale) << "\n\n"
        << "[[job]]\nname = \"" << lc_workload().job << "\"\nallowed_priority = \"high\"\n"

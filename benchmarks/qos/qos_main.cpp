@@ -53,6 +53,15 @@ json config_json(const Options& o, const std::string& traces_dir, double wall_s)
           {"policies", o.policies},      {"device_modes", o.device_modes},   {"loads", o.loads},
           {"be_mixes", o.be_mixes},      {"daemon_target", o.daemon_target}, {"traces_dir", traces_dir},
           {"workloads", workloads},
+          {"baymax_from", o.baymax_source},
+          {"baymax", {{"safety_margin_ms", o.baymax.safety_margin_ms},
+                      {"be_backlog_bound_ms", o.baymax.be_backlog_bound_ms},
+                      {"max_be_transfers", o.baymax.max_be_transfers},
+                      {"copy_chunk_bytes", o.baymax.copy_chunk_bytes},
+                      {"adaptation", o.baymax.adaptation},
+                      {"long_op_tail_share", o.baymax.long_op_tail_share},
+                      {"timeslice_ms", o.baymax.timeslice_ms},
+                      {"times_scaled_by", o.time_scale}}},
           {"wall_s", wall_s}};
 }
 
@@ -134,7 +143,9 @@ int main(int argc, char** argv) {
                   "service p50; end-to-end: the LC marks arrivals and gpuqosd gets the cell's target")
       ->check(CLI::IsMember(kDaemonTargets))->capture_default_str();
   std::string baymax_from = (fs::path(GPUQOS_SOURCE_DIR) / "examples" / "gpuqos.toml").string();
-  qos->add_option("--baymax-from", baymax_from, "config file whose [policy.baymax] every cell's gpuqosd gets (times x --time-scale)")
+  qos->add_option("--baymax-from", baymax_from,
+                  "config file whose [policy.baymax] every cell's gpuqosd gets (times x --time-scale; "
+                  "preemptive_device and timeslice_ms come from the device mode and simgpu's profile)")
       ->check(CLI::ExistingFile)
       ->capture_default_str();
   qos->add_option("--traces", cli.traces_dir, "directory of the real traces")->check(CLI::ExistingDirectory)->capture_default_str();

@@ -51,7 +51,8 @@ json cell_json(const CellResult& c) {
                        {"fraction_of_mix_alone", be.fraction_of_mix_alone}});
   }
   j["be_fraction_of_ideal"] = c.be_fraction_of_ideal;
-  j["be_fraction_of_ideal_together"] = c.be_fraction_of_ideal_together;
+  j["be_fraction_of_ideal_together"] =
+      c.be_fraction_of_ideal_together ? json(*c.be_fraction_of_ideal_together) : json(nullptr);
   j["gpu_busy_fraction"] = c.gpu_busy_fraction;
   return j;
 }
@@ -145,7 +146,8 @@ std::string cell_row(const CellResult& c) {
   return row + fixed(c.lc.p50_ms, 2) + " | " + fixed(c.lc.p99_ms, 2) + " | " + fixed(c.target_ms, 2) + " | " +
          fixed(c.target_ms > 0 ? c.lc.p99_ms / c.target_ms : 0.0, 2) + " | " + percent(c.violation_fraction) + " | " +
          std::to_string(c.lc.queries) + " | " + rates + " | " + fractions + " | " + percent(c.be_fraction_of_ideal) +
-         " | " + percent(c.be_fraction_of_ideal_together) + " | " + percent(c.gpu_busy_fraction) + " | ok |\n";
+         " | " + (c.be_fraction_of_ideal_together ? percent(*c.be_fraction_of_ideal_together) : "n/a") + " | " +
+         percent(c.gpu_busy_fraction) + " | ok |\n";
 }
 
 }  // namespace

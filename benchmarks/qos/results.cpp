@@ -18,6 +18,7 @@ CellResult evaluate_cell(const Cell& cell, const CellMeasurement& measured, cons
     return s.be_mix == cell.be_mix && s.device_mode == cell.device_mode && s.status.ok;
   });
   std::vector<double> fractions, together;
+  bool every_reference = true;
   for (const BeRun& run : measured.be) {
     const auto ref = std::find_if(be_references.begin(), be_references.end(), [&](const StandaloneBe& s) {
       return s.job == run.job && s.device_mode == cell.device_mode && s.status.ok;
@@ -31,12 +32,13 @@ CellResult evaluate_cell(const Cell& cell, const CellMeasurement& measured, cons
     }
     const double fraction = fraction_of_standalone(run.iterations_per_s, standalone);
     const double of_mix = fraction_of_standalone(run.iterations_per_s, beside_others);
+    every_reference = every_reference && beside_others > 0;
     r.be.push_back({run, standalone, fraction, beside_others, of_mix});
     fractions.push_back(fraction);
     together.push_back(of_mix);
   }
   r.be_fraction_of_ideal = be_fraction_of_ideal(fractions, r.lc_gpu_busy_standalone);
-  r.be_fraction_of_ideal_together = be_fraction_of_ideal(together, r.lc_gpu_busy_standalone);
+  if (every_reference) r.be_fraction_of_ideal_together = be_fraction_of_ideal(together, r.lc_gpu_busy_standalone);
   return r;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -97,8 +98,9 @@ struct CellResult {
   double be_fraction_of_ideal = 0;
   // The same with each job's throughput in the mix alone as its reference: of the GPU time the LC
   // leaves idle, the share the mix got of what it gets with the whole GPU. Two BE jobs that each
-  // keep the GPU busy alone cannot both run at their standalone rate, LC or not.
-  double be_fraction_of_ideal_together = 0;
+  // keep the GPU busy alone cannot both run at their standalone rate, LC or not. None when a job
+  // has no usable reference (rather than a figure pulled down by a missing one).
+  std::optional<double> be_fraction_of_ideal_together;
   double gpu_busy_fraction = 0;
   Status status;
 };
@@ -113,7 +115,8 @@ struct Results {
 
 // The cell's figures from its measurement and the standalone runs of its device mode and load.
 // A BE job without a usable standalone throughput gets fraction 0 (and the reference's status says why);
-// so does one of a mix without a usable run of the mix alone.
+// one of a mix without a usable run of the mix alone gets fraction 0 of it, and the cell no
+// be_fraction_of_ideal_together.
 CellResult evaluate_cell(const Cell& cell, const CellMeasurement& measured, const StandaloneLc& lc_reference,
                          const std::vector<StandaloneBe>& be_references,
                          const std::vector<StandaloneMix>& mix_references);

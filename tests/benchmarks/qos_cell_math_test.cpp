@@ -109,7 +109,8 @@ TEST(QosCellMath, EvaluateCellAgainstItsReferences) {
   EXPECT_DOUBLE_EQ(r.be[0].mix_alone_iterations_per_s, 1.5);
   EXPECT_DOUBLE_EQ(r.be[0].fraction_of_mix_alone, 0.8);
   EXPECT_DOUBLE_EQ(r.be[1].fraction_of_mix_alone, 0.25);
-  EXPECT_DOUBLE_EQ(r.be_fraction_of_ideal_together, 0.65625);  // (0.8 + 0.25) / 2 / (1 - 0.2)
+  ASSERT_TRUE(r.be_fraction_of_ideal_together);
+  EXPECT_DOUBLE_EQ(*r.be_fraction_of_ideal_together, 0.65625);  // (0.8 + 0.25) / 2 / (1 - 0.2)
   EXPECT_DOUBLE_EQ(r.gpu_busy_fraction, 0.9);
 
   // One job: its mix alone is its standalone run.
@@ -117,11 +118,12 @@ TEST(QosCellMath, EvaluateCellAgainstItsReferences) {
   one.be.resize(1);
   const CellResult single = evaluate_cell({"priority", "fifo", 0.4, "resnet"}, one, lc_reference, be_references, {});
   EXPECT_DOUBLE_EQ(single.be[0].mix_alone_iterations_per_s, 2.0);
-  EXPECT_DOUBLE_EQ(single.be_fraction_of_ideal_together, single.be_fraction_of_ideal);
+  ASSERT_TRUE(single.be_fraction_of_ideal_together);
+  EXPECT_DOUBLE_EQ(*single.be_fraction_of_ideal_together, single.be_fraction_of_ideal);
   // No usable run of the mix alone: no figure, rather than a made-up one.
   const CellResult missing = evaluate_cell(cell, m, lc_reference, be_references, {mix_references[1]});
   EXPECT_DOUBLE_EQ(missing.be[0].fraction_of_mix_alone, 0.0);
-  EXPECT_DOUBLE_EQ(missing.be_fraction_of_ideal_together, 0.0);
+  EXPECT_FALSE(missing.be_fraction_of_ideal_together);
 
   const CellResult f = failed_cell(cell, lc_reference, {false, "gpuqosd exited at startup", "x.log", "tail"});
   EXPECT_FALSE(f.status.ok);

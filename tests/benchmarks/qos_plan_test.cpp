@@ -83,6 +83,9 @@ TEST(QosPlan, GpuqosdConfigListsTheCellsJobs) {
   const auto reparsed = config::parse_config(sliced, "cell.toml");
   ASSERT_TRUE(reparsed) << reparsed.error();
   EXPECT_EQ(reparsed.value().policy.baymax.timeslice_ms, 8.0) << "gpuqosd reads what the bench wrote";
+  const std::string shared = gpuqosd_config_toml({"baymax", "mps", 0.4, "resnet"}, 31.25, 4.0, baymax, "x.toml");
+  EXPECT_NE(shared.find("preemptive_device = false\n"), std::string::npos)
+      << "MPS shares SMs: a long kernel delays a query for all of its overlap, not one slice";
 }
 
 TEST(QosReport, FailedCellsKeepTheirReasonAndNoFigures) {
@@ -92,9 +95,11 @@ TEST(QosReport, FailedCellsKeepTheirReasonAndNoFigures) {
   ok.target_ms = 30;
   ok.lc.p99_ms = 45;
   ok.violation_fraction = 0.25;
-  ok.be = {{{"resnet-train", 10, 1.2}, 2.0, 0.6, 2.0, 0.6}};
+  ok.be = {{{"resnet-train", 10, 1.2}, 2.0, 0.6, 1.5, 0.8}};
   ok.be_fraction_of_ideal = 0.75;
-  ok.be_fraction_of_ideal_together = 0.75;
+  ok.be_fraction_of_ideal_together = 0.9;
+  CellResult unreferenced = ok;
+  unreferenced.be_fraction_of_ideal_together.reset();
   StandaloneMix together;
   together.device_mode = "timeslice";
   together.be_mix = "resnet+recsys";
@@ -103,9 +108,9 @@ TEST(QosReport, FailedCellsKeepTheirReasonAndNoFigures) {
   CellResult bad;
   bad.cell = {"baymax", "fifo", 0.4, "resnet"};
   bad.status = {false, "gpuqosd exited at startup", "/x/gpuqosd.log", "unknown policy\n"};
-  r.cells = {ok, bad};
+  r.cells = {ok, bad, unreferenced};
   const nlohmann::json j = results_json(r, {{"quick", true}});
-  ASSERT_EQ(j.at("cells").size(), 2u);
+  ASSERT_EQ(j.at("cells").size(), 3u);
   EXPECT_EQ(j["cells"][0]["status"], "ok");
   EXPECT_DOUBLE_EQ(j["cells"][0]["p99_over_target"].get<double>(), 1.5);
   EXPECT_DOUBLE_EQ(j["cells"][0]["be"][0]["fraction_of_standalone"].get<double>(), 0.6);
@@ -113,8 +118,10 @@ TEST(QosReport, FailedCellsKeepTheirReasonAndNoFigures) {
   EXPECT_EQ(j["cells"][1]["reason"], "gpuqosd exited at startup");
   EXPECT_TRUE(j["cells"][1]["lc_p99_ms"].is_null());
   EXPECT_TRUE(j["cells"][1]["be_fraction_of_ideal_together"].is_null());
-  EXPECT_DOUBLE_EQ(j["cells"][0]["be_fraction_of_ideal_together"].get<double>(), 0.75);
-  EXPECT_DOUBLE_EQ(j["cells"][0]["be"][0]["fraction_of_mix_alone"].get<double>(), 0.6);
+  EXPECT_DOUBLE_EQ(j["cells"][0]["be_fraction_of_ideal_together"].get<double>(), 0.9);
+  EXPECT_DOUBLE_EQ(j["cells"][0]["be"][0]["fraction_of_mix_alone"].get<double>(), 0.8);
+  EXPECT_DOUBLE_EQ(j["cells"][0]["be"][0]["mix_alone_iterations_per_s"].get<double>(), 1.5);
+  EXPECT_TRUE(j["cells"][2]["be_fraction_of_ideal_together"].is_null()) << "no reference: no figure";
   const nlohmann::json& mix = j.at("standalone").back();
   EXPECT_EQ(mix["kind"], "be_mix");
   EXPECT_EQ(mix["be_mix"], "resnet+recsys");
@@ -124,7 +131,8 @@ TEST(QosReport, FailedCellsKeepTheirReasonAndNoFigures) {
   EXPECT_NE(md.find("failed: gpuqosd exited at startup"), std::string::npos);
   EXPECT_NE(md.find("| timeslice | resnet+recsys alone together | | | | | | | | | 1.83, 1.04 | ok |"),
             std::string::npos);
-  EXPECT_NE(md.find("| 75 % | 75 % |"), std::string::npos) << "of the ideal, and of it with the mix alone as reference";
+  EXPECT_NE(md.find("| 75 % | 90 % |"), std::string::npos) << "of the ideal, and of it with the mix alone as reference";
+  EXPECT_NE(md.find("| 75 % | n/a |"), std::string::npos);
 }
 
 TEST(QosReport, TailLines) {
