@@ -46,6 +46,15 @@ PolicyOptions options(std::int64_t bound_ns = 5 * kMs, std::uint32_t credit_ops 
   return o;
 }
 
+// A device that time-slices processes' kernels (slices of 4 ms), or one that runs them to their end.
+PolicyOptions on_device(bool preemptive, std::int64_t bound_ns = 5 * kMs) {
+  PolicyOptions o = options(bound_ns);
+  o.baymax.preemptive_device = preemptive;
+  o.baymax.timeslice_ns = 4 * kMs;
+  return o;
+}
+PolicyOptions sliced(std::int64_t bound_ns = 50 * kMs) { return on_device(true, bound_ns); }
+
 ClientInfo serve(ClientId id, std::int64_t target_ns) {
   return ClientInfo{id, "serve", Priority::high, 0, target_ns, 99.0, 1.0};
 }
@@ -93,9 +102,7 @@ TEST(BaymaxPolicy, TheBoundCapsBestEffortComputeBacklogAndCompletionsCorrectIt) 
 TEST(BaymaxPolicy, OnAPreemptiveDeviceTheBoundIsEachJobsOwn) {
   for (const bool preemptive : {false, true}) {
     SCOPED_TRACE(preemptive ? "preemptive" : "runs kernels to their end");
-    PolicyOptions o = options(5 * kMs);
-    o.baymax.preemptive_device = preemptive;
-    BaymaxPolicy policy(o);
+    BaymaxPolicy policy(on_device(preemptive));
     (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
     // B has had more of the device, so A's held head comes first in fair-queueing order.
     EXPECT_EQ(post(policy, kTrainB, Priority::low, op(1), 0, 4'500'000), (Decisions{{kTrainB, 1}}));
@@ -119,9 +126,7 @@ TEST(BaymaxPolicy, OnAPreemptiveDeviceTheBoundIsEachJobsOwn) {
 TEST(BaymaxPolicy, OnAPreemptiveDeviceTheBoundIsEachStreamsOwn) {
   for (const bool preemptive : {false, true}) {
     SCOPED_TRACE(preemptive ? "preemptive" : "runs kernels to their end");
-    PolicyOptions o = options(5 * kMs);
-    o.baymax.preemptive_device = preemptive;
-    BaymaxPolicy policy(o);
+    BaymaxPolicy policy(on_device(preemptive));
     (void)policy.client_registered(serve(kServe, 1'000 * kMs), 0);
     (void)policy.client_registered(train(kTrainA), 0);
     ipc::OpDescriptor a = op(1), b = op(2), c = op(3);
@@ -149,22 +154,13 @@ void teach_one_query(BaymaxPolicy& policy) {
   (void)post(policy, kServe, Priority::high, op(3), 100 * kMs, kMs);
 }
 
-PolicyOptions sliced(std::int64_t bound_ns = 50 * kMs) {
-  PolicyOptions o = options(bound_ns);
-  o.baymax.preemptive_device = true;
-  o.baymax.timeslice_ns = 4 * kMs;
-  return o;
-}
-
 // On a device that time-slices processes' kernels, a best-effort job delays a query by at most one
 // slice at its blocking point, however long its kernels: a 20-ms op fits a slack that a device
 // running kernels to their end could not give it.
 TEST(BaymaxPolicy, OnAPreemptiveDeviceBestEffortWorkDelaysAQueryByItsSlice) {
   for (const bool preemptive : {false, true}) {
     SCOPED_TRACE(preemptive ? "preemptive" : "runs kernels to their end");
-    PolicyOptions o = sliced();
-    o.baymax.preemptive_device = preemptive;
-    BaymaxPolicy policy(o);
+    BaymaxPolicy policy(on_device(preemptive, 50 * kMs));
     (void)policy.client_registered(serve(kServe, 20 * kMs), 0);
     teach_one_query(policy);
     // Deadline 120; due 100 + 10 (the rest of the query) + 1 (margin) = 111; 9 ms idle before its end.
@@ -275,8 +271,7 @@ TEST(BaymaxPolicy, OnAPreemptiveDeviceAWaitingRequestCountsTheBlockingPointsAhea
 // On a preemptive device each stream's own outstanding work is bounded, and it is released as its
 // ops complete or are retired when their completions never come.
 TEST(BaymaxPolicy, OnAPreemptiveDeviceAStreamsBoundFollowsItsOps) {
-  PolicyOptions o = sliced(5 * kMs);
-  BaymaxPolicy policy(o);
+  BaymaxPolicy policy(sliced(5 * kMs));
   (void)policy.client_registered(serve(kServe, 1'000 * kMs), 0);
   const auto on = [](std::uint64_t seq, std::uint64_t stream) {
     ipc::OpDescriptor d = op(seq);
