@@ -9,8 +9,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include <toml++/toml.h>
-
+#include "gpuqos/simgpu/profile.h"
 #include "gpuqos/testing/gpuqos_programs.h"
 #include "report.h"
 
@@ -58,20 +57,13 @@ std::string device_profile(const std::string& compute_mode, double time_scale) {
   return out;
 }
 
-// A number of that same file's top level (the defaults of its devices).
-double device_number(const std::string& key) {
-  const fs::path path = fs::path(GPUQOS_SOURCE_DIR) / "simgpu" / "profiles" / "h100.toml";
-  try {
-    const toml::table profile = toml::parse_file(path.string());
-    if (const auto value = profile[key].value<double>()) return *value;
-  } catch (const toml::parse_error& e) {
-    throw std::runtime_error(path.string() + ": " + std::string(e.description()));
-  }
-  throw std::runtime_error(path.string() + " has no number " + key);
+// That same file's first device, as simgpud reads it (simgpu::ProfileError names what is wrong).
+simgpu::DeviceProfile bench_device() {
+  return simgpu::load_profile_file(fs::path(GPUQOS_SOURCE_DIR) / "simgpu" / "profiles" / "h100.toml").at(0);
 }
 
-// The `sms` of that same file: what `gpuqos train` is told, so the predictor's waves match the device.
-std::string device_sms() { return std::to_string(static_cast<long>(device_number("sms"))); }
+// Its `sms`: what `gpuqos train` is told, so the predictor's waves match the device.
+std::string device_sms() { return std::to_string(bench_device().sms); }
 
 bool contains(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
 
@@ -83,7 +75,7 @@ Clock::time_point after(Clock::time_point t, double seconds) {
 
 }  // namespace
 
-double device_timeslice_ms() { return device_number("timeslice_us") / 1000.0; }
+double device_timeslice_ms() { return bench_device().timeslice_us / 1000.0; }
 
 Status failed(const std::string& reason, const fs::path& log) {
   return {false, reason, log.string(), tail_lines(read_file(log), kTailLines)};
