@@ -274,10 +274,11 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
   // Each best-effort job's outstanding compute work (all its streams: together they take at most
   // that long), with this op for its own job.
   std::vector<std::pair<ClientId, std::int64_t>> be_work;
-  if (sliced) {
+  if (sliced && !queries.empty()) {
     for (const auto& [id, state] : clients_) {
       if (state.info.priority != ipc::Priority::low || state.info.device != op.device) continue;
-      if (state.be_compute_total_ns() > 0 || id == client) be_work.emplace_back(id, state.be_compute_total_ns());
+      const std::int64_t work = state.be_compute_total_ns();
+      if (work > 0 || id == client) be_work.emplace_back(id, work);
     }
   }
   const auto slice_delay = [&](const Protected& query, bool with_op) {
