@@ -763,17 +763,21 @@ TEST(BaymaxPolicy, MarksPassAsSoonAsEverythingBeforeThemDid) {
   EXPECT_EQ(policy.op_completed({kTrainA, done(1, 5 * kMs), 5 * kMs}), (Decisions{{kTrainA, 2}, {kTrainA, 3}}));
 }
 
-TEST(BaymaxPolicy, AdaptationTightensTheBoundWhenTheTailNearsTheTarget) {
+// A 5-ms bound that adaptation moves by `step_ns` within [1, 10] ms.
+PolicyOptions adaptive(std::int64_t step_ns) {
   PolicyOptions o = options(5 * kMs);
   o.baymax.adaptation = true;
   o.baymax.min_backlog_bound_ns = 1 * kMs;
   o.baymax.max_backlog_bound_ns = 10 * kMs;
-  o.baymax.adapt_step_ns = kMs / 2;
-  BaymaxPolicy policy(o);
-  (void)policy.client_registered(serve(kServe, 10 * kMs), 0);
+  o.baymax.adapt_step_ns = step_ns;
+  return o;
+}
+
+// Queries of 9.5 ms against a 10-ms target: above 0.9 x target, so each 16 queries tighten the bound.
+std::int64_t run_slow_queries(BaymaxPolicy& policy, std::size_t queries) {
   std::int64_t now = 0;
   std::uint64_t seq = 0;
-  for (std::size_t q = 0; q < AdaptiveBound::kEvery; ++q) {  // queries of 9.5 ms: above 0.9 x target
+  for (std::size_t q = 0; q < queries; ++q) {
     (void)post(policy, kServe, Priority::high, op(++seq), now, kMs);
     const std::uint64_t work = seq;
     (void)post(policy, kServe, Priority::high, op(++seq, ipc::OpKind::sync), now, 0);
@@ -781,8 +785,30 @@ TEST(BaymaxPolicy, AdaptationTightensTheBoundWhenTheTailNearsTheTarget) {
     (void)policy.op_completed({kServe, done(work, now), now});
     now += kMs;
   }
+  return now;
+}
+
+TEST(BaymaxPolicy, AdaptationTightensTheBoundWhenTheTailNearsTheTarget) {
+  BaymaxPolicy policy(adaptive(kMs / 2));
+  (void)policy.client_registered(serve(kServe, 10 * kMs), 0);
+  (void)run_slow_queries(policy, AdaptiveBound::kEvery);
   EXPECT_EQ(policy.bound_ns(), 4'500'000);
   EXPECT_EQ(policy.adaptation_steps(), 1u);
+}
+
+// The long-op threshold is the configured bound: a bound tightened by adaptation does not turn the
+// ops it allowed into long ops rationed by the tail budget.
+TEST(BaymaxPolicy, ATightenedBoundDoesNotMakeOrdinaryOpsLong) {
+  BaymaxPolicy policy(adaptive(2 * kMs));
+  (void)policy.client_registered(serve(kServe, 10 * kMs), 0);
+  const std::int64_t now = run_slow_queries(policy, AdaptiveBound::kEvery);
+  ASSERT_EQ(policy.bound_ns(), 3 * kMs);
+  ASSERT_LT(policy.long_op_budget_ns(0, now), 1.0 * kMs) << "168 ms of growth at 5 ms/s";
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), now, 5 * kMs), (Decisions{{kTrainA, 1}}))
+      << "5 ms: within the configured bound, so not a long op, though over the tightened one";
+  (void)policy.op_completed({kTrainA, done(1, now + 5 * kMs), now + 5 * kMs});
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(2), now + 5 * kMs, 7 * kMs).empty())
+      << "7 ms costs 7 - 5 = 2 ms of budget, not there yet";
 }
 
 TEST(BaymaxPolicy, AnAbandonedQueryStopsHoldingBestEffortWork) {

@@ -56,7 +56,8 @@
 // which is the wait a query can absorb. With arrivals independent of best-effort work (Poisson or
 // any stationary process), the share of queries so delayed is the sum of (p - bound) over the long
 // ops run, divided by the wall time, whatever the query rate. So long ops spend a budget: each costs
-// p - bound, and the budget grows by long_op_tail_share x (1 - percentile / 100) per ns of wall time
+// p - bound (the configured bound: adaptation tightening it does not make more ops long), and the
+// budget grows by long_op_tail_share x (1 - percentile / 100) per ns of wall time
 // (the strictest high-priority job with a target on the device), up to kTailWindowNs of growth; it
 // starts empty when the device first has such a job (a burst at start would count against few queries).
 // With p99 and share 0.5, long ops may delay at most 0.5 % of queries past the bound: 5 ms of cost
@@ -173,6 +174,8 @@ class BaymaxPolicy final : public Policy {
   // op costs from it (0: not a long op there).
   double long_op_rate(std::uint32_t device) const;
   std::int64_t long_op_cost(const Queued& queued) const;
+  // Ops longer than this are long ops: the configured bound, or the adaptive one when it is looser.
+  std::int64_t long_op_threshold_ns() const;
   // Before the rate may change: the budgets grown so far, at the old rate. After: a budget for each
   // device that now has a rate (empty), none for a device that has not.
   void settle_long_budgets(std::int64_t now_ns);
