@@ -99,6 +99,18 @@ std::int64_t BaymaxPolicy::be_backlog_ns(std::uint32_t device, Engine engine, st
   return std::max<std::int64_t>(0, it->second.be_until_ns - now_ns);
 }
 
+std::optional<PolicyState> BaymaxPolicy::state(std::int64_t now_ns) const {
+  PolicyState state{bound_.bound_ns(), bound_.steps(), {}, {}};
+  for (const auto& [device, budget] : long_budgets_) {
+    state.long_op_budgets.push_back({device, long_op_budget_ns(device, now_ns), long_op_budget_cap_ns(device)});
+  }
+  for (const auto& [id, client] : clients_) {
+    if (client.info.priority != ipc::Priority::low) continue;
+    state.be_compute_outstanding_ns[client.info.job] += client.be_compute_total_ns();
+  }
+  return state;
+}
+
 std::size_t BaymaxPolicy::queued_ops() const {
   std::size_t queued = 0;
   for (const auto& [id, state] : clients_) queued += state.queue.size();

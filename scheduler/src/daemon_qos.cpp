@@ -73,6 +73,15 @@ void Daemon::qos_status(DaemonStatus& status, std::int64_t now_ns) const {
       job.be_held_ns_by_reason = it == by_job.end() ? HoldTimes{} : it->second;
     }
   }
+  status.policy_state = policy_->state(now_ns);
+  if (status.policy_state) {
+    const auto& outstanding = status.policy_state->be_compute_outstanding_ns;
+    for (JobQosSnapshot& job : status.jobs) {
+      if (job.priority != ipc::Priority::low) continue;
+      auto it = outstanding.find(job.job);
+      job.be_outstanding_ns = it == outstanding.end() ? 0 : it->second;
+    }
+  }
 }
 
 void Daemon::start_metrics() {

@@ -93,6 +93,23 @@ void best_effort_families(const DaemonStatus& status, std::ostringstream& out) {
   }
 }
 
+void policy_families(const PolicyState& state, std::ostringstream& out) {
+  Family(out, "gpuqos_be_backlog_bound_seconds", "gauge",
+         "The bound on granted best-effort compute work now (adaptation moves it).")
+      .sample(seconds(state.backlog_bound_ns));
+  Family(out, "gpuqos_be_backlog_bound_steps_total", "counter", "Times adaptation moved the bound.")
+      .sample(static_cast<double>(state.adaptation_steps));
+  Family budget(out, "gpuqos_long_op_budget_seconds", "gauge",
+                "What best-effort ops longer than the bound may still cost on a device that runs kernels to "
+                "their end (negative: in debt).");
+  for (const auto& device : state.long_op_budgets) budget.sample(seconds(device.level_ns), {{"device", std::to_string(device.device)}});
+  Family cap(out, "gpuqos_long_op_budget_cap_seconds", "gauge", "The most the long-op budget holds.");
+  for (const auto& device : state.long_op_budgets) cap.sample(seconds(device.cap_ns), {{"device", std::to_string(device.device)}});
+  Family outstanding(out, "gpuqos_be_outstanding_seconds", "gauge",
+                     "Predicted device time of a best-effort job's granted compute work not completed.");
+  for (const auto& [job, ns] : state.be_compute_outstanding_ns) outstanding.sample(seconds(ns), {{"job", job}});
+}
+
 void daemon_families(const DaemonStatus& status, std::ostringstream& out) {
   const GrantCounters& g = status.grants;
   Family(out, "gpuqos_grants_total", "counter", "Grant descriptors pushed to clients.")
@@ -114,6 +131,7 @@ void daemon_families(const DaemonStatus& status, std::ostringstream& out) {
       }
     }
   }
+  if (status.policy_state) policy_families(*status.policy_state, out);
   Family backlog(out, "gpuqos_engine_backlog_seconds", "gauge",
                  "Predicted device time of the work accounted on an engine and not completed.");
   for (const auto& load : status.backlog) {

@@ -41,6 +41,18 @@ nlohmann::json backlog_json(const EngineLoad& load) {
           {"completed_device_ns", load.completed_device_ns}};
 }
 
+nlohmann::json policy_state_json(const PolicyState& state) {
+  nlohmann::json budgets = nlohmann::json::array();
+  for (const auto& budget : state.long_op_budgets) {
+    budgets.push_back({{"device", budget.device},
+                       {"level_ns", static_cast<std::int64_t>(budget.level_ns)},
+                       {"cap_ns", static_cast<std::int64_t>(budget.cap_ns)}});
+  }
+  return {{"backlog_bound_ns", state.backlog_bound_ns},
+          {"adaptation_steps", state.adaptation_steps},
+          {"long_op_budget", std::move(budgets)}};
+}
+
 std::string milliseconds(std::int64_t ns) {
   char text[32];
   std::snprintf(text, sizeof text, "%.3f", static_cast<double>(ns) / 1e6);
@@ -71,6 +83,7 @@ nlohmann::json to_json(const DaemonStatus& status) {
   for (const auto& load : status.backlog) json["backlog"].push_back(backlog_json(load));
   for (const auto& client : status.clients) json["clients"].push_back(client_json(client));
   for (const auto& job : status.jobs) json["jobs"].push_back(job_json(job));
+  if (status.policy_state) json["policy_state"] = policy_state_json(*status.policy_state);
   return json;
 }
 
@@ -108,6 +121,28 @@ std::string bounded_status_text(const DaemonStatus& status, std::size_t max_byte
   return json.dump();
 }
 
+std::string render_policy_state(const nlohmann::json& status) {
+  std::ostringstream out;
+  const auto& state = status.at("policy_state");
+  out << "  best-effort bound " << milliseconds(state.at("backlog_bound_ns").get<std::int64_t>()) << " ms ("
+      << state.at("adaptation_steps") << " adaptation steps)";
+  for (const auto& budget : state.at("long_op_budget")) {
+    out << ", device " << budget.at("device") << " long-op budget "
+        << milliseconds(budget.at("level_ns").get<std::int64_t>()) << " of "
+        << milliseconds(budget.at("cap_ns").get<std::int64_t>()) << " ms";
+  }
+  out << "\n";
+  std::string granted;
+  for (const auto& job : status.value("jobs", nlohmann::json::array())) {
+    const auto& be = job.at("be");
+    if (!be.contains("outstanding_ns")) continue;
+    granted += (granted.empty() ? "" : ", ") + job.at("job").get<std::string>() + " " +
+               milliseconds(be.at("outstanding_ns").get<std::int64_t>()) + " ms";
+  }
+  if (!granted.empty()) out << "  granted, not completed: " << granted << "\n";
+  return out.str();
+}
+
 std::string render_status_table(const nlohmann::json& status) {
   std::ostringstream out;
   const auto& daemon = status.at("daemon");
@@ -119,6 +154,7 @@ std::string render_status_table(const nlohmann::json& status) {
         << load.at("outstanding_ops") << " outstanding ops, backlog " << milliseconds(load.at("backlog_ns"))
         << " ms, " << load.at("completed_ops") << " completed\n";
   }
+  if (status.contains("policy_state")) out << render_policy_state(status);
   out << render_jobs_table(status);
   char line[256];
   std::snprintf(line, sizeof line, "%-8s %-6s %-24s %-4s %-8s %10s %10s %10s %12s\n", "PID", "UID", "JOB", "PRIO",

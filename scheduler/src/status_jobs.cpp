@@ -148,6 +148,7 @@ nlohmann::json job_json(const JobQosSnapshot& job) {
                            {"ops_per_s", rounded(job.be_ops_per_s, 3)},
                            {"busy_share", rounded(job.be_busy_share, 4)}}}};
   if (job.be_held_ns_by_reason) json["be"]["held_ns_by_reason"] = reasons_json(*job.be_held_ns_by_reason);
+  if (job.be_outstanding_ns) json["be"]["outstanding_ns"] = *job.be_outstanding_ns;
   return json;
 }
 

@@ -811,6 +811,42 @@ TEST(BaymaxPolicy, ATightenedBoundDoesNotMakeOrdinaryOpsLong) {
       << "7 ms costs 7 - 5 = 2 ms of budget, not there yet";
 }
 
+// What status and metrics show: the bound and adaptation's steps, the long-op budget of each device
+// that rations long ops, and each best-effort job's granted compute work not completed.
+TEST(BaymaxPolicy, StateShowsTheBoundTheBudgetAndEachJobsGrantedWork) {
+  BaymaxPolicy policy(adaptive(2 * kMs));
+  ClientInfo other = serve(kServeB, 10 * kMs);
+  other.device = 1;
+  (void)policy.client_registered(serve(kServe, 10 * kMs), 0);
+  (void)policy.client_registered(other, 0);
+  const std::int64_t now = run_slow_queries(policy, AdaptiveBound::kEvery);
+  ClientInfo a = train(kTrainA), b = train(kTrainB);
+  a.job = "resnet";
+  b.job = "recsys";
+  (void)policy.client_registered(a, now);
+  (void)policy.client_registered(b, now);
+  ipc::OpDescriptor first = op(1), second = op(2);
+  second.stream = 9;
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, first, now, kMs), (Decisions{{kTrainA, 1}}));
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, second, now, 2 * kMs), (Decisions{{kTrainA, 2}}));
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, copy(3, ipc::CopyDirection::h2d), now, 3 * kMs),
+            (Decisions{{kTrainA, 3}}));
+  const std::optional<PolicyState> state = policy.state(now);
+  ASSERT_TRUE(state);
+  EXPECT_EQ(state->backlog_bound_ns, 3 * kMs);
+  EXPECT_EQ(state->adaptation_steps, 1u);
+  ASSERT_EQ(state->long_op_budgets.size(), 2u) << "both devices have a job with a target";
+  EXPECT_EQ(state->long_op_budgets[1].device, 1u);
+  EXPECT_DOUBLE_EQ(state->long_op_budgets[0].level_ns, policy.long_op_budget_ns(0, now));
+  EXPECT_DOUBLE_EQ(state->long_op_budgets[0].cap_ns, 300.0 * kMs);
+  EXPECT_EQ(state->be_compute_outstanding_ns,
+            (std::map<std::string, std::int64_t>{{"recsys", 0}, {"resnet", 3 * kMs}}))
+      << "compute work on both streams, not the copy";
+  (void)policy.op_completed({kTrainA, done(1, now + kMs), now + kMs});
+  EXPECT_EQ(policy.state(now + kMs)->be_compute_outstanding_ns.at("resnet"), 2 * kMs);
+  EXPECT_TRUE(BaymaxPolicy(sliced()).state(0)->long_op_budgets.empty()) << "a preemptive device rations nothing";
+}
+
 TEST(BaymaxPolicy, AnAbandonedQueryStopsHoldingBestEffortWork) {
   BaymaxPolicy policy(options(50 * kMs));
   (void)policy.client_registered(serve(kServe, 10 * kMs), 0);

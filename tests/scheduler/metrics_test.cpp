@@ -48,6 +48,7 @@ DaemonStatus sample_status() {
   status.grants = GrantCounters{42, 17, 340 * kMs, 25 * kMs};
   status.grants.held_ns_by_reason = HoldTimes{};
   (*status.grants.held_ns_by_reason)[static_cast<std::size_t>(HoldReason::deadline)] = 250 * kMs;
+  status.policy_state = PolicyState{4'500'000, 3, {{1, -250.0 * kMs, 300.0 * kMs}}, {{"train", 18 * kMs}}};
   return status;
 }
 
@@ -145,6 +146,20 @@ TEST(Metrics, SampleValues) {
   EXPECT_EQ(format_sample_value(std::numeric_limits<double>::infinity()), "+Inf");
   EXPECT_EQ(format_sample_value(-std::numeric_limits<double>::infinity()), "-Inf");
   EXPECT_EQ(std::stod(format_sample_value(1.0 / 3)), 1.0 / 3) << "reads back exactly";
+}
+
+TEST(Metrics, ThePolicysStateWhenItKeepsOne) {
+  DaemonStatus status = sample_status();
+  const std::string text = render_metrics(status);
+  EXPECT_TRUE(has_line(text, "gpuqos_be_backlog_bound_seconds 0.0045")) << text;
+  EXPECT_TRUE(has_line(text, "gpuqos_be_backlog_bound_steps_total 3")) << text;
+  EXPECT_TRUE(has_line(text, "gpuqos_long_op_budget_seconds{device=\"1\"} -0.25")) << text;
+  EXPECT_TRUE(has_line(text, "gpuqos_long_op_budget_cap_seconds{device=\"1\"} 0.3")) << text;
+  EXPECT_TRUE(has_line(text, "gpuqos_be_outstanding_seconds{job=\"train\"} 0.018")) << text;
+  EXPECT_TRUE(has_line(text, "# TYPE gpuqos_be_backlog_bound_steps_total counter")) << text;
+  status.policy_state.reset();
+  EXPECT_EQ(render_metrics(status).find("gpuqos_be_backlog_bound_seconds"), std::string::npos)
+      << "a policy that keeps no state: absent, not zero";
 }
 
 TEST(Metrics, AnIdleDaemonStillRendersEveryDaemonFamily) {

@@ -155,6 +155,37 @@ TEST(Qos, AJobsNumbersSurviveItsClientReconnectingAndBestEffortProgressIsCounted
   EXPECT_GT(daemon.status()["grants"]["issued"].get<std::uint64_t>(), 0u);
 }
 
+// baymax's own state in the status: its bound, the long-op budget of the device a job with a target
+// is on, and a best-effort job's granted work not yet completed; a fifo daemon has none.
+TEST(Qos, StatusShowsBaymaxsBoundBudgetAndGrantedWork) {
+  TempDir dir("gpuqos-qos");
+  DaemonProcess daemon({"--config", dir.write("gpuqosd.toml", "[policy]\nname = \"baymax\"\n[policy.baymax]\n"
+                                                              "be_backlog_bound_ms = 7.5\n" +
+                                                              kServeConfig.substr(kServeConfig.find("[[job]]")))
+                                         .string()});
+  FakeClient serve(daemon.socket(), Priority::high, "serve");
+  FakeClient train(daemon.socket(), Priority::low, "train");
+  train.name_kernel(1, "step");
+  train.post(FakeClient::kernel(1));
+  ASSERT_TRUE(train.wait_granted(1));
+  nlohmann::json status;
+  ASSERT_TRUE(eventually([&] {
+    status = daemon.status();
+    return job_named(status, "train")["be"].value("outstanding_ns", std::int64_t{0}) > 0;
+  }, 5s)) << status.dump(1);
+  ASSERT_TRUE(status.contains("policy_state")) << status.dump(1);
+  EXPECT_EQ(status["policy_state"]["backlog_bound_ns"], 7'500'000);
+  ASSERT_EQ(status["policy_state"]["long_op_budget"].size(), 1u) << status.dump(1);
+  EXPECT_EQ(status["policy_state"]["long_op_budget"][0]["device"], 0);
+  const std::int64_t now = ipc::monotonic_ns();
+  train.complete(1, now - kMs, now);
+  EXPECT_TRUE(eventually([&] { return job_named(daemon.status(), "train")["be"]["outstanding_ns"] == 0; }, 5s))
+      << daemon.status().dump(1);
+
+  DaemonProcess fifo({"--config", dir.write("fifo.toml", kServeConfig).string()});
+  EXPECT_FALSE(fifo.status().contains("policy_state"));
+}
+
 TEST(Qos, MetricsEndpointServesPrometheusText) {
   TempDir dir("gpuqos-qos");
   const std::uint16_t port = free_port();

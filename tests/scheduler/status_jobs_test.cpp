@@ -116,6 +116,37 @@ TEST(StatusJobs, NoHeldByLineWithoutTheReasons) {
   EXPECT_EQ(render_status_table(json).find("held by"), std::string::npos);
 }
 
+// A policy's state (baymax's): the bound, the long-op budgets and each best-effort job's granted
+// work, in the JSON and a line of the table; none from a policy that keeps none.
+TEST(StatusJobs, ThePolicysStateWhenItKeepsOne) {
+  DaemonStatus status = with_jobs({serve(3'900'000, true), train()});
+  status.policy_state = PolicyState{4'500'000, 3, {{0, 12.5 * kMs, 300.0 * kMs}, {1, -7.25 * kMs, 150.0 * kMs}}, {}};
+  status.jobs[1].be_outstanding_ns = 18 * kMs;
+  auto json = nlohmann::json::parse(bounded_status_text(status));
+  ASSERT_TRUE(json.contains("policy_state"));
+  EXPECT_EQ(json["policy_state"]["backlog_bound_ns"], 4'500'000);
+  EXPECT_EQ(json["policy_state"]["adaptation_steps"], 3);
+  ASSERT_EQ(json["policy_state"]["long_op_budget"].size(), 2u);
+  EXPECT_EQ(json["policy_state"]["long_op_budget"][1]["device"], 1);
+  EXPECT_EQ(json["policy_state"]["long_op_budget"][1]["level_ns"], -7'250'000) << "in debt";
+  EXPECT_EQ(json["policy_state"]["long_op_budget"][1]["cap_ns"], 150 * kMs);
+  EXPECT_EQ(json["jobs"][1]["be"]["outstanding_ns"], 18 * kMs);
+  EXPECT_FALSE(json["jobs"][0]["be"].contains("outstanding_ns")) << "the serve job has none";
+  const std::string table = render_status_table(json);
+  EXPECT_NE(table.find("  best-effort bound 4.500 ms (3 adaptation steps), device 0 long-op budget 12.500 of "
+                       "300.000 ms, device 1 long-op budget -7.250 of 150.000 ms\n"),
+            std::string::npos)
+      << table;
+  EXPECT_NE(table.find("  granted, not completed: train 18.000 ms\n"), std::string::npos) << table;
+
+  status.policy_state.reset();
+  status.jobs[1].be_outstanding_ns.reset();
+  json = nlohmann::json::parse(bounded_status_text(status));
+  EXPECT_FALSE(json.contains("policy_state"));
+  EXPECT_FALSE(json["jobs"][1]["be"].contains("outstanding_ns"));
+  EXPECT_EQ(render_status_table(json).find("best-effort bound"), std::string::npos);
+}
+
 TEST(StatusJobs, ManyJobsAndClientsAreCutToFitOneRecord) {
   std::vector<JobQosSnapshot> jobs;
   for (int i = 0; i < 256; ++i) {

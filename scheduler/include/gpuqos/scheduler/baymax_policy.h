@@ -116,6 +116,7 @@ class BaymaxPolicy final : public Policy {
   bool reconfigure(const PolicyOptions& options) override;
   std::optional<HoldTimes> hold_times() const override { return held_ns_; }
   std::map<std::string, HoldTimes> hold_times_by_job() const override { return held_by_job_; }
+  std::optional<PolicyState> state(std::int64_t now_ns) const override;
 
   // For tests and status.
   std::int64_t bound_ns() const { return bound_.bound_ns(); }

@@ -15,6 +15,11 @@
 //   gpuqos_be_held_seconds_total{job,reason}  counter: time a best-effort job's next op waited for
 //                                         its grant, by reason (hold_reason.h; only from a policy
 //                                         that says: baymax)
+//   gpuqos_be_backlog_bound_seconds       gauge: the best-effort compute bound now  } only from a
+//   gpuqos_be_backlog_bound_steps_total   counter: adaptation's steps               } policy that
+//   gpuqos_long_op_budget_seconds{device}, gpuqos_long_op_budget_cap_seconds{device}  } keeps them
+//                                         gauges: the long-op budget and its cap    } (baymax)
+//   gpuqos_be_outstanding_seconds{job}    gauge: granted compute work not completed }
 //   gpuqos_engine_backlog_seconds{device,engine}, gpuqos_engine_outstanding_ops{device,engine}  gauges
 //   gpuqos_clients{priority}              gauge: connected clients
 //   gpuqos_uptime_seconds                 gauge

@@ -90,6 +90,20 @@ struct PolicyOptions {
   BaymaxOptions baymax;
 };
 
+// What a policy that predicts keeps beyond the engines' backlog, for status and metrics.
+struct PolicyState {
+  std::int64_t backlog_bound_ns = 0;   // the best-effort compute bound now (adaptation moves it)
+  std::uint64_t adaptation_steps = 0;  // times adaptation moved it
+  struct LongOpBudget {
+    std::uint32_t device = 0;
+    double level_ns = 0;  // what long best-effort ops may spend now (negative: in debt)
+    double cap_ns = 0;    // the most it holds
+  };
+  std::vector<LongOpBudget> long_op_budgets;  // devices that ration long ops
+  // Each best-effort job's granted compute work not completed yet (predicted ns, all its streams).
+  std::map<std::string, std::int64_t> be_compute_outstanding_ns;
+};
+
 class Policy {
  public:
   virtual ~Policy() = default;
@@ -118,6 +132,8 @@ class Policy {
   virtual std::optional<HoldTimes> hold_times() const { return std::nullopt; }
   // The same by job name (empty from such a policy, and for jobs that never waited).
   virtual std::map<std::string, HoldTimes> hold_times_by_job() const { return {}; }
+  // Its state at now_ns (none from a policy that keeps none beyond the backlog).
+  virtual std::optional<PolicyState> state(std::int64_t /*now_ns*/) const { return std::nullopt; }
 };
 
 // The policy called options.name, or nullptr when there is none by that name.

@@ -114,6 +114,7 @@ struct JobQosSnapshot {
   double be_ops_per_s = 0;            // over the last ProgressWindow::kWindowNs
   double be_busy_share = 0;
   std::optional<HoldTimes> be_held_ns_by_reason;  // the policy's account of its waits (hold_reason.h)
+  std::optional<std::int64_t> be_outstanding_ns;  // the policy's: granted compute work not completed
   std::int64_t idle_ns = 0;           // since its latest event
 };
 

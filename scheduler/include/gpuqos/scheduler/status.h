@@ -15,7 +15,11 @@
 //                            "held_ns_by_reason" (only from a policy that says; as in "grants")}}],
 //    "jobs_omitted": N,      (the same, for jobs; the list that takes more room is cut first)
 //    "grants":{"issued","ops_held","held_wait_ns_total","held_wait_ns_max",
-//              "held_ns_by_reason":{"bound","transfer","deadline","budget","behind"}}}
+//              "held_ns_by_reason":{"bound","transfer","deadline","budget","behind"}},
+//    "policy_state":{"backlog_bound_ns","adaptation_steps",   (only from a policy that keeps one)
+//                    "long_op_budget":[{"device","level_ns","cap_ns"}]}}
+// and in such a policy's best-effort jobs' "be": "outstanding_ns" (granted compute work not completed,
+// predicted).
 // Jobs (status_jobs.cpp) are what the daemon has seen work from, by name, kept across reconnects:
 // latencies are of the high-priority queries since the daemon started; "be" counts the completions of
 // its best-effort clients (ops_per_s and busy_share over the last 5 s).
@@ -31,6 +35,7 @@
 #include "gpuqos/ipc/registration.h"
 #include "gpuqos/ipc/result.h"
 #include "gpuqos/scheduler/engine_backlog.h"
+#include "gpuqos/scheduler/policy.h"
 #include "gpuqos/scheduler/qos_tracker.h"
 
 namespace gpuqos::scheduler {
@@ -74,6 +79,7 @@ struct DaemonStatus {
   PredictorStatus predictor;
   std::vector<JobQosSnapshot> jobs;  // QosTracker::snapshot's order
   GrantCounters grants;              // daemon-wide, departed clients included
+  std::optional<PolicyState> policy_state;  // from a policy that keeps one (baymax)
 };
 
 nlohmann::json to_json(const DaemonStatus& status);
@@ -84,6 +90,9 @@ std::string bounded_status_text(const DaemonStatus& status, std::size_t max_byte
 
 // The table `gpuqos status` prints (and `gpuqos top` refreshes).
 std::string render_status_table(const nlohmann::json& status);
+// Its lines about the policy's state: the bound, the long-op budgets, each best-effort job's granted
+// work not completed (status must have "policy_state").
+std::string render_policy_state(const nlohmann::json& status);
 
 // status_jobs.cpp: the "jobs" entries and the "grants" object of the JSON, and their part of the
 // table (query latencies against targets, best-effort progress, held work).
