@@ -273,13 +273,23 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
     // Each query ahead may also run over its estimate by up to the margin: those add up.
     const std::int64_t whole = queries_.expected_query_ns(id);
     bool query_ahead = queries_.open_query(id) != nullptr;
-    for (const std::int64_t arrived_ns : queries_.waiting_arrivals(id)) {
+    const auto behind = [&](std::int64_t arrived_ns) {
       if (query_ahead) need += options_.baymax.safety_margin_ns;
       query_ahead = true;
       need += whole;
       if (profiled) blocks += queries_.expected_query_blocking_points(id);
       queries.push_back(Protected{arrived_ns + target, need, idle, 0, blocks, id, true});
-    }
+    };
+    for (const std::int64_t arrived_ns : queries_.waiting_arrivals(id)) behind(arrived_ns);
+    // A job that says when its requests arrive has its target counted from there, so the requests
+    // that have not arrived yet need protecting too: the best-effort work granted now delays every
+    // one that arrives before the job's queue drains. A request arriving now is the one it delays
+    // most (the ones after it have their deadlines later and wait for the same queue), so while the
+    // job has a request in the system it is protected as if it had arrived: an open query can then
+    // be made to wait only until a request arriving behind it could still finish in time, not until
+    // its own deadline. With nothing in the system the bound protects the next arrival instead:
+    // best-effort work flows up to it.
+    if (profiled && query_ahead && queries_.says_arrivals(id)) behind(now_ns);
   }
   std::sort(queries.begin(), queries.end(), [](const Protected& a, const Protected& b) {
     return std::tie(a.deadline_ns, a.client, a.waiting) < std::tie(b.deadline_ns, b.client, b.waiting);

@@ -107,6 +107,7 @@ std::vector<ClosedQuery> QueryTracker::posted(ClientId client, const ipc::OpDesc
   switch (op.kind) {
     case ipc::OpKind::query_arrived:
       switch_to_marks(state);
+      state.says_arrivals = true;
       // A request begun already (its arrival reached us after its begin): not waiting.
       if (op.posted_ns <= state.last_begun_arrival_ns) return closed;
       if (state.arrivals.size() >= kMaxArrivals) state.arrivals.pop_front();  // as the shim forgets it
@@ -240,6 +241,11 @@ const std::deque<std::int64_t>& QueryTracker::waiting_arrivals(ClientId client) 
   static const std::deque<std::int64_t> kNone;
   auto it = clients_.find(client);
   return it == clients_.end() ? kNone : it->second.arrivals;
+}
+
+bool QueryTracker::says_arrivals(ClientId client) const {
+  auto it = clients_.find(client);
+  return it != clients_.end() && it->second.says_arrivals;
 }
 
 std::uint64_t QueryTracker::outstanding_ops(ClientId client) const {

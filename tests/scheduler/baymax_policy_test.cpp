@@ -62,6 +62,12 @@ ClientInfo train(ClientId id, double weight = 1.0) {
   return ClientInfo{id, "train", Priority::low, 0, std::nullopt, 99.0, weight};
 }
 
+ipc::OpDescriptor arrival_at(std::uint64_t seq, std::int64_t at_ns) {
+  ipc::OpDescriptor d = op(seq, ipc::OpKind::query_arrived);
+  d.posted_ns = at_ns;
+  return d;
+}
+
 Decisions post(BaymaxPolicy& p, ClientId client, Priority priority, const ipc::OpDescriptor& d, std::int64_t now,
                std::int64_t predicted) {
   return p.op_posted(OpPosted{client, priority, d, now, predicted});
@@ -236,7 +242,7 @@ TEST(BaymaxPolicy, OnAPreemptiveDeviceEachBlockingPointCanWaitForASlice) {
 }
 
 // A request waiting in the job's queue can wait for slices at the blocking points of the queries
-// ahead of it too, and at its own.
+// ahead of it too, and at its own; so can a request arriving now, of a job that says its arrivals.
 TEST(BaymaxPolicy, OnAPreemptiveDeviceAWaitingRequestCountsTheBlockingPointsAheadOfIt) {
   const auto mark = [](std::uint64_t seq, ipc::OpKind kind, std::int64_t at_ns) {
     ipc::OpDescriptor d = op(seq, kind);
@@ -244,16 +250,16 @@ TEST(BaymaxPolicy, OnAPreemptiveDeviceAWaitingRequestCountsTheBlockingPointsAhea
     if (kind == ipc::OpKind::query_begin) d.arrived_ns = at_ns;
     return d;
   };
-  const auto grants_at_21ms = [&](std::int64_t target, bool second_request) {
+  const auto grants_at_21ms = [&](std::int64_t target, bool says_arrivals, bool second_request) {
     BaymaxPolicy policy(sliced());
     (void)policy.client_registered(serve(kServe, target), 0);
     // One query to learn from: begun at 1 ms, one op, ended at 9 ms: one blocking point, its end.
-    (void)post(policy, kServe, Priority::high, mark(1, ipc::OpKind::query_arrived, 1 * kMs), 1 * kMs, 0);
+    if (says_arrivals) (void)post(policy, kServe, Priority::high, mark(1, ipc::OpKind::query_arrived, 1 * kMs), 1 * kMs, 0);
     (void)post(policy, kServe, Priority::high, mark(2, ipc::OpKind::query_begin, 1 * kMs), 1 * kMs, 0);
     (void)post(policy, kServe, Priority::high, op(3), 1 * kMs, kMs);
     (void)policy.op_completed({kServe, done(3, 9 * kMs), 9 * kMs});
     (void)post(policy, kServe, Priority::high, mark(4, ipc::OpKind::query_end, 9 * kMs), 9 * kMs, 0);
-    (void)post(policy, kServe, Priority::high, mark(5, ipc::OpKind::query_arrived, 20 * kMs), 20 * kMs, 0);
+    if (says_arrivals) (void)post(policy, kServe, Priority::high, mark(5, ipc::OpKind::query_arrived, 20 * kMs), 20 * kMs, 0);
     (void)post(policy, kServe, Priority::high, mark(6, ipc::OpKind::query_begin, 20 * kMs), 20 * kMs, 0);
     (void)post(policy, kServe, Priority::high, op(7), 20 * kMs, kMs);
     if (second_request)
@@ -261,11 +267,16 @@ TEST(BaymaxPolicy, OnAPreemptiveDeviceAWaitingRequestCountsTheBlockingPointsAhea
     return post(policy, kTrainA, Priority::low, op(1), 21 * kMs, 20 * kMs);
   };
   // The open query: due 21 + 7, 6 ms idle, so 14 ms of the op is left at its one blocking point:
-  // 28 + 1 + 4 <= 20 + 24. The waiting request: due 28 + 1 + 8 = 37, and it can wait at the open
-  // query's end and at its own: 37 + 1 + 2 x 4 = 46 > 21 + 24, but <= 21 + 25.
-  EXPECT_EQ(grants_at_21ms(24 * kMs, false), (Decisions{{kTrainA, 1}}));
-  EXPECT_TRUE(grants_at_21ms(24 * kMs, true).empty());
-  EXPECT_EQ(grants_at_21ms(25 * kMs, true), (Decisions{{kTrainA, 1}}));
+  // 28 + 1 + 4 <= 20 + 24.
+  EXPECT_EQ(grants_at_21ms(24 * kMs, false, false), (Decisions{{kTrainA, 1}}));
+  // A request arriving now (the job says its arrivals) is due 28 + 1 + 8 = 37, and it can wait at the
+  // open query's end and at its own: 37 + 1 + 2 x 4 = 46 > 21 + 24, but <= 21 + 25.
+  EXPECT_TRUE(grants_at_21ms(24 * kMs, true, false).empty());
+  EXPECT_EQ(grants_at_21ms(25 * kMs, true, false), (Decisions{{kTrainA, 1}}));
+  // A request waiting, and one arriving behind it: due 37 + 1 + 8 = 46, three blocking points:
+  // 46 + 1 + 3 x 4 = 59 > 21 + 37, but <= 21 + 38.
+  EXPECT_TRUE(grants_at_21ms(37 * kMs, true, true).empty());
+  EXPECT_EQ(grants_at_21ms(38 * kMs, true, true), (Decisions{{kTrainA, 1}}));
 }
 
 // On a preemptive device each stream's own outstanding work is bounded, and it is released as its
@@ -549,7 +560,9 @@ TEST(BaymaxPolicy, OnlyWorkStillRunningAtTheQuerysNextBlockingPointDelaysIt) {
 }
 
 // A request waiting in the job's own queue starts when the open query is done: best-effort work
-// that the open query's deadline would allow can still make the waiting one late.
+// that the open query's deadline would allow can still make the waiting one late. So can a request
+// that has not arrived yet, when the job says its arrivals (its target counts from them): one
+// arriving now is protected as if it were waiting.
 TEST(BaymaxPolicy, ARequestWaitingInTheJobsQueueIsProtectedToo) {
   const auto mark = [](std::uint64_t seq, ipc::OpKind kind, std::int64_t at_ns) {
     ipc::OpDescriptor d = op(seq, kind);
@@ -557,17 +570,17 @@ TEST(BaymaxPolicy, ARequestWaitingInTheJobsQueueIsProtectedToo) {
     if (kind == ipc::OpKind::query_begin) d.arrived_ns = at_ns;  // begun as it arrived
     return d;
   };
-  const auto policy_at_21ms = [&](bool second_request) {
+  const auto policy_at_21ms = [&](bool says_arrivals, bool second_request) {
     auto policy = std::make_unique<BaymaxPolicy>(options(50 * kMs));
     (void)policy->client_registered(serve(kServe, 30 * kMs), 0);
     // One query to learn from: begun at 1 ms, one op, ended at 9 ms (8 ms of work, all before its end).
-    (void)post(*policy, kServe, Priority::high, mark(1, ipc::OpKind::query_arrived, 1 * kMs), 1 * kMs, 0);
+    if (says_arrivals) (void)post(*policy, kServe, Priority::high, mark(1, ipc::OpKind::query_arrived, 1 * kMs), 1 * kMs, 0);
     (void)post(*policy, kServe, Priority::high, mark(2, ipc::OpKind::query_begin, 1 * kMs), 1 * kMs, 0);
     (void)post(*policy, kServe, Priority::high, op(3), 1 * kMs, kMs);
     (void)policy->op_completed({kServe, done(3, 9 * kMs), 9 * kMs});
     (void)post(*policy, kServe, Priority::high, mark(4, ipc::OpKind::query_end, 9 * kMs), 9 * kMs, 0);
     // A request at 20 ms, begun at once (deadline 50), its op outstanding; another at 21 ms (deadline 51).
-    (void)post(*policy, kServe, Priority::high, mark(5, ipc::OpKind::query_arrived, 20 * kMs), 20 * kMs, 0);
+    if (says_arrivals) (void)post(*policy, kServe, Priority::high, mark(5, ipc::OpKind::query_arrived, 20 * kMs), 20 * kMs, 0);
     (void)post(*policy, kServe, Priority::high, mark(6, ipc::OpKind::query_begin, 20 * kMs), 20 * kMs, 0);
     (void)post(*policy, kServe, Priority::high, op(7), 20 * kMs, kMs);
     if (second_request) (void)post(*policy, kServe, Priority::high, mark(8, ipc::OpKind::query_arrived, 21 * kMs), 21 * kMs, 0);
@@ -575,14 +588,64 @@ TEST(BaymaxPolicy, ARequestWaitingInTheJobsQueueIsProtectedToo) {
   };
   // At 21 ms the open query needs 7 ms more, 6 of them idle for best-effort work (its own 1 ms op
   // runs then): an op of p delays it by p - 6, so 21 + 7 + (p - 6) + 1 <= 50 allows p <= 27.
-  auto alone = policy_at_21ms(false);
-  EXPECT_EQ(post(*alone, kTrainA, Priority::low, op(1), 21 * kMs, 24 * kMs), (Decisions{{kTrainA, 1}}));
-  // The waiting request starts after it and needs 8 ms, and the open query may overrun by its margin:
-  // 21 + 7 + 1 + 8 + (p - 6) + 1 <= 51 allows p <= 19.
-  auto queued = policy_at_21ms(true);
+  auto alone = policy_at_21ms(false, false);
+  EXPECT_EQ(post(*alone, kTrainA, Priority::low, op(1), 21 * kMs, 27 * kMs), (Decisions{{kTrainA, 1}}));
+  // A request arriving now starts after it and needs 8 ms, and the open query may overrun by its
+  // margin: 21 + 7 + 1 + 8 + (p - 6) + 1 <= 51 allows p <= 19.
+  auto arriving = policy_at_21ms(true, false);
+  EXPECT_TRUE(arriving->queries().waiting_arrivals(kServe).empty());
+  EXPECT_TRUE(post(*arriving, kTrainA, Priority::low, op(1), 21 * kMs, 20 * kMs).empty());
+  EXPECT_EQ(post(*arriving, kTrainB, Priority::low, op(1), 21 * kMs, 19 * kMs), (Decisions{{kTrainB, 1}}));
+  // The one that arrived at 21 ms waits; one arriving now waits for it too:
+  // 21 + 7 + 1 + 8 + 1 + 8 + (p - 6) + 1 <= 51 allows p <= 10.
+  auto queued = policy_at_21ms(true, true);
   EXPECT_EQ(queued->queries().waiting_arrivals(kServe).size(), 1u);
-  EXPECT_TRUE(post(*queued, kTrainA, Priority::low, op(1), 21 * kMs, 20 * kMs).empty());
-  EXPECT_EQ(post(*queued, kTrainB, Priority::low, op(1), 21 * kMs, 19 * kMs), (Decisions{{kTrainB, 1}}));
+  EXPECT_TRUE(post(*queued, kTrainA, Priority::low, op(1), 21 * kMs, 11 * kMs).empty());
+  EXPECT_EQ(post(*queued, kTrainB, Priority::low, op(1), 21 * kMs, 10 * kMs), (Decisions{{kTrainB, 1}}));
+}
+
+// With no request of the job in the system, the one arriving next is the bound's to protect:
+// best-effort work flows up to it (a request arriving now would be held for by nothing else).
+TEST(BaymaxPolicy, WithNoRequestInTheSystemTheBoundProtectsTheNextArrival) {
+  BaymaxPolicy policy(options(50 * kMs));
+  (void)policy.client_registered(serve(kServe, 30 * kMs), 0);
+  (void)post(policy, kServe, Priority::high, arrival_at(1, 1 * kMs), 1 * kMs, 0);
+  ipc::OpDescriptor begin = op(2, ipc::OpKind::query_begin);
+  begin.arrived_ns = 1 * kMs;
+  (void)post(policy, kServe, Priority::high, begin, 1 * kMs, 0);
+  (void)post(policy, kServe, Priority::high, op(3), 1 * kMs, kMs);
+  (void)policy.op_completed({kServe, done(3, 9 * kMs), 9 * kMs});
+  (void)post(policy, kServe, Priority::high, op(4, ipc::OpKind::query_end), 9 * kMs, 0);
+  // A request arriving at 20 ms would be due 20 + 8 + (p = 25) + 1 = 54 > 50; none is there.
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 20 * kMs, 25 * kMs), (Decisions{{kTrainA, 1}}));
+  // One arrives (due at 50) and waits for that work. At 45 ms it is past saving (45 + 8 > 50), but
+  // now a request is in the system, and one arriving now is due 45 + 30 = 75 after the waiting one
+  // (8), a margin and its own 8: 45 + 17 + p + 1 <= 75 allows p <= 12.
+  (void)post(policy, kServe, Priority::high, arrival_at(5, 20 * kMs), 20 * kMs, 0);
+  (void)policy.op_completed({kTrainA, done(1, 45 * kMs), 45 * kMs});
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(2), 45 * kMs, 13 * kMs).empty());
+  EXPECT_EQ(post(policy, kTrainB, Priority::low, op(1), 45 * kMs, 12 * kMs), (Decisions{{kTrainB, 1}}));
+}
+
+// The request arriving now is protected only while it can be saved: behind a queue that makes it
+// late with no best-effort work at all, it holds nothing (as a waiting request past saving).
+TEST(BaymaxPolicy, ARequestArrivingBehindAQueueTooLongToMakeItHoldsNothing) {
+  BaymaxPolicy policy(options(50 * kMs));
+  (void)policy.client_registered(serve(kServe, 30 * kMs), 0);
+  // One query to learn from: 8 ms, from 1 ms.
+  (void)post(policy, kServe, Priority::high, arrival_at(1, 1 * kMs), 1 * kMs, 0);
+  ipc::OpDescriptor begin = op(2, ipc::OpKind::query_begin);
+  begin.arrived_ns = 1 * kMs;
+  (void)post(policy, kServe, Priority::high, begin, 1 * kMs, 0);
+  (void)post(policy, kServe, Priority::high, op(3), 1 * kMs, kMs);
+  (void)policy.op_completed({kServe, done(3, 9 * kMs), 9 * kMs});
+  (void)post(policy, kServe, Priority::high, op(4, ipc::OpKind::query_end), 9 * kMs, 0);
+  // Three requests at 20 ms, none begun: the third is due 20 + 8 + 1 + 8 + 1 + 8 = 46 <= 50, and one
+  // arriving now would be due 46 + 1 + 8 = 55 > 50 whatever best-effort work runs.
+  for (std::uint64_t seq = 5; seq <= 7; ++seq) (void)post(policy, kServe, Priority::high, arrival_at(seq, 20 * kMs), 20 * kMs, 0);
+  // The third request allows 46 + p + 1 <= 50: p <= 3. The one arriving now is past saving.
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 20 * kMs, 3 * kMs), (Decisions{{kTrainA, 1}}));
+  EXPECT_TRUE(post(policy, kTrainB, Priority::low, op(1), 20 * kMs, 1 * kMs).empty()) << "3 + 1 > 3";
 }
 
 // The deadline counts from the request's arrival: one that waited in the job's queue has less slack.
@@ -598,12 +661,6 @@ TEST(BaymaxPolicy, AQueryThatWaitedInTheJobsQueueHasLessSlack) {
   // Deadline 30 (not 45): 15 + p + 0 (no profile) + 1 <= 30 allows p <= 14.
   EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(1), 15 * kMs, 15 * kMs).empty());
   EXPECT_EQ(post(policy, kTrainB, Priority::low, op(1), 15 * kMs, 14 * kMs), (Decisions{{kTrainB, 1}}));
-}
-
-ipc::OpDescriptor arrival_at(std::uint64_t seq, std::int64_t at_ns) {
-  ipc::OpDescriptor d = op(seq, ipc::OpKind::query_arrived);
-  d.posted_ns = at_ns;
-  return d;
 }
 
 // With no query open, a waiting request still waits for its job's posted work.

@@ -88,6 +88,20 @@ ipc::OpDescriptor begin(std::uint64_t seq, std::int64_t arrived_ns) {
   return d;
 }
 
+// Whether a job says when its requests arrive: only a query_arrived mark tells (begin and end
+// marks alone count queries from their start).
+TEST(QueryTracker, SaysArrivalsOnlyAfterAnArrivalMark) {
+  QueryTracker tracker;
+  (void)tracker.posted(kServe, begin(1, 0), 0);
+  (void)tracker.posted(kServe, op(2, ipc::OpKind::query_end), kMs);
+  EXPECT_FALSE(tracker.says_arrivals(kServe)) << "marks, but no arrival";
+  (void)tracker.posted(kServe, arrived(3, 2 * kMs), 2 * kMs);
+  EXPECT_TRUE(tracker.says_arrivals(kServe));
+  EXPECT_FALSE(tracker.says_arrivals(kServe + 1)) << "a client never seen";
+  tracker.client_gone(kServe);
+  EXPECT_FALSE(tracker.says_arrivals(kServe)) << "forgotten with the client";
+}
+
 // A server that queues requests says when each arrived: the query it begins next is the oldest
 // waiting one, and counts from its arrival; the profile counts from its start.
 TEST(QueryTracker, AQueryCountsFromItsRequestsArrival) {

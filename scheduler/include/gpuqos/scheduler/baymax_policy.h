@@ -28,7 +28,12 @@
 //   drained by then does not delay it, what is left does (0 without a profile: all of it does).
 //   A request the job said arrived (query_arrived) and has not begun counts as a query too, due at
 //   its arrival plus the target: it starts when the job's queries before it are done, so its need
-//   is theirs plus a whole query's expected time, and what delays them delays it as much.
+//   is theirs plus a whole query's expected time, and what delays them delays it as much. A job
+//   that says its arrivals also has a request arriving now checked, due at now plus the target,
+//   behind all of those: best-effort work granted now delays every request that arrives before the
+//   job's queue drains, and the one arriving now the most (later ones have later deadlines and wait
+//   for the same queue). Without it an open query could be made to wait until its own deadline and
+//   a request arriving just behind it missed.
 //   On a preemptive device the compute delay is not backlog + p but the slices best-effort jobs
 //   take: at each of the query's blocking points still to come (the profile's count; for a waiting
 //   request, also those of the queries ahead of it) its kernels wait at most one time slice

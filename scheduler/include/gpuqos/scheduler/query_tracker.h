@@ -99,6 +99,9 @@ class QueryTracker {
   std::int64_t expected_query_ns(ClientId client) const;
   // The arrival times of the client's requests that have not begun, in the order they were said.
   const std::deque<std::int64_t>& waiting_arrivals(ClientId client) const;
+  // Has the client said when its requests arrive (a query_arrived mark)? Then its queries count from
+  // their arrival, and work it has not been sent yet waits behind what it has.
+  bool says_arrivals(ClientId client) const;
   std::uint64_t outstanding_ops(ClientId client) const;
 
  private:
@@ -114,6 +117,7 @@ class QueryTracker {
     std::vector<std::int64_t> op_times;  // post time of each op of the open query (first kProfileOps)
     std::vector<std::int64_t> block_times;  // post times of the open query's blocking points
     std::deque<std::int64_t> arrivals;     // requests that arrived and have not begun, oldest first
+    bool says_arrivals = false;            // a query_arrived mark came
     std::int64_t last_begun_arrival_ns = 0;  // the latest arrival a begin named
     std::vector<std::int64_t> remaining;  // profile: after op k, the query ran this much longer
     std::vector<std::int64_t> unblocked;  // profile: after op k, its next blocking point came this much later
