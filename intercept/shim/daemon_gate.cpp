@@ -79,8 +79,10 @@ Ticket DaemonGate::post(const Operation& op, const std::shared_ptr<Session>& ses
   const auto get_current = driver<CtxGetCurrent>(DriverHelper::ctx_get_current);
   if (!get_current || get_current(&ticket.context) != CUDA_SUCCESS || !ticket.context) return {};  // the call fails
   try {
+    const std::uint32_t device = devices_.of(ticket.context);
+    if (!session->manages(device)) return {};  // not the daemon's device: the call goes ahead unposted
     ipc::OpDescriptor descriptor;
-    if (!describe(op, devices_.of(ticket.context), ticket.posted_ns, kernels_, descriptor)) return {};
+    if (!describe(op, device, ticket.posted_ns, kernels_, descriptor)) return {};
     const bool low = session->low_priority();  // the daemon's answer, not our claim
     if (!session->post(descriptor, kernels_, /*may_wait=*/low)) return {};
     ticket.seq = descriptor.seq;
@@ -122,6 +124,8 @@ void DaemonGate::post_mark(ipc::OpDescriptor descriptor) noexcept {
   const bool has_context = get_current && get_current(&context) == CUDA_SUCCESS && context;
   if (has_context) {
     descriptor.device = devices_.of(context);
+    // A synchronisation of a device the daemon does not schedule waits for nothing it knows of.
+    if (descriptor.kind == ipc::OpKind::sync && !session->manages(descriptor.device)) return;
   } else if (descriptor.kind == ipc::OpKind::sync) {
     return;
   }

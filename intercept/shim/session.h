@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "gpuqos/intercept/settings.h"
+#include "gpuqos/ipc/registration.h"
 #include "gpuqos/ipc/segment.h"
 #include "kernel_registry.h"
 
@@ -30,6 +31,7 @@ class Session {
     bool low_priority = true;          // the effective class: the claim, or low if the daemon lowered it
     std::uint64_t copy_chunk_bytes = 0;  // low priority: 1-D copies larger than this go in chunks; 0: never
     bool takes_arrivals = false;         // the daemon speaks 1.2: it takes query_arrived marks
+    std::uint64_t managed_devices = ipc::kAllDevices;  // bit d: the daemon schedules device d's work
   };
   struct Opened {
     std::shared_ptr<Session> session;  // null: not registered
@@ -54,6 +56,10 @@ class Session {
   // The chunk size of this process's 1-D copies: 0 (never split) at high priority.
   std::uint64_t copy_chunk_bytes() const noexcept { return terms_.low_priority ? terms_.copy_chunk_bytes : 0; }
   bool takes_arrivals() const noexcept { return terms_.takes_arrivals; }
+  // Does the daemon schedule work on `device`? Ops on other devices go straight to the driver.
+  bool manages(std::uint32_t device) const noexcept {
+    return device < 64 && ((terms_.managed_devices >> device) & 1u) != 0;
+  }
 
   // Sends the name of op.kernel_id if this registration has not had it, gives op the next seq and
   // pushes it. A full ops ring: `may_wait` waits for space (low priority), else not posted. An op

@@ -74,8 +74,9 @@ ipc::Result<ipc::HelloReply> exchange_hello(int fd, const Settings& settings) {
 // nothing is split. A daemon may only lower a claim, never raise it.
 Session::Terms terms_of(const ipc::HelloReply& reply, Priority claimed) {
   const bool claimed_low = claimed == Priority::low;
-  if (reply.version_minor < 1) return {claimed_low, 0, false};
-  return {claimed_low || reply.effective_priority == ipc::Priority::low, reply.copy_chunk_bytes, reply.version_minor >= 2};
+  if (reply.version_minor < 1) return {claimed_low, 0, false, ipc::kAllDevices};
+  return {claimed_low || reply.effective_priority == ipc::Priority::low, reply.copy_chunk_bytes,
+          reply.version_minor >= 2, reply.version_minor >= 3 ? reply.managed_devices : ipc::kAllDevices};
 }
 
 }  // namespace

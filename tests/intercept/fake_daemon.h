@@ -80,6 +80,7 @@ class FakeDaemon {
   void lower_every_claim() { lower_claims_ = true; }
   void set_copy_chunk_bytes(std::uint64_t bytes) { copy_chunk_bytes_ = bytes; }
   void speak_minor(std::uint16_t minor) { minor_ = minor; }
+  void set_managed_devices(std::uint64_t mask) { managed_devices_ = mask; }
 
   std::vector<FakeClient> clients() const {
     std::lock_guard lock(mutex_);
@@ -129,9 +130,12 @@ class FakeDaemon {
     if (!decoded || !peer || !segment) return void(::close(fd));
     const auto number = static_cast<std::uint32_t>(counter.load());
     const ipc::Priority effective = lower_claims_ ? ipc::Priority::low : decoded->hello.priority;
-    ipc::HelloReply reply = ipc::make_hello_reply(ipc::HelloStatus::ok, number, name, "", effective, copy_chunk_bytes_);
+    ipc::HelloReply reply =
+        ipc::make_hello_reply(ipc::HelloStatus::ok, number, name, "", effective, copy_chunk_bytes_, managed_devices_);
     reply.version_minor = minor_;
-    (void)ipc::send_record(fd, ipc::encode(reply));
+    std::vector<std::byte> bytes = ipc::encode(reply);
+    if (minor_ <= 2) bytes.resize(minor_ == 0 ? ipc::kHelloReplyBytesV1_0 : ipc::kHelloReplyBytesV1_2);  // as it was
+    (void)ipc::send_record(fd, bytes);
     std::lock_guard lock(mutex_);
     clients_.push_back({.peer = peer.value(), .hello = decoded->hello, .registered_ns = ipc::monotonic_ns()});
     connections_.push_back({fd, std::move(segment.value()), clients_.size() - 1});
@@ -181,6 +185,7 @@ class FakeDaemon {
   std::atomic<std::uint64_t> grant_target_{0};
   std::atomic<bool> lower_claims_{false};
   std::atomic<std::uint64_t> copy_chunk_bytes_{0};
+  std::atomic<std::uint64_t> managed_devices_{ipc::kAllDevices};
   std::atomic<std::uint16_t> minor_{ipc::kProtocolVersionMinor};
   std::thread thread_;
   std::vector<Connection> connections_;  // the thread's (and stop()'s once it is joined)

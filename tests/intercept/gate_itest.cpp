@@ -228,6 +228,31 @@ TEST_F(GateTest, LowPriorityWaitsForTheGrantAndRunsAfterIt) {
   EXPECT_GE(value_of(output_, "done") - grant_ns, 20'000'000);
 }
 
+// A device the daemon's config leaves out ([devices] ordinals): its work goes straight to the
+// driver, unposted and never held; the registration (and the daemon's other devices) stay.
+TEST_F(GateTest, WorkOnADeviceTheDaemonDoesNotManageIsNeitherPostedNorHeld) {
+  daemon_->set_auto_grant(false);
+  daemon_->set_managed_devices(0b10);  // device 1 only; the program runs on device 0
+  start({"timed", "20000"}, "low");
+  ASSERT_EQ(finish(), 0) << "ran without a grant\n" << output_;
+  EXPECT_GT(value_of(output_, "after"), 0) << output_;
+  ASSERT_EQ(daemon_->clients().size(), 1u) << "registered all the same";
+  for (const auto& op : daemon_->clients().at(0).ops) {
+    EXPECT_NE(op.kind, ipc::OpKind::kernel) << "seq " << op.seq;
+    EXPECT_NE(op.kind, ipc::OpKind::sync) << "a device-0 synchronisation: nothing the daemon knows of";
+  }
+}
+
+// A daemon older than 1.3 says nothing of devices: every device is its.
+TEST_F(GateTest, ADaemonOlderThanOnePointThreeManagesEveryDevice) {
+  daemon_->speak_minor(2);
+  daemon_->set_managed_devices(0b10);  // not sent: a 1.2 reply ends before it
+  start({"timed", "20000"}, "low");
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 1); }));
+  EXPECT_EQ(daemon_->clients().at(0).ops.at(0).kind, ipc::OpKind::kernel);
+  ASSERT_EQ(finish(), 0) << output_;
+}
+
 TEST_F(GateTest, HighPriorityIsNeverHeld) {
   daemon_->set_auto_grant(false);
   start({"timed", "1000"}, "high");

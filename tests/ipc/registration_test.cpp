@@ -136,7 +136,22 @@ TEST(HelloReply, RoundTrips) {
   EXPECT_EQ(decoded->version_minor, kProtocolVersionMinor);
   EXPECT_EQ(decoded->effective_priority, Priority::high);
   EXPECT_EQ(decoded->copy_chunk_bytes, 4u << 20);
+  EXPECT_EQ(decoded->managed_devices, kAllDevices) << "the default: every device";
   EXPECT_EQ(record_kind(encode(reply)), RecordKind::hello_reply);
+  decoded = decode_hello_reply(encode(make_hello_reply(HelloStatus::ok, 3, "/gpuqos-100-3", "", Priority::low, 0, 0b101)));
+  ASSERT_TRUE(decoded) << decoded.error();
+  EXPECT_EQ(decoded->managed_devices, 0b101u);
+}
+
+TEST(HelloReply, FromA1_2DaemonDecodesWithoutThe1_3Fields) {
+  HelloReply reply = make_hello_reply(HelloStatus::ok, 3, "/gpuqos-100-3", "", Priority::high, 1234, 0b1);
+  reply.version_minor = 2;
+  const std::vector<std::byte> whole = raw(reply);
+  auto decoded = decode_hello_reply(std::span(whole).first(kHelloReplyBytesV1_2));
+  ASSERT_TRUE(decoded) << decoded.error();
+  EXPECT_EQ(decoded->copy_chunk_bytes, 1234u);
+  EXPECT_EQ(decoded->managed_devices, 0u) << "absent: zero, the shim checks the minor";
+  EXPECT_FALSE(decode_hello_reply(whole)) << "a 1.2 reply has exactly the 1.2 size";
 }
 
 TEST(HelloReply, CarriesALoweredPriority) {

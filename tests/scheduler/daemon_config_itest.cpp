@@ -167,6 +167,16 @@ TEST(HelloReply, CarriesTheCopyChunkSizeWhateverThePolicy) {
   EXPECT_EQ(other.reply().copy_chunk_bytes, 4u << 20) << "the default of [policy.baymax]";
 }
 
+// [devices] ordinals: the devices whose work the shim posts, as a bit mask in the HelloReply.
+TEST(HelloReply, NamesTheDevicesTheConfigManages) {
+  ConfiguredDaemon listed(fifo(0, "[devices]\nordinals = [2, 0, 63]\n"));
+  FakeClient low(listed->socket(), Priority::low, "batch");
+  EXPECT_EQ(low.reply().managed_devices, (std::uint64_t{1} << 63) | 0b101u);
+  DaemonProcess defaults;
+  FakeClient other(defaults.socket(), Priority::low, "batch");
+  EXPECT_EQ(other.reply().managed_devices, ipc::kAllDevices) << "no [devices]: every device";
+}
+
 TEST(Reload, SighupAppliesANewFifoLimitAndJobTargets) {
   const std::string serve = "[[job]]\nname = \"serve\"\ntarget_ms = 20.0\n";
   ConfiguredDaemon daemon(fifo(1, serve), {"--credit-ops", "0"});

@@ -42,8 +42,9 @@ inline constexpr std::uint32_t kControlRequestMagic = 0x54435147;  // "GQCT"
 inline constexpr std::uint32_t kControlReplyMagic = 0x52435147;    // "GQCR"
 inline constexpr std::uint16_t kProtocolVersionMajor = 1;
 // 1.1: HelloReply's effective_priority and copy_chunk_bytes. 1.2: the daemon takes query_arrived
-// marks (descriptor.h); a shim posts them only to a daemon that says 1.2 or later.
-inline constexpr std::uint16_t kProtocolVersionMinor = 2;
+// marks (descriptor.h); a shim posts them only to a daemon that says 1.2 or later. 1.3: HelloReply's
+// managed_devices.
+inline constexpr std::uint16_t kProtocolVersionMinor = 3;
 
 inline constexpr std::size_t kJobNameBytes = 64;        // with its NUL
 inline constexpr std::size_t kReplyMessageBytes = 128;  // with its NUL
@@ -85,8 +86,15 @@ struct HelloReply {
   // ok: low-priority 1-D copies larger than this are issued as chunks of at most this many bytes,
   // each posted and granted on its own, so a high-priority copy can slip in between; 0: never split.
   std::uint64_t copy_chunk_bytes;
+  // 1.3 (a 1.1 or 1.2 reply is kHelloReplyBytesV1_2 long): ok: bit d set when the daemon schedules
+  // the work of device d (its config's [devices] ordinals); the shim issues ops on other devices
+  // straight to the driver, unposted. A reply older than 1.3 means every device (kAllDevices).
+  std::uint64_t managed_devices;
 };
 inline constexpr std::size_t kHelloReplyBytesV1_0 = 208;  // up to and including message
+inline constexpr std::size_t kHelloReplyBytesV1_2 = 224;  // up to and including copy_chunk_bytes
+inline constexpr std::uint64_t kAllDevices = ~std::uint64_t{0};
+static_assert(kMaxDevices <= 64, "managed_devices has a bit per device");
 
 // Followed by name_bytes bytes of the name (no NUL).
 struct KernelNameHeader {
@@ -98,9 +106,10 @@ struct KernelNameHeader {
 
 static_assert(std::is_trivially_copyable_v<Hello> && std::is_standard_layout_v<Hello> && sizeof(Hello) == 80);
 static_assert(std::is_trivially_copyable_v<HelloReply> && std::is_standard_layout_v<HelloReply> &&
-              sizeof(HelloReply) == 224);
+              sizeof(HelloReply) == 232);
 static_assert(offsetof(HelloReply, effective_priority) == kHelloReplyBytesV1_0 &&
-              offsetof(HelloReply, copy_chunk_bytes) == 216);
+              offsetof(HelloReply, copy_chunk_bytes) == 216 &&
+              offsetof(HelloReply, managed_devices) == kHelloReplyBytesV1_2);
 static_assert(sizeof(KernelNameHeader) == 16);
 static_assert(offsetof(Hello, priority) == 8 && offsetof(Hello, job_name) == 16);
 static_assert(offsetof(HelloReply, status) == 8 && offsetof(HelloReply, segment_name) == 16);
@@ -163,10 +172,12 @@ enum class RecordKind { hello, hello_reply, kernel_name, control_request, contro
 RecordKind record_kind(std::span<const std::byte> record) noexcept;
 
 // Builders (shim and daemon side). The job name must be valid (see sanitize_job_name).
-// effective_priority and copy_chunk_bytes matter for an ok reply only (pass low and 0 otherwise).
+// effective_priority, copy_chunk_bytes and managed_devices matter for an ok reply only (pass low, 0
+// and kAllDevices otherwise).
 Result<Hello> make_hello(Priority priority, std::uint32_t device, std::string_view job_name);
 HelloReply make_hello_reply(HelloStatus status, std::uint32_t client_number, std::string_view segment_name,
-                            std::string_view message, Priority effective_priority, std::uint64_t copy_chunk_bytes);
+                            std::string_view message, Priority effective_priority, std::uint64_t copy_chunk_bytes,
+                            std::uint64_t managed_devices = kAllDevices);
 
 // Turns any string into a valid job name: bad bytes become '_', cut to 63 bytes, "job" if empty.
 std::string sanitize_job_name(std::string_view name);
