@@ -81,6 +81,11 @@ std::string describe(const AccessConfig& access) {
 
 }  // namespace
 
+std::string managed_devices_text(const DevicesConfig& devices) {
+  if (devices.ordinals.empty()) return "every device";
+  return (devices.ordinals.size() == 1 ? "device " : "devices ") + join(devices.ordinals);
+}
+
 std::string render_summary(const Config& config) {
   Lines lines;
   lines.heading("daemon");

@@ -42,6 +42,7 @@ bool DaemonGate::try_register(bool at_start) noexcept {
                                  "' (or this user) high priority");
       }
       copy_chunk_bytes_.store(opened.session->copy_chunk_bytes(), std::memory_order_relaxed);
+      managed_devices_.store(opened.session->managed_devices(), std::memory_order_relaxed);
       session_.store(std::move(opened.session));
       return true;
     }
@@ -62,6 +63,7 @@ void DaemonGate::monitor() noexcept {
     if (session) {
       log_(LogLevel::warn, "lost gpuqosd (" + session->lost_reason() + "); running unmanaged until it is back");
       copy_chunk_bytes_.store(0, std::memory_order_relaxed);
+      managed_devices_.store(ipc::kAllDevices, std::memory_order_relaxed);
       session_.store(nullptr);
       session.reset();
     }
@@ -72,6 +74,16 @@ void DaemonGate::monitor() noexcept {
   }
 }
 
+
+std::uint64_t DaemonGate::copy_chunk_bytes() const noexcept {
+  const std::uint64_t bytes = copy_chunk_bytes_.load(std::memory_order_relaxed);
+  const std::uint64_t managed = managed_devices_.load(std::memory_order_relaxed);
+  if (bytes == 0 || managed == ipc::kAllDevices) return bytes;
+  CUcontext context = nullptr;
+  const auto get_current = driver<CtxGetCurrent>(DriverHelper::ctx_get_current);
+  if (!get_current || get_current(&context) != CUDA_SUCCESS || !context) return bytes;  // the call fails anyway
+  return ipc::device_in(managed, devices_.of(context)) ? bytes : 0;
+}
 
 Ticket DaemonGate::post(const Operation& op, const std::shared_ptr<Session>& session) noexcept {
   Ticket ticket;

@@ -42,10 +42,9 @@ class DaemonGate final : public Gate {
   void after(const Operation& op, Ticket ticket, CUresult result) noexcept override;
   void shutdown() noexcept override;
   void mark_query(QueryMark mark) noexcept override;
-  // The registration's chunk size at low priority; 0 at high priority and while unmanaged.
-  std::uint64_t copy_chunk_bytes() const noexcept override {
-    return copy_chunk_bytes_.load(std::memory_order_relaxed);
-  }
+  // The registration's chunk size at low priority; 0 at high priority, while unmanaged and on a
+  // device the daemon does not manage (its copies go whole, straight to the driver).
+  std::uint64_t copy_chunk_bytes() const noexcept override;
 
   // At exit, before the driver is torn down: no more event polling.
   void stop_completion_tracking() noexcept { completions_.stop(); }
@@ -69,8 +68,10 @@ class DaemonGate final : public Gate {
   // The current registration's Session::copy_chunk_bytes(), 0 without one: read by every 1-D copy,
   // so kept apart from session_ (whose load costs more than a relaxed read).
   std::atomic<std::uint64_t> copy_chunk_bytes_{0};
+  // The current registration's managed devices (ipc::kAllDevices without one), for the same reason.
+  std::atomic<std::uint64_t> managed_devices_{ipc::kAllDevices};
 
-  ContextDevices devices_;
+  mutable ContextDevices devices_;  // a cache: filled by const lookups too
 
   // The arrival times of requests said to have arrived (gpuqos_query_arrived) and not yet begun,
   // oldest first: each begin takes the oldest and names it to the daemon. Kept whether or not a

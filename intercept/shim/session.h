@@ -58,8 +58,9 @@ class Session {
   bool takes_arrivals() const noexcept { return terms_.takes_arrivals; }
   // Does the daemon schedule work on `device`? Ops on other devices go straight to the driver.
   bool manages(std::uint32_t device) const noexcept {
-    return device < 64 && ((terms_.managed_devices >> device) & 1u) != 0;
+    return ipc::device_in(terms_.managed_devices, device);
   }
+  std::uint64_t managed_devices() const noexcept { return terms_.managed_devices; }
 
   // Sends the name of op.kernel_id if this registration has not had it, gives op the next seq and
   // pushes it. A full ops ring: `may_wait` waits for space (low priority), else not posted. An op

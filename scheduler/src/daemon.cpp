@@ -15,6 +15,7 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon_tokens.h"
+#include "gpuqos/config/summary.h"
 #include "gpuqos/ipc/bus_guard.h"
 #include "gpuqos/ipc/clock.h"
 
@@ -88,7 +89,8 @@ void Daemon::watch(int fd, std::uint64_t token, std::uint32_t events) {
 }
 
 int Daemon::run() {
-  spdlog::info("gpuqosd pid {} serving {} with policy {}", ::getpid(), options_.socket_path, policy_->name());
+  spdlog::info("gpuqosd pid {} serving {} with policy {}, managing {}", ::getpid(), options_.socket_path,
+               policy_->name(), managed_devices_text(options_.config.devices));
   std::array<epoll_event, 64> events;
   while (!stopping_) {
     const int ready = ::epoll_wait(epoll_.get(), events.data(), static_cast<int>(events.size()), -1);

@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "gpuqos/config/load.h"
+#include "gpuqos/config/summary.h"
 #include "gpuqos/ipc/clock.h"
 #include "gpuqos/scheduler/client_access.h"
 #include "gpuqos/scheduler/daemon.h"
@@ -58,7 +59,12 @@ void Daemon::reload_config() {
     }
     next.policy = options_.policy;
   }
-  options_ = std::move(next);  // jobs and access: for registrations from now on
+  if (next.config.devices.ordinals != options_.config.devices.ordinals) {
+    spdlog::warn("reload of {}: managing {} from now on; jobs registered before keep the devices they were told "
+                 "at registration ({}) until they register again",
+                 path, managed_devices_text(next.config.devices), managed_devices_text(options_.config.devices));
+  }
+  options_ = std::move(next);  // jobs, access and devices: for registrations from now on
   spdlog::set_level(spdlog::level::from_str(options_.log_level));
   const BaymaxOptions& baymax = options_.policy.baymax;
   spdlog::info("config reloaded from {} (policy {}, max_outstanding_ops {}, credit_ops {}, baymax margin {} us, "

@@ -100,8 +100,8 @@ void policy_families(const PolicyState& state, std::ostringstream& out) {
   Family(out, "gpuqos_be_backlog_bound_steps_total", "counter", "Times adaptation moved the bound.")
       .sample(static_cast<double>(state.adaptation_steps));
   Family budget(out, "gpuqos_long_op_budget_seconds", "gauge",
-                "What best-effort ops longer than the bound may still cost on a device that runs kernels to "
-                "their end (negative: in debt).");
+                "What best-effort ops longer than the bound (the configured one, or the adaptive one when "
+                "looser) may still cost on a device that runs kernels to their end (negative: in debt).");
   for (const auto& device : state.long_op_budgets) budget.sample(seconds(device.level_ns), {{"device", std::to_string(device.device)}});
   Family cap(out, "gpuqos_long_op_budget_cap_seconds", "gauge", "The most the long-op budget holds.");
   for (const auto& device : state.long_op_budgets) cap.sample(seconds(device.cap_ns), {{"device", std::to_string(device.device)}});

@@ -3,6 +3,8 @@
 // priority never held, fail-open at start, on a crash and on a silent daemon, re-registration.
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <iterator>
 #include <map>
@@ -64,7 +66,8 @@ class GateTest : public ::testing::Test {
                                               {"GPUQOS_SOCKET", socket_},
                                               {"GPUQOS_PRIORITY", priority},
                                               {"GPUQOS_JOB", "gate-itest"},
-                                              {"GPUQOS_LOG", "info"}};
+                                              {"GPUQOS_LOG", "info"},
+                                              {"GPUQOS_DEBUG_COUNTS", counts_.string()}};
     if (with_shim) env["LD_PRELOAD"] = kBuild + "/lib/libgpuqos.so";
     child_.emplace(argv, env, dir_.path() / "output.txt");
     return *child_;
@@ -79,6 +82,7 @@ class GateTest : public ::testing::Test {
 
   TempDir dir_{"gate-itest"};
   std::string socket_ = (dir_.path() / "gpuqosd.sock").string();
+  std::filesystem::path counts_ = dir_.path() / "counts.txt";  // the shim's GPUQOS_DEBUG_COUNTS, at exit
   SimgpudProcess simgpud_{{.profile_toml = "name = \"itest gpu\"\nsms = 8\ncompute_mode = \"fifo\"\n",
                            .catalog_json = kCatalog,
                            .dir_prefix = "gate-itest-simgpud"}};
@@ -236,10 +240,16 @@ TEST_F(GateTest, WorkOnADeviceTheDaemonDoesNotManageIsNeitherPostedNorHeld) {
   start({"timed", "20000"}, "low");
   ASSERT_EQ(finish(), 0) << "ran without a grant\n" << output_;
   EXPECT_GT(value_of(output_, "after"), 0) << output_;
-  ASSERT_EQ(daemon_->clients().size(), 1u) << "registered all the same";
-  for (const auto& op : daemon_->clients().at(0).ops) {
-    EXPECT_NE(op.kind, ipc::OpKind::kernel) << "seq " << op.seq;
-    EXPECT_NE(op.kind, ipc::OpKind::sync) << "a device-0 synchronisation: nothing the daemon knows of";
+  start({"ops"}, "low");  // copies, a memset, kernels, a graph launch and synchronisations
+  ASSERT_EQ(finish(), 0) << "ran without a grant\n" << output_;
+  ASSERT_EQ(daemon_->clients().size(), 2u) << "registered all the same";
+  for (const auto& client : daemon_->clients()) {
+    for (const auto& op : client.ops) {
+      EXPECT_TRUE(op.kind == ipc::OpKind::query_arrived || op.kind == ipc::OpKind::query_begin ||
+                  op.kind == ipc::OpKind::query_end)
+          << "seq " << op.seq << " kind " << static_cast<int>(op.kind)
+          << ": work and synchronisations of device 0 are nothing the daemon knows of";
+    }
   }
 }
 
@@ -373,6 +383,19 @@ TEST_F(GateTest, LowPriorityCopiesGoInChunksEachGrantedAndTheDataRoundTrips) {
   EXPECT_EQ(copies[3].stream, copies[8].stream);
   EXPECT_NE(copies[3].stream, 0u);
   for (const auto& completion : client.completions) EXPECT_EQ(completion.status, 0) << completion.seq;
+}
+
+// On a device the daemon does not manage a copy goes whole, straight to the driver: one call each.
+TEST_F(GateTest, CopiesOnADeviceTheDaemonDoesNotManageAreNotSplit) {
+  daemon_->set_copy_chunk_bytes(4 * kMiB);
+  daemon_->set_managed_devices(0b10);  // device 1 only; the program runs on device 0
+  start({"copies", std::to_string(10 * kMiB)}, "low");
+  ASSERT_EQ(finish(), 0) << output_;
+  EXPECT_NE(output_.find("copies ok"), std::string::npos) << output_;
+  std::ifstream counts(counts_);
+  const std::string text((std::istreambuf_iterator<char>(counts)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("category copy 3\n"), std::string::npos) << "three copies, three calls\n" << text;
+  EXPECT_TRUE(copies_of(daemon_->clients().at(0).ops).empty());
 }
 
 TEST_F(GateTest, HighPriorityCopiesAreNeverSplit) {

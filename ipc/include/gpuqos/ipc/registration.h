@@ -16,6 +16,8 @@
 //
 //   1.0  the first protocol
 //   1.1  HelloReply appends effective_priority and copy_chunk_bytes
+//   1.2  the daemon takes query_arrived marks (descriptor.h); no record changes
+//   1.3  HelloReply appends managed_devices
 //
 // Everything the daemon receives is untrusted: decode_* validate every field and return the reason
 // for rejecting garbage. Who the client is (pid, uid, gid) comes from the kernel via
@@ -94,6 +96,10 @@ struct HelloReply {
 inline constexpr std::size_t kHelloReplyBytesV1_0 = 208;  // up to and including message
 inline constexpr std::size_t kHelloReplyBytesV1_2 = 224;  // up to and including copy_chunk_bytes
 inline constexpr std::uint64_t kAllDevices = ~std::uint64_t{0};
+// Is `device` one of the mask's (HelloReply::managed_devices)?
+constexpr bool device_in(std::uint64_t mask, std::uint32_t device) noexcept {
+  return device < 64 && ((mask >> device) & 1u) != 0;
+}
 static_assert(kMaxDevices <= 64, "managed_devices has a bit per device");
 
 // Followed by name_bytes bytes of the name (no NUL).
