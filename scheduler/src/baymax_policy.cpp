@@ -128,14 +128,14 @@ void BaymaxPolicy::learn(const std::vector<ClosedQuery>& closed) {
 bool BaymaxPolicy::query_in_system(std::uint32_t device) const {
   return std::any_of(clients_.begin(), clients_.end(), [&](const auto& entry) {
     const ClientInfo& info = entry.second.info;
-    return info.priority == ipc::Priority::high && info.device == device && info.target_ns &&
+    return info.priority == ipc::Priority::high && entry.second.on(device) && info.target_ns &&
            (queries_.open_query(entry.first) != nullptr || !queries_.waiting_arrivals(entry.first).empty());
   });
 }
 
 bool BaymaxPolicy::high_priority_on(std::uint32_t device) const {
   return std::any_of(clients_.begin(), clients_.end(), [device](const auto& entry) {
-    return entry.second.info.priority == ipc::Priority::high && entry.second.info.device == device;
+    return entry.second.info.priority == ipc::Priority::high && entry.second.on(device);
   });
 }
 
@@ -143,7 +143,7 @@ double BaymaxPolicy::long_op_rate(std::uint32_t device) const {
   if (options_.baymax.preemptive_device) return 0;
   double strictest = -1;  // the highest percentile of a high-priority job with a target here
   for (const auto& [id, state] : clients_) {
-    if (state.info.priority == ipc::Priority::high && state.info.device == device && state.info.target_ns)
+    if (state.info.priority == ipc::Priority::high && state.on(device) && state.info.target_ns)
       strictest = std::max(strictest, state.info.percentile);
   }
   if (strictest < 0) return 0;
@@ -179,7 +179,11 @@ void BaymaxPolicy::refresh_long_budgets(std::int64_t now_ns) {
   std::erase_if(long_budgets_, [this](const auto& entry) { return long_op_rate(entry.first) <= 0; });
   for (const auto& [id, state] : clients_) {
     // The budget starts empty when a device first has a target to protect: it is earned.
-    if (long_op_rate(state.info.device) > 0) long_budgets_.try_emplace(state.info.device, LongOpBudget{0, now_ns});
+    const auto start = [&](std::uint32_t device) {
+      if (long_op_rate(device) > 0) long_budgets_.try_emplace(device, LongOpBudget{0, now_ns});
+    };
+    if (state.devices.empty()) start(state.info.device);
+    for (const std::uint32_t device : state.devices) start(device);
   }
 }
 
@@ -254,7 +258,7 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
   };
   std::vector<Protected> queries;
   for (const auto& [id, state] : clients_) {
-    if (state.info.priority != ipc::Priority::high || state.info.device != op.device || !state.info.target_ns) continue;
+    if (state.info.priority != ipc::Priority::high || !state.on(op.device) || !state.info.target_ns) continue;
     const std::int64_t target = *state.info.target_ns;
     std::int64_t need = state.hp_outstanding_ns, idle = 0;
     const bool profiled = queries_.expected_query_ns(id) > 0;
@@ -307,7 +311,7 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
   std::vector<std::pair<ClientId, std::int64_t>> be_work;
   if (sliced && !queries.empty()) {
     for (const auto& [id, state] : clients_) {
-      if (state.info.priority != ipc::Priority::low || state.info.device != op.device) continue;
+      if (state.info.priority != ipc::Priority::low || !state.on(op.device)) continue;
       const std::int64_t work = state.be_compute_total_ns();
       if (work > 0 || id == client) be_work.emplace_back(id, work);
     }
@@ -354,7 +358,12 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
 
 void BaymaxPolicy::extend_credit(ClientId client, ClientState& state, Decisions& decisions) {
   const std::uint32_t credit = options_.credit_ops;
-  if (credit == 0 || state.posted == 0 || !state.queue.empty() || high_priority_on(state.info.device)) return;
+  if (credit == 0 || state.posted == 0 || !state.queue.empty()) return;
+  if (state.devices.empty() ? high_priority_on(state.info.device)
+                            : std::any_of(state.devices.begin(), state.devices.end(),
+                                          [this](std::uint32_t device) { return high_priority_on(device); })) {
+    return;
+  }
   if (state.granted >= state.posted + credit / 2 && state.granted > state.posted) return;
   state.granted = state.posted + credit;
   decisions.push_back(Grant{client, state.granted});
@@ -462,6 +471,12 @@ Decisions BaymaxPolicy::op_posted(const OpPosted& event) {
   const ipc::OpDescriptor& op = event.op;
   ClientState& state = state_of(event.client, event.priority);
   state.posted = std::max(state.posted, op.seq);
+  if (engine_of(op) && !state.devices.contains(op.device)) {
+    // The job is on a new device now: budgets are settled at the old rates, and start there.
+    settle_long_budgets(event.now_ns);
+    state.devices.insert(op.device);
+    refresh_long_budgets(event.now_ns);
+  }
   const std::int64_t p = predicted(event);
   if (event.priority == ipc::Priority::high) {
     account(event.client, op, p, true, event.now_ns);

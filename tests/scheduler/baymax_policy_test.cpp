@@ -589,7 +589,8 @@ TEST(BaymaxPolicy, ARequestWaitingInTheJobsQueueIsProtectedToo) {
   // At 21 ms the open query needs 7 ms more, 6 of them idle for best-effort work (its own 1 ms op
   // runs then): an op of p delays it by p - 6, so 21 + 7 + (p - 6) + 1 <= 50 allows p <= 27.
   auto alone = policy_at_21ms(false, false);
-  EXPECT_EQ(post(*alone, kTrainA, Priority::low, op(1), 21 * kMs, 27 * kMs), (Decisions{{kTrainA, 1}}));
+  EXPECT_TRUE(post(*alone, kTrainA, Priority::low, op(1), 21 * kMs, 28 * kMs).empty());
+  EXPECT_EQ(post(*alone, kTrainB, Priority::low, op(1), 21 * kMs, 27 * kMs), (Decisions{{kTrainB, 1}}));
   // A request arriving now starts after it and needs 8 ms, and the open query may overrun by its
   // margin: 21 + 7 + 1 + 8 + (p - 6) + 1 <= 51 allows p <= 19.
   auto arriving = policy_at_21ms(true, false);
@@ -901,7 +902,27 @@ TEST(BaymaxPolicy, StateShowsTheBoundTheBudgetAndEachJobsGrantedWork) {
       << "compute work on both streams, not the copy";
   (void)policy.op_completed({kTrainA, done(1, now + kMs), now + kMs});
   EXPECT_EQ(policy.state(now + kMs)->be_compute_outstanding_ns.at("resnet"), 2 * kMs);
-  EXPECT_TRUE(BaymaxPolicy(sliced()).state(0)->long_op_budgets.empty()) << "a preemptive device rations nothing";
+  BaymaxPolicy preemptive(sliced());
+  (void)preemptive.client_registered(serve(kServe, 10 * kMs), 0);
+  EXPECT_TRUE(preemptive.state(0)->long_op_budgets.empty()) << "a preemptive device rations nothing";
+}
+
+// A process registers with device 0 whatever it uses: a job is on the devices its work says.
+TEST(BaymaxPolicy, AJobIsOnTheDevicesItsWorkIsOn) {
+  BaymaxPolicy policy(options(50 * kMs));
+  (void)policy.client_registered(serve(kServe, 10 * kMs), 0);
+  ASSERT_EQ(policy.state(0)->long_op_budgets.size(), 1u);
+  EXPECT_EQ(policy.state(0)->long_op_budgets[0].device, 0u) << "before any op: its registration's device";
+  ipc::OpDescriptor query = op(1);
+  query.device = 1;
+  (void)post(policy, kServe, Priority::high, query, 0, kMs);  // a query opens on device 1
+  ipc::OpDescriptor on_1 = op(1), on_0 = op(1);
+  on_1.device = 1;
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, on_1, 0, 20 * kMs).empty()) << "0 + 1 + 20 + 1 > 10";
+  EXPECT_EQ(post(policy, kTrainB, Priority::low, on_0, 0, 20 * kMs), (Decisions{{kTrainB, 1}}))
+      << "nothing of the job on device 0";
+  ASSERT_EQ(policy.state(0)->long_op_budgets.size(), 1u);
+  EXPECT_EQ(policy.state(0)->long_op_budgets[0].device, 1u) << "the budget moved with it";
 }
 
 TEST(BaymaxPolicy, AnAbandonedQueryStopsHoldingBestEffortWork) {

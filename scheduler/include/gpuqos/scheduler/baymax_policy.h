@@ -29,11 +29,12 @@
 //   A request the job said arrived (query_arrived) and has not begun counts as a query too, due at
 //   its arrival plus the target: it starts when the job's queries before it are done, so its need
 //   is theirs plus a whole query's expected time, and what delays them delays it as much. A job
-//   that says its arrivals also has a request arriving now checked, due at now plus the target,
-//   behind all of those: best-effort work granted now delays every request that arrives before the
-//   job's queue drains, and the one arriving now the most (later ones have later deadlines and wait
-//   for the same queue). Without it an open query could be made to wait until its own deadline and
-//   a request arriving just behind it missed.
+//   that says its arrivals (and has a profile) also has, while a request of it is open or waiting,
+//   a request arriving now checked, due at now plus the target, behind all of those: best-effort
+//   work granted now delays every request that arrives before the job's queue drains, and the one
+//   arriving now the most (later ones have later deadlines and wait for the same queue). Without it
+//   an open query could be made to wait until its own deadline and a request arriving just behind
+//   it missed.
 //   On a preemptive device the compute delay is not backlog + p but the slices best-effort jobs
 //   take: at each of the query's blocking points still to come (the profile's count; for a waiting
 //   request, also those of the queries ahead of it) its kernels wait at most one time slice
@@ -150,6 +151,11 @@ class BaymaxPolicy final : public Policy {
     std::map<std::uint64_t, std::int64_t> be_compute_ns;
     std::int64_t be_compute_total_ns() const;
     std::int64_t head_held_since_ns = -1;  // when its queue's head was first held (-1: not held)
+    // The devices it has posted GPU work on. A process registers with device 0 whatever it uses
+    // (the shim has no context yet), so a job is on the devices its work says, and on its
+    // registration's device only until its first op.
+    std::set<std::uint32_t> devices;
+    bool on(std::uint32_t device) const { return devices.empty() ? info.device == device : devices.contains(device); }
   };
   struct InFlight {
     std::uint32_t device;
