@@ -605,10 +605,9 @@ TEST(BaymaxPolicy, ARequestWaitingInTheJobsQueueIsProtectedToo) {
   EXPECT_EQ(post(*queued, kTrainB, Priority::low, op(1), 21 * kMs, 10 * kMs), (Decisions{{kTrainB, 1}}));
 }
 
-// With no request of the job in the system, the one arriving next is the bound's to protect:
-// best-effort work flows up to it (a request arriving now would be held for by nothing else).
-TEST(BaymaxPolicy, WithNoRequestInTheSystemTheBoundProtectsTheNextArrival) {
-  BaymaxPolicy policy(options(50 * kMs));
+// A job that says its arrivals (target 30 ms) learns one query: arrived and begun at 1 ms, one op,
+// ended at 9 ms (8 ms, seqs 1 to 4).
+void learn_one_query(BaymaxPolicy& policy) {
   (void)policy.client_registered(serve(kServe, 30 * kMs), 0);
   (void)post(policy, kServe, Priority::high, arrival_at(1, 1 * kMs), 1 * kMs, 0);
   ipc::OpDescriptor begin = op(2, ipc::OpKind::query_begin);
@@ -617,6 +616,13 @@ TEST(BaymaxPolicy, WithNoRequestInTheSystemTheBoundProtectsTheNextArrival) {
   (void)post(policy, kServe, Priority::high, op(3), 1 * kMs, kMs);
   (void)policy.op_completed({kServe, done(3, 9 * kMs), 9 * kMs});
   (void)post(policy, kServe, Priority::high, op(4, ipc::OpKind::query_end), 9 * kMs, 0);
+}
+
+// With no request of the job in the system, the one arriving next is the bound's to protect:
+// best-effort work flows up to it (a request arriving now would be held for by nothing else).
+TEST(BaymaxPolicy, WithNoRequestInTheSystemTheBoundProtectsTheNextArrival) {
+  BaymaxPolicy policy(options(50 * kMs));
+  learn_one_query(policy);
   // A request arriving at 20 ms would be due 20 + 8 + (p = 25) + 1 = 54 > 50; none is there.
   EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 20 * kMs, 25 * kMs), (Decisions{{kTrainA, 1}}));
   // One arrives (due at 50) and waits for that work. At 45 ms it is past saving (45 + 8 > 50), but
@@ -632,15 +638,7 @@ TEST(BaymaxPolicy, WithNoRequestInTheSystemTheBoundProtectsTheNextArrival) {
 // late with no best-effort work at all, it holds nothing (as a waiting request past saving).
 TEST(BaymaxPolicy, ARequestArrivingBehindAQueueTooLongToMakeItHoldsNothing) {
   BaymaxPolicy policy(options(50 * kMs));
-  (void)policy.client_registered(serve(kServe, 30 * kMs), 0);
-  // One query to learn from: 8 ms, from 1 ms.
-  (void)post(policy, kServe, Priority::high, arrival_at(1, 1 * kMs), 1 * kMs, 0);
-  ipc::OpDescriptor begin = op(2, ipc::OpKind::query_begin);
-  begin.arrived_ns = 1 * kMs;
-  (void)post(policy, kServe, Priority::high, begin, 1 * kMs, 0);
-  (void)post(policy, kServe, Priority::high, op(3), 1 * kMs, kMs);
-  (void)policy.op_completed({kServe, done(3, 9 * kMs), 9 * kMs});
-  (void)post(policy, kServe, Priority::high, op(4, ipc::OpKind::query_end), 9 * kMs, 0);
+  learn_one_query(policy);
   // Three requests at 20 ms, none begun: the third is due 20 + 8 + 1 + 8 + 1 + 8 = 46 <= 50, and one
   // arriving now would be due 46 + 1 + 8 = 55 > 50 whatever best-effort work runs.
   for (std::uint64_t seq = 5; seq <= 7; ++seq) (void)post(policy, kServe, Priority::high, arrival_at(seq, 20 * kMs), 20 * kMs, 0);
