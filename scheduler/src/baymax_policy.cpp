@@ -179,11 +179,9 @@ void BaymaxPolicy::refresh_long_budgets(std::int64_t now_ns) {
   std::erase_if(long_budgets_, [this](const auto& entry) { return long_op_rate(entry.first) <= 0; });
   for (const auto& [id, state] : clients_) {
     // The budget starts empty when a device first has a target to protect: it is earned.
-    const auto start = [&](std::uint32_t device) {
+    state.for_each_device([&](std::uint32_t device) {
       if (long_op_rate(device) > 0) long_budgets_.try_emplace(device, LongOpBudget{0, now_ns});
-    };
-    if (state.devices.empty()) start(state.info.device);
-    for (const std::uint32_t device : state.devices) start(device);
+    });
   }
 }
 
@@ -359,11 +357,9 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
 void BaymaxPolicy::extend_credit(ClientId client, ClientState& state, Decisions& decisions) {
   const std::uint32_t credit = options_.credit_ops;
   if (credit == 0 || state.posted == 0 || !state.queue.empty()) return;
-  if (state.devices.empty() ? high_priority_on(state.info.device)
-                            : std::any_of(state.devices.begin(), state.devices.end(),
-                                          [this](std::uint32_t device) { return high_priority_on(device); })) {
-    return;
-  }
+  bool shared = false;  // with a high-priority job: no credit, every op asks
+  state.for_each_device([&](std::uint32_t device) { shared = shared || high_priority_on(device); });
+  if (shared) return;
   if (state.granted >= state.posted + credit / 2 && state.granted > state.posted) return;
   state.granted = state.posted + credit;
   decisions.push_back(Grant{client, state.granted});

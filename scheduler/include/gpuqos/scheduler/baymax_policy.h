@@ -156,6 +156,11 @@ class BaymaxPolicy final : public Policy {
     // registration's device only until its first op.
     std::set<std::uint32_t> devices;
     bool on(std::uint32_t device) const { return devices.empty() ? info.device == device : devices.contains(device); }
+    template <class F>
+    void for_each_device(F&& f) const {  // each device it is on(), without building a set per call
+      if (devices.empty()) return f(info.device);
+      for (const std::uint32_t device : devices) f(device);
+    }
   };
   struct InFlight {
     std::uint32_t device;
