@@ -61,6 +61,7 @@ json config_json(const Options& o, const std::string& traces_dir, double wall_s)
                       {"adaptation", o.baymax.adaptation},
                       {"long_op_tail_share", o.baymax.long_op_tail_share},
                       {"timeslice_ms", o.baymax.timeslice_ms},
+                      {"bound_by_slices", o.baymax.bound_by_slices},
                       {"times_scaled_by", o.time_scale}}},
           {"wall_s", wall_s}};
 }

@@ -71,7 +71,7 @@ void read_baymax(Diagnostics& diagnostics, const toml::table& table, BaymaxConfi
   Section section(diagnostics, table, "policy.baymax",
                   {"safety_margin_ms", "be_backlog_bound_ms", "max_be_transfers", "copy_chunk_bytes", "adaptation",
                    "min_backlog_bound_ms", "max_backlog_bound_ms", "adapt_step_ms", "preemptive_device",
-                   "long_op_tail_share", "timeslice_ms"});
+                   "long_op_tail_share", "timeslice_ms", "bound_by_slices"});
   read_number(section, "safety_margin_ms", Bound::at_least, 0, out.safety_margin_ms);
   read_number(section, "be_backlog_bound_ms", Bound::above, 0, out.be_backlog_bound_ms);
   read_integer(section, "max_be_transfers", 0, kMaxU32, out.max_be_transfers);
@@ -83,6 +83,7 @@ void read_baymax(Diagnostics& diagnostics, const toml::table& table, BaymaxConfi
   read_bool(section, "preemptive_device", out.preemptive_device);
   // At least 1 us: the daemon counts in ns, and a slice that rounds to 0 would let everything through.
   read_number(section, "timeslice_ms", Bound::at_least, 0.001, out.timeslice_ms);
+  read_bool(section, "bound_by_slices", out.bound_by_slices);
   double share = out.long_op_tail_share;
   read_number(section, "long_op_tail_share", Bound::above, 0, share);
   if (share > 1)

@@ -54,7 +54,10 @@ void add_baymax(Lines& lines, const BaymaxConfig& baymax) {
   lines.add("copy_chunk_bytes", baymax.copy_chunk_bytes == 0 ? "no chunking" : describe_bytes(baymax.copy_chunk_bytes));
   lines.add("preemptive_device", baymax.preemptive_device ? "yes: long best-effort kernels not rationed" : "no");
   lines.add("long_op_tail_share", format_number(baymax.long_op_tail_share));
-  if (baymax.preemptive_device) lines.add("timeslice_ms", format_number(baymax.timeslice_ms));
+  if (baymax.preemptive_device) {
+    lines.add("timeslice_ms", format_number(baymax.timeslice_ms));
+    lines.add("bound_by_slices", baymax.bound_by_slices ? "yes: a best-effort job alone queues freely" : "no");
+  }
   if (!baymax.adaptation) {
     lines.add("adaptation", "off");
     return;

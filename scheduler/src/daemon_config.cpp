@@ -16,7 +16,8 @@ ipc::Result<DaemonOptions> options_from_config(const config::Config& config, Dae
   base.policy.baymax = BaymaxOptions{ns(b.safety_margin_ms), ns(b.be_backlog_bound_ms),   b.max_be_transfers,
                                      b.copy_chunk_bytes,      b.adaptation,                ns(b.min_backlog_bound_ms),
                                      ns(b.max_backlog_bound_ms), ns(b.adapt_step_ms),
-                                     b.preemptive_device,    b.long_op_tail_share,         ns(b.timeslice_ms)};
+                                     b.preemptive_device,    b.long_op_tail_share,         ns(b.timeslice_ms),
+                                     b.bound_by_slices};
   base.config = config;
   base.learning.store_path = config.daemon.profile_store;
   base.learning.save_interval_ns = static_cast<std::int64_t>(config.daemon.profile_save_interval_s) * 1'000'000'000;

@@ -232,6 +232,11 @@ double QueryTracker::expected_query_blocking_points(ClientId client) const {
   return it == clients_.end() ? 1.0 : std::max(1.0, it->second.whole_blocks);
 }
 
+std::int64_t QueryTracker::expected_query_unblocked_ns(ClientId client) const {
+  auto it = clients_.find(client);
+  return it == clients_.end() ? 0 : it->second.whole_unblocked;
+}
+
 std::int64_t QueryTracker::expected_query_ns(ClientId client) const {
   auto it = clients_.find(client);
   return it == clients_.end() ? 0 : it->second.whole;

@@ -69,6 +69,7 @@ adapt_step_ms = 0.125
 preemptive_device = true
 long_op_tail_share = 0.25
 timeslice_ms = 1.5
+bound_by_slices = true
 
 [policy.fifo]
 max_outstanding = 4
@@ -112,6 +113,7 @@ TEST(ConfigLoad, FullFileIntoStructs) {
   EXPECT_TRUE(baymax.preemptive_device);
   EXPECT_EQ(baymax.long_op_tail_share, 0.25);
   EXPECT_EQ(baymax.timeslice_ms, 1.5);
+  EXPECT_TRUE(baymax.bound_by_slices);
   EXPECT_EQ(config.policy.fifo.max_outstanding, 4u);
   ASSERT_EQ(config.jobs.size(), 2u);
   EXPECT_EQ(config.jobs[0], (JobConfig{"bert-infer", Priority::high, 20.0, 99.9, 1.0}));
@@ -215,6 +217,19 @@ TEST(ConfigSummary, ShowsEverySetting) {
   for (const char* expected : {"metrics_listen", "off", "all", "baymax", "be_backlog_bound_ms", "4194304 (4 MiB)",
                                "adaptation", "none listed", "anyone"})
     EXPECT_NE(defaults.find(expected), std::string::npos) << expected << " not in:\n" << defaults;
+}
+
+// The time slice and bound_by_slices are shown only for a device said to time-slice processes.
+TEST(ConfigSummary, ShowsTheSliceSettingsOfAPreemptiveDevice) {
+  const std::string sliced = render_summary(
+      parse_ok("[policy]\nname = \"baymax\"\n[policy.baymax]\npreemptive_device = true\ntimeslice_ms = 1.5\n"
+               "bound_by_slices = true\n"));
+  EXPECT_NE(sliced.find("long best-effort kernels not rationed"), std::string::npos) << sliced;
+  EXPECT_NE(sliced.find("timeslice_ms"), std::string::npos) << sliced;
+  EXPECT_NE(sliced.find("a best-effort job alone queues freely"), std::string::npos) << sliced;
+  const std::string whole = render_summary(parse_ok("[policy]\nname = \"baymax\"\n[policy.baymax]\nbound_by_slices = true\n"));
+  EXPECT_EQ(whole.find("timeslice_ms"), std::string::npos) << whole;
+  EXPECT_EQ(whole.find("bound_by_slices"), std::string::npos) << "not used on a device that runs kernels to their end";
 }
 
 // may_run_high
@@ -330,6 +345,8 @@ const std::vector<BadCase>& bad_cases() {
        "t.toml:2:16: policy.baymax.timeslice_ms: must be >= 0.001 (got 1e-07)"},
       {"timeslice_not_number", "[policy.baymax]\ntimeslice_ms = \"2ms\"\n",
        "t.toml:2:16: policy.baymax.timeslice_ms: must be a number (got a string)"},
+      {"bound_by_slices_not_bool", "[policy.baymax]\nbound_by_slices = \"yes\"\n",
+       "t.toml:2:19: policy.baymax.bound_by_slices: must be true or false (got a string)"},
       {"negative_fifo_limit", "[policy.fifo]\nmax_outstanding = -1\n",
        "t.toml:2:19: policy.fifo.max_outstanding: must be >= 0 (got -1)"},
       {"bad_log_level", "[daemon]\nlog_level = \"verbose\"\n",

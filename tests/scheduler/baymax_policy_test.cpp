@@ -279,6 +279,57 @@ TEST(BaymaxPolicy, OnAPreemptiveDeviceAWaitingRequestCountsTheBlockingPointsAhea
   EXPECT_EQ(grants_at_21ms(38 * kMs, true, true), (Decisions{{kTrainA, 1}}));
 }
 
+// With bound_by_slices on a preemptive device, once a job with a target has a profile, the bound is
+// on what a query of it arriving now would wait for: one slice per best-effort job with work beyond its share of the
+// query's time before its first blocking point, at each blocking point; at most the bound, and at
+// most one job's slices. A job alone with work, already filling its slice, adds nothing by queueing
+// more (its streams' bound is waived); a second job with work adds its slice, and while another
+// job has work each keeps its streams' bound too.
+TEST(BaymaxPolicy, OnAPreemptiveDeviceTheBoundIsTheSlicesAQueryArrivingNowWouldWait) {
+  const auto learned = [](std::int64_t bound_ns, bool bound_by_slices = true) {
+    PolicyOptions options = sliced(bound_ns);  // 4-ms slices
+    options.baymax.bound_by_slices = bound_by_slices;
+    auto policy = std::make_unique<BaymaxPolicy>(options);
+    (void)policy->client_registered(serve(kServe, 100 * kMs), 0);
+    // One query to learn from: begun at 1 ms, one op, ended at 9 ms: 8 ms to its one blocking point.
+    (void)post(*policy, kServe, Priority::high, op(1, ipc::OpKind::query_begin), 1 * kMs, 0);
+    (void)post(*policy, kServe, Priority::high, op(2), 1 * kMs, kMs);
+    (void)policy->op_completed({kServe, done(2, 9 * kMs), 9 * kMs});
+    (void)post(*policy, kServe, Priority::high, op(3, ipc::OpKind::query_end), 9 * kMs, 0);
+    return policy;
+  };
+  auto policy = learned(50 * kMs);  // a 50-ms bound: one job's slice (4 ms) is the limit
+  // A alone: min(4, 20 - 8) = 4, and 40 ms of work waits no longer: still one slice.
+  EXPECT_EQ(post(*policy, kTrainA, Priority::low, op(1), 10 * kMs, 20 * kMs), (Decisions{{kTrainA, 1}}));
+  EXPECT_EQ(post(*policy, kTrainA, Priority::low, op(2), 10 * kMs, 20 * kMs), (Decisions{{kTrainA, 2}}));
+  // B: two jobs share the 8 ms, 4 each: 4 + min(4, 10 - 4) = 8 > 4.
+  EXPECT_TRUE(post(*policy, kTrainB, Priority::low, op(1), 10 * kMs, 10 * kMs).empty());
+  // C's 4 ms drain in its share: 4 + min(4, 4 - 4) = 4.
+  EXPECT_EQ(post(*policy, kTrainC, Priority::low, op(1), 10 * kMs, 4 * kMs), (Decisions{{kTrainC, 1}}));
+  // With another job's work there, A is no longer alone: its stream's bound holds again.
+  EXPECT_EQ(post(*policy, kTrainA, Priority::low, op(3), 10 * kMs, 10 * kMs), (Decisions{{kTrainA, 3}}))
+      << "40 + 10 <= 50";
+  EXPECT_TRUE(post(*policy, kTrainA, Priority::low, op(4), 10 * kMs, 1 * kMs).empty()) << "50 + 1 > 50";
+  // A bound under one slice: A's own work must drain within 8 ms + 2.
+  auto tight = learned(2 * kMs);
+  EXPECT_EQ(post(*tight, kTrainA, Priority::low, op(1), 10 * kMs, 10 * kMs), (Decisions{{kTrainA, 1}})) << "10 - 8 = 2";
+  EXPECT_TRUE(post(*tight, kTrainA, Priority::low, op(2), 10 * kMs, 1 * kMs).empty()) << "11 - 8 = 3 > 2";
+  // Off (the default), a job alone keeps its streams' bound, and a second job's slice is the
+  // open queries' business alone (there are none here).
+  auto off = learned(50 * kMs, false);
+  EXPECT_EQ(post(*off, kTrainA, Priority::low, op(1), 10 * kMs, 20 * kMs), (Decisions{{kTrainA, 1}}));
+  EXPECT_EQ(post(*off, kTrainA, Priority::low, op(2), 10 * kMs, 20 * kMs), (Decisions{{kTrainA, 2}}));
+  EXPECT_TRUE(post(*off, kTrainA, Priority::low, op(3), 10 * kMs, 20 * kMs).empty()) << "40 + 20 > 50";
+  EXPECT_EQ(post(*off, kTrainB, Priority::low, op(1), 10 * kMs, 10 * kMs), (Decisions{{kTrainB, 1}}));
+  // Before any query closed there is no profile: each stream's backlog is bounded instead.
+  PolicyOptions unlearned = sliced(50 * kMs);
+  unlearned.baymax.bound_by_slices = true;
+  BaymaxPolicy fresh(unlearned);
+  (void)fresh.client_registered(serve(kServe, 100 * kMs), 0);
+  EXPECT_EQ(post(fresh, kTrainA, Priority::low, op(1), 0, 20 * kMs), (Decisions{{kTrainA, 1}}));
+  EXPECT_TRUE(post(fresh, kTrainA, Priority::low, op(2), 0, 31 * kMs).empty()) << "20 + 31 > 50";
+}
+
 // On a preemptive device each stream's own outstanding work is bounded, and it is released as its
 // ops complete or are retired when their completions never come.
 TEST(BaymaxPolicy, OnAPreemptiveDeviceAStreamsBoundFollowsItsOps) {

@@ -58,6 +58,7 @@ struct BaymaxConfig {
   bool preemptive_device = false;             // the GPU time-slices kernels of different processes
   double long_op_tail_share = 0.5;            // share of the tail allowance long ops may cost (0, 1]
   double timeslice_ms = 2.0;                  // a preemptive GPU's time slice per process (>= 0.001)
+  bool bound_by_slices = false;               // preemptive GPU: bound what a query arriving now waits
   friend bool operator==(const BaymaxConfig&, const BaymaxConfig&) = default;
 };
 

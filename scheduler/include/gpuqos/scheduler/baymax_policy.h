@@ -17,7 +17,12 @@
 //   device that time-slices processes' kernels (preemptive_device), a query arriving later waits for
 //   its slice, not behind every job's backlog: the bound is then each best-effort job's own, per
 //   stream (its outstanding compute work there + p; a process's streams share its slice), and a job
-//   at its bound does not close the device to the others;
+//   at its bound does not close the device to the others. With bound_by_slices, once a job with a
+//   target on the device has a profile, the bound there is also on what a query of it arriving now
+//   would wait: the slice sum below, with a whole query's blocking points and time to its first
+//   one, within the bound and within one job's slices (blocks x timeslice), unless the grant does
+//   not raise it; and a best-effort job alone with work on the device is then free of its streams'
+//   bound;
 // - copies: at most max_be_transfers best-effort copies in flight on the device, and none while a
 //   high-priority copy is in flight in the same direction;
 // - every open query on d with a target, in earliest-deadline-first order, must still make it:
@@ -191,6 +196,12 @@ class BaymaxPolicy final : public Policy {
   // op costs from it (0: not a long op there).
   double long_op_rate(std::uint32_t device) const;
   std::int64_t long_op_cost(const Queued& queued) const;
+  // On a preemptive device: would granting client's op of p make a query arriving now (of any job
+  // with a target on the device) wait more slices for best-effort work than allowed? None when such
+  // a job has no profile yet, or there is none (then each stream's backlog is bounded instead).
+  std::optional<bool> arrivals_held(ClientId client, std::uint32_t device, std::int64_t p) const;
+  // Has another best-effort job granted compute work on device not yet completed?
+  bool others_have_work(ClientId client, std::uint32_t device) const;
   // Ops longer than this are long ops: the configured bound, or the adaptive one when it is looser.
   std::int64_t long_op_threshold_ns() const;
   // Before the rate may change: the budgets grown so far, at the old rate. After: a budget for each

@@ -95,6 +95,8 @@ class QueryTracker {
   double expected_blocking_points(ClientId client) const;
   // The same for a whole query (1 before any closed).
   double expected_query_blocking_points(ClientId client) const;
+  // The profile's time from a query's start to its first blocking point (0: none closed yet).
+  std::int64_t expected_query_unblocked_ns(ClientId client) const;
   // The profile's expected length of a whole query, from its start (0: none closed yet).
   std::int64_t expected_query_ns(ClientId client) const;
   // The arrival times of the client's requests that have not begun, in the order they were said.
