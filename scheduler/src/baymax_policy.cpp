@@ -317,7 +317,12 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
       // outstanding work to do, so only the rest of that time is idle for best-effort work.
       idle = std::max<std::int64_t>(0, queries_.expected_unblocked_ns(id, now_ns) - state.hp_outstanding_ns);
       if (profiled) blocks = queries_.expected_blocking_points(id);
-      queries.push_back(Protected{query->opened_ns + target, need, idle, state.hp_outstanding_ns, blocks, id, false});
+      // A job that says its arrivals: at most the bound of delay per query, as for one arriving later
+      // (baymax_policy.h).
+      std::int64_t deadline = query->opened_ns + target;
+      if (profiled && queries_.says_arrivals(id))
+        deadline = std::min(deadline, query->started_ns + queries_.expected_query_ns(id) + bound_.bound_ns());
+      queries.push_back(Protected{deadline, need, idle, state.hp_outstanding_ns, blocks, id, false});
     }
     // Requests waiting in the job's own queue start when the ones before them are done (so what
     // delays the open query delays them by as much), and each then takes a whole query's time.

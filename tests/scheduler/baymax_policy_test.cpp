@@ -657,16 +657,46 @@ TEST(BaymaxPolicy, ARequestWaitingInTheJobsQueueIsProtectedToo) {
 }
 
 // A job that says its arrivals (target 30 ms) learns one query: arrived and begun at 1 ms, one op,
-// ended at 9 ms (8 ms, seqs 1 to 4).
-void learn_one_query(BaymaxPolicy& policy) {
+// ended at 9 ms (8 ms, seqs 1 to 4). Without says_arrivals it marks only begin and end.
+void learn_one_query(BaymaxPolicy& policy, bool says_arrivals = true) {
   (void)policy.client_registered(serve(kServe, 30 * kMs), 0);
-  (void)post(policy, kServe, Priority::high, arrival_at(1, 1 * kMs), 1 * kMs, 0);
+  if (says_arrivals) (void)post(policy, kServe, Priority::high, arrival_at(1, 1 * kMs), 1 * kMs, 0);
   ipc::OpDescriptor begin = op(2, ipc::OpKind::query_begin);
   begin.arrived_ns = 1 * kMs;
   (void)post(policy, kServe, Priority::high, begin, 1 * kMs, 0);
   (void)post(policy, kServe, Priority::high, op(3), 1 * kMs, kMs);
   (void)policy.op_completed({kServe, done(3, 9 * kMs), 9 * kMs});
   (void)post(policy, kServe, Priority::high, op(4, ipc::OpKind::query_end), 9 * kMs, 0);
+}
+
+// A job that says its arrivals has its target counted from them, so an open query's deadline would
+// let best-effort work delay it until it is due, however long that is, and every request arriving
+// behind it waits for that too. So its delay is also capped at the bound: it is due by its start +
+// its expected own time + the bound, if that is sooner. A job that does not say its arrivals is
+// judged by its query's own time already; its deadline is not capped.
+TEST(BaymaxPolicy, AQueryOfAJobThatSaysItsArrivalsIsDelayedAtMostTheBound) {
+  const auto late_query_at_31ms = [](bool says_arrivals) {
+    auto policy = std::make_unique<BaymaxPolicy>(options(10 * kMs));
+    learn_one_query(*policy, says_arrivals);
+    // A request arrives and begins at 20 ms (due at 50); its op completes only at 30 ms, and at 31
+    // the query is still open: 3 ms past its expected 8.
+    if (says_arrivals) (void)post(*policy, kServe, Priority::high, arrival_at(5, 20 * kMs), 20 * kMs, 0);
+    ipc::OpDescriptor begin = op(6, ipc::OpKind::query_begin);
+    begin.arrived_ns = 20 * kMs;
+    (void)post(*policy, kServe, Priority::high, begin, 20 * kMs, 0);
+    (void)post(*policy, kServe, Priority::high, op(7), 20 * kMs, kMs);
+    (void)policy->op_completed({kServe, done(7, 30 * kMs), 30 * kMs});
+    return policy;
+  };
+  // Capped: due by 20 + 8 + 10 = 38, so 31 + p + 1 <= 38 allows p <= 6 (uncapped, p <= 18).
+  auto capped = late_query_at_31ms(true);
+  ASSERT_NE(capped->queries().open_query(kServe), nullptr);
+  EXPECT_TRUE(post(*capped, kTrainA, Priority::low, op(1), 31 * kMs, 7 * kMs).empty());
+  EXPECT_EQ(post(*capped, kTrainB, Priority::low, op(1), 31 * kMs, 6 * kMs), (Decisions{{kTrainB, 1}}));
+  // Not saying arrivals: due at 50, 31 + 7 + 1 <= 50.
+  auto service = late_query_at_31ms(false);
+  ASSERT_NE(service->queries().open_query(kServe), nullptr);
+  EXPECT_EQ(post(*service, kTrainA, Priority::low, op(1), 31 * kMs, 7 * kMs), (Decisions{{kTrainA, 1}}));
 }
 
 // With no request of the job in the system, the one arriving next is the bound's to protect:

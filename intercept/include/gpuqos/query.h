@@ -24,6 +24,8 @@
  * forgotten). Call gpuqos_query_arrived() before handing the request to the worker. gpuqosd also
  * counts the requests still waiting: best-effort work that would make one of them late is held
  * too. A gpuqosd older than protocol 1.2 gets no arrivals: its queries run from their begin.
+ * Best-effort work then delays each query by at most gpuqosd's backlog bound; run gpuqosd with
+ * [policy.baymax] adaptation = true so the bound follows the measured tail (examples/gpuqos.toml).
  *
  * Header only, C and C++, nothing to link; any thread, with or without a CUDA context, but not a
  * signal handler (they take a lock). Without libgpuqos.so in the process all three calls are no-ops

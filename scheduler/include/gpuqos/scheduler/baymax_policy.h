@@ -40,6 +40,9 @@
 //   arriving now the most (later ones have later deadlines and wait for the same queue). Without it
 //   an open query could be made to wait until its own deadline and a request arriving just behind
 //   it missed.
+//   Such a job's open query is also due by its start plus the profile's whole-query time plus the
+//   bound (the adaptive one) if that is sooner: delaying each query up to a deadline that counts
+//   its wait in the job's queue grows that queue, and every request behind it pays again.
 //   On a preemptive device the compute delay is not backlog + p but the slices best-effort jobs
 //   take: at each of the query's blocking points still to come (the profile's count; for a waiting
 //   request, also those of the queries ahead of it) its kernels wait at most one time slice
