@@ -6,6 +6,25 @@
 #include <tuple>
 
 namespace gpuqos::scheduler {
+namespace {
+
+// On a time-slicing device: how long best-effort jobs' slices delay a query whose program waits
+// for the device at points worth slices_ns of slices in all, with idle_ns before the next one. Each
+// job with work (its outstanding compute work, and p more for `client` when with_op) delays it by
+// what of that work is left once the jobs with work have shared the idle time, at most its slices.
+double slice_delay(const std::vector<std::pair<ClientId, std::int64_t>>& be_work, ClientId client, std::int64_t p,
+                   bool with_op, std::int64_t idle_ns, double slices_ns) {
+  const auto work_of = [&](const auto& job) { return job.second + (with_op && job.first == client ? p : 0); };
+  const auto jobs = std::count_if(be_work.begin(), be_work.end(), [&](const auto& job) { return work_of(job) > 0; });
+  double delay = 0;
+  for (const auto& job : be_work) {
+    if (work_of(job) <= 0) continue;
+    delay += std::min(static_cast<double>(std::max<std::int64_t>(0, work_of(job) - idle_ns / jobs)), slices_ns);
+  }
+  return delay;
+}
+
+}  // namespace
 
 BaymaxPolicy::BaymaxPolicy(const PolicyOptions& options) : options_(options), bound_(options.baymax) {}
 
@@ -202,34 +221,31 @@ double BaymaxPolicy::long_op_budget_ns(std::uint32_t device, std::int64_t now_ns
   return std::min(cap, it->second.level_ns + grown);
 }
 
-std::optional<bool> BaymaxPolicy::arrivals_held(ClientId client, std::uint32_t device, std::int64_t p) const {
-  std::vector<std::pair<ClientId, std::int64_t>> work;  // each best-effort job's outstanding compute work
+std::vector<std::pair<ClientId, std::int64_t>> BaymaxPolicy::be_compute_work(ClientId client,
+                                                                             std::uint32_t device) const {
+  std::vector<std::pair<ClientId, std::int64_t>> work;
   for (const auto& [id, state] : clients_) {
-    if (state.info.priority == ipc::Priority::low && state.on(device)) work.emplace_back(id, state.be_compute_total_ns());
+    if (state.info.priority != ipc::Priority::low || !state.on(device)) continue;
+    const std::int64_t total = state.be_compute_total_ns();
+    if (total > 0 || id == client) work.emplace_back(id, total);
   }
+  return work;
+}
+
+std::optional<bool> BaymaxPolicy::arrivals_held(ClientId client, std::uint32_t device, std::int64_t p) const {
+  const auto work = be_compute_work(client, device);
   bool held = false, any = false;
   for (const auto& [id, state] : clients_) {
     if (state.info.priority != ipc::Priority::high || !state.on(device) || !state.info.target_ns) continue;
     if (queries_.expected_query_ns(id) <= 0) return std::nullopt;  // no profile yet: the streams' bound
     any = true;
-    const double blocks = queries_.expected_query_blocking_points(id);
-    const double slices = blocks * static_cast<double>(options_.baymax.timeslice_ns);
+    const double slices = queries_.expected_query_blocking_points(id) * static_cast<double>(options_.baymax.timeslice_ns);
     const std::int64_t idle = queries_.expected_query_unblocked_ns(id);
-    const auto delay = [&](bool with_op) {
-      const auto work_of = [&](const auto& job) { return job.second + (with_op && job.first == client ? p : 0); };
-      const auto jobs = std::count_if(work.begin(), work.end(), [&](const auto& job) { return work_of(job) > 0; });
-      double sum = 0;
-      for (const auto& job : work) {
-        if (work_of(job) <= 0) continue;
-        sum += std::min(static_cast<double>(std::max<std::int64_t>(0, work_of(job) - idle / jobs)), slices);
-      }
-      return sum;
-    };
     // At most the bound, and at most one job's slices: the least a time-slicing device can delay a
     // query by once best-effort work is there; every further job adds as much again.
     const double allowed = std::min(static_cast<double>(bound_.bound_ns()), slices);
-    const double with = delay(true);
-    held = held || (with > allowed && with > delay(false));
+    const double with = slice_delay(work, client, p, true, idle, slices);
+    held = held || (with > allowed && with > slice_delay(work, client, p, false, idle, slices));
   }
   if (!any) return std::nullopt;
   return held;
@@ -360,24 +376,11 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
   const bool sliced = options_.baymax.preemptive_device && *engine == Engine::compute;
   // Each best-effort job's outstanding compute work (all its streams: together they take at most
   // that long), with this op for its own job.
-  std::vector<std::pair<ClientId, std::int64_t>> be_work;
-  if (sliced && !queries.empty()) {
-    for (const auto& [id, state] : clients_) {
-      if (state.info.priority != ipc::Priority::low || !state.on(op.device)) continue;
-      const std::int64_t work = state.be_compute_total_ns();
-      if (work > 0 || id == client) be_work.emplace_back(id, work);
-    }
-  }
-  const auto slice_delay = [&](const Protected& query, bool with_op) {
-    const auto work_of = [&](const auto& job) { return job.second + (with_op && job.first == client ? p : 0); };
-    const auto jobs = std::count_if(be_work.begin(), be_work.end(), [&](const auto& job) { return work_of(job) > 0; });
-    double delay = 0;
-    for (const auto& job : be_work) {
-      if (work_of(job) <= 0) continue;
-      const auto left = static_cast<double>(std::max<std::int64_t>(0, work_of(job) - query.idle_ns / jobs));
-      delay += std::min(left, query.blocks * static_cast<double>(options_.baymax.timeslice_ns));
-    }
-    return static_cast<std::int64_t>(delay);
+  const auto be_work = sliced && !queries.empty() ? be_compute_work(client, op.device)
+                                                  : std::vector<std::pair<ClientId, std::int64_t>>{};
+  const auto delay_of = [&](const Protected& query, bool with_op) {
+    const double slices = query.blocks * static_cast<double>(options_.baymax.timeslice_ns);
+    return static_cast<std::int64_t>(slice_delay(be_work, client, p, with_op, query.idle_ns, slices));
   };
   std::int64_t ahead = 0;  // device work of the other jobs' queries with earlier deadlines
   std::vector<std::pair<ClientId, std::int64_t>> added;  // of which each job's own (its need counts it)
@@ -390,8 +393,8 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
     // refills. (The open query still holds, late or not, until it closes.)
     if (query.waiting && due > query.deadline_ns) continue;
     if (sliced) {
-      const std::int64_t delay = slice_delay(query, true);
-      if (due + options_.baymax.safety_margin_ns + delay > query.deadline_ns && delay > slice_delay(query, false))
+      const std::int64_t delay = delay_of(query, true);
+      if (due + options_.baymax.safety_margin_ns + delay > query.deadline_ns && delay > delay_of(query, false))
         return Hold::deadline;
     } else {
       const std::int64_t delay = std::max<std::int64_t>(0, backlog + p - query.idle_ns);

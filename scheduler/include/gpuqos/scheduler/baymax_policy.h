@@ -203,6 +203,9 @@ class BaymaxPolicy final : public Policy {
   // with a target on the device) wait more slices for best-effort work than allowed? None when such
   // a job has no profile yet, or there is none (then each stream's backlog is bounded instead).
   std::optional<bool> arrivals_held(ClientId client, std::uint32_t device, std::int64_t p) const;
+  // Each best-effort job on device with outstanding compute work (all its streams), and client's
+  // own even when it has none.
+  std::vector<std::pair<ClientId, std::int64_t>> be_compute_work(ClientId client, std::uint32_t device) const;
   // Has another best-effort job granted compute work on device not yet completed?
   bool others_have_work(ClientId client, std::uint32_t device) const;
   // Ops longer than this are long ops: the configured bound, or the adaptive one when it is looser.
