@@ -10,7 +10,6 @@ namespace gpuqos::config::detail {
 namespace {
 
 constexpr std::size_t kMaxSocketPathBytes = 107;  // sockaddr_un::sun_path, with its NUL
-constexpr std::int64_t kMaxDeviceOrdinal = 63;  // ipc::kMaxDevices - 1: a device the protocol can name
 constexpr std::int64_t kMaxId = std::numeric_limits<std::uint32_t>::max() - 1;  // (uid_t)-1 is "no id"
 
 void read_socket(Section& section, std::string& out) {

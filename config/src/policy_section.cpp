@@ -40,6 +40,27 @@ void read_chunk_bytes(Section& section, std::uint64_t& out) {
   out = *bytes;
 }
 
+// preemptive_device: true or false for every device, or the ordinals of the devices that time-slice.
+void read_preemptive(Section& section, BaymaxConfig& out) {
+  constexpr std::string_view kKey = "preemptive_device";
+  const toml::node* node = section.find(kKey);
+  if (node == nullptr) return;
+  if (const auto* flag = node->as_boolean()) {
+    out.preemptive_device = flag->get();
+    out.preemptive_ordinals.clear();
+    return;
+  }
+  if (!node->is_array()) {
+    section.error(kKey, "must be true, false or a list of device ordinals like [0, 2] (got " +
+                            std::string(type_phrase(node->type())) + ")");
+    return;
+  }
+  std::vector<std::int64_t> ordinals;
+  read_integer_list(section, kKey, 0, kMaxDeviceOrdinal, ordinals);
+  out.preemptive_device = false;
+  out.preemptive_ordinals.assign(ordinals.begin(), ordinals.end());
+}
+
 // The adaptation bounds must be ordered, and contain the starting bound when adaptation is on. Each
 // problem is reported at a key the file sets (a default cannot be wrong on its own).
 void check_bounds(Section& section, const BaymaxConfig& baymax) {
@@ -80,7 +101,7 @@ void read_baymax(Diagnostics& diagnostics, const toml::table& table, BaymaxConfi
   read_number(section, "min_backlog_bound_ms", Bound::above, 0, out.min_backlog_bound_ms);
   read_number(section, "max_backlog_bound_ms", Bound::above, 0, out.max_backlog_bound_ms);
   read_number(section, "adapt_step_ms", Bound::above, 0, out.adapt_step_ms);
-  read_bool(section, "preemptive_device", out.preemptive_device);
+  read_preemptive(section, out);
   // At least 1 us: the daemon counts in ns, and a slice that rounds to 0 would let everything through.
   read_number(section, "timeslice_ms", Bound::at_least, 0.001, out.timeslice_ms);
   read_bool(section, "bound_by_slices", out.bound_by_slices);

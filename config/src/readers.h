@@ -14,6 +14,9 @@
 
 namespace gpuqos::config::detail {
 
+// The highest device ordinal a config may name: ipc::kMaxDevices - 1, a device the protocol can name.
+inline constexpr std::int64_t kMaxDeviceOrdinal = 63;
+
 enum class Bound { at_least, above };  // value >= minimum, value > minimum
 
 // A number (integer or float) that is >= or > `minimum`.

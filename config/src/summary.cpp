@@ -52,9 +52,14 @@ void add_baymax(Lines& lines, const BaymaxConfig& baymax) {
   lines.add("be_backlog_bound_ms", format_number(baymax.be_backlog_bound_ms));
   lines.add("max_be_transfers", baymax.max_be_transfers == 0 ? "no limit" : std::to_string(baymax.max_be_transfers));
   lines.add("copy_chunk_bytes", baymax.copy_chunk_bytes == 0 ? "no chunking" : describe_bytes(baymax.copy_chunk_bytes));
-  lines.add("preemptive_device", baymax.preemptive_device ? "yes: long best-effort kernels not rationed" : "no");
+  const bool some = baymax.preemptive_device || !baymax.preemptive_ordinals.empty();
+  lines.add("preemptive_device", !some ? "no"
+                                 : baymax.preemptive_device
+                                     ? "yes: long best-effort kernels not rationed"
+                                     : (baymax.preemptive_ordinals.size() == 1 ? "device " : "devices ") + join(baymax.preemptive_ordinals) +
+                                           ": long best-effort kernels not rationed there");
   lines.add("long_op_tail_share", format_number(baymax.long_op_tail_share));
-  if (baymax.preemptive_device) {
+  if (some) {
     lines.add("timeslice_ms", format_number(baymax.timeslice_ms));
     lines.add("bound_by_slices", baymax.bound_by_slices ? "yes: a best-effort job alone queues freely" : "no");
   }

@@ -159,7 +159,7 @@ bool BaymaxPolicy::high_priority_on(std::uint32_t device) const {
 }
 
 double BaymaxPolicy::long_op_rate(std::uint32_t device) const {
-  if (options_.baymax.preemptive_device) return 0;
+  if (options_.baymax.preemptive(device)) return 0;
   double strictest = -1;  // the highest percentile of a high-priority job with a target here
   for (const auto& [id, state] : clients_) {
     if (state.info.priority == ipc::Priority::high && state.on(device) && state.info.target_ns)
@@ -283,7 +283,7 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
       const bool waited_enough = held_since >= 0 && now_ns - held_since > kLongOpWaitNs;
       if (!waited_enough && query_in_system(op.device)) return Hold::deadline;
     }
-    if (options_.baymax.preemptive_device) {
+    if (options_.baymax.preemptive(op.device)) {
       // Kernels of different processes are time-sliced: a query arriving later waits for its
       // slice, not behind every best-effort job's backlog. Each job's own backlog on each of its
       // streams (they run side by side in its slice) stays within the bound, and a job held by it
@@ -373,7 +373,7 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
   // its idle time, so each has run its share of it by then. A grant that adds nothing to that delay
   // (its job fills a slice at every blocking point anyway) holds nothing: holding it would not make
   // the query any faster.
-  const bool sliced = options_.baymax.preemptive_device && *engine == Engine::compute;
+  const bool sliced = options_.baymax.preemptive(op.device) && *engine == Engine::compute;
   // Each best-effort job's outstanding compute work (all its streams: together they take at most
   // that long), with this op for its own job.
   const auto be_work = sliced && !queries.empty() ? be_compute_work(client, op.device)

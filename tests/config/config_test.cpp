@@ -232,6 +232,20 @@ TEST(ConfigSummary, ShowsTheSliceSettingsOfAPreemptiveDevice) {
   EXPECT_EQ(whole.find("bound_by_slices"), std::string::npos) << "not used on a device that runs kernels to their end";
 }
 
+// preemptive_device may list the devices that time-slice; true or false after a list replaces it.
+TEST(Config, PreemptiveDeviceIsEveryDeviceOrTheListedOnes) {
+  const Config listed = parse_ok("[policy]\nname = \"baymax\"\n[policy.baymax]\npreemptive_device = [3, 1]\n");
+  EXPECT_FALSE(listed.policy.baymax.preemptive_device);
+  EXPECT_EQ(listed.policy.baymax.preemptive_ordinals, (std::vector<std::uint32_t>{3, 1}));
+  const std::string summary = render_summary(listed);
+  EXPECT_NE(summary.find("devices 3, 1: long best-effort kernels not rationed there"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("timeslice_ms"), std::string::npos) << summary;
+  const Config none = parse_ok("[policy.baymax]\npreemptive_device = []\n");
+  EXPECT_TRUE(none.policy.baymax.preemptive_ordinals.empty());
+  EXPECT_EQ(render_summary(none).find("timeslice_ms"), std::string::npos) << "an empty list: no device time-slices";
+  EXPECT_TRUE(parse_ok("[policy.baymax]\npreemptive_device = true\n").policy.baymax.preemptive_device);
+}
+
 // may_run_high
 
 Config restricted(std::vector<uid_t> uids, std::vector<gid_t> gids) {
@@ -333,8 +347,15 @@ const std::vector<BadCase>& bad_cases() {
        "(got 8)"},
       {"zero_adapt_step", "[policy.baymax]\nadapt_step_ms = 0\n",
        "t.toml:2:17: policy.baymax.adapt_step_ms: must be > 0 (got 0)"},
-      {"preemptive_not_bool", "[policy.baymax]\npreemptive_device = 1\n",
-       "t.toml:2:21: policy.baymax.preemptive_device: must be true or false (got an integer)"},
+      {"preemptive_not_bool_or_list", "[policy.baymax]\npreemptive_device = 1\n",
+       "t.toml:2:21: policy.baymax.preemptive_device: must be true, false or a list of device ordinals like [0, 2] "
+       "(got an integer)"},
+      {"preemptive_ordinal_too_high", "[policy.baymax]\npreemptive_device = [0, 64]\n",
+       "t.toml:2:25: policy.baymax.preemptive_device[1]: must be 0 to 63 (got 64)"},
+      {"preemptive_ordinal_not_integer", "[policy.baymax]\npreemptive_device = [\"1\"]\n",
+       "t.toml:2:22: policy.baymax.preemptive_device[0]: must be an integer (got a string)"},
+      {"preemptive_ordinal_twice", "[policy.baymax]\npreemptive_device = [1, 1]\n",
+       "t.toml:2:25: policy.baymax.preemptive_device[1]: 1 is listed twice"},
       {"zero_long_op_share", "[policy.baymax]\nlong_op_tail_share = 0\n",
        "t.toml:2:22: policy.baymax.long_op_tail_share: must be > 0 (got 0)"},
       {"long_op_share_above_one", "[policy.baymax]\nlong_op_tail_share = 1.5\n",

@@ -49,7 +49,7 @@ PolicyOptions options(std::int64_t bound_ns = 5 * kMs, std::uint32_t credit_ops 
 // A device that time-slices processes' kernels (slices of 4 ms), or one that runs them to their end.
 PolicyOptions on_device(bool preemptive, std::int64_t bound_ns = 5 * kMs) {
   PolicyOptions o = options(bound_ns);
-  o.baymax.preemptive_device = preemptive;
+  o.baymax.preemptive_devices = preemptive ? ipc::kAllDevices : 0;
   o.baymax.timeslice_ns = 4 * kMs;
   return o;
 }
@@ -460,12 +460,12 @@ TEST(BaymaxPolicy, TheBudgetFollowsTheJobsOnItsDevice) {
 TEST(BaymaxPolicy, AReloadThatMakesTheDeviceNonPreemptiveStartsAnEmptyBudget) {
   constexpr std::int64_t kS = 1'000 * kMs;
   PolicyOptions o = options(5 * kMs);
-  o.baymax.preemptive_device = true;
+  o.baymax.preemptive_devices = ipc::kAllDevices;
   BaymaxPolicy policy(o);
   (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
   EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 0, 105 * kMs), (Decisions{{kTrainA, 1}}));
   (void)policy.op_completed({kTrainA, done(1, 10 * kS), 10 * kS});
-  o.baymax.preemptive_device = false;
+  o.baymax.preemptive_devices = 0;
   EXPECT_TRUE(policy.reconfigure(o));
   EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(2), 10 * kS, 20 * kMs).empty()) << "costs 15 ms";
   EXPECT_TRUE(policy.tick(13 * kS - kMs).empty());
@@ -506,7 +506,7 @@ TEST(BaymaxPolicy, LongOpsAreNotRationedWithoutATargetOrOnAPreemptiveDevice) {
     }
   }
   PolicyOptions preemptive = options(5 * kMs);
-  preemptive.baymax.preemptive_device = true;
+  preemptive.baymax.preemptive_devices = ipc::kAllDevices;
   BaymaxPolicy policy(preemptive);
   (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
   EXPECT_EQ(policy.long_op_budget_cap_ns(0), 0.0);
@@ -514,6 +514,23 @@ TEST(BaymaxPolicy, LongOpsAreNotRationedWithoutATargetOrOnAPreemptiveDevice) {
     EXPECT_EQ(post(policy, kTrainA, Priority::low, op(seq), 0, 1'000 * kMs), (Decisions{{kTrainA, seq}}));
     (void)policy.op_completed({kTrainA, done(seq, 1), 1});
   }
+}
+
+// preemptive_device may list devices: only those are time-sliced; the others ration long ops.
+TEST(BaymaxPolicy, OnlyTheDevicesSaidToTimeSliceAreTreatedAsPreemptive) {
+  PolicyOptions o = options(5 * kMs);
+  o.baymax.preemptive_devices = std::uint64_t{1} << 1;  // device 1
+  BaymaxPolicy policy(o);
+  ClientInfo on1 = serve(kServeB, 100 * kMs);
+  on1.device = 1;
+  (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
+  (void)policy.client_registered(on1, 0);
+  EXPECT_GT(policy.long_op_budget_cap_ns(0), 0.0);
+  EXPECT_EQ(policy.long_op_budget_cap_ns(1), 0.0) << "no budget on a time-slicing device";
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(1), 0, 105 * kMs).empty()) << "device 0: the budget starts empty";
+  ipc::OpDescriptor on_1 = op(1);
+  on_1.device = 1;
+  EXPECT_EQ(post(policy, kTrainB, Priority::low, on_1, 0, 105 * kMs), (Decisions{{kTrainB, 1}}));
 }
 
 // Each round's waiting heads are charged the time to the next round, by what holds them.

@@ -55,7 +55,8 @@ struct BaymaxConfig {
   double min_backlog_bound_ms = 1.0;          // adaptation never goes below this (> 0)
   double max_backlog_bound_ms = 20.0;         // ... nor above this (>= min_backlog_bound_ms)
   double adapt_step_ms = 0.5;                 // one adaptation step (> 0)
-  bool preemptive_device = false;             // the GPU time-slices kernels of different processes
+  bool preemptive_device = false;             // every GPU time-slices kernels of different processes
+  std::vector<std::uint32_t> preemptive_ordinals;  // or only these (preemptive_device = [ordinals])
   double long_op_tail_share = 0.5;            // share of the tail allowance long ops may cost (0, 1]
   double timeslice_ms = 2.0;                  // a preemptive GPU's time slice per process (>= 0.001)
   bool bound_by_slices = false;               // preemptive GPU: bound what a query arriving now waits

@@ -69,10 +69,11 @@ struct BaymaxOptions {
   std::int64_t min_backlog_bound_ns = 1'000'000;
   std::int64_t max_backlog_bound_ns = 20'000'000;
   std::int64_t adapt_step_ns = 500'000;
-  // Does the device time-slice the kernels of different processes? If not (the Baymax premise), a
-  // best-effort kernel longer than the bound blocks a query arriving behind it past the bound, and
-  // such kernels are rationed to long_op_tail_share of the tail allowance (baymax_policy.h).
-  bool preemptive_device = false;
+  // The devices that time-slice the kernels of different processes (a bit per ordinal, as
+  // ipc::device_in; ipc::kAllDevices: every one). On the others (the Baymax premise) a best-effort
+  // kernel longer than the bound blocks a query arriving behind it past the bound, and such kernels
+  // are rationed to long_op_tail_share of the tail allowance (baymax_policy.h).
+  std::uint64_t preemptive_devices = 0;
   double long_op_tail_share = 0.5;
   // On a preemptive device: how long a process's kernels keep the GPU once another process's are
   // ready (its time slice). A query's kernels then wait for at most one slice of each best-effort
@@ -82,6 +83,8 @@ struct BaymaxOptions {
   // by the slices a query arriving now would wait for, and let a best-effort job alone with work
   // queue past its streams' bound (baymax_policy.h). Off: each stream's backlog is bounded.
   bool bound_by_slices = false;
+
+  bool preemptive(std::uint32_t device) const noexcept { return ipc::device_in(preemptive_devices, device); }
 };
 
 struct PolicyOptions {

@@ -1,0 +1,49 @@
+// options_from_config: what a parsed config file means to gpuqosd's policy.
+#include "gpuqos/scheduler/daemon_config.h"
+
+#include <gtest/gtest.h>
+
+#include "gpuqos/config/config.h"
+
+namespace gpuqos::scheduler {
+namespace {
+
+BaymaxOptions baymax_of(const config::Config& config) {
+  const auto options = options_from_config(config, DaemonOptions{});
+  EXPECT_TRUE(options) << options.error();
+  return options ? options.value().policy.baymax : BaymaxOptions{};
+}
+
+TEST(OptionsFromConfig, BaymaxTimesAreInNanosecondsAndItsSwitchesCarryOver) {
+  config::Config config;
+  config.policy.name = config::PolicyName::baymax;
+  config.policy.baymax.be_backlog_bound_ms = 2.5;
+  config.policy.baymax.timeslice_ms = 1.5;
+  config.policy.baymax.bound_by_slices = true;
+  const BaymaxOptions baymax = baymax_of(config);
+  EXPECT_EQ(baymax.be_backlog_bound_ns, 2'500'000);
+  EXPECT_EQ(baymax.timeslice_ns, 1'500'000);
+  EXPECT_TRUE(baymax.bound_by_slices);
+}
+
+// preemptive_device = true is every device, a list only its ordinals, false none.
+TEST(OptionsFromConfig, PreemptiveDevicesAreEveryDeviceOrTheListedOnes) {
+  config::Config config;
+  config.policy.name = config::PolicyName::baymax;
+  EXPECT_EQ(baymax_of(config).preemptive_devices, 0u);
+  EXPECT_FALSE(baymax_of(config).preemptive(0));
+  config.policy.baymax.preemptive_device = true;
+  EXPECT_TRUE(baymax_of(config).preemptive(0));
+  EXPECT_TRUE(baymax_of(config).preemptive(63));
+  config.policy.baymax.preemptive_device = false;
+  config.policy.baymax.preemptive_ordinals = {1, 63};
+  const BaymaxOptions listed = baymax_of(config);
+  EXPECT_FALSE(listed.preemptive(0));
+  EXPECT_TRUE(listed.preemptive(1));
+  EXPECT_FALSE(listed.preemptive(2));
+  EXPECT_TRUE(listed.preemptive(63));
+  EXPECT_FALSE(listed.preemptive(64)) << "beyond what the protocol can name";
+}
+
+}  // namespace
+}  // namespace gpuqos::scheduler
