@@ -244,8 +244,11 @@ std::optional<bool> BaymaxPolicy::arrivals_held(ClientId client, std::uint32_t d
     // At most the bound, and at most one job's slices: the least a time-slicing device can delay a
     // query by once best-effort work is there; every further job adds as much again.
     const double allowed = std::min(static_cast<double>(bound_.bound_ns()), slices);
+    // A grant that does not raise the sum holds nothing (its job fills its slices anyway), and a
+    // lone op goes whatever it adds, as on any device: else one too long would never run.
     const double with = slice_delay(work, client, p, true, idle, slices);
-    held = held || (with > allowed && with > slice_delay(work, client, p, false, idle, slices));
+    const double without = slice_delay(work, client, p, false, idle, slices);
+    held = held || (with > allowed && with > without && without > 0);
   }
   if (!any) return std::nullopt;
   return held;
@@ -254,8 +257,11 @@ std::optional<bool> BaymaxPolicy::arrivals_held(ClientId client, std::uint32_t d
 bool BaymaxPolicy::others_have_work(ClientId client, std::uint32_t device) const {
   return std::any_of(clients_.begin(), clients_.end(), [&](const auto& entry) {
     const ClientState& other = entry.second;
-    return entry.first != client && other.info.priority == ipc::Priority::low && other.on(device) &&
-           other.be_compute_total_ns() > 0;
+    if (entry.first == client || other.info.priority != ipc::Priority::low) return false;
+    if (other.on(device) && other.be_compute_total_ns() > 0) return true;
+    if (other.queue.empty()) return false;
+    const ipc::OpDescriptor& head = other.queue.front().op;
+    return head.device == device && engine_of(head) == Engine::compute;  // waiting for some
   });
 }
 
@@ -290,10 +296,14 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
       // does not close the device to the others.
       const std::optional<bool> arrivals =
           options_.baymax.bound_by_slices ? arrivals_held(client, op.device, p) : std::nullopt;
-      if (arrivals && *arrivals) return Hold::own_bound;
+      // The slices are the device's, not the job's: a head they hold closes the device's compute
+      // engine to the jobs behind it, or a job already filling its slice (whose grants do not raise
+      // the sum) would refill for ever ahead of one waiting for it to drain.
+      if (arrivals && *arrivals) return Hold::engine;
       // bound_by_slices: a job alone with work may queue all it wants once a query arriving now is
-      // known to wait at most its slices; with others it keeps its streams' bound too (measured:
-      // queueing freely next to another job put the benchmark's mix at 0.98-1.04 x the target).
+      // known to wait at most its slices; next to another job with work, or one waiting for some,
+      // it keeps its streams' bound too (measured: queueing freely next to another job put the
+      // benchmark's mix at 0.98-1.04 x the target).
       if (!arrivals || others_have_work(client, op.device)) {
         const auto& streams = clients_.at(client).be_compute_ns;
         const auto own = streams.find(op.stream);
@@ -337,7 +347,8 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
       // (baymax_policy.h).
       std::int64_t deadline = query->opened_ns + target;
       if (profiled && queries_.says_arrivals(id))
-        deadline = std::min(deadline, query->started_ns + queries_.expected_query_ns(id) + bound_.bound_ns());
+        deadline = std::min(deadline, query->started_ns + queries_.expected_query_ns(id) +
+                                          std::max(bound_.bound_ns(), options_.baymax.safety_margin_ns));
       queries.push_back(Protected{deadline, need, idle, state.hp_outstanding_ns, blocks, id, false});
     }
     // Requests waiting in the job's own queue start when the ones before them are done (so what

@@ -279,44 +279,60 @@ TEST(BaymaxPolicy, OnAPreemptiveDeviceAWaitingRequestCountsTheBlockingPointsAhea
   EXPECT_EQ(grants_at_21ms(38 * kMs, true, true), (Decisions{{kTrainA, 1}}));
 }
 
-// With bound_by_slices on a preemptive device, once a job with a target has a profile, the bound is
-// on what a query of it arriving now would wait for: one slice per best-effort job with work beyond its share of the
-// query's time before its first blocking point, at each blocking point; at most the bound, and at
-// most one job's slices. A job alone with work, already filling its slice, adds nothing by queueing
-// more (its streams' bound is waived); a second job with work adds its slice, and while another
-// job has work each keeps its streams' bound too.
+// bound_by_slices, on a preemptive device with 4-ms slices, and a job with a target that has learned
+// one query: begun at 1 ms, one op, ended at 9 ms (8 ms to its one blocking point). Best-effort work
+// is granted from 10 ms on.
+std::unique_ptr<BaymaxPolicy> slices_learned(std::int64_t bound_ns, bool bound_by_slices = true) {
+  PolicyOptions options = sliced(bound_ns);
+  options.baymax.bound_by_slices = bound_by_slices;
+  auto policy = std::make_unique<BaymaxPolicy>(options);
+  (void)policy->client_registered(serve(kServe, 100 * kMs), 0);
+  (void)post(*policy, kServe, Priority::high, op(1, ipc::OpKind::query_begin), 1 * kMs, 0);
+  (void)post(*policy, kServe, Priority::high, op(2), 1 * kMs, kMs);
+  (void)policy->op_completed({kServe, done(2, 9 * kMs), 9 * kMs});
+  (void)post(*policy, kServe, Priority::high, op(3, ipc::OpKind::query_end), 9 * kMs, 0);
+  return policy;
+}
+
+// With bound_by_slices on a preemptive device, once every job with a target there has had a query
+// close, the bound is on what a query arriving now would wait for: one slice per best-effort job
+// with work beyond its share of the query's time before its first blocking point, at each blocking
+// point; at most the bound, and at most one job's slices. A job alone with work, already filling
+// its slice, adds nothing by queueing more (its streams' bound is waived); a second job with work
+// adds its slice, and next to another job with work each keeps its streams' bound too. A job held
+// by the slices closes the device to the jobs behind it until the work ahead drains.
 TEST(BaymaxPolicy, OnAPreemptiveDeviceTheBoundIsTheSlicesAQueryArrivingNowWouldWait) {
-  const auto learned = [](std::int64_t bound_ns, bool bound_by_slices = true) {
-    PolicyOptions options = sliced(bound_ns);  // 4-ms slices
-    options.baymax.bound_by_slices = bound_by_slices;
-    auto policy = std::make_unique<BaymaxPolicy>(options);
-    (void)policy->client_registered(serve(kServe, 100 * kMs), 0);
-    // One query to learn from: begun at 1 ms, one op, ended at 9 ms: 8 ms to its one blocking point.
-    (void)post(*policy, kServe, Priority::high, op(1, ipc::OpKind::query_begin), 1 * kMs, 0);
-    (void)post(*policy, kServe, Priority::high, op(2), 1 * kMs, kMs);
-    (void)policy->op_completed({kServe, done(2, 9 * kMs), 9 * kMs});
-    (void)post(*policy, kServe, Priority::high, op(3, ipc::OpKind::query_end), 9 * kMs, 0);
-    return policy;
-  };
-  auto policy = learned(50 * kMs);  // a 50-ms bound: one job's slice (4 ms) is the limit
-  // A alone: min(4, 20 - 8) = 4, and 40 ms of work waits no longer: still one slice.
+  auto policy = slices_learned(50 * kMs);  // a 50-ms bound: one job's slice (4 ms) is the limit
+  // A alone: min(4, 20 - 8) = 4, and 60 ms of work, past its stream's 50, waits no longer.
   EXPECT_EQ(post(*policy, kTrainA, Priority::low, op(1), 10 * kMs, 20 * kMs), (Decisions{{kTrainA, 1}}));
   EXPECT_EQ(post(*policy, kTrainA, Priority::low, op(2), 10 * kMs, 20 * kMs), (Decisions{{kTrainA, 2}}));
-  // B: two jobs share the 8 ms, 4 each: 4 + min(4, 10 - 4) = 8 > 4.
-  EXPECT_TRUE(post(*policy, kTrainB, Priority::low, op(1), 10 * kMs, 10 * kMs).empty());
-  // C's 4 ms drain in its share: 4 + min(4, 4 - 4) = 4.
+  EXPECT_EQ(post(*policy, kTrainA, Priority::low, op(3), 10 * kMs, 20 * kMs), (Decisions{{kTrainA, 3}}))
+      << "alone: 60 > 50 is not held";
+  // C's 4 ms drain in its share of the 8 ms (4 each): 4 + min(4, 4 - 4) = 4.
   EXPECT_EQ(post(*policy, kTrainC, Priority::low, op(1), 10 * kMs, 4 * kMs), (Decisions{{kTrainC, 1}}));
-  // With another job's work there, A is no longer alone: its stream's bound holds again.
-  EXPECT_EQ(post(*policy, kTrainA, Priority::low, op(3), 10 * kMs, 10 * kMs), (Decisions{{kTrainA, 3}}))
-      << "40 + 10 <= 50";
-  EXPECT_TRUE(post(*policy, kTrainA, Priority::low, op(4), 10 * kMs, 1 * kMs).empty()) << "50 + 1 > 50";
-  // A bound under one slice: A's own work must drain within 8 ms + 2.
-  auto tight = learned(2 * kMs);
+  // With C's work there A is not alone: its stream's bound holds again.
+  EXPECT_TRUE(post(*policy, kTrainA, Priority::low, op(4), 10 * kMs, 1 * kMs).empty()) << "60 + 1 > 50";
+  // B: three jobs share the 8 ms: 4 + min(4, 4 - 8/3) + min(4, 10 - 8/3) > 4, and it adds to the 4.
+  EXPECT_TRUE(post(*policy, kTrainB, Priority::low, op(1), 10 * kMs, 10 * kMs).empty());
+  // C done: 4 + min(4, 10 - 4) = 8 > 4 still for B.
+  EXPECT_TRUE(policy->op_completed({kTrainC, done(1, 12 * kMs), 12 * kMs}).empty());
+  // A's first op done: its next fits its stream's bound (40 + 1 <= 50) and adds no slice, but B
+  // (ahead in fair-queueing order) waits for the slices to drain: A waits behind it rather than
+  // refill ahead of it for ever.
+  EXPECT_TRUE(policy->op_completed({kTrainA, done(1, 13 * kMs), 13 * kMs}).empty());
+  EXPECT_TRUE(policy->op_completed({kTrainA, done(2, 13 * kMs), 13 * kMs}).empty());
+  // A drained: B alone, min(4, 10 - 8) = 2; then A's 1 ms drains in its share: 0 + min(4, 10 - 4).
+  EXPECT_EQ(policy->op_completed({kTrainA, done(3, 13 * kMs), 13 * kMs}), (Decisions{{kTrainB, 1}, {kTrainA, 4}}));
+  // A bound under one slice: A's own work must drain within 8 ms + 2, but a lone op goes.
+  auto tight = slices_learned(2 * kMs);
   EXPECT_EQ(post(*tight, kTrainA, Priority::low, op(1), 10 * kMs, 10 * kMs), (Decisions{{kTrainA, 1}})) << "10 - 8 = 2";
   EXPECT_TRUE(post(*tight, kTrainA, Priority::low, op(2), 10 * kMs, 1 * kMs).empty()) << "11 - 8 = 3 > 2";
+  auto lone = slices_learned(2 * kMs);
+  EXPECT_EQ(post(*lone, kTrainA, Priority::low, op(1), 10 * kMs, 11 * kMs), (Decisions{{kTrainA, 1}}))
+      << "11 - 8 = 3 > 2, but nothing else is there";
   // Off (the default), a job alone keeps its streams' bound, and a second job's slice is the
   // open queries' business alone (there are none here).
-  auto off = learned(50 * kMs, false);
+  auto off = slices_learned(50 * kMs, false);
   EXPECT_EQ(post(*off, kTrainA, Priority::low, op(1), 10 * kMs, 20 * kMs), (Decisions{{kTrainA, 1}}));
   EXPECT_EQ(post(*off, kTrainA, Priority::low, op(2), 10 * kMs, 20 * kMs), (Decisions{{kTrainA, 2}}));
   EXPECT_TRUE(post(*off, kTrainA, Priority::low, op(3), 10 * kMs, 20 * kMs).empty()) << "40 + 20 > 50";
@@ -328,6 +344,34 @@ TEST(BaymaxPolicy, OnAPreemptiveDeviceTheBoundIsTheSlicesAQueryArrivingNowWouldW
   (void)fresh.client_registered(serve(kServe, 100 * kMs), 0);
   EXPECT_EQ(post(fresh, kTrainA, Priority::low, op(1), 0, 20 * kMs), (Decisions{{kTrainA, 1}}));
   EXPECT_TRUE(post(fresh, kTrainA, Priority::low, op(2), 0, 31 * kMs).empty()) << "20 + 31 > 50";
+}
+
+// With bound_by_slices, a grant that does not raise the slices a query arriving now would wait is
+// not held, even when they are already past the limit; and a job whose work is ahead of another's
+// in fair-queueing order is not alone while that one waits for the slices: it keeps its streams'
+// bound.
+TEST(BaymaxPolicy, WithBoundBySlicesAGrantThatAddsNoSliceGoesAndAWaitingJobCounts) {
+  PolicyOptions options = sliced(50 * kMs);
+  options.baymax.bound_by_slices = true;
+  BaymaxPolicy policy(options);
+  (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
+  // Before the job's first query closed (no profile), each stream's bound: B runs 100 ms (so A
+  // goes first in fair-queueing order from now on), then A and B queue 20 ms each.
+  EXPECT_EQ(post(policy, kTrainB, Priority::low, op(1), 0, 100 * kMs), (Decisions{{kTrainB, 1}}));
+  (void)policy.op_completed({kTrainB, done(1, 1 * kMs), 1 * kMs});
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 1 * kMs, 20 * kMs), (Decisions{{kTrainA, 1}}));
+  EXPECT_EQ(post(policy, kTrainB, Priority::low, op(2), 1 * kMs, 20 * kMs), (Decisions{{kTrainB, 2}}));
+  (void)post(policy, kServe, Priority::high, op(1, ipc::OpKind::query_begin), 1 * kMs, 0);
+  (void)post(policy, kServe, Priority::high, op(2), 1 * kMs, kMs);
+  (void)policy.op_completed({kServe, done(2, 9 * kMs), 9 * kMs});
+  (void)post(policy, kServe, Priority::high, op(3, ipc::OpKind::query_end), 9 * kMs, 0);
+  // Now 4 + 4 = 8 > 4 already; 5 ms more of A's raises nothing (it fills its slice): it goes.
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(2), 10 * kMs, 5 * kMs), (Decisions{{kTrainA, 2}}));
+  // B's work drains and B posts again: 4 + min(4, 10 - 4) > 4, held.
+  (void)policy.op_completed({kTrainB, done(2, 11 * kMs), 11 * kMs});
+  EXPECT_TRUE(post(policy, kTrainB, Priority::low, op(3), 11 * kMs, 10 * kMs).empty());
+  // A has the only work there, and goes before B, but is not alone while B waits: 25 + 30 > 50.
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(3), 11 * kMs, 30 * kMs).empty());
 }
 
 // On a preemptive device each stream's own outstanding work is bounded, and it is released as its
@@ -688,32 +732,55 @@ void learn_one_query(BaymaxPolicy& policy, bool says_arrivals = true) {
 
 // A job that says its arrivals has its target counted from them, so an open query's deadline would
 // let best-effort work delay it until it is due, however long that is, and every request arriving
-// behind it waits for that too. So its delay is also capped at the bound: it is due by its start +
-// its expected own time + the bound, if that is sooner. A job that does not say its arrivals is
-// judged by its query's own time already; its deadline is not capped.
+// behind it waits for that too. So its delay is also capped: it is due by its start + its expected
+// own time + the bound (at least the margin, which the deadline test keeps), if that is sooner. A
+// job that does not say its arrivals is judged by its query's own time already; its deadline is
+// not capped, and neither is a query with no profile to say its own time.
 TEST(BaymaxPolicy, AQueryOfAJobThatSaysItsArrivalsIsDelayedAtMostTheBound) {
-  const auto late_query_at_31ms = [](bool says_arrivals) {
-    auto policy = std::make_unique<BaymaxPolicy>(options(10 * kMs));
-    learn_one_query(*policy, says_arrivals);
-    // A request arrives and begins at 20 ms (due at 50); its op completes only at 30 ms, and at 31
-    // the query is still open: 3 ms past its expected 8.
-    if (says_arrivals) (void)post(*policy, kServe, Priority::high, arrival_at(5, 20 * kMs), 20 * kMs, 0);
+  // A request arrives at arrived_ns and begins at 20 ms; its op completes only at 30 ms, and at 31
+  // the query is still open: 3 ms past its expected 8.
+  const auto late_query_at_31ms = [](bool says_arrivals, std::int64_t arrived_ns, bool learned = true) {
+    auto policy = std::make_unique<BaymaxPolicy>(options(10 * kMs));  // margin 1 ms
+    if (learned) {
+      learn_one_query(*policy, says_arrivals);
+    } else {
+      (void)policy->client_registered(serve(kServe, 30 * kMs), 0);
+    }
+    if (says_arrivals) (void)post(*policy, kServe, Priority::high, arrival_at(5, arrived_ns), arrived_ns, 0);
     ipc::OpDescriptor begin = op(6, ipc::OpKind::query_begin);
-    begin.arrived_ns = 20 * kMs;
+    begin.arrived_ns = arrived_ns;
     (void)post(*policy, kServe, Priority::high, begin, 20 * kMs, 0);
     (void)post(*policy, kServe, Priority::high, op(7), 20 * kMs, kMs);
     (void)policy->op_completed({kServe, done(7, 30 * kMs), 30 * kMs});
     return policy;
   };
   // Capped: due by 20 + 8 + 10 = 38, so 31 + p + 1 <= 38 allows p <= 6 (uncapped, p <= 18).
-  auto capped = late_query_at_31ms(true);
+  auto capped = late_query_at_31ms(true, 20 * kMs);
   ASSERT_NE(capped->queries().open_query(kServe), nullptr);
   EXPECT_TRUE(post(*capped, kTrainA, Priority::low, op(1), 31 * kMs, 7 * kMs).empty());
   EXPECT_EQ(post(*capped, kTrainB, Priority::low, op(1), 31 * kMs, 6 * kMs), (Decisions{{kTrainB, 1}}));
-  // Not saying arrivals: due at 50, 31 + 7 + 1 <= 50.
-  auto service = late_query_at_31ms(false);
+  // From its start, not its arrival: one that waited from 15 ms is due by 38 too (45 uncapped).
+  auto waited = late_query_at_31ms(true, 15 * kMs);
+  EXPECT_EQ(post(*waited, kTrainB, Priority::low, op(1), 31 * kMs, 6 * kMs), (Decisions{{kTrainB, 1}}));
+  // Not saying arrivals: due at 50, 31 + 8 + 1 <= 50.
+  auto service = late_query_at_31ms(false, 20 * kMs);
   ASSERT_NE(service->queries().open_query(kServe), nullptr);
-  EXPECT_EQ(post(*service, kTrainA, Priority::low, op(1), 31 * kMs, 7 * kMs), (Decisions{{kTrainA, 1}}));
+  EXPECT_EQ(post(*service, kTrainA, Priority::low, op(1), 31 * kMs, 8 * kMs), (Decisions{{kTrainA, 1}}));
+  // No profile: due at 50 (the query's own time is not known; capped at its start it would be 30).
+  auto unprofiled = late_query_at_31ms(true, 20 * kMs, false);
+  EXPECT_EQ(post(*unprofiled, kTrainA, Priority::low, op(1), 31 * kMs, 8 * kMs), (Decisions{{kTrainA, 1}}));
+  // A bound under the margin allows no delay, but work that drains in the query's idle time costs
+  // it none: at 21 ms, on its profile (7 ms to go, 6 of them idle), 21 + 7 + 2 <= 20 + 8 + 2.
+  PolicyOptions tight = options(1 * kMs);
+  tight.baymax.safety_margin_ns = 2 * kMs;
+  BaymaxPolicy policy(tight);
+  learn_one_query(policy);
+  (void)post(policy, kServe, Priority::high, arrival_at(5, 20 * kMs), 20 * kMs, 0);
+  ipc::OpDescriptor begin = op(6, ipc::OpKind::query_begin);
+  begin.arrived_ns = 20 * kMs;
+  (void)post(policy, kServe, Priority::high, begin, 20 * kMs, 0);
+  (void)post(policy, kServe, Priority::high, op(7), 20 * kMs, kMs);
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 21 * kMs, kMs / 2), (Decisions{{kTrainA, 1}}));
 }
 
 // With no request of the job in the system, the one arriving next is the bound's to protect:

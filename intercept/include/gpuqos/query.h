@@ -23,9 +23,11 @@
  * makes the next begin count from its arrival; at most 256 wait, beyond which the oldest is
  * forgotten). Call gpuqos_query_arrived() before handing the request to the worker. gpuqosd also
  * counts the requests still waiting: best-effort work that would make one of them late is held
- * too. A gpuqosd older than protocol 1.2 gets no arrivals: its queries run from their begin.
- * Best-effort work then delays each query by at most gpuqosd's backlog bound; run gpuqosd with
- * [policy.baymax] adaptation = true so the bound follows the measured tail (examples/gpuqos.toml).
+ * too. Once a query of the job has closed (so gpuqosd knows how long one takes), best-effort work
+ * also delays each query by at most gpuqosd's backlog bound less its safety margin; run gpuqosd
+ * with [policy.baymax] adaptation = true so the bound follows the measured tail
+ * (examples/gpuqos.toml).
+ * A gpuqosd older than protocol 1.2 gets no arrivals: its queries run from their begin.
  *
  * Header only, C and C++, nothing to link; any thread, with or without a CUDA context, but not a
  * signal handler (they take a lock). Without libgpuqos.so in the process all three calls are no-ops

@@ -17,12 +17,13 @@
 //   device that time-slices processes' kernels (preemptive_device), a query arriving later waits for
 //   its slice, not behind every job's backlog: the bound is then each best-effort job's own, per
 //   stream (its outstanding compute work there + p; a process's streams share its slice), and a job
-//   at its bound does not close the device to the others. With bound_by_slices, once a job with a
-//   target on the device has a profile, the bound there is also on what a query of it arriving now
-//   would wait: the slice sum below, with a whole query's blocking points and time to its first
-//   one, within the bound and within one job's slices (blocks x timeslice), unless the grant does
-//   not raise it; and a best-effort job alone with work on the device is then free of its streams'
-//   bound;
+//   at its bound does not close the device to the others. With bound_by_slices, once every job
+//   with a target on the device has a profile, the bound there is also on what a query of such a
+//   job arriving now would wait: the slice sum below, with a whole query's blocking points and time
+//   to its first one, within the bound and within one job's slices (blocks x timeslice), unless
+//   the grant does not raise it or nothing else is there (a lone op goes); a head held by it closes
+//   the device's compute engine to the jobs behind it; and a best-effort job alone with work on the
+//   device (no other one with work or waiting for some) is then free of its streams' bound;
 // - copies: at most max_be_transfers best-effort copies in flight on the device, and none while a
 //   high-priority copy is in flight in the same direction;
 // - every open query on d with a target, in earliest-deadline-first order, must still make it:
@@ -41,7 +42,8 @@
 //   an open query could be made to wait until its own deadline and a request arriving just behind
 //   it missed.
 //   Such a job's open query is also due by its start plus the profile's whole-query time plus the
-//   bound (the adaptive one) if that is sooner: delaying each query up to a deadline that counts
+//   bound (the adaptive one; at least the margin) if that is sooner, so best-effort work may delay
+//   it by the bound less the margin, which the deadline test keeps for estimates' errors: delaying each query up to a deadline that counts
 //   its wait in the job's queue grows that queue, and every request behind it pays again.
 //   On a preemptive device the compute delay is not backlog + p but the slices best-effort jobs
 //   take: at each of the query's blocking points still to come (the profile's count; for a waiting
@@ -206,7 +208,8 @@ class BaymaxPolicy final : public Policy {
   // Each best-effort job on device with outstanding compute work (all its streams), and client's
   // own even when it has none.
   std::vector<std::pair<ClientId, std::int64_t>> be_compute_work(ClientId client, std::uint32_t device) const;
-  // Has another best-effort job granted compute work on device not yet completed?
+  // Has another best-effort job granted compute work on device not yet completed, or a compute op
+  // there at the head of its queue?
   bool others_have_work(ClientId client, std::uint32_t device) const;
   // Ops longer than this are long ops: the configured bound, or the adaptive one when it is looser.
   std::int64_t long_op_threshold_ns() const;
@@ -218,7 +221,8 @@ class BaymaxPolicy final : public Policy {
   // Why the head op of a best-effort client cannot go now: the state of its engine (the compute
   // bound, the transfer limit, a high-priority copy in flight), an open query's deadline, or the
   // long-op budget.
-  // own_bound: the client's own compute backlog is at the bound (a preemptive device).
+  // own_bound: the client's own compute backlog on the op's stream is at the bound (a preemptive
+  // device); it does not close the engine to other clients.
   enum class Hold { none, engine, deadline, budget, own_bound };
   Hold hold_of(ClientId client, const Queued& queued, std::int64_t now_ns) const;
   bool high_priority_on(std::uint32_t device) const;
