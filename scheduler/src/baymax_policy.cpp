@@ -73,7 +73,7 @@ void BaymaxPolicy::account(ClientId client, const ipc::OpDescriptor& op, std::in
     state.be_until_ns = std::max(state.be_until_ns, now_ns) + predicted_ns;
     state.be_outstanding_ns += predicted_ns;
     ++state.be_ops;
-    if (*engine == Engine::compute) clients_[client].be_compute_ns[op.stream] += predicted_ns;
+    if (*engine == Engine::compute) clients_[client].be_compute_ns[{op.device, op.stream}] += predicted_ns;
   }
   backlog_.account(client, op, predicted_ns);
 }
@@ -93,7 +93,7 @@ void BaymaxPolicy::retire(ClientId client, std::uint64_t seq, std::optional<std:
   state.be_outstanding_ns -= done.predicted_ns;
   if (done.engine == Engine::compute) {
     if (auto c = clients_.find(client); c != clients_.end()) {
-      auto stream = c->second.be_compute_ns.find(done.stream);
+      auto stream = c->second.be_compute_ns.find({done.device, done.stream});
       if (stream != c->second.be_compute_ns.end() && (stream->second -= done.predicted_ns) <= 0)
         c->second.be_compute_ns.erase(stream);
     }
@@ -109,6 +109,13 @@ void BaymaxPolicy::retire(ClientId client, std::uint64_t seq, std::optional<std:
 std::int64_t BaymaxPolicy::ClientState::be_compute_total_ns() const {
   std::int64_t total = 0;
   for (const auto& [stream, ns] : be_compute_ns) total += ns;
+  return total;
+}
+
+std::int64_t BaymaxPolicy::ClientState::be_compute_ns_on(std::uint32_t device) const {
+  std::int64_t total = 0;
+  for (auto it = be_compute_ns.lower_bound({device, 0}); it != be_compute_ns.end() && it->first.first == device; ++it)
+    total += it->second;
   return total;
 }
 
@@ -226,7 +233,7 @@ std::vector<std::pair<ClientId, std::int64_t>> BaymaxPolicy::be_compute_work(Cli
   std::vector<std::pair<ClientId, std::int64_t>> work;
   for (const auto& [id, state] : clients_) {
     if (state.info.priority != ipc::Priority::low || !state.on(device)) continue;
-    const std::int64_t total = state.be_compute_total_ns();
+    const std::int64_t total = state.be_compute_ns_on(device);
     if (total > 0 || id == client) work.emplace_back(id, total);
   }
   return work;
@@ -239,7 +246,8 @@ std::optional<bool> BaymaxPolicy::arrivals_held(ClientId client, std::uint32_t d
     if (state.info.priority != ipc::Priority::high || !state.on(device) || !state.info.target_ns) continue;
     if (queries_.expected_query_ns(id) <= 0) return std::nullopt;  // no profile yet: the streams' bound
     any = true;
-    const double slices = queries_.expected_query_blocking_points(id) * static_cast<double>(options_.baymax.timeslice_ns);
+    const double slices =
+        queries_.expected_query_blocking_points(id) * static_cast<double>(options_.baymax.timeslice_ns);
     const std::int64_t idle = queries_.expected_query_unblocked_ns(id);
     // At most the bound, and at most one job's slices: the least a time-slicing device can delay a
     // query by once best-effort work is there; every further job adds as much again.
@@ -258,7 +266,7 @@ bool BaymaxPolicy::others_have_work(ClientId client, std::uint32_t device) const
   return std::any_of(clients_.begin(), clients_.end(), [&](const auto& entry) {
     const ClientState& other = entry.second;
     if (entry.first == client || other.info.priority != ipc::Priority::low) return false;
-    if (other.on(device) && other.be_compute_total_ns() > 0) return true;
+    if (other.be_compute_ns_on(device) > 0) return true;
     if (other.queue.empty()) return false;
     const ipc::OpDescriptor& head = other.queue.front().op;
     return head.device == device && engine_of(head) == Engine::compute;  // waiting for some
@@ -306,7 +314,7 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
       // benchmark's mix at 0.98-1.04 x the target).
       if (!arrivals || others_have_work(client, op.device)) {
         const auto& streams = clients_.at(client).be_compute_ns;
-        const auto own = streams.find(op.stream);
+        const auto own = streams.find({op.device, op.stream});
         if (own != streams.end() && own->second + p > bound_.bound_ns()) return Hold::own_bound;
       }
     } else if (here.be_ops > 0 && backlog + p > bound_.bound_ns()) {

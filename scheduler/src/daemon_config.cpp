@@ -8,7 +8,9 @@ namespace {
 std::uint64_t preemptive_devices(const config::BaymaxConfig& baymax) {
   if (baymax.preemptive_device) return ipc::kAllDevices;
   std::uint64_t mask = 0;
-  for (const std::uint32_t ordinal : baymax.preemptive_ordinals) mask |= std::uint64_t{1} << ordinal;
+  for (const std::uint32_t ordinal : baymax.preemptive_ordinals) {
+    if (ordinal < ipc::kMaxDevices) mask |= std::uint64_t{1} << ordinal;  // the config allows 0-63
+  }
   return mask;
 }
 

@@ -232,7 +232,8 @@ TEST(ConfigSummary, ShowsTheSliceSettingsOfAPreemptiveDevice) {
   EXPECT_EQ(whole.find("bound_by_slices"), std::string::npos) << "not used on a device that runs kernels to their end";
 }
 
-// preemptive_device may list the devices that time-slice; true or false after a list replaces it.
+// preemptive_device is true (every device), false, or a list of the devices that time-slice ([]:
+// none).
 TEST(Config, PreemptiveDeviceIsEveryDeviceOrTheListedOnes) {
   const Config listed = parse_ok("[policy]\nname = \"baymax\"\n[policy.baymax]\npreemptive_device = [3, 1]\n");
   EXPECT_FALSE(listed.policy.baymax.preemptive_device);
@@ -243,7 +244,9 @@ TEST(Config, PreemptiveDeviceIsEveryDeviceOrTheListedOnes) {
   const Config none = parse_ok("[policy.baymax]\npreemptive_device = []\n");
   EXPECT_TRUE(none.policy.baymax.preemptive_ordinals.empty());
   EXPECT_EQ(render_summary(none).find("timeslice_ms"), std::string::npos) << "an empty list: no device time-slices";
-  EXPECT_TRUE(parse_ok("[policy.baymax]\npreemptive_device = true\n").policy.baymax.preemptive_device);
+  const Config every = parse_ok("[policy.baymax]\npreemptive_device = true\n");
+  EXPECT_TRUE(every.policy.baymax.preemptive_device);
+  EXPECT_TRUE(every.policy.baymax.preemptive_ordinals.empty());
 }
 
 // may_run_high

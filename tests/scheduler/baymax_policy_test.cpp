@@ -374,6 +374,32 @@ TEST(BaymaxPolicy, WithBoundBySlicesAGrantThatAddsNoSliceGoesAndAWaitingJobCount
   EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(3), 11 * kMs, 30 * kMs).empty());
 }
 
+// With bound_by_slices, only a job's work on the device counts there: a job that once ran on
+// device 0 and now keeps device 1 busy adds no slice on device 0, and a job whose head waits for a
+// copy engine (or another device) is not waiting for the slices.
+TEST(BaymaxPolicy, WithBoundBySlicesOnlyWorkOnTheDeviceCounts) {
+  constexpr ClientId kTrainD = 7;
+  const auto on_1 = [](std::uint64_t seq) {
+    ipc::OpDescriptor d = op(seq);
+    d.device = 1;
+    return d;
+  };
+  auto policy = slices_learned(50 * kMs);
+  EXPECT_EQ(post(*policy, kTrainC, Priority::low, op(1), 10 * kMs, 1 * kMs), (Decisions{{kTrainC, 1}}));
+  (void)policy->op_completed({kTrainC, done(1, 11 * kMs), 11 * kMs});
+  EXPECT_EQ(post(*policy, kTrainC, Priority::low, on_1(2), 11 * kMs, 20 * kMs), (Decisions{{kTrainC, 2}}));
+  // A on device 0: nothing else there, min(4, 10 - 8) = 2 <= 4 (C's 20 ms on device 1 would make it 8).
+  EXPECT_EQ(post(*policy, kTrainA, Priority::low, op(1), 11 * kMs, 10 * kMs), (Decisions{{kTrainA, 1}}));
+  // D's copy is in flight, B's waits for the transfer limit: A, alone with compute work, queues on.
+  EXPECT_EQ(post(*policy, kTrainD, Priority::low, copy(1, ipc::CopyDirection::h2d), 11 * kMs, kMs),
+            (Decisions{{kTrainD, 1}}));
+  EXPECT_TRUE(post(*policy, kTrainB, Priority::low, copy(1, ipc::CopyDirection::h2d), 11 * kMs, kMs).empty());
+  EXPECT_EQ(post(*policy, kTrainA, Priority::low, op(2), 11 * kMs, 30 * kMs), (Decisions{{kTrainA, 2}}))
+      << "10 + 30 <= 50 either way";
+  EXPECT_EQ(post(*policy, kTrainA, Priority::low, op(3), 11 * kMs, 20 * kMs), (Decisions{{kTrainA, 3}}))
+      << "40 + 20 > 50, but A is alone";
+}
+
 // On a preemptive device each stream's own outstanding work is bounded, and it is released as its
 // ops complete or are retired when their completions never come.
 TEST(BaymaxPolicy, OnAPreemptiveDeviceAStreamsBoundFollowsItsOps) {
@@ -575,6 +601,21 @@ TEST(BaymaxPolicy, OnlyTheDevicesSaidToTimeSliceAreTreatedAsPreemptive) {
   ipc::OpDescriptor on_1 = op(1);
   on_1.device = 1;
   EXPECT_EQ(post(policy, kTrainB, Priority::low, on_1, 0, 105 * kMs), (Decisions{{kTrainB, 1}}));
+  // The bound: device 0's backlog as a whole (4 + 4 > 5), device 1's per stream (4 each).
+  const auto on = [](std::uint64_t seq, std::uint32_t device, std::uint64_t stream) {
+    ipc::OpDescriptor d = op(seq);
+    d.device = device;
+    d.stream = stream;
+    return d;
+  };
+  BaymaxPolicy bounds(o);
+  (void)bounds.client_registered(serve(kServe, 100 * kMs), 0);
+  (void)bounds.client_registered(on1, 0);
+  EXPECT_EQ(post(bounds, kTrainA, Priority::low, on(1, 0, 1), 0, 4 * kMs), (Decisions{{kTrainA, 1}}));
+  EXPECT_TRUE(post(bounds, kTrainA, Priority::low, on(2, 0, 2), 0, 4 * kMs).empty()) << "device 0: 4 + 4 > 5";
+  EXPECT_EQ(post(bounds, kTrainB, Priority::low, on(1, 1, 1), 0, 4 * kMs), (Decisions{{kTrainB, 1}}));
+  EXPECT_EQ(post(bounds, kTrainB, Priority::low, on(2, 1, 2), 0, 4 * kMs), (Decisions{{kTrainB, 2}}))
+      << "device 1: its own stream's 4";
 }
 
 // Each round's waiting heads are charged the time to the next round, by what holds them.
@@ -761,6 +802,7 @@ TEST(BaymaxPolicy, AQueryOfAJobThatSaysItsArrivalsIsDelayedAtMostTheBound) {
   EXPECT_EQ(post(*capped, kTrainB, Priority::low, op(1), 31 * kMs, 6 * kMs), (Decisions{{kTrainB, 1}}));
   // From its start, not its arrival: one that waited from 15 ms is due by 38 too (45 uncapped).
   auto waited = late_query_at_31ms(true, 15 * kMs);
+  EXPECT_TRUE(post(*waited, kTrainA, Priority::low, op(1), 31 * kMs, 7 * kMs).empty());
   EXPECT_EQ(post(*waited, kTrainB, Priority::low, op(1), 31 * kMs, 6 * kMs), (Decisions{{kTrainB, 1}}));
   // Not saying arrivals: due at 50, 31 + 8 + 1 <= 50.
   auto service = late_query_at_31ms(false, 20 * kMs);

@@ -21,7 +21,8 @@
 //   with a target on the device has a profile, the bound there is also on what a query of such a
 //   job arriving now would wait: the slice sum below, with a whole query's blocking points and time
 //   to its first one, within the bound and within one job's slices (blocks x timeslice), unless
-//   the grant does not raise it or nothing else is there (a lone op goes); a head held by it closes
+//   the grant does not raise it or, without it, best-effort work there would delay such a query by
+//   nothing (so one op always goes: none would be stuck for ever); a head held by it closes
 //   the device's compute engine to the jobs behind it; and a best-effort job alone with work on the
 //   device (no other one with work or waiting for some) is then free of its streams' bound;
 // - copies: at most max_be_transfers best-effort copies in flight on the device, and none while a
@@ -43,8 +44,9 @@
 //   it missed.
 //   Such a job's open query is also due by its start plus the profile's whole-query time plus the
 //   bound (the adaptive one; at least the margin) if that is sooner, so best-effort work may delay
-//   it by the bound less the margin, which the deadline test keeps for estimates' errors: delaying each query up to a deadline that counts
-//   its wait in the job's queue grows that queue, and every request behind it pays again.
+//   it by the bound less the margin, which the deadline test keeps for estimates' errors: delaying
+//   each query up to a deadline that counts its wait in the job's queue grows that queue, and
+//   every request behind it pays again.
 //   On a preemptive device the compute delay is not backlog + p but the slices best-effort jobs
 //   take: at each of the query's blocking points still to come (the profile's count; for a waiting
 //   request, also those of the queries ahead of it) its kernels wait at most one time slice
@@ -58,8 +60,8 @@
 //
 // Among best-effort clients, grants go by weight (start-time fair queueing: each grant advances
 // the client's virtual time by p / weight; the least advanced client with a grantable head goes
-// first). A head held by its engine's state (bound, transfer limit) closes that engine to the
-// clients behind it, so a long op is not starved by short ones; a head held only by a query's
+// first). A head held by its engine's state (bound, transfer limit, bound_by_slices' slices) closes
+// that engine to the clients behind it, so a long op is not starved by short ones; a head held only by a query's
 // deadline does not, so another client's shorter op may use the query's slack, until it has been
 // held kDeadlineHoldNs: then it closes the engine too, or back-to-back queries, each opening before
 // the others' short ops drained, would hold it for ever. With no high-priority client on a device, best-effort clients also get credit (seqs
@@ -156,10 +158,12 @@ class BaymaxPolicy final : public Policy {
     std::uint64_t granted = 0;  // beyond posted: credit
     double vtime = 0;           // fair queueing: device ns granted / weight
     std::int64_t hp_outstanding_ns = 0;  // high priority: predicted device time not yet completed
-    // Best effort: predicted compute time granted and not completed, by stream (a process's streams
-    // run side by side in its time slice: the bound on a preemptive device is per stream).
-    std::map<std::uint64_t, std::int64_t> be_compute_ns;
-    std::int64_t be_compute_total_ns() const;
+    // Best effort: predicted compute time granted and not completed, by device and stream (a
+    // process's streams run side by side in its time slice: the bound on a preemptive device is per
+    // stream).
+    std::map<std::pair<std::uint32_t, std::uint64_t>, std::int64_t> be_compute_ns;
+    std::int64_t be_compute_total_ns() const;                        // on every device
+    std::int64_t be_compute_ns_on(std::uint32_t device) const;       // on one
     std::int64_t head_held_since_ns = -1;  // when its queue's head was first held (-1: not held)
     // The devices it has posted GPU work on. A process registers with device 0 whatever it uses
     // (the shim has no context yet), so a job is on the devices its work says, and on its
