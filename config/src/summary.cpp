@@ -52,12 +52,16 @@ void add_baymax(Lines& lines, const BaymaxConfig& baymax) {
   lines.add("be_backlog_bound_ms", format_number(baymax.be_backlog_bound_ms));
   lines.add("max_be_transfers", baymax.max_be_transfers == 0 ? "no limit" : std::to_string(baymax.max_be_transfers));
   lines.add("copy_chunk_bytes", baymax.copy_chunk_bytes == 0 ? "no chunking" : describe_bytes(baymax.copy_chunk_bytes));
-  const bool some = baymax.preemptive_device || !baymax.preemptive_ordinals.empty();
-  lines.add("preemptive_device", !some ? "no"
-                                 : baymax.preemptive_device
-                                     ? "yes: long best-effort kernels not rationed"
-                                     : (baymax.preemptive_ordinals.size() == 1 ? "device " : "devices ") + join(baymax.preemptive_ordinals) +
-                                           ": long best-effort kernels not rationed there");
+  const auto& listed = baymax.preemptive_ordinals;
+  const bool some = baymax.preemptive_device || !listed.empty();
+  if (baymax.preemptive_device) {
+    lines.add("preemptive_device", "yes: long best-effort kernels not rationed");
+  } else if (some) {
+    lines.add("preemptive_device", (listed.size() == 1 ? "device " : "devices ") + join(listed) +
+                                       ": long best-effort kernels not rationed there");
+  } else {
+    lines.add("preemptive_device", "no");
+  }
   lines.add("long_op_tail_share", format_number(baymax.long_op_tail_share));
   if (some) {
     lines.add("timeslice_ms", format_number(baymax.timeslice_ms));

@@ -232,7 +232,7 @@ std::vector<std::pair<ClientId, std::int64_t>> BaymaxPolicy::be_compute_work(Cli
                                                                              std::uint32_t device) const {
   std::vector<std::pair<ClientId, std::int64_t>> work;
   for (const auto& [id, state] : clients_) {
-    if (state.info.priority != ipc::Priority::low || !state.on(device)) continue;
+    if (state.info.priority != ipc::Priority::low) continue;
     const std::int64_t total = state.be_compute_ns_on(device);
     if (total > 0 || id == client) work.emplace_back(id, total);
   }

@@ -1,20 +1,9 @@
 // options_from_config: the [daemon] and [policy] tables as DaemonOptions.
 #include "gpuqos/scheduler/daemon_config.h"
 
+#include "gpuqos/ipc/registration.h"
+
 namespace gpuqos::scheduler {
-namespace {
-
-// preemptive_device as a device mask: true is every device, a list its ordinals.
-std::uint64_t preemptive_devices(const config::BaymaxConfig& baymax) {
-  if (baymax.preemptive_device) return ipc::kAllDevices;
-  std::uint64_t mask = 0;
-  for (const std::uint32_t ordinal : baymax.preemptive_ordinals) {
-    if (ordinal < ipc::kMaxDevices) mask |= std::uint64_t{1} << ordinal;  // the config allows 0-63
-  }
-  return mask;
-}
-
-}  // namespace
 
 ipc::Result<DaemonOptions> options_from_config(const config::Config& config, DaemonOptions base) {
   const auto name = config.policy.name;
@@ -29,7 +18,8 @@ ipc::Result<DaemonOptions> options_from_config(const config::Config& config, Dae
   base.policy.baymax = BaymaxOptions{ns(b.safety_margin_ms), ns(b.be_backlog_bound_ms),   b.max_be_transfers,
                                      b.copy_chunk_bytes,      b.adaptation,                ns(b.min_backlog_bound_ms),
                                      ns(b.max_backlog_bound_ms), ns(b.adapt_step_ms),
-                                     preemptive_devices(b), b.long_op_tail_share,         ns(b.timeslice_ms),
+                                     b.preemptive_device ? ipc::kAllDevices : ipc::device_mask(b.preemptive_ordinals),
+                                     b.long_op_tail_share,         ns(b.timeslice_ms),
                                      b.bound_by_slices};
   base.config = config;
   base.learning.store_path = config.daemon.profile_store;

@@ -101,8 +101,8 @@ void Daemon::register_client(Pending& pending, const ipc::Hello& hello) {
   // The chunk size lives in [policy.baymax] but is sent whatever the policy: the shim splits
   // low-priority copies by it and knows nothing of policy names. The devices the config lists are
   // the ones the shim posts work of; it issues the others' straight to the driver.
-  std::uint64_t managed = options_.config.devices.ordinals.empty() ? ipc::kAllDevices : 0;
-  for (const std::uint32_t ordinal : options_.config.devices.ordinals) managed |= std::uint64_t{1} << ordinal;
+  const auto& ordinals = options_.config.devices.ordinals;
+  const std::uint64_t managed = ordinals.empty() ? ipc::kAllDevices : ipc::device_mask(ordinals);
   auto reply = ipc::make_hello_reply(ipc::HelloStatus::ok, id, name, "", decision.effective,
                                      options_.policy.baymax.copy_chunk_bytes, managed);
   if (ipc::Status sent = ipc::send_record(pending.socket.get(), ipc::encode(reply)); !sent) {

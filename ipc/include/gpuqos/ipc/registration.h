@@ -101,6 +101,14 @@ constexpr bool device_in(std::uint64_t mask, std::uint32_t device) noexcept {
   return device < 64 && ((mask >> device) & 1u) != 0;
 }
 static_assert(kMaxDevices <= 64, "managed_devices has a bit per device");
+// The mask of the listed device ordinals (those the protocol cannot name are left out).
+constexpr std::uint64_t device_mask(std::span<const std::uint32_t> ordinals) noexcept {
+  std::uint64_t mask = 0;
+  for (const std::uint32_t ordinal : ordinals) {
+    if (ordinal < kMaxDevices) mask |= std::uint64_t{1} << ordinal;
+  }
+  return mask;
+}
 
 // Followed by name_bytes bytes of the name (no NUL).
 struct KernelNameHeader {
