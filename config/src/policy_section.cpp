@@ -1,5 +1,7 @@
 // [policy], [policy.baymax] and [policy.fifo].
+#include <charconv>
 #include <limits>
+#include <map>
 
 #include "names.h"
 #include "readers.h"
@@ -61,6 +63,57 @@ void read_preemptive(Section& section, BaymaxConfig& out) {
   out.preemptive_ordinals.assign(ordinals.begin(), ordinals.end());
 }
 
+// A device ordinal written as a key ("0" to "63", no leading zero: one key per device), or nothing.
+std::optional<std::uint32_t> ordinal_key(std::string_view key) {
+  std::uint32_t ordinal = 0;
+  const auto [end, error] = std::from_chars(key.data(), key.data() + key.size(), ordinal);
+  if (error != std::errc{} || end != key.data() + key.size() || ordinal > kMaxDeviceOrdinal ||
+      key != std::to_string(ordinal))
+    return std::nullopt;
+  return ordinal;
+}
+
+// timeslice_ms: one slice for every device, or a table of slices by device ordinal, with `default`
+// for the devices it does not name (nvidia-smi sets the time slice per GPU).
+void read_timeslice(Section& section, BaymaxConfig& out) {
+  constexpr std::string_view kKey = "timeslice_ms";
+  // At least 1 us: the daemon counts in ns, and a slice that rounds to 0 would let everything through.
+  constexpr double kMinimum = 0.001;
+  const toml::node* node = section.find(kKey);
+  if (node == nullptr) return;
+  const toml::table* table = node->as_table();
+  if (table == nullptr) {
+    if (!node->is_number()) {
+      section.error(kKey, "must be a number of ms or a table of them by device ordinal, like "
+                          "{ default = 2.0, 1 = 1.0 } (got " + std::string(type_phrase(node->type())) + ")");
+      return;
+    }
+    read_number(section, kKey, Bound::at_least, kMinimum, out.timeslice_ms);
+    out.device_timeslice_ms.clear();
+    return;
+  }
+  std::vector<std::string_view> keys;
+  for (const auto& [key, value] : *table) keys.push_back(key.str());
+  Section slices(section.diagnostics(), *table, section.key_path(kKey), std::move(keys));
+  std::map<std::uint32_t, double> by_device;
+  for (const auto& [key, value] : *table) {
+    if (key.str() == "default") {
+      read_number(slices, key.str(), Bound::at_least, kMinimum, out.timeslice_ms);
+      continue;
+    }
+    const auto ordinal = ordinal_key(key.str());
+    if (!ordinal) {
+      slices.diagnostics().error(key.source().begin, slices.key_path(key.str()),
+                                 "must be a device ordinal 0 to 63 or default");
+      continue;
+    }
+    double ms = 0;  // stays 0 (below the minimum) when the value is bad
+    read_number(slices, key.str(), Bound::at_least, kMinimum, ms);
+    if (ms >= kMinimum) by_device.emplace(*ordinal, ms);
+  }
+  out.device_timeslice_ms = std::move(by_device);
+}
+
 // The adaptation bounds must be ordered, and contain the starting bound when adaptation is on. Each
 // problem is reported at a key the file sets (a default cannot be wrong on its own).
 void check_bounds(Section& section, const BaymaxConfig& baymax) {
@@ -102,8 +155,7 @@ void read_baymax(Diagnostics& diagnostics, const toml::table& table, BaymaxConfi
   read_number(section, "max_backlog_bound_ms", Bound::above, 0, out.max_backlog_bound_ms);
   read_number(section, "adapt_step_ms", Bound::above, 0, out.adapt_step_ms);
   read_preemptive(section, out);
-  // At least 1 us: the daemon counts in ns, and a slice that rounds to 0 would let everything through.
-  read_number(section, "timeslice_ms", Bound::at_least, 0.001, out.timeslice_ms);
+  read_timeslice(section, out);
   read_bool(section, "bound_by_slices", out.bound_by_slices);
   double share = out.long_op_tail_share;
   read_number(section, "long_op_tail_share", Bound::above, 0, share);

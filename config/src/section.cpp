@@ -10,8 +10,12 @@ namespace gpuqos::config::detail {
 
 Section::Section(Diagnostics& diagnostics, const toml::table& table, std::string path,
                  std::initializer_list<std::string_view> known_keys)
+    : Section(diagnostics, table, std::move(path), std::vector<std::string_view>(known_keys)) {}
+
+Section::Section(Diagnostics& diagnostics, const toml::table& table, std::string path,
+                 std::vector<std::string_view> known_keys)
     : diagnostics_(diagnostics), table_(table), path_(std::move(path)) {
-  report_unknown_keys(std::vector<std::string_view>(known_keys));
+  report_unknown_keys(known_keys);
 }
 
 std::string Section::key_path(std::string_view key) const {

@@ -20,6 +20,8 @@ class Section {
   // ("policy.baymax", "job[2]"; "" for the document root).
   Section(Diagnostics& diagnostics, const toml::table& table, std::string path,
           std::initializer_list<std::string_view> known_keys);
+  // The same with keys known only at run time (a table keyed by device ordinal).
+  Section(Diagnostics& diagnostics, const toml::table& table, std::string path, std::vector<std::string_view> known_keys);
 
   std::string key_path(std::string_view key) const;  // path + "." + key
   const toml::node* find(std::string_view key) const { return table_.get(key); }

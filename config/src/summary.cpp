@@ -64,7 +64,10 @@ void add_baymax(Lines& lines, const BaymaxConfig& baymax) {
   }
   lines.add("long_op_tail_share", format_number(baymax.long_op_tail_share));
   if (some) {
-    lines.add("timeslice_ms", format_number(baymax.timeslice_ms));
+    std::string devices;
+    for (const auto& [device, ms] : baymax.device_timeslice_ms)
+      devices += (devices.empty() ? "device " : ", device ") + std::to_string(device) + ": " + format_number(ms);
+    lines.add("timeslice_ms", format_number(baymax.timeslice_ms) + (devices.empty() ? "" : " (" + devices + ")"));
     lines.add("bound_by_slices", baymax.bound_by_slices ? "yes: a best-effort job alone queues freely" : "no");
   }
   if (!baymax.adaptation) {

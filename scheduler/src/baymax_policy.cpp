@@ -241,13 +241,13 @@ std::vector<std::pair<ClientId, std::int64_t>> BaymaxPolicy::be_compute_work(Cli
 
 std::optional<bool> BaymaxPolicy::arrivals_held(ClientId client, std::uint32_t device, std::int64_t p) const {
   const auto work = be_compute_work(client, device);
+  const auto timeslice = static_cast<double>(options_.baymax.timeslice(device));
   bool held = false, any = false;
   for (const auto& [id, state] : clients_) {
     if (state.info.priority != ipc::Priority::high || !state.on(device) || !state.info.target_ns) continue;
     if (queries_.expected_query_ns(id) <= 0) return std::nullopt;  // no profile yet: the streams' bound
     any = true;
-    const double slices =
-        queries_.expected_query_blocking_points(id) * static_cast<double>(options_.baymax.timeslice_ns);
+    const double slices = queries_.expected_query_blocking_points(id) * timeslice;
     const std::int64_t idle = queries_.expected_query_unblocked_ns(id);
     // At most the bound, and at most one job's slices: the least a time-slicing device can delay a
     // query by once best-effort work is there; every further job adds as much again.
@@ -397,8 +397,9 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
   // that long), with this op for its own job.
   const auto be_work = sliced && !queries.empty() ? be_compute_work(client, op.device)
                                                   : std::vector<std::pair<ClientId, std::int64_t>>{};
+  const auto timeslice = static_cast<double>(options_.baymax.timeslice(op.device));
   const auto delay_of = [&](const Protected& query, bool with_op) {
-    const double slices = query.blocks * static_cast<double>(options_.baymax.timeslice_ns);
+    const double slices = query.blocks * timeslice;
     return static_cast<std::int64_t>(slice_delay(be_work, client, p, with_op, query.idle_ns, slices));
   };
   std::int64_t ahead = 0;  // device work of the other jobs' queries with earlier deadlines

@@ -1,6 +1,8 @@
 // options_from_config: the [daemon] and [policy] tables as DaemonOptions.
 #include "gpuqos/scheduler/daemon_config.h"
 
+#include <map>
+
 #include "gpuqos/ipc/registration.h"
 
 namespace gpuqos::scheduler {
@@ -15,12 +17,23 @@ ipc::Result<DaemonOptions> options_from_config(const config::Config& config, Dae
   base.policy.max_outstanding_ops = config.policy.fifo.max_outstanding;
   const config::BaymaxConfig& b = config.policy.baymax;
   const auto ns = [](double ms) { return static_cast<std::int64_t>(ms * 1e6); };
-  base.policy.baymax = BaymaxOptions{ns(b.safety_margin_ms), ns(b.be_backlog_bound_ms),   b.max_be_transfers,
-                                     b.copy_chunk_bytes,      b.adaptation,                ns(b.min_backlog_bound_ms),
-                                     ns(b.max_backlog_bound_ms), ns(b.adapt_step_ms),
-                                     b.preemptive_device ? ipc::kAllDevices : ipc::device_mask(b.preemptive_ordinals),
-                                     b.long_op_tail_share,         ns(b.timeslice_ms),
-                                     b.bound_by_slices};
+  std::map<std::uint32_t, std::int64_t> device_timeslices;
+  for (const auto& [device, ms] : b.device_timeslice_ms) device_timeslices.emplace(device, ns(ms));
+  base.policy.baymax = BaymaxOptions{
+      .safety_margin_ns = ns(b.safety_margin_ms),
+      .be_backlog_bound_ns = ns(b.be_backlog_bound_ms),
+      .max_be_transfers = b.max_be_transfers,
+      .copy_chunk_bytes = b.copy_chunk_bytes,
+      .adaptation = b.adaptation,
+      .min_backlog_bound_ns = ns(b.min_backlog_bound_ms),
+      .max_backlog_bound_ns = ns(b.max_backlog_bound_ms),
+      .adapt_step_ns = ns(b.adapt_step_ms),
+      .preemptive_devices = b.preemptive_device ? ipc::kAllDevices : ipc::device_mask(b.preemptive_ordinals),
+      .long_op_tail_share = b.long_op_tail_share,
+      .timeslice_ns = ns(b.timeslice_ms),
+      .device_timeslice_ns = std::move(device_timeslices),
+      .bound_by_slices = b.bound_by_slices,
+  };
   base.config = config;
   base.learning.store_path = config.daemon.profile_store;
   base.learning.save_interval_ns = static_cast<std::int64_t>(config.daemon.profile_save_interval_s) * 1'000'000'000;

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -249,6 +250,25 @@ TEST(Config, PreemptiveDeviceIsEveryDeviceOrTheListedOnes) {
   EXPECT_TRUE(every.policy.baymax.preemptive_ordinals.empty());
 }
 
+// timeslice_ms is one slice for every device, or a table of them by device ordinal with `default`
+// for the others; the number form after a table (a reload) drops the table's devices.
+TEST(Config, TimesliceIsOneForEveryDeviceOrATableByOrdinal) {
+  const Config table = parse_ok(
+      "[policy.baymax]\npreemptive_device = true\ntimeslice_ms = { default = 4, 1 = 1.5, 63 = 8 }\n");
+  EXPECT_EQ(table.policy.baymax.timeslice_ms, 4.0);
+  EXPECT_EQ(table.policy.baymax.device_timeslice_ms, (std::map<std::uint32_t, double>{{1, 1.5}, {63, 8.0}}));
+  const std::string summary = render_summary(table);
+  EXPECT_NE(summary.find("4 (device 1: 1.5, device 63: 8)"), std::string::npos) << summary;
+  const Config devices_only = parse_ok("[policy.baymax]\ntimeslice_ms = { 2 = 1 }\n");
+  EXPECT_EQ(devices_only.policy.baymax.timeslice_ms, BaymaxConfig{}.timeslice_ms) << "no default: the built-in one";
+  EXPECT_EQ(devices_only.policy.baymax.device_timeslice_ms, (std::map<std::uint32_t, double>{{2, 1.0}}));
+  const Config header = parse_ok("[policy.baymax.timeslice_ms]\n0 = 0.5\n");
+  EXPECT_EQ(header.policy.baymax.device_timeslice_ms, (std::map<std::uint32_t, double>{{0, 0.5}}));
+  const Config one = parse_ok("[policy.baymax]\ntimeslice_ms = 3\n");
+  EXPECT_EQ(one.policy.baymax.timeslice_ms, 3.0);
+  EXPECT_TRUE(one.policy.baymax.device_timeslice_ms.empty());
+}
+
 // may_run_high
 
 Config restricted(std::vector<uid_t> uids, std::vector<gid_t> gids) {
@@ -368,7 +388,18 @@ const std::vector<BadCase>& bad_cases() {
       {"timeslice_below_a_microsecond", "[policy.baymax]\ntimeslice_ms = 1e-7\n",
        "t.toml:2:16: policy.baymax.timeslice_ms: must be >= 0.001 (got 1e-07)"},
       {"timeslice_not_number", "[policy.baymax]\ntimeslice_ms = \"2ms\"\n",
-       "t.toml:2:16: policy.baymax.timeslice_ms: must be a number (got a string)"},
+       "t.toml:2:16: policy.baymax.timeslice_ms: must be a number of ms or a table of them by device ordinal, like "
+       "{ default = 2.0, 1 = 1.0 } (got a string)"},
+      {"timeslice_device_not_an_ordinal", "[policy.baymax]\ntimeslice_ms = { gpu1 = 1.0 }\n",
+       "t.toml:2:18: policy.baymax.timeslice_ms.gpu1: must be a device ordinal 0 to 63 or default"},
+      {"timeslice_device_too_high", "[policy.baymax]\ntimeslice_ms = { 64 = 1.0 }\n",
+       "t.toml:2:18: policy.baymax.timeslice_ms.64: must be a device ordinal 0 to 63 or default"},
+      {"timeslice_device_leading_zero", "[policy.baymax]\ntimeslice_ms = { 01 = 1.0 }\n",
+       "t.toml:2:18: policy.baymax.timeslice_ms.01: must be a device ordinal 0 to 63 or default"},
+      {"timeslice_of_a_device_zero", "[policy.baymax]\ntimeslice_ms = { 1 = 0 }\n",
+       "t.toml:2:22: policy.baymax.timeslice_ms.1: must be >= 0.001 (got 0)"},
+      {"timeslice_default_not_number", "[policy.baymax]\ntimeslice_ms = { default = \"2\" }\n",
+       "t.toml:2:28: policy.baymax.timeslice_ms.default: must be a number (got a string)"},
       {"bound_by_slices_not_bool", "[policy.baymax]\nbound_by_slices = \"yes\"\n",
        "t.toml:2:19: policy.baymax.bound_by_slices: must be true or false (got a string)"},
       {"negative_fifo_limit", "[policy.fifo]\nmax_outstanding = -1\n",

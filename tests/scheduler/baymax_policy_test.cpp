@@ -282,9 +282,7 @@ TEST(BaymaxPolicy, OnAPreemptiveDeviceAWaitingRequestCountsTheBlockingPointsAhea
 // bound_by_slices, on a preemptive device with 4-ms slices, and a job with a target that has learned
 // one query: begun at 1 ms, one op, ended at 9 ms (8 ms to its one blocking point). Best-effort work
 // is granted from 10 ms on.
-std::unique_ptr<BaymaxPolicy> slices_learned(std::int64_t bound_ns, bool bound_by_slices = true) {
-  PolicyOptions options = sliced(bound_ns);
-  options.baymax.bound_by_slices = bound_by_slices;
+std::unique_ptr<BaymaxPolicy> slices_learned(const PolicyOptions& options) {
   auto policy = std::make_unique<BaymaxPolicy>(options);
   (void)policy->client_registered(serve(kServe, 100 * kMs), 0);
   (void)post(*policy, kServe, Priority::high, op(1, ipc::OpKind::query_begin), 1 * kMs, 0);
@@ -292,6 +290,11 @@ std::unique_ptr<BaymaxPolicy> slices_learned(std::int64_t bound_ns, bool bound_b
   (void)policy->op_completed({kServe, done(2, 9 * kMs), 9 * kMs});
   (void)post(*policy, kServe, Priority::high, op(3, ipc::OpKind::query_end), 9 * kMs, 0);
   return policy;
+}
+std::unique_ptr<BaymaxPolicy> slices_learned(std::int64_t bound_ns, bool bound_by_slices = true) {
+  PolicyOptions options = sliced(bound_ns);
+  options.baymax.bound_by_slices = bound_by_slices;
+  return slices_learned(options);
 }
 
 // With bound_by_slices on a preemptive device, once every job with a target there has had a query
@@ -616,6 +619,36 @@ TEST(BaymaxPolicy, OnlyTheDevicesSaidToTimeSliceAreTreatedAsPreemptive) {
   EXPECT_EQ(post(bounds, kTrainB, Priority::low, on(1, 1, 1), 0, 4 * kMs), (Decisions{{kTrainB, 1}}));
   EXPECT_EQ(post(bounds, kTrainB, Priority::low, on(2, 1, 2), 0, 4 * kMs), (Decisions{{kTrainB, 2}}))
       << "device 1: its own stream's 4";
+}
+
+// A device with a time slice of its own (timeslice_ms by ordinal) is judged by it, in the deadline
+// test and in bound_by_slices alike; the default slice is for the other devices.
+TEST(BaymaxPolicy, ADeviceWithItsOwnTimeSliceIsJudgedByIt) {
+  for (const std::int64_t own : {4 * kMs, 10 * kMs}) {
+    SCOPED_TRACE("device 0's slice " + std::to_string(own / kMs) + " ms");
+    PolicyOptions o = on_device(true, 50 * kMs);
+    o.baymax.timeslice_ns = 14 * kMs - own;  // the other devices': the opposite answer
+    o.baymax.device_timeslice_ns = {{0, own}};
+    BaymaxPolicy policy(o);
+    (void)policy.client_registered(serve(kServe, 20 * kMs), 0);
+    teach_one_query(policy);
+    // Deadline 120, due 111, 9 ms idle: a 20-ms op still runs at the query's end, for one slice.
+    const Decisions long_op = post(policy, kTrainA, Priority::low, op(1), 100 * kMs, 20 * kMs);
+    EXPECT_EQ(long_op.empty(), own == 10 * kMs) << "111 + 4 <= 120 < 111 + 10";
+  }
+  // bound_by_slices, a 5-ms bound: a query arriving now has 8 ms before its blocking point. A's
+  // 10 ms alone leave 2 at it; with B's 4 there they share the 8 ms, and A's 6 left take one slice:
+  // 4 fits the bound, 8 does not (min(5, 8) = 5 < 6, and more than A's 2 alone).
+  for (const std::int64_t own : {4 * kMs, 8 * kMs}) {
+    SCOPED_TRACE("device 0's slice " + std::to_string(own / kMs) + " ms");
+    PolicyOptions o = sliced(5 * kMs);
+    o.baymax.bound_by_slices = true;
+    o.baymax.timeslice_ns = 12 * kMs - own;
+    o.baymax.device_timeslice_ns = {{0, own}};
+    auto policy = slices_learned(o);
+    EXPECT_EQ(post(*policy, kTrainA, Priority::low, op(1), 10 * kMs, 10 * kMs), (Decisions{{kTrainA, 1}}));
+    EXPECT_EQ(post(*policy, kTrainB, Priority::low, op(1), 10 * kMs, 4 * kMs).empty(), own == 8 * kMs);
+  }
 }
 
 // Each round's waiting heads are charged the time to the next round, by what holds them.

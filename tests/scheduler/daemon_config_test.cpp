@@ -26,6 +26,19 @@ TEST(OptionsFromConfig, BaymaxTimesAreInNanosecondsAndItsSwitchesCarryOver) {
   EXPECT_TRUE(baymax.bound_by_slices);
 }
 
+// timeslice_ms by device: those devices' slices, the default for the others.
+TEST(OptionsFromConfig, ADeviceMayHaveATimeSliceOfItsOwn) {
+  config::Config config;
+  config.policy.name = config::PolicyName::baymax;
+  config.policy.baymax.timeslice_ms = 2;
+  config.policy.baymax.device_timeslice_ms = {{1, 0.5}, {63, 8}};
+  const BaymaxOptions baymax = baymax_of(config);
+  EXPECT_EQ(baymax.timeslice(0), 2'000'000);
+  EXPECT_EQ(baymax.timeslice(1), 500'000);
+  EXPECT_EQ(baymax.timeslice(2), 2'000'000);
+  EXPECT_EQ(baymax.timeslice(63), 8'000'000);
+}
+
 // preemptive_device = true is every device, a list only its ordinals, false none.
 TEST(OptionsFromConfig, PreemptiveDevicesAreEveryDeviceOrTheListedOnes) {
   config::Config config;

@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -59,6 +60,7 @@ struct BaymaxConfig {
   std::vector<std::uint32_t> preemptive_ordinals;  // or only these (preemptive_device = [ordinals])
   double long_op_tail_share = 0.5;            // share of the tail allowance long ops may cost (0, 1]
   double timeslice_ms = 2.0;                  // a preemptive GPU's time slice per process (>= 0.001)
+  std::map<std::uint32_t, double> device_timeslice_ms;  // ... on these devices instead (ordinal: ms)
   bool bound_by_slices = false;               // preemptive GPU: bound what a query arriving now waits
   friend bool operator==(const BaymaxConfig&, const BaymaxConfig&) = default;
 };

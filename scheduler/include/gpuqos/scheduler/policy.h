@@ -79,12 +79,17 @@ struct BaymaxOptions {
   // ready (its time slice). A query's kernels then wait for at most one slice of each best-effort
   // job with work on the device, at each of its blocking points (baymax_policy.h).
   std::int64_t timeslice_ns = 2'000'000;
+  std::map<std::uint32_t, std::int64_t> device_timeslice_ns;  // ... on these devices instead
   // On a preemptive device, once every job with a target there has a profile: bound best-effort work
   // by the slices a query arriving now would wait for, and let a best-effort job alone with work
   // queue past its streams' bound (baymax_policy.h). Off: each stream's backlog is bounded.
   bool bound_by_slices = false;
 
   bool preemptive(std::uint32_t device) const noexcept { return ipc::device_in(preemptive_devices, device); }
+  std::int64_t timeslice(std::uint32_t device) const {
+    const auto it = device_timeslice_ns.find(device);
+    return it == device_timeslice_ns.end() ? timeslice_ns : it->second;
+  }
 };
 
 struct PolicyOptions {
