@@ -55,41 +55,41 @@ void query_families(const DaemonStatus& status, std::ostringstream& out) {
     const std::pair<const char*, std::int64_t> quantiles[] = {
         {"0.5", job.p50_ns}, {"0.9", job.p90_ns}, {"0.99", job.p99_ns}, {"0.999", job.p999_ns}};
     for (const auto& [quantile, ns] : quantiles) {
-      latency.sample(any ? seconds(ns) : nan, {{"job", job.job}, {"quantile", quantile}});
+      latency.sample(any ? seconds(ns) : nan, {{"job_name", job.job}, {"quantile", quantile}});
     }
-    latency.sample(seconds(job.latency_sum_ns), {{"job", job.job}}, "_sum");
-    latency.sample(static_cast<double>(job.queries), {{"job", job.job}}, "_count");
+    latency.sample(seconds(job.latency_sum_ns), {{"job_name", job.job}}, "_sum");
+    latency.sample(static_cast<double>(job.queries), {{"job_name", job.job}}, "_count");
   }
   Family target(out, "gpuqos_query_target_seconds", "gauge",
                 "The job's latency target from the config, at the percentile labelled.");
   for (const auto& job : status.jobs) {
-    if (job.target_ns) target.sample(seconds(*job.target_ns), {{"job", job.job}, {"percentile", format_sample_value(job.percentile)}});
+    if (job.target_ns) target.sample(seconds(*job.target_ns), {{"job_name", job.job}, {"percentile", format_sample_value(job.percentile)}});
   }
   Family meets(out, "gpuqos_query_meets_target", "gauge",
                "1 when the job's latency at its target percentile is within the target, else 0.");
   for (const auto& job : status.jobs) {
-    if (job.meets_target) meets.sample(*job.meets_target ? 1 : 0, {{"job", job.job}});
+    if (job.meets_target) meets.sample(*job.meets_target ? 1 : 0, {{"job_name", job.job}});
   }
   Family violations(out, "gpuqos_query_violations_total", "counter", "Queries that took longer than the job's target.");
   for (const auto& job : status.jobs) {
-    if (tracks_queries(job)) violations.sample(static_cast<double>(job.violations), {{"job", job.job}});
+    if (tracks_queries(job)) violations.sample(static_cast<double>(job.violations), {{"job_name", job.job}});
   }
 }
 
 void best_effort_families(const DaemonStatus& status, std::ostringstream& out) {
   Family ops(out, "gpuqos_be_ops_completed_total", "counter", "GPU ops of a best-effort job that ran.");
   for (const auto& job : status.jobs) {
-    if (tracks_progress(job)) ops.sample(static_cast<double>(job.be_ops), {{"job", job.job}});
+    if (tracks_progress(job)) ops.sample(static_cast<double>(job.be_ops), {{"job_name", job.job}});
   }
   Family device(out, "gpuqos_be_device_seconds_total", "counter",
                 "Measured device time (end - start) of a best-effort job's completed ops.");
   for (const auto& job : status.jobs) {
-    if (tracks_progress(job)) device.sample(seconds(job.be_device_ns), {{"job", job.job}});
+    if (tracks_progress(job)) device.sample(seconds(job.be_device_ns), {{"job_name", job.job}});
   }
   Family busy(out, "gpuqos_be_busy_share", "gauge",
               "A best-effort job's device time over wall time in the last 5 s (above 1 when engines overlap).");
   for (const auto& job : status.jobs) {
-    if (tracks_progress(job)) busy.sample(job.be_busy_share, {{"job", job.job}});
+    if (tracks_progress(job)) busy.sample(job.be_busy_share, {{"job_name", job.job}});
   }
 }
 
@@ -107,7 +107,7 @@ void policy_families(const PolicyState& state, std::ostringstream& out) {
   for (const auto& device : state.long_op_budgets) cap.sample(seconds(device.cap_ns), {{"device", std::to_string(device.device)}});
   Family outstanding(out, "gpuqos_be_outstanding_seconds", "gauge",
                      "Predicted device time of a best-effort job's granted compute work not completed.");
-  for (const auto& [job, ns] : state.be_compute_outstanding_ns) outstanding.sample(seconds(ns), {{"job", job}});
+  for (const auto& [job, ns] : state.be_compute_outstanding_ns) outstanding.sample(seconds(ns), {{"job_name", job}});
 }
 
 void daemon_families(const DaemonStatus& status, std::ostringstream& out) {
@@ -127,7 +127,7 @@ void daemon_families(const DaemonStatus& status, std::ostringstream& out) {
       if (!job.be_held_ns_by_reason) continue;
       for (std::size_t i = 0; i < kHoldReasons; ++i) {
         held.sample(seconds((*job.be_held_ns_by_reason)[i]),
-                    {{"job", job.job}, {"reason", std::string(kHoldReasonNames[i])}});
+                    {{"job_name", job.job}, {"reason", std::string(kHoldReasonNames[i])}});
       }
     }
   }

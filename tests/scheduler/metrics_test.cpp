@@ -100,29 +100,29 @@ TEST(Metrics, EveryLineFollowsTheTextFormatAndEveryFamilyIsTypedOnceBeforeItsSam
 TEST(Metrics, QueryLatencyIsASummaryInSeconds) {
   const std::string text = render_metrics(sample_status());
   EXPECT_TRUE(has_line(text, "# TYPE gpuqos_query_latency_seconds summary")) << text;
-  EXPECT_TRUE(has_line(text, "gpuqos_query_latency_seconds{job=\"serve\",quantile=\"0.5\"} 0.003")) << text;
-  EXPECT_TRUE(has_line(text, "gpuqos_query_latency_seconds{job=\"serve\",quantile=\"0.999\"} 0.007")) << text;
-  EXPECT_TRUE(has_line(text, "gpuqos_query_latency_seconds_sum{job=\"serve\"} 0.6")) << text;
-  EXPECT_TRUE(has_line(text, "gpuqos_query_latency_seconds_count{job=\"serve\"} 200")) << text;
-  EXPECT_TRUE(has_line(text, "gpuqos_query_latency_seconds{job=\"fresh\",quantile=\"0.99\"} NaN"))
+  EXPECT_TRUE(has_line(text, "gpuqos_query_latency_seconds{job_name=\"serve\",quantile=\"0.5\"} 0.003")) << text;
+  EXPECT_TRUE(has_line(text, "gpuqos_query_latency_seconds{job_name=\"serve\",quantile=\"0.999\"} 0.007")) << text;
+  EXPECT_TRUE(has_line(text, "gpuqos_query_latency_seconds_sum{job_name=\"serve\"} 0.6")) << text;
+  EXPECT_TRUE(has_line(text, "gpuqos_query_latency_seconds_count{job_name=\"serve\"} 200")) << text;
+  EXPECT_TRUE(has_line(text, "gpuqos_query_latency_seconds{job_name=\"fresh\",quantile=\"0.99\"} NaN"))
       << "no query yet: NaN, as Prometheus' own summaries do\n" << text;
-  EXPECT_TRUE(has_line(text, "gpuqos_query_target_seconds{job=\"serve\",percentile=\"99.9\"} 0.006")) << text;
-  EXPECT_TRUE(has_line(text, "gpuqos_query_meets_target{job=\"serve\"} 0")) << text;
-  EXPECT_TRUE(has_line(text, "gpuqos_query_violations_total{job=\"serve\"} 1")) << text;
-  EXPECT_EQ(text.find("gpuqos_query_target_seconds{job=\"fresh\""), std::string::npos) << "it has no target";
+  EXPECT_TRUE(has_line(text, "gpuqos_query_target_seconds{job_name=\"serve\",percentile=\"99.9\"} 0.006")) << text;
+  EXPECT_TRUE(has_line(text, "gpuqos_query_meets_target{job_name=\"serve\"} 0")) << text;
+  EXPECT_TRUE(has_line(text, "gpuqos_query_violations_total{job_name=\"serve\"} 1")) << text;
+  EXPECT_EQ(text.find("gpuqos_query_target_seconds{job_name=\"fresh\""), std::string::npos) << "it has no target";
 }
 
 TEST(Metrics, BestEffortGrantsEnginesAndClients) {
   const std::string text = render_metrics(sample_status());
-  EXPECT_TRUE(has_line(text, R"(gpuqos_be_ops_completed_total{job="tr\"ain\\x\ny"} 1234)")) << text;
-  EXPECT_TRUE(has_line(text, R"(gpuqos_be_device_seconds_total{job="tr\"ain\\x\ny"} 2.5)")) << text;
-  EXPECT_EQ(text.find("gpuqos_be_ops_completed_total{job=\"serve\""), std::string::npos) << "a high-priority job";
+  EXPECT_TRUE(has_line(text, R"(gpuqos_be_ops_completed_total{job_name="tr\"ain\\x\ny"} 1234)")) << text;
+  EXPECT_TRUE(has_line(text, R"(gpuqos_be_device_seconds_total{job_name="tr\"ain\\x\ny"} 2.5)")) << text;
+  EXPECT_EQ(text.find("gpuqos_be_ops_completed_total{job_name=\"serve\""), std::string::npos) << "a high-priority job";
   EXPECT_TRUE(has_line(text, "gpuqos_grants_total 42")) << text;
   EXPECT_TRUE(has_line(text, "gpuqos_ops_held_total 17")) << text;
   EXPECT_TRUE(has_line(text, "gpuqos_grant_wait_seconds_total 0.34")) << text;
-  EXPECT_TRUE(has_line(text, R"(gpuqos_be_held_seconds_total{job="tr\"ain\\x\ny",reason="deadline"} 0.25)")) << text;
-  EXPECT_TRUE(has_line(text, R"(gpuqos_be_held_seconds_total{job="tr\"ain\\x\ny",reason="budget"} 0)")) << text;
-  EXPECT_EQ(text.find("gpuqos_be_held_seconds_total{job=\"serve\""), std::string::npos) << "no hold times: none";
+  EXPECT_TRUE(has_line(text, R"(gpuqos_be_held_seconds_total{job_name="tr\"ain\\x\ny",reason="deadline"} 0.25)")) << text;
+  EXPECT_TRUE(has_line(text, R"(gpuqos_be_held_seconds_total{job_name="tr\"ain\\x\ny",reason="budget"} 0)")) << text;
+  EXPECT_EQ(text.find("gpuqos_be_held_seconds_total{job_name=\"serve\""), std::string::npos) << "no hold times: none";
   EXPECT_TRUE(has_line(text, "gpuqos_engine_backlog_seconds{device=\"0\",engine=\"compute\"} 0.004")) << text;
   EXPECT_TRUE(has_line(text, "gpuqos_engine_outstanding_ops{device=\"1\",engine=\"h2d\"} 1")) << text;
   EXPECT_TRUE(has_line(text, "gpuqos_clients{priority=\"high\"} 1")) << text;
@@ -155,7 +155,7 @@ TEST(Metrics, ThePolicysStateWhenItKeepsOne) {
   EXPECT_TRUE(has_line(text, "gpuqos_be_backlog_bound_steps_total 3")) << text;
   EXPECT_TRUE(has_line(text, "gpuqos_long_op_budget_seconds{device=\"1\"} -0.25")) << text;
   EXPECT_TRUE(has_line(text, "gpuqos_long_op_budget_cap_seconds{device=\"1\"} 0.3")) << text;
-  EXPECT_TRUE(has_line(text, "gpuqos_be_outstanding_seconds{job=\"train\"} 0.018")) << text;
+  EXPECT_TRUE(has_line(text, "gpuqos_be_outstanding_seconds{job_name=\"train\"} 0.018")) << text;
   EXPECT_TRUE(has_line(text, "# TYPE gpuqos_be_backlog_bound_steps_total counter")) << text;
   status.policy_state.reset();
   EXPECT_EQ(render_metrics(status).find("gpuqos_be_backlog_bound_seconds"), std::string::npos)

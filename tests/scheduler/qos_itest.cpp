@@ -199,12 +199,12 @@ TEST(Qos, MetricsEndpointServesPrometheusText) {
   std::string response;
   ASSERT_TRUE(eventually([&] {
     response = http_get(port, "/metrics");
-    return response.find("gpuqos_query_latency_seconds_count{job=\"serve\"} 1") != std::string::npos;
+    return response.find("gpuqos_query_latency_seconds_count{job_name=\"serve\"} 1") != std::string::npos;
   }, 5s)) << response << "\n" << daemon.log();
   EXPECT_EQ(response.rfind("HTTP/1.1 200", 0), 0u) << response;
   EXPECT_NE(response.find("text/plain; version=0.0.4"), std::string::npos) << response;
   EXPECT_NE(response.find("# TYPE gpuqos_query_latency_seconds summary"), std::string::npos) << response;
-  EXPECT_NE(response.find("gpuqos_query_target_seconds{job=\"serve\",percentile=\"99\"} 0.01"), std::string::npos)
+  EXPECT_NE(response.find("gpuqos_query_target_seconds{job_name=\"serve\",percentile=\"99\"} 0.01"), std::string::npos)
       << response;
   EXPECT_NE(response.find("gpuqos_clients{priority=\"high\"} 1"), std::string::npos) << response;
   EXPECT_NE(response.find("gpuqos_engine_backlog_seconds{device=\"0\",engine=\"compute\"}"), std::string::npos)

@@ -1,7 +1,8 @@
 // The Prometheus view of gpuqosd: a DaemonStatus rendered in the text exposition format 0.0.4, the
 // body of `GET /metrics` (metrics_server.h serves it). Pure: a function of the snapshot.
 //
-// Families (seconds as in Prometheus' conventions; every per-job family has the label job):
+// Families (seconds as in Prometheus' conventions; every per-job family has the label job_name, not
+// job: Prometheus gives every scraped series a job label of its own, the scrape job):
 //   gpuqos_query_latency_seconds          summary, quantile 0.5 0.9 0.99 0.999, _sum, _count: the
 //                                         queries of high-priority jobs since the daemon started
 //   gpuqos_query_target_seconds           gauge, label percentile: the job's target (config)
@@ -12,14 +13,14 @@
 //   gpuqos_be_busy_share                  gauge: device time / wall time over the last 5 s
 //   gpuqos_grants_total, gpuqos_ops_held_total, gpuqos_grant_wait_seconds_total  counters
 //   gpuqos_grant_wait_seconds_max         gauge: the longest a held op waited
-//   gpuqos_be_held_seconds_total{job,reason}  counter: time a best-effort job's next op waited for
+//   gpuqos_be_held_seconds_total{job_name,reason}  counter: time a best-effort job's next op waited for
 //                                         its grant, by reason (hold_reason.h; only from a policy
 //                                         that says: baymax)
 //   gpuqos_be_backlog_bound_seconds       gauge: the best-effort compute bound now  } only from a
 //   gpuqos_be_backlog_bound_steps_total   counter: adaptation's steps               } policy that
 //   gpuqos_long_op_budget_seconds{device}, gpuqos_long_op_budget_cap_seconds{device}  } keeps them
 //                                         gauges: the long-op budget and its cap    } (baymax)
-//   gpuqos_be_outstanding_seconds{job}    gauge: granted compute work not completed }
+//   gpuqos_be_outstanding_seconds{job_name}    gauge: granted compute work not completed }
 //   gpuqos_engine_backlog_seconds{device,engine}, gpuqos_engine_outstanding_ops{device,engine}  gauges
 //   gpuqos_clients{priority}              gauge: connected clients
 //   gpuqos_uptime_seconds                 gauge
