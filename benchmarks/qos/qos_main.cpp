@@ -161,6 +161,7 @@ int main(int argc, char** argv) {
     }
     o.baymax = loaded.value().policy.baymax;
     o.baymax.timeslice_ms = device_timeslice_ms();  // the device's own, as an operator sets it
+    o.baymax.device_timeslice_ms.clear();           // one simulated device: its slice is that one
     o.baymax_source = baymax_from;
     return gpuqos::qos::run(cli);
   } catch (const std::exception& e) {

@@ -51,7 +51,7 @@ void read_percentile(Section& section, double& out) {
 bool read_job(Section& section, JobConfig& job) {
   read_choice(section, "allowed_priority", kPriorityNames, job.allowed_priority);
   double target_ms = 0;
-  read_number(section, "target_ms", Bound::above, 0, target_ms);
+  read_ms(section, "target_ms", Bound::above, 0, target_ms);
   if (target_ms > 0) job.target_ms = target_ms;
   read_percentile(section, job.percentile);
   read_number(section, "weight", Bound::above, 0, job.weight);

@@ -88,8 +88,11 @@ void read_timeslice(Section& section, BaymaxConfig& out) {
                           "{ default = 2.0, 1 = 1.0 } (got " + std::string(type_phrase(node->type())) + ")");
       return;
     }
-    read_number(section, kKey, Bound::at_least, kMinimum, out.timeslice_ms);
-    out.device_timeslice_ms.clear();
+    read_ms(section, kKey, Bound::at_least, kMinimum, out.timeslice_ms);
+    return;
+  }
+  if (table->empty()) {
+    section.error(kKey, "must set default or the slice of at least one device ordinal (got an empty table)");
     return;
   }
   std::vector<std::string_view> keys;
@@ -98,7 +101,7 @@ void read_timeslice(Section& section, BaymaxConfig& out) {
   std::map<std::uint32_t, double> by_device;
   for (const auto& [key, value] : *table) {
     if (key.str() == "default") {
-      read_number(slices, key.str(), Bound::at_least, kMinimum, out.timeslice_ms);
+      read_ms(slices, key.str(), Bound::at_least, kMinimum, out.timeslice_ms);
       continue;
     }
     const auto ordinal = ordinal_key(key.str());
@@ -108,7 +111,7 @@ void read_timeslice(Section& section, BaymaxConfig& out) {
       continue;
     }
     double ms = 0;  // stays 0 (below the minimum) when the value is bad
-    read_number(slices, key.str(), Bound::at_least, kMinimum, ms);
+    read_ms(slices, key.str(), Bound::at_least, kMinimum, ms);
     if (ms >= kMinimum) by_device.emplace(*ordinal, ms);
   }
   out.device_timeslice_ms = std::move(by_device);
@@ -146,14 +149,14 @@ void read_baymax(Diagnostics& diagnostics, const toml::table& table, BaymaxConfi
                   {"safety_margin_ms", "be_backlog_bound_ms", "max_be_transfers", "copy_chunk_bytes", "adaptation",
                    "min_backlog_bound_ms", "max_backlog_bound_ms", "adapt_step_ms", "preemptive_device",
                    "long_op_tail_share", "timeslice_ms", "bound_by_slices"});
-  read_number(section, "safety_margin_ms", Bound::at_least, 0, out.safety_margin_ms);
-  read_number(section, "be_backlog_bound_ms", Bound::above, 0, out.be_backlog_bound_ms);
+  read_ms(section, "safety_margin_ms", Bound::at_least, 0, out.safety_margin_ms);
+  read_ms(section, "be_backlog_bound_ms", Bound::above, 0, out.be_backlog_bound_ms);
   read_integer(section, "max_be_transfers", 0, kMaxU32, out.max_be_transfers);
   read_chunk_bytes(section, out.copy_chunk_bytes);
   read_bool(section, "adaptation", out.adaptation);
-  read_number(section, "min_backlog_bound_ms", Bound::above, 0, out.min_backlog_bound_ms);
-  read_number(section, "max_backlog_bound_ms", Bound::above, 0, out.max_backlog_bound_ms);
-  read_number(section, "adapt_step_ms", Bound::above, 0, out.adapt_step_ms);
+  read_ms(section, "min_backlog_bound_ms", Bound::above, 0, out.min_backlog_bound_ms);
+  read_ms(section, "max_backlog_bound_ms", Bound::above, 0, out.max_backlog_bound_ms);
+  read_ms(section, "adapt_step_ms", Bound::above, 0, out.adapt_step_ms);
   read_preemptive(section, out);
   read_timeslice(section, out);
   read_bool(section, "bound_by_slices", out.bound_by_slices);

@@ -2,6 +2,8 @@
 #include "readers.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 namespace gpuqos::config::detail {
 
@@ -15,6 +17,17 @@ void read_number(Section& section, std::string_view key, Bound bound, double min
   }
   const char* relation = bound == Bound::at_least ? ">= " : "> ";
   section.error(key, "must be " + (relation + format_number(minimum)) + " (got " + format_number(*value) + ")");
+}
+
+void read_ms(Section& section, std::string_view key, Bound bound, double minimum, double& out) {
+  double value = std::numeric_limits<double>::quiet_NaN();  // stays NaN when absent or reported
+  read_number(section, key, bound, minimum, value);
+  if (std::isnan(value)) return;
+  if (value > kMaxMs) {
+    section.error(key, "must be <= " + format_number(kMaxMs) + " (an hour) (got " + format_number(value) + ")");
+    return;
+  }
+  out = value;
 }
 
 void read_bool(Section& section, std::string_view key, bool& out) {

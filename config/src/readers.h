@@ -22,6 +22,13 @@ enum class Bound { at_least, above };  // value >= minimum, value > minimum
 // A number (integer or float) that is >= or > `minimum`.
 void read_number(Section& section, std::string_view key, Bound bound, double minimum, double& out);
 
+// The longest duration an `_ms` key may give: an hour, far past any latency target or GPU time
+// slice, and well inside the daemon's int64 nanoseconds.
+inline constexpr double kMaxMs = 3'600'000;
+
+// A duration in ms: read_number, and at most kMaxMs.
+void read_ms(Section& section, std::string_view key, Bound bound, double minimum, double& out);
+
 void read_bool(Section& section, std::string_view key, bool& out);
 void read_string(Section& section, std::string_view key, std::string& out);
 

@@ -251,7 +251,7 @@ TEST(Config, PreemptiveDeviceIsEveryDeviceOrTheListedOnes) {
 }
 
 // timeslice_ms is one slice for every device, or a table of them by device ordinal with `default`
-// for the others; the number form after a table (a reload) drops the table's devices.
+// for the others.
 TEST(Config, TimesliceIsOneForEveryDeviceOrATableByOrdinal) {
   const Config table = parse_ok(
       "[policy.baymax]\npreemptive_device = true\ntimeslice_ms = { default = 4, 1 = 1.5, 63 = 8 }\n");
@@ -398,6 +398,19 @@ const std::vector<BadCase>& bad_cases() {
        "t.toml:2:18: policy.baymax.timeslice_ms.01: must be a device ordinal 0 to 63 or default"},
       {"timeslice_of_a_device_zero", "[policy.baymax]\ntimeslice_ms = { 1 = 0 }\n",
        "t.toml:2:22: policy.baymax.timeslice_ms.1: must be >= 0.001 (got 0)"},
+      {"timeslice_empty_table", "[policy.baymax]\ntimeslice_ms = {}\n",
+       "t.toml:2:16: policy.baymax.timeslice_ms: must set default or the slice of at least one device ordinal (got "
+       "an empty table)"},
+      {"timeslice_of_a_device_a_table", "[policy.baymax]\ntimeslice_ms = { 1 = {} }\n",
+       "t.toml:2:22: policy.baymax.timeslice_ms.1: must be a number (got a table)"},
+      {"timeslice_default_negative", "[policy.baymax]\ntimeslice_ms = { default = -2 }\n",
+       "t.toml:2:28: policy.baymax.timeslice_ms.default: must be >= 0.001 (got -2)"},
+      {"timeslice_over_an_hour", "[policy.baymax]\ntimeslice_ms = 1e300\n",
+       "t.toml:2:16: policy.baymax.timeslice_ms: must be <= 3600000 (an hour) (got 1e+300)"},
+      {"timeslice_of_a_device_over_an_hour", "[policy.baymax]\ntimeslice_ms = { 3 = 3600001 }\n",
+       "t.toml:2:22: policy.baymax.timeslice_ms.3: must be <= 3600000 (an hour) (got 3600001)"},
+      {"bound_over_an_hour", "[policy.baymax]\nbe_backlog_bound_ms = 1e19\n",
+       "t.toml:2:23: policy.baymax.be_backlog_bound_ms: must be <= 3600000 (an hour) (got 1e+19)"},
       {"timeslice_default_not_number", "[policy.baymax]\ntimeslice_ms = { default = \"2\" }\n",
        "t.toml:2:28: policy.baymax.timeslice_ms.default: must be a number (got a string)"},
       {"bound_by_slices_not_bool", "[policy.baymax]\nbound_by_slices = \"yes\"\n",
@@ -459,6 +472,8 @@ const std::vector<BadCase>& bad_cases() {
        "t.toml:3:14: job[0].percentile: must be like 99, 99.9 or \"p99\" (got a boolean)"},
       {"infinite_target", "[[job]]\nname = \"a\"\ntarget_ms = inf\n",
        "t.toml:3:13: job[0].target_ms: must be a finite number (got inf)"},
+      {"target_over_an_hour", "[[job]]\nname = \"a\"\ntarget_ms = 3600001\n",
+       "t.toml:3:13: job[0].target_ms: must be <= 3600000 (an hour) (got 3600001)"},
       {"zero_target", "[[job]]\nname = \"a\"\ntarget_ms = 0\n", "t.toml:3:13: job[0].target_ms: must be > 0 (got 0)"},
       {"negative_weight", "[[job]]\nname = \"a\"\nweight = -1.5\n",
        "t.toml:3:10: job[0].weight: must be > 0 (got -1.5)"},

@@ -624,16 +624,26 @@ TEST(BaymaxPolicy, OnlyTheDevicesSaidToTimeSliceAreTreatedAsPreemptive) {
 // A device with a time slice of its own (timeslice_ms by ordinal) is judged by it, in the deadline
 // test and in bound_by_slices alike; the default slice is for the other devices.
 TEST(BaymaxPolicy, ADeviceWithItsOwnTimeSliceIsJudgedByIt) {
+  const auto on_3 = [](ipc::OpDescriptor d) {
+    d.device = 3;
+    return d;
+  };
   for (const std::int64_t own : {4 * kMs, 10 * kMs}) {
-    SCOPED_TRACE("device 0's slice " + std::to_string(own / kMs) + " ms");
+    SCOPED_TRACE("device 3's slice " + std::to_string(own / kMs) + " ms");
     PolicyOptions o = on_device(true, 50 * kMs);
     o.baymax.timeslice_ns = 14 * kMs - own;  // the other devices': the opposite answer
-    o.baymax.device_timeslice_ns = {{0, own}};
+    o.baymax.device_timeslice_ns = {{3, own}};
     BaymaxPolicy policy(o);
-    (void)policy.client_registered(serve(kServe, 20 * kMs), 0);
-    teach_one_query(policy);
+    ClientInfo serving = serve(kServe, 20 * kMs);
+    serving.device = 3;
+    (void)policy.client_registered(serving, 0);
+    // teach_one_query on device 3.
+    (void)post(policy, kServe, Priority::high, on_3(op(1)), 0, kMs);
+    (void)post(policy, kServe, Priority::high, on_3(op(2, ipc::OpKind::sync)), 10 * kMs, 0);
+    (void)policy.op_completed({kServe, done(1, 10 * kMs), 10 * kMs});
+    (void)post(policy, kServe, Priority::high, on_3(op(3)), 100 * kMs, kMs);
     // Deadline 120, due 111, 9 ms idle: a 20-ms op still runs at the query's end, for one slice.
-    const Decisions long_op = post(policy, kTrainA, Priority::low, op(1), 100 * kMs, 20 * kMs);
+    const Decisions long_op = post(policy, kTrainA, Priority::low, on_3(op(1)), 100 * kMs, 20 * kMs);
     EXPECT_EQ(long_op.empty(), own == 10 * kMs) << "111 + 4 <= 120 < 111 + 10";
   }
   // bound_by_slices, a 5-ms bound: a query arriving now has 8 ms before its blocking point. A's

@@ -99,6 +99,7 @@ TEST(Metrics, EveryLineFollowsTheTextFormatAndEveryFamilyIsTypedOnceBeforeItsSam
 
 TEST(Metrics, QueryLatencyIsASummaryInSeconds) {
   const std::string text = render_metrics(sample_status());
+  EXPECT_EQ(text.find("job="), std::string::npos) << "Prometheus's own label: ours is job_name\n" << text;
   EXPECT_TRUE(has_line(text, "# TYPE gpuqos_query_latency_seconds summary")) << text;
   EXPECT_TRUE(has_line(text, "gpuqos_query_latency_seconds{job_name=\"serve\",quantile=\"0.5\"} 0.003")) << text;
   EXPECT_TRUE(has_line(text, "gpuqos_query_latency_seconds{job_name=\"serve\",quantile=\"0.999\"} 0.007")) << text;

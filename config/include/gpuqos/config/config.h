@@ -59,8 +59,8 @@ struct BaymaxConfig {
   bool preemptive_device = false;             // every GPU time-slices kernels of different processes
   std::vector<std::uint32_t> preemptive_ordinals;  // or only these (preemptive_device = [ordinals])
   double long_op_tail_share = 0.5;            // share of the tail allowance long ops may cost (0, 1]
-  double timeslice_ms = 2.0;                  // a preemptive GPU's time slice per process (>= 0.001)
-  std::map<std::uint32_t, double> device_timeslice_ms;  // ... on these devices instead (ordinal: ms)
+  double timeslice_ms = 2.0;                  // a preemptive GPU's time slice per process (>= 0.001),
+  std::map<std::uint32_t, double> device_timeslice_ms;  // on the devices not here (ordinal: their ms)
   bool bound_by_slices = false;               // preemptive GPU: bound what a query arriving now waits
   friend bool operator==(const BaymaxConfig&, const BaymaxConfig&) = default;
 };

@@ -50,7 +50,7 @@
 //   On a preemptive device the compute delay is not backlog + p but the slices best-effort jobs
 //   take: at each of the query's blocking points still to come (the profile's count; for a waiting
 //   request, also those of the queries ahead of it) its kernels wait at most one time slice
-//   (timeslice_ns) of each best-effort job with work there, and a job delays it by no more than the
+//   (BaymaxOptions::timeslice of the device) of each best-effort job with work there, and a job delays it by no more than the
 //   work it has left; until the next one the jobs with work take turns in the query's idle time. So
 //   each job delays it by min(blocks x slice, its work (with p if it is this op's job) - idle / jobs
 //   with work); with no profile yet, blocks is unbounded: all of the work counts. A grant that does
