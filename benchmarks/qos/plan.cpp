@@ -150,7 +150,8 @@ std::string gpuqosd_config_toml(const Cell& cell, double target_ms, double time_
        << "preemptive_device = " << (sliced ? "true" : "false") << "\n"
        << "# simgpu's time slice (timeslice_us of its profile), x time_scale\n"
        << "timeslice_ms = " << toml_float(baymax.timeslice_ms * time_scale) << "\n"
-       << "bound_by_slices = " << (baymax.bound_by_slices ? "true" : "false") << "\n\n"
+       << "bound_by_slices = " << (baymax.bound_by_slices ? "true" : "false") << "\n"
+       << "idle_bound_factor = " << toml_float(baymax.idle_bound_factor) << "\n\n"
        << "[[job]]\nname = \"" << lc_workload().job << "\"\nallowed_priority = \"high\"\n"
        << "target_ms = " << toml_float(target_ms) << "\npercentile = 99\n";
   for (const Workload& be : mix_workloads(cell.be_mix)) {

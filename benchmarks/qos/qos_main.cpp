@@ -62,6 +62,7 @@ json config_json(const Options& o, const std::string& traces_dir, double wall_s)
                       {"long_op_tail_share", o.baymax.long_op_tail_share},
                       {"timeslice_ms", o.baymax.timeslice_ms},
                       {"bound_by_slices", o.baymax.bound_by_slices},
+                      {"idle_bound_factor", o.baymax.idle_bound_factor},
                       {"times_scaled_by", o.time_scale}}},
           {"wall_s", wall_s}};
 }

@@ -11,6 +11,9 @@ namespace gpuqos::config::detail {
 namespace {
 
 constexpr std::uint64_t kMinChunkBytes = 64 * 1024;
+// A stream's bound while no query is in the system at most this many times the bound: the bound is
+// at most an hour, and the daemon multiplies in int64 nanoseconds.
+constexpr double kMaxIdleBoundFactor = 1000;
 constexpr std::int64_t kMaxU32 = std::numeric_limits<std::uint32_t>::max();
 
 std::optional<std::uint64_t> chunk_bytes_value(Section& section, const toml::node& node) {
@@ -148,7 +151,7 @@ void read_baymax(Diagnostics& diagnostics, const toml::table& table, BaymaxConfi
   Section section(diagnostics, table, "policy.baymax",
                   {"safety_margin_ms", "be_backlog_bound_ms", "max_be_transfers", "copy_chunk_bytes", "adaptation",
                    "min_backlog_bound_ms", "max_backlog_bound_ms", "adapt_step_ms", "preemptive_device",
-                   "long_op_tail_share", "timeslice_ms", "bound_by_slices"});
+                   "long_op_tail_share", "timeslice_ms", "bound_by_slices", "idle_bound_factor"});
   read_ms(section, "safety_margin_ms", Bound::at_least, 0, out.safety_margin_ms);
   read_ms(section, "be_backlog_bound_ms", Bound::above, 0, out.be_backlog_bound_ms);
   read_integer(section, "max_be_transfers", 0, kMaxU32, out.max_be_transfers);
@@ -160,6 +163,13 @@ void read_baymax(Diagnostics& diagnostics, const toml::table& table, BaymaxConfi
   read_preemptive(section, out);
   read_timeslice(section, out);
   read_bool(section, "bound_by_slices", out.bound_by_slices);
+  double factor = out.idle_bound_factor;
+  read_number(section, "idle_bound_factor", Bound::at_least, 1, factor);
+  if (factor > kMaxIdleBoundFactor)
+    section.error("idle_bound_factor", "must be <= " + format_number(kMaxIdleBoundFactor) + " (got " +
+                                           format_number(factor) + ")");
+  else
+    out.idle_bound_factor = factor;
   double share = out.long_op_tail_share;
   read_number(section, "long_op_tail_share", Bound::above, 0, share);
   if (share > 1)

@@ -69,6 +69,8 @@ void add_baymax(Lines& lines, const BaymaxConfig& baymax) {
       devices += (devices.empty() ? "device " : ", device ") + std::to_string(device) + ": " + format_number(ms);
     lines.add("timeslice_ms", format_number(baymax.timeslice_ms) + (devices.empty() ? "" : " (" + devices + ")"));
     lines.add("bound_by_slices", baymax.bound_by_slices ? "yes: a best-effort job alone queues freely" : "no");
+    lines.add("idle_bound_factor", format_number(baymax.idle_bound_factor) +
+                                       " (x the bound per stream while no query is in the system)");
   }
   if (!baymax.adaptation) {
     lines.add("adaptation", "off");

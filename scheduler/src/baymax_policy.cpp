@@ -313,9 +313,16 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
       // it keeps its streams' bound too (measured: queueing freely next to another job put the
       // benchmark's mix at 0.98-1.04 x the target).
       if (!arrivals || others_have_work(client, op.device)) {
+        // With no query in the system, one arriving would wait for a slice of each job with work
+        // however deep its queue: the streams may run further ahead (idle_bound_factor), and once a
+        // query is there nothing more goes until they are back under the bound.
+        const double factor = options_.baymax.idle_bound_factor > 1 && !query_in_system(op.device)
+                                  ? options_.baymax.idle_bound_factor
+                                  : 1.0;
+        const auto stream_bound = static_cast<std::int64_t>(factor * static_cast<double>(bound_.bound_ns()));
         const auto& streams = clients_.at(client).be_compute_ns;
         const auto own = streams.find({op.device, op.stream});
-        if (own != streams.end() && own->second + p > bound_.bound_ns()) return Hold::own_bound;
+        if (own != streams.end() && own->second + p > stream_bound) return Hold::own_bound;
       }
     } else if (here.be_ops > 0 && backlog + p > bound_.bound_ns()) {
       return Hold::engine;

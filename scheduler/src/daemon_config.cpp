@@ -33,6 +33,7 @@ ipc::Result<DaemonOptions> options_from_config(const config::Config& config, Dae
       .timeslice_ns = ns(b.timeslice_ms),
       .device_timeslice_ns = std::move(device_timeslices),
       .bound_by_slices = b.bound_by_slices,
+      .idle_bound_factor = b.idle_bound_factor,
   };
   base.config = config;
   base.learning.store_path = config.daemon.profile_store;

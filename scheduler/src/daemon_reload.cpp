@@ -79,11 +79,13 @@ void Daemon::reload_config() {
   const BaymaxOptions& baymax = options_.policy.baymax;
   spdlog::info("config reloaded from {} (policy {}, max_outstanding_ops {}, credit_ops {}, baymax margin {} us, "
                "bound {} us, adaptation {}, max_be_transfers {}, copy_chunk_bytes {}, preemptive_devices {:#x}, "
-               "timeslice {} us{}, bound_by_slices {}, long_op_tail_share {}, {} jobs, log level {})",
+               "timeslice {} us{}, bound_by_slices {}, idle_bound_factor {}, long_op_tail_share {}, {} jobs, "
+               "log level {})",
                path, policy_->name(), options_.policy.max_outstanding_ops, options_.policy.credit_ops,
                baymax.safety_margin_ns / 1000, baymax.be_backlog_bound_ns / 1000, baymax.adaptation ? "on" : "off",
                baymax.max_be_transfers, baymax.copy_chunk_bytes, baymax.preemptive_devices,
-               baymax.timeslice_ns / 1000, device_timeslices_text(baymax), baymax.bound_by_slices, baymax.long_op_tail_share, options_.config.jobs.size(), options_.log_level);
+               baymax.timeslice_ns / 1000, device_timeslices_text(baymax), baymax.bound_by_slices,
+               baymax.idle_bound_factor, baymax.long_op_tail_share, options_.config.jobs.size(), options_.log_level);
   reregister_clients_with_policy(ipc::monotonic_ns());
 }
 

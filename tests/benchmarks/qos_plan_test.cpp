@@ -78,7 +78,9 @@ TEST(QosPlan, GpuqosdConfigListsTheCellsJobs) {
   EXPECT_NE(toml.find("long_op_tail_share = 0.500\n"), std::string::npos);
   EXPECT_NE(toml.find("preemptive_device = false\n"), std::string::npos) << "fifo runs kernels to their end";
   EXPECT_NE(toml.find("bound_by_slices = false\n"), std::string::npos);
+  EXPECT_NE(toml.find("idle_bound_factor = 1.000\n"), std::string::npos) << toml;
   baymax.bound_by_slices = true;
+  baymax.idle_bound_factor = 4;
   const std::string sliced = gpuqosd_config_toml({"baymax", "timeslice", 0.4, "resnet"}, 31.25, 4.0, baymax, "x.toml");
   EXPECT_NE(sliced.find("preemptive_device = true\n"), std::string::npos);
   EXPECT_NE(sliced.find("timeslice_ms = 8.000\n"), std::string::npos) << "the device's 2 ms x time scale 4";
@@ -86,6 +88,7 @@ TEST(QosPlan, GpuqosdConfigListsTheCellsJobs) {
   ASSERT_TRUE(reparsed) << reparsed.error();
   EXPECT_EQ(reparsed.value().policy.baymax.timeslice_ms, 8.0) << "gpuqosd reads what the bench wrote";
   EXPECT_TRUE(reparsed.value().policy.baymax.bound_by_slices) << "the --baymax-from file's choice";
+  EXPECT_EQ(reparsed.value().policy.baymax.idle_bound_factor, 4.0) << "a factor: not scaled";
   const std::string shared = gpuqosd_config_toml({"baymax", "mps", 0.4, "resnet"}, 31.25, 4.0, baymax, "x.toml");
   EXPECT_NE(shared.find("preemptive_device = false\n"), std::string::npos)
       << "MPS shares SMs: a long kernel delays a query for all of its overlap, not one slice";

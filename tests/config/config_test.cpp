@@ -222,15 +222,19 @@ TEST(ConfigSummary, ShowsEverySetting) {
 
 // The time slice and bound_by_slices are shown only for a device said to time-slice processes.
 TEST(ConfigSummary, ShowsTheSliceSettingsOfAPreemptiveDevice) {
-  const std::string sliced = render_summary(
+  const Config sliced_config =
       parse_ok("[policy]\nname = \"baymax\"\n[policy.baymax]\npreemptive_device = true\ntimeslice_ms = 1.5\n"
-               "bound_by_slices = true\n"));
+               "bound_by_slices = true\nidle_bound_factor = 4\n");
+  EXPECT_EQ(sliced_config.policy.baymax.idle_bound_factor, 4.0);
+  const std::string sliced = render_summary(sliced_config);
+  EXPECT_NE(sliced.find("4 (x the bound per stream while no query is in the system)"), std::string::npos) << sliced;
   EXPECT_NE(sliced.find("long best-effort kernels not rationed"), std::string::npos) << sliced;
   EXPECT_NE(sliced.find("timeslice_ms"), std::string::npos) << sliced;
   EXPECT_NE(sliced.find("a best-effort job alone queues freely"), std::string::npos) << sliced;
   const std::string whole = render_summary(parse_ok("[policy]\nname = \"baymax\"\n[policy.baymax]\nbound_by_slices = true\n"));
   EXPECT_EQ(whole.find("timeslice_ms"), std::string::npos) << whole;
   EXPECT_EQ(whole.find("bound_by_slices"), std::string::npos) << "not used on a device that runs kernels to their end";
+  EXPECT_EQ(whole.find("idle_bound_factor"), std::string::npos) << whole;
 }
 
 // preemptive_device is true (every device), false, or a list of the devices that time-slice ([]:
@@ -413,6 +417,12 @@ const std::vector<BadCase>& bad_cases() {
        "t.toml:2:23: policy.baymax.be_backlog_bound_ms: must be <= 3600000 (an hour) (got 1e+19)"},
       {"timeslice_default_not_number", "[policy.baymax]\ntimeslice_ms = { default = \"2\" }\n",
        "t.toml:2:28: policy.baymax.timeslice_ms.default: must be a number (got a string)"},
+      {"idle_bound_factor_below_one", "[policy.baymax]\nidle_bound_factor = 0.5\n",
+       "t.toml:2:21: policy.baymax.idle_bound_factor: must be >= 1 (got 0.5)"},
+      {"idle_bound_factor_above_1000", "[policy.baymax]\nidle_bound_factor = 1001\n",
+       "t.toml:2:21: policy.baymax.idle_bound_factor: must be <= 1000 (got 1001)"},
+      {"idle_bound_factor_not_number", "[policy.baymax]\nidle_bound_factor = \"4x\"\n",
+       "t.toml:2:21: policy.baymax.idle_bound_factor: must be a number (got a string)"},
       {"bound_by_slices_not_bool", "[policy.baymax]\nbound_by_slices = \"yes\"\n",
        "t.toml:2:19: policy.baymax.bound_by_slices: must be true or false (got a string)"},
       {"negative_fifo_limit", "[policy.fifo]\nmax_outstanding = -1\n",

@@ -621,6 +621,30 @@ TEST(BaymaxPolicy, OnlyTheDevicesSaidToTimeSliceAreTreatedAsPreemptive) {
       << "device 1: its own stream's 4";
 }
 
+// idle_bound_factor: on a preemptive device, with no query in the system, each stream may queue up
+// to that many times the bound; once a query is there, nothing more goes until the stream is back
+// under the bound. A device that runs kernels to their end keeps the bound always.
+TEST(BaymaxPolicy, WithNoQueryInTheSystemAStreamMayRunFurtherAhead) {
+  PolicyOptions o = sliced(5 * kMs);
+  o.baymax.idle_bound_factor = 4;
+  BaymaxPolicy policy(o);
+  (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 0, 8 * kMs), (Decisions{{kTrainA, 1}}));
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(2), 0, 8 * kMs), (Decisions{{kTrainA, 2}})) << "16 <= 4 x 5";
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(3), 0, 8 * kMs).empty()) << "24 > 20";
+  (void)post(policy, kServe, Priority::high, op(1), 1 * kMs, kMs);  // a query opens
+  EXPECT_TRUE(policy.op_completed({kTrainA, done(1, 2 * kMs), 2 * kMs}).empty()) << "a query is there: 8 + 8 > 5";
+  (void)post(policy, kServe, Priority::high, op(2, ipc::OpKind::sync), 3 * kMs, 0);
+  EXPECT_EQ(policy.op_completed({kServe, done(1, 4 * kMs), 4 * kMs}), (Decisions{{kTrainA, 3}}))
+      << "the query closed: 8 + 8 <= 20";
+  PolicyOptions in_order = on_device(false, 5 * kMs);
+  in_order.baymax.idle_bound_factor = 4;
+  BaymaxPolicy whole(in_order);
+  (void)whole.client_registered(serve(kServe, 100 * kMs), 0);
+  EXPECT_EQ(post(whole, kTrainA, Priority::low, op(1), 0, 4 * kMs), (Decisions{{kTrainA, 1}}));
+  EXPECT_TRUE(post(whole, kTrainA, Priority::low, op(2), 0, 4 * kMs).empty()) << "in order: 4 + 4 > 5, query or not";
+}
+
 // A device with a time slice of its own (timeslice_ms by ordinal) is judged by it, in the deadline
 // test and in bound_by_slices alike; the default slice is for the other devices.
 TEST(BaymaxPolicy, ADeviceWithItsOwnTimeSliceIsJudgedByIt) {

@@ -20,10 +20,12 @@ TEST(OptionsFromConfig, BaymaxTimesAreInNanosecondsAndItsSwitchesCarryOver) {
   config.policy.baymax.be_backlog_bound_ms = 2.5;
   config.policy.baymax.timeslice_ms = 1.5;
   config.policy.baymax.bound_by_slices = true;
+  config.policy.baymax.idle_bound_factor = 4;
   const BaymaxOptions baymax = baymax_of(config);
   EXPECT_EQ(baymax.be_backlog_bound_ns, 2'500'000);
   EXPECT_EQ(baymax.timeslice_ns, 1'500'000);
   EXPECT_TRUE(baymax.bound_by_slices);
+  EXPECT_EQ(baymax.idle_bound_factor, 4.0);
 }
 
 // timeslice_ms by device: those devices' slices, the default for the others.

@@ -62,6 +62,7 @@ struct BaymaxConfig {
   double timeslice_ms = 2.0;                  // a preemptive GPU's time slice per process (>= 0.001),
   std::map<std::uint32_t, double> device_timeslice_ms;  // on the devices not here (ordinal: their ms)
   bool bound_by_slices = false;               // preemptive GPU: bound what a query arriving now waits
+  double idle_bound_factor = 1.0;             // preemptive GPU: a stream's bound x this with no query there
   friend bool operator==(const BaymaxConfig&, const BaymaxConfig&) = default;
 };
 

@@ -84,6 +84,11 @@ struct BaymaxOptions {
   // by the slices a query arriving now would wait for, and let a best-effort job alone with work
   // queue past its streams' bound (baymax_policy.h). Off: each stream's backlog is bounded.
   bool bound_by_slices = false;
+  // On a preemptive device: while no query of a job with a target there is open or waiting, each
+  // best-effort stream's backlog may reach this many times the bound (a query arriving then waits
+  // for a slice of each job with work, however deep its queue; the depth is how long the work takes
+  // to drain once the query is there). 1: the bound always.
+  double idle_bound_factor = 1.0;
 
   bool preemptive(std::uint32_t device) const noexcept { return ipc::device_in(preemptive_devices, device); }
   std::int64_t timeslice(std::uint32_t device) const {
