@@ -316,8 +316,9 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
         // With no query in the system, one arriving would wait for a slice of each job with work
         // however deep its queue: the streams may run further ahead (idle_bound_factor), and once a
         // query is there nothing more goes until they are back under the bound.
+        // (At most 1000, as the config allows: the product stays exact in a double and inside int64.)
         const double factor = options_.baymax.idle_bound_factor > 1 && !query_in_system(op.device)
-                                  ? options_.baymax.idle_bound_factor
+                                  ? std::min(options_.baymax.idle_bound_factor, 1000.0)
                                   : 1.0;
         const auto stream_bound = static_cast<std::int64_t>(factor * static_cast<double>(bound_.bound_ns()));
         const auto& streams = clients_.at(client).be_compute_ns;
@@ -386,7 +387,8 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
     // job has a request in the system it is protected as if it had arrived: an open query can then
     // be made to wait only until a request arriving behind it could still finish in time, not until
     // its own deadline. With nothing in the system the bound protects the next arrival instead:
-    // best-effort work flows up to it.
+    // best-effort work flows up to it (on a preemptive device, per stream, up to idle_bound_factor x
+    // the bound).
     if (profiled && query_ahead && queries_.says_arrivals(id)) behind(now_ns);
   }
   std::sort(queries.begin(), queries.end(), [](const Protected& a, const Protected& b) {

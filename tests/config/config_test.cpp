@@ -154,6 +154,7 @@ TEST(ConfigLoad, ExampleFileLoads) {
   ASSERT_TRUE(result.ok()) << result.error();
   const Config& config = result.value();
   EXPECT_EQ(config.policy.name, PolicyName::baymax);
+  EXPECT_EQ(config.policy.baymax.idle_bound_factor, 4.0) << "what the demo and the benchmark run";
   const JobConfig* bert = find_job(config, "bert-infer");
   ASSERT_NE(bert, nullptr);
   EXPECT_EQ(bert->allowed_priority, Priority::high);
@@ -220,8 +221,13 @@ TEST(ConfigSummary, ShowsEverySetting) {
     EXPECT_NE(defaults.find(expected), std::string::npos) << expected << " not in:\n" << defaults;
 }
 
-// The time slice and bound_by_slices are shown only for a device said to time-slice processes.
+// The time slice, bound_by_slices and idle_bound_factor are shown only for a device said to
+// time-slice processes.
 TEST(ConfigSummary, ShowsTheSliceSettingsOfAPreemptiveDevice) {
+  for (const char* factor : {"1", "2.5", "1000"}) {
+    const Config accepted = parse_ok(std::string("[policy.baymax]\nidle_bound_factor = ") + factor + "\n");
+    EXPECT_EQ(accepted.policy.baymax.idle_bound_factor, std::stod(factor));
+  }
   const Config sliced_config =
       parse_ok("[policy]\nname = \"baymax\"\n[policy.baymax]\npreemptive_device = true\ntimeslice_ms = 1.5\n"
                "bound_by_slices = true\nidle_bound_factor = 4\n");

@@ -637,6 +637,35 @@ TEST(BaymaxPolicy, WithNoQueryInTheSystemAStreamMayRunFurtherAhead) {
   (void)post(policy, kServe, Priority::high, op(2, ipc::OpKind::sync), 3 * kMs, 0);
   EXPECT_EQ(policy.op_completed({kServe, done(1, 4 * kMs), 4 * kMs}), (Decisions{{kTrainA, 3}}))
       << "the query closed: 8 + 8 <= 20";
+  // In the system: a request said to have arrived and not begun; not: a query of a job with no
+  // target, or of a job on another device.
+  const auto second_op_with = [&](auto&& setup) {
+    BaymaxPolicy other(o);
+    setup(other);
+    (void)post(other, kTrainA, Priority::low, op(1), 2 * kMs, 8 * kMs);
+    return post(other, kTrainA, Priority::low, op(2), 2 * kMs, 8 * kMs);
+  };
+  EXPECT_TRUE(second_op_with([](BaymaxPolicy& p) {
+                (void)p.client_registered(serve(kServe, 100 * kMs), 0);
+                (void)post(p, kServe, Priority::high, arrival_at(1, 1 * kMs), 1 * kMs, 0);
+              }).empty())
+      << "a waiting request: 16 > 5";
+  EXPECT_EQ(second_op_with([](BaymaxPolicy& p) {
+              (void)p.client_registered(ClientInfo{kServe, "serve", Priority::high, 0, std::nullopt, 99.0, 1.0}, 0);
+              (void)post(p, kServe, Priority::high, op(1), 1 * kMs, kMs);
+            }),
+            (Decisions{{kTrainA, 2}}))
+      << "no target: 16 <= 20";
+  EXPECT_EQ(second_op_with([](BaymaxPolicy& p) {
+              ClientInfo elsewhere = serve(kServe, 100 * kMs);
+              elsewhere.device = 1;
+              (void)p.client_registered(elsewhere, 0);
+              ipc::OpDescriptor on_1 = op(1);
+              on_1.device = 1;
+              (void)post(p, kServe, Priority::high, on_1, 1 * kMs, kMs);
+            }),
+            (Decisions{{kTrainA, 2}}))
+      << "a query on device 1: 16 <= 20 on device 0";
   PolicyOptions in_order = on_device(false, 5 * kMs);
   in_order.baymax.idle_bound_factor = 4;
   BaymaxPolicy whole(in_order);

@@ -17,7 +17,9 @@
 //   device that time-slices processes' kernels (preemptive_device), a query arriving later waits for
 //   its slice, not behind every job's backlog: the bound is then each best-effort job's own, per
 //   stream (its outstanding compute work there + p; a process's streams share its slice), and a job
-//   at its bound does not close the device to the others. With bound_by_slices, once every job
+//   at its bound does not close the device to the others. While no query of a job with a target on
+//   the device is open or waiting, that per-stream bound is idle_bound_factor x the bound (a query
+//   arriving then waits for a slice of each job with work however deep the queues). With bound_by_slices, once every job
 //   with a target on the device has a profile, the bound there is also on what a query of such a
 //   job arriving now would wait: the slice sum below, with a whole query's blocking points and time
 //   to its first one, within the bound and within one job's slices (blocks x timeslice), unless
