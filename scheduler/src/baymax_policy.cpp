@@ -127,6 +127,9 @@ std::int64_t BaymaxPolicy::be_backlog_ns(std::uint32_t device, Engine engine, st
 
 std::optional<PolicyState> BaymaxPolicy::state(std::int64_t now_ns) const {
   PolicyState state{bound_.bound_ns(), bound_.steps(), {}, {}};
+  if (options_.baymax.idle_bound_factor > 1 && options_.baymax.preemptive_devices != 0)
+    state.idle_stream_bound_ns = static_cast<std::int64_t>(std::min(options_.baymax.idle_bound_factor, 1000.0) *
+                                                           static_cast<double>(bound_.bound_ns()));
   for (const auto& [device, budget] : long_budgets_) {
     state.long_op_budgets.push_back({device, long_op_budget_ns(device, now_ns), long_op_budget_cap_ns(device)});
   }

@@ -97,6 +97,10 @@ void policy_families(const PolicyState& state, std::ostringstream& out) {
   Family(out, "gpuqos_be_backlog_bound_seconds", "gauge",
          "The bound on granted best-effort compute work now (adaptation moves it).")
       .sample(seconds(state.backlog_bound_ns));
+  if (state.idle_stream_bound_ns > 0)
+    Family(out, "gpuqos_be_idle_stream_bound_seconds", "gauge",
+           "A best-effort stream's bound on a preemptive device while no query is in the system there.")
+        .sample(seconds(state.idle_stream_bound_ns));
   Family(out, "gpuqos_be_backlog_bound_steps_total", "counter", "Times adaptation moved the bound.")
       .sample(static_cast<double>(state.adaptation_steps));
   Family budget(out, "gpuqos_long_op_budget_seconds", "gauge",

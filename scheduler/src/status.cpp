@@ -49,6 +49,7 @@ nlohmann::json policy_state_json(const PolicyState& state) {
                        {"cap_ns", static_cast<std::int64_t>(budget.cap_ns)}});
   }
   return {{"backlog_bound_ns", state.backlog_bound_ns},
+          {"idle_stream_bound_ns", state.idle_stream_bound_ns},
           {"adaptation_steps", state.adaptation_steps},
           {"long_op_budget", std::move(budgets)}};
 }
@@ -126,6 +127,9 @@ std::string render_policy_state(const nlohmann::json& status) {
   const auto& state = status.at("policy_state");
   out << "  best-effort bound " << milliseconds(state.at("backlog_bound_ns").get<std::int64_t>()) << " ms ("
       << state.at("adaptation_steps") << " adaptation steps)";
+  // (Absent from a daemon older than idle_bound_factor.)
+  if (const auto idle = state.value("idle_stream_bound_ns", std::int64_t{0}); idle > 0)
+    out << ", " << milliseconds(idle) << " ms per stream with no query in the system";
   for (const auto& budget : state.at("long_op_budget")) {
     out << ", device " << budget.at("device") << " long-op budget "
         << milliseconds(budget.at("level_ns").get<std::int64_t>()) << " of "

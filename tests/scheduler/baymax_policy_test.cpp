@@ -666,12 +666,14 @@ TEST(BaymaxPolicy, WithNoQueryInTheSystemAStreamMayRunFurtherAhead) {
             }),
             (Decisions{{kTrainA, 2}}))
       << "a query on device 1: 16 <= 20 on device 0";
+  EXPECT_EQ(policy.state(5 * kMs)->idle_stream_bound_ns, 20 * kMs) << "shown in status and metrics";
   PolicyOptions in_order = on_device(false, 5 * kMs);
   in_order.baymax.idle_bound_factor = 4;
   BaymaxPolicy whole(in_order);
   (void)whole.client_registered(serve(kServe, 100 * kMs), 0);
   EXPECT_EQ(post(whole, kTrainA, Priority::low, op(1), 0, 4 * kMs), (Decisions{{kTrainA, 1}}));
   EXPECT_TRUE(post(whole, kTrainA, Priority::low, op(2), 0, 4 * kMs).empty()) << "in order: 4 + 4 > 5, query or not";
+  EXPECT_EQ(whole.state(0)->idle_stream_bound_ns, 0) << "no device where it applies";
 }
 
 // A device with a time slice of its own (timeslice_ms by ordinal) is judged by it, in the deadline
@@ -1193,6 +1195,7 @@ TEST(BaymaxPolicy, StateShowsTheBoundTheBudgetAndEachJobsGrantedWork) {
   const std::optional<PolicyState> state = policy.state(now);
   ASSERT_TRUE(state);
   EXPECT_EQ(state->backlog_bound_ns, 3 * kMs);
+  EXPECT_EQ(state->idle_stream_bound_ns, 0) << "idle_bound_factor 1";
   EXPECT_EQ(state->adaptation_steps, 1u);
   ASSERT_EQ(state->long_op_budgets.size(), 2u) << "both devices have a job with a target";
   EXPECT_EQ(state->long_op_budgets[1].device, 1u);

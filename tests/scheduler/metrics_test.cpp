@@ -158,6 +158,9 @@ TEST(Metrics, ThePolicysStateWhenItKeepsOne) {
   EXPECT_TRUE(has_line(text, "gpuqos_long_op_budget_cap_seconds{device=\"1\"} 0.3")) << text;
   EXPECT_TRUE(has_line(text, "gpuqos_be_outstanding_seconds{job_name=\"train\"} 0.018")) << text;
   EXPECT_TRUE(has_line(text, "# TYPE gpuqos_be_backlog_bound_steps_total counter")) << text;
+  EXPECT_EQ(text.find("gpuqos_be_idle_stream_bound_seconds"), std::string::npos) << "idle_bound_factor 1: absent";
+  status.policy_state->idle_stream_bound_ns = 18 * kMs;
+  EXPECT_TRUE(has_line(render_metrics(status), "gpuqos_be_idle_stream_bound_seconds 0.018"));
   status.policy_state.reset();
   EXPECT_EQ(render_metrics(status).find("gpuqos_be_backlog_bound_seconds"), std::string::npos)
       << "a policy that keeps no state: absent, not zero";

@@ -125,6 +125,7 @@ TEST(StatusJobs, ThePolicysStateWhenItKeepsOne) {
   auto json = nlohmann::json::parse(bounded_status_text(status));
   ASSERT_TRUE(json.contains("policy_state"));
   EXPECT_EQ(json["policy_state"]["backlog_bound_ns"], 4'500'000);
+  EXPECT_EQ(json["policy_state"]["idle_stream_bound_ns"], 0) << "idle_bound_factor 1";
   EXPECT_EQ(json["policy_state"]["adaptation_steps"], 3);
   ASSERT_EQ(json["policy_state"]["long_op_budget"].size(), 2u);
   EXPECT_EQ(json["policy_state"]["long_op_budget"][1]["device"], 1);
@@ -138,6 +139,16 @@ TEST(StatusJobs, ThePolicysStateWhenItKeepsOne) {
             std::string::npos)
       << table;
   EXPECT_NE(table.find("  granted, not completed: train 18.000 ms\n"), std::string::npos) << table;
+  EXPECT_EQ(table.find("per stream with no query"), std::string::npos) << "idle_bound_factor 1";
+  status.policy_state->idle_stream_bound_ns = 18 * kMs;
+  json = nlohmann::json::parse(bounded_status_text(status));
+  EXPECT_EQ(json["policy_state"]["idle_stream_bound_ns"], 18 * kMs);
+  EXPECT_NE(render_status_table(json).find("(3 adaptation steps), 18.000 ms per stream with no query in the system, "
+                                           "device 0 long-op budget"),
+            std::string::npos)
+      << render_status_table(json);
+  json["policy_state"].erase("idle_stream_bound_ns");  // an older daemon
+  EXPECT_NE(render_status_table(json).find("(3 adaptation steps), device 0"), std::string::npos);
 
   status.policy_state.reset();
   status.jobs[1].be_outstanding_ns.reset();

@@ -119,6 +119,9 @@ struct PolicyState {
   std::vector<LongOpBudget> long_op_budgets;  // devices that ration long ops
   // Each best-effort job's granted compute work not completed yet (predicted ns, all its streams).
   std::map<std::string, std::int64_t> be_compute_outstanding_ns;
+  // A best-effort stream's bound on a preemptive device while no query is in the system there
+  // (idle_bound_factor x the bound now); 0 when the factor is 1 or no device is preemptive.
+  std::int64_t idle_stream_bound_ns = 0;
 };
 
 class Policy {
