@@ -1195,7 +1195,18 @@ TEST(BaymaxPolicy, StateShowsTheBoundTheBudgetAndEachJobsGrantedWork) {
   const std::optional<PolicyState> state = policy.state(now);
   ASSERT_TRUE(state);
   EXPECT_EQ(state->backlog_bound_ns, 3 * kMs);
-  EXPECT_EQ(state->idle_stream_bound_ns, 0) << "idle_bound_factor 1";
+  EXPECT_EQ(state->idle_stream_bound_ns, 0) << "no preemptive device";
+  // On a preemptive device: idle_bound_factor x the bound adaptation moved (3 ms), none with 1.
+  for (const double factor : {1.0, 4.0}) {
+    PolicyOptions o = adaptive(2 * kMs);
+    o.baymax.preemptive_devices = ipc::kAllDevices;
+    o.baymax.idle_bound_factor = factor;
+    BaymaxPolicy sliced_policy(o);
+    (void)sliced_policy.client_registered(serve(kServe, 10 * kMs), 0);
+    const std::int64_t later = run_slow_queries(sliced_policy, AdaptiveBound::kEvery);
+    ASSERT_EQ(sliced_policy.bound_ns(), 3 * kMs);
+    EXPECT_EQ(sliced_policy.state(later)->idle_stream_bound_ns, factor == 1.0 ? 0 : 12 * kMs);
+  }
   EXPECT_EQ(state->adaptation_steps, 1u);
   ASSERT_EQ(state->long_op_budgets.size(), 2u) << "both devices have a job with a target";
   EXPECT_EQ(state->long_op_budgets[1].device, 1u);

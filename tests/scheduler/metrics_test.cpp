@@ -160,7 +160,10 @@ TEST(Metrics, ThePolicysStateWhenItKeepsOne) {
   EXPECT_TRUE(has_line(text, "# TYPE gpuqos_be_backlog_bound_steps_total counter")) << text;
   EXPECT_EQ(text.find("gpuqos_be_idle_stream_bound_seconds"), std::string::npos) << "idle_bound_factor 1: absent";
   status.policy_state->idle_stream_bound_ns = 18 * kMs;
-  EXPECT_TRUE(has_line(render_metrics(status), "gpuqos_be_idle_stream_bound_seconds 0.018"));
+  const std::string idle = render_metrics(status);
+  EXPECT_TRUE(has_line(idle, "gpuqos_be_idle_stream_bound_seconds 0.018")) << idle;
+  EXPECT_TRUE(has_line(idle, "# TYPE gpuqos_be_idle_stream_bound_seconds gauge")) << idle;
+  EXPECT_NE(idle.find("# HELP gpuqos_be_idle_stream_bound_seconds "), std::string::npos) << idle;
   status.policy_state.reset();
   EXPECT_EQ(render_metrics(status).find("gpuqos_be_backlog_bound_seconds"), std::string::npos)
       << "a policy that keeps no state: absent, not zero";

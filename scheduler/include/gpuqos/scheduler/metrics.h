@@ -19,7 +19,7 @@
 //   gpuqos_be_backlog_bound_seconds       gauge: the best-effort compute bound now  } only from a
 //   gpuqos_be_idle_stream_bound_seconds   gauge: a stream's bound on a preemptive   }
 //                                         device with no query in the system there  }
-//                                         (only with idle_bound_factor > 1)         }
+//                                         (idle_bound_factor > 1, preemptive device) }
 //   gpuqos_be_backlog_bound_steps_total   counter: adaptation's steps               } policy that
 //   gpuqos_long_op_budget_seconds{device}, gpuqos_long_op_budget_cap_seconds{device}  } keeps them
 //                                         gauges: the long-op budget and its cap    } (baymax)

@@ -16,8 +16,8 @@
 //    "jobs_omitted": N,      (the same, for jobs; the list that takes more room is cut first)
 //    "grants":{"issued","ops_held","held_wait_ns_total","held_wait_ns_max",
 //              "held_ns_by_reason":{"bound","transfer","deadline","budget","behind"}},
-//    "policy_state":{"backlog_bound_ns","idle_stream_bound_ns" (0: none),"adaptation_steps",
-//                    (only from a policy that keeps one)
+//    "policy_state" (only from a policy that keeps one):{"backlog_bound_ns",
+//                    "idle_stream_bound_ns" (0: none),"adaptation_steps",
 //                    "long_op_budget":[{"device","level_ns","cap_ns"}]}}
 // and in such a policy's best-effort jobs' "be": "outstanding_ns" (granted compute work not completed,
 // predicted).
