@@ -163,19 +163,8 @@ void read_baymax(Diagnostics& diagnostics, const toml::table& table, BaymaxConfi
   read_preemptive(section, out);
   read_timeslice(section, out);
   read_bool(section, "bound_by_slices", out.bound_by_slices);
-  double factor = out.idle_bound_factor;
-  read_number(section, "idle_bound_factor", Bound::at_least, 1, factor);
-  if (factor > kMaxIdleBoundFactor)
-    section.error("idle_bound_factor", "must be <= " + format_number(kMaxIdleBoundFactor) + " (got " +
-                                           format_number(factor) + ")");
-  else
-    out.idle_bound_factor = factor;
-  double share = out.long_op_tail_share;
-  read_number(section, "long_op_tail_share", Bound::above, 0, share);
-  if (share > 1)
-    section.error("long_op_tail_share", "must be <= 1 (got " + format_number(share) + ")");
-  else
-    out.long_op_tail_share = share;
+  read_number_up_to(section, "idle_bound_factor", Bound::at_least, 1, kMaxIdleBoundFactor, out.idle_bound_factor);
+  read_number_up_to(section, "long_op_tail_share", Bound::above, 0, 1, out.long_op_tail_share);
   check_bounds(section, out);
 }
 

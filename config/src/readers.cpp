@@ -19,12 +19,14 @@ void read_number(Section& section, std::string_view key, Bound bound, double min
   section.error(key, "must be " + (relation + format_number(minimum)) + " (got " + format_number(*value) + ")");
 }
 
-void read_ms(Section& section, std::string_view key, Bound bound, double minimum, double& out) {
+void read_number_up_to(Section& section, std::string_view key, Bound bound, double minimum, double maximum,
+                       double& out, std::string_view note) {
   double value = std::numeric_limits<double>::quiet_NaN();  // stays NaN when absent or reported
   read_number(section, key, bound, minimum, value);
   if (std::isnan(value)) return;
-  if (value > kMaxMs) {
-    section.error(key, "must be <= " + format_number(kMaxMs) + " (an hour) (got " + format_number(value) + ")");
+  if (value > maximum) {
+    section.error(key, "must be <= " + format_number(maximum) + std::string(note) + " (got " + format_number(value) +
+                           ")");
     return;
   }
   out = value;

@@ -26,8 +26,14 @@ void read_number(Section& section, std::string_view key, Bound bound, double min
 // slice, and well inside the daemon's int64 nanoseconds.
 inline constexpr double kMaxMs = 3'600'000;
 
+// read_number, and at most `maximum`: "must be <= <maximum><note> (got ...)", `note` like " (an hour)".
+void read_number_up_to(Section& section, std::string_view key, Bound bound, double minimum, double maximum,
+                       double& out, std::string_view note = "");
+
 // A duration in ms: read_number, and at most kMaxMs.
-void read_ms(Section& section, std::string_view key, Bound bound, double minimum, double& out);
+inline void read_ms(Section& section, std::string_view key, Bound bound, double minimum, double& out) {
+  read_number_up_to(section, key, bound, minimum, kMaxMs, out, " (an hour)");
+}
 
 void read_bool(Section& section, std::string_view key, bool& out);
 void read_string(Section& section, std::string_view key, std::string& out);

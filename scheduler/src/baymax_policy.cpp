@@ -128,8 +128,7 @@ std::int64_t BaymaxPolicy::be_backlog_ns(std::uint32_t device, Engine engine, st
 std::optional<PolicyState> BaymaxPolicy::state(std::int64_t now_ns) const {
   PolicyState state{bound_.bound_ns(), bound_.steps(), {}, {}};
   if (options_.baymax.idle_bound_factor > 1 && options_.baymax.preemptive_devices != 0)
-    state.idle_stream_bound_ns = static_cast<std::int64_t>(std::min(options_.baymax.idle_bound_factor, 1000.0) *
-                                                           static_cast<double>(bound_.bound_ns()));
+    state.idle_stream_bound_ns = idle_stream_bound_ns();
   for (const auto& [device, budget] : long_budgets_) {
     state.long_op_budgets.push_back({device, long_op_budget_ns(device, now_ns), long_op_budget_cap_ns(device)});
   }
@@ -160,6 +159,12 @@ bool BaymaxPolicy::query_in_system(std::uint32_t device) const {
     return info.priority == ipc::Priority::high && entry.second.on(device) && info.target_ns &&
            (queries_.open_query(entry.first) != nullptr || !queries_.waiting_arrivals(entry.first).empty());
   });
+}
+
+std::int64_t BaymaxPolicy::idle_stream_bound_ns() const {
+  // With the bound at most an hour, 1000 x it stays exact in a double and far inside int64.
+  const double factor = std::clamp(options_.baymax.idle_bound_factor, 1.0, 1000.0);
+  return static_cast<std::int64_t>(factor * static_cast<double>(bound_.bound_ns()));
 }
 
 bool BaymaxPolicy::high_priority_on(std::uint32_t device) const {
@@ -319,11 +324,9 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
         // With no query in the system, one arriving would wait for a slice of each job with work
         // however deep its queue: the streams may run further ahead (idle_bound_factor), and once a
         // query is there nothing more goes until they are back under the bound.
-        // (At most 1000, as the config allows: the product stays exact in a double and inside int64.)
-        const double factor = options_.baymax.idle_bound_factor > 1 && !query_in_system(op.device)
-                                  ? std::min(options_.baymax.idle_bound_factor, 1000.0)
-                                  : 1.0;
-        const auto stream_bound = static_cast<std::int64_t>(factor * static_cast<double>(bound_.bound_ns()));
+        const std::int64_t stream_bound = options_.baymax.idle_bound_factor > 1 && !query_in_system(op.device)
+                                              ? idle_stream_bound_ns()
+                                              : bound_.bound_ns();
         const auto& streams = clients_.at(client).be_compute_ns;
         const auto own = streams.find({op.device, op.stream});
         if (own != streams.end() && own->second + p > stream_bound) return Hold::own_bound;
