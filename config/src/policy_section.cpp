@@ -11,9 +11,6 @@ namespace gpuqos::config::detail {
 namespace {
 
 constexpr std::uint64_t kMinChunkBytes = 64 * 1024;
-// A stream's bound while no query is in the system at most this many times the bound: with the bound
-// at most an hour, 1000 x 3.6e12 ns stays exact in a double and far inside int64.
-constexpr double kMaxIdleBoundFactor = 1000;
 constexpr std::int64_t kMaxU32 = std::numeric_limits<std::uint32_t>::max();
 
 std::optional<std::uint64_t> chunk_bytes_value(Section& section, const toml::node& node) {

@@ -5,6 +5,8 @@
 #include <limits>
 #include <tuple>
 
+#include "gpuqos/config/config.h"
+
 namespace gpuqos::scheduler {
 namespace {
 
@@ -162,8 +164,8 @@ bool BaymaxPolicy::query_in_system(std::uint32_t device) const {
 }
 
 std::int64_t BaymaxPolicy::idle_stream_bound_ns() const {
-  // With the bound at most an hour, 1000 x it stays exact in a double and far inside int64.
-  const double factor = std::clamp(options_.baymax.idle_bound_factor, 1.0, 1000.0);
+  // Held to what a config may give, whoever built the options (config.h says why that is safe).
+  const double factor = std::clamp(options_.baymax.idle_bound_factor, 1.0, config::kMaxIdleBoundFactor);
   return static_cast<std::int64_t>(factor * static_cast<double>(bound_.bound_ns()));
 }
 

@@ -46,6 +46,10 @@ struct DevicesConfig {
   friend bool operator==(const DevicesConfig&, const DevicesConfig&) = default;
 };
 
+// The largest idle_bound_factor a config may give (the policy holds to it too): with every _ms key
+// at most an hour, 1000 x 3.6e12 ns stays exact in a double and far inside int64.
+inline constexpr double kMaxIdleBoundFactor = 1000;
+
 // [policy.baymax]
 struct BaymaxConfig {
   double safety_margin_ms = 1.0;              // slack kept before every open query's deadline (>= 0)

@@ -235,7 +235,7 @@ class BaymaxPolicy final : public Policy {
   // A query of a job with a target on the device is open, or a request of one is waiting.
   bool query_in_system(std::uint32_t device) const;
   // A best-effort stream's bound on a preemptive device with no query in the system there:
-  // idle_bound_factor (at most 1000, as the config allows) x the bound now.
+  // idle_bound_factor (at most config::kMaxIdleBoundFactor, 1000, as a config allows) x the bound now.
   std::int64_t idle_stream_bound_ns() const;
   Decisions grant_ready(std::int64_t now_ns);
   void extend_credit(ClientId client, ClientState& state, Decisions& decisions);
