@@ -88,7 +88,9 @@ class Experiment {
   }
 
   JobSpec be_job(const Workload& w) const {
-    return {w.job, "low", {"--workload", rig_.workload_file(w).string(), "--mode", "be", "--pace-scale", number(o_.time_scale)}};
+    std::vector<std::string> args{"--workload", rig_.workload_file(w).string(), "--mode", "be", "--pace-scale", number(o_.time_scale)};
+    if (o_.be_thread_per_stream) args.push_back("--thread-per-stream");
+    return {w.job, "low", args};
   }
 
   // Runs the jobs and hands the outcome to `use`, which may throw on a result it cannot read; the

@@ -51,7 +51,7 @@ json config_json(const Options& o, const std::string& traces_dir, double wall_s)
   return {{"quick", o.quick},           {"target_factor", o.target_factor}, {"duration_s", o.duration_s},
           {"calibration_s", o.calibration_s}, {"time_scale", o.time_scale},   {"seed", o.seed},
           {"policies", o.policies},      {"device_modes", o.device_modes},   {"loads", o.loads},
-          {"be_mixes", o.be_mixes},      {"daemon_target", o.daemon_target}, {"traces_dir", traces_dir},
+          {"be_mixes", o.be_mixes},      {"daemon_target", o.daemon_target}, {"be_thread_per_stream", o.be_thread_per_stream}, {"traces_dir", traces_dir},
           {"workloads", workloads},
           {"baymax_from", o.baymax_source},
           {"baymax", {{"safety_margin_ms", o.baymax.safety_margin_ms},
@@ -144,6 +144,9 @@ int main(int argc, char** argv) {
                   "service: gpuqosd sees each query from its first op, with target factor x the closed-loop "
                   "service p50; end-to-end: the LC marks arrivals and gpuqosd gets the cell's target")
       ->check(CLI::IsMember(kDaemonTargets))->capture_default_str();
+  qos->add_flag("--be-thread-per-stream", o.be_thread_per_stream,
+                "BE replayers submit each trace stream from a thread of its own: a launch gpuqosd holds then "
+                "stops only its stream, as host-side deferral of held launches would");
   std::string baymax_from = (fs::path(GPUQOS_SOURCE_DIR) / "examples" / "gpuqos.toml").string();
   qos->add_option("--baymax-from", baymax_from,
                   "config file whose [policy.baymax] every cell's gpuqosd gets (times x --time-scale; "

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
 #include <thread>
 
 #include "cuda_check.h"
@@ -36,7 +37,7 @@ bool uses_pinned_host(const Operation& op) {
 }  // namespace
 
 CudaReplayer::CudaReplayer(const Workload& workload, const std::string& ptx, int device, bool keep_gaps,
-                           std::chrono::nanoseconds lead, double pace_scale)
+                           std::chrono::nanoseconds lead, double pace_scale, bool thread_per_stream)
     : workload_(workload), keep_gaps_(keep_gaps), lead_(lead), pace_scale_(pace_scale) {
   ::prctl(PR_SET_TIMERSLACK, 1000UL);  // 1 us instead of 50 us: paced sleeps wake on time
   GQ_CU_CHECK(cuInit(0));
@@ -71,6 +72,14 @@ CudaReplayer::CudaReplayer(const Workload& workload, const std::string& ptx, int
   }
   GQ_CU_CHECK(cuEventCreate(&start_event_, CU_EVENT_DEFAULT));
   allocate_buffers();
+  if (thread_per_stream && streams_.size() > 1) {
+    std::map<std::int64_t, std::size_t> slot;
+    for (std::size_t i = 0; i < workload.ops.size(); ++i) {
+      auto [it, added] = slot.try_emplace(workload.ops[i].stream, ops_by_stream_.size());
+      if (added) ops_by_stream_.emplace_back();
+      ops_by_stream_[it->second].push_back(i);
+    }
+  }
 }
 
 void CudaReplayer::allocate_buffers() {
@@ -119,14 +128,42 @@ CudaReplayer::Clock::time_point CudaReplayer::start(bool wait_for_device) {
 }
 
 void CudaReplayer::submit(Clock::time_point origin) {
-  for (const Operation& op : workload_.ops) {
+  if (ops_by_stream_.empty()) {
+    std::vector<std::size_t> all(workload_.ops.size());
+    for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+    submit_ops(origin, all);
+  } else {
+    // One thread per stream; the first failure is rethrown once all have stopped.
+    std::vector<std::exception_ptr> errors(ops_by_stream_.size());
+    {
+      std::vector<std::jthread> threads;
+      for (std::size_t s = 0; s < ops_by_stream_.size(); ++s) {
+        threads.emplace_back([this, origin, s, &errors] {
+          try {
+            GQ_CU_CHECK(cuCtxSetCurrent(context_));
+            submit_ops(origin, ops_by_stream_[s]);
+          } catch (...) {
+            errors[s] = std::current_exception();
+          }
+        });
+      }
+    }
+    for (const std::exception_ptr& error : errors) {
+      if (error) std::rethrow_exception(error);
+    }
+  }
+  for (auto& [id, stream] : streams_) GQ_CU_CHECK(cuEventRecord(end_events_.at(id), stream));
+}
+
+void CudaReplayer::submit_ops(Clock::time_point origin, const std::vector<std::size_t>& ops) {
+  for (std::size_t i : ops) {
+    const Operation& op = workload_.ops[i];
     if (keep_gaps_) {
       auto offset = std::chrono::nanoseconds(std::llround(static_cast<double>(submit_offset_ns(op)) * pace_scale_));
       pace_until(origin + offset - lead_);
     }
     submit_op(op);
   }
-  for (auto& [id, stream] : streams_) GQ_CU_CHECK(cuEventRecord(end_events_.at(id), stream));
 }
 
 void CudaReplayer::submit_op(const Operation& op) {

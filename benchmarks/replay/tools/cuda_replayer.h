@@ -24,8 +24,10 @@ class CudaReplayer {
   // cover the time work takes to reach the device (zero: never before the recorded start).
   // pace_scale: recorded offsets are stretched by it; set it to the device's time_scale when the
   // device (simgpu) runs in slow motion, so host and device keep the recorded proportions.
+  // thread_per_stream: submit each trace stream's ops from a thread of its own (see submit()).
   CudaReplayer(const Workload& workload, const std::string& ptx, int device, bool keep_gaps,
-               std::chrono::nanoseconds lead = std::chrono::nanoseconds(0), double pace_scale = 1.0);
+               std::chrono::nanoseconds lead = std::chrono::nanoseconds(0), double pace_scale = 1.0,
+               bool thread_per_stream = false);
   ~CudaReplayer();
   CudaReplayer(const CudaReplayer&) = delete;
   CudaReplayer& operator=(const CudaReplayer&) = delete;
@@ -37,6 +39,9 @@ class CudaReplayer {
   // Submits every op once. With keep_gaps, op i is submitted no earlier than
   // origin + submit_offset_ns(i) (its recorded launch, else its start), so the recorded idle
   // gaps are reproduced; without, back to back.
+  // With thread_per_stream, each stream's ops go from a thread of their own, paced the same way:
+  // a call that blocks (a launch held by gpuqosd) then delays only its own stream, as if the
+  // program's launches returned at once and waited per stream on the host (Baymax's deferral).
   // Ends by recording an end event on every stream.
   void submit(Clock::time_point origin);
   // Waits until everything submitted has finished; returns the device time in ms from the
@@ -48,6 +53,8 @@ class CudaReplayer {
 
  private:
   void allocate_buffers();
+  // Submits `ops` (indices into the workload, in order) as submit() does.
+  void submit_ops(Clock::time_point origin, const std::vector<std::size_t>& ops);
   void submit_op(const Operation& op);
   void submit_copy(const Operation& op, CUstream stream);
 
@@ -55,6 +62,7 @@ class CudaReplayer {
   bool keep_gaps_;
   std::chrono::nanoseconds lead_;
   double pace_scale_;
+  std::vector<std::vector<std::size_t>> ops_by_stream_;  // thread_per_stream only: op indices per stream
   CUdevice device_ = 0;
   CUcontext context_ = nullptr;
   CUmodule module_ = nullptr;

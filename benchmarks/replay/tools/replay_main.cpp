@@ -33,6 +33,7 @@ struct Options {
   double rate_per_s = 10;
   bool closed_loop = false;
   bool mark_queries = false;
+  bool thread_per_stream = false;
   std::uint64_t seed = 1;
   std::optional<double> duration_s;
   std::optional<std::uint64_t> count;  // --queries / --iterations
@@ -165,12 +166,12 @@ int run(const Options& o) {
   const Workload workload = load_workload(o.workload_path);
   const std::string ptx = o.ptx_path.empty() ? generate_ptx(workload) : read_text_file(o.ptx_path);
   const auto us = [](double v) { return std::chrono::nanoseconds(static_cast<std::int64_t>(v * 1000)); };
-  CudaReplayer replayer(workload, ptx, o.device, o.gaps == "keep", us(o.lead_us), o.pace_scale);
+  CudaReplayer replayer(workload, ptx, o.device, o.gaps == "keep", us(o.lead_us), o.pace_scale, o.thread_per_stream);
   StopRule stop{Clock::now(), o.duration_s, o.count};
   if (!stop.count && !stop.duration_s) stop.duration_s = 10.0;
   json result = o.mode == "lc" ? run_queries(replayer, o, stop) : run_iterations(replayer, stop);
   result["config"] = {{"workload", o.workload_path}, {"mode", o.mode},   {"gaps", o.gaps}, {"lead_us", o.lead_us}, {"pace_scale", o.pace_scale},
-                      {"rate_per_s", o.rate_per_s},  {"closed_loop", o.closed_loop}, {"mark_queries", o.mark_queries}, {"seed", o.seed},
+                      {"rate_per_s", o.rate_per_s},  {"closed_loop", o.closed_loop}, {"mark_queries", o.mark_queries}, {"thread_per_stream", o.thread_per_stream}, {"seed", o.seed},
                       {"device", replayer.device_name()}};
   result["trace"] = {{"source", workload.source},
                      {"span_ms", static_cast<double>(workload.span_ns) / 1e6},
@@ -213,6 +214,9 @@ int main(int argc, char** argv) {
   app.add_flag("--mark-queries", o.mark_queries,
                "lc: mark each query with gpuqos/query.h (its arrival, from a thread of its own, its begin and "
                "end), so gpuqosd's latency and deadline run from the arrival");
+  app.add_flag("--thread-per-stream", o.thread_per_stream,
+               "submit each trace stream's ops from a thread of its own: a blocking call (a launch held "
+               "by gpuqosd) then delays only its own stream");
   app.add_option("--seed", o.seed, "seed of the arrival process")->capture_default_str();
   auto* duration = app.add_option("--duration", duration_s, "stop after this many seconds (default 10 without a count)")
                        ->check(CLI::PositiveNumber);
