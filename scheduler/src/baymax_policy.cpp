@@ -138,7 +138,37 @@ std::optional<PolicyState> BaymaxPolicy::state(std::int64_t now_ns) const {
     if (client.info.priority != ipc::Priority::low) continue;
     state.be_compute_outstanding_ns[client.info.job] += client.be_compute_total_ns();
   }
+  state.tight_targets = tight_targets();
   return state;
+}
+
+std::vector<PolicyState::TightTarget> BaymaxPolicy::tight_targets() const {
+  std::vector<PolicyState::TightTarget> tight;
+  for (const auto& [id, client] : clients_) {
+    if (client.info.priority != ipc::Priority::high || !client.info.target_ns) continue;
+    const std::int64_t expected = queries_.expected_query_ns(id);
+    if (expected <= 0) continue;  // no closed query yet
+    const std::int64_t target = *client.info.target_ns;
+    client.for_each_device([&](std::uint32_t device) {
+      if (!options_.baymax.preemptive(device)) return;
+      const std::int64_t slice = options_.baymax.timeslice(device);
+      if (target - expected >= slice) return;
+      PolicyState::TightTarget entry{client.info.job, device, target, expected, slice};
+      // Several clients of one job: the one whose queries take longest speaks for it.
+      auto same = std::find_if(tight.begin(), tight.end(), [&](const PolicyState::TightTarget& t) {
+        return t.job == entry.job && t.device == device;
+      });
+      if (same == tight.end()) {
+        tight.push_back(std::move(entry));
+      } else if (expected > same->expected_query_ns) {
+        *same = std::move(entry);
+      }
+    });
+  }
+  std::sort(tight.begin(), tight.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.job, a.device) < std::tie(b.job, b.device);
+  });
+  return tight;
 }
 
 std::size_t BaymaxPolicy::queued_ops() const {

@@ -7,6 +7,7 @@
 #include "gpuqos/ipc/clock.h"
 #include "gpuqos/scheduler/daemon.h"
 #include "gpuqos/scheduler/metrics.h"
+#include "gpuqos/scheduler/status.h"
 
 namespace gpuqos::scheduler {
 namespace {
@@ -14,6 +15,7 @@ namespace {
 // A query still open this long after its latest op lost a completion (a shim that stopped
 // reporting them): it is abandoned, not counted. A client that leaves is forgotten at once.
 constexpr std::int64_t kAbandonQueryNs = 60'000'000'000;
+constexpr std::int64_t kTightCheckIntervalNs = 1'000'000'000;
 
 std::optional<std::int64_t> target_ns(const config::Config& config, const std::string& job) {
   const config::JobConfig* listed = config::find_job(config, job);
@@ -58,6 +60,19 @@ void Daemon::qos_tick(std::int64_t now_ns) {
     start_metrics();
   }
   if (metrics_ && metrics_->refresh_wanted()) metrics_->publish(render_metrics(status_snapshot()), now_ns);
+  warn_tight_targets(now_ns);
+}
+
+void Daemon::warn_tight_targets(std::int64_t now_ns) {
+  if (now_ns - tight_checked_ns_ < kTightCheckIntervalNs) return;
+  tight_checked_ns_ = now_ns;
+  const std::optional<PolicyState> state = policy_->state(now_ns);
+  if (!state) return;
+  for (const PolicyState::TightTarget& tight : state->tight_targets) {
+    if (!tight_warned_.emplace(tight.job, tight.device, tight.target_ns).second) continue;  // a new target warns anew
+    spdlog::warn("{}", tight_target_text(tight.job, tight.device, tight.target_ns, tight.expected_query_ns,
+                                         tight.timeslice_ns));
+  }
 }
 
 void Daemon::qos_status(DaemonStatus& status, std::int64_t now_ns) const {

@@ -48,10 +48,19 @@ nlohmann::json policy_state_json(const PolicyState& state) {
                        {"level_ns", static_cast<std::int64_t>(budget.level_ns)},
                        {"cap_ns", static_cast<std::int64_t>(budget.cap_ns)}});
   }
+  nlohmann::json tight = nlohmann::json::array();
+  for (const auto& t : state.tight_targets) {
+    tight.push_back({{"job", t.job},
+                     {"device", t.device},
+                     {"target_ns", t.target_ns},
+                     {"expected_query_ns", t.expected_query_ns},
+                     {"timeslice_ns", t.timeslice_ns}});
+  }
   return {{"backlog_bound_ns", state.backlog_bound_ns},
           {"idle_stream_bound_ns", state.idle_stream_bound_ns},
           {"adaptation_steps", state.adaptation_steps},
-          {"long_op_budget", std::move(budgets)}};
+          {"long_op_budget", std::move(budgets)},
+          {"tight_targets", std::move(tight)}};
 }
 
 std::string milliseconds(std::int64_t ns) {
@@ -144,7 +153,24 @@ std::string render_policy_state(const nlohmann::json& status) {
                milliseconds(be.at("outstanding_ns").get<std::int64_t>()) + " ms";
   }
   if (!granted.empty()) out << "  granted, not completed: " << granted << "\n";
+  // (Absent from a daemon older than the check.)
+  for (const auto& tight : state.value("tight_targets", nlohmann::json::array())) {
+    out << "  warning: " << tight_target_text(tight.at("job").get<std::string>(), tight.at("device").get<std::uint32_t>(),
+                                              tight.at("target_ns").get<std::int64_t>(),
+                                              tight.at("expected_query_ns").get<std::int64_t>(),
+                                              tight.at("timeslice_ns").get<std::int64_t>())
+        << "\n";
+  }
   return out.str();
+}
+
+std::string tight_target_text(const std::string& job, std::uint32_t device, std::int64_t target_ns,
+                              std::int64_t expected_query_ns, std::int64_t timeslice_ns) {
+  return job + "'s target of " + milliseconds(target_ns) + " ms leaves " +
+         milliseconds(target_ns - expected_query_ns) + " ms over its queries' " + milliseconds(expected_query_ns) +
+         " ms, less than device " + std::to_string(device) + "'s time slice of " + milliseconds(timeslice_ns) +
+         " ms: a query arriving while best-effort work runs there waits for a slice of it and can miss the "
+         "target (raise the target, or expect those misses)";
 }
 
 std::string render_status_table(const nlohmann::json& status) {

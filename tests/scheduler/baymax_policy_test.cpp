@@ -716,6 +716,30 @@ TEST(BaymaxPolicy, ADeviceWithItsOwnTimeSliceIsJudgedByIt) {
   }
 }
 
+// A target that leaves less than one time slice over the job's expected query (teach_one_query's:
+// 10 ms) is reported tight on each preemptive device the job is on: a query arriving while
+// best-effort work runs waits for a slice whatever is held after. Not before a query closed, not
+// on a device that runs kernels to their end, not with a whole slice of slack.
+TEST(BaymaxPolicy, ATargetWithLessThanASliceOfSlackIsReportedTight) {
+  const auto tight_after_one_query = [](const PolicyOptions& o, std::int64_t target) {
+    BaymaxPolicy policy(o);
+    (void)policy.client_registered(serve(kServe, target), 0);
+    (void)policy.client_registered(train(kTrainA), 0);
+    EXPECT_TRUE(policy.tight_targets().empty()) << "no query closed yet";
+    teach_one_query(policy);
+    EXPECT_EQ(policy.state(100 * kMs)->tight_targets, policy.tight_targets());
+    return policy.tight_targets();
+  };
+  using Tight = std::vector<PolicyState::TightTarget>;
+  EXPECT_EQ(tight_after_one_query(sliced(), 13 * kMs), (Tight{{"serve", 0, 13 * kMs, 10 * kMs, 4 * kMs}}))
+      << "3 ms of slack, a 4-ms slice";
+  EXPECT_TRUE(tight_after_one_query(sliced(), 14 * kMs).empty()) << "a whole slice of slack";
+  EXPECT_TRUE(tight_after_one_query(on_device(false), 11 * kMs).empty()) << "no slices: the bound's business";
+  PolicyOptions own_slice = sliced();
+  own_slice.baymax.device_timeslice_ns = {{0, 2 * kMs}};
+  EXPECT_TRUE(tight_after_one_query(own_slice, 13 * kMs).empty()) << "device 0's own slice is 2 ms";
+}
+
 // Each round's waiting heads are charged the time to the next round, by what holds them.
 TEST(BaymaxPolicy, HoldTimesSayWhatHeldEachWaitingHead) {
   constexpr ClientId kCopier = 6;

@@ -87,6 +87,11 @@ std::string http_get(std::uint16_t port, const std::string& path) {
 const std::string kServeConfig =
     "[policy]\nname = \"fifo\"\n[[job]]\nname = \"serve\"\ntarget_ms = 10.0\npercentile = 99.0\n";
 
+// kServeConfig's job under baymax with these [policy.baymax] lines.
+std::string baymax_serve_config(const std::string& baymax_lines) {
+  return "[policy]\nname = \"baymax\"\n[policy.baymax]\n" + baymax_lines + kServeConfig.substr(kServeConfig.find("[[job]]"));
+}
+
 TEST(Qos, StatusShowsAQuerysLatencyAgainstTheConfiguredTargetAndTopPrintsIt) {
   TempDir dir("gpuqos-qos");
   DaemonProcess daemon({"--config", dir.write("gpuqosd.toml", kServeConfig).string()});
@@ -159,10 +164,7 @@ TEST(Qos, AJobsNumbersSurviveItsClientReconnectingAndBestEffortProgressIsCounted
 // is on, and a best-effort job's granted work not yet completed; a fifo daemon has none.
 TEST(Qos, StatusShowsBaymaxsBoundBudgetAndGrantedWork) {
   TempDir dir("gpuqos-qos");
-  DaemonProcess daemon({"--config", dir.write("gpuqosd.toml", "[policy]\nname = \"baymax\"\n[policy.baymax]\n"
-                                                              "be_backlog_bound_ms = 7.5\n" +
-                                                              kServeConfig.substr(kServeConfig.find("[[job]]")))
-                                         .string()});
+  DaemonProcess daemon({"--config", dir.write("gpuqosd.toml", baymax_serve_config("be_backlog_bound_ms = 7.5\n")).string()});
   FakeClient serve(daemon.socket(), Priority::high, "serve");
   FakeClient train(daemon.socket(), Priority::low, "train");
   train.name_kernel(1, "step");
@@ -184,6 +186,31 @@ TEST(Qos, StatusShowsBaymaxsBoundBudgetAndGrantedWork) {
 
   DaemonProcess fifo({"--config", dir.write("fifo.toml", kServeConfig).string()});
   EXPECT_FALSE(fifo.status().contains("policy_state"));
+}
+
+// On a time-slicing device, a target that leaves less than one slice over the job's queries is
+// warned of, in the status and once in gpuqosd's log (not again at every check).
+TEST(Qos, ATargetTighterThanATimeSliceIsWarnedOfOnce) {
+  TempDir dir("gpuqos-qos");
+  DaemonProcess daemon({"--config", dir.write("gpuqosd.toml", baymax_serve_config("preemptive_device = true\n"
+                                                                                   "timeslice_ms = 8.0\n"))
+                                         .string()});
+  FakeClient serve(daemon.socket(), Priority::high, "serve");
+  serve.name_kernel(1, "infer");
+  run_query(serve, 1, 3ms);  // 3 ms and more of a 10-ms target: at most 7 left, under the 8-ms slice
+  nlohmann::json status;
+  ASSERT_TRUE(eventually([&] {
+    status = daemon.status();
+    return !status["policy_state"].value("tight_targets", nlohmann::json::array()).empty();
+  }, 5s)) << status.dump(1);
+  EXPECT_EQ(status["policy_state"]["tight_targets"][0]["job"], "serve");
+  EXPECT_EQ(status["policy_state"]["tight_targets"][0]["timeslice_ns"], 8 * kMs);
+  const std::string warning = "serve's target of 10.000 ms leaves ";
+  ASSERT_TRUE(eventually([&] { return daemon.log().find(warning) != std::string::npos; }, 5s)) << daemon.log();
+  run_query(serve, 4, 3ms);
+  std::this_thread::sleep_for(1200ms);  // past the next once-a-second check
+  const std::string log = daemon.log();
+  EXPECT_EQ(log.find(warning), log.rfind(warning)) << log;
 }
 
 TEST(Qos, MetricsEndpointServesPrometheusText) {

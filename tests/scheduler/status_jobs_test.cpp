@@ -158,6 +158,31 @@ TEST(StatusJobs, ThePolicysStateWhenItKeepsOne) {
   EXPECT_EQ(render_status_table(json).find("best-effort bound"), std::string::npos);
 }
 
+// A target with less than one time slice of slack: in the JSON, and a warning line of the table
+// that gives the figures; none from an older daemon.
+TEST(StatusJobs, ATightTargetIsWarnedOf) {
+  DaemonStatus status = with_jobs({serve(3'900'000, true), train()});
+  status.policy_state = PolicyState{4'500'000, 0, {}, {}};
+  status.policy_state->tight_targets = {{"serve", 1, 23'600'000, 15'800'000, 8 * kMs}};
+  auto json = nlohmann::json::parse(bounded_status_text(status));
+  ASSERT_EQ(json["policy_state"]["tight_targets"].size(), 1u);
+  EXPECT_EQ(json["policy_state"]["tight_targets"][0]["job"], "serve");
+  EXPECT_EQ(json["policy_state"]["tight_targets"][0]["device"], 1);
+  EXPECT_EQ(json["policy_state"]["tight_targets"][0]["target_ns"], 23'600'000);
+  EXPECT_EQ(json["policy_state"]["tight_targets"][0]["expected_query_ns"], 15'800'000);
+  EXPECT_EQ(json["policy_state"]["tight_targets"][0]["timeslice_ns"], 8 * kMs);
+  const std::string table = render_status_table(json);
+  EXPECT_NE(table.find("  warning: serve's target of 23.600 ms leaves 7.800 ms over its queries' 15.800 ms, less "
+                       "than device 1's time slice of 8.000 ms: a query arriving while best-effort work runs there "
+                       "waits for a slice of it and can miss the target"),
+            std::string::npos)
+      << table;
+  json["policy_state"].erase("tight_targets");  // an older daemon
+  EXPECT_EQ(render_status_table(json).find("warning"), std::string::npos);
+  status.policy_state->tight_targets.clear();
+  EXPECT_EQ(render_status_table(nlohmann::json::parse(bounded_status_text(status))).find("warning"), std::string::npos);
+}
+
 TEST(StatusJobs, ManyJobsAndClientsAreCutToFitOneRecord) {
   std::vector<JobQosSnapshot> jobs;
   for (int i = 0; i < 256; ++i) {

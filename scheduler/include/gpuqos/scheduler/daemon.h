@@ -12,7 +12,9 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gpuqos/config/config.h"
@@ -114,8 +116,10 @@ class Daemon {
   void qos_completed(const Client& client, const ipc::CompletionDescriptor& completion, std::int64_t now_ns);
   void qos_client_gone(const Client& client);
   // Each tick: abandons queries whose completions were lost, publishes metrics a scrape asked for,
-  // and restarts the endpoint when a reload moved [daemon] metrics_listen.
+  // and restarts the endpoint when a reload moved [daemon] metrics_listen; once a second, warns of
+  // each tight target (PolicyState::tight_targets) the first time it is seen.
   void qos_tick(std::int64_t now_ns);
+  void warn_tight_targets(std::int64_t now_ns);
   // The jobs and grant counters of status_snapshot().
   void qos_status(DaemonStatus& status, std::int64_t now_ns) const;
   // The Prometheus endpoint at options_.config.daemon.metrics_listen (off when its port is 0); a
@@ -137,6 +141,8 @@ class Daemon {
   QosTracker qos_;
   config::ListenAddress metrics_address_;  // what start_metrics() last tried
   std::unique_ptr<MetricsServer> metrics_;
+  std::int64_t tight_checked_ns_ = 0;
+  std::set<std::tuple<std::string, std::uint32_t, std::int64_t>> tight_warned_;  // (job, device, target) warned of
 };
 
 }  // namespace gpuqos::scheduler
