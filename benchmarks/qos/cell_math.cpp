@@ -2,6 +2,9 @@
 #include "cell_math.h"
 
 #include <algorithm>
+#include <vector>
+
+#include <boost/math/distributions/binomial.hpp>
 #include <numeric>
 #include <stdexcept>
 
@@ -36,6 +39,33 @@ double violation_fraction(std::span<const double> latency_ms, double target_ms) 
   if (latency_ms.empty()) return 0.0;
   const auto over = std::count_if(latency_ms.begin(), latency_ms.end(), [&](double ms) { return ms > target_ms; });
   return static_cast<double>(over) / static_cast<double>(latency_ms.size());
+}
+
+QuantileInterval quantile_interval(std::span<const double> values, double q, double confidence) {
+  if (values.empty() || !(q > 0 && q < 1) || !(confidence > 0 && confidence < 1))
+    throw std::invalid_argument("quantile_interval: values, 0 < q < 1 and 0 < confidence < 1 needed");
+  std::vector<double> sorted(values.begin(), values.end());
+  std::sort(sorted.begin(), sorted.end());
+  const auto n = sorted.size();
+  const boost::math::binomial_distribution<double> under(static_cast<double>(n), q);  // draws under the quantile
+  const double tail = (1.0 - confidence) / 2.0;
+  QuantileInterval interval;
+  // x_(j) (1-based) is above the quantile when at most j - 1 draws are under it: the largest j with
+  // P(B <= j - 1) <= tail.
+  for (std::size_t j = n; j >= 1; --j) {
+    if (boost::math::cdf(under, static_cast<double>(j - 1)) <= tail) {
+      interval.low = sorted[j - 1];
+      break;
+    }
+  }
+  // x_(k) is under it when at least k draws are: the smallest k with P(B >= k) <= tail.
+  for (std::size_t k = 1; k <= n; ++k) {
+    if (boost::math::cdf(boost::math::complement(under, static_cast<double>(k - 1))) <= tail) {
+      interval.high = sorted[k - 1];
+      break;
+    }
+  }
+  return interval;
 }
 
 double fraction_of_standalone(double measured, double standalone) {

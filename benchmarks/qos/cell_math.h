@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 
 #include <nlohmann/json.hpp>
@@ -34,6 +35,17 @@ double target_ms(double target_factor, double standalone_p99_ms);
 
 // Share of the latencies strictly above target_ms; 0 when there are none.
 double violation_fraction(std::span<const double> latency_ms, double target_ms);
+
+// A distribution-free confidence interval for the q-quantile of the distribution the values were
+// drawn from (independent draws): order statistics x_(j) <= quantile <= x_(k), since the number of
+// draws under the quantile is Binomial(n, q). Each end misses with probability at most
+// (1 - confidence) / 2. An end is none when n is too small to give it: for a p99 at 95 % there is
+// no upper end below 368 values (0.99^n must fall to 2.5 %), so the second-largest of 118 (the
+// replayer's p99 then) bounds the true p99 only from below.
+struct QuantileInterval {
+  std::optional<double> low, high;
+};
+QuantileInterval quantile_interval(std::span<const double> values, double q, double confidence);
 
 // measured / standalone; 0 when the standalone figure is not positive.
 double fraction_of_standalone(double measured, double standalone);

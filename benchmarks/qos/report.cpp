@@ -2,6 +2,7 @@
 #include "report.h"
 
 #include <cstdio>
+#include <optional>
 
 namespace gpuqos::qos {
 namespace {
@@ -32,13 +33,15 @@ json cell_json(const CellResult& c) {
             {"lc_gpu_busy_fraction_standalone", c.lc_gpu_busy_standalone}};
   j.update(status_json(c.status));
   if (!c.status.ok) {
-    for (const char* key : {"lc_p50_ms", "lc_p99_ms", "violation_fraction", "be_fraction_of_ideal",
+    for (const char* key : {"lc_p50_ms", "lc_p99_ms", "lc_p99_ci95_ms", "violation_fraction", "be_fraction_of_ideal",
                             "be_fraction_of_ideal_together", "gpu_busy_fraction"})
       j[key] = nullptr;
     return j;
   }
   j.update(lc_json(c.lc));
   j["p99_over_target"] = c.target_ms > 0 ? c.lc.p99_ms / c.target_ms : 0.0;
+  const auto end = [](const std::optional<double>& ms) { return ms ? json(*ms) : json(nullptr); };
+  j["lc_p99_ci95_ms"] = json::array({end(c.lc_p99_ci95.low), end(c.lc_p99_ci95.high)});
   j["violation_fraction"] = c.violation_fraction;
   j["be"] = json::array();
   for (const BeJobResult& be : c.be) {
@@ -132,18 +135,27 @@ std::string standalone_table(const Results& r) {
   return md;
 }
 
+// "41.20–60.10"; an end the queries are too few for is left open ("≥ 41.20").
+std::string interval_text(const QuantileInterval& interval) {
+  if (interval.low && interval.high) return fixed(*interval.low, 2) + "–" + fixed(*interval.high, 2);
+  if (interval.low) return "≥ " + fixed(*interval.low, 2);
+  if (interval.high) return "≤ " + fixed(*interval.high, 2);
+  return "n/a";
+}
+
 std::string cell_row(const CellResult& c) {
   std::string row = "| " + c.cell.policy + " | " + c.cell.device_mode + " | " + fixed(c.cell.lc_load, 2) + " | " +
                     c.cell.be_mix + " | ";
   if (!c.status.ok)
-    return row + "| | " + fixed(c.target_ms, 2) + " | | | | | | | | | failed: " + c.status.reason + " |\n";
+    return row + "| | | " + fixed(c.target_ms, 2) + " | | | | | | | | | failed: " + c.status.reason + " |\n";
   std::string rates, fractions;
   for (const BeJobResult& be : c.be) {
     const std::string sep = rates.empty() ? "" : ", ";
     rates += sep + fixed(be.run.iterations_per_s, 2);
     fractions += sep + percent(be.fraction_of_standalone);
   }
-  return row + fixed(c.lc.p50_ms, 2) + " | " + fixed(c.lc.p99_ms, 2) + " | " + fixed(c.target_ms, 2) + " | " +
+  return row + fixed(c.lc.p50_ms, 2) + " | " + fixed(c.lc.p99_ms, 2) + " | " + interval_text(c.lc_p99_ci95) + " | " +
+         fixed(c.target_ms, 2) + " | " +
          fixed(c.target_ms > 0 ? c.lc.p99_ms / c.target_ms : 0.0, 2) + " | " + percent(c.violation_fraction) + " | " +
          std::to_string(c.lc.queries) + " | " + rates + " | " + fractions + " | " + percent(c.be_fraction_of_ideal) +
          " | " + (c.be_fraction_of_ideal_together ? percent(*c.be_fraction_of_ideal_together) : "n/a") + " | " +
@@ -161,10 +173,10 @@ json results_json(const Results& results, const json& config) {
 std::string results_markdown(const Results& results, double time_scale) {
   std::string md = "Standalone references (simgpu time scale " + fixed(time_scale, 1) + "; latencies in scaled ms)\n\n" +
                    standalone_table(results) + "\nCells (BE columns list the mix's jobs in order)\n\n" +
-                   "| policy | device mode | lc_load | BE mix | LC p50 (ms) | LC p99 (ms) | target (ms) | p99/target | "
-                   "violations | queries | BE it/s | BE % of standalone | BE % of ideal | BE % of ideal (mix alone) | "
-                   "GPU busy | status |\n"
-                   "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+                   "| policy | device mode | lc_load | BE mix | LC p50 (ms) | LC p99 (ms) | p99 95 % CI (ms) | target (ms) | "
+                   "p99/target | violations | queries | BE it/s | BE % of standalone | BE % of ideal | "
+                   "BE % of ideal (mix alone) | GPU busy | status |\n"
+                   "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
                    "| ---: | --- |\n";
   for (const CellResult& c : results.cells) md += cell_row(c);
   return md;

@@ -13,6 +13,7 @@ CellResult evaluate_cell(const Cell& cell, const CellMeasurement& measured, cons
   CellResult r = failed_cell(cell, lc_reference, Status{});
   r.lc = measured.lc;
   r.violation_fraction = violation_fraction(measured.lc.latency_ms, r.target_ms);
+  if (!measured.lc.latency_ms.empty()) r.lc_p99_ci95 = quantile_interval(measured.lc.latency_ms, 0.99, 0.95);
   r.gpu_busy_fraction = measured.gpu_busy_fraction;
   const auto mix_alone = std::find_if(mix_references.begin(), mix_references.end(), [&](const StandaloneMix& s) {
     return s.be_mix == cell.be_mix && s.device_mode == cell.device_mode && s.status.ok;

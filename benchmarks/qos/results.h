@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "cell_math.h"
 #include "plan.h"
 
 namespace gpuqos::qos {
@@ -93,6 +94,7 @@ struct CellResult {
   double target_ms = 0;
   LcStats lc;
   double violation_fraction = 0;         // share of queries over target_ms
+  QuantileInterval lc_p99_ci95;          // where the LC's true p99 lies, at 95 % (ends none: too few queries)
   double lc_gpu_busy_standalone = 0;     // the reference's, which sets the ideal leftover
   std::vector<BeJobResult> be;
   double be_fraction_of_ideal = 0;

@@ -2,6 +2,7 @@
 // simgpu-stat answers, the BE share of the ideal, and a cell evaluated against its references.
 #include <gtest/gtest.h>
 
+#include <stdexcept>
 #include <vector>
 
 #include "cell_math.h"
@@ -56,6 +57,35 @@ TEST(QosCellMath, BeFractionOfIdealIsMeanShareOverLeftover) {
   EXPECT_DOUBLE_EQ(be_fraction_of_ideal(one, 1.0), 0.0);  // no leftover at all
 }
 
+// Values 1..n in shuffled order: the interval's ends are the order statistics' ranks. The median's
+// of 100 at 95 % is the textbook (40th, 61st); a p99's needs 368 values for an upper end
+// (0.99^368 < 2.5 % < 0.99^367). Ranks of the others from the exact binomial (Python, fractions).
+TEST(QosCellMath, QuantileIntervalIsTheBinomialOrderStatistics) {
+  const auto ranks = [](std::size_t n, double q) {
+    std::vector<double> values(n);
+    for (std::size_t i = 0; i < n; ++i) values[i] = static_cast<double>((i * 7919) % n + 1);  // a permutation
+    return quantile_interval(values, q, 0.95);
+  };
+  const QuantileInterval median = ranks(100, 0.5);
+  EXPECT_EQ(median.low, 40.0);
+  EXPECT_EQ(median.high, 61.0);
+  const QuantileInterval few = ranks(118, 0.99);  // a 10-s cell at load 0.2
+  EXPECT_EQ(few.low, 114.0);
+  EXPECT_FALSE(few.high) << "118 queries cannot bound a p99 from above";
+  EXPECT_FALSE(ranks(367, 0.99).high);
+  EXPECT_EQ(ranks(368, 0.99).high, 368.0) << "the largest, and only just";
+  EXPECT_EQ(ranks(400, 0.99).low, 392.0);
+  EXPECT_EQ(ranks(400, 0.99).high, 400.0);
+  const QuantileInterval many = ranks(1000, 0.99);
+  EXPECT_EQ(many.low, 983.0);
+  EXPECT_EQ(many.high, 997.0);
+  EXPECT_FALSE(ranks(3, 0.5).low) << "3 values: P(all 3 above the median) = 12.5 % > 2.5 %";
+  EXPECT_THROW(quantile_interval({}, 0.99, 0.95), std::invalid_argument);
+  const std::vector<double> one{1.0};
+  EXPECT_THROW(quantile_interval(one, 1.0, 0.95), std::invalid_argument);
+  EXPECT_THROW(quantile_interval(one, 0.99, 1.0), std::invalid_argument);
+}
+
 TEST(QosCellMath, EvaluateCellAgainstItsReferences) {
   const Cell cell{"priority", "fifo", 0.4, "resnet+recsys"};
   StandaloneLc lc_reference;
@@ -101,6 +131,9 @@ TEST(QosCellMath, EvaluateCellAgainstItsReferences) {
   EXPECT_DOUBLE_EQ(r.target_ms, 30);
   EXPECT_DOUBLE_EQ(r.rate_per_s, 25);
   EXPECT_DOUBLE_EQ(r.violation_fraction, 0.5);
+  // Of 4 queries, 2 above the p99 has probability 0.06 %: the third-smallest is under it.
+  EXPECT_EQ(r.lc_p99_ci95.low, 31.0);
+  EXPECT_FALSE(r.lc_p99_ci95.high) << "4 queries cannot bound a p99 from above";
   ASSERT_EQ(r.be.size(), 2u);
   EXPECT_DOUBLE_EQ(r.be[0].fraction_of_standalone, 0.6);
   EXPECT_DOUBLE_EQ(r.be[1].standalone_iterations_per_s, 0.5);

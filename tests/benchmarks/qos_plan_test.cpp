@@ -133,7 +133,14 @@ TEST(QosReport, FailedCellsKeepTheirReasonAndNoFigures) {
   EXPECT_EQ(mix["be_mix"], "resnet+recsys");
   EXPECT_DOUBLE_EQ(mix["be"][1]["iterations_per_s"].get<double>(), 1.04);
   const std::string md = results_markdown(r, 4.0);
-  EXPECT_NE(md.find("| fifo | fifo | 0.40 | resnet | 0.00 | 45.00 | 30.00 | 1.50 | 25 % |"), std::string::npos);
+  EXPECT_NE(md.find("| fifo | fifo | 0.40 | resnet | 0.00 | 45.00 | n/a | 30.00 | 1.50 | 25 % |"), std::string::npos);
+  EXPECT_TRUE(j["cells"][0]["lc_p99_ci95_ms"][0].is_null()) << "no queries: no interval";
+  EXPECT_TRUE(j["cells"][1]["lc_p99_ci95_ms"].is_null()) << "a failed cell has no figures";
+  r.cells[0].lc_p99_ci95 = {40.5, 47.25};
+  EXPECT_NE(results_markdown(r, 4.0).find("| 45.00 | 40.50–47.25 | 30.00 |"), std::string::npos);
+  EXPECT_EQ(results_json(r, {})["cells"][0]["lc_p99_ci95_ms"], nlohmann::json::array({40.5, 47.25}));
+  r.cells[0].lc_p99_ci95.high.reset();
+  EXPECT_NE(results_markdown(r, 4.0).find("| 45.00 | ≥ 40.50 | 30.00 |"), std::string::npos);
   EXPECT_NE(md.find("failed: gpuqosd exited at startup"), std::string::npos);
   EXPECT_NE(md.find("| timeslice | resnet+recsys alone together | | | | | | | | | 1.83, 1.04 | ok |"),
             std::string::npos);
