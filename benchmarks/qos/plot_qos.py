@@ -31,13 +31,14 @@ def groups_and_policies(cells):
     return groups, policies
 
 
-def bar_chart(cells, value, ylabel, title, reference, path):
+def bar_chart(cells, value, ylabel, title, reference, path, interval=None):
+    """interval(cell): (low, high) around value(cell), either None when the cell cannot give it."""
     groups, policies = groups_and_policies(cells)
     by_key = {(c["device_mode"], c["lc_load"], c["be_mix"], c["policy"]): c for c in cells}
     width = 0.8 / max(len(policies), 1)
     fig, ax = plt.subplots(figsize=(min(16, max(7.5, 0.3 * len(groups) * len(policies) + 2)), 5))
     for i, policy in enumerate(policies):
-        xs, ys, failed_xs = [], [], []
+        xs, ys, ends, failed_xs = [], [], [], []
         for g, group in enumerate(groups):
             cell = by_key.get(group + (policy,))
             x = g + (i - (len(policies) - 1) / 2) * width
@@ -48,8 +49,14 @@ def bar_chart(cells, value, ylabel, title, reference, path):
                 continue
             xs.append(x)
             ys.append(value(cell))
+            ends.append(interval(cell) if interval else (None, None))
         color = f"C{i}"  # one colour per policy, also for its "failed" marks
         ax.bar(xs, ys, width, label=policy, color=color)
+        for x, y, (low, high) in zip(xs, ys, ends):
+            if low is not None:  # the interval; with no upper end, up to the bar and a "^" above it
+                ax.vlines(x, low, y if high is None else high, color="black", linewidth=1)
+            if interval and high is None:
+                ax.plot(x, y, marker="^", color="black", markersize=4)
         for x in failed_xs:
             ax.text(x, 0.02, "failed", rotation=90, ha="center", va="bottom", fontsize=8, color=color)
     ax.axhline(reference, color="black", linestyle="--", linewidth=1)
@@ -76,9 +83,13 @@ def main():
     scale = doc.get("config", {}).get("time_scale", 1)
     p99 = os.path.join(out, "qos_p99_over_target.png")
     be = os.path.join(out, "qos_be_fraction_of_ideal.png")
+    def p99_interval(c):
+        ends = c.get("lc_p99_ci95_ms") or [None, None]  # absent from an older qos.json
+        return tuple(None if e is None or not c["target_ms"] else e / c["target_ms"] for e in ends)
+
     bar_chart(cells, lambda c: c["lc_p99_ms"] / c["target_ms"] if c["target_ms"] else 0,
-              "LC p99 / target", f"LC p99 / target (<= 1 meets it; simgpu time scale {scale})",
-              1.0, p99)
+              "LC p99 / target", f"LC p99 / target (<= 1 meets it; simgpu time scale {scale})\n"
+              "lines: the p99's 95 % interval; ^: no upper end from this few queries", 1.0, p99, p99_interval)
     bar_chart(cells, lambda c: c["be_fraction_of_ideal"], "BE fraction of ideal",
               "BE throughput / what the LC leaves idle (1 = all of it)", 1.0, be)
     print(f"wrote {p99}\nwrote {be}")
