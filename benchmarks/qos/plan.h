@@ -47,7 +47,7 @@ struct Options {
   std::vector<double> loads{0.2, 0.4, 0.6};
   std::vector<std::string> be_mixes{"resnet", "resnet+recsys"};
   std::string daemon_target = "service";  // one of kDaemonTargets
-  // Every BE replayer (standalone, alone together and in the cells) submits each trace stream
+  // Every BE replayer (standalone, alone together, training and the cells) submits each trace stream
   // from a thread of its own (gpuqos-replay --thread-per-stream).
   bool be_thread_per_stream = false;
   // [policy.baymax] of every cell's gpuqosd config, times x time_scale (the demo's: the example

@@ -55,7 +55,7 @@ def bar_chart(cells, value, ylabel, title, reference, path, interval=None):
         for x, y, (low, high) in zip(xs, ys, ends):
             if low is not None:  # the interval; with no upper end, up to the bar and a "^" above it
                 ax.vlines(x, low, y if high is None else high, color="black", linewidth=1)
-            if interval and high is None:
+            if low is not None and high is None:
                 ax.plot(x, y, marker="^", color="black", markersize=4)
         for x in failed_xs:
             ax.text(x, 0.02, "failed", rotation=90, ha="center", va="bottom", fontsize=8, color=color)

@@ -145,8 +145,8 @@ int main(int argc, char** argv) {
                   "service p50; end-to-end: the LC marks arrivals and gpuqosd gets the cell's target")
       ->check(CLI::IsMember(kDaemonTargets))->capture_default_str();
   qos->add_flag("--be-thread-per-stream", o.be_thread_per_stream,
-                "BE replayers submit each trace stream from a thread of its own: a launch gpuqosd holds then "
-                "stops only its stream, as host-side deferral of held launches would");
+                "BE replayers submit each trace stream from a thread of its own, so each stream keeps its "
+                "schedule while another's launch is held, as host-side deferral of held launches would");
   std::string baymax_from = (fs::path(GPUQOS_SOURCE_DIR) / "examples" / "gpuqos.toml").string();
   qos->add_option("--baymax-from", baymax_from,
                   "config file whose [policy.baymax] every cell's gpuqosd gets (times x --time-scale; "

@@ -166,8 +166,10 @@ std::string render_policy_state(const nlohmann::json& status) {
 
 std::string tight_target_text(const std::string& job, std::uint32_t device, std::int64_t target_ns,
                               std::int64_t expected_query_ns, std::int64_t timeslice_ns) {
-  return job + "'s target of " + milliseconds(target_ns) + " ms leaves " +
-         milliseconds(target_ns - expected_query_ns) + " ms over its queries' " + milliseconds(expected_query_ns) +
+  const std::string slack = target_ns >= expected_query_ns
+                                ? "leaves " + milliseconds(target_ns - expected_query_ns) + " ms over its queries' "
+                                : "is shorter than its queries' ";
+  return job + "'s target of " + milliseconds(target_ns) + " ms " + slack + milliseconds(expected_query_ns) +
          " ms, less than device " + std::to_string(device) + "'s time slice of " + milliseconds(timeslice_ns) +
          " ms: a query arriving while best-effort work runs there waits for a slice of it and can miss the "
          "target (raise the target, or expect those misses)";

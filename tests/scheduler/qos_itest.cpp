@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -211,6 +212,11 @@ TEST(Qos, ATargetTighterThanATimeSliceIsWarnedOfOnce) {
   std::this_thread::sleep_for(1200ms);  // past the next once-a-second check
   const std::string log = daemon.log();
   EXPECT_EQ(log.find(warning), log.rfind(warning)) << log;
+  // A reload that changes the slice: warned of anew, with the new slice.
+  dir.write("gpuqosd.toml", baymax_serve_config("preemptive_device = true\ntimeslice_ms = 9.0\n"));
+  ASSERT_EQ(::kill(daemon.pid(), SIGHUP), 0);
+  EXPECT_TRUE(eventually([&] { return daemon.log().find("time slice of 9.000 ms") != std::string::npos; }, 5s))
+      << daemon.log();
 }
 
 TEST(Qos, MetricsEndpointServesPrometheusText) {

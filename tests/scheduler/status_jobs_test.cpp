@@ -177,6 +177,10 @@ TEST(StatusJobs, ATightTargetIsWarnedOf) {
                        "waits for a slice of it and can miss the target"),
             std::string::npos)
       << table;
+  EXPECT_NE(tight_target_text("serve", 0, 10 * kMs, 12 * kMs, 8 * kMs)
+                .find("serve's target of 10.000 ms is shorter than its queries' 12.000 ms, less than device 0's"),
+            std::string::npos)
+      << "no negative slack";
   json["policy_state"].erase("tight_targets");  // an older daemon
   EXPECT_EQ(render_status_table(json).find("warning"), std::string::npos);
   status.policy_state->tight_targets.clear();

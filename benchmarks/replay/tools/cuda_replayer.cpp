@@ -72,6 +72,8 @@ CudaReplayer::CudaReplayer(const Workload& workload, const std::string& ptx, int
   }
   GQ_CU_CHECK(cuEventCreate(&start_event_, CU_EVENT_DEFAULT));
   allocate_buffers();
+  all_ops_.resize(workload.ops.size());
+  for (std::size_t i = 0; i < all_ops_.size(); ++i) all_ops_[i] = i;
   if (thread_per_stream && streams_.size() > 1) {
     std::map<std::int64_t, std::size_t> slot;
     for (std::size_t i = 0; i < workload.ops.size(); ++i) {
@@ -129,9 +131,7 @@ CudaReplayer::Clock::time_point CudaReplayer::start(bool wait_for_device) {
 
 void CudaReplayer::submit(Clock::time_point origin) {
   if (ops_by_stream_.empty()) {
-    std::vector<std::size_t> all(workload_.ops.size());
-    for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
-    submit_ops(origin, all);
+    submit_ops(origin, all_ops_);
   } else {
     // One thread per stream; the first failure is rethrown once all have stopped.
     std::vector<std::exception_ptr> errors(ops_by_stream_.size());

@@ -40,8 +40,10 @@ class CudaReplayer {
   // origin + submit_offset_ns(i) (its recorded launch, else its start), so the recorded idle
   // gaps are reproduced; without, back to back.
   // With thread_per_stream, each stream's ops go from a thread of their own, paced the same way:
-  // a call that blocks (a launch held by gpuqosd) then delays only its own stream, as if the
-  // program's launches returned at once and waited per stream on the host (Baymax's deferral).
+  // a call that blocks (a launch held by gpuqosd) then stops only its own stream's thread, as if
+  // the program's launches returned at once and waited per stream on the host (Baymax's
+  // deferral). Whatever waits on the other side of that call (gpuqosd grants a client's ops in
+  // order) still does.
   // Ends by recording an end event on every stream.
   void submit(Clock::time_point origin);
   // Waits until everything submitted has finished; returns the device time in ms from the
@@ -62,6 +64,7 @@ class CudaReplayer {
   bool keep_gaps_;
   std::chrono::nanoseconds lead_;
   double pace_scale_;
+  std::vector<std::size_t> all_ops_;                      // 0..ops-1: one thread submits them all
   std::vector<std::vector<std::size_t>> ops_by_stream_;  // thread_per_stream only: op indices per stream
   CUdevice device_ = 0;
   CUcontext context_ = nullptr;

@@ -215,8 +215,8 @@ int main(int argc, char** argv) {
                "lc: mark each query with gpuqos/query.h (its arrival, from a thread of its own, its begin and "
                "end), so gpuqosd's latency and deadline run from the arrival");
   app.add_flag("--thread-per-stream", o.thread_per_stream,
-               "submit each trace stream's ops from a thread of its own: a blocking call (a launch held "
-               "by gpuqosd) then delays only its own stream");
+               "submit each trace stream's ops from a thread of its own: a call that blocks (a launch held "
+               "by gpuqosd) then stops only the thread of its stream, not the others' schedule");
   app.add_option("--seed", o.seed, "seed of the arrival process")->capture_default_str();
   auto* duration = app.add_option("--duration", duration_s, "stop after this many seconds (default 10 without a count)")
                        ->check(CLI::PositiveNumber);
