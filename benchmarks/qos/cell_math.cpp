@@ -2,11 +2,11 @@
 #include "cell_math.h"
 
 #include <algorithm>
+#include <numeric>
+#include <stdexcept>
 #include <vector>
 
 #include <boost/math/distributions/binomial.hpp>
-#include <numeric>
-#include <stdexcept>
 
 namespace gpuqos::qos {
 

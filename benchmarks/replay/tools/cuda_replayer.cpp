@@ -72,15 +72,12 @@ CudaReplayer::CudaReplayer(const Workload& workload, const std::string& ptx, int
   }
   GQ_CU_CHECK(cuEventCreate(&start_event_, CU_EVENT_DEFAULT));
   allocate_buffers();
-  all_ops_.resize(workload.ops.size());
-  for (std::size_t i = 0; i < all_ops_.size(); ++i) all_ops_[i] = i;
-  if (thread_per_stream && streams_.size() > 1) {
-    std::map<std::int64_t, std::size_t> slot;
-    for (std::size_t i = 0; i < workload.ops.size(); ++i) {
-      auto [it, added] = slot.try_emplace(workload.ops[i].stream, ops_by_stream_.size());
-      if (added) ops_by_stream_.emplace_back();
-      ops_by_stream_[it->second].push_back(i);
-    }
+  // One group of every op, or one per stream.
+  std::map<std::int64_t, std::size_t> slot;
+  for (std::size_t i = 0; i < workload.ops.size(); ++i) {
+    auto [it, added] = slot.try_emplace(thread_per_stream ? workload.ops[i].stream : 0, op_groups_.size());
+    if (added) op_groups_.emplace_back();
+    op_groups_[it->second].push_back(i);
   }
 }
 
@@ -130,20 +127,20 @@ CudaReplayer::Clock::time_point CudaReplayer::start(bool wait_for_device) {
 }
 
 void CudaReplayer::submit(Clock::time_point origin) {
-  if (ops_by_stream_.empty()) {
-    submit_ops(origin, all_ops_);
+  if (op_groups_.size() == 1) {
+    submit_ops(origin, op_groups_.front());
   } else {
-    // One thread per stream; the first failure is rethrown once all have stopped.
-    std::vector<std::exception_ptr> errors(ops_by_stream_.size());
+    // One thread per group; the first failure is rethrown once all have stopped.
+    std::vector<std::exception_ptr> errors(op_groups_.size());
     {
       std::vector<std::jthread> threads;
-      for (std::size_t s = 0; s < ops_by_stream_.size(); ++s) {
-        threads.emplace_back([this, origin, s, &errors] {
+      for (std::size_t g = 0; g < op_groups_.size(); ++g) {
+        threads.emplace_back([this, origin, g, &errors] {
           try {
             GQ_CU_CHECK(cuCtxSetCurrent(context_));
-            submit_ops(origin, ops_by_stream_[s]);
+            submit_ops(origin, op_groups_[g]);
           } catch (...) {
-            errors[s] = std::current_exception();
+            errors[g] = std::current_exception();
           }
         });
       }

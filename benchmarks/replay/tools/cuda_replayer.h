@@ -64,8 +64,9 @@ class CudaReplayer {
   bool keep_gaps_;
   std::chrono::nanoseconds lead_;
   double pace_scale_;
-  std::vector<std::size_t> all_ops_;                      // 0..ops-1: one thread submits them all
-  std::vector<std::vector<std::size_t>> ops_by_stream_;  // thread_per_stream only: op indices per stream
+  // Op indices in order, by the thread that submits them: one group of all (or, with
+  // thread_per_stream, one per trace stream).
+  std::vector<std::vector<std::size_t>> op_groups_;
   CUdevice device_ = 0;
   CUcontext context_ = nullptr;
   CUmodule module_ = nullptr;
