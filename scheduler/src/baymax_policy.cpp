@@ -152,8 +152,13 @@ std::vector<PolicyState::TightTarget> BaymaxPolicy::tight_targets() const {
     client.for_each_device([&](std::uint32_t device) {
       if (!options_.baymax.preemptive(device)) return;
       const std::int64_t slice = options_.baymax.timeslice(device);
-      if (target - expected >= slice) return;
-      PolicyState::TightTarget entry{client.info.job, device, target, expected, slice};
+      // Each process is a context of its own, and contexts take turns: one slice each.
+      const auto processes = static_cast<std::uint32_t>(std::max<std::ptrdiff_t>(
+          1, std::count_if(clients_.begin(), clients_.end(), [device](const auto& other) {
+            return other.second.info.priority == ipc::Priority::low && other.second.on(device);
+          })));
+      if (target - expected >= slice * processes) return;
+      PolicyState::TightTarget entry{client.info.job, device, target, expected, slice, processes};
       // Several clients of one job: the one whose queries take longest speaks for it.
       auto same = std::find_if(tight.begin(), tight.end(), [&](const PolicyState::TightTarget& t) {
         return t.job == entry.job && t.device == device;

@@ -69,9 +69,10 @@ void Daemon::warn_tight_targets(std::int64_t now_ns) {
   const std::optional<PolicyState> state = policy_->state(now_ns);
   if (!state) return;
   for (const PolicyState::TightTarget& tight : state->tight_targets) {
-    if (!tight_warned_.emplace(tight.job, tight.device, tight.target_ns, tight.timeslice_ns).second) continue;
-    spdlog::warn("{}", tight_target_text(tight.job, tight.device, tight.target_ns, tight.expected_query_ns,
-                                         tight.timeslice_ns));
+    if (!tight_warned_.emplace(tight.job, tight.device, tight.target_ns, tight.timeslice_ns, tight.be_processes)
+             .second)
+      continue;
+    spdlog::warn("{}", tight_target_text(tight));
   }
 }
 

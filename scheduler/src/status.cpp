@@ -54,7 +54,8 @@ nlohmann::json policy_state_json(const PolicyState& state) {
                      {"device", t.device},
                      {"target_ns", t.target_ns},
                      {"expected_query_ns", t.expected_query_ns},
-                     {"timeslice_ns", t.timeslice_ns}});
+                     {"timeslice_ns", t.timeslice_ns},
+                     {"be_processes", t.be_processes}});
   }
   return {{"backlog_bound_ns", state.backlog_bound_ns},
           {"idle_stream_bound_ns", state.idle_stream_bound_ns},
@@ -155,24 +156,33 @@ std::string render_policy_state(const nlohmann::json& status) {
   if (!granted.empty()) out << "  granted, not completed: " << granted << "\n";
   // (Absent from a daemon older than the check.)
   for (const auto& tight : state.value("tight_targets", nlohmann::json::array())) {
-    out << "  warning: " << tight_target_text(tight.at("job").get<std::string>(), tight.at("device").get<std::uint32_t>(),
-                                              tight.at("target_ns").get<std::int64_t>(),
-                                              tight.at("expected_query_ns").get<std::int64_t>(),
-                                              tight.at("timeslice_ns").get<std::int64_t>())
-        << "\n";
+    // be_processes: absent from a daemon older than counting them, which compared one slice.
+    const PolicyState::TightTarget t{tight.at("job").get<std::string>(), tight.at("device").get<std::uint32_t>(),
+                                     tight.at("target_ns").get<std::int64_t>(),
+                                     tight.at("expected_query_ns").get<std::int64_t>(),
+                                     tight.at("timeslice_ns").get<std::int64_t>(),
+                                     tight.value("be_processes", std::uint32_t{1})};
+    out << "  warning: " << tight_target_text(t) << "\n";
   }
   return out.str();
 }
 
-std::string tight_target_text(const std::string& job, std::uint32_t device, std::int64_t target_ns,
-                              std::int64_t expected_query_ns, std::int64_t timeslice_ns) {
-  const std::string slack = target_ns >= expected_query_ns
-                                ? "leaves " + milliseconds(target_ns - expected_query_ns) + " ms over its queries' "
+std::string tight_target_text(const PolicyState::TightTarget& t) {
+  const std::string slack = t.target_ns >= t.expected_query_ns
+                                ? "leaves " + milliseconds(t.target_ns - t.expected_query_ns) + " ms over its queries' "
                                 : "is shorter than its queries' ";
-  return job + "'s target of " + milliseconds(target_ns) + " ms " + slack + milliseconds(expected_query_ns) +
-         " ms, less than device " + std::to_string(device) + "'s time slice of " + milliseconds(timeslice_ns) +
-         " ms: a query arriving while best-effort work runs there waits for a slice of it and can miss the "
-         "target (raise the target, or expect those misses)";
+  const std::string head = t.job + "'s target of " + milliseconds(t.target_ns) + " ms " + slack +
+                           milliseconds(t.expected_query_ns) + " ms, less than ";
+  const std::string device = "device " + std::to_string(t.device);
+  const std::string advice = " and can miss the target (raise the target, or expect those misses)";
+  if (t.be_processes <= 1) {
+    return head + device + "'s time slice of " + milliseconds(t.timeslice_ns) +
+           " ms: a query arriving while best-effort work runs there waits for a slice of it" + advice;
+  }
+  const std::string n = std::to_string(t.be_processes);
+  return head + n + " of " + device + "'s time slices of " + milliseconds(t.timeslice_ns) + " ms (" +
+         milliseconds(t.timeslice_ns * t.be_processes) + " ms, one for each of its " + n +
+         " best-effort processes): a query arriving while their work runs waits for a slice of each" + advice;
 }
 
 std::string render_status_table(const nlohmann::json& status) {

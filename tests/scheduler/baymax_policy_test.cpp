@@ -731,13 +731,34 @@ TEST(BaymaxPolicy, ATargetWithLessThanASliceOfSlackIsReportedTight) {
     return policy.tight_targets();
   };
   using Tight = std::vector<PolicyState::TightTarget>;
-  EXPECT_EQ(tight_after_one_query(sliced(), 13 * kMs), (Tight{{"serve", 0, 13 * kMs, 10 * kMs, 4 * kMs}}))
+  EXPECT_EQ(tight_after_one_query(sliced(), 13 * kMs), (Tight{{"serve", 0, 13 * kMs, 10 * kMs, 4 * kMs, 1}}))
       << "3 ms of slack, a 4-ms slice";
   EXPECT_TRUE(tight_after_one_query(sliced(), 14 * kMs).empty()) << "a whole slice of slack";
   EXPECT_TRUE(tight_after_one_query(on_device(false), 11 * kMs).empty()) << "no slices: the bound's business";
   PolicyOptions own_slice = sliced();
   own_slice.baymax.device_timeslice_ns = {{0, 2 * kMs}};
   EXPECT_TRUE(tight_after_one_query(own_slice, 13 * kMs).empty()) << "device 0's own slice is 2 ms";
+}
+
+// Contexts take turns, so a query arriving while two best-effort processes have work waits for a
+// slice of each: a target needs a slice of slack per best-effort process on the device.
+TEST(BaymaxPolicy, ATightTargetCountsASliceForEachBestEffortProcessOnTheDevice) {
+  const auto tight_with = [](std::int64_t target, const std::vector<ClientInfo>& trainers) {
+    BaymaxPolicy policy(sliced());
+    (void)policy.client_registered(serve(kServe, target), 0);
+    for (const ClientInfo& info : trainers) (void)policy.client_registered(info, 0);
+    teach_one_query(policy);
+    return policy.tight_targets();
+  };
+  using Tight = std::vector<PolicyState::TightTarget>;
+  ClientInfo elsewhere = train(kTrainC);
+  elsewhere.device = 1;
+  EXPECT_EQ(tight_with(17 * kMs, {train(kTrainA), train(kTrainB)}), (Tight{{"serve", 0, 17 * kMs, 10 * kMs, 4 * kMs, 2}}))
+      << "7 ms of slack: more than one 4-ms slice, less than two";
+  EXPECT_TRUE(tight_with(18 * kMs, {train(kTrainA), train(kTrainB)}).empty()) << "two whole slices";
+  EXPECT_TRUE(tight_with(17 * kMs, {train(kTrainA), elsewhere}).empty()) << "the second is on device 1";
+  EXPECT_EQ(tight_with(13 * kMs, {}), (Tight{{"serve", 0, 13 * kMs, 10 * kMs, 4 * kMs, 1}}))
+      << "none yet: one may come, so one slice is still wanted";
 }
 
 // Each round's waiting heads are charged the time to the next round, by what holds them.

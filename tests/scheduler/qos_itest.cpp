@@ -219,6 +219,34 @@ TEST(Qos, ATargetTighterThanATimeSliceIsWarnedOfOnce) {
       << daemon.log();
 }
 
+// Each best-effort process on the device is a context of its own and costs an arriving query a
+// slice: a target with one slice of slack is tight once a second best-effort process is there.
+TEST(Qos, ASecondBestEffortProcessMakesATargetTight) {
+  TempDir dir("gpuqos-qos");
+  DaemonProcess daemon({"--config", dir.write("gpuqosd.toml", "[policy]\nname = \"baymax\"\n[policy.baymax]\n"
+                                                              "preemptive_device = true\ntimeslice_ms = 20.0\n"
+                                                              "[[job]]\nname = \"serve\"\ntarget_ms = 40.0\n")
+                                         .string()});
+  FakeClient serve(daemon.socket(), Priority::high, "serve");
+  FakeClient first(daemon.socket(), Priority::low, "train");
+  serve.name_kernel(1, "infer");
+  run_query(serve, 1, 3ms);  // about 37 ms of slack: one 20-ms slice fits, two do not
+  ASSERT_TRUE(eventually([&] { return job_named(daemon.status(), "serve").value("queries", 0) == 1; }, 5s))
+      << daemon.status().dump(1);
+  EXPECT_TRUE(daemon.status()["policy_state"]["tight_targets"].empty()) << daemon.status().dump(1);
+  FakeClient second(daemon.socket(), Priority::low, "train");
+  nlohmann::json status;
+  ASSERT_TRUE(eventually([&] {
+    status = daemon.status();
+    return !status["policy_state"]["tight_targets"].empty();
+  }, 5s)) << status.dump(1);
+  EXPECT_EQ(status["policy_state"]["tight_targets"][0]["be_processes"], 2);
+  EXPECT_TRUE(eventually([&] {
+    return daemon.log().find("less than 2 of device 0's time slices of 20.000 ms (40.000 ms, one for each of its 2 "
+                             "best-effort processes)") != std::string::npos;
+  }, 5s)) << daemon.log();
+}
+
 TEST(Qos, MetricsEndpointServesPrometheusText) {
   TempDir dir("gpuqos-qos");
   const std::uint16_t port = free_port();

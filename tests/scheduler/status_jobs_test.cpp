@@ -177,10 +177,22 @@ TEST(StatusJobs, ATightTargetIsWarnedOf) {
                        "waits for a slice of it and can miss the target"),
             std::string::npos)
       << table;
-  EXPECT_NE(tight_target_text("serve", 0, 10 * kMs, 12 * kMs, 8 * kMs)
+  EXPECT_NE(tight_target_text({"serve", 0, 10 * kMs, 12 * kMs, 8 * kMs})
                 .find("serve's target of 10.000 ms is shorter than its queries' 12.000 ms, less than device 0's"),
             std::string::npos)
       << "no negative slack";
+  EXPECT_EQ(json["policy_state"]["tight_targets"][0]["be_processes"], 1);
+  // Two best-effort processes: a slice of each.
+  json["policy_state"]["tight_targets"][0]["be_processes"] = 2;
+  EXPECT_NE(render_status_table(json).find("  warning: serve's target of 23.600 ms leaves 7.800 ms over its queries' "
+                                           "15.800 ms, less than 2 of device 1's time slices of 8.000 ms (16.000 ms, "
+                                           "one for each of its 2 best-effort processes): a query arriving while "
+                                           "their work runs waits for a slice of each and can miss the target"),
+            std::string::npos)
+      << render_status_table(json);
+  json["policy_state"]["tight_targets"][0].erase("be_processes");  // a daemon before they were counted: one
+  EXPECT_NE(render_status_table(json).find("less than device 1's time slice of 8.000 ms: "), std::string::npos)
+      << render_status_table(json);
   json["policy_state"].erase("tight_targets");  // an older daemon
   EXPECT_EQ(render_status_table(json).find("warning"), std::string::npos);
   status.policy_state->tight_targets.clear();

@@ -122,15 +122,17 @@ struct PolicyState {
   // A best-effort stream's bound on a preemptive device while no query is in the system there
   // (idle_bound_factor x the bound now); 0 when the factor is 1 or no device is preemptive.
   std::int64_t idle_stream_bound_ns = 0;
-  // A high-priority job whose target leaves less than one time slice of a preemptive device over
-  // its expected query time: a query arriving while best-effort work runs there waits for a slice
-  // of it whatever the policy holds from then on, so such queries can miss the target.
+  // A high-priority job whose target leaves less than one time slice of a preemptive device per
+  // best-effort process there over its expected query time: a query arriving while their work runs
+  // waits for a slice of each process (contexts take turns) whatever the policy holds from then on,
+  // so such queries can miss the target.
   struct TightTarget {
     std::string job;
     std::uint32_t device = 0;
     std::int64_t target_ns = 0;
     std::int64_t expected_query_ns = 0;  // learned from the job's closed queries
     std::int64_t timeslice_ns = 0;
+    std::uint32_t be_processes = 1;  // best-effort clients on the device (at least 1: one may come)
     friend bool operator==(const TightTarget&, const TightTarget&) = default;
   };
   std::vector<TightTarget> tight_targets;  // by job, then device

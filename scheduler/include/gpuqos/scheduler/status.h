@@ -95,8 +95,7 @@ std::string render_status_table(const nlohmann::json& status);
 // work not completed, a warning per tight target (status must have "policy_state").
 std::string render_policy_state(const nlohmann::json& status);
 // What `gpuqos status` and gpuqosd's log say of a PolicyState::TightTarget.
-std::string tight_target_text(const std::string& job, std::uint32_t device, std::int64_t target_ns,
-                              std::int64_t expected_query_ns, std::int64_t timeslice_ns);
+std::string tight_target_text(const PolicyState::TightTarget& tight);
 
 // status_jobs.cpp: the "jobs" entries and the "grants" object of the JSON, and their part of the
 // table (query latencies against targets, best-effort progress, held work).
