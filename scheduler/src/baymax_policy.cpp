@@ -152,10 +152,11 @@ std::vector<PolicyState::TightTarget> BaymaxPolicy::tight_targets() const {
     client.for_each_device([&](std::uint32_t device) {
       if (!options_.baymax.preemptive(device)) return;
       const std::int64_t slice = options_.baymax.timeslice(device);
-      // Each process is a context of its own, and contexts take turns: one slice each.
+      // Each process is a context of its own, and contexts take turns: one slice each. Only those
+      // that have posted work there (one registers with device 0 whatever it uses).
       const auto processes = static_cast<std::uint32_t>(std::max<std::ptrdiff_t>(
           1, std::count_if(clients_.begin(), clients_.end(), [device](const auto& other) {
-            return other.second.info.priority == ipc::Priority::low && other.second.on(device);
+            return other.second.info.priority == ipc::Priority::low && other.second.devices.contains(device);
           })));
       if (target - expected >= slice * processes) return;
       PolicyState::TightTarget entry{client.info.job, device, target, expected, slice, processes};

@@ -7,6 +7,9 @@
 
 #include <map>
 #include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
 
 namespace gpuqos::scheduler {
 namespace {
@@ -743,20 +746,31 @@ TEST(BaymaxPolicy, ATargetWithLessThanASliceOfSlackIsReportedTight) {
 // Contexts take turns, so a query arriving while two best-effort processes have work waits for a
 // slice of each: a target needs a slice of slack per best-effort process on the device.
 TEST(BaymaxPolicy, ATightTargetCountsASliceForEachBestEffortProcessOnTheDevice) {
-  const auto tight_with = [](std::int64_t target, const std::vector<ClientInfo>& trainers) {
+  // Each trainer registers (with device 0, as every process does) and posts one op on its device,
+  // if it has one yet.
+  using Trainers = std::vector<std::pair<ClientId, std::optional<std::uint32_t>>>;
+  const auto tight_with = [](std::int64_t target, const Trainers& trainers) {
     BaymaxPolicy policy(sliced());
     (void)policy.client_registered(serve(kServe, target), 0);
-    for (const ClientInfo& info : trainers) (void)policy.client_registered(info, 0);
+    for (const auto& [id, device] : trainers) {
+      (void)policy.client_registered(train(id), 0);
+      if (!device) continue;
+      ipc::OpDescriptor work = op(1);
+      work.device = *device;
+      (void)post(policy, id, Priority::low, work, 0, kMs);
+    }
     teach_one_query(policy);
     return policy.tight_targets();
   };
   using Tight = std::vector<PolicyState::TightTarget>;
-  ClientInfo elsewhere = train(kTrainC);
-  elsewhere.device = 1;
-  EXPECT_EQ(tight_with(17 * kMs, {train(kTrainA), train(kTrainB)}), (Tight{{"serve", 0, 17 * kMs, 10 * kMs, 4 * kMs, 2}}))
+  EXPECT_EQ(tight_with(17 * kMs, {{kTrainA, 0}, {kTrainB, 0}}),
+            (Tight{{"serve", 0, 17 * kMs, 10 * kMs, 4 * kMs, 2}}))
       << "7 ms of slack: more than one 4-ms slice, less than two";
-  EXPECT_TRUE(tight_with(18 * kMs, {train(kTrainA), train(kTrainB)}).empty()) << "two whole slices";
-  EXPECT_TRUE(tight_with(17 * kMs, {train(kTrainA), elsewhere}).empty()) << "the second is on device 1";
+  EXPECT_TRUE(tight_with(18 * kMs, {{kTrainA, 0}, {kTrainB, 0}}).empty()) << "two whole slices";
+  EXPECT_TRUE(tight_with(17 * kMs, {{kTrainA, 0}, {kTrainB, 1}}).empty())
+      << "the second works on device 1, though it registered with device 0";
+  EXPECT_TRUE(tight_with(17 * kMs, {{kTrainA, 0}, {kTrainB, std::nullopt}}).empty())
+      << "the second has posted nothing yet: its device is not known";
   EXPECT_EQ(tight_with(13 * kMs, {}), (Tight{{"serve", 0, 13 * kMs, 10 * kMs, 4 * kMs, 1}}))
       << "none yet: one may come, so one slice is still wanted";
 }

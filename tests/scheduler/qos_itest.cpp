@@ -8,6 +8,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <memory>
+#include <string>
+#include <vector>
+
 #include "daemon_harness.h"
 #include "gpuqos/ipc/clock.h"
 
@@ -219,32 +223,43 @@ TEST(Qos, ATargetTighterThanATimeSliceIsWarnedOfOnce) {
       << daemon.log();
 }
 
-// Each best-effort process on the device is a context of its own and costs an arriving query a
-// slice: a target with one slice of slack is tight once a second best-effort process is there.
-TEST(Qos, ASecondBestEffortProcessMakesATargetTight) {
+// Each best-effort process working on the device is a context of its own and costs an arriving
+// query a slice: a target with one slice of slack is tight once a second such process is there,
+// and warned of again when a third makes it tighter.
+TEST(Qos, EachFurtherBestEffortProcessCountsASlice) {
   TempDir dir("gpuqos-qos");
   DaemonProcess daemon({"--config", dir.write("gpuqosd.toml", "[policy]\nname = \"baymax\"\n[policy.baymax]\n"
-                                                              "preemptive_device = true\ntimeslice_ms = 20.0\n"
-                                                              "[[job]]\nname = \"serve\"\ntarget_ms = 40.0\n")
+                                                              "preemptive_device = true\ntimeslice_ms = 100.0\n"
+                                                              "[[job]]\nname = \"serve\"\ntarget_ms = 150.0\n")
                                          .string()});
   FakeClient serve(daemon.socket(), Priority::high, "serve");
-  FakeClient first(daemon.socket(), Priority::low, "train");
   serve.name_kernel(1, "infer");
-  run_query(serve, 1, 3ms);  // about 37 ms of slack: one 20-ms slice fits, two do not
+  run_query(serve, 1, 3ms);  // about 147 ms of slack: one 100-ms slice fits, two do not
   ASSERT_TRUE(eventually([&] { return job_named(daemon.status(), "serve").value("queries", 0) == 1; }, 5s))
       << daemon.status().dump(1);
+  std::vector<std::unique_ptr<FakeClient>> trainers;
+  const auto add_trainer = [&] {
+    trainers.push_back(std::make_unique<FakeClient>(daemon.socket(), Priority::low, "train"));
+    trainers.back()->name_kernel(1, "step");
+    trainers.back()->post(FakeClient::kernel(1));  // working on device 0
+    return trainers.back()->wait_granted(1);
+  };
+  ASSERT_TRUE(add_trainer());
   EXPECT_TRUE(daemon.status()["policy_state"]["tight_targets"].empty()) << daemon.status().dump(1);
-  FakeClient second(daemon.socket(), Priority::low, "train");
-  nlohmann::json status;
-  ASSERT_TRUE(eventually([&] {
-    status = daemon.status();
-    return !status["policy_state"]["tight_targets"].empty();
-  }, 5s)) << status.dump(1);
-  EXPECT_EQ(status["policy_state"]["tight_targets"][0]["be_processes"], 2);
-  EXPECT_TRUE(eventually([&] {
-    return daemon.log().find("less than 2 of device 0's time slices of 20.000 ms (40.000 ms, one for each of its 2 "
-                             "best-effort processes)") != std::string::npos;
-  }, 5s)) << daemon.log();
+  for (const int processes : {2, 3}) {
+    ASSERT_TRUE(add_trainer());
+    nlohmann::json status;
+    ASSERT_TRUE(eventually([&] {
+      status = daemon.status();
+      const auto tight = status["policy_state"]["tight_targets"];
+      return !tight.empty() && tight[0]["be_processes"] == processes;
+    }, 5s)) << status.dump(1);
+    const std::string n = std::to_string(processes);
+    EXPECT_TRUE(eventually([&] {
+      return daemon.log().find("less than " + n + " of device 0's time slices of 100.000 ms (" + n +
+                               "00.000 ms, one for each of its " + n + " best-effort processes)") != std::string::npos;
+    }, 5s)) << daemon.log();
+  }
 }
 
 TEST(Qos, MetricsEndpointServesPrometheusText) {

@@ -163,9 +163,10 @@ TEST(StatusJobs, ThePolicysStateWhenItKeepsOne) {
 TEST(StatusJobs, ATightTargetIsWarnedOf) {
   DaemonStatus status = with_jobs({serve(3'900'000, true), train()});
   status.policy_state = PolicyState{4'500'000, 0, {}, {}};
-  status.policy_state->tight_targets = {{"serve", 1, 23'600'000, 15'800'000, 8 * kMs}};
+  status.policy_state->tight_targets = {{"serve", 1, 23'600'000, 15'800'000, 8 * kMs, 1},
+                                         {"serve", 2, 23'600'000, 15'800'000, 8 * kMs, 2}};
   auto json = nlohmann::json::parse(bounded_status_text(status));
-  ASSERT_EQ(json["policy_state"]["tight_targets"].size(), 1u);
+  ASSERT_EQ(json["policy_state"]["tight_targets"].size(), 2u);
   EXPECT_EQ(json["policy_state"]["tight_targets"][0]["job"], "serve");
   EXPECT_EQ(json["policy_state"]["tight_targets"][0]["device"], 1);
   EXPECT_EQ(json["policy_state"]["tight_targets"][0]["target_ns"], 23'600'000);
@@ -182,6 +183,8 @@ TEST(StatusJobs, ATightTargetIsWarnedOf) {
             std::string::npos)
       << "no negative slack";
   EXPECT_EQ(json["policy_state"]["tight_targets"][0]["be_processes"], 1);
+  EXPECT_EQ(json["policy_state"]["tight_targets"][1]["be_processes"], 2);
+  json["policy_state"]["tight_targets"].erase(1);
   // Two best-effort processes: a slice of each.
   json["policy_state"]["tight_targets"][0]["be_processes"] = 2;
   EXPECT_NE(render_status_table(json).find("  warning: serve's target of 23.600 ms leaves 7.800 ms over its queries' "

@@ -137,7 +137,8 @@ class BaymaxPolicy final : public Policy {
   std::optional<HoldTimes> hold_times() const override { return held_ns_; }
   std::map<std::string, HoldTimes> hold_times_by_job() const override { return held_by_job_; }
   std::optional<PolicyState> state(std::int64_t now_ns) const override;
-  // PolicyState::tight_targets now (also what the daemon warns about once per job and device).
+  // PolicyState::tight_targets now (the daemon warns of each once per job, device, target, slice and
+  // process count).
   std::vector<PolicyState::TightTarget> tight_targets() const;
 
   // For tests and status.

@@ -132,7 +132,7 @@ struct PolicyState {
     std::int64_t target_ns = 0;
     std::int64_t expected_query_ns = 0;  // learned from the job's closed queries
     std::int64_t timeslice_ns = 0;
-    std::uint32_t be_processes = 1;  // best-effort clients on the device (at least 1: one may come)
+    std::uint32_t be_processes = 1;  // best-effort clients that posted work there (at least 1: one may come)
     friend bool operator==(const TightTarget&, const TightTarget&) = default;
   };
   std::vector<TightTarget> tight_targets;  // by job, then device
