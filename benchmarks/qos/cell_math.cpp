@@ -35,6 +35,11 @@ double lc_load_of(double rate_per_s, double mean_latency_ms) { return rate_per_s
 
 double target_ms(double target_factor, double standalone_p99_ms) { return target_factor * standalone_p99_ms; }
 
+double lc_run_duration_s(double duration_s, double rate_per_s, std::uint32_t min_queries) {
+  if (min_queries == 0 || !(rate_per_s > 0)) return duration_s;
+  return std::max(duration_s, static_cast<double>(min_queries) / rate_per_s);
+}
+
 double violation_fraction(std::span<const double> latency_ms, double target_ms) {
   if (latency_ms.empty()) return 0.0;
   const auto over = std::count_if(latency_ms.begin(), latency_ms.end(), [&](double ms) { return ms > target_ms; });

@@ -33,6 +33,11 @@ double lc_load_of(double rate_per_s, double mean_latency_ms);
 // A cell's latency target: target_factor x the standalone p99 at the same load and device mode.
 double target_ms(double target_factor, double standalone_p99_ms);
 
+// How long a run with the LC at rate_per_s lasts: duration_s, or long enough for min_queries arrivals
+// on average when that is longer (0: duration_s). A p99's 95 % interval has an upper end from 368
+// queries (quantile_interval below); Poisson arrivals scatter around their mean by sqrt(mean).
+double lc_run_duration_s(double duration_s, double rate_per_s, std::uint32_t min_queries);
+
 // Share of the latencies strictly above target_ms; 0 when there are none.
 double violation_fraction(std::span<const double> latency_ms, double target_ms);
 

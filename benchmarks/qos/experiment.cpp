@@ -156,7 +156,8 @@ class Experiment {
       return s;
     }
     s.rate_per_s = arrival_rate_per_s(load, calibration.lc.mean_ms);
-    s.status = measure("alone-" + mode + "-lc-" + fixed(load, 2), {lc_job(s.rate_per_s)}, std::nullopt, o_.duration_s,
+    s.status = measure("alone-" + mode + "-lc-" + fixed(load, 2), {lc_job(s.rate_per_s)}, std::nullopt,
+                       lc_run_duration_s(o_.duration_s, s.rate_per_s, o_.min_queries),
                        [&](const RunOutcome& out) {
                          s.lc = lc_stats(out.jobs.at(0).result);
                          s.lc_load_measured = lc_load_of(s.rate_per_s, s.lc.mean_ms);
@@ -230,7 +231,8 @@ class Experiment {
                                                     o_.baymax_source);
     }
     CellMeasurement m;
-    const Status status = measure(name, jobs, config, o_.duration_s, [&](const RunOutcome& out) {
+    const double duration_s = lc_run_duration_s(o_.duration_s, reference->rate_per_s, o_.min_queries);
+    const Status status = measure(name, jobs, config, duration_s, [&](const RunOutcome& out) {
       m.lc = lc_stats(out.jobs.at(0).result);
       for (std::size_t i = 0; i < mix.size(); ++i) m.be.push_back(be_run(mix[i].job, out.jobs.at(i + 1).result));
       m.gpu_busy_fraction = compute_busy_fraction(out.window_begin, out.window_end);

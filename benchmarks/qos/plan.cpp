@@ -41,9 +41,10 @@ std::vector<Workload> mix_workloads(const std::string& mix) {
   return result;
 }
 
-void apply_quick(Options& o, bool given_duration, bool given_loads, bool given_mixes) {
+void apply_quick(Options& o, bool given_duration, bool given_loads, bool given_mixes, bool given_min_queries) {
   if (!o.quick) return;
   if (!given_duration) o.duration_s = 5;
+  if (!given_min_queries) o.min_queries = 0;
   if (!given_loads) o.loads = {0.4};
   if (!given_mixes) o.be_mixes = {"resnet"};
   o.calibration_s = 1.5;

@@ -39,6 +39,9 @@ struct Options {
   bool quick = false;
   double target_factor = 1.5;
   double duration_s = 10;       // every measured run; --quick: 5
+  // Runs with the LC last long enough for this many arrivals on average (lc_run_duration_s): 450 is
+  // four standard deviations over the 368 a p99's upper 95 % end needs. --quick: 0 (--duration alone).
+  std::uint32_t min_queries = 450;
   double calibration_s = 3;     // the closed-loop run that gives the LC's mean latency; --quick: 1.5
   double time_scale = 4;        // simgpud --time-scale and the replayers' --pace-scale
   std::uint64_t seed = 1;       // the LC's Poisson arrivals: the same in every run
@@ -57,7 +60,7 @@ struct Options {
 };
 
 // Sets what --quick changes, leaving alone the options the user gave (`given_*` true).
-void apply_quick(Options& o, bool given_duration, bool given_loads, bool given_mixes);
+void apply_quick(Options& o, bool given_duration, bool given_loads, bool given_mixes, bool given_min_queries);
 // Throws std::invalid_argument with a message naming the bad option.
 void validate(const Options& o);
 

@@ -49,6 +49,7 @@ json config_json(const Options& o, const std::string& traces_dir, double wall_s)
   workloads.push_back({{"job", lc_workload().job}, {"trace", lc_workload().trace}, {"iteration", lc_workload().iteration}});
   for (const Workload& w : be_workloads_used(o)) workloads.push_back({{"job", w.job}, {"trace", w.trace}, {"iteration", w.iteration}});
   return {{"quick", o.quick},           {"target_factor", o.target_factor}, {"duration_s", o.duration_s},
+          {"min_queries", o.min_queries},
           {"calibration_s", o.calibration_s}, {"time_scale", o.time_scale},   {"seed", o.seed},
           {"policies", o.policies},      {"device_modes", o.device_modes},   {"loads", o.loads},
           {"be_mixes", o.be_mixes},      {"daemon_target", o.daemon_target}, {"be_thread_per_stream", o.be_thread_per_stream}, {"traces_dir", traces_dir},
@@ -134,6 +135,11 @@ int main(int argc, char** argv) {
   qos->add_flag("--quick", o.quick, "one load (0.4), one mix (resnet), 5-s runs: a few minutes");
   qos->add_option("--target-factor", o.target_factor, "target = this x the standalone LC p99")->capture_default_str();
   auto* duration = qos->add_option("--duration", o.duration_s, "seconds each run lasts")->capture_default_str();
+  auto* min_queries =
+      qos->add_option("--min-queries", o.min_queries,
+                      "runs with the LC last long enough for this many arrivals on average, so that each p99 has "
+                      "an upper 95 % end (368 needed); 0: --duration alone; --quick: 0")
+          ->capture_default_str();
   qos->add_option("--time-scale", o.time_scale, "simgpud --time-scale and the replayers' --pace-scale")->capture_default_str();
   qos->add_option("--policies", o.policies, "none, fifo, priority, baymax")->delimiter(',')->capture_default_str();
   qos->add_option("--device-modes", o.device_modes, "simgpu compute modes: fifo, timeslice, mps")->delimiter(',')->capture_default_str();
@@ -156,7 +162,7 @@ int main(int argc, char** argv) {
   qos->add_option("--traces", cli.traces_dir, "directory of the real traces")->check(CLI::ExistingDirectory)->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
-    apply_quick(o, duration->count() > 0, loads->count() > 0, mixes->count() > 0);
+    apply_quick(o, duration->count() > 0, loads->count() > 0, mixes->count() > 0, min_queries->count() > 0);
     validate(o);
     auto loaded = gpuqos::config::load_config_file(baymax_from);
     if (!loaded) {

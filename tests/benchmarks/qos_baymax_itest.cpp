@@ -33,6 +33,7 @@ TEST(QosBaymax, ShortColocationKeepsTheQueryTailWhileBestEffortProgresses) {
   o.loads = {0.4};
   o.be_mixes = {"resnet"};
   o.duration_s = 4;
+  o.min_queries = 0;  // 4-s runs, about 100 queries: hence the generous bound on the p99 below
   o.daemon_target = "end-to-end";  // the path with the most parts: arrival marks, the cell's target
   o.calibration_s = 1.5;
   validate(o);

@@ -21,6 +21,14 @@ TEST(QosCellMath, LoadAndRateAreInverse) {
 
 TEST(QosCellMath, TargetIsFactorTimesStandaloneP99) { EXPECT_DOUBLE_EQ(target_ms(1.5, 20.0), 30.0); }
 
+// A run with the LC lasts --duration, or long enough for the minimum of queries at its rate.
+TEST(QosCellMath, AnLcRunLastsLongEnoughForItsMinimumOfQueries) {
+  EXPECT_DOUBLE_EQ(lc_run_duration_s(10, 12.5, 450), 36.0) << "load 0.2: 450 arrivals take 36 s";
+  EXPECT_DOUBLE_EQ(lc_run_duration_s(10, 50.0, 450), 10.0) << "450 arrive within --duration";
+  EXPECT_DOUBLE_EQ(lc_run_duration_s(10, 12.5, 0), 10.0) << "no minimum";
+  EXPECT_DOUBLE_EQ(lc_run_duration_s(10, 0.0, 450), 10.0) << "no rate: --duration";
+}
+
 TEST(QosCellMath, ViolationsAreStrictlyOverTarget) {
   const std::vector<double> latency{10, 20, 30, 30.0001, 50};
   EXPECT_DOUBLE_EQ(violation_fraction(latency, 30.0), 0.4);  // 30 itself meets the target

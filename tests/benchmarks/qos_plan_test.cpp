@@ -19,12 +19,22 @@ TEST(QosPlan, MixesNameKnownJobsOnce) {
   EXPECT_THROW(mix_workloads(""), std::invalid_argument);
 }
 
+TEST(QosPlan, QuickKeepsAMinimumOfQueriesTheUserGave) {
+  Options o;
+  o.quick = true;
+  o.min_queries = 400;
+  apply_quick(o, false, false, false, true);
+  EXPECT_EQ(o.min_queries, 400u);
+}
+
 TEST(QosPlan, QuickKeepsWhatTheUserGave) {
   Options o;
   o.quick = true;
   o.loads = {0.6};
-  apply_quick(o, false, true, false);
+  EXPECT_EQ(o.min_queries, 450u) << "the full grid's default";
+  apply_quick(o, false, true, false, false);
   EXPECT_EQ(o.duration_s, 5);
+  EXPECT_EQ(o.min_queries, 0u) << "quick runs last --duration";
   EXPECT_EQ(o.loads, std::vector<double>{0.6});
   EXPECT_EQ(o.be_mixes, std::vector<std::string>{"resnet"});
   EXPECT_NO_THROW(validate(o));
