@@ -4,7 +4,7 @@
 # policies none, fifo, priority and baymax, in device modes fifo and timeslice), printing its table.
 #
 #   scripts/demo.sh            quick QoS benchmark (about 1.5 minutes after the build); files in results/qos
-#   scripts/demo.sh full       the full grid (3 loads x 2 best-effort mixes; about 11 minutes); results/qos-full
+#   scripts/demo.sh full       the full grid (3 loads x 2 best-effort mixes; about 22 minutes); results/qos-full
 #   scripts/demo.sh fidelity   the replayer's fidelity: the BERT query and a ResNet-50 iteration replayed
 #                              on simgpu, the trace's figures beside the simulated ones
 #
