@@ -45,8 +45,8 @@ double violation_fraction(std::span<const double> latency_ms, double target_ms);
 // drawn from (independent draws): order statistics x_(j) <= quantile <= x_(k), since the number of
 // draws under the quantile is Binomial(n, q). Each end misses with probability at most
 // (1 - confidence) / 2. An end is none when n is too small to give it: for a p99 at 95 % there is
-// no upper end below 368 values (0.99^n must fall to 2.5 %): of 118 (a 10-s cell at load 0.2,
-// whose p99 is then the second-largest) only the lower end exists, the fifth-largest.
+// no upper end below 368 values (0.99^n must fall to 2.5 %): of 118 (a 10-s run at load 0.2 with
+// --min-queries 0, whose p99 is then the second-largest) only the lower end exists, the fifth-largest.
 struct QuantileInterval {
   std::optional<double> low, high;
 };

@@ -38,9 +38,10 @@ struct Options {
   std::string out_dir;
   bool quick = false;
   double target_factor = 1.5;
-  double duration_s = 10;       // every measured run; --quick: 5
+  double duration_s = 10;       // runs without the LC; the least a run with it lasts; --quick: 5
   // Runs with the LC last long enough for this many arrivals on average (lc_run_duration_s): 450 is
-  // four standard deviations over the 368 a p99's upper 95 % end needs. --quick: 0 (--duration alone).
+  // about four standard deviations over the 368 a p99's upper 95 % end needs. --quick: 0 (--duration
+  // alone).
   std::uint32_t min_queries = 450;
   double calibration_s = 3;     // the closed-loop run that gives the LC's mean latency; --quick: 1.5
   double time_scale = 4;        // simgpud --time-scale and the replayers' --pace-scale

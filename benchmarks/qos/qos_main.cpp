@@ -2,7 +2,7 @@
 // under each policy (none, fifo, priority, baymax) and each device mode, side by side in one run.
 //
 //   build/bin/gpuqos-bench qos [--quick] --out DIR [--target-factor 1.5] [--duration S]
-//       [--time-scale X] [--policies none,fifo,priority,baymax] [--device-modes fifo,timeslice]
+//       [--min-queries N] [--time-scale X] [--policies none,fifo,priority,baymax] [--device-modes fifo,timeslice]
 //       [--loads 0.2,0.4,0.6] [--be-mixes resnet,resnet+recsys]
 //
 // It converts the real traces into DIR/workloads, starts its own simgpud per device mode and a
@@ -134,7 +134,7 @@ int main(int argc, char** argv) {
   qos->add_option("--out", o.out_dir, "write qos.json, qos.md, plots, workloads and logs here")->required();
   qos->add_flag("--quick", o.quick, "one load (0.4), one mix (resnet), 5-s runs: a few minutes");
   qos->add_option("--target-factor", o.target_factor, "target = this x the standalone LC p99")->capture_default_str();
-  auto* duration = qos->add_option("--duration", o.duration_s, "seconds each run lasts")->capture_default_str();
+  auto* duration = qos->add_option("--duration", o.duration_s, "seconds each run lasts (a run with the LC: at least; --min-queries)")->capture_default_str();
   auto* min_queries =
       qos->add_option("--min-queries", o.min_queries,
                       "runs with the LC last long enough for this many arrivals on average, so that each p99 has "

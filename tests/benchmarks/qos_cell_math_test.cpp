@@ -77,7 +77,7 @@ TEST(QosCellMath, QuantileIntervalIsTheBinomialOrderStatistics) {
   const QuantileInterval median = ranks(100, 0.5);
   EXPECT_EQ(median.low, 40.0);
   EXPECT_EQ(median.high, 61.0);
-  const QuantileInterval few = ranks(118, 0.99);  // a 10-s cell at load 0.2
+  const QuantileInterval few = ranks(118, 0.99);  // a 10-s run at load 0.2, --min-queries 0
   EXPECT_EQ(few.low, 114.0);
   EXPECT_FALSE(few.high) << "118 queries cannot bound a p99 from above";
   EXPECT_FALSE(ranks(367, 0.99).high);
