@@ -2,6 +2,7 @@
 // on first use, never destroyed (hooks may run in other threads and atexit handlers until the very
 // end); the gate is shut down when the library is unloaded or the process exits.
 #include <errno.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -26,6 +27,13 @@ std::string executable_name() {
   return comm;
 }
 
+// Set in a child forked from this process once the shim was running here. The child has none of
+// our threads (the completion thread it would join at exit, the monitor), mutexes maybe locked by
+// them at the fork, and the parent's segment: its posts would collide with the parent's seqs and
+// take the parent's grants. So it runs unmanaged (CUDA itself cannot be used in such a child).
+std::atomic<bool> forked_child{false};
+std::atomic<bool> told_forked{false};
+
 void write_stderr(const std::string& line) {
   for (std::size_t done = 0; done < line.size();) {
     const ssize_t n = ::write(STDERR_FILENO, line.data() + done, line.size() - done);
@@ -39,6 +47,7 @@ class Client {
   Client() {
     ParsedSettings parsed = parse_settings([](const char* name) { return std::getenv(name); }, executable_name());
     settings_ = std::move(parsed.settings);
+    ::pthread_atfork(nullptr, nullptr, [] { forked_child.store(true, std::memory_order_relaxed); });
     for (const std::string& problem : parsed.problems) write(problem);  // always shown, whatever GPUQOS_LOG says
     const auto log = [this](LogLevel level, const std::string& text) {
       if (level != LogLevel::off && level <= settings_.log_level) write(text);
@@ -85,13 +94,28 @@ Gate& fallback_gate() {
   return pass_through;
 }
 
+// A forked child's pass-through, said once.
+Gate& forked_gate() noexcept {
+  if (!told_forked.exchange(true, std::memory_order_relaxed)) {
+    try {
+      if (Client* c = client(false)) {
+        c->write("forked from a managed process: this process runs unmanaged (its GPU work goes straight to the driver)");
+      }
+    } catch (...) {
+    }
+  }
+  return fallback_gate();
+}
+
 __attribute__((destructor)) void shut_down_gate() {
+  if (forked_child.load(std::memory_order_relaxed)) return;  // the parent's to shut down
   if (Client* c = client(false)) c->gate().shutdown();  // shutdown() is noexcept
 }
 
 }  // namespace
 
 Gate& gate() noexcept {
+  if (forked_child.load(std::memory_order_relaxed)) return forked_gate();
   try {
     if (Client* c = client()) return c->gate();
   } catch (...) {  // std::call_once may throw std::system_error
@@ -100,10 +124,12 @@ Gate& gate() noexcept {
 }
 
 void stop_completion_tracking() noexcept {
+  if (forked_child.load(std::memory_order_relaxed)) return;  // the thread is the parent's
   if (Client* c = client(false)) c->daemon_gate().stop_completion_tracking();
 }
 
 Profiler* active_profiler() noexcept {
+  if (forked_child.load(std::memory_order_relaxed)) return nullptr;
   Client* c = client(false);
   return c ? c->profiler() : nullptr;
 }

@@ -17,6 +17,8 @@ using EventDestroy = CUresult (*)(CUevent);
 using EventRecord = CUresult (*)(CUevent, CUstream);
 using EventQuery = CUresult (*)(CUevent);
 using CtxSetCurrent = CUresult (*)(CUcontext);
+using CtxGetCurrent = CUresult (*)(CUcontext*);
+using ExchangeCaptureMode = CUresult (*)(CUstreamCaptureMode*);
 
 constexpr auto kFirstPollSleep = std::chrono::microseconds(20);
 constexpr auto kLongestPollSleep = std::chrono::microseconds(1000);
@@ -67,7 +69,11 @@ void CompletionTracker::track(std::shared_ptr<Session> session, const Ticket& ti
 
 void CompletionTracker::record_deferred(std::vector<Pending>& batch) noexcept {
   const auto set_current = driver<CtxSetCurrent>(DriverHelper::ctx_set_current);
-  CUcontext current = nullptr;
+  const auto get_current = driver<CtxGetCurrent>(DriverHelper::ctx_get_current);
+  // This may be the program's thread (a synchronisation, a destroy): its context is put back after.
+  CUcontext original = nullptr;
+  if (!get_current || get_current(&original) != CUDA_SUCCESS) original = nullptr;
+  CUcontext current = original;
   std::vector<std::pair<CUcontext, std::uint64_t>> recorded;  // streams whose latest op has its event
   for (auto pending = batch.rbegin(); pending != batch.rend(); ++pending) {
     if (!pending->needs_record) continue;
@@ -86,6 +92,7 @@ void CompletionTracker::record_deferred(std::vector<Pending>& batch) noexcept {
     }
     record(*pending, reinterpret_cast<CUstream>(pending->stream));
   }
+  if (current != original && set_current) set_current(original);
 }
 
 void CompletionTracker::record_deferred_now() noexcept {
@@ -94,7 +101,7 @@ void CompletionTracker::record_deferred_now() noexcept {
     std::lock_guard turn(record_mutex_);  // waits for the thread's own turn to finish recording
     {
       std::lock_guard lock(mutex_);
-      if (!started_) return;
+      if (!started_ || stopping_) return;  // stopping: stop() records what is left
       batch.swap(incoming_);
     }
     record_deferred(batch);
@@ -146,17 +153,24 @@ void CompletionTracker::stop() noexcept {
   if (!thread_.joinable() || thread_.get_id() == std::this_thread::get_id()) return;
   thread_.join();
   // The program is exiting, usually right after a synchronisation: report what has finished.
+  std::vector<Pending> batch;
   try {
-    record_deferred(incoming_);
-    for (Pending& pending : incoming_) by_stream_[pending.stream].push_back(std::move(pending));
+    std::lock_guard turn(record_mutex_);  // a destroyer or synchroniser may still be recording
+    {
+      std::lock_guard lock(mutex_);
+      batch.swap(incoming_);
+    }
+    record_deferred(batch);
+    for (Pending& pending : batch) by_stream_[pending.stream].push_back(std::move(pending));
   } catch (...) {
   }
-  incoming_.clear();
   poll_streams();
 }
 
 void CompletionTracker::report(Pending& pending, std::int64_t end_ns, bool coarse) noexcept {
   if (!pending.session || !pending.session->alive()) return;
+  // The thread's, but after stop() any thread's (and stop()'s own): the ring has one producer.
+  std::lock_guard lock(report_mutex_);
   std::int64_t& last_end = last_end_ns_[pending.stream];
   const bool ran = pending.status == 0;
   ipc::CompletionDescriptor completion{};
@@ -201,6 +215,12 @@ bool CompletionTracker::poll_streams() noexcept {
 }
 
 void CompletionTracker::run() noexcept {
+  // Our event calls must not invalidate a graph capture the program runs on another thread in the
+  // default (global) mode: this thread makes potentially unsafe calls only in relaxed mode.
+  if (const auto exchange = driver<ExchangeCaptureMode>(DriverHelper::thread_exchange_stream_capture_mode)) {
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    exchange(&mode);
+  }
   auto sleep = kFirstPollSleep;
   std::vector<Pending> batch;
   for (;;) {

@@ -86,6 +86,7 @@ class CompletionTracker {
 
   std::mutex record_mutex_;  // deferred recording: the thread's turn, or a destroyer's
   std::mutex mutex_;
+  std::mutex report_mutex_;  // report(): last_end_ns_ and the completions ring's one producer
   std::condition_variable wake_;
   std::vector<Pending> incoming_;
   std::unordered_map<CUcontext, std::vector<CUevent>> free_events_;
@@ -94,7 +95,7 @@ class CompletionTracker {
 
   // The thread's own.
   std::map<std::uint64_t, std::deque<Pending>> by_stream_;
-  std::unordered_map<std::uint64_t, std::int64_t> last_end_ns_;
+  std::unordered_map<std::uint64_t, std::int64_t> last_end_ns_;  // report()'s, under report_mutex_
 };
 
 }  // namespace gpuqos::intercept

@@ -61,7 +61,10 @@ void DaemonGate::monitor() noexcept {
     std::shared_ptr<Session> session = session_.load();
     if (session && session->watch(kWatchIntervalMs)) continue;
     if (session) {
-      log_(LogLevel::warn, "lost gpuqosd (" + session->lost_reason() + "); running unmanaged until it is back");
+      try {
+        log_(LogLevel::warn, "lost gpuqosd (" + session->lost_reason() + "); running unmanaged until it is back");
+      } catch (...) {  // out of memory for the message: still unmanaged
+      }
       copy_chunk_bytes_.store(0, std::memory_order_relaxed);
       managed_devices_.store(ipc::kAllDevices, std::memory_order_relaxed);
       session_.store(nullptr);

@@ -1,6 +1,7 @@
 // Session: posting ops, waiting for grants, reporting completions, noticing that the daemon is gone.
 #include "session.h"
 
+#include <errno.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -20,9 +21,18 @@ Session::Session(std::uint32_t id, int fd, std::uint32_t client_number, ipc::Seg
 
 Session::~Session() { ::close(fd_); }
 
-bool Session::heartbeat_fresh() noexcept {
-  const auto beat = static_cast<std::int64_t>(segment_.daemon_heartbeat_ns());
-  return ipc::monotonic_ns() - beat <= kHeartbeatLimitNs;
+bool Session::check_heartbeat() noexcept {
+  const std::uint64_t beat = segment_.daemon_heartbeat_ns();  // read before now: never later, unless garbage
+  const auto now = static_cast<std::uint64_t>(ipc::monotonic_ns());
+  if (beat > now) {
+    lose("gpuqosd's heartbeat is from the future (garbage in its segment, or a daemon in another time namespace)");
+    return false;
+  }
+  if (now - beat > static_cast<std::uint64_t>(kHeartbeatLimitNs)) {
+    lose("gpuqosd stopped answering (no heartbeat for over 100 ms)");
+    return false;
+  }
+  return true;
 }
 
 void Session::publish() noexcept {
@@ -59,7 +69,8 @@ bool Session::send_kernel_name(std::uint32_t id, const KernelRegistry& kernels) 
         return true;
       }
       pollfd writable{fd_, POLLOUT, 0};
-      if (::poll(&writable, 1, 5) < 0 || (writable.revents & (POLLERR | POLLHUP))) break;
+      const int ready = ::poll(&writable, 1, 5);
+      if ((ready < 0 && errno != EINTR) || (ready > 0 && (writable.revents & (POLLERR | POLLHUP)))) break;
     }
     lose("cannot send a kernel name to gpuqosd");
   } catch (...) {
@@ -72,10 +83,7 @@ bool Session::push_op(const ipc::OpDescriptor& op, bool may_wait) noexcept {
   ipc::OpsRing& ring = segment_.ops();
   while (!ring.try_push(op)) {
     if (!may_wait || !alive()) return false;
-    if (!heartbeat_fresh()) {
-      lose("gpuqosd stopped answering (no heartbeat for over 100 ms)");
-      return false;
-    }
+    if (!check_heartbeat()) return false;
     ring.wait_for_space(kWaitSliceNs);
   }
   return true;
@@ -100,6 +108,9 @@ void Session::drain_grants() noexcept {
     detach = detach || (grant.flags & ipc::kGrantDetach) != 0;
     if (grant.granted_through_seq > highest) highest = grant.granted_through_seq, changed = true;
   }
+  // Garbage in the ring's indices: no grant can be read again, and the daemon cannot tell (to it
+  // the ring looks full). Only this thread pops, so the check cannot race a pop.
+  if (segment_.grants().corrupted()) lose("the grants ring is corrupted (garbage in its indices)");
   if (changed) {
     granted_.store(highest, std::memory_order_release);
     publish();
@@ -115,7 +126,7 @@ bool Session::wait_for_grant(std::uint64_t seq) noexcept {
     if (pop.owns_lock()) {  // this thread reads the grants ring for everyone
       drain_grants();
       if (granted_.load(std::memory_order_acquire) >= seq) break;
-      if (!heartbeat_fresh()) lose("gpuqosd stopped answering (no heartbeat for over 100 ms)");
+      check_heartbeat();
       if (alive()) segment_.grants().wait_for_items(kWaitSliceNs);
       drain_grants();
       continue;
@@ -141,7 +152,7 @@ bool Session::watch(int timeout_ms) noexcept {
     std::array<char, 256> ignored;  // the daemon sends nothing after its reply; read what it sends
     if (::recv(fd_, ignored.data(), ignored.size(), MSG_DONTWAIT) == 0) lose("gpuqosd closed the connection");
   }
-  if (alive() && !heartbeat_fresh()) lose("gpuqosd stopped answering (no heartbeat for over 100 ms)");
+  if (alive()) check_heartbeat();
   if (std::unique_lock pop(pop_mutex_, std::try_to_lock); pop.owns_lock() && alive()) drain_grants();
   return alive();
 }

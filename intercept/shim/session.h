@@ -84,7 +84,9 @@ class Session {
   std::string lost_reason() const;
 
  private:
-  bool heartbeat_fresh() noexcept;
+  // Whether the daemon's heartbeat is fresh; if not (stale, or from the future: garbage, or a daemon
+  // in another time namespace), loses the session saying which.
+  bool check_heartbeat() noexcept;
   bool send_kernel_name(std::uint32_t id, const KernelRegistry& kernels) noexcept;
   bool push_op(const ipc::OpDescriptor& op, bool may_wait) noexcept;
   void drain_grants() noexcept;  // with pop_mutex_ held

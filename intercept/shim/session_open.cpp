@@ -8,6 +8,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -75,7 +76,8 @@ ipc::Result<ipc::HelloReply> exchange_hello(int fd, const Settings& settings) {
 Session::Terms terms_of(const ipc::HelloReply& reply, Priority claimed) {
   const bool claimed_low = claimed == Priority::low;
   if (reply.version_minor < 1) return {claimed_low, 0, false, ipc::kAllDevices};
-  return {claimed_low || reply.effective_priority == ipc::Priority::low, reply.copy_chunk_bytes,
+  const std::uint64_t chunk = reply.copy_chunk_bytes == 0 ? 0 : std::max(reply.copy_chunk_bytes, ipc::kMinCopyChunkBytes);
+  return {claimed_low || reply.effective_priority == ipc::Priority::low, chunk,
           reply.version_minor >= 2, reply.version_minor >= 3 ? reply.managed_devices : ipc::kAllDevices};
 }
 

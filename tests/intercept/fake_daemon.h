@@ -5,6 +5,8 @@
 // chunk size it is given (0 by default: copies are not split) and the protocol's minor version,
 // unless told to speak an older one.
 // stop() is what a crash looks like to the shim: heartbeats stop and every socket closes.
+// heartbeat_from_future() and corrupt_grants() are a daemon (or a stray write) gone wrong while the
+// socket stays open.
 #pragma once
 
 #include <poll.h>
@@ -76,6 +78,10 @@ class FakeDaemon {
   void set_auto_grant(bool on) { auto_grant_ = on; }
   void grant_through(std::uint64_t seq) { grant_target_ = seq; }
   void freeze_heartbeat() { heartbeat_frozen_ = true; }
+  // Heartbeats stamped an hour ahead: garbage, or a daemon in another time namespace.
+  void heartbeat_from_future() { heartbeat_offset_ns_ = 3'600'000'000'000; }
+  // The grants ring's producer index made impossible (more items than slots), grants stop.
+  void corrupt_grants() { corrupt_grants_ = true; }
   // For registrations from now on: answer every claim with low priority / this chunk size.
   void lower_every_claim() { lower_claims_ = true; }
   void set_copy_chunk_bytes(std::uint64_t bytes) { copy_chunk_bytes_ = bytes; }
@@ -142,7 +148,13 @@ class FakeDaemon {
   }
 
   void serve(Connection& connection) {
-    if (!heartbeat_frozen_) connection.segment.publish_heartbeat(static_cast<std::uint64_t>(ipc::monotonic_ns()));
+    if (!heartbeat_frozen_) {
+      connection.segment.publish_heartbeat(static_cast<std::uint64_t>(ipc::monotonic_ns() + heartbeat_offset_ns_));
+    }
+    if (corrupt_grants_) {  // the producer index sits on the ring's second cache line
+      auto* ring = reinterpret_cast<std::byte*>(&connection.segment.grants());
+      reinterpret_cast<std::atomic<std::uint32_t>*>(ring + ipc::kCacheLineBytes)->store(0xfffffff0u);
+    }
     std::lock_guard lock(mutex_);
     FakeClient& client = clients_[connection.client];
     drain_socket(connection, client);
@@ -181,7 +193,8 @@ class FakeDaemon {
 
   const std::string path_;
   int listen_fd_ = -1;
-  std::atomic<bool> running_{false}, auto_grant_{true}, heartbeat_frozen_{false};
+  std::atomic<bool> running_{false}, auto_grant_{true}, heartbeat_frozen_{false}, corrupt_grants_{false};
+  std::atomic<std::int64_t> heartbeat_offset_ns_{0};
   std::atomic<std::uint64_t> grant_target_{0};
   std::atomic<bool> lower_claims_{false};
   std::atomic<std::uint64_t> copy_chunk_bytes_{0};

@@ -321,6 +321,63 @@ TEST_F(GateTest, ASilentDaemonReleasesTheWaiterAfterTheHeartbeatLimit) {
   EXPECT_LT(released_after_ns, 150'000'000);
 }
 
+// A heartbeat stamped in the future is not a fresh one: garbage must not keep a waiter waiting.
+TEST_F(GateTest, AHeartbeatFromTheFutureReleasesTheWaiterAfterTheHeartbeatLimit) {
+  daemon_->set_auto_grant(false);
+  start({"timed", "1000"}, "low");
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 1); }));
+  const long long garbage_ns = ipc::monotonic_ns();
+  daemon_->heartbeat_from_future();
+  ASSERT_EQ(finish(10s), 0) << output_;
+  const long long released_after_ns = value_of(output_, "after") - garbage_ns;
+  std::cout << "released " << released_after_ns / 1000 << " us after the first heartbeat from the future\n";
+  EXPECT_LT(released_after_ns, 150'000'000);
+  EXPECT_EQ(occurrences(output_, "lost gpuqosd"), 1u) << output_;
+}
+
+// Garbage in the grants ring's indices: no grant can ever be read, so the session is lost at once.
+TEST_F(GateTest, ACorruptedGrantsRingReleasesTheWaiter) {
+  daemon_->set_auto_grant(false);
+  start({"timed", "1000"}, "low");
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 1); }));
+  const long long garbage_ns = ipc::monotonic_ns();
+  daemon_->corrupt_grants();
+  ASSERT_EQ(finish(10s), 0) << output_;
+  const long long released_after_ns = value_of(output_, "after") - garbage_ns;
+  std::cout << "released " << released_after_ns / 1000 << " us after the grants ring went bad\n";
+  EXPECT_LT(released_after_ns, 100'000'000);
+  EXPECT_NE(output_.find("grants ring"), std::string::npos) << output_;
+}
+
+// A child forked from a managed process must neither post into its parent's rings (its seqs would
+// collide with the parent's) nor wait at exit for the parent's completion thread, which it does not
+// have: it runs unmanaged.
+TEST_F(GateTest, AForkedChildRunsUnmanagedAndLeavesItsParentsRegistrationAlone) {
+  start({"fork"}, "low");
+  ASSERT_EQ(finish(), 0) << output_;
+  EXPECT_NE(output_.find("child 0"), std::string::npos) << output_;
+  EXPECT_NE(output_.find("fork ok"), std::string::npos) << output_;
+  const auto clients = daemon_->clients();
+  ASSERT_EQ(clients.size(), 1u);
+  EXPECT_TRUE(clients[0].problems.empty()) << clients[0].problems.front();
+  EXPECT_EQ(std::count_if(clients[0].ops.begin(), clients[0].ops.end(),
+                          [](const ipc::OpDescriptor& op) { return op.kind == ipc::OpKind::kernel; }),
+            2);
+  EXPECT_TRUE(std::none_of(clients[0].ops.begin(), clients[0].ops.end(), [](const ipc::OpDescriptor& op) {
+    return op.kind == ipc::OpKind::query_arrived || op.kind == ipc::OpKind::query_begin ||
+           op.kind == ipc::OpKind::query_end;
+  }));
+  EXPECT_EQ(occurrences(output_, "forked"), 1u) << output_;  // the child says once that it runs unmanaged
+}
+
+// Recording another context's deferred completion events on a synchronising thread must leave that
+// thread's current context as it was.
+TEST_F(GateTest, RecordingDeferredEventsLeavesTheThreadsCurrentContextAlone) {
+  start({"contexts", "300"}, "high");
+  ASSERT_EQ(finish(), 0) << output_;
+  EXPECT_EQ(value_of(output_, "switched"), 0) << output_;
+}
+
 TEST_F(GateTest, ReRegistersWhenTheDaemonComesBack) {
   start({"loop", "60", "1000"}, "low");  // ~1.3 s of launch, sync, sleep
   ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 3); }));
@@ -383,6 +440,20 @@ TEST_F(GateTest, LowPriorityCopiesGoInChunksEachGrantedAndTheDataRoundTrips) {
   EXPECT_EQ(copies[3].stream, copies[8].stream);
   EXPECT_NE(copies[3].stream, 0u);
   for (const auto& completion : client.completions) EXPECT_EQ(completion.status, 0) << completion.seq;
+}
+
+// A daemon asking for chunks smaller than ipc::kMinCopyChunkBytes gets that size: a 1-byte chunk
+// would cost a grant round trip per byte.
+TEST_F(GateTest, ATinyChunkSizeFromTheDaemonIsRaisedToTheMinimum) {
+  daemon_->set_copy_chunk_bytes(1);
+  start({"copies", std::to_string(3 * ipc::kMinCopyChunkBytes / 2)}, "low");
+  ASSERT_EQ(finish(), 0) << output_;
+  EXPECT_NE(output_.find("copies ok"), std::string::npos) << output_;
+  const auto copies = copies_of(daemon_->clients().at(0).ops);
+  ASSERT_EQ(copies.size(), 6u) << "HtoD, DtoDAsync and the unified cuMemcpyAsync, two chunks each";
+  for (std::size_t i = 0; i < copies.size(); ++i) {
+    EXPECT_EQ(copies[i].bytes, i % 2 == 0 ? ipc::kMinCopyChunkBytes : ipc::kMinCopyChunkBytes / 2) << i;
+  }
 }
 
 // On a device the daemon does not manage a copy goes whole, straight to the driver: one call each.

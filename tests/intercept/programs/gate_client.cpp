@@ -14,7 +14,13 @@
 //                   cuMemcpyHtoD of <bytes> into a buffer of <device bytes> ("htod <result>"); if it
 //                   worked, cuMemcpyDtoDAsync to a second buffer, cuMemcpyAsync (unified) back to the
 //                   host, synchronise, and every byte checked ("copies ok")
+//   contexts <n>    n times: launch spin(0) in a second context, make the first current again and
+//                   cuCtxSynchronize; "switched <k>": how often the current context was not the first
+//   fork            launch + sync, fork; the child marks a query and exit()s (atexit handlers run);
+//                   "child <status>" ("child hung" if it has not exited in 5 s), launch + sync again
 #include <cuda.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -145,6 +151,64 @@ int run_bench(int count) {
   return 0;
 }
 
+int run_contexts(int count) {
+  CUcontext first = nullptr, second = nullptr, current = nullptr;
+  CUdevice device = 0;
+  CUmodule module = nullptr;
+  CUfunction spin = nullptr;
+  CHECK_CU(cuCtxGetCurrent(&first));
+  CHECK_CU(cuCtxGetDevice(&device));
+  CHECK_CU(cuCtxCreate(&second, nullptr, 0, device));  // and makes it current
+  CHECK_CU(cuModuleLoadData(&module, kPtx));
+  CHECK_CU(cuModuleGetFunction(&spin, module, "spin"));
+  int switched = 0;
+  for (int i = 0; i < count; ++i) {
+    std::uint64_t duration_us = 0;
+    void* params[] = {&duration_us};
+    CHECK_CU(cuCtxSetCurrent(second));
+    CHECK_CU(cuLaunchKernel(spin, 1, 1, 1, 32, 1, 1, 0, nullptr, params, nullptr));
+    CHECK_CU(cuCtxSetCurrent(first));
+    CHECK_CU(cuCtxSynchronize());  // the shim may record the second context's event here
+    CHECK_CU(cuCtxGetCurrent(&current));
+    switched += current != first;
+  }
+  CHECK_CU(cuCtxSetCurrent(second));
+  CHECK_CU(cuCtxSynchronize());
+  CHECK_CU(cuCtxSetCurrent(first));
+  std::printf("switched %d\n", switched);
+  return 0;
+}
+
+int run_fork() {
+  CHECK_CU(launch(10, nullptr));
+  CHECK_CU(cuCtxSynchronize());
+  std::fflush(stdout);
+  const pid_t child = fork();
+  CHECK(child >= 0);
+  if (child == 0) {  // CUDA may not be used here; the shim's marks and exit handlers still run
+    gpuqos_query_arrived();
+    gpuqos_query_begin();
+    gpuqos_query_end();
+    std::exit(0);
+  }
+  int status = 0;
+  pid_t done = 0;
+  for (int i = 0; i < 500 && (done = waitpid(child, &status, WNOHANG)) == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (done == 0) {
+    kill(child, SIGKILL);
+    waitpid(child, &status, 0);
+    std::printf("child hung\n");
+  } else {
+    std::printf("child %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+  }
+  CHECK_CU(launch(10, nullptr));
+  CHECK_CU(cuCtxSynchronize());
+  std::printf("fork ok\n");
+  return 0;
+}
+
 }  // namespace
 
 int run_unified() {
@@ -215,6 +279,8 @@ int main(int argc, char** argv) {
   if (mode == "threads") return run_threads(arg(2, 4), arg(3, 20));
   if (mode == "bench") return run_bench(arg(2, 1000));
   if (mode == "copies") return run_copies(arg(2, 1 << 20), arg(3, arg(2, 1 << 20)));
-  std::printf("usage: %s ops|timed|loop|threads|bench\n", argv[0]);
+  if (mode == "contexts") return run_contexts(arg(2, 200));
+  if (mode == "fork") return run_fork();
+  std::printf("usage: %s ops|unified|marks|timed|loop|threads|bench|copies|contexts|fork\n", argv[0]);
   return 2;
 }

@@ -96,6 +96,9 @@ struct HelloReply {
 inline constexpr std::size_t kHelloReplyBytesV1_0 = 208;  // up to and including message
 inline constexpr std::size_t kHelloReplyBytesV1_2 = 224;  // up to and including copy_chunk_bytes
 inline constexpr std::uint64_t kAllDevices = ~std::uint64_t{0};
+// The smallest non-zero copy_chunk_bytes the shim takes: it raises a smaller one a daemon sends (a
+// 1-byte chunk would cost a grant round trip per byte). gpuqosd's config refuses less as well.
+inline constexpr std::uint64_t kMinCopyChunkBytes = 64 * 1024;
 // Is `device` one of the mask's (HelloReply::managed_devices)?
 constexpr bool device_in(std::uint64_t mask, std::uint32_t device) noexcept {
   return device < 64 && ((mask >> device) & 1u) != 0;
