@@ -147,6 +147,10 @@ void Daemon::on_event(std::uint64_t token, std::uint32_t events) {
 }
 
 void Daemon::heartbeat_and_tick(std::int64_t now_ns) {
+  if (accept_paused_until_ns_ != 0 && now_ns >= accept_paused_until_ns_ && listener_.valid()) {
+    accept_paused_until_ns_ = 0;
+    watch(listener_.get(), tokens::kListener, EPOLLIN);
+  }
   for (auto& [id, client] : clients_) {
     client->segment().publish_heartbeat(static_cast<std::uint64_t>(now_ns));
     if (client->grant_pending() && !client->publish_grant()) {

@@ -49,11 +49,17 @@ std::string Daemon::accept_op(Client& client, const ArrivedOp& arrived) {
     // Its name was sent before the op, so it is already queued on the socket.
     if (std::string why = read_client_socket(client); !why.empty()) return why;
     if (!client.kernel_names().contains(op.kernel_id)) {
+      if (client.kernel_names().size() >= kMaxKernelNames) {
+        return "more than " + std::to_string(kMaxKernelNames) + " kernel names";
+      }
       spdlog::warn("{}: op {} uses kernel {} whose name was never sent", client.tag(), op.seq, op.kernel_id);
       client.kernel_names()[op.kernel_id] = "kernel-" + std::to_string(op.kernel_id);
     }
   }
   client.posted(op, arrived.arrived_ns);
+  if (client.ungranted_count() > kMaxUngrantedOps) {
+    return "posts without waiting for its grants (over " + std::to_string(kMaxUngrantedOps) + " ops ungranted)";
+  }
   qos_posted(client, op, arrived.arrived_ns);
   const std::int64_t predicted_ns =
       op.kind == ipc::OpKind::kernel
@@ -71,6 +77,8 @@ std::string Daemon::drain_completions(Client& client, std::int64_t now_ns) {
     deferred.push_back(completion);
   }
   if (client.segment().completions().corrupted()) return "completions ring corrupted (impossible indices)";
+  // Read after the pops: every honest completion ended before it was pushed, so before this.
+  const std::int64_t read_ns = ipc::monotonic_ns();
   std::size_t done = 0;
   for (; done < deferred.size(); ++done) {
     const ipc::CompletionDescriptor& c = deferred[done];
@@ -78,6 +86,10 @@ std::string Daemon::drain_completions(Client& client, std::int64_t now_ns) {
     if (c.seq > client.last_seq()) break;
     if (ipc::Status valid = ipc::validate_completion(c, client.last_seq()); !valid) {
       return "invalid completion descriptor: " + valid.error();
+    }
+    if (c.end_ns > read_ns) {
+      return "completion of seq " + std::to_string(c.seq) + " ends " + std::to_string(c.end_ns - read_ns) +
+             " ns in the future";
     }
     client.count_completion();
     learner_->completed(client.identity().id, c);
@@ -114,8 +126,9 @@ void Daemon::settle_departed(Client& client) {
   for (const ArrivedOp& arrived : client.waiter().take()) {
     if (!accept_op(client, arrived).empty()) return;
   }
+  // At most one ring's worth: a client that left its socket but still pushes cannot keep us here.
   ipc::OpDescriptor op;
-  while (client.segment().ops().try_pop(op)) {
+  for (std::uint32_t n = 0; n < ipc::kOpsRingCapacity && client.segment().ops().try_pop(op); ++n) {
     if (!accept_op(client, ArrivedOp{op, now}).empty()) return;
   }
   drain_completions(client, now);
@@ -150,7 +163,7 @@ void Daemon::drain_and_release() {
     client->waiter().stop();  // from here the loop is the ops ring's only consumer
     ipc::OpDescriptor op;
     std::uint64_t last_seq = client->last_seq();
-    while (client->segment().ops().try_pop(op)) {
+    for (std::uint32_t n = 0; n < ipc::kOpsRingCapacity && client->segment().ops().try_pop(op); ++n) {
       if (ipc::validate_op(op, last_seq, ipc::kMaxDevices)) last_seq = op.seq;
     }
     const std::uint64_t before = client->granted_through();

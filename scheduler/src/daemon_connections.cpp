@@ -20,7 +20,16 @@ void Daemon::accept_connections() {
   for (;;) {
     FileDescriptor socket(::accept4(listener_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
     if (!socket.valid()) {
-      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) spdlog::warn("accept: {}", std::strerror(errno));
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) return;
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        // The connection stays queued and the listener readable: stop watching it for a while.
+        spdlog::warn("accept: {}: not accepting connections for {} ms", std::strerror(errno),
+                     kAcceptPauseNs / 1'000'000);
+        ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, listener_.get(), nullptr);
+        accept_paused_until_ns_ = ipc::monotonic_ns() + kAcceptPauseNs;
+        return;
+      }
+      spdlog::warn("accept: {}", std::strerror(errno));
       return;
     }
     auto peer = ipc::peer_credentials(socket.get());
@@ -111,8 +120,15 @@ void Daemon::register_client(Pending& pending, const ipc::Hello& hello) {
     return;
   }
   ClientIdentity identity{id, peer, job, decision.effective, hello.device, hello.priority};
-  auto client = std::make_unique<Client>(std::move(identity), std::move(pending.socket), std::move(segment.value()),
-                                         wake_.get());
+  std::unique_ptr<Client> client;
+  try {  // its OpsWaiter is a thread: out of threads, this client is refused, not the daemon stopped
+    client = std::make_unique<Client>(std::move(identity), std::move(pending.socket), std::move(segment.value()),
+                                      wake_.get());
+  } catch (const std::exception& e) {
+    spdlog::warn("job '{}' pid {}: cannot serve it: {}", job, peer.pid, e.what());
+    ipc::Segment::remove(name);
+    return;
+  }
   watch(client->socket_fd(), id, EPOLLIN | EPOLLRDHUP);
   if (client->pidfd() >= 0) watch(client->pidfd(), tokens::kPidfdBase + id, EPOLLIN);
   const ClientInfo info = client_info(options_.config, client->identity());
@@ -157,6 +173,9 @@ std::string Daemon::read_client_socket(Client& client) {
     }
     auto name = ipc::decode_kernel_name(record);
     if (!name) return "bad record on its socket: " + name.error();
+    if (client.kernel_names().size() >= kMaxKernelNames && !client.kernel_names().contains(name->kernel_id)) {
+      return "more than " + std::to_string(kMaxKernelNames) + " kernel names";
+    }
     spdlog::debug("{}: kernel {} is {}", client.tag(), name->kernel_id, name->name);
     client.kernel_names()[name->kernel_id] = std::move(name->name);
   }

@@ -30,8 +30,14 @@ DurationLearner::DurationLearner(Options options, std::int64_t now_ns, std::opti
 std::int64_t DurationLearner::posted(std::uint32_t client, const ipc::OpDescriptor& op, std::string kernel_name) {
   if (!is_timed_work(op.kind)) return 0;
   const predictor::Prediction prediction = predictor_.predict(predictor::features_of(op, kernel_name));
-  if (remembered_.size() >= options_.max_remembered_ops) remembered_.erase(remembered_.begin());
-  remembered_.insert_or_assign({client, op.seq}, Remembered{op, std::move(kernel_name)});
+  if (!remembered_.empty() && remembered_.size() >= options_.max_remembered_ops) {
+    const auto most = std::max_element(remembered_per_client_.begin(), remembered_per_client_.end(),
+                                       [](const auto& a, const auto& b) { return a.second < b.second; });
+    forget(remembered_.lower_bound({most->first, 0}));  // its oldest: seqs rise
+  }
+  if (remembered_.insert_or_assign({client, op.seq}, Remembered{op, std::move(kernel_name)}).second) {
+    ++remembered_per_client_[client];
+  }
   if (prediction.model == predictor::ModelUsed::none) return 0;
   const double upper = std::min(prediction.upper_ns, prediction.duration_ns * kMaxUpperRatio);
   // 0 would read as "no model knows it"; a NaN or infinity cannot be an integer.
@@ -46,7 +52,7 @@ void DurationLearner::completed(std::uint32_t client, const ipc::CompletionDescr
     return;
   }
   const Remembered remembered = std::move(it->second);
-  remembered_.erase(it);
+  forget(it);
   if (completion.flags & ipc::kCompletionCoarse) {
     ++counts_.coarse;
     return;
@@ -62,6 +68,13 @@ void DurationLearner::completed(std::uint32_t client, const ipc::CompletionDescr
 
 void DurationLearner::client_gone(std::uint32_t client) {
   remembered_.erase(remembered_.lower_bound({client, 0}), remembered_.upper_bound({client, UINT64_MAX}));
+  remembered_per_client_.erase(client);
+}
+
+void DurationLearner::forget(RememberedOps::iterator it) {
+  const auto count = remembered_per_client_.find(it->first.first);
+  if (count != remembered_per_client_.end() && --count->second == 0) remembered_per_client_.erase(count);
+  remembered_.erase(it);
 }
 
 std::optional<std::string> DurationLearner::tick(std::int64_t now_ns) {

@@ -4,15 +4,18 @@
 #include <signal.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
 
 #include "daemon_harness.h"
 #include "gpuqos/ipc/clock.h"
+#include "gpuqos/scheduler/daemon.h"
 #include "gpuqos/predictor/features.h"
 #include "gpuqos/predictor/store.h"
 
@@ -265,6 +268,107 @@ TEST(Daemon, DisconnectsAClientThatPostsAnInvalidDescriptor) {
   expect_dropped_others_served(daemon, bad, good);
   EXPECT_NE(daemon.log().find("job 'bad' pid " + std::to_string(::getpid()) + ": invalid op descriptor"), std::string::npos)
       << daemon.log();
+}
+
+// Completions are stamped by the shim before it pushes them: one that ends after the daemon read it
+// is garbage (and summed end - start could overflow the backlog's counters).
+TEST(Daemon, DisconnectsAClientWhoseCompletionEndsInTheFuture) {
+  DaemonProcess daemon;
+  FakeClient bad(daemon.socket(), Priority::high, "bad");
+  FakeClient good(daemon.socket(), Priority::low, "good");
+  bad.name_kernel(1, "k");
+  bad.post(FakeClient::kernel(1));
+  const std::int64_t hour_ahead = ipc::monotonic_ns() + 3'600'000'000'000;
+  bad.complete(1, hour_ahead - 1000, hour_ahead);
+  expect_dropped_others_served(daemon, bad, good);
+  EXPECT_NE(daemon.log().find("job 'bad' pid " + std::to_string(::getpid()) + ": completion of seq 1 ends "),
+            std::string::npos)
+      << daemon.log();
+}
+
+// Pushes ops seq first.. until `count` are posted, waiting while the ring is full; false once the
+// daemon hung up.
+bool post_many(FakeClient& client, std::uint64_t first, std::uint64_t count) {
+  for (std::uint64_t seq = first; seq < first + count;) {
+    if (client.segment().ops().try_push(FakeClient::kernel(seq))) {
+      ++seq;
+    } else if (client.disconnected(0ms)) {
+      return false;
+    } else {
+      std::this_thread::sleep_for(100us);
+    }
+  }
+  return true;
+}
+
+// A shim holds one op per waiting thread; a client that posts without waiting for its grants is cut
+// off before the ops the policy holds for it grow the daemon's memory without bound.
+TEST(Daemon, DisconnectsALowPriorityClientThatPostsWithoutWaitingForItsGrants) {
+  DaemonProcess daemon({"--max-outstanding", "1"});
+  FakeClient bad(daemon.socket(), Priority::low, "bad");
+  bad.name_kernel(1, "k");
+  bad.post(FakeClient::kernel(1));
+  ASSERT_TRUE(bad.wait_granted(1));  // and never completed: everything after it is held
+  post_many(bad, 2, scheduler::Daemon::kMaxUngrantedOps + 10);
+  EXPECT_TRUE(bad.disconnected(10s)) << daemon.log();
+  EXPECT_NE(daemon.log().find("job 'bad' pid " + std::to_string(::getpid()) + ": posts without waiting for its grants"),
+            std::string::npos)
+      << daemon.log();
+  FakeClient good(daemon.socket(), Priority::low, "good");  // the slot the bad one held is free again
+  good.name_kernel(1, "k");
+  good.post(FakeClient::kernel(1));
+  EXPECT_TRUE(good.wait_granted(1));
+}
+
+TEST(Daemon, DisconnectsAClientThatRegistersTooManyKernelNames) {
+  DaemonProcess daemon;
+  FakeClient bad(daemon.socket(), Priority::low, "bad");
+  FakeClient good(daemon.socket(), Priority::low, "good");
+  for (std::uint32_t id = 1; id <= scheduler::Daemon::kMaxKernelNames + 1; ++id) {
+    if (!ipc::send_record(bad.socket_fd(), ipc::encode_kernel_name(id, "k" + std::to_string(id)).value())) {
+      if (errno != EAGAIN && errno != EWOULDBLOCK) break;  // hung up on us
+      std::this_thread::sleep_for(1ms);
+      --id;
+    }
+  }
+  expect_dropped_others_served(daemon, bad, good);
+  EXPECT_NE(daemon.log().find("job 'bad' pid " + std::to_string(::getpid()) + ": more than 65536 kernel names"),
+            std::string::npos)
+      << daemon.log();
+}
+
+// Out of descriptors, accept() fails while the connection stays queued: the daemon must not spin
+// on its readable listener (logging each time), and accepts again once descriptors are free.
+TEST(Daemon, OutOfDescriptorsPausesAcceptingInsteadOfSpinning) {
+  DaemonProcess daemon;
+  const auto open_fds = [&] {
+    std::size_t n = 0;
+    for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/" + std::to_string(daemon.pid()) + "/fd")) ++n;
+    return n;
+  };
+  rlimit original{};
+  ASSERT_EQ(::prlimit(daemon.pid(), RLIMIT_NOFILE, nullptr, &original), 0);
+  rlimit tight = original;
+  tight.rlim_cur = open_fds() + 2;
+  ASSERT_EQ(::prlimit(daemon.pid(), RLIMIT_NOFILE, &tight, nullptr), 0);
+  std::vector<scheduler::FileDescriptor> silent;  // connect and say nothing: each holds a descriptor
+  for (int i = 0; i < 6; ++i) {
+    auto fd = scheduler::connect_unix(daemon.socket());
+    ASSERT_TRUE(fd.ok()) << fd.error();
+    silent.push_back(std::move(fd.value()));
+  }
+  std::this_thread::sleep_for(1s);
+  const std::string log = daemon.log();
+  std::size_t warnings = 0;
+  for (auto at = log.find("accept: "); at != std::string::npos; at = log.find("accept: ", at + 1)) ++warnings;
+  EXPECT_GE(warnings, 1u) << log;
+  EXPECT_LE(warnings, 20u) << "one per 100-ms pause at most, not one per loop turn";
+  ASSERT_EQ(::prlimit(daemon.pid(), RLIMIT_NOFILE, &original, nullptr), 0);
+  silent.clear();
+  FakeClient late(daemon.socket(), Priority::low, "late");  // accepted once the pause ends
+  late.name_kernel(1, "k");
+  late.post(FakeClient::kernel(1));
+  EXPECT_TRUE(late.wait_granted(1));
 }
 
 TEST(Daemon, ReclaimsAClientKilledWhileWaitingWithin100ms) {

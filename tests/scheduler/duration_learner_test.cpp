@@ -54,6 +54,23 @@ TEST(DurationLearner, LearnsExactCompletionsAndNotCoarseOnes) {
   EXPECT_LE(upper, 100'000 * DurationLearner::kMaxUpperRatio);
 }
 
+// A client that never reports completions fills what is remembered: it loses its own oldest ops,
+// and the others' completions are still learned. Client 9's ops sort after client 1's, so the
+// smallest-key eviction this replaces took client 1's.
+TEST(DurationLearner, AClientThatNeverCompletesLosesItsOwnOpsWhenTheMemoryIsFull) {
+  std::optional<std::string> warning;
+  DurationLearner learner({.max_remembered_ops = 4}, 0, warning);
+  learner.posted(1, kernel(1, 64), "k");
+  for (std::uint64_t seq = 1; seq <= 10; ++seq) learner.posted(9, kernel(seq, 64), "k");
+  learner.completed(1, exact(1, 100'000));
+  EXPECT_EQ(learner.counts().learned, 1u);
+  EXPECT_EQ(learner.counts().unknown, 0u);
+  learner.completed(9, exact(6, 100'000));  // forgotten: only its last three are remembered
+  EXPECT_EQ(learner.counts().unknown, 1u);
+  learner.completed(9, exact(8, 100'000));
+  EXPECT_EQ(learner.counts().learned, 2u);
+}
+
 // A kernel whose durations swing by 1000x at the same shape: the predictor's p90 residual ratio is
 // huge, and the learner hands the policy at most kMaxUpperRatio x the prediction.
 TEST(DurationLearner, CapsTheUpperEstimateAtAFewTimesThePrediction) {

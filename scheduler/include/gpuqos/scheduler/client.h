@@ -68,6 +68,9 @@ class Client {
   // ns the oldest ungranted op has waited (0: none waits).
   std::int64_t current_wait_ns(std::int64_t now_ns) const;
   const char* state() const { return ungranted_.empty() ? "running" : "waiting"; }
+  // Ops and marks posted and not yet granted. A shim waits for each op's grant, so this stays near
+  // its thread count; far more is a client that posts without waiting (Daemon::kMaxUngrantedOps).
+  std::size_t ungranted_count() const { return ungranted_.size(); }
   // Grants pushed, GPU ops held for a grant and how long they waited (for the metrics).
   const GrantCounters& grant_counters() const { return grant_counters_; }
 

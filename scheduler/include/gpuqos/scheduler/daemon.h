@@ -66,6 +66,15 @@ class Daemon {
   static constexpr std::int64_t kFirstRecordTimeoutNs = 2'000'000'000;
   // A completion whose op has not arrived within this is a protocol violation.
   static constexpr std::int64_t kDeferredCompletionLimitNs = 1'000'000'000;
+  // A low-priority client with more ops and marks waiting for their grants than this posts without
+  // waiting for them (a shim holds one per waiting thread): it is disconnected before it grows the
+  // daemon's memory without bound.
+  static constexpr std::size_t kMaxUngrantedOps = 65536;
+  // Kernel names one client may register; beyond, it is disconnected (each name is up to 4 KiB).
+  static constexpr std::size_t kMaxKernelNames = 65536;
+  // Out of descriptors (EMFILE and the like), the listener is not watched for this long: it stays
+  // readable, so watching it would spin the loop.
+  static constexpr std::int64_t kAcceptPauseNs = 100'000'000;
 
   static ipc::Result<std::unique_ptr<Daemon>> create(DaemonOptions options);
   ~Daemon();
@@ -133,6 +142,7 @@ class Daemon {
   std::int64_t started_ns_ = 0;
   FileDescriptor epoll_, listener_, signals_, timer_, wake_;
   bool stopping_ = false;
+  std::int64_t accept_paused_until_ns_ = 0;  // 0: the listener is watched
   std::uint32_t next_client_number_ = 1;
   std::uint64_t next_pending_token_ = 0;
   std::map<std::uint64_t, Pending> pending_;

@@ -24,7 +24,9 @@ class DurationLearner {
   struct Options {
     std::string store_path;                   // empty: nothing loaded or saved
     std::int64_t save_interval_ns = 300'000'000'000;  // 0: only at exit
-    std::size_t max_remembered_ops = 65536;  // posted, not yet completed (the oldest go first)
+    // Posted, not yet completed. When full, the client remembered for the most ops loses its oldest:
+    // one that never reports completions cannot stop the others' from being learned.
+    std::size_t max_remembered_ops = 65536;
   };
   struct Counts {
     std::uint64_t learned = 0;     // exact completions the predictor took
@@ -66,7 +68,12 @@ class DurationLearner {
 
   Options options_;
   predictor::Predictor predictor_;
-  std::map<std::pair<std::uint32_t, std::uint64_t>, Remembered> remembered_;  // (client, seq)
+  using RememberedOps = std::map<std::pair<std::uint32_t, std::uint64_t>, Remembered>;  // (client, seq)
+
+  void forget(RememberedOps::iterator it);
+
+  RememberedOps remembered_;
+  std::map<std::uint32_t, std::size_t> remembered_per_client_;
   std::int64_t last_save_ns_ = 0;
   std::uint64_t learned_at_last_save_ = 0;
   Counts counts_;
