@@ -15,13 +15,13 @@ Decisions FifoPolicy::op_posted(const OpPosted& event) {
   ClientSeqs& seqs = seqs_[event.client];
   seqs.posted = event.op.seq;
   if (event.op.seq <= seqs.granted) {  // spent credit: it is already on its way to the device
-    admit(event.client, event.op);
+    admit(event.client, event.op, event.now_ns);
     Decisions decisions;
     if (queue_.empty()) extend_credit(event.client, decisions);
     return decisions;
   }
   queue_.push_back(Queued{event.client, event.op});
-  Decisions decisions = grant_ready();
+  Decisions decisions = grant_ready(event.now_ns);
   if (queue_.empty()) extend_credit(event.client, decisions);
   return decisions;
 }
@@ -29,20 +29,23 @@ Decisions FifoPolicy::op_posted(const OpPosted& event) {
 Decisions FifoPolicy::op_completed(const OpCompleted& event) {
   backlog_.complete(event.client, event.completion);
   in_flight_.erase({event.client, event.completion.seq});
-  Decisions decisions = grant_ready();
+  Decisions decisions = grant_ready(event.now_ns);
   if (queue_.empty() && seqs_.contains(event.client)) extend_credit(event.client, decisions);
   return decisions;
 }
 
-Decisions FifoPolicy::client_gone(ClientId client, std::int64_t /*now_ns*/) {
+Decisions FifoPolicy::client_gone(ClientId client, std::int64_t now_ns) {
   std::erase_if(queue_, [client](const Queued& queued) { return queued.client == client; });
-  std::erase_if(in_flight_, [client](const auto& op) { return op.first == client; });
+  std::erase_if(in_flight_, [client](const auto& op) { return op.first.first == client; });
   seqs_.erase(client);
   backlog_.drop_client(client);
-  return grant_ready();
+  return grant_ready(now_ns);
 }
 
-Decisions FifoPolicy::tick(std::int64_t /*now_ns*/) { return grant_ready(); }
+Decisions FifoPolicy::tick(std::int64_t now_ns) {
+  std::erase_if(in_flight_, [now_ns](const auto& op) { return now_ns - op.second > kStaleOpNs; });
+  return grant_ready(now_ns);
+}
 
 bool FifoPolicy::reconfigure(const PolicyOptions& options) {
   if (options.name != name()) return false;
@@ -51,10 +54,10 @@ bool FifoPolicy::reconfigure(const PolicyOptions& options) {
   return true;
 }
 
-void FifoPolicy::admit(ClientId client, const ipc::OpDescriptor& op) {
+void FifoPolicy::admit(ClientId client, const ipc::OpDescriptor& op, std::int64_t now_ns) {
   backlog_.account(client, op, placeholder_duration_ns(op));
   // Only work that occupies an engine holds a slot: sync and query marks have no completion.
-  if (max_outstanding_ops_ != 0 && engine_of(op)) in_flight_.insert({client, op.seq});
+  if (max_outstanding_ops_ != 0 && engine_of(op)) in_flight_.emplace(std::pair{client, op.seq}, now_ns);
 }
 
 void FifoPolicy::extend_credit(ClientId client, Decisions& decisions) {
@@ -73,7 +76,7 @@ void FifoPolicy::extend_credit(ClientId client, Decisions& decisions) {
   decisions.push_back(Grant{client, seqs.granted});
 }
 
-Decisions FifoPolicy::grant_ready() {
+Decisions FifoPolicy::grant_ready(std::int64_t now_ns) {
   Decisions decisions;
   while (!queue_.empty()) {
     const Queued next = queue_.front();
@@ -82,7 +85,7 @@ Decisions FifoPolicy::grant_ready() {
     const bool takes_slot = engine_of(next.op).has_value();
     if (takes_slot && max_outstanding_ops_ != 0 && in_flight_.size() >= max_outstanding_ops_) break;
     queue_.pop_front();
-    admit(next.client, next.op);
+    admit(next.client, next.op, now_ns);
     ClientSeqs& seqs = seqs_[next.client];
     seqs.granted = std::max(seqs.granted, next.op.seq);
     decisions.push_back(Grant{next.client, next.op.seq});

@@ -24,6 +24,8 @@ class FifoPolicy final : public Policy {
   explicit FifoPolicy(std::uint32_t max_outstanding_ops = 0, std::uint32_t credit_ops = 0)
       : max_outstanding_ops_(max_outstanding_ops), credit_ops_(credit_ops) {}
 
+  static constexpr std::int64_t kStaleOpNs = 10'000'000'000;
+
   std::string_view name() const override { return "fifo"; }
   Decisions op_posted(const OpPosted& event) override;
   Decisions op_completed(const OpCompleted& event) override;
@@ -49,9 +51,9 @@ class FifoPolicy final : public Policy {
     std::uint64_t granted = 0;  // last seq granted (beyond posted: credit)
   };
   // Grants from the head of the queue while the outstanding limit allows, one decision per op.
-  Decisions grant_ready();
+  Decisions grant_ready(std::int64_t now_ns);
   // Accounts a granted op: backlog, and an outstanding slot if it runs on an engine.
-  void admit(ClientId client, const ipc::OpDescriptor& op);
+  void admit(ClientId client, const ipc::OpDescriptor& op, std::int64_t now_ns);
   // With nothing queued: renews `client`'s credit when less than half is left.
   void extend_credit(ClientId client, Decisions& decisions);
 
@@ -59,7 +61,10 @@ class FifoPolicy final : public Policy {
   std::uint32_t credit_ops_;
   std::map<ClientId, ClientSeqs> seqs_;
   std::deque<Queued> queue_;                             // posted low-priority ops, arrival order
-  std::set<std::pair<ClientId, std::uint64_t>> in_flight_;  // granted low ops on an engine
+  // Granted low ops on an engine, with when they were granted. One whose completion never comes
+  // (a lost report, a client that sends none) is retired after kStaleOpNs, as in baymax, or it
+  // would hold its slot, and every other client, for ever.
+  std::map<std::pair<ClientId, std::uint64_t>, std::int64_t> in_flight_;
   EngineBacklog backlog_;
 };
 
