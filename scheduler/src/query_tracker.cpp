@@ -174,7 +174,16 @@ std::vector<ClientId> QueryTracker::expire(std::int64_t now_ns, std::int64_t max
   for (auto& [client, state] : clients_) {
     // A request that never began (the job dropped it, or the begin mark was lost in a full ring).
     std::erase_if(state.arrivals, [&](std::int64_t t) { return now_ns - t > max_age_ns; });
-    if (!state.open || now_ns - state.query.last_op_ns <= max_age_ns) continue;
+    // An op whose completion never came (lost in a full ring, or by a shim out of memory): while
+    // the job keeps posting, an inferred query would never drain, and the map would only grow.
+    bool lost = false;
+    while (!state.outstanding.empty() && now_ns - state.outstanding.begin()->second.at_ns > max_age_ns) {
+      state.outstanding.erase(state.outstanding.begin());  // seqs rise with their post times
+      lost = true;
+    }
+    const bool idle = now_ns - state.query.last_op_ns > max_age_ns;
+    // A marked query closes at its end mark whatever is outstanding: a lost op does not hold it.
+    if (!state.open || !(idle || (lost && !state.explicit_marks))) continue;
     state.open = false;
     state.query = {};
     state.op_times.clear();

@@ -346,6 +346,27 @@ TEST(QueryTracker, AQueryWhoseCompletionsNeverComeExpires) {
   EXPECT_EQ(tracker.outstanding_ops(kServe), 0u);
 }
 
+// A job that posts all the time (a busy inference service) and lost one completion: its query
+// could never drain, so it would stay open for ever (and baymax protect it for ever).
+TEST(QueryTracker, AQueryWaitingOnALostCompletionExpiresEvenWhileTheJobKeepsPosting) {
+  QueryTracker tracker;
+  (void)tracker.posted(kServe, op(1), 0);  // its completion is lost
+  (void)tracker.posted(kServe, op(2, ipc::OpKind::sync), 1 * kMs);
+  std::uint64_t seq = 2;
+  for (std::int64_t t = 1 * kMs; t <= 3 * kMs; t += kMs / 2) {  // more work, all of it completed
+    (void)tracker.posted(kServe, op(++seq), t);
+    (void)tracker.completed(kServe, done(seq, t + 10), t + 10);
+    EXPECT_TRUE(t + 20 > 2 * kMs || tracker.expire(t + 20, 2 * kMs).empty()) << "not lost yet";
+  }
+  ASSERT_NE(tracker.open_query(kServe), nullptr);
+  EXPECT_EQ(tracker.expire(3 * kMs, 2 * kMs), std::vector<ClientId>{kServe});
+  EXPECT_EQ(tracker.open_query(kServe), nullptr);
+  EXPECT_EQ(tracker.outstanding_ops(kServe), 0u);
+  (void)tracker.posted(kServe, op(++seq), 4 * kMs);  // the next query opens and closes normally
+  (void)tracker.posted(kServe, op(++seq, ipc::OpKind::sync), 4 * kMs);
+  EXPECT_EQ(tracker.completed(kServe, done(seq - 1, 5 * kMs), 5 * kMs).size(), 1u);
+}
+
 TEST(QueryTracker, MarksAndUnknownCompletionsOfOtherClientsAreIgnored) {
   QueryTracker tracker;
   EXPECT_TRUE(tracker.completed(7, done(1, kMs), kMs).empty());
