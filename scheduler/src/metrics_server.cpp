@@ -30,6 +30,7 @@ ipc::Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const config::L
   server.set_keep_alive_max_count(1);
   server.set_read_timeout(2, 0);
   server.set_write_timeout(2, 0);
+  server.set_payload_max_length(64 * 1024);  // a scrape has no body: refuse one (413) before reading it
   MetricsServer* self = metrics.get();
   server.Get("/metrics", [self](const httplib::Request&, httplib::Response& response) {
     std::string text = self->current_text();

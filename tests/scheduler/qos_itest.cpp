@@ -72,7 +72,8 @@ std::uint16_t free_port() {
 }
 
 // GET `path` from 127.0.0.1:port over a plain socket; the whole response, or "" if nothing answers.
-std::string http_get(std::uint16_t port, const std::string& path) {
+// Sends `request` to 127.0.0.1:port; the whole answer ("" when nobody listens).
+std::string http_exchange(std::uint16_t port, const std::string& request) {
   scheduler::FileDescriptor socket(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   const timeval timeout{5, 0};
   ::setsockopt(socket.get(), SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
@@ -81,12 +82,15 @@ std::string http_get(std::uint16_t port, const std::string& path) {
   address.sin_port = htons(port);
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (::connect(socket.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) return "";
-  const std::string request = "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
   if (::send(socket.get(), request.data(), request.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(request.size())) return "";
   std::string response;
   char buffer[4096];
   for (ssize_t got; (got = ::recv(socket.get(), buffer, sizeof buffer, 0)) > 0;) response.append(buffer, static_cast<std::size_t>(got));
   return response;
+}
+
+std::string http_get(std::uint16_t port, const std::string& path) {
+  return http_exchange(port, "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
 }
 
 const std::string kServeConfig =
@@ -286,6 +290,11 @@ TEST(Qos, MetricsEndpointServesPrometheusText) {
   EXPECT_NE(response.find("gpuqos_engine_backlog_seconds{device=\"0\",engine=\"compute\"}"), std::string::npos)
       << response;
   EXPECT_EQ(http_get(port, "/elsewhere").rfind("HTTP/1.1 404", 0), 0u);
+  // A body is refused by its announced length, before any of it is read into the daemon's memory.
+  EXPECT_EQ(http_exchange(port, "POST /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                                "Content-Length: 10000000000\r\n\r\nabc")
+                .rfind("HTTP/1.1 413", 0),
+            0u);
   EXPECT_NE(daemon.log().find("metrics: serving http://127.0.0.1:" + std::to_string(port) + "/metrics"),
             std::string::npos)
       << daemon.log();
