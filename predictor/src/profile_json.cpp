@@ -26,15 +26,27 @@ json config_to_json(const PredictorConfig& c) {
           {"default_copy_bytes_per_ns", c.default_copy_bytes_per_ns}};
 }
 
+// A count of the config: get<uint32_t> would wrap -1 to 4294967295 (and a window that size
+// reserves 16 GiB), so it is read signed and bounded.
+std::uint32_t count(const json& j, const char* key) {
+  constexpr std::int64_t kMaxCount = std::int64_t{1} << 20;
+  const json& value = j.at(key);
+  if (!value.is_number_integer() || value.get<std::int64_t>() < 0 || value.get<std::int64_t>() > kMaxCount) {
+    throw ProfileError(std::string("config.") + key + " = " + value.dump() + " is not a count in 0.." +
+                       std::to_string(kMaxCount));
+  }
+  return static_cast<std::uint32_t>(value.get<std::int64_t>());
+}
+
 PredictorConfig config_from_json(const json& j) {
   PredictorConfig c;
-  c.sm_count = j.at("sm_count").get<std::uint32_t>();
-  c.max_samples_per_kernel = j.at("max_samples_per_kernel").get<std::uint32_t>();
-  c.max_kernels = j.at("max_kernels").get<std::uint32_t>();
-  c.stats_window = j.at("stats_window").get<std::uint32_t>();
-  c.score_window = j.at("score_window").get<std::uint32_t>();
-  c.min_scored = j.at("min_scored").get<std::uint32_t>();
-  c.refit_every = j.at("refit_every").get<std::uint32_t>();
+  c.sm_count = count(j, "sm_count");
+  c.max_samples_per_kernel = count(j, "max_samples_per_kernel");
+  c.max_kernels = count(j, "max_kernels");
+  c.stats_window = count(j, "stats_window");
+  c.score_window = count(j, "score_window");
+  c.min_scored = count(j, "min_scored");
+  c.refit_every = count(j, "refit_every");
   c.knn_max_distance = finite(j.at("knn_max_distance"), "config.knn_max_distance");
   c.regression_decay = finite(j.at("regression_decay"), "config.regression_decay");
   c.default_kernel_ns = finite(j.at("default_kernel_ns"), "config.default_kernel_ns");

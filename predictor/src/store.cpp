@@ -19,6 +19,10 @@ namespace {
 constexpr char kMagic[8] = {'G', 'P', 'U', 'Q', 'O', 'S', 'P', 'F'};
 constexpr std::size_t kHeaderBytes = 40;
 constexpr std::uint64_t kMaxJsonBytes = std::uint64_t{1} << 32;  // refuse to inflate beyond 4 GiB
+// zlib inflates at most about 1032:1: a header claiming more is garbage (it is outside the CRC),
+// and believing it would allocate the claim before inflating fails.
+constexpr std::uint64_t kMaxInflation = 1032;
+constexpr std::uintmax_t kMaxFileBytes = std::uintmax_t{1} << 30;  // a profile is a few MB
 
 void put_le(std::string& out, std::uint64_t value, int bytes) {
   for (int i = 0; i < bytes; ++i) out.push_back(char((value >> (8 * i)) & 0xff));
@@ -42,7 +46,7 @@ std::uint32_t crc_of(std::string_view data) {
 
 // The JSON text of a body, or an error.
 std::string inflate_body(std::string_view body, std::uint64_t json_bytes, std::string& error) {
-  if (json_bytes > kMaxJsonBytes) {
+  if (json_bytes > kMaxJsonBytes || json_bytes > body.size() * kMaxInflation + 64) {
     error = "implausible body size " + std::to_string(json_bytes);
     return "";
   }
@@ -56,8 +60,9 @@ std::string inflate_body(std::string_view body, std::uint64_t json_bytes, std::s
   return text;
 }
 
-LoadedProfile empty(const PredictorConfig& config, const std::string& source, const std::string& problem) {
-  return {Predictor(config), source + ": " + problem + "; starting with an empty model"};
+LoadedProfile empty(const PredictorConfig& config, const std::string& source, const std::string& problem,
+                    bool unreadable = true) {
+  return {Predictor(config), source + ": " + problem + "; starting with an empty model", unreadable};
 }
 
 }  // namespace
@@ -103,15 +108,28 @@ LoadedProfile decode_profile(std::string_view bytes, const std::string& source, 
                        std::to_string(config.sm_count) + "; using the profile's";
     return loaded;
   } catch (const std::bad_alloc&) {
-    throw;
+    return empty(config, source, "too large to load (out of memory)");
   } catch (const std::exception& e) {
     return empty(config, source, std::string("invalid content: ") + e.what());
   }
 }
 
 LoadedProfile load_profile(const std::filesystem::path& path, const PredictorConfig& config) {
+  // A directory, a FIFO or /dev/zero would read as garbage, block, or never end.
+  std::error_code error;
+  const auto status = std::filesystem::status(path, error);
+  if (!error && std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+    return empty(config, path.string(), "not a regular file");
+  }
+  if (const auto size = std::filesystem::file_size(path, error); !error && size > kMaxFileBytes) {
+    return empty(config, path.string(), "implausibly large (" + std::to_string(size) + " bytes)");
+  }
   std::ifstream in(path, std::ios::binary);
-  if (!in) return empty(config, path.string(), errno == ENOENT ? "no such file" : std::string("cannot open: ") + std::strerror(errno));
+  if (!in) {
+    const bool missing = errno == ENOENT;
+    return empty(config, path.string(), missing ? "no such file" : std::string("cannot open: ") + std::strerror(errno),
+                 /*unreadable=*/!missing);
+  }
   std::ostringstream contents;
   contents << in.rdbuf();
   if (in.bad()) return empty(config, path.string(), "read error");

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <ctime>
+#include <filesystem>
 
 #include "gpuqos/predictor/features.h"
 #include "gpuqos/predictor/store.h"
@@ -15,17 +17,31 @@ bool is_timed_work(ipc::OpKind kind) {
          kind == ipc::OpKind::graph;
 }
 
-predictor::Predictor load(const std::string& path, std::optional<std::string>& warning) {
+// A store that is there but cannot be used is moved aside, never saved over: it may be a good
+// profile this build cannot read (a newer version), or one a user wants to recover. If it cannot be
+// moved, `blocked` says not to save at all.
+predictor::Predictor load(const std::string& path, std::optional<std::string>& warning, bool& blocked) {
   if (path.empty()) return predictor::Predictor();
   predictor::LoadedProfile loaded = predictor::load_profile(path, predictor::PredictorConfig{});
   warning = std::move(loaded.warning);
+  if (loaded.unreadable) {
+    const std::string aside = path + ".unreadable-" + std::to_string(::time(nullptr));
+    std::error_code error;
+    std::filesystem::rename(path, aside, error);
+    if (error) {
+      blocked = true;
+      *warning += "; it cannot be moved aside (" + error.message() + "), so nothing learned will be saved over it";
+    } else {
+      *warning += "; moved aside to " + aside + ", a new profile will be saved in its place";
+    }
+  }
   return std::move(loaded.predictor);
 }
 
 }  // namespace
 
 DurationLearner::DurationLearner(Options options, std::int64_t now_ns, std::optional<std::string>& warning)
-    : options_(std::move(options)), predictor_(load(options_.store_path, warning)), last_save_ns_(now_ns) {}
+    : options_(std::move(options)), predictor_(load(options_.store_path, warning, save_blocked_)), last_save_ns_(now_ns) {}
 
 std::int64_t DurationLearner::posted(std::uint32_t client, const ipc::OpDescriptor& op, std::string kernel_name) {
   if (!is_timed_work(op.kind)) return 0;
@@ -86,6 +102,7 @@ std::optional<std::string> DurationLearner::tick(std::int64_t now_ns) {
 
 std::optional<std::string> DurationLearner::save() {
   if (options_.store_path.empty()) return std::nullopt;
+  if (save_blocked_) return options_.store_path + ": not saved: the file there could not be loaded or moved aside";
   if (auto error = predictor::save_profile(predictor_, options_.store_path)) return error;
   learned_at_last_save_ = counts_.learned;
   ++counts_.saves;

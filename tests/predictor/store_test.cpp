@@ -168,6 +168,33 @@ TEST(Store, InvalidContent) {
   EXPECT_EQ(decode_profile(envelope(good.dump()), "p", PredictorConfig{.sm_count = 80}).warning, std::nullopt);
 }
 
+// Sizes a file can claim are checked before anything that large is allocated: the header's JSON
+// size is outside the CRC, and a count read as unsigned would wrap -1 to 4294967295.
+TEST(Store, ImplausibleSizesAreRefusedBeforeAllocating) {
+  std::string bytes = encode_profile(trained());
+  for (int i = 0; i < 8; ++i) bytes[24 + std::size_t(i)] = char(i < 4 ? 0xff : 0);  // 4 GiB - 1 of JSON
+  expect_empty(decode_profile(bytes, "p", {}), "implausible body size 4294967295");
+  nlohmann::json bad = body_of(encode_profile(trained()));
+  bad["config"]["stats_window"] = -1;
+  expect_empty(decode_profile(envelope(bad.dump()), "p", {}), "config.stats_window = -1 is not a count in 0..1048576");
+  bad["config"]["stats_window"] = 1.5;
+  expect_empty(decode_profile(envelope(bad.dump()), "p", {}), "config.stats_window = 1.5 is not a count");
+}
+
+TEST(Store, AFileThatIsThereButCannotBeUsedIsMarkedUnreadableAndAMissingOneIsNot) {
+  const testing::TempDir dir;
+  EXPECT_FALSE(load_profile(dir.path() / "absent.gqp", {}).unreadable);
+  const auto corrupt = dir.path() / "corrupt.gqp";
+  std::ofstream(corrupt, std::ios::binary) << "GPUQOSPF garbage";
+  EXPECT_TRUE(load_profile(corrupt, {}).unreadable);
+  const LoadedProfile directory = load_profile(dir.path(), {});
+  expect_empty(directory, "not a regular file");
+  EXPECT_TRUE(directory.unreadable);
+  const auto path = dir.path() / "good.gqp";
+  ASSERT_EQ(save_profile(trained(), path), std::nullopt);
+  EXPECT_FALSE(load_profile(path, PredictorConfig{.sm_count = 80}).unreadable);
+}
+
 TEST(Store, SaveReplacesAtomicallyAndLeavesNoTemporaries) {
   const testing::TempDir dir;
   const auto path = dir.path() / "profile.gqp";

@@ -3,7 +3,13 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
 #include "gpuqos/predictor/features.h"
+#include "gpuqos/predictor/store.h"
+#include "gpuqos/testing/temp_dir.h"
 
 namespace gpuqos::scheduler {
 namespace {
@@ -73,6 +79,31 @@ TEST(DurationLearner, AClientThatNeverCompletesLosesItsOwnOpsWhenTheMemoryIsFull
 
 // A kernel whose durations swing by 1000x at the same shape: the predictor's p90 residual ratio is
 // huge, and the learner hands the policy at most kMaxUpperRatio x the prediction.
+// A store that is there but cannot be loaded may be a good profile this build cannot read (a newer
+// version): it is moved aside, never saved over, and what this run learns is saved in its place.
+TEST(DurationLearner, AStoreThatCannotBeLoadedIsMovedAsideNotOverwritten) {
+  const testing::TempDir dir;
+  const auto path = dir.path() / "profile.gqp";
+  std::ofstream(path, std::ios::binary) << "GPUQOSPF from a newer gpuqos";
+  std::optional<std::string> warning;
+  DurationLearner learner({.store_path = path.string()}, 0, warning);
+  ASSERT_TRUE(warning.has_value());
+  EXPECT_NE(warning->find("moved aside to " + path.string() + ".unreadable-"), std::string::npos) << *warning;
+  std::vector<std::filesystem::path> aside;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) aside.push_back(entry.path());
+  ASSERT_EQ(aside.size(), 1u);
+  std::ostringstream kept;
+  kept << std::ifstream(aside[0], std::ios::binary).rdbuf();
+  EXPECT_EQ(kept.str(), "GPUQOSPF from a newer gpuqos");
+  for (std::uint64_t seq = 1; seq <= 20; ++seq) {
+    learner.posted(7, kernel(seq, 64), "k");
+    learner.completed(7, exact(seq, 100'000));
+  }
+  EXPECT_EQ(learner.save(), std::nullopt);
+  EXPECT_FALSE(predictor::load_profile(path, {}).unreadable);
+  EXPECT_EQ(predictor::load_profile(path, {}).predictor.kernel_count(), 1u);
+}
+
 TEST(DurationLearner, CapsTheUpperEstimateAtAFewTimesThePrediction) {
   DurationLearner learner = make_learner();
   std::uint64_t seq = 0;

@@ -27,6 +27,9 @@ inline constexpr std::uint32_t kProfileFileVersion = 1;
 struct LoadedProfile {
   Predictor predictor;
   std::optional<std::string> warning;  // set when the profile was not (entirely) used
+  // A file is there and could not be used (corrupt, truncated, a newer version, unreadable): saving
+  // over it would destroy what may be a good profile this build cannot read.
+  bool unreadable = false;
 };
 
 // `config` is used when the profile cannot be used; a loaded profile keeps the configuration it was

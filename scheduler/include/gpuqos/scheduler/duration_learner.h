@@ -66,12 +66,13 @@ class DurationLearner {
     std::string kernel_name;
   };
 
-  Options options_;
-  predictor::Predictor predictor_;
   using RememberedOps = std::map<std::pair<std::uint32_t, std::uint64_t>, Remembered>;  // (client, seq)
 
   void forget(RememberedOps::iterator it);
 
+  Options options_;
+  bool save_blocked_ = false;  // set by load() while predictor_ is built: declared before it
+  predictor::Predictor predictor_;
   RememberedOps remembered_;
   std::map<std::uint32_t, std::size_t> remembered_per_client_;
   std::int64_t last_save_ns_ = 0;
