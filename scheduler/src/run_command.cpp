@@ -32,7 +32,15 @@ int exec_managed(const RunOptions& options, const std::optional<std::filesystem:
   ::setenv("GPUQOS_PRIORITY", options.priority.c_str(), 1);
   if (options.job) ::setenv("GPUQOS_JOB", options.job->c_str(), 1);
   if (options.socket) ::setenv("GPUQOS_SOCKET", options.socket->c_str(), 1);
-  if (shim) ::setenv("LD_PRELOAD", preload_with(shim->string(), ::getenv("LD_PRELOAD")).c_str(), 1);
+  if (shim) {
+    // ld.so splits LD_PRELOAD at spaces and colons and has no escape for them.
+    if (shim->string().find_first_of(" :") != std::string::npos) {
+      std::cerr << "gpuqos run: the shim's path " << shim->string()
+                << " has a space or a colon, which LD_PRELOAD cannot carry: install gpuqos elsewhere\n";
+      return 126;
+    }
+    ::setenv("LD_PRELOAD", preload_with(shim->string(), ::getenv("LD_PRELOAD")).c_str(), 1);
+  }
   std::vector<char*> argv;
   for (const auto& word : options.command) argv.push_back(const_cast<char*>(word.c_str()));
   argv.push_back(nullptr);

@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <iostream>
 
+#include "cli_checks.h"
+#include "gpuqos/intercept/settings.h"
 #include "gpuqos/predictor/commands.h"
 #include "gpuqos/scheduler/run_command.h"
 #include "gpuqos/scheduler/status.h"
@@ -63,10 +65,31 @@ std::pair<CLI::App*, CLI::App*> add_predictor_commands(CLI::App& app, gpuqos::pr
   return {t, e};
 }
 
+// What the shim would refuse of the options `run` hands it (it would run the job as low priority
+// with a warning from each process): said once, here, before anything starts.
+std::string run_option_problem(const gpuqos::scheduler::RunOptions& options) {
+  const auto parsed = gpuqos::intercept::parse_settings(
+      [&](const char* variable) -> const char* {
+        if (std::string_view(variable) == "GPUQOS_JOB") return options.job ? options.job->c_str() : nullptr;
+        if (std::string_view(variable) == "GPUQOS_SOCKET") return options.socket ? options.socket->c_str() : nullptr;
+        return nullptr;
+      },
+      "gpuqos");
+  for (const std::string& problem : parsed.problems) {
+    if (problem.starts_with("GPUQOS_JOB=")) return "--job " + *options.job + ": must be 1 to 64 characters of A-Z a-z 0-9 . _ -";
+    if (problem.starts_with("GPUQOS_SOCKET=")) return "--socket " + *options.socket + ": must be at most 107 bytes";
+  }
+  return {};
+}
+
 std::optional<std::filesystem::path> find_shim() {
   std::error_code error;
   const auto self = std::filesystem::read_symlink("/proc/self/exe", error);
-  if (error) return std::nullopt;
+  if (error) {
+    std::cerr << "gpuqos run: warning: cannot find this executable (/proc/self/exe: " << error.message()
+              << "), nor the shim next to it; the job runs unmanaged\n";
+    return std::nullopt;
+  }
   auto shim = gpuqos::scheduler::shim_next_to(self);
   if (!std::filesystem::exists(shim, error)) {
     std::cerr << "gpuqos run: warning: " << shim.string() << " not found; the job runs unmanaged\n";
@@ -97,7 +120,7 @@ int main(int argc, char** argv) {
   gpuqos::scheduler::TopOptions top_options;
   auto* top = app.add_subcommand("top", "Show the jobs (latency against target, best-effort progress) live");
   top->add_option("--interval", top_options.interval_s, "Seconds between refreshes")
-      ->check(CLI::PositiveNumber)
+      ->check(gpuqos::tools::finite_in(0.001, 86400))
       ->capture_default_str();
   top->add_flag("--once", top_options.once, "Print one frame and exit");
   top->add_option("--socket", top_options.socket, "The daemon's socket")->capture_default_str();
@@ -129,7 +152,12 @@ int main(int argc, char** argv) {
   if (train->parsed()) return gpuqos::predictor::run_train(train_options, std::cout, std::cerr);
   if (eval->parsed()) return gpuqos::predictor::run_eval(eval_options, std::cout, std::cerr);
   if (!job.empty()) run_options.job = job;
-  if (!run_socket.empty()) run_options.socket = run_socket;
+  // The shim wants an absolute path; the job may run from another directory.
+  if (!run_socket.empty()) run_options.socket = std::filesystem::absolute(run_socket).lexically_normal().string();
+  if (const std::string problem = run_option_problem(run_options); !problem.empty()) {
+    std::cerr << "gpuqos run: " << problem << "\n";
+    return kUsageError;
+  }
   run_options.command = std::move(command);
   return gpuqos::scheduler::exec_managed(run_options, find_shim());
 }

@@ -6,6 +6,7 @@
 
 #include <iostream>
 
+#include "cli_checks.h"
 #include "gpuqos/config/load.h"
 #include "gpuqos/config/summary.h"
 #include "gpuqos/scheduler/daemon.h"
@@ -57,7 +58,7 @@ int main(int argc, char** argv) {
                                "refined by every completion, saved periodically and at exit");
   auto* interval = app.add_option("--profile-save-interval", save_interval_s,
                                   "Seconds between saves of the store (0: only at exit)")
-                       ->check(CLI::NonNegativeNumber)
+                       ->check(gpuqos::tools::finite_in(0, 4294967296.0))
                        ->capture_default_str();
   std::string metrics_listen;
   auto* metrics = app.add_option("--metrics-listen", metrics_listen,

@@ -570,6 +570,35 @@ TEST(Cli, BadArgumentsExitWith2) {
   EXPECT_EQ(missing.wait(5s), 127);
 }
 
+// What the shim would refuse (and run as low priority, warning from every process) is refused
+// here, before the job starts; "nan" passes CLI11's own range checks.
+TEST(Cli, RunRefusesAJobNameOrSocketTheShimWouldNotTakeAndDurationsMustBeFinite) {
+  TempDir dir;
+  const std::string long_socket = "/" + std::string(120, 's');
+  for (const auto& [args, message] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"run", "--job", "my job", "--", "true"}, "gpuqos run: --job my job: must be 1 to 64 characters"},
+           {{"run", "--socket", long_socket, "--", "true"}, "must be at most 107 bytes"},
+           {{"top", "--interval", "nan"}, "must be a finite number in [0.001, 86400] (got nan)"},
+           {{"top", "--interval", "0"}, "must be a finite number in [0.001, 86400] (got 0)"}}) {
+    std::vector<std::string> argv = {bin("gpuqos")};
+    argv.insert(argv.end(), args.begin(), args.end());
+    ChildProcess cli(argv, {}, dir.path() / "out");
+    EXPECT_EQ(cli.wait(5s), 2) << cli.output();
+    EXPECT_NE(cli.output().find(message), std::string::npos) << cli.output();
+  }
+  ChildProcess daemon({bin("gpuqosd"), "--socket", (dir.path() / "d.sock").string(), "--profile-save-interval", "nan"},
+                      {}, dir.path() / "daemon.out");
+  EXPECT_EQ(daemon.wait(5s), 2) << daemon.output();
+  EXPECT_NE(daemon.output().find("must be a finite number in [0, "), std::string::npos) << daemon.output();
+  EXPECT_NE(daemon.output().find("(got nan)"), std::string::npos) << daemon.output();
+  // A relative socket is made absolute, as the shim needs it to be.
+  ChildProcess relative({bin("gpuqos"), "run", "--socket", "d.sock", "--", "sh", "-c", "echo [$GPUQOS_SOCKET]"}, {},
+                        dir.path() / "out");
+  EXPECT_EQ(relative.wait(5s), 0) << relative.output();
+  EXPECT_NE(relative.output().find("[" + (std::filesystem::current_path() / "d.sock").string() + "]"), std::string::npos)
+      << relative.output();
+}
+
 TEST(Gpuqosd, CheckConfigAcceptsAFifoConfigAndPrintsWhatItSets) {
   TempDir dir;
   const auto file = dir.path() / "fifo.toml";
