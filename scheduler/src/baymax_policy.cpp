@@ -651,7 +651,8 @@ Decisions BaymaxPolicy::tick(std::int64_t now_ns) {
   queries_.expire(now_ns, kStaleQueryNs);
   std::vector<std::pair<ClientId, std::uint64_t>> stale;
   for (const auto& [key, flight] : in_flight_) {
-    if (now_ns - flight.since_ns > kStaleOpNs) stale.push_back(key);
+    const std::int64_t stuck_ns = std::max(kStuckOpNs, kStuckFactor * std::min(flight.predicted_ns, kStaleOpNs));
+    if (now_ns - flight.since_ns > std::min(kStaleOpNs, stuck_ns)) stale.push_back(key);
   }
   for (const auto& [client, seq] : stale) retire(client, seq, std::nullopt, now_ns);
   return grant_ready(now_ns);

@@ -1101,6 +1101,24 @@ TEST(BaymaxPolicy, AtMostMaxBestEffortTransfersAtOnce) {
   EXPECT_EQ(policy.op_completed({kTrainA, done(1, kMs), kMs}), (Decisions{{kTrainB, 1}}));
 }
 
+// A copy stuck on the device behind something its host must do (a stream wait on a flag the program
+// writes after its next call) holds that next call through the transfer limit, and the program with
+// it. Taken as stuck once in flight kStuckFactor x its prediction, at least kStuckOpNs: a 2-s stall
+// rather than one until kStaleOpNs.
+TEST(BaymaxPolicy, AnOpStuckFarPastItsPredictionStopsHoldingItsClient) {
+  BaymaxPolicy policy(options());
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, copy(1, ipc::CopyDirection::h2d), 0, kMs), (Decisions{{kTrainA, 1}}));
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, copy(2, ipc::CopyDirection::h2d), kMs, kMs).empty());
+  EXPECT_TRUE(policy.tick(BaymaxPolicy::kStuckOpNs).empty()) << "not yet";
+  EXPECT_EQ(policy.tick(BaymaxPolicy::kStuckOpNs + 1), (Decisions{{kTrainA, 2}}));
+  // A long op is given its prediction's worth: 200 ms predicted, stuck only after 3.2 s.
+  const std::int64_t t0 = BaymaxPolicy::kStuckOpNs + 1;
+  EXPECT_EQ(post(policy, kTrainB, Priority::low, op(1), t0, 200 * kMs), (Decisions{{kTrainB, 1}}));
+  EXPECT_TRUE(post(policy, kTrainB, Priority::low, op(2), t0, 200 * kMs).empty());
+  EXPECT_TRUE(policy.tick(t0 + 3'200 * kMs).empty());
+  EXPECT_EQ(policy.tick(t0 + 3'200 * kMs + 1), (Decisions{{kTrainB, 2}}));
+}
+
 TEST(BaymaxPolicy, AQuerysCopySlipsBetweenTheChunksOfABestEffortCopy) {
   BaymaxPolicy policy(options());
   (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
