@@ -19,6 +19,7 @@ using EventQuery = CUresult (*)(CUevent);
 using CtxSetCurrent = CUresult (*)(CUcontext);
 using CtxGetCurrent = CUresult (*)(CUcontext*);
 using ExchangeCaptureMode = CUresult (*)(CUstreamCaptureMode*);
+using StreamIsCapturing = CUresult (*)(CUstream, CUstreamCaptureStatus*);
 
 constexpr auto kFirstPollSleep = std::chrono::microseconds(20);
 constexpr auto kLongestPollSleep = std::chrono::microseconds(1000);
@@ -54,9 +55,16 @@ void CompletionTracker::track(std::shared_ptr<Session> session, const Ticket& ti
   try {
     Pending pending{std::move(session), ticket.seq, stream_key(op), ticket.context, nullptr, ticket.posted_ns,
                     static_cast<std::int32_t>(result), op.per_thread};
-    if (result == CUDA_SUCCESS) {
-      // Only this thread can name its per-thread default stream.
-      if (record_inline || (op.per_thread && op.stream == nullptr)) {
+    // cuLaunchCooperativeKernelMultiDevice names its streams in its parameter list, not to us: no
+    // event (one on the default stream would be work the program never asked for); reported now.
+    if (result == CUDA_SUCCESS && op.hook != HookId::hook_cuLaunchCooperativeKernelMultiDevice) {
+      // Recorded by this thread, right after the call:
+      // - the per-thread default stream (named or implied): only this thread can name it;
+      // - the legacy default stream: it synchronises with every blocking stream, so an event
+      //   recorded there later, by another thread, would order the program's later work behind work
+      //   it never waited for (a deadlock if that work waits on the host; an invalidated capture).
+      const bool default_stream = op.stream == nullptr || op.stream == CU_STREAM_LEGACY || op.stream == CU_STREAM_PER_THREAD;
+      if (record_inline || default_stream) {
         record(pending, op.stream);
       } else {
         pending.needs_record = pending.deferred = true;
@@ -70,6 +78,7 @@ void CompletionTracker::track(std::shared_ptr<Session> session, const Ticket& ti
 void CompletionTracker::record_deferred(std::vector<Pending>& batch) noexcept {
   const auto set_current = driver<CtxSetCurrent>(DriverHelper::ctx_set_current);
   const auto get_current = driver<CtxGetCurrent>(DriverHelper::ctx_get_current);
+  const auto is_capturing = driver<StreamIsCapturing>(DriverHelper::stream_is_capturing);
   // This may be the program's thread (a synchronisation, a destroy): its context is put back after.
   CUcontext original = nullptr;
   if (!get_current || get_current(&original) != CUDA_SUCCESS) original = nullptr;
@@ -89,6 +98,13 @@ void CompletionTracker::record_deferred(std::vector<Pending>& batch) noexcept {
     }
     if (pending->context != current && set_current && set_current(pending->context) == CUDA_SUCCESS) {
       current = pending->context;
+    }
+    // The program may have begun capturing the stream since the call: an event recorded now would
+    // become a node of its graph. Report such an op now instead (coarse, and early).
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (is_capturing && (is_capturing(reinterpret_cast<CUstream>(pending->stream), &capture) != CUDA_SUCCESS ||
+                         capture != CU_STREAM_CAPTURE_STATUS_NONE)) {
+      continue;
     }
     record(*pending, reinterpret_cast<CUstream>(pending->stream));
   }
@@ -132,6 +148,20 @@ void CompletionTracker::enqueue(Pending pending) noexcept {
   const bool wake = idle_;
   lock.unlock();
   if (wake) wake_.notify_one();
+}
+
+void CompletionTracker::drop_event_pool() noexcept {
+  std::unordered_map<CUcontext, std::vector<CUevent>> pool;
+  {
+    std::lock_guard lock(mutex_);
+    pool.swap(free_events_);
+  }
+  const auto destroy = driver<EventDestroy>(DriverHelper::event_destroy);
+  for (const auto& [context, events] : pool) {
+    for (CUevent event : events) {
+      if (destroy) destroy(event);
+    }
+  }
 }
 
 void CompletionTracker::nudge() noexcept {

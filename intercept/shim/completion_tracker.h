@@ -15,8 +15,11 @@
 //   spending credit, where there is no wait to hide it): the program's thread only queues the op;
 //   the background thread records one event per stream for everything queued since its last turn,
 //   and each op on that stream completes with it. Such an event is recorded after the call, maybe
-//   after later ops of the stream, so these completions are always reported coarse. Ops on a per-thread default stream are recorded inline: another thread
-//   cannot name that stream. Before a stream or context is destroyed (the lifetime hooks), the
+//   after later ops of the stream, so these completions are always reported coarse. Ops on a
+//   default stream are recorded inline: another thread cannot name a per-thread one, and an event
+//   recorded later on the legacy one (which synchronises with every blocking stream) would order
+//   the program's later work behind work it never waited for. A deferred op whose stream the program
+//   has begun to capture is reported at once instead (an event would become a node of its graph). Before a stream or context is destroyed (the lifetime hooks), the
 //   destroying thread records what is still queued, so no event is ever recorded on a dead handle;
 //   a synchronising thread does the same, so the work it waits for is known done when it returns.
 #pragma once
@@ -52,6 +55,10 @@ class CompletionTracker {
   // Records every deferred event now, on this thread: before a stream or context is destroyed (no
   // event on a dead handle), and before a synchronisation (its events then finish with it).
   void record_deferred_now() noexcept;
+
+  // Before a context is destroyed or reset: destroys the pooled (finished) events, which would die
+  // with it and be handed out again if the driver reused its handle.
+  void drop_event_pool() noexcept;
 
   // A synchronisation returned: what it waited for is done, poll now rather than at the next tick.
   void nudge() noexcept;

@@ -181,6 +181,7 @@ Ticket DaemonGate::before(const Operation& op) noexcept {
   pass_through_.before(op);
   if (op.category == Category::lifetime) {
     completions_.record_deferred_now();  // no deferred event may be recorded on a dead handle
+    if (op.hook != HookId::hook_cuStreamDestroy_v2) completions_.drop_event_pool();
     return {};
   }
   if (op.category == Category::sync && waits_for_work(op.hook)) {

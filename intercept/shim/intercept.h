@@ -71,6 +71,28 @@ Pointer advanced(Pointer pointer, std::uint64_t bytes) noexcept {
   }
 }
 
+// Whether the `bytes` from `pointer` lie within one allocation, as far as the driver says. The driver
+// refuses a copy that overruns its allocation before moving a byte; chunks would move the ones
+// before the overrun, so such a copy goes whole. A host pointer, or an address the driver does not
+// describe (pageable memory in a unified copy), is taken as fitting.
+template <class Pointer>
+bool fits_allocation(Pointer pointer, std::uint64_t bytes) noexcept {
+  if constexpr (std::is_pointer_v<Pointer>) {
+    return true;
+  } else {
+    using GetAttribute = CUresult (*)(void*, CUpointer_attribute, CUdeviceptr);
+    const auto get = reinterpret_cast<GetAttribute>(driver_helper(DriverHelper::pointer_get_attribute));
+    const auto address = static_cast<CUdeviceptr>(pointer);
+    CUdeviceptr start = 0;
+    std::size_t size = 0;
+    if (!get || get(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, address) != CUDA_SUCCESS ||
+        get(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, address) != CUDA_SUCCESS) {
+      return true;
+    }
+    return address >= start && address - start <= size && bytes <= size - (address - start);
+  }
+}
+
 // A 1-D copy too large for the gate's chunk size: one describe/ask/call/tell per chunk, with the
 // pointers moved on. The program sees one call: the first failure is returned and nothing after
 // it is issued. A gate that lost the daemon meanwhile lets the remaining chunks straight through.
@@ -106,7 +128,8 @@ CUresult intercept_copy(Operation op, Dst dst, Src src, Count bytes, Rest... res
   Gate& g = gate();
   const std::uint64_t chunk_bytes = g.copy_chunk_bytes();
   // Captured copies only record a graph node: one node, as the program asked.
-  if (chunk_bytes != 0 && static_cast<std::uint64_t>(bytes) > chunk_bytes && !op.captured) {
+  if (chunk_bytes != 0 && static_cast<std::uint64_t>(bytes) > chunk_bytes && !op.captured &&
+      fits_allocation(dst, static_cast<std::uint64_t>(bytes)) && fits_allocation(src, static_cast<std::uint64_t>(bytes))) {
     return intercept_in_chunks<id>(g, op, chunk_bytes, dst, src, bytes, rest...);
   }
   const Ticket ticket = g.before(op);

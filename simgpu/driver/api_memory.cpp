@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 
 #include "activity.h"
 #include "driver.h"
@@ -289,6 +290,17 @@ SIMGPU_EXPORT CUresult cuPointerGetAttribute(void* data, CUpointer_attribute att
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
       *static_cast<int*>(data) = device ? device->device : (current_context() ? current_context()->device : 0);
       return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: {
+      if (!device) return CUDA_ERROR_NOT_SUPPORTED;  // pinned host ranges: not modelled
+      const auto allocation = std::prev(d.allocations.upper_bound(p));  // the one find_allocation found
+      if (attribute == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR) {
+        *static_cast<CUdeviceptr*>(data) = allocation->first;
+      } else {
+        *static_cast<std::size_t*>(data) = allocation->second.bytes;
+      }
+      return CUDA_SUCCESS;
+    }
     default:
       log_once("cuPointerGetAttribute: attribute " + std::to_string(attribute) + " is not supported by simgpu");
       return CUDA_ERROR_NOT_SUPPORTED;

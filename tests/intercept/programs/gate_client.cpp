@@ -9,7 +9,9 @@
 //   timed <us>      one spin(us) launch: "before <ns>", "after <ns>" around the call, "done <ns>" after sync
 //   loop <n> <us>   n times: launch spin(us) and synchronize, sleeping 20 ms between
 //   threads <t> <n> t threads, each launching spin(100) n times on its own stream
-//   bench <n>       n launches of spin(0): "bench p50_ns p99_ns mean_ns" of the cuLaunchKernel call
+//   bench <n> [legacy]
+//                   n launches of spin(0) on a stream of its own (or the legacy default stream):
+//                   "bench p50_ns p99_ns mean_ns" of the cuLaunchKernel call
 //   copies <bytes> <device bytes>
 //                   cuMemcpyHtoD of <bytes> into a buffer of <device bytes> ("htod <result>"); if it
 //                   worked, cuMemcpyDtoDAsync to a second buffer, cuMemcpyAsync (unified) back to the
@@ -132,9 +134,9 @@ int run_threads(int threads, int count) {
   return 0;
 }
 
-int run_bench(int count) {
+int run_bench(int count, bool legacy) {
   CUstream stream = nullptr;
-  CHECK_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  if (!legacy) CHECK_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
   std::vector<long long> took;
   took.reserve(count);
   for (int i = 0; i < count; ++i) {
@@ -277,7 +279,7 @@ int main(int argc, char** argv) {
   if (mode == "timed") return run_timed(arg(2, 1000));
   if (mode == "loop") return run_loop(arg(2, 10), arg(3, 1000));
   if (mode == "threads") return run_threads(arg(2, 4), arg(3, 20));
-  if (mode == "bench") return run_bench(arg(2, 1000));
+  if (mode == "bench") return run_bench(arg(2, 1000), argc > 3 && std::string(argv[3]) == "legacy");
   if (mode == "copies") return run_copies(arg(2, 1 << 20), arg(3, arg(2, 1 << 20)));
   if (mode == "contexts") return run_contexts(arg(2, 200));
   if (mode == "fork") return run_fork();
