@@ -51,10 +51,10 @@ void read_percentile(Section& section, double& out) {
 bool read_job(Section& section, JobConfig& job) {
   read_choice(section, "allowed_priority", kPriorityNames, job.allowed_priority);
   double target_ms = 0;
-  read_ms(section, "target_ms", Bound::above, 0, target_ms);
+  read_ms(section, "target_ms", Bound::at_least, kMinPositiveMs, target_ms);
   if (target_ms > 0) job.target_ms = target_ms;
   read_percentile(section, job.percentile);
-  read_number(section, "weight", Bound::above, 0, job.weight);
+  read_number(section, "weight", Bound::at_least, kMinWeight, job.weight);
   return read_name(section, job.name);
 }
 

@@ -78,7 +78,7 @@ std::optional<std::uint32_t> ordinal_key(std::string_view key) {
 void read_timeslice(Section& section, BaymaxConfig& out) {
   constexpr std::string_view kKey = "timeslice_ms";
   // At least 1 us: the daemon counts in ns, and a slice that rounds to 0 would let everything through.
-  constexpr double kMinimum = 0.001;
+  constexpr double kMinimum = kMinPositiveMs;
   const toml::node* node = section.find(kKey);
   if (node == nullptr) return;
   const toml::table* table = node->as_table();
@@ -150,13 +150,13 @@ void read_baymax(Diagnostics& diagnostics, const toml::table& table, BaymaxConfi
                    "min_backlog_bound_ms", "max_backlog_bound_ms", "adapt_step_ms", "preemptive_device",
                    "long_op_tail_share", "timeslice_ms", "bound_by_slices", "idle_bound_factor"});
   read_ms(section, "safety_margin_ms", Bound::at_least, 0, out.safety_margin_ms);
-  read_ms(section, "be_backlog_bound_ms", Bound::above, 0, out.be_backlog_bound_ms);
+  read_ms(section, "be_backlog_bound_ms", Bound::at_least, kMinPositiveMs, out.be_backlog_bound_ms);
   read_integer(section, "max_be_transfers", 0, kMaxU32, out.max_be_transfers);
   read_chunk_bytes(section, out.copy_chunk_bytes);
   read_bool(section, "adaptation", out.adaptation);
-  read_ms(section, "min_backlog_bound_ms", Bound::above, 0, out.min_backlog_bound_ms);
-  read_ms(section, "max_backlog_bound_ms", Bound::above, 0, out.max_backlog_bound_ms);
-  read_ms(section, "adapt_step_ms", Bound::above, 0, out.adapt_step_ms);
+  read_ms(section, "min_backlog_bound_ms", Bound::at_least, kMinPositiveMs, out.min_backlog_bound_ms);
+  read_ms(section, "max_backlog_bound_ms", Bound::at_least, kMinPositiveMs, out.max_backlog_bound_ms);
+  read_ms(section, "adapt_step_ms", Bound::at_least, kMinPositiveMs, out.adapt_step_ms);
   read_preemptive(section, out);
   read_timeslice(section, out);
   read_bool(section, "bound_by_slices", out.bound_by_slices);

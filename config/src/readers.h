@@ -25,6 +25,11 @@ void read_number(Section& section, std::string_view key, Bound bound, double min
 // The longest duration an `_ms` key may give: an hour, far past any latency target or GPU time
 // slice, and well inside the daemon's int64 nanoseconds.
 inline constexpr double kMaxMs = 3'600'000;
+// The shortest a positive `_ms` key may give, 1 us: shorter ones would truncate to (almost) no
+// nanoseconds in the daemon, and nothing scheduled on a GPU is that fine.
+inline constexpr double kMinPositiveMs = 0.001;
+// The smallest job weight: the policy divides by it, and clamps anything smaller to it.
+inline constexpr double kMinWeight = 0.001;
 
 // read_number, and at most `maximum`: "must be <= <maximum><note> (got ...)", `note` like " (an hour)".
 void read_number_up_to(Section& section, std::string_view key, Bound bound, double minimum, double maximum,

@@ -349,7 +349,7 @@ const std::vector<BadCase>& bad_cases() {
       {"negative_margin", "[policy.baymax]\nsafety_margin_ms = -1\n",
        "t.toml:2:20: policy.baymax.safety_margin_ms: must be >= 0 (got -1)"},
       {"zero_backlog_bound", "[policy.baymax]\nbe_backlog_bound_ms = 0\n",
-       "t.toml:2:23: policy.baymax.be_backlog_bound_ms: must be > 0 (got 0)"},
+       "t.toml:2:23: policy.baymax.be_backlog_bound_ms: must be >= 0.001 (got 0)"},
       {"nan_margin", "[policy.baymax]\nsafety_margin_ms = nan\n",
        "t.toml:2:20: policy.baymax.safety_margin_ms: must be a finite number (got nan)"},
       {"margin_as_string", "[policy.baymax]\nsafety_margin_ms = \"1ms\"\n",
@@ -379,7 +379,7 @@ const std::vector<BadCase>& bad_cases() {
        "t.toml:3:24: policy.baymax.min_backlog_bound_ms: must be <= be_backlog_bound_ms (5) when adaptation is on "
        "(got 8)"},
       {"zero_adapt_step", "[policy.baymax]\nadapt_step_ms = 0\n",
-       "t.toml:2:17: policy.baymax.adapt_step_ms: must be > 0 (got 0)"},
+       "t.toml:2:17: policy.baymax.adapt_step_ms: must be >= 0.001 (got 0)"},
       {"preemptive_not_bool_or_list", "[policy.baymax]\npreemptive_device = 1\n",
        "t.toml:2:21: policy.baymax.preemptive_device: must be true, false or a list of device ordinals like [0, 2] "
        "(got an integer)"},
@@ -490,9 +490,13 @@ const std::vector<BadCase>& bad_cases() {
        "t.toml:3:13: job[0].target_ms: must be a finite number (got inf)"},
       {"target_over_an_hour", "[[job]]\nname = \"a\"\ntarget_ms = 3600001\n",
        "t.toml:3:13: job[0].target_ms: must be <= 3600000 (an hour) (got 3600001)"},
-      {"zero_target", "[[job]]\nname = \"a\"\ntarget_ms = 0\n", "t.toml:3:13: job[0].target_ms: must be > 0 (got 0)"},
+      {"zero_target", "[[job]]\nname = \"a\"\ntarget_ms = 0\n", "t.toml:3:13: job[0].target_ms: must be >= 0.001 (got 0)"},
+      // Would truncate to 0 ns in the daemon (and the QoS tracker rounds where the policy truncates).
+      {"sub_microsecond_target", "[[job]]\nname = \"a\"\ntarget_ms = 1e-7\n",
+       "t.toml:3:13: job[0].target_ms: must be >= 0.001 (got 1e-07)"},
+      {"tiny_weight", "[[job]]\nname = \"a\"\nweight = 1e-6\n", "t.toml:3:10: job[0].weight: must be >= 0.001 (got 1e-06)"},
       {"negative_weight", "[[job]]\nname = \"a\"\nweight = -1.5\n",
-       "t.toml:3:10: job[0].weight: must be > 0 (got -1.5)"},
+       "t.toml:3:10: job[0].weight: must be >= 0.001 (got -1.5)"},
       {"bad_priority_class", "[[job]]\nname = \"a\"\nallowed_priority = \"medium\"\n",
        "t.toml:3:20: job[0].allowed_priority: must be one of \"low\", \"high\" (got \"medium\")"},
       {"job_as_single_table", "[job]\nname = \"a\"\n",
