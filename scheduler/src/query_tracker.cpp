@@ -176,8 +176,11 @@ std::vector<ClientId> QueryTracker::expire(std::int64_t now_ns, std::int64_t max
     std::erase_if(state.arrivals, [&](std::int64_t t) { return now_ns - t > max_age_ns; });
     // An op whose completion never came (lost in a full ring, or by a shim out of memory): while
     // the job keeps posting, an inferred query would never drain, and the map would only grow.
+    // Not before kLostCompletionNs: an op may legitimately run a while (an NCCL kernel waiting for
+    // its peers, a long copy on a side stream) while the job keeps posting.
+    const std::int64_t lost_ns = std::max(max_age_ns, kLostCompletionNs);
     bool lost = false;
-    while (!state.outstanding.empty() && now_ns - state.outstanding.begin()->second.at_ns > max_age_ns) {
+    while (!state.outstanding.empty() && now_ns - state.outstanding.begin()->second.at_ns > lost_ns) {
       state.outstanding.erase(state.outstanding.begin());  // seqs rise with their post times
       lost = true;
     }

@@ -75,9 +75,10 @@ class QueryTracker {
   std::vector<ClosedQuery> completed(ClientId client, const ipc::CompletionDescriptor& completion,
                                      std::int64_t now_ns);
   void client_gone(ClientId client);
-  // Forgets ops outstanding longer than max_age_ns (their completions were lost) and abandons, with
-  // nothing learned, each query whose latest op is older than that or that waited on such an op
-  // (inferred boundaries); returns the clients whose query it abandoned.
+  // Forgets ops outstanding longer than max_age_ns and kLostCompletionNs (their completions were
+  // lost) and abandons, with nothing learned, each query whose latest op is older than max_age_ns
+  // or that waited on such an op (inferred boundaries); returns the clients whose query it abandoned.
+  static constexpr std::int64_t kLostCompletionNs = 10'000'000'000;
   std::vector<ClientId> expire(std::int64_t now_ns, std::int64_t max_age_ns);
 
   // The client's open query, or nullptr.
