@@ -117,7 +117,7 @@ void CompletionTracker::record_deferred_now() noexcept {
     std::lock_guard turn(record_mutex_);  // waits for the thread's own turn to finish recording
     {
       std::lock_guard lock(mutex_);
-      if (!started_ || stopping_) return;  // stopping: stop() records what is left
+      if (!started_) return;
       batch.swap(incoming_);
     }
     record_deferred(batch);
@@ -150,7 +150,7 @@ void CompletionTracker::enqueue(Pending pending) noexcept {
   if (wake) wake_.notify_one();
 }
 
-void CompletionTracker::drop_event_pool() noexcept {
+void CompletionTracker::drop_event_pool(bool destroy_events) noexcept {
   std::unordered_map<CUcontext, std::vector<CUevent>> pool;
   {
     std::lock_guard lock(mutex_);
@@ -159,7 +159,7 @@ void CompletionTracker::drop_event_pool() noexcept {
   const auto destroy = driver<EventDestroy>(DriverHelper::event_destroy);
   for (const auto& [context, events] : pool) {
     for (CUevent event : events) {
-      if (destroy) destroy(event);
+      if (destroy_events && destroy) destroy(event);
     }
   }
 }

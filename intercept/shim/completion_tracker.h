@@ -56,9 +56,10 @@ class CompletionTracker {
   // event on a dead handle), and before a synchronisation (its events then finish with it).
   void record_deferred_now() noexcept;
 
-  // Before a context is destroyed or reset: destroys the pooled (finished) events, which would die
-  // with it and be handed out again if the driver reused its handle.
-  void drop_event_pool() noexcept;
+  // Around a context's destruction or reset: forgets the pooled (finished) events, which would die
+  // with it and be handed out again if the driver reused its handle. Before the call they are
+  // destroyed; after it (events the thread pooled meanwhile) only forgotten: they may be dead.
+  void drop_event_pool(bool destroy_events) noexcept;
 
   // A synchronisation returned: what it waited for is done, poll now rather than at the next tick.
   void nudge() noexcept;

@@ -62,7 +62,12 @@ void DaemonGate::monitor() noexcept {
     if (session && session->watch(kWatchIntervalMs)) continue;
     if (session) {
       try {
-        log_(LogLevel::warn, "lost gpuqosd (" + session->lost_reason() + "); running unmanaged until it is back");
+        const std::string why = session->lost_reason();
+        // Its clock is not ours (another time namespace, or garbage): every registration would be
+        // lost the same way, a second later. Once is enough.
+        gave_up_ = why.find(kFutureHeartbeat) != std::string::npos;
+        log_(LogLevel::warn, "lost gpuqosd (" + why + "); running unmanaged" +
+                                 (gave_up_ ? std::string(" from now on") : std::string(" until it is back")));
       } catch (...) {  // out of memory for the message: still unmanaged
       }
       copy_chunk_bytes_.store(0, std::memory_order_relaxed);
@@ -181,7 +186,7 @@ Ticket DaemonGate::before(const Operation& op) noexcept {
   pass_through_.before(op);
   if (op.category == Category::lifetime) {
     completions_.record_deferred_now();  // no deferred event may be recorded on a dead handle
-    if (op.hook != HookId::hook_cuStreamDestroy_v2) completions_.drop_event_pool();
+    if (op.hook != HookId::hook_cuStreamDestroy_v2) completions_.drop_event_pool(/*destroy_events=*/true);
     return {};
   }
   if (op.category == Category::sync && waits_for_work(op.hook)) {
@@ -207,6 +212,9 @@ void DaemonGate::after(const Operation& op, Ticket ticket, CUresult result) noex
   pass_through_.after(op, ticket, result);
   if (op.category == Category::naming && result == CUDA_SUCCESS) learn_kernel_name(op, kernels_);
   if (op.category == Category::sync) completions_.nudge();
+  if (op.category == Category::lifetime && op.hook != HookId::hook_cuStreamDestroy_v2) {
+    completions_.drop_event_pool(/*destroy_events=*/false);
+  }
   if (ticket.seq == 0) return;
   std::shared_ptr<Session> session = session_.load();
   if (session && session->id() == ticket.session && session->alive()) {

@@ -25,7 +25,7 @@ bool Session::check_heartbeat() noexcept {
   const std::uint64_t beat = segment_.daemon_heartbeat_ns();  // read before now: never later, unless garbage
   const auto now = static_cast<std::uint64_t>(ipc::monotonic_ns());
   if (beat > now) {
-    lose("gpuqosd's heartbeat is from the future (garbage in its segment, or a daemon in another time namespace)");
+    lose(std::string(kFutureHeartbeat) + " (garbage in its segment, or a daemon in another time namespace)");
     return false;
   }
   if (now - beat > static_cast<std::uint64_t>(kHeartbeatLimitNs)) {

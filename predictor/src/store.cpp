@@ -60,9 +60,12 @@ std::string inflate_body(std::string_view body, std::uint64_t json_bytes, std::s
   return text;
 }
 
+enum class Problem { content, access, missing };
+
 LoadedProfile empty(const PredictorConfig& config, const std::string& source, const std::string& problem,
-                    bool unreadable = true) {
-  return {Predictor(config), source + ": " + problem + "; starting with an empty model", unreadable};
+                    Problem kind = Problem::content) {
+  return {Predictor(config), source + ": " + problem + "; starting with an empty model", kind == Problem::content,
+          kind == Problem::access};
 }
 
 }  // namespace
@@ -108,7 +111,7 @@ LoadedProfile decode_profile(std::string_view bytes, const std::string& source, 
                        std::to_string(config.sm_count) + "; using the profile's";
     return loaded;
   } catch (const std::bad_alloc&) {
-    return empty(config, source, "too large to load (out of memory)");
+    return empty(config, source, "too large to load (out of memory)", Problem::access);
   } catch (const std::exception& e) {
     return empty(config, source, std::string("invalid content: ") + e.what());
   }
@@ -119,20 +122,20 @@ LoadedProfile load_profile(const std::filesystem::path& path, const PredictorCon
   std::error_code error;
   const auto status = std::filesystem::status(path, error);
   if (!error && std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
-    return empty(config, path.string(), "not a regular file");
+    return empty(config, path.string(), "not a regular file", Problem::access);
   }
   if (const auto size = std::filesystem::file_size(path, error); !error && size > kMaxFileBytes) {
-    return empty(config, path.string(), "implausibly large (" + std::to_string(size) + " bytes)");
+    return empty(config, path.string(), "implausibly large (" + std::to_string(size) + " bytes)", Problem::access);
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     const bool missing = errno == ENOENT;
     return empty(config, path.string(), missing ? "no such file" : std::string("cannot open: ") + std::strerror(errno),
-                 /*unreadable=*/!missing);
+                 missing ? Problem::missing : Problem::access);
   }
   std::ostringstream contents;
   contents << in.rdbuf();
-  if (in.bad()) return empty(config, path.string(), "read error");
+  if (in.bad()) return empty(config, path.string(), "read error", Problem::access);
   return decode_profile(contents.str(), path.string(), config);
 }
 

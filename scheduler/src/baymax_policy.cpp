@@ -651,8 +651,10 @@ Decisions BaymaxPolicy::tick(std::int64_t now_ns) {
   queries_.expire(now_ns, kStaleQueryNs);
   std::vector<std::pair<ClientId, std::uint64_t>> stale;
   for (const auto& [key, flight] : in_flight_) {
+    // Only a best-effort op holds its own client's next call; a high-priority one, however late,
+    // still keeps best-effort work off its engine until kStaleOpNs.
     const std::int64_t stuck_ns = std::max(kStuckOpNs, kStuckFactor * std::min(flight.predicted_ns, kStaleOpNs));
-    if (now_ns - flight.since_ns > std::min(kStaleOpNs, stuck_ns)) stale.push_back(key);
+    if (now_ns - flight.since_ns > (flight.high ? kStaleOpNs : std::min(kStaleOpNs, stuck_ns))) stale.push_back(key);
   }
   for (const auto& [client, seq] : stale) retire(client, seq, std::nullopt, now_ns);
   return grant_ready(now_ns);

@@ -43,6 +43,7 @@ void Client::posted(const ipc::OpDescriptor& op, std::int64_t now_ns) {
     granted_ops_ += work;  // never held, or issued on credit
   } else {
     ungranted_.push_back(Ungranted{op.seq, now_ns, work});
+    ungranted_work_ += work;
     grant_counters_.ops_held += work;
   }
 }
@@ -54,6 +55,7 @@ bool Client::grant_through(std::uint64_t through_seq, std::int64_t now_ns) {
     const Ungranted& op = ungranted_.front();
     if (op.work) {
       ++granted_ops_;
+      --ungranted_work_;
       const std::int64_t waited_ns = std::max<std::int64_t>(0, now_ns - op.arrived_ns);
       grant_counters_.held_wait_ns_total += waited_ns;
       grant_counters_.held_wait_ns_max = std::max(grant_counters_.held_wait_ns_max, waited_ns);

@@ -57,8 +57,9 @@ std::string Daemon::accept_op(Client& client, const ArrivedOp& arrived) {
     }
   }
   client.posted(op, arrived.arrived_ns);
-  if (client.ungranted_count() > kMaxUngrantedOps) {
-    return "posts without waiting for its grants (over " + std::to_string(kMaxUngrantedOps) + " ops ungranted)";
+  if (client.ungranted_work() > kMaxUngrantedOps || client.ungranted_count() > kMaxUngrantedPosts) {
+    return "posts without waiting for its grants (over " + std::to_string(kMaxUngrantedOps) + " GPU ops or " +
+           std::to_string(kMaxUngrantedPosts) + " ops and marks ungranted)";
   }
   qos_posted(client, op, arrived.arrived_ns);
   const std::int64_t predicted_ns =

@@ -1,6 +1,8 @@
 // DurationLearner: remembered ops, online observations, the store's schedule.
 #include "gpuqos/scheduler/duration_learner.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <ctime>
@@ -17,15 +19,19 @@ bool is_timed_work(ipc::OpKind kind) {
          kind == ipc::OpKind::graph;
 }
 
-// A store that is there but cannot be used is moved aside, never saved over: it may be a good
-// profile this build cannot read (a newer version), or one a user wants to recover. If it cannot be
-// moved, `blocked` says not to save at all.
+// A store whose content cannot be used is moved aside, never saved over: it may be a good profile
+// this build cannot read (a newer version), or one a user wants to recover. One that cannot be read
+// at all (permissions, I/O) may be fine: it stays. Either way, if it is still there, `blocked` says
+// not to save at all.
 predictor::Predictor load(const std::string& path, std::optional<std::string>& warning, bool& blocked) {
   if (path.empty()) return predictor::Predictor();
   predictor::LoadedProfile loaded = predictor::load_profile(path, predictor::PredictorConfig{});
   warning = std::move(loaded.warning);
-  if (loaded.unreadable) {
-    const std::string aside = path + ".unreadable-" + std::to_string(::time(nullptr));
+  if (loaded.inaccessible) {
+    blocked = true;
+    *warning += "; nothing learned will be saved over it";
+  } else if (loaded.unreadable) {
+    const std::string aside = path + ".unreadable-" + std::to_string(::time(nullptr)) + "-" + std::to_string(::getpid());
     std::error_code error;
     std::filesystem::rename(path, aside, error);
     if (error) {

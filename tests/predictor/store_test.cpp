@@ -181,18 +181,23 @@ TEST(Store, ImplausibleSizesAreRefusedBeforeAllocating) {
   expect_empty(decode_profile(envelope(bad.dump()), "p", {}), "config.stats_window = 1.5 is not a count");
 }
 
-TEST(Store, AFileThatIsThereButCannotBeUsedIsMarkedUnreadableAndAMissingOneIsNot) {
+// What gpuqosd may do with the file: move aside one whose content is unusable; leave alone one it
+// cannot read at all (it may be fine); a missing one is neither.
+TEST(Store, AFileWithUnusableContentIsUnreadableOneThatCannotBeReadIsInaccessible) {
   const testing::TempDir dir;
-  EXPECT_FALSE(load_profile(dir.path() / "absent.gqp", {}).unreadable);
+  const LoadedProfile missing = load_profile(dir.path() / "absent.gqp", {});
+  EXPECT_FALSE(missing.unreadable || missing.inaccessible);
   const auto corrupt = dir.path() / "corrupt.gqp";
   std::ofstream(corrupt, std::ios::binary) << "GPUQOSPF garbage";
-  EXPECT_TRUE(load_profile(corrupt, {}).unreadable);
+  const LoadedProfile garbage = load_profile(corrupt, {});
+  EXPECT_TRUE(garbage.unreadable && !garbage.inaccessible);
   const LoadedProfile directory = load_profile(dir.path(), {});
   expect_empty(directory, "not a regular file");
-  EXPECT_TRUE(directory.unreadable);
+  EXPECT_TRUE(directory.inaccessible && !directory.unreadable);
   const auto path = dir.path() / "good.gqp";
   ASSERT_EQ(save_profile(trained(), path), std::nullopt);
-  EXPECT_FALSE(load_profile(path, PredictorConfig{.sm_count = 80}).unreadable);
+  const LoadedProfile good = load_profile(path, PredictorConfig{.sm_count = 80});
+  EXPECT_FALSE(good.unreadable || good.inaccessible);
 }
 
 TEST(Store, SaveReplacesAtomicallyAndLeavesNoTemporaries) {

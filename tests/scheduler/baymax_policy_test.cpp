@@ -1119,6 +1119,18 @@ TEST(BaymaxPolicy, AnOpStuckFarPastItsPredictionStopsHoldingItsClient) {
   EXPECT_EQ(policy.tick(t0 + 3'200 * kMs + 1), (Decisions{{kTrainB, 2}}));
 }
 
+// A high-priority op, however late, keeps best-effort work off its engine until kStaleOpNs: being
+// late is no sign of being stuck behind its own host, since nothing of it is ever held.
+TEST(BaymaxPolicy, AHighPriorityOpIsNotTakenAsStuck) {
+  BaymaxPolicy policy(options());
+  (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
+  (void)post(policy, kServe, Priority::high, copy(1, ipc::CopyDirection::h2d), 0, kMs);
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, copy(1, ipc::CopyDirection::h2d), 0, kMs).empty())
+      << "a high-priority copy in flight in the same direction";
+  EXPECT_TRUE(policy.tick(BaymaxPolicy::kStuckOpNs + 1).empty());
+  EXPECT_EQ(policy.tick(BaymaxPolicy::kStaleOpNs + 1), (Decisions{{kTrainA, 1}}));
+}
+
 TEST(BaymaxPolicy, AQuerysCopySlipsBetweenTheChunksOfABestEffortCopy) {
   BaymaxPolicy policy(options());
   (void)policy.client_registered(serve(kServe, 100 * kMs), 0);

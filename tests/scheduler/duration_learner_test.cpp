@@ -77,8 +77,6 @@ TEST(DurationLearner, AClientThatNeverCompletesLosesItsOwnOpsWhenTheMemoryIsFull
   EXPECT_EQ(learner.counts().learned, 2u);
 }
 
-// A kernel whose durations swing by 1000x at the same shape: the predictor's p90 residual ratio is
-// huge, and the learner hands the policy at most kMaxUpperRatio x the prediction.
 // A store that is there but cannot be loaded may be a good profile this build cannot read (a newer
 // version): it is moved aside, never saved over, and what this run learns is saved in its place.
 TEST(DurationLearner, AStoreThatCannotBeLoadedIsMovedAsideNotOverwritten) {
@@ -104,6 +102,23 @@ TEST(DurationLearner, AStoreThatCannotBeLoadedIsMovedAsideNotOverwritten) {
   EXPECT_EQ(predictor::load_profile(path, {}).predictor.kernel_count(), 1u);
 }
 
+// One that cannot be read at all (here: a directory) may be fine: it stays, and nothing is saved.
+TEST(DurationLearner, AStoreThatCannotBeReadStaysAndIsNotSavedOver) {
+  const testing::TempDir dir;
+  const auto path = dir.path() / "profile.gqp";
+  std::filesystem::create_directory(path);
+  std::optional<std::string> warning;
+  DurationLearner learner({.store_path = path.string()}, 0, warning);
+  ASSERT_TRUE(warning.has_value());
+  EXPECT_NE(warning->find("nothing learned will be saved over it"), std::string::npos) << *warning;
+  const auto error = learner.save();
+  ASSERT_TRUE(error.has_value());
+  EXPECT_NE(error->find("not saved"), std::string::npos) << *error;
+  EXPECT_TRUE(std::filesystem::is_directory(path));
+}
+
+// A kernel whose durations swing by 1000x at the same shape: the predictor's p90 residual ratio is
+// huge, and the learner hands the policy at most kMaxUpperRatio x the prediction.
 TEST(DurationLearner, CapsTheUpperEstimateAtAFewTimesThePrediction) {
   DurationLearner learner = make_learner();
   std::uint64_t seq = 0;

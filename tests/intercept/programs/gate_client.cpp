@@ -16,7 +16,7 @@
 //                   cuMemcpyHtoD of <bytes> into a buffer of <device bytes> ("htod <result>"); if it
 //                   worked, cuMemcpyDtoDAsync to a second buffer, cuMemcpyAsync (unified) back to the
 //                   host, synchronise, and every byte checked ("copies ok")
-//   contexts <n>    n times: launch spin(0) in a second context, make the first current again and
+//   contexts <n>    n times: launch spin(0) on a stream of a second context, make the first current again and
 //                   cuCtxSynchronize; "switched <k>": how often the current context was not the first
 //   fork            launch + sync, fork; the child marks a query and exit()s (atexit handlers run);
 //                   "child <status>" ("child hung" if it has not exited in 5 s), launch + sync again
@@ -163,12 +163,14 @@ int run_contexts(int count) {
   CHECK_CU(cuCtxCreate(&second, nullptr, 0, device));  // and makes it current
   CHECK_CU(cuModuleLoadData(&module, kPtx));
   CHECK_CU(cuModuleGetFunction(&spin, module, "spin"));
+  CUstream stream = nullptr;  // not a default stream: those are recorded inline, never deferred
+  CHECK_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
   int switched = 0;
   for (int i = 0; i < count; ++i) {
     std::uint64_t duration_us = 0;
     void* params[] = {&duration_us};
     CHECK_CU(cuCtxSetCurrent(second));
-    CHECK_CU(cuLaunchKernel(spin, 1, 1, 1, 32, 1, 1, 0, nullptr, params, nullptr));
+    CHECK_CU(cuLaunchKernel(spin, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr));
     CHECK_CU(cuCtxSetCurrent(first));
     CHECK_CU(cuCtxSynchronize());  // the shim may record the second context's event here
     CHECK_CU(cuCtxGetCurrent(&current));

@@ -27,9 +27,12 @@ inline constexpr std::uint32_t kProfileFileVersion = 1;
 struct LoadedProfile {
   Predictor predictor;
   std::optional<std::string> warning;  // set when the profile was not (entirely) used
-  // A file is there and could not be used (corrupt, truncated, a newer version, unreadable): saving
+  // A file is there and its content could not be used (corrupt, truncated, a newer version): saving
   // over it would destroy what may be a good profile this build cannot read.
   bool unreadable = false;
+  // A file is there and could not be read at all (no permission, a read error, out of memory, not a
+  // regular file): it may be perfectly good, so it must be neither saved over nor moved.
+  bool inaccessible = false;
 };
 
 // `config` is used when the profile cannot be used; a loaded profile keeps the configuration it was

@@ -97,8 +97,8 @@
 //
 // Adaptation (optional): the bound follows the measured tail latency of each job (adaptive_bound.h).
 // Stale state: an open query older than kStaleQueryNs is abandoned and an op whose completion never
-// came is retired after kStaleOpNs, so a lost report cannot starve best-effort work forever; one
-// in flight kStuckFactor times longer than predicted (at least kStuckOpNs) sooner.
+// came is retired after kStaleOpNs, so a lost report cannot starve best-effort work forever; a
+// best-effort one in flight kStuckFactor times longer than predicted (at least kStuckOpNs) sooner.
 #pragma once
 
 #include <array>
@@ -120,10 +120,11 @@ class BaymaxPolicy final : public Policy {
  public:
   static constexpr std::int64_t kStaleQueryNs = 2'000'000'000;
   static constexpr std::int64_t kStaleOpNs = 10'000'000'000;
-  // An op in flight this much longer than predicted (at least kStuckOpNs) is taken as stuck rather
-  // than running: waiting on the device for something the host does (cuStreamWaitValue32 on a flag,
-  // a host function) that a held op of its own client keeps the host from doing. Counted against
-  // that client's bound or the transfer limit, it would stall the program until kStaleOpNs.
+  // A best-effort op in flight this much longer than predicted (at least kStuckOpNs) is taken as
+  // stuck rather than running: waiting on the device for something the host does
+  // (cuStreamWaitValue32 on a flag, a host function) that a held op of its own client keeps the host
+  // from doing. Counted against that client's bound or the transfer limit, it would stall the
+  // program until kStaleOpNs.
   static constexpr std::int64_t kStuckOpNs = 2'000'000'000;
   static constexpr std::int64_t kStuckFactor = 16;
   static constexpr std::int64_t kDeadlineHoldNs = 100'000'000;

@@ -68,8 +68,10 @@ class Client {
   // ns the oldest ungranted op has waited (0: none waits).
   std::int64_t current_wait_ns(std::int64_t now_ns) const;
   const char* state() const { return ungranted_.empty() ? "running" : "waiting"; }
-  // Ops and marks posted and not yet granted. A shim waits for each op's grant, so this stays near
-  // its thread count; far more is a client that posts without waiting (Daemon::kMaxUngrantedOps).
+  // GPU ops posted and not yet granted. A shim waits for each one's grant, so this stays near its
+  // thread count; far more is a client that posts without waiting (Daemon::kMaxUngrantedOps). Marks
+  // (synchronisations, query marks) are posted without waiting: they count only in the second.
+  std::size_t ungranted_work() const { return ungranted_work_; }
   std::size_t ungranted_count() const { return ungranted_.size(); }
   // Grants pushed, GPU ops held for a grant and how long they waited (for the metrics).
   const GrantCounters& grant_counters() const { return grant_counters_; }
@@ -103,6 +105,7 @@ class Client {
   std::array<std::uint64_t, 4> marks_{};
   GrantCounters grant_counters_;
   std::deque<Ungranted> ungranted_;
+  std::size_t ungranted_work_ = 0;
   std::unordered_map<std::uint32_t, std::string> kernel_names_;
   std::vector<ipc::CompletionDescriptor> deferred_completions_;
 };

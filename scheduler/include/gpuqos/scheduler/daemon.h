@@ -70,6 +70,9 @@ class Daemon {
   // waiting for them (a shim holds one per waiting thread): it is disconnected before it grows the
   // daemon's memory without bound.
   static constexpr std::size_t kMaxUngrantedOps = 65536;
+  // Marks are posted without waiting (a thread looping on cuStreamSynchronize, a server's arrivals)
+  // and wait for the grant of the op before them: a far larger bound, with GPU ops, on their sum.
+  static constexpr std::size_t kMaxUngrantedPosts = 1 << 20;
   // Kernel names one client may register; beyond, it is disconnected (each name is up to 4 KiB).
   static constexpr std::size_t kMaxKernelNames = 65536;
   // Out of descriptors (EMFILE and the like), the listener is not watched for this long: it stays
