@@ -315,9 +315,7 @@ TEST(Daemon, DisconnectsALowPriorityClientThatPostsWithoutWaitingForItsGrants) {
             std::string::npos)
       << daemon.log();
   FakeClient good(daemon.socket(), Priority::low, "good");  // the slot the bad one held is free again
-  good.name_kernel(1, "k");
-  good.post(FakeClient::kernel(1));
-  EXPECT_TRUE(good.wait_granted(1));
+  expect_dropped_others_served(daemon, bad, good);
 }
 
 TEST(Daemon, DisconnectsAClientThatRegistersTooManyKernelNames) {
