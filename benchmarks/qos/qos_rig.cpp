@@ -145,6 +145,16 @@ void QosRig::save_daemon_status(const std::string& run_name, const std::string& 
   if (status.wait(10s) != 0) std::cerr << "gpuqos-bench: " << run_name << ": no gpuqosd status (" << answer.string() << ")\n";
 }
 
+// What this run's gpuqosd learned (it saves at exit), kept beside its logs: which durations it
+// learned online is what explains a cell whose holds differ from another run's.
+void QosRig::keep_predictor_store(const std::string& run_name) const {
+  if (!predictor_store_) return;
+  std::error_code error;
+  fs::copy_file(sockets_.path() / "predictor.gqp", out_ / "logs" / (run_name + "-predictor.gqp"),
+                fs::copy_options::overwrite_existing, error);
+  if (error) std::cerr << "gpuqos-bench: " << run_name << ": predictor store not kept: " << error.message() << "\n";
+}
+
 bool QosRig::start_gpuqosd(const std::string& run_name, const fs::path& config, const std::string& socket,
                            std::optional<ChildProcess>& daemon, Status& status) {
   const fs::path log = log_file(run_name + "-gpuqosd");
@@ -247,6 +257,7 @@ RunOutcome QosRig::run_jobs(const std::string& run_name, const std::vector<JobSp
   if (daemon) {
     if (!daemon->running() && outcome.status.ok) outcome.status = failed("gpuqosd died during the run", log_file(run_name + "-gpuqosd"));
     daemon->stop();
+    keep_predictor_store(run_name);
   }
 
   for (std::size_t i = 0; i < jobs.size(); ++i) {

@@ -93,6 +93,7 @@ class QosRig {
   DeviceSample sample_device(const std::string& name) const;
   // gpuqosd's `gpuqos status --json` at the end of the window (logs/<run>-gpuqosd-status.json): what
   // held best-effort work, the latencies it measured. Best effort: a failure is only reported.
+  void keep_predictor_store(const std::string& run_name) const;
   void save_daemon_status(const std::string& run_name, const std::string& socket) const;
   void stop_device();
 
