@@ -174,7 +174,7 @@ DaemonStatus Daemon::status_snapshot() const {
   status.backlog = policy_->backlog().loads();
   const DurationLearner::Counts& learned = learner_->counts();
   status.predictor = PredictorStatus{learner_->store_path(), learner_->predictor().kernel_count(), learned.learned,
-                                     learned.coarse, learned.unknown, learned.rejected, learned.saves};
+                                     learned.coarse, learned.shared, learned.unknown, learned.rejected, learned.saves};
   for (const auto& [id, client] : clients_) {
     const ClientIdentity& who = client->identity();
     status.clients.push_back(ClientStatus{

@@ -10,6 +10,7 @@
 
 #include "gpuqos/predictor/features.h"
 #include "gpuqos/predictor/store.h"
+#include "gpuqos/scheduler/engine_backlog.h"
 
 namespace gpuqos::scheduler {
 namespace {
@@ -75,8 +76,15 @@ void DurationLearner::completed(std::uint32_t client, const ipc::CompletionDescr
   }
   const Remembered remembered = std::move(it->second);
   forget(it);
+  // Every completion's span counts against the others', timed or not: a coarse one also ran.
+  const bool shared = completion.status == 0 &&
+                      overlaps_another(client, remembered.op, completion.start_ns, completion.end_ns);
   if (completion.flags & ipc::kCompletionCoarse) {
     ++counts_.coarse;
+    return;
+  }
+  if (shared) {
+    ++counts_.shared;
     return;
   }
   const double duration_ns = static_cast<double>(completion.end_ns - completion.start_ns);
@@ -86,6 +94,24 @@ void DurationLearner::completed(std::uint32_t client, const ipc::CompletionDescr
     return;
   }
   ++counts_.learned;
+}
+
+bool DurationLearner::overlaps_another(std::uint32_t client, const ipc::OpDescriptor& op, std::int64_t start_ns,
+                                       std::int64_t end_ns) {
+  const auto engine = engine_of(op);
+  if (!engine) return false;
+  std::deque<Span>& spans = spans_[{op.device, static_cast<std::uint8_t>(*engine)}];
+  // Completions arrive about in the order they ended (each client's ring is read in order, all of
+  // them every turn): from the newest back, a span that ended before this one began ends the search,
+  // give or take one that was read late.
+  bool overlap = false;
+  for (auto span = spans.rbegin(); span != spans.rend() && !overlap; ++span) {
+    if (span->end_ns <= start_ns) break;
+    overlap = span->client != client && span->start_ns < end_ns;
+  }
+  if (spans.size() >= kSpansPerEngine) spans.pop_front();
+  spans.push_back(Span{client, start_ns, end_ns});
+  return overlap;
 }
 
 void DurationLearner::client_gone(std::uint32_t client) {

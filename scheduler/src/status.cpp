@@ -84,6 +84,7 @@ nlohmann::json to_json(const DaemonStatus& status) {
                            {"kernels", status.predictor.kernels},
                            {"learned", status.predictor.learned},
                            {"coarse", status.predictor.coarse},
+                           {"shared", status.predictor.shared},
                            {"unknown", status.predictor.unknown},
                            {"rejected", status.predictor.rejected},
                            {"saves", status.predictor.saves}}},

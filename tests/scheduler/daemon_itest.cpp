@@ -160,7 +160,14 @@ TEST(Daemon, LearnsFromExactCompletionsAndSavesTheStoreAtExit) {
     for (std::uint64_t seq = 1; seq <= 20; ++seq) high.complete(seq, 1'000'000, 1'050'000);  // 50 us each
     high.complete(21, 1'000'000, 9'000'000, ipc::kCompletionCoarse);  // a batch's time: not learned
     ASSERT_TRUE(eventually([&] { return daemon.status()["predictor"]["learned"] == 20; })) << daemon.status().dump(1);
+    // Another client's op whose span overlaps those: it waited behind them, not learned.
+    FakeClient low(daemon.socket(), Priority::low, "train");
+    low.post(FakeClient::kernel(1));
+    ASSERT_TRUE(low.wait_granted(1));
+    low.complete(1, 1'000'000, 1'200'000);
+    ASSERT_TRUE(eventually([&] { return daemon.status()["predictor"]["shared"] == 1; })) << daemon.status().dump(1);
     const auto predictor = daemon.status()["predictor"];
+    EXPECT_EQ(predictor["learned"], 20);
     EXPECT_EQ(predictor["coarse"], 1);
     EXPECT_EQ(predictor["kernels"], 1);
     EXPECT_EQ(predictor["store"], store);

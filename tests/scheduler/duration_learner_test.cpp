@@ -26,10 +26,10 @@ ipc::OpDescriptor kernel(std::uint64_t seq, std::uint32_t grid_x) {
   return op;
 }
 
-ipc::CompletionDescriptor exact(std::uint64_t seq, std::int64_t duration_ns) {
+ipc::CompletionDescriptor exact(std::uint64_t seq, std::int64_t duration_ns, std::int64_t start_ns = 1'000'000) {
   ipc::CompletionDescriptor c{};
   c.seq = seq;
-  c.start_ns = 1'000'000;
+  c.start_ns = start_ns;
   c.end_ns = c.start_ns + duration_ns;
   c.flags = ipc::kCompletionExact;
   return c;
@@ -71,10 +71,73 @@ TEST(DurationLearner, AClientThatNeverCompletesLosesItsOwnOpsWhenTheMemoryIsFull
   learner.completed(1, exact(1, 100'000));
   EXPECT_EQ(learner.counts().learned, 1u);
   EXPECT_EQ(learner.counts().unknown, 0u);
-  learner.completed(9, exact(6, 100'000));  // forgotten: only its last three are remembered
+  learner.completed(9, exact(6, 100'000, 2'000'000));  // forgotten: only its last three are remembered
   EXPECT_EQ(learner.counts().unknown, 1u);
-  learner.completed(9, exact(8, 100'000));
+  learner.completed(9, exact(8, 100'000, 2'000'000));
   EXPECT_EQ(learner.counts().learned, 2u);
+}
+
+// One job's op queued behind another's long one on a device that runs them in order: the shim's span
+// for it includes the wait. Learned, a 4-ms kernel seen at 100 ms would be taken for a long op.
+TEST(DurationLearner, AnOpWhoseSpanOverlapsAnotherClientsOpOnItsEngineIsNotLearned) {
+  DurationLearner learner = make_learner();
+  constexpr std::int64_t kOwn = 4'000'000, kLong = 97'000'000;
+  std::int64_t now = 1'000'000;
+  std::uint64_t seq = 0, other_seq = 0;
+  const auto run_alone = [&] {
+    learner.posted(1, kernel(++seq, 64), "short");
+    learner.completed(1, exact(seq, kOwn, now));
+    now += kOwn;
+  };
+  for (int i = 0; i < 20; ++i) run_alone();
+  const std::int64_t upper_before = learner.posted(1, kernel(++seq, 64), "short");
+  learner.completed(1, exact(seq, kOwn, now));  // its own span is learned: nothing else ran
+  now += kOwn;
+  EXPECT_EQ(learner.counts().learned, 21u);
+
+  // Client 2's long op, then each of client 1's next ten waits behind one of them.
+  for (int i = 0; i < 10; ++i) {
+    learner.posted(2, kernel(++other_seq, 8), "long");
+    learner.posted(1, kernel(++seq, 64), "short");
+    learner.completed(2, exact(other_seq, kLong, now));
+    learner.completed(1, exact(seq, kLong + kOwn, now + 1'000));
+    now += kLong + kOwn + 1'000;
+  }
+  EXPECT_EQ(learner.counts().shared, 10u);
+  EXPECT_EQ(learner.counts().learned, 21u + 10u);  // the long ops ran alone: their spans are theirs
+  const std::int64_t upper_after = learner.posted(1, kernel(++seq, 64), "short");
+  EXPECT_EQ(upper_after, upper_before);
+  EXPECT_LT(upper_after, 2 * kOwn);
+}
+
+// Only another client's op on the same engine of the same device: a copy beside a kernel, a kernel
+// on another device, and an op of the same client (its other streams) share nothing of theirs.
+TEST(DurationLearner, SpansOnOtherEnginesOrDevicesOrOfTheSameClientDoNotCount) {
+  DurationLearner learner = make_learner();
+  ipc::OpDescriptor copy{};
+  copy.seq = 1;
+  copy.kind = ipc::OpKind::copy;
+  copy.direction = ipc::CopyDirection::h2d;
+  copy.bytes = 1 << 20;
+  learner.posted(2, copy, "");
+  learner.completed(2, exact(1, 10'000'000, 0));
+  ipc::OpDescriptor elsewhere = kernel(2, 64);
+  elsewhere.device = 1;
+  learner.posted(2, elsewhere, "k");
+  learner.completed(2, exact(2, 10'000'000, 0));
+  learner.posted(1, kernel(1, 64), "k");
+  learner.completed(1, exact(1, 5'000'000, 1'000'000));
+  learner.posted(1, kernel(2, 64), "k");
+  learner.completed(1, exact(2, 5'000'000, 2'000'000));
+  EXPECT_EQ(learner.counts().shared, 0u);
+  EXPECT_EQ(learner.counts().learned, 4u);
+  // Back to back with another client's op on the engine is not overlapping it.
+  learner.posted(3, kernel(1, 64), "k");
+  learner.completed(3, exact(1, 1'000'000, 7'000'000));
+  EXPECT_EQ(learner.counts().shared, 0u);
+  learner.posted(3, kernel(2, 64), "k");
+  learner.completed(3, exact(2, 1'000'000, 6'500'000));
+  EXPECT_EQ(learner.counts().shared, 1u);
 }
 
 // A store that is there but cannot be loaded may be a good profile this build cannot read (a newer

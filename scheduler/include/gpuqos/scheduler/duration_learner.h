@@ -3,12 +3,18 @@
 // start and saved periodically and at exit.
 //
 // Only completions the shim marks exact are learned: a completion flagged ipc::kCompletionCoarse
-// bounds several ops that finished together and says nothing of this one's own duration. The
-// shim's times are host-observed (late by the completion poll, see the shim's
+// bounds several ops that finished together and says nothing of this one's own duration. Nor is
+// one during which another client's op on the same engine of the same device ran (their timed
+// spans overlap): the shim times an op from its call (or its stream's previous op), so on a device
+// that runs processes' work in order that span includes the wait behind the other job's work, and
+// on one that time-slices them, the other job's slices: ten 4-ms kernels each queued behind
+// another job's 97-ms one would raise the 4-ms kernel's upper estimate to 170 ms (the unit test).
+// The shim's times are host-observed (late by the completion poll, see the shim's
 // completion_tracker.h), so they refine a model that CUPTI profiles (`gpuqos train`) should seed.
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <optional>
 #include <string>
@@ -31,6 +37,7 @@ class DurationLearner {
   struct Counts {
     std::uint64_t learned = 0;     // exact completions the predictor took
     std::uint64_t coarse = 0;      // completions not learned: batch-timed
+    std::uint64_t shared = 0;      // completions not learned: another client's op ran on the engine meanwhile
     std::uint64_t unknown = 0;     // completions of ops not remembered (or not GPU work)
     std::uint64_t rejected = 0;    // failed ops, or durations the predictor refused
     std::uint64_t saves = 0;
@@ -68,6 +75,15 @@ class DurationLearner {
 
   using RememberedOps = std::map<std::pair<std::uint32_t, std::uint64_t>, Remembered>;  // (client, seq)
 
+  // The latest completions' timed spans on one engine of one device, newest last.
+  struct Span {
+    std::uint32_t client = 0;
+    std::int64_t start_ns = 0, end_ns = 0;
+  };
+  static constexpr std::size_t kSpansPerEngine = 256;
+  // True when a span of another client on the op's engine overlaps [start, end]; records this one.
+  bool overlaps_another(std::uint32_t client, const ipc::OpDescriptor& op, std::int64_t start_ns, std::int64_t end_ns);
+
   void forget(RememberedOps::iterator it);
 
   Options options_;
@@ -75,6 +91,7 @@ class DurationLearner {
   predictor::Predictor predictor_;
   RememberedOps remembered_;
   std::map<std::uint32_t, std::size_t> remembered_per_client_;
+  std::map<std::pair<std::uint32_t, std::uint8_t>, std::deque<Span>> spans_;  // (device, engine)
   std::int64_t last_save_ns_ = 0;
   std::uint64_t learned_at_last_save_ = 0;
   Counts counts_;

@@ -67,7 +67,7 @@ struct ClientStatus {
 struct PredictorStatus {
   std::string store;  // empty: none
   std::uint64_t kernels = 0;
-  std::uint64_t learned = 0, coarse = 0, unknown = 0, rejected = 0, saves = 0;
+  std::uint64_t learned = 0, coarse = 0, shared = 0, unknown = 0, rejected = 0, saves = 0;
 };
 
 struct DaemonStatus {
