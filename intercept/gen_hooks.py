@@ -26,7 +26,7 @@ DIRECTIONS = [("Peer", "peer"), ("HtoD", "host_to_device"), ("HtoA", "host_to_de
 
 # Operation's fields in declaration order (C++20 designated initializers must follow it).
 FIELD_ORDER = ["stream", "per_thread", "function", "kernel", "grid", "block", "shared_mem_bytes",
-               "kernel_params", "graph_exec", "bytes", "direction", "event", "context", "device_ptr",
+               "kernel_params", "graph_exec", "bytes", "direction", "event", "context", "device", "device_ptr",
                "src_ptr", "dst_ptr", "host_ptr", "out_handle", "name"]
 
 
@@ -96,7 +96,7 @@ def describe(category, symbol, params):
         f["bytes"] = f"static_cast<std::uint64_t>({extent} * {size}"
         f["device_ptr"] = "dstDevice"
     elif category in ("sync", "lifetime"):
-        for name, field in (("hEvent", "event"), ("ctx", "context")):
+        for name, field in (("hEvent", "event"), ("ctx", "context"), ("dev", "device")):
             if name in names:
                 f[field] = name
     elif category == "naming":

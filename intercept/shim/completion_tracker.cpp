@@ -164,6 +164,36 @@ void CompletionTracker::drop_event_pool(bool destroy_events) noexcept {
   }
 }
 
+void CompletionTracker::context_ending() noexcept { poll_mutex_.lock(); }
+
+void CompletionTracker::context_ended(CUcontext context, bool gone) noexcept {
+  std::vector<Pending> ended;
+  try {
+    if (gone && context) {
+      const auto of_context = [context](const Pending& pending) { return pending.context == context; };
+      const auto take = [&](auto& from) {
+        for (auto& pending : from) {
+          if (of_context(pending)) ended.push_back(std::move(pending));
+        }
+        std::erase_if(from, of_context);  // (moved-from Pendings keep their context)
+      };
+      {
+        std::lock_guard lock(mutex_);
+        take(incoming_);  // recorded by record_deferred_now() before the call, not moved yet
+        free_events_.erase(context);
+      }
+      for (auto it = by_stream_.begin(); it != by_stream_.end();) {
+        take(it->second);
+        it = it->second.empty() ? by_stream_.erase(it) : std::next(it);
+      }
+    }
+  } catch (...) {  // out of memory: those still pending stay, and may be queried
+  }
+  poll_mutex_.unlock();
+  const std::int64_t now = ipc::monotonic_ns();
+  for (Pending& pending : ended) report(pending, now, /*coarse=*/true);
+}
+
 void CompletionTracker::nudge() noexcept {
   {
     std::lock_guard lock(mutex_);
@@ -185,16 +215,17 @@ void CompletionTracker::stop() noexcept {
   // The program is exiting, usually right after a synchronisation: report what has finished.
   std::vector<Pending> batch;
   try {
-    std::lock_guard turn(record_mutex_);  // a destroyer or synchroniser may still be recording
+    std::lock_guard poll_turn(poll_mutex_);  // a context may be ending
+    std::lock_guard turn(record_mutex_);     // a destroyer or synchroniser may still be recording
     {
       std::lock_guard lock(mutex_);
       batch.swap(incoming_);
     }
     record_deferred(batch);
     for (Pending& pending : batch) by_stream_[pending.stream].push_back(std::move(pending));
+    poll_streams();
   } catch (...) {
   }
-  poll_streams();
 }
 
 void CompletionTracker::report(Pending& pending, std::int64_t end_ns, bool coarse) noexcept {
@@ -269,6 +300,9 @@ void CompletionTracker::run() noexcept {
       if (!incoming_.empty()) sleep = kFirstPollSleep;
     }
     try {
+      // The whole turn: a context ender then finds every op of its context in incoming_ or by_stream_,
+      // and none is recorded or queried while it ends.
+      std::lock_guard poll_turn(poll_mutex_);
       {
         // Taken before the batch: a destroyer waiting on it then finds nothing of ours unrecorded.
         std::lock_guard turn(record_mutex_);
@@ -279,10 +313,11 @@ void CompletionTracker::run() noexcept {
         record_deferred(batch);
       }
       for (Pending& pending : batch) by_stream_[pending.stream].push_back(std::move(pending));
+      batch.clear();
+      sleep = poll_streams() ? kFirstPollSleep : std::min(sleep * 2, kLongestPollSleep);
     } catch (...) {  // out of memory: those completions are lost
+      batch.clear();
     }
-    batch.clear();
-    sleep = poll_streams() ? kFirstPollSleep : std::min(sleep * 2, kLongestPollSleep);
   }
 }
 

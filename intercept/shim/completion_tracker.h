@@ -64,6 +64,15 @@ class CompletionTracker {
   // destroyed; after it (events the thread pooled meanwhile) only forgotten: they may be dead.
   void drop_event_pool(bool destroy_events) noexcept;
 
+  // Around a call that may end a context (cuCtxDestroy, a primary context's reset or release), on
+  // the calling thread: from context_ending() until context_ended() no event is queried, since the
+  // driver forbids using a context's resources while it is destroyed. If the context is gone
+  // (`gone`), what was pending there is reported done now, as the call returned, and its events are
+  // never touched again: they died with it (a use would be undefined behaviour, on a real driver
+  // perhaps a crash of the program). Each context_ending() must be followed by one context_ended().
+  void context_ending() noexcept;
+  void context_ended(CUcontext context, bool gone) noexcept;
+
   // A synchronisation returned: what it waited for is done, poll now rather than at the next tick.
   void nudge() noexcept;
 
@@ -98,13 +107,14 @@ class CompletionTracker {
   std::mutex record_mutex_;  // deferred recording: the thread's turn, or a destroyer's
   std::mutex mutex_;
   std::mutex report_mutex_;  // report(): last_end_ns_ and the completions ring's one producer
+  std::mutex poll_mutex_;    // by_stream_: the thread's polling turn, or a context's end
   std::condition_variable wake_;
   std::vector<Pending> incoming_;
   std::unordered_map<CUcontext, std::vector<CUevent>> free_events_;
   bool started_ = false, stopping_ = false, idle_ = false, nudged_ = false;
   std::thread thread_;
 
-  // The thread's own.
+  // The thread's own, and a context ender's (poll_mutex_).
   std::map<std::uint64_t, std::deque<Pending>> by_stream_;
   std::unordered_map<std::uint64_t, std::int64_t> last_end_ns_;  // report()'s, under report_mutex_
 };

@@ -13,9 +13,39 @@ namespace gpuqos::intercept {
 namespace {
 
 using CtxGetCurrent = CUresult (*)(CUcontext*);
+using PrimaryCtxGetState = CUresult (*)(CUdevice, unsigned int*, int*);
+using PrimaryCtxRetain = CUresult (*)(CUcontext*, CUdevice);
+using PrimaryCtxRelease = CUresult (*)(CUdevice);
 
 constexpr int kWatchIntervalMs = 10;
 constexpr auto kRetryInterval = std::chrono::seconds(1);
+
+bool primary_active(CUdevice device) noexcept {
+  const auto get_state = driver<PrimaryCtxGetState>(DriverHelper::primary_ctx_get_state);
+  unsigned int flags = 0;
+  int active = 0;
+  return get_state && get_state(device, &flags, &active) == CUDA_SUCCESS && active != 0;
+}
+
+// The context a lifetime call may end (before the call): cuCtxDestroy's, or the device's primary
+// context, which a retain and a release (the program holds it: net nothing) name without creating
+// it. nullptr: none, or not known.
+CUcontext ending_context(const Operation& op) noexcept {
+  if (op.hook == HookId::hook_cuCtxDestroy_v2) return op.context;
+  if (!primary_active(op.device)) return nullptr;
+  const auto retain = driver<PrimaryCtxRetain>(DriverHelper::primary_ctx_retain);
+  const auto release = driver<PrimaryCtxRelease>(DriverHelper::primary_ctx_release);
+  CUcontext context = nullptr;
+  if (!retain || !release || retain(&context, op.device) != CUDA_SUCCESS) return nullptr;
+  release(op.device);
+  return context;
+}
+
+// After the call: whether it ended the context (a release ends the primary one at its last).
+bool context_gone(const Operation& op, CUresult result) noexcept {
+  if (result != CUDA_SUCCESS) return false;
+  return op.hook != HookId::hook_cuDevicePrimaryCtxRelease_v2 || !primary_active(op.device);
+}
 
 }  // namespace
 
@@ -186,8 +216,13 @@ Ticket DaemonGate::before(const Operation& op) noexcept {
   pass_through_.before(op);
   if (op.category == Category::lifetime) {
     completions_.record_deferred_now();  // no deferred event may be recorded on a dead handle
-    if (op.hook != HookId::hook_cuStreamDestroy_v2) completions_.drop_event_pool(/*destroy_events=*/true);
-    return {};
+    if (op.hook == HookId::hook_cuStreamDestroy_v2) return {};
+    // The context may end: its events with it. Nothing of it is polled until after the call.
+    Ticket ending;
+    ending.context = ending_context(op);
+    completions_.context_ending();
+    completions_.drop_event_pool(/*destroy_events=*/true);
+    return ending;
   }
   if (op.category == Category::sync && waits_for_work(op.hook)) {
     // The program is about to wait: where an inferred query closes. stream 0 = the whole context
@@ -214,6 +249,8 @@ void DaemonGate::after(const Operation& op, Ticket ticket, CUresult result) noex
   if (op.category == Category::sync) completions_.nudge();
   if (op.category == Category::lifetime && op.hook != HookId::hook_cuStreamDestroy_v2) {
     completions_.drop_event_pool(/*destroy_events=*/false);
+    completions_.context_ended(ticket.context, context_gone(op, result));
+    return;
   }
   if (ticket.seq == 0) return;
   std::shared_ptr<Session> session = session_.load();

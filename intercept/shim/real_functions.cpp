@@ -29,7 +29,8 @@ constexpr std::array<const char*, kDriverHelperCount> kHelperNames = {
     "cuStreamIsCapturing", "cuStreamIsCapturing_ptsz", "cuCtxGetCurrent",      "cuCtxGetDevice",
     "cuFuncGetParamInfo",  "cuFuncGetName",            "cuMemHostGetFlags",    "cuPointerGetAttribute",
     "cuEventCreate",       "cuEventDestroy_v2",        "cuEventRecord",        "cuEventRecord_ptsz",
-    "cuEventQuery",        "cuCtxSetCurrent",          "cuThreadExchangeStreamCaptureMode"};
+    "cuEventQuery",        "cuCtxSetCurrent",          "cuThreadExchangeStreamCaptureMode",
+    "cuDevicePrimaryCtxGetState", "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRelease_v2"};
 
 // The driver's definition of `name`, or nullptr.
 void* look_up(const char* name) {

@@ -52,7 +52,7 @@ CUresult stream_wait_event(CUstream hstream, CUevent event, unsigned flags, bool
   std::lock_guard lock(d.mu);
   if (!d.initialized()) return CUDA_ERROR_NOT_INITIALIZED;
   CUstream_st* stream = resolve_stream(hstream, per_thread);
-  if (!stream || !d.events.contains(event)) return CUDA_ERROR_INVALID_HANDLE;
+  if (dead_event("cuStreamWaitEvent", event) || !stream || !d.events.contains(event)) return CUDA_ERROR_INVALID_HANDLE;
   if (flags != 0 && flags != CU_EVENT_WAIT_EXTERNAL) return CUDA_ERROR_INVALID_VALUE;
   if (event->op == 0 || event->done) return CUDA_SUCCESS;  // nothing to wait for
   return submit(stream, simple_op(wire::WireOpKind::wait), {}, nullptr, {event->op});
@@ -63,8 +63,8 @@ CUresult event_record(CUevent event, CUstream hstream, bool per_thread) {
   std::lock_guard lock(d.mu);
   if (!d.initialized()) return CUDA_ERROR_NOT_INITIALIZED;
   CUstream_st* stream = resolve_stream(hstream, per_thread);
-  if (!stream || !d.events.contains(event)) return CUDA_ERROR_INVALID_HANDLE;
-  if (event->ctx && event->ctx != stream->ctx) return CUDA_ERROR_INVALID_HANDLE;
+  if (dead_event("cuEventRecord", event) || !stream || !d.events.contains(event)) return CUDA_ERROR_INVALID_HANDLE;
+  if (event->ctx != stream->ctx) return CUDA_ERROR_INVALID_HANDLE;
   if (stream->capture) return submit(stream, simple_op(wire::WireOpKind::event_record), {});
   std::uint64_t op = 0;
   if (CUresult r = submit(stream, simple_op(wire::WireOpKind::event_record), {}, event, {}, nullptr, &op);
@@ -190,7 +190,7 @@ SIMGPU_EXPORT CUresult cuEventCreate(CUevent* event, unsigned int flags) {
 SIMGPU_EXPORT CUresult cuEventDestroy_v2(CUevent event) {
   Driver& d = driver();
   std::lock_guard lock(d.mu);
-  if (!d.events.erase(event)) return CUDA_ERROR_INVALID_HANDLE;
+  if (dead_event("cuEventDestroy", event) || !d.events.erase(event)) return CUDA_ERROR_INVALID_HANDLE;
   for (auto& [id, op] : d.pending) {
     if (op.event == event) op.event = nullptr;
   }
@@ -201,7 +201,7 @@ SIMGPU_EXPORT CUresult cuEventDestroy_v2(CUevent event) {
 SIMGPU_EXPORT CUresult cuEventQuery(CUevent event) {
   Driver& d = driver();
   std::lock_guard lock(d.mu);
-  if (!d.events.contains(event)) return CUDA_ERROR_INVALID_HANDLE;
+  if (dead_event("cuEventQuery", event) || !d.events.contains(event)) return CUDA_ERROR_INVALID_HANDLE;
   if (!event->done && d.connection_lost) return CUDA_ERROR_DEVICE_UNAVAILABLE;
   return event->done ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
@@ -209,7 +209,7 @@ SIMGPU_EXPORT CUresult cuEventQuery(CUevent event) {
 SIMGPU_EXPORT CUresult cuEventSynchronize(CUevent event) {
   Driver& d = driver();
   std::unique_lock lock(d.mu);
-  if (!d.events.contains(event)) return CUDA_ERROR_INVALID_HANDLE;
+  if (dead_event("cuEventSynchronize", event) || !d.events.contains(event)) return CUDA_ERROR_INVALID_HANDLE;
   d.cv.wait(lock, [&] { return !d.events.contains(event) || event->done || d.connection_lost; });
   if (!d.events.contains(event)) return CUDA_ERROR_INVALID_HANDLE;
   return event->done ? CUDA_SUCCESS : CUDA_ERROR_DEVICE_UNAVAILABLE;
@@ -219,6 +219,7 @@ SIMGPU_EXPORT CUresult cuEventElapsedTime_v2(float* ms, CUevent start, CUevent e
   if (!ms) return CUDA_ERROR_INVALID_VALUE;
   Driver& d = driver();
   std::lock_guard lock(d.mu);
+  if (dead_event("cuEventElapsedTime", start) || dead_event("cuEventElapsedTime", end)) return CUDA_ERROR_INVALID_HANDLE;
   if (!d.events.contains(start) || !d.events.contains(end)) return CUDA_ERROR_INVALID_HANDLE;
   if ((start->flags | end->flags) & CU_EVENT_DISABLE_TIMING) return CUDA_ERROR_INVALID_HANDLE;
   if (start->op == 0 || end->op == 0) return CUDA_ERROR_INVALID_HANDLE;

@@ -31,6 +31,12 @@ void log_once(const std::string& message) {
   [[maybe_unused]] ssize_t n = ::write(STDERR_FILENO, line.data(), line.size());
 }
 
+bool dead_event(const char* api, CUevent event) {
+  if (!driver().dead_events.contains(event)) return false;
+  log_once(std::string(api) + ": an event of a destroyed context (undefined behaviour on a GPU)");
+  return true;
+}
+
 CUctx_st*& current_context() {
   thread_local CUctx_st* ctx = nullptr;
   return ctx;
@@ -394,8 +400,19 @@ void destroy_context_locked(CUctx_st* ctx) {
     delete module;
   }
   for (CUlib_st* library : d.libraries) library->modules.erase(ctx);
-  for (CUevent_st* event : d.events) {
-    if (event->ctx == ctx) event->ctx = nullptr;
+  // A context's events die with it ("destroys and cleans up all resources associated with the
+  // context", cuCtxDestroy).
+  for (auto it = d.events.begin(); it != d.events.end();) {
+    CUevent_st* event = *it;
+    if (event->ctx != ctx) {
+      ++it;
+      continue;
+    }
+    for (auto& [id, op] : d.pending) {
+      if (op.event == event) op.event = nullptr;
+    }
+    d.dead_events.insert(event);
+    it = d.events.erase(it);
   }
   for (auto& [id, op] : d.pending) {
     if (!d.streams.contains(op.stream)) op.actions.clear();

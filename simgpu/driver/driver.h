@@ -151,6 +151,9 @@ class Driver {
   std::unordered_set<CUctx_st*> contexts;
   std::unordered_set<CUstream_st*> streams;
   std::unordered_set<CUevent_st*> events;
+  // Events of destroyed contexts: gone with them, as on a GPU, but never freed, so that a later use
+  // of one is told apart from a bad handle and said (dead_event()).
+  std::unordered_set<CUevent_st*> dead_events;
   std::unordered_set<CUmod_st*> modules;
   std::unordered_set<CUfunc_st*> functions;
   std::unordered_set<CUlib_st*> libraries;
@@ -195,6 +198,9 @@ Driver& driver();
 
 // Logs a message to stderr once per distinct text (unsupported calls, unknown kernels).
 void log_once(const std::string& message);
+// True (and said once per API) when `event` died with its context: undefined behaviour on a GPU,
+// where the handle may be freed or reused. Called with d.mu held.
+bool dead_event(const char* api, CUevent event);
 
 // The calling thread's current context (nullptr if none).
 CUctx_st*& current_context();

@@ -394,6 +394,21 @@ TEST_F(GateTest, RecordingDeferredEventsLeavesTheThreadsCurrentContextAlone) {
   EXPECT_EQ(value_of(output_, "switched"), 0) << output_;
 }
 
+// A context's events die with it (cuCtxDestroy; a primary context's last release): the shim must
+// not query an event of a context that ended, as that is undefined behaviour on a GPU (simgpu says
+// each such use). What was pending there is reported done when the call returns.
+TEST_F(GateTest, OpsPendingOnAContextThatEndsAreReportedAndItsEventsNotTouchedAgain) {
+  start({"destroy"}, "high");
+  ASSERT_EQ(finish(), 0) << output_;
+  EXPECT_EQ(output_.find("destroyed context"), std::string::npos) << output_;
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 2) && c[0].completions.size() == 2; }));
+  const long long ended = value_of(output_, "ended");
+  for (const auto& completion : daemon_->clients().at(0).completions) {
+    EXPECT_EQ(completion.status, 0);
+    EXPECT_LE(completion.end_ns, ended) << "reported as its context ended, not after";
+  }
+}
+
 TEST_F(GateTest, ReRegistersWhenTheDaemonComesBack) {
   start({"loop", "60", "1000"}, "low");  // ~1.3 s of launch, sync, sleep
   ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 3); }));

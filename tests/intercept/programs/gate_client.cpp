@@ -18,6 +18,9 @@
 //                   host, synchronise, and every byte checked ("copies ok")
 //   contexts <n>    n times: launch spin(0) on a stream of a second context, make the first current again and
 //                   cuCtxSynchronize; "switched <k>": how often the current context was not the first
+//   destroy         launch spin(20000) on a stream of a second context and destroy it at once; launch
+//                   spin(20000) on a stream of the primary context and release it (open_device's retain,
+//                   the last); sleep 100 ms: "ended <ns>" after the release
 //   fork            launch + sync, fork; the child marks a query and exit()s (atexit handlers run);
 //                   "child <status>" ("child hung" if it has not exited in 5 s), launch + sync again
 #include <cuda.h>
@@ -183,6 +186,32 @@ int run_contexts(int count) {
   return 0;
 }
 
+int run_destroy() {
+  CUcontext second = nullptr;
+  CUdevice device = 0;
+  CUmodule module = nullptr;
+  CUfunction spin = nullptr;
+  CHECK_CU(cuCtxGetDevice(&device));
+  CHECK_CU(cuCtxCreate(&second, nullptr, 0, device));  // pushes the primary context
+  CHECK_CU(cuModuleLoadData(&module, kPtx));
+  CHECK_CU(cuModuleGetFunction(&spin, module, "spin"));
+  CUstream stream = nullptr;  // not a default stream: a high-priority op's event is deferred
+  CHECK_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  std::uint64_t duration_us = 20000;
+  void* params[] = {&duration_us};
+  CHECK_CU(cuLaunchKernel(spin, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr));
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));  // the completion thread records and polls
+  CHECK_CU(cuCtxDestroy(second));  // pops it: the primary context is current again
+  CUstream primary_stream = nullptr;
+  CHECK_CU(cuStreamCreate(&primary_stream, CU_STREAM_NON_BLOCKING));
+  CHECK_CU(launch(20000, primary_stream));
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  CHECK_CU(cuDevicePrimaryCtxRelease(device));
+  std::printf("ended %lld\n", now_ns());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  return 0;
+}
+
 int run_fork() {
   CHECK_CU(launch(10, nullptr));
   CHECK_CU(cuCtxSynchronize());
@@ -285,6 +314,7 @@ int main(int argc, char** argv) {
   if (mode == "copies") return run_copies(arg(2, 1 << 20), arg(3, arg(2, 1 << 20)));
   if (mode == "contexts") return run_contexts(arg(2, 200));
   if (mode == "fork") return run_fork();
+  if (mode == "destroy") return run_destroy();
   std::printf("usage: %s ops|unified|marks|timed|loop|threads|bench|copies|contexts|fork\n", argv[0]);
   return 2;
 }

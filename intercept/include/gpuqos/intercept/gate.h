@@ -31,7 +31,8 @@ struct Operation {
   std::uint64_t bytes = 0;           // copy, memset, alloc: bytes moved, set or allocated (0: unknown)
   CopyDirection direction = CopyDirection::unknown;  // copy; unknown for unified-address copies
   CUevent event = nullptr;           // sync on an event
-  CUcontext context = nullptr;       // cuCtxSynchronize_v2
+  CUcontext context = nullptr;       // cuCtxSynchronize_v2, cuCtxDestroy_v2
+  CUdevice device = -1;              // cuDevicePrimaryCtxRelease_v2, cuDevicePrimaryCtxReset_v2
   CUdeviceptr device_ptr = 0;        // memset destination, freed pointer
   CUdeviceptr src_ptr = 0;           // copy with unified addresses (direction unknown): the pointers
   CUdeviceptr dst_ptr = 0;           //   that tell it (a batch: its first pair)
