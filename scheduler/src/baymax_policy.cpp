@@ -52,6 +52,11 @@ std::int64_t BaymaxPolicy::predicted(const OpPosted& event) const {
   return event.predicted_ns > 0 ? event.predicted_ns : placeholder_duration_ns(event.op);
 }
 
+std::int64_t BaymaxPolicy::expected(const OpPosted& event) const {
+  return event.expected_ns > 0 && event.predicted_ns > 0 ? std::min(event.expected_ns, event.predicted_ns)
+                                                         : predicted(event);
+}
+
 Decisions BaymaxPolicy::client_registered(const ClientInfo& info, std::int64_t now_ns) {
   settle_long_budgets(now_ns);
   ClientState& state = state_of(info.client, info.priority);
@@ -224,7 +229,9 @@ double BaymaxPolicy::long_op_rate(std::uint32_t device) const {
 
 std::int64_t BaymaxPolicy::long_op_cost(const Queued& queued) const {
   if (engine_of(queued.op) != Engine::compute || long_op_rate(queued.op.device) <= 0) return 0;
-  return std::max<std::int64_t>(0, queued.predicted_ns - long_op_threshold_ns());
+  // By the point prediction, not the upper estimate (baymax_policy.h says why).
+  const std::int64_t p = queued.expected_ns > 0 ? queued.expected_ns : queued.predicted_ns;
+  return std::max<std::int64_t>(0, p - long_op_threshold_ns());
 }
 
 std::int64_t BaymaxPolicy::long_op_threshold_ns() const {
@@ -610,12 +617,12 @@ Decisions BaymaxPolicy::op_posted(const OpPosted& event) {
     return grant_ready(event.now_ns);
   }
   if (op.seq <= state.granted && state.queue.empty()) {
-    spend_long_budget(Queued{op, p}, event.now_ns);  // credit, spent without asking: charged all the same
+    spend_long_budget(Queued{op, p, expected(event)}, event.now_ns);  // credit, spent without asking: charged all the same
     account(event.client, op, p, false, event.now_ns);
     return grant_ready(event.now_ns);
   }
   if (state.queue.empty()) state.vtime = std::max(state.vtime, virtual_time_);
-  state.queue.push_back(Queued{op, p});
+  state.queue.push_back(Queued{op, p, expected(event)});
   return grant_ready(event.now_ns);
 }
 

@@ -62,12 +62,13 @@ std::string Daemon::accept_op(Client& client, const ArrivedOp& arrived) {
            std::to_string(kMaxUngrantedPosts) + " ops and marks ungranted)";
   }
   qos_posted(client, op, arrived.arrived_ns);
-  const std::int64_t predicted_ns =
+  const DurationLearner::Estimate estimate =
       op.kind == ipc::OpKind::kernel
           ? learner_->posted(client.identity().id, op, client.kernel_names().at(op.kernel_id))
           : learner_->posted(client.identity().id, op, op.kind == ipc::OpKind::graph ? "graph:" + client.identity().job : "");
   apply(policy_->op_posted(
-      OpPosted{client.identity().id, client.identity().priority, op, arrived.arrived_ns, predicted_ns}));
+      OpPosted{client.identity().id, client.identity().priority, op, arrived.arrived_ns, estimate.upper_ns,
+               estimate.expected_ns}));
   return {};
 }
 

@@ -50,8 +50,9 @@ predictor::Predictor load(const std::string& path, std::optional<std::string>& w
 DurationLearner::DurationLearner(Options options, std::int64_t now_ns, std::optional<std::string>& warning)
     : options_(std::move(options)), predictor_(load(options_.store_path, warning, save_blocked_)), last_save_ns_(now_ns) {}
 
-std::int64_t DurationLearner::posted(std::uint32_t client, const ipc::OpDescriptor& op, std::string kernel_name) {
-  if (!is_timed_work(op.kind)) return 0;
+DurationLearner::Estimate DurationLearner::posted(std::uint32_t client, const ipc::OpDescriptor& op,
+                                                  std::string kernel_name) {
+  if (!is_timed_work(op.kind)) return {};
   const predictor::Prediction prediction = predictor_.predict(predictor::features_of(op, kernel_name));
   if (!remembered_.empty() && remembered_.size() >= options_.max_remembered_ops) {
     const auto most = std::max_element(remembered_per_client_.begin(), remembered_per_client_.end(),
@@ -61,11 +62,15 @@ std::int64_t DurationLearner::posted(std::uint32_t client, const ipc::OpDescript
   if (remembered_.insert_or_assign({client, op.seq}, Remembered{op, std::move(kernel_name)}).second) {
     ++remembered_per_client_[client];
   }
-  if (prediction.model == predictor::ModelUsed::none) return 0;
-  const double upper = std::min(prediction.upper_ns, prediction.duration_ns * kMaxUpperRatio);
+  if (prediction.model == predictor::ModelUsed::none) return {};
   // 0 would read as "no model knows it"; a NaN or infinity cannot be an integer.
-  if (!std::isfinite(upper)) return 0;
-  return std::max<std::int64_t>(1, static_cast<std::int64_t>(std::min(upper, 1e15)));
+  const auto nanoseconds = [](double ns) -> std::int64_t {
+    return std::isfinite(ns) ? std::max<std::int64_t>(1, static_cast<std::int64_t>(std::min(ns, 1e15))) : 0;
+  };
+  const Estimate estimate{nanoseconds(std::min(prediction.upper_ns, prediction.duration_ns * kMaxUpperRatio)),
+                          nanoseconds(prediction.duration_ns)};
+  if (estimate.upper_ns == 0) return {};
+  return estimate;
 }
 
 void DurationLearner::completed(std::uint32_t client, const ipc::CompletionDescriptor& completion) {
@@ -101,16 +106,20 @@ bool DurationLearner::overlaps_another(std::uint32_t client, const ipc::OpDescri
   const auto engine = engine_of(op);
   if (!engine) return false;
   std::deque<Span>& spans = spans_[{op.device, static_cast<std::uint8_t>(*engine)}];
-  // Completions arrive about in the order they ended (each client's ring is read in order, all of
-  // them every turn): from the newest back, a span that ended before this one began ends the search,
-  // give or take one that was read late.
+  // From the latest end back, a span that ended before this one began ends the search. Only
+  // against spans already read: one that overlaps this op and is read later (a long op of another
+  // client on a time-slicing device) is not counted here (that one is, when it comes).
   bool overlap = false;
   for (auto span = spans.rbegin(); span != spans.rend() && !overlap; ++span) {
     if (span->end_ns <= start_ns) break;
     overlap = span->client != client && span->start_ns < end_ns;
   }
   if (spans.size() >= kSpansPerEngine) spans.pop_front();
-  spans.push_back(Span{client, start_ns, end_ns});
+  // Kept in order of their ends (one read late goes back to its place), so the search's stop is exact
+  // for what has been read.
+  auto at = spans.end();
+  while (at != spans.begin() && std::prev(at)->end_ns > end_ns) --at;
+  spans.insert(at, Span{client, start_ns, end_ns});
   return overlap;
 }
 

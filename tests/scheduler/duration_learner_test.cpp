@@ -55,7 +55,7 @@ TEST(DurationLearner, LearnsExactCompletionsAndNotCoarseOnes) {
   learner.completed(7, coarse);
   EXPECT_EQ(learner.counts().learned, 20u);
   EXPECT_EQ(learner.counts().coarse, 1u);
-  const std::int64_t upper = learner.posted(7, kernel(++seq, 64), "k");
+  const std::int64_t upper = learner.posted(7, kernel(++seq, 64), "k").upper_ns;
   EXPECT_GE(upper, 100'000 * 0.9);
   EXPECT_LE(upper, 100'000 * DurationLearner::kMaxUpperRatio);
 }
@@ -90,7 +90,7 @@ TEST(DurationLearner, AnOpWhoseSpanOverlapsAnotherClientsOpOnItsEngineIsNotLearn
     now += kOwn;
   };
   for (int i = 0; i < 20; ++i) run_alone();
-  const std::int64_t upper_before = learner.posted(1, kernel(++seq, 64), "short");
+  const std::int64_t upper_before = learner.posted(1, kernel(++seq, 64), "short").upper_ns;
   learner.completed(1, exact(seq, kOwn, now));  // its own span is learned: nothing else ran
   now += kOwn;
   EXPECT_EQ(learner.counts().learned, 21u);
@@ -105,7 +105,7 @@ TEST(DurationLearner, AnOpWhoseSpanOverlapsAnotherClientsOpOnItsEngineIsNotLearn
   }
   EXPECT_EQ(learner.counts().shared, 10u);
   EXPECT_EQ(learner.counts().learned, 21u + 10u);  // the long ops ran alone: their spans are theirs
-  const std::int64_t upper_after = learner.posted(1, kernel(++seq, 64), "short");
+  const std::int64_t upper_after = learner.posted(1, kernel(++seq, 64), "short").upper_ns;
   EXPECT_EQ(upper_after, upper_before);
   EXPECT_LT(upper_after, 2 * kOwn);
 }
@@ -192,9 +192,10 @@ TEST(DurationLearner, CapsTheUpperEstimateAtAFewTimesThePrediction) {
   const auto features = predictor::features_of(kernel(seq + 1, 64), "wild");
   const predictor::Prediction raw = learner.predictor().predict(features);
   ASSERT_GT(raw.upper_ns, raw.duration_ns * 10) << "the case needs a wild upper estimate to mean anything";
-  const std::int64_t upper = learner.posted(7, kernel(++seq, 64), "wild");
-  EXPECT_LE(static_cast<double>(upper), raw.duration_ns * DurationLearner::kMaxUpperRatio + 1);
-  EXPECT_GE(static_cast<double>(upper), raw.duration_ns);
+  const DurationLearner::Estimate estimate = learner.posted(7, kernel(++seq, 64), "wild");
+  EXPECT_LE(static_cast<double>(estimate.upper_ns), raw.duration_ns * DurationLearner::kMaxUpperRatio + 1);
+  EXPECT_GE(static_cast<double>(estimate.upper_ns), raw.duration_ns);
+  EXPECT_NEAR(static_cast<double>(estimate.expected_ns), raw.duration_ns, 1.0) << "the prediction itself, uncapped";
 }
 
 TEST(DurationLearner, OpsThatTakeNoEngineTimeArePredictedZero) {
@@ -202,7 +203,7 @@ TEST(DurationLearner, OpsThatTakeNoEngineTimeArePredictedZero) {
   ipc::OpDescriptor sync{};
   sync.seq = 1;
   sync.kind = ipc::OpKind::sync;
-  EXPECT_EQ(learner.posted(7, sync, ""), 0);
+  EXPECT_EQ(learner.posted(7, sync, "").upper_ns, 0);
 }
 
 }  // namespace

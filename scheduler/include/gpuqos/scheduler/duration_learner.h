@@ -53,9 +53,12 @@ class DurationLearner {
   // the cap leaves out, the margin, the completions' corrections and the adaptive bound absorb.
   static constexpr double kMaxUpperRatio = 4.0;
 
-  // Remembers the op; returns the predictor's upper estimate of its device time, capped at
-  // kMaxUpperRatio x the prediction (0: no model knows it).
-  std::int64_t posted(std::uint32_t client, const ipc::OpDescriptor& op, std::string kernel_name);
+  struct Estimate {
+    std::int64_t upper_ns = 0;     // the upper estimate, capped at kMaxUpperRatio x the prediction
+    std::int64_t expected_ns = 0;  // the prediction
+  };
+  // Remembers the op; returns the predictor's estimates of its device time (0: no model knows it).
+  Estimate posted(std::uint32_t client, const ipc::OpDescriptor& op, std::string kernel_name);
   void completed(std::uint32_t client, const ipc::CompletionDescriptor& completion);
   void client_gone(std::uint32_t client);
 

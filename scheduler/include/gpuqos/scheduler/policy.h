@@ -51,6 +51,8 @@ struct OpPosted {
   // The predictor's upper estimate of the op's device time; 0: no prediction (the policy falls
   // back to placeholder_duration_ns).
   std::int64_t predicted_ns = 0;
+  // Its point prediction (0: none; the upper estimate stands in): what the op takes on average.
+  std::int64_t expected_ns = 0;
 };
 
 struct OpCompleted {
