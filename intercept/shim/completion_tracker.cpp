@@ -84,9 +84,12 @@ void CompletionTracker::record_deferred(std::vector<Pending>& batch) noexcept {
   if (!get_current || get_current(&original) != CUDA_SUCCESS) original = nullptr;
   CUcontext current = original;
   std::vector<std::pair<CUcontext, std::uint64_t>> recorded;  // streams whose latest op has its event
+  const std::vector<CUcontext> ending = ending_contexts();
   for (auto pending = batch.rbegin(); pending != batch.rend(); ++pending) {
     if (!pending->needs_record) continue;
     pending->needs_record = false;
+    // Its context may be being destroyed: no event there (the op is reported now, coarse).
+    if (std::find(ending.begin(), ending.end(), pending->context) != ending.end()) continue;
     const std::pair<CUcontext, std::uint64_t> key{pending->context, pending->stream};
     if (std::find(recorded.begin(), recorded.end(), key) != recorded.end()) {
       pending->covered = true;  // the later op's event on the same stream decides
@@ -164,34 +167,47 @@ void CompletionTracker::drop_event_pool(bool destroy_events) noexcept {
   }
 }
 
-void CompletionTracker::context_ending() noexcept { poll_mutex_.lock(); }
+std::vector<CUcontext> CompletionTracker::ending_contexts() noexcept {
+  try {
+    std::lock_guard lock(mutex_);
+    return ending_;
+  } catch (...) {  // out of memory
+    return {};
+  }
+}
+
+void CompletionTracker::context_ending(CUcontext context) noexcept {
+  if (!context) return;
+  try {
+    std::lock_guard turn(poll_mutex_);  // a turn under way finishes first: it may be polling there
+    std::lock_guard lock(mutex_);
+    ending_.push_back(context);
+  } catch (...) {  // out of memory: unprotected, as before this existed
+  }
+}
 
 void CompletionTracker::context_ended(CUcontext context, bool gone) noexcept {
-  std::vector<Pending> ended;
-  try {
-    if (gone && context) {
-      const auto of_context = [context](const Pending& pending) { return pending.context == context; };
-      const auto take = [&](auto& from) {
-        for (auto& pending : from) {
-          if (of_context(pending)) ended.push_back(std::move(pending));
-        }
-        std::erase_if(from, of_context);  // (moved-from Pendings keep their context)
+  if (!context) return;
+  {
+    // Every op of the context is then in incoming_ (a synchroniser's batch is back: record_mutex_)
+    // or by_stream_ (no turn under way: poll_mutex_). Its events are forgotten in place: such an op
+    // is reported at the thread's next turn, with no driver call, and nothing is allocated here.
+    std::lock_guard turn(poll_mutex_);
+    std::lock_guard record(record_mutex_);
+    std::lock_guard lock(mutex_);
+    if (auto it = std::find(ending_.begin(), ending_.end(), context); it != ending_.end()) ending_.erase(it);
+    if (gone) {
+      const auto forget = [context](Pending& pending) {
+        if (pending.context != context) return;
+        pending.event = nullptr;
+        pending.needs_record = pending.covered = false;
       };
-      {
-        std::lock_guard lock(mutex_);
-        take(incoming_);  // recorded by record_deferred_now() before the call, not moved yet
-        free_events_.erase(context);
-      }
-      for (auto it = by_stream_.begin(); it != by_stream_.end();) {
-        take(it->second);
-        it = it->second.empty() ? by_stream_.erase(it) : std::next(it);
-      }
+      std::for_each(incoming_.begin(), incoming_.end(), forget);
+      for (auto& [stream, queue] : by_stream_) std::for_each(queue.begin(), queue.end(), forget);
+      free_events_.erase(context);
     }
-  } catch (...) {  // out of memory: those still pending stay, and may be queried
   }
-  poll_mutex_.unlock();
-  const std::int64_t now = ipc::monotonic_ns();
-  for (Pending& pending : ended) report(pending, now, /*coarse=*/true);
+  nudge();
 }
 
 void CompletionTracker::nudge() noexcept {
@@ -249,6 +265,7 @@ void CompletionTracker::report(Pending& pending, std::int64_t end_ns, bool coars
 
 bool CompletionTracker::poll_streams() noexcept {
   const auto query = driver<EventQuery>(DriverHelper::event_query);
+  const std::vector<CUcontext> ending = ending_contexts();
   bool any = false;
   for (auto it = by_stream_.begin(); it != by_stream_.end();) {
     auto& queue = it->second;
@@ -256,6 +273,8 @@ bool CompletionTracker::poll_streams() noexcept {
       // A covered op is done when the first event after it on its stream is.
       const auto decider = std::find_if(queue.begin(), queue.end(), [](const Pending& p) { return !p.covered; });
       if (decider == queue.end()) break;  // its event is still to be recorded
+      // Not while its context is being destroyed: after, it is done (context_ended) or still there.
+      if (decider->event && std::find(ending.begin(), ending.end(), decider->context) != ending.end()) break;
       const CUresult state = decider->event && query ? query(decider->event) : CUDA_SUCCESS;
       if (state == CUDA_ERROR_NOT_READY) break;
       const std::int64_t now = ipc::monotonic_ns();

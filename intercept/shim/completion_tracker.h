@@ -65,12 +65,13 @@ class CompletionTracker {
   void drop_event_pool(bool destroy_events) noexcept;
 
   // Around a call that may end a context (cuCtxDestroy, a primary context's reset or release), on
-  // the calling thread: from context_ending() until context_ended() no event is queried, since the
-  // driver forbids using a context's resources while it is destroyed. If the context is gone
-  // (`gone`), what was pending there is reported done now, as the call returned, and its events are
-  // never touched again: they died with it (a use would be undefined behaviour, on a real driver
-  // perhaps a crash of the program). Each context_ending() must be followed by one context_ended().
-  void context_ending() noexcept;
+  // the calling thread: from context_ending() until context_ended() no event of that context is
+  // recorded or queried, since the driver forbids using a context's resources while it is
+  // destroyed. If the context is gone (`gone`), what was pending there is reported done at the
+  // thread's next turn, and its events are never touched again: they died with it (a use would be
+  // undefined behaviour, on a real driver perhaps a crash of the program). Nothing is held across
+  // the call itself. A null context: not known, nothing done.
+  void context_ending(CUcontext context) noexcept;
   void context_ended(CUcontext context, bool gone) noexcept;
 
   // A synchronisation returned: what it waited for is done, poll now rather than at the next tick.
@@ -99,6 +100,7 @@ class CompletionTracker {
   void record(Pending& pending, CUstream stream) noexcept;
   // Records one event per (context, stream) for the deferred ops of `batch` (record_mutex_ held).
   void record_deferred(std::vector<Pending>& batch) noexcept;
+  std::vector<CUcontext> ending_contexts() noexcept;  // a copy of ending_
   void enqueue(Pending pending) noexcept;
   void run() noexcept;
   bool poll_streams() noexcept;  // reports what finished; true if anything did
@@ -107,14 +109,15 @@ class CompletionTracker {
   std::mutex record_mutex_;  // deferred recording: the thread's turn, or a destroyer's
   std::mutex mutex_;
   std::mutex report_mutex_;  // report(): last_end_ns_ and the completions ring's one producer
-  std::mutex poll_mutex_;    // by_stream_: the thread's polling turn, or a context's end
+  std::mutex poll_mutex_;    // the thread's turn (record, move, poll); a context ender waits for it
   std::condition_variable wake_;
   std::vector<Pending> incoming_;
   std::unordered_map<CUcontext, std::vector<CUevent>> free_events_;
+  std::vector<CUcontext> ending_;  // contexts a call may be ending now (one entry per call)
   bool started_ = false, stopping_ = false, idle_ = false, nudged_ = false;
   std::thread thread_;
 
-  // The thread's own, and a context ender's (poll_mutex_).
+  // The thread's own (a context ender, under poll_mutex_, only forgets the events in it).
   std::map<std::uint64_t, std::deque<Pending>> by_stream_;
   std::unordered_map<std::uint64_t, std::int64_t> last_end_ns_;  // report()'s, under report_mutex_
 };

@@ -29,7 +29,9 @@ bool primary_active(CUdevice device) noexcept {
 
 // The context a lifetime call may end (before the call): cuCtxDestroy's, or the device's primary
 // context, which a retain and a release (the program holds it: net nothing) name without creating
-// it. nullptr: none, or not known.
+// it. nullptr: none, or not known. Not atomic: another thread of the program that releases the
+// primary context's last reference between the state and the retain makes ours create and destroy
+// one; releasing a context that another thread uses while a third resets it is the program's race.
 CUcontext ending_context(const Operation& op) noexcept {
   if (op.hook == HookId::hook_cuCtxDestroy_v2) return op.context;
   if (!primary_active(op.device)) return nullptr;
@@ -220,7 +222,7 @@ Ticket DaemonGate::before(const Operation& op) noexcept {
     // The context may end: its events with it. Nothing of it is polled until after the call.
     Ticket ending;
     ending.context = ending_context(op);
-    completions_.context_ending();
+    completions_.context_ending(ending.context);
     completions_.drop_event_pool(/*destroy_events=*/true);
     return ending;
   }

@@ -414,6 +414,7 @@ void destroy_context_locked(CUctx_st* ctx) {
     d.dead_events.insert(event);
     it = d.events.erase(it);
   }
+  d.cv.notify_all();  // a cuEventSynchronize on one of them returns (an invalid handle now)
   for (auto& [id, op] : d.pending) {
     if (!d.streams.contains(op.stream)) op.actions.clear();
   }

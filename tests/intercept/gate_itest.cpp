@@ -396,7 +396,7 @@ TEST_F(GateTest, RecordingDeferredEventsLeavesTheThreadsCurrentContextAlone) {
 
 // A context's events die with it (cuCtxDestroy; a primary context's last release): the shim must
 // not query an event of a context that ended, as that is undefined behaviour on a GPU (simgpu says
-// each such use). What was pending there is reported done when the call returns.
+// each such use). What was pending there is reported done once the call returned.
 TEST_F(GateTest, OpsPendingOnAContextThatEndsAreReportedAndItsEventsNotTouchedAgain) {
   start({"destroy"}, "high");
   ASSERT_EQ(finish(), 0) << output_;
@@ -405,7 +405,7 @@ TEST_F(GateTest, OpsPendingOnAContextThatEndsAreReportedAndItsEventsNotTouchedAg
   const long long ended = value_of(output_, "ended");
   for (const auto& completion : daemon_->clients().at(0).completions) {
     EXPECT_EQ(completion.status, 0);
-    EXPECT_LE(completion.end_ns, ended) << "reported as its context ended, not after";
+    EXPECT_LT(completion.end_ns, ended + 50'000'000) << "reported as its context ended, not at exit 100 ms later";
   }
 }
 
