@@ -229,9 +229,10 @@ double BaymaxPolicy::long_op_rate(std::uint32_t device) const {
 
 std::int64_t BaymaxPolicy::long_op_cost(const Queued& queued) const {
   if (engine_of(queued.op) != Engine::compute || long_op_rate(queued.op.device) <= 0) return 0;
-  // By the point prediction, not the upper estimate (baymax_policy.h says why).
-  const std::int64_t p = queued.expected_ns > 0 ? queued.expected_ns : queued.predicted_ns;
-  return std::max<std::int64_t>(0, p - long_op_threshold_ns());
+  // Long by its point prediction, priced by its upper estimate (baymax_policy.h says why).
+  const std::int64_t expected = queued.expected_ns > 0 ? queued.expected_ns : queued.predicted_ns;
+  if (expected <= long_op_threshold_ns()) return 0;
+  return std::max<std::int64_t>(0, queued.predicted_ns - long_op_threshold_ns());
 }
 
 std::int64_t BaymaxPolicy::long_op_threshold_ns() const {

@@ -513,9 +513,9 @@ TEST(BaymaxPolicy, TheFirstLongOpHeldForBudgetReservesIt) {
   EXPECT_EQ(policy.tick(22 * kS), (Decisions{{kTrainB, 1}}));
 }
 
-// The budget prices what long ops take on average (their prediction), not their upper estimate: an
-// op over the bound only by its upper estimate is an ordinary op, not queued behind another job's
-// long op waiting for budget, and a long op costs its prediction over the bound.
+// An op is long by its prediction, not its upper estimate: one over the bound only by its upper
+// estimate is an ordinary op, not queued behind another job's long op waiting for budget. A long
+// op still costs its upper estimate over the bound.
 TEST(BaymaxPolicy, AnOpIsLongByItsPredictionNotItsUpperEstimate) {
   constexpr std::int64_t kS = 1'000 * kMs;
   BaymaxPolicy policy(options(5 * kMs));
@@ -527,9 +527,9 @@ TEST(BaymaxPolicy, AnOpIsLongByItsPredictionNotItsUpperEstimate) {
   BaymaxPolicy alone(options(5 * kMs));
   (void)alone.client_registered(serve(kServe, 100 * kMs), 0);
   EXPECT_TRUE(alone.op_posted(OpPosted{kTrainA, Priority::low, op(1), 0, 105 * kMs, 25 * kMs}).empty())
-      << "costs 25 - 5 = 20 ms";
-  EXPECT_TRUE(alone.tick(4 * kS - kMs).empty());
-  EXPECT_EQ(alone.tick(4 * kS), (Decisions{{kTrainA, 1}})) << "20 ms grows in 4 s (the upper estimate's 100 ms: 20 s)";
+      << "predicted 25 ms: long, and it costs 105 - 5 = 100 ms";
+  EXPECT_TRUE(alone.tick(20 * kS - kMs).empty());
+  EXPECT_EQ(alone.tick(20 * kS), (Decisions{{kTrainA, 1}})) << "100 ms grows in 20 s";
 }
 
 // A budget is settled at the old rate before the rate changes, and dropped when no job with a
