@@ -29,10 +29,10 @@ constexpr auto kLongestPollSleep = std::chrono::microseconds(1000);
 CUevent CompletionTracker::acquire_event(CUcontext context) noexcept {
   {
     std::lock_guard lock(mutex_);
-    auto& pool = free_events_[context];
-    if (!pool.empty()) {
-      CUevent event = pool.back();
-      pool.pop_back();
+    auto pool = free_events_.find(context);
+    if (pool != free_events_.end() && !pool->second.empty()) {
+      CUevent event = pool->second.back();
+      pool->second.pop_back();
       return event;
     }
   }
@@ -84,12 +84,12 @@ void CompletionTracker::record_deferred(std::vector<Pending>& batch) noexcept {
   if (!get_current || get_current(&original) != CUDA_SUCCESS) original = nullptr;
   CUcontext current = original;
   std::vector<std::pair<CUcontext, std::uint64_t>> recorded;  // streams whose latest op has its event
-  const std::vector<CUcontext> ending = ending_contexts();
+  const std::vector<Ending> ending = ending_contexts();
   for (auto pending = batch.rbegin(); pending != batch.rend(); ++pending) {
     if (!pending->needs_record) continue;
     pending->needs_record = false;
     // Its context may be being destroyed: no event there (the op is reported now, coarse).
-    if (std::find(ending.begin(), ending.end(), pending->context) != ending.end()) continue;
+    if (is_ending(ending, *pending)) continue;
     const std::pair<CUcontext, std::uint64_t> key{pending->context, pending->stream};
     if (std::find(recorded.begin(), recorded.end(), key) != recorded.end()) {
       pending->covered = true;  // the later op's event on the same stream decides
@@ -167,7 +167,16 @@ void CompletionTracker::drop_event_pool(bool destroy_events) noexcept {
   }
 }
 
-std::vector<CUcontext> CompletionTracker::ending_contexts() noexcept {
+bool CompletionTracker::Ending::covers(const Pending& pending) const noexcept {
+  // An op posted after the call began belongs to a new context the driver gave the same handle.
+  return context == pending.context && pending.posted_ns < since_ns;
+}
+
+bool CompletionTracker::is_ending(const std::vector<Ending>& ending, const Pending& pending) noexcept {
+  return std::any_of(ending.begin(), ending.end(), [&](const Ending& e) { return e.covers(pending); });
+}
+
+std::vector<CompletionTracker::Ending> CompletionTracker::ending_contexts() noexcept {
   try {
     std::lock_guard lock(mutex_);
     return ending_;
@@ -176,17 +185,18 @@ std::vector<CUcontext> CompletionTracker::ending_contexts() noexcept {
   }
 }
 
-void CompletionTracker::context_ending(CUcontext context) noexcept {
+void CompletionTracker::context_ending(CUcontext context, std::int64_t since_ns) noexcept {
   if (!context) return;
   try {
-    std::lock_guard turn(poll_mutex_);  // a turn under way finishes first: it may be polling there
+    std::lock_guard turn(poll_mutex_);     // a turn under way finishes first: it may be polling there
+    std::lock_guard record(record_mutex_);  // and a synchroniser's recording
     std::lock_guard lock(mutex_);
-    ending_.push_back(context);
+    ending_.push_back(Ending{context, since_ns});
   } catch (...) {  // out of memory: unprotected, as before this existed
   }
 }
 
-void CompletionTracker::context_ended(CUcontext context, bool gone) noexcept {
+void CompletionTracker::context_ended(CUcontext context, std::int64_t since_ns, bool gone) noexcept {
   if (!context) return;
   {
     // Every op of the context is then in incoming_ (a synchroniser's batch is back: record_mutex_)
@@ -195,10 +205,14 @@ void CompletionTracker::context_ended(CUcontext context, bool gone) noexcept {
     std::lock_guard turn(poll_mutex_);
     std::lock_guard record(record_mutex_);
     std::lock_guard lock(mutex_);
-    if (auto it = std::find(ending_.begin(), ending_.end(), context); it != ending_.end()) ending_.erase(it);
+    const auto it = std::find_if(ending_.begin(), ending_.end(), [&](const Ending& e) {
+      return e.context == context && e.since_ns == since_ns;
+    });
+    if (it != ending_.end()) ending_.erase(it);
     if (gone) {
-      const auto forget = [context](Pending& pending) {
-        if (pending.context != context) return;
+      const Ending ended{context, since_ns};
+      const auto forget = [&ended](Pending& pending) {
+        if (!ended.covers(pending)) return;
         pending.event = nullptr;
         pending.needs_record = pending.covered = false;
       };
@@ -248,7 +262,13 @@ void CompletionTracker::report(Pending& pending, std::int64_t end_ns, bool coars
   if (!pending.session || !pending.session->alive()) return;
   // The thread's, but after stop() any thread's (and stop()'s own): the ring has one producer.
   std::lock_guard lock(report_mutex_);
-  std::int64_t& last_end = last_end_ns_[pending.stream];
+  std::int64_t last_end_value = 0;  // out of memory: this stream's starts are only coarser
+  std::int64_t* found = &last_end_value;
+  try {
+    found = &last_end_ns_[pending.stream];
+  } catch (...) {
+  }
+  std::int64_t& last_end = *found;
   const bool ran = pending.status == 0;
   ipc::CompletionDescriptor completion{};
   completion.seq = pending.seq;
@@ -265,7 +285,7 @@ void CompletionTracker::report(Pending& pending, std::int64_t end_ns, bool coars
 
 bool CompletionTracker::poll_streams() noexcept {
   const auto query = driver<EventQuery>(DriverHelper::event_query);
-  const std::vector<CUcontext> ending = ending_contexts();
+  const std::vector<Ending> ending = ending_contexts();
   bool any = false;
   for (auto it = by_stream_.begin(); it != by_stream_.end();) {
     auto& queue = it->second;
@@ -274,7 +294,7 @@ bool CompletionTracker::poll_streams() noexcept {
       const auto decider = std::find_if(queue.begin(), queue.end(), [](const Pending& p) { return !p.covered; });
       if (decider == queue.end()) break;  // its event is still to be recorded
       // Not while its context is being destroyed: after, it is done (context_ended) or still there.
-      if (decider->event && std::find(ending.begin(), ending.end(), decider->context) != ending.end()) break;
+      if (decider->event && is_ending(ending, *decider)) break;
       const CUresult state = decider->event && query ? query(decider->event) : CUDA_SUCCESS;
       if (state == CUDA_ERROR_NOT_READY) break;
       const std::int64_t now = ipc::monotonic_ns();
@@ -284,7 +304,10 @@ bool CompletionTracker::poll_streams() noexcept {
       for (auto done = queue.begin(); done != std::next(decider); ++done) report(*done, now, coarse);
       if (decider->event && state == CUDA_SUCCESS) {
         std::lock_guard lock(mutex_);
-        free_events_[decider->context].push_back(decider->event);
+        try {
+          free_events_[decider->context].push_back(decider->event);
+        } catch (...) {  // out of memory: the event is dropped, not pooled
+        }
       }  // an event the driver no longer knows (its context destroyed) is dropped
       queue.erase(queue.begin(), std::next(decider));
       any = true;

@@ -71,8 +71,9 @@ class CompletionTracker {
   // thread's next turn, and its events are never touched again: they died with it (a use would be
   // undefined behaviour, on a real driver perhaps a crash of the program). Nothing is held across
   // the call itself. A null context: not known, nothing done.
-  void context_ending(CUcontext context) noexcept;
-  void context_ended(CUcontext context, bool gone) noexcept;
+  // `since_ns`: when the call began; an op posted later is of a new context with the same handle.
+  void context_ending(CUcontext context, std::int64_t since_ns) noexcept;
+  void context_ended(CUcontext context, std::int64_t since_ns, bool gone) noexcept;
 
   // A synchronisation returned: what it waited for is done, poll now rather than at the next tick.
   void nudge() noexcept;
@@ -100,7 +101,13 @@ class CompletionTracker {
   void record(Pending& pending, CUstream stream) noexcept;
   // Records one event per (context, stream) for the deferred ops of `batch` (record_mutex_ held).
   void record_deferred(std::vector<Pending>& batch) noexcept;
-  std::vector<CUcontext> ending_contexts() noexcept;  // a copy of ending_
+  struct Ending {
+    CUcontext context = nullptr;
+    std::int64_t since_ns = 0;  // when the call that may end it began
+    bool covers(const Pending& pending) const noexcept;
+  };
+  std::vector<Ending> ending_contexts() noexcept;  // a copy of ending_
+  static bool is_ending(const std::vector<Ending>& ending, const Pending& pending) noexcept;
   void enqueue(Pending pending) noexcept;
   void run() noexcept;
   bool poll_streams() noexcept;  // reports what finished; true if anything did
@@ -113,7 +120,7 @@ class CompletionTracker {
   std::condition_variable wake_;
   std::vector<Pending> incoming_;
   std::unordered_map<CUcontext, std::vector<CUevent>> free_events_;
-  std::vector<CUcontext> ending_;  // contexts a call may be ending now (one entry per call)
+  std::vector<Ending> ending_;  // contexts a call may be ending now (one entry per call)
   bool started_ = false, stopping_ = false, idle_ = false, nudged_ = false;
   std::thread thread_;
 

@@ -43,11 +43,10 @@ CUcontext ending_context(const Operation& op) noexcept {
   return context;
 }
 
-// After the call: whether it ended the context (a release ends the primary one at its last).
-bool context_gone(const Operation& op, CUresult result) noexcept {
-  if (result != CUDA_SUCCESS) return false;
-  return op.hook != HookId::hook_cuDevicePrimaryCtxRelease_v2 || !primary_active(op.device);
-}
+// After the call: whether it may have ended the context. A release ends the primary one only at its
+// last, but another thread may retain it again at once (often with the same handle), so any release
+// counts: its ops are then reported early, which is safe; querying a dead event is not.
+bool context_gone(CUresult result) noexcept { return result == CUDA_SUCCESS; }
 
 }  // namespace
 
@@ -222,7 +221,8 @@ Ticket DaemonGate::before(const Operation& op) noexcept {
     // The context may end: its events with it. Nothing of it is polled until after the call.
     Ticket ending;
     ending.context = ending_context(op);
-    completions_.context_ending(ending.context);
+    ending.posted_ns = ipc::monotonic_ns();
+    completions_.context_ending(ending.context, ending.posted_ns);
     completions_.drop_event_pool(/*destroy_events=*/true);
     return ending;
   }
@@ -250,8 +250,9 @@ void DaemonGate::after(const Operation& op, Ticket ticket, CUresult result) noex
   if (op.category == Category::naming && result == CUDA_SUCCESS) learn_kernel_name(op, kernels_);
   if (op.category == Category::sync) completions_.nudge();
   if (op.category == Category::lifetime && op.hook != HookId::hook_cuStreamDestroy_v2) {
-    completions_.drop_event_pool(/*destroy_events=*/false);
-    completions_.context_ended(ticket.context, context_gone(op, result));
+    // Pooled events of a context not named may have died with it: forgotten (leaked, not used).
+    if (!ticket.context) completions_.drop_event_pool(/*destroy_events=*/false);
+    completions_.context_ended(ticket.context, ticket.posted_ns, context_gone(result));
     return;
   }
   if (ticket.seq == 0) return;
