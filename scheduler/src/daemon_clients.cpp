@@ -94,7 +94,7 @@ std::string Daemon::drain_completions(Client& client, std::int64_t now_ns) {
              " ns in the future";
     }
     client.count_completion();
-    learner_->completed(client.identity().id, c);
+    learner_->completed(client.identity().id, c, options_.policy.baymax.preemptive_devices);
     qos_completed(client, c, now_ns);
     apply(policy_->op_completed(OpCompleted{client.identity().id, c, now_ns}));
   }

@@ -8,6 +8,7 @@
 #include <ctime>
 #include <filesystem>
 
+#include "gpuqos/ipc/registration.h"
 #include "gpuqos/predictor/features.h"
 #include "gpuqos/predictor/store.h"
 #include "gpuqos/scheduler/engine_backlog.h"
@@ -73,7 +74,8 @@ DurationLearner::Estimate DurationLearner::posted(std::uint32_t client, const ip
   return estimate;
 }
 
-void DurationLearner::completed(std::uint32_t client, const ipc::CompletionDescriptor& completion) {
+void DurationLearner::completed(std::uint32_t client, const ipc::CompletionDescriptor& completion,
+                                std::uint64_t time_sliced_devices) {
   const auto it = remembered_.find({client, completion.seq});
   if (it == remembered_.end()) {
     ++counts_.unknown;
@@ -82,7 +84,8 @@ void DurationLearner::completed(std::uint32_t client, const ipc::CompletionDescr
   const Remembered remembered = std::move(it->second);
   forget(it);
   // Every completion's span counts against the others', timed or not: a coarse one also ran.
-  const bool shared = completion.status == 0 &&
+  const bool in_order = !ipc::device_in(time_sliced_devices, remembered.op.device);
+  const bool shared = in_order && completion.status == 0 &&
                       overlaps_another(client, remembered.op, completion.start_ns, completion.end_ns);
   if (completion.flags & ipc::kCompletionCoarse) {
     ++counts_.coarse;

@@ -110,6 +110,19 @@ TEST(DurationLearner, AnOpWhoseSpanOverlapsAnotherClientsOpOnItsEngineIsNotLearn
   EXPECT_LT(upper_after, 2 * kOwn);
 }
 
+// On a device that time-slices processes the same overlap is the op's wall time among the slices:
+// learned, as the policy there has always been fed.
+TEST(DurationLearner, AnOverlappingSpanOnATimeSlicingDeviceIsLearned) {
+  DurationLearner learner = make_learner();
+  const std::uint64_t sliced = std::uint64_t{1} << 0;  // device 0
+  learner.posted(2, kernel(1, 8), "long");
+  learner.posted(1, kernel(1, 64), "short");
+  learner.completed(2, exact(1, 97'000'000, 0), sliced);
+  learner.completed(1, exact(1, 101'000'000, 1'000), sliced);
+  EXPECT_EQ(learner.counts().shared, 0u);
+  EXPECT_EQ(learner.counts().learned, 2u);
+}
+
 // Only another client's op on the same engine of the same device: a copy beside a kernel, a kernel
 // on another device, and an op of the same client (its other streams) share nothing of theirs.
 TEST(DurationLearner, SpansOnOtherEnginesOrDevicesOrOfTheSameClientDoNotCount) {
