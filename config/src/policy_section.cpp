@@ -175,6 +175,7 @@ void read_fifo(Diagnostics& diagnostics, const toml::table& table, FifoConfig& o
 void read_policy(Diagnostics& diagnostics, const toml::table& table, PolicyConfig& out) {
   Section section(diagnostics, table, "policy", {"name", "baymax", "fifo"});
   read_choice(section, "name", kPolicyNames, out.name);
+  if (const toml::node* name = section.find("name")) out.name_place = diagnostics.place(name->source().begin);
   if (const toml::table* baymax = section.table("baymax")) read_baymax(diagnostics, *baymax, out.baymax);
   if (const toml::table* fifo = section.table("fifo")) read_fifo(diagnostics, *fifo, out.fifo);
 }

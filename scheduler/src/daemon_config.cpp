@@ -10,7 +10,9 @@ namespace gpuqos::scheduler {
 ipc::Result<DaemonOptions> options_from_config(const config::Config& config, DaemonOptions base) {
   const auto name = config.policy.name;
   if (name == config::PolicyName::none) {
-    return ipc::Error{"policy.name = \"none\" means running without gpuqosd (stop the daemon instead)"};
+    const std::string& place = config.policy.name_place;
+    return ipc::Error{(place.empty() ? "" : place + ": ") +
+                      "policy.name: \"none\" means running without gpuqosd (stop the daemon instead)"};
   }
   base.socket_path = config.daemon.socket_path;
   base.policy.name = std::string(config::to_string(name));

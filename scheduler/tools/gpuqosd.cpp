@@ -25,7 +25,7 @@ int check_config(const std::string& path) {
   }
   auto options = gpuqos::scheduler::options_from_config(loaded.value(), {});
   if (!options) {
-    std::cerr << path << ": " << options.error() << "\n";
+    std::cerr << options.error() << "\n";  // it names the file, line and column
     return 1;
   }
   std::cout << path << ": ok\n" << gpuqos::config::render_summary(loaded.value());
@@ -104,7 +104,7 @@ int main(int argc, char** argv) {
     }
     auto configured = gpuqos::scheduler::options_from_config(loaded.value(), options);
     if (!configured) {
-      std::cerr << "gpuqosd: " << config_path << ": " << configured.error() << "\n";
+      std::cerr << "gpuqosd: " << configured.error() << "\n";  // it names the file, line and column
       return kUsageError;
     }
     options = configured.value();

@@ -177,6 +177,13 @@ TEST(ConfigLoad, FindJob) {
   EXPECT_EQ(find_job(default_config(), "a"), nullptr);
 }
 
+// A consumer that refuses a valid name (gpuqosd and "none") can point at where it was set.
+TEST(ConfigLoad, ThePolicyNameKeepsItsPlace) {
+  EXPECT_EQ(parse_ok("# policy\n[policy]\nname = \"none\"\n").policy.name_place, "t.toml:3:8");
+  EXPECT_EQ(parse_ok("policy = { name = \"fifo\" }\n").policy.name_place, "t.toml:1:19");
+  EXPECT_EQ(parse_ok("[policy]\n").policy.name_place, "") << "not set: no place";
+}
+
 TEST(ConfigLoad, MissingFileNamesThePath) {
   auto result = load_config_file("/nonexistent/gpuqos/gpuqos.toml");
   ASSERT_FALSE(result.ok());

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "gpuqos/config/config.h"
+#include "gpuqos/config/load.h"
 
 namespace gpuqos::scheduler {
 namespace {
@@ -58,6 +59,17 @@ TEST(OptionsFromConfig, PreemptiveDevicesAreEveryDeviceOrTheListedOnes) {
   EXPECT_FALSE(listed.preemptive(2));
   EXPECT_TRUE(listed.preemptive(63));
   EXPECT_FALSE(listed.preemptive(64)) << "beyond what the protocol can name";
+}
+
+// "none" is a valid name (the benchmark's baseline: no daemon) that gpuqosd cannot run; its
+// refusal names the file, line and column as every config error does.
+TEST(OptionsFromConfig, PolicyNoneIsRefusedAtItsPlaceInTheFile) {
+  const auto loaded = config::parse_config("[policy]\nname = \"none\"\n", "/etc/gpuqos/gpuqos.toml");
+  ASSERT_TRUE(loaded) << loaded.error();
+  const auto options = options_from_config(loaded.value(), DaemonOptions{});
+  ASSERT_FALSE(options);
+  EXPECT_EQ(options.error(),
+            "/etc/gpuqos/gpuqos.toml:2:8: policy.name: \"none\" means running without gpuqosd (stop the daemon instead)");
 }
 
 }  // namespace

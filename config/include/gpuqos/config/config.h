@@ -81,6 +81,9 @@ struct PolicyConfig {
   PolicyName name = PolicyName::baymax;  // name
   BaymaxConfig baymax;                   // kept whatever the name, so switching is one line
   FifoConfig fifo;
+  // Where `name` was set ("file:line:column"), empty when it was not: a consumer that refuses a
+  // valid name (gpuqosd and "none") points at the line as the loader does.
+  std::string name_place;
   friend bool operator==(const PolicyConfig&, const PolicyConfig&) = default;
 };
 
