@@ -105,11 +105,7 @@ LoadedProfile decode_profile(std::string_view bytes, const std::string& source, 
   const std::string text = inflate_body(body, get_le(bytes, 24, 8), error);
   if (!error.empty()) return empty(config, source, error);
   try {
-    LoadedProfile loaded{Predictor::restore(detail::state_from_json(nlohmann::json::parse(text))), std::nullopt};
-    if (loaded.predictor.config().sm_count != config.sm_count)
-      loaded.warning = source + ": trained for " + std::to_string(loaded.predictor.config().sm_count) + " SMs, not " +
-                       std::to_string(config.sm_count) + "; using the profile's";
-    return loaded;
+    return LoadedProfile{Predictor::restore(detail::state_from_json(nlohmann::json::parse(text))), std::nullopt};
   } catch (const std::bad_alloc&) {
     return empty(config, source, "too large to load (out of memory)", Problem::access);
   } catch (const std::exception& e) {

@@ -36,7 +36,8 @@ struct LoadedProfile {
 };
 
 // `config` is used when the profile cannot be used; a loaded profile keeps the configuration it was
-// trained with (warning when its sm_count differs from config's).
+// trained with, its sm_count included (`gpuqos train --sms`): the loader has no device to compare it
+// with (gpuqosd learns of devices only through its clients), so a difference is not its to judge.
 LoadedProfile load_profile(const std::filesystem::path& path, const PredictorConfig& config);
 // The error, or nullopt on success.
 std::optional<std::string> save_profile(const Predictor& predictor, const std::filesystem::path& path);
