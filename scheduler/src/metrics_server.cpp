@@ -3,6 +3,7 @@
 
 #include <httplib.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -11,6 +12,33 @@
 #include "gpuqos/scheduler/metrics.h"
 
 namespace gpuqos::scheduler {
+namespace {
+
+// httplib's ThreadPool (0.11, Debian 12's) queues every accepted connection without limit, so a
+// flood of connections that stall mid-request would each hold a descriptor and a queued task until
+// the pool reached it, two read timeouts at a time. (stop() is bounded either way: a queued task
+// that starts after it closes its connection at once.) This one keeps at most kMaxConnections accepted at once: past that the accept thread
+// serves the connection itself, so it accepts no more until that one is done and the kernel's
+// listen backlog (then refusal) is what holds the rest. A connection's task is what closes its
+// socket, so a task can be run late but never dropped.
+class BoundedQueue final : public httplib::TaskQueue {
+ public:
+  void enqueue(std::function<void()> fn) override {
+    if (accepted_.load(std::memory_order_acquire) >= MetricsServer::kMaxConnections - 1) return fn();
+    accepted_.fetch_add(1, std::memory_order_acq_rel);
+    pool_.enqueue([this, fn = std::move(fn)] {
+      fn();
+      accepted_.fetch_sub(1, std::memory_order_acq_rel);
+    });
+  }
+  void shutdown() override { pool_.shutdown(); }
+
+ private:
+  httplib::ThreadPool pool_{2};
+  std::atomic<int> accepted_{0};  // handed to the pool and not finished (only the accept thread adds)
+};
+
+}  // namespace
 
 struct MetricsServer::Http {
   httplib::Server server;
@@ -26,10 +54,10 @@ ipc::Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const config::L
   httplib::Server& server = metrics->http_->server;
   // A scrape every few seconds needs neither many threads nor kept-alive connections, and a short
   // timeout keeps a stuck peer from delaying the daemon's exit.
-  server.new_task_queue = [] { return new httplib::ThreadPool(2); };
+  server.new_task_queue = [] { return new BoundedQueue; };
   server.set_keep_alive_max_count(1);
-  server.set_read_timeout(2, 0);
-  server.set_write_timeout(2, 0);
+  server.set_read_timeout(kIoTimeoutS, 0);
+  server.set_write_timeout(kIoTimeoutS, 0);
   server.set_payload_max_length(64 * 1024);  // a scrape has no body: refuse one (413) before reading it
   MetricsServer* self = metrics.get();
   server.Get("/metrics", [self](const httplib::Request&, httplib::Response& response) {

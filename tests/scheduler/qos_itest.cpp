@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "daemon_harness.h"
+#include "gpuqos/testing/http_client.h"
 #include "gpuqos/ipc/clock.h"
 
 namespace gpuqos::testing {
@@ -55,42 +56,6 @@ nlohmann::json job_named(const nlohmann::json& status, const std::string& name) 
 std::uint64_t be_ops(const nlohmann::json& status, const std::string& name) {
   const nlohmann::json job = job_named(status, name);
   return job.contains("be") ? job["be"].value("ops", std::uint64_t{0}) : 0;
-}
-
-// A TCP port on 127.0.0.1 nothing listens on right now (bound to port 0, read, closed).
-std::uint16_t free_port() {
-  scheduler::FileDescriptor probe(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof address;
-  if (::bind(probe.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
-      ::getsockname(probe.get(), reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-    throw std::runtime_error("cannot find a free port");
-  }
-  return ntohs(address.sin_port);
-}
-
-// GET `path` from 127.0.0.1:port over a plain socket; the whole response, or "" if nothing answers.
-// Sends `request` to 127.0.0.1:port; the whole answer ("" when nobody listens).
-std::string http_exchange(std::uint16_t port, const std::string& request) {
-  scheduler::FileDescriptor socket(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  const timeval timeout{5, 0};
-  ::setsockopt(socket.get(), SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(port);
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(socket.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) return "";
-  if (::send(socket.get(), request.data(), request.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(request.size())) return "";
-  std::string response;
-  char buffer[4096];
-  for (ssize_t got; (got = ::recv(socket.get(), buffer, sizeof buffer, 0)) > 0;) response.append(buffer, static_cast<std::size_t>(got));
-  return response;
-}
-
-std::string http_get(std::uint16_t port, const std::string& path) {
-  return http_exchange(port, "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
 }
 
 const std::string kServeConfig =

@@ -24,6 +24,11 @@ class MetricsServer {
  public:
   static constexpr std::int64_t kFreshNs = 500'000'000;
   static constexpr std::int64_t kRefreshWaitNs = 250'000'000;
+  // Connections accepted and not yet closed, at most (two served by the pool, the rest queued for
+  // it, one served by the accept thread); the kernel's listen backlog holds the others.
+  static constexpr int kMaxConnections = 5;
+  // How long a request may stall mid-way (or a write) before its connection is closed.
+  static constexpr int kIoTimeoutS = 2;
 
   // Binds address (host:port) and serves on a thread of its own; why not, when it cannot bind.
   static ipc::Result<std::unique_ptr<MetricsServer>> start(const config::ListenAddress& address);
@@ -31,7 +36,8 @@ class MetricsServer {
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;
 
-  // Stops accepting, finishes the requests in progress, joins the threads. Idempotent.
+  // Stops accepting, finishes the requests in progress (a stalled one within kIoTimeoutS), closes
+  // the connections accepted and not yet served, joins the threads. Idempotent.
   void stop();
 
   // True once after a request found the text stale (the loop should publish a new one).

@@ -1,0 +1,67 @@
+// MetricsServer against a flood of stalled connections on 127.0.0.1: it keeps a bounded number open
+// and still answers once the flood is gone.
+#include "gpuqos/scheduler/metrics_server.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gpuqos/ipc/clock.h"
+#include "gpuqos/testing/http_client.h"
+
+namespace gpuqos::scheduler {
+namespace {
+
+constexpr int kFlood = 40;
+
+std::size_t open_descriptors() {
+  std::size_t count = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) ++count;
+  return count;
+}
+
+// kFlood connections that send the start of a request and then nothing (the server waits out its
+// read timeout on each), a few ms apart so that a server that accepts whatever comes takes each (all
+// at once, most would only wait in the listen backlog, or for the kernel to retry their SYN).
+// Non-blocking connects: past the backlog a blocking one would wait; a send that finds the
+// connection not yet up is simply lost.
+std::vector<FileDescriptor> stalled_connections(std::uint16_t port) {
+  static constexpr char kStart[] = "GET /metrics HTTP/1.1\r\n";
+  std::vector<FileDescriptor> sockets;
+  const sockaddr_in address = testing::loopback(port);
+  for (int i = 0; i < kFlood; ++i) {
+    FileDescriptor socket(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    ::connect(socket.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    [[maybe_unused]] const ssize_t sent = ::send(socket.get(), kStart, sizeof kStart - 1, MSG_NOSIGNAL);
+    sockets.push_back(std::move(socket));
+  }
+  return sockets;
+}
+
+TEST(MetricsServer, AFloodOfStalledConnectionsIsHeldToABound) {
+  const std::uint16_t port = testing::free_port();
+  auto started = MetricsServer::start(config::ListenAddress{"127.0.0.1", port});
+  ASSERT_TRUE(started) << started.error();
+  MetricsServer& server = *started.value();
+  server.publish("gpuqos_up 1\n", ipc::monotonic_ns());
+
+  const std::size_t before = open_descriptors();
+  std::vector<FileDescriptor> flood = stalled_connections(port);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the accept thread takes what it will
+  const std::size_t accepted = open_descriptors() - before - flood.size();
+  EXPECT_LE(accepted, static_cast<std::size_t>(MetricsServer::kMaxConnections))
+      << "the server holds a descriptor for each connection it accepted";
+
+  flood.clear();  // the peers hang up: their connections end at once
+  const std::string answer = testing::http_get(port, "/metrics");
+  EXPECT_EQ(answer.rfind("HTTP/1.1 200", 0), 0u) << answer;
+  EXPECT_NE(answer.find("gpuqos_up 1"), std::string::npos) << answer;
+}
+
+}  // namespace
+}  // namespace gpuqos::scheduler
