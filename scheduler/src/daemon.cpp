@@ -43,8 +43,13 @@ ipc::Result<std::unique_ptr<Daemon>> Daemon::create(DaemonOptions options) {
   daemon->learner_ = std::make_unique<DurationLearner>(daemon->options_.learning, ipc::monotonic_ns(), warning);
   if (warning) spdlog::warn("{}", *warning);
   if (!daemon->options_.learning.store_path.empty()) {
-    spdlog::info("predictor: {} kernels from {}, trained for {} SMs", daemon->learner_->predictor().kernel_count(),
-                 daemon->options_.learning.store_path, daemon->learner_->predictor().config().sm_count);
+    const auto& predictor = daemon->learner_->predictor();
+    if (predictor.kernel_count() == 0) {
+      spdlog::info("predictor: no kernels from {}", daemon->options_.learning.store_path);
+    } else {
+      spdlog::info("predictor: {} kernels from {}, trained for {} SMs", predictor.kernel_count(),
+                   daemon->options_.learning.store_path, predictor.config().sm_count);
+    }
   }
   if (ipc::Status ready = daemon->setup(); !ready) return ipc::Error{ready.error()};
   return daemon;

@@ -15,12 +15,12 @@ namespace gpuqos::scheduler {
 namespace {
 
 // httplib's ThreadPool (0.11, Debian 12's) queues every accepted connection without limit, so a
-// flood of connections that stall mid-request would each hold a descriptor and a queued task until
-// the pool reached it, two read timeouts at a time. (stop() is bounded either way: a queued task
-// that starts after it closes its connection at once.) This one keeps at most kMaxConnections accepted at once: past that the accept thread
-// serves the connection itself, so it accepts no more until that one is done and the kernel's
-// listen backlog (then refusal) is what holds the rest. A connection's task is what closes its
-// socket, so a task can be run late but never dropped.
+// flood of connections that stall would each hold a descriptor and a queued task until the pool
+// reached it, two timeouts at a time. (A task that starts after stop() closes its connection at
+// once.) This one keeps at most kMaxConnections accepted at once: past that the accept thread
+// serves the connection itself, so it accepts no more until that one is done, and the kernel's
+// listen backlog (then refusal) holds the rest. A connection's task is what closes its socket, so
+// a task can be run late but never dropped.
 class BoundedQueue final : public httplib::TaskQueue {
  public:
   void enqueue(std::function<void()> fn) override {
@@ -56,6 +56,7 @@ ipc::Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const config::L
   // timeout keeps a stuck peer from delaying the daemon's exit.
   server.new_task_queue = [] { return new BoundedQueue; };
   server.set_keep_alive_max_count(1);
+  server.set_keep_alive_timeout(kIoTimeoutS);  // the wait for a request's first byte (httplib: 5 s)
   server.set_read_timeout(kIoTimeoutS, 0);
   server.set_write_timeout(kIoTimeoutS, 0);
   server.set_payload_max_length(64 * 1024);  // a scrape has no body: refuse one (413) before reading it

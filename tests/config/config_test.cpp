@@ -182,6 +182,7 @@ TEST(ConfigLoad, ThePolicyNameKeepsItsPlace) {
   EXPECT_EQ(parse_ok("# policy\n[policy]\nname = \"none\"\n").policy.name_place, "t.toml:3:8");
   EXPECT_EQ(parse_ok("policy = { name = \"fifo\" }\n").policy.name_place, "t.toml:1:19");
   EXPECT_EQ(parse_ok("[policy]\n").policy.name_place, "") << "not set: no place";
+  EXPECT_EQ(parse_ok("\n[policy]\nname = \"baymax\"\n"), default_config()) << "the place is not part of the value";
 }
 
 TEST(ConfigLoad, MissingFileNamesThePath) {

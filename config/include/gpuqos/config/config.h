@@ -82,9 +82,12 @@ struct PolicyConfig {
   BaymaxConfig baymax;                   // kept whatever the name, so switching is one line
   FifoConfig fifo;
   // Where `name` was set ("file:line:column"), empty when it was not: a consumer that refuses a
-  // valid name (gpuqosd and "none") points at the line as the loader does.
+  // valid name (gpuqosd and "none") points at the line as the loader does. Not part of the value:
+  // two configs that say the same are equal wherever they say it.
   std::string name_place;
-  friend bool operator==(const PolicyConfig&, const PolicyConfig&) = default;
+  friend bool operator==(const PolicyConfig& a, const PolicyConfig& b) {
+    return a.name == b.name && a.baymax == b.baymax && a.fifo == b.fifo;
+  }
 };
 
 // [[job]]: one job, by the name it registers with

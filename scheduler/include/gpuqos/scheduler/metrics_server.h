@@ -27,7 +27,8 @@ class MetricsServer {
   // Connections accepted and not yet closed, at most (two served by the pool, the rest queued for
   // it, one served by the accept thread); the kernel's listen backlog holds the others.
   static constexpr int kMaxConnections = 5;
-  // How long a request may stall mid-way (or a write) before its connection is closed.
+  // How long a connection may wait for its request's first byte, or for each later read or write,
+  // before it is closed. Per read, not in all: a peer that trickles bytes keeps its connection.
   static constexpr int kIoTimeoutS = 2;
 
   // Binds address (host:port) and serves on a thread of its own; why not, when it cannot bind.
@@ -36,8 +37,9 @@ class MetricsServer {
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;
 
-  // Stops accepting, finishes the requests in progress (a stalled one within kIoTimeoutS), closes
-  // the connections accepted and not yet served, joins the threads. Idempotent.
+  // Stops accepting, finishes the requests in progress (one whose peer stalls: within kIoTimeoutS of
+  // its last byte), closes the connections accepted and not yet served, joins the threads.
+  // Idempotent.
   void stop();
 
   // True once after a request found the text stale (the loop should publish a new one).
