@@ -155,23 +155,39 @@ std::vector<PolicyState::TightTarget> BaymaxPolicy::tight_targets() const {
     if (expected <= 0) continue;  // no closed query yet
     const std::int64_t target = *client.info.target_ns;
     client.for_each_device([&](std::uint32_t device) {
-      if (!options_.baymax.preemptive(device)) return;
-      const std::int64_t slice = options_.baymax.timeslice(device);
-      // Each process is a context of its own, and contexts take turns: one slice each. Only those
-      // that have posted work there (one registers with device 0 whatever it uses).
+      // Best-effort processes that have posted work there (one registers with device 0 whatever it
+      // uses); at least one, since one may come.
       const auto processes = static_cast<std::uint32_t>(std::max<std::ptrdiff_t>(
           1, std::count_if(clients_.begin(), clients_.end(), [device](const auto& other) {
             return other.second.info.priority == ipc::Priority::low && other.second.devices.contains(device);
           })));
-      if (target - expected >= slice * processes) return;
-      PolicyState::TightTarget entry{client.info.job, device, target, expected, slice, processes};
-      // Several clients of one job: the one whose queries take longest speaks for it.
+      PolicyState::TightTarget entry{client.info.job, device, target, expected, 0, processes};
+      if (options_.baymax.preemptive(device)) {
+        // Each process is a context of its own, and contexts take turns: one slice each.
+        entry.timeslice_ns = options_.baymax.timeslice(device);
+        if (target - expected >= entry.timeslice_ns * processes) return;
+      } else {
+        // Kernels run to their end: a query arriving behind best-effort work finds the backlog
+        // granted before it, up to the bound (with adaptation, the least the bound can become); what
+        // of it drains before the query first waits for the device delays it by nothing (the deadline
+        // test holds anything more while it is open). Not all of that time is the backlog's: the
+        // query's own device work runs in it too (all of the query's, to err towards warning).
+        entry.backlog_bound_ns = options_.baymax.adaptation ? std::max<std::int64_t>(1, options_.baymax.min_backlog_bound_ns)
+                                                            : bound_.bound_ns();
+        const std::int64_t idle =
+            std::max<std::int64_t>(0, queries_.expected_query_unblocked_ns(id) - client.expected_query_work_ns);
+        entry.backlog_wait_ns = std::max<std::int64_t>(0, entry.backlog_bound_ns - idle);
+        // A target shorter than the query is missed whatever the bound: not the bound's warning.
+        if (target < expected || target - expected >= entry.backlog_wait_ns) return;
+      }
       auto same = std::find_if(tight.begin(), tight.end(), [&](const PolicyState::TightTarget& t) {
         return t.job == entry.job && t.device == device;
       });
+      // Several clients of one job: the tightest speaks for it.
+      const auto need = [](const PolicyState::TightTarget& t) { return t.expected_query_ns + t.backlog_wait_ns; };
       if (same == tight.end()) {
         tight.push_back(std::move(entry));
-      } else if (expected > same->expected_query_ns) {
+      } else if (need(entry) > need(*same)) {
         *same = std::move(entry);
       }
     });
@@ -191,7 +207,13 @@ std::size_t BaymaxPolicy::queued_ops() const {
 void BaymaxPolicy::learn(const std::vector<ClosedQuery>& closed) {
   for (const ClosedQuery& query : closed) {
     auto it = clients_.find(query.client);
-    if (it == clients_.end() || !it->second.info.target_ns) continue;
+    if (it == clients_.end()) continue;
+    ClientState& state = it->second;
+    state.expected_query_work_ns = state.expected_query_work_ns == 0
+                                       ? state.query_work_ns
+                                       : state.expected_query_work_ns + (state.query_work_ns - state.expected_query_work_ns) / 8;
+    state.query_work_ns = 0;
+    if (!it->second.info.target_ns) continue;
     bound_.observe(query.client, query.latency_ns(), *it->second.info.target_ns, it->second.info.percentile);
   }
 }
@@ -615,6 +637,7 @@ Decisions BaymaxPolicy::op_posted(const OpPosted& event) {
   if (event.priority == ipc::Priority::high) {
     account(event.client, op, p, true, event.now_ns);
     learn(queries_.posted(event.client, op, event.now_ns));
+    if (engine_of(op) && queries_.open_query(event.client) != nullptr) state.query_work_ns += p;
     return grant_ready(event.now_ns);
   }
   if (op.seq <= state.granted && state.queue.empty()) {

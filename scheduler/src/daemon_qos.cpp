@@ -69,7 +69,10 @@ void Daemon::warn_tight_targets(std::int64_t now_ns) {
   const std::optional<PolicyState> state = policy_->state(now_ns);
   if (!state) return;
   for (const PolicyState::TightTarget& tight : state->tight_targets) {
-    if (!tight_warned_.emplace(tight.job, tight.device, tight.target_ns, tight.timeslice_ns, tight.be_processes)
+    if (!tight_warned_
+             .emplace(tight.job, tight.device, tight.target_ns, tight.timeslice_ns,
+                      tight.backlog_bound_ns > 0 ? 0 : tight.be_processes,  // a run-to-end device: not counted
+                      tight.backlog_bound_ns)  // not the wait, which the profile moves
              .second)
       continue;
     spdlog::warn("{}", tight_target_text(tight));

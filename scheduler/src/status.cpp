@@ -50,12 +50,17 @@ nlohmann::json policy_state_json(const PolicyState& state) {
   }
   nlohmann::json tight = nlohmann::json::array();
   for (const auto& t : state.tight_targets) {
-    tight.push_back({{"job", t.job},
-                     {"device", t.device},
-                     {"target_ns", t.target_ns},
-                     {"expected_query_ns", t.expected_query_ns},
-                     {"timeslice_ns", t.timeslice_ns},
-                     {"be_processes", t.be_processes}});
+    nlohmann::json entry{{"job", t.job},
+                         {"device", t.device},
+                         {"target_ns", t.target_ns},
+                         {"expected_query_ns", t.expected_query_ns},
+                         {"timeslice_ns", t.timeslice_ns},
+                         {"be_processes", t.be_processes}};
+    if (t.backlog_bound_ns > 0) {
+      entry["backlog_bound_ns"] = t.backlog_bound_ns;
+      entry["backlog_wait_ns"] = t.backlog_wait_ns;
+    }
+    tight.push_back(std::move(entry));
   }
   return {{"backlog_bound_ns", state.backlog_bound_ns},
           {"idle_stream_bound_ns", state.idle_stream_bound_ns},
@@ -162,7 +167,9 @@ std::string render_policy_state(const nlohmann::json& status) {
                                      tight.at("target_ns").get<std::int64_t>(),
                                      tight.at("expected_query_ns").get<std::int64_t>(),
                                      tight.at("timeslice_ns").get<std::int64_t>(),
-                                     tight.value("be_processes", std::uint32_t{1})};
+                                     tight.value("be_processes", std::uint32_t{1}),
+                                     tight.value("backlog_bound_ns", std::int64_t{0}),
+                                     tight.value("backlog_wait_ns", std::int64_t{0})};
     out << "  warning: " << tight_target_text(t) << "\n";
   }
   return out.str();
@@ -175,6 +182,17 @@ std::string tight_target_text(const PolicyState::TightTarget& t) {
   const std::string head = t.job + "'s target of " + milliseconds(t.target_ns) + " ms " + slack +
                            milliseconds(t.expected_query_ns) + " ms, less than ";
   const std::string device = "device " + std::to_string(t.device);
+  if (t.backlog_bound_ns > 0) {
+    // The bound that would fit: the slack plus what drains before the query first waits.
+    const std::int64_t fits = std::max<std::int64_t>(0, t.target_ns - t.expected_query_ns) +
+                              (t.backlog_bound_ns - t.backlog_wait_ns);
+    return head + milliseconds(t.backlog_wait_ns) + " ms, what a query arriving behind best-effort work on " + device +
+           " (which runs kernels to their end) can wait for: the best-effort backlog bound of " +
+           milliseconds(t.backlog_bound_ns) + " ms less the time its queries run before they first wait for the "
+           "device. Such queries can miss the target (bring the bound under " + milliseconds(fits) +
+           " ms: be_backlog_bound_ms, or min_backlog_bound_ms with adaptation; raise the target; or expect those "
+           "misses)";
+  }
   const std::string advice = " and can miss the target (raise the target, or expect those misses)";
   if (t.be_processes <= 1) {
     return head + device + "'s time slice of " + milliseconds(t.timeslice_ns) +

@@ -741,7 +741,7 @@ TEST(BaymaxPolicy, ADeviceWithItsOwnTimeSliceIsJudgedByIt) {
 // A target that leaves less than one time slice over the job's expected query (teach_one_query's:
 // 10 ms) is reported tight on each preemptive device the job is on: a query arriving while
 // best-effort work runs waits for a slice whatever is held after. Not before a query closed, not
-// on a device that runs kernels to their end, not with a whole slice of slack.
+// with a whole slice of slack (a device that runs kernels to their end: the next test).
 TEST(BaymaxPolicy, ATargetWithLessThanASliceOfSlackIsReportedTight) {
   const auto tight_after_one_query = [](const PolicyOptions& o, std::int64_t target) {
     BaymaxPolicy policy(o);
@@ -756,10 +756,58 @@ TEST(BaymaxPolicy, ATargetWithLessThanASliceOfSlackIsReportedTight) {
   EXPECT_EQ(tight_after_one_query(sliced(), 13 * kMs), (Tight{{"serve", 0, 13 * kMs, 10 * kMs, 4 * kMs, 1}}))
       << "3 ms of slack, a 4-ms slice";
   EXPECT_TRUE(tight_after_one_query(sliced(), 14 * kMs).empty()) << "a whole slice of slack";
-  EXPECT_TRUE(tight_after_one_query(on_device(false), 11 * kMs).empty()) << "no slices: the bound's business";
   PolicyOptions own_slice = sliced();
   own_slice.baymax.device_timeslice_ns = {{0, 2 * kMs}};
   EXPECT_TRUE(tight_after_one_query(own_slice, 13 * kMs).empty()) << "device 0's own slice is 2 ms";
+}
+
+// On a device that runs kernels to their end, a query arriving behind best-effort work finds the
+// backlog granted before it, up to the bound; what drains before the query first waits for the
+// device (less the query's own device work) costs it nothing. So a target needs the bound less that
+// time as slack over the job's expected query. With adaptation the bound can tighten: only a target that even its least
+// (min_backlog_bound) does not fit is tight.
+TEST(BaymaxPolicy, OnARunToEndDeviceATargetWithLessSlackThanTheBoundsWaitIsReportedTight) {
+  // One query of 10 ms that first waits for the device `unblocked` after its start.
+  const auto tight_after_one_query = [](const PolicyOptions& o, std::int64_t target, std::int64_t unblocked) {
+    BaymaxPolicy policy(o);
+    (void)policy.client_registered(serve(kServe, target), 0);
+    (void)policy.client_registered(train(kTrainA), 0);
+    (void)post(policy, kServe, Priority::high, op(1), 0, kMs);
+    (void)post(policy, kServe, Priority::high, op(2, ipc::OpKind::sync), unblocked, 0);
+    (void)post(policy, kServe, Priority::high, op(3), unblocked, kMs);
+    (void)post(policy, kServe, Priority::high, op(4, ipc::OpKind::sync), 10 * kMs, 0);
+    (void)policy.op_completed({kServe, done(1, unblocked), unblocked});
+    EXPECT_TRUE(policy.tight_targets().empty()) << "no query closed yet";
+    (void)policy.op_completed({kServe, done(3, 10 * kMs), 10 * kMs});
+    (void)post(policy, kServe, Priority::high, op(5), 100 * kMs, kMs);
+    EXPECT_EQ(policy.queries().expected_query_unblocked_ns(kServe), unblocked);
+    return policy.tight_targets();
+  };
+  using Tight = std::vector<PolicyState::TightTarget>;
+  const auto run_to_end = [](std::int64_t target, std::int64_t bound, std::int64_t wait) {
+    PolicyState::TightTarget tight{"serve", 0, target, 10 * kMs, 0, 1};
+    tight.backlog_bound_ns = bound;
+    tight.backlog_wait_ns = wait;
+    return Tight{tight};
+  };
+  // The query's own device work (its two 1-ms ops) runs in the time before it first waits too.
+  EXPECT_EQ(tight_after_one_query(on_device(false, 5 * kMs), 13 * kMs, 1 * kMs), run_to_end(13 * kMs, 5 * kMs, 5 * kMs))
+      << "3 ms of slack; the whole 5-ms bound: the 1 ms before the query waits is its own work's";
+  EXPECT_TRUE(tight_after_one_query(on_device(false, 5 * kMs), 15 * kMs, 1 * kMs).empty()) << "the whole bound fits";
+  EXPECT_TRUE(tight_after_one_query(on_device(false, 5 * kMs), 13 * kMs, 4 * kMs).empty())
+      << "the backlog drains for 2 of the 4 ms before the query waits: 3 ms left";
+  EXPECT_EQ(tight_after_one_query(on_device(false, 20 * kMs), 11 * kMs, 10 * kMs),
+            run_to_end(11 * kMs, 20 * kMs, 12 * kMs))
+      << "20 - (10 - 2) = 12 ms of wait, 1 ms of slack";
+  EXPECT_TRUE(tight_after_one_query(on_device(false, 20 * kMs), 9 * kMs, 1 * kMs).empty())
+      << "a target shorter than the query is missed whatever the bound: not the bound's warning";
+  PolicyOptions adaptive = on_device(false, 5 * kMs);
+  adaptive.baymax.adaptation = true;
+  adaptive.baymax.min_backlog_bound_ns = 3 * kMs;
+  adaptive.baymax.max_backlog_bound_ns = 20 * kMs;
+  EXPECT_TRUE(tight_after_one_query(adaptive, 13 * kMs, 1 * kMs).empty()) << "adaptation can take the bound to 3 ms";
+  EXPECT_EQ(tight_after_one_query(adaptive, 11 * kMs, 1 * kMs), run_to_end(11 * kMs, 3 * kMs, 3 * kMs))
+      << "not to under 3 ms";
 }
 
 // Contexts take turns, so a query arriving while two best-effort processes have work waits for a

@@ -202,6 +202,31 @@ TEST(StatusJobs, ATightTargetIsWarnedOf) {
   EXPECT_EQ(render_status_table(nlohmann::json::parse(bounded_status_text(status))).find("warning"), std::string::npos);
 }
 
+// On a device that runs kernels to their end the warning is about the backlog bound, and says how
+// low it must go; its JSON entry carries the bound, which a time-slicing device's leaves out.
+TEST(StatusJobs, ATightTargetOnARunToEndDeviceNamesTheBound) {
+  DaemonStatus status = with_jobs({serve(3'900'000, true), train()});
+  status.policy_state = PolicyState{20 * kMs, 0, {}, {}};
+  PolicyState::TightTarget run_to_end{"serve", 0, 23'600'000, 15'800'000, 0, 2};
+  run_to_end.backlog_bound_ns = 20 * kMs;
+  run_to_end.backlog_wait_ns = 12 * kMs;  // 8 ms before the query first waits
+  status.policy_state->tight_targets = {run_to_end, {"serve", 1, 23'600'000, 15'800'000, 8 * kMs, 1}};
+  const auto json = nlohmann::json::parse(bounded_status_text(status));
+  EXPECT_EQ(json["policy_state"]["tight_targets"][0]["backlog_bound_ns"], 20 * kMs);
+  EXPECT_EQ(json["policy_state"]["tight_targets"][0]["backlog_wait_ns"], 12 * kMs);
+  EXPECT_FALSE(json["policy_state"]["tight_targets"][1].contains("backlog_bound_ns"));
+  const std::string table = render_status_table(json);
+  EXPECT_NE(table.find("  warning: serve's target of 23.600 ms leaves 7.800 ms over its queries' 15.800 ms, less "
+                       "than 12.000 ms, what a query arriving behind best-effort work on device 0 (which runs kernels "
+                       "to their end) can wait for: the best-effort backlog bound of 20.000 ms less the time its "
+                       "queries run before they first wait for the device. Such queries can miss the target (bring "
+                       "the bound under 15.800 ms: be_backlog_bound_ms, or min_backlog_bound_ms with adaptation; "
+                       "raise the target; or expect those misses)"),
+            std::string::npos)
+      << table;
+  EXPECT_NE(table.find("less than device 1's time slice of 8.000 ms"), std::string::npos) << table;
+}
+
 TEST(StatusJobs, ManyJobsAndClientsAreCutToFitOneRecord) {
   std::vector<JobQosSnapshot> jobs;
   for (int i = 0; i < 256; ++i) {

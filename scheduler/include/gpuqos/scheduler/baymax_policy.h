@@ -184,6 +184,10 @@ class BaymaxPolicy final : public Policy {
     std::uint64_t granted = 0;  // beyond posted: credit
     double vtime = 0;           // fair queueing: device ns granted / weight
     std::int64_t hp_outstanding_ns = 0;  // high priority: predicted device time not yet completed
+    // High priority: predicted device time posted in its open query, and learned over closed ones
+    // (0 before the first): the device's share of the time before the query first waits.
+    std::int64_t query_work_ns = 0;
+    std::int64_t expected_query_work_ns = 0;
     // Best effort: predicted compute time granted and not completed, by device and stream (a
     // process's streams run side by side in its time slice: the bound on a preemptive device is per
     // stream).

@@ -155,9 +155,10 @@ class Daemon {
   config::ListenAddress metrics_address_;  // what start_metrics() last tried
   std::unique_ptr<MetricsServer> metrics_;
   std::int64_t tight_checked_ns_ = 0;
-  // (job, device, target, slice, best-effort processes) warned of: a reload that changes the target
-  // or the slice warns anew, and so does a further best-effort process that makes a target tight.
-  std::set<std::tuple<std::string, std::uint32_t, std::int64_t, std::int64_t, std::uint32_t>> tight_warned_;
+  // (job, device, target, slice, best-effort processes, backlog bound) warned of: a reload that
+  // changes the target, the slice or the bound warns anew, and so does a further best-effort process
+  // that makes a target tight on a time-slicing device (on a run-to-end one they are not counted).
+  std::set<std::tuple<std::string, std::uint32_t, std::int64_t, std::int64_t, std::uint32_t, std::int64_t>> tight_warned_;
 };
 
 }  // namespace gpuqos::scheduler

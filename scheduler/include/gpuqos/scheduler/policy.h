@@ -124,17 +124,21 @@ struct PolicyState {
   // A best-effort stream's bound on a preemptive device while no query is in the system there
   // (idle_bound_factor x the bound now); 0 when the factor is 1 or no device is preemptive.
   std::int64_t idle_stream_bound_ns = 0;
-  // A high-priority job whose target leaves less than one time slice of a preemptive device per
-  // best-effort process there over its expected query time: a query arriving while their work runs
-  // waits for a slice of each process (contexts take turns) whatever the policy holds from then on,
-  // so such queries can miss the target.
+  // A high-priority job whose target leaves too little over its expected query time for what a
+  // query arriving while best-effort work runs waits for, whatever the policy holds from then on, so
+  // such queries can miss the target. On a preemptive device: less than one time slice per
+  // best-effort process there (contexts take turns). On a device that runs kernels to their end:
+  // less than the best-effort backlog bound (granted before the query, it runs first) less the
+  // query's expected time before it first waits for the device (what drains by then costs nothing).
   struct TightTarget {
     std::string job;
     std::uint32_t device = 0;
     std::int64_t target_ns = 0;
     std::int64_t expected_query_ns = 0;  // learned from the job's closed queries
-    std::int64_t timeslice_ns = 0;
+    std::int64_t timeslice_ns = 0;       // a preemptive device's slice (0: the device runs kernels to their end)
     std::uint32_t be_processes = 1;  // best-effort clients that posted work there (at least 1: one may come)
+    std::int64_t backlog_bound_ns = 0;  // a run-to-end device: the bound (0: a preemptive device)
+    std::int64_t backlog_wait_ns = 0;   // and the wait it can cost a query
     friend bool operator==(const TightTarget&, const TightTarget&) = default;
   };
   std::vector<TightTarget> tight_targets;  // by job, then device
