@@ -172,8 +172,9 @@ std::vector<PolicyState::TightTarget> BaymaxPolicy::tight_targets() const {
         // of it drains before the query first waits for the device delays it by nothing (the deadline
         // test holds anything more while it is open). Not all of that time is the backlog's: the
         // query's own device work runs in it too (all of the query's, to err towards warning).
-        entry.backlog_bound_ns = options_.baymax.adaptation ? std::max<std::int64_t>(1, options_.baymax.min_backlog_bound_ns)
-                                                            : bound_.bound_ns();
+        entry.backlog_bound_ns = options_.baymax.adaptation
+                                     ? std::max<std::int64_t>(1, options_.baymax.min_backlog_bound_ns)
+                                     : bound_.bound_ns();
         const std::int64_t idle =
             std::max<std::int64_t>(0, queries_.expected_query_unblocked_ns(id) - client.expected_query_work_ns);
         entry.backlog_wait_ns = std::max<std::int64_t>(0, entry.backlog_bound_ns - idle);
@@ -209,12 +210,11 @@ void BaymaxPolicy::learn(const std::vector<ClosedQuery>& closed) {
     auto it = clients_.find(query.client);
     if (it == clients_.end()) continue;
     ClientState& state = it->second;
-    state.expected_query_work_ns = state.expected_query_work_ns == 0
-                                       ? state.query_work_ns
-                                       : state.expected_query_work_ns + (state.query_work_ns - state.expected_query_work_ns) / 8;
+    std::int64_t& expected = state.expected_query_work_ns;  // the first query's, then 1/8 of the way to each
+    expected = expected == 0 ? state.query_work_ns : expected + (state.query_work_ns - expected) / 8;
     state.query_work_ns = 0;
-    if (!it->second.info.target_ns) continue;
-    bound_.observe(query.client, query.latency_ns(), *it->second.info.target_ns, it->second.info.percentile);
+    if (!state.info.target_ns) continue;
+    bound_.observe(query.client, query.latency_ns(), *state.info.target_ns, state.info.percentile);
   }
 }
 

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "daemon_harness.h"
-#include "gpuqos/testing/http_client.h"
 #include "gpuqos/ipc/clock.h"
+#include "gpuqos/testing/http_client.h"
 
 namespace gpuqos::testing {
 namespace {

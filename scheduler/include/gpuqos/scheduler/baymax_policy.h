@@ -185,7 +185,7 @@ class BaymaxPolicy final : public Policy {
     double vtime = 0;           // fair queueing: device ns granted / weight
     std::int64_t hp_outstanding_ns = 0;  // high priority: predicted device time not yet completed
     // High priority: predicted device time posted in its open query, and learned over closed ones
-    // (0 before the first): the device's share of the time before the query first waits.
+    // (0 before the first); tight_targets() takes it from the time before the query first waits.
     std::int64_t query_work_ns = 0;
     std::int64_t expected_query_work_ns = 0;
     // Best effort: predicted compute time granted and not completed, by device and stream (a

@@ -128,8 +128,9 @@ struct PolicyState {
   // query arriving while best-effort work runs waits for, whatever the policy holds from then on, so
   // such queries can miss the target. On a preemptive device: less than one time slice per
   // best-effort process there (contexts take turns). On a device that runs kernels to their end:
-  // less than the best-effort backlog bound (granted before the query, it runs first) less the
-  // query's expected time before it first waits for the device (what drains by then costs nothing).
+  // less than the best-effort backlog bound (granted before the query, it runs first) less the idle
+  // part of the query's expected time before it first waits for the device (what drains in it costs
+  // nothing; the query's own device work is not idle).
   struct TightTarget {
     std::string job;
     std::uint32_t device = 0;
