@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""How much recsys could run beside the LC on a run-to-end (fifo) device, whatever the policy.
+
+Usage: fifo_bound.py DIR   (DIR: a `gpuqos-bench qos` results folder with the fifo device mode)
+
+recsys's longest kernel (97 ms at time scale 4) cannot be preempted once started: a query arriving
+while it runs waits for its end. This models the fifo cells to bound what any scheduler that cannot
+see future arrivals can give recsys while the LC's p99 stays under the cell's target:
+- the LC: open-loop Poisson queries at the cell's rate, served one at a time; each is host time
+  (the closed-loop mean latency less its device work) with its device work (the BERT trace's busy
+  time) at its end, which waits for a recsys kernel running then (the query syncs once, at its end);
+- recsys: one longest kernel per iteration, started only while no query is in the system (one
+  started beside a query delays it for sure, and Poisson arrivals make every idle instant alike),
+  at least `gap` after the previous one ended; the gap is the largest rate whose simulated p99
+  meets the target.
+Everything else is left out, and all of it only lowers the bound: ResNet-50's kernels and
+recsys's other ones (three more are over the 20-ms backlog bound) also delay queries, and recsys
+needs more than one kernel per iteration. So recsys can make at most `bound` of its standalone rate,
+and the mix's `BE % of ideal` (the mean of the two jobs' fractions over 1 - LC busy) is at most
+(1 + bound) / 2 over it, with ResNet-50 at its standalone rate.
+Prints one row per fifo load; the same seed gives the same numbers.
+"""
+import json
+import math
+import os
+import random
+import sys
+
+
+def simulate(rate_per_s, host_ms, device_ms, kernel_ms, gap_ms, seconds, seed):
+    """LC latencies (ms) and recsys kernels started, for one gap."""
+    rnd = random.Random(seed)
+    latencies, kernels = [], 0
+    lc_free = device_free = 0.0
+    last_end = -math.inf
+    t = 0.0
+    while t < seconds * 1000.0:
+        t += rnd.expovariate(rate_per_s / 1000.0)
+        start = max(lc_free, device_free, last_end + gap_ms)
+        while start < t:  # the LC is idle until t: kernels go back to back, gap apart
+            kernels += 1
+            device_free = last_end = start + kernel_ms
+            start = max(device_free, last_end + gap_ms)
+        begin = max(t, lc_free)
+        lc_free = max(begin + host_ms, device_free) + device_ms
+        latencies.append(lc_free - t)
+    latencies.sort()
+    return latencies, kernels
+
+
+def p99(latencies):
+    return latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]
+
+
+def best_rate(rate_per_s, target_ms, host_ms, device_ms, kernel_ms, seconds=4000, seed=1):
+    """The most kernels per second whose simulated p99 stays within target_ms (bisection on the gap)."""
+    low, high = 0.0, 120000.0  # gap ms: 0 may miss; 120 s certainly meets (then nothing runs)
+    latencies, _ = simulate(rate_per_s, host_ms, device_ms, kernel_ms, low, seconds, seed)
+    if p99(latencies) <= target_ms:
+        high = low
+    for _ in range(24):
+        if high - low < 1.0:
+            break
+        mid = (low + high) / 2
+        latencies, _ = simulate(rate_per_s, host_ms, device_ms, kernel_ms, mid, seconds, seed)
+        if p99(latencies) <= target_ms:
+            high = mid
+        else:
+            low = mid
+    latencies, kernels = simulate(rate_per_s, host_ms, device_ms, kernel_ms, high, seconds, seed)
+    return kernels / seconds, p99(latencies)
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    out = sys.argv[1]
+    with open(os.path.join(out, "qos.json")) as f:
+        results = json.load(f)
+    scale = results["config"]["time_scale"]
+    workloads = {}
+    for name in ("bert", "recsys"):
+        with open(os.path.join(out, "workloads", name + ".json")) as f:
+            workloads[name] = json.load(f)
+    device_ms = workloads["bert"]["busy_ns"] / len(workloads["bert"]["iterations"]) * scale / 1e6
+    kernel_ms = max(op["duration_ns"] for op in workloads["recsys"]["ops"] if op["kind"] == "kernel") * scale / 1e6
+    standalone = results["standalone"]
+    calibration = next(s for s in standalone if s["kind"] == "lc_calibration" and s["device_mode"] == "fifo")
+    host_ms = calibration["lc_mean_ms"] - device_ms
+    recsys = next(s for s in standalone if s["kind"] == "be" and s["job"] == "recsys-train" and s["device_mode"] == "fifo")
+    print(f"LC query: {host_ms:.2f} ms host, then {device_ms:.2f} ms device; recsys's longest kernel {kernel_ms:.1f} ms; "
+          f"recsys alone {recsys['iterations_per_s']:.2f} it/s (time scale {scale:g})")
+    print("| lc_load | rate (/s) | target (ms) | recsys kernels/s at most | recsys % of standalone at most | "
+          "simulated p99 (ms) | mix BE % of ideal at most | baymax measured |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for lc in sorted((s for s in standalone if s["kind"] == "lc" and s["device_mode"] == "fifo"), key=lambda s: s["lc_load"]):
+        rate, p99_ms = best_rate(lc["rate_per_s"], lc["target_ms"], host_ms, device_ms, kernel_ms)
+        bound = min(1.0, rate / recsys["iterations_per_s"])
+        ideal = (1 + bound) / 2 / (1 - lc["lc_gpu_busy_fraction"])
+        measured = next((c["be_fraction_of_ideal"] for c in results["cells"]
+                         if c["policy"] == "baymax" and c["device_mode"] == "fifo" and c["lc_load"] == lc["lc_load"]
+                         and c["be_mix"] == "resnet+recsys" and c.get("status") == "ok"), None)
+        print(f"| {lc['lc_load']:.2f} | {lc['rate_per_s']:.1f} | {lc['target_ms']:.2f} | {rate:.2f} | {100 * bound:.0f} % | "
+              f"{p99_ms:.1f} | {100 * ideal:.0f} % | {'n/a' if measured is None else f'{100 * measured:.0f} %'} |")
+
+
+if __name__ == "__main__":
+    main()
