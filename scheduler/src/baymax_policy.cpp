@@ -66,10 +66,11 @@ Decisions BaymaxPolicy::client_registered(const ClientInfo& info, std::int64_t n
 }
 
 void BaymaxPolicy::account(ClientId client, const ipc::OpDescriptor& op, std::int64_t predicted_ns, bool high,
-                           std::int64_t now_ns) {
+                           std::int64_t now_ns, bool priced_long) {
   const auto engine = engine_of(op);
   if (!engine) return;
-  if (!in_flight_.try_emplace({client, op.seq}, InFlight{op.device, *engine, op.stream, predicted_ns, now_ns, high})
+  if (!in_flight_
+           .try_emplace({client, op.seq}, InFlight{op.device, *engine, op.stream, predicted_ns, now_ns, high, priced_long})
            .second)
     return;
   EngineState& state = engines_[{op.device, *engine}];
@@ -287,12 +288,26 @@ void BaymaxPolicy::refresh_long_budgets(std::int64_t now_ns) {
   }
 }
 
-void BaymaxPolicy::spend_long_budget(const Queued& queued, std::int64_t now_ns) {
+bool BaymaxPolicy::spend_long_budget(const Queued& queued, std::int64_t now_ns) {
   const std::int64_t cost = long_op_cost(queued);
   auto it = long_budgets_.find(queued.op.device);
-  if (cost <= 0 || it == long_budgets_.end()) return;
+  if (cost <= 0 || it == long_budgets_.end()) return false;
   const double cap = long_op_budget_cap_ns(queued.op.device);
   it->second.level_ns = std::max(-cap, long_op_budget_ns(queued.op.device, now_ns) - static_cast<double>(cost));
+  it->second.at_ns = std::max(it->second.at_ns, now_ns);
+  return true;
+}
+
+void BaymaxPolicy::charge_overrun(const InFlight& done, std::int64_t own_ns, std::int64_t now_ns) {
+  // An op predicted short that ran long blocked the queries arriving meanwhile as a long op does
+  // (an op whose durations at one shape are bimodal): the budget pays for what it ran over the
+  // threshold, measured. One priced as long paid its upper estimate already.
+  if (done.high || done.priced_long || done.engine != Engine::compute || own_ns <= 0) return;
+  const std::int64_t over = own_ns - long_op_threshold_ns();
+  auto it = long_budgets_.find(done.device);
+  if (over <= 0 || it == long_budgets_.end()) return;
+  const double cap = long_op_budget_cap_ns(done.device);
+  it->second.level_ns = std::max(-cap, long_op_budget_ns(done.device, now_ns) - static_cast<double>(over));
   it->second.at_ns = std::max(it->second.at_ns, now_ns);
 }
 
@@ -609,8 +624,8 @@ Decisions BaymaxPolicy::grant_ready(std::int64_t now_ns) {
     state.queue.pop_front();
     state.head_held_since_ns = -1;
     if (engine_of(next.op)) {
-      spend_long_budget(next, now_ns);
-      account(chosen, next.op, next.predicted_ns, false, now_ns);
+      const bool priced_long = spend_long_budget(next, now_ns);
+      account(chosen, next.op, next.predicted_ns, false, now_ns, priced_long);
       virtual_time_ = std::max(virtual_time_, state.vtime);
       state.vtime += static_cast<double>(next.predicted_ns) / std::max(state.info.weight, 1e-3);
     }
@@ -641,8 +656,9 @@ Decisions BaymaxPolicy::op_posted(const OpPosted& event) {
     return grant_ready(event.now_ns);
   }
   if (op.seq <= state.granted && state.queue.empty()) {
-    spend_long_budget(Queued{op, p, expected(event)}, event.now_ns);  // credit, spent without asking: charged all the same
-    account(event.client, op, p, false, event.now_ns);
+    // Credit, spent without asking: charged all the same.
+    const bool priced_long = spend_long_budget(Queued{op, p, expected(event)}, event.now_ns);
+    account(event.client, op, p, false, event.now_ns, priced_long);
     return grant_ready(event.now_ns);
   }
   if (state.queue.empty()) state.vtime = std::max(state.vtime, virtual_time_);
@@ -652,6 +668,8 @@ Decisions BaymaxPolicy::op_posted(const OpPosted& event) {
 
 Decisions BaymaxPolicy::op_completed(const OpCompleted& event) {
   const ipc::CompletionDescriptor& completion = event.completion;
+  if (auto flight = in_flight_.find({event.client, completion.seq}); flight != in_flight_.end())
+    charge_overrun(flight->second, event.own_ns, event.now_ns);
   retire(event.client, completion.seq, completion.end_ns > 0 ? std::optional(completion.end_ns) : std::nullopt,
          event.now_ns);
   backlog_.complete(event.client, completion);

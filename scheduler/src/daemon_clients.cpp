@@ -94,9 +94,9 @@ std::string Daemon::drain_completions(Client& client, std::int64_t now_ns) {
              " ns in the future";
     }
     client.count_completion();
-    learner_->completed(client.identity().id, c, options_.policy.baymax.preemptive_devices);
+    const std::int64_t own_ns = learner_->completed(client.identity().id, c, options_.policy.baymax.preemptive_devices);
     qos_completed(client, c, now_ns);
-    apply(policy_->op_completed(OpCompleted{client.identity().id, c, now_ns}));
+    apply(policy_->op_completed(OpCompleted{client.identity().id, c, now_ns, own_ns}));
   }
   deferred.erase(deferred.begin(), deferred.begin() + static_cast<std::ptrdiff_t>(done));
   if (deferred.empty()) {

@@ -74,48 +74,56 @@ DurationLearner::Estimate DurationLearner::posted(std::uint32_t client, const ip
   return estimate;
 }
 
-void DurationLearner::completed(std::uint32_t client, const ipc::CompletionDescriptor& completion,
-                                std::uint64_t time_sliced_devices) {
+std::int64_t DurationLearner::completed(std::uint32_t client, const ipc::CompletionDescriptor& completion,
+                                        std::uint64_t time_sliced_devices) {
   const auto it = remembered_.find({client, completion.seq});
   if (it == remembered_.end()) {
     ++counts_.unknown;
-    return;
+    return 0;
   }
   const Remembered remembered = std::move(it->second);
   forget(it);
   // Every completion's span counts against the others', timed or not: a coarse one also ran.
   const bool in_order = !ipc::device_in(time_sliced_devices, remembered.op.device);
-  const bool shared = in_order && completion.status == 0 &&
-                      overlaps_another(client, remembered.op, completion.start_ns, completion.end_ns);
+  const Overlap overlap = in_order && completion.status == 0
+                             ? overlaps(client, remembered.op, completion.start_ns, completion.end_ns)
+                             : Overlap{};
+  const bool shared = overlap.another;
   if (completion.flags & ipc::kCompletionCoarse) {
     ++counts_.coarse;
-    return;
+    return 0;
   }
   if (shared) {
     ++counts_.shared;
-    return;
+    return 0;
   }
-  const double duration_ns = static_cast<double>(completion.end_ns - completion.start_ns);
+  const std::int64_t duration_ns = completion.end_ns - completion.start_ns;
+  // The span of an op that waited for another of its client's (on another stream) is not its own
+  // either, though it is learned (one client's streams may also run side by side).
+  const std::int64_t own_ns = in_order && completion.status == 0 && !overlap.any ? duration_ns : 0;
   const predictor::OpFeatures features = predictor::features_of(remembered.op, remembered.kernel_name);
-  if (completion.status != 0 || !predictor_.observe(features, duration_ns)) {
+  if (completion.status != 0 || !predictor_.observe(features, static_cast<double>(duration_ns))) {
     ++counts_.rejected;
-    return;
+    return own_ns;
   }
   ++counts_.learned;
+  return own_ns;
 }
 
-bool DurationLearner::overlaps_another(std::uint32_t client, const ipc::OpDescriptor& op, std::int64_t start_ns,
-                                       std::int64_t end_ns) {
+DurationLearner::Overlap DurationLearner::overlaps(std::uint32_t client, const ipc::OpDescriptor& op,
+                                                   std::int64_t start_ns, std::int64_t end_ns) {
   const auto engine = engine_of(op);
-  if (!engine) return false;
+  if (!engine) return {};
   std::deque<Span>& spans = spans_[{op.device, static_cast<std::uint8_t>(*engine)}];
   // From the latest end back, a span that ended before this one began ends the search. Only
   // against spans already read: one that overlaps this op and is read later (a long op of another
   // client on a time-slicing device) is not counted here (that one is, when it comes).
-  bool overlap = false;
-  for (auto span = spans.rbegin(); span != spans.rend() && !overlap; ++span) {
+  Overlap overlap;
+  for (auto span = spans.rbegin(); span != spans.rend() && !overlap.another; ++span) {
     if (span->end_ns <= start_ns) break;
-    overlap = span->client != client && span->start_ns < end_ns;
+    if (span->start_ns >= end_ns) continue;
+    overlap.any = true;
+    overlap.another = span->client != client;
   }
   if (spans.size() >= kSpansPerEngine) spans.pop_front();
   // Kept in order of their ends (one read late goes back to its place), so the search's stop is exact

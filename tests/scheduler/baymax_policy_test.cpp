@@ -532,6 +532,50 @@ TEST(BaymaxPolicy, AnOpIsLongByItsPredictionNotItsUpperEstimate) {
   EXPECT_EQ(alone.tick(20 * kS), (Decisions{{kTrainA, 1}})) << "100 ms grows in 20 s";
 }
 
+// An op predicted short that ran long (bimodal at one shape) blocked arriving queries as a long op
+// does: what it ran over the threshold, measured alone, is charged at its completion. One priced as
+// long paid its upper estimate when granted, and a span not measured alone (own_ns 0) charges nothing.
+TEST(BaymaxPolicy, AShortOpThatRanLongPaysWhatItRanOverAtItsCompletion) {
+  constexpr std::int64_t kS = 1'000 * kMs;
+  BaymaxPolicy policy(options(5 * kMs));
+  (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
+  std::int64_t now = 20 * kS;
+  EXPECT_NEAR(policy.long_op_budget_ns(0, now), 100.0 * kMs, 1.0);
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), now, 3 * kMs), (Decisions{{kTrainA, 1}}));
+  now += 85 * kMs;
+  (void)policy.op_completed(OpCompleted{kTrainA, done(1, now), now, 85 * kMs});
+  EXPECT_NEAR(policy.long_op_budget_ns(0, now), 100.0 * kMs + 0.005 * 85 * kMs - 80.0 * kMs, 1.0)
+      << "ran 85 ms: 80 over the 5-ms bound";
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(2), now, 55 * kMs).empty())
+      << "a long op costing 50 ms waits for what the overrun spent";
+
+  BaymaxPolicy priced(options(5 * kMs));
+  (void)priced.client_registered(serve(kServe, 100 * kMs), 0);
+  EXPECT_EQ(post(priced, kTrainA, Priority::low, op(1), 20 * kS, 55 * kMs), (Decisions{{kTrainA, 1}}));
+  EXPECT_NEAR(priced.long_op_budget_ns(0, 20 * kS), 50.0 * kMs, 1.0) << "priced as long: 55 - 5";
+  (void)priced.op_completed(OpCompleted{kTrainA, done(1, 21 * kS), 21 * kS, 85 * kMs});
+  EXPECT_NEAR(priced.long_op_budget_ns(0, 21 * kS), 55.0 * kMs, 1.0) << "not charged again";
+
+  BaymaxPolicy unmeasured(options(5 * kMs));
+  (void)unmeasured.client_registered(serve(kServe, 100 * kMs), 0);
+  EXPECT_EQ(post(unmeasured, kTrainA, Priority::low, op(1), 20 * kS, 3 * kMs), (Decisions{{kTrainA, 1}}));
+  (void)unmeasured.op_completed(OpCompleted{kTrainA, done(1, 21 * kS), 21 * kS, 0});
+  EXPECT_NEAR(unmeasured.long_op_budget_ns(0, 21 * kS), 105.0 * kMs, 1.0) << "its span was not its own";
+  (void)unmeasured.op_completed(OpCompleted{kTrainA, done(1, 21 * kS), 21 * kS, 85 * kMs});
+  EXPECT_NEAR(unmeasured.long_op_budget_ns(0, 21 * kS), 105.0 * kMs, 1.0) << "a second report of it: retired";
+}
+
+// Ops on a preemptive device, or with no target to protect, have no budget to charge.
+TEST(BaymaxPolicy, AnOverrunChargesNothingWhereNothingIsRationed) {
+  constexpr std::int64_t kS = 1'000 * kMs;
+  BaymaxPolicy policy(on_device(true, 5 * kMs));
+  (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 20 * kS, 3 * kMs), (Decisions{{kTrainA, 1}}));
+  (void)policy.op_completed(OpCompleted{kTrainA, done(1, 21 * kS), 21 * kS, 85 * kMs});
+  EXPECT_EQ(policy.long_op_budget_ns(0, 21 * kS), 0.0);
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(2), 21 * kS, 55 * kMs), (Decisions{{kTrainA, 2}}));
+}
+
 // A budget is settled at the old rate before the rate changes, and dropped when no job with a
 // target is left on its device: a job registering later starts from empty again.
 TEST(BaymaxPolicy, TheBudgetFollowsTheJobsOnItsDevice) {

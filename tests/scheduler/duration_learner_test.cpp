@@ -110,6 +110,36 @@ TEST(DurationLearner, AnOpWhoseSpanOverlapsAnotherClientsOpOnItsEngineIsNotLearn
   EXPECT_LT(upper_after, 2 * kOwn);
 }
 
+// What completed() tells the policy: the op's own time when its span measured it alone (the long-op
+// budget charges an op that ran long by it), nothing for a span that is not the op's alone.
+TEST(DurationLearner, ReturnsTheOwnTimeOfAnOpTimedAlone) {
+  DurationLearner learner = make_learner();
+  learner.posted(1, kernel(1, 64), "k");
+  EXPECT_EQ(learner.completed(1, exact(1, 4'000'000, 1'000'000)), 4'000'000) << "alone: its own";
+  learner.posted(2, kernel(1, 8), "long");
+  learner.posted(1, kernel(2, 64), "k");
+  EXPECT_EQ(learner.completed(2, exact(1, 97'000'000, 5'000'000)), 97'000'000);
+  EXPECT_EQ(learner.completed(1, exact(2, 101'000'000, 5'001'000)), 0) << "behind client 2's: shared";
+  learner.posted(1, kernel(3, 64), "k");
+  ipc::CompletionDescriptor coarse = exact(3, 50'000'000, 200'000'000);
+  coarse.flags = ipc::kCompletionCoarse;
+  EXPECT_EQ(learner.completed(1, coarse), 0) << "a batch's span";
+  learner.posted(1, kernel(4, 64), "k");
+  ipc::CompletionDescriptor failed = exact(4, 50'000'000, 300'000'000);
+  failed.status = 1;
+  EXPECT_EQ(learner.completed(1, failed), 0) << "nothing ran";
+  EXPECT_EQ(learner.completed(1, exact(99, 1'000'000, 400'000'000)), 0) << "never posted";
+  learner.posted(1, kernel(5, 8), "long");
+  learner.posted(1, kernel(6, 64), "k");
+  EXPECT_EQ(learner.completed(1, exact(5, 97'000'000, 500'000'000)), 97'000'000);
+  EXPECT_EQ(learner.completed(1, exact(6, 98'000'000, 500'001'000)), 0)
+      << "waited for its own client's op on another stream: learned, but not its own time";
+  EXPECT_EQ(learner.counts().learned, 4u);
+  learner.posted(3, kernel(1, 64), "k");
+  EXPECT_EQ(learner.completed(3, exact(1, 97'000'000, 0), std::uint64_t{1} << 0), 0)
+      << "device 0 time-sliced: others' slices in it";
+}
+
 // On a device that time-slices processes the same overlap is the op's wall time among the slices:
 // learned, as the policy there has always been fed.
 TEST(DurationLearner, AnOverlappingSpanOnATimeSlicingDeviceIsLearned) {

@@ -99,8 +99,13 @@
 // point prediction, recsys's 97-ms kernel cost 77 ms instead of about 120 and ran more often, and the
 // cell's p99 reached 0.99 x the target (1.77 x in a run beside a build), against 0.67-0.75. The price: an op whose durations at one shape are
 // bimodal (usually short, sometimes far over the bound) is predicted short (the models answer a
-// geometric mean or a median) and is not rationed at all; the upper estimate only rationed part of
-// it before. Charging the measured excess at completion would catch it (not done).
+// geometric mean or a median) and is not held for budget. So an op not priced as long that ran over
+// the threshold by its own measured time (OpCompleted::own_ns: a span that overlapped no other
+// client's op) is charged what it ran over at its completion: it blocked the queries arriving
+// meanwhile as a long op would have, and the long ops after it wait for that debt. A span that is not
+// the op's alone (coarse, or overlapping another op's, its own client's too) charges nothing; only
+// the spans read before it are seen, so one of another client's read after it is missed (as the
+// learner misses it) and the op is charged for the wait.
 // Debt is floored at minus the cap, so one mispredicted op cannot stop long ops for days. Credit
 // (given while no high-priority job was on the device) spent on a long op is charged all the same.
 // When the rate changes (a job with a target comes or goes, a reload) the budget is settled at the
@@ -213,6 +218,7 @@ class BaymaxPolicy final : public Policy {
     std::int64_t predicted_ns;
     std::int64_t since_ns;
     bool high;
+    bool priced_long = false;  // charged to the long-op budget when granted
   };
   struct EngineState {
     std::int64_t be_until_ns = 0;        // predicted end of the outstanding best-effort work
@@ -229,7 +235,8 @@ class BaymaxPolicy final : public Policy {
   ClientState& state_of(ClientId client, ipc::Priority priority);
   std::int64_t predicted(const OpPosted& event) const;
   std::int64_t expected(const OpPosted& event) const;  // the point prediction, at most predicted()
-  void account(ClientId client, const ipc::OpDescriptor& op, std::int64_t predicted_ns, bool high, std::int64_t now_ns);
+  void account(ClientId client, const ipc::OpDescriptor& op, std::int64_t predicted_ns, bool high, std::int64_t now_ns,
+               bool priced_long = false);
   void retire(ClientId client, std::uint64_t seq, std::optional<std::int64_t> end_ns, std::int64_t now_ns);
   void learn(const std::vector<ClosedQuery>& closed);
   // The long-op budget's growth per ns of wall time on a device (0: nothing to ration), and what an
@@ -252,7 +259,10 @@ class BaymaxPolicy final : public Policy {
   // device that now has a rate (empty), none for a device that has not.
   void settle_long_budgets(std::int64_t now_ns);
   void refresh_long_budgets(std::int64_t now_ns);
-  void spend_long_budget(const Queued& queued, std::int64_t now_ns);
+  // Returns whether the op was priced as long (it cost something).
+  bool spend_long_budget(const Queued& queued, std::int64_t now_ns);
+  // Charges what an op not priced as long ran over the long-op threshold (its own measured time).
+  void charge_overrun(const InFlight& done, std::int64_t own_ns, std::int64_t now_ns);
   // Why the head op of a best-effort client cannot go now: the state of its engine (the compute
   // bound, the transfer limit, a high-priority copy in flight), an open query's deadline, or the
   // long-op budget.

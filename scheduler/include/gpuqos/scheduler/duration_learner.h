@@ -63,9 +63,11 @@ class DurationLearner {
   // Remembers the op; returns the predictor's estimates of its device time (0: no model knows it).
   Estimate posted(std::uint32_t client, const ipc::OpDescriptor& op, std::string kernel_name);
   // `time_sliced_devices` (an ipc::device_in mask): devices that time-slice processes' work, where
-  // an overlapping span is learned (see the top of this file).
-  void completed(std::uint32_t client, const ipc::CompletionDescriptor& completion,
-                 std::uint64_t time_sliced_devices = 0);
+  // an overlapping span is learned (see the top of this file). Returns the op's own device time when
+  // its span measured it alone (exact, ran, on a device that runs work in order, overlapping no span
+  // read before it, its own client's included), whether or not a model took it; 0 otherwise.
+  std::int64_t completed(std::uint32_t client, const ipc::CompletionDescriptor& completion,
+                         std::uint64_t time_sliced_devices = 0);
   void client_gone(std::uint32_t client);
 
   // Saves when the interval has passed; the error, if the save failed.
@@ -90,8 +92,12 @@ class DurationLearner {
     std::int64_t start_ns = 0, end_ns = 0;
   };
   static constexpr std::size_t kSpansPerEngine = 256;
-  // True when a span of another client on the op's engine overlaps [start, end]; records this one.
-  bool overlaps_another(std::uint32_t client, const ipc::OpDescriptor& op, std::int64_t start_ns, std::int64_t end_ns);
+  struct Overlap {
+    bool another = false;  // a span of another client
+    bool any = false;      // any span, the client's own too (an op of its other stream it waited for)
+  };
+  // Which spans read so far on the op's engine overlap [start, end]; records this one.
+  Overlap overlaps(std::uint32_t client, const ipc::OpDescriptor& op, std::int64_t start_ns, std::int64_t end_ns);
 
   void forget(RememberedOps::iterator it);
 

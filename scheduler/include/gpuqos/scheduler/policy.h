@@ -59,6 +59,9 @@ struct OpCompleted {
   ClientId client = 0;
   ipc::CompletionDescriptor completion{};  // device start/end times
   std::int64_t now_ns = 0;
+  // The op's own device time when its span measured it alone (DurationLearner::completed: exact, ran,
+  // overlapping no other client's op on a device that runs work in order); 0: not known.
+  std::int64_t own_ns = 0;
 };
 
 // [policy.baymax], in the daemon's units.
