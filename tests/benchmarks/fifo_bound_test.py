@@ -9,9 +9,9 @@ import fifo_bound  # noqa: E402
 
 class Simulate(unittest.TestCase):
     def test_an_idle_lc_query_takes_its_host_and_device_time(self):
-        # One query a minute, and one kernel (at the start; the gap is longer than the run).
+        # One query a minute and no kernel (the gap is longer than the run): each is served alone.
         latencies, kernels = fifo_bound.simulate(1 / 60, 14.0, 1.5, 97.0, 1e12, 600, seed=3)
-        self.assertEqual(kernels, 1)
+        self.assertEqual(kernels, 0)
         self.assertGreater(len(latencies), 3)
         for latency in latencies:
             self.assertAlmostEqual(latency, 15.5)
@@ -43,8 +43,19 @@ class BestRate(unittest.TestCase):
         self.assertGreater(fifo_bound.p99(unthrottled), 64.4)
         rate, p99 = fifo_bound.best_rate(12.6, 64.4, 14.6, 1.24, 97.1, seconds=1000)
         self.assertLessEqual(p99, 64.4)
-        self.assertGreater(rate, 0.0)
+        self.assertGreater(rate, 0.1)  # about 0.2 a second: rationed, not stopped
         self.assertLess(rate, 0.5)
+
+    def test_a_target_the_lc_misses_alone_allows_no_kernel(self):
+        alone, _ = fifo_bound.simulate(37.9, 14.6, 1.24, 97.1, 1e12, 1000, seed=1)
+        rate, p99 = fifo_bound.best_rate(37.9, fifo_bound.p99(alone) - 1.0, 14.6, 1.24, 97.1, seconds=1000)
+        self.assertEqual(rate, 0.0)
+        self.assertEqual(p99, fifo_bound.p99(alone))
+
+    def test_the_p99_is_the_nearest_rank(self):
+        self.assertEqual(fifo_bound.p99(list(range(1, 101))), 99)
+        self.assertEqual(fifo_bound.p99(list(range(1, 201))), 198)
+        self.assertEqual(fifo_bound.p99([5.0]), 5.0)
 
     def test_a_longer_kernel_gets_a_lower_rate(self):
         short, _ = fifo_bound.best_rate(12.6, 64.4, 14.6, 1.24, 80.0, seconds=1000)

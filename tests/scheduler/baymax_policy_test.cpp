@@ -565,15 +565,44 @@ TEST(BaymaxPolicy, AShortOpThatRanLongPaysWhatItRanOverAtItsCompletion) {
   EXPECT_NEAR(unmeasured.long_op_budget_ns(0, 21 * kS), 105.0 * kMs, 1.0) << "a second report of it: retired";
 }
 
-// Ops on a preemptive device, or with no target to protect, have no budget to charge.
+// Only best-effort compute ops pay for an overrun: a high-priority op and a copy that ran long leave
+// the budget as it was, and so does a long op granted on credit (priced when it went).
+TEST(BaymaxPolicy, AnOverrunOfAHighPriorityOpACopyOrAnOpPricedOnCreditChargesNothing) {
+  constexpr std::int64_t kS = 1'000 * kMs;
+  BaymaxPolicy policy(options(5 * kMs));
+  (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
+  (void)post(policy, kServe, Priority::high, op(1), 20 * kS, 3 * kMs);
+  (void)policy.op_completed(OpCompleted{kServe, done(1, 20 * kS), 20 * kS, 85 * kMs});
+  EXPECT_NEAR(policy.long_op_budget_ns(0, 20 * kS), 100.0 * kMs, 1.0) << "high priority";
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, copy(1, ipc::CopyDirection::h2d), 20 * kS, 3 * kMs),
+            (Decisions{{kTrainA, 1}}));
+  (void)policy.op_completed(OpCompleted{kTrainA, done(1, 20 * kS), 20 * kS, 85 * kMs});
+  EXPECT_NEAR(policy.long_op_budget_ns(0, 20 * kS), 100.0 * kMs, 1.0) << "a copy";
+
+  BaymaxPolicy credit(options(5 * kMs, 8));
+  (void)credit.client_registered(train(kTrainA), 0);
+  EXPECT_EQ(post(credit, kTrainA, Priority::low, op(1), 0, kMs), (Decisions{{kTrainA, 1}, {kTrainA, 9}}));
+  (void)credit.client_registered(serve(kServe, 100 * kMs), kMs);
+  (void)post(credit, kTrainA, Priority::low, op(2), kMs, 55 * kMs);  // within the credit: priced, 50 ms
+  EXPECT_NEAR(credit.long_op_budget_ns(0, kMs), -50.0 * kMs, 1.0);
+  (void)credit.op_completed(OpCompleted{kTrainA, done(2, 2 * kMs), 2 * kMs, 85 * kMs});
+  EXPECT_NEAR(credit.long_op_budget_ns(0, 2 * kMs), -50.0 * kMs + 0.005 * kMs, 1.0) << "paid when it went";
+}
+
+// On a preemptive device, or with no target to protect, there is no budget to charge.
 TEST(BaymaxPolicy, AnOverrunChargesNothingWhereNothingIsRationed) {
   constexpr std::int64_t kS = 1'000 * kMs;
-  BaymaxPolicy policy(on_device(true, 5 * kMs));
-  (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
-  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 20 * kS, 3 * kMs), (Decisions{{kTrainA, 1}}));
-  (void)policy.op_completed(OpCompleted{kTrainA, done(1, 21 * kS), 21 * kS, 85 * kMs});
-  EXPECT_EQ(policy.long_op_budget_ns(0, 21 * kS), 0.0);
-  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(2), 21 * kS, 55 * kMs), (Decisions{{kTrainA, 2}}));
+  for (const bool preemptive : {true, false}) {
+    BaymaxPolicy policy(on_device(preemptive, 5 * kMs));
+    ClientInfo info = serve(kServe, 100 * kMs);
+    if (!preemptive) info.target_ns.reset();  // a high-priority job with no target
+    (void)policy.client_registered(info, 0);
+    EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 20 * kS, 3 * kMs), (Decisions{{kTrainA, 1}}));
+    (void)policy.op_completed(OpCompleted{kTrainA, done(1, 21 * kS), 21 * kS, 85 * kMs});
+    EXPECT_EQ(policy.long_op_budget_ns(0, 21 * kS), 0.0);
+    EXPECT_EQ(post(policy, kTrainA, Priority::low, op(2), 21 * kS, 55 * kMs), (Decisions{{kTrainA, 2}}))
+        << (preemptive ? "preemptive" : "no target");
+  }
 }
 
 // A budget is settled at the old rate before the rate changes, and dropped when no job with a

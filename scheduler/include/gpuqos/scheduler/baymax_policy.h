@@ -100,8 +100,8 @@
 // cell's p99 reached 0.99 x the target (1.77 x in a run beside a build), against 0.67-0.75. The price: an op whose durations at one shape are
 // bimodal (usually short, sometimes far over the bound) is predicted short (the models answer a
 // geometric mean or a median) and is not held for budget. So an op not priced as long that ran over
-// the threshold by its own measured time (OpCompleted::own_ns: a span that overlapped no other
-// client's op) is charged what it ran over at its completion: it blocked the queries arriving
+// the threshold by its own measured time (OpCompleted::own_ns: a span that overlapped no other op's)
+// is charged what it ran over at its completion: it blocked the queries arriving
 // meanwhile as a long op would have, and the long ops after it wait for that debt. A span that is not
 // the op's alone (coarse, or overlapping another op's, its own client's too) charges nothing; only
 // the spans read before it are seen, so one of another client's read after it is missed (as the

@@ -60,7 +60,8 @@ struct OpCompleted {
   ipc::CompletionDescriptor completion{};  // device start/end times
   std::int64_t now_ns = 0;
   // The op's own device time when its span measured it alone (DurationLearner::completed: exact, ran,
-  // overlapping no other client's op on a device that runs work in order); 0: not known.
+  // on a device that runs work in order, overlapping no other op's span, its own client's included);
+  // 0: not known.
   std::int64_t own_ns = 0;
 };
 
