@@ -7,11 +7,13 @@
 //
 // It converts the real traces into DIR/workloads, starts its own simgpud per device mode and a
 // gpuqosd per cell on private sockets, measures the standalone references, runs every cell, prints
-// the table and writes DIR/qos.json, DIR/qos.md and, with python3 and matplotlib, DIR/*.png.
-// Every child's output is in DIR/logs. benchmarks/README.md explains the columns.
+// the table and writes DIR/qos.json, DIR/qos.md and, with python3 and matplotlib, DIR/*.png. With the
+// fifo mode and a mix with recsys, qos.md and the output end with fifo_bound.py's table (the most any
+// policy could give recsys there). Every child's output is in DIR/logs. benchmarks/README.md explains the columns.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -96,6 +98,34 @@ void plot(const fs::path& out_dir) {
   std::cerr << "gpuqos-bench: warning: no python3 with matplotlib (apt install python3-matplotlib): no PNG plots\n";
 }
 
+// With the fifo device mode and a mix with recsys in the grid: what benchmarks/qos/fifo_bound.py
+// says any policy could give recsys there while the LC keeps its p99 (the reach of the 80 % bar),
+// appended to qos.md and printed.
+void fifo_bound(const Options& o, const fs::path& out_dir) {
+  const bool fifo = std::find(o.device_modes.begin(), o.device_modes.end(), "fifo") != o.device_modes.end();
+  const bool recsys = std::any_of(o.be_mixes.begin(), o.be_mixes.end(),
+                                  [](const std::string& mix) { return mix.find("recsys") != std::string::npos; });
+  if (!fifo || !recsys) return;
+  const fs::path script = fs::path(GPUQOS_SOURCE_DIR) / "benchmarks" / "qos" / "fifo_bound.py";
+  const fs::path log = out_dir / "logs" / "fifo_bound.log";
+  try {
+    testing::ChildProcess child({"/usr/bin/env", "python3", script.string(), out_dir.string()}, {}, log);
+    if (child.wait(std::chrono::minutes(2)) != 0) {
+      std::cerr << "gpuqos-bench: warning: fifo_bound.py failed (" << log.string() << "):\n"
+                << tail_lines(child.output(), 10);
+      return;
+    }
+    const std::string section =
+        "\nWhat any policy could give recsys beside the LC on the fifo device, by the model in "
+        "benchmarks/qos/fifo_bound.py (an upper estimate: ResNet-50 and recsys's other kernels left out)\n\n" +
+        child.output();
+    std::ofstream(out_dir / "qos.md", std::ios::app) << section;
+    std::cout << section << std::flush;
+  } catch (const std::exception& e) {
+    std::cerr << "gpuqos-bench: warning: fifo_bound.py: " << e.what() << "\n";
+  }
+}
+
 int run(const Cli& cli) {
   const Options& o = cli.options;
   const auto start = std::chrono::steady_clock::now();
@@ -114,6 +144,7 @@ int run(const Cli& cli) {
   std::ofstream(out_dir / "qos.md") << markdown;
   std::cout << "\n" << markdown << std::flush;
   plot(out_dir);
+  fifo_bound(o, out_dir);
   std::size_t failed = 0;
   for (const CellResult& c : results.cells) failed += c.status.ok ? 0 : 1;
   std::cerr << "gpuqos-bench: " << results.cells.size() - failed << " of " << results.cells.size() << " cells ok; "

@@ -668,8 +668,12 @@ Decisions BaymaxPolicy::op_posted(const OpPosted& event) {
 
 Decisions BaymaxPolicy::op_completed(const OpCompleted& event) {
   const ipc::CompletionDescriptor& completion = event.completion;
-  if (auto flight = in_flight_.find({event.client, completion.seq}); flight != in_flight_.end())
+  if (auto flight = in_flight_.find({event.client, completion.seq}); flight != in_flight_.end()) {
     charge_overrun(flight->second, event.own_ns, event.now_ns);
+  } else if (auto stuck = retired_.find({event.client, completion.seq}); stuck != retired_.end()) {
+    charge_overrun(stuck->second, event.own_ns, event.now_ns);  // taken for stuck, but it ran
+    retired_.erase(stuck);
+  }
   retire(event.client, completion.seq, completion.end_ns > 0 ? std::optional(completion.end_ns) : std::nullopt,
          event.now_ns);
   backlog_.complete(event.client, completion);
@@ -686,6 +690,8 @@ Decisions BaymaxPolicy::client_gone(ClientId client, std::int64_t now_ns) {
     if (key.first == client) seqs.push_back(key.second);
   }
   for (std::uint64_t seq : seqs) retire(client, seq, std::nullopt, now_ns);
+  retired_.erase(retired_.lower_bound({client, 0}),
+                 retired_.upper_bound({client, std::numeric_limits<std::uint64_t>::max()}));
   queries_.client_gone(client);
   bound_.forget(client);
   backlog_.drop_client(client);
@@ -705,7 +711,14 @@ Decisions BaymaxPolicy::tick(std::int64_t now_ns) {
     const std::int64_t stuck_ns = std::max(kStuckOpNs, kStuckFactor * std::min(flight.predicted_ns, kStaleOpNs));
     if (now_ns - flight.since_ns > (flight.high ? kStaleOpNs : std::min(kStaleOpNs, stuck_ns))) stale.push_back(key);
   }
-  for (const auto& [client, seq] : stale) retire(client, seq, std::nullopt, now_ns);
+  for (const auto& key : stale) {
+    const InFlight& flight = in_flight_.at(key);
+    if (!flight.high && flight.engine == Engine::compute && !flight.priced_long) {
+      retired_.insert_or_assign(key, flight);
+      if (retired_.size() > kMaxRetiredOps) retired_.erase(retired_.begin());
+    }
+    retire(key.first, key.second, std::nullopt, now_ns);
+  }
   return grant_ready(now_ns);
 }
 

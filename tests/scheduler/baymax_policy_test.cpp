@@ -565,6 +565,27 @@ TEST(BaymaxPolicy, AShortOpThatRanLongPaysWhatItRanOverAtItsCompletion) {
   EXPECT_NEAR(unmeasured.long_op_budget_ns(0, 21 * kS), 105.0 * kMs, 1.0) << "a second report of it: retired";
 }
 
+// An op taken for stuck (in flight far longer than predicted) is retired so that its client is not
+// stalled; if it was running all along, its completion still charges what it ran over.
+TEST(BaymaxPolicy, AnOpRetiredAsStuckStillPaysItsOverrunWhenItCompletes) {
+  constexpr std::int64_t kS = 1'000 * kMs;
+  BaymaxPolicy policy(options(5 * kMs));
+  ClientInfo p90 = serve(kServe, 100 * kMs);
+  p90.percentile = 90;  // a budget of 5 % of wall time, capped at 3 s
+  (void)policy.client_registered(p90, 0);
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 60 * kS, 3 * kMs), (Decisions{{kTrainA, 1}}));
+  EXPECT_NEAR(policy.long_op_budget_ns(0, 60 * kS), 3'000.0 * kMs, 1.0) << "full";
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(2), 60 * kS, 3 * kMs), Decisions{}) << "3 + 3 > 5: the bound";
+  const std::int64_t stuck_at = 60 * kS + BaymaxPolicy::kStuckOpNs + 1;
+  EXPECT_EQ(policy.tick(stuck_at), (Decisions{{kTrainA, 2}})) << "op 1 taken for stuck";
+  const std::int64_t end = stuck_at + 500 * kMs;
+  (void)policy.op_completed(OpCompleted{kTrainA, done(1, end), end, end - 60 * kS});
+  const double charged = 3'000.0 * kMs - static_cast<double>(end - 60 * kS - 5 * kMs);
+  EXPECT_NEAR(policy.long_op_budget_ns(0, end), charged, 1.0) << "ran 2.5 s: all but the bound's 5 ms";
+  (void)policy.op_completed(OpCompleted{kTrainA, done(1, end), end, end - 60 * kS});
+  EXPECT_NEAR(policy.long_op_budget_ns(0, end), charged, 1.0) << "charged once";
+}
+
 // Only best-effort compute ops pay for an overrun: a high-priority op and a copy that ran long leave
 // the budget as it was, and so does a long op granted on credit (priced when it went).
 TEST(BaymaxPolicy, AnOverrunOfAHighPriorityOpACopyOrAnOpPricedOnCreditChargesNothing) {

@@ -148,6 +148,10 @@ class BaymaxPolicy final : public Policy {
   static constexpr std::int64_t kLongOpWaitNs = 1'000'000'000;  // a long op's wait for no query in the system
   static constexpr std::int64_t kTailWindowNs = 60'000'000'000;
   static constexpr std::size_t kMaxHoldJobs = 1024;  // jobs with hold times kept (beyond: the total only)
+  // Best-effort compute ops not priced as long that were retired as stuck are kept until their
+  // completion comes, so one that was running all along still pays its overrun. Beyond this many,
+  // the first by client and seq is dropped (it only loses its charge).
+  static constexpr std::size_t kMaxRetiredOps = 1024;
 
   explicit BaymaxPolicy(const PolicyOptions& options);
 
@@ -284,6 +288,7 @@ class BaymaxPolicy final : public Policy {
   QueryTracker queries_;
   std::map<ClientId, ClientState> clients_;
   std::map<std::pair<ClientId, std::uint64_t>, InFlight> in_flight_;
+  std::map<std::pair<ClientId, std::uint64_t>, InFlight> retired_;  // kMaxRetiredOps
   std::map<EngineKey, EngineState> engines_;
   std::map<std::uint32_t, LongOpBudget> long_budgets_;  // by device
   std::int64_t last_now_ns_ = 0;                         // the latest event's time (for reconfigure)
