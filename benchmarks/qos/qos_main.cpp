@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 
 #include "experiment.h"
 #include "gpuqos/config/load.h"
@@ -102,6 +103,7 @@ void plot(const fs::path& out_dir) {
 // says any policy could give recsys there while the LC keeps its p99 (the reach of the 80 % bar),
 // appended to qos.md and printed.
 void fifo_bound(const Options& o, const fs::path& out_dir) {
+  if (interrupted) return;  // partial results; and the user asked to stop
   const bool fifo = std::find(o.device_modes.begin(), o.device_modes.end(), "fifo") != o.device_modes.end();
   const bool recsys = std::any_of(o.be_mixes.begin(), o.be_mixes.end(),
                                   [](const std::string& mix) { return mix.find("recsys") != std::string::npos; });
@@ -110,8 +112,10 @@ void fifo_bound(const Options& o, const fs::path& out_dir) {
   const fs::path log = out_dir / "logs" / "fifo_bound.log";
   try {
     testing::ChildProcess child({"/usr/bin/env", "python3", script.string(), out_dir.string()}, {}, log);
-    if (child.wait(std::chrono::minutes(2)) != 0) {
-      std::cerr << "gpuqos-bench: warning: fifo_bound.py failed (" << log.string() << "):\n"
+    const std::optional<int> code = child.wait(std::chrono::minutes(2));
+    if (code != 0) {
+      std::cerr << "gpuqos-bench: warning: fifo_bound.py " << (code ? "failed" : "timed out after 2 min") << " ("
+                << log.string() << "):\n"
                 << tail_lines(child.output(), 10);
       return;
     }

@@ -584,6 +584,15 @@ TEST(BaymaxPolicy, AnOpRetiredAsStuckStillPaysItsOverrunWhenItCompletes) {
   EXPECT_NEAR(policy.long_op_budget_ns(0, end), charged, 1.0) << "ran 2.5 s: all but the bound's 5 ms";
   (void)policy.op_completed(OpCompleted{kTrainA, done(1, end), end, end - 60 * kS});
   EXPECT_NEAR(policy.long_op_budget_ns(0, end), charged, 1.0) << "charged once";
+  // A client that leaves between the two is forgotten: its late completion charges nothing.
+  const std::int64_t later = 200 * kS;
+  EXPECT_EQ(post(policy, kTrainB, Priority::low, op(1), later, 3 * kMs), (Decisions{{kTrainB, 1}}));
+  const std::int64_t stuck_b = later + BaymaxPolicy::kStuckOpNs + 1;
+  (void)policy.tick(stuck_b);
+  (void)policy.client_gone(kTrainB, stuck_b);
+  const double before = policy.long_op_budget_ns(0, stuck_b + kMs);
+  (void)policy.op_completed(OpCompleted{kTrainB, done(1, stuck_b + kMs), stuck_b + kMs, 2'500 * kMs});
+  EXPECT_NEAR(policy.long_op_budget_ns(0, stuck_b + kMs), before, 1.0) << "its client is gone";
 }
 
 // Only best-effort compute ops pay for an overrun: a high-priority op and a copy that ran long leave

@@ -115,7 +115,8 @@
 // Adaptation (optional): the bound follows the measured tail latency of each job (adaptive_bound.h).
 // Stale state: an open query older than kStaleQueryNs is abandoned and an op whose completion never
 // came is retired after kStaleOpNs, so a lost report cannot starve best-effort work forever; a
-// best-effort one in flight kStuckFactor times longer than predicted (at least kStuckOpNs) sooner.
+// best-effort one in flight kStuckFactor times longer than predicted (at least kStuckOpNs) sooner
+// (its completion, if it comes after all, still charges its overrun to the long-op budget).
 #pragma once
 
 #include <array>
