@@ -105,7 +105,8 @@
 // meanwhile as a long op would have, and the long ops after it wait for that debt. A span that is not
 // the op's alone (coarse, or overlapping another op's, its own client's too) charges nothing; only
 // the spans read before it are seen, so one of another client's read after it is missed (as the
-// learner misses it) and the op is charged for the wait.
+// learner misses it) and the op is charged for the wait; so is one whose span includes a wait on its
+// own host (a stream wait on a flag, before it on its stream) while nothing else ran.
 // Debt is floored at minus the cap, so one mispredicted op cannot stop long ops for days. Credit
 // (given while no high-priority job was on the device) spent on a long op is charged all the same.
 // When the rate changes (a job with a target comes or goes, a reload) the budget is settled at the
