@@ -93,14 +93,16 @@ std::int64_t DurationLearner::completed(std::uint32_t client, const ipc::Complet
     ++counts_.coarse;
     return 0;
   }
+  // On a device that runs work in order the op ran after every op read before it that ended inside
+  // its span (it waited for those, its own client's or another's): its own time is from the latest
+  // such end. None when a span read before it ran alongside it (began before its end, ended after).
+  const std::int64_t own_ns =
+      in_order && completion.status == 0 && !overlap.concurrent ? completion.end_ns - overlap.ran_from_ns : 0;
   if (shared) {
     ++counts_.shared;
-    return 0;
+    return own_ns;
   }
   const std::int64_t duration_ns = completion.end_ns - completion.start_ns;
-  // The span of an op that waited for another of its client's (on another stream) is not its own
-  // either, though it is learned (one client's streams may also run side by side).
-  const std::int64_t own_ns = in_order && completion.status == 0 && !overlap.any ? duration_ns : 0;
   const predictor::OpFeatures features = predictor::features_of(remembered.op, remembered.kernel_name);
   if (completion.status != 0 || !predictor_.observe(features, static_cast<double>(duration_ns))) {
     ++counts_.rejected;
@@ -119,11 +121,16 @@ DurationLearner::Overlap DurationLearner::overlaps(std::uint32_t client, const i
   // against spans already read: one that overlaps this op and is read later (a long op of another
   // client on a time-slicing device) is not counted here (that one is, when it comes).
   Overlap overlap;
-  for (auto span = spans.rbegin(); span != spans.rend() && !overlap.another; ++span) {
+  overlap.ran_from_ns = start_ns;
+  for (auto span = spans.rbegin(); span != spans.rend(); ++span) {
     if (span->end_ns <= start_ns) break;
     if (span->start_ns >= end_ns) continue;
-    overlap.any = true;
-    overlap.another = span->client != client;
+    overlap.another = overlap.another || span->client != client;
+    if (span->end_ns > end_ns) {
+      overlap.concurrent = true;
+    } else {
+      overlap.ran_from_ns = std::max(overlap.ran_from_ns, span->end_ns);
+    }
   }
   if (spans.size() >= kSpansPerEngine) spans.pop_front();
   // Kept in order of their ends (one read late goes back to its place), so the search's stop is exact

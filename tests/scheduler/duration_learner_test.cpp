@@ -110,8 +110,9 @@ TEST(DurationLearner, AnOpWhoseSpanOverlapsAnotherClientsOpOnItsEngineIsNotLearn
   EXPECT_LT(upper_after, 2 * kOwn);
 }
 
-// What completed() tells the policy: the op's own time when its span measured it alone (the long-op
-// budget charges an op that ran long by it), nothing for a span that is not the op's alone.
+// What completed() tells the policy: the op's own time (the long-op budget charges an op that ran
+// long by it), from the end of the last op read before it that it waited for; nothing when one ran
+// alongside it, or for a span that is not the op's alone (coarse).
 TEST(DurationLearner, ReturnsTheOwnTimeOfAnOpTimedAlone) {
   DurationLearner learner = make_learner();
   learner.posted(1, kernel(1, 64), "k");
@@ -119,7 +120,8 @@ TEST(DurationLearner, ReturnsTheOwnTimeOfAnOpTimedAlone) {
   learner.posted(2, kernel(1, 8), "long");
   learner.posted(1, kernel(2, 64), "k");
   EXPECT_EQ(learner.completed(2, exact(1, 97'000'000, 5'000'000)), 97'000'000);
-  EXPECT_EQ(learner.completed(1, exact(2, 101'000'000, 5'001'000)), 0) << "behind client 2's: shared";
+  EXPECT_EQ(learner.completed(1, exact(2, 101'000'000, 5'001'000)), 4'001'000)
+      << "behind client 2's (not learned: shared): from its end at 102 ms to 106.001 ms";
   learner.posted(1, kernel(3, 64), "k");
   ipc::CompletionDescriptor coarse = exact(3, 50'000'000, 200'000'000);
   coarse.flags = ipc::kCompletionCoarse;
@@ -132,9 +134,14 @@ TEST(DurationLearner, ReturnsTheOwnTimeOfAnOpTimedAlone) {
   learner.posted(1, kernel(5, 8), "long");
   learner.posted(1, kernel(6, 64), "k");
   EXPECT_EQ(learner.completed(1, exact(5, 97'000'000, 500'000'000)), 97'000'000);
-  EXPECT_EQ(learner.completed(1, exact(6, 98'000'000, 500'001'000)), 0)
-      << "waited for its own client's op on another stream: learned, but not its own time";
+  EXPECT_EQ(learner.completed(1, exact(6, 98'000'000, 500'001'000)), 1'001'000)
+      << "waited for its own client's op on another stream (learned whole): 597 to 598.001 ms";
   EXPECT_EQ(learner.counts().learned, 4u);
+  learner.posted(1, kernel(7, 8), "long");
+  learner.posted(1, kernel(8, 64), "k");
+  EXPECT_EQ(learner.completed(1, exact(7, 100'000'000, 700'000'000)), 100'000'000);
+  EXPECT_EQ(learner.completed(1, exact(8, 80'000'000, 710'000'000)), 0)
+      << "inside one that ended after it: alongside";
   learner.posted(3, kernel(1, 64), "k");
   EXPECT_EQ(learner.completed(3, exact(1, 97'000'000, 0), std::uint64_t{1} << 0), 0)
       << "device 0 time-sliced: others' slices in it";

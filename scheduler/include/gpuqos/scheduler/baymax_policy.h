@@ -100,13 +100,12 @@
 // cell's p99 reached 0.99 x the target (1.77 x in a run beside a build), against 0.67-0.75. The price: an op whose durations at one shape are
 // bimodal (usually short, sometimes far over the bound) is predicted short (the models answer a
 // geometric mean or a median) and is not held for budget. So an op not priced as long that ran over
-// the threshold by its own measured time (OpCompleted::own_ns: a span that overlapped no other op's)
-// is charged what it ran over at its completion: it blocked the queries arriving
-// meanwhile as a long op would have, and the long ops after it wait for that debt. A span that is not
-// the op's alone (coarse, or overlapping another op's, its own client's too) charges nothing; only
-// the spans read before it are seen, so one of another client's read after it is missed (as the
-// learner misses it) and the op is charged for the wait; so is one whose span includes a wait on its
-// own host (a stream wait on a flag, before it on its stream) while nothing else ran.
+// the threshold by its own measured time (OpCompleted::own_ns: its span from the end of the last op
+// it waited for) is charged what it ran over at its completion: it blocked the queries arriving
+// meanwhile as a long op would have, and the long ops after it wait for that debt. A coarse span, or
+// one that another ran alongside, charges nothing. Only the spans read before it are seen, so the
+// wait for another client's op read after it is taken for its own (as the learner takes it) and
+// charged; so is a wait on its own host (a stream wait on a flag, before it on its stream).
 // Debt is floored at minus the cap, so one mispredicted op cannot stop long ops for days. Credit
 // (given while no high-priority job was on the device) spent on a long op is charged all the same.
 // When the rate changes (a job with a target comes or goes, a reload) the budget is settled at the

@@ -63,9 +63,11 @@ class DurationLearner {
   // Remembers the op; returns the predictor's estimates of its device time (0: no model knows it).
   Estimate posted(std::uint32_t client, const ipc::OpDescriptor& op, std::string kernel_name);
   // `time_sliced_devices` (an ipc::device_in mask): devices that time-slice processes' work, where
-  // an overlapping span is learned (see the top of this file). Returns the op's own device time when
-  // its span measured it alone (exact, ran, on a device that runs work in order, overlapping no span
-  // read before it, its own client's included), whether or not a model took it; 0 otherwise.
+  // an overlapping span is learned (see the top of this file). Returns the op's own device time on a
+  // device that runs work in order (exact, ran): from the latest end within its span of the spans
+  // read before it (the ops it waited for, any client's), or its start, to its end; 0 when one of
+  // those ran alongside it (ended after it), on a time-slicing device, or for a coarse or failed one.
+  // Whether or not a model took the op.
   std::int64_t completed(std::uint32_t client, const ipc::CompletionDescriptor& completion,
                          std::uint64_t time_sliced_devices = 0);
   void client_gone(std::uint32_t client);
@@ -93,8 +95,9 @@ class DurationLearner {
   };
   static constexpr std::size_t kSpansPerEngine = 256;
   struct Overlap {
-    bool another = false;  // a span of another client
-    bool any = false;      // any span, the client's own too (an op of its other stream it waited for)
+    bool another = false;           // a span of another client
+    bool concurrent = false;        // a span that began before this one ended and ended after it
+    std::int64_t ran_from_ns = 0;   // the latest end within this span of the others (else its start)
   };
   // Which spans read so far on the op's engine overlap [start, end]; records this one.
   Overlap overlaps(std::uint32_t client, const ipc::OpDescriptor& op, std::int64_t start_ns, std::int64_t end_ns);

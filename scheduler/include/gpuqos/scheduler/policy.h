@@ -59,9 +59,8 @@ struct OpCompleted {
   ClientId client = 0;
   ipc::CompletionDescriptor completion{};  // device start/end times
   std::int64_t now_ns = 0;
-  // The op's own device time when its span measured it alone (DurationLearner::completed: exact, ran,
-  // on a device that runs work in order, overlapping no other op's span, its own client's included);
-  // 0: not known.
+  // The op's own device time on a device that runs work in order (DurationLearner::completed: its
+  // span from the end of the last op read before it that it waited for); 0: not known.
   std::int64_t own_ns = 0;
 };
 
