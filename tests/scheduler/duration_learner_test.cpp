@@ -113,7 +113,7 @@ TEST(DurationLearner, AnOpWhoseSpanOverlapsAnotherClientsOpOnItsEngineIsNotLearn
 // What completed() tells the policy: the op's own time (the long-op budget charges an op that ran
 // long by it), from the end of the last op read before it that it waited for; nothing when one ran
 // alongside it, or for a span that is not the op's alone (coarse).
-TEST(DurationLearner, ReturnsTheOwnTimeOfAnOpTimedAlone) {
+TEST(DurationLearner, ReturnsTheOwnTimeOfAnOpFromTheEndOfWhatItWaitedFor) {
   DurationLearner learner = make_learner();
   learner.posted(1, kernel(1, 64), "k");
   EXPECT_EQ(learner.completed(1, exact(1, 4'000'000, 1'000'000)), 4'000'000) << "alone: its own";
