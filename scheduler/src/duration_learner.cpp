@@ -115,7 +115,11 @@ std::int64_t DurationLearner::completed(std::uint32_t client, const ipc::Complet
 DurationLearner::Overlap DurationLearner::overlaps(std::uint32_t client, const ipc::OpDescriptor& op,
                                                    std::int64_t start_ns, std::int64_t end_ns) {
   const auto engine = engine_of(op);
-  if (!engine) return {};
+  if (!engine) {
+    Overlap none;
+    none.ran_from_ns = start_ns;
+    return none;
+  }
   std::deque<Span>& spans = spans_[{op.device, static_cast<std::uint8_t>(*engine)}];
   // From the latest end back, a span that ended before this one began ends the search. Only
   // against spans already read: one that overlaps this op and is read later (a long op of another

@@ -142,6 +142,17 @@ TEST(DurationLearner, ReturnsTheOwnTimeOfAnOpFromTheEndOfWhatItWaitedFor) {
   EXPECT_EQ(learner.completed(1, exact(7, 100'000'000, 700'000'000)), 100'000'000);
   EXPECT_EQ(learner.completed(1, exact(8, 80'000'000, 710'000'000)), 0)
       << "inside one that ended after it: alongside";
+  EXPECT_EQ(learner.counts().shared, 1u) << "the op behind client 2's: its own time, not learned";
+  // Two ops it waited for end inside its span: from the later end; one that began after it ended
+  // does not count.
+  learner.posted(2, kernel(2, 8), "a");
+  learner.posted(2, kernel(3, 8), "b");
+  learner.posted(2, kernel(4, 8), "c");
+  learner.posted(1, kernel(9, 64), "k");
+  EXPECT_EQ(learner.completed(2, exact(2, 10'000'000, 900'000'000)), 10'000'000);
+  EXPECT_EQ(learner.completed(2, exact(3, 20'000'000, 910'000'000)), 20'000'000);
+  EXPECT_EQ(learner.completed(2, exact(4, 5'000'000, 960'000'000)), 5'000'000) << "after the gap";
+  EXPECT_EQ(learner.completed(1, exact(9, 55'000'000, 901'000'000)), 26'000'000) << "930 to 956 ms";
   learner.posted(3, kernel(1, 64), "k");
   EXPECT_EQ(learner.completed(3, exact(1, 97'000'000, 0), std::uint64_t{1} << 0), 0)
       << "device 0 time-sliced: others' slices in it";

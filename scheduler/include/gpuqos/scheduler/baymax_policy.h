@@ -100,8 +100,8 @@
 // cell's p99 reached 0.99 x the target (1.77 x in a run beside a build), against 0.67-0.75. The price: an op whose durations at one shape are
 // bimodal (usually short, sometimes far over the bound) is predicted short (the models answer a
 // geometric mean or a median) and is not held for budget. So an op not priced as long that ran over
-// the threshold by its own measured time (OpCompleted::own_ns: its span from the end of the last op
-// it waited for) is charged what it ran over at its completion: it blocked the queries arriving
+// the threshold by its own measured time (OpCompleted::own_ns: from the latest end within its span
+// of the ops read before it, or its start) is charged what it ran over at its completion: it blocked the queries arriving
 // meanwhile as a long op would have, and the long ops after it wait for that debt. A coarse span, or
 // one that another ran alongside, charges nothing. Only the spans read before it are seen, so the
 // wait for another client's op read after it is taken for its own (as the learner takes it) and

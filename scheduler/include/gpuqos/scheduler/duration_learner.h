@@ -65,8 +65,9 @@ class DurationLearner {
   // `time_sliced_devices` (an ipc::device_in mask): devices that time-slice processes' work, where
   // an overlapping span is learned (see the top of this file). Returns the op's own device time on a
   // device that runs work in order (exact, ran): from the latest end within its span of the spans
-  // read before it (the ops it waited for, any client's), or its start, to its end; 0 when one of
-  // those ran alongside it (ended after it), on a time-slicing device, or for a coarse or failed one.
+  // read before it (the ops it waited for, any client's), or its start, to its end; 0 when a span read
+  // before it began before its end and ended after it (ran alongside it), on a time-slicing device,
+  // or for a coarse or failed one.
   // Whether or not a model took the op.
   std::int64_t completed(std::uint32_t client, const ipc::CompletionDescriptor& completion,
                          std::uint64_t time_sliced_devices = 0);

@@ -59,8 +59,9 @@ struct OpCompleted {
   ClientId client = 0;
   ipc::CompletionDescriptor completion{};  // device start/end times
   std::int64_t now_ns = 0;
-  // The op's own device time on a device that runs work in order (DurationLearner::completed: its
-  // span from the end of the last op read before it that it waited for); 0: not known.
+  // The op's own device time on a device that runs work in order (DurationLearner::completed: from the
+  // latest end within its span of the spans read before it, or its start, to its end); 0 when one ran
+  // alongside it, or not known.
   std::int64_t own_ns = 0;
 };
 
