@@ -288,14 +288,17 @@ void BaymaxPolicy::refresh_long_budgets(std::int64_t now_ns) {
   }
 }
 
-bool BaymaxPolicy::spend_long_budget(const Queued& queued, std::int64_t now_ns) {
-  const std::int64_t cost = long_op_cost(queued);
-  auto it = long_budgets_.find(queued.op.device);
-  if (cost <= 0 || it == long_budgets_.end()) return false;
-  const double cap = long_op_budget_cap_ns(queued.op.device);
-  it->second.level_ns = std::max(-cap, long_op_budget_ns(queued.op.device, now_ns) - static_cast<double>(cost));
+bool BaymaxPolicy::debit_long_budget(std::uint32_t device, std::int64_t cost_ns, std::int64_t now_ns) {
+  auto it = long_budgets_.find(device);
+  if (cost_ns <= 0 || it == long_budgets_.end()) return false;
+  const double cap = long_op_budget_cap_ns(device);
+  it->second.level_ns = std::max(-cap, long_op_budget_ns(device, now_ns) - static_cast<double>(cost_ns));
   it->second.at_ns = std::max(it->second.at_ns, now_ns);
   return true;
+}
+
+bool BaymaxPolicy::spend_long_budget(const Queued& queued, std::int64_t now_ns) {
+  return debit_long_budget(queued.op.device, long_op_cost(queued), now_ns);
 }
 
 void BaymaxPolicy::charge_overrun(const InFlight& done, std::int64_t own_ns, std::int64_t now_ns) {
@@ -303,12 +306,7 @@ void BaymaxPolicy::charge_overrun(const InFlight& done, std::int64_t own_ns, std
   // (an op whose durations at one shape are bimodal): the budget pays for what it ran over the
   // threshold, measured. One priced as long paid its upper estimate already.
   if (done.high || done.priced_long || done.engine != Engine::compute || own_ns <= 0) return;
-  const std::int64_t over = own_ns - long_op_threshold_ns();
-  auto it = long_budgets_.find(done.device);
-  if (over <= 0 || it == long_budgets_.end()) return;
-  const double cap = long_op_budget_cap_ns(done.device);
-  it->second.level_ns = std::max(-cap, long_op_budget_ns(done.device, now_ns) - static_cast<double>(over));
-  it->second.at_ns = std::max(it->second.at_ns, now_ns);
+  debit_long_budget(done.device, own_ns - long_op_threshold_ns(), now_ns);
 }
 
 double BaymaxPolicy::long_op_budget_ns(std::uint32_t device, std::int64_t now_ns) const {

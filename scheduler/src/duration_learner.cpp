@@ -97,7 +97,9 @@ std::int64_t DurationLearner::completed(std::uint32_t client, const ipc::Complet
   // its span (it waited for those, its own client's or another's): its own time is from the latest
   // such end. None when a span read before it ran alongside it (began before its end, ended after).
   const std::int64_t own_ns =
-      in_order && completion.status == 0 && !overlap.concurrent ? completion.end_ns - overlap.ran_from_ns : 0;
+      in_order && completion.status == 0 && !overlap.concurrent
+          ? completion.end_ns - std::max(completion.start_ns, overlap.ran_from_ns)
+          : 0;
   if (shared) {
     ++counts_.shared;
     return own_ns;
@@ -115,17 +117,12 @@ std::int64_t DurationLearner::completed(std::uint32_t client, const ipc::Complet
 DurationLearner::Overlap DurationLearner::overlaps(std::uint32_t client, const ipc::OpDescriptor& op,
                                                    std::int64_t start_ns, std::int64_t end_ns) {
   const auto engine = engine_of(op);
-  if (!engine) {
-    Overlap none;
-    none.ran_from_ns = start_ns;
-    return none;
-  }
+  if (!engine) return {};
   std::deque<Span>& spans = spans_[{op.device, static_cast<std::uint8_t>(*engine)}];
   // From the latest end back, a span that ended before this one began ends the search. Only
   // against spans already read: one that overlaps this op and is read later (a long op of another
   // client on a time-slicing device) is not counted here (that one is, when it comes).
   Overlap overlap;
-  overlap.ran_from_ns = start_ns;
   for (auto span = spans.rbegin(); span != spans.rend(); ++span) {
     if (span->end_ns <= start_ns) break;
     if (span->start_ns >= end_ns) continue;

@@ -264,6 +264,9 @@ class BaymaxPolicy final : public Policy {
   // device that now has a rate (empty), none for a device that has not.
   void settle_long_budgets(std::int64_t now_ns);
   void refresh_long_budgets(std::int64_t now_ns);
+  // Takes cost_ns (if positive) from the device's budget, if it has one, floored at minus the cap;
+  // returns whether it did.
+  bool debit_long_budget(std::uint32_t device, std::int64_t cost_ns, std::int64_t now_ns);
   // Returns whether the op was priced as long (it cost something).
   bool spend_long_budget(const Queued& queued, std::int64_t now_ns);
   // Charges what an op not priced as long ran over the long-op threshold (its own measured time).

@@ -98,7 +98,7 @@ class DurationLearner {
   struct Overlap {
     bool another = false;           // a span of another client
     bool concurrent = false;        // a span that began before this one ended and ended after it
-    std::int64_t ran_from_ns = 0;   // the latest end within this span of the others (else its start)
+    std::int64_t ran_from_ns = 0;   // the latest end within this span of the others (0: none)
   };
   // Which spans read so far on the op's engine overlap [start, end]; records this one.
   Overlap overlaps(std::uint32_t client, const ipc::OpDescriptor& op, std::int64_t start_ns, std::int64_t end_ns);
