@@ -351,6 +351,17 @@ std::optional<bool> BaymaxPolicy::arrivals_held(ClientId client, std::uint32_t d
   return held;
 }
 
+std::int64_t BaymaxPolicy::query_allowance_ns(ClientId client) const {
+  const std::int64_t margin = options_.baymax.safety_margin_ns;
+  const std::int64_t allowance = std::max(bound_.bound_ns(), margin);
+  const std::int64_t gap = queries_.mean_arrival_gap_ns(client);
+  if (gap <= 0) return allowance;  // its rate is not known yet
+  // Each query stretched by the allowance keeps the job busy for kMaxQueryLoad of the time at most.
+  const double room = kMaxQueryLoad * static_cast<double>(gap) - static_cast<double>(queries_.expected_query_ns(client));
+  if (room <= static_cast<double>(margin)) return margin;
+  return std::min(allowance, static_cast<std::int64_t>(room));
+}
+
 bool BaymaxPolicy::others_have_work(ClientId client, std::uint32_t device) const {
   return std::any_of(clients_.begin(), clients_.end(), [&](const auto& entry) {
     const ClientState& other = entry.second;
@@ -450,8 +461,7 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
       // (baymax_policy.h).
       std::int64_t deadline = query->opened_ns + target;
       if (profiled && queries_.says_arrivals(id))
-        deadline = std::min(deadline, query->started_ns + queries_.expected_query_ns(id) +
-                                          std::max(bound_.bound_ns(), options_.baymax.safety_margin_ns));
+        deadline = std::min(deadline, query->started_ns + queries_.expected_query_ns(id) + query_allowance_ns(id));
       queries.push_back(Protected{deadline, need, idle, state.hp_outstanding_ns, blocks, id, false});
     }
     // Requests waiting in the job's own queue start when the ones before them are done (so what

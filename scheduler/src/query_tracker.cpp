@@ -108,6 +108,8 @@ std::vector<ClosedQuery> QueryTracker::posted(ClientId client, const ipc::OpDesc
     case ipc::OpKind::query_arrived:
       switch_to_marks(state);
       state.says_arrivals = true;
+      if (state.recent_arrivals.size() >= kRateWindow) state.recent_arrivals.pop_front();
+      state.recent_arrivals.push_back(std::min(op.posted_ns, now_ns));
       // A request begun already (its arrival reached us after its begin): not waiting.
       if (op.posted_ns <= state.last_begun_arrival_ns) return closed;
       if (state.arrivals.size() >= kMaxArrivals) state.arrivals.pop_front();  // as the shim forgets it
@@ -258,6 +260,14 @@ const std::deque<std::int64_t>& QueryTracker::waiting_arrivals(ClientId client) 
   static const std::deque<std::int64_t> kNone;
   auto it = clients_.find(client);
   return it == clients_.end() ? kNone : it->second.arrivals;
+}
+
+std::int64_t QueryTracker::mean_arrival_gap_ns(ClientId client) const {
+  auto it = clients_.find(client);
+  if (it == clients_.end() || it->second.recent_arrivals.size() < kMinRateArrivals) return 0;
+  const std::deque<std::int64_t>& arrivals = it->second.recent_arrivals;
+  const std::int64_t span = arrivals.back() - arrivals.front();
+  return span > 0 ? span / static_cast<std::int64_t>(arrivals.size() - 1) : 0;
 }
 
 bool QueryTracker::says_arrivals(ClientId client) const {

@@ -1152,6 +1152,51 @@ TEST(BaymaxPolicy, AQueryOfAJobThatSaysItsArrivalsIsDelayedAtMostTheBound) {
   EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 21 * kMs, kMs / 2), (Decisions{{kTrainA, 1}}));
 }
 
+// The allowance is also kept to what lets the job stay busy at most kMaxQueryLoad (0.7) of the time
+// with each query that much longer, at its measured arrival rate: at a load near 1 the bound's
+// delay to every query would grow its own queue faster than it drains. Requests arrive every
+// gap_ms; the first is learned (8 ms), the last begins at once and is still open 11 ms later, past
+// its expected 8, so it allows 11 + p + 1 (margin) <= 8 + allowance: p <= allowance - 4.
+TEST(BaymaxPolicy, AJobsArrivalRateKeepsTheDelayEachOfItsQueriesMayTakeFromOverloadingIt) {
+  const auto open_late_query = [](std::int64_t gap_ms, std::uint64_t arrivals) {
+    auto policy = std::make_unique<BaymaxPolicy>(options(10 * kMs));  // bound 10, margin 1
+    (void)policy->client_registered(serve(kServe, 30 * kMs), 0);
+    std::uint64_t seq = 1;
+    std::int64_t at = 0;
+    for (std::uint64_t k = 1; k <= arrivals; ++k) {
+      at = static_cast<std::int64_t>(k) * gap_ms * kMs;
+      (void)post(*policy, kServe, Priority::high, arrival_at(seq++, at), at, 0);
+      if (k != 1 && k != arrivals) continue;  // the ones between were dropped by the server
+      ipc::OpDescriptor begin = op(seq++, ipc::OpKind::query_begin);
+      begin.arrived_ns = at;
+      (void)post(*policy, kServe, Priority::high, begin, at, 0);
+      const std::uint64_t work = seq++;
+      (void)post(*policy, kServe, Priority::high, op(work), at, kMs);
+      if (k == arrivals) break;
+      (void)policy->op_completed({kServe, done(work, at + 8 * kMs), at + 8 * kMs});
+      (void)post(*policy, kServe, Priority::high, op(seq++, ipc::OpKind::query_end), at + 8 * kMs, 0);
+    }
+    EXPECT_EQ(policy->queries().expected_query_ns(kServe), 8 * kMs);
+    return std::pair{std::move(policy), at + 11 * kMs};
+  };
+  // Every 40 ms: 0.7 x 40 - 8 = 20 ms of room, more than the bound: allowance 10, p <= 6.
+  auto [slow, slow_now] = open_late_query(40, 8);
+  EXPECT_EQ(slow->queries().mean_arrival_gap_ns(kServe), 40 * kMs);
+  EXPECT_TRUE(post(*slow, kTrainA, Priority::low, op(1), slow_now, 7 * kMs).empty());
+  EXPECT_EQ(post(*slow, kTrainB, Priority::low, op(1), slow_now, 6 * kMs), (Decisions{{kTrainB, 1}}));
+  // Every 20 ms: 0.7 x 20 - 8 = 6, so p <= 2.
+  auto [busy, busy_now] = open_late_query(20, 8);
+  EXPECT_TRUE(post(*busy, kTrainA, Priority::low, op(1), busy_now, 3 * kMs).empty());
+  EXPECT_EQ(post(*busy, kTrainB, Priority::low, op(1), busy_now, 2 * kMs), (Decisions{{kTrainB, 1}}));
+  // Every 12 ms: 0.7 x 12 - 8 = 0.4, under the margin: the margin (1 ms), so no delay at all.
+  auto [overloaded, overloaded_now] = open_late_query(12, 8);
+  EXPECT_TRUE(post(*overloaded, kTrainA, Priority::low, op(1), overloaded_now, kMs / 10).empty());
+  // Fewer than 8 arrivals say no rate yet: the bound's allowance, p <= 6, even every 12 ms.
+  auto [young, young_now] = open_late_query(12, 7);
+  EXPECT_EQ(young->queries().mean_arrival_gap_ns(kServe), 0);
+  EXPECT_EQ(post(*young, kTrainA, Priority::low, op(1), young_now, 6 * kMs), (Decisions{{kTrainA, 1}}));
+}
+
 // With no request of the job in the system, the one arriving next is the bound's to protect:
 // best-effort work flows up to it (a request arriving now would be held for by nothing else).
 TEST(BaymaxPolicy, WithNoRequestInTheSystemTheBoundProtectsTheNextArrival) {

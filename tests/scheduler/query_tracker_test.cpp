@@ -195,6 +195,37 @@ TEST(QueryTracker, RequestsThatNeverBeginAreDroppedAndCapped) {
   EXPECT_TRUE(tracker.waiting_arrivals(kServe).empty());
 }
 
+// The arrival rate: the mean gap over the latest kRateWindow arrivals said, begun or not (a request
+// that arrives after its begin counts too), once kMinRateArrivals have come.
+TEST(QueryTracker, TheArrivalGapIsTheMeanOverTheLatestArrivals) {
+  QueryTracker tracker;
+  std::uint64_t seq = 0;
+  for (std::size_t i = 0; i + 1 < QueryTracker::kMinRateArrivals; ++i) {
+    const auto at = static_cast<std::int64_t>(i) * 10 * kMs;
+    (void)tracker.posted(kServe, arrived(++seq, at), at);
+  }
+  EXPECT_EQ(tracker.mean_arrival_gap_ns(kServe), 0) << "one short of the minimum";
+  std::int64_t at = static_cast<std::int64_t>(QueryTracker::kMinRateArrivals - 1) * 10 * kMs;
+  (void)tracker.posted(kServe, begin(++seq, at), at);
+  (void)tracker.posted(kServe, arrived(++seq, at), at);  // reaches the daemon after its begin
+  EXPECT_EQ(tracker.mean_arrival_gap_ns(kServe), 10 * kMs);
+  // A faster rate replaces the old one as the window moves on: after kRateWindow arrivals 2 ms
+  // apart, none of the 10-ms gaps is left.
+  for (std::size_t i = 0; i < QueryTracker::kRateWindow; ++i) {
+    at += 2 * kMs;
+    (void)tracker.posted(kServe, arrived(++seq, at), at);
+  }
+  EXPECT_EQ(tracker.mean_arrival_gap_ns(kServe), 2 * kMs);
+  // Stamps from the future count as the daemon's now (as the arrivals themselves); stamps that do
+  // not move forward say no rate.
+  QueryTracker frozen;
+  for (std::size_t i = 0; i < QueryTracker::kMinRateArrivals; ++i) (void)frozen.posted(kServe, arrived(i + 1, 50 * kMs), kMs);
+  EXPECT_EQ(frozen.mean_arrival_gap_ns(kServe), 0);
+  EXPECT_EQ(tracker.mean_arrival_gap_ns(kServe + 1), 0) << "a client never seen";
+  tracker.client_gone(kServe);
+  EXPECT_EQ(tracker.mean_arrival_gap_ns(kServe), 0) << "forgotten with the client";
+}
+
 TEST(QueryTracker, TheProfileGivesTheRemainingTimeAfterEachOp) {
   QueryTracker tracker;
   // A query: op at 0, op at 2 ms, done at 5 ms.

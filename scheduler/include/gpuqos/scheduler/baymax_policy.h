@@ -48,7 +48,10 @@
 //   bound (the adaptive one; at least the margin) if that is sooner, so best-effort work may delay
 //   it by the bound less the margin, which the deadline test keeps for estimates' errors: delaying
 //   each query up to a deadline that counts its wait in the job's queue grows that queue, and
-//   every request behind it pays again.
+//   every request behind it pays again. That allowance is also kept to what lets the job, at its
+//   measured arrival rate (the mean gap g of its latest arrivals), stay busy at most kMaxQueryLoad
+//   of the time with each query that much longer: kMaxQueryLoad x g - whole-query time, at least the
+//   margin (query_allowance_ns).
 //   On a preemptive device the compute delay is not backlog + p but the slices best-effort jobs
 //   take: at each of the query's blocking points still to come (the profile's count; for a waiting
 //   request, also those of the queries ahead of it) its kernels wait at most one time slice
@@ -153,6 +156,9 @@ class BaymaxPolicy final : public Policy {
   // completion comes, so one that was running all along still pays its overrun. Beyond this many,
   // the first by client and seq is dropped (it only loses its charge).
   static constexpr std::size_t kMaxRetiredOps = 1024;
+  // A job that says its arrivals: the largest share of its time its queries may keep it busy once
+  // each is delayed by what best-effort work may add to it (query_allowance_ns).
+  static constexpr double kMaxQueryLoad = 0.7;
 
   explicit BaymaxPolicy(const PolicyOptions& options);
 
@@ -257,6 +263,11 @@ class BaymaxPolicy final : public Policy {
   std::vector<std::pair<ClientId, std::int64_t>> be_compute_work(ClientId client, std::uint32_t device) const;
   // Has another best-effort job granted compute work on device not yet completed, or a compute op
   // there at the head of its queue?
+  // How much later than its start plus its expected time an open query of `client` (a job that
+  // says its arrivals) is due: the bound (at least the margin), and no more than lets its queries,
+  // each that much longer, keep the job busy kMaxQueryLoad of the time at its measured arrival rate
+  // (at least the margin: then only work that drains in the query's idle time goes).
+  std::int64_t query_allowance_ns(ClientId client) const;
   bool others_have_work(ClientId client, std::uint32_t device) const;
   // Ops longer than this are long ops: the configured bound, or the adaptive one when it is looser.
   std::int64_t long_op_threshold_ns() const;

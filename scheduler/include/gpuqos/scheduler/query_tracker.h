@@ -68,6 +68,10 @@ class QueryTracker {
   // a queue that long has missed every target already, and the policy checks each waiting request
   // at every decision).
   static constexpr std::size_t kMaxArrivals = 256;
+  // The arrival rate of a job that says its arrivals: the mean gap over its last kRateWindow
+  // query_arrived marks, once it has said kMinRateArrivals.
+  static constexpr std::size_t kRateWindow = 64;
+  static constexpr std::size_t kMinRateArrivals = 8;
 
   // Every op and mark a tracked (high-priority) client posts, in seq order.
   std::vector<ClosedQuery> posted(ClientId client, const ipc::OpDescriptor& op, std::int64_t now_ns);
@@ -107,6 +111,9 @@ class QueryTracker {
   // Has the client said when its requests arrive (a query_arrived mark)? Then its queries count from
   // their arrival, and work it has not been sent yet waits behind what it has.
   bool says_arrivals(ClientId client) const;
+  // The mean time between the client's request arrivals (query_arrived marks, begun or not) over
+  // its latest kRateWindow; 0 before kMinRateArrivals, or when their stamps do not move forward.
+  std::int64_t mean_arrival_gap_ns(ClientId client) const;
   std::uint64_t outstanding_ops(ClientId client) const;
 
  private:
@@ -124,6 +131,7 @@ class QueryTracker {
     std::deque<std::int64_t> arrivals;     // requests that arrived and have not begun, oldest first
     bool says_arrivals = false;            // a query_arrived mark came
     std::int64_t last_begun_arrival_ns = 0;  // the latest arrival a begin named
+    std::deque<std::int64_t> recent_arrivals;  // the latest kRateWindow arrivals said, in order said
     std::vector<std::int64_t> remaining;  // profile: after op k, the query ran this much longer
     std::vector<std::int64_t> unblocked;  // profile: after op k, its next blocking point came this much later
     std::vector<double> blocks;           // profile: after op k, the query waited for the device this often
