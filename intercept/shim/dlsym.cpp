@@ -66,6 +66,19 @@ bool caller_interposes(const void* caller, const char* name) noexcept {
   return found && dladdr(found, &definer) != 0 && definer.dli_fbase == object.dli_fbase;
 }
 
+// Whether `found`, what a handle's own search gave for a hooked name, is the definition our hook
+// stands in for: the driver's, or the one our hook calls (an interposer after us in the global
+// scope, which chains to the driver). Another object's own definition of the name (a library the
+// program opened for its wrapper of that function) is that object's answer, not the driver's.
+bool is_driver_definition(void* found, const char* name, HookId id) noexcept {
+  if (found == resolved_real_function_address(id)) return true;
+  void* driver = dlopen(kDriverSoname, RTLD_LAZY | RTLD_NOLOAD);  // never loads it
+  if (!driver) return false;
+  void* defined = real_dlsym()(driver, name);
+  dlclose(driver);  // NOLOAD took a reference
+  return found == defined;
+}
+
 }  // namespace
 
 extern "C" __attribute__((visibility("hidden"))) DlsymRoute gpuqos_dlsym_route(void* handle, const char* name,
@@ -75,9 +88,11 @@ extern "C" __attribute__((visibility("hidden"))) DlsymRoute gpuqos_dlsym_route(v
   // A search of the global scope would find our hook anyway (we are preloaded); from a library
   // after us, RTLD_NEXT is meant to reach the driver, which our hook stands in for.
   if (handle == RTLD_DEFAULT || handle == RTLD_NEXT) return {hook_address(*hook), 0};
-  // An explicit handle (the program's dlopen("libcuda.so.1")): our hook if that object has the
-  // symbol at all, else glibc's "not found" with its dlerror() message.
-  return {real_dlsym()(handle, name) ? hook_address(*hook) : nullptr, 0};
+  // An explicit handle (the program's dlopen("libcuda.so.1"), or of a library that links it): our
+  // hook when what that handle's search finds is the driver's definition, another object's own
+  // definition as it is, and glibc's "not found" with its dlerror() message.
+  void* found = real_dlsym()(handle, name);
+  return {found && is_driver_definition(found, name, *hook) ? hook_address(*hook) : found, 0};
 }
 
 #if defined(__x86_64__)

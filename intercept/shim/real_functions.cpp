@@ -14,8 +14,6 @@
 namespace gpuqos::intercept {
 namespace {
 
-constexpr const char* kDriverSoname = "libcuda.so.1";
-
 // Marks a slot whose symbol was looked up and not found (nullptr marks "not looked up yet").
 char missing_marker;
 void* const kMissing = &missing_marker;
@@ -78,6 +76,11 @@ bool driver_loaded() {
 
 void* real_function_address(HookId id) noexcept {
   return resolve(hook_slots[index_of(id)], hook_name(id).data());  // names are NUL-terminated literals
+}
+
+void* resolved_real_function_address(HookId id) noexcept {
+  void* fn = hook_slots[index_of(id)].load(std::memory_order_acquire);
+  return fn == kMissing ? nullptr : fn;
 }
 
 void* driver_helper(DriverHelper helper) noexcept {

@@ -12,9 +12,14 @@
 
 namespace gpuqos::intercept {
 
+// The driver's soname: what the shim loads, and what a program's dlopen of the driver names.
+inline constexpr const char* kDriverSoname = "libcuda.so.1";
+
 // real_functions.cpp: the driver's definition of a hooked symbol, looked up on first use; nullptr
 // when there is none (then the hook returns missing_real_function(id), never calls it).
 void* real_function_address(HookId id) noexcept;
+// The same if it was looked up already, else nullptr (looks nothing up, loads nothing).
+void* resolved_real_function_address(HookId id) noexcept;
 CUresult missing_real_function(HookId id) noexcept;
 
 // Driver functions the shim calls itself (never through our hooks), resolved the same way; nullptr

@@ -1,7 +1,8 @@
 # CUDA driver-API programs the shim's integration tests run under LD_PRELOAD=libgpuqos.so on simgpu.
 # linked_client links libcuda like any CUDA program (the toolkit's stub at link time, simgpu's
 # libcuda.so.1 at run time); dlopen_client does not link it and finds it with dlopen + dlsym;
-# gate_client (linked) is what the gate's tests run under a fake gpuqosd.
+# gate_client (linked) is what the gate's tests run under a fake gpuqosd. dlopen_client `handles`
+# also opens two libraries: test_wrapper defines cuLaunchKernel of its own, test_linked links libcuda.
 foreach(program linked_client dlopen_client gate_client)
   add_executable(intercept_${program} ${CMAKE_CURRENT_LIST_DIR}/programs/${program}.cpp)
   set_target_properties(intercept_${program} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests/programs)
@@ -12,3 +13,11 @@ target_link_libraries(intercept_linked_client PRIVATE CUDA::cuda_driver ${CMAKE_
 target_link_libraries(intercept_dlopen_client PRIVATE ${CMAKE_DL_LIBS})
 target_link_libraries(intercept_gate_client PRIVATE CUDA::cuda_driver Threads::Threads ${CMAKE_DL_LIBS})
 target_include_directories(intercept_gate_client PRIVATE ${PROJECT_SOURCE_DIR}/intercept/include)  # gpuqos/query.h
+foreach(library test_wrapper test_linked)
+  add_library(intercept_${library} SHARED ${CMAKE_CURRENT_LIST_DIR}/programs/${library}.cpp)
+  set_target_properties(intercept_${library} PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests/programs)
+  target_include_directories(intercept_${library} PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
+  gpuqos_warnings(intercept_${library})
+endforeach()
+target_link_libraries(intercept_test_linked PRIVATE CUDA::cuda_driver)
+add_dependencies(intercept_dlopen_client intercept_test_wrapper intercept_test_linked)

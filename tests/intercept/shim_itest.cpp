@@ -139,6 +139,16 @@ TEST_F(ShimTest, DlopenAndDlsymAnswerHooks) {
   EXPECT_EQ(c.at("failed"), 0);
 }
 
+// dlsym on another library's handle: the hook only where that handle's search finds the driver's
+// definition (a library linking libcuda); a library's own definition of the name (a wrapper it
+// opened) is answered as it is, and calling it never reaches the shim.
+TEST_F(ShimTest, DlsymOnAnotherLibrarysHandleAnswersItsOwnDefinition) {
+  ASSERT_EQ(run("intercept_dlopen_client", "handles"), 0) << output_;
+  EXPECT_NE(output_.find("handles ok"), std::string::npos) << output_;
+  const auto c = counts();
+  EXPECT_EQ(c.count("cuLaunchKernel") ? c.at("cuLaunchKernel") : 0, 0) << "the wrapper's call is not ours";
+}
+
 TEST_F(ShimTest, WithoutADriverHooksFailCleanlyAndSayItOnce) {
   ASSERT_EQ(run("intercept_dlopen_client", "absent", {}, /*with_driver=*/false), 0) << output_;
   EXPECT_NE(output_.find("absent ok"), std::string::npos) << output_;

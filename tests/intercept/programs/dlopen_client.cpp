@@ -1,12 +1,16 @@
 // A CUDA program that does not link libcuda: it dlopen()s libcuda.so.1 (RTLD_LOCAL, as the CUDA
 // runtime does) and looks each entry point up with dlsym. `dlsym` runs kernels and copies that way;
 // `absent` expects no driver at all and calls hooks found with dlsym(RTLD_DEFAULT), which must fail
-// cleanly with CUDA_ERROR_NOT_INITIALIZED.
+// cleanly with CUDA_ERROR_NOT_INITIALIZED; `handles` looks a hooked name up on the handles of two
+// other libraries beside this program (test_wrapper.cpp, test_linked.cpp).
 #include <cuda.h>
 #include <dlfcn.h>
 
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -71,6 +75,33 @@ int run_dlsym() {
   return 0;
 }
 
+// A library built beside this program.
+std::string beside_me(const char* file) {
+  return (std::filesystem::read_symlink("/proc/self/exe").parent_path() / file).string();
+}
+
+int run_handles() {
+  void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  CHECK(driver != nullptr);
+  // A library's own definition of a hooked name is its answer: the program asked for that one.
+  void* wrapper = dlopen(beside_me("libintercept_test_wrapper.so").c_str(), RTLD_NOW | RTLD_LOCAL);
+  CHECK(wrapper != nullptr);
+  auto wrapped = symbol<decltype(cuLaunchKernel)>(wrapper, "cuLaunchKernel");
+  CHECK(wrapped != nullptr);
+  CHECK(object_of(reinterpret_cast<void*>(wrapped)).find("libintercept_test_wrapper.so") != std::string::npos);
+  CHECK(wrapped(nullptr, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr) == static_cast<CUresult>(999));
+  // A library that links the driver finds the driver's definition among its dependencies: the hook.
+  void* linked = dlopen(beside_me("libintercept_test_linked.so").c_str(), RTLD_NOW | RTLD_LOCAL);
+  CHECK(linked != nullptr);
+  void* through_linked = dlsym(linked, "cuLaunchKernel");
+  CHECK(through_linked != nullptr);
+  CHECK(object_of(through_linked).find("libgpuqos.so") != std::string::npos);
+  CHECK(through_linked == dlsym(driver, "cuLaunchKernel"));
+  CHECK(dlsym(wrapper, "cuNoSuchEntryPoint") == nullptr && dlerror() != nullptr);
+  std::printf("handles ok\n");
+  return 0;
+}
+
 int run_absent() {
   CHECK(dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL) == nullptr);
   auto launch = symbol<decltype(cuLaunchKernel)>(RTLD_DEFAULT, "cuLaunchKernel");
@@ -91,6 +122,7 @@ int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "dlsym") return run_dlsym();
   if (mode == "absent") return run_absent();
-  std::printf("usage: %s dlsym|absent\n", argv[0]);
+  if (mode == "handles") return run_handles();
+  std::printf("usage: %s dlsym|absent|handles\n", argv[0]);
   return 2;
 }
