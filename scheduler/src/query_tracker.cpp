@@ -104,12 +104,20 @@ void QueryTracker::switch_to_marks(State& state) {
 std::vector<ClosedQuery> QueryTracker::posted(ClientId client, const ipc::OpDescriptor& op, std::int64_t now_ns) {
   std::vector<ClosedQuery> closed;
   State& state = clients_[client];
+  // When the program made the call (the shim's stamp), not when the daemon read it: a daemon that
+  // reads late would otherwise see a query shorter than it was, or closed before it opened. A stamp
+  // in the future or older than kMaxStampLagNs is not of this clock (or not a stamp): the read time
+  // stands for it. Never before the client's previous op (threads may post a little out of order),
+  // so the profile's times stay in order.
+  const bool stamped = op.posted_ns > 0 && op.posted_ns <= now_ns && now_ns - op.posted_ns <= kMaxStampLagNs;
+  const std::int64_t at_ns = std::clamp(stamped ? op.posted_ns : now_ns, std::min(state.last_posted_ns, now_ns), now_ns);
+  state.last_posted_ns = at_ns;
   switch (op.kind) {
     case ipc::OpKind::query_arrived:
       switch_to_marks(state);
       state.says_arrivals = true;
       if (state.recent_arrivals.size() >= kRateWindow) state.recent_arrivals.pop_front();
-      state.recent_arrivals.push_back(std::min(op.posted_ns, now_ns));
+      state.recent_arrivals.push_back(at_ns);
       // A request begun already (its arrival reached us after its begin): not waiting.
       if (op.posted_ns <= state.last_begun_arrival_ns) return closed;
       if (state.arrivals.size() >= kMaxArrivals) state.arrivals.pop_front();  // as the shim forgets it
@@ -124,35 +132,35 @@ std::vector<ClosedQuery> QueryTracker::posted(ClientId client, const ipc::OpDesc
         std::erase_if(state.arrivals, [arrived_ns](std::int64_t t) { return t <= arrived_ns; });
         state.last_begun_arrival_ns = std::max(state.last_begun_arrival_ns, op.arrived_ns);
       }
-      if (!state.open) open(state, now_ns, arrived_ns > 0 ? arrived_ns : now_ns);
+      if (!state.open) open(state, at_ns, arrived_ns > 0 ? arrived_ns : at_ns);
       return closed;
     }
     case ipc::OpKind::query_end:
-      note_blocking(state, op, now_ns);
-      if (state.explicit_marks && state.open) closed.push_back(close(client, state, now_ns));
+      note_blocking(state, op, at_ns);
+      if (state.explicit_marks && state.open) closed.push_back(close(client, state, at_ns));
       return closed;
     case ipc::OpKind::sync:
-      if (state.open && (state.explicit_marks || state.query.closing_seq == 0)) note_blocking(state, op, now_ns);
+      if (state.open && (state.explicit_marks || state.query.closing_seq == 0)) note_blocking(state, op, at_ns);
       if (state.open && !state.explicit_marks) {
         state.query.closing_seq = op.seq;
-        maybe_close(client, state, now_ns, closed);
+        maybe_close(client, state, at_ns, closed);
       }
       return closed;
     default: break;
   }
   if (!engine_of(op)) return closed;
-  state.outstanding.emplace(op.seq, State::Posted{now_ns, blocks_host(op)});
+  state.outstanding.emplace(op.seq, State::Posted{at_ns, blocks_host(op)});
   if (state.explicit_marks) {
     if (!state.open) return closed;  // work outside any marked query
   } else if (!state.open) {
-    open(state, now_ns);
+    open(state, at_ns);
   } else if (state.query.closing_seq != 0) {
     return closed;  // after the closing mark: counted into the next query when this one closes
   }
   ++state.query.ops;
-  state.query.last_op_ns = now_ns;
-  if (state.op_times.size() < kProfileOps) state.op_times.push_back(now_ns);
-  note_blocking(state, op, now_ns);
+  state.query.last_op_ns = at_ns;
+  if (state.op_times.size() < kProfileOps) state.op_times.push_back(at_ns);
+  note_blocking(state, op, at_ns);
   return closed;
 }
 

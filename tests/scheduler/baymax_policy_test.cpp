@@ -71,8 +71,10 @@ ipc::OpDescriptor arrival_at(std::uint64_t seq, std::int64_t at_ns) {
   return d;
 }
 
-Decisions post(BaymaxPolicy& p, ClientId client, Priority priority, const ipc::OpDescriptor& d, std::int64_t now,
+// Posted at `now` (op()'s placeholder stamp, 1, means: read as soon as it was posted).
+Decisions post(BaymaxPolicy& p, ClientId client, Priority priority, ipc::OpDescriptor d, std::int64_t now,
                std::int64_t predicted) {
+  if (d.posted_ns == 1) d.posted_ns = now;
   return p.op_posted(OpPosted{client, priority, d, now, predicted});
 }
 

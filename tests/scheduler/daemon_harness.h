@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gpuqos/ipc/clock.h"
 #include "gpuqos/ipc/registration.h"
 #include "gpuqos/ipc/segment.h"
 #include "gpuqos/scheduler/status.h"
@@ -140,7 +141,7 @@ class FakeClient {
   static ipc::OpDescriptor kernel(std::uint64_t seq, std::uint32_t kernel_id = 1) {
     ipc::OpDescriptor op{};
     op.seq = seq;
-    op.posted_ns = 1;
+    op.posted_ns = ipc::monotonic_ns();  // when posted, as the shim stamps it
     op.kind = ipc::OpKind::kernel;
     op.kernel_id = kernel_id;
     op.grid[0] = op.grid[1] = op.grid[2] = 1;

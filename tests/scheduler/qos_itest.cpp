@@ -26,7 +26,7 @@ constexpr std::int64_t kMs = 1'000'000;
 ipc::OpDescriptor mark(std::uint64_t seq, ipc::OpKind kind) {
   ipc::OpDescriptor op{};
   op.seq = seq;
-  op.posted_ns = 1;
+  op.posted_ns = ipc::monotonic_ns();  // when posted, as the shim stamps it
   op.kind = kind;
   return op;
 }

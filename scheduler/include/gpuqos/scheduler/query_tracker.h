@@ -28,7 +28,9 @@
 // 61 % of the ideal leftover at load 0.6, same query tail).
 //
 // Pure: times come in with each event, in the daemon's clock (CLOCK_MONOTONIC ns); the shim's
-// completion times are in the same clock.
+// stamps are in the same clock. An op or mark is timed by its stamp (posted_ns: when the program
+// made the call), not by when the daemon read it, unless the stamp is ahead of the read or more
+// than kMaxStampLagNs behind it; and never before the client's previous one.
 #pragma once
 
 #include <cstdint>
@@ -72,6 +74,8 @@ class QueryTracker {
   // query_arrived marks, once it has said kMinRateArrivals.
   static constexpr std::size_t kRateWindow = 64;
   static constexpr std::size_t kMinRateArrivals = 8;
+  // Ops and marks are timed by the shim's stamp (posted_ns) unless it is older than this when read.
+  static constexpr std::int64_t kMaxStampLagNs = 1'000'000'000;
 
   // Every op and mark a tracked (high-priority) client posts, in seq order.
   std::vector<ClosedQuery> posted(ClientId client, const ipc::OpDescriptor& op, std::int64_t now_ns);
@@ -131,6 +135,7 @@ class QueryTracker {
     std::deque<std::int64_t> arrivals;     // requests that arrived and have not begun, oldest first
     bool says_arrivals = false;            // a query_arrived mark came
     std::int64_t last_begun_arrival_ns = 0;  // the latest arrival a begin named
+    std::int64_t last_posted_ns = 0;         // the stamp of its latest op or mark, as taken
     std::deque<std::int64_t> recent_arrivals;  // the latest kRateWindow arrivals said, in order said
     std::vector<std::int64_t> remaining;  // profile: after op k, the query ran this much longer
     std::vector<std::int64_t> unblocked;  // profile: after op k, its next blocking point came this much later
