@@ -145,6 +145,21 @@ std::optional<PolicyState> BaymaxPolicy::state(std::int64_t now_ns) const {
     state.be_compute_outstanding_ns[client.info.job] += client.be_compute_total_ns();
   }
   state.tight_targets = tight_targets();
+  for (const auto& [id, client] : clients_) {
+    if (client.info.priority != ipc::Priority::high || !client.info.target_ns || !queries_.says_arrivals(id) ||
+        queries_.expected_query_ns(id) <= 0)
+      continue;
+    const PolicyState::MarkedJob entry{client.info.job, queries_.mean_arrival_gap_ns(id), query_allowance_ns(id)};
+    auto same = std::find_if(state.marked_jobs.begin(), state.marked_jobs.end(),
+                             [&](const PolicyState::MarkedJob& m) { return m.job == entry.job; });
+    if (same == state.marked_jobs.end()) {
+      state.marked_jobs.push_back(entry);
+    } else if (entry.query_allowance_ns < same->query_allowance_ns) {
+      *same = entry;
+    }
+  }
+  std::sort(state.marked_jobs.begin(), state.marked_jobs.end(),
+            [](const auto& a, const auto& b) { return a.job < b.job; });
   return state;
 }
 

@@ -112,6 +112,15 @@ void policy_families(const PolicyState& state, std::ostringstream& out) {
   Family outstanding(out, "gpuqos_be_outstanding_seconds", "gauge",
                      "Predicted device time of a best-effort job's granted compute work not completed.");
   for (const auto& [job, ns] : state.be_compute_outstanding_ns) outstanding.sample(seconds(ns), {{"job_name", job}});
+  Family gap(out, "gpuqos_query_arrival_gap_seconds", "gauge",
+             "Mean time between the arrivals a high-priority job marks, over its latest 64 (absent until 8).");
+  for (const auto& job : state.marked_jobs) {
+    if (job.mean_arrival_gap_ns > 0) gap.sample(seconds(job.mean_arrival_gap_ns), {{"job_name", job.job}});
+  }
+  Family allowance(out, "gpuqos_query_allowance_seconds", "gauge",
+                   "How long past its own time best-effort work may make a query of a job that marks its "
+                   "arrivals run (the bound, capped by the job's arrival rate; the margin included).");
+  for (const auto& job : state.marked_jobs) allowance.sample(seconds(job.query_allowance_ns), {{"job_name", job.job}});
 }
 
 void daemon_families(const DaemonStatus& status, std::ostringstream& out) {

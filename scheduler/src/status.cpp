@@ -62,11 +62,18 @@ nlohmann::json policy_state_json(const PolicyState& state) {
     }
     tight.push_back(std::move(entry));
   }
+  nlohmann::json marked = nlohmann::json::array();
+  for (const auto& m : state.marked_jobs) {
+    marked.push_back({{"job", m.job},
+                      {"mean_arrival_gap_ns", m.mean_arrival_gap_ns},
+                      {"query_allowance_ns", m.query_allowance_ns}});
+  }
   return {{"backlog_bound_ns", state.backlog_bound_ns},
           {"idle_stream_bound_ns", state.idle_stream_bound_ns},
           {"adaptation_steps", state.adaptation_steps},
           {"long_op_budget", std::move(budgets)},
-          {"tight_targets", std::move(tight)}};
+          {"tight_targets", std::move(tight)},
+          {"marked_jobs", std::move(marked)}};
 }
 
 std::string milliseconds(std::int64_t ns) {
@@ -160,6 +167,14 @@ std::string render_policy_state(const nlohmann::json& status) {
                milliseconds(be.at("outstanding_ns").get<std::int64_t>()) + " ms";
   }
   if (!granted.empty()) out << "  granted, not completed: " << granted << "\n";
+  // (Absent from a daemon older than the arrival rate's cap.)
+  for (const auto& marked : state.value("marked_jobs", nlohmann::json::array())) {
+    const auto gap = marked.at("mean_arrival_gap_ns").get<std::int64_t>();
+    out << "  " << marked.at("job").get<std::string>() << " says its arrivals: "
+        << (gap > 0 ? "one every " + milliseconds(gap) + " ms" : "too few yet for a rate")
+        << "; a query may run " << milliseconds(marked.at("query_allowance_ns").get<std::int64_t>())
+        << " ms past its own time (the margin included)\n";
+  }
   // (Absent from a daemon older than the check.)
   for (const auto& tight : state.value("tight_targets", nlohmann::json::array())) {
     // be_processes: absent from a daemon older than counting them, which compared one slice.

@@ -1186,8 +1186,12 @@ TEST(BaymaxPolicy, AJobsArrivalRateKeepsTheDelayEachOfItsQueriesMayTakeFromOverl
   EXPECT_EQ(slow->queries().mean_arrival_gap_ns(kServe), 40 * kMs);
   EXPECT_TRUE(post(*slow, kTrainA, Priority::low, op(1), slow_now, 7 * kMs).empty());
   EXPECT_EQ(post(*slow, kTrainB, Priority::low, op(1), slow_now, 6 * kMs), (Decisions{{kTrainB, 1}}));
+  // Shown in the status: the rate, and the allowance (the bound here).
+  EXPECT_EQ(slow->state(slow_now)->marked_jobs,
+            (std::vector<PolicyState::MarkedJob>{{"serve", 40 * kMs, 10 * kMs}}));
   // Every 20 ms: 0.7 x 20 - 8 = 6, so p <= 2.
   auto [busy, busy_now] = open_late_query(20, 8);
+  EXPECT_EQ(busy->state(busy_now)->marked_jobs, (std::vector<PolicyState::MarkedJob>{{"serve", 20 * kMs, 6 * kMs}}));
   EXPECT_TRUE(post(*busy, kTrainA, Priority::low, op(1), busy_now, 3 * kMs).empty());
   EXPECT_EQ(post(*busy, kTrainB, Priority::low, op(1), busy_now, 2 * kMs), (Decisions{{kTrainB, 1}}));
   // Every 12 ms: 0.7 x 12 - 8 = 0.4, under the margin: the margin (1 ms), so no delay at all.
@@ -1196,6 +1200,7 @@ TEST(BaymaxPolicy, AJobsArrivalRateKeepsTheDelayEachOfItsQueriesMayTakeFromOverl
   // Fewer than 8 arrivals say no rate yet: the bound's allowance, p <= 6, even every 12 ms.
   auto [young, young_now] = open_late_query(12, 7);
   EXPECT_EQ(young->queries().mean_arrival_gap_ns(kServe), 0);
+  EXPECT_EQ(young->state(young_now)->marked_jobs, (std::vector<PolicyState::MarkedJob>{{"serve", 0, 10 * kMs}}));
   EXPECT_EQ(post(*young, kTrainA, Priority::low, op(1), young_now, 6 * kMs), (Decisions{{kTrainA, 1}}));
 }
 

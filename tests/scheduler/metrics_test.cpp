@@ -164,6 +164,14 @@ TEST(Metrics, ThePolicysStateWhenItKeepsOne) {
   EXPECT_TRUE(has_line(idle, "gpuqos_be_idle_stream_bound_seconds 0.018")) << idle;
   EXPECT_TRUE(has_line(idle, "# TYPE gpuqos_be_idle_stream_bound_seconds gauge")) << idle;
   EXPECT_NE(idle.find("# HELP gpuqos_be_idle_stream_bound_seconds "), std::string::npos) << idle;
+  EXPECT_EQ(idle.find("gpuqos_query_allowance_seconds{"), std::string::npos) << "no job marks its arrivals";
+  status.policy_state->marked_jobs = {{"serve", 26 * kMs, 4 * kMs}, {"search", 0, 20 * kMs}};
+  const std::string marked = render_metrics(status);
+  EXPECT_TRUE(has_line(marked, "gpuqos_query_arrival_gap_seconds{job_name=\"serve\"} 0.026")) << marked;
+  EXPECT_EQ(marked.find("gpuqos_query_arrival_gap_seconds{job_name=\"search\"}"), std::string::npos)
+      << "no rate yet: absent, not zero";
+  EXPECT_TRUE(has_line(marked, "gpuqos_query_allowance_seconds{job_name=\"serve\"} 0.004")) << marked;
+  EXPECT_TRUE(has_line(marked, "gpuqos_query_allowance_seconds{job_name=\"search\"} 0.02")) << marked;
   status.policy_state.reset();
   EXPECT_EQ(render_metrics(status).find("gpuqos_be_backlog_bound_seconds"), std::string::npos)
       << "a policy that keeps no state: absent, not zero";

@@ -158,6 +158,29 @@ TEST(StatusJobs, ThePolicysStateWhenItKeepsOne) {
   EXPECT_EQ(render_status_table(json).find("best-effort bound"), std::string::npos);
 }
 
+// A job that says its arrivals: its measured rate and each query's allowance, in the JSON and a
+// line of the table each; none from an older daemon.
+TEST(StatusJobs, AMarkedJobsArrivalGapAndAllowanceAreShown) {
+  DaemonStatus status = with_jobs({serve(3'900'000, true), train()});
+  status.policy_state = PolicyState{4'500'000, 0, {}, {}};
+  status.policy_state->marked_jobs = {{"serve", 26'200'000, 4'000'000}, {"search", 0, 20 * kMs}};
+  auto json = nlohmann::json::parse(bounded_status_text(status));
+  ASSERT_EQ(json["policy_state"]["marked_jobs"].size(), 2u);
+  EXPECT_EQ(json["policy_state"]["marked_jobs"][0]["job"], "serve");
+  EXPECT_EQ(json["policy_state"]["marked_jobs"][0]["mean_arrival_gap_ns"], 26'200'000);
+  EXPECT_EQ(json["policy_state"]["marked_jobs"][0]["query_allowance_ns"], 4'000'000);
+  const std::string table = render_status_table(json);
+  EXPECT_NE(table.find("  serve says its arrivals: one every 26.200 ms; a query may run 4.000 ms past its own time "
+                       "(the margin included)\n"),
+            std::string::npos)
+      << table;
+  EXPECT_NE(table.find("  search says its arrivals: too few yet for a rate; a query may run 20.000 ms past"),
+            std::string::npos)
+      << table;
+  json["policy_state"].erase("marked_jobs");  // an older daemon
+  EXPECT_EQ(render_status_table(json).find("says its arrivals"), std::string::npos);
+}
+
 // A target with less than one time slice of slack: in the JSON, and a warning line of the table
 // that gives the figures; none from an older daemon.
 TEST(StatusJobs, ATightTargetIsWarnedOf) {

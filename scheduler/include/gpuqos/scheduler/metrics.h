@@ -24,6 +24,9 @@
 //   gpuqos_long_op_budget_seconds{device}, gpuqos_long_op_budget_cap_seconds{device}  } keeps them
 //                                         gauges: the long-op budget and its cap    } (baymax)
 //   gpuqos_be_outstanding_seconds{job_name}    gauge: granted compute work not completed }
+//   gpuqos_query_arrival_gap_seconds{job_name}, gpuqos_query_allowance_seconds{job_name}  } (baymax)
+//                                         gauges: a job that marks its arrivals: their mean gap (once
+//                                         8 came) and how long past its own time a query may run }
 //   gpuqos_engine_backlog_seconds{device,engine}, gpuqos_engine_outstanding_ops{device,engine}  gauges
 //   gpuqos_clients{priority}              gauge: connected clients
 //   gpuqos_uptime_seconds                 gauge

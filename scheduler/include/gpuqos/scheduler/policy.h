@@ -147,6 +147,17 @@ struct PolicyState {
     friend bool operator==(const TightTarget&, const TightTarget&) = default;
   };
   std::vector<TightTarget> tight_targets;  // by job, then device
+  // A high-priority job with a target that says its requests' arrivals (gpuqos_query_arrived), once
+  // a query of it has closed: how often they arrive and how long past its own time best-effort work
+  // may make each query run (the deadline test keeps the margin of it free). Several clients of a
+  // job: the least allowance.
+  struct MarkedJob {
+    std::string job;
+    std::int64_t mean_arrival_gap_ns = 0;  // 0: too few arrivals yet to say
+    std::int64_t query_allowance_ns = 0;
+    friend bool operator==(const MarkedJob&, const MarkedJob&) = default;
+  };
+  std::vector<MarkedJob> marked_jobs;  // by job
 };
 
 class Policy {
