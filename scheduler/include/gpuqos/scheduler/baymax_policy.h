@@ -261,13 +261,13 @@ class BaymaxPolicy final : public Policy {
   // Each best-effort job on device with outstanding compute work (all its streams), and client's
   // own even when it has none.
   std::vector<std::pair<ClientId, std::int64_t>> be_compute_work(ClientId client, std::uint32_t device) const;
-  // Has another best-effort job granted compute work on device not yet completed, or a compute op
-  // there at the head of its queue?
   // How much later than its start plus its expected time an open query of `client` (a job that
   // says its arrivals) is due: the bound (at least the margin), and no more than lets its queries,
   // each that much longer, keep the job busy kMaxQueryLoad of the time at its measured arrival rate
   // (at least the margin: then only work that drains in the query's idle time goes).
   std::int64_t query_allowance_ns(ClientId client) const;
+  // Has another best-effort job granted compute work on device not yet completed, or a compute op
+  // there at the head of its queue?
   bool others_have_work(ClientId client, std::uint32_t device) const;
   // Ops longer than this are long ops: the configured bound, or the adaptive one when it is looser.
   std::int64_t long_op_threshold_ns() const;
