@@ -694,7 +694,7 @@ Decisions BaymaxPolicy::op_completed(const OpCompleted& event) {
   if (auto flight = in_flight_.find({event.client, completion.seq}); flight != in_flight_.end()) {
     charge_overrun(flight->second, event.own_ns, event.now_ns);
   } else if (auto stuck = retired_.find({event.client, completion.seq}); stuck != retired_.end()) {
-    charge_overrun(stuck->second, event.own_ns, event.now_ns);  // taken for stuck, but it ran
+    charge_overrun(stuck->second.flight, event.own_ns, event.now_ns);  // taken for stuck, but it ran
     retired_.erase(stuck);
   }
   retire(event.client, completion.seq, completion.end_ns > 0 ? std::optional(completion.end_ns) : std::nullopt,
@@ -737,8 +737,12 @@ Decisions BaymaxPolicy::tick(std::int64_t now_ns) {
   for (const auto& key : stale) {
     const InFlight& flight = in_flight_.at(key);
     if (!flight.high && flight.engine == Engine::compute && !flight.priced_long) {
-      retired_.insert_or_assign(key, flight);
-      if (retired_.size() > kMaxRetiredOps) retired_.erase(retired_.begin());
+      retired_.insert_or_assign(key, Retired{flight, now_ns});
+      if (retired_.size() > kMaxRetiredOps) {
+        retired_.erase(std::min_element(retired_.begin(), retired_.end(), [](const auto& a, const auto& b) {
+          return a.second.retired_ns < b.second.retired_ns;
+        }));
+      }
     }
     retire(key.first, key.second, std::nullopt, now_ns);
   }

@@ -597,6 +597,28 @@ TEST(BaymaxPolicy, AnOpRetiredAsStuckStillPaysItsOverrunWhenItCompletes) {
   EXPECT_NEAR(policy.long_op_budget_ns(0, stuck_b + kMs), before, 1.0) << "its client is gone";
 }
 
+// Ops retired as stuck are kept for their late completions up to kMaxRetiredOps; beyond, the one
+// retired longest ago goes, whichever client it was of (not the first by client id and seq).
+TEST(BaymaxPolicy, BeyondTheRetiredCapTheOpRetiredLongestAgoIsDropped) {
+  constexpr std::int64_t kS = 1'000 * kMs;
+  BaymaxPolicy policy(options(5 * kMs));
+  (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
+  std::int64_t now = 20 * kS;
+  const auto retire_one = [&](ClientId client, std::uint64_t seq) {
+    EXPECT_EQ(post(policy, client, Priority::low, op(seq), now, 3 * kMs), (Decisions{{client, seq}}));
+    now += BaymaxPolicy::kStuckOpNs + 1;
+    (void)policy.tick(now);
+  };
+  retire_one(kTrainB, 1);  // the oldest, of the client with the larger id
+  for (std::uint64_t seq = 1; seq <= BaymaxPolicy::kMaxRetiredOps; ++seq) retire_one(kTrainA, seq);
+
+  const double full = policy.long_op_budget_ns(0, now);
+  (void)policy.op_completed(OpCompleted{kTrainB, done(1, now), now, 85 * kMs});
+  EXPECT_NEAR(policy.long_op_budget_ns(0, now), full, 1.0) << "dropped: its completion charges nothing";
+  (void)policy.op_completed(OpCompleted{kTrainA, done(1, now), now, 85 * kMs});
+  EXPECT_NEAR(policy.long_op_budget_ns(0, now), full - 80.0 * kMs, 1.0) << "kept: 80 ms over the bound";
+}
+
 // Only best-effort compute ops pay for an overrun: a high-priority op and a copy that ran long leave
 // the budget as it was, and so does a long op granted on credit (priced when it went).
 TEST(BaymaxPolicy, AnOverrunOfAHighPriorityOpACopyOrAnOpPricedOnCreditChargesNothing) {

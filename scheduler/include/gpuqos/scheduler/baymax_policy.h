@@ -154,7 +154,7 @@ class BaymaxPolicy final : public Policy {
   static constexpr std::size_t kMaxHoldJobs = 1024;  // jobs with hold times kept (beyond: the total only)
   // Best-effort compute ops not priced as long that were retired as stuck are kept until their
   // completion comes, so one that was running all along still pays its overrun. Beyond this many,
-  // the first by client and seq is dropped (it only loses its charge).
+  // the one retired longest ago is dropped (it only loses its charge).
   static constexpr std::size_t kMaxRetiredOps = 1024;
   // A job that says its arrivals: the largest share of its time its queries may keep it busy once
   // each is delayed by what best-effort work may add to it (query_allowance_ns).
@@ -303,7 +303,11 @@ class BaymaxPolicy final : public Policy {
   QueryTracker queries_;
   std::map<ClientId, ClientState> clients_;
   std::map<std::pair<ClientId, std::uint64_t>, InFlight> in_flight_;
-  std::map<std::pair<ClientId, std::uint64_t>, InFlight> retired_;  // kMaxRetiredOps
+  struct Retired {
+    InFlight flight;
+    std::int64_t retired_ns;
+  };
+  std::map<std::pair<ClientId, std::uint64_t>, Retired> retired_;  // kMaxRetiredOps
   std::map<EngineKey, EngineState> engines_;
   std::map<std::uint32_t, LongOpBudget> long_budgets_;  // by device
   std::int64_t last_now_ns_ = 0;                         // the latest event's time (for reconfigure)
