@@ -2,11 +2,16 @@
 #include "gpuqos/scheduler/metrics_server.h"
 
 #include <httplib.h>
+#include <spdlog/spdlog.h>
 
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
 
 #include "gpuqos/ipc/clock.h"
 #include "gpuqos/scheduler/metrics.h"
@@ -40,18 +45,40 @@ class BoundedQueue final : public httplib::TaskQueue {
 
 }  // namespace
 
-struct MetricsServer::Http {
+// What the server's threads use. They hold it by shared_ptr, so a stop() that leaves a trickling
+// peer's request in progress can let go of the MetricsServer; the handler refers to it by pointer,
+// which the server (a member) keeps valid for as long as it can call the handler.
+struct MetricsServer::Shared {
   httplib::Server server;
+  std::atomic<bool> refresh_wanted{false};
+  std::mutex mutex;
+  std::condition_variable published;
+  std::condition_variable finished_changed;
+  std::string text;              // guarded by mutex
+  std::int64_t published_ns = 0; // guarded by mutex
+  std::uint64_t generation = 0;  // guarded by mutex: publications so far
+  bool finished = false;         // guarded by mutex: the accept loop and its pool are done
+
+  // Server thread: the newest text, fresh if the loop answers in time; empty before the first.
+  std::string current_text() {
+    std::unique_lock lock(mutex);
+    if (generation > 0 && ipc::monotonic_ns() - published_ns <= kFreshNs) return text;
+    const std::uint64_t seen = generation;
+    refresh_wanted.store(true, std::memory_order_release);
+    published.wait_for(lock, std::chrono::nanoseconds(kRefreshWaitNs), [&] { return generation != seen; });
+    return text;
+  }
 };
 
 MetricsServer::MetricsServer(config::ListenAddress address)
-    : address_(std::move(address)), http_(std::make_unique<Http>()) {}
+    : address_(std::move(address)), shared_(std::make_shared<Shared>()) {}
 
 MetricsServer::~MetricsServer() { stop(); }
 
 ipc::Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const config::ListenAddress& address) {
   std::unique_ptr<MetricsServer> metrics(new MetricsServer(address));
-  httplib::Server& server = metrics->http_->server;
+  Shared* shared = metrics->shared_.get();
+  httplib::Server& server = shared->server;
   // A scrape every few seconds needs neither many threads nor kept-alive connections, and a short
   // timeout keeps a stuck peer from delaying the daemon's exit.
   server.new_task_queue = [] { return new BoundedQueue; };
@@ -60,9 +87,8 @@ ipc::Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const config::L
   server.set_read_timeout(kIoTimeoutS, 0);
   server.set_write_timeout(kIoTimeoutS, 0);
   server.set_payload_max_length(64 * 1024);  // a scrape has no body: refuse one (413) before reading it
-  MetricsServer* self = metrics.get();
-  server.Get("/metrics", [self](const httplib::Request&, httplib::Response& response) {
-    std::string text = self->current_text();
+  server.Get("/metrics", [shared](const httplib::Request&, httplib::Response& response) {
+    std::string text = shared->current_text();
     if (text.empty()) {
       response.status = 503;
       response.set_content("gpuqosd: no metrics yet, try again\n", "text/plain");
@@ -76,7 +102,14 @@ ipc::Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const config::L
     return ipc::Error{"cannot listen on " + config::to_string(address) +
                       (error != 0 ? std::string(": ") + std::strerror(error) : std::string())};
   }
-  metrics->thread_ = std::thread([&server] { server.listen_after_bind(); });
+  metrics->thread_ = std::thread([owned = metrics->shared_] {
+    owned->server.listen_after_bind();
+    {
+      std::lock_guard lock(owned->mutex);
+      owned->finished = true;
+    }
+    owned->finished_changed.notify_all();
+  });
   // stop() before the accept loop runs would be lost (httplib ignores it): wait until it does.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   while (!server.is_running() && std::chrono::steady_clock::now() < deadline) {
@@ -87,27 +120,32 @@ ipc::Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const config::L
 
 void MetricsServer::stop() {
   if (!thread_.joinable()) return;
-  http_->server.stop();
-  thread_.join();
+  shared_->server.stop();  // closes the listening socket now
+  bool finished = false;
+  {
+    std::unique_lock lock(shared_->mutex);
+    finished = shared_->finished_changed.wait_for(lock, std::chrono::nanoseconds(kStopWaitNs),
+                                                  [&] { return shared_->finished; });
+  }
+  if (finished) return thread_.join();
+  spdlog::warn("metrics: a peer of {} is still sending its request after {} s; its connection is left to "
+               "end on its own",
+               config::to_string(address_), kStopWaitNs / 1'000'000'000);
+  thread_.detach();
+}
+
+bool MetricsServer::refresh_wanted() {
+  return shared_->refresh_wanted.exchange(false, std::memory_order_acq_rel);
 }
 
 void MetricsServer::publish(std::string text, std::int64_t now_ns) {
   {
-    std::lock_guard lock(mutex_);
-    text_ = std::move(text);
-    published_ns_ = now_ns;
-    ++generation_;
+    std::lock_guard lock(shared_->mutex);
+    shared_->text = std::move(text);
+    shared_->published_ns = now_ns;
+    ++shared_->generation;
   }
-  published_.notify_all();
-}
-
-std::string MetricsServer::current_text() {
-  std::unique_lock lock(mutex_);
-  if (generation_ > 0 && ipc::monotonic_ns() - published_ns_ <= kFreshNs) return text_;
-  const std::uint64_t seen = generation_;
-  refresh_wanted_.store(true, std::memory_order_release);
-  published_.wait_for(lock, std::chrono::nanoseconds(kRefreshWaitNs), [&] { return generation_ != seen; });
-  return text_;
+  shared_->published.notify_all();
 }
 
 }  // namespace gpuqos::scheduler

@@ -7,11 +7,8 @@
 // while someone scrapes, and at most about every kFreshNs. start() and stop() are the loop's.
 #pragma once
 
-#include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
@@ -28,8 +25,12 @@ class MetricsServer {
   // it, one served by the accept thread); the kernel's listen backlog holds the others.
   static constexpr int kMaxConnections = 5;
   // How long a connection may wait for its request's first byte, or for each later read or write,
-  // before it is closed. Per read, not in all: a peer that trickles bytes keeps its connection.
+  // before it is closed. Per read, not in all: a peer that trickles bytes keeps its connection
+  // (httplib has no deadline per request), which is why stop() does not wait for it.
   static constexpr int kIoTimeoutS = 2;
+  // How long stop() waits for the requests in progress to finish before it leaves them to finish on
+  // their own: more than one read's timeout, so that only a peer that keeps trickling is left.
+  static constexpr std::int64_t kStopWaitNs = 3'000'000'000;
 
   // Binds address (host:port) and serves on a thread of its own; why not, when it cannot bind.
   static ipc::Result<std::unique_ptr<MetricsServer>> start(const config::ListenAddress& address);
@@ -37,32 +38,26 @@ class MetricsServer {
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;
 
-  // Stops accepting, finishes the requests in progress (one whose peer stalls: within kIoTimeoutS of
-  // its last byte), closes the connections accepted and not yet served, joins the threads.
-  // Idempotent.
+  // Stops accepting at once (the port is free when it returns) and waits up to kStopWaitNs for the
+  // requests in progress and the connections accepted and not yet served (each closed within
+  // kIoTimeoutS of its last byte). A peer that is still trickling bytes by then keeps its connection
+  // and the server's threads, which own all they use, until it stalls or hangs up: the caller (the
+  // daemon's loop, on a reload or at exit) is not held by it. Idempotent.
   void stop();
 
   // True once after a request found the text stale (the loop should publish a new one).
-  bool refresh_wanted() { return refresh_wanted_.exchange(false, std::memory_order_acq_rel); }
+  bool refresh_wanted();
   // The text GET /metrics answers from now on; now_ns in CLOCK_MONOTONIC.
   void publish(std::string text, std::int64_t now_ns);
   const config::ListenAddress& address() const { return address_; }
 
  private:
-  struct Http;  // the cpp-httplib server, kept out of this header
+  struct Shared;  // the cpp-httplib server and the published text, owned by this and its threads
   explicit MetricsServer(config::ListenAddress address);
-  // Server thread: the newest text, fresh if the loop answers in time; empty before the first.
-  std::string current_text();
 
   config::ListenAddress address_;
-  std::unique_ptr<Http> http_;
+  std::shared_ptr<Shared> shared_;
   std::thread thread_;
-  std::atomic<bool> refresh_wanted_{false};
-  std::mutex mutex_;
-  std::condition_variable published_;
-  std::string text_;              // guarded by mutex_
-  std::int64_t published_ns_ = 0; // guarded by mutex_
-  std::uint64_t generation_ = 0;  // guarded by mutex_: publications so far
 };
 
 }  // namespace gpuqos::scheduler
