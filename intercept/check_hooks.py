@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""The hook check: every launch, copy, memset and graph-launch entry point of the installed cuda.h
-must be hooked (hooks.def) or deliberately excluded (hook_exclusions.txt, with a reason).
+"""The hook check: every launch, copy, memset, graph-launch and lifetime entry point of the installed
+cuda.h must be hooked (hooks.def) or deliberately excluded (hook_exclusions.txt, with a reason).
 
-The entry points are the cu(Launch|Memcpy|Memset|GraphLaunch)* functions cuda.h declares, and
+The entry points are the cu(Launch|Memcpy|Memset|GraphLaunch)* functions cuda.h declares, the calls
+that destroy a stream or a context (LIFETIME: the completion tracker must record its events first), and
 every exported symbol of each (legacy, _v2, _ptds, _ptsz), derived from cudaTypedefs.h by the
 version rule in cuda_symbols.py. Exit status 0 when all are covered; 1 naming each offender.
 """
@@ -12,7 +13,7 @@ import sys
 
 import cuda_symbols
 
-FAMILIES = re.compile(r"cu(Launch|Memcpy|Memset|GraphLaunch)\w*")
+FAMILIES = re.compile(r"cu(Launch|Memcpy|Memset|GraphLaunch)\w*|cu(StreamDestroy|CtxDestroy|DevicePrimaryCtxRelease|DevicePrimaryCtxReset)")
 
 
 def main():
@@ -25,7 +26,7 @@ def main():
     versions = cuda_symbols.read_versions(options.typedefs)
     apis = {name for name in declared if FAMILIES.fullmatch(name)}
     if not apis:
-        print(f"hook check: no launch/copy/memset entry points found in {options.cuda_h}", file=sys.stderr)
+        print(f"hook check: no launch/copy/memset/lifetime entry points found in {options.cuda_h}", file=sys.stderr)
         return 1
     apis |= {v.api for v in versions if FAMILIES.fullmatch(v.api)}
     origin = {name: f"declared in {options.cuda_h}" for name in apis}
@@ -40,10 +41,10 @@ def main():
     both = sorted(hooked & set(exclusions))
     for symbol in offenders:
         print(f"NOT HOOKED: {symbol} ({origin[symbol]}): add it to intercept/hooks.def, or to "
-              f"intercept/hook_exclusions.txt with the reason it needs no scheduling")
+              f"intercept/hook_exclusions.txt with the reason it needs no hook")
     for symbol in both:
         print(f"BOTH HOOKED AND EXCLUDED: {symbol}")
-    print(f"hook check: {len(symbols)} launch/copy/memset/graph-launch entry points, "
+    print(f"hook check: {len(symbols)} launch/copy/memset/graph-launch/lifetime entry points, "
           f"{len(symbols & hooked)} hooked, {len(symbols & set(exclusions))} excluded, {len(offenders)} not covered")
     return 1 if offenders or both else 0
 

@@ -27,13 +27,21 @@ bool primary_active(CUdevice device) noexcept {
   return get_state && get_state(device, &flags, &active) == CUDA_SUCCESS && active != 0;
 }
 
+// Lifetime calls by what they end, whichever ABI (the one before _v2 or _v2) the program called.
+bool destroys_stream(HookId hook) noexcept {
+  return hook == HookId::hook_cuStreamDestroy || hook == HookId::hook_cuStreamDestroy_v2;
+}
+bool destroys_context(HookId hook) noexcept {
+  return hook == HookId::hook_cuCtxDestroy || hook == HookId::hook_cuCtxDestroy_v2;
+}
+
 // The context a lifetime call may end (before the call): cuCtxDestroy's, or the device's primary
 // context, which a retain and a release (the program holds it: net nothing) name without creating
 // it. nullptr: none, or not known. Not atomic: another thread of the program that releases the
 // primary context's last reference between the state and the retain makes ours create and destroy
 // one; releasing a context that another thread uses while a third resets it is the program's race.
 CUcontext ending_context(const Operation& op) noexcept {
-  if (op.hook == HookId::hook_cuCtxDestroy_v2) return op.context;
+  if (destroys_context(op.hook)) return op.context;
   if (!primary_active(op.device)) return nullptr;
   const auto retain = driver<PrimaryCtxRetain>(DriverHelper::primary_ctx_retain);
   const auto release = driver<PrimaryCtxRelease>(DriverHelper::primary_ctx_release);
@@ -217,7 +225,7 @@ Ticket DaemonGate::before(const Operation& op) noexcept {
   pass_through_.before(op);
   if (op.category == Category::lifetime) {
     completions_.record_deferred_now();  // no deferred event may be recorded on a dead handle
-    if (op.hook == HookId::hook_cuStreamDestroy_v2) return {};
+    if (destroys_stream(op.hook)) return {};
     // The context may end: its events with it. Nothing of it is polled until after the call.
     Ticket ending;
     ending.context = ending_context(op);
@@ -249,7 +257,7 @@ void DaemonGate::after(const Operation& op, Ticket ticket, CUresult result) noex
   pass_through_.after(op, ticket, result);
   if (op.category == Category::naming && result == CUDA_SUCCESS) learn_kernel_name(op, kernels_);
   if (op.category == Category::sync) completions_.nudge();
-  if (op.category == Category::lifetime && op.hook != HookId::hook_cuStreamDestroy_v2) {
+  if (op.category == Category::lifetime && !destroys_stream(op.hook)) {
     // Pooled events of a context not named may have died with it: forgotten (leaked, not used).
     if (!ticket.context) completions_.drop_event_pool(/*destroy_events=*/false);
     completions_.context_ended(ticket.context, ticket.posted_ns, context_gone(result));

@@ -43,7 +43,7 @@ SIMGPU_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   return CUDA_SUCCESS;
 }
 
-SIMGPU_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+static CUresult primary_release(CUdevice dev) {
   if (CUresult r = check_device(dev); r != CUDA_SUCCESS) return r;
   Driver& d = driver();
   std::lock_guard lock(d.mu);
@@ -55,7 +55,9 @@ SIMGPU_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
   return CUDA_SUCCESS;
 }
 
-SIMGPU_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
+SIMGPU_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) { return primary_release(dev); }
+
+static CUresult primary_reset(CUdevice dev) {
   if (CUresult r = check_device(dev); r != CUDA_SUCCESS) return r;
   Driver& d = driver();
   std::lock_guard lock(d.mu);
@@ -66,6 +68,8 @@ SIMGPU_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
   d.primary_refs[dev] = 0;
   return CUDA_SUCCESS;
 }
+
+SIMGPU_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) { return primary_reset(dev); }
 
 SIMGPU_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flags, int* active) {
   if (!flags || !active) return CUDA_ERROR_INVALID_VALUE;
@@ -99,7 +103,7 @@ SIMGPU_EXPORT CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdev
   return create_context(pctx, flags, dev);
 }
 
-SIMGPU_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
+static CUresult context_destroy(CUcontext ctx) {
   Driver& d = driver();
   if (!d.initialized()) return CUDA_ERROR_NOT_INITIALIZED;
   std::lock_guard lock(d.mu);
@@ -113,6 +117,8 @@ SIMGPU_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
   }
   return CUDA_SUCCESS;
 }
+
+SIMGPU_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) { return context_destroy(ctx); }
 
 SIMGPU_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) {
   Driver& d = driver();
@@ -203,3 +209,16 @@ SIMGPU_EXPORT CUresult cuCtxGetStreamPriorityRange(int* least, int* greatest) {
   if (greatest) *greatest = -5;
   return CUDA_SUCCESS;
 }
+
+// The ABIs before _v2 (cuda.h maps the names to _v2), which programs built against an older
+// runtime and cuGetProcAddress for an older version still reach. What changed at _v2 (a context
+// need no longer be current to be destroyed; a release no longer fails for a context reset
+// meanwhile) does not apply to simgpu's contexts: the same calls. Not through the exported _v2
+// symbols, which an LD_PRELOADed interposer (gpuqos's shim) would answer, as a real driver's legacy
+// entry points are not.
+#undef cuCtxDestroy
+SIMGPU_EXPORT CUresult cuCtxDestroy(CUcontext ctx) { return context_destroy(ctx); }
+#undef cuDevicePrimaryCtxRelease
+SIMGPU_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev) { return primary_release(dev); }
+#undef cuDevicePrimaryCtxReset
+SIMGPU_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev) { return primary_reset(dev); }

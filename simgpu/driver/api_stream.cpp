@@ -162,7 +162,7 @@ SIMGPU_EXPORT CUresult cuStreamCreateWithPriority(CUstream* stream, unsigned int
   return stream_create(stream, flags, priority);
 }
 
-SIMGPU_EXPORT CUresult cuStreamDestroy_v2(CUstream hstream) {
+static CUresult stream_destroy(CUstream hstream) {
   Driver& d = driver();
   std::lock_guard lock(d.mu);
   if (!d.initialized()) return CUDA_ERROR_NOT_INITIALIZED;
@@ -172,6 +172,13 @@ SIMGPU_EXPORT CUresult cuStreamDestroy_v2(CUstream hstream) {
   destroy_stream_locked(hstream);
   return CUDA_SUCCESS;
 }
+
+SIMGPU_EXPORT CUresult cuStreamDestroy_v2(CUstream hstream) { return stream_destroy(hstream); }
+
+// The ABI before _v2 (cuda.h maps the name to _v2): the same call in simgpu (not through the
+// exported _v2, which an LD_PRELOADed interposer would answer).
+#undef cuStreamDestroy
+SIMGPU_EXPORT CUresult cuStreamDestroy(CUstream hstream) { return stream_destroy(hstream); }
 
 SIMGPU_EXPORT CUresult cuEventCreate(CUevent* event, unsigned int flags) {
   if (!event) return CUDA_ERROR_INVALID_VALUE;

@@ -18,9 +18,13 @@
 //                   host, synchronise, and every byte checked ("copies ok")
 //   contexts <n>    n times: launch spin(0) on a stream of a second context, make the first current again and
 //                   cuCtxSynchronize; "switched <k>": how often the current context was not the first
-//   destroy         launch spin(20000) on a stream of a second context and destroy it at once; launch
-//                   spin(20000) on a stream of the primary context and release it (open_device's retain,
-//                   the last); sleep 100 ms: "ended <ns>" after the release
+//   destroy         on a second context: spin(100) on each of two streams, synchronise; launch spin(20000)
+//                   on one of them and destroy the context at once; create a
+//                   third ("reused 1" if it got the second's handle), spin(1000) on a stream of it,
+//                   synchronise, destroy it; launch spin(20000) on a stream of the primary context and
+//                   release it (open_device's retain, the last); sleep 100 ms: "ended <ns>" after the release
+//   destroy legacy  the same through the ABIs before _v2 (cuCtxDestroy of CUDA 2.0,
+//                   cuDevicePrimaryCtxRelease of 7.0), as cuGetProcAddress answers them for those versions
 //   fork            launch + sync, fork; the child marks a query and exit()s (atexit handlers run);
 //                   "child <status>" ("child hung" if it has not exited in 5 s), launch + sync again
 #include <cuda.h>
@@ -186,7 +190,27 @@ int run_contexts(int count) {
   return 0;
 }
 
-int run_destroy() {
+// The entry point cuGetProcAddress gives for `symbol` as of CUDA `version`; nullptr if none.
+void* proc_address(const char* symbol, int version) {
+  void* fn = nullptr;
+  CUdriverProcAddressQueryResult status{};
+  return cuGetProcAddress(symbol, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &status) == CUDA_SUCCESS &&
+                 status == CU_GET_PROC_ADDRESS_SUCCESS
+             ? fn
+             : nullptr;
+}
+
+int run_destroy(bool legacy) {
+  using CtxDestroy = CUresult (*)(CUcontext);
+  using PrimaryCtxRelease = CUresult (*)(CUdevice);
+  CtxDestroy ctx_destroy = &cuCtxDestroy;
+  PrimaryCtxRelease primary_release = &cuDevicePrimaryCtxRelease;
+  if (legacy) {
+    ctx_destroy = reinterpret_cast<CtxDestroy>(proc_address("cuCtxDestroy", 2000));
+    primary_release = reinterpret_cast<PrimaryCtxRelease>(proc_address("cuDevicePrimaryCtxRelease", 7000));
+    CHECK(ctx_destroy && primary_release);
+    CHECK(reinterpret_cast<void*>(ctx_destroy) != proc_address("cuCtxDestroy", 4000));
+  }
   CUcontext second = nullptr;
   CUdevice device = 0;
   CUmodule module = nullptr;
@@ -195,18 +219,37 @@ int run_destroy() {
   CHECK_CU(cuCtxCreate(&second, nullptr, 0, device));  // pushes the primary context
   CHECK_CU(cuModuleLoadData(&module, kPtx));
   CHECK_CU(cuModuleGetFunction(&spin, module, "spin"));
-  CUstream stream = nullptr;  // not a default stream: a high-priority op's event is deferred
+  CUstream stream = nullptr, other = nullptr;  // not a default stream: a high-priority op's event is deferred
   CHECK_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
-  std::uint64_t duration_us = 20000;
+  CHECK_CU(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
+  std::uint64_t duration_us = 100;
   void* params[] = {&duration_us};
+  // One op on each of two streams, waited for: the shim's two events for them go back to its pool.
+  CHECK_CU(cuLaunchKernel(spin, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr));
+  CHECK_CU(cuLaunchKernel(spin, 1, 1, 1, 32, 1, 1, 0, other, params, nullptr));
+  CHECK_CU(cuCtxSynchronize());
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the completion thread pools them
+  duration_us = 20000;
   CHECK_CU(cuLaunchKernel(spin, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr));
   std::this_thread::sleep_for(std::chrono::milliseconds(2));  // the completion thread records and polls
-  CHECK_CU(cuCtxDestroy(second));  // pops it: the primary context is current again
+  CHECK_CU(ctx_destroy(second));  // pops it: the primary context is current again
+  // A context created next often gets the destroyed one's handle back: the shim must not hand its
+  // work an event pooled for the dead one.
+  CUcontext third = nullptr;
+  CHECK_CU(cuCtxCreate(&third, nullptr, 0, device));
+  std::printf("reused %d\n", third == second ? 1 : 0);
+  CHECK_CU(cuModuleLoadData(&module, kPtx));
+  CHECK_CU(cuModuleGetFunction(&spin, module, "spin"));
+  CHECK_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  duration_us = 1000;
+  CHECK_CU(cuLaunchKernel(spin, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr));
+  CHECK_CU(cuStreamSynchronize(stream));
+  CHECK_CU(ctx_destroy(third));
   CUstream primary_stream = nullptr;
   CHECK_CU(cuStreamCreate(&primary_stream, CU_STREAM_NON_BLOCKING));
   CHECK_CU(launch(20000, primary_stream));
   std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  CHECK_CU(cuDevicePrimaryCtxRelease(device));
+  CHECK_CU(primary_release(device));
   std::printf("ended %lld\n", now_ns());
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   return 0;
@@ -314,7 +357,7 @@ int main(int argc, char** argv) {
   if (mode == "copies") return run_copies(arg(2, 1 << 20), arg(3, arg(2, 1 << 20)));
   if (mode == "contexts") return run_contexts(arg(2, 200));
   if (mode == "fork") return run_fork();
-  if (mode == "destroy") return run_destroy();
+  if (mode == "destroy") return run_destroy(argc > 2 && std::string(argv[2]) == "legacy");
   std::printf("usage: %s ops|unified|marks|timed|loop|threads|bench|copies|contexts|fork\n", argv[0]);
   return 2;
 }
