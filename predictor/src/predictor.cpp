@@ -18,7 +18,7 @@ Prediction Predictor::predict(const OpFeatures& op) const {
 }
 
 Prediction Predictor::predict(const KernelFeatures& kernel) const {
-  if (const auto it = kernels_.find(kernel.name); it != kernels_.end()) return it->second.predict(kernel.shape, config_);
+  if (const auto it = kernels_.find(kernel.name); it != kernels_.end()) return it->second.model.predict(kernel.shape, config_);
   if (global_log2_ns_.count == 0) return {config_.default_kernel_ns, config_.default_kernel_ns * 2, ModelUsed::global_default, -1};
   return {std::exp2(global_log2_ns_.mean), std::exp2(global_log2_ns_.upper()), ModelUsed::global_default, -1};
 }
@@ -38,11 +38,23 @@ bool Predictor::observe(const KernelFeatures& kernel, double duration_ns) {
   if (!(duration_ns > 0) || !std::isfinite(duration_ns)) return false;
   auto it = kernels_.find(kernel.name);
   if (it == kernels_.end()) {
-    if (kernels_.size() >= config_.max_kernels) return false;
-    it = kernels_.emplace(std::string(kernel.name), KernelModel(config_)).first;
+    if (!make_room()) return false;
+    it = kernels_.emplace(std::string(kernel.name), Kernel{KernelModel(config_)}).first;
   }
-  it->second.observe(kernel.shape, duration_ns, config_);
+  it->second.model.observe(kernel.shape, duration_ns, config_);
+  it->second.last_observed = ++kernel_observations_;
   global_log2_ns_.add(std::log2(duration_ns), config_.score_window);
+  return true;
+}
+
+bool Predictor::make_room() {
+  if (kernels_.size() < config_.max_kernels) return true;
+  if (kernels_.empty()) return false;  // max_kernels 0
+  const auto oldest = std::min_element(kernels_.begin(), kernels_.end(), [](const auto& a, const auto& b) {
+    return a.second.last_observed < b.second.last_observed;
+  });
+  if (kernel_observations_ - oldest->second.last_observed < kIdleObservationsPerName * config_.max_kernels) return false;
+  kernels_.erase(oldest);
   return true;
 }
 
@@ -55,26 +67,26 @@ bool Predictor::observe(const CopyFeatures& copy, double duration_ns) {
 
 std::size_t Predictor::stored_samples() const {
   std::size_t total = 0;
-  for (const auto& [name, model] : kernels_) total += model.store().size();
+  for (const auto& [name, kernel] : kernels_) total += kernel.model.store().size();
   return total;
 }
 
 const KernelModel* Predictor::kernel(std::string_view name) const {
   const auto it = kernels_.find(name);
-  return it == kernels_.end() ? nullptr : &it->second;
+  return it == kernels_.end() ? nullptr : &it->second.model;
 }
 
 std::vector<std::string> Predictor::kernel_names() const {
   std::vector<std::string> names;
   names.reserve(kernels_.size());
-  for (const auto& [name, model] : kernels_) names.push_back(name);
+  for (const auto& [name, kernel] : kernels_) names.push_back(name);
   std::sort(names.begin(), names.end());
   return names;
 }
 
 Predictor::State Predictor::state() const {
   State s{config_, {}, copies_.state(), global_log2_ns_};
-  for (const std::string& name : kernel_names()) s.kernels.emplace_back(name, kernels_.find(name)->second.state());
+  for (const std::string& name : kernel_names()) s.kernels.emplace_back(name, kernels_.find(name)->second.model.state());
   return s;
 }
 
@@ -84,7 +96,7 @@ Predictor Predictor::restore(const State& state) {
     if (p.kernels_.size() >= p.config_.max_kernels) break;
     KernelModel model(p.config_);
     model.restore(kernel_state, p.config_);
-    p.kernels_.insert_or_assign(name, std::move(model));
+    p.kernels_.insert_or_assign(name, Kernel{std::move(model)});
   }
   p.copies_.restore(state.copies);
   p.global_log2_ns_ = state.global_log2_ns;

@@ -37,10 +37,17 @@ class Predictor {
   Prediction predict(const CopyFeatures& copy) const;
 
   // Learns one measured duration. False (and nothing learned) when the duration is not a positive
-  // finite number, the op is unsupported, or a new name would exceed config.max_kernels.
+  // finite number, the op is unsupported, or a new name finds config.max_kernels names learned and
+  // none of them idle: a name not observed in the last kIdleObservationsPerName x max_kernels
+  // kernel observations gives its place to the new one (the least recently observed first). So a
+  // daemon that runs for weeks beside jobs that come and go keeps learning the kernels of the jobs
+  // it runs now, while a job that makes up new names at a high rate cannot push out the names that
+  // are in use.
   bool observe(const OpFeatures& op, double duration_ns);
   bool observe(const KernelFeatures& kernel, double duration_ns);
   bool observe(const CopyFeatures& copy, double duration_ns);
+
+  static constexpr std::uint64_t kIdleObservationsPerName = 16;
 
   const PredictorConfig& config() const { return config_; }
   std::size_t kernel_count() const { return kernels_.size(); }
@@ -65,8 +72,17 @@ class Predictor {
     std::size_t operator()(std::string_view name) const noexcept { return std::hash<std::string_view>{}(name); }
   };
 
+  struct Kernel {
+    KernelModel model;
+    std::uint64_t last_observed = 0;  // kernel_observations_ at its latest observation (0: restored)
+  };
+  // Whether a new name may be learned: there is room, or the least recently observed name was idle
+  // and is evicted to make it.
+  bool make_room();
+
   PredictorConfig config_;
-  std::unordered_map<std::string, KernelModel, NameHash, std::equal_to<>> kernels_;
+  std::unordered_map<std::string, Kernel, NameHash, std::equal_to<>> kernels_;
+  std::uint64_t kernel_observations_ = 0;  // since construction or restore (not persisted)
   CopyModel copies_;
   LogMoments global_log2_ns_;  // recent kernel durations, any name: the global default
 };
