@@ -144,7 +144,7 @@ std::optional<PolicyState> BaymaxPolicy::state(std::int64_t now_ns) const {
     if (client.info.priority != ipc::Priority::low) continue;
     state.be_compute_outstanding_ns[client.info.job] += client.be_compute_total_ns();
   }
-  state.tight_targets = tight_targets();
+  state.tight_targets = tight_targets(now_ns);
   for (const auto& [id, client] : clients_) {
     if (client.info.priority != ipc::Priority::high || !client.info.target_ns || !queries_.says_arrivals(id) ||
         queries_.expected_query_ns(id) <= 0)
@@ -163,7 +163,7 @@ std::optional<PolicyState> BaymaxPolicy::state(std::int64_t now_ns) const {
   return state;
 }
 
-std::vector<PolicyState::TightTarget> BaymaxPolicy::tight_targets() const {
+std::vector<PolicyState::TightTarget> BaymaxPolicy::tight_targets(std::int64_t now_ns) const {
   std::vector<PolicyState::TightTarget> tight;
   for (const auto& [id, client] : clients_) {
     if (client.info.priority != ipc::Priority::high || !client.info.target_ns) continue;
@@ -171,11 +171,16 @@ std::vector<PolicyState::TightTarget> BaymaxPolicy::tight_targets() const {
     if (expected <= 0) continue;  // no closed query yet
     const std::int64_t target = *client.info.target_ns;
     client.for_each_device([&](std::uint32_t device) {
-      // Best-effort processes that have posted work there (one registers with device 0 whatever it
-      // uses); at least one, since one may come.
+      // Best-effort processes with compute work on the device, or that posted some lately (one
+      // registers with device 0 whatever it uses, and one that went idle takes no slice); at least
+      // one, since one may come.
       const auto processes = static_cast<std::uint32_t>(std::max<std::ptrdiff_t>(
-          1, std::count_if(clients_.begin(), clients_.end(), [device](const auto& other) {
-            return other.second.info.priority == ipc::Priority::low && other.second.devices.contains(device);
+          1, std::count_if(clients_.begin(), clients_.end(), [device, now_ns](const auto& other) {
+            const ClientState& be = other.second;
+            if (be.info.priority != ipc::Priority::low) return false;
+            const auto posted = be.compute_posted_ns.find(device);
+            return be.be_compute_ns_on(device) > 0 ||
+                   (posted != be.compute_posted_ns.end() && now_ns - posted->second <= kActiveProcessNs);
           })));
       PolicyState::TightTarget entry{client.info.job, device, target, expected, 0, processes};
       if (options_.baymax.preemptive(device)) {
@@ -670,6 +675,9 @@ Decisions BaymaxPolicy::op_posted(const OpPosted& event) {
     settle_long_budgets(event.now_ns);
     state.devices.insert(op.device);
     refresh_long_budgets(event.now_ns);
+  }
+  if (event.priority == ipc::Priority::low && engine_of(op) == Engine::compute) {
+    state.compute_posted_ns[op.device] = event.now_ns;
   }
   const std::int64_t p = predicted(event);
   if (event.priority == ipc::Priority::high) {

@@ -874,10 +874,10 @@ TEST(BaymaxPolicy, ATargetWithLessThanASliceOfSlackIsReportedTight) {
     BaymaxPolicy policy(o);
     (void)policy.client_registered(serve(kServe, target), 0);
     (void)policy.client_registered(train(kTrainA), 0);
-    EXPECT_TRUE(policy.tight_targets().empty()) << "no query closed yet";
+    EXPECT_TRUE(policy.tight_targets(100 * kMs).empty()) << "no query closed yet";
     teach_one_query(policy);
-    EXPECT_EQ(policy.state(100 * kMs)->tight_targets, policy.tight_targets());
-    return policy.tight_targets();
+    EXPECT_EQ(policy.state(100 * kMs)->tight_targets, policy.tight_targets(100 * kMs));
+    return policy.tight_targets(100 * kMs);
   };
   using Tight = std::vector<PolicyState::TightTarget>;
   EXPECT_EQ(tight_after_one_query(sliced(), 13 * kMs), (Tight{{"serve", 0, 13 * kMs, 10 * kMs, 4 * kMs, 1}}))
@@ -904,11 +904,11 @@ TEST(BaymaxPolicy, OnARunToEndDeviceATargetWithLessSlackThanTheBoundsWaitIsRepor
     (void)post(policy, kServe, Priority::high, op(3), unblocked, kMs);
     (void)post(policy, kServe, Priority::high, op(4, ipc::OpKind::sync), 10 * kMs, 0);
     (void)policy.op_completed({kServe, done(1, unblocked), unblocked});
-    EXPECT_TRUE(policy.tight_targets().empty()) << "no query closed yet";
+    EXPECT_TRUE(policy.tight_targets(100 * kMs).empty()) << "no query closed yet";
     (void)policy.op_completed({kServe, done(3, 10 * kMs), 10 * kMs});
     (void)post(policy, kServe, Priority::high, op(5), 100 * kMs, kMs);
     EXPECT_EQ(policy.queries().expected_query_unblocked_ns(kServe), unblocked);
-    return policy.tight_targets();
+    return policy.tight_targets(100 * kMs);
   };
   using Tight = std::vector<PolicyState::TightTarget>;
   const auto run_to_end = [](std::int64_t target, std::int64_t bound, std::int64_t wait) {
@@ -954,7 +954,7 @@ TEST(BaymaxPolicy, ATightTargetCountsASliceForEachBestEffortProcessOnTheDevice) 
       (void)post(policy, id, Priority::low, work, 0, kMs);
     }
     teach_one_query(policy);
-    return policy.tight_targets();
+    return policy.tight_targets(100 * kMs);
   };
   using Tight = std::vector<PolicyState::TightTarget>;
   EXPECT_EQ(tight_with(17 * kMs, {{kTrainA, 0}, {kTrainB, 0}}),
@@ -967,6 +967,23 @@ TEST(BaymaxPolicy, ATightTargetCountsASliceForEachBestEffortProcessOnTheDevice) 
       << "the second has posted nothing yet: its device is not known";
   EXPECT_EQ(tight_with(13 * kMs, {}), (Tight{{"serve", 0, 13 * kMs, 10 * kMs, 4 * kMs, 1}}))
       << "none yet: one may come, so one slice is still wanted";
+
+  // A process counts while it has compute work on the device or posted some lately: B's op done
+  // and B idle for longer than kActiveProcessNs, it takes no slice; A's op, still running, keeps A.
+  BaymaxPolicy policy(sliced());
+  (void)policy.client_registered(serve(kServe, 17 * kMs), 0);
+  for (const ClientId id : {kTrainA, kTrainB}) {
+    (void)policy.client_registered(train(id), 0);
+    EXPECT_EQ(post(policy, id, Priority::low, op(1), 0, kMs), (Decisions{{id, 1}}));
+  }
+  teach_one_query(policy);
+  (void)policy.op_completed({kTrainB, done(1, 200 * kMs), 200 * kMs});
+  const std::int64_t idle = BaymaxPolicy::kActiveProcessNs;
+  EXPECT_EQ(policy.tight_targets(idle), (Tight{{"serve", 0, 17 * kMs, 10 * kMs, 4 * kMs, 2}}))
+      << "B posted within the window";
+  EXPECT_TRUE(policy.tight_targets(idle + 1).empty()) << "B idle: A alone, one slice fits";
+  (void)post(policy, kTrainB, Priority::low, copy(2, ipc::CopyDirection::h2d), idle + 1, kMs);
+  EXPECT_TRUE(policy.tight_targets(idle + 2).empty()) << "a copy takes no slice of the compute engine";
 }
 
 // Each round's waiting heads are charged the time to the next round, by what holds them.

@@ -173,9 +173,11 @@ class BaymaxPolicy final : public Policy {
   std::optional<HoldTimes> hold_times() const override { return held_ns_; }
   std::map<std::string, HoldTimes> hold_times_by_job() const override { return held_by_job_; }
   std::optional<PolicyState> state(std::int64_t now_ns) const override;
-  // PolicyState::tight_targets now (the daemon warns of each once per job, device, target, slice and
-  // process count).
-  std::vector<PolicyState::TightTarget> tight_targets() const;
+  // PolicyState::tight_targets at now_ns (the daemon warns of each once per job, device, target,
+  // slice and process count). A best-effort process counts on a device while it has compute work
+  // there or posted some within kActiveProcessNs: one that posted once and went idle takes no slice.
+  std::vector<PolicyState::TightTarget> tight_targets(std::int64_t now_ns) const;
+  static constexpr std::int64_t kActiveProcessNs = 10'000'000'000;
 
   // For tests and status.
   std::int64_t bound_ns() const { return bound_.bound_ns(); }
@@ -211,6 +213,7 @@ class BaymaxPolicy final : public Policy {
     std::int64_t be_compute_total_ns() const;                        // on every device
     std::int64_t be_compute_ns_on(std::uint32_t device) const;       // on one
     std::int64_t head_held_since_ns = -1;  // when its queue's head was first held (-1: not held)
+    std::map<std::uint32_t, std::int64_t> compute_posted_ns;  // best effort: its latest compute op, by device
     // The devices it has posted GPU work on. A process registers with device 0 whatever it uses
     // (the shim has no context yet), so a job is on the devices its work says, and on its
     // registration's device only until its first op.
