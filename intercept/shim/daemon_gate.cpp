@@ -75,6 +75,11 @@ bool DaemonGate::try_register(bool at_start) noexcept {
       log_(LogLevel::info,
                   std::string(at_start ? "registered" : "re-registered") + " with gpuqosd as client " +
                       std::to_string(opened.session->client_number()));
+      if (const std::int64_t offset = opened.session->clock_offset_ns(); offset != 0) {
+        const double ms = static_cast<double>(offset < 0 ? -offset : offset) / 1e6;
+        log_(LogLevel::info, "gpuqosd's clock is " + std::to_string(ms) + " ms " + (offset > 0 ? "ahead of" : "behind") +
+                                 " this process's (another time namespace): the times it is sent are converted");
+      }
       if (opened.lowered && !told_lowered_) {
         told_lowered_ = true;
         log_(LogLevel::warn, "gpuqosd runs this job as low priority: its config does not allow '" + settings_.job +

@@ -23,9 +23,9 @@ Session::~Session() { ::close(fd_); }
 
 bool Session::check_heartbeat() noexcept {
   const std::uint64_t beat = segment_.daemon_heartbeat_ns();  // read before now: never later, unless garbage
-  const auto now = static_cast<std::uint64_t>(ipc::monotonic_ns());
+  const auto now = static_cast<std::uint64_t>(on_daemon_clock(ipc::monotonic_ns()));
   if (beat > now) {
-    lose(std::string(kFutureHeartbeat) + " (garbage in its segment, or a daemon in another time namespace)");
+    lose(std::string(kFutureHeartbeat) + " (garbage in its segment, or its clock jumped since registration)");
     return false;
   }
   if (now - beat > static_cast<std::uint64_t>(kHeartbeatLimitNs)) {
@@ -79,7 +79,10 @@ bool Session::send_kernel_name(std::uint32_t id, const KernelRegistry& kernels) 
   return false;
 }
 
-bool Session::push_op(const ipc::OpDescriptor& op, bool may_wait) noexcept {
+bool Session::push_op(const ipc::OpDescriptor& local, bool may_wait) noexcept {
+  ipc::OpDescriptor op = local;
+  op.posted_ns = on_daemon_clock(op.posted_ns);
+  op.arrived_ns = on_daemon_clock(op.arrived_ns);
   ipc::OpsRing& ring = segment_.ops();
   while (!ring.try_push(op)) {
     if (!may_wait || !alive()) return false;
@@ -138,7 +141,10 @@ bool Session::wait_for_grant(std::uint64_t seq) noexcept {
   return alive() || granted_.load(std::memory_order_acquire) >= seq;
 }
 
-bool Session::push_completion(const ipc::CompletionDescriptor& completion) noexcept {
+bool Session::push_completion(const ipc::CompletionDescriptor& local) noexcept {
+  ipc::CompletionDescriptor completion = local;
+  completion.start_ns = on_daemon_clock(completion.start_ns);
+  completion.end_ns = on_daemon_clock(completion.end_ns);
   return alive() && segment_.completions().try_push(completion);
 }
 

@@ -33,6 +33,10 @@ class Session {
     std::uint64_t copy_chunk_bytes = 0;  // low priority: 1-D copies larger than this go in chunks; 0: never
     bool takes_arrivals = false;         // the daemon speaks 1.2: it takes query_arrived marks
     std::uint64_t managed_devices = ipc::kAllDevices;  // bit d: the daemon schedules device d's work
+    // How far the daemon's CLOCK_MONOTONIC is ahead of this process's (another time namespace; 0:
+    // the same clock). Every time posted is converted to the daemon's clock, and its heartbeat
+    // read on it.
+    std::int64_t clock_offset_ns = 0;
   };
   struct Opened {
     std::shared_ptr<Session> session;  // null: not registered
@@ -62,6 +66,7 @@ class Session {
     return ipc::device_in(terms_.managed_devices, device);
   }
   std::uint64_t managed_devices() const noexcept { return terms_.managed_devices; }
+  std::int64_t clock_offset_ns() const noexcept { return terms_.clock_offset_ns; }
 
   // Sends the name of op.kernel_id if this registration has not had it, gives op the next seq and
   // pushes it. A full ops ring: `may_wait` waits for space (low priority), else not posted. An op
@@ -88,6 +93,8 @@ class Session {
   // Whether the daemon's heartbeat is fresh; if not (stale, or from the future: garbage, or a daemon
   // in another time namespace), loses the session saying which.
   bool check_heartbeat() noexcept;
+  // A time of this process's clock on the daemon's (<= 0, "none", stays as it is).
+  std::int64_t on_daemon_clock(std::int64_t ns) const noexcept { return ns > 0 ? ns + terms_.clock_offset_ns : ns; }
   bool send_kernel_name(std::uint32_t id, const KernelRegistry& kernels) noexcept;
   bool push_op(const ipc::OpDescriptor& op, bool may_wait) noexcept;
   void drain_grants() noexcept;  // with pop_mutex_ held

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "gpuqos/ipc/clock.h"
 #include "gpuqos/ipc/registration.h"
 #include "session.h"
 
@@ -60,25 +61,42 @@ bool connect_socket(const std::string& path, SocketGuard& socket, std::string& w
   return true;
 }
 
-ipc::Result<ipc::HelloReply> exchange_hello(int fd, const Settings& settings) {
+// The Hello's round trip on this process's clock: the daemon made its reply in between.
+struct RoundTrip {
+  std::int64_t sent_ns = 0, received_ns = 0;
+};
+
+ipc::Result<ipc::HelloReply> exchange_hello(int fd, const Settings& settings, RoundTrip& trip) {
   const auto priority = settings.priority == Priority::high ? ipc::Priority::high : ipc::Priority::low;
   auto hello = ipc::make_hello(priority, 0, ipc::sanitize_job_name(settings.job));
   if (!hello) return ipc::Error{hello.error()};
+  trip.sent_ns = ipc::monotonic_ns();
   if (ipc::Status sent = ipc::send_record(fd, ipc::encode(hello.value())); !sent) return ipc::Error{sent.error()};
   if (!wait_for(fd, POLLIN, kReplyTimeoutMs)) return ipc::Error{"no answer to Hello within 1 s"};
   std::vector<std::byte> record;
   if (ipc::Status received = ipc::receive_record(fd, record); !received) return ipc::Error{received.error()};
+  trip.received_ns = ipc::monotonic_ns();
   return ipc::decode_hello_reply(record);
+}
+
+// How far the daemon's CLOCK_MONOTONIC is ahead of ours (negative: behind). The same clock, as it
+// is unless the two run in different time namespaces, put the reply within the round trip: 0, so
+// nothing is converted. Otherwise the reply is taken as made halfway through (off by at most half
+// the round trip, microseconds). 0 from a daemon older than 1.4, which says nothing.
+std::int64_t clock_offset(const ipc::HelloReply& reply, const RoundTrip& trip) {
+  if (reply.version_minor < 4 || reply.daemon_clock_ns <= 0) return 0;
+  if (reply.daemon_clock_ns >= trip.sent_ns && reply.daemon_clock_ns <= trip.received_ns) return 0;
+  return reply.daemon_clock_ns - (trip.sent_ns + (trip.received_ns - trip.sent_ns) / 2);
 }
 
 // The class and chunk size the reply gives. A 1.0 daemon says neither: the claim stands and
 // nothing is split. A daemon may only lower a claim, never raise it.
-Session::Terms terms_of(const ipc::HelloReply& reply, Priority claimed) {
+Session::Terms terms_of(const ipc::HelloReply& reply, Priority claimed, const RoundTrip& trip) {
   const bool claimed_low = claimed == Priority::low;
-  if (reply.version_minor < 1) return {claimed_low, 0, false, ipc::kAllDevices};
+  if (reply.version_minor < 1) return {claimed_low, 0, false, ipc::kAllDevices, 0};
   const std::uint64_t chunk = reply.copy_chunk_bytes == 0 ? 0 : std::max(reply.copy_chunk_bytes, ipc::kMinCopyChunkBytes);
-  return {claimed_low || reply.effective_priority == ipc::Priority::low, chunk,
-          reply.version_minor >= 2, reply.version_minor >= 3 ? reply.managed_devices : ipc::kAllDevices};
+  return {claimed_low || reply.effective_priority == ipc::Priority::low, chunk, reply.version_minor >= 2,
+          reply.version_minor >= 3 ? reply.managed_devices : ipc::kAllDevices, clock_offset(reply, trip)};
 }
 
 }  // namespace
@@ -87,7 +105,8 @@ Session::Opened Session::open(const Settings& settings, std::uint32_t id) {
   Opened opened;
   SocketGuard socket;
   if (!connect_socket(settings.socket_path, socket, opened.why)) return opened;
-  auto reply = exchange_hello(socket.fd, settings);
+  RoundTrip trip;
+  auto reply = exchange_hello(socket.fd, settings, trip);
   if (!reply) {
     opened.why = reply.error();
     return opened;
@@ -104,7 +123,7 @@ Session::Opened Session::open(const Settings& settings, std::uint32_t id) {
     opened.why = segment.error();
     return opened;
   }
-  const Session::Terms terms = terms_of(reply.value(), settings.priority);
+  const Session::Terms terms = terms_of(reply.value(), settings.priority, trip);
   opened.lowered = settings.priority == Priority::high && terms.low_priority;
   opened.session =
       std::make_shared<Session>(id, socket.release(), reply->client_number, std::move(segment.value()), terms);

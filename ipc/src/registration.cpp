@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "gpuqos/ipc/clock.h"
 #include "gpuqos/ipc/segment.h"
 
 namespace gpuqos::ipc {
@@ -99,7 +100,7 @@ Result<Hello> make_hello(Priority priority, std::uint32_t device, std::string_vi
 
 HelloReply make_hello_reply(HelloStatus status, std::uint32_t client_number, std::string_view segment_name,
                             std::string_view message, Priority effective_priority, std::uint64_t copy_chunk_bytes,
-                            std::uint64_t managed_devices) {
+                            std::uint64_t managed_devices, std::int64_t clock_offset_ns) {
   HelloReply reply{};
   reply.magic = kHelloReplyMagic;
   reply.version_major = kProtocolVersionMajor;
@@ -112,6 +113,7 @@ HelloReply make_hello_reply(HelloStatus status, std::uint32_t client_number, std
   reply.effective_priority = effective_priority;
   reply.copy_chunk_bytes = copy_chunk_bytes;
   reply.managed_devices = managed_devices;
+  reply.daemon_clock_ns = monotonic_ns() + clock_offset_ns;
   return reply;
 }
 
@@ -217,10 +219,11 @@ Result<HelloReply> decode_hello_reply(Record record) {
     reply.status = HelloStatus::version_mismatch;  // whatever it said: we cannot read the rest
     return reply;
   }
-  // A 1.0 daemon's reply ends after the message, a 1.1 or 1.2 one after copy_chunk_bytes: the later
-  // fields stay zero (the shim checks the minor).
+  // A 1.0 daemon's reply ends after the message, a 1.1 or 1.2 one after copy_chunk_bytes, a 1.3 one
+  // after managed_devices: the later fields stay zero (the shim checks the minor).
   const std::size_t want = reply.version_minor == 0   ? kHelloReplyBytesV1_0
                            : reply.version_minor <= 2 ? kHelloReplyBytesV1_2
+                           : reply.version_minor == 3 ? kHelloReplyBytesV1_3
                                                       : sizeof(HelloReply);
   if (Status size = check_record_size("hello reply", record.size(), want, reply.version_minor); !size) {
     return Error{size.error()};

@@ -80,6 +80,9 @@ class FakeDaemon {
   void freeze_heartbeat() { heartbeat_frozen_ = true; }
   // Heartbeats stamped an hour ahead: garbage, or a daemon in another time namespace.
   void heartbeat_from_future() { heartbeat_offset_ns_ = 3'600'000'000'000; }
+  // A daemon in another time namespace: its CLOCK_MONOTONIC (its replies' clock, its heartbeats)
+  // this far ahead of the test's (negative: behind), for registrations from now on.
+  void set_clock_offset(std::int64_t ns) { heartbeat_offset_ns_ = clock_offset_ns_ = ns; }
   // The grants ring's producer index made impossible (more items than slots), grants stop.
   void corrupt_grants() { corrupt_grants_ = true; }
   // For registrations from now on: answer every claim with low priority / this chunk size.
@@ -136,11 +139,13 @@ class FakeDaemon {
     if (!decoded || !peer || !segment) return void(::close(fd));
     const auto number = static_cast<std::uint32_t>(counter.load());
     const ipc::Priority effective = lower_claims_ ? ipc::Priority::low : decoded->hello.priority;
-    ipc::HelloReply reply =
-        ipc::make_hello_reply(ipc::HelloStatus::ok, number, name, "", effective, copy_chunk_bytes_, managed_devices_);
+    ipc::HelloReply reply = ipc::make_hello_reply(ipc::HelloStatus::ok, number, name, "", effective, copy_chunk_bytes_,
+                                                  managed_devices_, clock_offset_ns_);
     reply.version_minor = minor_;
     std::vector<std::byte> bytes = ipc::encode(reply);
-    if (minor_ <= 2) bytes.resize(minor_ == 0 ? ipc::kHelloReplyBytesV1_0 : ipc::kHelloReplyBytesV1_2);  // as it was
+    if (minor_ <= 3) {  // as it was
+      bytes.resize(minor_ == 0 ? ipc::kHelloReplyBytesV1_0 : minor_ <= 2 ? ipc::kHelloReplyBytesV1_2 : ipc::kHelloReplyBytesV1_3);
+    }
     (void)ipc::send_record(fd, bytes);
     std::lock_guard lock(mutex_);
     clients_.push_back({.peer = peer.value(), .hello = decoded->hello, .registered_ns = ipc::monotonic_ns()});
@@ -194,7 +199,7 @@ class FakeDaemon {
   const std::string path_;
   int listen_fd_ = -1;
   std::atomic<bool> running_{false}, auto_grant_{true}, heartbeat_frozen_{false}, corrupt_grants_{false};
-  std::atomic<std::int64_t> heartbeat_offset_ns_{0};
+  std::atomic<std::int64_t> heartbeat_offset_ns_{0}, clock_offset_ns_{0};
   std::atomic<std::uint64_t> grant_target_{0};
   std::atomic<bool> lower_claims_{false};
   std::atomic<std::uint64_t> copy_chunk_bytes_{0};

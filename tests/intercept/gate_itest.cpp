@@ -351,6 +351,46 @@ TEST_F(GateTest, AHeartbeatFromTheFutureReleasesTheWaiterAfterTheHeartbeatLimit)
   EXPECT_EQ(occurrences(output_, "lost gpuqosd"), 1u) << output_;
 }
 
+// A daemon in another time namespace has another CLOCK_MONOTONIC. The shim learns the difference
+// from the Hello's round trip and converts every time it posts, and reads the heartbeat on the
+// daemon's clock: a daemon ahead is not "from the future", one behind not silent, and the ops'
+// stamps and completions' ends land on the daemon's clock. The same clock: nothing converted, no
+// word of it.
+class ClockOffset : public GateTest, public ::testing::WithParamInterface<std::int64_t> {};
+
+TEST_P(ClockOffset, ADaemonOnAnotherClockGetsEveryTimeOnItsOwn) {
+  const std::int64_t offset = GetParam();
+  daemon_->set_clock_offset(offset);
+  start({"loop", "10", "1000"}, "low");  // each: a launch that waits for its grant, a synchronisation
+  ASSERT_EQ(finish(), 0) << output_;
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 20) && c[0].completions.size() >= 10; }));
+  const FakeClient client = daemon_->clients().at(0);
+  EXPECT_EQ(occurrences(output_, "lost gpuqosd"), 0u) << output_;
+  EXPECT_EQ(occurrences(output_, "registered with gpuqosd"), 1u) << output_;
+  const std::string said = offset > 0 ? "ms ahead of this process's" : "ms behind this process's";
+  EXPECT_EQ(occurrences(output_, said), offset == 0 ? 0u : 1u) << output_;
+  EXPECT_EQ(occurrences(output_, "time namespace"), offset == 0 ? 0u : 1u) << output_;
+  constexpr std::int64_t kSlackNs = 5'000'000;  // the estimate's error is half a round trip: microseconds
+  ASSERT_EQ(client.ops.size(), client.popped_ns.size());
+  for (std::size_t i = 0; i < client.ops.size(); ++i) {
+    const std::int64_t posted = client.ops[i].posted_ns - offset;  // back on the test's clock
+    EXPECT_GE(posted, client.registered_ns - kSlackNs) << i;
+    EXPECT_LE(posted, client.popped_ns[i] + kSlackNs) << i;
+  }
+  const std::int64_t now = ipc::monotonic_ns();
+  for (const auto& completion : client.completions) {
+    EXPECT_GE(completion.start_ns - offset, client.registered_ns - kSlackNs) << completion.seq;
+    EXPECT_LE(completion.end_ns - offset, now) << completion.seq;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Namespaces, ClockOffset,
+                         ::testing::Values(std::int64_t{0}, std::int64_t{3'600'000'000'000}, std::int64_t{-2'000'000'000}),
+                         [](const auto& info) {
+                           return info.param == 0 ? std::string("Same") : info.param > 0 ? std::string("AnHourAhead")
+                                                                                          : std::string("TwoSecondsBehind");
+                         });
+
 // Garbage in the grants ring's indices: no grant can ever be read, so the session is lost at once.
 TEST_F(GateTest, ACorruptedGrantsRingReleasesTheWaiter) {
   daemon_->set_auto_grant(false);

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <random>
 
+#include "gpuqos/ipc/clock.h"
+
 namespace gpuqos::ipc {
 namespace {
 
@@ -141,6 +143,30 @@ TEST(HelloReply, RoundTrips) {
   decoded = decode_hello_reply(encode(make_hello_reply(HelloStatus::ok, 3, "/gpuqos-100-3", "", Priority::low, 0, 0b101)));
   ASSERT_TRUE(decoded) << decoded.error();
   EXPECT_EQ(decoded->managed_devices, 0b101u);
+}
+
+TEST(HelloReply, CarriesTheDaemonsClock) {
+  const std::int64_t before = monotonic_ns();
+  auto decoded = decode_hello_reply(encode(make_hello_reply(HelloStatus::ok, 3, "/gpuqos-100-3", "", Priority::low, 0)));
+  const std::int64_t after = monotonic_ns();
+  ASSERT_TRUE(decoded) << decoded.error();
+  EXPECT_GE(decoded->daemon_clock_ns, before);
+  EXPECT_LE(decoded->daemon_clock_ns, after);
+  decoded = decode_hello_reply(
+      encode(make_hello_reply(HelloStatus::ok, 3, "/gpuqos-100-3", "", Priority::low, 0, kAllDevices, 3'600'000'000'000)));
+  ASSERT_TRUE(decoded) << decoded.error();
+  EXPECT_GE(decoded->daemon_clock_ns, after + 3'600'000'000'000) << "another namespace's clock, an hour ahead";
+}
+
+TEST(HelloReply, FromA1_3DaemonDecodesWithoutThe1_4Fields) {
+  HelloReply reply = make_hello_reply(HelloStatus::ok, 3, "/gpuqos-100-3", "", Priority::high, 1234, 0b1);
+  reply.version_minor = 3;
+  const std::vector<std::byte> whole = raw(reply);
+  auto decoded = decode_hello_reply(std::span(whole).first(kHelloReplyBytesV1_3));
+  ASSERT_TRUE(decoded) << decoded.error();
+  EXPECT_EQ(decoded->managed_devices, 0b1u);
+  EXPECT_EQ(decoded->daemon_clock_ns, 0) << "absent: zero, the shim checks the minor";
+  EXPECT_FALSE(decode_hello_reply(whole)) << "a 1.3 reply has exactly the 1.3 size";
 }
 
 TEST(HelloReply, FromA1_2DaemonDecodesWithoutThe1_3Fields) {

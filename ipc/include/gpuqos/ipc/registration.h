@@ -18,6 +18,7 @@
 //   1.1  HelloReply appends effective_priority and copy_chunk_bytes
 //   1.2  the daemon takes query_arrived marks (descriptor.h); no record changes
 //   1.3  HelloReply appends managed_devices
+//   1.4  HelloReply appends daemon_clock_ns
 //
 // Everything the daemon receives is untrusted: decode_* validate every field and return the reason
 // for rejecting garbage. Who the client is (pid, uid, gid) comes from the kernel via
@@ -45,8 +46,8 @@ inline constexpr std::uint32_t kControlReplyMagic = 0x52435147;    // "GQCR"
 inline constexpr std::uint16_t kProtocolVersionMajor = 1;
 // 1.1: HelloReply's effective_priority and copy_chunk_bytes. 1.2: the daemon takes query_arrived
 // marks (descriptor.h); a shim posts them only to a daemon that says 1.2 or later. 1.3: HelloReply's
-// managed_devices.
-inline constexpr std::uint16_t kProtocolVersionMinor = 3;
+// managed_devices. 1.4: HelloReply's daemon_clock_ns.
+inline constexpr std::uint16_t kProtocolVersionMinor = 4;
 
 inline constexpr std::size_t kJobNameBytes = 64;        // with its NUL
 inline constexpr std::size_t kReplyMessageBytes = 128;  // with its NUL
@@ -92,9 +93,15 @@ struct HelloReply {
   // the work of device d (its config's [devices] ordinals); the shim issues ops on other devices
   // straight to the driver, unposted. A reply older than 1.3 means every device (kAllDevices).
   std::uint64_t managed_devices;
+  // 1.4 (a 1.3 reply is kHelloReplyBytesV1_3 long): the daemon's CLOCK_MONOTONIC as it made the
+  // reply. Every time in the segment is on the daemon's clock, which is the shim's unless the two
+  // run in different time namespaces (CLOCK_MONOTONIC has an offset per namespace): the shim tells
+  // from this and the Hello's round trip, and converts what it posts. 0 from an older daemon.
+  std::int64_t daemon_clock_ns;
 };
 inline constexpr std::size_t kHelloReplyBytesV1_0 = 208;  // up to and including message
 inline constexpr std::size_t kHelloReplyBytesV1_2 = 224;  // up to and including copy_chunk_bytes
+inline constexpr std::size_t kHelloReplyBytesV1_3 = 232;  // up to and including managed_devices
 inline constexpr std::uint64_t kAllDevices = ~std::uint64_t{0};
 // The smallest non-zero copy_chunk_bytes the shim takes: it raises a smaller one a daemon sends (a
 // 1-byte chunk would cost a grant round trip per byte). gpuqosd's config refuses less as well.
@@ -123,10 +130,11 @@ struct KernelNameHeader {
 
 static_assert(std::is_trivially_copyable_v<Hello> && std::is_standard_layout_v<Hello> && sizeof(Hello) == 80);
 static_assert(std::is_trivially_copyable_v<HelloReply> && std::is_standard_layout_v<HelloReply> &&
-              sizeof(HelloReply) == 232);
+              sizeof(HelloReply) == 240);
 static_assert(offsetof(HelloReply, effective_priority) == kHelloReplyBytesV1_0 &&
               offsetof(HelloReply, copy_chunk_bytes) == 216 &&
-              offsetof(HelloReply, managed_devices) == kHelloReplyBytesV1_2);
+              offsetof(HelloReply, managed_devices) == kHelloReplyBytesV1_2 &&
+              offsetof(HelloReply, daemon_clock_ns) == kHelloReplyBytesV1_3);
 static_assert(sizeof(KernelNameHeader) == 16);
 static_assert(offsetof(Hello, priority) == 8 && offsetof(Hello, job_name) == 16);
 static_assert(offsetof(HelloReply, status) == 8 && offsetof(HelloReply, segment_name) == 16);
@@ -190,11 +198,12 @@ RecordKind record_kind(std::span<const std::byte> record) noexcept;
 
 // Builders (shim and daemon side). The job name must be valid (see sanitize_job_name).
 // effective_priority, copy_chunk_bytes and managed_devices matter for an ok reply only (pass low, 0
-// and kAllDevices otherwise).
+// and kAllDevices otherwise). A reply carries the caller's CLOCK_MONOTONIC (daemon_clock_ns), or
+// clock_offset_ns past it (for tests: a daemon in another time namespace).
 Result<Hello> make_hello(Priority priority, std::uint32_t device, std::string_view job_name);
 HelloReply make_hello_reply(HelloStatus status, std::uint32_t client_number, std::string_view segment_name,
                             std::string_view message, Priority effective_priority, std::uint64_t copy_chunk_bytes,
-                            std::uint64_t managed_devices = kAllDevices);
+                            std::uint64_t managed_devices = kAllDevices, std::int64_t clock_offset_ns = 0);
 
 // Turns any string into a valid job name: bad bytes become '_', cut to 63 bytes, "job" if empty.
 std::string sanitize_job_name(std::string_view name);
