@@ -75,7 +75,8 @@ bool DaemonGate::try_register(bool at_start) noexcept {
       log_(LogLevel::info,
                   std::string(at_start ? "registered" : "re-registered") + " with gpuqosd as client " +
                       std::to_string(opened.session->client_number()));
-      if (const std::int64_t offset = opened.session->clock_offset_ns(); offset != 0) {
+      if (const std::int64_t offset = opened.session->clock_offset_ns(); offset != 0 && !told_clock_) {
+        told_clock_ = true;
         const double ms = static_cast<double>(offset < 0 ? -offset : offset) / 1e6;
         log_(LogLevel::info, "gpuqosd's clock is " + std::to_string(ms) + " ms " + (offset > 0 ? "ahead of" : "behind") +
                                  " this process's (another time namespace): the times it is sent are converted");
@@ -107,8 +108,8 @@ void DaemonGate::monitor() noexcept {
     if (session) {
       try {
         const std::string why = session->lost_reason();
-        // Its clock is not ours (another time namespace, or garbage): every registration would be
-        // lost the same way, a second later. Once is enough.
+        // Its heartbeat is on no clock of ours (garbage, or a daemon older than 1.4 in another time
+        // namespace): every registration would be lost the same way, a second later. Once is enough.
         gave_up_ = why.find(kFutureHeartbeat) != std::string::npos;
         log_(LogLevel::warn, "lost gpuqosd (" + why + "); running unmanaged" +
                                  (gave_up_ ? std::string(" from now on") : std::string(" until it is back")));

@@ -65,6 +65,7 @@ class DaemonGate final : public Gate {
   std::uint32_t next_session_id_ = 1;  // monitor thread (and the constructor)
   bool gave_up_ = false;               // the daemon refused us: do not ask again
   bool told_lowered_ = false;          // the one warning that the daemon lowered our claim was shown
+  bool told_clock_ = false;            // the one word that the daemon is on another clock was said
   // The current registration's Session::copy_chunk_bytes(), 0 without one: read by every 1-D copy,
   // so kept apart from session_ (whose load costs more than a relaxed read).
   std::atomic<std::uint64_t> copy_chunk_bytes_{0};

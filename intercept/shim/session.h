@@ -34,9 +34,10 @@ class Session {
     bool takes_arrivals = false;         // the daemon speaks 1.2: it takes query_arrived marks
     std::uint64_t managed_devices = ipc::kAllDevices;  // bit d: the daemon schedules device d's work
     // How far the daemon's CLOCK_MONOTONIC is ahead of this process's (another time namespace; 0:
-    // the same clock). Every time posted is converted to the daemon's clock, and its heartbeat
-    // read on it.
+    // the same clock), and how far off that estimate may be (0 for the same clock). Every time
+    // posted is converted to the daemon's clock, and its heartbeat read on it, give or take that.
     std::int64_t clock_offset_ns = 0;
+    std::int64_t clock_uncertainty_ns = 0;
   };
   struct Opened {
     std::shared_ptr<Session> session;  // null: not registered
@@ -90,8 +91,9 @@ class Session {
   std::string lost_reason() const;
 
  private:
-  // Whether the daemon's heartbeat is fresh; if not (stale, or from the future: garbage, or a daemon
-  // in another time namespace), loses the session saying which.
+  // Whether the daemon's heartbeat is fresh; if not (stale, or from the future: garbage, a clock
+  // that jumped, or a daemon older than 1.4 in another time namespace), loses the session saying
+  // which. Either way by more than the clock offset's uncertainty.
   bool check_heartbeat() noexcept;
   // A time of this process's clock on the daemon's (<= 0, "none", stays as it is).
   std::int64_t on_daemon_clock(std::int64_t ns) const noexcept { return ns > 0 ? ns + terms_.clock_offset_ns : ns; }

@@ -79,24 +79,37 @@ ipc::Result<ipc::HelloReply> exchange_hello(int fd, const Settings& settings, Ro
   return ipc::decode_hello_reply(record);
 }
 
-// How far the daemon's CLOCK_MONOTONIC is ahead of ours (negative: behind). The same clock, as it
-// is unless the two run in different time namespaces, put the reply within the round trip: 0, so
-// nothing is converted. Otherwise the reply is taken as made halfway through (off by at most half
-// the round trip, microseconds). 0 from a daemon older than 1.4, which says nothing.
-std::int64_t clock_offset(const ipc::HelloReply& reply, const RoundTrip& trip) {
-  if (reply.version_minor < 4 || reply.daemon_clock_ns <= 0) return 0;
-  if (reply.daemon_clock_ns >= trip.sent_ns && reply.daemon_clock_ns <= trip.received_ns) return 0;
-  return reply.daemon_clock_ns - (trip.sent_ns + (trip.received_ns - trip.sent_ns) / 2);
+// An offset beyond this (decades) is no clock's: garbage, and nothing is converted by it.
+constexpr std::int64_t kMaxClockOffsetNs = 1'000'000'000'000'000'000;
+
+// How far the daemon's CLOCK_MONOTONIC is ahead of ours (negative: behind), and how far off that may
+// be. The same clock, as it is unless the two run in different time namespaces, puts the reply
+// within the round trip: 0, exactly, so nothing is converted. Otherwise the reply is taken as made
+// halfway through, which is off by at most half the round trip (microseconds, unless a thread was
+// preempted): the heartbeat check allows that much. Nothing from a daemon older than 1.4.
+void clock_offset(const ipc::HelloReply& reply, const RoundTrip& trip, Session::Terms& terms) {
+  if (reply.version_minor < 4 || reply.daemon_clock_ns <= 0) return;
+  if (reply.daemon_clock_ns >= trip.sent_ns && reply.daemon_clock_ns <= trip.received_ns) return;
+  const std::int64_t half_trip = (trip.received_ns - trip.sent_ns) / 2;
+  const std::int64_t offset = reply.daemon_clock_ns - (trip.sent_ns + half_trip);
+  if (offset > kMaxClockOffsetNs || offset < -kMaxClockOffsetNs) return;
+  terms.clock_offset_ns = offset;
+  terms.clock_uncertainty_ns = half_trip;
 }
 
 // The class and chunk size the reply gives. A 1.0 daemon says neither: the claim stands and
 // nothing is split. A daemon may only lower a claim, never raise it.
 Session::Terms terms_of(const ipc::HelloReply& reply, Priority claimed, const RoundTrip& trip) {
   const bool claimed_low = claimed == Priority::low;
-  if (reply.version_minor < 1) return {claimed_low, 0, false, ipc::kAllDevices, 0};
-  const std::uint64_t chunk = reply.copy_chunk_bytes == 0 ? 0 : std::max(reply.copy_chunk_bytes, ipc::kMinCopyChunkBytes);
-  return {claimed_low || reply.effective_priority == ipc::Priority::low, chunk, reply.version_minor >= 2,
-          reply.version_minor >= 3 ? reply.managed_devices : ipc::kAllDevices, clock_offset(reply, trip)};
+  Session::Terms terms;
+  terms.low_priority = claimed_low;
+  if (reply.version_minor < 1) return terms;
+  terms.low_priority = claimed_low || reply.effective_priority == ipc::Priority::low;
+  terms.copy_chunk_bytes = reply.copy_chunk_bytes == 0 ? 0 : std::max(reply.copy_chunk_bytes, ipc::kMinCopyChunkBytes);
+  terms.takes_arrivals = reply.version_minor >= 2;
+  if (reply.version_minor >= 3) terms.managed_devices = reply.managed_devices;
+  clock_offset(reply, trip, terms);
+  return terms;
 }
 
 }  // namespace

@@ -78,11 +78,13 @@ class FakeDaemon {
   void set_auto_grant(bool on) { auto_grant_ = on; }
   void grant_through(std::uint64_t seq) { grant_target_ = seq; }
   void freeze_heartbeat() { heartbeat_frozen_ = true; }
-  // Heartbeats stamped an hour ahead: garbage, or a daemon in another time namespace.
+  // Heartbeats stamped an hour ahead of the clock its replies said: garbage, or a clock that jumped.
   void heartbeat_from_future() { heartbeat_offset_ns_ = 3'600'000'000'000; }
-  // A daemon in another time namespace: its CLOCK_MONOTONIC (its replies' clock, its heartbeats)
-  // this far ahead of the test's (negative: behind), for registrations from now on.
+  // A daemon in another time namespace: its CLOCK_MONOTONIC this far ahead of the test's (negative:
+  // behind), in its replies to registrations from now on and in its heartbeats from now on.
   void set_clock_offset(std::int64_t ns) { heartbeat_offset_ns_ = clock_offset_ns_ = ns; }
+  // Sends each reply this long after making it (and stamping its clock): a slow return leg.
+  void delay_replies(std::chrono::milliseconds delay) { reply_delay_ms_ = delay.count(); }
   // The grants ring's producer index made impossible (more items than slots), grants stop.
   void corrupt_grants() { corrupt_grants_ = true; }
   // For registrations from now on: answer every claim with low priority / this chunk size.
@@ -143,6 +145,7 @@ class FakeDaemon {
                                                   managed_devices_, clock_offset_ns_);
     reply.version_minor = minor_;
     std::vector<std::byte> bytes = ipc::encode(reply);
+    std::this_thread::sleep_for(std::chrono::milliseconds(reply_delay_ms_.load()));
     if (minor_ <= 3) {  // as it was
       bytes.resize(minor_ == 0 ? ipc::kHelloReplyBytesV1_0 : minor_ <= 2 ? ipc::kHelloReplyBytesV1_2 : ipc::kHelloReplyBytesV1_3);
     }
@@ -199,7 +202,7 @@ class FakeDaemon {
   const std::string path_;
   int listen_fd_ = -1;
   std::atomic<bool> running_{false}, auto_grant_{true}, heartbeat_frozen_{false}, corrupt_grants_{false};
-  std::atomic<std::int64_t> heartbeat_offset_ns_{0}, clock_offset_ns_{0};
+  std::atomic<std::int64_t> heartbeat_offset_ns_{0}, clock_offset_ns_{0}, reply_delay_ms_{0};
   std::atomic<std::uint64_t> grant_target_{0};
   std::atomic<bool> lower_claims_{false};
   std::atomic<std::uint64_t> copy_chunk_bytes_{0};

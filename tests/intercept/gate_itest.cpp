@@ -384,6 +384,20 @@ TEST_P(ClockOffset, ADaemonOnAnotherClockGetsEveryTimeOnItsOwn) {
   }
 }
 
+// The estimate of another clock is good to half the Hello's round trip: a reply sent 300 ms after
+// the daemon stamped it puts the estimate ~150 ms behind, and each fresh heartbeat then looks that
+// far in the future (and 150 ms older than it is), past the 100-ms limit. The check allows the
+// estimate's uncertainty: the session holds.
+TEST_F(GateTest, AnEstimateOfAnotherClockIsAllowedItsUncertainty) {
+  daemon_->set_clock_offset(3'600'000'000'000);
+  daemon_->delay_replies(300ms);
+  start({"loop", "10", "1000"}, "low");
+  ASSERT_EQ(finish(), 0) << output_;
+  EXPECT_EQ(occurrences(output_, "lost gpuqosd"), 0u) << output_;
+  EXPECT_EQ(occurrences(output_, "registered with gpuqosd"), 1u) << output_;
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 20); }));
+}
+
 INSTANTIATE_TEST_SUITE_P(Namespaces, ClockOffset,
                          ::testing::Values(std::int64_t{0}, std::int64_t{3'600'000'000'000}, std::int64_t{-2'000'000'000}),
                          [](const auto& info) {
