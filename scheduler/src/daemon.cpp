@@ -107,7 +107,7 @@ int Daemon::run() {
     }
     for (int i = 0; i < ready; ++i) on_event(events[i].data.u64, events[i].events);
   }
-  stop_metrics();
+  stop_metrics(MetricsServer::kStopWaitNs);
   drain_and_release();
   return 0;
 }

@@ -56,7 +56,7 @@ void Daemon::qos_tick(std::int64_t now_ns) {
     }
   }
   if (options_.config.daemon.metrics_listen != metrics_address_) {  // a reload moved it
-    stop_metrics();
+    stop_metrics(/*wait_ns=*/0);
     start_metrics();
   }
   if (metrics_ && metrics_->refresh_wanted()) metrics_->publish(render_metrics(status_snapshot()), now_ns);
@@ -114,9 +114,9 @@ void Daemon::start_metrics() {
   spdlog::info("metrics: serving http://{}/metrics", config::to_string(metrics_address_));
 }
 
-void Daemon::stop_metrics() {
+void Daemon::stop_metrics(std::int64_t wait_ns) {
   if (!metrics_) return;
-  metrics_->stop();
+  metrics_->stop(wait_ns);
   metrics_.reset();
   spdlog::info("metrics: stopped serving {}", config::to_string(metrics_address_));
 }

@@ -4,6 +4,7 @@
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -118,19 +119,21 @@ ipc::Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const config::L
   return metrics;
 }
 
-void MetricsServer::stop() {
+void MetricsServer::stop(std::int64_t wait_ns) {
   if (!thread_.joinable()) return;
   shared_->server.stop();  // closes the listening socket now
   bool finished = false;
   {
     std::unique_lock lock(shared_->mutex);
-    finished = shared_->finished_changed.wait_for(lock, std::chrono::nanoseconds(kStopWaitNs),
+    finished = shared_->finished_changed.wait_for(lock, std::chrono::nanoseconds(std::max<std::int64_t>(0, wait_ns)),
                                                   [&] { return shared_->finished; });
   }
   if (finished) return thread_.join();
-  spdlog::warn("metrics: a peer of {} is still sending its request after {} s; its connection is left to "
-               "end on its own",
-               config::to_string(address_), kStopWaitNs / 1'000'000'000);
+  if (wait_ns > 0) {
+    spdlog::warn("metrics: a peer of {} is still sending its request after {:.1f} s; its connection is left to "
+                 "end on its own",
+                 config::to_string(address_), static_cast<double>(wait_ns) / 1e9);
+  }
   thread_.detach();
 }
 

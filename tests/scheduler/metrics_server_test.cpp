@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <filesystem>
 #include <string>
@@ -102,9 +103,14 @@ TEST(MetricsServer, APeerTricklingItsRequestDoesNotHoldStop) {
   EXPECT_LT(waited, std::chrono::nanoseconds(MetricsServer::kStopWaitNs) + std::chrono::seconds(5))
       << "stop() waited for the trickling peer";
   started.value().reset();
+  // Nothing listens there any more (httplib binds with SO_REUSEPORT, so a second server binding the
+  // port would not say whether the first still listens).
+  FileDescriptor probe(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  EXPECT_NE(::connect(probe.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address), 0);
+  EXPECT_EQ(errno, ECONNREFUSED);
 
   auto again = MetricsServer::start(config::ListenAddress{"127.0.0.1", port});
-  ASSERT_TRUE(again) << "the port is free once stop() returns: " << again.error();
+  ASSERT_TRUE(again) << again.error();
   again.value()->publish("gpuqos_up 2\n", ipc::monotonic_ns());
   EXPECT_NE(testing::http_get(port, "/metrics").find("gpuqos_up 2"), std::string::npos);
 
@@ -114,6 +120,35 @@ TEST(MetricsServer, APeerTricklingItsRequestDoesNotHoldStop) {
   char buffer[4096];
   for (ssize_t got; (got = ::recv(peer.get(), buffer, sizeof buffer, 0)) > 0;) answer.append(buffer, static_cast<std::size_t>(got));
   EXPECT_EQ(answer.rfind("HTTP/1.1 200", 0), 0u) << "its request was served after all: " << answer;
+  EXPECT_NE(answer.find("gpuqos_up 1"), std::string::npos) << answer;
+}
+
+// On a reload the daemon's loop stops the server without waiting at all (wait_ns 0): a scrape in
+// progress, even a well-behaved one, finishes on the server's own threads.
+TEST(MetricsServer, StopWithoutWaitingReturnsAtOnceAndTheScrapeInProgressStillEnds) {
+  const std::uint16_t port = testing::free_port();
+  auto started = MetricsServer::start(config::ListenAddress{"127.0.0.1", port});
+  ASSERT_TRUE(started) << started.error();
+  started.value()->publish("gpuqos_up 1\n", ipc::monotonic_ns());
+  FileDescriptor peer(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  const timeval timeout{5, 0};
+  ::setsockopt(peer.get(), SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  const sockaddr_in address = testing::loopback(port);
+  ASSERT_EQ(::connect(peer.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address), 0);
+  static constexpr char kStart[] = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+  ::send(peer.get(), kStart, sizeof kStart - 1, MSG_NOSIGNAL);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the server is reading its request
+
+  const auto before = std::chrono::steady_clock::now();
+  started.value()->stop(0);
+  EXPECT_LT(std::chrono::steady_clock::now() - before, std::chrono::seconds(1)) << "stop(0) waited";
+  started.value().reset();
+
+  ::send(peer.get(), "Connection: close\r\n\r\n", 21, MSG_NOSIGNAL);
+  std::string answer;
+  char buffer[4096];
+  for (ssize_t got; (got = ::recv(peer.get(), buffer, sizeof buffer, 0)) > 0;) answer.append(buffer, static_cast<std::size_t>(got));
+  EXPECT_EQ(answer.rfind("HTTP/1.1 200", 0), 0u) << answer;
   EXPECT_NE(answer.find("gpuqos_up 1"), std::string::npos) << answer;
 }
 

@@ -137,7 +137,9 @@ class Daemon {
   // The Prometheus endpoint at options_.config.daemon.metrics_listen (off when its port is 0); a
   // bind failure is logged and the daemon runs on without it.
   void start_metrics();
-  void stop_metrics();
+  // wait_ns: how long to let scrapes in progress finish (MetricsServer::stop): 0 on a reload, where
+  // the loop must not stall (the shims' heartbeat limit is 100 ms).
+  void stop_metrics(std::int64_t wait_ns);
 
   DaemonOptions options_;
   std::unique_ptr<Policy> policy_;

@@ -26,10 +26,11 @@ class MetricsServer {
   static constexpr int kMaxConnections = 5;
   // How long a connection may wait for its request's first byte, or for each later read or write,
   // before it is closed. Per read, not in all: a peer that trickles bytes keeps its connection
-  // (httplib has no deadline per request), which is why stop() does not wait for it.
+  // (httplib has no deadline per request), which is why stop() does not wait for it for long.
   static constexpr int kIoTimeoutS = 2;
-  // How long stop() waits for the requests in progress to finish before it leaves them to finish on
-  // their own: more than one read's timeout, so that only a peer that keeps trickling is left.
+  // How long stop() waits by default (at exit) for the requests in progress to finish before it
+  // leaves them to finish on their own: more than one read's timeout, so that only a peer that
+  // keeps trickling is left.
   static constexpr std::int64_t kStopWaitNs = 3'000'000'000;
 
   // Binds address (host:port) and serves on a thread of its own; why not, when it cannot bind.
@@ -38,12 +39,13 @@ class MetricsServer {
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;
 
-  // Stops accepting at once (the port is free when it returns) and waits up to kStopWaitNs for the
+  // Stops accepting at once (the port is free when it returns) and waits up to wait_ns for the
   // requests in progress and the connections accepted and not yet served (each closed within
-  // kIoTimeoutS of its last byte). A peer that is still trickling bytes by then keeps its connection
-  // and the server's threads, which own all they use, until it stalls or hangs up: the caller (the
-  // daemon's loop, on a reload or at exit) is not held by it. Idempotent.
-  void stop();
+  // kIoTimeoutS of its last byte). What is still in progress by then (a peer trickling its bytes,
+  // or any scrape at all with wait_ns 0) keeps its connection and the server's threads, which own
+  // all they use, until it ends: the caller waits wait_ns at most. The daemon's loop passes 0 on a
+  // reload (it must not stall) and waits kStopWaitNs at exit. Idempotent.
+  void stop(std::int64_t wait_ns = kStopWaitNs);
 
   // True once after a request found the text stale (the loop should publish a new one).
   bool refresh_wanted();
