@@ -42,18 +42,23 @@ bool Predictor::observe(const KernelFeatures& kernel, double duration_ns) {
     it = kernels_.emplace(std::string(kernel.name), Kernel{KernelModel(config_)}).first;
   }
   it->second.model.observe(kernel.shape, duration_ns, config_);
-  it->second.last_observed = ++kernel_observations_;
+  it->second.last_epoch = epoch_;
   global_log2_ns_.add(std::log2(duration_ns), config_.score_window);
   return true;
 }
 
 bool Predictor::make_room() {
   if (kernels_.size() < config_.max_kernels) return true;
-  if (kernels_.empty()) return false;  // max_kernels 0
+  // A name's last epoch only rises: none can be idle before the oldest found last time is. So a
+  // stream of new names while the table is full costs one scan per epoch, not one per name.
+  if (kernels_.empty() || epoch_ < no_idle_name_before_) return false;
   const auto oldest = std::min_element(kernels_.begin(), kernels_.end(), [](const auto& a, const auto& b) {
-    return a.second.last_observed < b.second.last_observed;
+    return a.second.last_epoch < b.second.last_epoch;
   });
-  if (kernel_observations_ - oldest->second.last_observed < kIdleObservationsPerName * config_.max_kernels) return false;
+  if (epoch_ - oldest->second.last_epoch < kIdleEpochs) {
+    no_idle_name_before_ = oldest->second.last_epoch + kIdleEpochs;
+    return false;
+  }
   kernels_.erase(oldest);
   return true;
 }

@@ -49,7 +49,10 @@ predictor::Predictor load(const std::string& path, std::optional<std::string>& w
 }  // namespace
 
 DurationLearner::DurationLearner(Options options, std::int64_t now_ns, std::optional<std::string>& warning)
-    : options_(std::move(options)), predictor_(load(options_.store_path, warning, save_blocked_)), last_save_ns_(now_ns) {}
+    : options_(std::move(options)),
+      predictor_(load(options_.store_path, warning, save_blocked_)),
+      last_save_ns_(now_ns),
+      epoch_began_ns_(now_ns) {}
 
 DurationLearner::Estimate DurationLearner::posted(std::uint32_t client, const ipc::OpDescriptor& op,
                                                   std::string kernel_name) {
@@ -154,6 +157,11 @@ void DurationLearner::forget(RememberedOps::iterator it) {
 }
 
 std::optional<std::string> DurationLearner::tick(std::int64_t now_ns) {
+  if (now_ns - epoch_began_ns_ >= kEpochNs) {
+    const std::int64_t epochs = (now_ns - epoch_began_ns_) / kEpochNs;
+    predictor_.advance_epochs(static_cast<std::uint64_t>(epochs));
+    epoch_began_ns_ += epochs * kEpochNs;
+  }
   if (options_.save_interval_ns <= 0 || now_ns - last_save_ns_ < options_.save_interval_ns) return std::nullopt;
   last_save_ns_ = now_ns;
   if (counts_.learned == learned_at_last_save_) return std::nullopt;  // nothing new

@@ -133,18 +133,26 @@ TEST(KernelPrediction, MemoryPerNameAndNamesAreBounded) {
   EXPECT_EQ(p.kernel_count(), 3u);
   EXPECT_EQ(p.stored_samples(), 66u);
 
-  // "k" goes unobserved while "b" and "c" are: once it has been idle for 16 x max_kernels
-  // observations, a new name takes its place; "b" and "c", still in use, stay.
-  constexpr std::uint64_t kIdle = Predictor::kIdleObservationsPerName * 3;
-  for (std::uint64_t i = 0; i + 3 < kIdle; ++i) p.observe(KernelFeatures{i % 2 ? "b" : "c", gemm(64, 64, 64)}, 1000);
-  EXPECT_FALSE(p.observe(KernelFeatures{"d", gemm(64, 64, 64)}, 1000)) << "k idle for 47 observations, not 48";
+  // "k" goes unobserved while "b" and "c" are: once it has been idle for kIdleEpochs, a new name
+  // takes its place; "b" and "c", still in use, stay. However many observations pass meanwhile.
+  p.advance_epochs(1);
+  for (int i = 0; i < 10'000; ++i) p.observe(KernelFeatures{i % 2 ? "b" : "c", gemm(64, 64, 64)}, 1000);
+  p.advance_epochs(Predictor::kIdleEpochs - 2);
   p.observe(KernelFeatures{"b", gemm(64, 64, 64)}, 1000);
+  p.observe(KernelFeatures{"c", gemm(64, 64, 64)}, 1000);
+  EXPECT_FALSE(p.observe(KernelFeatures{"d", gemm(64, 64, 64)}, 1000)) << "k idle for 59 epochs, not 60";
+  p.advance_epochs(1);
   EXPECT_TRUE(p.observe(KernelFeatures{"d", gemm(64, 64, 64)}, 1000));
   EXPECT_EQ(p.kernel("k"), nullptr);
   EXPECT_NE(p.kernel("b"), nullptr);
   EXPECT_NE(p.kernel("c"), nullptr);
   EXPECT_EQ(p.kernel_count(), 3u);
-  EXPECT_FALSE(p.observe(KernelFeatures{"e", gemm(64, 64, 64)}, 1000)) << "b, c and d are all in use";
+  EXPECT_FALSE(p.observe(KernelFeatures{"e", gemm(64, 64, 64)}, 1000)) << "b, c and d were all used within the hour";
+  p.advance_epochs(Predictor::kIdleEpochs - 2);
+  EXPECT_FALSE(p.observe(KernelFeatures{"e", gemm(64, 64, 64)}, 1000)) << "b and c idle for 59";
+  p.advance_epochs(1);
+  EXPECT_TRUE(p.observe(KernelFeatures{"e", gemm(64, 64, 64)}, 1000)) << "one of b and c, idle for 60, gives way";
+  EXPECT_NE(p.kernel("d"), nullptr) << "d was used an epoch later";
 }
 
 TEST(KernelPrediction, BadDurationsAreRejected) {

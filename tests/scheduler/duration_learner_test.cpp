@@ -42,6 +42,22 @@ DurationLearner make_learner() {
   return learner;
 }
 
+// The predictor's epochs (its clock for idle kernel names) advance one a minute from the
+// learner's start, however irregular the ticks.
+TEST(DurationLearner, AdvancesThePredictorsEpochOnceAMinute) {
+  constexpr std::int64_t kMinute = DurationLearner::kEpochNs;
+  std::optional<std::string> warning;
+  DurationLearner learner({}, 5 * kMinute, warning);
+  (void)learner.tick(6 * kMinute - 1);
+  EXPECT_EQ(learner.predictor().epoch(), 0u);
+  (void)learner.tick(6 * kMinute);
+  EXPECT_EQ(learner.predictor().epoch(), 1u);
+  (void)learner.tick(16 * kMinute + 1);
+  EXPECT_EQ(learner.predictor().epoch(), 11u) << "ten minutes without a tick: ten epochs at once";
+  (void)learner.tick(17 * kMinute);
+  EXPECT_EQ(learner.predictor().epoch(), 12u) << "counted from the start, not from the late tick";
+}
+
 TEST(DurationLearner, LearnsExactCompletionsAndNotCoarseOnes) {
   DurationLearner learner = make_learner();
   std::uint64_t seq = 0;

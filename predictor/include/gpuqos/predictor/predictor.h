@@ -38,16 +38,19 @@ class Predictor {
 
   // Learns one measured duration. False (and nothing learned) when the duration is not a positive
   // finite number, the op is unsupported, or a new name finds config.max_kernels names learned and
-  // none of them idle: a name not observed in the last kIdleObservationsPerName x max_kernels
-  // kernel observations gives its place to the new one (the least recently observed first). So a
-  // daemon that runs for weeks beside jobs that come and go keeps learning the kernels of the jobs
-  // it runs now, while a job that makes up new names at a high rate cannot push out the names that
-  // are in use.
+  // none of them idle: a name not observed for kIdleEpochs epochs (advance_epochs) gives its place
+  // to the new one (the least recently observed first). So a daemon that runs for weeks beside jobs
+  // that come and go keeps learning the kernels of the jobs it runs now, and a job that makes up
+  // names at a high rate cannot push out a name in use, nor one that was used within the idle time
+  // (a service between bursts, a store's trained names). Without epochs (gpuqos train), never.
   bool observe(const OpFeatures& op, double duration_ns);
   bool observe(const KernelFeatures& kernel, double duration_ns);
   bool observe(const CopyFeatures& copy, double duration_ns);
 
-  static constexpr std::uint64_t kIdleObservationsPerName = 16;
+  // The learner's clock: gpuqosd advances one epoch a minute, so a name is idle after an hour.
+  static constexpr std::uint64_t kIdleEpochs = 60;
+  void advance_epochs(std::uint64_t epochs) { epoch_ += epochs; }
+  std::uint64_t epoch() const { return epoch_; }
 
   const PredictorConfig& config() const { return config_; }
   std::size_t kernel_count() const { return kernels_.size(); }
@@ -74,7 +77,7 @@ class Predictor {
 
   struct Kernel {
     KernelModel model;
-    std::uint64_t last_observed = 0;  // kernel_observations_ at its latest observation (0: restored)
+    std::uint64_t last_epoch = 0;  // epoch_ at its latest observation (restored: the epoch it was restored in)
   };
   // Whether a new name may be learned: there is room, or the least recently observed name was idle
   // and is evicted to make it.
@@ -82,7 +85,8 @@ class Predictor {
 
   PredictorConfig config_;
   std::unordered_map<std::string, Kernel, NameHash, std::equal_to<>> kernels_;
-  std::uint64_t kernel_observations_ = 0;  // since construction or restore (not persisted)
+  std::uint64_t epoch_ = 0;                 // since construction or restore (not persisted)
+  std::uint64_t no_idle_name_before_ = 0;   // the epoch before which no name can be idle (a bound)
   CopyModel copies_;
   LogMoments global_log2_ns_;  // recent kernel durations, any name: the global default
 };

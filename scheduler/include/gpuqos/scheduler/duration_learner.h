@@ -73,7 +73,10 @@ class DurationLearner {
                          std::uint64_t time_sliced_devices = 0);
   void client_gone(std::uint32_t client);
 
-  // Saves when the interval has passed; the error, if the save failed.
+  // Advances the predictor's epochs (one a minute: a kernel name unobserved for an hour may give its
+  // place in a full table to a new one, predictor.h) and saves when the interval has passed; the
+  // error, if the save failed.
+  static constexpr std::int64_t kEpochNs = 60'000'000'000;
   std::optional<std::string> tick(std::int64_t now_ns);
   std::optional<std::string> save();
 
@@ -112,6 +115,7 @@ class DurationLearner {
   std::map<std::uint32_t, std::size_t> remembered_per_client_;
   std::map<std::pair<std::uint32_t, std::uint8_t>, std::deque<Span>> spans_;  // (device, engine)
   std::int64_t last_save_ns_ = 0;
+  std::int64_t epoch_began_ns_ = 0;
   std::uint64_t learned_at_last_save_ = 0;
   Counts counts_;
 };
