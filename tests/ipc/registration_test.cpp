@@ -158,26 +158,28 @@ TEST(HelloReply, CarriesTheDaemonsClock) {
   EXPECT_GE(decoded->daemon_clock_ns, after + 3'600'000'000'000) << "another namespace's clock, an hour ahead";
 }
 
-TEST(HelloReply, FromA1_3DaemonDecodesWithoutThe1_4Fields) {
+// A reply as a daemon of `minor` sends it (its first `bytes`), decoded; a whole reply at that minor
+// is refused: a minor's reply has exactly its size.
+HelloReply decoded_from_minor(std::uint16_t minor, std::size_t bytes) {
   HelloReply reply = make_hello_reply(HelloStatus::ok, 3, "/gpuqos-100-3", "", Priority::high, 1234, 0b1);
-  reply.version_minor = 3;
+  reply.version_minor = minor;
   const std::vector<std::byte> whole = raw(reply);
-  auto decoded = decode_hello_reply(std::span(whole).first(kHelloReplyBytesV1_3));
-  ASSERT_TRUE(decoded) << decoded.error();
-  EXPECT_EQ(decoded->managed_devices, 0b1u);
-  EXPECT_EQ(decoded->daemon_clock_ns, 0) << "absent: zero, the shim checks the minor";
-  EXPECT_FALSE(decode_hello_reply(whole)) << "a 1.3 reply has exactly the 1.3 size";
+  EXPECT_FALSE(decode_hello_reply(whole)) << "a 1." << minor << " reply has exactly the 1." << minor << " size";
+  auto decoded = decode_hello_reply(std::span(whole).first(bytes));
+  EXPECT_TRUE(decoded) << decoded.error();
+  return decoded ? decoded.value() : HelloReply{};
+}
+
+TEST(HelloReply, FromA1_3DaemonDecodesWithoutThe1_4Fields) {
+  const HelloReply decoded = decoded_from_minor(3, kHelloReplyBytesV1_3);
+  EXPECT_EQ(decoded.managed_devices, 0b1u);
+  EXPECT_EQ(decoded.daemon_clock_ns, 0) << "absent: zero, the shim checks the minor";
 }
 
 TEST(HelloReply, FromA1_2DaemonDecodesWithoutThe1_3Fields) {
-  HelloReply reply = make_hello_reply(HelloStatus::ok, 3, "/gpuqos-100-3", "", Priority::high, 1234, 0b1);
-  reply.version_minor = 2;
-  const std::vector<std::byte> whole = raw(reply);
-  auto decoded = decode_hello_reply(std::span(whole).first(kHelloReplyBytesV1_2));
-  ASSERT_TRUE(decoded) << decoded.error();
-  EXPECT_EQ(decoded->copy_chunk_bytes, 1234u);
-  EXPECT_EQ(decoded->managed_devices, 0u) << "absent: zero, the shim checks the minor";
-  EXPECT_FALSE(decode_hello_reply(whole)) << "a 1.2 reply has exactly the 1.2 size";
+  const HelloReply decoded = decoded_from_minor(2, kHelloReplyBytesV1_2);
+  EXPECT_EQ(decoded.copy_chunk_bytes, 1234u);
+  EXPECT_EQ(decoded.managed_devices, 0u) << "absent: zero, the shim checks the minor";
 }
 
 TEST(HelloReply, CarriesALoweredPriority) {

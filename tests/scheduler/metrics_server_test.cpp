@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <chrono>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,6 +26,21 @@ std::size_t open_descriptors() {
   std::size_t count = 0;
   for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) ++count;
   return count;
+}
+
+// A server on 127.0.0.1:port that has published `text`; null (and a test failure) if it cannot start.
+std::unique_ptr<MetricsServer> serving(std::uint16_t port, const std::string& text) {
+  auto started = MetricsServer::start(config::ListenAddress{"127.0.0.1", port});
+  EXPECT_TRUE(started) << started.error();
+  if (!started) return nullptr;
+  started.value()->publish(text, ipc::monotonic_ns());
+  return std::move(started.value());
+}
+
+// `answer` is a 200 carrying `sample`.
+void expect_served(const std::string& answer, const std::string& sample) {
+  EXPECT_EQ(answer.rfind("HTTP/1.1 200", 0), 0u) << answer;
+  EXPECT_NE(answer.find(sample), std::string::npos) << answer;
 }
 
 // kFlood connections that send the start of a request and then nothing (the server waits out its
@@ -48,10 +64,8 @@ std::vector<FileDescriptor> stalled_connections(std::uint16_t port) {
 
 TEST(MetricsServer, AFloodOfStalledConnectionsIsHeldToABound) {
   const std::uint16_t port = testing::free_port();
-  auto started = MetricsServer::start(config::ListenAddress{"127.0.0.1", port});
-  ASSERT_TRUE(started) << started.error();
-  MetricsServer& server = *started.value();
-  server.publish("gpuqos_up 1\n", ipc::monotonic_ns());
+  const std::unique_ptr<MetricsServer> server = serving(port, "gpuqos_up 1\n");
+  ASSERT_TRUE(server);
 
   const std::size_t before = open_descriptors();
   std::vector<FileDescriptor> flood = stalled_connections(port);
@@ -61,9 +75,7 @@ TEST(MetricsServer, AFloodOfStalledConnectionsIsHeldToABound) {
       << "the server holds a descriptor for each connection it accepted";
 
   flood.clear();  // the peers hang up: their connections end at once
-  const std::string answer = testing::http_get(port, "/metrics");
-  EXPECT_EQ(answer.rfind("HTTP/1.1 200", 0), 0u) << answer;
-  EXPECT_NE(answer.find("gpuqos_up 1"), std::string::npos) << answer;
+  expect_served(testing::http_get(port, "/metrics"), "gpuqos_up 1");
 }
 
 // A peer that sends its request a byte at a time, each well within the read timeout, keeps its
@@ -73,15 +85,11 @@ TEST(MetricsServer, AFloodOfStalledConnectionsIsHeldToABound) {
 // they use, after the MetricsServer is gone.
 TEST(MetricsServer, APeerTricklingItsRequestDoesNotHoldStop) {
   const std::uint16_t port = testing::free_port();
-  auto started = MetricsServer::start(config::ListenAddress{"127.0.0.1", port});
-  ASSERT_TRUE(started) << started.error();
-  started.value()->publish("gpuqos_up 1\n", ipc::monotonic_ns());
+  std::unique_ptr<MetricsServer> server = serving(port, "gpuqos_up 1\n");
+  ASSERT_TRUE(server);
 
-  FileDescriptor peer(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  const timeval timeout{5, 0};
-  ::setsockopt(peer.get(), SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
-  const sockaddr_in address = testing::loopback(port);
-  ASSERT_EQ(::connect(peer.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address), 0);
+  const FileDescriptor peer = testing::connect_loopback(port);
+  ASSERT_TRUE(peer.valid());
   std::atomic<bool> finish{false};
   std::thread trickle([&] {
     static constexpr char kStart[] = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nX-Slow: ";
@@ -98,58 +106,46 @@ TEST(MetricsServer, APeerTricklingItsRequestDoesNotHoldStop) {
   std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the server is reading its request
 
   const auto before = std::chrono::steady_clock::now();
-  started.value()->stop();
+  server->stop();
   const auto waited = std::chrono::steady_clock::now() - before;
   EXPECT_LT(waited, std::chrono::nanoseconds(MetricsServer::kStopWaitNs) + std::chrono::seconds(5))
       << "stop() waited for the trickling peer";
-  started.value().reset();
+  server.reset();
   // Nothing listens there any more (httplib binds with SO_REUSEPORT, so a second server binding the
   // port would not say whether the first still listens).
+  const sockaddr_in address = testing::loopback(port);
   FileDescriptor probe(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   EXPECT_NE(::connect(probe.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address), 0);
   EXPECT_EQ(errno, ECONNREFUSED);
 
-  auto again = MetricsServer::start(config::ListenAddress{"127.0.0.1", port});
-  ASSERT_TRUE(again) << again.error();
-  again.value()->publish("gpuqos_up 2\n", ipc::monotonic_ns());
-  EXPECT_NE(testing::http_get(port, "/metrics").find("gpuqos_up 2"), std::string::npos);
+  const std::unique_ptr<MetricsServer> again = serving(port, "gpuqos_up 2\n");
+  ASSERT_TRUE(again);
+  expect_served(testing::http_get(port, "/metrics"), "gpuqos_up 2");
 
   finish.store(true);
   trickle.join();
-  std::string answer;
-  char buffer[4096];
-  for (ssize_t got; (got = ::recv(peer.get(), buffer, sizeof buffer, 0)) > 0;) answer.append(buffer, static_cast<std::size_t>(got));
-  EXPECT_EQ(answer.rfind("HTTP/1.1 200", 0), 0u) << "its request was served after all: " << answer;
-  EXPECT_NE(answer.find("gpuqos_up 1"), std::string::npos) << answer;
+  expect_served(testing::receive_all(peer), "gpuqos_up 1");  // its request was served after all
 }
 
 // On a reload the daemon's loop stops the server without waiting at all (wait_ns 0): a scrape in
 // progress, even a well-behaved one, finishes on the server's own threads.
 TEST(MetricsServer, StopWithoutWaitingReturnsAtOnceAndTheScrapeInProgressStillEnds) {
   const std::uint16_t port = testing::free_port();
-  auto started = MetricsServer::start(config::ListenAddress{"127.0.0.1", port});
-  ASSERT_TRUE(started) << started.error();
-  started.value()->publish("gpuqos_up 1\n", ipc::monotonic_ns());
-  FileDescriptor peer(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  const timeval timeout{5, 0};
-  ::setsockopt(peer.get(), SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
-  const sockaddr_in address = testing::loopback(port);
-  ASSERT_EQ(::connect(peer.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address), 0);
+  std::unique_ptr<MetricsServer> server = serving(port, "gpuqos_up 1\n");
+  ASSERT_TRUE(server);
+  const FileDescriptor peer = testing::connect_loopback(port);
+  ASSERT_TRUE(peer.valid());
   static constexpr char kStart[] = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n";
   ::send(peer.get(), kStart, sizeof kStart - 1, MSG_NOSIGNAL);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the server is reading its request
 
   const auto before = std::chrono::steady_clock::now();
-  started.value()->stop(0);
+  server->stop(0);
   EXPECT_LT(std::chrono::steady_clock::now() - before, std::chrono::seconds(1)) << "stop(0) waited";
-  started.value().reset();
+  server.reset();
 
   ::send(peer.get(), "Connection: close\r\n\r\n", 21, MSG_NOSIGNAL);
-  std::string answer;
-  char buffer[4096];
-  for (ssize_t got; (got = ::recv(peer.get(), buffer, sizeof buffer, 0)) > 0;) answer.append(buffer, static_cast<std::size_t>(got));
-  EXPECT_EQ(answer.rfind("HTTP/1.1 200", 0), 0u) << answer;
-  EXPECT_NE(answer.find("gpuqos_up 1"), std::string::npos) << answer;
+  expect_served(testing::receive_all(peer), "gpuqos_up 1");
 }
 
 }  // namespace

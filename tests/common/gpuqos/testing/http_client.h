@@ -37,19 +37,31 @@ inline sockaddr_in loopback(std::uint16_t port) {
   return address;
 }
 
-// Sends `request` to 127.0.0.1:port; the whole answer ("" when nobody listens or nothing comes
-// within 5 s).
-inline std::string http_exchange(std::uint16_t port, const std::string& request) {
+// A TCP connection to 127.0.0.1:port whose reads give up after 5 s; not valid() if nobody listens.
+inline scheduler::FileDescriptor connect_loopback(std::uint16_t port) {
   scheduler::FileDescriptor socket(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   const timeval timeout{5, 0};
   ::setsockopt(socket.get(), SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
   const sockaddr_in address = loopback(port);
-  if (::connect(socket.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) return "";
-  if (::send(socket.get(), request.data(), request.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(request.size())) return "";
+  if (::connect(socket.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) return {};
+  return socket;
+}
+
+// Everything the peer sends until it closes (or 5 s pass without a byte).
+inline std::string receive_all(const scheduler::FileDescriptor& socket) {
   std::string response;
   char buffer[4096];
   for (ssize_t got; (got = ::recv(socket.get(), buffer, sizeof buffer, 0)) > 0;) response.append(buffer, static_cast<std::size_t>(got));
   return response;
+}
+
+// Sends `request` to 127.0.0.1:port; the whole answer ("" when nobody listens or nothing comes
+// within 5 s).
+inline std::string http_exchange(std::uint16_t port, const std::string& request) {
+  const scheduler::FileDescriptor socket = connect_loopback(port);
+  if (!socket.valid()) return "";
+  if (::send(socket.get(), request.data(), request.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(request.size())) return "";
+  return receive_all(socket);
 }
 
 // GET `path` from 127.0.0.1:port; the whole response, or "" if nothing answers.
