@@ -63,7 +63,7 @@ DurationLearner::Estimate DurationLearner::posted(std::uint32_t client, const ip
                                        [](const auto& a, const auto& b) { return a.second < b.second; });
     forget(remembered_.lower_bound({most->first, 0}));  // its oldest: seqs rise
   }
-  if (remembered_.insert_or_assign({client, op.seq}, Remembered{op, std::move(kernel_name)}).second) {
+  if (remembered_.insert_or_assign({client, op.seq}, Remembered{op, std::move(kernel_name), predictor_.epoch()}).second) {
     ++remembered_per_client_[client];
   }
   if (prediction.model == predictor::ModelUsed::none) return {};
@@ -161,6 +161,12 @@ std::optional<std::string> DurationLearner::tick(std::int64_t now_ns) {
     const std::int64_t epochs = (now_ns - epoch_began_ns_) / kEpochNs;
     predictor_.advance_epochs(static_cast<std::uint64_t>(epochs));
     epoch_began_ns_ += epochs * kEpochNs;
+    const std::uint64_t epoch = predictor_.epoch();
+    for (auto it = remembered_.begin(); it != remembered_.end();) {
+      const auto next = std::next(it);
+      if (epoch - it->second.epoch >= kForgetAfterEpochs) forget(it);
+      it = next;
+    }
   }
   if (options_.save_interval_ns <= 0 || now_ns - last_save_ns_ < options_.save_interval_ns) return std::nullopt;
   last_save_ns_ = now_ns;

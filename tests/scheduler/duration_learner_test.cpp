@@ -58,6 +58,26 @@ TEST(DurationLearner, AdvancesThePredictorsEpochOnceAMinute) {
   EXPECT_EQ(learner.predictor().epoch(), 12u) << "counted from the start, not from the late tick";
 }
 
+// An op whose completion never came (the shim lost it) is forgotten kForgetAfterEpochs minutes
+// after it was posted, not kept until the memory is full; one posted later is still remembered.
+TEST(DurationLearner, ForgetsOpsWhoseCompletionsNeverCameAfterTenMinutes) {
+  constexpr std::int64_t kMinute = DurationLearner::kEpochNs;
+  std::optional<std::string> warning;
+  DurationLearner learner({}, 0, warning);
+  learner.posted(7, kernel(1, 64), "k");
+  (void)learner.tick(5 * kMinute);
+  learner.posted(7, kernel(2, 64), "k");
+  (void)learner.tick(10 * kMinute - 1);
+  learner.completed(7, exact(1, 100'000));
+  EXPECT_EQ(learner.counts().learned, 1u) << "nine minutes: still remembered";
+  learner.posted(7, kernel(3, 64), "k");
+  (void)learner.tick(15 * kMinute);
+  learner.completed(7, exact(2, 100'000));
+  EXPECT_EQ(learner.counts().unknown, 1u) << "posted at minute 5: forgotten at 15";
+  learner.completed(7, exact(3, 100'000));
+  EXPECT_EQ(learner.counts().learned, 2u) << "posted at minute 9: six minutes old";
+}
+
 TEST(DurationLearner, LearnsExactCompletionsAndNotCoarseOnes) {
   DurationLearner learner = make_learner();
   std::uint64_t seq = 0;

@@ -74,9 +74,12 @@ class DurationLearner {
   void client_gone(std::uint32_t client);
 
   // Advances the predictor's epochs (one a minute: a kernel name unobserved for an hour may give its
-  // place in a full table to a new one, predictor.h) and saves when the interval has passed; the
-  // error, if the save failed.
+  // place in a full table to a new one, predictor.h), forgets the ops posted kForgetAfterEpochs or
+  // more epochs ago that never completed (their completions were lost: the shim drops one it has
+  // no memory or ring space for; one that comes after all is counted unknown), and saves when the
+  // interval has passed; the error, if the save failed.
   static constexpr std::int64_t kEpochNs = 60'000'000'000;
+  static constexpr std::uint64_t kForgetAfterEpochs = 10;
   std::optional<std::string> tick(std::int64_t now_ns);
   std::optional<std::string> save();
 
@@ -88,6 +91,7 @@ class DurationLearner {
   struct Remembered {
     ipc::OpDescriptor op;
     std::string kernel_name;
+    std::uint64_t epoch = 0;  // the predictor's when it was posted
   };
 
   using RememberedOps = std::map<std::pair<std::uint32_t, std::uint64_t>, Remembered>;  // (client, seq)
