@@ -169,7 +169,7 @@ void CompletionTracker::drop_event_pool(bool destroy_events) noexcept {
 
 bool CompletionTracker::Ending::covers(const Pending& pending) const noexcept {
   // An op posted after the call began belongs to a new context the driver gave the same handle.
-  return context == pending.context && pending.posted_ns < since_ns;
+  return (any || context == pending.context) && pending.posted_ns < since_ns;
 }
 
 bool CompletionTracker::is_ending(const std::vector<Ending>& ending, const Pending& pending) noexcept {
@@ -185,19 +185,19 @@ std::vector<CompletionTracker::Ending> CompletionTracker::ending_contexts() noex
   }
 }
 
-void CompletionTracker::context_ending(CUcontext context, std::int64_t since_ns) noexcept {
-  if (!context) return;
+void CompletionTracker::context_ending(CUcontext context, std::int64_t since_ns, bool any) noexcept {
+  if (!context && !any) return;
   try {
     std::lock_guard turn(poll_mutex_);     // a turn under way finishes first: it may be polling there
     std::lock_guard record(record_mutex_);  // and a synchroniser's recording
     std::lock_guard lock(mutex_);
-    ending_.push_back(Ending{context, since_ns});
+    ending_.push_back(Ending{context, since_ns, any});
   } catch (...) {  // out of memory: unprotected, as before this existed
   }
 }
 
-void CompletionTracker::context_ended(CUcontext context, std::int64_t since_ns, bool gone) noexcept {
-  if (!context) return;
+void CompletionTracker::context_ended(CUcontext context, std::int64_t since_ns, bool gone, bool any) noexcept {
+  if (!context && !any) return;
   {
     // Every op of the context is then in incoming_ (a synchroniser's batch is back: record_mutex_)
     // or by_stream_ (no turn under way: poll_mutex_). Its events are forgotten in place: such an op
@@ -206,11 +206,11 @@ void CompletionTracker::context_ended(CUcontext context, std::int64_t since_ns, 
     std::lock_guard record(record_mutex_);
     std::lock_guard lock(mutex_);
     const auto it = std::find_if(ending_.begin(), ending_.end(), [&](const Ending& e) {
-      return e.context == context && e.since_ns == since_ns;
+      return e.context == context && e.since_ns == since_ns && e.any == any;
     });
     if (it != ending_.end()) ending_.erase(it);
     if (gone) {
-      const Ending ended{context, since_ns};
+      const Ending ended{context, since_ns, any};
       const auto forget = [&ended](Pending& pending) {
         if (!ended.covers(pending)) return;
         pending.event = nullptr;
@@ -218,7 +218,11 @@ void CompletionTracker::context_ended(CUcontext context, std::int64_t since_ns, 
       };
       std::for_each(incoming_.begin(), incoming_.end(), forget);
       for (auto& [stream, queue] : by_stream_) std::for_each(queue.begin(), queue.end(), forget);
-      free_events_.erase(context);
+      if (any) {
+        free_events_.clear();
+      } else {
+        free_events_.erase(context);
+      }
     }
   }
   nudge();

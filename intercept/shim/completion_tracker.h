@@ -70,10 +70,12 @@ class CompletionTracker {
   // destroyed. If the context is gone (`gone`), what was pending there is reported done at the
   // thread's next turn, and its events are never touched again: they died with it (a use would be
   // undefined behaviour, on a real driver perhaps a crash of the program). Nothing is held across
-  // the call itself. A null context: not known, nothing done.
+  // the call itself. A null context: none ends, nothing done; unless `any` (the call may end a
+  // context the shim could not name): then every context's ops posted before the call are treated
+  // so, and every pooled event forgotten (reported early and leaked, which is safe; a use is not).
   // `since_ns`: when the call began; an op posted later is of a new context with the same handle.
-  void context_ending(CUcontext context, std::int64_t since_ns) noexcept;
-  void context_ended(CUcontext context, std::int64_t since_ns, bool gone) noexcept;
+  void context_ending(CUcontext context, std::int64_t since_ns, bool any = false) noexcept;
+  void context_ended(CUcontext context, std::int64_t since_ns, bool gone, bool any = false) noexcept;
 
   // A synchronisation returned: what it waited for is done, poll now rather than at the next tick.
   void nudge() noexcept;
@@ -104,6 +106,7 @@ class CompletionTracker {
   struct Ending {
     CUcontext context = nullptr;
     std::int64_t since_ns = 0;  // when the call that may end it began
+    bool any = false;           // it may end a context not named: it covers every context
     bool covers(const Pending& pending) const noexcept;
   };
   std::vector<Ending> ending_contexts() noexcept;  // a copy of ending_

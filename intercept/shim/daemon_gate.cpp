@@ -37,18 +37,24 @@ bool destroys_context(HookId hook) noexcept {
 
 // The context a lifetime call may end (before the call): cuCtxDestroy's, or the device's primary
 // context, which a retain and a release (the program holds it: net nothing) name without creating
-// it. nullptr: none, or not known. Not atomic: another thread of the program that releases the
-// primary context's last reference between the state and the retain makes ours create and destroy
-// one; releasing a context that another thread uses while a third resets it is the program's race.
-CUcontext ending_context(const Operation& op) noexcept {
-  if (destroys_context(op.hook)) return op.context;
-  if (!primary_active(op.device)) return nullptr;
+// it. `unknown`: it may end one, but which could not be said (the retain failed: a device out of
+// memory or in a sticky error), so every context must be treated as ending. Not atomic: another
+// thread of the program that releases the primary context's last reference between the state and
+// the retain makes ours create and destroy one; releasing a context that another thread uses while
+// a third resets it is the program's race.
+struct EndingContext {
+  CUcontext context = nullptr;  // null and not unknown: none ends
+  bool unknown = false;
+};
+EndingContext ending_context(const Operation& op) noexcept {
+  if (destroys_context(op.hook)) return {op.context};
+  if (!primary_active(op.device)) return {};
   const auto retain = driver<PrimaryCtxRetain>(DriverHelper::primary_ctx_retain);
   const auto release = driver<PrimaryCtxRelease>(DriverHelper::primary_ctx_release);
   CUcontext context = nullptr;
-  if (!retain || !release || retain(&context, op.device) != CUDA_SUCCESS) return nullptr;
+  if (!retain || !release || retain(&context, op.device) != CUDA_SUCCESS) return {nullptr, true};
   release(op.device);
-  return context;
+  return {context};
 }
 
 // After the call: whether it may have ended the context. A release ends the primary one only at its
@@ -233,10 +239,12 @@ Ticket DaemonGate::before(const Operation& op) noexcept {
     completions_.record_deferred_now();  // no deferred event may be recorded on a dead handle
     if (destroys_stream(op.hook)) return {};
     // The context may end: its events with it. Nothing of it is polled until after the call.
+    const EndingContext named = ending_context(op);
     Ticket ending;
-    ending.context = ending_context(op);
+    ending.context = named.context;
+    ending.any_context = named.unknown;
     ending.posted_ns = ipc::monotonic_ns();
-    completions_.context_ending(ending.context, ending.posted_ns);
+    completions_.context_ending(ending.context, ending.posted_ns, ending.any_context);
     completions_.drop_event_pool(/*destroy_events=*/true);
     return ending;
   }
@@ -266,7 +274,7 @@ void DaemonGate::after(const Operation& op, Ticket ticket, CUresult result) noex
   if (op.category == Category::lifetime && !destroys_stream(op.hook)) {
     // Pooled events of a context not named may have died with it: forgotten (leaked, not used).
     if (!ticket.context) completions_.drop_event_pool(/*destroy_events=*/false);
-    completions_.context_ended(ticket.context, ticket.posted_ns, context_gone(result));
+    completions_.context_ended(ticket.context, ticket.posted_ns, context_gone(result), ticket.any_context);
     return;
   }
   if (ticket.seq == 0) return;

@@ -1,6 +1,8 @@
 // Driver API: primary and created contexts, the per-thread context stack, synchronisation.
 #include "driver.h"
 
+#include <cstdlib>
+
 using namespace gpuqos::simgpu::driver;
 
 namespace {
@@ -32,11 +34,24 @@ CUresult create_context(CUcontext* pctx, unsigned flags, CUdevice dev) {
 
 }  // namespace
 
+// For tests of a caller's failure paths: SIMGPU_FAIL_PRIMARY_RETAIN_AFTER=N makes every
+// cuDevicePrimaryCtxRetain of the process after its first N fail with CUDA_ERROR_OUT_OF_MEMORY, as
+// a real driver's may on a device out of memory or in a sticky error. Unset: never.
+static bool primary_retain_fails(std::uint64_t& retains) {
+  static const std::uint64_t limit = [] {
+    const char* text = std::getenv("SIMGPU_FAIL_PRIMARY_RETAIN_AFTER");
+    return text && *text ? std::strtoull(text, nullptr, 10) : UINT64_MAX;
+  }();
+  return retains++ >= limit;
+}
+
 SIMGPU_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   if (!pctx) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult r = check_device(dev); r != CUDA_SUCCESS) return r;
   Driver& d = driver();
   std::lock_guard lock(d.mu);
+  static std::uint64_t retains = 0;  // guarded by d.mu
+  if (primary_retain_fails(retains)) return CUDA_ERROR_OUT_OF_MEMORY;
   if (!d.primary[dev]) d.primary[dev] = create_context_locked(dev, d.primary_flags[dev], true);
   ++d.primary_refs[dev];
   *pctx = d.primary[dev];

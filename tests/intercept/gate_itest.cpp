@@ -58,7 +58,8 @@ bool has_ops(const Clients& clients, std::size_t n) { return !clients.empty() &&
 class GateTest : public ::testing::Test {
  protected:
   // Starts tests/programs/intercept_gate_client <args> under the shim with the given priority.
-  ChildProcess& start(const std::vector<std::string>& args, const std::string& priority, bool with_shim = true) {
+  ChildProcess& start(const std::vector<std::string>& args, const std::string& priority, bool with_shim = true,
+                      const std::map<std::string, std::string>& more_env = {}) {
     std::vector<std::string> argv = {kBuild + "/tests/programs/intercept_gate_client"};
     argv.insert(argv.end(), args.begin(), args.end());
     std::map<std::string, std::string> env = {{"SIMGPU_SOCKET", simgpud_.socket()},
@@ -69,6 +70,7 @@ class GateTest : public ::testing::Test {
                                               {"GPUQOS_LOG", "info"},
                                               {"GPUQOS_DEBUG_COUNTS", counts_.string()}};
     if (with_shim) env["LD_PRELOAD"] = kBuild + "/lib/libgpuqos.so";
+    env.insert(more_env.begin(), more_env.end());
     child_.emplace(argv, env, dir_.path() / "output.txt");
     return *child_;
   }
@@ -469,6 +471,22 @@ TEST_P(ContextEnd, OpsPendingOnAContextThatEndsAreReportedAndItsEventsNotTouched
 // "legacy": cuCtxDestroy and cuDevicePrimaryCtxRelease as they were before _v2, which a program
 // built against an older runtime still calls.
 INSTANTIATE_TEST_SUITE_P(Abi, ContextEnd, ::testing::Values("current", "legacy"));
+
+// The shim names the primary context a release may end by retaining it; when that retain fails (a
+// device out of memory or in a sticky error: simgpu is told to fail every retain after the
+// program's own), the release may still end a context it could not name, so it treats every
+// context's pending ops as ending: none of their events is touched after, all reported at its end.
+TEST_F(GateTest, AReleaseOfAPrimaryContextTheShimCannotNameTouchesNoEventAfter) {
+  start({"destroy"}, "high", true, {{"SIMGPU_FAIL_PRIMARY_RETAIN_AFTER", "1"}});
+  ASSERT_EQ(finish(), 0) << output_;
+  EXPECT_EQ(output_.find("destroyed context"), std::string::npos) << output_;
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 5) && c[0].completions.size() == 5; }));
+  const long long ended = value_of(output_, "ended");
+  for (const auto& completion : daemon_->clients().at(0).completions) {
+    EXPECT_EQ(completion.status, 0);
+    EXPECT_LT(completion.end_ns, ended + 50'000'000) << "reported as the release returned, not at exit 100 ms later";
+  }
+}
 
 TEST_F(GateTest, ReRegistersWhenTheDaemonComesBack) {
   start({"loop", "60", "1000"}, "low");  // ~1.3 s of launch, sync, sleep

@@ -51,6 +51,8 @@ struct Ticket {
   std::uint64_t seq = 0;
   std::uint32_t session = 0;    // which registration with the daemon posted it
   CUcontext context = nullptr;  // current when it was posted: completion events are made there
+  // A lifetime call: the context it may end (context above) could not be named, so it may be any.
+  bool any_context = false;
   std::int64_t posted_ns = 0;   // when the real call was issued (after any wait for the grant)
   bool waited = false;          // held for the daemon's grant (not issued on credit)
 };
