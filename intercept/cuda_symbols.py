@@ -11,7 +11,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass
 
-CATEGORIES = ("launch", "graph_launch", "copy", "memset", "sync", "naming", "alloc", "resolver", "lifetime")
+CATEGORIES = ("launch", "graph_launch", "copy", "memset", "sync", "naming", "alloc", "resolver", "lifetime", "context")
 VARIANT_KIND = {"": 0, "_ptds": 1, "_ptsz": 2}
 
 

@@ -95,6 +95,8 @@ def describe(category, symbol, params):
         extent = "Width) * Height" if "Height" in names else "N)"
         f["bytes"] = f"static_cast<std::uint64_t>({extent} * {size}"
         f["device_ptr"] = "dstDevice"
+    elif category == "context":  # cuDevicePrimaryCtxRetain: the handle it writes, of which device
+        f.update(out_handle="pctx", device="dev")
     elif category in ("sync", "lifetime"):
         for name, field in (("hEvent", "event"), ("ctx", "context"), ("dev", "device")):
             if name in names:

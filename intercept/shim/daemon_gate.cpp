@@ -36,19 +36,21 @@ bool destroys_context(HookId hook) noexcept {
 }
 
 // The context a lifetime call may end (before the call): cuCtxDestroy's, or the device's primary
-// context, which a retain and a release (the program holds it: net nothing) name without creating
-// it. `unknown`: it may end one, but which could not be said (the retain failed: a device out of
-// memory or in a sticky error), so every context must be treated as ending. Not atomic: another
-// thread of the program that releases the primary context's last reference between the state and
-// the retain makes ours create and destroy one; releasing a context that another thread uses while
-// a third resets it is the program's race.
+// context: the handle the program's own retain returned (`known`, from the context hook), else one
+// that a retain and a release of ours (the program holds it: net nothing) name. `unknown`: it may
+// end one, but which could not be said (our retain failed: a device out of memory or in a sticky
+// error), so every context must be treated as ending. Our retain is not atomic with the state:
+// another thread of the program that releases the primary context's last reference in between
+// makes it create and destroy one (the known handle avoids that); releasing a context that another
+// thread uses while a third resets it is the program's race.
 struct EndingContext {
   CUcontext context = nullptr;  // null and not unknown: none ends
   bool unknown = false;
 };
-EndingContext ending_context(const Operation& op) noexcept {
+EndingContext ending_context(const Operation& op, CUcontext known) noexcept {
   if (destroys_context(op.hook)) return {op.context};
   if (!primary_active(op.device)) return {};
+  if (known) return {known};
   const auto retain = driver<PrimaryCtxRetain>(DriverHelper::primary_ctx_retain);
   const auto release = driver<PrimaryCtxRelease>(DriverHelper::primary_ctx_release);
   CUcontext context = nullptr;
@@ -239,7 +241,8 @@ Ticket DaemonGate::before(const Operation& op) noexcept {
     completions_.record_deferred_now();  // no deferred event may be recorded on a dead handle
     if (destroys_stream(op.hook)) return {};
     // The context may end: its events with it. Nothing of it is polled until after the call.
-    const EndingContext named = ending_context(op);
+    const bool on_device = op.device >= 0 && static_cast<std::size_t>(op.device) < primary_.size();
+    const EndingContext named = ending_context(op, on_device ? primary_[op.device].load(std::memory_order_acquire) : nullptr);
     Ticket ending;
     ending.context = named.context;
     ending.any_context = named.unknown;
@@ -270,6 +273,10 @@ Ticket DaemonGate::before(const Operation& op) noexcept {
 void DaemonGate::after(const Operation& op, Ticket ticket, CUresult result) noexcept {
   pass_through_.after(op, ticket, result);
   if (op.category == Category::naming && result == CUDA_SUCCESS) learn_kernel_name(op, kernels_);
+  if (op.category == Category::context && result == CUDA_SUCCESS && op.out_handle && op.device >= 0 &&
+      static_cast<std::size_t>(op.device) < primary_.size()) {
+    primary_[op.device].store(*static_cast<CUcontext*>(op.out_handle), std::memory_order_release);
+  }
   if (op.category == Category::sync) completions_.nudge();
   if (op.category == Category::lifetime && !destroys_stream(op.hook)) {
     // Pooled events of a context not named may have died with it: forgotten (leaked, not used).

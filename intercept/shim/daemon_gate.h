@@ -8,6 +8,7 @@
 // segment, seq restarts at 1 and kernel names are sent again before their first use.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -66,6 +67,9 @@ class DaemonGate final : public Gate {
   bool gave_up_ = false;               // the daemon refused us: do not ask again
   bool told_lowered_ = false;          // the one warning that the daemon lowered our claim was shown
   bool told_clock_ = false;            // the one word that the daemon is on another clock was said
+  // Each device's primary context as the program last retained it (the context hook), so that a
+  // release or reset names the context it may end without a retain of ours (null: not seen).
+  std::array<std::atomic<CUcontext>, 64> primary_{};
   // The current registration's Session::copy_chunk_bytes(), 0 without one: read by every 1-D copy,
   // so kept apart from session_ (whose load costs more than a relaxed read).
   std::atomic<std::uint64_t> copy_chunk_bytes_{0};

@@ -45,7 +45,8 @@ std::string_view hook_name(HookId id) noexcept { return kHooks[index_of(id)].nam
 Category hook_category(HookId id) noexcept { return kHooks[index_of(id)].category; }
 
 std::string_view category_name(Category category) noexcept {
-  constexpr std::string_view kNames[] = {"launch", "graph_launch", "copy", "memset", "sync", "naming", "alloc", "resolver", "lifetime"};
+  constexpr std::string_view kNames[] = {"launch", "graph_launch", "copy", "memset", "sync",
+                                         "naming", "alloc",  "resolver", "lifetime", "context"};
   static_assert(std::size(kNames) == kCategoryCount);
   return kNames[static_cast<std::size_t>(category)];
 }

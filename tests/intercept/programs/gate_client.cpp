@@ -25,6 +25,9 @@
 //                   release it (open_device's retain, the last); sleep 100 ms: "ended <ns>" after the release
 //   destroy legacy  the same through the ABIs before _v2 (cuCtxDestroy of CUDA 2.0,
 //                   cuDevicePrimaryCtxRelease of 7.0), as cuGetProcAddress answers them for those versions
+//   release-beside  spin(60000) on a stream of a second context ("beside <ns>" when launched); on the
+//                   primary context spin(20000) and release it (the last reference: "ended <ns>");
+//                   synchronise the second context's stream, sleep 100 ms
 //   fork            launch + sync, fork; the child marks a query and exit()s (atexit handlers run);
 //                   "child <status>" ("child hung" if it has not exited in 5 s), launch + sync again
 #include <cuda.h>
@@ -200,6 +203,35 @@ void* proc_address(const char* symbol, int version) {
              : nullptr;
 }
 
+int run_release_beside() {
+  CUdevice device = 0;
+  CUcontext primary = nullptr, second = nullptr;
+  CUmodule module = nullptr;
+  CUfunction spin = nullptr;
+  CHECK_CU(cuCtxGetCurrent(&primary));
+  CHECK_CU(cuCtxGetDevice(&device));
+  CHECK_CU(cuCtxCreate(&second, nullptr, 0, device));  // current now
+  CHECK_CU(cuModuleLoadData(&module, kPtx));
+  CHECK_CU(cuModuleGetFunction(&spin, module, "spin"));
+  CUstream stream = nullptr;
+  CHECK_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  std::uint64_t duration_us = 60000;
+  void* params[] = {&duration_us};
+  CHECK_CU(cuLaunchKernel(spin, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr));
+  std::printf("beside %lld\n", now_ns());
+  CHECK_CU(cuCtxSetCurrent(primary));
+  CUstream primary_stream = nullptr;
+  CHECK_CU(cuStreamCreate(&primary_stream, CU_STREAM_NON_BLOCKING));
+  CHECK_CU(launch(20000, primary_stream));
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  CHECK_CU(cuDevicePrimaryCtxRelease(device));
+  std::printf("ended %lld\n", now_ns());
+  CHECK_CU(cuCtxSetCurrent(second));
+  CHECK_CU(cuStreamSynchronize(stream));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  return 0;
+}
+
 int run_destroy(bool legacy) {
   using CtxDestroy = CUresult (*)(CUcontext);
   using PrimaryCtxRelease = CUresult (*)(CUdevice);
@@ -358,6 +390,7 @@ int main(int argc, char** argv) {
   if (mode == "contexts") return run_contexts(arg(2, 200));
   if (mode == "fork") return run_fork();
   if (mode == "destroy") return run_destroy(argc > 2 && std::string(argv[2]) == "legacy");
+  if (mode == "release-beside") return run_release_beside();
   std::printf("usage: %s ops|unified|marks|timed|loop|threads|bench|copies|contexts|fork\n", argv[0]);
   return 2;
 }

@@ -37,7 +37,7 @@ struct Operation {
   CUdeviceptr src_ptr = 0;           // copy with unified addresses (direction unknown): the pointers
   CUdeviceptr dst_ptr = 0;           //   that tell it (a batch: its first pair)
   const void* host_ptr = nullptr;    // copy: the host side of a host<->device copy (pinned or not?)
-  void* out_handle = nullptr;        // naming, alloc: where the driver writes the result (read in after())
+  void* out_handle = nullptr;        // naming, alloc, context: where the driver writes the result (read in after())
   const char* name = nullptr;        // naming: the kernel's name
   HookId hook{};                     // set by the hook
   Category category{};

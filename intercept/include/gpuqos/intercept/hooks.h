@@ -11,9 +11,10 @@ namespace gpuqos::intercept {
 // What a hooked call is to the scheduler. launch, graph_launch, copy and memset are GPU work the
 // gate may hold back; sync marks query boundaries; naming gives kernels their identity; alloc is
 // for memory accounting; resolver is cuGetProcAddress, which hands out hooks; lifetime (stream and
-// context destruction) is where work the shim still tracks must be settled before handles die.
-enum class Category : std::uint8_t { launch, graph_launch, copy, memset, sync, naming, alloc, resolver, lifetime };
-inline constexpr std::size_t kCategoryCount = 9;
+// context destruction) is where work the shim still tracks must be settled before handles die;
+// context (a primary context's retain) tells which context a later release or reset may end.
+enum class Category : std::uint8_t { launch, graph_launch, copy, memset, sync, naming, alloc, resolver, lifetime, context };
+inline constexpr std::size_t kCategoryCount = 10;
 
 // HookId::hook_<symbol>. The prefix is not decoration: cuda.h #defines many API names to their
 // current symbol (cuMemcpy2D -> cuMemcpy2D_v2), which would silently rename a bare `symbol`
