@@ -66,6 +66,31 @@ bool context_gone(CUresult result) noexcept { return result == CUDA_SUCCESS; }
 
 }  // namespace
 
+std::uint64_t DaemonGate::PrimaryContexts::generation(CUdevice device) noexcept {
+  if (!valid(device)) return 0;
+  std::lock_guard lock(mutex_);
+  return generation_[device];
+}
+
+void DaemonGate::PrimaryContexts::retained(CUdevice device, std::uint64_t generation, CUcontext context) noexcept {
+  if (!valid(device)) return;
+  std::lock_guard lock(mutex_);
+  if (generation_[device] == generation) context_[device] = context;
+}
+
+CUcontext DaemonGate::PrimaryContexts::known(CUdevice device) noexcept {
+  if (!valid(device)) return nullptr;
+  std::lock_guard lock(mutex_);
+  return context_[device];
+}
+
+void DaemonGate::PrimaryContexts::ended(CUdevice device, bool still_active) noexcept {
+  if (!valid(device)) return;
+  std::lock_guard lock(mutex_);
+  ++generation_[device];
+  if (!still_active) context_[device] = nullptr;
+}
+
 DaemonGate::DaemonGate(Settings settings, Log log)
     : settings_(std::move(settings)), log_(std::move(log)), pass_through_(settings_.debug_counts_path) {
   try_register(/*at_start=*/true);
@@ -241,8 +266,7 @@ Ticket DaemonGate::before(const Operation& op) noexcept {
     completions_.record_deferred_now();  // no deferred event may be recorded on a dead handle
     if (destroys_stream(op.hook)) return {};
     // The context may end: its events with it. Nothing of it is polled until after the call.
-    const bool on_device = op.device >= 0 && static_cast<std::size_t>(op.device) < primary_.size();
-    const EndingContext named = ending_context(op, on_device ? primary_[op.device].load(std::memory_order_acquire) : nullptr);
+    const EndingContext named = ending_context(op, primaries_.known(op.device));
     Ticket ending;
     ending.context = named.context;
     ending.any_context = named.unknown;
@@ -263,6 +287,11 @@ Ticket DaemonGate::before(const Operation& op) noexcept {
     completions_.record_deferred_now();  // off the launch path, before the wait: done when it returns
     return {};
   }
+  if (op.category == Category::context) {
+    Ticket retain;
+    retain.primary_generation = primaries_.generation(op.device);
+    return retain;
+  }
   if (!is_gpu_work(op.category) || op.captured) return {};
   std::shared_ptr<Session> session = session_.load();
   if (!session || !session->alive()) return {};
@@ -273,12 +302,15 @@ Ticket DaemonGate::before(const Operation& op) noexcept {
 void DaemonGate::after(const Operation& op, Ticket ticket, CUresult result) noexcept {
   pass_through_.after(op, ticket, result);
   if (op.category == Category::naming && result == CUDA_SUCCESS) learn_kernel_name(op, kernels_);
-  if (op.category == Category::context && result == CUDA_SUCCESS && op.out_handle && op.device >= 0 &&
-      static_cast<std::size_t>(op.device) < primary_.size()) {
-    primary_[op.device].store(*static_cast<CUcontext*>(op.out_handle), std::memory_order_release);
+  if (op.category == Category::context && result == CUDA_SUCCESS && op.out_handle) {
+    primaries_.retained(op.device, ticket.primary_generation, *static_cast<CUcontext*>(op.out_handle));
   }
   if (op.category == Category::sync) completions_.nudge();
   if (op.category == Category::lifetime && !destroys_stream(op.hook)) {
+    if (!destroys_context(op.hook) && result == CUDA_SUCCESS) {  // a primary context's release or reset
+      const bool reset = op.hook == HookId::hook_cuDevicePrimaryCtxReset || op.hook == HookId::hook_cuDevicePrimaryCtxReset_v2;
+      primaries_.ended(op.device, !reset && primary_active(op.device));
+    }
     // Pooled events of a context not named may have died with it: forgotten (leaked, not used).
     if (!ticket.context) completions_.drop_event_pool(/*destroy_events=*/false);
     completions_.context_ended(ticket.context, ticket.posted_ns, context_gone(result), ticket.any_context);

@@ -67,9 +67,26 @@ class DaemonGate final : public Gate {
   bool gave_up_ = false;               // the daemon refused us: do not ask again
   bool told_lowered_ = false;          // the one warning that the daemon lowered our claim was shown
   bool told_clock_ = false;            // the one word that the daemon is on another clock was said
-  // Each device's primary context as the program last retained it (the context hook), so that a
-  // release or reset names the context it may end without a retain of ours (null: not seen).
-  std::array<std::atomic<CUcontext>, 64> primary_{};
+  // Each device's primary context as the program's own retain returned it (the context hook), so
+  // that a release or reset names the context it may end without a retain of ours. A release or
+  // reset that may have ended it forgets it, and a retain that began before such a call ended
+  // (another thread's) is not remembered: a handle known here is never a dead one's.
+  class PrimaryContexts {
+   public:
+    static constexpr std::size_t kDevices = 64;
+    std::uint64_t generation(CUdevice device) noexcept;  // before a retain
+    void retained(CUdevice device, std::uint64_t generation, CUcontext context) noexcept;  // after it
+    CUcontext known(CUdevice device) noexcept;  // null: not known
+    // After a release or reset that succeeded; `still_active`: the context outlived it.
+    void ended(CUdevice device, bool still_active) noexcept;
+
+   private:
+    static bool valid(CUdevice device) noexcept { return device >= 0 && static_cast<std::size_t>(device) < kDevices; }
+    std::mutex mutex_;
+    std::array<CUcontext, kDevices> context_{};
+    std::array<std::uint64_t, kDevices> generation_{};  // releases and resets that succeeded
+  };
+  PrimaryContexts primaries_;
   // The current registration's Session::copy_chunk_bytes(), 0 without one: read by every 1-D copy,
   // so kept apart from session_ (whose load costs more than a relaxed read).
   std::atomic<std::uint64_t> copy_chunk_bytes_{0};

@@ -25,7 +25,7 @@
 //                   release it (open_device's retain, the last); sleep 100 ms: "ended <ns>" after the release
 //   destroy legacy  the same through the ABIs before _v2 (cuCtxDestroy of CUDA 2.0,
 //                   cuDevicePrimaryCtxRelease of 7.0), as cuGetProcAddress answers them for those versions
-//   release-beside  spin(60000) on a stream of a second context ("beside <ns>" when launched); on the
+//   release-beside  spin(60000) on a stream of a second context ("beside <ns>": just before); on the
 //                   primary context spin(20000) and release it (the last reference: "ended <ns>");
 //                   synchronise the second context's stream, sleep 100 ms
 //   fork            launch + sync, fork; the child marks a query and exit()s (atexit handlers run);
@@ -217,8 +217,9 @@ int run_release_beside() {
   CHECK_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
   std::uint64_t duration_us = 60000;
   void* params[] = {&duration_us};
+  const long long launched = now_ns();  // before the call: the kernel starts inside it
   CHECK_CU(cuLaunchKernel(spin, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr));
-  std::printf("beside %lld\n", now_ns());
+  std::printf("beside %lld\n", launched);
   CHECK_CU(cuCtxSetCurrent(primary));
   CUstream primary_stream = nullptr;
   CHECK_CU(cuStreamCreate(&primary_stream, CU_STREAM_NON_BLOCKING));
@@ -391,6 +392,7 @@ int main(int argc, char** argv) {
   if (mode == "fork") return run_fork();
   if (mode == "destroy") return run_destroy(argc > 2 && std::string(argv[2]) == "legacy");
   if (mode == "release-beside") return run_release_beside();
-  std::printf("usage: %s ops|unified|marks|timed|loop|threads|bench|copies|contexts|fork\n", argv[0]);
+  std::printf("usage: %s ops|unified|marks|timed|loop|threads|bench|copies|contexts|fork|destroy|release-beside\n",
+              argv[0]);
   return 2;
 }

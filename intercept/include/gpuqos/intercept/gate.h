@@ -53,6 +53,9 @@ struct Ticket {
   CUcontext context = nullptr;  // current when it was posted: completion events are made there
   // A lifetime call: the context it may end (context above) could not be named, so it may be any.
   bool any_context = false;
+  // A primary context's retain (the context hook): how many releases and resets had succeeded on
+  // its device when it began (a handle it returns after another one did is not remembered).
+  std::uint64_t primary_generation = 0;
   std::int64_t posted_ns = 0;   // when the real call was issued (after any wait for the grant)
   bool waited = false;          // held for the daemon's grant (not issued on credit)
 };
