@@ -1,7 +1,10 @@
-// An LD_PRELOAD for the end-to-end tests: when E2E_HOLD_UNTIL names a file, the program's
-// cuDevicePrimaryCtxRelease waits (up to 60 s) until that file exists. A CUDA program releases its
-// context when its work is done and synchronised, so the test reads gpuqosd's final accounting of
-// the program while it is still connected, then lets it finish by creating the file.
+// An LD_PRELOAD for the end-to-end tests: when E2E_HOLD_UNTIL names a file, a program that has
+// released its primary context waits at exit (up to 60 s) until that file exists. A CUDA program
+// releases its context when its work is done and synchronised, so the test reads gpuqosd's final
+// accounting of the program while it is still connected, then lets it finish by creating the file.
+// At exit, not inside the release: the shim (first in LD_PRELOAD, as `gpuqos run` puts it) keeps
+// the completions of a context that a call may end until the call returns, so a program held
+// inside its release would still owe the daemon the completions of its last ops.
 #include <cuda.h>
 #include <dlfcn.h>
 #include <unistd.h>
@@ -9,6 +12,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <thread>
 
 namespace {
@@ -39,7 +43,9 @@ Release real_release() {
 
 // cuda.h maps cuDevicePrimaryCtxRelease to this _v2 symbol.
 extern "C" CUresult cuDevicePrimaryCtxRelease_v2(CUdevice device) {
-  hold();
   static const Release real = real_release();
-  return real ? real(device) : CUDA_ERROR_NOT_INITIALIZED;
+  const CUresult result = real ? real(device) : CUDA_ERROR_NOT_INITIALIZED;
+  static std::once_flag once;
+  std::call_once(once, [] { std::atexit(hold); });  // runs before the shim's own exit handlers
+  return result;
 }
