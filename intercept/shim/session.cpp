@@ -82,11 +82,17 @@ bool Session::send_kernel_name(std::uint32_t id, const KernelRegistry& kernels) 
 }
 
 bool Session::push_op(const ipc::OpDescriptor& local, bool may_wait) noexcept {
-  ipc::OpDescriptor op = local;
-  op.posted_ns = on_daemon_clock(op.posted_ns);
-  op.arrived_ns = on_daemon_clock(op.arrived_ns);
+  // On the launch path: a copy only when there is a clock to convert to (another time namespace).
+  ipc::OpDescriptor converted;
+  const ipc::OpDescriptor* op = &local;
+  if (terms_.clock_offset_ns != 0) {
+    converted = local;
+    converted.posted_ns = on_daemon_clock(local.posted_ns);
+    converted.arrived_ns = on_daemon_clock(local.arrived_ns);
+    op = &converted;
+  }
   ipc::OpsRing& ring = segment_.ops();
-  while (!ring.try_push(op)) {
+  while (!ring.try_push(*op)) {
     if (!may_wait || !alive()) return false;
     if (!check_heartbeat()) return false;
     ring.wait_for_space(kWaitSliceNs);
