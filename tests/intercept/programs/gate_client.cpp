@@ -62,16 +62,27 @@ struct Dim3Args {
   unsigned gx = 1, gy = 1, bx = 32, by = 1, shared_bytes = 0;
 };
 
+// The spin kernel in the current context (each context loads modules of its own).
+CUresult load_spin(CUfunction& spin) {
+  CUmodule module = nullptr;
+  const CUresult loaded = cuModuleLoadData(&module, kPtx);
+  return loaded != CUDA_SUCCESS ? loaded : cuModuleGetFunction(&spin, module, "spin");
+}
+
+// One block of `spin` running duration_us on `stream`.
+CUresult launch_spin(CUfunction spin, std::uint64_t duration_us, CUstream stream) {
+  void* params[] = {&duration_us};
+  return cuLaunchKernel(spin, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr);
+}
+
 int open_device() {
   CUdevice device = 0;
   CUcontext context = nullptr;
-  CUmodule module = nullptr;
   CHECK_CU(cuInit(0));
   CHECK_CU(cuDeviceGet(&device, 0));
   CHECK_CU(cuDevicePrimaryCtxRetain(&context, device));
   CHECK_CU(cuCtxSetCurrent(context));
-  CHECK_CU(cuModuleLoadData(&module, kPtx));
-  CHECK_CU(cuModuleGetFunction(&g_spin, module, "spin"));
+  CHECK_CU(load_spin(g_spin));
   std::printf("pid %d\n", static_cast<int>(getpid()));
   return 0;
 }
@@ -166,21 +177,17 @@ int run_bench(int count, bool legacy) {
 int run_contexts(int count) {
   CUcontext first = nullptr, second = nullptr, current = nullptr;
   CUdevice device = 0;
-  CUmodule module = nullptr;
   CUfunction spin = nullptr;
   CHECK_CU(cuCtxGetCurrent(&first));
   CHECK_CU(cuCtxGetDevice(&device));
   CHECK_CU(cuCtxCreate(&second, nullptr, 0, device));  // and makes it current
-  CHECK_CU(cuModuleLoadData(&module, kPtx));
-  CHECK_CU(cuModuleGetFunction(&spin, module, "spin"));
+  CHECK_CU(load_spin(spin));
   CUstream stream = nullptr;  // not a default stream: those are recorded inline, never deferred
   CHECK_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
   int switched = 0;
   for (int i = 0; i < count; ++i) {
-    std::uint64_t duration_us = 0;
-    void* params[] = {&duration_us};
     CHECK_CU(cuCtxSetCurrent(second));
-    CHECK_CU(cuLaunchKernel(spin, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr));
+    CHECK_CU(launch_spin(spin, 0, stream));
     CHECK_CU(cuCtxSetCurrent(first));
     CHECK_CU(cuCtxSynchronize());  // the shim may record the second context's event here
     CHECK_CU(cuCtxGetCurrent(&current));
@@ -206,19 +213,15 @@ void* proc_address(const char* symbol, int version) {
 int run_release_beside() {
   CUdevice device = 0;
   CUcontext primary = nullptr, second = nullptr;
-  CUmodule module = nullptr;
   CUfunction spin = nullptr;
   CHECK_CU(cuCtxGetCurrent(&primary));
   CHECK_CU(cuCtxGetDevice(&device));
   CHECK_CU(cuCtxCreate(&second, nullptr, 0, device));  // current now
-  CHECK_CU(cuModuleLoadData(&module, kPtx));
-  CHECK_CU(cuModuleGetFunction(&spin, module, "spin"));
+  CHECK_CU(load_spin(spin));
   CUstream stream = nullptr;
   CHECK_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
-  std::uint64_t duration_us = 60000;
-  void* params[] = {&duration_us};
   const long long launched = now_ns();  // before the call: the kernel starts inside it
-  CHECK_CU(cuLaunchKernel(spin, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr));
+  CHECK_CU(launch_spin(spin, 60000, stream));
   std::printf("beside %lld\n", launched);
   CHECK_CU(cuCtxSetCurrent(primary));
   CUstream primary_stream = nullptr;
@@ -246,24 +249,19 @@ int run_destroy(bool legacy) {
   }
   CUcontext second = nullptr;
   CUdevice device = 0;
-  CUmodule module = nullptr;
   CUfunction spin = nullptr;
   CHECK_CU(cuCtxGetDevice(&device));
   CHECK_CU(cuCtxCreate(&second, nullptr, 0, device));  // pushes the primary context
-  CHECK_CU(cuModuleLoadData(&module, kPtx));
-  CHECK_CU(cuModuleGetFunction(&spin, module, "spin"));
+  CHECK_CU(load_spin(spin));
   CUstream stream = nullptr, other = nullptr;  // not a default stream: a high-priority op's event is deferred
   CHECK_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
   CHECK_CU(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
-  std::uint64_t duration_us = 100;
-  void* params[] = {&duration_us};
   // One op on each of two streams, waited for: the shim's two events for them go back to its pool.
-  CHECK_CU(cuLaunchKernel(spin, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr));
-  CHECK_CU(cuLaunchKernel(spin, 1, 1, 1, 32, 1, 1, 0, other, params, nullptr));
+  CHECK_CU(launch_spin(spin, 100, stream));
+  CHECK_CU(launch_spin(spin, 100, other));
   CHECK_CU(cuCtxSynchronize());
   std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the completion thread pools them
-  duration_us = 20000;
-  CHECK_CU(cuLaunchKernel(spin, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr));
+  CHECK_CU(launch_spin(spin, 20000, stream));
   std::this_thread::sleep_for(std::chrono::milliseconds(2));  // the completion thread records and polls
   CHECK_CU(ctx_destroy(second));  // pops it: the primary context is current again
   // A context created next often gets the destroyed one's handle back: the shim must not hand its
@@ -271,11 +269,9 @@ int run_destroy(bool legacy) {
   CUcontext third = nullptr;
   CHECK_CU(cuCtxCreate(&third, nullptr, 0, device));
   std::printf("reused %d\n", third == second ? 1 : 0);
-  CHECK_CU(cuModuleLoadData(&module, kPtx));
-  CHECK_CU(cuModuleGetFunction(&spin, module, "spin"));
+  CHECK_CU(load_spin(spin));
   CHECK_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
-  duration_us = 1000;
-  CHECK_CU(cuLaunchKernel(spin, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr));
+  CHECK_CU(launch_spin(spin, 1000, stream));
   CHECK_CU(cuStreamSynchronize(stream));
   CHECK_CU(ctx_destroy(third));
   CUstream primary_stream = nullptr;
