@@ -210,6 +210,18 @@ void* proc_address(const char* symbol, int version) {
              : nullptr;
 }
 
+// On the primary context (current): spin(20000) on a stream of its own, then `release` it (its
+// last reference) while the kernel runs; "ended <ns>" after.
+int release_primary_while_busy(CUresult (*release)(CUdevice), CUdevice device) {
+  CUstream primary_stream = nullptr;
+  CHECK_CU(cuStreamCreate(&primary_stream, CU_STREAM_NON_BLOCKING));
+  CHECK_CU(launch(20000, primary_stream));
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));  // the completion thread records and polls
+  CHECK_CU(release(device));
+  std::printf("ended %lld\n", now_ns());
+  return 0;
+}
+
 int run_release_beside() {
   CUdevice device = 0;
   CUcontext primary = nullptr, second = nullptr;
@@ -224,12 +236,7 @@ int run_release_beside() {
   CHECK_CU(launch_spin(spin, 60000, stream));
   std::printf("beside %lld\n", launched);
   CHECK_CU(cuCtxSetCurrent(primary));
-  CUstream primary_stream = nullptr;
-  CHECK_CU(cuStreamCreate(&primary_stream, CU_STREAM_NON_BLOCKING));
-  CHECK_CU(launch(20000, primary_stream));
-  std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  CHECK_CU(cuDevicePrimaryCtxRelease(device));
-  std::printf("ended %lld\n", now_ns());
+  if (release_primary_while_busy(&cuDevicePrimaryCtxRelease, device) != 0) return 1;
   CHECK_CU(cuCtxSetCurrent(second));
   CHECK_CU(cuStreamSynchronize(stream));
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -274,12 +281,7 @@ int run_destroy(bool legacy) {
   CHECK_CU(launch_spin(spin, 1000, stream));
   CHECK_CU(cuStreamSynchronize(stream));
   CHECK_CU(ctx_destroy(third));
-  CUstream primary_stream = nullptr;
-  CHECK_CU(cuStreamCreate(&primary_stream, CU_STREAM_NON_BLOCKING));
-  CHECK_CU(launch(20000, primary_stream));
-  std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  CHECK_CU(primary_release(device));
-  std::printf("ended %lld\n", now_ns());
+  if (release_primary_while_busy(primary_release, device) != 0) return 1;
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   return 0;
 }
