@@ -13,7 +13,7 @@ import sys
 
 import cuda_symbols
 
-FAMILIES = re.compile(r"cu(Launch|Memcpy|Memset|GraphLaunch)\w*|cu(StreamDestroy|CtxDestroy|DevicePrimaryCtxRelease|DevicePrimaryCtxReset)")
+FAMILIES = re.compile(r"cu(Launch|Memcpy|Memset|GraphLaunch)\w*|cu(StreamDestroy|CtxDestroy|GreenCtxDestroy|DevicePrimaryCtxRelease|DevicePrimaryCtxReset)")
 
 
 def main():

@@ -34,12 +34,16 @@ bool destroys_stream(HookId hook) noexcept {
 bool destroys_context(HookId hook) noexcept {
   return hook == HookId::hook_cuCtxDestroy || hook == HookId::hook_cuCtxDestroy_v2;
 }
+bool destroys_green_context(HookId hook) noexcept { return hook == HookId::hook_cuGreenCtxDestroy; }
 
 // The context a lifetime call may end (before the call): cuCtxDestroy's, or the device's primary
 // context: the handle the program's own retain returned (`known`, from the context hook), else one
 // that a retain and a release of ours (the program holds it: net nothing) name. `unknown`: it may
 // end one, but which could not be said (our retain failed: a device out of memory or in a sticky
-// error), so every context must be treated as ending. Our retain is not atomic with the state:
+// error), so every context must be treated as ending; so is a green context's destruction, which
+// ends the green context's own context and releases the primary one of its device, neither of them
+// named by its argument (a rare call, at teardown: the other contexts' pending ops are reported
+// early, which is safe). Our retain is not atomic with the state:
 // another thread of the program that releases the primary context's last reference in between
 // makes it create and destroy one (the known handle avoids that); releasing a context that another
 // thread uses while a third resets it is the program's race.
@@ -49,6 +53,7 @@ struct EndingContext {
 };
 EndingContext ending_context(const Operation& op, CUcontext known) noexcept {
   if (destroys_context(op.hook)) return {op.context};
+  if (destroys_green_context(op.hook)) return {nullptr, true};
   if (!primary_active(op.device)) return {};
   if (known) return {known};
   const auto retain = driver<PrimaryCtxRetain>(DriverHelper::primary_ctx_retain);
@@ -89,6 +94,12 @@ void DaemonGate::PrimaryContexts::ended(CUdevice device, bool still_active) noex
   std::lock_guard lock(mutex_);
   ++generation_[device];
   if (!still_active) context_[device] = nullptr;
+}
+
+void DaemonGate::PrimaryContexts::released_on_some_device() noexcept {
+  for (CUdevice device = 0; valid(device); ++device) {
+    if (known(device)) ended(device, primary_active(device));
+  }
 }
 
 DaemonGate::DaemonGate(Settings settings, Log log)
@@ -307,7 +318,9 @@ void DaemonGate::after(const Operation& op, Ticket ticket, CUresult result) noex
   }
   if (op.category == Category::sync) completions_.nudge();
   if (op.category == Category::lifetime && !destroys_stream(op.hook)) {
-    if (!destroys_context(op.hook) && result == CUDA_SUCCESS) {  // a primary context's release or reset
+    if (destroys_green_context(op.hook) && result == CUDA_SUCCESS) {
+      primaries_.released_on_some_device();
+    } else if (!destroys_context(op.hook) && result == CUDA_SUCCESS) {  // a primary context's release or reset
       const bool reset = op.hook == HookId::hook_cuDevicePrimaryCtxReset || op.hook == HookId::hook_cuDevicePrimaryCtxReset_v2;
       primaries_.ended(op.device, !reset && primary_active(op.device));
     }

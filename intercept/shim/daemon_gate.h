@@ -79,6 +79,9 @@ class DaemonGate final : public Gate {
     CUcontext known(CUdevice device) noexcept;  // null: not known
     // After a release or reset that succeeded; `still_active`: the context outlived it.
     void ended(CUdevice device, bool still_active) noexcept;
+    // After a release of the primary context of a device not named (a green context's
+    // destruction): each known handle whose context did not outlive it is forgotten.
+    void released_on_some_device() noexcept;
 
    private:
     static bool valid(CUdevice device) noexcept { return device >= 0 && static_cast<std::size_t>(device) < kDevices; }

@@ -1,9 +1,12 @@
 // Driver API: primary and created contexts, the per-thread context stack, synchronisation.
 #include "driver.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <set>
 
 using namespace gpuqos::simgpu::driver;
+namespace wire = gpuqos::simgpu::wire;
 
 namespace {
 
@@ -34,6 +37,12 @@ CUresult create_context(CUcontext* pctx, unsigned flags, CUdevice dev) {
 
 }  // namespace
 
+static void primary_retain_locked(CUdevice dev) {
+  Driver& d = driver();
+  if (!d.primary[dev]) d.primary[dev] = create_context_locked(dev, d.primary_flags[dev], true);
+  ++d.primary_refs[dev];
+}
+
 // For tests of a caller's failure paths: SIMGPU_FAIL_PRIMARY_RETAIN_AFTER=N makes every
 // cuDevicePrimaryCtxRetain of the process after its first N fail with CUDA_ERROR_OUT_OF_MEMORY, as
 // a real driver's may on a device out of memory or in a sticky error. Unset: never.
@@ -52,22 +61,25 @@ SIMGPU_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   std::lock_guard lock(d.mu);
   static std::uint64_t retains = 0;  // guarded by d.mu
   if (primary_retain_fails(retains)) return CUDA_ERROR_OUT_OF_MEMORY;
-  if (!d.primary[dev]) d.primary[dev] = create_context_locked(dev, d.primary_flags[dev], true);
-  ++d.primary_refs[dev];
+  primary_retain_locked(dev);
   *pctx = d.primary[dev];
   return CUDA_SUCCESS;
 }
 
-static CUresult primary_release(CUdevice dev) {
-  if (CUresult r = check_device(dev); r != CUDA_SUCCESS) return r;
+static CUresult primary_release_locked(CUdevice dev) {
   Driver& d = driver();
-  std::lock_guard lock(d.mu);
   if (d.primary_refs[dev] == 0) return CUDA_ERROR_INVALID_CONTEXT;
   if (--d.primary_refs[dev] == 0 && d.primary[dev]) {
     destroy_context_locked(d.primary[dev]);
     d.primary[dev] = nullptr;
   }
   return CUDA_SUCCESS;
+}
+
+static CUresult primary_release(CUdevice dev) {
+  if (CUresult r = check_device(dev); r != CUDA_SUCCESS) return r;
+  std::lock_guard lock(driver().mu);
+  return primary_release_locked(dev);
 }
 
 SIMGPU_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) { return primary_release(dev); }
@@ -237,3 +249,95 @@ SIMGPU_EXPORT CUresult cuCtxDestroy(CUcontext ctx) { return context_destroy(ctx)
 SIMGPU_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev) { return primary_release(dev); }
 #undef cuDevicePrimaryCtxReset
 SIMGPU_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev) { return primary_reset(dev); }
+
+// Green contexts. A green context is a context of its own (cuCtxFromGreenCtx's, on which its
+// streams run) that holds a reference to its device's primary context, released when it is
+// destroyed. simgpu does not partition the device: the SMs a descriptor names are recorded, not
+// enforced, so a green context's kernels run as any context's do.
+struct CUdevResourceDesc_st {
+  unsigned sms = 0;
+};
+
+struct CUgreenCtx_st {
+  CUctx_st* ctx = nullptr;
+  CUdevice device = 0;
+  unsigned sms = 0;
+};
+
+namespace {
+
+std::set<CUgreenCtx_st*>& green_contexts() {  // guarded by driver().mu
+  static std::set<CUgreenCtx_st*> contexts;
+  return contexts;
+}
+
+}  // namespace
+
+SIMGPU_EXPORT CUresult cuDeviceGetDevResource(CUdevice dev, CUdevResource* resource, CUdevResourceType type) {
+  if (!resource) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = check_device(dev); r != CUDA_SUCCESS) return r;
+  if (type != CU_DEV_RESOURCE_TYPE_SM) return CUDA_ERROR_INVALID_RESOURCE_TYPE;
+  *resource = CUdevResource{};
+  resource->type = CU_DEV_RESOURCE_TYPE_SM;
+  resource->sm.smCount = driver().devices[dev].sms;
+  resource->sm.minSmPartitionSize = 1;
+  resource->sm.smCoscheduledAlignment = 1;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuDevResourceGenerateDesc(CUdevResourceDesc* desc, CUdevResource* resources, unsigned int count) {
+  if (!desc || !resources || count == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (!driver().initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  unsigned sms = 0;
+  for (unsigned i = 0; i < count; ++i) {
+    if (resources[i].type != CU_DEV_RESOURCE_TYPE_SM) return CUDA_ERROR_INVALID_RESOURCE_TYPE;
+    sms += resources[i].sm.smCount;
+  }
+  *desc = new CUdevResourceDesc_st{sms};  // a real driver keeps descriptors for the process's life too
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuGreenCtxCreate(CUgreenCtx* green, CUdevResourceDesc desc, CUdevice dev, unsigned int flags) {
+  if (!green || !desc || !(flags & CU_GREEN_CTX_DEFAULT_STREAM)) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = check_device(dev); r != CUDA_SUCCESS) return r;
+  Driver& d = driver();
+  std::lock_guard lock(d.mu);
+  primary_retain_locked(dev);
+  auto* created = new CUgreenCtx_st{create_context_locked(dev, 0, false), dev, desc->sms};
+  green_contexts().insert(created);
+  *green = created;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuCtxFromGreenCtx(CUcontext* pctx, CUgreenCtx green) {
+  if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+  Driver& d = driver();
+  if (!d.initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  std::lock_guard lock(d.mu);
+  if (!green_contexts().contains(green)) return CUDA_ERROR_INVALID_CONTEXT;
+  *pctx = green->ctx;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuGreenCtxStreamCreate(CUstream* stream, CUgreenCtx green, unsigned int flags, int priority) {
+  if (!stream || flags != CU_STREAM_NON_BLOCKING) return CUDA_ERROR_INVALID_VALUE;
+  Driver& d = driver();
+  if (!d.initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  std::lock_guard lock(d.mu);
+  if (!green_contexts().contains(green)) return CUDA_ERROR_INVALID_CONTEXT;
+  *stream = create_stream_locked(green->ctx, flags, std::clamp(priority, -5, 0), wire::WireStreamKind::non_blocking);
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuGreenCtxDestroy(CUgreenCtx green) {
+  Driver& d = driver();
+  if (!d.initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  std::lock_guard lock(d.mu);
+  if (!green_contexts().erase(green)) return CUDA_ERROR_INVALID_CONTEXT;
+  std::erase(context_stack(), green->ctx);
+  if (current_context() == green->ctx) current_context() = nullptr;
+  destroy_context_locked(green->ctx);
+  const CUresult released = primary_release_locked(green->device);
+  delete green;
+  return released;
+}

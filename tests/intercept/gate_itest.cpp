@@ -472,6 +472,21 @@ TEST_P(ContextEnd, OpsPendingOnAContextThatEndsAreReportedAndItsEventsNotTouched
 // built against an older runtime still calls.
 INSTANTIATE_TEST_SUITE_P(Abi, ContextEnd, ::testing::Values("current", "legacy"));
 
+// A green context's destruction ends its own context and releases the primary one, here the last
+// reference: the shim names neither, so it treats every context as ending. No event of either is
+// touched after the call, and what was pending on them is reported as it returned.
+TEST_F(GateTest, AGreenContextsDestructionEndsItsContextAndThePrimaryOne) {
+  start({"green"}, "high");
+  ASSERT_EQ(finish(), 0) << output_;
+  EXPECT_EQ(output_.find("destroyed context"), std::string::npos) << output_;
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 4) && c[0].completions.size() == 4; }));
+  const long long ended = value_of(output_, "ended");
+  for (const auto& completion : daemon_->clients().at(0).completions) {
+    EXPECT_EQ(completion.status, 0);
+    EXPECT_LT(completion.end_ns, ended + 50'000'000) << "reported as its context ended, not at exit 100 ms later";
+  }
+}
+
 // A release of the primary context names the context it may end by the handle the program's own
 // retain returned (the context hook), not by a retain of the shim's, which could create a context
 // or, here, fail (simgpu fails every retain after the program's first, as a device out of memory

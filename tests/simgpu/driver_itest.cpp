@@ -930,6 +930,46 @@ TEST_F(DriverItest, PrimaryContextsAndTheContextStack) {
   expect_clean(client.finish(), "client");
 }
 
+// A green context: a context of its own that holds a reference to the primary one until destroyed.
+TEST_F(DriverItest, AGreenContextHoldsThePrimaryContextUntilItIsDestroyed) {
+  start(kTwoDeviceProfile);
+  ClientProcess client(server().socket(), [](ClientLink& c) {
+    if (!CLIENT_OK(c, cuInit(0))) return;
+    CUdevResource sms{};
+    CUdevResourceDesc desc = nullptr;
+    CUgreenCtx green = nullptr;
+    CUcontext context = nullptr, primary = nullptr;
+    CUstream stream = nullptr;
+    CLIENT_CU(c, cuDeviceGetDevResource(0, &sms, CU_DEV_RESOURCE_TYPE_INVALID), CUDA_ERROR_INVALID_RESOURCE_TYPE);
+    CLIENT_OK(c, cuDeviceGetDevResource(0, &sms, CU_DEV_RESOURCE_TYPE_SM));
+    CLIENT_CHECK(c, sms.type == CU_DEV_RESOURCE_TYPE_SM && sms.sm.smCount > 0);
+    CLIENT_OK(c, cuDevResourceGenerateDesc(&desc, &sms, 1));
+    CLIENT_CU(c, cuGreenCtxCreate(&green, desc, 0, 0), CUDA_ERROR_INVALID_VALUE);  // the default stream is required
+    CLIENT_OK(c, cuGreenCtxCreate(&green, desc, 0, CU_GREEN_CTX_DEFAULT_STREAM));
+    CLIENT_OK(c, cuCtxFromGreenCtx(&context, green));
+    CLIENT_OK(c, cuDevicePrimaryCtxRetain(&primary, 0));
+    CLIENT_CHECK(c, context != primary);
+    CLIENT_OK(c, cuDevicePrimaryCtxRelease(0));
+    unsigned flags = 0;
+    int active = 0;
+    CLIENT_OK(c, cuDevicePrimaryCtxGetState(0, &flags, &active));
+    CLIENT_CHECK(c, active == 1);  // the green context's reference
+    CLIENT_CU(c, cuGreenCtxStreamCreate(&stream, green, 0, 0), CUDA_ERROR_INVALID_VALUE);  // must be non-blocking
+    CLIENT_OK(c, cuGreenCtxStreamCreate(&stream, green, CU_STREAM_NON_BLOCKING, 0));
+    CUcontext of_stream = nullptr;
+    CLIENT_OK(c, cuStreamGetCtx(stream, &of_stream));
+    CLIENT_CHECK(c, of_stream == context);
+    CLIENT_OK(c, cuCtxSetCurrent(context));
+    CLIENT_OK(c, cuStreamSynchronize(stream));
+    CLIENT_OK(c, cuGreenCtxDestroy(green));
+    CLIENT_OK(c, cuDevicePrimaryCtxGetState(0, &flags, &active));
+    CLIENT_CHECK(c, active == 0);  // released with it
+    CLIENT_CU(c, cuCtxFromGreenCtx(&context, green), CUDA_ERROR_INVALID_CONTEXT);
+    CLIENT_CU(c, cuGreenCtxDestroy(green), CUDA_ERROR_INVALID_CONTEXT);
+  });
+  expect_clean(client.finish(), "client");
+}
+
 TEST_F(DriverItest, GetProcAddressAnswersByVersionAndStreamFlavour) {
   start(profile("timeslice"));
   ClientProcess client(server().socket(), [](ClientLink& c) {

@@ -28,6 +28,10 @@
 //   release-beside  spin(60000) on a stream of a second context ("beside <ns>": just before); on the
 //                   primary context spin(20000) and release it (the last reference: "ended <ns>");
 //                   synchronise the second context's stream, sleep 100 ms
+//   green           on a green context's stream: spin(100) twice, synchronise; spin(20000); release
+//                   the program's reference to the primary context (the green context holds the
+//                   last), spin(20000) on a stream of it, destroy the green context (which ends both
+//                   contexts): "ended <ns>" after it; sleep 100 ms
 //   fork            launch + sync, fork; the child marks a query and exit()s (atexit handlers run);
 //                   "child <status>" ("child hung" if it has not exited in 5 s), launch + sync again
 #include <cuda.h>
@@ -243,6 +247,40 @@ int run_release_beside() {
   return 0;
 }
 
+int run_green() {
+  CUdevice device = 0;
+  CHECK_CU(cuCtxGetDevice(&device));
+  CUdevResource sms{};
+  CUdevResourceDesc desc = nullptr;
+  CUgreenCtx green = nullptr;
+  CUcontext green_context = nullptr;
+  CHECK_CU(cuDeviceGetDevResource(device, &sms, CU_DEV_RESOURCE_TYPE_SM));
+  CHECK_CU(cuDevResourceGenerateDesc(&desc, &sms, 1));
+  CHECK_CU(cuGreenCtxCreate(&green, desc, device, CU_GREEN_CTX_DEFAULT_STREAM));
+  CHECK_CU(cuCtxFromGreenCtx(&green_context, green));
+  CHECK_CU(cuCtxPushCurrent(green_context));
+  CUfunction spin = nullptr;
+  CHECK_CU(load_spin(spin));
+  CUstream stream = nullptr;
+  CHECK_CU(cuGreenCtxStreamCreate(&stream, green, CU_STREAM_NON_BLOCKING, 0));
+  // Two ops waited for: the shim's events for them go back to its pool, as events of the green context.
+  CHECK_CU(launch_spin(spin, 100, stream));
+  CHECK_CU(launch_spin(spin, 100, stream));
+  CHECK_CU(cuStreamSynchronize(stream));
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  CHECK_CU(launch_spin(spin, 20000, stream));
+  CHECK_CU(cuCtxPopCurrent(nullptr));  // the primary context is current again
+  CHECK_CU(cuDevicePrimaryCtxRelease(device));  // the green context's reference is now the last
+  CUstream primary_stream = nullptr;
+  CHECK_CU(cuStreamCreate(&primary_stream, CU_STREAM_NON_BLOCKING));
+  CHECK_CU(launch(20000, primary_stream));
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));  // the completion thread records and polls
+  CHECK_CU(cuGreenCtxDestroy(green));
+  std::printf("ended %lld\n", now_ns());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  return 0;
+}
+
 int run_destroy(bool legacy) {
   using CtxDestroy = CUresult (*)(CUcontext);
   using PrimaryCtxRelease = CUresult (*)(CUdevice);
@@ -390,7 +428,8 @@ int main(int argc, char** argv) {
   if (mode == "fork") return run_fork();
   if (mode == "destroy") return run_destroy(argc > 2 && std::string(argv[2]) == "legacy");
   if (mode == "release-beside") return run_release_beside();
-  std::printf("usage: %s ops|unified|marks|timed|loop|threads|bench|copies|contexts|fork|destroy|release-beside\n",
+  if (mode == "green") return run_green();
+  std::printf("usage: %s ops|unified|marks|timed|loop|threads|bench|copies|contexts|fork|destroy|release-beside|green\n",
               argv[0]);
   return 2;
 }
