@@ -119,6 +119,13 @@ ipc::Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const config::L
   return metrics;
 }
 
+namespace {
+std::atomic<bool>& left_running() {
+  static std::atomic<bool> left{false};  // a function's static: never destroyed before its readers
+  return left;
+}
+}  // namespace
+
 void MetricsServer::stop(std::int64_t wait_ns) {
   if (!thread_.joinable()) return;
   shared_->server.stop();  // closes the listening socket now
@@ -134,8 +141,11 @@ void MetricsServer::stop(std::int64_t wait_ns) {
                  "end on its own",
                  config::to_string(address_), static_cast<double>(wait_ns) / 1e9);
   }
+  left_running().store(true, std::memory_order_release);
   thread_.detach();
 }
+
+bool MetricsServer::left_a_request_running() noexcept { return left_running().load(std::memory_order_acquire); }
 
 bool MetricsServer::refresh_wanted() {
   return shared_->refresh_wanted.exchange(false, std::memory_order_acq_rel);

@@ -4,6 +4,8 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <iostream>
 
 #include "cli_checks.h"
@@ -11,6 +13,7 @@
 #include "gpuqos/config/summary.h"
 #include "gpuqos/scheduler/daemon.h"
 #include "gpuqos/scheduler/daemon_config.h"
+#include "gpuqos/scheduler/metrics_server.h"
 
 namespace {
 
@@ -123,5 +126,15 @@ int main(int argc, char** argv) {
     spdlog::error("cannot start: {}", daemon.error());
     return 1;
   }
-  return daemon.value()->run();
+  const int code = daemon.value()->run();
+  daemon.value().reset();  // drains, saves the store, removes the socket and the segments
+  if (gpuqos::scheduler::MetricsServer::left_a_request_running()) {
+    // A scrape still in progress (a peer trickling its request) runs on a detached thread of the
+    // metrics server: no static destructor (cpp-httplib's, spdlog's) may run under it.
+    spdlog::default_logger()->flush();
+    std::cout.flush();
+    std::fflush(nullptr);
+    std::quick_exit(code);
+  }
+  return code;
 }

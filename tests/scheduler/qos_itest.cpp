@@ -8,7 +8,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
+#include <filesystem>
 #include <memory>
+#include <optional>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -285,6 +290,36 @@ TEST(Qos, AMetricsPortInUseIsAnErrorAndTheDaemonRunsWithoutIt) {
       << daemon.log();
   FakeClient client(daemon.socket(), Priority::low, "batch");
   EXPECT_EQ(daemon.status()["clients"].size(), 1u) << "it serves on";
+}
+
+// A peer trickling its request at the metrics port when gpuqosd is told to stop: it waits 3 s for
+// the request, then exits anyway (status 0), having drained and removed its socket, and does not
+// run its static destructors under the server's thread still reading that request.
+TEST(Qos, AScrapeStillArrivingAtExitDoesNotHoldOrBreakTheExit) {
+  const std::uint16_t port = testing::free_port();
+  DaemonProcess daemon({"--metrics-listen", "127.0.0.1:" + std::to_string(port)});
+  const scheduler::FileDescriptor peer = testing::connect_loopback(port);
+  ASSERT_TRUE(peer.valid());
+  std::atomic<bool> finish{false};
+  std::thread trickle([&] {
+    static constexpr char kStart[] = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ";
+    ::send(peer.get(), kStart, sizeof kStart - 1, MSG_NOSIGNAL);
+    for (int i = 0; i < 150 && !finish.load(); ++i) {  // a byte every 100 ms, 15 s at most
+      ::send(peer.get(), "a", 1, MSG_NOSIGNAL);
+      std::this_thread::sleep_for(100ms);
+    }
+  });
+  std::this_thread::sleep_for(500ms);  // the server is reading its request
+  const auto before = std::chrono::steady_clock::now();
+  const std::optional<int> code = daemon.process().terminate(12s);
+  const auto took = std::chrono::steady_clock::now() - before;
+  finish.store(true);
+  trickle.join();
+  EXPECT_EQ(code, 0) << daemon.log();
+  EXPECT_GE(took, 2500ms) << "it waited for the request in progress";
+  EXPECT_LT(took, 8s) << daemon.log();
+  EXPECT_NE(daemon.log().find("still sending its request"), std::string::npos) << daemon.log();
+  EXPECT_FALSE(std::filesystem::exists(daemon.socket())) << "it drained and removed its socket first";
 }
 
 TEST(Qos, ABadMetricsAddressOnTheCommandLineIsAUsageError) {
