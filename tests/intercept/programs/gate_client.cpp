@@ -32,6 +32,9 @@
 //                   the program's reference to the primary context (the green context holds the
 //                   last), spin(20000) on a stream of it, destroy the green context (which ends both
 //                   contexts): "ended <ns>" after it; sleep 100 ms
+//   legacy-two      spin(1000) on the legacy default stream of a second context ("short <ns>": just
+//                   before), then spin(50000) on the primary context's ("long <ns>"); synchronise
+//                   both, sleep 100 ms
 //   fork            launch + sync, fork; the child marks a query and exit()s (atexit handlers run);
 //                   "child <status>" ("child hung" if it has not exited in 5 s), launch + sync again
 #include <cuda.h>
@@ -201,6 +204,27 @@ int run_contexts(int count) {
   CHECK_CU(cuCtxSynchronize());
   CHECK_CU(cuCtxSetCurrent(first));
   std::printf("switched %d\n", switched);
+  return 0;
+}
+
+int run_legacy_two() {
+  CUcontext primary = nullptr, second = nullptr;
+  CUdevice device = 0;
+  CUfunction spin = nullptr;
+  CHECK_CU(cuCtxGetCurrent(&primary));
+  CHECK_CU(cuCtxGetDevice(&device));
+  CHECK_CU(cuCtxCreate(&second, nullptr, 0, device));  // and makes it current
+  CHECK_CU(load_spin(spin));
+  std::printf("short %lld\n", now_ns());
+  CHECK_CU(launch_spin(spin, 1000, nullptr));
+  CHECK_CU(cuCtxSetCurrent(primary));
+  std::printf("long %lld\n", now_ns());
+  CHECK_CU(launch(50000, nullptr));
+  CHECK_CU(cuCtxSynchronize());
+  CHECK_CU(cuCtxSetCurrent(second));
+  CHECK_CU(cuCtxSynchronize());
+  CHECK_CU(cuCtxSetCurrent(primary));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
   return 0;
 }
 
@@ -429,7 +453,8 @@ int main(int argc, char** argv) {
   if (mode == "destroy") return run_destroy(argc > 2 && std::string(argv[2]) == "legacy");
   if (mode == "release-beside") return run_release_beside();
   if (mode == "green") return run_green();
-  std::printf("usage: %s ops|unified|marks|timed|loop|threads|bench|copies|contexts|fork|destroy|release-beside|green\n",
+  if (mode == "legacy-two") return run_legacy_two();
+  std::printf("usage: %s ops|unified|marks|timed|loop|threads|bench|copies|contexts|fork|destroy|release-beside|green|legacy-two\n",
               argv[0]);
   return 2;
 }
