@@ -1,7 +1,9 @@
 // gpuqos-overhead-launch-timer: times N cuLaunchKernel calls of a 0-us kernel one by one and writes
 // them as JSON; gpuqos-overhead runs it directly on simgpu and under libgpuqos.so.
 //
-// Usage: gpuqos-overhead-launch-timer --launches N --warmup W --out FILE
+// Usage: gpuqos-overhead-launch-timer --launches N --warmup W --out FILE [--stream own|legacy]
+// (`own`, the default: a non-blocking stream of its own; `legacy`: the legacy default stream, which
+// a program that names no stream, PyTorch's default stream among them, launches on).
 // It is a plain CUDA driver-API program (linked against the toolkit's stub); the environment picks
 // the driver (LD_LIBRARY_PATH) and the shim (LD_PRELOAD). The kernel must take 0 us in simgpu's
 // catalog (`^gpuqos_overhead_empty$`) so that the figures are call costs alone.
@@ -33,6 +35,7 @@ struct Options {
   long launches = 10000;
   long warmup = 500;
   std::string out_path;
+  bool legacy = false;  // --stream legacy
 };
 
 bool check(CUresult r, const char* what) {
@@ -49,6 +52,8 @@ bool parse(int argc, char** argv, Options& o) {
     if (key == "--launches") o.launches = std::atol(argv[i + 1]);
     else if (key == "--warmup") o.warmup = std::atol(argv[i + 1]);
     else if (key == "--out") o.out_path = argv[i + 1];
+    else if (key == "--stream" && std::strcmp(argv[i + 1], "own") == 0) o.legacy = false;
+    else if (key == "--stream" && std::strcmp(argv[i + 1], "legacy") == 0) o.legacy = true;
     else return false;
   }
   return argc % 2 == 1 && o.launches > 0 && o.warmup >= 0 && !o.out_path.empty();
@@ -92,7 +97,7 @@ bool write_json(const std::string& path, std::vector<std::int64_t> call_ns) {
 int main(int argc, char** argv) {
   Options o;
   if (!parse(argc, argv, o)) {
-    std::fprintf(stderr, "usage: gpuqos-overhead-launch-timer --launches N --warmup W --out FILE\n");
+    std::fprintf(stderr, "usage: gpuqos-overhead-launch-timer --launches N --warmup W --out FILE [--stream own|legacy]\n");
     return 2;
   }
   CUdevice device;
@@ -109,7 +114,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::vector<std::int64_t> call_ns;
-  if (!time_launches(kernel, stream, o, call_ns)) return 1;
+  if (!time_launches(kernel, o.legacy ? CU_STREAM_LEGACY : stream, o, call_ns)) return 1;
   if (!write_json(o.out_path, std::move(call_ns))) {
     std::fprintf(stderr, "gpuqos-overhead-launch-timer: cannot write %s\n", o.out_path.c_str());
     return 1;

@@ -6,7 +6,8 @@
 // It starts its own simgpud and two gpuqosd (fifo; one granting credit as by default, one with
 // --credit-ops 0) on private sockets in a temp dir, then, in each round, runs as child processes:
 //   1. gpuqos-overhead-launch-timer (N cuLaunchKernel calls of a 0-us kernel, each timed) directly
-//      on simgpu, under `gpuqos run --priority high`, and at low priority under each daemon;
+//      on simgpu, under `gpuqos run --priority high`, and at low priority under each daemon, on a
+//      stream of its own; and directly and at high priority on the legacy default stream;
 //   2. gpuqos-replay --mode be on one ResNet-50 training iteration (converted from
 //      ../shared/traces/kineto_resnet50_v100_train.json.gz) directly and at low priority under each.
 // Samples are pooled over the rounds; it prints a markdown table (p50/p99, differences, ratios)
@@ -43,13 +44,16 @@ json read_json(const fs::path& path) {
   return json::parse(in);
 }
 
-// One launch-timer run; its call times (us) are appended to `samples`.
-void time_launches(const Rig& rig, Placement placement, const Options& o, int round, std::vector<double>& samples) {
-  const std::string name = std::string("launch-") + placement_name(placement) + "-" + std::to_string(round);
+// One launch-timer run (on a stream of its own, or the legacy default stream); its call times (us)
+// are appended to `samples`.
+void time_launches(const Rig& rig, Placement placement, const Options& o, int round, std::vector<double>& samples,
+                   bool legacy = false) {
+  const std::string name = std::string("launch-") + placement_name(placement) + (legacy ? "-legacy-" : "-") +
+                           std::to_string(round);
   const fs::path out = rig.file(name + ".json");
   rig.run(placement,
           {Rig::bin("gpuqos-overhead-launch-timer").string(), "--launches", std::to_string(o.launches), "--warmup",
-           std::to_string(o.launches / 20 + 100), "--out", out.string()},
+           std::to_string(o.launches / 20 + 100), "--out", out.string(), "--stream", legacy ? "legacy" : "own"},
           name);
   const json result = read_json(out);  // named: a range-for over a temporary's member would dangle
   for (const json& ns : result.at("call_ns")) samples.push_back(ns.get<double>() / 1000.0);
@@ -86,6 +90,8 @@ Samples measure(const Rig& rig, const Options& o) {
     time_launches(rig, Placement::high, o, round, s.high_launch_us);
     time_launches(rig, Placement::low, o, round, s.low_launch_us);
     time_launches(rig, Placement::low_strict, o, round, s.low_strict_launch_us);
+    time_launches(rig, Placement::direct, o, round, s.direct_legacy_launch_us, /*legacy=*/true);
+    time_launches(rig, Placement::high, o, round, s.high_legacy_launch_us, /*legacy=*/true);
     replay(rig, Placement::direct, o, round, s.direct_iteration_ms);
     replay(rig, Placement::low, o, round, s.low_iteration_ms);
     replay(rig, Placement::low_strict, o, round, s.low_strict_iteration_ms);

@@ -64,6 +64,9 @@ Report make_report(const Samples& samples, const nlohmann::json& config) {
       "| --- | ---: | ---: | ---: | ---: | --- |\n";
   add_launch(r, "high_priority_launch", "high-priority cuLaunchKernel", direct, summarize(samples.high_launch_us),
              "<= 1 us added", "<= 3 us added");
+  add_launch(r, "high_priority_launch_legacy_stream", "high-priority cuLaunchKernel, legacy default stream",
+             summarize(samples.direct_legacy_launch_us), summarize(samples.high_legacy_launch_us), "<= 1 us added",
+             "<= 3 us added");
   add_launch(r, "low_priority_round_trip", "low-priority cuLaunchKernel, grant round trip (--credit-ops 0)", direct,
              summarize(samples.low_strict_launch_us), "<= 10 us added", "<= 50 us added");
   add_launch(r, "low_priority_launch", "low-priority cuLaunchKernel, with credit (default)", direct,
