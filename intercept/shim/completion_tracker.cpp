@@ -20,7 +20,6 @@ using CtxSetCurrent = CUresult (*)(CUcontext);
 using CtxGetCurrent = CUresult (*)(CUcontext*);
 using ExchangeCaptureMode = CUresult (*)(CUstreamCaptureMode*);
 using StreamIsCapturing = CUresult (*)(CUstream, CUstreamCaptureStatus*);
-using StreamQuery = CUresult (*)(CUstream);
 
 constexpr auto kFirstPollSleep = std::chrono::microseconds(20);
 constexpr auto kLongestPollSleep = std::chrono::microseconds(1000);
@@ -64,15 +63,9 @@ void CompletionTracker::track(std::shared_ptr<Session> session, const Ticket& ti
       // - the legacy default stream: it synchronises with every blocking stream, so an event
       //   recorded there later, by another thread, would order the program's later work behind work
       //   it never waited for (a deadlock if that work waits on the host; an invalidated capture).
-      //   So a deferred op there gets no event: the background thread asks whether the stream is
-      //   idle (poll_drained).
-      const bool per_thread_default = op.stream == CU_STREAM_PER_THREAD || (op.stream == nullptr && op.per_thread);
-      const bool legacy_default = op.stream == CU_STREAM_LEGACY || (op.stream == nullptr && !op.per_thread);
-      if (record_inline || per_thread_default) {
+      const bool default_stream = op.stream == nullptr || op.stream == CU_STREAM_LEGACY || op.stream == CU_STREAM_PER_THREAD;
+      if (record_inline || default_stream) {
         record(pending, op.stream);
-      } else if (legacy_default) {
-        pending.covered = pending.drain = true;
-        pending.tracked_ns = ipc::monotonic_ns();
       } else {
         pending.needs_record = pending.deferred = true;
       }
@@ -221,7 +214,7 @@ void CompletionTracker::context_ended(CUcontext context, std::int64_t since_ns, 
       const auto forget = [&ended](Pending& pending) {
         if (!ended.covers(pending)) return;
         pending.event = nullptr;
-        pending.needs_record = pending.covered = pending.drain = false;
+        pending.needs_record = pending.covered = false;
       };
       std::for_each(incoming_.begin(), incoming_.end(), forget);
       for (auto& [stream, queue] : by_stream_) std::for_each(queue.begin(), queue.end(), forget);
@@ -276,7 +269,7 @@ void CompletionTracker::report(Pending& pending, std::int64_t end_ns, bool coars
   std::int64_t last_end_value = 0;  // out of memory: this stream's starts are only coarser
   std::int64_t* found = &last_end_value;
   try {
-    found = &last_end_ns_[pending.stream];
+    found = &last_end_ns_[{pending.context, pending.stream}];
   } catch (...) {
   }
   std::int64_t& last_end = *found;
@@ -303,10 +296,7 @@ bool CompletionTracker::poll_streams() noexcept {
     while (!queue.empty()) {
       // A covered op is done when the first event after it on its stream is.
       const auto decider = std::find_if(queue.begin(), queue.end(), [](const Pending& p) { return !p.covered; });
-      if (decider == queue.end()) {  // its event is still to be recorded, or it has none (drain)
-        if (queue.front().drain && poll_drained(queue, ending)) any = true;
-        break;
-      }
+      if (decider == queue.end()) break;  // its event is still to be recorded
       // Not while its context is being destroyed: after, it is done (context_ended) or still there.
       if (decider->event && is_ending(ending, *decider)) break;
       const CUresult state = decider->event && query ? query(decider->event) : CUDA_SUCCESS;
@@ -328,25 +318,6 @@ bool CompletionTracker::poll_streams() noexcept {
     }
     it = queue.empty() ? by_stream_.erase(it) : std::next(it);
   }
-  return any;
-}
-
-bool CompletionTracker::poll_drained(std::deque<Pending>& queue, const std::vector<Ending>& ending) noexcept {
-  const Pending& front = queue.front();
-  if (is_ending(ending, front)) return false;  // after the call: done (context_ended) or still there
-  const auto set_current = driver<CtxSetCurrent>(DriverHelper::ctx_set_current);
-  const auto query = driver<StreamQuery>(DriverHelper::stream_query);
-  const std::int64_t asked_ns = ipc::monotonic_ns();
-  // This thread's own current context: nothing of the program's depends on it.
-  CUresult state = CUDA_ERROR_NOT_SUPPORTED;
-  if (set_current && query && set_current(front.context) == CUDA_SUCCESS) state = query(CU_STREAM_LEGACY);
-  if (state == CUDA_ERROR_NOT_READY) return false;
-  // Idle, or the driver cannot say (reported now: better early than never).
-  const std::int64_t now = ipc::monotonic_ns();
-  auto done = queue.begin();
-  while (done != queue.end() && done->drain && done->tracked_ns <= asked_ns) report(*done++, now, /*coarse=*/true);
-  const bool any = done != queue.begin();
-  queue.erase(queue.begin(), done);
   return any;
 }
 

@@ -15,15 +15,12 @@
 //   spending credit, where there is no wait to hide it): the program's thread only queues the op;
 //   the background thread records one event per stream for everything queued since its last turn,
 //   and each op on that stream completes with it. Such an event is recorded after the call, maybe
-//   after later ops of the stream, so these completions are always reported coarse. Not on a
-//   default stream: another thread cannot name a per-thread one, so an op there is recorded inline
-//   whatever its priority; and an event recorded later on the legacy one (which synchronises with
-//   every blocking stream) would order the program's later work behind work it never waited for.
-//   So a deferred op on the legacy stream gets no event at all: the background thread asks the
-//   driver whether that context's legacy stream is idle (cuStreamQuery, which enqueues nothing) and
-//   then reports every such op tracked before it asked (coarse; an event recorded there later, for
-//   a low-priority op, decides the ops before it as well). The launch path then carries no driver
-//   call of ours on either stream kind. A deferred op whose stream the program has begun to capture is reported at once
+//   after later ops of the stream, so these completions are always reported coarse. Ops on a
+//   default stream are recorded inline whatever their priority: another thread cannot name a
+//   per-thread one, and an event recorded later on the legacy one (which synchronises with every
+//   blocking stream) would order the program's later work behind work it never waited for. That
+//   costs a high-priority launch there one pooled event and one cuEventRecord (about 1.4 us at p50
+//   on simgpu). A deferred op whose stream the program has begun to capture is reported at once
 //   instead (an event would become a node of its graph). Before a stream or context is destroyed
 //   (the lifetime hooks), the destroying thread records what is still queued, so no event is ever
 //   recorded on a dead handle; a synchronising thread does the same, so the work it waits for is
@@ -99,10 +96,9 @@ class CompletionTracker {
     bool needs_record = false;  // deferred: the background thread records its event
     bool covered = false;       // done when the next event on its stream is
     bool deferred = false;      // its event (if any) was recorded by the background thread
-    bool drain = false;         // on the legacy stream, no event: done when that stream is idle
-    std::int64_t tracked_ns = 0;  // when track() ran: the call had returned (drain)
   };
-  // Ops by stream, in order; keyed by context too, as every context's legacy stream has one handle.
+  // Ops by stream, in order; keyed by context too, as every context's default streams have one
+  // handle (a decider must be of the same stream as the ops it decides).
   using StreamKey = std::pair<CUcontext, std::uint64_t>;
 
   CUevent acquire_event(CUcontext context) noexcept;
@@ -121,9 +117,6 @@ class CompletionTracker {
   void enqueue(Pending pending) noexcept;
   void run() noexcept;
   bool poll_streams() noexcept;  // reports what finished; true if anything did
-  // Drain ops at the front of `queue` (no event will decide them): all reported if the legacy
-  // stream of their context is idle. False if it is not (or the context is ending).
-  bool poll_drained(std::deque<Pending>& queue, const std::vector<Ending>& ending) noexcept;
   void report(Pending& pending, std::int64_t end_ns, bool coarse = false) noexcept;
 
   std::mutex record_mutex_;  // deferred recording: the thread's turn, or a destroyer's
@@ -139,7 +132,7 @@ class CompletionTracker {
 
   // The thread's own (a context ender, under poll_mutex_, only forgets the events in it).
   std::map<StreamKey, std::deque<Pending>> by_stream_;
-  std::unordered_map<std::uint64_t, std::int64_t> last_end_ns_;  // report()'s, under report_mutex_
+  std::map<StreamKey, std::int64_t> last_end_ns_;  // report()'s, under report_mutex_
 };
 
 }  // namespace gpuqos::intercept
