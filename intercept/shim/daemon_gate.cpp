@@ -192,6 +192,7 @@ Ticket DaemonGate::post(const Operation& op, const std::shared_ptr<Session>& ses
     if (!session->manages(device)) return {};  // not the daemon's device: the call goes ahead unposted
     ipc::OpDescriptor descriptor;
     if (!describe(op, device, ticket.posted_ns, kernels_, descriptor)) return {};
+    if (descriptor.kind == ipc::OpKind::kernel) descriptor.sm_count = devices_.sm_count(device);
     const bool low = session->low_priority();  // the daemon's answer, not our claim
     if (!session->post(descriptor, kernels_, /*may_wait=*/low)) return {};
     ticket.seq = descriptor.seq;
@@ -326,6 +327,12 @@ void DaemonGate::after(const Operation& op, Ticket ticket, CUresult result) noex
     }
     // Pooled events of a context not named may have died with it: forgotten (leaked, not used).
     if (!ticket.context) completions_.drop_event_pool(/*destroy_events=*/false);
+    // So may its device be: a later context given its handle may be of another device.
+    if (ticket.any_context) {
+      devices_.forget_all();
+    } else if (ticket.context && context_gone(result)) {
+      devices_.forget(ticket.context);
+    }
     completions_.context_ended(ticket.context, ticket.posted_ns, context_gone(result), ticket.any_context);
     return;
   }

@@ -137,4 +137,31 @@ std::uint32_t ContextDevices::of(CUcontext context) noexcept {
   return static_cast<std::uint32_t>(device);
 }
 
+void ContextDevices::forget(CUcontext context) noexcept {
+  std::lock_guard lock(mutex_);
+  std::erase_if(devices_, [context](const auto& known) { return known.first == context; });
+}
+
+void ContextDevices::forget_all() noexcept {
+  std::lock_guard lock(mutex_);
+  devices_.clear();
+}
+
+std::uint32_t ContextDevices::sm_count(std::uint32_t device) noexcept {
+  if (device >= sm_counts_.size()) return 0;
+  std::uint32_t known = sm_counts_[device].load(std::memory_order_relaxed);
+  if (known == 0) {
+    using GetAttribute = CUresult (*)(int*, CUdevice_attribute, CUdevice);
+    const auto get_attribute = driver<GetAttribute>(DriverHelper::device_get_attribute);
+    int sms = 0;
+    const bool said = get_attribute &&
+                      get_attribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, static_cast<CUdevice>(device)) ==
+                          CUDA_SUCCESS &&
+                      sms > 0;
+    known = said ? static_cast<std::uint32_t>(sms) : kUnknown;  // not asked again either way
+    sm_counts_[device].store(known, std::memory_order_relaxed);
+  }
+  return known == kUnknown ? 0 : known;
+}
+
 }  // namespace gpuqos::intercept

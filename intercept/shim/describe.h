@@ -1,6 +1,8 @@
 // What the daemon learns of one piece of GPU work: an Operation made into an ipc::OpDescriptor.
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <utility>
@@ -8,6 +10,7 @@
 
 #include "gpuqos/intercept/gate.h"
 #include "gpuqos/ipc/descriptor.h"
+#include "gpuqos/ipc/registration.h"
 #include "kernel_registry.h"
 
 namespace gpuqos::intercept {
@@ -27,14 +30,21 @@ bool describe(const Operation& op, std::uint32_t device, std::int64_t posted_ns,
 // the name of the handle it wrote, so launches of it carry the kernel's identity.
 void learn_kernel_name(const Operation& op, KernelRegistry& kernels) noexcept;
 
-// The device ordinal of each context seen (cuCtxGetDevice once per context; 0 when it fails).
+// The device ordinal of each context seen (cuCtxGetDevice once per context; 0 when it fails), and
+// each device's SM count (asked once; 0 when the driver cannot say).
 class ContextDevices {
  public:
   std::uint32_t of(CUcontext context) noexcept;
+  // A context that may have ended: its handle may come back for a context of another device.
+  void forget(CUcontext context) noexcept;
+  void forget_all() noexcept;
+  std::uint32_t sm_count(std::uint32_t device) noexcept;
 
  private:
+  static constexpr std::uint32_t kUnknown = ~std::uint32_t{0};
   std::mutex mutex_;
   std::vector<std::pair<CUcontext, std::uint32_t>> devices_;  // at most 256 remembered
+  std::array<std::atomic<std::uint32_t>, ipc::kMaxDevices> sm_counts_{};  // 0: not asked yet
 };
 
 }  // namespace gpuqos::intercept

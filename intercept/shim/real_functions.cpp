@@ -28,7 +28,8 @@ constexpr std::array<const char*, kDriverHelperCount> kHelperNames = {
     "cuFuncGetParamInfo",  "cuFuncGetName",            "cuMemHostGetFlags",    "cuPointerGetAttribute",
     "cuEventCreate",       "cuEventDestroy_v2",        "cuEventRecord",        "cuEventRecord_ptsz",
     "cuEventQuery",        "cuCtxSetCurrent",          "cuThreadExchangeStreamCaptureMode",
-    "cuDevicePrimaryCtxGetState", "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRelease_v2"};
+    "cuDevicePrimaryCtxGetState", "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRelease_v2",
+    "cuDeviceGetAttribute"};
 
 // The driver's definition of `name`, or nullptr.
 void* look_up(const char* name) {

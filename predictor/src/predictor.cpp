@@ -8,6 +8,12 @@ namespace gpuqos::predictor {
 
 Predictor::Predictor(PredictorConfig config) : config_(config), copies_(config_) {}
 
+bool Predictor::adopt_sm_count(std::uint32_t sm_count) {
+  if (sm_count == 0 || !kernels_.empty()) return false;
+  config_.sm_count = sm_count;
+  return true;
+}
+
 Prediction Predictor::predict(const OpFeatures& op) const {
   switch (op.op_class) {
     case OpClass::kernel: return predict(op.kernel);

@@ -62,6 +62,11 @@ std::string Daemon::accept_op(Client& client, const ArrivedOp& arrived) {
            std::to_string(kMaxUngrantedPosts) + " ops and marks ungranted)";
   }
   qos_posted(client, op, arrived.arrived_ns);
+  if (op.kind == ipc::OpKind::kernel && op.sm_count != 0) {
+    if (const auto note = learner_->device_sm_count(op.device, op.sm_count)) {
+      spdlog::log(note->warning ? spdlog::level::warn : spdlog::level::info, "{} ({})", note->text, client.tag());
+    }
+  }
   const DurationLearner::Estimate estimate =
       op.kind == ipc::OpKind::kernel
           ? learner_->posted(client.identity().id, op, client.kernel_names().at(op.kernel_id))

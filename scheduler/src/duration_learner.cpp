@@ -54,6 +54,28 @@ DurationLearner::DurationLearner(Options options, std::int64_t now_ns, std::opti
       last_save_ns_(now_ns),
       epoch_began_ns_(now_ns) {}
 
+std::optional<DurationLearner::SmCountNote> DurationLearner::device_sm_count(std::uint32_t device, std::uint32_t sm_count) {
+  if (sm_count == 0) return std::nullopt;
+  const auto known = device_sm_counts_.find(device);
+  if (known != device_sm_counts_.end() && known->second == sm_count) return std::nullopt;  // every op but the first
+  if (device_sm_counts_.size() >= ipc::kMaxDevices && known == device_sm_counts_.end()) return std::nullopt;
+  device_sm_counts_[device] = sm_count;
+  const std::uint32_t counted = predictor_.config().sm_count;
+  if (!sm_count_adopted_ && predictor_.kernel_count() == 0) {
+    sm_count_adopted_ = true;
+    if (sm_count == counted || !predictor_.adopt_sm_count(sm_count)) return std::nullopt;
+    return SmCountNote{false, "predictor: counts waves by " + std::to_string(sm_count) + " SMs, as device " + std::to_string(device) +
+           " has (was " + std::to_string(counted) + ")"};
+  }
+  sm_count_adopted_ = true;
+  if (sm_count == counted) return std::nullopt;
+  return SmCountNote{true, "predictor: device " + std::to_string(device) + " has " + std::to_string(sm_count) +
+         " SMs, but the predictor counts waves by " + std::to_string(counted) +
+         (options_.store_path.empty() ? std::string(" (the first device's)") : " (its store's)") +
+         ": predictions of its multi-wave kernels are off until a store is trained for it (gpuqos train --sms " +
+         std::to_string(sm_count) + ")"};
+}
+
 DurationLearner::Estimate DurationLearner::posted(std::uint32_t client, const ipc::OpDescriptor& op,
                                                   std::string kernel_name) {
   if (!is_timed_work(op.kind)) return {};

@@ -132,6 +132,8 @@ TEST_F(GateTest, RegistersAndPostsEveryOpWithItsShapeAndCompletion) {
   EXPECT_EQ(kernel.param_bytes, 8u);
   EXPECT_EQ(kernel.arg_count, 1u);
   EXPECT_EQ(kernel.args[0], 1500u);
+  EXPECT_EQ(kernel.sm_count, 8u) << "the device's SMs, as simgpu's profile says";
+  EXPECT_EQ(h2d.sm_count, 0u) << "said of kernels only";
   EXPECT_EQ(kernel.stream, h2d.stream);
   EXPECT_NE(kernel.stream, 0u);
   EXPECT_EQ(client.ops[2].kind, ipc::OpKind::memset);

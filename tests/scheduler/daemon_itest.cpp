@@ -70,6 +70,27 @@ TEST(Daemon, GrantsLowPriorityOpsInArrivalOrder) {
   EXPECT_EQ(status["clients"][0]["state"], "running");
 }
 
+// A kernel op says its device's SM count (1.5): the untrained predictor counts waves by it, and a
+// device of another count is warned about, naming the client.
+TEST(Daemon, TheFirstDevicesSmCountIsAdoptedAndAnotherIsWarnedAbout) {
+  DaemonProcess daemon;
+  FakeClient client(daemon.socket(), Priority::low, "sms");
+  client.name_kernel(1, "gemm");
+  ipc::OpDescriptor op = FakeClient::kernel(1);
+  op.sm_count = 132;
+  client.post(op);
+  ASSERT_TRUE(client.wait_granted(1));
+  op = FakeClient::kernel(2);
+  op.device = 1;
+  op.sm_count = 80;
+  client.post(op);
+  ASSERT_TRUE(client.wait_granted(2));
+  EXPECT_TRUE(eventually([&] { return daemon.log().find("device 1 has 80 SMs") != std::string::npos; })) << daemon.log();
+  const std::string log = daemon.log();
+  EXPECT_NE(log.find("counts waves by 132 SMs, as device 0 has"), std::string::npos) << log;
+  EXPECT_NE(log.find("gpuqos train --sms 80"), std::string::npos) << log;
+}
+
 TEST(Daemon, GrantsCreditAheadWhenNothingElseWaits) {
   DaemonProcess daemon({"--credit-ops", "8"});
   FakeClient low(daemon.socket(), Priority::low, "credit");

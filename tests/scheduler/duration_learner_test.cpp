@@ -42,6 +42,39 @@ DurationLearner make_learner() {
   return learner;
 }
 
+// The first SM count a kernel op says of its device becomes an untrained predictor's; a device that
+// says another count is worth one warning, as is any count but its own to a predictor that has
+// learned (its kernels' samples are banked by their waves).
+TEST(DurationLearner, AnUntrainedPredictorCountsWavesByTheFirstDevicesSms) {
+  DurationLearner learner = make_learner();
+  const std::uint32_t before = learner.predictor().config().sm_count;
+  ASSERT_NE(before, 132u);
+  EXPECT_FALSE(learner.device_sm_count(0, 0)) << "not said (an older shim)";
+  EXPECT_EQ(learner.predictor().config().sm_count, before);
+  const auto adopted = learner.device_sm_count(0, 132);
+  ASSERT_TRUE(adopted);
+  EXPECT_FALSE(adopted->warning);
+  EXPECT_NE(adopted->text.find("132 SMs"), std::string::npos) << adopted->text;
+  EXPECT_EQ(learner.predictor().config().sm_count, 132u);
+  EXPECT_FALSE(learner.device_sm_count(0, 132)) << "said once";
+  EXPECT_FALSE(learner.device_sm_count(1, 132)) << "the same count on another device";
+  const auto mismatch = learner.device_sm_count(2, 108);
+  ASSERT_TRUE(mismatch);
+  EXPECT_TRUE(mismatch->warning);
+  EXPECT_NE(mismatch->text.find("gpuqos train --sms 108"), std::string::npos) << mismatch->text;
+  EXPECT_FALSE(learner.device_sm_count(2, 108)) << "once per device and count";
+  EXPECT_EQ(learner.predictor().config().sm_count, 132u) << "the first device's count stays";
+
+  DurationLearner learned = make_learner();  // learns a kernel before any count is said
+  (void)learned.posted(1, kernel(1, 64), "gemm");
+  (void)learned.completed(1, exact(1, 50'000));
+  ASSERT_EQ(learned.predictor().kernel_count(), 1u);
+  const auto late = learned.device_sm_count(0, 132);
+  ASSERT_TRUE(late);
+  EXPECT_TRUE(late->warning) << "its samples are banked by the old count: not adopted";
+  EXPECT_EQ(learned.predictor().config().sm_count, before);
+}
+
 // The predictor's epochs (its clock for idle kernel names) advance one a minute from the
 // learner's start, however irregular the ticks.
 TEST(DurationLearner, AdvancesThePredictorsEpochOnceAMinute) {

@@ -60,7 +60,9 @@ struct OpDescriptor {
   CopyDirection direction;      // copy: h2d, d2h or d2d; memset: memset; else none
   HostMemory host_memory;       // copy h2d/d2h: pinned or pageable; else none
   std::uint8_t arg_count;       // kernel: how many of args are meaningful, <= kMaxScalarArgs
-  std::uint32_t reserved0;
+  // kernel (1.5): the SM count of the device it runs on, as the driver says; 0: not said (an older
+  // shim). The daemon's predictor counts a launch's waves by it.
+  std::uint32_t sm_count;
   std::uint64_t args[kMaxScalarArgs];  // kernel: scalar arguments, zero-extended to 64 bits
   // query_begin (1.2): the posted_ns of the query_arrived mark of the request it begins (<= 0: none
   // said). The shim pairs them, so a mark lost on the way cannot pair later requests wrongly.

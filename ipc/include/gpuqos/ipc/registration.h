@@ -19,6 +19,8 @@
 //   1.2  the daemon takes query_arrived marks (descriptor.h); no record changes
 //   1.3  HelloReply appends managed_devices
 //   1.4  HelloReply appends daemon_clock_ns
+//   1.5  a kernel's OpDescriptor says its device's SM count (sm_count, reserved before: an older
+//        daemon ignores it); no record changes
 //
 // Everything the daemon receives is untrusted: decode_* validate every field and return the reason
 // for rejecting garbage. Who the client is (pid, uid, gid) comes from the kernel via
@@ -46,8 +48,8 @@ inline constexpr std::uint32_t kControlReplyMagic = 0x52435147;    // "GQCR"
 inline constexpr std::uint16_t kProtocolVersionMajor = 1;
 // 1.1: HelloReply's effective_priority and copy_chunk_bytes. 1.2: the daemon takes query_arrived
 // marks (descriptor.h); a shim posts them only to a daemon that says 1.2 or later. 1.3: HelloReply's
-// managed_devices. 1.4: HelloReply's daemon_clock_ns.
-inline constexpr std::uint16_t kProtocolVersionMinor = 4;
+// managed_devices. 1.4: HelloReply's daemon_clock_ns. 1.5: OpDescriptor's sm_count.
+inline constexpr std::uint16_t kProtocolVersionMinor = 5;
 
 inline constexpr std::size_t kJobNameBytes = 64;        // with its NUL
 inline constexpr std::size_t kReplyMessageBytes = 128;  // with its NUL

@@ -53,6 +53,9 @@ class Predictor {
   std::uint64_t epoch() const { return epoch_; }
 
   const PredictorConfig& config() const { return config_; }
+  // The device's SM count (waves = ceil(blocks / SMs)), while nothing is learned yet (no kernel
+  // model holds samples banked by the old count): false, and nothing changed, once one is.
+  bool adopt_sm_count(std::uint32_t sm_count);
   std::size_t kernel_count() const { return kernels_.size(); }
   std::size_t stored_samples() const;  // kNN samples over all names
   const KernelModel* kernel(std::string_view name) const;

@@ -60,6 +60,16 @@ class DurationLearner {
     std::int64_t upper_ns = 0;     // the upper estimate, capped at kMaxUpperRatio x the prediction
     std::int64_t expected_ns = 0;  // the prediction
   };
+  // What a kernel op says of its device's SM count (sm_count, protocol 1.5; 0: not said). The first
+  // count said of any device becomes the predictor's while it has learned nothing (a store trained
+  // with `gpuqos train --sms` has its own); a device whose count differs from the predictor's is
+  // worth one warning (its kernels' waves are counted wrong until a store is trained for it): what
+  // to log, once per device and count.
+  struct SmCountNote {
+    bool warning = false;  // a mismatch; else the count was adopted
+    std::string text;
+  };
+  std::optional<SmCountNote> device_sm_count(std::uint32_t device, std::uint32_t sm_count);
   // Remembers the op; returns the predictor's estimates of its device time (0: no model knows it).
   Estimate posted(std::uint32_t client, const ipc::OpDescriptor& op, std::string kernel_name);
   // `time_sliced_devices` (an ipc::device_in mask): devices that time-slice processes' work, where
@@ -122,6 +132,8 @@ class DurationLearner {
   std::int64_t epoch_began_ns_ = 0;
   std::uint64_t learned_at_last_save_ = 0;
   Counts counts_;
+  std::map<std::uint32_t, std::uint32_t> device_sm_counts_;  // as the latest op of each device said
+  bool sm_count_adopted_ = false;
 };
 
 }  // namespace gpuqos::scheduler
