@@ -59,6 +59,7 @@ struct MetricsServer::Shared {
   std::int64_t published_ns = 0; // guarded by mutex
   std::uint64_t generation = 0;  // guarded by mutex: publications so far
   bool finished = false;         // guarded by mutex: the accept loop and its pool are done
+  bool detached = false;         // guarded by mutex: stop() left the thread running (counted)
 
   // Server thread: the newest text, fresh if the loop answers in time; empty before the first.
   std::string current_text() {
@@ -70,6 +71,14 @@ struct MetricsServer::Shared {
     return text;
   }
 };
+
+namespace {
+// Server threads stop() left running that have not ended yet.
+std::atomic<int>& detached_running() {
+  static std::atomic<int> running{0};  // a function's static: never destroyed before its readers
+  return running;
+}
+}  // namespace
 
 MetricsServer::MetricsServer(config::ListenAddress address)
     : address_(std::move(address)), shared_(std::make_shared<Shared>()) {}
@@ -103,13 +112,17 @@ ipc::Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const config::L
     return ipc::Error{"cannot listen on " + config::to_string(address) +
                       (error != 0 ? std::string(": ") + std::strerror(error) : std::string())};
   }
-  metrics->thread_ = std::thread([owned = metrics->shared_] {
+  metrics->thread_ = std::thread([owned = metrics->shared_]() mutable {
     owned->server.listen_after_bind();
+    bool detached = false;
     {
       std::lock_guard lock(owned->mutex);
       owned->finished = true;
+      detached = owned->detached;
     }
     owned->finished_changed.notify_all();
+    owned.reset();  // the server may end here, so only then is this thread no longer running
+    if (detached) detached_running().fetch_sub(1, std::memory_order_acq_rel);
   });
   // stop() before the accept loop runs would be lost (httplib ignores it): wait until it does.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
@@ -119,13 +132,6 @@ ipc::Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const config::L
   return metrics;
 }
 
-namespace {
-std::atomic<bool>& left_running() {
-  static std::atomic<bool> left{false};  // a function's static: never destroyed before its readers
-  return left;
-}
-}  // namespace
-
 void MetricsServer::stop(std::int64_t wait_ns) {
   if (!thread_.joinable()) return;
   shared_->server.stop();  // closes the listening socket now
@@ -134,6 +140,10 @@ void MetricsServer::stop(std::int64_t wait_ns) {
     std::unique_lock lock(shared_->mutex);
     finished = shared_->finished_changed.wait_for(lock, std::chrono::nanoseconds(std::max<std::int64_t>(0, wait_ns)),
                                                   [&] { return shared_->finished; });
+    if (!finished) {
+      shared_->detached = true;
+      detached_running().fetch_add(1, std::memory_order_acq_rel);
+    }
   }
   if (finished) return thread_.join();
   if (wait_ns > 0) {
@@ -141,11 +151,12 @@ void MetricsServer::stop(std::int64_t wait_ns) {
                  "end on its own",
                  config::to_string(address_), static_cast<double>(wait_ns) / 1e9);
   }
-  left_running().store(true, std::memory_order_release);
   thread_.detach();
 }
 
-bool MetricsServer::left_a_request_running() noexcept { return left_running().load(std::memory_order_acquire); }
+bool MetricsServer::left_a_request_running() noexcept {
+  return detached_running().load(std::memory_order_acquire) > 0;
+}
 
 bool MetricsServer::refresh_wanted() {
   return shared_->refresh_wanted.exchange(false, std::memory_order_acq_rel);

@@ -143,9 +143,16 @@ TEST(MetricsServer, StopWithoutWaitingReturnsAtOnceAndTheScrapeInProgressStillEn
   server->stop(0);
   EXPECT_LT(std::chrono::steady_clock::now() - before, std::chrono::seconds(1)) << "stop(0) waited";
   server.reset();
+  EXPECT_TRUE(MetricsServer::left_a_request_running()) << "the server's thread still reads the request";
 
   ::send(peer.get(), "Connection: close\r\n\r\n", 21, MSG_NOSIGNAL);
   expect_served(testing::receive_all(peer), "gpuqos_up 1");
+  // Its thread then ends: a process exiting later needs no quick exit for it.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (MetricsServer::left_a_request_running() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_FALSE(MetricsServer::left_a_request_running());
 }
 
 }  // namespace

@@ -46,9 +46,10 @@ class MetricsServer {
   // all they use, until it ends: the caller waits wait_ns at most. The daemon's loop passes 0 on a
   // reload (it must not stall) and waits kStopWaitNs at exit. Idempotent.
   void stop(std::int64_t wait_ns = kStopWaitNs);
-  // Whether a stop() of this process left a request running on the server's threads. Such a
-  // thread may still be inside cpp-httplib or spdlog when the process exits: the program should then
-  // end with std::quick_exit (no static destructors under it) once what it must keep is flushed.
+  // Whether a server thread that a stop() of this process left running (a request still in
+  // progress) has not ended yet. It may be inside cpp-httplib or spdlog when the process exits: the
+  // program should then end with std::quick_exit (no static destructors under it) once what it
+  // must keep is flushed.
   static bool left_a_request_running() noexcept;
 
   // True once after a request found the text stale (the loop should publish a new one).
