@@ -82,6 +82,20 @@ class GateTest : public ::testing::Test {
     return code;
   }
 
+  // A program that ended a context while `ops` ops were pending ("ended <ns>" after the call): no
+  // event of a dead context was touched (simgpu says each use), and every op was reported done as
+  // the call returned, not at exit 100 ms later.
+  void expect_reported_by_the_end(std::size_t ops) {
+    EXPECT_EQ(output_.find("destroyed context"), std::string::npos) << output_;
+    ASSERT_TRUE(daemon_->wait_until([ops](const Clients& c) { return has_ops(c, ops) && c[0].completions.size() == ops; }));
+    const long long ended = value_of(output_, "ended");
+    const FakeClient client = daemon_->clients().at(0);  // a copy: a temporary's member would dangle in the loop
+    for (const auto& completion : client.completions) {
+      EXPECT_EQ(completion.status, 0);
+      EXPECT_LT(completion.end_ns, ended + 50'000'000) << "reported as its context ended, not at exit 100 ms later";
+    }
+  }
+
   TempDir dir_{"gate-itest"};
   std::string socket_ = (dir_.path() / "gpuqosd.sock").string();
   std::filesystem::path counts_ = dir_.path() / "counts.txt";  // the shim's GPUQOS_DEBUG_COUNTS, at exit
@@ -475,14 +489,7 @@ class ContextEnd : public GateTest, public ::testing::WithParamInterface<const c
 TEST_P(ContextEnd, OpsPendingOnAContextThatEndsAreReportedAndItsEventsNotTouchedAgain) {
   start({"destroy", GetParam()}, "high");
   ASSERT_EQ(finish(), 0) << output_;
-  EXPECT_EQ(output_.find("destroyed context"), std::string::npos) << output_;
-  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 5) && c[0].completions.size() == 5; }));
-  const long long ended = value_of(output_, "ended");
-  const FakeClient client = daemon_->clients().at(0);  // a copy: a temporary's member would dangle in the loop
-  for (const auto& completion : client.completions) {
-    EXPECT_EQ(completion.status, 0);
-    EXPECT_LT(completion.end_ns, ended + 50'000'000) << "reported as its context ended, not at exit 100 ms later";
-  }
+  expect_reported_by_the_end(5);
 }
 
 // "legacy": cuCtxDestroy and cuDevicePrimaryCtxRelease as they were before _v2, which a program
@@ -495,14 +502,7 @@ INSTANTIATE_TEST_SUITE_P(Abi, ContextEnd, ::testing::Values("current", "legacy")
 TEST_F(GateTest, AGreenContextsDestructionEndsItsContextAndThePrimaryOne) {
   start({"green"}, "high");
   ASSERT_EQ(finish(), 0) << output_;
-  EXPECT_EQ(output_.find("destroyed context"), std::string::npos) << output_;
-  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 4) && c[0].completions.size() == 4; }));
-  const long long ended = value_of(output_, "ended");
-  const FakeClient client = daemon_->clients().at(0);  // a copy: a temporary's member would dangle in the loop
-  for (const auto& completion : client.completions) {
-    EXPECT_EQ(completion.status, 0);
-    EXPECT_LT(completion.end_ns, ended + 50'000'000) << "reported as its context ended, not at exit 100 ms later";
-  }
+  expect_reported_by_the_end(4);
 }
 
 // A release of the primary context names the context it may end by the handle the program's own

@@ -181,14 +181,27 @@ int run_bench(int count, bool legacy) {
   return 0;
 }
 
-int run_contexts(int count) {
-  CUcontext first = nullptr, second = nullptr, current = nullptr;
+// The current context (first), a second one created on its device and made current, and the spin
+// kernel loaded there.
+struct SecondContext {
+  CUcontext first = nullptr, second = nullptr;
   CUdevice device = 0;
   CUfunction spin = nullptr;
-  CHECK_CU(cuCtxGetCurrent(&first));
-  CHECK_CU(cuCtxGetDevice(&device));
-  CHECK_CU(cuCtxCreate(&second, nullptr, 0, device));  // and makes it current
-  CHECK_CU(load_spin(spin));
+};
+
+int open_second_context(SecondContext& c) {
+  CHECK_CU(cuCtxGetCurrent(&c.first));
+  CHECK_CU(cuCtxGetDevice(&c.device));
+  CHECK_CU(cuCtxCreate(&c.second, nullptr, 0, c.device));  // and makes it current
+  CHECK_CU(load_spin(c.spin));
+  return 0;
+}
+
+int run_contexts(int count) {
+  SecondContext c;
+  if (open_second_context(c) != 0) return 1;
+  const auto [first, second, device, spin] = c;
+  CUcontext current = nullptr;
   CUstream stream = nullptr;  // not a default stream: those are recorded inline, never deferred
   CHECK_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
   int switched = 0;
@@ -208,13 +221,9 @@ int run_contexts(int count) {
 }
 
 int run_legacy_two() {
-  CUcontext primary = nullptr, second = nullptr;
-  CUdevice device = 0;
-  CUfunction spin = nullptr;
-  CHECK_CU(cuCtxGetCurrent(&primary));
-  CHECK_CU(cuCtxGetDevice(&device));
-  CHECK_CU(cuCtxCreate(&second, nullptr, 0, device));  // and makes it current
-  CHECK_CU(load_spin(spin));
+  SecondContext c;
+  if (open_second_context(c) != 0) return 1;
+  const auto [primary, second, device, spin] = c;
   std::printf("short %lld\n", now_ns());
   CHECK_CU(launch_spin(spin, 1000, nullptr));
   CHECK_CU(cuCtxSetCurrent(primary));
@@ -238,26 +247,27 @@ void* proc_address(const char* symbol, int version) {
              : nullptr;
 }
 
-// On the primary context (current): spin(20000) on a stream of its own, then `release` it (its
-// last reference) while the kernel runs; "ended <ns>" after.
-int release_primary_while_busy(CUresult (*release)(CUdevice), CUdevice device) {
+// On the primary context (current): spin(20000) on a stream of its own, then `end()` (a call that
+// ends the primary context: its last release) while the kernel runs; "ended <ns>" after.
+template <class End>
+int end_primary_while_busy(End end) {
   CUstream primary_stream = nullptr;
   CHECK_CU(cuStreamCreate(&primary_stream, CU_STREAM_NON_BLOCKING));
   CHECK_CU(launch(20000, primary_stream));
   std::this_thread::sleep_for(std::chrono::milliseconds(2));  // the completion thread records and polls
-  CHECK_CU(release(device));
+  CHECK_CU(end());
   std::printf("ended %lld\n", now_ns());
   return 0;
 }
 
+int release_primary_while_busy(CUresult (*release)(CUdevice), CUdevice device) {
+  return end_primary_while_busy([&] { return release(device); });
+}
+
 int run_release_beside() {
-  CUdevice device = 0;
-  CUcontext primary = nullptr, second = nullptr;
-  CUfunction spin = nullptr;
-  CHECK_CU(cuCtxGetCurrent(&primary));
-  CHECK_CU(cuCtxGetDevice(&device));
-  CHECK_CU(cuCtxCreate(&second, nullptr, 0, device));  // current now
-  CHECK_CU(load_spin(spin));
+  SecondContext c;
+  if (open_second_context(c) != 0) return 1;
+  const auto [primary, second, device, spin] = c;
   CUstream stream = nullptr;
   CHECK_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
   const long long launched = now_ns();  // before the call: the kernel starts inside it
@@ -295,12 +305,7 @@ int run_green() {
   CHECK_CU(launch_spin(spin, 20000, stream));
   CHECK_CU(cuCtxPopCurrent(nullptr));  // the primary context is current again
   CHECK_CU(cuDevicePrimaryCtxRelease(device));  // the green context's reference is now the last
-  CUstream primary_stream = nullptr;
-  CHECK_CU(cuStreamCreate(&primary_stream, CU_STREAM_NON_BLOCKING));
-  CHECK_CU(launch(20000, primary_stream));
-  std::this_thread::sleep_for(std::chrono::milliseconds(2));  // the completion thread records and polls
-  CHECK_CU(cuGreenCtxDestroy(green));
-  std::printf("ended %lld\n", now_ns());
+  if (end_primary_while_busy([&] { return cuGreenCtxDestroy(green); }) != 0) return 1;
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   return 0;
 }
