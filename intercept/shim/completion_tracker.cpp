@@ -225,6 +225,10 @@ void CompletionTracker::context_ended(CUcontext context, std::int64_t since_ns, 
       }
     }
   }
+  if (gone) {  // its streams' last ends: a later context given its handle starts afresh
+    std::lock_guard report(report_mutex_);
+    std::erase_if(last_end_ns_, [&](const auto& entry) { return any || entry.first.first == context; });
+  }
   nudge();
 }
 

@@ -34,6 +34,7 @@ Status check_kernel(const OpDescriptor& op) {
   if (op.shared_bytes > kMaxSharedBytesPerBlock) return bad("shared_bytes " + str(op.shared_bytes) + " over the limit");
   if (op.param_bytes > kMaxParamBytes) return bad("param_bytes " + str(op.param_bytes) + " over the limit");
   if (op.arg_count > kMaxScalarArgs) return bad("arg_count " + str(op.arg_count) + " > 8");
+  if (op.sm_count > kMaxSmCount) return bad("sm_count " + str(op.sm_count) + " over the limit");
   if (op.bytes != 0 || op.direction != CopyDirection::none || op.host_memory != HostMemory::none) {
     return bad("kernel with copy fields");
   }

@@ -25,9 +25,13 @@ bool is_timed_work(ipc::OpKind kind) {
 // this build cannot read (a newer version), or one a user wants to recover. One that cannot be read
 // at all (permissions, I/O) may be fine: it stays. Either way, if it is still there, `blocked` says
 // not to save at all.
-predictor::Predictor load(const std::string& path, std::optional<std::string>& warning, bool& blocked) {
+predictor::Predictor load(const std::string& path, std::optional<std::string>& warning, bool& blocked,
+                          bool& from_store) {
   if (path.empty()) return predictor::Predictor();
+  std::error_code exists_error;
+  const bool existed = std::filesystem::exists(path, exists_error);
   predictor::LoadedProfile loaded = predictor::load_profile(path, predictor::PredictorConfig{});
+  from_store = existed && !loaded.inaccessible && !loaded.unreadable;
   warning = std::move(loaded.warning);
   if (loaded.inaccessible) {
     blocked = true;
@@ -50,7 +54,7 @@ predictor::Predictor load(const std::string& path, std::optional<std::string>& w
 
 DurationLearner::DurationLearner(Options options, std::int64_t now_ns, std::optional<std::string>& warning)
     : options_(std::move(options)),
-      predictor_(load(options_.store_path, warning, save_blocked_)),
+      predictor_(load(options_.store_path, warning, save_blocked_, from_store_)),
       last_save_ns_(now_ns),
       epoch_began_ns_(now_ns) {}
 
@@ -60,8 +64,10 @@ std::optional<DurationLearner::SmCountNote> DurationLearner::device_sm_count(std
   if (known != device_sm_counts_.end() && known->second == sm_count) return std::nullopt;  // every op but the first
   if (device_sm_counts_.size() >= ipc::kMaxDevices && known == device_sm_counts_.end()) return std::nullopt;
   device_sm_counts_[device] = sm_count;
+  if (sm_count_noted_.contains({device, sm_count}) || sm_count_noted_.size() >= kMaxSmCountNotes) return std::nullopt;
+  sm_count_noted_.insert({device, sm_count});
   const std::uint32_t counted = predictor_.config().sm_count;
-  if (!sm_count_adopted_ && predictor_.kernel_count() == 0) {
+  if (!sm_count_adopted_ && !from_store_ && predictor_.kernel_count() == 0) {
     sm_count_adopted_ = true;
     if (sm_count == counted || !predictor_.adopt_sm_count(sm_count)) return std::nullopt;
     return SmCountNote{false, "predictor: counts waves by " + std::to_string(sm_count) + " SMs, as device " + std::to_string(device) +

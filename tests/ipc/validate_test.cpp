@@ -118,6 +118,7 @@ TEST(ValidateOp, RejectsBadKernelFields) {
   expect_invalid(with(kernel_op(), [](OpDescriptor& op) { op.shared_bytes = 1 << 20; }), "shared_bytes");
   expect_invalid(with(kernel_op(), [](OpDescriptor& op) { op.param_bytes = 40'000; }), "param_bytes");
   expect_invalid(with(kernel_op(), [](OpDescriptor& op) { op.arg_count = 9; }), "arg_count 9");
+  expect_invalid(with(kernel_op(), [](OpDescriptor& op) { op.sm_count = 5000; }), "sm_count 5000");
   expect_invalid(with(kernel_op(), [](OpDescriptor& op) { op.bytes = 1; }), "copy fields");
   expect_invalid(with(kernel_op(), [](OpDescriptor& op) { op.direction = CopyDirection::h2d; }), "copy fields");
   expect_invalid(with(kernel_op(), [](OpDescriptor& op) { op.host_memory = HostMemory::pinned; }), "copy fields");

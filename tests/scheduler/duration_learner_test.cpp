@@ -75,6 +75,37 @@ TEST(DurationLearner, AnUntrainedPredictorCountsWavesByTheFirstDevicesSms) {
   EXPECT_EQ(learned.predictor().config().sm_count, before);
 }
 
+// Device ordinals are each process's own (CUDA_VISIBLE_DEVICES, MIG slices): one ordinal may say two
+// counts by turns, which is worth one note per count, not one per op.
+TEST(DurationLearner, ACountSaidByTurnsIsNotedOnce) {
+  DurationLearner learner = make_learner();
+  ASSERT_TRUE(learner.device_sm_count(0, 42));  // adopted
+  ASSERT_TRUE(learner.device_sm_count(0, 14));  // warned
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_FALSE(learner.device_sm_count(0, 42)) << i;
+    EXPECT_FALSE(learner.device_sm_count(0, 14)) << i;
+  }
+}
+
+// A store says what its predictor counts waves by (gpuqos train --sms), even one with no kernels.
+TEST(DurationLearner, AStoresSmCountIsKeptEvenWithoutKernels) {
+  testing::TempDir dir("learner-sms");
+  predictor::PredictorConfig config;
+  config.sm_count = 100;
+  const auto path = dir.path() / "copies-only.gqp";
+  ASSERT_FALSE(predictor::save_profile(predictor::Predictor(config), path));
+  DurationLearner::Options options;
+  options.store_path = path.string();
+  std::optional<std::string> warning;
+  DurationLearner learner(options, 0, warning);
+  ASSERT_EQ(learner.predictor().config().sm_count, 100u) << (warning ? *warning : "");
+  const auto note = learner.device_sm_count(0, 132);
+  ASSERT_TRUE(note);
+  EXPECT_TRUE(note->warning);
+  EXPECT_NE(note->text.find("its store's"), std::string::npos) << note->text;
+  EXPECT_EQ(learner.predictor().config().sm_count, 100u);
+}
+
 // The predictor's epochs (its clock for idle kernel names) advance one a minute from the
 // learner's start, however irregular the ticks.
 TEST(DurationLearner, AdvancesThePredictorsEpochOnceAMinute) {

@@ -21,6 +21,7 @@ inline constexpr std::uint32_t kMaxBlockZ = 64;
 inline constexpr std::uint32_t kMaxThreadsPerBlock = 1024;
 inline constexpr std::uint32_t kMaxSharedBytesPerBlock = 227 * 1024;  // opt-in maximum
 inline constexpr std::uint32_t kMaxParamBytes = 32'764;               // CUDA 12.1 and later
+inline constexpr std::uint32_t kMaxSmCount = 4096;                     // no GPU has a tenth of it
 inline constexpr std::uint64_t kMaxOpBytes = std::uint64_t{1} << 48;  // no device holds more
 
 // An op is valid when: kind is an enumerator; seq > previous_seq (0 before the first op);

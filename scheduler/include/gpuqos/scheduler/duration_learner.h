@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <set>
 #include <optional>
 #include <string>
 #include <utility>
@@ -124,6 +125,7 @@ class DurationLearner {
 
   Options options_;
   bool save_blocked_ = false;  // set by load() while predictor_ is built: declared before it
+  bool from_store_ = false;    // likewise: a store was loaded, which says what the predictor counts waves by
   predictor::Predictor predictor_;
   RememberedOps remembered_;
   std::map<std::uint32_t, std::size_t> remembered_per_client_;
@@ -133,6 +135,10 @@ class DurationLearner {
   std::uint64_t learned_at_last_save_ = 0;
   Counts counts_;
   std::map<std::uint32_t, std::uint32_t> device_sm_counts_;  // as the latest op of each device said
+  // (device, count) pairs said once: device ordinals are each process's own (CUDA_VISIBLE_DEVICES,
+  // MIG), so one ordinal may say two counts by turns. At most kMaxSmCountNotes.
+  std::set<std::pair<std::uint32_t, std::uint32_t>> sm_count_noted_;
+  static constexpr std::size_t kMaxSmCountNotes = 64;
   bool sm_count_adopted_ = false;
 };
 
