@@ -266,7 +266,7 @@ void CompletionTracker::stop() noexcept {
   }
 }
 
-void CompletionTracker::report(Pending& pending, std::int64_t end_ns, bool coarse) noexcept {
+void CompletionTracker::report(Pending& pending, std::int64_t end_ns, bool coarse, std::int64_t turn_ns) noexcept {
   if (!pending.session || !pending.session->alive()) return;
   // The thread's, but after stop() any thread's (and stop()'s own): the ring has one producer.
   std::lock_guard lock(report_mutex_);
@@ -283,6 +283,9 @@ void CompletionTracker::report(Pending& pending, std::int64_t end_ns, bool coars
   completion.end_ns = end_ns;
   completion.start_ns = std::min(end_ns, ran ? std::max(pending.posted_ns, last_end) : end_ns);
   completion.status = pending.status;
+  // Its predecessor was seen done in this same turn: this op ended between that sighting and the
+  // turn, and neither bound is its own.
+  if (ran && last_end >= turn_ns) coarse = true;
   completion.flags = coarse ? ipc::kCompletionCoarse : ipc::kCompletionExact;
   if (ran) last_end = end_ns;
   for (int attempt = 0; attempt < 100 && !pending.session->push_completion(completion); ++attempt) {
@@ -292,6 +295,7 @@ void CompletionTracker::report(Pending& pending, std::int64_t end_ns, bool coars
 }
 
 bool CompletionTracker::poll_streams() noexcept {
+  const std::int64_t turn_ns = ipc::monotonic_ns();
   const auto query = driver<EventQuery>(DriverHelper::event_query);
   const std::vector<Ending> ending = ending_contexts();
   bool any = false;
@@ -309,7 +313,7 @@ bool CompletionTracker::poll_streams() noexcept {
       // One event decided several ops, it was recorded late, or there was none to wait for: the
       // times do not time this op alone.
       const bool coarse = decider != queue.begin() || !decider->event || decider->deferred;
-      for (auto done = queue.begin(); done != std::next(decider); ++done) report(*done, now, coarse);
+      for (auto done = queue.begin(); done != std::next(decider); ++done) report(*done, now, coarse, turn_ns);
       if (decider->event && state == CUDA_SUCCESS) {
         std::lock_guard lock(mutex_);
         try {

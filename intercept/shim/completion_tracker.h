@@ -6,7 +6,11 @@
 // event done (the poll sleeps 20 us after a completion, doubling up to 1 ms while nothing
 // completes, so end is late by at most that; only an idle thread is woken by a new op, so a busy
 // program pays no wake-up per launch); start = the later of the call and the previous end on the
-// same stream. A call the driver refused is reported at once with its error code.
+// same stream. When one turn finds several of a stream's events done, only the first op's times
+// are its own: each later one ended somewhere between its predecessor's end and the turn, so it is
+// reported coarse (its exact span would be the few hundred ns between two clock reads of the turn,
+// which taught the predictor 1000-fold too short durations). A call the driver refused is reported
+// at once with its error code.
 //
 // Who records the event:
 // - inline (a low-priority call that waited for its grant): the program's thread, right after the
@@ -32,6 +36,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -117,7 +122,10 @@ class CompletionTracker {
   void enqueue(Pending pending) noexcept;
   void run() noexcept;
   bool poll_streams() noexcept;  // reports what finished; true if anything did
-  void report(Pending& pending, std::int64_t end_ns, bool coarse = false) noexcept;
+  // `turn_ns`: when the poll turn reporting it began; a predecessor on the stream seen done since
+  // then makes the report coarse.
+  void report(Pending& pending, std::int64_t end_ns, bool coarse = false,
+              std::int64_t turn_ns = std::numeric_limits<std::int64_t>::max()) noexcept;
 
   std::mutex record_mutex_;  // deferred recording: the thread's turn, or a destroyer's
   std::mutex mutex_;

@@ -320,6 +320,25 @@ TEST_F(GateTest, HighPriorityWorkOnTheLegacyStreamIsRecordedRightAfterTheCall) {
   EXPECT_EQ(daemon_->clients().at(1).completions.at(0).flags, ipc::kCompletionCoarse);
 }
 
+// A poll turn that finds several of a stream's events done knows only the first op's end: the later
+// ones ended somewhere between it and the turn. Reported exact, their spans were the few hundred ns
+// between two clock reads of the turn, 1000-fold under what they ran, and taught the predictor so.
+TEST_F(GateTest, OpsSeenDoneTogetherAreNotTimedByTheTurnsClockReads) {
+  start({"burst", "3"}, "high");  // legacy stream: each op has its own event, recorded in the call
+  ASSERT_EQ(finish(20s), 0) << output_;
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 21) && c[0].completions.size() == 21; }));
+  const FakeClient client = daemon_->clients().at(0);  // a copy: a temporary's member would dangle in the loop
+  std::size_t exact = 0;
+  for (const auto& completion : client.completions) {
+    ASSERT_EQ(completion.status, 0);
+    if (completion.flags != ipc::kCompletionExact) continue;
+    ++exact;
+    // Exact spans run from one turn to a later one, and turns are at least 20 us apart.
+    EXPECT_GE(completion.end_ns - completion.start_ns, 15'000) << "seq " << completion.seq;
+  }
+  EXPECT_GE(exact, 3u) << "each round's spin(20000) at least: its predecessor ended a round before";
+}
+
 TEST_F(GateTest, ManyLowPriorityThreadsWaitAtOnce) {
   start({"threads", "4", "25"}, "low");
   ASSERT_EQ(finish(), 0) << output_;

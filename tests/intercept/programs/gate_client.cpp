@@ -35,6 +35,9 @@
 //   legacy-two      spin(1000) on the legacy default stream of a second context ("short <ns>": just
 //                   before), then spin(50000) on the primary context's ("long <ns>"); synchronise
 //                   both, sleep 100 ms
+//   burst <rounds>  rounds times, on the legacy default stream: spin(20000), then spin(200) six
+//                   times, then sleep 40 ms with no synchronisation (the shim's poll finds them on its
+//                   own, long after the first ended); cuCtxSynchronize at the end
 //   fork            launch + sync, fork; the child marks a query and exit()s (atexit handlers run);
 //                   "child <status>" ("child hung" if it has not exited in 5 s), launch + sync again
 #include <cuda.h>
@@ -217,6 +220,16 @@ int run_contexts(int count) {
   CHECK_CU(cuCtxSynchronize());
   CHECK_CU(cuCtxSetCurrent(first));
   std::printf("switched %d\n", switched);
+  return 0;
+}
+
+int run_burst(int rounds) {
+  for (int round = 0; round < rounds; ++round) {
+    CHECK_CU(launch(20000, nullptr));
+    for (int i = 0; i < 6; ++i) CHECK_CU(launch(200, nullptr));
+    std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  }
+  CHECK_CU(cuCtxSynchronize());
   return 0;
 }
 
@@ -459,7 +472,8 @@ int main(int argc, char** argv) {
   if (mode == "release-beside") return run_release_beside();
   if (mode == "green") return run_green();
   if (mode == "legacy-two") return run_legacy_two();
-  std::printf("usage: %s ops|unified|marks|timed|loop|threads|bench|copies|contexts|fork|destroy|release-beside|green|legacy-two\n",
+  if (mode == "burst") return run_burst(arg(2, 3));
+  std::printf("usage: %s ops|unified|marks|timed|loop|threads|bench|copies|contexts|fork|destroy|release-beside|green|legacy-two|burst\n",
               argv[0]);
   return 2;
 }
