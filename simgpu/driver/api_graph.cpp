@@ -1,5 +1,7 @@
 // Driver API: stream capture and graphs. A captured graph is the linear list of the kernels,
 // copies and memsets its stream saw; a launch runs them in order as one unit on the device.
+#include <utility>
+
 #include "driver.h"
 
 using namespace gpuqos::simgpu::driver;
@@ -69,6 +71,22 @@ SIMGPU_EXPORT CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode m
 }
 SIMGPU_EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode mode) {
   return begin_capture(s, mode, true);
+}
+// The calling thread's capture interaction mode, swapped with *mode. simgpu records it for the
+// caller's sake only: it does not invalidate captures for calls another thread makes.
+SIMGPU_EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
+  if (!mode) return CUDA_ERROR_INVALID_VALUE;
+  switch (*mode) {
+    case CU_STREAM_CAPTURE_MODE_GLOBAL:
+    case CU_STREAM_CAPTURE_MODE_THREAD_LOCAL:
+    case CU_STREAM_CAPTURE_MODE_RELAXED:
+      break;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+  thread_local CUstreamCaptureMode thread_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  std::swap(thread_mode, *mode);
+  return CUDA_SUCCESS;
 }
 SIMGPU_EXPORT CUresult cuStreamEndCapture(CUstream s, CUgraph* g) { return end_capture(s, g, false); }
 SIMGPU_EXPORT CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph* g) { return end_capture(s, g, true); }

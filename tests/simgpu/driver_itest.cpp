@@ -426,6 +426,15 @@ void graph_client(ClientLink& c) {
   CUgraph graph = nullptr;
   CUgraphExec exec = nullptr;
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  // A thread's capture mode starts global and is swapped, as CUDA libraries do around unsafe calls.
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  CLIENT_OK(c, cuThreadExchangeStreamCaptureMode(&mode));
+  CLIENT_CHECK(c, mode == CU_STREAM_CAPTURE_MODE_GLOBAL);
+  CLIENT_OK(c, cuThreadExchangeStreamCaptureMode(&mode));
+  CLIENT_CHECK(c, mode == CU_STREAM_CAPTURE_MODE_RELAXED);
+  mode = static_cast<CUstreamCaptureMode>(7);
+  CLIENT_CU(c, cuThreadExchangeStreamCaptureMode(&mode), CUDA_ERROR_INVALID_VALUE);
+  CLIENT_CU(c, cuThreadExchangeStreamCaptureMode(nullptr), CUDA_ERROR_INVALID_VALUE);
   CLIENT_OK(c, cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
   CLIENT_OK(c, cuStreamIsCapturing(stream, &status));
   CLIENT_CHECK(c, status == CU_STREAM_CAPTURE_STATUS_ACTIVE);
