@@ -48,10 +48,11 @@ class Client {
     ParsedSettings parsed = parse_settings([](const char* name) { return std::getenv(name); }, executable_name());
     settings_ = std::move(parsed.settings);
     ::pthread_atfork(nullptr, nullptr, [] { forked_child.store(true, std::memory_order_relaxed); });
-    for (const std::string& problem : parsed.problems) write(problem);  // always shown, whatever GPUQOS_LOG says
     const auto log = [this](LogLevel level, const std::string& text) {
       if (level != LogLevel::off && level <= settings_.log_level) write(text);
     };
+    for (const std::string& problem : parsed.problems) log(LogLevel::error, problem);  // silenced only by off
+    for (const std::string& note : parsed.notes) log(LogLevel::warn, note);
     gate_ = std::make_unique<DaemonGate>(settings_, log);
     if (!settings_.profile_path.empty()) profiling_ = std::make_unique<ProfilingGate>(*gate_, settings_, log);
   }
@@ -98,7 +99,7 @@ Gate& fallback_gate() {
 Gate& forked_gate() noexcept {
   if (!told_forked.exchange(true, std::memory_order_relaxed)) {
     try {
-      if (Client* c = client(false)) {
+      if (Client* c = client(false); c && c->settings().log_level >= LogLevel::warn) {
         c->write("forked from a managed process: this process runs unmanaged (its GPU work goes straight to the driver)");
       }
     } catch (...) {

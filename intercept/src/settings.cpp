@@ -10,13 +10,24 @@ namespace {
 
 constexpr std::size_t kMaxSocketPathBytes = 107;  // sockaddr_un::sun_path holds 108 with the NUL
 
-constexpr std::array<std::pair<std::string_view, LogLevel>, 5> kLogLevels = {
-    {{"off", LogLevel::off}, {"error", LogLevel::error}, {"warn", LogLevel::warn}, {"info", LogLevel::info},
-     {"debug", LogLevel::debug}}};
+// spdlog's names too (gpuqosd's --log takes them): a job's environment is often shared with it.
+constexpr std::array<std::pair<std::string_view, LogLevel>, 9> kLogLevels = {
+    {{"off", LogLevel::off},
+     {"critical", LogLevel::error},
+     {"error", LogLevel::error},
+     {"err", LogLevel::error},
+     {"warn", LogLevel::warn},
+     {"warning", LogLevel::warn},
+     {"info", LogLevel::info},
+     {"debug", LogLevel::debug},
+     {"trace", LogLevel::debug}}};
 
-std::string problem(std::string_view variable, std::string_view value, std::string_view allowed) {
+constexpr std::string_view kRunsAsLow = "this job runs as low priority";
+
+std::string problem(std::string_view variable, std::string_view value, std::string_view allowed,
+                    std::string_view consequence = kRunsAsLow) {
   return std::string(variable) + "=\"" + std::string(value) + "\" is not valid (allowed: " + std::string(allowed) +
-         "); this job runs as low priority";
+         "); " + std::string(consequence);
 }
 
 bool job_char(char c) {
@@ -65,7 +76,9 @@ ParsedSettings parse_settings(const std::function<const char*(const char*)>& get
     if (it != kLogLevels.end()) {
       s.log_level = it->second;
     } else {
-      parsed.problems.push_back(problem("GPUQOS_LOG", value, "off, error, warn, info, debug"));
+      // Only how much the shim says: never a reason to change how the job is scheduled.
+      parsed.notes.push_back(problem("GPUQOS_LOG", value, "off, error, warn, info, debug (or trace, warning, critical)",
+                                     "logging at warn"));
     }
   }
   s.debug_counts_path = read("GPUQOS_DEBUG_COUNTS");

@@ -91,12 +91,37 @@ INSTANTIATE_TEST_SUITE_P(
                       BadValue{"GPUQOS_JOB", "my job", "1 to 64 characters of A-Z a-z 0-9 . _ -"},
                       BadValue{"GPUQOS_JOB", std::string(65, 'j'), "1 to 64 characters of A-Z a-z 0-9 . _ -"},
                       BadValue{"GPUQOS_SOCKET", "relative/gpuqosd.sock", "an absolute path of at most 107 bytes"},
-                      BadValue{"GPUQOS_SOCKET", "/" + std::string(107, 's'), "an absolute path of at most 107 bytes"},
-                      BadValue{"GPUQOS_LOG", "verbose", "off, error, warn, info, debug"}));
+                      BadValue{"GPUQOS_SOCKET", "/" + std::string(107, 's'), "an absolute path of at most 107 bytes"}));
+
+// How much the shim says never changes how the job is scheduled: a bad level is noted, the default
+// kept, and a high-priority job stays high.
+TEST(Settings, ABadLogLevelIsNotedAndDoesNotDemoteTheJob) {
+  const ParsedSettings p = parse({{"GPUQOS_PRIORITY", "high"}, {"GPUQOS_LOG", "verbose"}});
+  EXPECT_TRUE(p.problems.empty());
+  ASSERT_EQ(p.notes.size(), 1u);
+  EXPECT_EQ(p.notes[0],
+            "GPUQOS_LOG=\"verbose\" is not valid (allowed: off, error, warn, info, debug (or trace, warning, critical)); "
+            "logging at warn");
+  EXPECT_EQ(p.settings.priority, Priority::high);
+  EXPECT_EQ(p.settings.log_level, LogLevel::warn);
+}
+
+TEST(Settings, SpdlogsLevelNamesAreTaken) {
+  const std::map<std::string, LogLevel> names = {{"trace", LogLevel::debug},   {"warning", LogLevel::warn},
+                                                 {"critical", LogLevel::error}, {"err", LogLevel::error},
+                                                 {"off", LogLevel::off},       {"info", LogLevel::info}};
+  for (const auto& [name, level] : names) {
+    const ParsedSettings p = parse({{"GPUQOS_PRIORITY", "high"}, {"GPUQOS_LOG", name}});
+    EXPECT_TRUE(p.problems.empty() && p.notes.empty()) << name;
+    EXPECT_EQ(p.settings.log_level, level) << name;
+    EXPECT_EQ(p.settings.priority, Priority::high) << name;
+  }
+}
 
 TEST(Settings, BadValuesKeepTheirDefaults) {
   const ParsedSettings p = parse({{"GPUQOS_JOB", "a/b"}, {"GPUQOS_SOCKET", "x"}, {"GPUQOS_LOG", "loud"}});
-  EXPECT_EQ(p.problems.size(), 3u);
+  EXPECT_EQ(p.problems.size(), 2u);
+  EXPECT_EQ(p.notes.size(), 1u);
   EXPECT_EQ(p.settings.job, "trainer");
   EXPECT_EQ(p.settings.socket_path, kDefaultSocketPath);
   EXPECT_EQ(p.settings.log_level, LogLevel::warn);

@@ -164,4 +164,14 @@ TEST_F(ShimTest, ABadSettingIsReportedOnceAndTheProgramStillRuns) {
   EXPECT_EQ(counts().at("launch"), 4);
 }
 
+TEST_F(ShimTest, ABadLogLevelIsSaidOnceAndOffSilencesEvenBadSettings) {
+  ASSERT_EQ(run("intercept_linked_client", "direct", {{"GPUQOS_LOG", "verbose"}}), 0) << output_;
+  EXPECT_EQ(occurrences(output_, "GPUQOS_LOG=\"verbose\" is not valid"), 1u) << output_;
+  EXPECT_EQ(occurrences(output_, "logging at warn"), 1u) << output_;
+  ASSERT_EQ(run("intercept_linked_client", "direct", {{"GPUQOS_LOG", "off"}, {"GPUQOS_PRIORITY", "urgent"}}), 0)
+      << output_;
+  EXPECT_EQ(occurrences(output_, "gpuqos["), 0u) << output_;
+  EXPECT_EQ(counts().at("launch"), 4);
+}
+
 }  // namespace

@@ -18,7 +18,7 @@ struct Settings {
   Priority priority = Priority::low;            // GPUQOS_PRIORITY=high|low
   std::string job;                              // GPUQOS_JOB, default: the executable's name
   std::string socket_path = kDefaultSocketPath; // GPUQOS_SOCKET: the daemon's registration socket
-  LogLevel log_level = LogLevel::warn;          // GPUQOS_LOG=off|error|warn|info|debug
+  LogLevel log_level = LogLevel::warn;          // GPUQOS_LOG=off|error|warn|info|debug (spdlog's names too)
   std::string debug_counts_path;                // GPUQOS_DEBUG_COUNTS: per-hook counts written at exit (tests)
   std::string profile_path;                     // GPUQOS_PROFILE: CUPTI training records written here at exit
   std::string cupti_library;                    // GPUQOS_CUPTI_LIBRARY: the libcupti to load (default: searched)
@@ -29,6 +29,8 @@ struct ParsedSettings {
   // One message per bad variable, naming it, its value and the allowed values. Any bad value makes
   // the job run as low priority: a misconfigured job must not take precedence over others.
   std::vector<std::string> problems;
+  // One message per bad variable that changes nothing but itself (GPUQOS_LOG: the default is kept).
+  std::vector<std::string> notes;
 };
 
 // Reads GPUQOS_* through `getenv` (nullptr or "" = unset). `default_job` is used when GPUQOS_JOB is
