@@ -2,8 +2,13 @@
 // checks that make a client refuse a segment it does not understand.
 #include "gpuqos/ipc/segment.h"
 
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <charconv>
+#include <filesystem>
+#include <optional>
 
 #include <cerrno>
 #include <cstdio>
@@ -105,6 +110,46 @@ bool is_name_char(char c) {
 
 std::string segment_name(std::uint32_t daemon_pid, std::uint32_t client_number) {
   return "/gpuqos-" + std::to_string(daemon_pid) + "-" + std::to_string(client_number);
+}
+
+namespace {
+
+// The daemon pid in a name segment_name() makes ("gpuqos-<pid>-<number>", no '/'), or nothing.
+std::optional<std::uint32_t> daemon_pid_of(std::string_view file) {
+  constexpr std::string_view kPrefix = "gpuqos-";
+  if (!file.starts_with(kPrefix)) return std::nullopt;
+  file.remove_prefix(kPrefix.size());
+  const auto dash = file.find('-');
+  if (dash == std::string_view::npos || dash == 0 || dash + 1 == file.size()) return std::nullopt;
+  const auto all_digits = [](std::string_view text) {
+    return text.find_first_not_of("0123456789") == std::string_view::npos;
+  };
+  if (!all_digits(file.substr(dash + 1))) return std::nullopt;
+  std::uint32_t pid = 0;
+  const auto [end, error] = std::from_chars(file.data(), file.data() + dash, pid);
+  if (error != std::errc{} || end != file.data() + dash || pid == 0) return std::nullopt;
+  return pid;
+}
+
+bool process_exists(std::uint32_t pid) {
+  return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;  // EPERM: alive, another user's
+}
+
+}  // namespace
+
+std::vector<std::string> remove_stale_segments(std::uint32_t self_pid) noexcept {
+  std::vector<std::string> removed;
+  try {
+    std::error_code error;
+    for (std::filesystem::directory_iterator it("/dev/shm", error), end; !error && it != end; it.increment(error)) {
+      const std::string file = it->path().filename().string();
+      const auto pid = daemon_pid_of(file);
+      if (!pid || (*pid != self_pid && process_exists(*pid))) continue;
+      if (Segment::remove("/" + file)) removed.push_back("/" + file);
+    }
+  } catch (...) {  // out of memory: what was removed so far is said
+  }
+  return removed;
 }
 
 Status check_segment_name(std::string_view name) {

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <stdexcept>
 #include <vector>
@@ -220,6 +221,54 @@ TEST(Segment, NamesAreChecked) {
     auto opened = Segment::open(bad);
     EXPECT_FALSE(opened) << '"' << bad << '"';
   }
+}
+
+// A named segment created for the test and removed when it ends, passed or failed.
+class ScopedSegment {
+ public:
+  explicit ScopedSegment(std::string name) : name_(std::move(name)) {
+    Segment::remove(name_);
+    auto created = Segment::create(name_, ::getuid());
+    if (!created) throw std::runtime_error(created.error());
+  }
+  ~ScopedSegment() { Segment::remove(name_); }
+  bool exists() const { return static_cast<bool>(Segment::open(name_)); }
+
+ private:
+  std::string name_;
+};
+
+// The pid of a process that has exited and been reaped.
+std::uint32_t a_dead_pid() {
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  if (child < 0) throw std::runtime_error("fork failed");
+  ::waitpid(child, nullptr, 0);
+  return static_cast<std::uint32_t>(child);
+}
+
+// What a SIGKILLed gpuqosd leaves is removed by the next one; a live daemon's segments and names
+// that are not gpuqosd's stay.
+TEST(Segment, StaleSegmentsOfDeadOrReusedDaemonPidsAreRemoved) {
+  const std::uint32_t dead = a_dead_pid();
+  const auto self = static_cast<std::uint32_t>(::getpid());
+  const auto live = static_cast<std::uint32_t>(::getppid());
+  ScopedSegment dead_1(segment_name(dead, 1));
+  ScopedSegment dead_2(segment_name(dead, 2));
+  ScopedSegment reused(segment_name(self, 77));
+  ScopedSegment running(segment_name(live, 4242));
+  ScopedSegment other("/gpuqos-test-" + std::to_string(dead) + "-1");
+
+  // The dead pid's may be removed by a gpuqosd that a test running alongside starts: only the
+  // reused pid's are sure to be this call's.
+  const std::vector<std::string> removed = remove_stale_segments(self);
+  EXPECT_NE(std::find(removed.begin(), removed.end(), segment_name(self, 77)), removed.end());
+  EXPECT_EQ(std::find(removed.begin(), removed.end(), segment_name(live, 4242)), removed.end());
+  EXPECT_FALSE(dead_1.exists());
+  EXPECT_FALSE(dead_2.exists());
+  EXPECT_FALSE(reused.exists());
+  EXPECT_TRUE(running.exists());
+  EXPECT_TRUE(other.exists());
 }
 
 // The child: maps the segment, posts kOps ops (sleeping when the ring is full), then waits for

@@ -513,6 +513,17 @@ TEST(Daemon, SigtermReleasesWaitingClientsAndExitsCleanly) {
   EXPECT_FALSE(segment_exists(waiter.segment_name()));
 }
 
+// A SIGKILLed gpuqosd cannot remove its clients' segments; the next one to start does.
+TEST(Daemon, AStartingDaemonRemovesTheSegmentsOfAKilledOne) {
+  DaemonProcess killed;
+  FakeClient client(killed.socket(), Priority::low, "orphan");
+  killed.process().kill();
+  ASSERT_TRUE(segment_exists(client.segment_name()));
+  DaemonProcess next;
+  // Not the log's word: a daemon of a test running alongside may have removed it first.
+  EXPECT_FALSE(segment_exists(client.segment_name())) << next.log();
+}
+
 TEST(Daemon, RefusesToStartWhereAnotherDaemonServes) {
   DaemonProcess daemon;
   ChildProcess second({bin("gpuqosd"), "--socket", daemon.socket()}, {}, daemon.dir() / "second.log");

@@ -26,6 +26,7 @@
 #include <string_view>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include <boost/interprocess/mapped_region.hpp>
 
@@ -106,6 +107,13 @@ std::string segment_name(std::uint32_t daemon_pid, std::uint32_t client_number);
 
 // A name create() accepts: '/' then 1..62 characters of [A-Za-z0-9._-].
 Status check_segment_name(std::string_view name);
+
+// Removes what a gpuqosd killed before its clean-up left: the segments named by segment_name() in
+// /dev/shm (where glibc's shm_open keeps them) whose daemon pid is no running process, or is
+// `self_pid` (a reused pid: the caller has created none yet). Another user's segments stay (the
+// sticky /dev/shm refuses), and so do a live daemon's. Returns the names removed ('/' first);
+// never throws (an unreadable /dev/shm removes nothing).
+std::vector<std::string> remove_stale_segments(std::uint32_t self_pid) noexcept;
 
 // A mapped segment. Movable, not copyable; unmapped (not removed) on destruction.
 class Segment {
