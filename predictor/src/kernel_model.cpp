@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <utility>
 
 #include "gpuqos/predictor/candidates.h"
 
@@ -13,6 +15,9 @@ namespace {
 constexpr float kMaxBlendCorrection = 4.0f;     // log2: a blend moves its regression by at most 16x
 constexpr float kDefaultUpperLog2Ratio = 0.585f; // 1.5x until residuals are known
 constexpr std::size_t kMinResiduals = 5;
+// log2: how far past the proportional bound an answer may go. Real kernels step (another tile
+// configuration, a wave more): 30 % steps are common, 2x is not.
+constexpr float kEnvelopeSlackLog2 = 1.0f;
 
 constexpr double kCloseScore = 0.95;            // a more complex candidate must beat a simpler one by 5 %
 
@@ -35,6 +40,26 @@ KernelModel::KernelModel(const PredictorConfig& config)
       scores_(candidates().size()),
       recent_log2_ns_(config.stats_window),
       residual_log2_(config.stats_window) {}
+
+float KernelModel::within_envelope(float log2_ns, const SizePoint& size) const {
+  if (sample_sizes_.empty()) return log2_ns;
+  float longest = std::numeric_limits<float>::infinity(), shortest = -longest;
+  for (std::uint32_t slot = 0; slot < sample_sizes_.size(); ++slot) {
+    const SizePoint& at = sample_sizes_[slot];
+    float above = 0, below = 0;
+    for (int d = 0; d < kSizeDims; ++d) {
+      const float delta = size[std::size_t(d)] - at[std::size_t(d)];
+      above += std::max(0.0f, delta);
+      below += std::max(0.0f, -delta);
+    }
+    const float measured = store_.sample(slot).log2_ns;
+    longest = std::min(longest, measured + above);
+    shortest = std::max(shortest, measured - below);
+  }
+  // Samples that contradict the rule (a larger shape measured faster, noise) leave the range between.
+  if (shortest > longest) std::swap(shortest, longest);
+  return std::clamp(log2_ns, shortest - kEnvelopeSlackLog2, longest + kEnvelopeSlackLog2);
+}
 
 void KernelModel::find_neighbors(const LaunchShape& shape, int k, bool exact_suffices, Query& q) const {
   if (exact_suffices) {  // a recurring launch: its own sample is the nearest, at distance 0, and answers alone
@@ -66,7 +91,7 @@ std::optional<float> KernelModel::evaluate(int index, const Query& q) const {
   const std::optional<double> regression = regressions_.predict_log2(c.feature_set, q.bank, q.log_bank);
   if (!regression) return std::nullopt;
   const auto log2_regression = float(*regression);
-  if (c.kind == CandidateKind::regression) return log2_regression;
+  if (c.kind == CandidateKind::regression) return within_envelope(log2_regression, q.size);
   float correction = 0, weights = 0;  // blend: the neighbours' mean log2(measured / regression)
   for (int j = 0; j < std::min(c.k, q.neighbors.count); ++j) {
     const float w = weight_of(c, q.neighbors.distance[std::size_t(j)], q.neighbors.distance[0]);
@@ -76,7 +101,8 @@ std::optional<float> KernelModel::evaluate(int index, const Query& q) const {
     weights += w;
   }
   if (weights == 0) return std::nullopt;
-  return log2_regression + std::clamp(correction / weights, -kMaxBlendCorrection, kMaxBlendCorrection);
+  return within_envelope(log2_regression + std::clamp(correction / weights, -kMaxBlendCorrection, kMaxBlendCorrection),
+                         q.size);
 }
 
 std::optional<float> KernelModel::residual_at(FeatureSet set, std::uint32_t slot) const {
@@ -124,6 +150,7 @@ Prediction KernelModel::predict(const LaunchShape& shape, const PredictorConfig&
   const int chosen = choose(q, config);
   const Candidate& answering = candidates()[std::size_t(chosen)];
   if (answering.kind != CandidateKind::knn) {
+    q.size = size_point(shape, config.sm_count);
     if (answering.feature_set == FeatureSet::power_law) {
       q.log_bank = log_bank(shape);
     } else {
@@ -131,8 +158,11 @@ Prediction KernelModel::predict(const LaunchShape& shape, const PredictorConfig&
     }
   }
   if (answering.kind == CandidateKind::regression) {  // no detour through log2
-    const double ns = regressions_.predict(answering.feature_set, q.bank, q.log_bank);
-    return ns > 0 ? Prediction{ns, ns * upper_ratio_, ModelUsed::regression, std::int8_t(chosen)} : fallback;
+    double ns = regressions_.predict(answering.feature_set, q.bank, q.log_bank);
+    if (!(ns > 0) || !std::isfinite(ns)) return fallback;
+    const auto log2_ns = float(std::log2(ns));
+    if (const float held = within_envelope(log2_ns, q.size); held != log2_ns) ns = std::exp2(double(held));
+    return Prediction{ns, ns * upper_ratio_, ModelUsed::regression, std::int8_t(chosen)};
   }
   const std::optional<float> log2_ns = evaluate(chosen, q);
   if (!log2_ns) return fallback;
@@ -147,6 +177,7 @@ void KernelModel::observe(const LaunchShape& shape, double duration_ns, const Pr
   find_neighbors(shape, SampleStore::kMaxNeighbors, false, q);
   q.bank = linear_bank(shape, config.sm_count);
   q.log_bank = log_bank(shape);
+  q.size = size_point(shape, config.sm_count);
   for (std::size_t i = 0; i < scores_.size(); ++i) {
     const std::optional<float> predicted = evaluate(int(i), q);
     if (!predicted) continue;
@@ -157,6 +188,8 @@ void KernelModel::observe(const LaunchShape& shape, double duration_ns, const Pr
   }
   regressions_.add(q.bank, q.log_bank, duration_ns, config.regression_decay);
   const std::uint32_t slot = store_.record(shape, measured);
+  if (slot >= sample_sizes_.size()) sample_sizes_.resize(std::size_t(slot) + 1);
+  sample_sizes_[slot] = q.size;
   recent_log2_ns_.push(measured);
   ++observations_;
   const bool refit = observations_ <= 64 || observations_ % std::max<std::uint32_t>(config.refit_every, 1) == 0;
@@ -206,6 +239,7 @@ void KernelModel::restore(const State& state, const PredictorConfig& config) {
   for (std::size_t i = 0; i < scores_.size() && i < state.scores.size(); ++i) scores_[i] = state.scores[i];
   recent_log2_ns_.restore(state.recent_log2_ns);
   residual_log2_.restore(state.residual_log2);
+  for (const SampleStore::Sample& sample : store_.samples()) sample_sizes_.push_back(size_point(sample.shape, config.sm_count));
   update_summaries(config);
   refresh_residuals();
 }

@@ -51,6 +51,14 @@ Point knn_point(const LaunchShape& s) {
   return p;
 }
 
+SizePoint size_point(const LaunchShape& s, std::uint32_t sm_count) {
+  SizePoint p{};
+  p[0] = float(std::log2(std::max(1.0, std::ceil(blocks_of(s) / double(sm_count == 0 ? 1 : sm_count)))));
+  p[1] = float(std::log2(std::max(1.0, threads_per_block(s))));
+  for (std::size_t i = 0; i < kMaxArgs; ++i) p[2 + i] = numeric_arg(s, i) ? log2p1(double(s.args[i])) : 0.0f;
+  return p;
+}
+
 Bank linear_bank(const LaunchShape& s, std::uint32_t sm_count) {
   Bank b{};
   const double blocks = blocks_of(s);

@@ -2,9 +2,13 @@
 // updates and bounded memory.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
+#include <vector>
 
 #include "gpuqos/predictor/predictor.h"
+#include "gpuqos/predictor/store.h"
 
 namespace gpuqos::predictor {
 namespace {
@@ -99,6 +103,50 @@ TEST(KernelPrediction, BlendCorrectsARegressionByItsNeighbours) {
   const Prediction r = p.predict(KernelFeatures{"stepped", unseen});
   EXPECT_EQ(r.model, ModelUsed::blend) << describe_candidate(r.candidate);
   EXPECT_NEAR(r.duration_ns / time(unseen), 1.0, 0.03) << describe_candidate(r.candidate);
+}
+
+LaunchShape elementwise(std::uint32_t blocks) {
+  LaunchShape s;
+  s.grid = {blocks, 1, 1};
+  s.block = {64, 1, 1};
+  return s;
+}
+
+// What a daemon learning from nothing had learned of an elementwise kernel after 99 launches in a
+// run on simgpu (data/online-elementwise.gqp, its store cut to that kernel; arg 0 is the element
+// count): spans timed by a completion poll, 40 to 380 us whatever the launch's size. The power law
+// fitted to them answered a launch of its largest grid without a count with 6,871 s: a kernel so
+// priced is held as a long op for the rest of a run. No answer may leave the samples'
+// proportional growth (plus the 2x slack): at or below the samples' sizes, twice the longest.
+TEST(KernelPrediction, AnswersStayWithinProportionalGrowthOfTheSamples) {
+  PredictorConfig config;
+  config.sm_count = 132;
+  const LoadedProfile loaded = load_profile(GPUQOS_SOURCE_DIR "/tests/predictor/data/online-elementwise.gqp", config);
+  ASSERT_FALSE(loaded.warning) << *loaded.warning;
+  const auto launch = [](std::uint32_t blocks, std::uint64_t count) {
+    LaunchShape s = elementwise(blocks);
+    s.arg_count = 1;
+    s.args[0] = count;
+    return s;
+  };
+  const double longest = std::exp2(17.86);  // its stored samples' longest
+  for (const auto& [blocks, count] : std::vector<std::pair<std::uint32_t, std::uint64_t>>{
+           {100352, 251000}, {50176, 126000}, {25088, 65000}, {12544, 33000}, {6272, 11000}, {3136, 5000}}) {
+    const Prediction r = loaded.predictor.predict(KernelFeatures{"elementwise", launch(blocks, count)});
+    EXPECT_LE(r.duration_ns, 2.0 * longest) << blocks << " " << describe_candidate(r.candidate);
+    EXPECT_GE(r.duration_ns, 1'000) << blocks << " " << describe_candidate(r.candidate);
+  }
+  // Unlike any sample: the same grids over a count of 1 (or a pointer, which counts as none).
+  for (std::uint32_t blocks : {100352u, 12544u, 3136u}) {
+    for (std::uint64_t count : {std::uint64_t{1}, std::uint64_t{1} << 50}) {
+      const Prediction r = loaded.predictor.predict(KernelFeatures{"elementwise", launch(blocks, count)});
+      EXPECT_LE(r.duration_ns, 2.0 * longest) << blocks << " " << count << " " << describe_candidate(r.candidate);
+    }
+  }
+  for (std::uint32_t times : {2u, 8u}) {  // beyond the largest: grown with the waves and the count
+    const Prediction r = loaded.predictor.predict(KernelFeatures{"elementwise", launch(100352 * times, 251000ull * times)});
+    EXPECT_LE(r.duration_ns, 2.0 * longest * times * times) << times << " " << describe_candidate(r.candidate);
+  }
 }
 
 TEST(KernelPrediction, OnlineUpdatesMoveThePrediction) {

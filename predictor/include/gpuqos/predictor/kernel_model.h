@@ -6,6 +6,14 @@
 // last ~score_window observations, and only then learned. The candidate with the lowest score
 // answers; kNN is overruled by the best regression or blend when the query is farther than
 // knn_max_distance from every stored shape (kNN cannot extrapolate).
+//
+// A regression or blend answer is held to what the samples allow if a kernel is at most
+// proportionally slower for more work of any kind: for every stored sample, no longer than its time
+// times the factor each size (shape_features.h, size_point) of the query exceeds the sample's by,
+// and no shorter than its time divided by the factor each is below, with 2x of slack either way
+// (a step to another tile configuration is not proportional). A power law fitted to a few
+// noisy samples at small shapes otherwise extrapolates to seconds or more, and a daemon learning
+// from nothing held a training job's 50-us kernels as long ops for the whole run.
 #pragma once
 
 #include <cstdint>
@@ -54,8 +62,10 @@ class KernelModel {
     Point point{};
     Bank bank{};
     LogBank log_bank{};
+    SizePoint size{};
     SampleStore::Neighbors neighbors;
   };
+  float within_envelope(float log2_ns, const SizePoint& size) const;
   void find_neighbors(const LaunchShape& shape, int k, bool exact_suffices, Query& q) const;
   std::optional<float> evaluate(int candidate, const Query& query) const;  // log2 ns
   int choose(const Query& query, const PredictorConfig& config) const;
@@ -80,6 +90,7 @@ class KernelModel {
   std::vector<float> sample_residuals_;
   int residual_set_ = -1;
   std::uint64_t observations_ = 0;
+  std::vector<SizePoint> sample_sizes_;  // by slot, as the store's samples
 };
 
 }  // namespace gpuqos::predictor

@@ -51,7 +51,14 @@ inline bool numeric_arg(const LaunchShape& shape, std::size_t i) {
   return i < shape.arg_count && shape.args[i] < kMaxNumericArg;
 }
 
+// The sizes a kernel's time grows with, in log2: waves over the SMs, threads per block and each
+// numeric arg (0 for a pointer). A kernel at most proportionally slower per size it grows by is
+// what bounds a regression's extrapolation (kernel_model.h).
+inline constexpr int kSizeDims = 2 + static_cast<int>(kMaxArgs);
+using SizePoint = std::array<float, kSizeDims>;
+
 Point knn_point(const LaunchShape& shape);
+SizePoint size_point(const LaunchShape& shape, std::uint32_t sm_count);
 Bank linear_bank(const LaunchShape& shape, std::uint32_t sm_count);
 LogBank log_bank(const LaunchShape& shape);
 
