@@ -590,6 +590,14 @@ void BaymaxPolicy::charge_holds(std::int64_t now_ns) {
   }
 }
 
+std::optional<Policy::HeldHead> BaymaxPolicy::held_head(ClientId client) const {
+  const auto held = std::find_if(waiting_.begin(), waiting_.end(), [client](const auto& w) { return w.first == client; });
+  const auto state = clients_.find(client);
+  if (held == waiting_.end() || state == clients_.end() || state->second.queue.empty()) return std::nullopt;
+  const Queued& head = state->second.queue.front();
+  return HeldHead{head.op, head.predicted_ns, head.expected_ns, held->second};
+}
+
 Decisions BaymaxPolicy::grant_ready(std::int64_t now_ns) {
   Decisions decisions;
   last_now_ns_ = std::max(last_now_ns_, now_ns);  // every event ends here

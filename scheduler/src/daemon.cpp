@@ -24,6 +24,55 @@ namespace {
 
 ipc::Error system_error(const std::string& what) { return ipc::Error{what + ": " + std::strerror(errno)}; }
 
+// A best-effort head held this long is logged (once per op): what it is, its prediction, why.
+constexpr std::int64_t kLongHoldNs = 5'000'000'000;
+
+const char* direction_name(ipc::CopyDirection direction) {
+  switch (direction) {
+    case ipc::CopyDirection::h2d: return "h2d";
+    case ipc::CopyDirection::d2h: return "d2h";
+    case ipc::CopyDirection::d2d: return "d2d";
+    default: return "";
+  }
+}
+
+}  // namespace
+
+std::optional<HeldOpStatus> Daemon::held_op(Client& client) const {
+  const auto head = policy_->held_head(client.identity().id);
+  if (!head) return std::nullopt;
+  const ipc::OpDescriptor& op = head->op;
+  std::string what;
+  switch (op.kind) {
+    case ipc::OpKind::kernel: {
+      const auto name = client.kernel_names().find(op.kernel_id);
+      what = "kernel " + (name == client.kernel_names().end() ? std::to_string(op.kernel_id) : name->second);
+      break;
+    }
+    case ipc::OpKind::copy: what = std::string("copy ") + direction_name(op.direction) + " " + std::to_string(op.bytes) + " bytes"; break;
+    case ipc::OpKind::memset: what = "memset " + std::to_string(op.bytes) + " bytes"; break;
+    case ipc::OpKind::graph: what = "graph"; break;
+    default: what = "mark"; break;
+  }
+  return HeldOpStatus{op.seq, std::move(what), head->predicted_ns, head->expected_ns,
+                      std::string(kHoldReasonNames[static_cast<std::size_t>(head->reason)])};
+}
+
+void Daemon::tell_long_holds(std::int64_t now_ns) {
+  for (auto& [id, client] : clients_) {
+    if (client->current_wait_ns(now_ns) < kLongHoldNs) continue;
+    const auto held = held_op(*client);
+    if (!held || told_held_seq_[id] == held->seq) continue;
+    told_held_seq_[id] = held->seq;
+    spdlog::warn("{}: op {} ({}, predicted {:.3f} ms, up to {:.3f} ms) held for {:.1f} s by {}", client->tag(),
+                 held->seq, held->op, static_cast<double>(held->expected_ns) / 1e6,
+                 static_cast<double>(held->predicted_ns) / 1e6, static_cast<double>(client->current_wait_ns(now_ns)) / 1e9,
+                 held->held_by);
+  }
+}
+
+namespace {
+
 }  // namespace
 
 Daemon::Daemon(DaemonOptions options) : options_(std::move(options)) {}
@@ -172,6 +221,7 @@ void Daemon::heartbeat_and_tick(std::int64_t now_ns) {
   apply(policy_->tick(now_ns));
   expire_pending(now_ns);
   if (auto error = learner_->tick(now_ns)) spdlog::warn("predictor: {}", *error);
+  tell_long_holds(now_ns);
   qos_tick(now_ns);
 }
 
@@ -194,6 +244,7 @@ DaemonStatus Daemon::status_snapshot() const {
         client->marks(), client->last_seq(), client->granted_through(), client->current_wait_ns(now_ns),
         client->kernel_name_count()});
     status.clients.back().claimed_priority = who.claimed_priority;
+    status.clients.back().held = held_op(*client);
   }
   qos_status(status, now_ns);
   return status;

@@ -14,7 +14,7 @@ namespace gpuqos::scheduler {
 namespace {
 
 nlohmann::json client_json(const ClientStatus& c) {
-  return {{"client", c.client},
+  nlohmann::json j = {{"client", c.client},
           {"pid", c.pid},
           {"uid", c.uid},
           {"gid", c.gid},
@@ -30,6 +30,14 @@ nlohmann::json client_json(const ClientStatus& c) {
           {"granted_through_seq", c.granted_through_seq},
           {"current_wait_ns", c.current_wait_ns},
           {"kernel_names", c.kernel_names}};
+  if (c.held) {
+    j["held_at"] = {{"seq", c.held->seq},
+                    {"op", c.held->op},
+                    {"predicted_ns", c.held->predicted_ns},
+                    {"expected_ns", c.held->expected_ns},
+                    {"held_by", c.held->held_by}};
+  }
+  return j;
 }
 
 nlohmann::json backlog_json(const EngineLoad& load) {
@@ -247,6 +255,12 @@ std::string render_status_table(const nlohmann::json& status) {
                   static_cast<unsigned long long>(ops.at("completed").get<std::uint64_t>()),
                   milliseconds(c.at("current_wait_ns").get<std::int64_t>()).c_str());
     out << line;
+    if (c.contains("held_at")) {
+      const auto& held = c.at("held_at");
+      out << "         held at op " << held.at("seq") << ", " << held.at("op").get<std::string>() << " (predicted "
+          << milliseconds(held.at("expected_ns")) << " ms, up to " << milliseconds(held.at("predicted_ns"))
+          << " ms), by " << held.at("held_by").get<std::string>() << "\n";
+    }
   }
   if (status.contains("clients_omitted")) out << "(" << status["clients_omitted"] << " more clients not shown)\n";
   return out.str();

@@ -431,7 +431,15 @@ TEST(BaymaxPolicy, ALoneOpLongerThanTheBoundRunsOnceItsBudgetIsEarned) {
   BaymaxPolicy policy(options(5 * kMs));
   (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
   EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(1), 0, 20 * kMs).empty()) << "costs 15 ms: 3 s of budget";
+  // What status shows and gpuqosd logs of a long hold: the op, as priced, and why.
+  const auto held = policy.held_head(kTrainA);
+  ASSERT_TRUE(held.has_value());
+  EXPECT_EQ(held->op.seq, 1u);
+  EXPECT_EQ(held->predicted_ns, 20 * kMs);
+  EXPECT_EQ(held->reason, HoldReason::budget);
+  EXPECT_FALSE(policy.held_head(kServe).has_value());
   EXPECT_EQ(policy.tick(3'000 * kMs), (Decisions{{kTrainA, 1}}));
+  EXPECT_FALSE(policy.held_head(kTrainA).has_value()) << "granted";
   EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(2), 3'000 * kMs, kMs).empty()) << "20 + 1 > 5: the bound";
 }
 

@@ -167,6 +167,39 @@ TEST(Qos, StatusShowsBaymaxsBoundBudgetAndGrantedWork) {
   EXPECT_FALSE(fifo.status().contains("policy_state"));
 }
 
+// A best-effort op held as long (learned at 100 ms, over the 7.5-ms bound: the budget, which starts
+// empty, allows it after 18.5 s) is shown in the status with its prediction and reason, and logged
+// once it has waited 5 s.
+TEST(Qos, AHeldOpIsShownWithItsPredictionAndLoggedWhenHeldLong) {
+  TempDir dir("gpuqos-qos");
+  DaemonProcess daemon({"--config", dir.write("gpuqosd.toml", baymax_serve_config("be_backlog_bound_ms = 7.5\n")).string()});
+  FakeClient serve(daemon.socket(), Priority::high, "serve");
+  FakeClient train(daemon.socket(), Priority::low, "train");
+  train.name_kernel(1, "step");
+  train.post(FakeClient::kernel(1));
+  ASSERT_TRUE(train.wait_granted(1));
+  const std::int64_t now = ipc::monotonic_ns();
+  train.complete(1, now - 100 * kMs, now);
+  ASSERT_TRUE(eventually([&] { return daemon.status()["predictor"]["learned"] == 1; }, 5s)) << daemon.status().dump(1);
+  train.post(FakeClient::kernel(2));
+  nlohmann::json held;
+  ASSERT_TRUE(eventually([&] {
+    const nlohmann::json status = daemon.status();  // not a temporary's member: it would dangle in the loop
+    for (const auto& client : status["clients"]) {
+      if (client["job"] == "train" && client.contains("held_at")) held = client["held_at"];
+    }
+    return !held.is_null();
+  }, 5s)) << daemon.status().dump(1);
+  EXPECT_EQ(held["seq"], 2);
+  EXPECT_EQ(held["op"], "kernel step");
+  EXPECT_EQ(held["held_by"], "budget");
+  EXPECT_NEAR(held["expected_ns"].get<double>(), 100e6, 5e6);
+  EXPECT_TRUE(eventually([&] { return daemon.log().find("held for") != std::string::npos; }, 8s)) << daemon.log();
+  EXPECT_NE(daemon.log().find("job 'train' pid " + std::to_string(::getpid()) + ": op 2 (kernel step, predicted 100."),
+            std::string::npos)
+      << daemon.log();
+}
+
 // On a time-slicing device, a target that leaves less than one slice over the job's queries is
 // warned of, in the status and once in gpuqosd's log (not again at every check).
 TEST(Qos, ATargetTighterThanATimeSliceIsWarnedOfOnce) {

@@ -42,6 +42,24 @@ TEST(Status, JsonCarriesEveryField) {
   EXPECT_NE(table.find("policy fifo"), std::string::npos) << table;
 }
 
+TEST(Status, AHeldClientShowsTheOpItIsHeldAtAndWhy) {
+  DaemonStatus status = status_with(2);
+  status.clients[1].held = HeldOpStatus{3, "kernel gq_41_vectorized_elementwise_kernel", 9'000'000, 6'000'000, "budget"};
+  auto json = nlohmann::json::parse(bounded_status_text(status));
+  EXPECT_FALSE(json["clients"][0].contains("held_at"));
+  const auto& held = json["clients"][1]["held_at"];
+  EXPECT_EQ(held["seq"], 3);
+  EXPECT_EQ(held["op"], "kernel gq_41_vectorized_elementwise_kernel");
+  EXPECT_EQ(held["predicted_ns"], 9'000'000);
+  EXPECT_EQ(held["expected_ns"], 6'000'000);
+  EXPECT_EQ(held["held_by"], "budget");
+  const std::string table = render_status_table(json);
+  EXPECT_NE(table.find("held at op 3, kernel gq_41_vectorized_elementwise_kernel (predicted 6.000 ms, up to 9.000 ms), "
+                       "by budget"),
+            std::string::npos)
+      << table;
+}
+
 TEST(Status, ManyClientsAreCutToFitOneRecord) {
   const std::string text = bounded_status_text(status_with(5000));
   EXPECT_LE(text.size(), ipc::kMaxControlTextBytes);

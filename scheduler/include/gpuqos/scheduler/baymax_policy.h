@@ -173,6 +173,7 @@ class BaymaxPolicy final : public Policy {
   std::optional<HoldTimes> hold_times() const override { return held_ns_; }
   std::map<std::string, HoldTimes> hold_times_by_job() const override { return held_by_job_; }
   std::optional<PolicyState> state(std::int64_t now_ns) const override;
+  std::optional<HeldHead> held_head(ClientId client) const override;
   // PolicyState::tight_targets at now_ns (the daemon warns of each once per job, device, target,
   // slice and process count). A best-effort process counts on a device while it has compute work
   // there or posted some within kActiveProcessNs: one that posted once and went idle takes no slice.

@@ -118,6 +118,10 @@ class Daemon {
   void heartbeat_and_tick(std::int64_t now_ns);
   void drain_and_release();
   DaemonStatus status_snapshot() const;
+  // The op `client` is held at, described (none when it is not held).
+  std::optional<HeldOpStatus> held_op(Client& client) const;
+  // Logs each best-effort op held over 5 s, once: an operator sees what a job waits for and why.
+  void tell_long_holds(std::int64_t now_ns);
 
   // daemon_reload.cpp: SIGHUP. Reads config_path again; a bad file changes nothing.
   void reload_config();
@@ -152,6 +156,7 @@ class Daemon {
   std::uint64_t next_pending_token_ = 0;
   std::map<std::uint64_t, Pending> pending_;
   std::map<ClientId, std::unique_ptr<Client>> clients_;
+  std::map<ClientId, std::uint64_t> told_held_seq_;  // tell_long_holds(): the op last told of
   QueryTracker queries_;  // the high-priority clients' query boundaries (for the QoS tracker)
   QosTracker qos_;
   config::ListenAddress metrics_address_;  // what start_metrics() last tried

@@ -190,6 +190,15 @@ class Policy {
   virtual std::map<std::string, HoldTimes> hold_times_by_job() const { return {}; }
   // Its state at now_ns (none from a policy that keeps none beyond the backlog).
   virtual std::optional<PolicyState> state(std::int64_t /*now_ns*/) const { return std::nullopt; }
+  // The op a waiting best-effort client is held at, as the policy priced it, and why (none when it
+  // is not held, or from a policy that does not say why it holds).
+  struct HeldHead {
+    ipc::OpDescriptor op{};
+    std::int64_t predicted_ns = 0;  // the upper estimate it is held by
+    std::int64_t expected_ns = 0;   // the point prediction
+    HoldReason reason = HoldReason::bound;
+  };
+  virtual std::optional<HeldHead> held_head(ClientId /*client*/) const { return std::nullopt; }
 };
 
 // The policy called options.name, or nullptr when there is none by that name.

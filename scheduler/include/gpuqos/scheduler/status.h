@@ -28,6 +28,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,15 @@
 #include "gpuqos/scheduler/qos_tracker.h"
 
 namespace gpuqos::scheduler {
+
+// The op a waiting best-effort client is held at (Policy::held_head), described for people.
+struct HeldOpStatus {
+  std::uint64_t seq = 0;
+  std::string op;  // "kernel NAME", "copy h2d 4194304 bytes", ...
+  std::int64_t predicted_ns = 0;
+  std::int64_t expected_ns = 0;
+  std::string held_by;  // a hold_reason.h name
+};
 
 struct ClientStatus {
   std::uint32_t client = 0;
@@ -62,6 +72,7 @@ struct ClientStatus {
   // "priority" is the class the client runs as; this is what its Hello claimed (higher when the
   // config's access rules lowered it).
   ipc::Priority claimed_priority = ipc::Priority::low;
+  std::optional<HeldOpStatus> held;
 };
 
 struct PredictorStatus {
