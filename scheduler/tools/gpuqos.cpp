@@ -98,6 +98,23 @@ std::optional<std::filesystem::path> find_shim() {
   return shim;
 }
 
+// What CLI11 says too vaguely, said plainly: a command that is not one (it says a subcommand is
+// required), a run command not behind "--" (it says an argument was not expected). "" otherwise.
+// `reversed_args` is what the parser got (reversed).
+std::string usage_problem(const CLI::App& app, const CLI::ParseError& error, const std::vector<std::string>& reversed_args,
+                          const CLI::App& run) {
+  if (run.parsed() && dynamic_cast<const CLI::ExtrasError*>(&error) != nullptr) {
+    return "gpuqos run: the command goes after --: gpuqos run [options] -- CMD ARGS...";
+  }
+  if (dynamic_cast<const CLI::RequiredError*>(&error) == nullptr) return "";
+  std::string known;
+  for (const CLI::App* command : app.get_subcommands({})) known += (known.empty() ? "" : ", ") + command->get_name();
+  if (reversed_args.empty()) return "gpuqos: a command is required (commands: " + known + ")";
+  const std::string& first = reversed_args.back();
+  if (first.starts_with('-')) return "";
+  return "gpuqos: unknown command '" + first + "' (commands: " + known + ")";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -110,20 +127,20 @@ int main(int argc, char** argv) {
   }
   std::reverse(args.begin(), args.end());  // CLI11 takes a reversed vector
 
-  CLI::App app{"gpuqos: control the gpuqos GPU QoS daemon"};
+  CLI::App app{"gpuqos: control the gpuqos GPU QoS daemon", "gpuqos"};
   app.require_subcommand(1);
   std::string socket = gpuqos::scheduler::kDefaultSocketPath;
   bool json = false;
   auto* status = app.add_subcommand("status", "Show the daemon, its policy and its clients");
   status->add_flag("--json", json, "Print the daemon's JSON answer");
-  status->add_option("--socket", socket, "The daemon's socket")->capture_default_str();
+  status->add_option("--socket", socket, "The daemon's socket")->envname("GPUQOS_SOCKET")->capture_default_str();
   gpuqos::scheduler::TopOptions top_options;
   auto* top = app.add_subcommand("top", "Show the jobs (latency against target, best-effort progress) live");
   top->add_option("--interval", top_options.interval_s, "Seconds between refreshes")
       ->check(gpuqos::tools::finite_in(0.001, 86400))
       ->capture_default_str();
   top->add_flag("--once", top_options.once, "Print one frame and exit");
-  top->add_option("--socket", top_options.socket, "The daemon's socket")->capture_default_str();
+  top->add_option("--socket", top_options.socket, "The daemon's socket")->envname("GPUQOS_SOCKET")->capture_default_str();
 
   gpuqos::scheduler::RunOptions run_options;
   std::string run_socket;
@@ -137,13 +154,21 @@ int main(int argc, char** argv) {
   gpuqos::predictor::TrainOptions train_options;
   gpuqos::predictor::EvalOptions eval_options;
   const auto [train, eval] = add_predictor_commands(app, train_options, eval_options);
+  const std::vector<std::string> given = args;  // parse() consumes it
   try {
     app.parse(args);
-    if (run->parsed() && command.empty()) throw CLI::ValidationError("run", "no command: gpuqos run [options] -- CMD ARGS...");
+    if (run->parsed() && command.empty()) {
+      std::cerr << "gpuqos run: no command: gpuqos run [options] -- CMD ARGS...\n";
+      return kUsageError;
+    }
     if ((status->parsed() || top->parsed() || train->parsed() || eval->parsed()) && !command.empty()) {
       throw CLI::ExtrasError({"--"});
     }
   } catch (const CLI::ParseError& e) {
+    if (const std::string why = usage_problem(app, e, given, *run); !why.empty()) {
+      std::cerr << why << "\nRun gpuqos --help for more information.\n";
+      return kUsageError;
+    }
     const int code = app.exit(e);
     return code == 0 ? 0 : kUsageError;
   }

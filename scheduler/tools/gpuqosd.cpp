@@ -42,11 +42,14 @@ int main(int argc, char** argv) {
   std::string config_path, check_path;
   std::string log_level = "info";
   double save_interval_s = 300;
-  CLI::App app{"gpuqosd: the gpuqos GPU QoS daemon"};
+  CLI::App app{"gpuqosd: the gpuqos GPU QoS daemon", "gpuqosd"};
+  app.footer("The defaults shown are gpuqosd's without --config. With it, the config file's values replace them, "
+             "and an option given here replaces the config's (examples/gpuqos.toml chooses baymax).");
   app.add_option("--config", config_path, "TOML config file (examples/gpuqos.toml); the options below override it");
   app.add_option("--check-config", check_path, "Validate a config file, print what it sets, and exit (0: usable)");
   auto* socket = app.add_option("--socket", options.socket_path, "Unix socket clients register on")->capture_default_str();
-  auto* policy = app.add_option("--policy", options.policy.name, "Scheduling policy")
+  auto* policy = app.add_option("--policy", options.policy.name, "Scheduling policy (a config's [policy] name wins "
+                                                                 "over this default)")
                      ->check(CLI::IsMember({"fifo", "priority", "baymax"}))
                      ->capture_default_str();
   auto* outstanding = app.add_option("--max-outstanding", options.policy.max_outstanding_ops,

@@ -607,6 +607,35 @@ TEST(Cli, BadArgumentsExitWith2) {
   EXPECT_EQ(missing.wait(5s), 127);
 }
 
+// The usage errors people make, each said plainly and with the program's name.
+TEST(Cli, UsageMistakesAreSaidPlainly) {
+  TempDir dir;
+  for (const auto& [args, message] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"stauts"}, "gpuqos: unknown command 'stauts' (commands: status, top, run, train, eval)"},
+           {{}, "gpuqos: a command is required (commands: status, top, run, train, eval)"},
+           {{"run", "--priority", "high", "true"}, "gpuqos run: the command goes after --: gpuqos run [options] -- CMD"},
+           {{"run", "--priority", "high"}, "gpuqos run: no command: gpuqos run [options] -- CMD ARGS..."}}) {
+    std::vector<std::string> argv = {bin("gpuqos")};
+    argv.insert(argv.end(), args.begin(), args.end());
+    ChildProcess cli(argv, {}, dir.path() / "out");
+    EXPECT_EQ(cli.wait(5s), 2) << cli.output();
+    EXPECT_NE(cli.output().find(message), std::string::npos) << cli.output();
+  }
+}
+
+// status and top find the daemon where the jobs' shims do: GPUQOS_SOCKET, unless --socket says.
+TEST(Cli, StatusTakesTheSocketFromGpuqosSocket) {
+  DaemonProcess daemon;
+  ChildProcess cli({bin("gpuqos"), "status", "--json"}, {{"GPUQOS_SOCKET", daemon.socket()}}, daemon.dir() / "env.out");
+  ASSERT_EQ(cli.wait(5s), 0) << cli.output();
+  EXPECT_EQ(nlohmann::json::parse(cli.output())["daemon"]["socket"], daemon.socket());
+  ChildProcess top({bin("gpuqos"), "top", "--once"}, {{"GPUQOS_SOCKET", daemon.socket()}}, daemon.dir() / "top.out");
+  EXPECT_EQ(top.wait(5s), 0) << top.output();
+  ChildProcess given({bin("gpuqos"), "status", "--socket", (daemon.dir() / "none.sock").string()},
+                     {{"GPUQOS_SOCKET", daemon.socket()}}, daemon.dir() / "given.out");
+  EXPECT_EQ(given.wait(5s), 1) << "--socket wins: " << given.output();
+}
+
 // What the shim would refuse (and run as low priority, warning from every process) is refused
 // here, before the job starts; "nan" passes CLI11's own range checks.
 TEST(Cli, RunRefusesAJobNameOrSocketTheShimWouldNotTakeAndDurationsMustBeFinite) {

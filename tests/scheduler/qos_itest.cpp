@@ -293,6 +293,10 @@ TEST(Qos, MetricsEndpointServesPrometheusText) {
   EXPECT_NE(response.find("gpuqos_engine_backlog_seconds{device=\"0\",engine=\"compute\"}"), std::string::npos)
       << response;
   EXPECT_EQ(http_get(port, "/elsewhere").rfind("HTTP/1.1 404", 0), 0u);
+  const std::string posted =
+      http_exchange(port, "POST /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
+  EXPECT_EQ(posted.rfind("HTTP/1.1 405", 0), 0u) << posted;
+  EXPECT_NE(posted.find("Allow: GET, HEAD"), std::string::npos) << posted;
   // A body is refused by its announced length, before any of it is read into the daemon's memory.
   EXPECT_EQ(http_exchange(port, "POST /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
                                 "Content-Length: 10000000000\r\n\r\nabc")
