@@ -16,6 +16,7 @@ using EventCreate = CUresult (*)(CUevent*, unsigned int);
 using EventDestroy = CUresult (*)(CUevent);
 using EventRecord = CUresult (*)(CUevent, CUstream);
 using EventQuery = CUresult (*)(CUevent);
+using EventElapsedTime = CUresult (*)(float*, CUevent, CUevent);
 using CtxSetCurrent = CUresult (*)(CUcontext);
 using CtxGetCurrent = CUresult (*)(CUcontext*);
 using ExchangeCaptureMode = CUresult (*)(CUstreamCaptureMode*);
@@ -38,7 +39,8 @@ CUevent CompletionTracker::acquire_event(CUcontext context) noexcept {
   }
   CUevent event = nullptr;
   const auto create = driver<EventCreate>(DriverHelper::event_create);
-  return create && create(&event, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS ? event : nullptr;
+  // With timing: two events of a stream give the device time of the op between them.
+  return create && create(&event, CU_EVENT_DEFAULT) == CUDA_SUCCESS ? event : nullptr;
 }
 
 void CompletionTracker::record(Pending& pending, CUstream stream) noexcept {
@@ -55,6 +57,7 @@ void CompletionTracker::track(std::shared_ptr<Session> session, const Ticket& ti
   try {
     Pending pending{std::move(session), ticket.seq, stream_key(op), ticket.context, nullptr, ticket.posted_ns,
                     static_cast<std::int32_t>(result), op.per_thread};
+    pending.issued_ns = ipc::monotonic_ns();
     // cuLaunchCooperativeKernelMultiDevice names its streams in its parameter list, not to us: no
     // event (one on the default stream would be work the program never asked for); reported now.
     if (result == CUDA_SUCCESS && op.hook != HookId::hook_cuLaunchCooperativeKernelMultiDevice) {
@@ -158,6 +161,13 @@ void CompletionTracker::drop_event_pool(bool destroy_events) noexcept {
   {
     std::lock_guard lock(mutex_);
     pool.swap(free_events_);
+    try {
+      for (const auto& [key, tail] : tails_) {
+        if (tail.event) pool[key.first].push_back(tail.event);
+      }
+    } catch (...) {  // out of memory: those are forgotten, not destroyed (leaked, which is safe)
+    }
+    tails_.clear();
   }
   const auto destroy = driver<EventDestroy>(DriverHelper::event_destroy);
   for (const auto& [context, events] : pool) {
@@ -220,8 +230,10 @@ void CompletionTracker::context_ended(CUcontext context, std::int64_t since_ns, 
       for (auto& [stream, queue] : by_stream_) std::for_each(queue.begin(), queue.end(), forget);
       if (any) {
         free_events_.clear();
+        tails_.clear();
       } else {
         free_events_.erase(context);
+        std::erase_if(tails_, [context](const auto& tail) { return tail.first.first == context; });
       }
     }
   }
@@ -266,7 +278,7 @@ void CompletionTracker::stop() noexcept {
   }
 }
 
-void CompletionTracker::report(Pending& pending, std::int64_t end_ns, bool coarse, std::int64_t turn_ns) noexcept {
+void CompletionTracker::report(Pending& pending, std::int64_t end_ns, bool coarse, std::int64_t device_ns) noexcept {
   if (!pending.session || !pending.session->alive()) return;
   // The thread's, but after stop() any thread's (and stop()'s own): the ring has one producer.
   std::lock_guard lock(report_mutex_);
@@ -283,15 +295,46 @@ void CompletionTracker::report(Pending& pending, std::int64_t end_ns, bool coars
   completion.end_ns = end_ns;
   completion.start_ns = std::min(end_ns, ran ? std::max(pending.posted_ns, last_end) : end_ns);
   completion.status = pending.status;
-  // Its predecessor was seen done in this same turn: this op ended between that sighting and the
-  // turn, and neither bound is its own.
-  if (ran && last_end >= turn_ns) coarse = true;
+  // Timed only on the device. The host cannot time an op: it began some launch latency after its
+  // call (or, queued, somewhere before its predecessor was seen done; in one turn, its span would be
+  // the few hundred ns between two clock reads), and ended some poll lateness before it was seen
+  // done. Those taught the predictor 1000-fold too short durations, 4-us memsets at 1 ms, and 100-us
+  // kernels at 1.3 ms on a loaded machine.
+  if (ran && !coarse && device_ns > 0) {
+    completion.start_ns = end_ns - device_ns;
+  } else if (ran) {
+    coarse = true;
+  }
   completion.flags = coarse ? ipc::kCompletionCoarse : ipc::kCompletionExact;
   if (ran) last_end = end_ns;
   for (int attempt = 0; attempt < 100 && !pending.session->push_completion(completion); ++attempt) {
     if (!pending.session->alive()) return;
     std::this_thread::sleep_for(std::chrono::microseconds(100));  // the daemon drains the ring
   }
+}
+
+std::int64_t CompletionTracker::time_on_device(const StreamKey& key, const Pending& decider, bool chains) noexcept {
+  const auto v2 = driver<EventElapsedTime>(DriverHelper::event_elapsed_time_v2);
+  const auto elapsed = v2 ? v2 : driver<EventElapsedTime>(DriverHelper::event_elapsed_time);
+  std::int64_t device_ns = 0;
+  std::lock_guard lock(mutex_);
+  try {
+    StreamTail& tail = tails_[key];
+    float ms = 0;
+    if (chains && tail.event && tail.seen_running_ns >= decider.issued_ns && elapsed &&
+        elapsed(&ms, tail.event, decider.event) == CUDA_SUCCESS && ms > 0) {
+      device_ns = static_cast<std::int64_t>(static_cast<double>(ms) * 1e6);
+    }
+    if (tail.event) free_events_[key.first].push_back(tail.event);
+    if (chains) {
+      tail = StreamTail{decider.event, decider.seen_running_ns};
+    } else {
+      tails_.erase(key);  // a program making streams without end must not grow this
+    }
+  } catch (...) {  // out of memory: no device time; the tail's event, if any, is dropped
+    device_ns = 0;
+  }
+  return device_ns;
 }
 
 bool CompletionTracker::poll_streams() noexcept {
@@ -308,13 +351,20 @@ bool CompletionTracker::poll_streams() noexcept {
       // Not while its context is being destroyed: after, it is done (context_ended) or still there.
       if (decider->event && is_ending(ending, *decider)) break;
       const CUresult state = decider->event && query ? query(decider->event) : CUDA_SUCCESS;
-      if (state == CUDA_ERROR_NOT_READY) break;
+      if (state == CUDA_ERROR_NOT_READY) {
+        decider->seen_running_ns = turn_ns;  // the query came after: running then at least
+        break;
+      }
       const std::int64_t now = ipc::monotonic_ns();
       // One event decided several ops, it was recorded late, or there was none to wait for: the
       // times do not time this op alone.
       const bool coarse = decider != queue.begin() || !decider->event || decider->deferred;
-      for (auto done = queue.begin(); done != std::next(decider); ++done) report(*done, now, coarse, turn_ns);
-      if (decider->event && state == CUDA_SUCCESS) {
+      const bool chains = decider->event && !decider->deferred && state == CUDA_SUCCESS;
+      const std::int64_t device_ns = time_on_device(it->first, *decider, chains);
+      for (auto done = queue.begin(); done != std::next(decider); ++done) {
+        report(*done, now, coarse, coarse ? 0 : device_ns);
+      }
+      if (decider->event && state == CUDA_SUCCESS && !chains) {
         std::lock_guard lock(mutex_);
         try {
           free_events_[decider->context].push_back(decider->event);

@@ -1,16 +1,16 @@
 // Completion tracking: tells the daemon when posted work has run on the device.
 //
-// Each tracked op gets a pooled event (CU_EVENT_DISABLE_TIMING) recorded on its stream after the
-// real call; one background thread polls the oldest event of each stream (a stream's events finish
-// in order) and pushes a CompletionDescriptor with host-observed times: end = when the poll saw the
-// event done (the poll sleeps 20 us after a completion, doubling up to 1 ms while nothing
-// completes, so end is late by at most that; only an idle thread is woken by a new op, so a busy
-// program pays no wake-up per launch); start = the later of the call and the previous end on the
-// same stream. When one turn finds several of a stream's events done, only the first op's times
-// are its own: each later one ended somewhere between its predecessor's end and the turn, so it is
-// reported coarse (its exact span would be the few hundred ns between two clock reads of the turn,
-// which taught the predictor 1000-fold too short durations). A call the driver refused is reported
-// at once with its error code.
+// Each tracked op gets a pooled event (with timing) recorded on its stream after the real call; one
+// background thread polls the oldest event of each stream (a stream's events finish in order) and
+// pushes a CompletionDescriptor. Its end is when the poll saw the event done (the poll sleeps 20 us
+// after a completion, doubling up to 1 ms while nothing completes, so end is late by at most that;
+// only an idle thread is woken by a new op, so a busy program pays no wake-up per launch). It is
+// exact, with start = end minus its own device time, for an op whose event was recorded right after
+// its call and which queued behind the stream's previous such op (that one was seen running after
+// this one's call had returned): the device time between the two events is then the op's alone. Every other
+// op is coarse, with start = the later of its call and the previous end on the stream: the host
+// cannot time an op (launch latency before it, poll lateness after it; see report()). A call the
+// driver refused is reported at once with its error code.
 //
 // Who records the event:
 // - inline (a low-priority call that waited for its grant): the program's thread, right after the
@@ -101,6 +101,8 @@ class CompletionTracker {
     bool needs_record = false;  // deferred: the background thread records its event
     bool covered = false;       // done when the next event on its stream is
     bool deferred = false;      // its event (if any) was recorded by the background thread
+    std::int64_t seen_running_ns = 0;  // the last poll turn that found its event not ready (0: none)
+    std::int64_t issued_ns = 0;        // when the real call had returned (its work was in the queue)
   };
   // Ops by stream, in order; keyed by context too, as every context's default streams have one
   // handle (a decider must be of the same stream as the ops it decides).
@@ -122,10 +124,13 @@ class CompletionTracker {
   void enqueue(Pending pending) noexcept;
   void run() noexcept;
   bool poll_streams() noexcept;  // reports what finished; true if anything did
-  // `turn_ns`: when the poll turn reporting it began; a predecessor on the stream seen done since
-  // then makes the report coarse.
-  void report(Pending& pending, std::int64_t end_ns, bool coarse = false,
-              std::int64_t turn_ns = std::numeric_limits<std::int64_t>::max()) noexcept;
+  // `device_ns`: its time on the device (> 0), from the events around it; 0: none known.
+  void report(Pending& pending, std::int64_t end_ns, bool coarse = false, std::int64_t device_ns = 0) noexcept;
+  // The device time between the stream's tail event and `decider` (an op recorded inline, done), when
+  // the tail was seen running after the op's call had returned: the op queued behind it, so that is the op's
+  // own time. 0 otherwise. Then `decider` becomes the stream's tail (`chains`: it was recorded right
+  // after its call, so a later op's time can be measured from it) and the old tail's event is pooled.
+  std::int64_t time_on_device(const StreamKey& key, const Pending& decider, bool chains) noexcept;
 
   std::mutex record_mutex_;  // deferred recording: the thread's turn, or a destroyer's
   std::mutex mutex_;
@@ -141,6 +146,13 @@ class CompletionTracker {
   // The thread's own (a context ender, under poll_mutex_, only forgets the events in it).
   std::map<StreamKey, std::deque<Pending>> by_stream_;
   std::map<StreamKey, std::int64_t> last_end_ns_;  // report()'s, under report_mutex_
+  // Each stream's last finished event recorded right after its call, kept out of the pool to time
+  // the stream's next op against on the device (time_on_device); under mutex_, like the pool.
+  struct StreamTail {
+    CUevent event = nullptr;
+    std::int64_t seen_running_ns = 0;
+  };
+  std::map<StreamKey, StreamTail> tails_;
 };
 
 }  // namespace gpuqos::intercept

@@ -37,6 +37,12 @@ std::optional<double> CopyLine::blend_log2(std::uint64_t bytes) const {
   return std::log2(line) + correction / weights * (1.0 - nearest / kReach);
 }
 
+std::optional<double> CopyLine::recorded_ns(std::uint64_t bytes) const {
+  const SizeMemory::Entry* at = sizes_.at_or_below(bytes);
+  if (!at || at->bytes != bytes || at->log2_ns.size() == 0) return std::nullopt;
+  return std::exp2(double(at->median_log2_ns));
+}
+
 CopyLine::Answer CopyLine::predict(std::uint64_t bytes) const {
   const bool blend_wins = scores_[kBlend].count >= kMinScored &&
                           scores_[kBlend].mean_abs_log2_error < scores_[kLine].mean_abs_log2_error;
@@ -79,7 +85,9 @@ void CopyLine::refit() {
   const Eigen::VectorXd w = solve_nonnegative(gram, rhs);
   latency_ns_ = w[0];
   ns_per_byte_ = w[1];
-  fitted_ = sums_.weight > 0 && (latency_ns_ > 0 || ns_per_byte_ > 0);
+  const auto& sizes = sizes_.entries();  // sorted by bytes
+  const bool spread = sizes.size() >= 2 && sizes.back().bytes >= 2 * std::max<std::uint64_t>(sizes.front().bytes, 1);
+  fitted_ = spread && sums_.weight > 0 && (latency_ns_ > 0 || ns_per_byte_ > 0);
   upper_ratio_ = residuals_.size() >= kMinResiduals ? std::exp2(std::max(0.0f, residuals_.quantile(0.9))) : 1.5;
 }
 

@@ -25,6 +25,7 @@ Prediction CopyModel::predict(const CopyFeatures& copy, const PredictorConfig& c
     const CopyLine::Answer a = own.predict(copy.bytes);
     if (a.ns > 0) return {a.ns, a.ns * own.upper_ratio(), a.blended ? ModelUsed::copy_blend : ModelUsed::copy_linear, -1};
   }
+  if (const auto seen = own.recorded_ns(copy.bytes)) return {*seen, *seen * own.upper_ratio(), ModelUsed::copy_linear, -1};
   const CopyLine& pooled = direction_line(copy.direction);
   if (pooled.fitted()) {
     const double ns = pooled.line_ns(copy.bytes);

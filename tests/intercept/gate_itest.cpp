@@ -243,7 +243,7 @@ TEST_F(GateTest, LowPriorityWaitsForTheGrantAndRunsAfterIt) {
   ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return !c[0].completions.empty(); }));
   const auto completion = daemon_->clients().at(0).completions.at(0);
   EXPECT_GE(completion.end_ns - grant_ns, 20'000'000);  // ...so the 20 ms kernel ended 20 ms after it
-  EXPECT_EQ(completion.flags, ipc::kCompletionExact) << "low priority: its own event, its own time";
+  EXPECT_EQ(completion.flags, ipc::kCompletionCoarse) << "alone on its stream: nothing to time it against on the device";
   // The duration the daemon learns from is the op's, not the 300 ms it was held: start is the call.
   EXPECT_GE(completion.start_ns, grant_ns);
   EXPECT_LT(completion.end_ns - completion.start_ns, 200'000'000);
@@ -294,9 +294,8 @@ TEST_F(GateTest, HighPriorityIsNeverHeld) {
 // on the legacy default stream that record would be a barrier against every blocking stream the
 // program never asked for (and asking the driver whether the legacy stream is idle instead would
 // invalidate a graph the program captures on a blocking stream meanwhile, and wait for those
-// streams too). There the launching thread records it right after the call, so its completion is
-// exact, in each context (the legacy streams of two contexts have one handle); on a stream of its
-// own it stays deferred (coarse).
+// streams too). There the launching thread records it right after the call, in each context (the
+// legacy streams of two contexts have one handle), so each op's end is its own.
 TEST_F(GateTest, HighPriorityWorkOnTheLegacyStreamIsRecordedRightAfterTheCall) {
   start({"legacy-two"}, "high");
   ASSERT_EQ(finish(20s), 0) << output_;
@@ -306,18 +305,11 @@ TEST_F(GateTest, HighPriorityWorkOnTheLegacyStreamIsRecordedRightAfterTheCall) {
   for (const auto& completion : client.completions) done[completion.seq] = completion;
   ASSERT_EQ(done.size(), 2u) << output_;
   const long long short_launched = value_of(output_, "short"), long_launched = value_of(output_, "long");
-  for (const auto& [seq, completion] : done) {
-    EXPECT_EQ(completion.flags, ipc::kCompletionExact) << seq;
-    EXPECT_EQ(completion.status, 0) << seq;
-  }
+  for (const auto& [seq, completion] : done) EXPECT_EQ(completion.status, 0) << seq;
   EXPECT_GE(done[1].end_ns, short_launched + 1'000'000) << "the second context's spin(1000), not before it ran";
   EXPECT_GE(done[2].end_ns, long_launched + 50'000'000) << "the primary context's spin(50000), not before it ran";
   EXPECT_LT(done[1].end_ns, long_launched + 40'000'000) << "the second context's op, not held by the first's";
 
-  start({"threads", "1", "1"}, "high");  // one launch on a stream of its own
-  ASSERT_EQ(finish(20s), 0) << output_;
-  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return c.size() == 2 && !c[1].completions.empty(); }));
-  EXPECT_EQ(daemon_->clients().at(1).completions.at(0).flags, ipc::kCompletionCoarse);
 }
 
 // A poll turn that finds several of a stream's events done knows only the first op's end: the later
@@ -336,7 +328,45 @@ TEST_F(GateTest, OpsSeenDoneTogetherAreNotTimedByTheTurnsClockReads) {
     // Exact spans run from one turn to a later one, and turns are at least 20 us apart.
     EXPECT_GE(completion.end_ns - completion.start_ns, 15'000) << "seq " << completion.seq;
   }
-  EXPECT_GE(exact, 3u) << "each round's spin(20000) at least: its predecessor ended a round before";
+  EXPECT_GE(exact, 3u) << "spin(200)s queued behind the round's spin(20000), timed on the device";
+}
+
+// Ops queued behind each other on a stream are timed on the device (the events around each), not by
+// when the poll happened to see them end: a 100-us kernel is reported at 100 us, give or take the
+// driver's timer. The host's times were off by the launch's latency and the poll's lateness, 20 us
+// to 1.2 ms here. The first op (nothing before it to time it against), one posted after its
+// predecessor was seen done (the program was slow to launch it, on a loaded machine: there was no
+// queue) and one whose predecessor was not seen running after it was posted (it cannot be proven to
+// have queued) are coarse.
+TEST_F(GateTest, OpsQueuedOnAStreamAreTimedOnTheDevice) {
+  start({"queue", "30"}, "high");  // legacy stream: each op has its own event, recorded in the call
+  ASSERT_EQ(finish(20s), 0) << output_;
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 30) && c[0].completions.size() == 30; }));
+  const FakeClient client = daemon_->clients().at(0);  // a copy: a temporary's member would dangle in the loop
+  // simgpu sends a launch to its server without waiting, so on a loaded machine the device may idle
+  // a little between two ops the shim saw queued (a real GPU has the work once the call returns).
+  std::size_t exact = 0, off = 0;
+  for (const auto& completion : client.completions) {
+    ASSERT_EQ(completion.status, 0);
+    if (completion.flags != ipc::kCompletionExact) continue;
+    ++exact;
+    const std::int64_t span = completion.end_ns - completion.start_ns;
+    EXPECT_GE(span, 98'000) << "seq " << completion.seq;
+    if (std::abs(span - 100'000) > 2'000) {
+      ++off;
+      std::cout << "seq " << completion.seq << ": " << span << " ns\n";
+    }
+  }
+  EXPECT_GE(exact, 1u) << "on an idle machine, most of the 29 behind the first";
+  EXPECT_LE(off, std::max<std::size_t>(3, exact / 4)) << "of " << exact << " (by the host's times: 20 or more)";
+
+  // On a stream of its own a high-priority op's event is deferred (recorded by the completion
+  // thread, maybe after later ops): never a device time.
+  start({"threads", "1", "30"}, "high");
+  ASSERT_EQ(finish(20s), 0) << output_;
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return c.size() == 2 && c[1].completions.size() == 30; }));
+  const FakeClient deferred = daemon_->clients().at(1);
+  for (const auto& completion : deferred.completions) EXPECT_EQ(completion.flags, ipc::kCompletionCoarse);
 }
 
 TEST_F(GateTest, ManyLowPriorityThreadsWaitAtOnce) {

@@ -77,6 +77,25 @@ TEST(CopyPrediction, OnlineRefitFollowsTheLatestMeasurements) {
   EXPECT_GT(p.predict(c).duration_ns, 1.5 * before);
 }
 
+// From one size, latency and bandwidth cannot be told apart: a 256-B memset timed at 165 us was
+// read as 1.55 B/ns, and a 4-MiB memset was then predicted at 1.35 s. Until sizes 2x apart are seen
+// the class answers its one size as seen and others by the direction or the default; then the line.
+TEST(CopyPrediction, OneSizeCannotTellLatencyFromBandwidth) {
+  Predictor p;
+  const CopyFeatures small{CopyDirection::memset, HostMemory::none, 256};
+  const CopyFeatures large{CopyDirection::memset, HostMemory::none, 4 << 20};
+  p.observe(small, 165'000);
+  EXPECT_NEAR(p.predict(small).duration_ns, 165'000, 1'000);
+  const Prediction r = p.predict(large);
+  EXPECT_EQ(r.model, ModelUsed::copy_default);
+  EXPECT_LT(r.duration_ns, 1'000'000);
+  p.observe(CopyFeatures{CopyDirection::memset, HostMemory::none, 64 << 10}, 170'000);
+  const Prediction line = p.predict(large);
+  EXPECT_EQ(line.model, ModelUsed::copy_linear);
+  EXPECT_GT(line.duration_ns, 170'000);
+  EXPECT_LT(line.duration_ns, 1'000'000) << "latency 165 us, then 5 us more per 64 KiB";
+}
+
 TEST(CopyPrediction, SizeMemoryIsBounded) {
   CopyLine copy_line;
   for (std::uint64_t i = 1; i <= 10'000; ++i) copy_line.observe(i * 4096, 1000.0 + double(i), 1.0, 256);

@@ -38,6 +38,8 @@
 //   burst <rounds>  rounds times, on the legacy default stream: spin(20000), then spin(200) six
 //                   times, then sleep 40 ms with no synchronisation (the shim's poll finds them on its
 //                   own, long after the first ended); cuCtxSynchronize at the end
+//   queue <n>       on the legacy default stream: spin(100) n times back to back, then
+//                   cuCtxSynchronize
 //   fork            launch + sync, fork; the child marks a query and exit()s (atexit handlers run);
 //                   "child <status>" ("child hung" if it has not exited in 5 s), launch + sync again
 #include <cuda.h>
@@ -229,6 +231,12 @@ int run_burst(int rounds) {
     for (int i = 0; i < 6; ++i) CHECK_CU(launch(200, nullptr));
     std::this_thread::sleep_for(std::chrono::milliseconds(40));
   }
+  CHECK_CU(cuCtxSynchronize());
+  return 0;
+}
+
+int run_queue(int n) {
+  for (int i = 0; i < n; ++i) CHECK_CU(launch(100, nullptr));
   CHECK_CU(cuCtxSynchronize());
   return 0;
 }
@@ -473,7 +481,8 @@ int main(int argc, char** argv) {
   if (mode == "green") return run_green();
   if (mode == "legacy-two") return run_legacy_two();
   if (mode == "burst") return run_burst(arg(2, 3));
-  std::printf("usage: %s ops|unified|marks|timed|loop|threads|bench|copies|contexts|fork|destroy|release-beside|green|legacy-two|burst\n",
+  if (mode == "queue") return run_queue(arg(2, 30));
+  std::printf("usage: %s ops|unified|marks|timed|loop|threads|bench|copies|contexts|fork|destroy|release-beside|green|legacy-two|burst|queue\n",
               argv[0]);
   return 2;
 }

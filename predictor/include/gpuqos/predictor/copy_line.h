@@ -1,7 +1,9 @@
 // One copy class's model: duration = latency + bytes * ns_per_byte, fitted on relative error with
 // non-negative coefficients from running sums (refitted on every observation, O(1)), and a blend
 // that corrects the line by the recent medians of the recorded sizes nearest to the query (within
-// two doublings). Test-then-train scores choose between line and blend.
+// two doublings). Test-then-train scores choose between line and blend. The line is fitted only
+// once sizes at least 2x apart were seen: from one size, latency and bandwidth cannot be told apart
+// (a 256-B memset timed at 165 us made every 4-MiB one 1.35 s), and only that size is known.
 #pragma once
 
 #include <array>
@@ -33,6 +35,8 @@ class CopyLine {
 
   void observe(std::uint64_t bytes, double duration_ns, double decay, std::uint32_t score_window);
   bool fitted() const { return fitted_; }
+  // The recent median time of copies of exactly `bytes`, if that size is remembered.
+  std::optional<double> recorded_ns(std::uint64_t bytes) const;
   double line_ns(std::uint64_t bytes) const { return latency_ns_ + double(bytes) * ns_per_byte_; }
   Answer predict(std::uint64_t bytes) const;
   double upper_ratio() const { return upper_ratio_; }
