@@ -139,15 +139,25 @@ TEST(Qos, AJobsNumbersSurviveItsClientReconnectingAndBestEffortProgressIsCounted
   EXPECT_GT(daemon.status()["grants"]["issued"].get<std::uint64_t>(), 0u);
 }
 
+// A baymax daemon (bound 7.5 ms) serving the target job "serve" and a best-effort "train" that
+// posted its first kernel ("step", op 1).
+struct ServeAndTrain {
+  ServeAndTrain() {
+    train.name_kernel(1, "step");
+    train.post(FakeClient::kernel(1));
+  }
+  TempDir dir{"gpuqos-qos"};
+  DaemonProcess daemon{{"--config", dir.write("gpuqosd.toml", baymax_serve_config("be_backlog_bound_ms = 7.5\n")).string()}};
+  FakeClient serve{daemon.socket(), Priority::high, "serve"};
+  FakeClient train{daemon.socket(), Priority::low, "train"};
+};
+
 // baymax's own state in the status: its bound, the long-op budget of the device a job with a target
 // is on, and a best-effort job's granted work not yet completed; a fifo daemon has none.
 TEST(Qos, StatusShowsBaymaxsBoundBudgetAndGrantedWork) {
-  TempDir dir("gpuqos-qos");
-  DaemonProcess daemon({"--config", dir.write("gpuqosd.toml", baymax_serve_config("be_backlog_bound_ms = 7.5\n")).string()});
-  FakeClient serve(daemon.socket(), Priority::high, "serve");
-  FakeClient train(daemon.socket(), Priority::low, "train");
-  train.name_kernel(1, "step");
-  train.post(FakeClient::kernel(1));
+  ServeAndTrain jobs;
+  DaemonProcess& daemon = jobs.daemon;
+  FakeClient& train = jobs.train;
   ASSERT_TRUE(train.wait_granted(1));
   nlohmann::json status;
   ASSERT_TRUE(eventually([&] {
@@ -163,7 +173,7 @@ TEST(Qos, StatusShowsBaymaxsBoundBudgetAndGrantedWork) {
   EXPECT_TRUE(eventually([&] { return job_named(daemon.status(), "train")["be"]["outstanding_ns"] == 0; }, 5s))
       << daemon.status().dump(1);
 
-  DaemonProcess fifo({"--config", dir.write("fifo.toml", kServeConfig).string()});
+  DaemonProcess fifo({"--config", jobs.dir.write("fifo.toml", kServeConfig).string()});
   EXPECT_FALSE(fifo.status().contains("policy_state"));
 }
 
@@ -171,12 +181,9 @@ TEST(Qos, StatusShowsBaymaxsBoundBudgetAndGrantedWork) {
 // empty, allows it after 18.5 s) is shown in the status with its prediction and reason, and logged
 // once it has waited 5 s.
 TEST(Qos, AHeldOpIsShownWithItsPredictionAndLoggedWhenHeldLong) {
-  TempDir dir("gpuqos-qos");
-  DaemonProcess daemon({"--config", dir.write("gpuqosd.toml", baymax_serve_config("be_backlog_bound_ms = 7.5\n")).string()});
-  FakeClient serve(daemon.socket(), Priority::high, "serve");
-  FakeClient train(daemon.socket(), Priority::low, "train");
-  train.name_kernel(1, "step");
-  train.post(FakeClient::kernel(1));
+  ServeAndTrain jobs;
+  DaemonProcess& daemon = jobs.daemon;
+  FakeClient& train = jobs.train;
   ASSERT_TRUE(train.wait_granted(1));
   const std::int64_t now = ipc::monotonic_ns();
   train.complete(1, now - 100 * kMs, now);
