@@ -57,7 +57,8 @@ void CompletionTracker::track(std::shared_ptr<Session> session, const Ticket& ti
   try {
     Pending pending{std::move(session), ticket.seq, stream_key(op), ticket.context, nullptr, ticket.posted_ns,
                     static_cast<std::int32_t>(result), op.per_thread};
-    pending.issued_ns = ipc::monotonic_ns();
+    pending.start_event = ticket.start_event;
+    if (ticket.start_event) pending.call_ns = ipc::monotonic_ns() - ticket.start_ns;
     // cuLaunchCooperativeKernelMultiDevice names its streams in its parameter list, not to us: no
     // event (one on the default stream would be work the program never asked for); reported now.
     if (result == CUDA_SUCCESS && op.hook != HookId::hook_cuLaunchCooperativeKernelMultiDevice) {
@@ -161,13 +162,6 @@ void CompletionTracker::drop_event_pool(bool destroy_events) noexcept {
   {
     std::lock_guard lock(mutex_);
     pool.swap(free_events_);
-    try {
-      for (const auto& [key, tail] : tails_) {
-        if (tail.event) pool[key.first].push_back(tail.event);
-      }
-    } catch (...) {  // out of memory: those are forgotten, not destroyed (leaked, which is safe)
-    }
-    tails_.clear();
   }
   const auto destroy = driver<EventDestroy>(DriverHelper::event_destroy);
   for (const auto& [context, events] : pool) {
@@ -223,17 +217,15 @@ void CompletionTracker::context_ended(CUcontext context, std::int64_t since_ns, 
       const Ending ended{context, since_ns, any};
       const auto forget = [&ended](Pending& pending) {
         if (!ended.covers(pending)) return;
-        pending.event = nullptr;
+        pending.event = pending.start_event = nullptr;
         pending.needs_record = pending.covered = false;
       };
       std::for_each(incoming_.begin(), incoming_.end(), forget);
       for (auto& [stream, queue] : by_stream_) std::for_each(queue.begin(), queue.end(), forget);
       if (any) {
         free_events_.clear();
-        tails_.clear();
       } else {
         free_events_.erase(context);
-        std::erase_if(tails_, [context](const auto& tail) { return tail.first.first == context; });
       }
     }
   }
@@ -313,32 +305,36 @@ void CompletionTracker::report(Pending& pending, std::int64_t end_ns, bool coars
   }
 }
 
-std::int64_t CompletionTracker::time_on_device(const StreamKey& key, const Pending& decider, bool chains) noexcept {
+std::int64_t CompletionTracker::time_on_device(Pending& done) noexcept {
+  if (!done.start_event) return 0;
   const auto v2 = driver<EventElapsedTime>(DriverHelper::event_elapsed_time_v2);
   const auto elapsed = v2 ? v2 : driver<EventElapsedTime>(DriverHelper::event_elapsed_time);
-  std::int64_t device_ns = 0;
+  float ms = 0;
+  const bool timed = done.event && elapsed && elapsed(&ms, done.start_event, done.event) == CUDA_SUCCESS && ms > 0;
+  give_back(done.context, done.start_event);
+  done.start_event = nullptr;
+  const auto device_ns = timed ? static_cast<std::int64_t>(static_cast<double>(ms) * 1e6) : 0;
+  return device_ns > 4 * done.call_ns ? device_ns : 0;
+}
+
+void CompletionTracker::give_back(CUcontext context, CUevent event) noexcept {
+  if (!event) return;
   std::lock_guard lock(mutex_);
   try {
-    StreamTail& tail = tails_[key];
-    float ms = 0;
-    if (chains && tail.event && tail.seen_running_ns >= decider.issued_ns && elapsed &&
-        elapsed(&ms, tail.event, decider.event) == CUDA_SUCCESS && ms > 0) {
-      device_ns = static_cast<std::int64_t>(static_cast<double>(ms) * 1e6);
-    }
-    if (tail.event) free_events_[key.first].push_back(tail.event);
-    if (chains) {
-      tail = StreamTail{decider.event, decider.seen_running_ns};
-    } else {
-      tails_.erase(key);  // a program making streams without end must not grow this
-    }
-  } catch (...) {  // out of memory: no device time; the tail's event, if any, is dropped
-    device_ns = 0;
+    free_events_[context].push_back(event);
+  } catch (...) {  // out of memory: the event is dropped, not pooled
   }
-  return device_ns;
+}
+
+CUevent CompletionTracker::record_start(CUcontext context, const Operation& op) noexcept {
+  Pending probe;
+  probe.context = context;
+  probe.per_thread = op.per_thread;
+  record(probe, op.stream);
+  return probe.event;
 }
 
 bool CompletionTracker::poll_streams() noexcept {
-  const std::int64_t turn_ns = ipc::monotonic_ns();
   const auto query = driver<EventQuery>(DriverHelper::event_query);
   const std::vector<Ending> ending = ending_contexts();
   bool any = false;
@@ -351,20 +347,17 @@ bool CompletionTracker::poll_streams() noexcept {
       // Not while its context is being destroyed: after, it is done (context_ended) or still there.
       if (decider->event && is_ending(ending, *decider)) break;
       const CUresult state = decider->event && query ? query(decider->event) : CUDA_SUCCESS;
-      if (state == CUDA_ERROR_NOT_READY) {
-        decider->seen_running_ns = turn_ns;  // the query came after: running then at least
-        break;
-      }
+      if (state == CUDA_ERROR_NOT_READY) break;
       const std::int64_t now = ipc::monotonic_ns();
       // One event decided several ops, it was recorded late, or there was none to wait for: the
       // times do not time this op alone.
       const bool coarse = decider != queue.begin() || !decider->event || decider->deferred;
-      const bool chains = decider->event && !decider->deferred && state == CUDA_SUCCESS;
-      const std::int64_t device_ns = time_on_device(it->first, *decider, chains);
+      const std::int64_t device_ns = !coarse && state == CUDA_SUCCESS ? time_on_device(*decider) : 0;
       for (auto done = queue.begin(); done != std::next(decider); ++done) {
         report(*done, now, coarse, coarse ? 0 : device_ns);
+        if (done->start_event && state == CUDA_SUCCESS) time_on_device(*done);  // pools it
       }
-      if (decider->event && state == CUDA_SUCCESS && !chains) {
+      if (decider->event && state == CUDA_SUCCESS) {
         std::lock_guard lock(mutex_);
         try {
           free_events_[decider->context].push_back(decider->event);

@@ -4,12 +4,18 @@
 // background thread polls the oldest event of each stream (a stream's events finish in order) and
 // pushes a CompletionDescriptor. Its end is when the poll saw the event done (the poll sleeps 20 us
 // after a completion, doubling up to 1 ms while nothing completes, so end is late by at most that;
-// only an idle thread is woken by a new op, so a busy program pays no wake-up per launch). It is
-// exact, with start = end minus its own device time, for an op whose event was recorded right after
-// its call and which queued behind the stream's previous such op (that one was seen running after
-// this one's call had returned): the device time between the two events is then the op's alone. Every other
-// op is coarse, with start = the later of its call and the previous end on the stream: the host
-// cannot time an op (launch latency before it, poll lateness after it; see report()). A call the
+// only an idle thread is woken by a new op, so a busy program pays no wake-up per launch). Only the
+// device times an op: a call that waited for its grant also gets an event recorded right before it
+// on its stream, and is reported exact with start = end minus the device time between the two: the
+// op's own time, plus, when the stream was idle, up to the host's time from that record to the
+// call's return (so it is exact only when that host time is under a quarter of it: a thread
+// descheduled between the two calls would otherwise add its wait). Every
+// other op is coarse, with start = the later of its call and the previous end on the stream: the
+// host's view adds launch latency before an op and poll lateness after it (4-us memsets were learned
+// at 1 ms, 100-us kernels at up to 1.3 ms on a loaded machine, and a poll turn finding several ops
+// done gave spans of the few hundred ns between two clock reads). Timing the event after the
+// previous op instead is not sound: work the shim does not see (another thread's, a stream wait, a
+// host function, the legacy stream's implicit synchronisation) may run between the two. A call the
 // driver refused is reported at once with its error code.
 //
 // Who records the event:
@@ -56,6 +62,12 @@ class CompletionTracker {
   CompletionTracker(const CompletionTracker&) = delete;
   CompletionTracker& operator=(const CompletionTracker&) = delete;
 
+  // Right before a waited call (on the calling thread): an event recorded on the op's stream, which
+  // its completion is timed from on the device; nullptr if none could be. Give it to track().
+  CUevent record_start(CUcontext context, const Operation& op) noexcept;
+  // A start event no op will be tracked with goes back to the pool.
+  void give_back(CUcontext context, CUevent event) noexcept;
+
   // after() of a posted op, on the calling thread. Starts the thread on first use.
   void track(std::shared_ptr<Session> session, const Ticket& ticket, const Operation& op, CUresult result,
              bool record_inline) noexcept;
@@ -101,8 +113,8 @@ class CompletionTracker {
     bool needs_record = false;  // deferred: the background thread records its event
     bool covered = false;       // done when the next event on its stream is
     bool deferred = false;      // its event (if any) was recorded by the background thread
-    std::int64_t seen_running_ns = 0;  // the last poll turn that found its event not ready (0: none)
-    std::int64_t issued_ns = 0;        // when the real call had returned (its work was in the queue)
+    CUevent start_event = nullptr;  // recorded right before the call (a waited call): times it on the device
+    std::int64_t call_ns = 0;       // host time from before start_event's record to after the call
   };
   // Ops by stream, in order; keyed by context too, as every context's default streams have one
   // handle (a decider must be of the same stream as the ops it decides).
@@ -126,11 +138,9 @@ class CompletionTracker {
   bool poll_streams() noexcept;  // reports what finished; true if anything did
   // `device_ns`: its time on the device (> 0), from the events around it; 0: none known.
   void report(Pending& pending, std::int64_t end_ns, bool coarse = false, std::int64_t device_ns = 0) noexcept;
-  // The device time between the stream's tail event and `decider` (an op recorded inline, done), when
-  // the tail was seen running after the op's call had returned: the op queued behind it, so that is the op's
-  // own time. 0 otherwise. Then `decider` becomes the stream's tail (`chains`: it was recorded right
-  // after its call, so a later op's time can be measured from it) and the old tail's event is pooled.
-  std::int64_t time_on_device(const StreamKey& key, const Pending& decider, bool chains) noexcept;
+  // The device time between `done`'s start event and its event, both finished (0: none); pools the
+  // start event.
+  std::int64_t time_on_device(Pending& done) noexcept;
 
   std::mutex record_mutex_;  // deferred recording: the thread's turn, or a destroyer's
   std::mutex mutex_;
@@ -146,13 +156,6 @@ class CompletionTracker {
   // The thread's own (a context ender, under poll_mutex_, only forgets the events in it).
   std::map<StreamKey, std::deque<Pending>> by_stream_;
   std::map<StreamKey, std::int64_t> last_end_ns_;  // report()'s, under report_mutex_
-  // Each stream's last finished event recorded right after its call, kept out of the pool to time
-  // the stream's next op against on the device (time_on_device); under mutex_, like the pool.
-  struct StreamTail {
-    CUevent event = nullptr;
-    std::int64_t seen_running_ns = 0;
-  };
-  std::map<StreamKey, StreamTail> tails_;
 };
 
 }  // namespace gpuqos::intercept

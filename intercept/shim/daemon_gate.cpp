@@ -203,6 +203,8 @@ Ticket DaemonGate::post(const Operation& op, const std::shared_ptr<Session>& ses
       // The completion's start is the call, not the post: a duration that included the hold
       // would teach the predictor that held ops are long, and hold them longer.
       ticket.posted_ns = ipc::monotonic_ns();
+      ticket.start_ns = ticket.posted_ns;
+      ticket.start_event = completions_.record_start(ticket.context, op);  // behind the wait, as its end's
     }
     return ticket;
   } catch (...) {
@@ -339,9 +341,11 @@ void DaemonGate::after(const Operation& op, Ticket ticket, CUresult result) noex
   if (ticket.seq == 0) return;
   std::shared_ptr<Session> session = session_.load();
   if (session && session->id() == ticket.session && session->alive()) {
-    // Only a call that waited for its grant records its own event (the cost hides behind the wait);
+    // Only a call that waited for its grant records its own events (the cost hides behind the wait);
     // high priority, and low priority spending credit, add nothing: the completion thread records.
     completions_.track(std::move(session), ticket, op, result, /*record_inline=*/ticket.waited);
+  } else {
+    completions_.give_back(ticket.context, ticket.start_event);
   }
 }
 
