@@ -5,7 +5,8 @@
 // pushes a CompletionDescriptor. Its end is when the poll saw the event done (the poll sleeps 20 us
 // after a completion, doubling up to 1 ms while nothing completes, so end is late by at most that;
 // only an idle thread is woken by a new op, so a busy program pays no wake-up per launch). Only the
-// device times an op: a call that waited for its grant also gets an event recorded right before it
+// device times an op: a call that waited for its grant (at most one a millisecond per thread) also
+// gets an event recorded right before it
 // on its stream, and is reported exact with start = end minus the device time between the two: the
 // op's own time, plus, when the stream was idle, up to the host's time from that record to the
 // call's return (so it is exact only when that host time is under a quarter of it: a thread
