@@ -355,7 +355,7 @@ bool CompletionTracker::poll_streams() noexcept {
       const std::int64_t device_ns = !coarse && state == CUDA_SUCCESS ? time_on_device(*decider) : 0;
       for (auto done = queue.begin(); done != std::next(decider); ++done) {
         report(*done, now, coarse, coarse ? 0 : device_ns);
-        if (done->start_event && state == CUDA_SUCCESS) time_on_device(*done);  // pools it
+        if (done->start_event && state == CUDA_SUCCESS) give_back(done->context, done->start_event);
       }
       if (decider->event && state == CUDA_SUCCESS) {
         std::lock_guard lock(mutex_);
