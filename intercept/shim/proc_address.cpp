@@ -1,25 +1,43 @@
 // cuGetProcAddress interposition: the CUDA runtime (and any modern program) reaches the driver
 // through it, so its answers must be our hooks too, for the right version and stream flavour.
+#include <atomic>
+#include <string>
+
 #include "shim.h"
 
 namespace gpuqos::intercept {
 namespace {
 
+// Says once a process that a hooked entry point was asked for at a CUDA version newer than ours,
+// and answered with a function we do not know: its calls through that pointer are not scheduled.
+void say_kept_newer_abi(const char* symbol, int version) noexcept {
+  static std::atomic<bool> said{false};
+  if (said.exchange(true)) return;
+  try {
+    log_message(LogLevel::warn, std::string("cuGetProcAddress(\"") + symbol + "\", " + std::to_string(version) +
+                                    ") asks for a CUDA newer than the " + std::to_string(newest_known_cuda_version()) +
+                                    " this gpuqos knows, and the driver answered a function it does not recognise: that "
+                                    "answer is kept, and work launched through it (or any such answer) is not scheduled");
+  } catch (...) {  // out of memory: unsaid
+  }
+}
+
 // Our hook for what the driver answered to (symbol, version, flags), or nullptr to keep its answer.
 void* hook_for_answer(const char* symbol, int version, cuuint64_t flags, void* answer) {
   const ProcAddressSymbols candidates = proc_address_symbols(symbol, version);
-  const auto legacy = find_hook(candidates.legacy);
-  const auto per_thread = find_hook(candidates.per_thread);
-  // The driver's own answer tells which flavour it chose when it is the exported function (or our
-  // hook already: simgpu looks its answers up with dlsym); otherwise go by the flags as documented.
-  for (const auto candidate : {per_thread, legacy}) {
+  // The driver's own answer tells which ABI and flavour it chose when it is the exported function
+  // (or our hook already: simgpu looks its answers up with dlsym), whatever the version asked.
+  for (const auto& name : {candidates.per_thread, candidates.legacy}) {
+    const auto candidate = find_hook(name);
     if (candidate && (answer == real_function_address(*candidate) || answer == hook_address(*candidate))) {
       return hook_address(*candidate);
     }
   }
+  // Otherwise by the version and flags, as documented, for versions whose ABIs we know.
   const bool wants_per_thread = flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
-  const auto chosen = wants_per_thread && !candidates.per_thread.empty() ? per_thread : legacy;
-  return chosen ? hook_address(*chosen) : nullptr;
+  if (const auto chosen = hook_for_unrecognised_answer(symbol, version, wants_per_thread)) return hook_address(*chosen);
+  if (!candidates.legacy.empty() || !candidates.per_thread.empty()) say_kept_newer_abi(symbol, version);
+  return nullptr;
 }
 
 void substitute_hook(CUresult result, const char* symbol, void** pfn, int version, cuuint64_t flags) {

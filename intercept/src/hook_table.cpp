@@ -3,6 +3,8 @@
 #include <array>
 #include <cstring>
 
+#include <cuda.h>
+
 #include "gpuqos/intercept/hooks.h"
 
 namespace gpuqos::intercept {
@@ -74,6 +76,15 @@ ProcAddressSymbols proc_address_symbols(std::string_view api, int version) noexc
     if (!best || row.version >= best->version) best = &row;
   }
   return {legacy ? legacy->symbol : std::string_view{}, per_thread ? per_thread->symbol : std::string_view{}};
+}
+
+int newest_known_cuda_version() noexcept { return CUDA_VERSION; }
+
+std::optional<HookId> hook_for_unrecognised_answer(std::string_view api, int version, bool per_thread) noexcept {
+  if (version > newest_known_cuda_version()) return std::nullopt;
+  const ProcAddressSymbols symbols = proc_address_symbols(api, version);
+  const std::string_view chosen = per_thread && !symbols.per_thread.empty() ? symbols.per_thread : symbols.legacy;
+  return chosen.empty() ? std::nullopt : find_hook(chosen);
 }
 
 }  // namespace gpuqos::intercept

@@ -49,5 +49,20 @@ TEST(ProcAddressSymbols, AnswerTheNewestAbiNoNewerThanTheVersionAsked) {
   EXPECT_EQ(proc_address_symbols("cuInit", 12000).legacy, "");         // not hooked: not in the table
 }
 
+// A driver answer we do not recognise is replaced by the hook of the ABI the version and flags
+// choose, but only for versions whose ABIs this build knows: a newer one may have changed it.
+TEST(ProcAddressSymbols, AnUnrecognisedAnswerIsHookedOnlyForVersionsWeKnow) {
+  const int newest = newest_known_cuda_version();
+  EXPECT_GE(newest, 13000);  // built against the CUDA 13 headers
+  EXPECT_EQ(hook_for_unrecognised_answer("cuLaunchKernel", 12000, false), HookId::hook_cuLaunchKernel);
+  EXPECT_EQ(hook_for_unrecognised_answer("cuLaunchKernel", 12000, true), HookId::hook_cuLaunchKernel_ptsz);
+  EXPECT_EQ(hook_for_unrecognised_answer("cuMemcpyHtoD", newest, true), HookId::hook_cuMemcpyHtoD_v2_ptds);
+  EXPECT_EQ(hook_for_unrecognised_answer("cuMemcpyHtoD", 3000, true), HookId::hook_cuMemcpyHtoD);  // no _ptds yet
+  EXPECT_EQ(hook_for_unrecognised_answer("cuLaunchKernel", newest + 10, false), std::nullopt);
+  EXPECT_EQ(hook_for_unrecognised_answer("cuMemcpyHtoD", newest + 10, true), std::nullopt);
+  EXPECT_EQ(hook_for_unrecognised_answer("cuInit", 12000, false), std::nullopt);
+  EXPECT_EQ(hook_for_unrecognised_answer("cuLaunchKernel", 3000, false), std::nullopt);
+}
+
 }  // namespace
 }  // namespace gpuqos::intercept

@@ -3,6 +3,7 @@
 # libcuda.so.1 at run time); dlopen_client does not link it and finds it with dlopen + dlsym;
 # gate_client (linked) is what the gate's tests run under a fake gpuqosd. dlopen_client `handles`
 # also opens two libraries: test_wrapper defines cuLaunchKernel of its own, test_linked links libcuda.
+# future_driver, preloaded after the shim, plays a driver newer than the shim (linked_client `future`).
 foreach(program linked_client dlopen_client gate_client)
   add_executable(intercept_${program} ${CMAKE_CURRENT_LIST_DIR}/programs/${program}.cpp)
   set_target_properties(intercept_${program} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests/programs)
@@ -13,7 +14,7 @@ target_link_libraries(intercept_linked_client PRIVATE CUDA::cuda_driver ${CMAKE_
 target_link_libraries(intercept_dlopen_client PRIVATE ${CMAKE_DL_LIBS})
 target_link_libraries(intercept_gate_client PRIVATE CUDA::cuda_driver Threads::Threads ${CMAKE_DL_LIBS})
 target_include_directories(intercept_gate_client PRIVATE ${PROJECT_SOURCE_DIR}/intercept/include)  # gpuqos/query.h
-foreach(library test_wrapper test_linked)
+foreach(library test_wrapper test_linked future_driver)
   add_library(intercept_${library} SHARED ${CMAKE_CURRENT_LIST_DIR}/programs/${library}.cpp)
   set_target_properties(intercept_${library} PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests/programs)
   target_include_directories(intercept_${library} PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
@@ -21,3 +22,5 @@ foreach(library test_wrapper test_linked)
 endforeach()
 target_link_libraries(intercept_test_linked PRIVATE CUDA::cuda_driver)
 add_dependencies(intercept_dlopen_client intercept_test_wrapper intercept_test_linked)
+target_link_libraries(intercept_future_driver PRIVATE ${CMAKE_DL_LIBS})
+add_dependencies(intercept_linked_client intercept_future_driver)

@@ -66,7 +66,7 @@ class ShimTest : public ::testing::Test {
   // Runs tests/programs/<program> <mode> under the shim; its exit code (-1: did not finish in time).
   int run(const std::string& program, const std::string& mode, std::map<std::string, std::string> env = {},
           bool with_driver = true) {
-    env["LD_PRELOAD"] = kShim;
+    env["LD_PRELOAD"] = env.contains("LD_PRELOAD") ? kShim + ":" + env["LD_PRELOAD"] : kShim;  // ours first
     env["GPUQOS_DEBUG_COUNTS"] = counts_path_.string();
     env["SIMGPU_SOCKET"] = simgpud_.socket();
     env["LD_LIBRARY_PATH"] = with_driver ? kBuild + "/lib/simgpu" : dir_.path().string();
@@ -124,6 +124,18 @@ TEST_F(ShimTest, CuGetProcAddressAnswersHooks) {
   EXPECT_EQ(c.at("launch"), 2);
   EXPECT_EQ(c.at("copy"), 2);
   EXPECT_EQ(c.at("failed"), 0);
+}
+
+// A driver newer than the shim may answer a hooked name, asked for at its newer version, with an
+// ABI we have no hook for; our hook in its place would be called with arguments it cannot read.
+// The driver's answer is kept and the shim says so once; answers it recognises are still hooked.
+TEST_F(ShimTest, CuGetProcAddressKeepsAnAnswerOfAnAbiNewerThanTheShim) {
+  ASSERT_EQ(run("intercept_linked_client", "future", {{"LD_PRELOAD", kBuild + "/tests/programs/libintercept_future_driver.so"}}), 0)
+      << output_;
+  EXPECT_NE(output_.find("future ok"), std::string::npos) << output_;
+  EXPECT_EQ(occurrences(output_, "asks for a CUDA newer than the"), 1u) << output_;
+  EXPECT_NE(output_.find("cuGetProcAddress(\"cuLaunchKernel\", 90000)"), std::string::npos) << output_;
+  EXPECT_EQ(counts().at("failed"), 0);
 }
 
 TEST_F(ShimTest, DlopenAndDlsymAnswerHooks) {

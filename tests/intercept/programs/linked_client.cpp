@@ -1,6 +1,7 @@
 // A CUDA driver-API program linked against libcuda: `direct` calls the driver by name (launches,
 // copies, a memset, syncs, a captured launch and a graph launch); `proc` launches and copies through
-// pointers from cuGetProcAddress. Exit status 0 when every result is right.
+// pointers from cuGetProcAddress; `future` asks cuGetProcAddress for a CUDA newer than the shim knows
+// (run with future_driver preloaded after the shim). Exit status 0 when every result is right.
 #include <cuda.h>
 #include <dlfcn.h>
 
@@ -9,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "future_abi.h"
 #include "gpuqos/testing/spin_program.h"
 
 namespace {
@@ -120,12 +122,33 @@ int run_proc() {
   return 0;
 }
 
+// A driver newer than the shim answers cuLaunchKernel with an ABI the shim has no hook for: the
+// program must get the driver's function, not our hook of the older ABI (which it would call with
+// the new ABI's arguments). An answer the shim recognises is still its hook, whatever the version.
+int run_future() {
+  CUfunction spin = nullptr;
+  if (open_device(&spin) != 0) return 1;
+  CUdriverProcAddressQueryResult found{};
+  void* fn = nullptr;
+  CHECK_CU(cuGetProcAddress("cuLaunchKernel", &fn, kFutureCudaVersion, CU_GET_PROC_ADDRESS_DEFAULT, &found));
+  CHECK(fn && !in_shim(fn));
+  FutureLaunch launch;
+  CHECK_CU(reinterpret_cast<FutureLaunchKernel>(fn)(&launch));
+  CHECK(launch.done == kFutureLaunchDone);
+
+  CHECK_CU(cuGetProcAddress("cuMemcpyHtoD", &fn, kFutureCudaVersion, CU_GET_PROC_ADDRESS_DEFAULT, &found));
+  CHECK(fn && in_shim(fn));  // the driver answered its exported cuMemcpyHtoD_v2: an ABI we know
+  std::printf("future ok\n");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "direct") return run_direct();
   if (mode == "proc") return run_proc();
-  std::printf("usage: %s direct|proc\n", argv[0]);
+  if (mode == "future") return run_future();
+  std::printf("usage: %s direct|proc|future\n", argv[0]);
   return 2;
 }

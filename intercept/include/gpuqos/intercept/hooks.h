@@ -53,4 +53,14 @@ struct ProcAddressSymbols {
 };
 ProcAddressSymbols proc_address_symbols(std::string_view api, int version) noexcept;
 
+// The CUDA version this shim was built against (cuda.h's CUDA_VERSION): the newest whose ABIs it knows.
+int newest_known_cuda_version() noexcept;
+
+// Our hook for cuGetProcAddress(api, version, flags) when the driver answered with a function that
+// is none of the ones we know: the newest ABI no newer than `version`, per stream flavour, as the
+// driver documents. nullopt keeps the driver's answer: `api` is not hooked, or `version` is newer
+// than newest_known_cuda_version(), when the answer may be an ABI we have no hook for (a hook of
+// the older ABI called with the new one's arguments would crash the program).
+std::optional<HookId> hook_for_unrecognised_answer(std::string_view api, int version, bool per_thread) noexcept;
+
 }  // namespace gpuqos::intercept
