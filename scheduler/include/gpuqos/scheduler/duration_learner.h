@@ -3,17 +3,20 @@
 // start and saved periodically and at exit.
 //
 // Only completions the shim marks exact are learned: a completion flagged ipc::kCompletionCoarse
-// bounds several ops that finished together and says nothing of this one's own duration. On a
-// device that runs processes' work in order, nor is one during which another client's op on the
-// same engine of the same device ran (their timed spans overlap): the shim times an op from its
-// call (or its stream's previous op), so that span includes the wait behind the other job's work.
-// Ten 4-ms kernels each queued behind another job's 97-ms one would raise the 4-ms kernel's upper
-// estimate to 170 ms (the unit test). On a time-slicing device such a span is the op's wall time
-// while it shared the slices, and it is learned as before: leaving it out raised the benchmark's
-// timeslice resnet+recsys share by about 3 points and its p99 at load 0.4 to 1.00-1.16 x the
-// target in 3 runs (the cell is marginal on every version: 0.82-1.00 x at 9d3c0c5 the same day).
-// The shim's times are host-observed (late by the completion poll, see the shim's
-// completion_tracker.h), so they refine a model that CUPTI profiles (`gpuqos train`) should seed.
+// bounds several ops that finished together, or was timed by the host, and says nothing of this
+// one's own duration. The shim marks exact only an op it timed on the device, between events
+// recorded right before and after its call (a call that waited for its grant, at most one a
+// millisecond per thread; see the shim's completion_tracker.h): high-priority ops and ops granted
+// on credit are not learned online, and a store `gpuqos train` makes from CUPTI profiles is what
+// predicts them. On a device that runs processes' work in order, an exact completion during whose
+// span another client's op on the same engine of the same device ran is not learned either: on an
+// idle stream the span includes the wait behind the other job's work. Ten 4-ms kernels each queued
+// behind another job's 97-ms one would raise the 4-ms kernel's upper estimate to 170 ms (the unit
+// test). On a time-slicing device such a span is the op's wall time while it shared the slices,
+// and it is learned as before: leaving it out raised the benchmark's timeslice resnet+recsys share
+// by about 3 points and its p99 at load 0.4 to 1.00-1.16 x the target in 3 runs (the cell is
+// marginal on every version: 0.82-1.00 x at 9d3c0c5 the same day). An exact span is placed at the
+// poll's sighting of its end minus its device time, so it sits late by the poll's lateness.
 #pragma once
 
 #include <cstdint>
