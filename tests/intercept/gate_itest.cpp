@@ -307,8 +307,9 @@ TEST_F(GateTest, HighPriorityWorkOnTheLegacyStreamIsRecordedRightAfterTheCall) {
   const long long short_launched = value_of(output_, "short"), long_launched = value_of(output_, "long");
   for (const auto& [seq, completion] : done) EXPECT_EQ(completion.status, 0) << seq;
   EXPECT_GE(done[1].end_ns, short_launched + 1'000'000) << "the second context's spin(1000), not before it ran";
-  EXPECT_GE(done[2].end_ns, long_launched + 50'000'000) << "the primary context's spin(50000), not before it ran";
-  EXPECT_LT(done[1].end_ns, long_launched + 40'000'000) << "the second context's op, not held by the first's";
+  EXPECT_GE(done[2].end_ns, long_launched + 200'000'000) << "the primary context's spin(200000), not before it ran";
+  // A wide margin: the poll may be late on a loaded machine (a 40-ms bound failed 2 in about 15 runs).
+  EXPECT_LT(done[1].end_ns, long_launched + 150'000'000) << "the second context's op, not held by the first's";
 
 }
 

@@ -33,7 +33,7 @@
 //                   last), spin(20000) on a stream of it, destroy the green context (which ends both
 //                   contexts): "ended <ns>" after it; sleep 100 ms
 //   legacy-two      spin(1000) on the legacy default stream of a second context ("short <ns>": just
-//                   before), then spin(50000) on the primary context's ("long <ns>"); synchronise
+//                   before), then spin(200000) on the primary context's ("long <ns>"); synchronise
 //                   both, sleep 100 ms
 //   burst <rounds>  rounds times, on the legacy default stream: spin(20000), then spin(200) six
 //                   times, then sleep 40 ms with no synchronisation (the shim's poll finds them on its
@@ -249,7 +249,7 @@ int run_legacy_two() {
   CHECK_CU(launch_spin(spin, 1000, nullptr));
   CHECK_CU(cuCtxSetCurrent(primary));
   std::printf("long %lld\n", now_ns());
-  CHECK_CU(launch(50000, nullptr));
+  CHECK_CU(launch(200000, nullptr));
   CHECK_CU(cuCtxSynchronize());
   CHECK_CU(cuCtxSetCurrent(second));
   CHECK_CU(cuCtxSynchronize());
