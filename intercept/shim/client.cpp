@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <mutex>
@@ -45,7 +46,10 @@ void write_stderr(const std::string& line) {
 class Client {
  public:
   Client() {
-    ParsedSettings parsed = parse_settings([](const char* name) { return std::getenv(name); }, executable_name());
+    std::error_code no_directory;  // the working directory removed: a relative GPUQOS_SOCKET is then bad
+    const std::string directory = std::filesystem::current_path(no_directory).string();
+    ParsedSettings parsed =
+        parse_settings([](const char* name) { return std::getenv(name); }, executable_name(), directory);
     settings_ = std::move(parsed.settings);
     ::pthread_atfork(nullptr, nullptr, [] { forked_child.store(true, std::memory_order_relaxed); });
     const auto log = [this](LogLevel level, const std::string& text) {

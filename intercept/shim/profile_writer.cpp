@@ -1,6 +1,8 @@
 // Formatting the profile's records and writing the file atomically (temporary file, then rename).
 #include "profile_writer.h"
 
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -78,6 +80,11 @@ std::string memset_line(std::uint64_t bytes, std::uint64_t start_ns, std::uint64
 bool ProfileWriter::open(const std::string& path, std::string_view job, int pid, std::string& why) {
   path_ = path;
   temp_path_ = path + ".tmp." + std::to_string(pid);
+  // The rename at exit could not replace a directory: said now, before the run is profiled for nothing.
+  if (struct stat target{}; ::stat(path.c_str(), &target) == 0 && S_ISDIR(target.st_mode)) {
+    why = path + " is a directory, not a file to write";
+    return false;
+  }
   file_ = std::fopen(temp_path_.c_str(), "w");
   if (!file_) {
     why = "cannot write " + temp_path_ + ": " + std::strerror(errno);

@@ -17,6 +17,9 @@
 #include "gpuqos/ipc/registration.h"
 #include "session.h"
 
+// A job name the settings take must reach gpuqosd whole: the config matches jobs by it.
+static_assert(gpuqos::intercept::kMaxJobNameBytes == gpuqos::ipc::kJobNameBytes - 1);
+
 namespace gpuqos::intercept {
 namespace {
 

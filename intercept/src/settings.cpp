@@ -47,7 +47,8 @@ bool is_valid_job_name(std::string_view name) noexcept {
   return !name.empty() && name.size() <= kMaxJobNameBytes && std::all_of(name.begin(), name.end(), job_char);
 }
 
-ParsedSettings parse_settings(const std::function<const char*(const char*)>& getenv, std::string_view default_job) {
+ParsedSettings parse_settings(const std::function<const char*(const char*)>& getenv, std::string_view default_job,
+                              std::string_view working_directory) {
   ParsedSettings parsed;
   Settings& s = parsed.settings;
   auto read = [&](const char* variable) -> std::string_view {
@@ -64,12 +65,21 @@ ParsedSettings parse_settings(const std::function<const char*(const char*)>& get
   if (const auto value = read("GPUQOS_JOB"); is_valid_job_name(value)) {
     s.job = value;
   } else if (!value.empty()) {
-    parsed.problems.push_back(problem("GPUQOS_JOB", value, "1 to 64 characters of A-Z a-z 0-9 . _ -"));
+    parsed.problems.push_back(problem("GPUQOS_JOB", value, "1 to 63 characters of A-Z a-z 0-9 . _ -"));
   }
-  if (const auto value = read("GPUQOS_SOCKET"); value.starts_with('/') && value.size() <= kMaxSocketPathBytes) {
-    s.socket_path = value;
-  } else if (!value.empty()) {
-    parsed.problems.push_back(problem("GPUQOS_SOCKET", value, "an absolute path of at most 107 bytes"));
+  if (const auto value = read("GPUQOS_SOCKET"); !value.empty()) {
+    // Relative to the working directory the job started in, as gpuqosd's --socket and `gpuqos run
+    // --socket` take it; resolved now, so a later chdir does not move it.
+    std::string path(value);
+    if (!value.starts_with('/') && working_directory.starts_with('/')) {
+      path = std::string(working_directory) + (working_directory.ends_with('/') ? "" : "/") + path;
+    }
+    if (path.starts_with('/') && path.size() <= kMaxSocketPathBytes) {
+      s.socket_path = std::move(path);
+    } else {
+      parsed.problems.push_back(
+          problem("GPUQOS_SOCKET", value, "a path, absolute or from the working directory, of at most 107 bytes"));
+    }
   }
   if (const auto value = read("GPUQOS_LOG"); !value.empty()) {
     const auto it = std::find_if(kLogLevels.begin(), kLogLevels.end(), [&](const auto& l) { return l.first == value; });

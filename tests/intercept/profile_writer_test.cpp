@@ -83,6 +83,10 @@ TEST(ProfileWriter, DiscardLeavesNothingAndABadDirectoryIsExplained) {
   EXPECT_FALSE(nowhere.open((dir.path() / "missing" / "p.jsonl").string(), "job", 7, why));
   EXPECT_NE(why.find("No such file or directory"), std::string::npos) << why;
   EXPECT_FALSE(nowhere.commit(why));
+  ProfileWriter onto_a_directory;  // its rename at exit would fail, after a whole profiled run
+  EXPECT_FALSE(onto_a_directory.open(dir.path().string(), "job", 7, why));
+  EXPECT_EQ(why, dir.path().string() + " is a directory, not a file to write");
+  EXPECT_TRUE(fs::is_empty(dir.path()));
 }
 
 }  // namespace

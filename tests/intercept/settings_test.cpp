@@ -9,13 +9,16 @@
 namespace gpuqos::intercept {
 namespace {
 
-ParsedSettings parse(const std::map<std::string, std::string>& env, std::string_view default_job = "trainer") {
+constexpr const char* kSocketAllowed = "a path, absolute or from the working directory, of at most 107 bytes";
+
+ParsedSettings parse(const std::map<std::string, std::string>& env, std::string_view default_job = "trainer",
+                     std::string_view working_directory = {}) {
   return parse_settings(
       [&](const char* name) {
         const auto it = env.find(name);
         return it == env.end() ? nullptr : it->second.c_str();
       },
-      default_job);
+      default_job, working_directory);
 }
 
 TEST(Settings, DefaultsAreLowPriorityAndTheExecutableName) {
@@ -88,10 +91,25 @@ INSTANTIATE_TEST_SUITE_P(
     EachVariable, SettingsBadValue,
     ::testing::Values(BadValue{"GPUQOS_PRIORITY", "urgent", "high, low"},
                       BadValue{"GPUQOS_PRIORITY", "HIGH", "high, low"},
-                      BadValue{"GPUQOS_JOB", "my job", "1 to 64 characters of A-Z a-z 0-9 . _ -"},
-                      BadValue{"GPUQOS_JOB", std::string(65, 'j'), "1 to 64 characters of A-Z a-z 0-9 . _ -"},
-                      BadValue{"GPUQOS_SOCKET", "relative/gpuqosd.sock", "an absolute path of at most 107 bytes"},
-                      BadValue{"GPUQOS_SOCKET", "/" + std::string(107, 's'), "an absolute path of at most 107 bytes"}));
+                      BadValue{"GPUQOS_JOB", "my job", "1 to 63 characters of A-Z a-z 0-9 . _ -"},
+                      BadValue{"GPUQOS_JOB", std::string(64, 'j'), "1 to 63 characters of A-Z a-z 0-9 . _ -"},
+                      BadValue{"GPUQOS_SOCKET", "relative/gpuqosd.sock", kSocketAllowed},  // no working directory known
+                      BadValue{"GPUQOS_SOCKET", "/" + std::string(107, 's'), kSocketAllowed}));
+
+// A relative socket is the one gpuqosd made from the same directory (its --socket is relative to
+// its own): taken from the job's working directory, as `gpuqos run --socket` takes it. A typo is
+// then a connect error at that path, and the job keeps its priority.
+TEST(Settings, ARelativeSocketIsTakenFromTheWorkingDirectory) {
+  const ParsedSettings p = parse({{"GPUQOS_PRIORITY", "high"}, {"GPUQOS_SOCKET", "run/gq.sock"}}, "trainer", "/home/u");
+  EXPECT_TRUE(p.problems.empty());
+  EXPECT_EQ(p.settings.socket_path, "/home/u/run/gq.sock");
+  EXPECT_EQ(p.settings.priority, Priority::high);
+  EXPECT_EQ(parse({{"GPUQOS_SOCKET", "gq.sock"}}, "trainer", "/").settings.socket_path, "/gq.sock");
+  // Too long once resolved: a bad value, as an absolute one would be.
+  const ParsedSettings long_one = parse({{"GPUQOS_SOCKET", std::string(100, 's')}}, "trainer", "/home/u");
+  ASSERT_EQ(long_one.problems.size(), 1u);
+  EXPECT_EQ(long_one.settings.socket_path, kDefaultSocketPath);
+}
 
 // How much the shim says never changes how the job is scheduled: a bad level is noted, the default
 // kept, and a high-priority job stays high.
@@ -132,6 +150,14 @@ TEST(Settings, TheDefaultJobIsMadeAValidName) {
   EXPECT_EQ(parse({}, "").settings.job, "unknown");
   EXPECT_EQ(parse({}, std::string(100, 'x')).settings.job.size(), kMaxJobNameBytes);
   EXPECT_TRUE(is_valid_job_name(parse({}, "a b/c").settings.job));
+}
+
+// The longest name the shim takes is the longest registration carries (63 bytes and a NUL): a 64th
+// byte, cut on the wire, would have matched no [[job]] and bypassed its allowed_priority.
+TEST(Settings, TheLongestJobNameFitsRegistration) {
+  EXPECT_TRUE(is_valid_job_name(std::string(63, 'j')));
+  EXPECT_FALSE(is_valid_job_name(std::string(64, 'j')));
+  EXPECT_EQ(parse({{"GPUQOS_JOB", std::string(63, 'j')}}).settings.job, std::string(63, 'j'));
 }
 
 }  // namespace

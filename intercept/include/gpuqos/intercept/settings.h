@@ -12,7 +12,7 @@ enum class Priority { low, high };
 enum class LogLevel { off, error, warn, info, debug };
 
 inline constexpr const char* kDefaultSocketPath = "/run/gpuqos/gpuqosd.sock";
-inline constexpr std::size_t kMaxJobNameBytes = 64;
+inline constexpr std::size_t kMaxJobNameBytes = 63;  // what registration carries: ipc::kJobNameBytes with its NUL
 
 struct Settings {
   Priority priority = Priority::low;            // GPUQOS_PRIORITY=high|low
@@ -34,9 +34,11 @@ struct ParsedSettings {
 };
 
 // Reads GPUQOS_* through `getenv` (nullptr or "" = unset). `default_job` is used when GPUQOS_JOB is
-// unset or bad; it is made a valid job name first. Pure: no I/O, no logging, never throws for any
-// input except std::bad_alloc.
-ParsedSettings parse_settings(const std::function<const char*(const char*)>& getenv, std::string_view default_job);
+// unset or bad; it is made a valid job name first. A relative GPUQOS_SOCKET is taken from
+// `working_directory` (absolute; empty: unknown, and a relative socket is a bad value). Pure: no
+// I/O, no logging, never throws for any input except std::bad_alloc.
+ParsedSettings parse_settings(const std::function<const char*(const char*)>& getenv, std::string_view default_job,
+                              std::string_view working_directory = {});
 
 // A valid job name: 1 to kMaxJobNameBytes of A-Z a-z 0-9 . _ -
 bool is_valid_job_name(std::string_view name) noexcept;
