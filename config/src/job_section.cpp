@@ -20,7 +20,7 @@ bool read_name(Section& section, std::string& out) {
   auto name = section.string("name");
   if (!name) return false;
   if (!is_valid_job_name(*name)) {
-    section.error("name", "must be 1 to 64 of A-Z a-z 0-9 . _ - (got " + quoted(*name) + ")");
+    section.error("name", "must be 1 to 63 of A-Z a-z 0-9 . _ - (got " + quoted(*name) + ")");
     return false;
   }
   out = std::move(*name);

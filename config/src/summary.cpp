@@ -82,9 +82,19 @@ void add_baymax(Lines& lines, const BaymaxConfig& baymax) {
 }
 
 std::string describe(const JobConfig& job) {
-  std::string text = job.allowed_priority == Priority::high ? "may run high" : "always low";
-  text += job.target_ms ? ", target p" + format_number(job.percentile) + " <= " + format_number(*job.target_ms) + " ms"
-                        : ", no latency target";
+  // What the file sets but the daemon will not use is said, not left out: a typo'd pairing shows.
+  const bool high = job.allowed_priority == Priority::high;
+  std::string text = high ? "may run high" : "always low";
+  if (job.target_ms && high) {
+    text += ", target p" + format_number(job.percentile) + " <= " + format_number(*job.target_ms) + " ms";
+  } else if (job.target_ms) {
+    text += ", target_ms " + format_number(*job.target_ms) + " unused (the job always runs low)";
+  } else {
+    text += ", no latency target";
+    if (job.percentile != kDefaultPercentile) {
+      text += " (percentile " + format_number(job.percentile) + " unused without target_ms)";
+    }
+  }
   return text + ", weight " + format_number(job.weight);
 }
 

@@ -144,7 +144,7 @@ std::optional<double> parse_percentile(std::string_view text) {
 }
 
 bool is_valid_job_name(std::string_view name) noexcept {
-  constexpr std::size_t kMaxJobNameBytes = 64;
+  constexpr std::size_t kMaxJobNameBytes = 63;  // what registration carries (ipc::kJobNameBytes, with its NUL)
   return !name.empty() && name.size() <= kMaxJobNameBytes &&
          all_of_chars(name, [](char c) { return is_alnum(c) || c == '.' || c == '_' || c == '-'; });
 }

@@ -199,8 +199,9 @@ std::vector<PolicyState::TightTarget> BaymaxPolicy::tight_targets(std::int64_t n
         const std::int64_t idle =
             std::max<std::int64_t>(0, queries_.expected_query_unblocked_ns(id) - client.expected_query_work_ns);
         entry.backlog_wait_ns = std::max<std::int64_t>(0, entry.backlog_bound_ns - idle);
-        // A target shorter than the query is missed whatever the bound: not the bound's warning.
-        if (target < expected || target - expected >= entry.backlog_wait_ns) return;
+        // A target shorter than the query is missed whatever the bound: warned of all the same (its
+        // own text), since every query of it holds best-effort work for as long as it is open.
+        if (target >= expected && target - expected >= entry.backlog_wait_ns) return;
       }
       auto same = std::find_if(tight.begin(), tight.end(), [&](const PolicyState::TightTarget& t) {
         return t.job == entry.job && t.device == device;

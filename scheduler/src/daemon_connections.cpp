@@ -6,7 +6,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "daemon_tokens.h"
@@ -182,12 +184,24 @@ std::string Daemon::read_client_socket(Client& client) {
 }
 
 void Daemon::expire_pending(std::int64_t now_ns) {
-  std::erase_if(pending_, [now_ns](const auto& entry) {
+  // One line per connection, but a flood of them (a scanner, a client in a reconnect loop) is one
+  // line per sweep, not thousands.
+  constexpr std::size_t kSaidOneByOne = 3;
+  std::vector<std::int64_t> pids;
+  std::erase_if(pending_, [now_ns, &pids](const auto& entry) {
     if (now_ns - entry.second.accepted_ns < kFirstRecordTimeoutNs) return false;
-    spdlog::warn("pid {}: sent nothing within {} ms of connecting: closed", entry.second.peer.pid,
-                 kFirstRecordTimeoutNs / 1'000'000);
+    pids.push_back(entry.second.peer.pid);
     return true;
   });
+  const auto within = kFirstRecordTimeoutNs / 1'000'000;
+  if (pids.size() <= kSaidOneByOne) {
+    for (const std::int64_t pid : pids) spdlog::warn("pid {}: sent nothing within {} ms of connecting: closed", pid, within);
+    return;
+  }
+  const std::size_t closed = pids.size();
+  pids.resize(kSaidOneByOne);
+  spdlog::warn("{} connections sent nothing within {} ms of connecting: closed (pids {}, ...)", closed, within,
+               fmt::join(pids, ", "));
 }
 
 }  // namespace gpuqos::scheduler

@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 
@@ -19,6 +21,28 @@ namespace {
 bool is_timed_work(ipc::OpKind kind) {
   return kind == ipc::OpKind::kernel || kind == ipc::OpKind::copy || kind == ipc::OpKind::memset ||
          kind == ipc::OpKind::graph;
+}
+
+// A store is saved as a temporary file in its directory, renamed over it: a directory that is not
+// there is made now, and one that cannot be made or written is said now, not first at exit when
+// what was learned is lost.
+void ensure_directory_of(const std::string& path, std::optional<std::string>& warning) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  const std::filesystem::path directory = parent.empty() ? std::filesystem::path(".") : parent;
+  std::error_code error;
+  std::string problem;
+  if (!std::filesystem::exists(directory, error) && !error) {
+    std::filesystem::create_directories(directory, error);
+    if (error) problem = "its directory " + directory.string() + " cannot be made (" + error.message() + ")";
+  } else if (!error && !std::filesystem::is_directory(directory, error)) {
+    problem = directory.string() + " is not a directory";
+  } else if (!error && ::access(directory.c_str(), W_OK | X_OK) != 0) {
+    problem = "its directory " + directory.string() + " cannot be written (" + std::strerror(errno) + ")";
+  }
+  if (error && problem.empty()) problem = "its directory " + directory.string() + ": " + error.message();
+  if (problem.empty()) return;
+  const std::string text = "profile store " + path + ": " + problem + "; nothing learned will be saved";
+  warning = warning ? *warning + "; " + text : text;
 }
 
 // A store whose content cannot be used is moved aside, never saved over: it may be a good profile
@@ -47,6 +71,7 @@ predictor::Predictor load(const std::string& path, std::optional<std::string>& w
       *warning += "; moved aside to " + aside + ", a new profile will be saved in its place";
     }
   }
+  if (!blocked) ensure_directory_of(path, warning);
   return std::move(loaded.predictor);
 }
 

@@ -92,6 +92,14 @@ ipc::Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const config::L
   // A scrape every few seconds needs neither many threads nor kept-alive connections, and a short
   // timeout keeps a stuck peer from delaying the daemon's exit.
   server.new_task_queue = [] { return new BoundedQueue; };
+  // httplib's default sets SO_REUSEPORT, with which a second gpuqosd on the same port binds too and
+  // the kernel splits the scrapes between them (counters that jump between two daemons). Only
+  // SO_REUSEADDR: a restart may bind beside its predecessor's closing connections, a second
+  // listener may not.
+  server.set_socket_options([](socket_t socket) {
+    const int yes = 1;
+    ::setsockopt(socket, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
   server.set_keep_alive_max_count(1);
   server.set_keep_alive_timeout(kIoTimeoutS);  // the wait for a request's first byte (httplib: 5 s)
   server.set_read_timeout(kIoTimeoutS, 0);

@@ -1,10 +1,13 @@
 // Status: JSON encoding, the bounded reply text, the table, and the CLI's request.
 #include "gpuqos/scheduler/status.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 
+#include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cstdio>
 #include <sstream>
 
@@ -90,6 +93,24 @@ std::string milliseconds(std::int64_t ns) {
   return text;
 }
 
+// How long a daemon has been up, as a person reads it: "42.5 s", "3 min 21 s", "5 h 07 min", "2 d 3 h".
+std::string uptime_text(std::int64_t ns) {
+  char text[48];
+  const std::int64_t s = std::max<std::int64_t>(0, ns) / 1'000'000'000;
+  if (s < 60) {
+    std::snprintf(text, sizeof text, "%.1f s", static_cast<double>(std::max<std::int64_t>(0, ns)) / 1e9);
+  } else if (s < 3600) {
+    std::snprintf(text, sizeof text, "%lld min %lld s", static_cast<long long>(s / 60), static_cast<long long>(s % 60));
+  } else if (s < 86400) {
+    std::snprintf(text, sizeof text, "%lld h %02lld min", static_cast<long long>(s / 3600),
+                  static_cast<long long>(s % 3600 / 60));
+  } else {
+    std::snprintf(text, sizeof text, "%lld d %lld h", static_cast<long long>(s / 86400),
+                  static_cast<long long>(s % 86400 / 3600));
+  }
+  return text;
+}
+
 }  // namespace
 
 nlohmann::json to_json(const DaemonStatus& status) {
@@ -170,7 +191,8 @@ std::string render_policy_state(const nlohmann::json& status) {
   std::string granted;
   for (const auto& job : status.value("jobs", nlohmann::json::array())) {
     const auto& be = job.at("be");
-    if (!be.contains("outstanding_ns")) continue;
+    // Only what is outstanding: a job whose work all completed (one that left, too) has nothing here.
+    if (!be.contains("outstanding_ns") || be.at("outstanding_ns").get<std::int64_t>() <= 0) continue;
     granted += (granted.empty() ? "" : ", ") + job.at("job").get<std::string>() + " " +
                milliseconds(be.at("outstanding_ns").get<std::int64_t>()) + " ms";
   }
@@ -199,10 +221,16 @@ std::string render_policy_state(const nlohmann::json& status) {
 }
 
 std::string tight_target_text(const PolicyState::TightTarget& t) {
-  const std::string slack = t.target_ns >= t.expected_query_ns
-                                ? "leaves " + milliseconds(t.target_ns - t.expected_query_ns) + " ms over its queries' "
-                                : "is shorter than its queries' ";
-  const std::string head = t.job + "'s target of " + milliseconds(t.target_ns) + " ms " + slack +
+  if (t.target_ns < t.expected_query_ns) {
+    // Not a question of the bound or the slices: no policy meets it, and baymax holds best-effort
+    // work on the device for as long as each query is open, to make it as little late as it can.
+    return t.job + "'s target of " + milliseconds(t.target_ns) + " ms is shorter than its queries take (" +
+           milliseconds(t.expected_query_ns) + " ms on average so far): it cannot be met, and best-effort work on device " +
+           std::to_string(t.device) + " is held while each of its queries is open (raise the target above " +
+           milliseconds(t.expected_query_ns) + " ms)";
+  }
+  const std::string head = t.job + "'s target of " + milliseconds(t.target_ns) + " ms leaves " +
+                           milliseconds(t.target_ns - t.expected_query_ns) + " ms over its queries' " +
                            milliseconds(t.expected_query_ns) + " ms, less than ";
   const std::string device = "device " + std::to_string(t.device);
   if (t.backlog_bound_ns > 0) {
@@ -231,7 +259,7 @@ std::string render_status_table(const nlohmann::json& status) {
   std::ostringstream out;
   const auto& daemon = status.at("daemon");
   out << "gpuqosd pid " << daemon.at("pid").get<std::int64_t>() << ", up "
-      << milliseconds(daemon.at("uptime_ns").get<std::int64_t>()) << " ms, policy "
+      << uptime_text(daemon.at("uptime_ns").get<std::int64_t>()) << ", policy "
       << daemon.at("policy").get<std::string>() << ", socket " << daemon.at("socket").get<std::string>() << "\n";
   for (const auto& load : status.at("backlog")) {
     out << "  device " << load.at("device") << " " << load.at("engine").get<std::string>() << ": "
@@ -241,13 +269,14 @@ std::string render_status_table(const nlohmann::json& status) {
   if (status.contains("policy_state")) out << render_policy_state(status);
   out << render_jobs_table(status);
   char line[256];
-  std::snprintf(line, sizeof line, "%-8s %-6s %-24s %-4s %-8s %10s %10s %10s %12s\n", "PID", "UID", "JOB", "PRIO",
+  const int width = job_column_width(status.at("clients"));
+  std::snprintf(line, sizeof line, "%-8s %-6s %-*s %-4s %-8s %10s %10s %10s %12s\n", "PID", "UID", width, "JOB", "PRIO",
                 "STATE", "POSTED", "GRANTED", "COMPLETED", "WAIT_MS");
   out << line;
   for (const auto& c : status.at("clients")) {
     const auto& ops = c.at("ops");
-    std::snprintf(line, sizeof line, "%-8lld %-6u %-24s %-4s %-8s %10llu %10llu %10llu %12s\n",
-                  static_cast<long long>(c.at("pid").get<std::int64_t>()), c.at("uid").get<unsigned>(),
+    std::snprintf(line, sizeof line, "%-8lld %-6u %-*s %-4s %-8s %10llu %10llu %10llu %12s\n",
+                  static_cast<long long>(c.at("pid").get<std::int64_t>()), c.at("uid").get<unsigned>(), width,
                   c.at("job").get<std::string>().c_str(), c.at("priority").get<std::string>().c_str(),
                   c.at("state").get<std::string>().c_str(),
                   static_cast<unsigned long long>(ops.at("posted").get<std::uint64_t>()),
@@ -269,12 +298,21 @@ std::string render_status_table(const nlohmann::json& status) {
 ipc::Result<std::string> request_status(const std::string& socket_path) {
   auto socket = connect_unix(socket_path);
   if (!socket) return ipc::Error{"cannot reach gpuqosd: " + socket.error()};
-  const timeval timeout{5, 0};  // a daemon that never answers must not hang the CLI
+  constexpr int kAnswerWithinS = 5;
+  const timeval timeout{kAnswerWithinS, 0};  // a daemon that never answers must not hang the CLI
   ::setsockopt(socket->get(), SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
   if (ipc::Status sent = ipc::send_record(socket->get(), ipc::encode_control_request(ipc::ControlKind::status)); !sent) {
     return ipc::Error{sent.error()};
   }
   std::vector<std::byte> record;
+  pollfd answer{socket->get(), POLLIN, 0};
+  int ready = 0;
+  do {
+    ready = ::poll(&answer, 1, kAnswerWithinS * 1000);
+  } while (ready < 0 && errno == EINTR);
+  if (ready == 0) {
+    return ipc::Error{"gpuqosd did not answer within " + std::to_string(kAnswerWithinS) + " s (stopped, or too busy?)"};
+  }
   if (ipc::Status got = ipc::receive_record(socket->get(), record, ipc::kMaxControlRecordBytes); !got) {
     return ipc::Error{"no answer from gpuqosd: " + got.error()};
   }

@@ -51,15 +51,16 @@ std::string verdict(const nlohmann::json& job) {
 void query_rows(const nlohmann::json& jobs, std::ostringstream& out) {
   char line[320];
   bool header = false;
+  const int width = job_column_width(jobs);
   for (const auto& job : jobs) {
     if (job.at("priority") != "high" && job.at("queries").get<std::uint64_t>() == 0) continue;
     if (!header) {
-      std::snprintf(line, sizeof line, "%-24s %-4s %8s %9s %9s %9s %9s  %s\n", "JOB", "PRIO", "QUERIES", "P50_MS",
+      std::snprintf(line, sizeof line, "%-*s %-4s %8s %9s %9s %9s %9s  %s\n", width, "JOB", "PRIO", "QUERIES", "P50_MS",
                     "P90_MS", "P99_MS", "P999_MS", "QOS");
       out << line;
       header = true;
     }
-    std::snprintf(line, sizeof line, "%-24s %-4s %8llu %9.3f %9.3f %9.3f %9.3f  %s\n",
+    std::snprintf(line, sizeof line, "%-*s %-4s %8llu %9.3f %9.3f %9.3f %9.3f  %s\n", width,
                   job.at("job").get<std::string>().c_str(), job.at("priority").get<std::string>().c_str(),
                   static_cast<unsigned long long>(job.at("queries").get<std::uint64_t>()),
                   job.at("p50_ms").get<double>(), job.at("p90_ms").get<double>(), job.at("p99_ms").get<double>(),
@@ -101,16 +102,17 @@ std::string top_reason(const nlohmann::json& be) {
 void best_effort_rows(const nlohmann::json& jobs, std::ostringstream& out) {
   char line[256];
   bool header = false;
+  const int width = job_column_width(jobs);
   for (const auto& job : jobs) {
     const auto& be = job.at("be");
     if (job.at("priority") != "low" && be.at("ops").get<std::uint64_t>() == 0) continue;
     if (!header) {
-      std::snprintf(line, sizeof line, "%-24s %-4s %10s %12s %10s %7s  %s\n", "JOB", "PRIO", "OPS", "DEVICE_MS",
+      std::snprintf(line, sizeof line, "%-*s %-4s %10s %12s %10s %7s  %s\n", width, "JOB", "PRIO", "OPS", "DEVICE_MS",
                     "OPS/S", "BUSY", "HELD_MOST_BY");
       out << line;
       header = true;
     }
-    std::snprintf(line, sizeof line, "%-24s %-4s %10llu %12.3f %10.1f %6.1f%%  %s\n",
+    std::snprintf(line, sizeof line, "%-*s %-4s %10llu %12.3f %10.1f %6.1f%%  %s\n", width,
                   job.at("job").get<std::string>().c_str(), job.at("priority").get<std::string>().c_str(),
                   static_cast<unsigned long long>(be.at("ops").get<std::uint64_t>()),
                   be.at("device_ms").get<double>(), be.at("ops_per_s").get<double>(),
@@ -120,6 +122,16 @@ void best_effort_rows(const nlohmann::json& jobs, std::ostringstream& out) {
 }
 
 }  // namespace
+
+int job_column_width(const nlohmann::json& rows) {
+  std::size_t width = 24;
+  for (const auto& row : rows) {
+    if (const auto job = row.find("job"); job != row.end() && job->is_string()) {
+      width = std::max(width, job->get_ref<const std::string&>().size());
+    }
+  }
+  return static_cast<int>(std::min<std::size_t>(width, 63));
+}
 
 nlohmann::json job_json(const JobQosSnapshot& job) {
   const auto optional = [](const auto& value, auto convert) {

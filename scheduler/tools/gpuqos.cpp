@@ -22,7 +22,7 @@ constexpr int kUsageError = 2;
 int show_status(const std::string& socket, bool json) {
   auto text = gpuqos::scheduler::request_status(socket);
   if (!text) {
-    std::cerr << "gpuqos status: " << text.error() << "\n";
+    std::cerr << "gpuqos status: " << text.error() << " (socket " << socket << "; is gpuqosd running?)\n";
     return 1;
   }
   if (json) {
@@ -76,7 +76,7 @@ std::string run_option_problem(const gpuqos::scheduler::RunOptions& options) {
       },
       "gpuqos");
   for (const std::string& problem : parsed.problems) {
-    if (problem.starts_with("GPUQOS_JOB=")) return "--job " + *options.job + ": must be 1 to 64 characters of A-Z a-z 0-9 . _ -";
+    if (problem.starts_with("GPUQOS_JOB=")) return "--job " + *options.job + ": must be 1 to 63 characters of A-Z a-z 0-9 . _ -";
     if (problem.starts_with("GPUQOS_SOCKET=")) return "--socket " + *options.socket + ": must be at most 107 bytes";
   }
   return {};

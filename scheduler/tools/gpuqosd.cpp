@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
   app.footer("The defaults shown are gpuqosd's without --config. With it, the config file's values replace them, "
              "and an option given here replaces the config's (examples/gpuqos.toml chooses baymax).");
   app.add_option("--config", config_path, "TOML config file (examples/gpuqos.toml); the options below override it");
-  app.add_option("--check-config", check_path, "Validate a config file, print what it sets, and exit (0: usable)");
+  app.add_option("--check-config", check_path, "Validate a config file, print the settings that apply (defaults included), and exit (0: usable)");
   auto* socket = app.add_option("--socket", options.socket_path, "Unix socket clients register on")->capture_default_str();
   auto* policy = app.add_option("--policy", options.policy.name, "Scheduling policy (a config's [policy] name wins "
                                                                  "over this default)")

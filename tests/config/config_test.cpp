@@ -217,6 +217,17 @@ TEST(ConfigLoad, EveryErrorIsReportedInFileOrder) {
   EXPECT_EQ(result.error(), result.errors()[0] + "\n" + result.errors()[1] + "\n" + result.errors()[2]);
 }
 
+// What a file sets but the daemon will not use is said in the summary, not left out of it.
+TEST(ConfigSummary, SaysWhatAJobSetsButWillNotUse) {
+  const std::string summary = render_summary(parse_ok("[[job]]\nname = \"a\"\nallowed_priority = \"low\"\ntarget_ms = 3\n"
+                                                      "[[job]]\nname = \"b\"\npercentile = 90\n"
+                                                      "[[job]]\nname = \"c\"\ntarget_ms = 5\npercentile = 90\n"));
+  EXPECT_NE(summary.find("always low, target_ms 3 unused (the job always runs low)"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("may run high, no latency target (percentile 90 unused without target_ms)"), std::string::npos)
+      << summary;
+  EXPECT_NE(summary.find("may run high, target p90 <= 5 ms"), std::string::npos) << summary;
+}
+
 TEST(ConfigSummary, ShowsEverySetting) {
   const std::string summary = render_summary(parse_ok(kFullFile));
   for (const char* expected : {"/tmp/gpuqos/d.sock", "debug", "[::1]:9500", "profiles.bin", "devices", "1, 0", "policy",
@@ -481,9 +492,9 @@ const std::vector<BadCase>& bad_cases() {
        "t.toml:2:12: devices.ordinals: must list at least one device (leave it out to manage every device)"},
       {"job_without_name", "[[job]]\ntarget_ms = 5\n", "t.toml:1:1: job[0].name: missing (every job needs a name)"},
       {"job_name_with_space", "[[job]]\nname = \"bert infer\"\n",
-       "t.toml:2:8: job[0].name: must be 1 to 64 of A-Z a-z 0-9 . _ - (got \"bert infer\")"},
-      {"job_name_too_long", "[[job]]\nname = \"" + repeat('j', 65) + "\"\n",
-       "t.toml:2:8: job[0].name: must be 1 to 64 of A-Z a-z 0-9 . _ - (got \"" + repeat('j', 65) + "\")"},
+       "t.toml:2:8: job[0].name: must be 1 to 63 of A-Z a-z 0-9 . _ - (got \"bert infer\")"},
+      {"job_name_too_long", "[[job]]\nname = \"" + repeat('j', 64) + "\"\n",
+       "t.toml:2:8: job[0].name: must be 1 to 63 of A-Z a-z 0-9 . _ - (got \"" + repeat('j', 64) + "\")"},
       {"duplicate_job", "[[job]]\nname = \"a\"\n[[job]]\nname = \"b\"\n[[job]]\n  name = \"a\"\n",
        "t.toml:6:10: job[2].name: duplicate job \"a\" (first defined at t.toml:2:8)"},
       {"percentile_100", "[[job]]\nname = \"a\"\npercentile = 100\n",

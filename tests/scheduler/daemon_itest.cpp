@@ -397,6 +397,29 @@ TEST(Daemon, OutOfDescriptorsPausesAcceptingInsteadOfSpinning) {
   EXPECT_TRUE(late.wait_granted(1));
 }
 
+// Connections that never send their hello are closed after the first-record timeout; a flood of
+// them is said in one line per sweep, not one each (a scanner would fill the log).
+TEST(Daemon, SilentConnectionsAreClosedAndAFloodIsOneLine) {
+  DaemonProcess daemon;
+  std::vector<scheduler::FileDescriptor> silent;
+  for (int i = 0; i < 10; ++i) {
+    auto fd = scheduler::connect_unix(daemon.socket());
+    ASSERT_TRUE(fd.ok()) << fd.error();
+    silent.push_back(std::move(fd.value()));
+  }
+  ASSERT_TRUE(eventually([&] { return daemon.log().find("sent nothing within") != std::string::npos; }, 10s))
+      << daemon.log();
+  std::this_thread::sleep_for(300ms);  // any later sweep's lines
+  const std::string log = daemon.log();
+  // One sweep closes them all, or two if it fell between their connects: a summary, not ten lines.
+  EXPECT_NE(log.find(" connections sent nothing within 2000 ms of connecting: closed (pids "), std::string::npos) << log;
+  std::size_t lines = 0;
+  for (auto at = log.find("sent nothing within"); at != std::string::npos; at = log.find("sent nothing within", at + 1)) ++lines;
+  EXPECT_LE(lines, 4u) << log;
+  char byte = 0;
+  EXPECT_EQ(::recv(silent[0].get(), &byte, 1, 0), 0) << "closed by the daemon";
+}
+
 TEST(Daemon, ReclaimsAClientKilledWhileWaitingWithin100ms) {
   DaemonProcess daemon({"--max-outstanding", "1"});
   FakeClient holder(daemon.socket(), Priority::low, "holder");
@@ -642,7 +665,7 @@ TEST(Cli, RunRefusesAJobNameOrSocketTheShimWouldNotTakeAndDurationsMustBeFinite)
   TempDir dir;
   const std::string long_socket = "/" + std::string(120, 's');
   for (const auto& [args, message] : std::vector<std::pair<std::vector<std::string>, std::string>>{
-           {{"run", "--job", "my job", "--", "true"}, "gpuqos run: --job my job: must be 1 to 64 characters"},
+           {{"run", "--job", "my job", "--", "true"}, "gpuqos run: --job my job: must be 1 to 63 characters"},
            {{"run", "--socket", long_socket, "--", "true"}, "must be at most 107 bytes"},
            {{"top", "--interval", "nan"}, "must be a finite number in [0.001, 86400] (got nan)"},
            {{"top", "--interval", "0"}, "must be a finite number in [0.001, 86400] (got 0)"}}) {

@@ -341,6 +341,31 @@ TEST(DurationLearner, AStoreThatCannotBeReadStaysAndIsNotSavedOver) {
   EXPECT_TRUE(std::filesystem::is_directory(path));
 }
 
+// A store in a directory that is not there yet: the directory is made at start, so the save at exit
+// does not fail then, with everything learned lost. One that cannot be made is said at start.
+TEST(DurationLearner, TheStoresDirectoryIsMadeAtStartOrItsProblemSaid) {
+  const testing::TempDir dir;
+  const auto path = dir.path() / "state" / "gpuqos" / "profile.gqp";
+  std::optional<std::string> warning;
+  DurationLearner learner({.store_path = path.string()}, 0, warning);
+  ASSERT_TRUE(warning.has_value());
+  EXPECT_EQ(*warning, path.string() + ": no such file; starting with an empty model");  // said as before, and only that
+  EXPECT_TRUE(std::filesystem::is_directory(path.parent_path()));
+  learner.posted(7, kernel(1, 64), "k");
+  learner.completed(7, exact(1, 100'000));
+  EXPECT_EQ(learner.save(), std::nullopt);
+  EXPECT_TRUE(std::filesystem::exists(path));
+
+  const std::string nowhere = "/proc/gpuqos-no-such-dir/profile.gqp";  // /proc takes no directories, even root's
+  std::optional<std::string> said;
+  DurationLearner refused({.store_path = nowhere}, 0, said);
+  ASSERT_TRUE(said.has_value());
+  EXPECT_NE(said->find("; profile store " + nowhere + ": its directory /proc/gpuqos-no-such-dir cannot be made ("),
+            std::string::npos)
+      << *said;
+  EXPECT_TRUE(said->ends_with("; nothing learned will be saved")) << *said;
+}
+
 // A kernel whose durations swing by 1000x at the same shape: the predictor's p90 residual ratio is
 // huge, and the learner hands the policy at most kMaxUpperRatio x the prediction.
 TEST(DurationLearner, CapsTheUpperEstimateAtAFewTimesThePrediction) {

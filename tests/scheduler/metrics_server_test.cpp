@@ -62,6 +62,17 @@ std::vector<FileDescriptor> stalled_connections(std::uint16_t port) {
   return sockets;
 }
 
+// Two daemons on one metrics port: the second is told it cannot listen there, rather than both
+// serving it and Prometheus reading each by turns.
+TEST(MetricsServer, ASecondServerCannotListenOnAPortInUse) {
+  const std::uint16_t port = testing::free_port();
+  const std::unique_ptr<MetricsServer> first = serving(port, "gpuqos_up 1\n");
+  ASSERT_NE(first, nullptr);
+  const auto second = MetricsServer::start(config::ListenAddress{"127.0.0.1", port});
+  ASSERT_FALSE(second) << "a second server bound the port";
+  EXPECT_EQ(second.error(), "cannot listen on 127.0.0.1:" + std::to_string(port) + ": Address already in use");
+}
+
 TEST(MetricsServer, AFloodOfStalledConnectionsIsHeldToABound) {
   const std::uint16_t port = testing::free_port();
   const std::unique_ptr<MetricsServer> server = serving(port, "gpuqos_up 1\n");

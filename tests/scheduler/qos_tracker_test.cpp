@@ -204,6 +204,25 @@ TEST(QosTracker, AJobKeepsItsNumbersAcrossReconnectsAndIdleJobsComeLast) {
   EXPECT_EQ(serve->clients, 1u);
 }
 
+// Processes of one job at both priorities: the job is high while any connected one is, whichever
+// registered last; once they all left, the next one's priority is the job's.
+TEST(QosTracker, AJobIsHighWhileAnyOfItsProcessesIs) {
+  QosTracker tracker;
+  const auto priority = [&](std::int64_t now_ns) {
+    const auto jobs = tracker.snapshot(config::default_config(), now_ns);
+    return jobs.at(0).priority;
+  };
+  tracker.client_seen(1, "bert", ipc::Priority::high, 0);
+  tracker.client_seen(2, "bert", ipc::Priority::low, kMs);
+  EXPECT_EQ(priority(2 * kMs), ipc::Priority::high) << "a low process after the high one";
+  tracker.client_left(1, {}, 3 * kMs);
+  tracker.client_left(2, {}, 3 * kMs);
+  tracker.client_seen(3, "bert", ipc::Priority::low, 4 * kMs);
+  EXPECT_EQ(priority(5 * kMs), ipc::Priority::low) << "all gone, then a low one";
+  tracker.client_seen(4, "bert", ipc::Priority::high, 6 * kMs);
+  EXPECT_EQ(priority(7 * kMs), ipc::Priority::high);
+}
+
 TEST(QosTracker, KeepsAtMostMaxJobsDroppingTheOneIdleLongest) {
   QosTracker tracker;
   ClientId id = 0;

@@ -3,7 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include <sstream>
+
 #include "gpuqos/scheduler/run_command.h"
+#include "gpuqos/scheduler/unix_socket.h"
+#include "gpuqos/testing/temp_dir.h"
 
 namespace gpuqos::scheduler {
 namespace {
@@ -16,6 +20,18 @@ DaemonStatus status_with(std::size_t clients) {
                                           "/gpuqos-42-1", 3, 2, 1, {4, 1, 1, 2}, 9, 2, 1500, 0});
   }
   return status;
+}
+
+// A gpuqosd that takes the connection and never answers (stopped with SIGSTOP: the kernel still
+// queues connections on its socket): the CLI says it waited and for how long, not a recv errno.
+TEST(Status, ADaemonThatNeverAnswersIsSaidToHaveTimedOut) {
+  const testing::TempDir dir("status-silent");
+  const std::string path = (dir.path() / "gpuqosd.sock").string();
+  auto listening = listen_unix(path);
+  ASSERT_TRUE(listening) << listening.error();
+  const auto answer = request_status(path);
+  ASSERT_FALSE(answer);
+  EXPECT_EQ(answer.error(), "gpuqosd did not answer within 5 s (stopped, or too busy?)");
 }
 
 TEST(Status, JsonCarriesEveryField) {
@@ -40,6 +56,38 @@ TEST(Status, JsonCarriesEveryField) {
   const std::string table = render_status_table(json);
   EXPECT_NE(table.find("job-0"), std::string::npos) << table;
   EXPECT_NE(table.find("policy fifo"), std::string::npos) << table;
+  EXPECT_NE(table.find("gpuqosd pid 42, up 5.0 s, policy fifo"), std::string::npos) << table;
+}
+
+TEST(Status, UptimeReadsAsAPersonSaysIt) {
+  auto json = nlohmann::json::parse(bounded_status_text(status_with(0)));
+  const auto up = [&](std::int64_t seconds) {
+    json["daemon"]["uptime_ns"] = seconds * 1'000'000'000;
+    const std::string table = render_status_table(json);
+    const auto at = table.find(", up ");
+    return table.substr(at + 5, table.find(", policy") - at - 5);
+  };
+  EXPECT_EQ(up(42), "42.0 s");
+  EXPECT_EQ(up(201), "3 min 21 s");
+  EXPECT_EQ(up(3725), "1 h 02 min");
+  EXPECT_EQ(up(201030), "2 d 7 h");
+}
+
+// Names run to 63 characters: the JOB column widens to the longest, so the columns after it line up.
+TEST(Status, ALongJobNameWidensItsColumn) {
+  DaemonStatus status = status_with(2);
+  status.clients[1].job = std::string(40, 'j');
+  const std::string table = render_status_table(nlohmann::json::parse(bounded_status_text(status)));
+  std::vector<std::size_t> prio_column;  // where each header or client row has its priority
+  std::istringstream lines(table);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.starts_with("PID ")) prio_column.push_back(line.find("PRIO"));
+    if (line.find("job-0 ") != std::string::npos || line.find(std::string(40, 'j') + " ") != std::string::npos)
+      prio_column.push_back(line.find("low"));
+  }
+  ASSERT_EQ(prio_column.size(), 3u) << table;
+  EXPECT_EQ(prio_column[0], prio_column[1]) << table;
+  EXPECT_EQ(prio_column[0], prio_column[2]) << table;
 }
 
 TEST(Status, AHeldClientShowsTheOpItIsHeldAtAndWhy) {

@@ -90,12 +90,14 @@ struct PolicyConfig {
   }
 };
 
+inline constexpr double kDefaultPercentile = 99.0;
+
 // [[job]]: one job, by the name it registers with
 struct JobConfig {
-  std::string name;                            // 1-64 of A-Z a-z 0-9 . _ - (as GPUQOS_JOB)
+  std::string name;                            // 1-63 of A-Z a-z 0-9 . _ - (as GPUQOS_JOB)
   Priority allowed_priority = Priority::high;  // the highest class it may claim; low: always low
   std::optional<double> target_ms;             // latency target (> 0); none: not tracked against one
-  double percentile = 99.0;                    // the target holds at this percentile, [50, 100)
+  double percentile = kDefaultPercentile;      // the target holds at this percentile, [50, 100)
   double weight = 1.0;                         // share among best-effort jobs (> 0)
   friend bool operator==(const JobConfig&, const JobConfig&) = default;
 };

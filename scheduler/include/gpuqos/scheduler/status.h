@@ -113,6 +113,9 @@ std::string tight_target_text(const PolicyState::TightTarget& tight);
 nlohmann::json job_json(const JobQosSnapshot& job);
 nlohmann::json grants_json(const GrantCounters& grants);
 std::string render_jobs_table(const nlohmann::json& status);
+// The tables' JOB column: 24 characters, or the longest "job" of `rows` (names run to 63), so the
+// columns after it stay aligned.
+int job_column_width(const nlohmann::json& rows);
 
 // Asks the daemon on socket_path for its status; the JSON text, or why not.
 ipc::Result<std::string> request_status(const std::string& socket_path);
