@@ -7,7 +7,6 @@
 
 #include <atomic>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <mutex>
@@ -20,6 +19,15 @@
 
 namespace gpuqos::intercept {
 namespace {
+
+// The working directory the process started in, read before main: the Client is made at the first
+// hooked call, and a program may chdir before it (Python often does). A relative GPUQOS_SOCKET is
+// taken from here. Empty when it could not be read (then such a socket is a bad value).
+char start_directory[4096];
+
+__attribute__((constructor)) void remember_start_directory() {
+  if (::getcwd(start_directory, sizeof start_directory) == nullptr) start_directory[0] = '\0';
+}
 
 std::string executable_name() {
   if (program_invocation_short_name && *program_invocation_short_name) return program_invocation_short_name;
@@ -46,10 +54,8 @@ void write_stderr(const std::string& line) {
 class Client {
  public:
   Client() {
-    std::error_code no_directory;  // the working directory removed: a relative GPUQOS_SOCKET is then bad
-    const std::string directory = std::filesystem::current_path(no_directory).string();
     ParsedSettings parsed =
-        parse_settings([](const char* name) { return std::getenv(name); }, executable_name(), directory);
+        parse_settings([](const char* name) { return std::getenv(name); }, executable_name(), start_directory);
     settings_ = std::move(parsed.settings);
     ::pthread_atfork(nullptr, nullptr, [] { forked_child.store(true, std::memory_order_relaxed); });
     const auto log = [this](LogLevel level, const std::string& text) {

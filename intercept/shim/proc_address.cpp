@@ -1,6 +1,7 @@
 // cuGetProcAddress interposition: the CUDA runtime (and any modern program) reaches the driver
 // through it, so its answers must be our hooks too, for the right version and stream flavour.
 #include <atomic>
+#include <functional>
 #include <string>
 
 #include "shim.h"
@@ -16,14 +17,19 @@ void say_kept_newer_abi(const char* symbol, int version) noexcept {
   try {
     log_message(LogLevel::warn, std::string("cuGetProcAddress(\"") + symbol + "\", " + std::to_string(version) +
                                     ") asks for a CUDA newer than the " + std::to_string(newest_known_cuda_version()) +
-                                    " this gpuqos knows, and the driver answered a function it does not recognise: that "
-                                    "answer is kept, and work launched through it (or any such answer) is not scheduled");
+                                    " this gpuqos knows, and the driver answered a function it does not recognise, "
+                                    "not the one it answers for " + std::to_string(newest_known_cuda_version()) +
+                                    ": that answer is kept, and work launched through it (or any such answer) is not "
+                                    "scheduled");
   } catch (...) {  // out of memory: unsaid
   }
 }
 
+// What the driver answers for (symbol, version, flags), asked again: nullptr when it answers nothing.
+using AskAgain = std::function<void*(int version)>;
+
 // Our hook for what the driver answered to (symbol, version, flags), or nullptr to keep its answer.
-void* hook_for_answer(const char* symbol, int version, cuuint64_t flags, void* answer) {
+void* hook_for_answer(const char* symbol, int version, cuuint64_t flags, void* answer, const AskAgain& ask) {
   const ProcAddressSymbols candidates = proc_address_symbols(symbol, version);
   // The driver's own answer tells which ABI and flavour it chose when it is the exported function
   // (or our hook already: simgpu looks its answers up with dlsym), whatever the version asked.
@@ -33,16 +39,24 @@ void* hook_for_answer(const char* symbol, int version, cuuint64_t flags, void* a
       return hook_address(*candidate);
     }
   }
-  // Otherwise by the version and flags, as documented, for versions whose ABIs we know.
+  // Otherwise by the version and flags, as documented, for versions whose ABIs we know; for a newer
+  // one, when the driver answers the very same function for the newest version we know: its ABI
+  // has not changed since (a runtime newer than our headers asks with its own version).
   const bool wants_per_thread = flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
-  if (const auto chosen = hook_for_unrecognised_answer(symbol, version, wants_per_thread)) return hook_address(*chosen);
+  const int newest = newest_known_cuda_version();
+  const int as_of = version > newest && ask(newest) == answer ? newest : version;
+  if (const auto chosen = hook_for_unrecognised_answer(symbol, as_of, wants_per_thread)) return hook_address(*chosen);
   if (!candidates.legacy.empty() || !candidates.per_thread.empty()) say_kept_newer_abi(symbol, version);
   return nullptr;
 }
 
-void substitute_hook(CUresult result, const char* symbol, void** pfn, int version, cuuint64_t flags) {
+void substitute_hook(CUresult result, const char* symbol, void** pfn, int version, cuuint64_t flags,
+                     const AskAgain& ask) {
   if (result != CUDA_SUCCESS || !symbol || !pfn || !*pfn) return;
-  if (void* hook = hook_for_answer(symbol, version, flags, *pfn)) *pfn = hook;
+  try {
+    if (void* hook = hook_for_answer(symbol, version, flags, *pfn, ask)) *pfn = hook;
+  } catch (...) {  // out of memory: the driver's answer stands, unscheduled
+  }
 }
 
 }  // namespace
@@ -51,7 +65,10 @@ CUresult answer_proc_address(PFN_cuGetProcAddress_v11030 real, const char* symbo
                              cuuint64_t flags) noexcept {
   if (!real) return missing_real_function(HookId::hook_cuGetProcAddress);
   const CUresult result = real(symbol, pfn, version, flags);
-  substitute_hook(result, symbol, pfn, version, flags);
+  substitute_hook(result, symbol, pfn, version, flags, [&](int as_of) -> void* {
+    void* again = nullptr;
+    return real(symbol, &again, as_of, flags) == CUDA_SUCCESS ? again : nullptr;
+  });
   return result;
 }
 
@@ -59,7 +76,13 @@ CUresult answer_proc_address(PFN_cuGetProcAddress_v12000 real, const char* symbo
                              cuuint64_t flags, CUdriverProcAddressQueryResult* found) noexcept {
   if (!real) return missing_real_function(HookId::hook_cuGetProcAddress_v2);
   const CUresult result = real(symbol, pfn, version, flags, found);
-  substitute_hook(result, symbol, pfn, version, flags);
+  substitute_hook(result, symbol, pfn, version, flags, [&](int as_of) -> void* {
+    void* again = nullptr;
+    CUdriverProcAddressQueryResult status{};
+    return real(symbol, &again, as_of, flags, &status) == CUDA_SUCCESS && status == CU_GET_PROC_ADDRESS_SUCCESS
+               ? again
+               : nullptr;
+  });
   return result;
 }
 

@@ -69,16 +69,19 @@ ParsedSettings parse_settings(const std::function<const char*(const char*)>& get
   }
   if (const auto value = read("GPUQOS_SOCKET"); !value.empty()) {
     // Relative to the working directory the job started in, as gpuqosd's --socket and `gpuqos run
-    // --socket` take it; resolved now, so a later chdir does not move it.
+    // --socket` take it; made absolute here, so a later chdir does not move it.
     std::string path(value);
-    if (!value.starts_with('/') && working_directory.starts_with('/')) {
+    const bool relative = !value.starts_with('/');
+    if (relative && working_directory.starts_with('/')) {
       path = std::string(working_directory) + (working_directory.ends_with('/') ? "" : "/") + path;
     }
     if (path.starts_with('/') && path.size() <= kMaxSocketPathBytes) {
       s.socket_path = std::move(path);
     } else {
-      parsed.problems.push_back(
-          problem("GPUQOS_SOCKET", value, "a path, absolute or from the working directory, of at most 107 bytes"));
+      std::string allowed = "a path, absolute or from the working directory, of at most 107 bytes";
+      if (relative && path.starts_with('/')) allowed += "; from " + std::string(working_directory) + " it is " +
+                                                        std::to_string(path.size());
+      parsed.problems.push_back(problem("GPUQOS_SOCKET", value, allowed));
     }
   }
   if (const auto value = read("GPUQOS_LOG"); !value.empty()) {

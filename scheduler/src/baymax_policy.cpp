@@ -170,6 +170,8 @@ std::vector<PolicyState::TightTarget> BaymaxPolicy::tight_targets(std::int64_t n
     const std::int64_t expected = queries_.expected_query_ns(id);
     if (expected <= 0) continue;  // no closed query yet
     const std::int64_t target = *client.info.target_ns;
+    // Shorter than its queries: only once a few closed (a slow first one says little).
+    if (target < expected && queries_.closed_queries(id) < kQueriesBeforeUnreachable) continue;
     client.for_each_device([&](std::uint32_t device) {
       // Best-effort processes with compute work on the device, or that posted some lately (one
       // registers with device 0 whatever it uses, and one that went idle takes no slice); at least

@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <vector>
@@ -199,7 +200,9 @@ void Daemon::expire_pending(std::int64_t now_ns) {
     return;
   }
   const std::size_t closed = pids.size();
-  pids.resize(kSaidOneByOne);
+  std::sort(pids.begin(), pids.end());  // one process's many connections: its pid once
+  pids.erase(std::unique(pids.begin(), pids.end()), pids.end());
+  if (pids.size() > kSaidOneByOne) pids.resize(kSaidOneByOne);
   spdlog::warn("{} connections sent nothing within {} ms of connecting: closed (pids {}, ...)", closed, within,
                fmt::join(pids, ", "));
 }

@@ -41,7 +41,7 @@ void ensure_directory_of(const std::string& path, std::optional<std::string>& wa
   }
   if (error && problem.empty()) problem = "its directory " + directory.string() + ": " + error.message();
   if (problem.empty()) return;
-  const std::string text = "profile store " + path + ": " + problem + "; nothing learned will be saved";
+  const std::string text = "profile store " + path + ": " + problem + "; saves will fail until it can be written";
   warning = warning ? *warning + "; " + text : text;
 }
 

@@ -137,7 +137,7 @@ QosTracker::Job* QosTracker::job_of(ClientId client, std::int64_t now_ns) {
     job = &it->second;
   } else {  // dropped while this client was connected: start it again
     job = &add_job(state->second.job, now_ns);
-    job->priority = state->second.priority;
+    job->priority = priority_of_job(state->second.job);
     for (const auto& [id, other] : clients_) job->clients += other.job == state->second.job;
   }
   job->last_active_ns = now_ns;
@@ -160,11 +160,21 @@ void QosTracker::client_left(ClientId client, const GrantCounters& counters, std
   departed_ += counters;
   auto state = clients_.find(client);
   if (state == clients_.end()) return;
-  if (auto it = jobs_.find(state->second.job); it != jobs_.end()) {
+  const std::string job = state->second.job;
+  clients_.erase(state);
+  if (auto it = jobs_.find(job); it != jobs_.end()) {
     if (it->second.clients > 0) --it->second.clients;
     it->second.last_active_ns = now_ns;
+    // Its priority is its remaining processes' (high if any is); with none left it keeps the last.
+    if (it->second.clients > 0) it->second.priority = priority_of_job(job);
   }
-  clients_.erase(state);
+}
+
+ipc::Priority QosTracker::priority_of_job(const std::string& job) const {
+  const bool high = std::any_of(clients_.begin(), clients_.end(), [&](const auto& entry) {
+    return entry.second.job == job && entry.second.priority == ipc::Priority::high;
+  });
+  return high ? ipc::Priority::high : ipc::Priority::low;
 }
 
 void QosTracker::query_closed(ClientId client, std::int64_t latency_ns, std::optional<std::int64_t> target_ns,

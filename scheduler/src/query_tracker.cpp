@@ -70,6 +70,7 @@ ClosedQuery QueryTracker::close(ClientId client, State& state, std::int64_t at_n
   learn(state.whole, std::max<std::int64_t>(1, closed_ns - started_ns));
   learn(state.whole_unblocked, std::max<std::int64_t>(1, next_block(started_ns) - started_ns));
   learn_count(state.whole_blocks, blocks_from(started_ns));
+  ++state.closed_queries;
   ClosedQuery closed{client, state.query.opened_ns, closed_ns, state.query.ops, state.query.marked};
   state.open = false;
   state.query = {};
@@ -257,6 +258,11 @@ double QueryTracker::expected_query_blocking_points(ClientId client) const {
 std::int64_t QueryTracker::expected_query_unblocked_ns(ClientId client) const {
   auto it = clients_.find(client);
   return it == clients_.end() ? 0 : it->second.whole_unblocked;
+}
+
+std::uint64_t QueryTracker::closed_queries(ClientId client) const {
+  const auto it = clients_.find(client);
+  return it == clients_.end() ? 0 : it->second.closed_queries;
 }
 
 std::int64_t QueryTracker::expected_query_ns(ClientId client) const {

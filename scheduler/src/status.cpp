@@ -224,10 +224,12 @@ std::string tight_target_text(const PolicyState::TightTarget& t) {
   if (t.target_ns < t.expected_query_ns) {
     // Not a question of the bound or the slices: no policy meets it, and baymax holds best-effort
     // work on the device for as long as each query is open, to make it as little late as it can.
-    return t.job + "'s target of " + milliseconds(t.target_ns) + " ms is shorter than its queries take (" +
-           milliseconds(t.expected_query_ns) + " ms on average so far): it cannot be met, and best-effort work on device " +
-           std::to_string(t.device) + " is held while each of its queries is open (raise the target above " +
-           milliseconds(t.expected_query_ns) + " ms)";
+    // What the target needs over the queries for the bound's or the slices' warning to stay quiet.
+    const std::int64_t wait = t.backlog_bound_ns > 0 ? t.backlog_wait_ns : t.timeslice_ns * std::max<std::uint32_t>(1, t.be_processes);
+    return t.job + "'s target of " + milliseconds(t.target_ns) + " ms is shorter than its recent queries take (about " +
+           milliseconds(t.expected_query_ns) + " ms): it cannot be met, and best-effort work on device " +
+           std::to_string(t.device) + " is held while each of its queries is open (raise the target to " +
+           milliseconds(t.expected_query_ns + wait) + " ms or more)";
   }
   const std::string head = t.job + "'s target of " + milliseconds(t.target_ns) + " ms leaves " +
                            milliseconds(t.target_ns - t.expected_query_ns) + " ms over its queries' " +

@@ -22,7 +22,10 @@ constexpr int kUsageError = 2;
 int show_status(const std::string& socket, bool json) {
   auto text = gpuqos::scheduler::request_status(socket);
   if (!text) {
-    std::cerr << "gpuqos status: " << text.error() << " (socket " << socket << "; is gpuqosd running?)\n";
+    // The hint only when nothing answered the connect: one that timed out did connect.
+    const bool unreached = text.error().starts_with("cannot reach gpuqosd");
+    std::cerr << "gpuqos status: " << text.error() << (unreached ? " (socket " + socket + "; is gpuqosd running?)" : "")
+              << "\n";
     return 1;
   }
   if (json) {
@@ -177,7 +180,7 @@ int main(int argc, char** argv) {
   if (train->parsed()) return gpuqos::predictor::run_train(train_options, std::cout, std::cerr);
   if (eval->parsed()) return gpuqos::predictor::run_eval(eval_options, std::cout, std::cerr);
   if (!job.empty()) run_options.job = job;
-  // The shim wants an absolute path; the job may run from another directory.
+  // Made absolute here: the job may start in another directory than this command (cd in a shell -c).
   if (!run_socket.empty()) run_options.socket = std::filesystem::absolute(run_socket).lexically_normal().string();
   if (const std::string problem = run_option_problem(run_options); !problem.empty()) {
     std::cerr << "gpuqos run: " << problem << "\n";

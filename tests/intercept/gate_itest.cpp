@@ -70,7 +70,7 @@ class GateTest : public ::testing::Test {
                                               {"GPUQOS_LOG", "info"},
                                               {"GPUQOS_DEBUG_COUNTS", counts_.string()}};
     if (with_shim) env["LD_PRELOAD"] = kBuild + "/lib/libgpuqos.so";
-    env.insert(more_env.begin(), more_env.end());
+    for (const auto& [name, value] : more_env) env[name] = value;  // more_env wins
     child_.emplace(argv, env, dir_.path() / "output.txt");
     return *child_;
   }
@@ -281,6 +281,22 @@ TEST_F(GateTest, ADaemonOlderThanOnePointThreeManagesEveryDevice) {
   ASSERT_EQ(finish(), 0) << output_;
 }
 
+// A relative GPUQOS_SOCKET is the one from the directory the job started in, even when it moves
+// before its first CUDA call (when the shim reads its settings).
+TEST_F(GateTest, ARelativeSocketIsTakenFromTheDirectoryTheJobStartedIn) {
+  const auto elsewhere = dir_.path() / "elsewhere";
+  std::filesystem::create_directories(elsewhere);
+  // The job starts in the daemon's directory (it inherits this process's) and moves to `elsewhere`.
+  const auto here = std::filesystem::current_path();
+  std::filesystem::current_path(dir_.path());
+  start({"ops"}, "low", true,
+        {{"GPUQOS_SOCKET", std::filesystem::path(socket_).filename().string()}, {"GATE_CLIENT_CHDIR", elsewhere.string()}});
+  std::filesystem::current_path(here);
+  ASSERT_EQ(finish(), 0) << output_;
+  EXPECT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 1); })) << output_;
+  EXPECT_EQ(output_.find("running unmanaged"), std::string::npos) << output_;
+}
+
 TEST_F(GateTest, HighPriorityIsNeverHeld) {
   daemon_->set_auto_grant(false);
   start({"timed", "1000"}, "high");
@@ -329,7 +345,12 @@ TEST_F(GateTest, OpsSeenDoneTogetherAreNotTimedByTheTurnsClockReads) {
     ++exact;
     const std::int64_t span = completion.end_ns - completion.start_ns;
     if (span < 10'000'000) {
-      EXPECT_NEAR(span, 200'000, 5'000) << "seq " << completion.seq << ": a spin(200), queued";
+      // The kernel's 200 us, and on a loaded host that let the queue drain before the call (the grant
+      // round trips of the six outlast the spin(20000)), the launch's way to the device on top: an
+      // idle stream's start event completes at once (208 us seen under four busy processes). Not the
+      // few hundred ns of the turn's clock reads.
+      EXPECT_GE(span, 195'000) << "seq " << completion.seq << ": a spin(200)";
+      EXPECT_LE(span, 300'000) << "seq " << completion.seq << ": a spin(200)";
     } else {
       EXPECT_GE(span, 20'000'000) << "seq " << completion.seq << ": a spin(20000)";
     }

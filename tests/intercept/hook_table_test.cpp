@@ -53,7 +53,6 @@ TEST(ProcAddressSymbols, AnswerTheNewestAbiNoNewerThanTheVersionAsked) {
 // choose, but only for versions whose ABIs this build knows: a newer one may have changed it.
 TEST(ProcAddressSymbols, AnUnrecognisedAnswerIsHookedOnlyForVersionsWeKnow) {
   const int newest = newest_known_cuda_version();
-  EXPECT_GE(newest, 13000);  // built against the CUDA 13 headers
   EXPECT_EQ(hook_for_unrecognised_answer("cuLaunchKernel", 12000, false), HookId::hook_cuLaunchKernel);
   EXPECT_EQ(hook_for_unrecognised_answer("cuLaunchKernel", 12000, true), HookId::hook_cuLaunchKernel_ptsz);
   EXPECT_EQ(hook_for_unrecognised_answer("cuMemcpyHtoD", newest, true), HookId::hook_cuMemcpyHtoD_v2_ptds);

@@ -108,6 +108,8 @@ TEST(Settings, ARelativeSocketIsTakenFromTheWorkingDirectory) {
   // Too long once resolved: a bad value, as an absolute one would be.
   const ParsedSettings long_one = parse({{"GPUQOS_SOCKET", std::string(100, 's')}}, "trainer", "/home/u");
   ASSERT_EQ(long_one.problems.size(), 1u);
+  EXPECT_NE(long_one.problems[0].find(std::string(kSocketAllowed) + "; from /home/u it is 108)"), std::string::npos)
+      << long_one.problems[0];
   EXPECT_EQ(long_one.settings.socket_path, kDefaultSocketPath);
 }
 

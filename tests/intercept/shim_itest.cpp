@@ -136,6 +136,7 @@ TEST_F(ShimTest, CuGetProcAddressKeepsAnAnswerOfAnAbiNewerThanTheShim) {
   EXPECT_EQ(occurrences(output_, "asks for a CUDA newer than the"), 1u) << output_;
   EXPECT_NE(output_.find("cuGetProcAddress(\"cuLaunchKernel\", 90000)"), std::string::npos) << output_;
   EXPECT_EQ(counts().at("failed"), 0);
+  EXPECT_EQ(counts().at("cuMemsetD32_v2"), 1) << "the driver's own function of a known ABI: hooked";
 }
 
 TEST_F(ShimTest, DlopenAndDlsymAnswerHooks) {

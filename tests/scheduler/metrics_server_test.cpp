@@ -122,8 +122,8 @@ TEST(MetricsServer, APeerTricklingItsRequestDoesNotHoldStop) {
   EXPECT_LT(waited, std::chrono::nanoseconds(MetricsServer::kStopWaitNs) + std::chrono::seconds(5))
       << "stop() waited for the trickling peer";
   server.reset();
-  // Nothing listens there any more (httplib binds with SO_REUSEPORT, so a second server binding the
-  // port would not say whether the first still listens).
+  // Nothing listens there any more: a connect is refused (asked directly rather than by binding a
+  // second server there, which says nothing of a peer's connection still open).
   const sockaddr_in address = testing::loopback(port);
   FileDescriptor probe(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   EXPECT_NE(::connect(probe.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address), 0);

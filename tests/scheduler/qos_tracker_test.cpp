@@ -216,6 +216,7 @@ TEST(QosTracker, AJobIsHighWhileAnyOfItsProcessesIs) {
   tracker.client_seen(2, "bert", ipc::Priority::low, kMs);
   EXPECT_EQ(priority(2 * kMs), ipc::Priority::high) << "a low process after the high one";
   tracker.client_left(1, {}, 3 * kMs);
+  EXPECT_EQ(priority(3 * kMs), ipc::Priority::low) << "the high one left: only a low one is connected";
   tracker.client_left(2, {}, 3 * kMs);
   tracker.client_seen(3, "bert", ipc::Priority::low, 4 * kMs);
   EXPECT_EQ(priority(5 * kMs), ipc::Priority::low) << "all gone, then a low one";

@@ -202,11 +202,15 @@ TEST(StatusJobs, ATightTargetIsWarnedOf) {
             std::string::npos)
       << table;
   // A target shorter than the queries: no bound or slice would do; said so, whatever the device.
-  const std::string unreachable =
-      "serve's target of 10.000 ms is shorter than its queries take (12.000 ms on average so far): it cannot be met, "
-      "and best-effort work on device 0 is held while each of its queries is open (raise the target above 12.000 ms)";
-  EXPECT_EQ(tight_target_text({"serve", 0, 10 * kMs, 12 * kMs, 8 * kMs}), unreachable);
-  EXPECT_EQ(tight_target_text({"serve", 0, 10 * kMs, 12 * kMs, 0, 1, 5 * kMs, 5 * kMs}), unreachable);
+  const auto unreachable = [](const char* raise_to) {
+    return "serve's target of 10.000 ms is shorter than its recent queries take (about 12.000 ms): it cannot be met, "
+           "and best-effort work on device 0 is held while each of its queries is open (raise the target to " +
+           std::string(raise_to) + " ms or more)";
+  };
+  EXPECT_EQ(tight_target_text({"serve", 0, 10 * kMs, 12 * kMs, 8 * kMs, 2}), unreachable("28.000"))
+      << "a slice for each of 2 best-effort processes over the queries";
+  EXPECT_EQ(tight_target_text({"serve", 0, 10 * kMs, 12 * kMs, 0, 1, 5 * kMs, 3 * kMs}), unreachable("15.000"))
+      << "the wait the bound can cost a query over the queries";
   EXPECT_EQ(json["policy_state"]["tight_targets"][0]["be_processes"], 1);
   EXPECT_EQ(json["policy_state"]["tight_targets"][1]["be_processes"], 2);
   json["policy_state"]["tight_targets"].erase(1);

@@ -465,6 +465,8 @@ int run_marks() {
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   const auto arg = [&](int i, long fallback) { return argc > i ? std::atol(argv[i]) : fallback; };
+  // Moves before its first CUDA call, as a program may (the shim reads its settings then).
+  if (const char* directory = std::getenv("GATE_CLIENT_CHDIR"); directory && ::chdir(directory) != 0) return 1;
   if (open_device() != 0) return 1;
   if (mode == "ops") return run_ops();
   if (mode == "unified") return run_unified();

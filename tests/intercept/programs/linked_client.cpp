@@ -138,6 +138,17 @@ int run_future() {
 
   CHECK_CU(cuGetProcAddress("cuMemcpyHtoD", &fn, kFutureCudaVersion, CU_GET_PROC_ADDRESS_DEFAULT, &found));
   CHECK(fn && in_shim(fn));  // the driver answered its exported cuMemcpyHtoD_v2: an ABI we know
+
+  // A function of the driver's own, the same it answers for the newest version the shim knows: that
+  // ABI has not changed, so it is hooked (a runtime newer than the shim asks with its own version).
+  CHECK_CU(cuGetProcAddress("cuMemsetD32", &fn, kFutureCudaVersion, CU_GET_PROC_ADDRESS_DEFAULT, &found));
+  CHECK(fn && in_shim(fn));
+  CUdeviceptr words = 0;
+  CHECK_CU(cuMemAlloc(&words, 16));
+  CHECK_CU(reinterpret_cast<decltype(&cuMemsetD32)>(fn)(words, 0x600du, 4));
+  unsigned int read_back[4] = {};
+  CHECK_CU(cuMemcpyDtoH(read_back, words, sizeof read_back));
+  CHECK(read_back[0] == 0x600du && read_back[3] == 0x600du);
   std::printf("future ok\n");
   return 0;
 }

@@ -177,6 +177,8 @@ class BaymaxPolicy final : public Policy {
   // PolicyState::tight_targets at now_ns (the daemon warns of each once per job, device, target,
   // slice and process count). A best-effort process counts on a device while it has compute work
   // there or posted some within kActiveProcessNs: one that posted once and went idle takes no slice.
+  // A target shorter than the job's queries is one only once this many of them closed.
+  static constexpr int kQueriesBeforeUnreachable = 8;
   std::vector<PolicyState::TightTarget> tight_targets(std::int64_t now_ns) const;
   static constexpr std::int64_t kActiveProcessNs = 10'000'000'000;
 

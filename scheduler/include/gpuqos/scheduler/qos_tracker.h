@@ -163,6 +163,8 @@ class QosTracker {
   // client never seen.
   Job* job_of(ClientId client, std::int64_t now_ns);
   Job& add_job(const std::string& name, std::int64_t now_ns);
+  // High if any connected process of `job` is (clients_), else low.
+  ipc::Priority priority_of_job(const std::string& job) const;
   JobQosSnapshot snapshot_of(const std::string& name, const Job& job, const config::Config& config,
                              std::int64_t now_ns) const;
 

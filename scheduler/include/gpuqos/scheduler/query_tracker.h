@@ -110,6 +110,8 @@ class QueryTracker {
   std::int64_t expected_query_unblocked_ns(ClientId client) const;
   // The profile's expected length of a whole query, from its start (0: none closed yet).
   std::int64_t expected_query_ns(ClientId client) const;
+  // How many of the client's queries have closed (0 for a client not known).
+  std::uint64_t closed_queries(ClientId client) const;
   // The arrival times of the client's requests that have not begun, in the order they were said.
   const std::deque<std::int64_t>& waiting_arrivals(ClientId client) const;
   // Has the client said when its requests arrive (a query_arrived mark)? Then its queries count from
@@ -143,6 +145,7 @@ class QueryTracker {
     std::int64_t whole = 0;               // profile: a whole query, from its start
     std::int64_t whole_unblocked = 0;     // profile: from its start to its first blocking point
     double whole_blocks = 0;              // profile: blocking points of a whole query
+    std::uint64_t closed_queries = 0;     // queries closed so far
   };
   // Opens a query started at at_ns whose request arrived at arrived_ns (<= at_ns).
   void open(State& state, std::int64_t at_ns, std::int64_t arrived_ns);
