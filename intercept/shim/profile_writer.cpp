@@ -1,7 +1,10 @@
 // Formatting the profile's records and writing the file atomically (temporary file, then rename).
 #include "profile_writer.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -79,6 +82,7 @@ std::string memset_line(std::uint64_t bytes, std::uint64_t start_ns, std::uint64
 
 bool ProfileWriter::open(const std::string& path, std::string_view job, int pid, std::string& why) {
   path_ = path;
+  pid_ = pid;
   temp_path_ = path + ".tmp." + std::to_string(pid);
   // The rename at exit could not replace a directory: said now, before the run is profiled for nothing.
   if (struct stat target{}; ::stat(path.c_str(), &target) == 0 && S_ISDIR(target.st_mode)) {
@@ -103,6 +107,43 @@ void ProfileWriter::write_line(const std::string& line) {
   ++records_;
 }
 
+namespace {
+
+// Appends the file at `from` to `fd`, skipping its first line when `skip_header`. False on an error.
+bool append_file(const std::string& from, int fd, bool skip_header) {
+  std::FILE* in = std::fopen(from.c_str(), "r");
+  if (!in) return false;
+  char buffer[65536];
+  bool in_header = skip_header, ok = true;
+  for (std::size_t got; ok && (got = std::fread(buffer, 1, sizeof buffer, in)) > 0;) {
+    const char* begin = buffer;
+    if (in_header) {
+      const char* newline = static_cast<const char*>(std::memchr(buffer, '\n', got));
+      if (!newline) continue;  // still in the header line
+      in_header = false;
+      begin = newline + 1;
+    }
+    for (std::size_t left = static_cast<std::size_t>(buffer + got - begin); ok && left > 0;) {
+      const ssize_t wrote = ::write(fd, begin, left);
+      if (wrote < 0 && errno == EINTR) continue;
+      ok = wrote > 0;
+      if (ok) begin += wrote, left -= static_cast<std::size_t>(wrote);
+    }
+  }
+  ok = ok && !std::ferror(in);
+  std::fclose(in);
+  return ok;
+}
+
+// Whether the file open at `fd` starts as a gpuqos profile does.
+bool is_profile(int fd) {
+  constexpr char kStart[] = "{\"format\":\"gpuqos-profile\"";
+  char head[sizeof kStart - 1] = {};
+  return ::pread(fd, head, sizeof head, 0) == static_cast<ssize_t>(sizeof head) && std::memcmp(head, kStart, sizeof head) == 0;
+}
+
+}  // namespace
+
 bool ProfileWriter::commit(std::string& why) {
   if (!file_) return false;
   const bool written = std::ferror(file_) == 0;
@@ -113,12 +154,32 @@ bool ProfileWriter::commit(std::string& why) {
     std::remove(temp_path_.c_str());
     return false;
   }
-  if (std::rename(temp_path_.c_str(), path_.c_str()) != 0) {
-    why = "cannot rename " + temp_path_ + " to " + path_ + ": " + std::strerror(errno);
+  const int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    why = "cannot write " + path_ + ": " + std::strerror(errno);
     std::remove(temp_path_.c_str());
     return false;
   }
-  return true;
+  int locked = 0;
+  while ((locked = ::flock(fd, LOCK_EX)) != 0 && errno == EINTR) {
+  }
+  struct stat target {};
+  const bool empty = ::fstat(fd, &target) == 0 && target.st_size == 0;
+  bool ok = false;
+  if (empty || (locked == 0 && is_profile(fd))) {
+    added_ = !empty;
+    written_to_ = path_;
+    ok = append_file(temp_path_, fd, added_);
+    if (!ok) why = "cannot add to " + path_ + ": " + std::strerror(errno);
+  } else {
+    // Not ours to add to (another tool's file, or one cut short by a crash): the records go beside it.
+    written_to_ = path_ + "." + std::to_string(pid_);
+    ok = std::rename(temp_path_.c_str(), written_to_.c_str()) == 0;
+    if (!ok) why = "cannot rename " + temp_path_ + " to " + written_to_ + ": " + std::strerror(errno);
+  }
+  ::close(fd);  // and the lock with it
+  std::remove(temp_path_.c_str());
+  return ok;
 }
 
 void ProfileWriter::discard() {

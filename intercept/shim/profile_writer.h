@@ -47,13 +47,23 @@ class ProfileWriter {
   void write_line(const std::string& line);
   std::uint64_t records() const { return records_; }
 
-  // Closes the temporary file and renames it to the path. False and `why` on a write error.
+  // Closes the temporary file and adds its records to the profile at the path, under an exclusive
+  // lock of it: every process of a job (ranks, a shell's commands) writes the same GPUQOS_PROFILE,
+  // so one replacing another's would lose it. An empty or absent file gets the whole temporary file
+  // (header and records); an existing profile gets the records; a file there that is not a
+  // gpuqos profile is left alone and the records go to `<path>.<pid>` instead (`written_to`).
+  // False and `why` on a write error.
   bool commit(std::string& why);
+  const std::string& written_to() const { return written_to_; }
+  // Whether commit() added to a profile that was there already.
+  bool added() const { return added_; }
   // Closes and removes the temporary file (profiling failed: no profile rather than a wrong one).
   void discard();
 
  private:
-  std::string path_, temp_path_;
+  std::string path_, temp_path_, written_to_;
+  int pid_ = 0;
+  bool added_ = false;
   std::FILE* file_ = nullptr;
   std::uint64_t records_ = 0;
 };

@@ -275,9 +275,13 @@ void Profiler::finish() noexcept {
       log_(LogLevel::warn, "GPUQOS_PROFILE: " + why + "; no profile is written");
       return;
     }
-    log_(LogLevel::info, "GPUQOS_PROFILE: wrote " + std::to_string(records) + " records (" +
-                             std::to_string(kernels_written_) + " kernels, " + std::to_string(copies_written_) +
-                             " copies, " + std::to_string(memsets_written_) + " memsets) to " + path_ + "; " +
+    const std::string where = writer_.written_to() == path_
+                                  ? (writer_.added() ? "added to the profile in " : "to ") + path_
+                                  : "to " + writer_.written_to() + " (" + path_ + " is not a gpuqos profile)";
+    log_(writer_.written_to() == path_ ? LogLevel::info : LogLevel::warn,
+         "GPUQOS_PROFILE: wrote " + std::to_string(records) + " records (" + std::to_string(kernels_written_) +
+             " kernels, " + std::to_string(copies_written_) + " copies, " + std::to_string(memsets_written_) +
+             " memsets) " + where + "; " +
                              std::to_string(launches_.size()) + " ops without a record, " +
                              std::to_string(unmatched_ + waiting_.size()) + " records without an op");
   } catch (...) {  // out of memory for a message: the profile is written or not, either way quietly
