@@ -11,6 +11,20 @@ bool valid(const CopyFeatures& c) {
   return std::size_t(c.direction) < kCopyDirectionCount && std::size_t(c.host_memory) < kHostMemoryCount;
 }
 
+double default_bytes_per_ns(const PredictorConfig& config, CopyDirection direction) {
+  return std::max(config.default_copy_bytes_per_ns[std::size_t(direction)], 1e-9);
+}
+
+// A line that learned no bandwidth (every size it saw was latency-bound: a trace's 8-704 B copies
+// fitted as infinitely fast) cannot say how long a larger copy takes: past its largest size, the
+// bytes beyond it move at the configured default bandwidth.
+double past_what_was_seen(const CopyLine& line, std::uint64_t bytes, double ns, const PredictorConfig& config,
+                          CopyDirection direction) {
+  const std::uint64_t largest = line.largest_bytes();
+  if (line.learned_bandwidth() || bytes <= largest) return ns;
+  return std::max(ns, line.line_ns(largest) + double(bytes - largest) / default_bytes_per_ns(config, direction));
+}
+
 }  // namespace
 
 CopyModel::CopyModel(const PredictorConfig& config) {
@@ -23,16 +37,16 @@ Prediction CopyModel::predict(const CopyFeatures& copy, const PredictorConfig& c
   const CopyLine& own = line(copy.direction, copy.host_memory);
   if (own.fitted()) {
     const CopyLine::Answer a = own.predict(copy.bytes);
-    if (a.ns > 0) return {a.ns, a.ns * own.upper_ratio(), a.blended ? ModelUsed::copy_blend : ModelUsed::copy_linear, -1};
+    const double ns = past_what_was_seen(own, copy.bytes, a.ns, config, copy.direction);
+    if (ns > 0) return {ns, ns * own.upper_ratio(), a.blended ? ModelUsed::copy_blend : ModelUsed::copy_linear, -1};
   }
   if (const auto seen = own.recorded_ns(copy.bytes)) return {*seen, *seen * own.upper_ratio(), ModelUsed::copy_linear, -1};
   const CopyLine& pooled = direction_line(copy.direction);
   if (pooled.fitted()) {
-    const double ns = pooled.line_ns(copy.bytes);
+    const double ns = past_what_was_seen(pooled, copy.bytes, pooled.line_ns(copy.bytes), config, copy.direction);
     if (ns > 0) return {ns, ns * pooled.upper_ratio(), ModelUsed::copy_direction, -1};
   }
-  const double bytes_per_ns = std::max(config.default_copy_bytes_per_ns[std::size_t(copy.direction)], 1e-9);
-  const double ns = config.default_copy_latency_ns + double(copy.bytes) / bytes_per_ns;
+  const double ns = config.default_copy_latency_ns + double(copy.bytes) / default_bytes_per_ns(config, copy.direction);
   return {ns, ns * 2, ModelUsed::copy_default, -1};
 }
 

@@ -13,10 +13,10 @@ constexpr int kUsageError = 2;
 
 // The problem with a combination of options, or "".
 std::string check(const EvalOptions& o) {
-  const int modes = int(!o.test.empty()) + int(o.cv_folds > 0) + int(o.split_by_work.has_value());
+  const int modes = int(!o.test.empty()) + int(o.cv_folds != 0) + int(o.split_by_work.has_value());
   if (o.train.empty()) return "no --train files";
   if (modes != 1) return "give exactly one of --test FILE..., --cv K or --split-by-work FRACTION";
-  if (o.cv_folds == 1) return "--cv needs at least 2 folds";
+  if (o.cv_folds != 0 && o.cv_folds < 2) return "--cv needs at least 2 folds (got " + std::to_string(o.cv_folds) + ")";
   if (o.split_by_work && !(*o.split_by_work > 0 && *o.split_by_work < 1)) return "--split-by-work needs a fraction in (0, 1)";
   if (o.sms == 0) return "--sms must be positive";
   return "";
@@ -33,6 +33,14 @@ int run_eval(const EvalOptions& options, std::ostream& out, std::ostream& err) {
   SampleSet train, test;
   if (!detail::load_inputs(options.train, read_options, train, err) || !detail::load_inputs(options.test, read_options, test, err))
     return 1;
+  // More folds than measurements leaves folds empty: nothing to learn from them, and a huge K only
+  // spins through empty folds for ever.
+  if (const std::size_t rows = train.kernels.size() + train.copies.size(); options.cv_folds > 1 &&
+                                                                           static_cast<std::size_t>(options.cv_folds) > rows) {
+    err << "gpuqos eval: --cv " << options.cv_folds << " is more folds than the " << rows
+        << " measurements read (give at most " << rows << ")\n";
+    return kUsageError;
+  }
   EvalSettings settings;
   settings.config.sm_count = options.sms;
   settings.min_copy_bytes = options.min_copy_bytes;

@@ -1,6 +1,7 @@
 // `gpuqos train`: learn a profile from measurement files and save it.
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 
 #include "gpuqos/predictor/candidates.h"
 #include "gpuqos/predictor/commands.h"
@@ -33,9 +34,17 @@ void print_copies(const Predictor& predictor, std::ostream& out) {
     for (std::size_t m = 0; m < kHostMemoryCount; ++m) {
       const CopyLine& line = predictor.copies().line(CopyDirection(d), HostMemory(m));
       if (!line.fitted()) continue;
-      char text[160];
-      std::snprintf(text, sizeof text, "  %s/%s: latency %.2f us, %.1f GB/s\n", to_string(CopyDirection(d)), to_string(HostMemory(m)),
-                    line.latency_ns() / 1000, line.ns_per_byte() > 0 ? 1.0 / line.ns_per_byte() : INFINITY);
+      char text[200];
+      if (line.learned_bandwidth()) {
+        std::snprintf(text, sizeof text, "  %s/%s: latency %.2f us, %.1f GB/s\n", to_string(CopyDirection(d)),
+                      to_string(HostMemory(m)), line.latency_ns() / 1000, 1.0 / line.ns_per_byte());
+      } else {
+        std::snprintf(text, sizeof text,
+                      "  %s/%s: latency %.2f us, bandwidth not learned (copies of at most %llu bytes: larger ones "
+                      "move at the default bandwidth past that)\n",
+                      to_string(CopyDirection(d)), to_string(HostMemory(m)), line.latency_ns() / 1000,
+                      static_cast<unsigned long long>(line.largest_bytes()));
+      }
       out << text;
     }
   }
@@ -47,6 +56,14 @@ int run_train(const TrainOptions& options, std::ostream& out, std::ostream& err)
   if (options.inputs.empty() || options.out.empty() || options.sms == 0) {
     err << "gpuqos train: need --from FILE..., --out PROFILE and a positive --sms\n";
     return kUsageError;
+  }
+  // The store would replace a measurement file it was trained from: refused, not overwritten.
+  for (const std::string& input : options.inputs) {
+    std::error_code error;
+    if (input == options.out || std::filesystem::equivalent(input, options.out, error)) {
+      err << "gpuqos train: --out " << options.out << " is one of the --from files; give another path\n";
+      return kUsageError;
+    }
   }
   SampleSet samples;
   if (!detail::load_inputs(options.inputs, ReadOptions{options.csv_args}, samples, err)) return 1;

@@ -72,6 +72,39 @@ TEST(ProfileWriter, TheFileAppearsWholeOnlyAtCommit) {
                              "{\"kind\":\"memset\",\"bytes\":1,\"start_ns\":2,\"end_ns\":3}\n");
 }
 
+// Every process of a job writes the same GPUQOS_PROFILE (ranks, a shell's commands one after the
+// other): each adds its records, none replaces another's. A file there that is not a profile is
+// left alone, and the records go beside it.
+TEST(ProfileWriter, EachProcessAddsItsRecordsToTheProfile) {
+  gpuqos::testing::TempDir dir("profile-writer-test");
+  const fs::path path = dir.path() / "p.jsonl";
+  const auto commit_one = [&](int pid, std::uint64_t bytes) {
+    ProfileWriter writer;
+    std::string why;
+    EXPECT_TRUE(writer.open(path.string(), "job", pid, why)) << why;
+    writer.write_line(memset_line(bytes, 2, 3));
+    EXPECT_TRUE(writer.commit(why)) << why;
+    EXPECT_EQ(writer.written_to(), path.string());
+    return writer.added();
+  };
+  EXPECT_FALSE(commit_one(1, 10)) << "the first writes the file";
+  EXPECT_TRUE(commit_one(2, 20)) << "the second adds to it";
+  EXPECT_EQ(read_file(path), "{\"format\":\"gpuqos-profile\",\"version\":1,\"job\":\"job\",\"pid\":1}\n"
+                             "{\"kind\":\"memset\",\"bytes\":10,\"start_ns\":2,\"end_ns\":3}\n"
+                             "{\"kind\":\"memset\",\"bytes\":20,\"start_ns\":2,\"end_ns\":3}\n");
+
+  const fs::path other = dir.path() / "notes.txt";
+  std::ofstream(other) << "someone else's file\n";
+  ProfileWriter writer;
+  std::string why;
+  ASSERT_TRUE(writer.open(other.string(), "job", 7, why)) << why;
+  writer.write_line(memset_line(1, 2, 3));
+  ASSERT_TRUE(writer.commit(why)) << why;
+  EXPECT_EQ(writer.written_to(), other.string() + ".7");
+  EXPECT_EQ(read_file(other), "someone else's file\n");
+  EXPECT_NE(read_file(other.string() + ".7").find("\"bytes\":1,"), std::string::npos);
+}
+
 TEST(ProfileWriter, DiscardLeavesNothingAndABadDirectoryIsExplained) {
   gpuqos::testing::TempDir dir("profile-writer-test");
   ProfileWriter writer;

@@ -96,6 +96,22 @@ TEST(CopyPrediction, OneSizeCannotTellLatencyFromBandwidth) {
   EXPECT_LT(line.duration_ns, 1'000'000) << "latency 165 us, then 5 us more per 64 KiB";
 }
 
+// A class seen only at latency-bound sizes (a trace's 8-704 B device-to-host copies, 1.5 us each)
+// fits no bandwidth: a 1-GiB copy of it was predicted at 1.5 us. Past the sizes seen, the bytes move
+// at the default bandwidth; within them the line stands.
+TEST(CopyPrediction, AClassSeenOnlySmallDoesNotPredictLargeCopiesInstant) {
+  Predictor p;
+  for (const std::uint64_t bytes : {8u, 64u, 200u, 704u}) {
+    for (int i = 0; i < 4; ++i) p.observe(CopyFeatures{CopyDirection::d2h, HostMemory::pageable, bytes}, 1'500);
+  }
+  EXPECT_NEAR(p.predict(CopyFeatures{CopyDirection::d2h, HostMemory::pageable, 200}).duration_ns, 1'500, 100);
+  const std::uint64_t gib = 1ull << 30;
+  const Prediction large = p.predict(CopyFeatures{CopyDirection::d2h, HostMemory::pageable, gib});
+  const double at_default = double(gib) / PredictorConfig{}.default_copy_bytes_per_ns[std::size_t(CopyDirection::d2h)];
+  EXPECT_GT(large.duration_ns, 0.9 * at_default) << "about 89 ms at the default 12 GB/s";
+  EXPECT_LT(large.duration_ns, 1.1 * at_default);
+}
+
 TEST(CopyPrediction, SizeMemoryIsBounded) {
   CopyLine copy_line;
   for (std::uint64_t i = 1; i <= 10'000; ++i) copy_line.observe(i * 4096, 1000.0 + double(i), 1.0, 256);

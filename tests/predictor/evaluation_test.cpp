@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <fstream>
 #include <sstream>
 
 #include "gpuqos/predictor/commands.h"
@@ -106,6 +107,39 @@ TEST(Commands, UsageAndInputErrors) {
   EXPECT_EQ(run_eval(missing, out, err), 1);
   EXPECT_THAT(err.str(), HasSubstr("/nonexistent/a.csv"));
   EXPECT_EQ(run_train(TrainOptions{{}, "p", {}, 108}, out, err), 2);
+  EvalOptions no_folds;
+  no_folds.train = {"a.csv"};
+  no_folds.cv_folds = -3;
+  EXPECT_EQ(run_eval(no_folds, out, err), 2);
+  EXPECT_THAT(err.str(), HasSubstr("--cv needs at least 2 folds (got -3)"));
+}
+
+// --out naming a --from file would replace the measurements with the store: refused.
+TEST(Commands, TrainRefusesToWriteOverItsInput) {
+  const testing::TempDir dir;
+  const auto table = dir.write("t.csv", "Latency,Kernel Name,Grid x,Grid y,Grid z,Block x,Block y,Block z\n0.01,k,1,1,1,128,1,1\n");
+  std::ostringstream out, err;
+  EXPECT_EQ(run_train(TrainOptions{{table.string()}, table.string(), {}, 108}, out, err), 2);
+  EXPECT_THAT(err.str(), HasSubstr("--out " + table.string() + " is one of the --from files"));
+  std::ifstream kept(table);
+  std::string first;
+  std::getline(kept, first);
+  EXPECT_EQ(first, "Latency,Kernel Name,Grid x,Grid y,Grid z,Block x,Block y,Block z");
+}
+
+// A K far above the measurements read (2e9 spun a core for minutes) is refused, with the count.
+TEST(Commands, MoreFoldsThanMeasurementsIsRefused) {
+  const testing::TempDir dir;
+  std::string csv = "Latency,Kernel Name,Grid x,Grid y,Grid z,Block x,Block y,Block z,M,N\n";
+  for (int i = 1; i <= 6; ++i) csv += std::to_string(0.01 * i) + ",k," + std::to_string(i) + ",1,1,128,1,1,4,16\n";
+  const auto table = dir.write("t.csv", csv);
+  std::ostringstream out, err;
+  EvalOptions eval;
+  eval.train = {table.string()};
+  eval.csv_args = {"M", "N"};
+  eval.cv_folds = 2'000'000'000;
+  EXPECT_EQ(run_eval(eval, out, err), 2);
+  EXPECT_THAT(err.str(), HasSubstr("--cv 2000000000 is more folds than the 6 measurements read (give at most 6)"));
 }
 
 }  // namespace

@@ -42,6 +42,12 @@ class CopyLine {
   double upper_ratio() const { return upper_ratio_; }
   double latency_ns() const { return latency_ns_; }
   double ns_per_byte() const { return ns_per_byte_; }
+  // Whether the fit found a bandwidth at all: one of more than 20 TB/s (or none) means every size it
+  // saw was latency-bound, and says nothing of how a larger copy's time grows.
+  static constexpr double kMinNsPerByte = 1.0 / 20'000;
+  bool learned_bandwidth() const { return ns_per_byte_ >= kMinNsPerByte; }
+  // The largest size remembered (0: none).
+  std::uint64_t largest_bytes() const { return sizes_.entries().empty() ? 0 : sizes_.entries().back().bytes; }
 
   // Persistence.
   struct State {
