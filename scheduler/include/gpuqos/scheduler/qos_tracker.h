@@ -98,7 +98,7 @@ struct GrantCounters {
 // One job as status and metrics show it. Latencies in ns; 0 while it has no query.
 struct JobQosSnapshot {
   std::string job;
-  ipc::Priority priority = ipc::Priority::low;  // of its latest client
+  ipc::Priority priority = ipc::Priority::low;  // high while any connected process of it is
   std::uint32_t clients = 0;                    // connected now
   std::optional<std::int64_t> target_ns;        // the config's target now, if any
   double percentile = 99.0;                     // ... at this percentile
@@ -110,7 +110,10 @@ struct JobQosSnapshot {
   double violation_fraction = 0;
   std::optional<bool> meets_target;   // at_percentile_ns <= target; none without target or query
   std::uint64_t be_ops = 0;           // best-effort GPU ops completed (they ran)
-  std::int64_t be_device_ns = 0;      // their measured device time, end - start
+  // Their spans, end - start, each batch of coarse ones counted once: the time they were in flight,
+  // which on a device other jobs share includes waiting behind their work (shares can add up to
+  // more than 1), not the device time they took.
+  std::int64_t be_device_ns = 0;
   double be_ops_per_s = 0;            // over the last ProgressWindow::kWindowNs
   double be_busy_share = 0;
   std::optional<HoldTimes> be_held_ns_by_reason;  // the policy's account of its waits (hold_reason.h)
