@@ -316,16 +316,17 @@ TEST_F(GateTest, HighPriorityWorkOnTheLegacyStreamIsRecordedRightAfterTheCall) {
   start({"legacy-two"}, "high");
   ASSERT_EQ(finish(20s), 0) << output_;
   ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 2) && c[0].completions.size() == 2; }));
-  std::map<std::uint64_t, ipc::CompletionDescriptor> done;
+  std::map<std::uint64_t, ipc::CompletionDescriptor> by_seq;  // the short op's, then the long one's
   const FakeClient client = daemon_->clients().at(0);  // a copy: a temporary's member would dangle in the loop
-  for (const auto& completion : client.completions) done[completion.seq] = completion;
-  ASSERT_EQ(done.size(), 2u) << output_;
+  for (const auto& completion : client.completions) by_seq[completion.seq] = completion;
+  ASSERT_EQ(by_seq.size(), 2u) << output_;
+  const ipc::CompletionDescriptor short_op = by_seq.begin()->second, long_op = by_seq.rbegin()->second;
   const long long short_launched = value_of(output_, "short"), long_launched = value_of(output_, "long");
-  for (const auto& [seq, completion] : done) EXPECT_EQ(completion.status, 0) << seq;
-  EXPECT_GE(done[1].end_ns, short_launched + 1'000'000) << "the second context's spin(1000), not before it ran";
-  EXPECT_GE(done[2].end_ns, long_launched + 200'000'000) << "the primary context's spin(200000), not before it ran";
+  for (const auto& [seq, completion] : by_seq) EXPECT_EQ(completion.status, 0) << seq;
+  EXPECT_GE(short_op.end_ns, short_launched + 1'000'000) << "the second context's spin(1000), not before it ran";
+  EXPECT_GE(long_op.end_ns, long_launched + 200'000'000) << "the primary context's spin(200000), not before it ran";
   // A wide margin: the poll may be late on a loaded machine (a 40-ms bound failed 2 in about 15 runs).
-  EXPECT_LT(done[1].end_ns, long_launched + 150'000'000) << "the second context's op, not held by the first's";
+  EXPECT_LT(short_op.end_ns, long_launched + 150'000'000) << "the second context's op, not held by the first's";
 
 }
 

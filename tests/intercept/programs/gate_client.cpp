@@ -33,8 +33,8 @@
 //                   last), spin(20000) on a stream of it, destroy the green context (which ends both
 //                   contexts): "ended <ns>" after it; sleep 100 ms
 //   legacy-two      spin(1000) on the legacy default stream of a second context ("short <ns>": just
-//                   before), then spin(200000) on the primary context's ("long <ns>"); synchronise
-//                   both, sleep 100 ms
+//                   before), synchronised, then spin(200000) on the primary context's ("long <ns>");
+//                   synchronise both, sleep 100 ms
 //   burst <rounds>  rounds times, on the legacy default stream: spin(20000), then spin(200) six
 //                   times, then sleep 40 ms with no synchronisation (the shim's poll finds them on its
 //                   own, long after the first ended); cuCtxSynchronize at the end
@@ -247,6 +247,9 @@ int run_legacy_two() {
   const auto [primary, second, device, spin] = c;
   std::printf("short %lld\n", now_ns());
   CHECK_CU(launch_spin(spin, 1000, nullptr));
+  // Done on the device before the long one is launched: on a loaded host simgpud once took the
+  // long kernel first (the CI run of 2026-11-27), and the short one then really ended after it.
+  CHECK_CU(cuCtxSynchronize());
   CHECK_CU(cuCtxSetCurrent(primary));
   std::printf("long %lld\n", now_ns());
   CHECK_CU(launch(200000, nullptr));
