@@ -47,9 +47,13 @@ std::array<std::uint32_t, 3> dims_field(const json& record, const char* key) {
 double duration_of(const json& record) {
   const json& start = field(record, "start_ns");
   const json& end = field(record, "end_ns");
-  if (!start.is_number_integer() || !end.is_number_integer()) throw LineError{"\"start_ns\" and \"end_ns\" must be integers"};
-  const auto s = start.get<std::int64_t>();
-  const auto e = end.get<std::int64_t>();
+  // Nanosecond timestamps, unsigned as CUPTI's are: read as 64-bit unsigned (one of 2^63 or more
+  // was read as a negative number), a negative one refused.
+  const auto negative = [](const json& v) { return v.is_number_integer() && !v.is_number_unsigned(); };
+  if (!start.is_number_integer() || !end.is_number_integer() || negative(start) || negative(end))
+    throw LineError{"\"start_ns\" and \"end_ns\" must be integers of at least 0"};
+  const auto s = start.get<std::uint64_t>();
+  const auto e = end.get<std::uint64_t>();
   if (e <= s) throw LineError{"end_ns (" + std::to_string(e) + ") is not after start_ns (" + std::to_string(s) + ")"};
   return double(e - s);
 }

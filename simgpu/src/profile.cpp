@@ -104,7 +104,12 @@ constexpr KeySpec kKeys[] = {
     {"name", [](const Field& f, DeviceProfile& p) { p.name = f.text(); }},
     {"sms", [](const Field& f, DeviceProfile& p) { p.sms = f.integer(1); }},
     {"memory_gib",
-     [](const Field& f, DeviceProfile& p) { p.memory_gib = f.number(Bound::positive); }},
+     [](const Field& f, DeviceProfile& p) {
+       p.memory_gib = f.number(Bound::positive);
+       // Its bytes must fit cuDeviceTotalMem's size_t (1e30 gave a device of 0 bytes).
+       constexpr double kMaxGib = 17179869183.0;  // 2^34 - 1: under 2^64 bytes
+       if (p.memory_gib > kMaxGib) f.fail("must be a number > 0 and <= 17179869183 (2^64 bytes)");
+     }},
     {"compute_mode", [](const Field& f, DeviceProfile& p) { p.compute_mode = f.compute_mode(); }},
     {"timeslice_us",
      [](const Field& f, DeviceProfile& p) { p.timeslice_us = f.number(Bound::positive); }},

@@ -95,6 +95,25 @@ class SimgpuRig {
 
 double relative_error(double measured, double expected) { return std::abs(measured - expected) / expected; }
 
+// An iteration that is not a number is said plainly, before the trace is read (it said only
+// "stoul"; "-1" became iteration 18446744073709551615).
+TEST(Trace2Workload, AnIterationThatIsNotANumberIsSaidPlainly) {
+  SimgpuRig rig;
+  if (!rig.missing().empty()) GTEST_SKIP() << "not built: " << rig.missing();
+  for (const std::string bad : {"abc", "-1", "2x", ""}) {
+    try {
+      rig.convert("tracelens_h100_bert_small_bs1_infer.json.gz", "bad", bad);
+      ADD_FAILURE() << "--iteration '" << bad << "' was taken";
+    } catch (const std::runtime_error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("exited with 2"), std::string::npos) << what;
+      EXPECT_NE(what.find("gpuqos-trace2workload: --iteration " + bad + ": expected 'all' or an iteration number (0, 1, ...)"),
+                std::string::npos)
+          << what;
+    }
+  }
+}
+
 TEST(ReplayFidelity, BertQueryDeviceBusyTimeMatchesTrace) {
   SimgpuRig rig;
   if (!rig.missing().empty()) GTEST_SKIP() << "not built: " << rig.missing();

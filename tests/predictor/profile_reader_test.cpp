@@ -68,10 +68,25 @@ TEST(ProfileReader, EachBadLineIsSkippedWithItsNumberAndReason) {
   EXPECT_THAT(r.messages[5], HasSubstr("p.jsonl:7: kernel: \"args\" must be an array of at most 8"));
   EXPECT_THAT(r.messages[6], HasSubstr("p.jsonl:8: kernel: \"shared_bytes\" must be an integer in [0, 4294967295], got -4"));
   EXPECT_THAT(r.messages[7], HasSubstr("p.jsonl:9: copy: \"direction\" must be \"h2d\"|\"d2h\"|\"d2d\", got \"sideways\""));
-  EXPECT_THAT(r.messages[8], HasSubstr("p.jsonl:10: memset: \"start_ns\" and \"end_ns\" must be integers"));
+  EXPECT_THAT(r.messages[8], HasSubstr("p.jsonl:10: memset: \"start_ns\" and \"end_ns\" must be integers of at least 0"));
   EXPECT_THAT(r.messages[9], HasSubstr("p.jsonl:11: kernel: \"name\" must be a non-empty string"));
   EXPECT_THAT(r.messages[10], HasSubstr("p.jsonl:12: not a JSON object"));
   EXPECT_EQ(out.copies[0].copy.host_memory, HostMemory::none);  // host_memory may be left out
+}
+
+// Timestamps are CUPTI's unsigned nanoseconds: one of 2^63 or more is a timestamp, not a negative
+// number (it was read as one, and the record refused with "end_ns (-2)"); a negative one is refused.
+TEST(ProfileReader, TimestampsAreUnsigned64Bit) {
+  SampleSet out;
+  const ReadReport r = read(kHeader +
+      R"({"kind":"memset","bytes":4,"start_ns":18446744073709551000,"end_ns":18446744073709551614})" "\n"
+      R"({"kind":"memset","bytes":4,"start_ns":1,"end_ns":18446744073709551614})" "\n"
+      R"({"kind":"memset","bytes":4,"start_ns":-5,"end_ns":1})" "\n", out);
+  EXPECT_EQ(r.copies, 2u);
+  ASSERT_EQ(out.copies.size(), 2u);
+  EXPECT_DOUBLE_EQ(out.copies[0].duration_ns, 614.0);
+  ASSERT_EQ(r.messages.size(), 1u);
+  EXPECT_THAT(r.messages[0], HasSubstr("p.jsonl:4: memset: \"start_ns\" and \"end_ns\" must be integers of at least 0"));
 }
 
 TEST(ProfileReader, HeaderIsRequiredAndVersioned) {

@@ -224,6 +224,8 @@ INSTANTIATE_TEST_SUITE_P(
                    "key 'memory_gib': must be a number > 0, got 0"},
         BadProfile{"nan_memory", "memory_gib = nan\n", "1:14",
                    "key 'memory_gib': must be a number > 0"},
+        BadProfile{"memory_beyond_64_bits", "memory_gib = 1e30\n", "1:14",
+                   "key 'memory_gib': must be a number > 0 and <= 17179869183 (2^64 bytes), got 1e+30"},
         BadProfile{"inf_bandwidth", "d2d_gbps = inf\n", "1:12",
                    "key 'd2d_gbps': must be a number > 0"},
         BadProfile{"bool_for_number", "h2d_gbps = true\n", "1:12",

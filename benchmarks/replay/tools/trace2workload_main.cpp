@@ -1,7 +1,9 @@
 // gpuqos-trace2workload: converts a Kineto trace into a replayable workload, PTX module and simgpu catalog.
 #include <CLI/CLI.hpp>
+#include <charconv>
 #include <fstream>
 #include <iostream>
+#include <optional>
 
 #include "gpuqos/replay/kineto.h"
 #include "gpuqos/replay/replay_module.h"
@@ -30,15 +32,22 @@ int main(int argc, char** argv) {
   app.add_option("--iteration", iteration, "keep only iteration N (0-based, in trace order) or 'all'")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  // Digits only (std::stoul took "-1" as 2^64 - 1 and said only "stoul" of "abc"), checked before the
+  // trace is read.
+  std::optional<std::uint64_t> index;
+  if (iteration != "all") {
+    std::uint64_t value = 0;
+    const auto [end, error] = std::from_chars(iteration.data(), iteration.data() + iteration.size(), value);
+    if (iteration.empty() || error != std::errc() || end != iteration.data() + iteration.size()) {
+      std::cerr << "gpuqos-trace2workload: --iteration " << iteration << ": expected 'all' or an iteration number (0, 1, ...)\n";
+      return 2;
+    }
+    index = value;
+  }
   try {
     using namespace gpuqos::replay;
     Workload workload = convert_kineto_file(trace_path);
-    if (iteration != "all") {
-      std::size_t used = 0;
-      const unsigned long index = std::stoul(iteration, &used);
-      if (used != iteration.size()) throw std::invalid_argument("--iteration: expected a number or 'all'");
-      workload = select_iteration(workload, index);
-    }
+    if (index) workload = select_iteration(workload, *index);
     save_workload(workload, out_path);
     if (!ptx_path.empty()) write_text(ptx_path, generate_ptx(workload));
     if (!catalog_path.empty()) write_text(catalog_path, generate_catalog_json());
