@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "gpuqos/replay/text_file.h"
 #include "gpuqos/replay/workload.h"
 
 namespace gpuqos::replay {
@@ -155,11 +156,15 @@ void save_workload(const Workload& w, const std::filesystem::path& path) {
 }
 
 Workload load_workload(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw WorkloadError("cannot read " + path.string());
-  std::ostringstream text;
-  text << in.rdbuf();
-  return from_json_text(text.str(), path.string());
+  // As the traces are read: gzip data is unpacked whatever the name (a .json.gz workload was "not
+  // JSON ... last read: '<U+001F>'").
+  std::string text;
+  try {
+    text = read_text_file(path);
+  } catch (const std::exception& e) {
+    throw WorkloadError(e.what());
+  }
+  return from_json_text(text, path.string());
 }
 
 }  // namespace gpuqos::replay

@@ -40,6 +40,10 @@ ReadReport read_measurements(const std::filesystem::path& path, const ReadOption
   } catch (const std::exception& e) {
     return detail::fail(report, e.what());
   }
+  // A store (`gpuqos train`'s output) given as measurements: said so, not parsed as a CSV table.
+  if (text.starts_with("GPUQOSPF"))
+    return detail::fail(report, path.string() + ": a gpuqos predictor store (what gpuqos train writes), not measurements: "
+                                                "give the profiles, traces or tables it was trained from");
   const auto format = detect_format(text, path);
   if (!format)
     return detail::fail(report, path.string() + ": unknown format: not a gpuqos profile (JSON Lines), a Kineto trace (JSON) or a CSV table");

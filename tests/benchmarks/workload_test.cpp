@@ -2,6 +2,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "gpuqos/replay/kernel_names.h"
 #include "gpuqos/replay/workload.h"
 #include "gpuqos/testing/temp_dir.h"
@@ -62,6 +64,18 @@ TEST(Workload, FinalizeSortsAndComputesGapsAndBusyTime) {
   EXPECT_EQ(w.iterations[0].span_ns, 35000);
   EXPECT_EQ(w.iterations[0].busy_ns, w.busy_ns);
   EXPECT_THAT(summary(w), HasSubstr("2 kernels (2 names), 1 copies, 1 memsets"));
+}
+
+// A gzipped workload is read as the traces are (it was "not JSON ... last read: '<U+001F>'").
+TEST(Workload, AGzippedWorkloadIsRead) {
+  const Workload w = sample();
+  const gpuqos::testing::TempDir dir;
+  const auto plain = dir.path() / "w.json";
+  save_workload(w, plain);
+  const std::string packed = (dir.path() / "w.json.gz").string();
+  ASSERT_EQ(std::system(("gzip -c '" + plain.string() + "' > '" + packed + "'").c_str()), 0);
+  EXPECT_EQ(to_json_text(load_workload(packed)), to_json_text(w));
+  EXPECT_THROW(load_workload(dir.path() / "missing.json"), WorkloadError);
 }
 
 TEST(Workload, JsonRoundTripKeepsEverything) {

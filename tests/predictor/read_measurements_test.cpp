@@ -93,6 +93,10 @@ TEST(ReadMeasurements, UnreadableOrUnknownFiles) {
   r = read_measurements(dir.write("bad.gz", std::string("\x1f\x8b\x08\x00garbage", 11)), ReadOptions{}, out);
   EXPECT_TRUE(r.failed);
   EXPECT_THAT(r.messages[0], HasSubstr("bad.gz"));
+  // A store given as measurements (it failed as a CSV table: "missing column 'Kernel Name'").
+  r = read_measurements(dir.write("m.gqp", std::string("GPUQOSPF\x01\x00,,\n", 12)), ReadOptions{}, out);
+  EXPECT_TRUE(r.failed);
+  EXPECT_THAT(r.messages[0], HasSubstr("m.gqp: a gpuqos predictor store (what gpuqos train writes), not measurements"));
 }
 
 }  // namespace
