@@ -1,7 +1,6 @@
 // cuGetProcAddress interposition: the CUDA runtime (and any modern program) reaches the driver
 // through it, so its answers must be our hooks too, for the right version and stream flavour.
 #include <atomic>
-#include <functional>
 #include <string>
 
 #include "shim.h"
@@ -25,11 +24,10 @@ void say_kept_newer_abi(const char* symbol, int version) noexcept {
   }
 }
 
-// What the driver answers for (symbol, version, flags), asked again: nullptr when it answers nothing.
-using AskAgain = std::function<void*(int version)>;
-
 // Our hook for what the driver answered to (symbol, version, flags), or nullptr to keep its answer.
-void* hook_for_answer(const char* symbol, int version, cuuint64_t flags, void* answer, const AskAgain& ask) {
+// ask(v): what the driver answers for (symbol, v, flags), asked again; nullptr when nothing.
+template <class AskAgain>
+void* hook_for_answer(const char* symbol, int version, cuuint64_t flags, void* answer, const AskAgain& ask) noexcept {
   const ProcAddressSymbols candidates = proc_address_symbols(symbol, version);
   // The driver's own answer tells which ABI and flavour it chose when it is the exported function
   // (or our hook already: simgpu looks its answers up with dlsym), whatever the version asked.
@@ -50,13 +48,11 @@ void* hook_for_answer(const char* symbol, int version, cuuint64_t flags, void* a
   return nullptr;
 }
 
+template <class AskAgain>
 void substitute_hook(CUresult result, const char* symbol, void** pfn, int version, cuuint64_t flags,
-                     const AskAgain& ask) {
+                     const AskAgain& ask) noexcept {
   if (result != CUDA_SUCCESS || !symbol || !pfn || !*pfn) return;
-  try {
-    if (void* hook = hook_for_answer(symbol, version, flags, *pfn, ask)) *pfn = hook;
-  } catch (...) {  // out of memory: the driver's answer stands, unscheduled
-  }
+  if (void* hook = hook_for_answer(symbol, version, flags, *pfn, ask)) *pfn = hook;
 }
 
 }  // namespace

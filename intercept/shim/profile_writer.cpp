@@ -1,4 +1,4 @@
-// Formatting the profile's records and writing the file atomically (temporary file, then rename).
+// Formatting the profile's records, and writing them: to a temporary file, added to the profile at exit.
 #include "profile_writer.h"
 
 #include <fcntl.h>
@@ -178,7 +178,7 @@ bool ProfileWriter::commit(std::string& why) {
     if (!ok) why = "cannot rename " + temp_path_ + " to " + written_to_ + ": " + std::strerror(errno);
   }
   ::close(fd);  // and the lock with it
-  std::remove(temp_path_.c_str());
+  std::remove(temp_path_.c_str());  // added from (or left by a failed rename)
   return ok;
 }
 

@@ -1,6 +1,6 @@
 // The profile file GPUQOS_PROFILE names: JSON Lines of device-timed training records, which
-// `gpuqos train` reads. Written to <path>.tmp.<pid> as records arrive and renamed over <path> at
-// the end, so a reader never sees half a profile.
+// `gpuqos train` reads. Written to <path>.tmp.<pid> as records arrive and added to <path> at the
+// end under a lock (commit()), so the processes of a job share one profile.
 //
 //   line 1:  {"format":"gpuqos-profile","version":1,"job":"<job>","pid":N}
 //   kernel:  {"kind":"kernel","name":"<name>","device":0,"grid":[x,y,z],"block":[x,y,z],"shared_bytes":N,

@@ -151,7 +151,7 @@ void QosTracker::client_seen(ClientId client, const std::string& job, ipc::Prior
   Job& entry = it != jobs_.end() ? it->second : add_job(job, now_ns);
   // Processes of one job name at both priorities (a server and its warm-up client, say): the job is
   // high while any of its connected processes is, so its queries are not shown as a low job's.
-  if (entry.clients == 0 || priority == ipc::Priority::high) entry.priority = priority;
+  entry.priority = priority_of_job(job);
   ++entry.clients;
   entry.last_active_ns = now_ns;
 }
