@@ -28,22 +28,6 @@ std::string fixed(double value, int decimals) {
   return buffer;
 }
 
-LcStats lc_stats(const json& result) {
-  const json& summary = result.at("summary");
-  LcStats s;
-  s.queries = summary.at("count").get<std::uint64_t>();
-  s.mean_ms = summary.at("mean_ms").get<double>();
-  s.p50_ms = summary.at("p50_ms").get<double>();
-  s.p99_ms = summary.at("p99_ms").get<double>();
-  s.latency_ms = result.at("latency_ms").get<std::vector<double>>();
-  return s;
-}
-
-BeRun be_run(const std::string& job, const json& result) {
-  const json& summary = result.at("summary");
-  return {job, summary.at("count").get<std::uint64_t>(), summary.at("iterations_per_s").get<double>()};
-}
-
 class Experiment {
  public:
   Experiment(QosRig& rig, const Options& o, const std::atomic<bool>& interrupted)

@@ -125,17 +125,26 @@ std::string toml_float(double value) {
 
 std::string gpuqosd_config_toml(const Cell& cell, double target_ms, double time_scale,
                                 const config::BaymaxConfig& baymax, const std::string& baymax_source) {
+  std::vector<BeJobWeight> be_jobs;
+  for (const Workload& be : mix_workloads(cell.be_mix)) be_jobs.push_back({be.job, 1.0});
+  return gpuqosd_config_toml("cell " + cell_name(cell), cell.policy, cell.device_mode, target_ms, be_jobs, time_scale,
+                             baymax, baymax_source);
+}
+
+std::string gpuqosd_config_toml(const std::string& title, const std::string& policy, const std::string& device_mode,
+                                std::optional<double> lc_target_ms, const std::vector<BeJobWeight>& be_jobs,
+                                double time_scale, const config::BaymaxConfig& baymax, const std::string& baymax_source) {
   // Only a time-slicing device delays a query by a slice per process: under MPS a long best-effort
   // kernel shares the SMs with the query's for as long as they overlap, so the in-order rule (its
   // whole length counts) is the safe one there, as it is where kernels run to their end.
-  const bool sliced = cell.device_mode == "timeslice";
-  const char* how = cell.device_mode == "fifo"   ? "runs a kernel to its end once started"
+  const bool sliced = device_mode == "timeslice";
+  const char* how = device_mode == "fifo"   ? "runs a kernel to its end once started"
                     : sliced                     ? "time-slices contexts' kernels"
                                                  : "runs contexts' kernels side by side on shared SMs";
   std::ostringstream toml;
-  toml << "# Written by gpuqos-bench qos for cell " << cell_name(cell) << ".\n"
+  toml << "# Written by gpuqos-bench for " << title << ".\n"
        << "[daemon]\nlog_level = \"info\"\n\n"
-       << "[policy]\nname = \"" << cell.policy << "\"\n\n"
+       << "[policy]\nname = \"" << policy << "\"\n\n"
        << "# " << baymax_source << "'s [policy.baymax], its times x time_scale " << time_scale << "\n"
        << "[policy.baymax]\n"
        << "safety_margin_ms = " << toml_float(baymax.safety_margin_ms * time_scale) << "\n"
@@ -147,16 +156,19 @@ std::string gpuqosd_config_toml(const Cell& cell, double target_ms, double time_
        << "max_backlog_bound_ms = " << toml_float(baymax.max_backlog_bound_ms * time_scale) << "\n"
        << "adapt_step_ms = " << toml_float(baymax.adapt_step_ms * time_scale) << "\n"
        << "long_op_tail_share = " << toml_float(baymax.long_op_tail_share) << "\n"
-       << "# simgpu's " << cell.device_mode << " mode " << how << "\n"
+       << "# simgpu's " << device_mode << " mode " << how << "\n"
        << "preemptive_device = " << (sliced ? "true" : "false") << "\n"
        << "# simgpu's time slice (timeslice_us of its profile), x time_scale\n"
        << "timeslice_ms = " << toml_float(baymax.timeslice_ms * time_scale) << "\n"
        << "bound_by_slices = " << (baymax.bound_by_slices ? "true" : "false") << "\n"
-       << "idle_bound_factor = " << toml_float(baymax.idle_bound_factor) << "\n\n"
-       << "[[job]]\nname = \"" << lc_workload().job << "\"\nallowed_priority = \"high\"\n"
-       << "target_ms = " << toml_float(target_ms) << "\npercentile = 99\n";
-  for (const Workload& be : mix_workloads(cell.be_mix)) {
-    toml << "\n[[job]]\nname = \"" << be.job << "\"\nallowed_priority = \"low\"\nweight = 1.0\n";
+       << "idle_bound_factor = " << toml_float(baymax.idle_bound_factor) << "\n";
+  if (lc_target_ms) {
+    toml << "\n[[job]]\nname = \"" << lc_workload().job << "\"\nallowed_priority = \"high\"\n"
+         << "target_ms = " << toml_float(*lc_target_ms) << "\npercentile = 99\n";
+  }
+  for (const BeJobWeight& be : be_jobs) {
+    toml << "\n[[job]]\nname = \"" << be.job << "\"\nallowed_priority = \"low\"\nweight = " << toml_float(be.weight)
+         << "\n";
   }
   return toml.str();
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -89,5 +90,16 @@ std::string cell_name(const Cell& cell);
 // every device time is.
 std::string gpuqosd_config_toml(const Cell& cell, double target_ms, double time_scale,
                                 const config::BaymaxConfig& baymax, const std::string& baymax_source);
+
+// A best-effort job of a gpuqosd config and its [[job]] weight.
+struct BeJobWeight {
+  std::string job;
+  double weight = 1;
+};
+// The same for any run: `title` names it in the header comment; the LC job (high, target_ms at p99)
+// only when lc_target_ms is given; then each of `be_jobs`, low with its weight.
+std::string gpuqosd_config_toml(const std::string& title, const std::string& policy, const std::string& device_mode,
+                                std::optional<double> lc_target_ms, const std::vector<BeJobWeight>& be_jobs,
+                                double time_scale, const config::BaymaxConfig& baymax, const std::string& baymax_source);
 
 }  // namespace gpuqos::qos

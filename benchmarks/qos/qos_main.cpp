@@ -28,6 +28,7 @@
 #include "plan.h"
 #include "qos_rig.h"
 #include "report.h"
+#include "weights.h"
 
 namespace gpuqos::qos {
 namespace {
@@ -156,6 +157,26 @@ int run(const Cli& cli) {
   return 0;
 }
 
+int weights_bench(const std::string& traces_dir, const WeightsOptions& w) {
+  std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
+  const auto start = std::chrono::steady_clock::now();
+  WeightsOptions options = w;
+  options.out_dir = fs::absolute(w.out_dir).string();
+  QosRig rig(options.out_dir, options.time_scale);
+  rig.convert(lc_workload(), traces_dir);
+  for (const Workload& be : be_workloads()) {
+    if (be.key == "resnet") rig.convert(be, traces_dir);
+  }
+  const std::vector<WeightsRun> runs = run_weights(rig, options, interrupted);
+  const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const auto failed = std::count_if(runs.begin(), runs.end(), [](const WeightsRun& r) { return !r.status.ok; });
+  std::cerr << "gpuqos-bench: " << runs.size() - static_cast<std::size_t>(failed) << " of " << runs.size()
+            << " runs ok; wrote " << (fs::path(options.out_dir) / "weights.json").string() << " and weights.md in "
+            << wall_s << " s\n";
+  return 0;
+}
+
 }  // namespace
 }  // namespace gpuqos::qos
 
@@ -195,18 +216,47 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile)
       ->capture_default_str();
   qos->add_option("--traces", cli.traces_dir, "directory of the real traces")->check(CLI::ExistingDirectory)->capture_default_str();
+
+  WeightsOptions w;
+  CLI::App* weights = app.add_subcommand(
+      "weights", "two ResNet-50 replays at weights 1 and 1, then 1 and --weight, under baymax: their throughput ratio");
+  weights->add_option("--out", w.out_dir, "write weights.json, weights.md, workloads and logs here")->required();
+  weights->add_option("--weight", w.weight, "resnet-b's weight in the second run of each pair")
+      ->check(CLI::Range(0.001, 1e6))
+      ->capture_default_str();
+  weights->add_option("--load", w.lc_load, "the BERT stream's load in the runs with it")
+      ->check(CLI::Range(0.01, 0.99))
+      ->capture_default_str();
+  weights->add_option("--duration", w.duration_s, "seconds each run lasts")->check(CLI::PositiveNumber)->capture_default_str();
+  weights->add_option("--time-scale", w.time_scale, "simgpud --time-scale and the replayers' --pace-scale")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  weights->add_option("--device-modes", w.device_modes, "simgpu compute modes: fifo, timeslice, mps")
+      ->delimiter(',')
+      ->check(CLI::IsMember(kDeviceModes))
+      ->capture_default_str();
+  weights->add_option("--baymax-from", baymax_from, "config file whose [policy.baymax] gpuqosd gets (as for qos)")
+      ->check(CLI::ExistingFile)
+      ->capture_default_str();
+  weights->add_option("--traces", cli.traces_dir, "directory of the real traces")->check(CLI::ExistingDirectory)->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
-    apply_quick(o, duration->count() > 0, loads->count() > 0, mixes->count() > 0, min_queries->count() > 0);
-    validate(o);
     auto loaded = gpuqos::config::load_config_file(baymax_from);
     if (!loaded) {
       std::cerr << "gpuqos-bench: --baymax-from: " << loaded.error() << "\n";
       return 2;
     }
-    o.baymax = loaded.value().policy.baymax;
-    o.baymax.timeslice_ms = device_timeslice_ms();  // the device's own, as an operator sets it
-    o.baymax.device_timeslice_ms.clear();           // one simulated device: its slice is that one
+    gpuqos::config::BaymaxConfig baymax = loaded.value().policy.baymax;
+    baymax.timeslice_ms = device_timeslice_ms();  // the device's own, as an operator sets it
+    baymax.device_timeslice_ms.clear();           // one simulated device: its slice is that one
+    if (weights->parsed()) {
+      w.baymax = baymax;
+      w.baymax_source = baymax_from;
+      return gpuqos::qos::weights_bench(cli.traces_dir, w);
+    }
+    apply_quick(o, duration->count() > 0, loads->count() > 0, mixes->count() > 0, min_queries->count() > 0);
+    validate(o);
+    o.baymax = baymax;
     o.baymax_source = baymax_from;
     return gpuqos::qos::run(cli);
   } catch (const std::exception& e) {

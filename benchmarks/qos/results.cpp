@@ -53,4 +53,20 @@ CellResult failed_cell(const Cell& cell, const StandaloneLc& lc_reference, Statu
   return r;
 }
 
+LcStats lc_stats(const nlohmann::json& result) {
+  const nlohmann::json& summary = result.at("summary");
+  LcStats s;
+  s.queries = summary.at("count").get<std::uint64_t>();
+  s.mean_ms = summary.at("mean_ms").get<double>();
+  s.p50_ms = summary.at("p50_ms").get<double>();
+  s.p99_ms = summary.at("p99_ms").get<double>();
+  s.latency_ms = result.at("latency_ms").get<std::vector<double>>();
+  return s;
+}
+
+BeRun be_run(const std::string& job, const nlohmann::json& result) {
+  const nlohmann::json& summary = result.at("summary");
+  return {job, summary.at("count").get<std::uint64_t>(), summary.at("iterations_per_s").get<double>()};
+}
+
 }  // namespace gpuqos::qos

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "cell_math.h"
 #include "plan.h"
 
@@ -125,5 +127,10 @@ CellResult evaluate_cell(const Cell& cell, const CellMeasurement& measured, cons
 
 // A failed cell: the grid coordinates, target and reason, no figures.
 CellResult failed_cell(const Cell& cell, const StandaloneLc& lc_reference, Status status);
+
+// A replayer's result (gpuqos-replay --out): the LC's figures and every latency, or a best-effort
+// job's throughput. Throw nlohmann::json's exceptions on a result without them.
+LcStats lc_stats(const nlohmann::json& result);
+BeRun be_run(const std::string& job, const nlohmann::json& result);
 
 }  // namespace gpuqos::qos

@@ -1,10 +1,11 @@
 // gpuqos-bench qos's plan (mixes, --quick, the grid, the gpuqosd config it writes) and report
-// (qos.json records, the table, log tails).
+// (qos.json records, the table, log tails), and gpuqos-bench weights' config and table.
 #include <gtest/gtest.h>
 
 #include "gpuqos/config/load.h"
 #include "plan.h"
 #include "report.h"
+#include "weights.h"
 
 namespace gpuqos::qos {
 namespace {
@@ -102,6 +103,40 @@ TEST(QosPlan, GpuqosdConfigListsTheCellsJobs) {
   const std::string shared = gpuqosd_config_toml({"baymax", "mps", 0.4, "resnet"}, 31.25, 4.0, baymax, "x.toml");
   EXPECT_NE(shared.find("preemptive_device = false\n"), std::string::npos)
       << "MPS shares SMs: a long kernel delays a query for all of its overlap, not one slice";
+}
+
+TEST(QosPlan, AWeightsRunsConfigGivesEachJobItsWeightAndTheLcOnlyWhenItRuns) {
+  const std::string with_lc = gpuqosd_config_toml("weights-fifo-lc-1-4", "baymax", "fifo", 23.5,
+                                                  {{"resnet-a", 1.0}, {"resnet-b", 4.0}}, 4.0, {}, "x.toml");
+  const auto parsed = config::parse_config(with_lc, "weights.toml");
+  ASSERT_TRUE(parsed) << parsed.error();
+  ASSERT_EQ(parsed.value().jobs.size(), 3u);
+  EXPECT_EQ(parsed.value().jobs[0].name, "bert-infer");
+  EXPECT_EQ(parsed.value().jobs[2].name, "resnet-b");
+  EXPECT_EQ(parsed.value().jobs[2].weight, 4.0);
+  const std::string alone =
+      gpuqosd_config_toml("weights-fifo-nolc-1-4", "baymax", "fifo", std::nullopt, {{"resnet-a", 1.0}}, 4.0, {}, "x.toml");
+  EXPECT_EQ(alone.find("bert-infer"), std::string::npos) << alone;
+}
+
+TEST(WeightsReport, EachRunShowsBothThroughputsAndTheirRatio) {
+  WeightsRun even{"timeslice", true, 1.0, 23.5, LcStats{100, 10, 9, 30, {}}, {"resnet-a", 20, 1.0}, {"resnet-b", 21, 1.05}, 0.9, {}};
+  WeightsRun weighted = even;
+  weighted.weight_b = 4;
+  weighted.a = {"resnet-a", 8, 0.4};
+  weighted.b = {"resnet-b", 32, 1.6};
+  WeightsRun failed{"fifo", false, 4.0, 0, std::nullopt, {}, {}, 0, {false, "gpuqosd did not start", "", ""}};
+  EXPECT_DOUBLE_EQ(share_ratio(weighted), 4.0);
+  EXPECT_EQ(share_ratio(failed), 0.0) << "no throughput: no ratio, not a division by zero";
+  const std::string md = weights_markdown({even, weighted, failed}, 4.0);
+  EXPECT_NE(md.find("| timeslice | yes | 1:4.00 | 0.40 | 1.60 | 4.00 | 90 % | 30.0 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| fifo | no | 1:4.00 | failed: gpuqosd did not start |"), std::string::npos) << md;
+  const nlohmann::json json = weights_json({even, weighted, failed}, WeightsOptions{});
+  ASSERT_EQ(json["runs"].size(), 3u);
+  EXPECT_DOUBLE_EQ(json["runs"][1]["b_over_a"].get<double>(), 4.0);
+  EXPECT_EQ(json["runs"][1]["b_iterations"], 32);
+  EXPECT_FALSE(json["runs"][2]["ok"].get<bool>());
+  EXPECT_FALSE(json["runs"][2].contains("b_over_a"));
 }
 
 TEST(QosReport, FailedCellsKeepTheirReasonAndNoFigures) {

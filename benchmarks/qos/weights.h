@@ -1,0 +1,61 @@
+// gpuqos-bench weights: does `[[job]] weight` split the GPU between best-effort jobs? Two copies of
+// the ResNet-50 training replay (resnet-a at weight 1, resnet-b at 1 and then at --weight) under
+// gpuqosd's baymax, beside the BERT query stream and with no latency-critical job at all, per
+// device mode, side by side in one run. What it prints is each copy's iterations per second and
+// their ratio, which should follow the weights.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "gpuqos/config/config.h"
+#include "results.h"
+
+namespace gpuqos::qos {
+
+class QosRig;
+
+struct WeightsOptions {
+  std::string out_dir;
+  std::vector<std::string> device_modes{"fifo", "timeslice"};
+  double weight = 4;           // resnet-b's weight in the second run of each pair (resnet-a: 1)
+  double lc_load = 0.4;        // the BERT stream's load in the runs with it
+  double duration_s = 20;      // each run
+  double calibration_s = 3;    // the closed-loop LC run that gives its rate and gpuqosd's target
+  double time_scale = 4;       // simgpud --time-scale and the replayers' --pace-scale
+  double target_factor = 1.5;  // gpuqosd's target: this x the closed-loop p50 (the grid's `service`)
+  std::uint64_t seed = 1;
+  config::BaymaxConfig baymax;
+  std::string baymax_source = "built-in defaults";
+};
+
+// One run: the two copies at weights 1 and weight_b, with the LC or without.
+struct WeightsRun {
+  std::string device_mode;
+  bool with_lc = false;
+  double weight_b = 1;
+  double target_ms = 0;  // gpuqosd's, for the LC (0 without it)
+  std::optional<LcStats> lc;
+  BeRun a, b;
+  double gpu_busy_fraction = 0;
+  Status status;
+};
+
+// b's iterations per second over a's (0 when a made none).
+double share_ratio(const WeightsRun& run);
+
+// The table (one row per run) and the JSON record of each run. Pure.
+std::string weights_markdown(const std::vector<WeightsRun>& runs, double weight);
+nlohmann::json weights_json(const std::vector<WeightsRun>& runs, const WeightsOptions& options);
+
+// Runs the pairs in every device mode, writes <out>/weights.json and weights.md and prints the
+// table. Contract: `rig` has converted the LC workload and ResNet-50's. Throws std::runtime_error
+// before the next run once `interrupted` is set.
+std::vector<WeightsRun> run_weights(QosRig& rig, const WeightsOptions& options, const std::atomic<bool>& interrupted);
+
+}  // namespace gpuqos::qos
