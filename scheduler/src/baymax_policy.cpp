@@ -385,6 +385,33 @@ std::int64_t BaymaxPolicy::query_allowance_ns(ClientId client) const {
   return std::min(allowance, static_cast<std::int64_t>(room));
 }
 
+bool BaymaxPolicy::ahead_of_share(ClientId client, std::uint32_t device) const {
+  const ClientState& self = clients_.at(client);
+  const double lead = static_cast<double>(bound_.bound_ns()) / std::max(self.info.weight, 1e-3);
+  return std::any_of(clients_.begin(), clients_.end(), [&](const auto& entry) {
+    const ClientState& other = entry.second;
+    return entry.first != client && other.info.priority == ipc::Priority::low && other.info.job != self.info.job &&
+           self.vtime > other.vtime + lead && other.be_compute_ns_on(device) > 0;
+  });
+}
+
+bool BaymaxPolicy::has_in_flight(ClientId client) const {
+  const auto it = in_flight_.lower_bound({client, 0});
+  return it != in_flight_.end() && it->first.first == client;
+}
+
+void BaymaxPolicy::restart_if_idle(ClientId client, ClientState& state) {
+  // Idle time earns nothing: a client with nothing queued or in flight starts again at the latest
+  // grant's start. One with work in flight is not idle: it keeps its place, or a job whose launch
+  // returns between ops (nothing queued at each post) would be put level with the others each time.
+  if (state.queue.empty() && !has_in_flight(client)) state.vtime = std::max(state.vtime, virtual_time_);
+}
+
+void BaymaxPolicy::charge_share(ClientState& state, std::int64_t p) {
+  virtual_time_ = std::max(virtual_time_, state.vtime);
+  state.vtime += static_cast<double>(p) / std::max(state.info.weight, 1e-3);
+}
+
 bool BaymaxPolicy::others_have_work(ClientId client, std::uint32_t device) const {
   return std::any_of(clients_.begin(), clients_.end(), [&](const auto& entry) {
     const ClientState& other = entry.second;
@@ -408,6 +435,8 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
   };
   const EngineState here = state_at(*engine);
   if (*engine == Engine::compute) {
+    // The client's own share first: it holds only this client.
+    if (ahead_of_share(client, op.device)) return Hold::share;
     // Budget first: a long op waiting for it must not close the engine to the others.
     if (const std::int64_t cost = long_op_cost(queued); cost > 0) {
       const double needed = std::min(static_cast<double>(cost), long_op_budget_cap_ns(op.device));
@@ -563,8 +592,12 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
 void BaymaxPolicy::extend_credit(ClientId client, ClientState& state, Decisions& decisions) {
   const std::uint32_t credit = options_.credit_ops;
   if (credit == 0 || state.posted == 0 || !state.queue.empty()) return;
-  bool shared = false;  // with a high-priority job: no credit, every op asks
-  state.for_each_device([&](std::uint32_t device) { shared = shared || high_priority_on(device); });
+  // With a high-priority job: no credit, every op asks. Ahead of its share beside another job's
+  // work: none either (what it has it spends), so its next op asks and waits for the other job.
+  bool shared = false;
+  state.for_each_device([&](std::uint32_t device) {
+    shared = shared || high_priority_on(device) || ahead_of_share(client, device);
+  });
   if (shared) return;
   if (state.granted >= state.posted + credit / 2 && state.granted > state.posted) return;
   state.granted = state.posted + credit;
@@ -643,9 +676,9 @@ Decisions BaymaxPolicy::grant_ready(std::int64_t now_ns) {
         held(id, HoldReason::budget);
         continue;
       }
-      if (hold == Hold::own_bound) {
+      if (hold == Hold::own_bound || hold == Hold::share) {
         client.head_held_since_ns = -1;
-        held(id, HoldReason::bound);
+        held(id, hold == Hold::share ? HoldReason::share : HoldReason::bound);
         continue;
       }
       if (hold == Hold::deadline) {
@@ -665,8 +698,7 @@ Decisions BaymaxPolicy::grant_ready(std::int64_t now_ns) {
     if (engine_of(next.op)) {
       const bool priced_long = spend_long_budget(next, now_ns);
       account(chosen, next.op, next.predicted_ns, false, now_ns, priced_long);
-      virtual_time_ = std::max(virtual_time_, state.vtime);
-      state.vtime += static_cast<double>(next.predicted_ns) / std::max(state.info.weight, 1e-3);
+      charge_share(state, next.predicted_ns);
     }
     state.granted = std::max(state.granted, next.op.seq);
     decisions.push_back(Grant{chosen, next.op.seq});
@@ -697,13 +729,14 @@ Decisions BaymaxPolicy::op_posted(const OpPosted& event) {
     if (engine_of(op) && queries_.open_query(event.client) != nullptr) state.query_work_ns += p;
     return grant_ready(event.now_ns);
   }
+  restart_if_idle(event.client, state);
   if (op.seq <= state.granted && state.queue.empty()) {
-    // Credit, spent without asking: charged all the same.
+    // Credit, spent without asking: charged all the same, to the budget and to the job's share.
     const bool priced_long = spend_long_budget(Queued{op, p, expected(event)}, event.now_ns);
     account(event.client, op, p, false, event.now_ns, priced_long);
+    if (engine_of(op)) charge_share(state, p);
     return grant_ready(event.now_ns);
   }
-  if (state.queue.empty()) state.vtime = std::max(state.vtime, virtual_time_);
   state.queue.push_back(Queued{op, p, expected(event)});
   return grant_ready(event.now_ns);
 }

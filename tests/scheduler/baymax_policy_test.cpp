@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -1467,6 +1470,123 @@ TEST(BaymaxPolicy, BestEffortJobsShareByWeight) {
   }
   const double ratio = static_cast<double>(granted[kTrainA]) / static_cast<double>(granted[kTrainB]);
   EXPECT_NEAR(ratio, 2.0, 0.1) << granted[kTrainA] << " vs " << granted[kTrainB];
+}
+
+ClientInfo be_job(ClientId id, const char* job, double weight = 1.0) {
+  return ClientInfo{id, job, Priority::low, 0, std::nullopt, 99.0, weight};
+}
+
+// Two best-effort jobs, each with one op waiting for its grant at all times (a program whose launch
+// is held posts its next one when it returns), 4-ms kernels, on a device that either time-slices
+// the jobs' work (each job with work runs at 1 / jobs of the device) or runs it in grant order.
+// Returns the device time each job got in `run_ns`.
+std::map<ClientId, std::int64_t> device_time_of_two_jobs(BaymaxPolicy& policy, bool preemptive, std::int64_t run_ns) {
+  constexpr std::int64_t kOp = 4 * kMs, kStep = kMs / 10;
+  std::map<ClientId, std::uint64_t> posted;
+  std::map<ClientId, std::deque<std::pair<std::uint64_t, std::int64_t>>> running;  // per job: seq, work left
+  std::deque<std::pair<ClientId, std::uint64_t>> in_order;                          // every grant, in order
+  std::map<ClientId, std::int64_t> got;
+  std::int64_t now = 0;
+  std::function<void(const Decisions&)> apply = [&](const Decisions& decisions) {
+    for (const Grant& g : decisions) {
+      running[g.client].emplace_back(g.through_seq, kOp);
+      in_order.emplace_back(g.client, g.through_seq);
+      apply(post(policy, g.client, Priority::low, op(++posted[g.client]), now, kOp));  // the launch returned
+    }
+  };
+  for (ClientId c : {kTrainA, kTrainB}) apply(post(policy, c, Priority::low, op(++posted[c]), now, kOp));
+  for (; now < run_ns; now += kStep) {
+    std::vector<ClientId> serving;  // whose head op the device runs in this step
+    if (preemptive) {
+      for (auto& [c, ops] : running) {
+        if (!ops.empty()) serving.push_back(c);
+      }
+    } else if (!in_order.empty()) {
+      serving.push_back(in_order.front().first);
+    }
+    for (ClientId c : serving) {
+      auto& head = running[c].front();
+      const std::int64_t share = kStep / static_cast<std::int64_t>(serving.size());
+      head.second -= share;
+      got[c] += share;
+      if (head.second > 0) continue;
+      const std::uint64_t seq = head.first;
+      running[c].pop_front();
+      std::erase(in_order, std::pair{c, seq});
+      apply(policy.op_completed({c, done(seq, now + kStep), now + kStep}));
+    }
+  }
+  return got;
+}
+
+// Weights are a share of the device, not only an order of grants: where each job gets what it posts
+// (a time-slicing device bounds each stream on its own), the lighter job is held once it is more
+// than a bound of its device time ahead of its share, while the other job has work there.
+TEST(BaymaxPolicy, BestEffortJobsGetTheirWeightsShareOfTheDevice) {
+  for (const bool preemptive : {true, false}) {
+    SCOPED_TRACE(preemptive ? "time-slicing device" : "device that runs work in order");
+    BaymaxPolicy policy(on_device(preemptive, 20 * kMs));
+    (void)policy.client_registered(serve(kServe, 100 * kMs), 0);  // no query open: the bound alone
+    (void)policy.client_registered(be_job(kTrainA, "heavy", 4.0), 0);
+    (void)policy.client_registered(be_job(kTrainB, "light", 1.0), 0);
+    const auto got = device_time_of_two_jobs(policy, preemptive, 4'000 * kMs);
+    const double ratio = static_cast<double>(got.at(kTrainA)) / static_cast<double>(got.at(kTrainB));
+    EXPECT_NEAR(ratio, 4.0, 0.6) << got.at(kTrainA) / kMs << " ms against " << got.at(kTrainB) / kMs << " ms";
+    EXPECT_GT(got.at(kTrainA) + got.at(kTrainB), 3'900 * kMs) << "the device never idles for a share";
+    // In order, both jobs wait for the same room and fair queueing alone decides; time-sliced, each
+    // gets what it posts, and only holding the light one for its share splits the device.
+    if (preemptive) {
+      EXPECT_GT(policy.hold_times()->at(static_cast<std::size_t>(HoldReason::share)), 0);
+    }
+  }
+}
+
+// The processes of one job (ranks that wait for each other on the device) never hold each other,
+// and a job ahead of its share goes on when the other job has no work on the device.
+TEST(BaymaxPolicy, AShareHoldsOnlyBesideAnotherJobsWorkOnTheDevice) {
+  BaymaxPolicy policy(sliced(10 * kMs));
+  (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
+  (void)policy.client_registered(be_job(kTrainA, "light", 1.0), 0);
+  (void)policy.client_registered(be_job(kTrainB, "light", 1.0), 0);
+  (void)policy.client_registered(be_job(kTrainC, "other", 1.0), 0);
+  EXPECT_EQ(post(policy, kTrainC, Priority::low, op(1), 0, kMs), (Decisions{{kTrainC, 1}}));
+  // A runs 8 ms on each of two streams (the bound is per stream) while C's 1 ms is in flight.
+  for (std::uint64_t seq = 1; seq <= 2; ++seq) {
+    ipc::OpDescriptor d = op(seq);
+    d.stream = seq;
+    EXPECT_EQ(post(policy, kTrainA, Priority::low, d, 0, 8 * kMs), (Decisions{{kTrainA, seq}}));
+  }
+  ipc::OpDescriptor third = op(3);
+  third.stream = 3;
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, third, 0, kMs).empty()) << "16 ms ahead of C: over 10 ms";
+  EXPECT_EQ(post(policy, kTrainB, Priority::low, op(1), 0, 12 * kMs), (Decisions{{kTrainB, 1}}))
+      << "B is of A's job, and ahead of no one";
+  EXPECT_EQ(policy.held_head(kTrainA)->reason, HoldReason::share);
+  EXPECT_EQ(policy.op_completed({kTrainC, done(1, kMs), kMs}), (Decisions{{kTrainA, 3}}))
+      << "C has no work on the device: holding A would leave it idle";
+}
+
+// Credit would bypass the shares: credited ops count towards the job's share as granted ones do,
+// and a job ahead of its share beside another job's work gets no more, so its next op asks.
+TEST(BaymaxPolicy, CreditedOpsCountToTheShareAndNoneIsGivenAheadOfIt) {
+  BaymaxPolicy policy(options(5 * kMs, 8));
+  (void)policy.client_registered(be_job(kTrainA, "a"), 0);
+  (void)policy.client_registered(be_job(kTrainB, "b"), 0);
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 0, kMs), (Decisions{{kTrainA, 1}, {kTrainA, 9}}));
+  EXPECT_EQ(post(policy, kTrainB, Priority::low, op(1), 0, kMs), (Decisions{{kTrainB, 1}, {kTrainB, 9}}))
+      << "level with A: credit too";
+  for (std::uint64_t seq = 2; seq <= 9; ++seq) {
+    EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(seq), 0, 2 * kMs).empty()) << "A spends its credit";
+  }
+  // A has had 17 ms of the device, B 1 ms, which is still running: A is over the 5-ms bound ahead,
+  // and half its credit spent did not renew it.
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(10), 0, kMs).empty());
+  EXPECT_EQ(policy.held_head(kTrainA)->reason, HoldReason::share);
+  for (std::uint64_t seq = 1; seq <= 9; ++seq) {
+    EXPECT_TRUE(policy.op_completed({kTrainA, done(seq, kMs), kMs}).empty()) << "B's op is still running";
+  }
+  EXPECT_EQ(policy.op_completed({kTrainB, done(1, 2 * kMs), 2 * kMs}), (Decisions{{kTrainA, 10}, {kTrainA, 18}}))
+      << "B's work is done: A goes, with credit again";
 }
 
 TEST(BaymaxPolicy, ShortOpsOfOneJobDoNotOvertakeTheHeldOpOfAnother) {

@@ -65,8 +65,18 @@
 //
 // Among best-effort clients, grants go by weight (start-time fair queueing: each grant advances
 // the client's virtual time by p / weight; the least advanced client with a grantable head goes
-// first). A head held by its engine's state (bound, transfer limit, bound_by_slices' slices) closes
-// that engine to the clients behind it, so a long op is not starved by short ones; a head held only by a query's
+// first). That orders grants, but it splits the device only when the jobs wait for the same room:
+// jobs that each get what they post (a time-slicing device's per-stream bound, or jobs whose
+// launches return between ops) would share the device as it serves them, whatever their weights.
+// So a compute op of a client whose virtual time is more than bound / weight ahead of that of a
+// best-effort client of another job with compute work in flight on the device waits (share) until
+// that one catches up or its work there drains: a job runs at most one bound of its own device time
+// ahead of its weight's share while another job is using the device, and never holds the device
+// idle for it. A job's own processes do not hold each other (ranks of a job wait for each other on
+// the device). Copies are not shared by weight (the transfer limit rations them). Credit (below) is
+// counted in the share, and not renewed while a job is ahead of its share, so its next op asks.
+//
+// A head held by its engine's state (bound, transfer limit, bound_by_slices' slices) closes that engine to the clients behind it, so a long op is not starved by short ones; a head held only by a query's
 // deadline does not, so another client's shorter op may use the query's slack, until it has been
 // held kDeadlineHoldNs: then it closes the engine too, or back-to-back queries, each opening before
 // the others' short ops drained, would hold it for ever. With no high-priority client on a device, best-effort clients also get credit (seqs
@@ -275,6 +285,14 @@ class BaymaxPolicy final : public Policy {
   // Has another best-effort job granted compute work on device not yet completed, or a compute op
   // there at the head of its queue?
   bool others_have_work(ClientId client, std::uint32_t device) const;
+  // Is client's virtual time more than one bound of its own device time (bound / weight) ahead of
+  // that of a best-effort client of another job with compute work in flight on device?
+  bool ahead_of_share(ClientId client, std::uint32_t device) const;
+  // Start-time fair queueing: a grant of p advances the client's virtual time by p / weight; a
+  // client with nothing queued or in flight first starts again at the latest grant's start.
+  void charge_share(ClientState& state, std::int64_t p);
+  void restart_if_idle(ClientId client, ClientState& state);
+  bool has_in_flight(ClientId client) const;
   // Ops longer than this are long ops: the configured bound, or the adaptive one when it is looser.
   std::int64_t long_op_threshold_ns() const;
   // Before the rate may change: the budgets grown so far, at the old rate. After: a budget for each
@@ -293,7 +311,9 @@ class BaymaxPolicy final : public Policy {
   // long-op budget.
   // own_bound: the client's own compute backlog on the op's stream is at the bound (a preemptive
   // device); it does not close the engine to other clients.
-  enum class Hold { none, engine, deadline, budget, own_bound };
+  // share: the client is ahead of its weight's share beside another job's work (ahead_of_share); it
+  // does not close the engine either.
+  enum class Hold { none, engine, deadline, budget, own_bound, share };
   Hold hold_of(ClientId client, const Queued& queued, std::int64_t now_ns) const;
   bool high_priority_on(std::uint32_t device) const;
   // A query of a job with a target on the device is open, or a request of one is waiting.
@@ -324,7 +344,7 @@ class BaymaxPolicy final : public Policy {
   std::map<std::string, HoldTimes> held_by_job_;
   std::vector<std::pair<ClientId, HoldReason>> waiting_;
   std::int64_t waiting_since_ns_ = 0;
-  double virtual_time_ = 0;  // the vtime of the latest grant: where a newly busy client starts
+  double virtual_time_ = 0;  // the vtime of the latest grant at its start: where an idle client restarts
   EngineBacklog backlog_;
 };
 

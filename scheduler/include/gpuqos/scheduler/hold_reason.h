@@ -17,10 +17,11 @@ enum class HoldReason : std::uint8_t {
   deadline,  // an open query's deadline
   budget,    // the long-op budget of a device that does not preempt kernels
   behind,    // another client's held head closed the engine (or reserved the budget)
+  share,     // its job is ahead of its weight's share of the device beside another best-effort job's work
 };
-inline constexpr std::size_t kHoldReasons = 5;
-inline constexpr std::array<std::string_view, kHoldReasons> kHoldReasonNames{"bound", "transfer", "deadline",
-                                                                             "budget", "behind"};
+inline constexpr std::size_t kHoldReasons = 6;
+inline constexpr std::array<std::string_view, kHoldReasons> kHoldReasonNames{"bound",  "transfer", "deadline",
+                                                                             "budget", "behind",   "share"};
 
 using HoldTimes = std::array<std::int64_t, kHoldReasons>;  // ns, by HoldReason
 

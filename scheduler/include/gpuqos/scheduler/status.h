@@ -15,7 +15,7 @@
 //                            "held_ns_by_reason" (only from a policy that says; as in "grants")}}],
 //    "jobs_omitted": N,      (the same, for jobs; the list that takes more room is cut first)
 //    "grants":{"issued","ops_held","held_wait_ns_total","held_wait_ns_max",
-//              "held_ns_by_reason":{"bound","transfer","deadline","budget","behind"}},
+//              "held_ns_by_reason":{"bound","transfer","deadline","budget","behind","share"}},
 //    "policy_state" (only from a policy that keeps one):{"backlog_bound_ns",
 //                    "idle_stream_bound_ns" (0: none),"adaptation_steps",
 //                    "long_op_budget":[{"device","level_ns","cap_ns"}]}}
