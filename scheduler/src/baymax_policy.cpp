@@ -385,31 +385,56 @@ std::int64_t BaymaxPolicy::query_allowance_ns(ClientId client) const {
   return std::min(allowance, static_cast<std::int64_t>(room));
 }
 
-bool BaymaxPolicy::ahead_of_share(ClientId client, std::uint32_t device) const {
+bool BaymaxPolicy::uses_device(ClientId client, std::uint32_t device, std::int64_t now_ns) const {
+  for (auto it = in_flight_.lower_bound({client, 0}); it != in_flight_.end() && it->first.first == client; ++it) {
+    const InFlight& op = it->second;
+    if (op.device == device && op.engine == Engine::compute &&
+        now_ns - op.since_ns <= kShareOverrun * op.predicted_ns + kShareSlackNs)
+      return true;
+  }
+  return false;
+}
+
+bool BaymaxPolicy::has_in_flight_on(ClientId client, std::uint32_t device) const {
+  for (auto it = in_flight_.lower_bound({client, 0}); it != in_flight_.end() && it->first.first == client; ++it) {
+    if (it->second.device == device) return true;
+  }
+  return false;
+}
+
+bool BaymaxPolicy::ahead_of_share(ClientId client, std::uint32_t device, std::int64_t now_ns, bool recent) const {
   const ClientState& self = clients_.at(client);
-  const double lead = static_cast<double>(bound_.bound_ns()) / std::max(self.info.weight, 1e-3);
-  return std::any_of(clients_.begin(), clients_.end(), [&](const auto& entry) {
-    const ClientState& other = entry.second;
-    return entry.first != client && other.info.priority == ipc::Priority::low && other.info.job != self.info.job &&
-           self.vtime > other.vtime + lead && other.be_compute_ns_on(device) > 0;
-  });
+  const double lead = static_cast<double>(bound_.bound_ns()) / self.weight();
+  const double mine = self.vtime_on(device);
+  for (const auto& [id, other] : clients_) {
+    if (id == client || other.info.priority != ipc::Priority::low || other.info.job == self.info.job ||
+        mine <= other.vtime_on(device) + lead)
+      continue;
+    if (uses_device(id, device, now_ns)) return true;
+    const auto posted = other.compute_posted_ns.find(device);
+    if (recent && posted != other.compute_posted_ns.end() && now_ns - posted->second <= kShareRecentNs) return true;
+  }
+  return false;
 }
 
-bool BaymaxPolicy::has_in_flight(ClientId client) const {
-  const auto it = in_flight_.lower_bound({client, 0});
-  return it != in_flight_.end() && it->first.first == client;
+void BaymaxPolicy::restart_if_idle(ClientId client, ClientState& state, std::uint32_t device) {
+  if (!state.queue.empty() || has_in_flight_on(client, device)) return;
+  std::optional<double> least;
+  for (const auto& [id, other] : clients_) {
+    if (id == client || other.info.priority != ipc::Priority::low) continue;
+    const bool queued_here = !other.queue.empty() && other.queue.front().op.device == device;
+    if (!queued_here && !has_in_flight_on(id, device)) continue;
+    const auto start = other.last_start.find(device);
+    const double at = start == other.last_start.end() ? other.vtime_on(device) : start->second;
+    least = std::min(least.value_or(at), at);
+  }
+  if (least && *least > state.vtime_on(device)) state.vtime[device] = *least;
 }
 
-void BaymaxPolicy::restart_if_idle(ClientId client, ClientState& state) {
-  // Idle time earns nothing: a client with nothing queued or in flight starts again at the latest
-  // grant's start. One with work in flight is not idle: it keeps its place, or a job whose launch
-  // returns between ops (nothing queued at each post) would be put level with the others each time.
-  if (state.queue.empty() && !has_in_flight(client)) state.vtime = std::max(state.vtime, virtual_time_);
-}
-
-void BaymaxPolicy::charge_share(ClientState& state, std::int64_t p) {
-  virtual_time_ = std::max(virtual_time_, state.vtime);
-  state.vtime += static_cast<double>(p) / std::max(state.info.weight, 1e-3);
+void BaymaxPolicy::charge_share(ClientState& state, std::uint32_t device, std::int64_t p) {
+  double& vtime = state.vtime[device];
+  state.last_start[device] = vtime;
+  vtime += static_cast<double>(p) / state.weight();
 }
 
 bool BaymaxPolicy::others_have_work(ClientId client, std::uint32_t device) const {
@@ -435,8 +460,10 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
   };
   const EngineState here = state_at(*engine);
   if (*engine == Engine::compute) {
-    // The client's own share first: it holds only this client.
-    if (ahead_of_share(client, op.device)) return Hold::share;
+    // The client's own share first: it holds only this client, and not for longer than kShareHoldNs.
+    const std::int64_t share_since = clients_.at(client).share_held_since_ns;
+    if ((share_since < 0 || now_ns - share_since <= kShareHoldNs) && ahead_of_share(client, op.device, now_ns, false))
+      return Hold::share;
     // Budget first: a long op waiting for it must not close the engine to the others.
     if (const std::int64_t cost = long_op_cost(queued); cost > 0) {
       const double needed = std::min(static_cast<double>(cost), long_op_budget_cap_ns(op.device));
@@ -596,7 +623,7 @@ void BaymaxPolicy::extend_credit(ClientId client, ClientState& state, Decisions&
   // work: none either (what it has it spends), so its next op asks and waits for the other job.
   bool shared = false;
   state.for_each_device([&](std::uint32_t device) {
-    shared = shared || high_priority_on(device) || ahead_of_share(client, device);
+    shared = shared || high_priority_on(device) || ahead_of_share(client, device, last_now_ns_, true);
   });
   if (shared) return;
   if (state.granted >= state.posted + credit / 2 && state.granted > state.posted) return;
@@ -648,7 +675,7 @@ Decisions BaymaxPolicy::grant_ready(std::int64_t now_ns) {
     // the bound (which the shorter ones cannot pass then) holds it and closes the engine for it.
     std::vector<std::pair<double, ClientId>> order;
     for (const auto& [id, state] : clients_) {
-      if (!state.queue.empty()) order.emplace_back(state.vtime, id);
+      if (!state.queue.empty()) order.emplace_back(state.vtime_on(state.queue.front().op.device), id);
     }
     std::sort(order.begin(), order.end());
     std::set<EngineKey> closed;
@@ -676,9 +703,14 @@ Decisions BaymaxPolicy::grant_ready(std::int64_t now_ns) {
         held(id, HoldReason::budget);
         continue;
       }
-      if (hold == Hold::own_bound || hold == Hold::share) {
+      if (hold == Hold::own_bound) {
         client.head_held_since_ns = -1;
-        held(id, hold == Hold::share ? HoldReason::share : HoldReason::bound);
+        held(id, HoldReason::bound);
+        continue;
+      }
+      if (hold == Hold::share) {  // its own wait: the deadline and long-op clocks run on
+        if (client.share_held_since_ns < 0) client.share_held_since_ns = now_ns;
+        held(id, HoldReason::share);
         continue;
       }
       if (hold == Hold::deadline) {
@@ -695,10 +727,12 @@ Decisions BaymaxPolicy::grant_ready(std::int64_t now_ns) {
     const Queued next = state.queue.front();
     state.queue.pop_front();
     state.head_held_since_ns = -1;
+    state.share_held_since_ns = -1;
     if (engine_of(next.op)) {
       const bool priced_long = spend_long_budget(next, now_ns);
       account(chosen, next.op, next.predicted_ns, false, now_ns, priced_long);
-      charge_share(state, next.predicted_ns);
+      if (engine_of(next.op) == Engine::compute)
+        charge_share(state, next.op.device, next.expected_ns > 0 ? next.expected_ns : next.predicted_ns);
     }
     state.granted = std::max(state.granted, next.op.seq);
     decisions.push_back(Grant{chosen, next.op.seq});
@@ -729,12 +763,12 @@ Decisions BaymaxPolicy::op_posted(const OpPosted& event) {
     if (engine_of(op) && queries_.open_query(event.client) != nullptr) state.query_work_ns += p;
     return grant_ready(event.now_ns);
   }
-  restart_if_idle(event.client, state);
+  if (event.priority == ipc::Priority::low && engine_of(op) == Engine::compute) restart_if_idle(event.client, state, op.device);
   if (op.seq <= state.granted && state.queue.empty()) {
     // Credit, spent without asking: charged all the same, to the budget and to the job's share.
     const bool priced_long = spend_long_budget(Queued{op, p, expected(event)}, event.now_ns);
     account(event.client, op, p, false, event.now_ns, priced_long);
-    if (engine_of(op)) charge_share(state, p);
+    if (engine_of(op) == Engine::compute) charge_share(state, op.device, expected(event));
     return grant_ready(event.now_ns);
   }
   state.queue.push_back(Queued{op, p, expected(event)});

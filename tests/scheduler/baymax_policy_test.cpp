@@ -1541,33 +1541,68 @@ TEST(BaymaxPolicy, BestEffortJobsGetTheirWeightsShareOfTheDevice) {
   }
 }
 
-// The processes of one job (ranks that wait for each other on the device) never hold each other,
-// and a job ahead of its share goes on when the other job has no work on the device.
-TEST(BaymaxPolicy, AShareHoldsOnlyBesideAnotherJobsWorkOnTheDevice) {
-  BaymaxPolicy policy(sliced(10 * kMs));
+ipc::OpDescriptor op_on(std::uint64_t seq, std::uint32_t device, std::uint64_t stream) {
+  ipc::OpDescriptor d = op(seq);
+  d.device = device;
+  d.stream = stream;
+  return d;
+}
+
+// A share holds a job only beside another job's work on the same device: not beside its own job's
+// other processes (ranks wait for each other on the device), not for work on another device, and
+// not once that work is done.
+TEST(BaymaxPolicy, AShareHoldsOnlyBesideAnotherJobsWorkOnTheSameDevice) {
+  BaymaxPolicy policy(sliced(10 * kMs));  // each stream's bound is 10 ms
   (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
-  (void)policy.client_registered(be_job(kTrainA, "light", 1.0), 0);
-  (void)policy.client_registered(be_job(kTrainB, "light", 1.0), 0);
-  (void)policy.client_registered(be_job(kTrainC, "other", 1.0), 0);
-  EXPECT_EQ(post(policy, kTrainC, Priority::low, op(1), 0, kMs), (Decisions{{kTrainC, 1}}));
-  // A runs 8 ms on each of two streams (the bound is per stream) while C's 1 ms is in flight.
-  for (std::uint64_t seq = 1; seq <= 2; ++seq) {
-    ipc::OpDescriptor d = op(seq);
-    d.stream = seq;
-    EXPECT_EQ(post(policy, kTrainA, Priority::low, d, 0, 8 * kMs), (Decisions{{kTrainA, seq}}));
-  }
-  ipc::OpDescriptor third = op(3);
-  third.stream = 3;
-  EXPECT_TRUE(post(policy, kTrainA, Priority::low, third, 0, kMs).empty()) << "16 ms ahead of C: over 10 ms";
-  EXPECT_EQ(post(policy, kTrainB, Priority::low, op(1), 0, 12 * kMs), (Decisions{{kTrainB, 1}}))
-      << "B is of A's job, and ahead of no one";
+  (void)policy.client_registered(be_job(kTrainA, "x"), 0);
+  (void)policy.client_registered(be_job(kTrainB, "x"), 0);
+  (void)policy.client_registered(be_job(kTrainC, "other"), 0);
+  EXPECT_EQ(post(policy, kTrainB, Priority::low, op_on(1, 0, 9), 0, kMs), (Decisions{{kTrainB, 1}}));
+  // A, of B's job, runs 17 ms on three streams while B's 1 ms is in flight: 16 ms ahead of B, but
+  // the same job.
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op_on(1, 0, 1), 0, 8 * kMs), (Decisions{{kTrainA, 1}}));
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op_on(2, 0, 2), 0, 8 * kMs), (Decisions{{kTrainA, 2}}));
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op_on(3, 0, 3), 0, kMs), (Decisions{{kTrainA, 3}}))
+      << "its own job's processes do not hold it";
+  // C's work on device 1 does not hold A's on device 0.
+  EXPECT_EQ(post(policy, kTrainC, Priority::low, op_on(1, 1, 1), 0, 2 * kMs), (Decisions{{kTrainC, 1}}));
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op_on(4, 0, 4), 0, kMs), (Decisions{{kTrainA, 4}}))
+      << "C is not on device 0";
+  // C on device 0 starts level with the least advanced job busy there (B, at 0), so A, 18 ms in,
+  // is over the 10-ms bound ahead of it while C's op runs.
+  EXPECT_EQ(post(policy, kTrainC, Priority::low, op_on(2, 0, 1), 0, 2 * kMs), (Decisions{{kTrainC, 2}}));
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op_on(5, 0, 5), 0, kMs).empty());
   EXPECT_EQ(policy.held_head(kTrainA)->reason, HoldReason::share);
-  EXPECT_EQ(policy.op_completed({kTrainC, done(1, kMs), kMs}), (Decisions{{kTrainA, 3}}))
-      << "C has no work on the device: holding A would leave it idle";
+  EXPECT_TRUE(policy.op_completed({kTrainC, done(1, kMs), kMs}).empty()) << "C's op on device 1: A still waits";
+  EXPECT_EQ(policy.op_completed({kTrainC, done(2, 2 * kMs), 2 * kMs}), (Decisions{{kTrainA, 5}}))
+      << "C has no work on device 0: holding A would leave it idle";
+}
+
+// What a share waits for may itself wait for the held op (a collective whose other rank is held,
+// another job's event): an op of the other job run well past its prediction no longer holds anyone,
+// nor does one of a job that has gone.
+TEST(BaymaxPolicy, AShareHoldLetsGoOfWorkPastItsPredictionOrOfAJobGone) {
+  for (const bool gone : {false, true}) {
+    SCOPED_TRACE(gone ? "job gone" : "op past its prediction");
+    BaymaxPolicy policy(sliced(10 * kMs));
+    (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
+    (void)policy.client_registered(be_job(kTrainA, "a"), 0);
+    (void)policy.client_registered(be_job(kTrainC, "c"), 0);
+    EXPECT_EQ(post(policy, kTrainC, Priority::low, op_on(1, 0, 1), 0, kMs), (Decisions{{kTrainC, 1}}));
+    EXPECT_EQ(post(policy, kTrainA, Priority::low, op_on(1, 0, 1), 0, 12 * kMs), (Decisions{{kTrainA, 1}}));
+    EXPECT_TRUE(post(policy, kTrainA, Priority::low, op_on(2, 0, 2), 0, kMs).empty()) << "12 > 1 + 10";
+    if (gone) {
+      EXPECT_EQ(policy.client_gone(kTrainC, 5 * kMs), (Decisions{{kTrainA, 2}}));
+      continue;
+    }
+    EXPECT_TRUE(policy.tick(12 * kMs).empty()) << "C's 1-ms op may run 2 x 1 + 10 ms";
+    EXPECT_EQ(policy.tick(12 * kMs + 1), (Decisions{{kTrainA, 2}})) << "past that: waiting, not running";
+  }
 }
 
 // Credit would bypass the shares: credited ops count towards the job's share as granted ones do,
-// and a job ahead of its share beside another job's work gets no more, so its next op asks.
+// and a job ahead of its share beside another job that posted compute work lately gets no more, so
+// its next op asks.
 TEST(BaymaxPolicy, CreditedOpsCountToTheShareAndNoneIsGivenAheadOfIt) {
   BaymaxPolicy policy(options(5 * kMs, 8));
   (void)policy.client_registered(be_job(kTrainA, "a"), 0);
@@ -1585,8 +1620,9 @@ TEST(BaymaxPolicy, CreditedOpsCountToTheShareAndNoneIsGivenAheadOfIt) {
   for (std::uint64_t seq = 1; seq <= 9; ++seq) {
     EXPECT_TRUE(policy.op_completed({kTrainA, done(seq, kMs), kMs}).empty()) << "B's op is still running";
   }
-  EXPECT_EQ(policy.op_completed({kTrainB, done(1, 2 * kMs), 2 * kMs}), (Decisions{{kTrainA, 10}, {kTrainA, 18}}))
-      << "B's work is done: A goes, with credit again";
+  EXPECT_EQ(policy.op_completed({kTrainB, done(1, 2 * kMs), 2 * kMs}), (Decisions{{kTrainA, 10}}))
+      << "B's work is done: A goes, but B posted lately: no credit yet";
+  EXPECT_EQ(policy.tick(200 * kMs), (Decisions{{kTrainA, 18}})) << "B quiet for 100 ms: credit again";
 }
 
 TEST(BaymaxPolicy, ShortOpsOfOneJobDoNotOvertakeTheHeldOpOfAnother) {

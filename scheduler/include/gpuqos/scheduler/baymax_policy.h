@@ -63,18 +63,22 @@
 //   it would not make the query faster;
 // Sync and query marks occupy nothing and pass as soon as everything before them did.
 //
-// Among best-effort clients, grants go by weight (start-time fair queueing: each grant advances
-// the client's virtual time by p / weight; the least advanced client with a grantable head goes
-// first). That orders grants, but it splits the device only when the jobs wait for the same room:
-// jobs that each get what they post (a time-slicing device's per-stream bound, or jobs whose
-// launches return between ops) would share the device as it serves them, whatever their weights.
-// So a compute op of a client whose virtual time is more than bound / weight ahead of that of a
-// best-effort client of another job with compute work in flight on the device waits (share) until
-// that one catches up or its work there drains: a job runs at most one bound of its own device time
-// ahead of its weight's share while another job is using the device, and never holds the device
-// idle for it. A job's own processes do not hold each other (ranks of a job wait for each other on
-// the device). Copies are not shared by weight (the transfer limit rations them). Credit (below) is
-// counted in the share, and not renewed while a job is ahead of its share, so its next op asks.
+// Among best-effort clients, grants go by weight (start-time fair queueing of compute work, per
+// device: each grant advances the client's virtual time there by p / weight, p the point
+// prediction; the least advanced client with a grantable head goes first). That orders grants, but
+// it splits the device only when the jobs wait for the same room: jobs that each get what they post
+// (a time-slicing device's per-stream bound, or jobs whose launches return between ops) would
+// share the device as it serves them, whatever their weights. So a compute op of a client whose
+// virtual time is more than bound / weight ahead of that of a best-effort client of another job
+// using the device (a compute op in flight there, not far past its prediction: uses_device) waits
+// (share) until that one catches up or its work there drains: a job runs about one bound of its
+// own device time ahead of its share while another job is using the device, and never holds the
+// device idle for it. No head waits for its share longer than kShareHoldNs. A job's own processes
+// do not hold each other (ranks of a job wait for each other on the device); processes of
+// different jobs that wait for each other on the device (a collective across jobs, another job's
+// event) are let go once the op waited for runs past its prediction. Copies are not shared by
+// weight (the transfer limit rations them). Credited ops count towards the share, and a job ahead
+// of another that posted compute work lately gets no credit, so its next op asks.
 //
 // A head held by its engine's state (bound, transfer limit, bound_by_slices' slices) closes that engine to the clients behind it, so a long op is not starved by short ones; a head held only by a query's
 // deadline does not, so another client's shorter op may use the query's slack, until it has been
@@ -169,6 +173,14 @@ class BaymaxPolicy final : public Policy {
   // A job that says its arrivals: the largest share of its time its queries may keep it busy once
   // each is delayed by what best-effort work may add to it (query_allowance_ns).
   static constexpr double kMaxQueryLoad = 0.7;
+  // The share hold (ahead_of_share): an op of the other job counts as using the device until it has
+  // run kShareOverrun x its upper estimate + kShareSlackNs; no head waits for its share longer than
+  // kShareHoldNs (then it goes by the other rules); credit is not given while a job is ahead of one
+  // that posted compute work within kShareRecentNs.
+  static constexpr std::int64_t kShareOverrun = 2;
+  static constexpr std::int64_t kShareSlackNs = 10'000'000;
+  static constexpr std::int64_t kShareHoldNs = 1'000'000'000;
+  static constexpr std::int64_t kShareRecentNs = 100'000'000;
 
   explicit BaymaxPolicy(const PolicyOptions& options);
 
@@ -213,7 +225,15 @@ class BaymaxPolicy final : public Policy {
     std::deque<Queued> queue;
     std::uint64_t posted = 0;
     std::uint64_t granted = 0;  // beyond posted: credit
-    double vtime = 0;           // fair queueing: device ns granted / weight
+    // Fair queueing, by device: predicted compute ns granted there / weight, and its value at the
+    // start of the latest grant there (where a client that was idle there starts again).
+    std::map<std::uint32_t, double> vtime, last_start;
+    double vtime_on(std::uint32_t device) const {
+      const auto it = vtime.find(device);
+      return it == vtime.end() ? 0 : it->second;
+    }
+    double weight() const { return std::max(info.weight, 1e-3); }
+    std::int64_t share_held_since_ns = -1;  // when its head was first held for its share (-1: not)
     std::int64_t hp_outstanding_ns = 0;  // high priority: predicted device time not yet completed
     // High priority: predicted device time posted in its open query, and learned over closed ones
     // (0 before the first); tight_targets() takes it from the time before the query first waits.
@@ -285,14 +305,22 @@ class BaymaxPolicy final : public Policy {
   // Has another best-effort job granted compute work on device not yet completed, or a compute op
   // there at the head of its queue?
   bool others_have_work(ClientId client, std::uint32_t device) const;
-  // Is client's virtual time more than one bound of its own device time (bound / weight) ahead of
-  // that of a best-effort client of another job with compute work in flight on device?
-  bool ahead_of_share(ClientId client, std::uint32_t device) const;
-  // Start-time fair queueing: a grant of p advances the client's virtual time by p / weight; a
-  // client with nothing queued or in flight first starts again at the latest grant's start.
-  void charge_share(ClientState& state, std::int64_t p);
-  void restart_if_idle(ClientId client, ClientState& state);
-  bool has_in_flight(ClientId client) const;
+  // Is client's virtual time on device more than one bound of its own device time (bound / weight)
+  // ahead of that of a best-effort client of another job using the device (uses_device)? With
+  // recent, also of one that posted compute work there within kShareRecentNs (for credit, which
+  // would let it run on through the other's gaps).
+  bool ahead_of_share(ClientId client, std::uint32_t device, std::int64_t now_ns, bool recent) const;
+  // Has client a compute op in flight on device that is not far past its prediction (kShareOverrun)?
+  // One that is may be waiting for something a held op would do (a collective's other rank, an
+  // event of another job): counting it could hold that op until the stuck-op retirement.
+  bool uses_device(ClientId client, std::uint32_t device, std::int64_t now_ns) const;
+  bool has_in_flight_on(ClientId client, std::uint32_t device) const;
+  // Start-time fair queueing of compute work: a grant of p (the point prediction) on device
+  // advances the client's virtual time there by p / weight. A client with nothing queued and
+  // nothing in flight on device first starts again at the least start of the latest grants of the
+  // other best-effort clients busy there (idle time earns nothing), or where it was if that is later.
+  void charge_share(ClientState& state, std::uint32_t device, std::int64_t p);
+  void restart_if_idle(ClientId client, ClientState& state, std::uint32_t device);
   // Ops longer than this are long ops: the configured bound, or the adaptive one when it is looser.
   std::int64_t long_op_threshold_ns() const;
   // Before the rate may change: the budgets grown so far, at the old rate. After: a budget for each
@@ -344,7 +372,6 @@ class BaymaxPolicy final : public Policy {
   std::map<std::string, HoldTimes> held_by_job_;
   std::vector<std::pair<ClientId, HoldReason>> waiting_;
   std::int64_t waiting_since_ns_ = 0;
-  double virtual_time_ = 0;  // the vtime of the latest grant at its start: where an idle client restarts
   EngineBacklog backlog_;
 };
 
