@@ -3,10 +3,9 @@
 
 #include <cstdio>
 #include <fstream>
-#include <iostream>
-#include <sstream>
 #include <stdexcept>
 
+#include "bench_runs.h"
 #include "cell_math.h"
 
 namespace gpuqos::qos {
@@ -14,13 +13,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-std::string number(double value) {
-  std::ostringstream s;
-  s.precision(10);
-  s << value;
-  return s.str();
-}
 
 std::string fixed(double value, int decimals) {
   char buffer[64];
@@ -33,12 +25,11 @@ class Experiment {
   Experiment(QosRig& rig, const Options& o, const std::atomic<bool>& interrupted)
       : rig_(rig),
         o_(o),
-        interrupted_(interrupted),
         cells_(plan_cells(o)),
         be_used_(be_workloads_used(o)),
-        shared_mixes_(shared_mixes(o)) {
-    total_runs_ = o.device_modes.size() * (2 + o.loads.size() + be_used_.size() + shared_mixes_.size()) + cells_.size();
-  }
+        shared_mixes_(shared_mixes(o)),
+        runs_(rig, interrupted,
+              o.device_modes.size() * (2 + o.loads.size() + be_used_.size() + shared_mixes_.size()) + cells_.size()) {}
 
   Results run() {
     for (const std::string& mode : o_.device_modes) {
@@ -60,47 +51,15 @@ class Experiment {
   // --daemon-target end-to-end it marks its queries (gpuqos/query.h) as a server that queues
   // requests would: gpuqosd then measures and protects the latency the cells are judged by.
   JobSpec lc_job(std::optional<double> rate_per_s) const {
-    std::vector<std::string> args{"--workload", rig_.workload_file(lc_workload()).string(), "--mode", "lc", "--gaps", "keep",
-                                  "--pace-scale", number(o_.time_scale), "--seed", std::to_string(o_.seed)};
-    if (end_to_end()) args.push_back("--mark-queries");
-    if (rate_per_s) {
-      args.insert(args.end(), {"--rate", number(*rate_per_s)});
-    } else {
-      args.push_back("--closed-loop");
-    }
-    return {lc_workload().job, "high", args};
+    return lc_job_spec(rig_, o_.time_scale, o_.seed, rate_per_s, end_to_end());
   }
 
-  JobSpec be_job(const Workload& w) const {
-    std::vector<std::string> args{"--workload", rig_.workload_file(w).string(), "--mode", "be", "--pace-scale", number(o_.time_scale)};
-    if (o_.be_thread_per_stream) args.push_back("--thread-per-stream");
-    return {w.job, "low", args};
-  }
+  JobSpec be_job(const Workload& w) const { return be_job_spec(rig_, w, w.job, o_.time_scale, o_.be_thread_per_stream); }
 
-  // Runs the jobs and hands the outcome to `use`, which may throw on a result it cannot read; the
-  // returned status says whether both went well.
   template <typename Use>
   Status measure(const std::string& name, const std::vector<JobSpec>& jobs, const std::optional<fs::path>& config,
                  double duration_s, Use use) {
-    if (interrupted_) throw std::runtime_error("interrupted");
-    ++done_runs_;
-    std::cerr << "gpuqos-bench: [" << done_runs_ << "/" << total_runs_ << "] " << name << " ..." << std::flush;
-    RunOutcome outcome = rig_.run(name, jobs, config, duration_s);
-    if (outcome.status.ok) {
-      try {
-        use(outcome);
-      } catch (const std::exception& e) {
-        outcome.status = {false, std::string("unreadable result: ") + e.what(), "", ""};
-      }
-    }
-    if (outcome.status.ok) {
-      std::cerr << " ok\n";
-    } else {
-      std::cerr << " FAILED: " << outcome.status.reason;
-      if (!outcome.status.log_path.empty()) std::cerr << " (" << outcome.status.log_path << "), its last lines:\n" << outcome.status.log_tail;
-      std::cerr << "\n";
-    }
-    return outcome.status;
+    return runs_.measure(name, jobs, config, duration_s, use);
   }
 
   Calibration calibrate(const std::string& mode) {
@@ -114,21 +73,9 @@ class Experiment {
   // store the mode's cells start from, as a user would before deploying; without it the cells run
   // on an untrained predictor (baymax then holds best-effort work on wild upper estimates).
   void train_predictor(const std::string& mode) {
-    if (interrupted_) throw std::runtime_error("interrupted");
-    ++done_runs_;
-    const std::string name = "train-" + mode;
-    std::cerr << "gpuqos-bench: [" << done_runs_ << "/" << total_runs_ << "] " << name << " ..." << std::flush;
     std::vector<JobSpec> jobs{lc_job(std::nullopt)};
     for (const Workload& w : be_used_) jobs.push_back(be_job(w));
-    const fs::path store = rig_.out_dir() / "profiles" / ("predictor-" + mode + ".gqp");
-    const Status status = rig_.train_predictor(name, jobs, o_.duration_s, store);
-    rig_.use_predictor_store(status.ok ? std::optional<fs::path>(store) : std::nullopt);
-    if (status.ok) {
-      std::cerr << " ok\n";
-    } else {
-      std::cerr << " FAILED: " << status.reason << " (" << status.log_path << "); the cells run on an untrained predictor\n"
-                << status.log_tail << "\n";
-    }
+    runs_.train("train-" + mode, jobs, o_.duration_s, rig_.out_dir() / "profiles" / ("predictor-" + mode + ".gqp"));
   }
 
   StandaloneLc standalone_lc(const std::string& mode, double load, const Calibration& calibration) {
@@ -200,7 +147,7 @@ class Experiment {
   CellResult run_cell(const Cell& cell) {
     const StandaloneLc* reference = lc_reference(cell);
     if (reference == nullptr || !reference->status.ok) {
-      ++done_runs_;
+      runs_.skip();
       return failed_cell(cell, reference ? *reference : StandaloneLc{},
                          {false, "no standalone LC reference at this load and mode", "", ""});
     }
@@ -227,12 +174,11 @@ class Experiment {
 
   QosRig& rig_;
   const Options& o_;
-  const std::atomic<bool>& interrupted_;
   std::vector<Cell> cells_;
   std::vector<Workload> be_used_;
   std::vector<std::string> shared_mixes_;
+  BenchRuns runs_;
   Results results_;
-  std::size_t total_runs_ = 0, done_runs_ = 0;
 };
 
 }  // namespace

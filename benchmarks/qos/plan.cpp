@@ -115,9 +115,9 @@ std::string cell_name(const Cell& cell) {
 namespace {
 
 // Always with a decimal point: TOML tells floats from integers.
-std::string toml_float(double value) {
+std::string toml_float(double value, int decimals = 3) {
   char buffer[64];
-  std::snprintf(buffer, sizeof buffer, "%.3f", value);
+  std::snprintf(buffer, sizeof buffer, "%.*f", decimals, value);
   return buffer;
 }
 
@@ -138,9 +138,9 @@ std::string gpuqosd_config_toml(const std::string& title, const std::string& pol
   // kernel shares the SMs with the query's for as long as they overlap, so the in-order rule (its
   // whole length counts) is the safe one there, as it is where kernels run to their end.
   const bool sliced = device_mode == "timeslice";
-  const char* how = device_mode == "fifo"   ? "runs a kernel to its end once started"
-                    : sliced                     ? "time-slices contexts' kernels"
-                                                 : "runs contexts' kernels side by side on shared SMs";
+  const char* how = device_mode == "fifo" ? "runs a kernel to its end once started"
+                    : sliced                ? "time-slices contexts' kernels"
+                                            : "runs contexts' kernels side by side on shared SMs";
   std::ostringstream toml;
   toml << "# Written by gpuqos-bench for " << title << ".\n"
        << "[daemon]\nlog_level = \"info\"\n\n"
@@ -167,7 +167,7 @@ std::string gpuqosd_config_toml(const std::string& title, const std::string& pol
          << "target_ms = " << toml_float(*lc_target_ms) << "\npercentile = 99\n";
   }
   for (const BeJobWeight& be : be_jobs) {
-    toml << "\n[[job]]\nname = \"" << be.job << "\"\nallowed_priority = \"low\"\nweight = " << toml_float(be.weight)
+    toml << "\n[[job]]\nname = \"" << be.job << "\"\nallowed_priority = \"low\"\nweight = " << toml_float(be.weight, 6)
          << "\n";
   }
   return toml.str();

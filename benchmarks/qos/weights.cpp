@@ -7,6 +7,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "bench_runs.h"
 #include "cell_math.h"
 #include "qos_rig.h"
 
@@ -14,17 +15,9 @@ namespace gpuqos::qos {
 namespace {
 
 namespace fs = std::filesystem;
-using nlohmann::json;
 
 constexpr const char* kJobA = "resnet-a";
 constexpr const char* kJobB = "resnet-b";
-
-std::string number(double value) {
-  std::ostringstream s;
-  s.precision(10);
-  s << value;
-  return s.str();
-}
 
 const Workload& resnet() {
   for (const Workload& w : be_workloads()) {
@@ -36,16 +29,19 @@ const Workload& resnet() {
 class WeightsBench {
  public:
   WeightsBench(QosRig& rig, const WeightsOptions& o, const std::atomic<bool>& interrupted)
-      : rig_(rig), o_(o), interrupted_(interrupted), total_(o.device_modes.size() * 6) {}
+      : rig_(rig), o_(o), runs_(rig, interrupted, o.device_modes.size() * 6) {}
 
   std::vector<WeightsRun> run() {
     std::vector<WeightsRun> runs;
     for (const std::string& mode : o_.device_modes) {
       rig_.start_device(mode);
       LcStats closed;
-      const Status calibrated = measure("calibrate-" + mode, {lc_job(std::nullopt)}, std::nullopt, o_.calibration_s,
-                                        [&](const RunOutcome& out) { closed = lc_stats(out.jobs.at(0).result); });
-      train(mode);
+      const Status calibrated = runs_.measure("calibrate-" + mode, {lc_job(std::nullopt)}, std::nullopt, o_.calibration_s,
+                                              [&](const RunOutcome& out) { closed = lc_stats(out.jobs.at(0).result); });
+      // The predictor store every run of the mode starts from, as in the grid: the LC and one copy
+      // together, profiled.
+      runs_.train("weights-train-" + mode, {lc_job(std::nullopt), be_job(kJobA)}, o_.duration_s / 2,
+                  rig_.out_dir() / "profiles" / ("weights-predictor-" + mode + ".gqp"));
       const bool lc = calibrated.ok && closed.mean_ms > 0;
       const double rate = lc ? arrival_rate_per_s(o_.lc_load, closed.mean_ms) : 0;
       const double target = lc ? target_ms(o_.target_factor, closed.p50_ms) : 0;
@@ -53,7 +49,7 @@ class WeightsBench {
         for (const double weight_b : {1.0, o_.weight}) {
           WeightsRun r{mode, with_lc, weight_b, with_lc ? target : 0, std::nullopt, {}, {}, 0, {}};
           if (with_lc && !lc) {
-            ++done_;
+            runs_.skip();
             r.status = {false, "no closed-loop calibration in this mode", calibrated.log_path, calibrated.log_tail};
             runs.push_back(std::move(r));
             continue;
@@ -79,7 +75,7 @@ class WeightsBench {
                                                  r.with_lc ? std::optional(r.target_ms) : std::nullopt,
                                                  {{kJobA, 1.0}, {kJobB, r.weight_b}}, o_.time_scale, o_.baymax,
                                                  o_.baymax_source);
-    r.status = measure(name, jobs, config, o_.duration_s, [&](const RunOutcome& out) {
+    r.status = runs_.measure(name, jobs, config, o_.duration_s, [&](const RunOutcome& out) {
       const std::size_t first_be = r.with_lc ? 1 : 0;
       if (r.with_lc) r.lc = lc_stats(out.jobs.at(0).result);
       r.a = be_run(kJobA, out.jobs.at(first_be).result);
@@ -89,56 +85,14 @@ class WeightsBench {
     return r;
   }
 
-  // The predictor store every run of the mode starts from, as in the grid: the LC and one copy
-  // together, profiled.
-  void train(const std::string& mode) {
-    if (interrupted_) throw std::runtime_error("interrupted");
-    ++done_;
-    const std::string name = "weights-train-" + mode;
-    std::cerr << "gpuqos-bench: [" << done_ << "/" << total_ << "] " << name << " ..." << std::flush;
-    const fs::path store = rig_.out_dir() / "profiles" / ("weights-predictor-" + mode + ".gqp");
-    const Status status = rig_.train_predictor(name, {lc_job(std::nullopt), be_job(kJobA)}, o_.duration_s / 2, store);
-    rig_.use_predictor_store(status.ok ? std::optional<fs::path>(store) : std::nullopt);
-    std::cerr << (status.ok ? " ok\n" : " FAILED: " + status.reason + " (untrained predictor)\n");
-  }
-
-  template <typename Use>
-  Status measure(const std::string& name, const std::vector<JobSpec>& jobs, const std::optional<fs::path>& config,
-                 double duration_s, Use use) {
-    if (interrupted_) throw std::runtime_error("interrupted");
-    ++done_;
-    std::cerr << "gpuqos-bench: [" << done_ << "/" << total_ << "] " << name << " ..." << std::flush;
-    RunOutcome outcome = rig_.run(name, jobs, config, duration_s);
-    if (outcome.status.ok) {
-      try {
-        use(outcome);
-      } catch (const std::exception& e) {
-        outcome.status = {false, std::string("unreadable result: ") + e.what(), "", ""};
-      }
-    }
-    std::cerr << (outcome.status.ok ? " ok\n" : " FAILED: " + outcome.status.reason + " (" + outcome.status.log_path + ")\n");
-    return outcome.status;
-  }
-
   JobSpec lc_job(std::optional<double> rate_per_s) const {
-    std::vector<std::string> args{"--workload", rig_.workload_file(lc_workload()).string(), "--mode", "lc", "--gaps", "keep",
-                                  "--pace-scale", number(o_.time_scale), "--seed", std::to_string(o_.seed)};
-    if (rate_per_s) {
-      args.insert(args.end(), {"--rate", number(*rate_per_s)});
-    } else {
-      args.push_back("--closed-loop");
-    }
-    return {lc_workload().job, "high", args};
+    return lc_job_spec(rig_, o_.time_scale, o_.seed, rate_per_s, false);
   }
-
-  JobSpec be_job(const std::string& job) const {
-    return {job, "low", {"--workload", rig_.workload_file(resnet()).string(), "--mode", "be", "--pace-scale", number(o_.time_scale)}};
-  }
+  JobSpec be_job(const std::string& job) const { return be_job_spec(rig_, resnet(), job, o_.time_scale, false); }
 
   QosRig& rig_;
   const WeightsOptions& o_;
-  const std::atomic<bool>& interrupted_;
-  std::size_t total_, done_ = 0;
+  BenchRuns runs_;
 };
 
 }  // namespace

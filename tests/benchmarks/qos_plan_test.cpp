@@ -114,9 +114,14 @@ TEST(QosPlan, AWeightsRunsConfigGivesEachJobItsWeightAndTheLcOnlyWhenItRuns) {
   EXPECT_EQ(parsed.value().jobs[0].name, "bert-infer");
   EXPECT_EQ(parsed.value().jobs[2].name, "resnet-b");
   EXPECT_EQ(parsed.value().jobs[2].weight, 4.0);
-  const std::string alone =
-      gpuqosd_config_toml("weights-fifo-nolc-1-4", "baymax", "fifo", std::nullopt, {{"resnet-a", 1.0}}, 4.0, {}, "x.toml");
-  EXPECT_EQ(alone.find("bert-infer"), std::string::npos) << alone;
+  EXPECT_EQ(parsed.value().jobs[1].weight, 1.0);
+  EXPECT_EQ(parsed.value().jobs[0].target_ms, 23.5);
+  const std::string alone = gpuqosd_config_toml("weights-fifo-nolc-1-4", "baymax", "fifo", std::nullopt,
+                                                {{"resnet-a", 0.0015}}, 4.0, {}, "x.toml");
+  const auto alone_parsed = config::parse_config(alone, "alone.toml");
+  ASSERT_TRUE(alone_parsed) << alone_parsed.error();
+  ASSERT_EQ(alone_parsed.value().jobs.size(), 1u) << "no LC: no bert-infer job";
+  EXPECT_EQ(alone_parsed.value().jobs[0].weight, 0.0015) << "a small weight is not rounded";
 }
 
 TEST(WeightsReport, EachRunShowsBothThroughputsAndTheirRatio) {
