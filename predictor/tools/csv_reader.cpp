@@ -103,6 +103,8 @@ std::optional<KernelSample> parse_row(const Record& r, const Columns& c, const R
   if (!std::isfinite(*latency) || *latency <= 0)
     return bad("column 'Latency': duration must be a positive finite number of ms, got '" + r.fields[c.latency] + "'");
   s.duration_ns = *latency * 1e6;
+  if (!(s.duration_ns <= detail::kMaxDurationNs))
+    return bad("column 'Latency': " + r.fields[c.latency] + " ms is " + detail::kTooLong);
   for (std::size_t d = 0; d < 6; ++d) {
     const std::size_t col = d < 3 ? c.grid[d] : c.block[d - 3];
     const auto v = detail::parse_count(r.fields[col]);

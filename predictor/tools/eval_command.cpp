@@ -13,10 +13,10 @@ constexpr int kUsageError = 2;
 
 // The problem with a combination of options, or "".
 std::string check(const EvalOptions& o) {
-  const int modes = int(!o.test.empty()) + int(o.cv_folds != 0) + int(o.split_by_work.has_value());
+  const int modes = int(!o.test.empty()) + int(o.cv_folds.has_value()) + int(o.split_by_work.has_value());
   if (o.train.empty()) return "no --train files";
   if (modes != 1) return "give exactly one of --test FILE..., --cv K or --split-by-work FRACTION";
-  if (o.cv_folds != 0 && o.cv_folds < 2) return "--cv needs at least 2 folds (got " + std::to_string(o.cv_folds) + ")";
+  if (o.cv_folds && *o.cv_folds < 2) return "--cv needs at least 2 folds (got " + std::to_string(*o.cv_folds) + ")";
   if (o.split_by_work && !(*o.split_by_work > 0 && *o.split_by_work < 1)) return "--split-by-work needs a fraction in (0, 1)";
   if (o.sms == 0) return "--sms must be positive";
   return "";
@@ -35,9 +35,9 @@ int run_eval(const EvalOptions& options, std::ostream& out, std::ostream& err) {
     return 1;
   // More folds than measurements leaves folds empty: nothing to learn from them, and a huge K only
   // spins through empty folds for ever.
-  if (const std::size_t rows = train.kernels.size() + train.copies.size(); options.cv_folds > 1 &&
-                                                                           static_cast<std::size_t>(options.cv_folds) > rows) {
-    err << "gpuqos eval: --cv " << options.cv_folds << " is more folds than the " << rows
+  if (const std::size_t rows = train.kernels.size() + train.copies.size(); options.cv_folds &&
+                                                                           static_cast<std::size_t>(*options.cv_folds) > rows) {
+    err << "gpuqos eval: --cv " << *options.cv_folds << " is more folds than the " << rows
         << " measurements read (give at most " << rows << ")\n";
     return kUsageError;
   }
@@ -46,9 +46,9 @@ int run_eval(const EvalOptions& options, std::ostream& out, std::ostream& err) {
   settings.min_copy_bytes = options.min_copy_bytes;
   EvalResult result;
   std::ostringstream mode;
-  if (options.cv_folds > 1) {
-    mode << options.cv_folds << "-fold cross-validation";
-    result = cross_validate(train, options.cv_folds, settings);
+  if (options.cv_folds) {
+    mode << *options.cv_folds << "-fold cross-validation";
+    result = cross_validate(train, *options.cv_folds, settings);
   } else if (options.split_by_work) {
     mode << "extrapolation: trained on the " << *options.split_by_work * 100 << "% least work, tested on the rest";
     auto [low, high] = split_by_work(train, *options.split_by_work);

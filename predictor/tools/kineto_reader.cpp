@@ -34,10 +34,14 @@ ReadReport read_kineto_text(const std::string& text, const std::string& source, 
   } catch (const std::exception& e) {  // TraceError names the file and the event; bad_alloc and the like too
     return detail::fail(report, e.what());
   }
-  std::size_t zero_duration = 0;
+  std::size_t zero_duration = 0, too_long = 0;
   for (const replay::Operation& op : workload.ops) {
     if (op.duration_ns <= 0) {
       ++zero_duration;
+      continue;
+    }
+    if (double(op.duration_ns) > detail::kMaxDurationNs) {
+      ++too_long;
       continue;
     }
     if (op.kind == replay::OpKind::kernel) {
@@ -58,12 +62,14 @@ ReadReport read_kineto_text(const std::string& text, const std::string& source, 
       ++report.copies;
     }
   }
-  if (zero_duration > 0) {
-    report.skipped += zero_duration;
+  const auto skipped = [&](std::size_t count, const std::string& why) {
+    if (count == 0) return;
+    report.skipped += count;
     if (report.messages.size() < options.max_messages)
-      report.messages.push_back(source + ": " + std::to_string(zero_duration) +
-                                " GPU ops with a zero duration (below the trace's time resolution) skipped");
-  }
+      report.messages.push_back(source + ": " + std::to_string(count) + " GPU ops " + why + " skipped");
+  };
+  skipped(zero_duration, "with a zero duration (below the trace's time resolution)");
+  skipped(too_long, "longer than an hour (a unit mistake or a broken clock, not one op)");
   return report;
 }
 

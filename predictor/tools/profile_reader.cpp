@@ -55,6 +55,8 @@ double duration_of(const json& record) {
   const auto s = start.get<std::uint64_t>();
   const auto e = end.get<std::uint64_t>();
   if (e <= s) throw LineError{"end_ns (" + std::to_string(e) + ") is not after start_ns (" + std::to_string(s) + ")"};
+  if (double(e - s) > detail::kMaxDurationNs)
+    throw LineError{"end_ns - start_ns (" + std::to_string(e - s) + " ns) is " + detail::kTooLong};
   return double(e - s);
 }
 

@@ -26,6 +26,12 @@ inline ReadReport fail(ReadReport report, const std::string& message) {
   return report;
 }
 
+// The longest op a measurement may give: an hour. A longer one is a unit mistake or a broken
+// clock, and it would swamp every model it trained (a CSV latency of 1e308 ms was read as infinity,
+// trained, and made eval's errors NaN).
+inline constexpr double kMaxDurationNs = 3.6e12;
+inline constexpr const char* kTooLong = "longer than an hour: not a measurement of one op";
+
 std::string_view trim(std::string_view text);
 // A whole-string decimal number (leading/trailing blanks allowed); nullopt otherwise. "nan" and
 // "inf" parse (callers check finiteness and say so).

@@ -1,5 +1,7 @@
 // simgpud: the simulated GPU device process. Parses the command line, loads the device profile
 // and kernel catalogs, and serves the device socket until SIGTERM/SIGINT.
+#include <cmath>
+#include <cstdlib>
 #include <exception>
 #include <string>
 #include <vector>
@@ -37,8 +39,17 @@ int main(int argc, char** argv) {
   app.add_option("--catalog", opt.catalog_paths, "kernel catalog (JSON); repeatable, earlier entries match first");
   app.add_option("--log-level", opt.log_level, "trace, debug, info, warn, error, critical or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
+  // Not CLI::PositiveNumber: for a double it says its range as 300 digits.
   app.add_option("--time-scale", opt.time_scale, "override every device's time_scale")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Validator(
+          [](std::string& value) {
+            char* end = nullptr;
+            const double scale = std::strtod(value.c_str(), &end);
+            return end != value.c_str() && *end == '\0' && scale > 0 && std::isfinite(scale)
+                       ? std::string()
+                       : "must be a positive number, got '" + value + "'";
+          },
+          "POSITIVE"));
   app.add_flag("--shared", opt.shared, "make the socket usable by every user (mode 0666 instead of 0600)");
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::from_str(opt.log_level));

@@ -53,12 +53,13 @@ TEST(CsvReader, EachBadRowIsSkippedWithItsReason) {
                            "a,0.5,,4,1,6,256,1,1,x,6,27,21,390\n"       // 8
                            "a,0.5,k,4,1,6,256,1,1,x,6,-27,21,390\n"     // 9
                            "a,0.5,k,4,1,6,256,1.5,1,x,6,27,21,390\n"    // 10
-                           "a,0.5,\"k,4,1,6,256,1,1,x,6,27,21,390\n";   // 11: never closed
+                           "a,1e308,k,4,1,6,256,1,1,x,6,27,21,390\n"    // 11: infinite once in ns
+                           "a,0.5,\"k,4,1,6,256,1,1,x,6,27,21,390\n";   // 12: never closed
   const ReadReport r = read(text, out);
   EXPECT_FALSE(r.failed);
   EXPECT_EQ(r.kernels, 1u);
-  EXPECT_EQ(r.skipped, 9u);
-  ASSERT_EQ(r.messages.size(), 9u);
+  EXPECT_EQ(r.skipped, 10u);
+  ASSERT_EQ(r.messages.size(), 10u);
   EXPECT_THAT(r.messages[0], HasSubstr("t.csv:3: column 'Latency': 'abc' is not a number"));
   EXPECT_THAT(r.messages[1], HasSubstr("t.csv:4: column 'Latency': duration must be a positive finite number of ms, got 'nan'"));
   EXPECT_THAT(r.messages[2], HasSubstr("t.csv:5: column 'Latency': duration must be a positive finite"));
@@ -67,7 +68,8 @@ TEST(CsvReader, EachBadRowIsSkippedWithItsReason) {
   EXPECT_THAT(r.messages[5], HasSubstr("t.csv:8: column 'Kernel Name' is empty"));
   EXPECT_THAT(r.messages[6], HasSubstr("t.csv:9: column 'M': '-27' is not a non-negative integer"));
   EXPECT_THAT(r.messages[7], HasSubstr("t.csv:10: column 'Block y': '1.5' is not a positive integer"));
-  EXPECT_THAT(r.messages[8], HasSubstr("t.csv:11: unterminated quoted field"));
+  EXPECT_THAT(r.messages[8], HasSubstr("t.csv:11: column 'Latency': 1e308 ms is longer than an hour"));
+  EXPECT_THAT(r.messages[9], HasSubstr("t.csv:12: unterminated quoted field"));
 }
 
 TEST(CsvReader, MessagesAreBoundedButEveryRowCounted) {

@@ -112,6 +112,9 @@ TEST(Commands, UsageAndInputErrors) {
   no_folds.cv_folds = -3;
   EXPECT_EQ(run_eval(no_folds, out, err), 2);
   EXPECT_THAT(err.str(), HasSubstr("--cv needs at least 2 folds (got -3)"));
+  no_folds.cv_folds = 0;  // given as 0: said as such, not taken for no mode at all
+  EXPECT_EQ(run_eval(no_folds, out, err), 2);
+  EXPECT_THAT(err.str(), HasSubstr("--cv needs at least 2 folds (got 0)"));
 }
 
 // --out naming a --from file would replace the measurements with the store: refused.

@@ -58,11 +58,12 @@ constexpr const char* kCatalog = R"({
   "noise_cv": 0
 })";
 
-// Runs `argv` and returns its exit code (or -1), with stdout captured into `out` if given.
-int run_program(const std::vector<std::string>& argv, std::string* out = nullptr) {
+// Runs `argv` and returns its exit code (or -1), with stdout (and, with with_stderr, stderr)
+// captured into `out` if given.
+int run_program(const std::vector<std::string>& argv, std::string* out = nullptr, bool with_stderr = false) {
   std::string command;
   for (const auto& arg : argv) command += "'" + arg + "' ";
-  command += "2>/dev/null";
+  command += with_stderr ? "2>&1" : "2>/dev/null";
   FILE* pipe = ::popen(command.c_str(), "r");
   if (!pipe) return -1;
   char buffer[4096];
@@ -481,6 +482,20 @@ TEST(SimgpudStartup, BadProfileExitsWithTwo) {
   ItestSimgpud server;
   std::ofstream(fs::path(server.socket()).parent_path() / "profile.toml") << "sms = -1\n";
   EXPECT_EQ(run_program(server.argv()), 2);
+  EXPECT_FALSE(fs::exists(server.socket()));
+}
+
+TEST(SimgpudStartup, ATimeScaleThatIsNotPositiveIsSaidPlainly) {
+  ItestSimgpud server;
+  for (const char* scale : {"0", "-2", "abc"}) {
+    std::vector<std::string> argv = server.argv();
+    argv.insert(argv.end(), {"--time-scale", scale});
+    std::string output;
+    EXPECT_NE(run_program(argv, &output, true), 0) << scale;
+    EXPECT_NE(output.find("--time-scale: must be a positive number, got '" + std::string(scale) + "'"), std::string::npos)
+        << output;
+    EXPECT_LT(output.size(), 200u) << "not a 300-digit range: " << output;
+  }
   EXPECT_FALSE(fs::exists(server.socket()));
 }
 

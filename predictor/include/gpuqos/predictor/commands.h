@@ -20,7 +20,7 @@ struct TrainOptions {
 struct EvalOptions {
   std::vector<std::string> train;
   std::vector<std::string> test;      // empty with cv_folds or split_by_work
-  int cv_folds = 0;                   // > 1: K-fold cross-validation over the train files
+  std::optional<int> cv_folds;        // K-fold cross-validation over the train files (K >= 2)
   std::optional<double> split_by_work;// train on this fraction with the least work, test on the rest
   std::vector<std::string> csv_args;
   std::uint32_t sms = 108;
