@@ -386,13 +386,16 @@ std::int64_t BaymaxPolicy::query_allowance_ns(ClientId client) const {
 }
 
 bool BaymaxPolicy::uses_device(ClientId client, std::uint32_t device, std::int64_t now_ns) const {
+  // Its compute work in flight there, as a whole: an op granted behind others of its streams starts
+  // when they are done, so only the batch's predicted total says how long it may take.
+  std::int64_t total = 0, oldest = std::numeric_limits<std::int64_t>::max();
   for (auto it = in_flight_.lower_bound({client, 0}); it != in_flight_.end() && it->first.first == client; ++it) {
     const InFlight& op = it->second;
-    if (op.device == device && op.engine == Engine::compute &&
-        now_ns - op.since_ns <= kShareOverrun * op.predicted_ns + kShareSlackNs)
-      return true;
+    if (op.device != device || op.engine != Engine::compute) continue;
+    total += op.predicted_ns;
+    oldest = std::min(oldest, op.since_ns);
   }
-  return false;
+  return total > 0 && now_ns - oldest <= kShareOverrun * total + kShareSlackNs;
 }
 
 bool BaymaxPolicy::has_in_flight_on(ClientId client, std::uint32_t device) const {

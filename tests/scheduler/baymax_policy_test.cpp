@@ -1588,15 +1588,17 @@ TEST(BaymaxPolicy, AShareHoldLetsGoOfWorkPastItsPredictionOrOfAJobGone) {
     (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
     (void)policy.client_registered(be_job(kTrainA, "a"), 0);
     (void)policy.client_registered(be_job(kTrainC, "c"), 0);
+    // C's two 1-ms ops, the second behind the first on its stream.
     EXPECT_EQ(post(policy, kTrainC, Priority::low, op_on(1, 0, 1), 0, kMs), (Decisions{{kTrainC, 1}}));
-    EXPECT_EQ(post(policy, kTrainA, Priority::low, op_on(1, 0, 1), 0, 12 * kMs), (Decisions{{kTrainA, 1}}));
-    EXPECT_TRUE(post(policy, kTrainA, Priority::low, op_on(2, 0, 2), 0, kMs).empty()) << "12 > 1 + 10";
+    EXPECT_EQ(post(policy, kTrainC, Priority::low, op_on(2, 0, 1), 0, kMs), (Decisions{{kTrainC, 2}}));
+    EXPECT_EQ(post(policy, kTrainA, Priority::low, op_on(1, 0, 1), 0, 13 * kMs), (Decisions{{kTrainA, 1}}));
+    EXPECT_TRUE(post(policy, kTrainA, Priority::low, op_on(2, 0, 2), 0, kMs).empty()) << "13 > 2 + 10";
     if (gone) {
       EXPECT_EQ(policy.client_gone(kTrainC, 5 * kMs), (Decisions{{kTrainA, 2}}));
       continue;
     }
-    EXPECT_TRUE(policy.tick(12 * kMs).empty()) << "C's 1-ms op may run 2 x 1 + 10 ms";
-    EXPECT_EQ(policy.tick(12 * kMs + 1), (Decisions{{kTrainA, 2}})) << "past that: waiting, not running";
+    EXPECT_TRUE(policy.tick(18 * kMs).empty()) << "C's work, 2 ms in all, may take 4 x 2 + 10 ms";
+    EXPECT_EQ(policy.tick(18 * kMs + 1), (Decisions{{kTrainA, 2}})) << "past that: waiting, not running";
   }
 }
 

@@ -70,7 +70,7 @@
 // (a time-slicing device's per-stream bound, or jobs whose launches return between ops) would
 // share the device as it serves them, whatever their weights. So a compute op of a client whose
 // virtual time is more than bound / weight ahead of that of a best-effort client of another job
-// using the device (a compute op in flight there, not far past its prediction: uses_device) waits
+// using the device (compute work in flight there, not far past its prediction: uses_device) waits
 // (share) until that one catches up or its work there drains: a job runs about one bound of its
 // own device time ahead of its share while another job is using the device, and never holds the
 // device idle for it. No head waits for its share longer than kShareHoldNs. A job's own processes
@@ -173,11 +173,13 @@ class BaymaxPolicy final : public Policy {
   // A job that says its arrivals: the largest share of its time its queries may keep it busy once
   // each is delayed by what best-effort work may add to it (query_allowance_ns).
   static constexpr double kMaxQueryLoad = 0.7;
-  // The share hold (ahead_of_share): an op of the other job counts as using the device until it has
-  // run kShareOverrun x its upper estimate + kShareSlackNs; no head waits for its share longer than
+  // The share hold (ahead_of_share): the other job's compute work in flight counts as using the
+  // device until the oldest of it has been in flight kShareOverrun x the upper estimates of all of it
+  // + kShareSlackNs (time-sliced beside another job, work takes about twice as long as alone); no
+  // head waits for its share longer than
   // kShareHoldNs (then it goes by the other rules); credit is not given while a job is ahead of one
   // that posted compute work within kShareRecentNs.
-  static constexpr std::int64_t kShareOverrun = 2;
+  static constexpr std::int64_t kShareOverrun = 4;
   static constexpr std::int64_t kShareSlackNs = 10'000'000;
   static constexpr std::int64_t kShareHoldNs = 1'000'000'000;
   static constexpr std::int64_t kShareRecentNs = 100'000'000;
@@ -310,8 +312,8 @@ class BaymaxPolicy final : public Policy {
   // recent, also of one that posted compute work there within kShareRecentNs (for credit, which
   // would let it run on through the other's gaps).
   bool ahead_of_share(ClientId client, std::uint32_t device, std::int64_t now_ns, bool recent) const;
-  // Has client a compute op in flight on device that is not far past its prediction (kShareOverrun)?
-  // One that is may be waiting for something a held op would do (a collective's other rank, an
+  // Has client compute work in flight on device that is not far past its prediction (kShareOverrun)?
+  // Work that is may be waiting for something a held op would do (a collective's other rank, an
   // event of another job): counting it could hold that op until the stuck-op retirement.
   bool uses_device(ClientId client, std::uint32_t device, std::int64_t now_ns) const;
   bool has_in_flight_on(ClientId client, std::uint32_t device) const;
