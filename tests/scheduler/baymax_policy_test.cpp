@@ -1578,6 +1578,23 @@ TEST(BaymaxPolicy, AShareHoldsOnlyBesideAnotherJobsWorkOnTheSameDevice) {
       << "C has no work on device 0: holding A would leave it idle";
 }
 
+// Idle time earns nothing: a job that comes (or comes back) to a device starts level with the
+// least advanced job busy there, not with all the time it was away as credit against the others.
+TEST(BaymaxPolicy, AJobThatWasIdleStartsLevelWithTheJobsBusyThere) {
+  BaymaxPolicy policy(sliced(10 * kMs));
+  (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
+  (void)policy.client_registered(be_job(kTrainA, "a"), 0);
+  (void)policy.client_registered(be_job(kTrainC, "c"), 0);
+  std::int64_t now = 0;
+  for (std::uint64_t seq = 1; seq <= 30; ++seq, now += kMs) {  // A alone: 30 ms of the device
+    EXPECT_EQ(post(policy, kTrainA, Priority::low, op_on(seq, 0, 1), now, kMs), (Decisions{{kTrainA, seq}}));
+    if (seq < 30) (void)policy.op_completed({kTrainA, done(seq, now + kMs), now + kMs});
+  }
+  EXPECT_EQ(post(policy, kTrainC, Priority::low, op_on(1, 0, 1), now, kMs), (Decisions{{kTrainC, 1}}));
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op_on(31, 0, 2), now, kMs), (Decisions{{kTrainA, 31}}))
+      << "C started at A's level: A is not 30 ms ahead of it";
+}
+
 // What a share waits for may itself wait for the held op (a collective whose other rank is held,
 // another job's event): an op of the other job run well past its prediction no longer holds anyone,
 // nor does one of a job that has gone.
