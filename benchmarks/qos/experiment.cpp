@@ -1,24 +1,17 @@
 // run_experiment: the standalone references and the cells, one device mode at a time (experiment.h).
 #include "experiment.h"
 
-#include <cstdio>
 #include <fstream>
 #include <stdexcept>
 
 #include "bench_runs.h"
 #include "cell_math.h"
+#include "report.h"
 
 namespace gpuqos::qos {
 namespace {
 
 namespace fs = std::filesystem;
-using nlohmann::json;
-
-std::string fixed(double value, int decimals) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, "%.*f", decimals, value);
-  return buffer;
-}
 
 class Experiment {
  public:

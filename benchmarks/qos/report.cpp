@@ -5,15 +5,16 @@
 #include <optional>
 
 namespace gpuqos::qos {
-namespace {
-
-using nlohmann::json;
 
 std::string fixed(double value, int decimals) {
   char buffer[64];
   std::snprintf(buffer, sizeof buffer, "%.*f", decimals, value);
   return buffer;
 }
+
+namespace {
+
+using nlohmann::json;
 
 std::string percent(double fraction) { return fixed(100.0 * fraction, 0) + " %"; }
 

@@ -16,6 +16,9 @@ nlohmann::json results_json(const Results& results, const nlohmann::json& config
 // Two tables: the standalone references, then one row per cell.
 std::string results_markdown(const Results& results, double time_scale);
 
+// `value` with `decimals` digits after the point, as the tables print numbers.
+std::string fixed(double value, int decimals);
+
 // The last `lines` lines of `text`.
 std::string tail_lines(const std::string& text, std::size_t lines);
 

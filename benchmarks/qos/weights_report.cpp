@@ -1,20 +1,10 @@
 // gpuqos-bench weights' table and JSON (weights.h). Pure.
-#include <cstdio>
-
+#include "report.h"
 #include "weights.h"
 
 namespace gpuqos::qos {
-namespace {
 
 using nlohmann::json;
-
-std::string fixed(double value, int decimals) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, "%.*f", decimals, value);
-  return buffer;
-}
-
-}  // namespace
 
 double share_ratio(const WeightsRun& run) {
   return run.a.iterations_per_s > 0 ? run.b.iterations_per_s / run.a.iterations_per_s : 0;
