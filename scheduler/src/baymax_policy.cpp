@@ -410,8 +410,10 @@ bool BaymaxPolicy::ahead_of_share(ClientId client, std::uint32_t device, std::in
   const double lead = static_cast<double>(bound_.bound_ns()) / self.weight();
   const double mine = self.vtime_on(device);
   for (const auto& [id, other] : clients_) {
+    // Jobs of equal weight are left to the device's own turns and the fair-queueing order: holding
+    // one for the other measurably cost the latency-critical job's tail (scheduler/README.md).
     if (id == client || other.info.priority != ipc::Priority::low || other.info.job == self.info.job ||
-        mine <= other.vtime_on(device) + lead)
+        other.weight() == self.weight() || mine <= other.vtime_on(device) + lead)
       continue;
     if (uses_device(id, device, now_ns)) return true;
     const auto posted = other.compute_posted_ns.find(device);

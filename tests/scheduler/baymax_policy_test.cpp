@@ -1541,6 +1541,7 @@ TEST(BaymaxPolicy, BestEffortJobsGetTheirWeightsShareOfTheDevice) {
   }
 }
 
+
 ipc::OpDescriptor op_on(std::uint64_t seq, std::uint32_t device, std::uint64_t stream) {
   ipc::OpDescriptor d = op(seq);
   d.device = device;
@@ -1556,7 +1557,7 @@ TEST(BaymaxPolicy, AShareHoldsOnlyBesideAnotherJobsWorkOnTheSameDevice) {
   (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
   (void)policy.client_registered(be_job(kTrainA, "x"), 0);
   (void)policy.client_registered(be_job(kTrainB, "x"), 0);
-  (void)policy.client_registered(be_job(kTrainC, "other"), 0);
+  (void)policy.client_registered(be_job(kTrainC, "other", 2.0), 0);
   EXPECT_EQ(post(policy, kTrainB, Priority::low, op_on(1, 0, 9), 0, kMs), (Decisions{{kTrainB, 1}}));
   // A, of B's job, runs 17 ms on three streams while B's 1 ms is in flight: 16 ms ahead of B, but
   // the same job.
@@ -1569,7 +1570,7 @@ TEST(BaymaxPolicy, AShareHoldsOnlyBesideAnotherJobsWorkOnTheSameDevice) {
   EXPECT_EQ(post(policy, kTrainA, Priority::low, op_on(4, 0, 4), 0, kMs), (Decisions{{kTrainA, 4}}))
       << "C is not on device 0";
   // C on device 0 starts level with the least advanced job busy there (B, at 0), so A, 18 ms in,
-  // is over the 10-ms bound ahead of it while C's op runs.
+  // is over the 10-ms bound ahead of it (C's 2 ms at weight 2: 1) while C's op runs.
   EXPECT_EQ(post(policy, kTrainC, Priority::low, op_on(2, 0, 1), 0, 2 * kMs), (Decisions{{kTrainC, 2}}));
   EXPECT_TRUE(post(policy, kTrainA, Priority::low, op_on(5, 0, 5), 0, kMs).empty());
   EXPECT_EQ(policy.held_head(kTrainA)->reason, HoldReason::share);
@@ -1584,7 +1585,7 @@ TEST(BaymaxPolicy, AJobThatWasIdleStartsLevelWithTheJobsBusyThere) {
   BaymaxPolicy policy(sliced(10 * kMs));
   (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
   (void)policy.client_registered(be_job(kTrainA, "a"), 0);
-  (void)policy.client_registered(be_job(kTrainC, "c"), 0);
+  (void)policy.client_registered(be_job(kTrainC, "c", 2.0), 0);
   std::int64_t now = 0;
   for (std::uint64_t seq = 1; seq <= 30; ++seq, now += kMs) {  // A alone: 30 ms of the device
     EXPECT_EQ(post(policy, kTrainA, Priority::low, op_on(seq, 0, 1), now, kMs), (Decisions{{kTrainA, seq}}));
@@ -1593,6 +1594,27 @@ TEST(BaymaxPolicy, AJobThatWasIdleStartsLevelWithTheJobsBusyThere) {
   EXPECT_EQ(post(policy, kTrainC, Priority::low, op_on(1, 0, 1), now, kMs), (Decisions{{kTrainC, 1}}));
   EXPECT_EQ(post(policy, kTrainA, Priority::low, op_on(31, 0, 2), now, kMs), (Decisions{{kTrainA, 31}}))
       << "C started at A's level: A is not 30 ms ahead of it";
+}
+
+// Jobs of equal weight are left to the device's turns: no share hold between them (holding one for
+// the other cost the latency-critical job's tail in the benchmark).
+TEST(BaymaxPolicy, JobsOfEqualWeightAreNotHeldForEachOther) {
+  for (const double weight_c : {1.0, 2.0}) {
+    SCOPED_TRACE(weight_c == 1.0 ? "equal weights" : "C weighs more");
+    BaymaxPolicy policy(sliced(10 * kMs));
+    (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
+    (void)policy.client_registered(be_job(kTrainA, "a", 1.0), 0);
+    (void)policy.client_registered(be_job(kTrainC, "c", weight_c), 0);
+    EXPECT_EQ(post(policy, kTrainC, Priority::low, op_on(1, 0, 1), 0, kMs), (Decisions{{kTrainC, 1}}));
+    EXPECT_EQ(post(policy, kTrainA, Priority::low, op_on(1, 0, 1), 0, 12 * kMs), (Decisions{{kTrainA, 1}}));
+    // A is 12 ms in, C 1 ms (0.5 at weight 2), which is running: over the 10-ms bound ahead.
+    const Decisions next = post(policy, kTrainA, Priority::low, op_on(2, 0, 2), 0, kMs);
+    if (weight_c == 1.0) {
+      EXPECT_EQ(next, (Decisions{{kTrainA, 2}})) << "equal weights: the device's turns decide";
+    } else {
+      EXPECT_TRUE(next.empty()) << "C's weight asks for more of the device than it has had";
+    }
+  }
 }
 
 // What a share waits for may itself wait for the held op (a collective whose other rank is held,
@@ -1604,12 +1626,12 @@ TEST(BaymaxPolicy, AShareHoldLetsGoOfWorkPastItsPredictionOrOfAJobGone) {
     BaymaxPolicy policy(sliced(10 * kMs));
     (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
     (void)policy.client_registered(be_job(kTrainA, "a"), 0);
-    (void)policy.client_registered(be_job(kTrainC, "c"), 0);
+    (void)policy.client_registered(be_job(kTrainC, "c", 2.0), 0);
     // C's two 1-ms ops, the second behind the first on its stream.
     EXPECT_EQ(post(policy, kTrainC, Priority::low, op_on(1, 0, 1), 0, kMs), (Decisions{{kTrainC, 1}}));
     EXPECT_EQ(post(policy, kTrainC, Priority::low, op_on(2, 0, 1), 0, kMs), (Decisions{{kTrainC, 2}}));
     EXPECT_EQ(post(policy, kTrainA, Priority::low, op_on(1, 0, 1), 0, 13 * kMs), (Decisions{{kTrainA, 1}}));
-    EXPECT_TRUE(post(policy, kTrainA, Priority::low, op_on(2, 0, 2), 0, kMs).empty()) << "13 > 2 + 10";
+    EXPECT_TRUE(post(policy, kTrainA, Priority::low, op_on(2, 0, 2), 0, kMs).empty()) << "13 > 2 / 2 + 10";
     if (gone) {
       EXPECT_EQ(policy.client_gone(kTrainC, 5 * kMs), (Decisions{{kTrainA, 2}}));
       continue;
@@ -1625,15 +1647,15 @@ TEST(BaymaxPolicy, AShareHoldLetsGoOfWorkPastItsPredictionOrOfAJobGone) {
 TEST(BaymaxPolicy, CreditedOpsCountToTheShareAndNoneIsGivenAheadOfIt) {
   BaymaxPolicy policy(options(5 * kMs, 8));
   (void)policy.client_registered(be_job(kTrainA, "a"), 0);
-  (void)policy.client_registered(be_job(kTrainB, "b"), 0);
+  (void)policy.client_registered(be_job(kTrainB, "b", 2.0), 0);
   EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 0, kMs), (Decisions{{kTrainA, 1}, {kTrainA, 9}}));
   EXPECT_EQ(post(policy, kTrainB, Priority::low, op(1), 0, kMs), (Decisions{{kTrainB, 1}, {kTrainB, 9}}))
       << "level with A: credit too";
   for (std::uint64_t seq = 2; seq <= 9; ++seq) {
     EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(seq), 0, 2 * kMs).empty()) << "A spends its credit";
   }
-  // A has had 17 ms of the device, B 1 ms, which is still running: A is over the 5-ms bound ahead,
-  // and half its credit spent did not renew it.
+  // A has had 17 ms of the device, B 1 ms (0.5 at weight 2), which is still running: A is over the
+  // 5-ms bound ahead, and half its credit spent did not renew it.
   EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(10), 0, kMs).empty());
   EXPECT_EQ(policy.held_head(kTrainA)->reason, HoldReason::share);
   for (std::uint64_t seq = 1; seq <= 9; ++seq) {
