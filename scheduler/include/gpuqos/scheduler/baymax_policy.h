@@ -69,11 +69,13 @@
 // it splits the device only when the jobs wait for the same room: jobs that each get what they post
 // (a time-slicing device's per-stream bound, or jobs whose launches return between ops) would
 // share the device as it serves them, whatever their weights. So a compute op of a client whose
-// virtual time is more than bound / weight ahead of that of a best-effort client of another job
-// using the device (compute work in flight there, not far past its prediction: uses_device) waits
+// virtual time is more than bound / weight ahead of that of a best-effort client of another job of a
+// different weight using the device (compute work in flight there, not far past its prediction: uses_device) waits
 // (share) until that one catches up or its work there drains: a job runs about one bound of its
 // own device time ahead of its share while another job is using the device, and never holds the
-// device idle for it. No head waits for its share longer than kShareHoldNs. A job's own processes
+// device idle for it. Jobs of equal weight are not held for each other: a time-slicing device gives
+// them about equal turns already, and holding one for the other cost the latency-critical job's
+// tail in the benchmark. No head waits for its share longer than kShareHoldNs. A job's own processes
 // do not hold each other (ranks of a job wait for each other on the device); processes of
 // different jobs that wait for each other on the device (a collective across jobs, another job's
 // event) are let go once the op waited for runs past its prediction. Copies are not shared by
