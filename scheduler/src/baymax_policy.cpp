@@ -276,8 +276,7 @@ double BaymaxPolicy::long_op_rate(std::uint32_t device) const {
 std::int64_t BaymaxPolicy::long_op_cost(const Queued& queued) const {
   if (engine_of(queued.op) != Engine::compute || long_op_rate(queued.op.device) <= 0) return 0;
   // Long by its point prediction, priced by its upper estimate (baymax_policy.h says why).
-  const std::int64_t expected = queued.expected_ns > 0 ? queued.expected_ns : queued.predicted_ns;
-  if (expected <= long_op_threshold_ns()) return 0;
+  if (queued.point_ns() <= long_op_threshold_ns()) return 0;
   return std::max<std::int64_t>(0, queued.predicted_ns - long_op_threshold_ns());
 }
 
@@ -624,6 +623,7 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
 void BaymaxPolicy::extend_credit(ClientId client, ClientState& state, Decisions& decisions) {
   const std::uint32_t credit = options_.credit_ops;
   if (credit == 0 || state.posted == 0 || !state.queue.empty()) return;
+  if (state.granted >= state.posted + credit / 2 && state.granted > state.posted) return;  // enough left
   // With a high-priority job: no credit, every op asks. Ahead of its share beside another job's
   // work: none either (what it has it spends), so its next op asks and waits for the other job.
   bool shared = false;
@@ -631,7 +631,6 @@ void BaymaxPolicy::extend_credit(ClientId client, ClientState& state, Decisions&
     shared = shared || high_priority_on(device) || ahead_of_share(client, device, last_now_ns_, true);
   });
   if (shared) return;
-  if (state.granted >= state.posted + credit / 2 && state.granted > state.posted) return;
   state.granted = state.posted + credit;
   decisions.push_back(Grant{client, state.granted});
 }
@@ -736,8 +735,7 @@ Decisions BaymaxPolicy::grant_ready(std::int64_t now_ns) {
     if (engine_of(next.op)) {
       const bool priced_long = spend_long_budget(next, now_ns);
       account(chosen, next.op, next.predicted_ns, false, now_ns, priced_long);
-      if (engine_of(next.op) == Engine::compute)
-        charge_share(state, next.op.device, next.expected_ns > 0 ? next.expected_ns : next.predicted_ns);
+      if (engine_of(next.op) == Engine::compute) charge_share(state, next.op.device, next.point_ns());
     }
     state.granted = std::max(state.granted, next.op.seq);
     decisions.push_back(Grant{chosen, next.op.seq});
@@ -768,7 +766,7 @@ Decisions BaymaxPolicy::op_posted(const OpPosted& event) {
     if (engine_of(op) && queries_.open_query(event.client) != nullptr) state.query_work_ns += p;
     return grant_ready(event.now_ns);
   }
-  if (event.priority == ipc::Priority::low && engine_of(op) == Engine::compute) restart_if_idle(event.client, state, op.device);
+  if (engine_of(op) == Engine::compute) restart_if_idle(event.client, state, op.device);  // low priority here
   if (op.seq <= state.granted && state.queue.empty()) {
     // Credit, spent without asking: charged all the same, to the budget and to the job's share.
     const bool priced_long = spend_long_budget(Queued{op, p, expected(event)}, event.now_ns);

@@ -223,6 +223,7 @@ class BaymaxPolicy final : public Policy {
     ipc::OpDescriptor op;
     std::int64_t predicted_ns = 0;  // the upper estimate (OpPosted)
     std::int64_t expected_ns = 0;   // the point prediction (0: none, the upper estimate stands in)
+    std::int64_t point_ns() const { return expected_ns > 0 ? expected_ns : predicted_ns; }
   };
   struct ClientState {
     ClientInfo info;
