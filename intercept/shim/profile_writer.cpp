@@ -107,6 +107,10 @@ void ProfileWriter::write_line(const std::string& line) {
   ++records_;
 }
 
+void ProfileWriter::flush() {
+  if (file_) std::fflush(file_);
+}
+
 namespace {
 
 // Appends the file at `from` to `fd`, skipping its first line when `skip_header`. False on an error.

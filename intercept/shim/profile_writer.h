@@ -46,6 +46,8 @@ class ProfileWriter {
 
   void write_line(const std::string& line);
   std::uint64_t records() const { return records_; }
+  // Hands what is written so far to the kernel (it survives the process being killed).
+  void flush();
 
   // Closes the temporary file and adds its records to the profile at the path, under an exclusive
   // lock of it: every process of a job (ranks, a shell's commands) writes the same GPUQOS_PROFILE,

@@ -106,11 +106,27 @@ bool Profiler::start() noexcept {
     std::atexit([] {
       if (Profiler* profiler = active_profiler()) profiler->finish();
     });
+    flusher_ = std::jthread([this](std::stop_token stop) { flush_periodically(std::move(stop)); });
     log_(LogLevel::info, "GPUQOS_PROFILE: profiling with " + cupti_->loaded_as + " into " + path_);
     return true;
-  } catch (...) {  // out of memory
-    warn_off("cannot start profiling (out of memory)");
+  } catch (...) {  // out of memory, or no thread
+    {
+      std::lock_guard lock(mutex_);
+      writer_.discard();
+    }
+    warn_off("cannot start profiling (out of memory or threads)");
     return false;
+  }
+}
+
+void Profiler::flush_periodically(std::stop_token stop) noexcept {
+  std::unique_lock lock(flusher_mutex_);
+  for (;;) {
+    flusher_wake_.wait_for(lock, stop, kFlushPeriod, [] { return false; });  // only a stop wakes it early
+    if (stop.stop_requested()) return;
+    // Flag 0: the buffers whose records are all complete, full or not (records of ops still on the
+    // device wait for the next period).
+    if (state_.load(std::memory_order_acquire) == State::running) cupti_->flush_all(0);
   }
 }
 
@@ -162,6 +178,7 @@ void Profiler::on_buffer(std::uint8_t* buffer, std::size_t valid_bytes) noexcept
     std::lock_guard lock(mutex_);
     CUpti_Activity* record = nullptr;
     while (cupti_->get_next_record(buffer, valid_bytes, &record) == CUPTI_SUCCESS) on_record(record);
+    writer_.flush();  // what a kill would otherwise lose with the stdio buffer
   } catch (...) {  // out of memory: the rest of this buffer is lost, the program goes on
   }
 }
@@ -263,7 +280,9 @@ void Profiler::finish() noexcept {
   const State was = state_.exchange(State::finished, std::memory_order_acq_rel);
   if (was == State::off || was == State::finished) return;
   try {
-    if (was == State::running) {
+    if (was == State::running) {  // start() is done with flusher_ (never touched while it runs)
+      flusher_.request_stop();
+      flusher_.join();
       // Delivers every record complete by now through buffer_completed, on this thread.
       cupti_->flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
       for (const CUpti_ActivityKind kind : kActivities) cupti_->disable(kind);

@@ -8,6 +8,11 @@
 // MEMSET records of the call carry. Records may arrive in any order and on any thread (CUPTI's
 // delivery thread, or the one that flushes): one mutex guards the tables.
 //
+// A process killed by a signal runs no exit handler: its records stay in the temporary file (a
+// profile of its own, which `gpuqos train --from` reads). A flusher thread asks CUPTI for what is
+// complete every kFlushPeriod and the writer flushes each buffer it joined, so such a file lacks at
+// most the last period's records.
+//
 // Fail-open: the profile file cannot be created, libcupti is missing or of another CUDA version, an
 // activity kind cannot be enabled: one warning, no profile, the program runs as without the shim's
 // profiling. CUPTI is started at the first GPU operation rather than when the shim starts, so that
@@ -15,12 +20,16 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <stop_token>
 #include <string>
+#include <thread>
 #include <unordered_map>
 
 #include "cupti_library.h"
@@ -33,6 +42,8 @@ namespace gpuqos::intercept {
 
 class Profiler {
  public:
+  static constexpr std::chrono::milliseconds kFlushPeriod{1000};
+
   using Log = std::function<void(LogLevel, const std::string&)>;
 
   // Creates the profile's temporary file (a warning and no profiling when it cannot). Kernel names
@@ -74,6 +85,7 @@ class Profiler {
   void join_locked(std::uint32_t correlation, Timing timing);
   void write_locked(const ipc::OpDescriptor& launch, const Timing& timing);
   void warn_off(const std::string& why) noexcept;
+  void flush_periodically(std::stop_token stop) noexcept;  // the flusher thread
 
   const std::string path_;
   const std::string cupti_library_;
@@ -83,6 +95,9 @@ class Profiler {
   std::atomic<State> state_{State::idle};
   std::atomic<std::uint64_t> next_external_id_{1};
   std::optional<CuptiLibrary> cupti_;  // set by start(), before any callback can run
+  std::mutex flusher_mutex_;             // only for flusher_wake_'s waits
+  std::condition_variable_any flusher_wake_;
+  std::jthread flusher_;                 // started by start(), stopped and joined by finish()
 
   std::mutex mutex_;  // everything below
   ProfileWriter writer_;

@@ -4,6 +4,7 @@
 // failure to profile must leave one warning and a program that runs as usual.
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +12,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -34,6 +36,7 @@ const fs::path kBuild = GPUQOS_BUILD_DIR;
 const fs::path kShim = kBuild / "lib" / "libgpuqos.so";
 const fs::path kSimgpuLibs = kBuild / "lib" / "simgpu";
 const fs::path kTraces = fs::path(GPUQOS_SOURCE_DIR) / ".." / "shared" / "traces";
+const fs::path kBertTrace = kTraces / "tracelens_h100_bert_small_bs1_infer.json.gz";
 
 // The device's copy model (stated, so the expected durations follow): latency + bytes / bandwidth.
 constexpr double kH2dGbps = 25, kD2hGbps = 25, kD2dGbps = 1500, kPageableFactor = 0.5, kCopyLatencyNs = 2000;
@@ -92,12 +95,23 @@ double duration_ns(const json& record) {
   return static_cast<double>(record.at("end_ns").get<std::uint64_t>() - record.at("start_ns").get<std::uint64_t>());
 }
 
-// No temporary profile left behind in `dir` (<file>.tmp.<pid>).
-bool no_temporary_files(const fs::path& dir) {
+// The temporary profiles (<file>.tmp.<pid>) in `dir`.
+std::vector<fs::path> temporary_files(const fs::path& dir) {
+  std::vector<fs::path> found;
   for (const auto& entry : fs::directory_iterator(dir)) {
-    if (entry.path().filename().string().find(".tmp.") != std::string::npos) return false;
+    if (entry.path().filename().string().find(".tmp.") != std::string::npos) found.push_back(entry.path());
   }
-  return true;
+  return found;
+}
+
+bool no_temporary_files(const fs::path& dir) { return temporary_files(dir).empty(); }
+
+// What the replay tests need, or the first of it that is missing.
+std::optional<fs::path> missing_replay_inputs() {
+  for (const fs::path& p : {kBuild / "bin" / "gpuqos-replay", kBuild / "bin" / "gpuqos-trace2workload", kBertTrace}) {
+    if (!fs::exists(p)) return p;
+  }
+  return std::nullopt;
 }
 
 class ProfileTest : public ::testing::Test {
@@ -116,8 +130,19 @@ class ProfileTest : public ::testing::Test {
     if (start) simgpud_->start();
   }
 
-  // Runs argv under the shim in profiling mode, without gpuqosd; its exit code (-1: timed out).
-  int run(const std::vector<std::string>& argv, std::map<std::string, std::string> env = {}) {
+  // Converts `trace` into the workload at `workload_path` and starts a simgpud with its catalog.
+  void start_simgpud_with_converted(const fs::path& trace, const fs::path& workload_path) {
+    start_simgpud(std::nullopt, /*start=*/false);  // its catalog is the one the conversion writes
+    ChildProcess convert({(kBuild / "bin" / "gpuqos-trace2workload").string(), "--trace", trace.string(), "--out",
+                          workload_path.string(), "--catalog", simgpud_->file("catalog.json").string(), "--iteration",
+                          "all"},
+                         {}, dir_.path() / "convert.txt");
+    ASSERT_EQ(convert.wait(120s).value_or(-1), 0) << convert.output();
+    simgpud_->start();
+  }
+
+  // The environment of a program run under the shim in profiling mode, without gpuqosd.
+  std::map<std::string, std::string> profiling_env(std::map<std::string, std::string> env = {}) const {
     env.emplace("LD_PRELOAD", kShim.string());
     env.emplace("LD_LIBRARY_PATH", kSimgpuLibs.string());
     env.emplace("SIMGPU_SOCKET", simgpud_->socket());
@@ -125,7 +150,12 @@ class ProfileTest : public ::testing::Test {
     env.emplace("GPUQOS_SOCKET", (dir_.path() / "no-gpuqosd.sock").string());  // fail open, whatever runs here
     env.emplace("GPUQOS_JOB", "profiled");
     env.emplace("GPUQOS_LOG", "info");
-    ChildProcess child(argv, env, dir_.path() / "output.txt");
+    return env;
+  }
+
+  // Runs argv under the shim in profiling mode, without gpuqosd; its exit code (-1: timed out).
+  int run(const std::vector<std::string>& argv, std::map<std::string, std::string> env = {}) {
+    ChildProcess child(argv, profiling_env(std::move(env)), dir_.path() / "output.txt");
     const int code = child.wait(120s).value_or(-1);
     output_ = child.output();
     return code;
@@ -200,18 +230,10 @@ TEST_F(ProfileTest, EveryLaunchCopyAndMemsetOfAProgramGetsOneRecordWithTheDevice
 // mode: one record per kernel and copy of every query, with the durations the trace recorded (the
 // catalog's from_arg model) and the device's copy model.
 TEST_F(ProfileTest, AReplayedWorkloadYieldsOneRecordPerKernelAndCopyWithTheDevicesDurations) {
-  const fs::path trace = kTraces / "tracelens_h100_bert_small_bs1_infer.json.gz";
-  for (const fs::path& p : {kBuild / "bin" / "gpuqos-replay", kBuild / "bin" / "gpuqos-trace2workload", trace}) {
-    if (!fs::exists(p)) GTEST_SKIP() << "not available: " << p;
-  }
-  start_simgpud(std::nullopt, /*start=*/false);  // its catalog is the one the conversion writes
+  const fs::path trace = kBertTrace;
+  if (const auto missing = missing_replay_inputs()) GTEST_SKIP() << "not available: " << *missing;
   const fs::path workload_path = dir_.path() / "bert.json";
-  ChildProcess convert({(kBuild / "bin" / "gpuqos-trace2workload").string(), "--trace", trace.string(), "--out",
-                        workload_path.string(), "--catalog", simgpud_->file("catalog.json").string(), "--iteration",
-                        "all"},
-                       {}, dir_.path() / "convert.txt");
-  ASSERT_EQ(convert.wait(120s).value_or(-1), 0) << convert.output();
-  simgpud_->start();
+  ASSERT_NO_FATAL_FAILURE(start_simgpud_with_converted(trace, workload_path));
 
   constexpr int kQueries = 4;
   ASSERT_EQ(run({(kBuild / "bin" / "gpuqos-replay").string(), "--workload", workload_path.string(), "--mode", "lc",
@@ -265,6 +287,52 @@ TEST_F(ProfileTest, AReplayedWorkloadYieldsOneRecordPerKernelAndCopyWithTheDevic
   EXPECT_TRUE(got_kernels == want_kernels) << "kernel records differ from the workload's kernels";
   EXPECT_TRUE(got_copies == want_copies) << "copy records differ from the workload's copies";
   EXPECT_EQ(of_kind(profile, "memset").size(), want_memsets);
+}
+
+// A process killed by a signal runs no exit handler, so its records are never added to the profile:
+// they stay in its temporary file, flushed once a second (Profiler::kFlushPeriod), itself a profile
+// that gpuqos train reads. BERT queries at 2 per second make a few hundred records a second, far
+// from the 512 KiB simgpu's libcupti stages before it delivers a buffer unasked: records within 10 s
+// come from the shim's periodic flush.
+TEST_F(ProfileTest, AProcessKilledBySignalLeavesItsRecordsInItsTemporaryFileForTrain) {
+  if (const auto missing = missing_replay_inputs()) GTEST_SKIP() << "not available: " << *missing;
+  const fs::path workload_path = dir_.path() / "bert.json";
+  ASSERT_NO_FATAL_FAILURE(start_simgpud_with_converted(kBertTrace, workload_path));
+
+  ChildProcess replay({(kBuild / "bin" / "gpuqos-replay").string(), "--workload", workload_path.string(), "--mode",
+                       "lc", "--rate", "2", "--duration", "120"},
+                      profiling_env(), dir_.path() / "output.txt");
+  // The temporary file's complete lines after the header (a kill may cut the last one short).
+  const auto records_in = [](const fs::path& path) {
+    std::ifstream in(path);
+    std::string line;
+    std::vector<json> records;
+    for (bool header = true; std::getline(in, line) && !in.eof(); header = false) {
+      if (!header) records.push_back(json::parse(line));
+    }
+    return records;
+  };
+  std::vector<fs::path> temporary;
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (std::chrono::steady_clock::now() < deadline &&
+         ((temporary = temporary_files(dir_.path())).size() != 1 || records_in(temporary[0]).size() < 10)) {
+    std::this_thread::sleep_for(50ms);
+  }
+  ASSERT_TRUE(replay.running()) << "the replay ended before it was killed";
+  EXPECT_EQ(replay.terminate(10s), 128 + SIGTERM);
+  output_ = replay.output();
+  ASSERT_EQ(temporary.size(), 1u);
+  const std::vector<json> records = records_in(temporary[0]);
+  ASSERT_GE(records.size(), 10u) << "no records flushed within 10 s";
+  EXPECT_FALSE(fs::exists(profile_path_));  // nothing committed: no exit handler ran
+  EXPECT_FALSE(of_kind(Profile{.records = records}, "kernel").empty());
+
+  const fs::path store = dir_.path() / "store.bin";
+  ChildProcess train({(kBuild / "bin" / "gpuqos").string(), "train", "--from", temporary[0].string(), "--out",
+                      store.string()},
+                     {}, dir_.path() / "train.txt");
+  ASSERT_EQ(train.wait(60s).value_or(-1), 0) << train.output();
+  EXPECT_GT(fs::file_size(store), 0u);
 }
 
 TEST_F(ProfileTest, WithoutLibcuptiTheProgramRunsAndOneWarningSaysSo) {
