@@ -24,13 +24,13 @@ Session::~Session() { ::close(fd_); }
 bool Session::check_heartbeat() noexcept {
   const std::uint64_t beat = segment_.daemon_heartbeat_ns();  // read before now: never later, unless garbage
   const auto now = static_cast<std::uint64_t>(on_daemon_clock(ipc::monotonic_ns()));
-  const auto uncertainty = static_cast<std::uint64_t>(terms_.clock_uncertainty_ns);
-  if (beat > now + uncertainty) {
+  const auto error = 2 * static_cast<std::uint64_t>(terms_.clock_uncertainty_ns);  // now is that early at most
+  if (beat > now + error) {
     lose(std::string(kFutureHeartbeat) + " (garbage in its segment, its clock jumped, or it is older than protocol "
                                          "1.4 and in another time namespace)");
     return false;
   }
-  if (now > beat && now - beat > static_cast<std::uint64_t>(kHeartbeatLimitNs) + uncertainty) {
+  if (now > beat && now - beat > static_cast<std::uint64_t>(kHeartbeatLimitNs)) {
     lose("gpuqosd stopped answering (no heartbeat for over 100 ms)");
     return false;
   }

@@ -93,10 +93,16 @@ class Session {
  private:
   // Whether the daemon's heartbeat is fresh; if not (stale, or from the future: garbage, a clock
   // that jumped, or a daemon older than 1.4 in another time namespace), loses the session saying
-  // which. Either way by more than the clock offset's uncertainty.
+  // which. Either way by more than the clock offset's error (now is read up to twice the
+  // uncertainty early: on_daemon_clock).
   bool check_heartbeat() noexcept;
-  // A time of this process's clock on the daemon's (<= 0, "none", stays as it is).
-  std::int64_t on_daemon_clock(std::int64_t ns) const noexcept { return ns > 0 ? ns + terms_.clock_offset_ns : ns; }
+  // A time of this process's clock on the daemon's (<= 0, "none", stays as it is), by the least
+  // offset the Hello's round trip allows: never later than the daemon's clock at that moment, which
+  // gpuqosd checks (a completion that ends after it was read is garbage). At most twice the
+  // uncertainty early; durations are unchanged.
+  std::int64_t on_daemon_clock(std::int64_t ns) const noexcept {
+    return ns > 0 ? ns + terms_.clock_offset_ns - terms_.clock_uncertainty_ns : ns;
+  }
   bool send_kernel_name(std::uint32_t id, const KernelRegistry& kernels) noexcept;
   bool push_op(const ipc::OpDescriptor& op, bool may_wait) noexcept;
   void drain_grants() noexcept;  // with pop_mutex_ held

@@ -39,6 +39,7 @@ struct FakeClient {
   std::vector<ipc::OpDescriptor> ops;
   std::vector<std::int64_t> popped_ns;  // when each op was popped
   std::vector<ipc::CompletionDescriptor> completions;
+  std::vector<std::int64_t> completion_popped_ns;  // when each completion was popped
   std::map<std::uint32_t, std::string> names;
   std::vector<std::string> problems;  // invalid ops, names sent after their first op, ...
   bool hung_up = false;
@@ -83,8 +84,12 @@ class FakeDaemon {
   // A daemon in another time namespace: its CLOCK_MONOTONIC this far ahead of the test's (negative:
   // behind), in its replies to registrations from now on and in its heartbeats from now on.
   void set_clock_offset(std::int64_t ns) { heartbeat_offset_ns_ = clock_offset_ns_ = ns; }
-  // Sends each reply this long after making it (and stamping its clock): a slow return leg.
-  void delay_replies(std::chrono::milliseconds delay) { reply_delay_ms_ = delay.count(); }
+  // Sends each reply this long after making it (and stamping its clock): a slow return leg. Or, with
+  // `stamp_late`, makes it this long after the Hello came and sends it at once: a slow outward leg.
+  void delay_replies(std::chrono::milliseconds delay, bool stamp_late = false) {
+    reply_delay_ms_ = delay.count();
+    stamp_late_ = stamp_late;
+  }
   // The grants ring's producer index made impossible (more items than slots), grants stop.
   void corrupt_grants() { corrupt_grants_ = true; }
   // For registrations from now on: answer every claim with low priority / this chunk size.
@@ -141,11 +146,13 @@ class FakeDaemon {
     if (!decoded || !peer || !segment) return void(::close(fd));
     const auto number = static_cast<std::uint32_t>(counter.load());
     const ipc::Priority effective = lower_claims_ ? ipc::Priority::low : decoded->hello.priority;
+    const auto delay = std::chrono::milliseconds(reply_delay_ms_.load());
+    if (stamp_late_) std::this_thread::sleep_for(delay);
     ipc::HelloReply reply = ipc::make_hello_reply(ipc::HelloStatus::ok, number, name, "", effective, copy_chunk_bytes_,
                                                   managed_devices_, clock_offset_ns_);
     reply.version_minor = minor_;
     std::vector<std::byte> bytes = ipc::encode(reply);
-    std::this_thread::sleep_for(std::chrono::milliseconds(reply_delay_ms_.load()));
+    if (!stamp_late_) std::this_thread::sleep_for(delay);
     if (minor_ <= 3) {  // as it was
       bytes.resize(minor_ == 0 ? ipc::kHelloReplyBytesV1_0 : minor_ <= 2 ? ipc::kHelloReplyBytesV1_2 : ipc::kHelloReplyBytesV1_3);
     }
@@ -180,6 +187,7 @@ class FakeDaemon {
         client.problems.push_back(valid.error());
       }
       client.completions.push_back(completion);
+      client.completion_popped_ns.push_back(ipc::monotonic_ns());
     }
     const std::uint64_t target = auto_grant_ ? connection.last_seq : std::min<std::uint64_t>(grant_target_, connection.last_seq);
     if (target > connection.granted && connection.segment.grants().try_push({.granted_through_seq = target})) {
@@ -203,6 +211,7 @@ class FakeDaemon {
   int listen_fd_ = -1;
   std::atomic<bool> running_{false}, auto_grant_{true}, heartbeat_frozen_{false}, corrupt_grants_{false};
   std::atomic<std::int64_t> heartbeat_offset_ns_{0}, clock_offset_ns_{0}, reply_delay_ms_{0};
+  std::atomic<bool> stamp_late_{false};
   std::atomic<std::uint64_t> grant_target_{0};
   std::atomic<bool> lower_claims_{false};
   std::atomic<std::uint64_t> copy_chunk_bytes_{0};

@@ -498,6 +498,28 @@ TEST_F(GateTest, AnEstimateOfAnotherClockIsAllowedItsUncertainty) {
   ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 20); }));
 }
 
+// The other way round (the reply stamped 300 ms after the Hello came, sent at once), an estimate
+// that took the reply as made halfway would put every converted time ~150 ms in the daemon's future,
+// and gpuqosd drops a client whose completion ends after it read it. The shim converts by the least
+// offset the round trip allows, so no time it posts is later than the daemon's clock at the event.
+TEST_F(GateTest, NoTimeConvertedToAnotherClockIsInItsFuture) {
+  constexpr std::int64_t kOffset = 3'600'000'000'000;
+  daemon_->set_clock_offset(kOffset);
+  daemon_->delay_replies(300ms, /*stamp_late=*/true);
+  start({"loop", "10", "1000"}, "low");
+  ASSERT_EQ(finish(), 0) << output_;
+  EXPECT_EQ(occurrences(output_, "lost gpuqosd"), 0u) << output_;
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 20) && c[0].completions.size() >= 10; }));
+  const FakeClient client = daemon_->clients().at(0);
+  for (std::size_t i = 0; i < client.ops.size(); ++i) {
+    EXPECT_LE(client.ops[i].posted_ns, client.popped_ns[i] + kOffset) << i;
+  }
+  ASSERT_EQ(client.completions.size(), client.completion_popped_ns.size());
+  for (std::size_t i = 0; i < client.completions.size(); ++i) {
+    EXPECT_LE(client.completions[i].end_ns, client.completion_popped_ns[i] + kOffset) << client.completions[i].seq;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Namespaces, ClockOffset,
                          ::testing::Values(std::int64_t{0}, std::int64_t{3'600'000'000'000}, std::int64_t{-2'000'000'000}),
                          [](const auto& info) {
