@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -133,6 +134,26 @@ LoadedProfile load_profile(const std::filesystem::path& path, const PredictorCon
   contents << in.rdbuf();
   if (in.bad()) return empty(config, path.string(), "read error", Problem::access);
   return decode_profile(contents.str(), path.string(), config);
+}
+
+std::optional<std::string> foreign_file(const std::filesystem::path& path) {
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(path, error)) return std::nullopt;
+  std::ifstream in(path, std::ios::binary);
+  char head[64] = {};
+  in.read(head, sizeof head);
+  const auto got = static_cast<std::size_t>(in.gcount());
+  if (got == 0 || std::memcmp(head, kMagic, std::min(got, sizeof kMagic)) == 0) return std::nullopt;
+  const std::string_view text(head, got);
+  if (text.starts_with("{\"format\":\"gpuqos-profile\"")) {
+    return "a gpuqos profile of measurements (`gpuqos train --from " + path.string() + " --out STORE` makes a store)";
+  }
+  const auto first = text.find_first_not_of(" \t\r\n");
+  if (first != std::string_view::npos && (text[first] == '{' || text[first] == '[')) return std::string("JSON text");
+  const bool printable = std::all_of(text.begin(), text.end(), [](char c) {
+    return c == '\n' || c == '\t' || c == '\r' || static_cast<unsigned char>(c) >= 0x20;
+  });
+  return printable ? "text" : "a file of another format";
 }
 
 std::optional<std::string> save_profile(const Predictor& predictor, const std::filesystem::path& path) {

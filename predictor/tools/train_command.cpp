@@ -65,6 +65,11 @@ int run_train(const TrainOptions& options, std::ostream& out, std::ostream& err)
       return kUsageError;
     }
   }
+  if (const auto what = foreign_file(options.out)) {
+    err << "gpuqos train: --out " << options.out << " is not a predictor store but " << *what
+        << "; it would be replaced: give another path\n";
+    return kUsageError;
+  }
   SampleSet samples;
   if (!detail::load_inputs(options.inputs, ReadOptions{options.csv_args}, samples, err)) return 1;
   if (samples.kernels.empty() && samples.copies.empty()) {

@@ -18,6 +18,7 @@
 #include "gpuqos/config/summary.h"
 #include "gpuqos/ipc/bus_guard.h"
 #include "gpuqos/ipc/clock.h"
+#include "gpuqos/predictor/store.h"
 
 namespace gpuqos::scheduler {
 namespace {
@@ -88,6 +89,11 @@ ipc::Result<std::unique_ptr<Daemon>> Daemon::create(DaemonOptions options) {
   std::unique_ptr<Daemon> daemon(new Daemon(std::move(options)));
   daemon->policy_ = make_policy(daemon->options_.policy);
   if (!daemon->policy_) return ipc::Error{"unknown policy '" + daemon->options_.policy.name + "' (known: fifo, priority, baymax)"};
+  const std::string& store = daemon->options_.learning.store_path;
+  if (const auto what = store.empty() ? std::nullopt : predictor::foreign_file(store)) {
+    return ipc::Error{"the profile store " + store + " is not a predictor store but " + *what +
+                      "; gpuqosd would move it aside and save over it, so it does not start: give another path"};
+  }
   std::optional<std::string> warning;
   daemon->learner_ = std::make_unique<DurationLearner>(daemon->options_.learning, ipc::monotonic_ns(), warning);
   if (warning) spdlog::warn("{}", *warning);

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "gpuqos/predictor/commands.h"
@@ -128,6 +129,24 @@ TEST(Commands, TrainRefusesToWriteOverItsInput) {
   std::string first;
   std::getline(kept, first);
   EXPECT_EQ(first, "Latency,Kernel Name,Grid x,Grid y,Grid z,Block x,Block y,Block z");
+}
+
+// --out naming a file that is not a store (another measurement file, a config) would replace it: refused.
+// A store is replaced, as retraining does.
+TEST(Commands, TrainRefusesToReplaceAFileThatIsNotAStore) {
+  const testing::TempDir dir;
+  const auto table = dir.write("t.csv", "Latency,Kernel Name,Grid x,Grid y,Grid z,Block x,Block y,Block z\n0.01,k,1,1,1,128,1,1\n");
+  const auto other = dir.write("other.jsonl", "{\"format\":\"gpuqos-profile\",\"version\":1,\"job\":\"j\",\"pid\":1}\n");
+  std::ostringstream out, err;
+  EXPECT_EQ(run_train(TrainOptions{{table.string()}, other.string(), {}, 108}, out, err), 2);
+  EXPECT_THAT(err.str(), HasSubstr("--out " + other.string() + " is not a predictor store but a gpuqos profile"));
+  std::ifstream kept(other);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(kept), {}),
+            "{\"format\":\"gpuqos-profile\",\"version\":1,\"job\":\"j\",\"pid\":1}\n");
+
+  const auto store = dir.path() / "s.gqp";
+  EXPECT_EQ(run_train(TrainOptions{{table.string()}, store.string(), {}, 108}, out, err), 0) << err.str();
+  EXPECT_EQ(run_train(TrainOptions{{table.string()}, store.string(), {}, 108}, out, err), 0) << err.str();
 }
 
 // A K far above the measurements read (2e9 spun a core for minutes) is refused, with the count.

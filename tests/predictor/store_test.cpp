@@ -123,6 +123,36 @@ TEST(Store, ForeignOrNewerFile) {
   expect_empty(decode_profile(newer, "p", {}), "unsupported profile version 2");
 }
 
+// A store's path pointed at another kind of file is told from a store, whole or damaged, so that
+// it is neither moved aside nor saved over.
+TEST(Store, AFileThatIsPlainlyNotAStoreIsToldApartFromADamagedOne) {
+  const testing::TempDir dir;
+  const std::string store = encode_profile(trained());
+  const struct {
+    std::string name, content;
+    std::optional<std::string> what;  // a part of what foreign_file() says, or nullopt: not foreign
+  } cases[] = {
+      {"profile.jsonl", "{\"format\":\"gpuqos-profile\",\"version\":1}\n{\"kind\":\"copy\"}\n",
+       "a gpuqos profile of measurements (`gpuqos train --from"},
+      {"workload.json", "  {\"ops\": []}", "JSON text"},
+      {"config.toml", "[policy]\nname = \"baymax\"\n", "text"},
+      {"junk.bin", std::string("\x7f""ELF\x02\x01\x01\0\0\0", 10), "a file of another format"},
+      {"store.gqp", store, std::nullopt},
+      {"truncated.gqp", store.substr(0, 20), std::nullopt},
+      {"short.gqp", "GPUQ", std::nullopt},  // a store cut short inside its magic
+      {"corrupt.gqp", "GPUQOSPF but then garbage", std::nullopt},
+      {"empty.gqp", "", std::nullopt},
+  };
+  for (const auto& c : cases) {
+    const auto path = dir.write(c.name, c.content);
+    const auto what = foreign_file(path);
+    ASSERT_EQ(what.has_value(), c.what.has_value()) << c.name << ": " << what.value_or("(a store)");
+    if (what) EXPECT_NE(what->find(*c.what), std::string::npos) << c.name << ": " << *what;
+  }
+  EXPECT_EQ(foreign_file(dir.path() / "absent.gqp"), std::nullopt);
+  EXPECT_EQ(foreign_file(dir.path()), std::nullopt);  // not a regular file: load_profile says so
+}
+
 // A well-formed envelope around a body whose content is wrong.
 std::string envelope(const std::string& json_text) {
   uLongf length = compressBound(uLong(json_text.size()));

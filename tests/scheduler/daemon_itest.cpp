@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <sstream>
 
@@ -213,6 +214,26 @@ TEST(Daemon, ACorruptStoreIsAWarningAndAnEmptyModel) {
   EXPECT_EQ(daemon.status()["predictor"]["kernels"], 0);
   EXPECT_NE(daemon.log().find(store.string()), std::string::npos) << daemon.log();
   EXPECT_NE(daemon.log().find("warn"), std::string::npos) << daemon.log();
+}
+
+// A store path pointed at another kind of file (the CUPTI profile the store is trained from): the
+// daemon would move it aside and save a store in its place, so it refuses to start and says why.
+TEST(Daemon, RefusesAProfileStorePathThatHoldsAnotherKindOfFile) {
+  TempDir dir("gpuqosd-store");
+  const auto store = dir.path() / "profile.jsonl";
+  const std::string content = "{\"format\":\"gpuqos-profile\",\"version\":1,\"job\":\"j\",\"pid\":1}\n";
+  std::ofstream(store) << content;
+  ChildProcess start({bin("gpuqosd"), "--socket", (dir.path() / "s.sock").string(), "--profile-store", store.string()},
+                     {}, dir.path() / "out");
+  EXPECT_EQ(start.wait(5s), 1) << start.output();
+  EXPECT_NE(start.output().find("the profile store " + store.string() + " is not a predictor store but a gpuqos profile"),
+            std::string::npos)
+      << start.output();
+  EXPECT_NE(start.output().find("gpuqos train --from"), std::string::npos) << start.output();
+  std::ifstream in(store);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), content);
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path()), std::filesystem::directory_iterator()), 2)
+      << "nothing moved aside";
 }
 
 TEST(Daemon, DropsAGarbageHelloAndServesOthers) {

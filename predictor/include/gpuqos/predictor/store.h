@@ -39,6 +39,13 @@ struct LoadedProfile {
 // trained with, its sm_count included (`gpuqos train --sms`): the loader has no device to compare it
 // with (gpuqosd learns of devices only through its clients), so a difference is not its to judge.
 LoadedProfile load_profile(const std::filesystem::path& path, const PredictorConfig& config);
+// What the file at `path` is when it is plainly not a predictor store, whole or damaged: a regular,
+// non-empty file that does not start as every store does (a measurement profile, a trace, a config).
+// nullopt for a store, a damaged one, an empty file, no file or one that cannot be read. A store's
+// path pointed at such a file is a mistake to refuse: loading would move it aside and saving
+// replace it.
+std::optional<std::string> foreign_file(const std::filesystem::path& path);
+
 // The error, or nullopt on success.
 std::optional<std::string> save_profile(const Predictor& predictor, const std::filesystem::path& path);
 
