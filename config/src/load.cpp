@@ -1,9 +1,13 @@
 // parse_config and load_config_file: TOML text into a validated Config, or every problem found.
 #include "gpuqos/config/load.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
-#include <memory>
+#include <string>
 #include <system_error>
 
 #include "section.h"
@@ -46,13 +50,37 @@ std::string syntax_message(const toml::parse_error& error) {
 }
 
 // The whole file, or the reason it cannot be read.
+// The whole of a config file. Only a regular file of at most kMaxConfigBytes: a FIFO, a device
+// (/dev/zero) or a runaway file would block or never end, and gpuqosd reads this on its loop
+// (SIGHUP). Opened non-blocking, so a FIFO without a writer does not stop the open either.
+constexpr std::uintmax_t kMaxConfigBytes = 1 << 20;
+
 std::optional<std::string> read_file(const std::filesystem::path& path, std::string& text) {
-  const std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
-  if (!file) return std::error_code(errno, std::generic_category()).message();
+  const auto error_text = [] { return std::error_code(errno, std::generic_category()).message(); };
+  struct File {
+    int fd;
+    ~File() {
+      if (fd >= 0) ::close(fd);
+    }
+  } const file{::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)};
+  const int fd = file.fd;
+  if (fd < 0) return error_text();
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return error_text();
+  if (S_ISDIR(st.st_mode)) return std::string("Is a directory");
+  if (!S_ISREG(st.st_mode)) return std::string("not a regular file (a pipe, socket or device)");
+  if (static_cast<std::uintmax_t>(st.st_size) > kMaxConfigBytes) {
+    return std::to_string(st.st_size) + " bytes, more than a config file's limit of 1 MiB";
+  }
   char buffer[8192];
-  std::size_t read = 0;
-  while ((read = std::fread(buffer, 1, sizeof buffer, file.get())) > 0) text.append(buffer, read);
-  if (std::ferror(file.get())) return std::error_code(errno, std::generic_category()).message();
+  for (;;) {
+    const ssize_t got = ::read(fd, buffer, sizeof buffer);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) return error_text();
+    if (got == 0) break;
+    text.append(buffer, static_cast<std::size_t>(got));
+    if (text.size() > kMaxConfigBytes) return std::string("grew past a config file's limit of 1 MiB while read");
+  }
   return std::nullopt;
 }
 

@@ -3,6 +3,7 @@
 #include "gpuqos/config/config.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <map>
 #include <string>
@@ -196,6 +197,24 @@ TEST(ConfigLoad, DirectoryIsRefused) {
   auto result = load_config_file(dir.path());
   ASSERT_FALSE(result.ok());
   EXPECT_EQ(result.error(), dir.path().string() + ": cannot read config file: Is a directory");
+}
+
+// gpuqosd reads its config on its loop (SIGHUP): a FIFO without a writer, a device that never ends
+// or a huge file must be refused at once, not read.
+TEST(ConfigLoad, AFileThatIsNotARegularOneOrIsHugeIsRefusedWithoutReading) {
+  testing::TempDir dir("gpuqos-config");
+  const auto fifo = dir.path() / "fifo.toml";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto result = load_config_file(fifo);
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.error(), fifo.string() + ": cannot read config file: not a regular file (a pipe, socket or device)");
+  result = load_config_file("/dev/zero");
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.error(), "/dev/zero: cannot read config file: not a regular file (a pipe, socket or device)");
+  const auto huge = dir.write("huge.toml", "# " + std::string(2 << 20, 'x') + "\n");
+  result = load_config_file(huge);
+  ASSERT_FALSE(result.ok());
+  EXPECT_NE(result.error().find("more than a config file's limit of 1 MiB"), std::string::npos) << result.error();
 }
 
 TEST(ConfigLoad, FileErrorsStartWithThePath) {
