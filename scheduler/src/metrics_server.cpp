@@ -11,6 +11,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -61,13 +62,22 @@ struct MetricsServer::Shared {
   bool finished = false;         // guarded by mutex: the accept loop and its pool are done
   bool detached = false;         // guarded by mutex: stop() left the thread running (counted)
 
-  // Server thread: the newest text, fresh if the loop answers in time; empty before the first.
-  std::string current_text() {
+  // Server thread: the newest text, fresh if the loop answers in time; nullopt and why not before the
+  // first, or when the newest is older than kStaleNs and the loop did not answer.
+  std::optional<std::string> current_text(std::string& why) {
     std::unique_lock lock(mutex);
     if (generation > 0 && ipc::monotonic_ns() - published_ns <= kFreshNs) return text;
     const std::uint64_t seen = generation;
     refresh_wanted.store(true, std::memory_order_release);
     published.wait_for(lock, std::chrono::nanoseconds(kRefreshWaitNs), [&] { return generation != seen; });
+    if (generation == 0) {
+      why = "gpuqosd: no metrics yet, try again\n";
+      return std::nullopt;
+    }
+    if (const std::int64_t age = ipc::monotonic_ns() - published_ns; age > kStaleNs) {
+      why = "gpuqosd: its loop has not answered for " + std::to_string(age / 1'000'000) + " ms (stalled)\n";
+      return std::nullopt;
+    }
     return text;
   }
 };
@@ -106,13 +116,14 @@ ipc::Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const config::L
   server.set_write_timeout(kIoTimeoutS, 0);
   server.set_payload_max_length(64 * 1024);  // a scrape has no body: refuse one (413) before reading it
   server.Get("/metrics", [shared](const httplib::Request&, httplib::Response& response) {
-    std::string text = shared->current_text();
-    if (text.empty()) {
+    std::string why;
+    std::optional<std::string> text = shared->current_text(why);
+    if (!text) {
       response.status = 503;
-      response.set_content("gpuqosd: no metrics yet, try again\n", "text/plain");
+      response.set_content(why, "text/plain");
       return;
     }
-    response.set_content(std::move(text), kMetricsContentType);
+    response.set_content(std::move(*text), kMetricsContentType);
   });
   // The metrics are only read: another method is told so (405), not that its request was bad.
   const auto read_only = [](const httplib::Request&, httplib::Response& response) {

@@ -73,6 +73,29 @@ TEST(MetricsServer, ASecondServerCannotListenOnAPortInUse) {
   EXPECT_EQ(second.error(), "cannot listen on 127.0.0.1:" + std::to_string(port) + ": Address already in use");
 }
 
+// A loop that stopped publishing (stalled on something) must not look healthy: past kStaleNs
+// without an answer to the refresh a scrape asks for, the scrape gets a 503 saying so, and the
+// next publication serves again.
+TEST(MetricsServer, AStalledLoopsOldFiguresAreNotServed) {
+  const std::uint16_t port = testing::free_port();
+  auto started = MetricsServer::start(config::ListenAddress{"127.0.0.1", port});
+  ASSERT_TRUE(started) << started.error();
+  const std::unique_ptr<MetricsServer> server = std::move(started.value());
+  const std::string not_yet = testing::http_get(port, "/metrics");
+  EXPECT_EQ(not_yet.rfind("HTTP/1.1 503", 0), 0u) << not_yet;
+  EXPECT_NE(not_yet.find("no metrics yet"), std::string::npos) << not_yet;
+
+  server->publish("gpuqos_up 1\n", ipc::monotonic_ns() - MetricsServer::kStaleNs + 1'000'000'000);
+  expect_served(testing::http_get(port, "/metrics"), "gpuqos_up 1");  // old, not stale: served
+  EXPECT_TRUE(server->refresh_wanted());
+  server->publish("gpuqos_up 1\n", ipc::monotonic_ns() - MetricsServer::kStaleNs - 1'000'000'000);
+  const std::string stale = testing::http_get(port, "/metrics");
+  EXPECT_EQ(stale.rfind("HTTP/1.1 503", 0), 0u) << stale;
+  EXPECT_NE(stale.find("its loop has not answered for 3"), std::string::npos) << stale;
+  server->publish("gpuqos_up 2\n", ipc::monotonic_ns());
+  expect_served(testing::http_get(port, "/metrics"), "gpuqos_up 2");
+}
+
 TEST(MetricsServer, AFloodOfStalledConnectionsIsHeldToABound) {
   const std::uint16_t port = testing::free_port();
   const std::unique_ptr<MetricsServer> server = serving(port, "gpuqos_up 1\n");
@@ -135,7 +158,14 @@ TEST(MetricsServer, APeerTricklingItsRequestDoesNotHoldStop) {
 
   finish.store(true);
   trickle.join();
-  expect_served(testing::receive_all(peer), "gpuqos_up 1");  // its request was served after all
+  // Its request was answered after all: with the figures, or, once they are older than kStaleNs
+  // (no loop publishes to a stopped server), with a 503 saying they are not fresh.
+  const std::string answer = testing::receive_all(peer);
+  if (answer.rfind("HTTP/1.1 503", 0) == 0) {
+    EXPECT_NE(answer.find("has not answered"), std::string::npos) << answer;
+  } else {
+    expect_served(answer, "gpuqos_up 1");
+  }
 }
 
 // On a reload the daemon's loop stops the server without waiting at all (wait_ns 0): a scrape in

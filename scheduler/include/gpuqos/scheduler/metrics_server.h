@@ -21,6 +21,9 @@ class MetricsServer {
  public:
   static constexpr std::int64_t kFreshNs = 500'000'000;
   static constexpr std::int64_t kRefreshWaitNs = 250'000'000;
+  // A text older than this that the loop did not renew within kRefreshWaitNs is not served (503):
+  // the loop is stalled, and figures that stopped would read as a healthy daemon.
+  static constexpr std::int64_t kStaleNs = 2'000'000'000;
   // Connections accepted and not yet closed, at most (two served by the pool, the rest queued for
   // it, one served by the accept thread); the kernel's listen backlog holds the others.
   static constexpr int kMaxConnections = 5;
