@@ -104,6 +104,10 @@ void DaemonGate::PrimaryContexts::released_on_some_device() noexcept {
 
 DaemonGate::DaemonGate(Settings settings, Log log)
     : settings_(std::move(settings)), log_(std::move(log)), pass_through_(settings_.debug_counts_path) {
+  if (settings_.socket_path.empty()) {  // a bad GPUQOS_SOCKET, said by the settings: no daemon to ask
+    gave_up_ = true;
+    return;
+  }
   try_register(/*at_start=*/true);
   try {
     std::thread([this] { monitor(); }).detach();

@@ -23,6 +23,7 @@ constexpr std::array<std::pair<std::string_view, LogLevel>, 9> kLogLevels = {
      {"trace", LogLevel::debug}}};
 
 constexpr std::string_view kRunsAsLow = "this job runs as low priority";
+constexpr std::string_view kRunsUnmanaged = "this job runs unmanaged (no gpuqosd is asked)";
 
 std::string problem(std::string_view variable, std::string_view value, std::string_view allowed,
                     std::string_view consequence = kRunsAsLow) {
@@ -81,7 +82,9 @@ ParsedSettings parse_settings(const std::function<const char*(const char*)>& get
       std::string allowed = "a path, absolute or from the working directory, of at most 107 bytes";
       if (relative && path.starts_with('/')) allowed += "; from " + std::string(working_directory) + " it is " +
                                                         std::to_string(path.size());
-      parsed.problems.push_back(problem("GPUQOS_SOCKET", value, allowed));
+      // Not the default socket instead: that may be another daemon than the one the job was meant for.
+      s.socket_path.clear();
+      parsed.problems.push_back(problem("GPUQOS_SOCKET", value, allowed, kRunsUnmanaged));
     }
   }
   if (const auto value = read("GPUQOS_LOG"); !value.empty()) {

@@ -69,12 +69,16 @@ struct BadValue {
   const char* variable;
   std::string value;
   const char* allowed;
+  const char* consequence = "this job runs as low priority";
 };
+
+constexpr const char* kUnmanaged = "this job runs unmanaged (no gpuqosd is asked)";
 
 class SettingsBadValue : public ::testing::TestWithParam<BadValue> {};
 
 // One message, naming the variable, the value and the allowed values; the job runs as low priority
-// even when it asked for high.
+// even when it asked for high. A bad socket: no daemon at all, not the default socket's, which may
+// be another daemon than the one meant.
 TEST_P(SettingsBadValue, GivesOneMessageAndRunsAsLow) {
   const BadValue& bad = GetParam();
   std::map<std::string, std::string> env = {{bad.variable, bad.value}};
@@ -83,8 +87,9 @@ TEST_P(SettingsBadValue, GivesOneMessageAndRunsAsLow) {
   ASSERT_EQ(p.problems.size(), 1u);
   const std::string& message = p.problems[0];
   EXPECT_EQ(message, std::string(bad.variable) + "=\"" + bad.value + "\" is not valid (allowed: " + bad.allowed +
-                         "); this job runs as low priority");
+                         "); " + bad.consequence);
   EXPECT_EQ(p.settings.priority, Priority::low);
+  EXPECT_EQ(p.settings.socket_path, std::string(bad.variable) == "GPUQOS_SOCKET" ? "" : kDefaultSocketPath);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -93,8 +98,8 @@ INSTANTIATE_TEST_SUITE_P(
                       BadValue{"GPUQOS_PRIORITY", "HIGH", "high, low"},
                       BadValue{"GPUQOS_JOB", "my job", "1 to 63 characters of A-Z a-z 0-9 . _ -"},
                       BadValue{"GPUQOS_JOB", std::string(64, 'j'), "1 to 63 characters of A-Z a-z 0-9 . _ -"},
-                      BadValue{"GPUQOS_SOCKET", "relative/gpuqosd.sock", kSocketAllowed},  // no working directory known
-                      BadValue{"GPUQOS_SOCKET", "/" + std::string(107, 's'), kSocketAllowed}));
+                      BadValue{"GPUQOS_SOCKET", "relative/gpuqosd.sock", kSocketAllowed, kUnmanaged},  // no working directory known
+                      BadValue{"GPUQOS_SOCKET", "/" + std::string(107, 's'), kSocketAllowed, kUnmanaged}));
 
 // A relative socket is the one gpuqosd made from the same directory (its --socket is relative to
 // its own): taken from the job's working directory, as `gpuqos run --socket` takes it. A typo is
@@ -110,7 +115,7 @@ TEST(Settings, ARelativeSocketIsTakenFromTheWorkingDirectory) {
   ASSERT_EQ(long_one.problems.size(), 1u);
   EXPECT_NE(long_one.problems[0].find(std::string(kSocketAllowed) + "; from /home/u it is 108)"), std::string::npos)
       << long_one.problems[0];
-  EXPECT_EQ(long_one.settings.socket_path, kDefaultSocketPath);
+  EXPECT_EQ(long_one.settings.socket_path, "");
 }
 
 // How much the shim says never changes how the job is scheduled: a bad level is noted, the default
@@ -143,7 +148,7 @@ TEST(Settings, BadValuesKeepTheirDefaults) {
   EXPECT_EQ(p.problems.size(), 2u);
   EXPECT_EQ(p.notes.size(), 1u);
   EXPECT_EQ(p.settings.job, "trainer");
-  EXPECT_EQ(p.settings.socket_path, kDefaultSocketPath);
+  EXPECT_EQ(p.settings.socket_path, "");  // no daemon: the default socket may be another's
   EXPECT_EQ(p.settings.log_level, LogLevel::warn);
 }
 

@@ -177,6 +177,17 @@ TEST_F(ShimTest, ABadSettingIsReportedOnceAndTheProgramStillRuns) {
   EXPECT_EQ(counts().at("launch"), 4);
 }
 
+// A socket path too long for a Unix socket names a daemon that cannot be reached: the job runs
+// unmanaged and asks no other daemon (the default socket's may not be the one it was meant for).
+TEST_F(ShimTest, ABadSocketRunsTheJobUnmanagedWithoutAskingTheDefaultSocket) {
+  const std::string bad = "/tmp/" + std::string(200, 's');
+  ASSERT_EQ(run("intercept_linked_client", "direct", {{"GPUQOS_SOCKET", bad}, {"GPUQOS_LOG", "info"}}), 0) << output_;
+  EXPECT_EQ(occurrences(output_, "GPUQOS_SOCKET=\"" + bad + "\" is not valid"), 1u) << output_;
+  EXPECT_EQ(occurrences(output_, "this job runs unmanaged (no gpuqosd is asked)"), 1u) << output_;
+  EXPECT_EQ(occurrences(output_, "gpuqosd at"), 0u) << "asked a daemon: " << output_;
+  EXPECT_EQ(counts().at("launch"), 4);
+}
+
 TEST_F(ShimTest, ABadLogLevelIsSaidOnceAndOffSilencesEvenBadSettings) {
   ASSERT_EQ(run("intercept_linked_client", "direct", {{"GPUQOS_LOG", "verbose"}}), 0) << output_;
   EXPECT_EQ(occurrences(output_, "GPUQOS_LOG=\"verbose\" is not valid"), 1u) << output_;

@@ -17,7 +17,8 @@ inline constexpr std::size_t kMaxJobNameBytes = 63;  // what registration carrie
 struct Settings {
   Priority priority = Priority::low;            // GPUQOS_PRIORITY=high|low
   std::string job;                              // GPUQOS_JOB, default: the executable's name
-  std::string socket_path = kDefaultSocketPath; // GPUQOS_SOCKET: the daemon's registration socket
+  std::string socket_path = kDefaultSocketPath; // GPUQOS_SOCKET: the daemon's registration socket (empty: a bad
+                                                //   one, and no daemon is asked)
   LogLevel log_level = LogLevel::warn;          // GPUQOS_LOG=off|error|warn|info|debug (spdlog's names too)
   std::string debug_counts_path;                // GPUQOS_DEBUG_COUNTS: per-hook counts written at exit (tests)
   std::string profile_path;                     // GPUQOS_PROFILE: CUPTI training records written here at exit
@@ -27,7 +28,9 @@ struct Settings {
 struct ParsedSettings {
   Settings settings;
   // One message per bad variable, naming it, its value and the allowed values. Any bad value makes
-  // the job run as low priority: a misconfigured job must not take precedence over others.
+  // the job run as low priority: a misconfigured job must not take precedence over others. A bad
+  // GPUQOS_SOCKET makes it run unmanaged: the daemon it names cannot be reached, and the default
+  // socket may be another's.
   std::vector<std::string> problems;
   // One message per bad variable that changes nothing but itself (GPUQOS_LOG: the default is kept).
   std::vector<std::string> notes;
