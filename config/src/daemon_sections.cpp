@@ -47,8 +47,8 @@ void read_daemon(Diagnostics& diagnostics, const toml::table& table, DaemonConfi
   read_choice(section, "log_level", kLogLevelNames, out.log_level);
   read_listen(section, out.metrics_listen);
   read_string(section, "profile_store", out.profile_store);
-  read_integer(section, "profile_save_interval_s", 0, std::numeric_limits<std::uint32_t>::max(),
-               out.profile_save_interval_s);
+  read_number_up_to(section, "profile_save_interval_s", Bound::at_least, 0, std::numeric_limits<std::uint32_t>::max(),
+                    out.profile_save_interval_s);
 }
 
 void read_devices(Diagnostics& diagnostics, const toml::table& table, DevicesConfig& out) {

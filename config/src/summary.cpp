@@ -120,7 +120,7 @@ std::string render_summary(const Config& config) {
   lines.add("log_level", to_string(config.daemon.log_level));
   lines.add("metrics_listen", or_text(to_string(config.daemon.metrics_listen), "off"));
   lines.add("profile_store", or_text(config.daemon.profile_store, "none"));
-  lines.add("profile_save_interval_s", std::to_string(config.daemon.profile_save_interval_s));
+  lines.add("profile_save_interval_s", format_number(config.daemon.profile_save_interval_s));
   lines.heading("devices", config.devices.ordinals.empty() ? "all" : join(config.devices.ordinals));
   lines.heading("policy", to_string(config.policy.name));
   if (config.policy.name == PolicyName::baymax) add_baymax(lines, config.policy.baymax);

@@ -33,9 +33,16 @@ void print_copies(const Predictor& predictor, std::ostream& out) {
   for (std::size_t d = 0; d < kCopyDirectionCount; ++d) {
     for (std::size_t m = 0; m < kHostMemoryCount; ++m) {
       const CopyLine& line = predictor.copies().line(CopyDirection(d), HostMemory(m));
-      if (!line.fitted()) continue;
-      char text[200];
-      if (line.learned_bandwidth()) {
+      char text[240];
+      if (!line.fitted()) {
+        if (line.remembered_sizes() == 0) continue;
+        // Sizes less than 2x apart tell latency from bandwidth apart no better than one size.
+        std::snprintf(text, sizeof text,
+                      "  %s/%s: no line (%zu size%s, up to %llu bytes, too close to tell latency from bandwidth): "
+                      "those sizes at their recorded times, others by the direction's line or the default\n",
+                      to_string(CopyDirection(d)), to_string(HostMemory(m)), line.remembered_sizes(),
+                      line.remembered_sizes() == 1 ? "" : "s", static_cast<unsigned long long>(line.largest_bytes()));
+      } else if (line.learned_bandwidth()) {
         std::snprintf(text, sizeof text, "  %s/%s: latency %.2f us, %.1f GB/s\n", to_string(CopyDirection(d)),
                       to_string(HostMemory(m)), line.latency_ns() / 1000, 1.0 / line.ns_per_byte());
       } else {

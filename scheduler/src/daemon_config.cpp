@@ -39,7 +39,7 @@ ipc::Result<DaemonOptions> options_from_config(const config::Config& config, Dae
   };
   base.config = config;
   base.learning.store_path = config.daemon.profile_store;
-  base.learning.save_interval_ns = static_cast<std::int64_t>(config.daemon.profile_save_interval_s) * 1'000'000'000;
+  base.learning.save_interval_ns = static_cast<std::int64_t>(config.daemon.profile_save_interval_s * 1e9);
   return base;
 }
 

@@ -51,7 +51,7 @@ socket = "/tmp/gpuqos/d.sock"
 log_level = "debug"
 metrics_listen = "[::1]:9500"
 profile_store = "/var/lib/gpuqos/profiles.bin"
-profile_save_interval_s = 60
+profile_save_interval_s = 60.5
 
 [devices]
 ordinals = [1, 0]
@@ -100,7 +100,7 @@ TEST(ConfigLoad, FullFileIntoStructs) {
   EXPECT_EQ(config.daemon.metrics_listen, (ListenAddress{"::1", 9500}));
   EXPECT_EQ(to_string(config.daemon.metrics_listen), "[::1]:9500");
   EXPECT_EQ(config.daemon.profile_store, "/var/lib/gpuqos/profiles.bin");
-  EXPECT_EQ(config.daemon.profile_save_interval_s, 60u);
+  EXPECT_EQ(config.daemon.profile_save_interval_s, 60.5);  // seconds, as the command line takes them
   EXPECT_EQ(config.devices.ordinals, (std::vector<std::uint32_t>{1, 0}));
   EXPECT_EQ(config.policy.name, PolicyName::fifo);
   const BaymaxConfig& baymax = config.policy.baymax;

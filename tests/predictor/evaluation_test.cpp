@@ -149,6 +149,29 @@ TEST(Commands, TrainRefusesToReplaceAFileThatIsNotAStore) {
   EXPECT_EQ(run_train(TrainOptions{{table.string()}, store.string(), {}, 108}, out, err), 0) << err.str();
 }
 
+// Every copy class trained on is in the report: one whose sizes were too close for a line (the
+// BERT query's copies are all of one size) says what answers it instead of being left out.
+TEST(Commands, TrainReportsEveryCopyClassItLearned) {
+  const testing::TempDir dir;
+  std::string profile = "{\"format\":\"gpuqos-profile\",\"version\":1,\"job\":\"j\",\"pid\":1}\n";
+  for (int i = 0; i < 8; ++i) {
+    const std::string start = std::to_string(1'000'000 * (i + 1));
+    profile += "{\"kind\":\"copy\",\"direction\":\"d2h\",\"host_memory\":\"pinned\",\"bytes\":4096,\"start_ns\":" +
+               start + ",\"end_ns\":" + std::to_string(1'000'000 * (i + 1) + 3000) + "}\n";
+    const std::uint64_t bytes = std::uint64_t{1} << (12 + i);  // 4 KiB to 512 KiB: a line
+    profile += "{\"kind\":\"copy\",\"direction\":\"h2d\",\"host_memory\":\"pinned\",\"bytes\":" +
+               std::to_string(bytes) + ",\"start_ns\":" + start + ",\"end_ns\":" +
+               std::to_string(1'000'000 * (i + 1) + 2000 + static_cast<std::int64_t>(bytes / 25)) + "}\n";
+  }
+  const auto input = dir.write("p.jsonl", profile);
+  std::ostringstream out, err;
+  ASSERT_EQ(run_train(TrainOptions{{input.string()}, (dir.path() / "s.gqp").string(), {}, 108}, out, err), 0)
+      << err.str();
+  EXPECT_THAT(out.str(), HasSubstr("  h2d/pinned: latency "));
+  EXPECT_THAT(out.str(), HasSubstr("  d2h/pinned: no line (1 size, up to 4096 bytes, too close to tell latency from "
+                                   "bandwidth): those sizes at their recorded times"));
+}
+
 // A K far above the measurements read (2e9 spun a core for minutes) is refused, with the count.
 TEST(Commands, MoreFoldsThanMeasurementsIsRefused) {
   const testing::TempDir dir;

@@ -36,7 +36,7 @@ struct DaemonConfig {
   LogLevel log_level = LogLevel::info;           // log_level
   ListenAddress metrics_listen;                  // metrics_listen = "host:port"; "" (default): off
   std::string profile_store;                     // profile_store: the predictor's store file; "": none
-  std::uint32_t profile_save_interval_s = 300;   // profile_save_interval_s: 0 = only at exit
+  double profile_save_interval_s = 300;          // profile_save_interval_s: 0 = only at exit (seconds, as --profile-save-interval)
   friend bool operator==(const DaemonConfig&, const DaemonConfig&) = default;
 };
 

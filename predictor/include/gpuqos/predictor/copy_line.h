@@ -46,8 +46,9 @@ class CopyLine {
   // saw was latency-bound, and says nothing of how a larger copy's time grows.
   static constexpr double kMinNsPerByte = 1.0 / 20'000;
   bool learned_bandwidth() const { return ns_per_byte_ >= kMinNsPerByte; }
-  // The largest size remembered (0: none).
+  // How many sizes are remembered, and the largest (0: none).
   std::uint64_t largest_bytes() const { return sizes_.entries().empty() ? 0 : sizes_.entries().back().bytes; }
+  std::size_t remembered_sizes() const { return sizes_.entries().size(); }
 
   // Persistence.
   struct State {
