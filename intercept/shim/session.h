@@ -21,7 +21,7 @@
 
 namespace gpuqos::intercept {
 
-inline constexpr std::int64_t kHeartbeatLimitNs = 100'000'000;  // older: the daemon is gone
+using ipc::kHeartbeatLimitNs;
 inline constexpr const char* kFutureHeartbeat = "gpuqosd's heartbeat is from the future";
 inline constexpr std::int64_t kWaitSliceNs = 5'000'000;         // a waiter re-checks liveness this often
 

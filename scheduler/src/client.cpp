@@ -56,7 +56,8 @@ bool Client::grant_through(std::uint64_t through_seq, std::int64_t now_ns) {
     if (op.work) {
       ++granted_ops_;
       --ungranted_work_;
-      const std::int64_t waited_ns = std::max<std::int64_t>(0, now_ns - op.arrived_ns);
+      const std::int64_t until = op.arrived_ns < fell_open_at_ns_ ? std::min(now_ns, fell_open_at_ns_) : now_ns;
+      const std::int64_t waited_ns = std::max<std::int64_t>(0, until - op.arrived_ns);
       grant_counters_.held_wait_ns_total += waited_ns;
       grant_counters_.held_wait_ns_max = std::max(grant_counters_.held_wait_ns_max, waited_ns);
     }
@@ -74,8 +75,18 @@ bool Client::publish_grant(std::uint32_t flags) {
   return true;
 }
 
+void Client::publish_heartbeat(std::int64_t now_ns) {
+  if (heartbeat_ns_ > 0 && now_ns - heartbeat_ns_ > ipc::kHeartbeatLimitNs) {
+    fell_open_at_ns_ = heartbeat_ns_ + ipc::kHeartbeatLimitNs;
+  }
+  heartbeat_ns_ = now_ns;
+  segment_.publish_heartbeat(static_cast<std::uint64_t>(now_ns));
+}
+
 std::int64_t Client::current_wait_ns(std::int64_t now_ns) const {
-  return ungranted_.empty() ? 0 : now_ns - ungranted_.front().arrived_ns;
+  if (ungranted_.empty()) return 0;
+  const std::int64_t arrived = ungranted_.front().arrived_ns;
+  return (arrived < fell_open_at_ns_ ? std::min(now_ns, fell_open_at_ns_) : now_ns) - arrived;
 }
 
 }  // namespace gpuqos::scheduler

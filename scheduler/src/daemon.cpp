@@ -166,6 +166,11 @@ int Daemon::run() {
       drain_and_release();
       return 1;
     }
+    // Back from a stall past the shims' heartbeat limit (each ran its held ops unmanaged): the
+    // heartbeat first, so each client notes where its shim stopped waiting before a grant counts.
+    if (const std::int64_t woke = ipc::monotonic_ns(); woke - heartbeat_ns_ > ipc::kHeartbeatLimitNs) {
+      heartbeat_and_tick(woke);
+    }
     for (int i = 0; i < ready; ++i) on_event(events[i].data.u64, events[i].events);
   }
   stop_metrics(MetricsServer::kStopWaitNs);
@@ -213,12 +218,13 @@ void Daemon::on_event(std::uint64_t token, std::uint32_t events) {
 }
 
 void Daemon::heartbeat_and_tick(std::int64_t now_ns) {
+  heartbeat_ns_ = now_ns;
   if (accept_paused_until_ns_ != 0 && now_ns >= accept_paused_until_ns_ && listener_.valid()) {
     accept_paused_until_ns_ = 0;
     watch(listener_.get(), tokens::kListener, EPOLLIN);
   }
   for (auto& [id, client] : clients_) {
-    client->segment().publish_heartbeat(static_cast<std::uint64_t>(now_ns));
+    client->publish_heartbeat(now_ns);
     if (client->grant_pending() && !client->publish_grant()) {
       spdlog::debug("{}: grants ring full, retrying", client->tag());
     }

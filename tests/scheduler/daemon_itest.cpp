@@ -127,6 +127,30 @@ TEST(Daemon, PriorityPolicyHoldsBestEffortWhileAQueryRuns) {
   EXPECT_EQ(daemon.status()["daemon"]["policy"], "priority");
 }
 
+// A stalled loop (here gpuqosd stopped for 600 ms) leaves every waiting shim past its heartbeat
+// limit, and each runs its held ops unmanaged there: their wait ends at the limit, not at the grant
+// the loop makes once it is back (which counted the whole stall as waiting for a grant).
+TEST(Daemon, AHeldOpsWaitEndsWhereItsShimStoppedWaitingForAStalledLoop) {
+  DaemonProcess daemon({"--policy", "priority"});
+  FakeClient serve(daemon.socket(), Priority::high, "serve");
+  FakeClient train(daemon.socket(), Priority::low, "train");
+  serve.name_kernel(1, "attention");
+  train.name_kernel(1, "conv");
+  serve.post(FakeClient::kernel(1));
+  ASSERT_TRUE(eventually([&] { return daemon.status()["clients"][0]["ops"]["posted"] == 1; }));
+  train.post(FakeClient::kernel(1));
+  ASSERT_FALSE(train.wait_granted(1, 50ms)) << "held behind the query's kernel";
+  ASSERT_EQ(::kill(daemon.pid(), SIGSTOP), 0);
+  std::this_thread::sleep_for(600ms);
+  serve.complete(1);  // there when the loop is back: handled in the same wake-up as the stall's timer
+  ASSERT_EQ(::kill(daemon.pid(), SIGCONT), 0);
+  ASSERT_TRUE(train.wait_granted(1));
+  const auto grants = daemon.status()["grants"];
+  const std::int64_t max_ns = grants["held_wait_ns_max"];
+  EXPECT_GT(max_ns, 50'000'000);
+  EXPECT_LT(max_ns, 400'000'000) << "the stall counted as a wait for the grant";
+}
+
 TEST(Daemon, AccountsHighPriorityOpsWithoutGrants) {
   DaemonProcess daemon({"--max-outstanding", "1"});
   FakeClient high(daemon.socket(), Priority::high, "serve");

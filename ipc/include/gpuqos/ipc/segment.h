@@ -115,6 +115,10 @@ Status check_segment_name(std::string_view name);
 // never throws (an unreadable /dev/shm removes nothing).
 std::vector<std::string> remove_stale_segments(std::uint32_t self_pid) noexcept;
 
+// How old the daemon's heartbeat may be before a shim takes the daemon for gone and runs unmanaged
+// (a waiting launch goes ahead). gpuqosd publishes it every 10 ms.
+inline constexpr std::int64_t kHeartbeatLimitNs = 100'000'000;
+
 // A mapped segment. Movable, not copyable; unmapped (not removed) on destruction.
 class Segment {
  public:
@@ -143,7 +147,7 @@ class Segment {
   CompletionsRing& completions() noexcept { return at<CompletionsRing>(kCompletionsRingOffset); }
   GrantsRing& grants() noexcept { return at<GrantsRing>(kGrantsRingOffset); }
 
-  // Daemon: proves it is alive. Shim: fails open when the heartbeat is older than its limit.
+  // Daemon: proves it is alive. Shim: fails open when the heartbeat is older than kHeartbeatLimitNs.
   void publish_heartbeat(std::uint64_t now_ns) noexcept {
     std::atomic_ref<std::uint64_t>(header().daemon_heartbeat_ns).store(now_ns, std::memory_order_release);
   }

@@ -53,6 +53,10 @@ class Client {
   // Raises the grant to through_seq (never lowers it); true when it moved. The ops it releases
   // count their wait up to now_ns in grant_counters().
   bool grant_through(std::uint64_t through_seq, std::int64_t now_ns = ipc::monotonic_ns());
+  // Publishes the daemon's heartbeat in the segment. One more than kHeartbeatLimitNs after the last
+  // (the loop stalled) means the shim ran its waiting ops unmanaged once the limit passed: their
+  // wait ends there, not at a grant after the loop is back.
+  void publish_heartbeat(std::int64_t now_ns);
   // Pushes the current grant into the grants ring unless already there; false if the ring is full.
   bool publish_grant(std::uint32_t flags = ipc::kGrantNone);
 
@@ -106,6 +110,8 @@ class Client {
   GrantCounters grant_counters_;
   std::deque<Ungranted> ungranted_;
   std::size_t ungranted_work_ = 0;
+  std::int64_t heartbeat_ns_ = 0;     // the last published
+  std::int64_t fell_open_at_ns_ = 0;  // when the shim last stopped waiting for a stalled loop (0: never)
   std::unordered_map<std::uint32_t, std::string> kernel_names_;
   std::vector<ipc::CompletionDescriptor> deferred_completions_;
 };

@@ -152,6 +152,7 @@ class Daemon {
   FileDescriptor epoll_, listener_, signals_, timer_, wake_;
   bool stopping_ = false;
   std::int64_t accept_paused_until_ns_ = 0;  // 0: the listener is watched
+  std::int64_t heartbeat_ns_ = 0;            // the last heartbeat_and_tick
   std::uint32_t next_client_number_ = 1;
   std::uint64_t next_pending_token_ = 0;
   std::map<std::uint64_t, Pending> pending_;
