@@ -16,10 +16,14 @@
 
 namespace gpuqos::intercept {
 
-Session::Session(std::uint32_t id, int fd, std::uint32_t client_number, ipc::Segment segment, Terms terms)
-    : id_(id), fd_(fd), client_number_(client_number), terms_(terms), segment_(std::move(segment)) {}
+Session::Session(std::uint32_t id, int fd, std::uint32_t client_number, ipc::Segment segment, Terms terms,
+                 int doorbell)
+    : id_(id), fd_(fd), doorbell_(doorbell), client_number_(client_number), terms_(terms), segment_(std::move(segment)) {}
 
-Session::~Session() { ::close(fd_); }
+Session::~Session() {
+  ::close(fd_);
+  if (doorbell_ >= 0) ::close(doorbell_);
+}
 
 bool Session::check_heartbeat() noexcept {
   const std::uint64_t beat = segment_.daemon_heartbeat_ns();  // read before now: never later, unless garbage
@@ -92,7 +96,13 @@ bool Session::push_op(const ipc::OpDescriptor& local, bool may_wait) noexcept {
     op = &converted;
   }
   ipc::OpsRing& ring = segment_.ops();
-  while (!ring.try_push(*op)) {
+  // The daemon's loop sleeps in epoll, not on the ring's futex: one write tells it (EAGAIN: the
+  // counter is full, the loop is told already).
+  const auto ring_doorbell = [this] {
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const ssize_t written = ::write(doorbell_, &one, sizeof one);
+  };
+  while (doorbell_ >= 0 ? !ring.try_push(*op, ring_doorbell) : !ring.try_push(*op)) {
     if (!may_wait || !alive()) return false;
     if (!check_heartbeat()) return false;
     ring.wait_for_space(kWaitSliceNs);

@@ -49,7 +49,9 @@ class Session {
   // returns within ~1.5 s even when the daemon accepts and never answers.
   static Opened open(const Settings& settings, std::uint32_t id);
 
-  Session(std::uint32_t id, int fd, std::uint32_t client_number, ipc::Segment segment, Terms terms);
+  // Owns fd and doorbell (-1: none, the daemon's thread waits on the ops ring's futex instead).
+  Session(std::uint32_t id, int fd, std::uint32_t client_number, ipc::Segment segment, Terms terms,
+          int doorbell = -1);
   ~Session();
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
@@ -110,6 +112,7 @@ class Session {
 
   const std::uint32_t id_;
   const int fd_;
+  const int doorbell_;  // an eventfd gpuqosd's loop polls (1.6), or -1
   const std::uint32_t client_number_;
   const Terms terms_;
   ipc::Segment segment_;

@@ -26,7 +26,8 @@ namespace {
 constexpr int kConnectTimeoutMs = 250;
 constexpr int kReplyTimeoutMs = 1000;
 
-// Closes the socket unless released: every failure path below just returns.
+// Closes the descriptor unless released (the registration's socket, the doorbell): every failure
+// path below just returns.
 struct SocketGuard {
   int fd = -1;
   ~SocketGuard() {
@@ -69,7 +70,8 @@ struct RoundTrip {
   std::int64_t sent_ns = 0, received_ns = 0;
 };
 
-ipc::Result<ipc::HelloReply> exchange_hello(int fd, const Settings& settings, RoundTrip& trip) {
+// `doorbell`: the eventfd an ok reply of 1.6 or later comes with (-1: none); the caller owns it.
+ipc::Result<ipc::HelloReply> exchange_hello(int fd, const Settings& settings, RoundTrip& trip, int& doorbell) {
   const auto priority = settings.priority == Priority::high ? ipc::Priority::high : ipc::Priority::low;
   auto hello = ipc::make_hello(priority, 0, ipc::sanitize_job_name(settings.job));
   if (!hello) return ipc::Error{hello.error()};
@@ -77,7 +79,7 @@ ipc::Result<ipc::HelloReply> exchange_hello(int fd, const Settings& settings, Ro
   if (ipc::Status sent = ipc::send_record(fd, ipc::encode(hello.value())); !sent) return ipc::Error{sent.error()};
   if (!wait_for(fd, POLLIN, kReplyTimeoutMs)) return ipc::Error{"no answer to Hello within 1 s"};
   std::vector<std::byte> record;
-  if (ipc::Status received = ipc::receive_record(fd, record); !received) return ipc::Error{received.error()};
+  if (ipc::Status received = ipc::receive_record(fd, record, doorbell); !received) return ipc::Error{received.error()};
   trip.received_ns = ipc::monotonic_ns();
   return ipc::decode_hello_reply(record);
 }
@@ -122,7 +124,8 @@ Session::Opened Session::open(const Settings& settings, std::uint32_t id) {
   SocketGuard socket;
   if (!connect_socket(settings.socket_path, socket, opened.why)) return opened;
   RoundTrip trip;
-  auto reply = exchange_hello(socket.fd, settings, trip);
+  SocketGuard doorbell;  // closed unless the session takes it
+  auto reply = exchange_hello(socket.fd, settings, trip, doorbell.fd);
   if (!reply) {
     opened.why = reply.error();
     return opened;
@@ -141,8 +144,10 @@ Session::Opened Session::open(const Settings& settings, std::uint32_t id) {
   }
   const Session::Terms terms = terms_of(reply.value(), settings.priority, trip);
   opened.lowered = settings.priority == Priority::high && terms.low_priority;
+  // A descriptor with an older reply is not a doorbell of this protocol: closed, not rung.
+  const int ring_with = reply->version_minor >= 6 ? doorbell.release() : -1;
   opened.session =
-      std::make_shared<Session>(id, socket.release(), reply->client_number, std::move(segment.value()), terms);
+      std::make_shared<Session>(id, socket.release(), reply->client_number, std::move(segment.value()), terms, ring_with);
   return opened;
 }
 

@@ -2,6 +2,7 @@
 #include "gpuqos/ipc/registration.h"
 
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -278,14 +279,51 @@ Status send_record(int fd, std::span<const std::byte> record) {
   }
 }
 
-Status receive_record(int fd, std::vector<std::byte>& buffer) { return receive_record(fd, buffer, kMaxRecordBytes); }
-
-Status receive_record(int fd, std::vector<std::byte>& buffer, std::size_t max_bytes) {
-  buffer.resize(max_bytes);
-  iovec io{buffer.data(), buffer.size()};
+Status send_record(int fd, std::span<const std::byte> record, int passed_fd) {
+  iovec io{const_cast<std::byte*>(record.data()), record.size()};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
   msghdr message{};
   message.msg_iov = &io;
   message.msg_iovlen = 1;
+  message.msg_control = control;
+  message.msg_controllen = sizeof control;
+  cmsghdr* header = CMSG_FIRSTHDR(&message);
+  header->cmsg_level = SOL_SOCKET;
+  header->cmsg_type = SCM_RIGHTS;
+  header->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(header), &passed_fd, sizeof(int));
+  for (;;) {
+    const ssize_t sent = ::sendmsg(fd, &message, MSG_NOSIGNAL);
+    if (sent == static_cast<ssize_t>(record.size())) return {};
+    if (sent < 0 && errno == EINTR) continue;
+    return Error{sent < 0 ? std::string("sendmsg: ") + std::strerror(errno) : std::string("sendmsg: short write")};
+  }
+}
+
+Status receive_record(int fd, std::vector<std::byte>& buffer) { return receive_record(fd, buffer, kMaxRecordBytes); }
+
+Status receive_record(int fd, std::vector<std::byte>& buffer, std::size_t max_bytes) {
+  return receive_record(fd, buffer, max_bytes, nullptr);
+}
+
+Status receive_record(int fd, std::vector<std::byte>& buffer, int& received_fd) {
+  return receive_record(fd, buffer, kMaxRecordBytes, &received_fd);
+}
+
+Status receive_record(int fd, std::vector<std::byte>& buffer, std::size_t max_bytes, int* received_fd) {
+  if (received_fd) *received_fd = -1;
+  buffer.resize(max_bytes);
+  iovec io{buffer.data(), buffer.size()};
+  // Room for a few descriptors, so that a peer passing more than the one expected is seen (and its
+  // extra ones closed) rather than cut short.
+  alignas(cmsghdr) char control[CMSG_SPACE(4 * sizeof(int))] = {};
+  msghdr message{};
+  message.msg_iov = &io;
+  message.msg_iovlen = 1;
+  if (received_fd) {
+    message.msg_control = control;
+    message.msg_controllen = sizeof control;
+  }
   ssize_t got;
   do {
     got = ::recvmsg(fd, &message, MSG_CMSG_CLOEXEC);
@@ -293,6 +331,21 @@ Status receive_record(int fd, std::vector<std::byte>& buffer, std::size_t max_by
   if (got < 0) {
     buffer.clear();
     return Error{std::string("recv: ") + std::strerror(errno)};
+  }
+  if (received_fd) {  // before any return: every descriptor that came is ours to keep or close
+    for (cmsghdr* header = CMSG_FIRSTHDR(&message); header; header = CMSG_NXTHDR(&message, header)) {
+      if (header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS) continue;
+      const std::size_t count = (header->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (std::size_t i = 0; i < count; ++i) {
+        int passed = -1;
+        std::memcpy(&passed, CMSG_DATA(header) + i * sizeof(int), sizeof(int));
+        if (*received_fd < 0) {
+          *received_fd = passed;
+        } else {
+          ::close(passed);
+        }
+      }
+    }
   }
   if (got == 0) {
     buffer.clear();

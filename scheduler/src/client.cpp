@@ -23,13 +23,38 @@ FileDescriptor open_pidfd(pid_t pid) {
 
 }  // namespace
 
-Client::Client(ClientIdentity identity, FileDescriptor socket, ipc::Segment segment, int wake_fd)
+Client::Client(ClientIdentity identity, FileDescriptor socket, ipc::Segment segment, int wake_fd,
+               FileDescriptor doorbell)
     : identity_(std::move(identity)),
       tag_("job '" + identity_.job + "' pid " + std::to_string(identity_.peer.pid)),
       socket_(std::move(socket)),
       pidfd_(open_pidfd(identity_.peer.pid)),
       segment_(std::move(segment)),
-      waiter_(std::make_unique<OpsWaiter>(segment_.ops(), wake_fd)) {}
+      doorbell_(std::move(doorbell)),
+      waiter_(doorbell_.valid() ? nullptr : std::make_unique<OpsWaiter>(segment_.ops(), wake_fd)) {}
+
+std::vector<ArrivedOp> Client::take_ops(std::int64_t now_ns) {
+  if (waiter_) return waiter_->take();
+  std::vector<ArrivedOp> ops;
+  ipc::OpDescriptor op;
+  // At most what a waiter would queue: a client that posts faster than the loop takes finds its
+  // ring full, as with a waiter.
+  while (ops.size() < OpsWaiter::kMaxQueuedOps && segment_.ops().try_pop(op)) ops.push_back(ArrivedOp{op, now_ns});
+  return ops;
+}
+
+bool Client::ops_corrupted() {
+  return waiter_ ? waiter_->corrupted() : segment_.ops().corrupted();
+}
+
+void Client::clear_doorbell() {
+  std::uint64_t count = 0;
+  [[maybe_unused]] const ssize_t got = ::read(doorbell_.get(), &count, sizeof count);  // EAGAIN: nothing rang
+}
+
+void Client::stop_ops_thread() {
+  if (waiter_) waiter_->stop();
+}
 
 void Client::posted(const ipc::OpDescriptor& op, std::int64_t now_ns) {
   last_seq_ = op.seq;

@@ -159,10 +159,13 @@ int Daemon::run() {
                policy_->name(), managed_devices_text(options_.config.devices));
   std::array<epoll_event, 64> events;
   while (!stopping_) {
-    const int ready = ::epoll_wait(epoll_.get(), events.data(), static_cast<int>(events.size()), -1);
+    const bool ops_waiting = arm_doorbells();
+    const int ready = ::epoll_wait(epoll_.get(), events.data(), static_cast<int>(events.size()), ops_waiting ? 0 : -1);
+    const int wait_error = errno;
+    disarm_doorbells();
     if (ready < 0) {
-      if (errno == EINTR) continue;
-      spdlog::critical("epoll_wait: {}", std::strerror(errno));
+      if (wait_error == EINTR) continue;
+      spdlog::critical("epoll_wait: {}", std::strerror(wait_error));
       drain_and_release();
       return 1;
     }
@@ -171,11 +174,26 @@ int Daemon::run() {
     if (const std::int64_t woke = ipc::monotonic_ns(); woke - heartbeat_ns_ > ipc::kHeartbeatLimitNs) {
       heartbeat_and_tick(woke);
     }
+    if (ops_waiting) drain_all(ipc::monotonic_ns());
     for (int i = 0; i < ready; ++i) on_event(events[i].data.u64, events[i].events);
   }
   stop_metrics(MetricsServer::kStopWaitNs);
   drain_and_release();
   return 0;
+}
+
+bool Daemon::arm_doorbells() {
+  bool ops_waiting = false;
+  for (auto& [id, client] : clients_) {
+    if (client->doorbell_fd() >= 0) ops_waiting = client->arm_doorbell() || ops_waiting;
+  }
+  return ops_waiting;
+}
+
+void Daemon::disarm_doorbells() {
+  for (auto& [id, client] : clients_) {
+    if (client->doorbell_fd() >= 0) client->disarm_doorbell();
+  }
 }
 
 void Daemon::on_event(std::uint64_t token, std::uint32_t events) {
@@ -205,6 +223,12 @@ void Daemon::on_event(std::uint64_t token, std::uint32_t events) {
     return drain_all(now);
   }
   if (tokens::is_pending(token)) return on_pending_readable(token, events);
+  if (tokens::is_doorbell(token)) {
+    if (auto rung = clients_.find(static_cast<ClientId>(token - tokens::kDoorbellBase)); rung != clients_.end()) {
+      rung->second->clear_doorbell();
+    }
+    return drain_all(now);
+  }
   if (tokens::is_pidfd(token)) {
     // The process is gone even if a child it forked still holds the socket open.
     return drop_client(static_cast<ClientId>(token - tokens::kPidfdBase), "process exited", false);

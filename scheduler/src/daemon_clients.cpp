@@ -18,7 +18,7 @@ namespace gpuqos::scheduler {
 void Daemon::drain_all(std::int64_t now_ns) {
   std::vector<std::pair<ClientId, ArrivedOp>> arrivals;
   for (auto& [id, client] : clients_) {
-    for (const ArrivedOp& arrived : client->waiter().take()) arrivals.emplace_back(id, arrived);
+    for (const ArrivedOp& arrived : client->take_ops(now_ns)) arrivals.emplace_back(id, arrived);
   }
   std::stable_sort(arrivals.begin(), arrivals.end(),
                    [](const auto& a, const auto& b) { return a.second.arrived_ns < b.second.arrived_ns; });
@@ -32,7 +32,7 @@ void Daemon::drain_all(std::int64_t now_ns) {
   }
   for (auto& [id, client] : clients_) {
     if (broken.contains(id)) continue;
-    std::string why = client->waiter().corrupted() ? "ops ring corrupted (impossible indices)" : "";
+    std::string why = client->ops_corrupted() ? "ops ring corrupted (impossible indices)" : "";
     if (why.empty()) why = drain_completions(*client, now_ns);
     if (!why.empty()) broken.emplace(id, std::move(why));
   }
@@ -128,9 +128,9 @@ void Daemon::apply(const Decisions& decisions) {
 // A client that left on its own (hang-up, exit) may have pushed its last ops and completions just
 // before: account them, so its final numbers are whole. Not for a client dropped for misbehaving.
 void Daemon::settle_departed(Client& client) {
-  client.waiter().stop();  // from here the loop is the ops ring's only consumer
+  client.stop_ops_thread();  // from here the loop is the ops ring's only consumer
   const std::int64_t now = ipc::monotonic_ns();
-  for (const ArrivedOp& arrived : client.waiter().take()) {
+  for (const ArrivedOp& arrived : client.take_ops(now)) {
     if (!accept_op(client, arrived).empty()) return;
   }
   // At most one ring's worth: a client that left its socket but still pushes cannot keep us here.
@@ -151,6 +151,8 @@ void Daemon::drop_client(ClientId id, const std::string& reason, bool as_error) 
               client.posted_ops(), client.granted_ops(), client.completed_ops());
   ipc::Segment::remove(client.segment_name());  // first: nothing new can map it
   ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, client.socket_fd(), nullptr);
+  // The shim holds the doorbell too: closing ours would leave it registered in the epoll set.
+  if (client.doorbell_fd() >= 0) ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, client.doorbell_fd(), nullptr);
   std::unique_ptr<Client> gone = std::move(it->second);
   clients_.erase(it);
   told_held_seq_.erase(id);
@@ -168,7 +170,7 @@ void Daemon::drain_and_release() {
   const std::int64_t now = ipc::monotonic_ns();
   drain_all(now);
   for (auto& [id, client] : clients_) {
-    client->waiter().stop();  // from here the loop is the ops ring's only consumer
+    client->stop_ops_thread();  // from here the loop is the ops ring's only consumer
     ipc::OpDescriptor op;
     std::uint64_t last_seq = client->last_seq();
     for (std::uint32_t n = 0; n < ipc::kOpsRingCapacity && client->segment().ops().try_pop(op); ++n) {

@@ -1,6 +1,7 @@
 // gpuqosd: accepting connections, the first record (Hello or ControlRequest), registration of a
 // client (its segment and reply), control answers, and the kernel names clients send afterwards.
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -117,7 +118,13 @@ void Daemon::register_client(Pending& pending, const ipc::Hello& hello) {
   const std::uint64_t managed = ordinals.empty() ? ipc::kAllDevices : ipc::device_mask(ordinals);
   auto reply = ipc::make_hello_reply(ipc::HelloStatus::ok, id, name, "", decision.effective,
                                      options_.policy.baymax.copy_chunk_bytes, managed);
-  if (ipc::Status sent = ipc::send_record(pending.socket.get(), ipc::encode(reply)); !sent) {
+  // A shim of 1.6 or later rings the ops ring's doorbell and the loop pops its ring; an older one's
+  // ring gets an OpsWaiter thread. No eventfd (out of descriptors): a thread, as for an older shim.
+  FileDescriptor doorbell(hello.version_minor >= 6 ? ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC) : -1);
+  const std::vector<std::byte> encoded = ipc::encode(reply);
+  if (ipc::Status sent = doorbell.valid() ? ipc::send_record(pending.socket.get(), encoded, doorbell.get())
+                                          : ipc::send_record(pending.socket.get(), encoded);
+      !sent) {
     spdlog::warn("job '{}' pid {}: cannot answer its hello: {}", job, peer.pid, sent.error());
     ipc::Segment::remove(name);
     return;
@@ -126,7 +133,7 @@ void Daemon::register_client(Pending& pending, const ipc::Hello& hello) {
   std::unique_ptr<Client> client;
   try {  // its OpsWaiter is a thread: out of threads, this client is refused, not the daemon stopped
     client = std::make_unique<Client>(std::move(identity), std::move(pending.socket), std::move(segment.value()),
-                                      wake_.get());
+                                      wake_.get(), std::move(doorbell));
   } catch (const std::exception& e) {
     spdlog::warn("job '{}' pid {}: cannot serve it: {}", job, peer.pid, e.what());
     ipc::Segment::remove(name);
@@ -134,6 +141,7 @@ void Daemon::register_client(Pending& pending, const ipc::Hello& hello) {
   }
   watch(client->socket_fd(), id, EPOLLIN | EPOLLRDHUP);
   if (client->pidfd() >= 0) watch(client->pidfd(), tokens::kPidfdBase + id, EPOLLIN);
+  if (client->doorbell_fd() >= 0) watch(client->doorbell_fd(), tokens::kDoorbellBase + id, EPOLLIN);
   const ClientInfo info = client_info(options_.config, client->identity());
   spdlog::info("{}: registered as client {} (uid {}, {} priority, device {}, {}, segment {})", client->tag(), id,
                peer.uid, decision.effective == ipc::Priority::high ? "high" : "low", hello.device,

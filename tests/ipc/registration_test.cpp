@@ -2,6 +2,8 @@
 #include "gpuqos/ipc/registration.h"
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -313,6 +315,35 @@ TEST(Records, TravelWholeOverASeqpacketSocket) {
   auto decoded = decode_hello(received);
   ASSERT_TRUE(decoded) << decoded.error();
   EXPECT_STREQ(decoded->hello.job_name, "resnet-serve");
+}
+
+// The HelloReply of 1.6 carries the ops ring's doorbell: the receiver gets a descriptor of its own
+// for the same eventfd. A record without one gives -1; receiving without asking closes any sent.
+TEST(Records, ADescriptorTravelsWithARecord) {
+  SocketPair pair;
+  const int sent_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  ASSERT_GE(sent_fd, 0);
+  ASSERT_TRUE(send_record(pair.fds[0], encode(valid_hello()), sent_fd));
+  std::vector<std::byte> received;
+  int got_fd = -1;
+  Status status = receive_record(pair.fds[1], received, got_fd);
+  ASSERT_TRUE(status) << status.error();
+  ASSERT_GE(got_fd, 0);
+  EXPECT_NE(got_fd, sent_fd);
+  EXPECT_TRUE(decode_hello(received));
+  const std::uint64_t one = 1;
+  ASSERT_EQ(::write(got_fd, &one, sizeof one), static_cast<ssize_t>(sizeof one));  // the same counter
+  std::uint64_t count = 0;
+  ASSERT_EQ(::read(sent_fd, &count, sizeof count), static_cast<ssize_t>(sizeof count));
+  EXPECT_EQ(count, 1u);
+  EXPECT_NE(::fcntl(got_fd, F_GETFD) & FD_CLOEXEC, 0);
+  ::close(got_fd);
+
+  ASSERT_TRUE(send_record(pair.fds[0], encode(valid_hello())));
+  got_fd = 7;
+  ASSERT_TRUE(receive_record(pair.fds[1], received, got_fd));
+  EXPECT_EQ(got_fd, -1);
+  ::close(sent_fd);
 }
 
 TEST(Records, AnOversizedRecordIsAnError) {

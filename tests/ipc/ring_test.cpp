@@ -253,6 +253,61 @@ TEST(SpscRingWaiting, SleepingConsumerIsWokenByOnePush) {
   EXPECT_EQ(CountingFutex::wakes.load(), 1);
 }
 
+// A consumer that sleeps elsewhere (gpuqosd's loop in epoll, on the ring's doorbell): it arms the
+// ring before it sleeps, and the first push after that calls the producer's wake, once, with no
+// futex call; a push while it is disarmed (awake) calls nothing. An arm that finds an item says so,
+// so the consumer does not sleep on it.
+TEST(SpscRingWaiting, AConsumerThatSleepsElsewhereIsRungOncePerArmingAndNeverMissesAnItem) {
+  WaitRing ring;
+  CountingFutex::reset();
+  int rung = 0;
+  const auto ring_it = [&] { ++rung; };
+  std::uint64_t out = 0;
+  EXPECT_FALSE(ring.arm_consumer());  // empty: may sleep
+  ASSERT_TRUE(ring.try_push(1, ring_it));
+  ASSERT_TRUE(ring.try_push(2, ring_it));
+  EXPECT_EQ(rung, 1);
+  EXPECT_TRUE(ring.arm_consumer()) << "items are there: the consumer must not sleep";
+  ring.disarm_consumer();
+  ASSERT_TRUE(ring.try_push(3, ring_it));
+  EXPECT_EQ(rung, 1) << "disarmed: nobody to ring";
+  while (ring.try_pop(out)) {
+  }
+  EXPECT_FALSE(ring.arm_consumer());
+  ASSERT_TRUE(ring.try_push(4, ring_it));
+  EXPECT_EQ(rung, 2);
+  EXPECT_EQ(CountingFutex::wakes.load(), 0);
+  EXPECT_EQ(CountingFutex::waits.load(), 0);
+
+  // Across threads: a consumer that arms, re-checks and then waits on an eventfd-like flag never
+  // misses an item (Dekker's pairing of the two fences).
+  while (ring.try_pop(out)) {
+  }
+  ring.disarm_consumer();
+  std::atomic<int> doorbell{0};
+  constexpr std::uint64_t kItems = 100'000;
+  std::thread consumer([&] {
+    std::uint64_t next = 0, item = 0;
+    while (next < kItems) {
+      if (ring.try_pop(item)) {
+        EXPECT_EQ(item, next);
+        ++next;
+        continue;
+      }
+      if (ring.arm_consumer()) {
+        ring.disarm_consumer();
+        continue;
+      }
+      while (doorbell.exchange(0) == 0) std::this_thread::yield();  // "epoll_wait"
+      ring.disarm_consumer();
+    }
+  });
+  for (std::uint64_t i = 0; i < kItems;) {
+    if (ring.try_push(i, [&] { doorbell.store(1); })) ++i;
+  }
+  consumer.join();
+}
+
 TEST(SpscRingWaiting, SleepingProducerIsWokenByAPop) {
   WaitRing ring;
   for (std::uint64_t i = 0; i < WaitRing::kCapacity; ++i) ASSERT_TRUE(ring.try_push(i));

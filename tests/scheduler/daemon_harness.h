@@ -120,14 +120,19 @@ class ForkedChild {
 
 class FakeClient {
  public:
-  FakeClient(const std::string& socket, ipc::Priority priority, const std::string& job) {
+  // A client of protocol 1.`minor` (the current one by default: it rings its ops ring's doorbell).
+  FakeClient(const std::string& socket, ipc::Priority priority, const std::string& job,
+             std::uint16_t minor = ipc::kProtocolVersionMinor) {
     auto fd = scheduler::connect_unix(socket);
     if (!fd) throw std::runtime_error(fd.error());
     socket_ = std::move(fd.value());
     auto hello = ipc::make_hello(priority, 0, job);
+    hello.value().version_minor = minor;
     if (!ipc::send_record(socket_.get(), ipc::encode(hello.value()))) throw std::runtime_error("send hello");
     std::vector<std::byte> record;
-    if (!ipc::receive_record(socket_.get(), record)) throw std::runtime_error("no hello reply");
+    int doorbell = -1;
+    if (!ipc::receive_record(socket_.get(), record, doorbell)) throw std::runtime_error("no hello reply");
+    doorbell_ = scheduler::FileDescriptor(doorbell);
     auto reply = ipc::decode_hello_reply(record);
     if (!reply || reply->status != ipc::HelloStatus::ok) throw std::runtime_error("hello refused");
     reply_ = reply.value();
@@ -153,9 +158,19 @@ class FakeClient {
   void name_kernel(std::uint32_t id, const std::string& name) {
     if (!ipc::send_record(socket_.get(), ipc::encode_kernel_name(id, name).value())) throw std::runtime_error("send name");
   }
-  void post(const ipc::OpDescriptor& op) {
-    if (!segment_->ops().try_push(op)) throw std::runtime_error("ops ring full");
+  // Pushes op as the shim does: ringing the doorbell when the daemon's loop said it sleeps. True
+  // when it rang.
+  bool post(const ipc::OpDescriptor& op) {
+    bool rang = false;
+    const auto ring = [&] {
+      const std::uint64_t one = 1;
+      rang = ::write(doorbell_.get(), &one, sizeof one) == sizeof one;
+    };
+    const bool pushed = doorbell_.valid() ? segment_->ops().try_push(op, ring) : segment_->ops().try_push(op);
+    if (!pushed) throw std::runtime_error("ops ring full");
+    return rang;
   }
+  bool has_doorbell() const { return doorbell_.valid(); }
   void complete(std::uint64_t seq, std::int64_t start_ns = 100, std::int64_t end_ns = 200,
                 std::uint32_t flags = ipc::kCompletionExact) {
     if (!segment_->completions().try_push(ipc::CompletionDescriptor{seq, start_ns, end_ns, 0, flags})) {
@@ -198,6 +213,7 @@ class FakeClient {
 
  private:
   scheduler::FileDescriptor socket_;
+  scheduler::FileDescriptor doorbell_;  // from a daemon of 1.6 or later
   ipc::HelloReply reply_{};
   std::uint32_t client_number_ = 0;
   std::string segment_name_;

@@ -103,6 +103,28 @@ TEST(Daemon, GrantsCreditAheadWhenNothingElseWaits) {
   EXPECT_EQ(daemon.status()["clients"][0]["state"], "running");
 }
 
+// Protocol 1.6: the shim is handed its ops ring's doorbell, the loop says on the ring when it
+// sleeps, and a post then rings (no thread between the ring and the loop). A 1.5 shim gets no
+// doorbell and is served by a thread on the ring's futex, as before. Both get their grants.
+TEST(Daemon, ANewShimRingsItsOpsDoorbellAndAnOlderOneIsServedByAThread) {
+  DaemonProcess daemon({"--credit-ops", "0"});
+  FakeClient current(daemon.socket(), Priority::low, "current");
+  FakeClient older(daemon.socket(), Priority::low, "older", 5);
+  ASSERT_TRUE(current.has_doorbell());
+  EXPECT_FALSE(older.has_doorbell());
+  current.name_kernel(1, "gemm");
+  older.name_kernel(1, "gemm");
+  for (std::uint64_t seq = 1; seq <= 20; ++seq) {
+    ASSERT_TRUE(eventually([&] { return current.segment().ops().consumer_sleeping(); }, 1s)) << "the loop never armed";
+    EXPECT_TRUE(current.post(FakeClient::kernel(seq))) << seq;  // the loop was asleep: it is rung
+    ASSERT_TRUE(current.wait_granted(seq)) << seq;
+    EXPECT_FALSE(older.post(FakeClient::kernel(seq))) << seq;  // nothing to ring: a futex wake
+    ASSERT_TRUE(older.wait_granted(seq)) << seq;
+  }
+  ASSERT_TRUE(eventually([&] { return daemon.status()["clients"].size() == 2; }));
+  for (const auto& client : daemon.status()["clients"]) EXPECT_EQ(client["ops"]["granted"], 20) << client.dump();
+}
+
 TEST(Daemon, WithoutCreditEveryOpWaitsForItsGrant) {
   DaemonProcess daemon({"--credit-ops", "0"});
   FakeClient low(daemon.socket(), Priority::low, "strict");

@@ -50,14 +50,31 @@ class SpscRing {
 
   // Producer: appends item unless the ring is full; wakes a sleeping consumer.
   bool try_push(const T& item) noexcept {
+    return try_push(item, [this] { Futex::wake(&consumer_waiting_, 1); });
+  }
+
+  // Producer, for a consumer that sleeps elsewhere (arm_consumer(): epoll on a doorbell): calls
+  // `wake` instead of the futex wake when the consumer announced it sleeps, once per announcement.
+  template <class Wake>
+  bool try_push(const T& item, Wake&& wake) noexcept {
     const std::uint32_t tail = tail_.load(std::memory_order_relaxed);
     const std::uint32_t head = head_.load(std::memory_order_acquire);
     if (tail - head >= Capacity) return false;  // full (or head is garbage: never overwrite)
     std::memcpy(&slots_[tail & kMask], &item, sizeof(T));
     tail_.store(tail + 1, std::memory_order_release);
-    wake_if_sleeping(consumer_waiting_);
+    if (claim_sleeper(consumer_waiting_)) wake();
     return true;
   }
+
+  // Consumer that sleeps elsewhere: announces that it is about to sleep, and says whether the ring
+  // holds an item already (then it must not sleep). A producer that pushes after this calls its
+  // wake (try_push above). disarm_consumer() takes the announcement back once it is awake.
+  bool arm_consumer() noexcept {
+    consumer_waiting_.store(1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with the fence in claim_sleeper
+    return !empty();
+  }
+  void disarm_consumer() noexcept { consumer_waiting_.store(0, std::memory_order_relaxed); }
 
   // Consumer: takes the oldest item unless the ring is empty (or corrupted()); wakes a sleeping
   // producer.
@@ -122,11 +139,14 @@ class SpscRing {
     return ready();
   }
 
+  // Whether the other side announced that it sleeps (the announcement is then taken: one wake each).
+  static bool claim_sleeper(std::atomic<std::uint32_t>& word) noexcept {
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with the fences that announce
+    return word.load(std::memory_order_relaxed) != 0 && word.exchange(0, std::memory_order_relaxed) != 0;
+  }
+
   void wake_if_sleeping(std::atomic<std::uint32_t>& word) noexcept {
-    std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with the fence in sleep_until_ready
-    if (word.load(std::memory_order_relaxed) != 0 && word.exchange(0, std::memory_order_relaxed) != 0) {
-      Futex::wake(&word, 1);
-    }
+    if (claim_sleeper(word)) Futex::wake(&word, 1);
   }
 
   // The consumer's cache line: its index and its futex word (the producer reads both per push).

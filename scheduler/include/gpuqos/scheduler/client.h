@@ -1,7 +1,11 @@
 // A registered client as the daemon sees it: who it is (from SO_PEERCRED), its socket, its
-// segment, the thread that waits on its ops ring, and its accounting for status.
+// segment, who consumes its ops ring, and its accounting for status.
 //
-// Owned and used by the daemon's loop thread only (the OpsWaiter inside has its own thread).
+// The ops ring's consumer: for a shim of protocol 1.6 or later the loop itself, woken through the
+// ring's doorbell (an eventfd the shim was handed at registration) that the loop polls; for an
+// older shim an OpsWaiter thread sleeping on the ring's futex, which wakes the loop in turn.
+//
+// Owned and used by the daemon's loop thread only (an OpsWaiter inside has its own thread).
 #pragma once
 
 #include <array>
@@ -33,7 +37,9 @@ struct ClientIdentity {
 
 class Client {
  public:
-  Client(ClientIdentity identity, FileDescriptor socket, ipc::Segment segment, int wake_fd);
+  // `doorbell` valid: the loop consumes the ops ring; otherwise an OpsWaiter that signals wake_fd.
+  Client(ClientIdentity identity, FileDescriptor socket, ipc::Segment segment, int wake_fd,
+         FileDescriptor doorbell = FileDescriptor());
 
   const ClientIdentity& identity() const { return identity_; }
   // "job 'NAME' pid PID": starts every log line about this client.
@@ -44,7 +50,19 @@ class Client {
   int pidfd() const { return pidfd_.get(); }
   ipc::Segment& segment() { return segment_; }
   const std::string& segment_name() const { return segment_.name(); }
-  OpsWaiter& waiter() { return *waiter_; }
+  // The ops that arrived since the last call, oldest first: popped now (doorbell) and stamped
+  // now_ns, or as the OpsWaiter popped and stamped them.
+  std::vector<ArrivedOp> take_ops(std::int64_t now_ns);
+  bool ops_corrupted();
+  // Stops the OpsWaiter (if any): from then on the loop is the ops ring's only consumer.
+  void stop_ops_thread();
+  // The doorbell the loop polls (-1: none, an OpsWaiter wakes the loop).
+  int doorbell_fd() const { return doorbell_.get(); }
+  // It rang (epoll said so): resets its count, which epoll would otherwise report for ever.
+  void clear_doorbell();
+  // Doorbell: the loop is about to sleep (true: ops are there already, do not), or has woken.
+  bool arm_doorbell() { return segment_.ops().arm_consumer(); }
+  void disarm_doorbell() { segment_.ops().disarm_consumer(); }
   bool high_priority() const { return identity_.priority == ipc::Priority::high; }
 
   // Accounting of one validated op, arrived at now_ns. GPU work (kernels, copies, memsets, graphs)
@@ -99,7 +117,8 @@ class Client {
   FileDescriptor socket_;
   FileDescriptor pidfd_;
   ipc::Segment segment_;
-  std::unique_ptr<OpsWaiter> waiter_;  // last: stops before the segment is unmapped
+  FileDescriptor doorbell_;
+  std::unique_ptr<OpsWaiter> waiter_;  // null with a doorbell; last: stops before the segment is unmapped
   std::uint64_t last_seq_ = 0;
   std::uint64_t granted_through_ = 0;
   std::uint64_t published_through_ = 0;
