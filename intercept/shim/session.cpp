@@ -95,17 +95,12 @@ bool Session::push_op(const ipc::OpDescriptor& local, bool may_wait) noexcept {
     converted.arrived_ns = on_daemon_clock(local.arrived_ns);
     op = &converted;
   }
-  ipc::OpsRing& ring = segment_.ops();
-  // The daemon's loop sleeps in epoll, not on the ring's futex: one write tells it (EAGAIN: the
-  // counter is full, the loop is told already).
-  const auto ring_doorbell = [this] {
-    const std::uint64_t one = 1;
-    [[maybe_unused]] const ssize_t written = ::write(doorbell_, &one, sizeof one);
-  };
-  while (doorbell_ >= 0 ? !ring.try_push(*op, ring_doorbell) : !ring.try_push(*op)) {
+  ipc::OpsRing& ops = segment_.ops();
+  const auto ring = [this] { ring_doorbell(); };
+  while (doorbell_ >= 0 ? !ops.try_push(*op, ring) : !ops.try_push(*op)) {
     if (!may_wait || !alive()) return false;
     if (!check_heartbeat()) return false;
-    ring.wait_for_space(kWaitSliceNs);
+    ops.wait_for_space(kWaitSliceNs);
   }
   return true;
 }
@@ -159,11 +154,21 @@ bool Session::wait_for_grant(std::uint64_t seq) noexcept {
   return alive() || granted_.load(std::memory_order_acquire) >= seq;
 }
 
+void Session::ring_doorbell() const noexcept {
+  // The daemon's loop sleeps in epoll, not on the rings' futexes: one write tells it (EAGAIN: the
+  // counter is full, the loop is told already).
+  const std::uint64_t one = 1;
+  [[maybe_unused]] const ssize_t written = ::write(doorbell_, &one, sizeof one);
+}
+
 bool Session::push_completion(const ipc::CompletionDescriptor& local) noexcept {
   ipc::CompletionDescriptor completion = local;
   completion.start_ns = on_daemon_clock(completion.start_ns);
   completion.end_ns = on_daemon_clock(completion.end_ns);
-  return alive() && segment_.completions().try_push(completion);
+  if (!alive()) return false;
+  if (doorbell_ < 0) return segment_.completions().try_push(completion);
+  // The loop asks for completions (arms the ring) while it holds ops a completion may release.
+  return segment_.completions().try_push(completion, [this] { ring_doorbell(); });
 }
 
 bool Session::watch(int timeout_ms) noexcept {

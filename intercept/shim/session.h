@@ -107,6 +107,7 @@ class Session {
   }
   bool send_kernel_name(std::uint32_t id, const KernelRegistry& kernels) noexcept;
   bool push_op(const ipc::OpDescriptor& op, bool may_wait) noexcept;
+  void ring_doorbell() const noexcept;  // tells gpuqosd's loop that a ring it armed has an item
   void drain_grants() noexcept;  // with pop_mutex_ held
   void publish() noexcept;       // wakes the waiters on state_cv_
 

@@ -8,6 +8,7 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
@@ -159,8 +160,8 @@ int Daemon::run() {
                policy_->name(), managed_devices_text(options_.config.devices));
   std::array<epoll_event, 64> events;
   while (!stopping_) {
-    const bool ops_waiting = arm_doorbells();
-    const int ready = ::epoll_wait(epoll_.get(), events.data(), static_cast<int>(events.size()), ops_waiting ? 0 : -1);
+    const bool items_waiting = arm_doorbells();
+    const int ready = ::epoll_wait(epoll_.get(), events.data(), static_cast<int>(events.size()), items_waiting ? 0 : -1);
     const int wait_error = errno;
     disarm_doorbells();
     if (ready < 0) {
@@ -174,7 +175,7 @@ int Daemon::run() {
     if (const std::int64_t woke = ipc::monotonic_ns(); woke - heartbeat_ns_ > ipc::kHeartbeatLimitNs) {
       heartbeat_and_tick(woke);
     }
-    if (ops_waiting) drain_all(ipc::monotonic_ns());
+    if (items_waiting) drain_all(ipc::monotonic_ns());
     for (int i = 0; i < ready; ++i) on_event(events[i].data.u64, events[i].events);
   }
   stop_metrics(MetricsServer::kStopWaitNs);
@@ -183,11 +184,16 @@ int Daemon::run() {
 }
 
 bool Daemon::arm_doorbells() {
-  bool ops_waiting = false;
+  // A completion matters at once only while ops are held: it may free what they wait for (a
+  // transfer slot, backlog, a query's end). Otherwise the next tick reads it, and the clients'
+  // completion threads do not wake the loop for each.
+  const bool held = std::any_of(clients_.begin(), clients_.end(),
+                                [](const auto& entry) { return entry.second->ungranted_count() > 0; });
+  bool ready = false;
   for (auto& [id, client] : clients_) {
-    if (client->doorbell_fd() >= 0) ops_waiting = client->arm_doorbell() || ops_waiting;
+    if (client->doorbell_fd() >= 0) ready = client->arm_doorbell(held) || ready;
   }
-  return ops_waiting;
+  return ready;
 }
 
 void Daemon::disarm_doorbells() {

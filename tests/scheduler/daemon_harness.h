@@ -161,21 +161,27 @@ class FakeClient {
   // Pushes op as the shim does: ringing the doorbell when the daemon's loop said it sleeps. True
   // when it rang.
   bool post(const ipc::OpDescriptor& op) {
-    bool rang = false;
-    const auto ring = [&] {
-      const std::uint64_t one = 1;
-      rang = ::write(doorbell_.get(), &one, sizeof one) == sizeof one;
-    };
-    const bool pushed = doorbell_.valid() ? segment_->ops().try_push(op, ring) : segment_->ops().try_push(op);
-    if (!pushed) throw std::runtime_error("ops ring full");
-    return rang;
+    if (!push(segment_->ops(), op)) throw std::runtime_error("ops ring full");
+    return rang_;
   }
   bool has_doorbell() const { return doorbell_.valid(); }
-  void complete(std::uint64_t seq, std::int64_t start_ns = 100, std::int64_t end_ns = 200,
+
+  template <class Ring, class Item>
+  bool push(Ring& ring, const Item& item) {
+    rang_ = false;
+    const auto ring_it = [&] {
+      const std::uint64_t one = 1;
+      rang_ = ::write(doorbell_.get(), &one, sizeof one) == sizeof one;
+    };
+    return doorbell_.valid() ? ring.try_push(item, ring_it) : ring.try_push(item);
+  }
+  // As post(): true when it rang the doorbell (the loop asked for completions).
+  bool complete(std::uint64_t seq, std::int64_t start_ns = 100, std::int64_t end_ns = 200,
                 std::uint32_t flags = ipc::kCompletionExact) {
-    if (!segment_->completions().try_push(ipc::CompletionDescriptor{seq, start_ns, end_ns, 0, flags})) {
+    if (!push(segment_->completions(), ipc::CompletionDescriptor{seq, start_ns, end_ns, 0, flags})) {
       throw std::runtime_error("completions ring full");
     }
+    return rang_;
   }
   // Pops grants until one covers seq; false after timeout.
   bool wait_granted(std::uint64_t seq, std::chrono::milliseconds timeout = 2s) {
@@ -214,6 +220,7 @@ class FakeClient {
  private:
   scheduler::FileDescriptor socket_;
   scheduler::FileDescriptor doorbell_;  // from a daemon of 1.6 or later
+  bool rang_ = false;                    // by the last push
   ipc::HelloReply reply_{};
   std::uint32_t client_number_ = 0;
   std::string segment_name_;

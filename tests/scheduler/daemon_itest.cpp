@@ -125,6 +125,29 @@ TEST(Daemon, ANewShimRingsItsOpsDoorbellAndAnOlderOneIsServedByAThread) {
   for (const auto& client : daemon.status()["clients"]) EXPECT_EQ(client["ops"]["granted"], 20) << client.dump();
 }
 
+// While it holds ops, the loop asks for completions too: the one that releases them (here the
+// query's last kernel) rings the doorbell and the held op is granted at once, not at the next
+// 10-ms tick (a chunked best-effort copy waited a tick per chunk behind the transfer limit). With
+// nothing held, completions do not wake the loop.
+TEST(Daemon, ACompletionThatMayReleaseHeldOpsRingsTheDoorbell) {
+  DaemonProcess daemon({"--policy", "priority"});
+  FakeClient serve(daemon.socket(), Priority::high, "serve");
+  FakeClient train(daemon.socket(), Priority::low, "train");
+  serve.name_kernel(1, "attention");
+  train.name_kernel(1, "conv");
+  for (std::uint64_t seq = 1; seq <= 10; ++seq) {
+    serve.post(FakeClient::kernel(seq));
+    ASSERT_TRUE(eventually([&] { return daemon.status()["clients"][0]["ops"]["posted"] == seq; }));
+    train.post(FakeClient::kernel(seq));
+    ASSERT_FALSE(train.wait_granted(seq, 20ms)) << "the query's kernel is still on the device";
+    ASSERT_TRUE(eventually([&] { return serve.segment().completions().consumer_sleeping(); }, 1s))
+        << "the loop did not ask for completions while it held an op";
+    EXPECT_TRUE(serve.complete(seq)) << seq;
+    ASSERT_TRUE(train.wait_granted(seq)) << seq;
+    EXPECT_FALSE(train.complete(seq)) << "nothing held: no need to wake the loop";
+  }
+}
+
 TEST(Daemon, WithoutCreditEveryOpWaitsForItsGrant) {
   DaemonProcess daemon({"--credit-ops", "0"});
   FakeClient low(daemon.socket(), Priority::low, "strict");

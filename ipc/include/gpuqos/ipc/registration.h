@@ -25,8 +25,9 @@
 //        (SCM_RIGHTS). The daemon's loop is then the ring's consumer and sleeps in epoll, not on the
 //        ring's futex: it sets the ring's consumer word before it sleeps, and a shim that finds the
 //        word set after a push (SpscRing::try_push with a wake) writes the eventfd instead of
-//        waking the futex. An older shim's ring is consumed by a thread of the daemon, as before;
-//        no record changes
+//        waking the futex; the same for the completions ring, whose word the loop sets while it
+//        holds ops (a completion may release them). An older shim's ops ring is consumed by a
+//        thread of the daemon, as before; no record changes
 //
 // Everything the daemon receives is untrusted: decode_* validate every field and return the reason
 // for rejecting garbage. Who the client is (pid, uid, gid) comes from the kernel via

@@ -61,8 +61,15 @@ class Client {
   // It rang (epoll said so): resets its count, which epoll would otherwise report for ever.
   void clear_doorbell();
   // Doorbell: the loop is about to sleep (true: ops are there already, do not), or has woken.
-  bool arm_doorbell() { return segment_.ops().arm_consumer(); }
-  void disarm_doorbell() { segment_.ops().disarm_consumer(); }
+  // With `completions`, its completions ring too (the loop holds ops a completion may release).
+  bool arm_doorbell(bool completions) {
+    const bool ops = segment_.ops().arm_consumer();
+    return (completions && segment_.completions().arm_consumer()) || ops;
+  }
+  void disarm_doorbell() {
+    segment_.ops().disarm_consumer();
+    segment_.completions().disarm_consumer();
+  }
   bool high_priority() const { return identity_.priority == ipc::Priority::high; }
 
   // Accounting of one validated op, arrived at now_ns. GPU work (kernels, copies, memsets, graphs)

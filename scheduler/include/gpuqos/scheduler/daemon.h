@@ -116,8 +116,9 @@ class Daemon {
   void settle_departed(Client& client);
   void drop_client(ClientId id, const std::string& reason, bool as_error);
   void heartbeat_and_tick(std::int64_t now_ns);
-  // Before the loop sleeps: tells every client that rings a doorbell (protocol 1.6) to ring it;
-  // true when one's ring holds ops already (pushed unrung while the loop was awake: do not sleep).
+  // Before the loop sleeps: tells every client that rings a doorbell (protocol 1.6) to ring it for
+  // ops, and while ops are held for completions too; true when such a ring holds items already
+  // (pushed unrung while the loop was awake: do not sleep).
   bool arm_doorbells();
   void disarm_doorbells();  // awake again: pushes need not ring
   void drain_and_release();
