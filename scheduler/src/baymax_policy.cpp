@@ -146,6 +146,13 @@ std::optional<PolicyState> BaymaxPolicy::state(std::int64_t now_ns) const {
   }
   state.tight_targets = tight_targets(now_ns);
   for (const auto& [id, client] : clients_) {
+    const OpenQuery* query = queries_.open_query(id);
+    if (client.info.priority == ipc::Priority::high && client.info.target_ns && query &&
+        overdue(*query, *client.info.target_ns, now_ns) &&
+        std::find(state.overdue_jobs.begin(), state.overdue_jobs.end(), client.info.job) == state.overdue_jobs.end())
+      state.overdue_jobs.push_back(client.info.job);
+  }
+  for (const auto& [id, client] : clients_) {
     if (client.info.priority != ipc::Priority::high || !client.info.target_ns || !queries_.says_arrivals(id) ||
         queries_.expected_query_ns(id) <= 0)
       continue;
@@ -242,11 +249,16 @@ void BaymaxPolicy::learn(const std::vector<ClosedQuery>& closed) {
   }
 }
 
-bool BaymaxPolicy::query_in_system(std::uint32_t device) const {
+bool BaymaxPolicy::overdue(const OpenQuery& query, std::int64_t target_ns, std::int64_t now_ns) {
+  return now_ns - query.opened_ns > PolicyState::kOverdueTargets * target_ns;
+}
+
+bool BaymaxPolicy::query_in_system(std::uint32_t device, std::int64_t now_ns) const {
   return std::any_of(clients_.begin(), clients_.end(), [&](const auto& entry) {
     const ClientInfo& info = entry.second.info;
-    return info.priority == ipc::Priority::high && entry.second.on(device) && info.target_ns &&
-           (queries_.open_query(entry.first) != nullptr || !queries_.waiting_arrivals(entry.first).empty());
+    if (info.priority != ipc::Priority::high || !entry.second.on(device) || !info.target_ns) return false;
+    const OpenQuery* query = queries_.open_query(entry.first);
+    return (query && !overdue(*query, *info.target_ns, now_ns)) || !queries_.waiting_arrivals(entry.first).empty();
   });
 }
 
@@ -478,7 +490,7 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
       // starve the op, so after kLongOpWaitNs held it goes by the deadline test alone.
       const std::int64_t held_since = clients_.at(client).head_held_since_ns;
       const bool waited_enough = held_since >= 0 && now_ns - held_since > kLongOpWaitNs;
-      if (!waited_enough && query_in_system(op.device)) return Hold::deadline;
+      if (!waited_enough && query_in_system(op.device, now_ns)) return Hold::deadline;
     }
     if (options_.baymax.preemptive(op.device)) {
       // Kernels of different processes are time-sliced: a query arriving later waits for its
@@ -499,7 +511,7 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
         // With no query in the system, one arriving would wait for a slice of each job with work
         // however deep its queue: the streams may run further ahead (idle_bound_factor), and once a
         // query is there nothing more goes until they are back under the bound.
-        const std::int64_t stream_bound = options_.baymax.idle_bound_factor > 1 && !query_in_system(op.device)
+        const std::int64_t stream_bound = options_.baymax.idle_bound_factor > 1 && !query_in_system(op.device, now_ns)
                                               ? idle_stream_bound_ns()
                                               : bound_.bound_ns();
         const auto& streams = clients_.at(client).be_compute_ns;
@@ -533,7 +545,12 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
     std::int64_t need = state.hp_outstanding_ns, idle = 0;
     const bool profiled = queries_.expected_query_ns(id) > 0;
     double blocks = profiled ? 0 : std::numeric_limits<double>::infinity();
-    if (const OpenQuery* query = queries_.open_query(id)) {
+    const OpenQuery* query = queries_.open_query(id);
+    // Past saving, and perhaps never to close (a begin mark without its end; a job whose work never
+    // drains): it stops holding best-effort work, which would otherwise wait for as long as the job
+    // runs. Its job's later requests are still protected.
+    if (query && overdue(*query, target, now_ns)) query = nullptr;
+    if (query) {
       need = queries_.expected_remaining_ns(id, now_ns);
       // The best-effort work ahead, this op included, delays the query only by what of it is still
       // running when its program next waits; until then the device also has the query's own

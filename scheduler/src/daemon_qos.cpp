@@ -77,6 +77,12 @@ void Daemon::warn_tight_targets(std::int64_t now_ns) {
       continue;
     spdlog::warn("{}", tight_target_text(tight));
   }
+  for (const std::string& job : state->overdue_jobs) {
+    if (!overdue_warned_.insert(job).second) continue;
+    spdlog::warn("job '{}': a query has been open for over {} times its target; best-effort work no longer waits for "
+                 "it (a gpuqos_query_begin without its end, or a job whose work never drains?)",
+                 job, PolicyState::kOverdueTargets);
+  }
 }
 
 void Daemon::qos_status(DaemonStatus& status, std::int64_t now_ns) const {

@@ -84,6 +84,7 @@ nlohmann::json policy_state_json(const PolicyState& state) {
           {"adaptation_steps", state.adaptation_steps},
           {"long_op_budget", std::move(budgets)},
           {"tight_targets", std::move(tight)},
+          {"overdue_jobs", state.overdue_jobs},
           {"marked_jobs", std::move(marked)}};
 }
 

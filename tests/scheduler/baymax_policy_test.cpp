@@ -1079,6 +1079,36 @@ TEST(BaymaxPolicy, AnOpenQueryAdmitsOnlyWhatStillMeetsItsDeadline) {
   EXPECT_EQ(policy.queries().open_query(kServe), nullptr);
 }
 
+// A query that never closes (a begin mark without its end; a job whose work never drains) would
+// hold best-effort work for as long as its job runs: open for more than 4 x its target it is past
+// saving, holds nothing any more, and the policy's state names its job (gpuqosd warns once).
+TEST(BaymaxPolicy, AQueryOpenForFourTimesItsTargetNoLongerHoldsBestEffortWork) {
+  BaymaxPolicy policy(options(5 * kMs));
+  (void)policy.client_registered(serve(kServe, 10 * kMs), 0);
+  (void)policy.client_registered(train(kTrainA), 0);
+  ipc::OpDescriptor begin = op(1, ipc::OpKind::query_begin);
+  begin.arrived_ns = 0;
+  (void)post(policy, kServe, Priority::high, begin, 0, 0);  // its end never comes
+  std::uint64_t seq = 2;
+  const auto serve_a_kernel = [&](std::int64_t at) {  // the job keeps working: the query never goes stale
+    Decisions granted = post(policy, kServe, Priority::high, op(seq), at, kMs / 2);
+    const Decisions more = policy.op_completed({kServe, done(seq, at + kMs / 2), at + kMs / 2});
+    granted.insert(granted.end(), more.begin(), more.end());
+    ++seq;
+    return granted;
+  };
+  (void)serve_a_kernel(0);
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(1), 6 * kMs, 4 * kMs).empty()) << "6 + 4 + margin 1 > 10";
+  for (std::int64_t at = 7 * kMs; at < 40 * kMs; at += kMs) {
+    EXPECT_TRUE(serve_a_kernel(at).empty()) << "granted at " << at / kMs << " ms: the open query holds until 4 x 10 ms";
+    EXPECT_TRUE(policy.tick(at + kMs / 2).empty()) << at / kMs;
+  }
+  EXPECT_TRUE(policy.state(40 * kMs)->overdue_jobs.empty());
+  EXPECT_EQ(policy.tick(41 * kMs), (Decisions{{kTrainA, 1}}));
+  EXPECT_EQ(policy.state(41 * kMs)->overdue_jobs, std::vector<std::string>{"serve"});
+  EXPECT_NE(policy.queries().open_query(kServe), nullptr) << "still open: only no longer protected";
+}
+
 TEST(BaymaxPolicy, TheQueryProfileCountsTheRestOfTheQuery) {
   BaymaxPolicy policy(options(50 * kMs));
   (void)policy.client_registered(serve(kServe, 10 * kMs), 0);
@@ -1361,9 +1391,10 @@ TEST(BaymaxPolicy, AWaitingRequestInsideTheMarginStillHolds) {
 // open back to back would otherwise hold it each time before the others' short ops drained.
 TEST(BaymaxPolicy, ALongOpHeldByDeadlinesClosesTheEngineAfterTheHoldLimit) {
   BaymaxPolicy policy(options(50 * kMs));
-  (void)policy.client_registered(serve(kServe, 10 * kMs), 0);
+  // A target whose query is not overdue (4 x 28 ms) by the time the hold limit has passed.
+  (void)policy.client_registered(serve(kServe, 28 * kMs), 0);
   EXPECT_TRUE(post(policy, kServe, Priority::high, op(1), 0, kMs).empty());
-  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(1), 0, 30 * kMs).empty()) << "never fits a 10 ms query";
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(1), 0, 30 * kMs).empty()) << "never fits a 28 ms query";
   EXPECT_EQ(post(policy, kTrainB, Priority::low, op(1), 0, kMs), (Decisions{{kTrainB, 1}}));
   (void)policy.op_completed({kTrainB, done(1, kMs), kMs});
   const std::int64_t late = BaymaxPolicy::kDeadlineHoldNs + 2 * kMs;
@@ -1820,11 +1851,13 @@ TEST(BaymaxPolicy, AJobIsOnTheDevicesItsWorkIsOn) {
   EXPECT_EQ(policy.state(0)->long_op_budgets[0].device, 1u) << "the budget moved with it";
 }
 
+// Idle for kStaleQueryNs (its job posts nothing more): abandoned, before it would be overdue (a
+// 600-ms target: 2.4 s).
 TEST(BaymaxPolicy, AnAbandonedQueryStopsHoldingBestEffortWork) {
-  BaymaxPolicy policy(options(50 * kMs));
-  (void)policy.client_registered(serve(kServe, 10 * kMs), 0);
+  BaymaxPolicy policy(options(1000 * kMs));
+  (void)policy.client_registered(serve(kServe, 600 * kMs), 0);
   (void)post(policy, kServe, Priority::high, op(1), 0, kMs);
-  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(1), 0, 20 * kMs).empty());
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(1), 0, 600 * kMs).empty()) << "0 + 600 + margin 1 > 600";
   EXPECT_TRUE(policy.tick(BaymaxPolicy::kStaleQueryNs).empty());
   EXPECT_EQ(policy.tick(BaymaxPolicy::kStaleQueryNs + kMs + 1), (Decisions{{kTrainA, 1}}));
 }

@@ -349,8 +349,11 @@ class BaymaxPolicy final : public Policy {
   enum class Hold { none, engine, deadline, budget, own_bound, share };
   Hold hold_of(ClientId client, const Queued& queued, std::int64_t now_ns) const;
   bool high_priority_on(std::uint32_t device) const;
-  // A query of a job with a target on the device is open, or a request of one is waiting.
-  bool query_in_system(std::uint32_t device) const;
+  // A query of a job with a target on the device is open (and not overdue), or a request of one is
+  // waiting.
+  bool query_in_system(std::uint32_t device, std::int64_t now_ns) const;
+  // Open for more than PolicyState::kOverdueTargets x its job's target: no longer protected.
+  static bool overdue(const OpenQuery& query, std::int64_t target_ns, std::int64_t now_ns);
   // A best-effort stream's bound on a preemptive device with no query in the system there:
   // idle_bound_factor (at most config::kMaxIdleBoundFactor, 1000, as a config allows) x the bound now.
   std::int64_t idle_stream_bound_ns() const;

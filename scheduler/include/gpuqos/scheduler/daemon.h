@@ -168,6 +168,7 @@ class Daemon {
   config::ListenAddress metrics_address_;  // what start_metrics() last tried
   std::unique_ptr<MetricsServer> metrics_;
   std::int64_t tight_checked_ns_ = 0;
+  std::set<std::string> overdue_warned_;  // jobs told of once (PolicyState::overdue_jobs)
   // (job, device, target, slice, best-effort processes, backlog bound) warned of: a reload that
   // changes the target, the slice or the bound warns anew, and so does a further best-effort process
   // that makes a target tight on a time-slicing device (on a run-to-end one they are not counted).

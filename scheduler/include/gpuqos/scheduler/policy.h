@@ -135,6 +135,10 @@ struct PolicyState {
   // less than the best-effort backlog bound (granted before the query, it runs first) less the idle
   // part of the query's expected time before it first waits for the device (what drains in it costs
   // nothing; the query's own device work is not idle).
+  // High-priority jobs with a query open for more than kOverdueTargets x their target: best-effort
+  // work no longer waits for it (a begin mark without its end, or a job that never drains).
+  static constexpr std::int64_t kOverdueTargets = 4;
+  std::vector<std::string> overdue_jobs;
   struct TightTarget {
     std::string job;
     std::uint32_t device = 0;
