@@ -110,6 +110,9 @@ bool Profiler::start() noexcept {
     log_(LogLevel::info, "GPUQOS_PROFILE: profiling with " + cupti_->loaded_as + " into " + path_);
     return true;
   } catch (...) {  // out of memory, or no thread
+    if (cupti_) {
+      for (const CUpti_ActivityKind kind : kActivities) cupti_->disable(kind);
+    }
     {
       std::lock_guard lock(mutex_);
       writer_.discard();

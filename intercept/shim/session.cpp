@@ -155,10 +155,11 @@ bool Session::wait_for_grant(std::uint64_t seq) noexcept {
 }
 
 void Session::ring_doorbell() const noexcept {
-  // The daemon's loop sleeps in epoll, not on the rings' futexes: one write tells it (EAGAIN: the
-  // counter is full, the loop is told already).
-  const std::uint64_t one = 1;
-  [[maybe_unused]] const ssize_t written = ::write(doorbell_, &one, sizeof one);
+  // The daemon's loop sleeps in epoll, not on the rings' futexes: one datagram tells it. Never
+  // blocks (EAGAIN: the loop has rings to read already); a descriptor number the program closed and
+  // reused for a file fails (ENOTSOCK) rather than writes into it.
+  const char ring = 1;
+  [[maybe_unused]] const ssize_t sent = ::send(doorbell_, &ring, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
 bool Session::push_completion(const ipc::CompletionDescriptor& local) noexcept {

@@ -113,7 +113,7 @@ class Session {
 
   const std::uint32_t id_;
   const int fd_;
-  const int doorbell_;  // an eventfd gpuqosd's loop polls (1.6), or -1
+  const int doorbell_;  // a datagram socket gpuqosd's loop polls (1.6), or -1
   const std::uint32_t client_number_;
   const Terms terms_;
   ipc::Segment segment_;

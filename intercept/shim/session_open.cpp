@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -70,7 +71,7 @@ struct RoundTrip {
   std::int64_t sent_ns = 0, received_ns = 0;
 };
 
-// `doorbell`: the eventfd an ok reply of 1.6 or later comes with (-1: none); the caller owns it.
+// `doorbell`: the socket an ok reply of 1.6 or later comes with (-1: none); the caller owns it.
 ipc::Result<ipc::HelloReply> exchange_hello(int fd, const Settings& settings, RoundTrip& trip, int& doorbell) {
   const auto priority = settings.priority == Priority::high ? ipc::Priority::high : ipc::Priority::low;
   auto hello = ipc::make_hello(priority, 0, ipc::sanitize_job_name(settings.job));
@@ -99,7 +100,9 @@ void clock_offset(const ipc::HelloReply& reply, const RoundTrip& trip, Session::
   const std::int64_t offset = reply.daemon_clock_ns - (trip.sent_ns + half_trip);
   if (offset > kMaxClockOffsetNs || offset < -kMaxClockOffsetNs) return;
   terms.clock_offset_ns = offset;
-  terms.clock_uncertainty_ns = half_trip;
+  // The rest of the trip (half of it, rounded up): offset - uncertainty is then exactly the least
+  // offset the trip allows, reply - received (never a nanosecond late).
+  terms.clock_uncertainty_ns = (trip.received_ns - trip.sent_ns) - half_trip;
 }
 
 // The class and chunk size the reply gives. A 1.0 daemon says neither: the claim stands and
@@ -144,8 +147,11 @@ Session::Opened Session::open(const Settings& settings, std::uint32_t id) {
   }
   const Session::Terms terms = terms_of(reply.value(), settings.priority, trip);
   opened.lowered = settings.priority == Priority::high && terms.low_priority;
-  // A descriptor with an older reply is not a doorbell of this protocol: closed, not rung.
-  const int ring_with = reply->version_minor >= 6 ? doorbell.release() : -1;
+  // A descriptor with an older reply is not a doorbell of this protocol, nor is one that is not a
+  // socket: closed, not rung (gpuqosd then has a thread on the ops ring, or reads it at its tick).
+  struct stat kind {};
+  const bool is_socket = doorbell.fd >= 0 && ::fstat(doorbell.fd, &kind) == 0 && S_ISSOCK(kind.st_mode);
+  const int ring_with = reply->version_minor >= 6 && is_socket ? doorbell.release() : -1;
   opened.session =
       std::make_shared<Session>(id, socket.release(), reply->client_number, std::move(segment.value()), terms, ring_with);
   return opened;

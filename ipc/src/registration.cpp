@@ -351,6 +351,10 @@ Status receive_record(int fd, std::vector<std::byte>& buffer, std::size_t max_by
     buffer.clear();
     return Error{"peer closed"};
   }
+  if (received_fd && (message.msg_flags & MSG_CTRUNC)) {  // a descriptor sent was lost (our limit)
+    buffer.clear();
+    return Error{"a descriptor sent with the record was lost (the process's descriptor limit?)"};
+  }
   if (message.msg_flags & MSG_TRUNC) {
     buffer.clear();
     return Error{"record longer than " + std::to_string(max_bytes) + " bytes"};

@@ -568,7 +568,7 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
     // delays the open query delays them by as much), and each then takes a whole query's time.
     // Each query ahead may also run over its estimate by up to the margin: those add up.
     const std::int64_t whole = queries_.expected_query_ns(id);
-    bool query_ahead = queries_.open_query(id) != nullptr;
+    bool query_ahead = query != nullptr;  // an overdue query is not ahead of anything
     const auto behind = [&](std::int64_t arrived_ns) {
       if (query_ahead) need += options_.baymax.safety_margin_ns;
       query_ahead = true;

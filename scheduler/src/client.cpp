@@ -1,6 +1,7 @@
 // A registered client's accounting and its grants ring.
 #include "gpuqos/scheduler/client.h"
 
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -48,8 +49,11 @@ bool Client::ops_corrupted() {
 }
 
 void Client::clear_doorbell() {
-  std::uint64_t count = 0;
-  [[maybe_unused]] const ssize_t got = ::read(doorbell_.get(), &count, sizeof count);  // EAGAIN: nothing rang
+  // Never blocks (MSG_DONTWAIT, whatever the socket's flags); a bounded number per wake-up, so a
+  // client that rings without end costs the loop a wake-up each time, never its turn.
+  char rings[64];
+  for (int n = 0; n < 64 && ::recv(doorbell_.get(), rings, sizeof rings, MSG_DONTWAIT) >= 0; ++n) {
+  }
 }
 
 void Client::stop_ops_thread() {

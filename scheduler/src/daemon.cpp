@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <array>
+#include <utility>
 #include <cerrno>
 #include <cstring>
 
@@ -175,8 +176,9 @@ int Daemon::run() {
     if (const std::int64_t woke = ipc::monotonic_ns(); woke - heartbeat_ns_ > ipc::kHeartbeatLimitNs) {
       heartbeat_and_tick(woke);
     }
-    if (items_waiting) drain_all(ipc::monotonic_ns());
+    doorbell_rang_ = items_waiting;
     for (int i = 0; i < ready; ++i) on_event(events[i].data.u64, events[i].events);
+    if (std::exchange(doorbell_rang_, false)) drain_all(ipc::monotonic_ns());
   }
   stop_metrics(MetricsServer::kStopWaitNs);
   drain_and_release();
@@ -229,11 +231,12 @@ void Daemon::on_event(std::uint64_t token, std::uint32_t events) {
     return drain_all(now);
   }
   if (tokens::is_pending(token)) return on_pending_readable(token, events);
-  if (tokens::is_doorbell(token)) {
+  if (tokens::is_doorbell(token)) {  // drained once for every doorbell of the batch (run())
     if (auto rung = clients_.find(static_cast<ClientId>(token - tokens::kDoorbellBase)); rung != clients_.end()) {
       rung->second->clear_doorbell();
     }
-    return drain_all(now);
+    doorbell_rang_ = true;
+    return;
   }
   if (tokens::is_pidfd(token)) {
     // The process is gone even if a child it forked still holds the socket open.

@@ -1,7 +1,6 @@
 // gpuqosd: accepting connections, the first record (Hello or ControlRequest), registration of a
 // client (its segment and reply), control answers, and the kernel names clients send afterwards.
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -118,11 +117,19 @@ void Daemon::register_client(Pending& pending, const ipc::Hello& hello) {
   const std::uint64_t managed = ordinals.empty() ? ipc::kAllDevices : ipc::device_mask(ordinals);
   auto reply = ipc::make_hello_reply(ipc::HelloStatus::ok, id, name, "", decision.effective,
                                      options_.policy.baymax.copy_chunk_bytes, managed);
-  // A shim of 1.6 or later rings the ops ring's doorbell and the loop pops its ring; an older one's
-  // ring gets an OpsWaiter thread. No eventfd (out of descriptors): a thread, as for an older shim.
-  FileDescriptor doorbell(hello.version_minor >= 6 ? ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC) : -1);
+  // A shim of 1.6 or later rings its rings' doorbell and the loop pops its ops ring; an older one's
+  // ring gets an OpsWaiter thread. The doorbell is a datagram socket pair, the shim holding one end:
+  // each end is a file of its own, so a client cannot make the loop's end block (an eventfd's
+  // O_NONBLOCK is shared with whoever holds it). No pair (out of descriptors): a thread, as for an
+  // older shim.
+  int ends[2] = {-1, -1};
+  if (hello.version_minor >= 6) {
+    [[maybe_unused]] const int made = ::socketpair(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, ends);
+  }
+  FileDescriptor doorbell(ends[0]);
+  const FileDescriptor shim_end(ends[1]);  // ours closes once sent
   const std::vector<std::byte> encoded = ipc::encode(reply);
-  if (ipc::Status sent = doorbell.valid() ? ipc::send_record(pending.socket.get(), encoded, doorbell.get())
+  if (ipc::Status sent = doorbell.valid() ? ipc::send_record(pending.socket.get(), encoded, shim_end.get())
                                           : ipc::send_record(pending.socket.get(), encoded);
       !sent) {
     spdlog::warn("job '{}' pid {}: cannot answer its hello: {}", job, peer.pid, sent.error());

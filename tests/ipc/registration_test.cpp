@@ -317,8 +317,9 @@ TEST(Records, TravelWholeOverASeqpacketSocket) {
   EXPECT_STREQ(decoded->hello.job_name, "resnet-serve");
 }
 
-// The HelloReply of 1.6 carries the ops ring's doorbell: the receiver gets a descriptor of its own
-// for the same eventfd. A record without one gives -1; receiving without asking closes any sent.
+// The HelloReply of 1.6 carries the doorbell (a socket); any descriptor travels the same way: here
+// an eventfd, whose counter shows the receiver's descriptor is the same file. A record without one
+// gives -1.
 TEST(Records, ADescriptorTravelsWithARecord) {
   SocketPair pair;
   const int sent_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

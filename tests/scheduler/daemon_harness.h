@@ -165,13 +165,14 @@ class FakeClient {
     return rang_;
   }
   bool has_doorbell() const { return doorbell_.valid(); }
+  int doorbell_fd() const { return doorbell_.get(); }
 
   template <class Ring, class Item>
   bool push(Ring& ring, const Item& item) {
     rang_ = false;
     const auto ring_it = [&] {
-      const std::uint64_t one = 1;
-      rang_ = ::write(doorbell_.get(), &one, sizeof one) == sizeof one;
+      const char ring = 1;
+      rang_ = ::send(doorbell_.get(), &ring, 1, MSG_DONTWAIT | MSG_NOSIGNAL) == 1;
     };
     return doorbell_.valid() ? ring.try_push(item, ring_it) : ring.try_push(item);
   }

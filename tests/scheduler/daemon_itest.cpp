@@ -8,6 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <thread>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -146,6 +148,39 @@ TEST(Daemon, ACompletionThatMayReleaseHeldOpsRingsTheDoorbell) {
     ASSERT_TRUE(train.wait_granted(seq)) << seq;
     EXPECT_FALSE(train.complete(seq)) << "nothing held: no need to wake the loop";
   }
+}
+
+// The doorbell is the client's to ring, not to take back: a client that makes its end blocking and
+// rings and reads without end (with a shared eventfd it could read the count the loop was about to
+// read, and the loop's read would then block for ever) costs the loop wake-ups, never its turn.
+TEST(Daemon, AClientCannotMakeTheLoopWaitOnItsDoorbell) {
+  DaemonProcess daemon({"--credit-ops", "0"});
+  FakeClient evil(daemon.socket(), Priority::low, "evil");
+  FakeClient good(daemon.socket(), Priority::low, "good");
+  ASSERT_TRUE(evil.has_doorbell());
+  ASSERT_EQ(::fcntl(evil.doorbell_fd(), F_SETFL, 0), 0);  // blocking, for whatever shares it
+  std::atomic<bool> stop{false};
+  std::thread ringer([&] {
+    char byte = 1;
+    while (!stop.load()) {
+      [[maybe_unused]] const ssize_t sent = ::send(evil.doorbell_fd(), &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+      [[maybe_unused]] const ssize_t got = ::recv(evil.doorbell_fd(), &byte, 1, MSG_DONTWAIT);
+    }
+  });
+  good.name_kernel(1, "gemm");
+  bool served = true;
+  for (std::uint64_t seq = 1; seq <= 20 && served; ++seq) {
+    good.post(FakeClient::kernel(seq));
+    served = good.wait_granted(seq);
+  }
+  const std::uint64_t beat = evil.segment().daemon_heartbeat_ns();
+  std::this_thread::sleep_for(50ms);
+  const bool beating = evil.segment().daemon_heartbeat_ns() > beat;
+  stop.store(true);
+  ringer.join();
+  EXPECT_TRUE(served) << "the loop stopped granting";
+  EXPECT_TRUE(beating) << "the loop stopped its heartbeat";
+  EXPECT_EQ(daemon.status()["clients"].size(), 2u);
 }
 
 TEST(Daemon, WithoutCreditEveryOpWaitsForItsGrant) {

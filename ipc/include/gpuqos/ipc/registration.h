@@ -21,10 +21,10 @@
 //   1.4  HelloReply appends daemon_clock_ns
 //   1.5  a kernel's OpDescriptor says its device's SM count (sm_count, reserved before: an older
 //        daemon ignores it); no record changes
-//   1.6  the ops ring's doorbell: an ok HelloReply to a Hello of 1.6 or later comes with an eventfd
-//        (SCM_RIGHTS). The daemon's loop is then the ring's consumer and sleeps in epoll, not on the
+//   1.6  the ops ring's doorbell: an ok HelloReply to a Hello of 1.6 or later comes with one end of
+//        a datagram socket pair (SCM_RIGHTS). The daemon's loop is then the ring's consumer and sleeps in epoll, not on the
 //        ring's futex: it sets the ring's consumer word before it sleeps, and a shim that finds the
-//        word set after a push (SpscRing::try_push with a wake) writes the eventfd instead of
+//        word set after a push (SpscRing::try_push with a wake) sends a datagram instead of
 //        waking the futex; the same for the completions ring, whose word the loop sets while it
 //        holds ops (a completion may release them). An older shim's ops ring is consumed by a
 //        thread of the daemon, as before; no record changes
@@ -56,7 +56,7 @@ inline constexpr std::uint16_t kProtocolVersionMajor = 1;
 // 1.1: HelloReply's effective_priority and copy_chunk_bytes. 1.2: the daemon takes query_arrived
 // marks (descriptor.h); a shim posts them only to a daemon that says 1.2 or later. 1.3: HelloReply's
 // managed_devices. 1.4: HelloReply's daemon_clock_ns. 1.5: OpDescriptor's sm_count. 1.6: the ops
-// ring's doorbell (an eventfd with the HelloReply).
+// ring's doorbell (a datagram socket with the HelloReply).
 inline constexpr std::uint16_t kProtocolVersionMinor = 6;
 
 inline constexpr std::size_t kJobNameBytes = 64;        // with its NUL
@@ -243,7 +243,8 @@ Status receive_record(int fd, std::vector<std::byte>& buffer, std::size_t max_by
 
 // The same with one descriptor passed along (SCM_RIGHTS; the peer gets its own, close-on-exec).
 // Received: the first descriptor that came, or -1; the caller owns it (also when the record itself
-// is an error), and any more that came are closed.
+// is an error), and any more that came are closed. One the kernel could not pass (MSG_CTRUNC: the
+// receiver's descriptor limit) is an error: the sender counts on it.
 Status send_record(int fd, std::span<const std::byte> record, int passed_fd);
 Status receive_record(int fd, std::vector<std::byte>& buffer, int& received_fd);
 Status receive_record(int fd, std::vector<std::byte>& buffer, std::size_t max_bytes, int* received_fd);

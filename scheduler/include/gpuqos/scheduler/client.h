@@ -2,7 +2,7 @@
 // segment, who consumes its ops ring, and its accounting for status.
 //
 // The ops ring's consumer: for a shim of protocol 1.6 or later the loop itself, woken through the
-// ring's doorbell (an eventfd the shim was handed at registration) that the loop polls; for an
+// ring's doorbell (a datagram socket pair, the shim handed one end at registration) that the loop polls; for an
 // older shim an OpsWaiter thread sleeping on the ring's futex, which wakes the loop in turn.
 //
 // Owned and used by the daemon's loop thread only (an OpsWaiter inside has its own thread).
@@ -58,12 +58,15 @@ class Client {
   void stop_ops_thread();
   // The doorbell the loop polls (-1: none, an OpsWaiter wakes the loop).
   int doorbell_fd() const { return doorbell_.get(); }
-  // It rang (epoll said so): resets its count, which epoll would otherwise report for ever.
+  // It rang (epoll said so): takes the rings, which epoll would otherwise report for ever.
   void clear_doorbell();
   // Doorbell: the loop is about to sleep (true: ops are there already, do not), or has woken.
-  // With `completions`, its completions ring too (the loop holds ops a completion may release).
+  // With `completions`, its completions ring too (the loop holds ops a completion may release),
+  // unless the completions put aside (deferred) fill their queue: then the loop would not pop
+  // the ring, and a ring that always has items would keep it from sleeping.
   bool arm_doorbell(bool completions) {
     const bool ops = segment_.ops().arm_consumer();
+    completions = completions && deferred_completions_.size() < ipc::kCompletionsRingCapacity;
     return (completions && segment_.completions().arm_consumer()) || ops;
   }
   void disarm_doorbell() {

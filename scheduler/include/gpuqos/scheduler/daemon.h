@@ -158,6 +158,7 @@ class Daemon {
   bool stopping_ = false;
   std::int64_t accept_paused_until_ns_ = 0;  // 0: the listener is watched
   std::int64_t heartbeat_ns_ = 0;            // the last heartbeat_and_tick
+  bool doorbell_rang_ = false;               // in this batch of events: drain once after it
   std::uint32_t next_client_number_ = 1;
   std::uint64_t next_pending_token_ = 0;
   std::map<std::uint64_t, Pending> pending_;
