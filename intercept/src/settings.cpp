@@ -67,6 +67,11 @@ ParsedSettings parse_settings(const std::function<const char*(const char*)>& get
     s.job = value;
   } else if (!value.empty()) {
     parsed.problems.push_back(problem("GPUQOS_JOB", value, "1 to 63 characters of A-Z a-z 0-9 . _ -"));
+  } else if (s.job != default_job) {
+    // The name a [[job]] entry must use is not the one the operator sees in ps: said once.
+    parsed.notes.push_back("no GPUQOS_JOB: the job is named \"" + s.job + "\" after its executable \"" +
+                           std::string(default_job.substr(0, 256)) +
+                           "\" (other characters than A-Z a-z 0-9 . _ - become _, at most 63)");
   }
   if (const auto value = read("GPUQOS_SOCKET"); !value.empty()) {
     // Relative to the working directory the job started in, as gpuqosd's --socket and `gpuqos run

@@ -177,7 +177,7 @@ std::string render_jobs_table(const nlohmann::json& status) {
   std::ostringstream out;
   if (status.contains("grants")) {
     const auto& grants = status.at("grants");
-    out << "  grants: " << grants.at("issued") << " issued, " << grants.at("ops_held") << " ops held, waited "
+    out << "  grants: " << grants.at("issued") << " issued, " << grants.at("ops_held") << " ops waited for a grant, "
         << short_ms(ms(grants.at("held_wait_ns_total").get<std::int64_t>())) << " ms in all, at most "
         << short_ms(ms(grants.at("held_wait_ns_max").get<std::int64_t>())) << " ms\n";
     std::string line;

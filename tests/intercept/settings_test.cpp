@@ -154,6 +154,14 @@ TEST(Settings, BadValuesKeepTheirDefaults) {
 
 TEST(Settings, TheDefaultJobIsMadeAValidName) {
   EXPECT_EQ(parse({}, "python3 serve.py").settings.job, "python3_serve.py");
+  // Said when it had to change (a [[job]] entry must use the name made), and only then.
+  const ParsedSettings odd = parse({}, "t weird+name(1)");
+  ASSERT_EQ(odd.notes.size(), 1u);
+  EXPECT_EQ(odd.notes[0], "no GPUQOS_JOB: the job is named \"t_weird_name_1_\" after its executable \"t weird+name(1)\" "
+                          "(other characters than A-Z a-z 0-9 . _ - become _, at most 63)");
+  EXPECT_TRUE(odd.problems.empty());
+  EXPECT_TRUE(parse({}, "python3").notes.empty());
+  EXPECT_TRUE(parse({{"GPUQOS_JOB", "serve"}}, "t weird+name(1)").notes.empty());
   EXPECT_EQ(parse({}, "").settings.job, "unknown");
   EXPECT_EQ(parse({}, std::string(100, 'x')).settings.job.size(), kMaxJobNameBytes);
   EXPECT_TRUE(is_valid_job_name(parse({}, "a b/c").settings.job));

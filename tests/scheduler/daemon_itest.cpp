@@ -127,20 +127,34 @@ TEST(Daemon, ANewShimRingsItsOpsDoorbellAndAnOlderOneIsServedByAThread) {
   for (const auto& client : daemon.status()["clients"]) EXPECT_EQ(client["ops"]["granted"], 20) << client.dump();
 }
 
+// gpuqosd's priority policy, a high-priority job and a best-effort one: the setting of the tests of
+// ops held behind a query.
+struct HeldBehindAQuery {
+  DaemonProcess daemon{{"--policy", "priority"}};
+  FakeClient serve{daemon.socket(), Priority::high, "serve"};
+  FakeClient train{daemon.socket(), Priority::low, "train"};
+  HeldBehindAQuery() {
+    serve.name_kernel(1, "attention");
+    train.name_kernel(1, "conv");
+  }
+  // serve's kernel `seq` opens a query (it is on the device until serve completes it); train's
+  // kernel `seq` is posted behind it.
+  void post_behind_a_query(std::uint64_t seq) {
+    serve.post(FakeClient::kernel(seq));
+    ASSERT_TRUE(eventually([&] { return daemon.status()["clients"][0]["ops"]["posted"] == seq; }));
+    train.post(FakeClient::kernel(seq));
+  }
+};
+
 // While it holds ops, the loop asks for completions too: the one that releases them (here the
 // query's last kernel) rings the doorbell and the held op is granted at once, not at the next
 // 10-ms tick (a chunked best-effort copy waited a tick per chunk behind the transfer limit). With
 // nothing held, completions do not wake the loop.
 TEST(Daemon, ACompletionThatMayReleaseHeldOpsRingsTheDoorbell) {
-  DaemonProcess daemon({"--policy", "priority"});
-  FakeClient serve(daemon.socket(), Priority::high, "serve");
-  FakeClient train(daemon.socket(), Priority::low, "train");
-  serve.name_kernel(1, "attention");
-  train.name_kernel(1, "conv");
+  HeldBehindAQuery held;
+  auto& [daemon, serve, train] = held;
   for (std::uint64_t seq = 1; seq <= 10; ++seq) {
-    serve.post(FakeClient::kernel(seq));
-    ASSERT_TRUE(eventually([&] { return daemon.status()["clients"][0]["ops"]["posted"] == seq; }));
-    train.post(FakeClient::kernel(seq));
+    ASSERT_NO_FATAL_FAILURE(held.post_behind_a_query(seq));
     ASSERT_FALSE(train.wait_granted(seq, 20ms)) << "the query's kernel is still on the device";
     ASSERT_TRUE(eventually([&] { return serve.segment().completions().consumer_sleeping(); }, 1s))
         << "the loop did not ask for completions while it held an op";
@@ -193,14 +207,9 @@ TEST(Daemon, WithoutCreditEveryOpWaitsForItsGrant) {
 }
 
 TEST(Daemon, PriorityPolicyHoldsBestEffortWhileAQueryRuns) {
-  DaemonProcess daemon({"--policy", "priority"});
-  FakeClient serve(daemon.socket(), Priority::high, "serve");
-  FakeClient train(daemon.socket(), Priority::low, "train");
-  serve.name_kernel(1, "attention");
-  train.name_kernel(1, "conv");
-  serve.post(FakeClient::kernel(1));
-  ASSERT_TRUE(eventually([&] { return daemon.status()["clients"][0]["ops"]["posted"] == 1; }));
-  train.post(FakeClient::kernel(1));
+  HeldBehindAQuery held;
+  auto& [daemon, serve, train] = held;
+  ASSERT_NO_FATAL_FAILURE(held.post_behind_a_query(1));
   EXPECT_FALSE(train.wait_granted(1, 200ms)) << "the query's kernel is still on the device";
   serve.complete(1);
   EXPECT_TRUE(train.wait_granted(1));
@@ -211,14 +220,9 @@ TEST(Daemon, PriorityPolicyHoldsBestEffortWhileAQueryRuns) {
 // limit, and each runs its held ops unmanaged there: their wait ends at the limit, not at the grant
 // the loop makes once it is back (which counted the whole stall as waiting for a grant).
 TEST(Daemon, AHeldOpsWaitEndsWhereItsShimStoppedWaitingForAStalledLoop) {
-  DaemonProcess daemon({"--policy", "priority"});
-  FakeClient serve(daemon.socket(), Priority::high, "serve");
-  FakeClient train(daemon.socket(), Priority::low, "train");
-  serve.name_kernel(1, "attention");
-  train.name_kernel(1, "conv");
-  serve.post(FakeClient::kernel(1));
-  ASSERT_TRUE(eventually([&] { return daemon.status()["clients"][0]["ops"]["posted"] == 1; }));
-  train.post(FakeClient::kernel(1));
+  HeldBehindAQuery held;
+  auto& [daemon, serve, train] = held;
+  ASSERT_NO_FATAL_FAILURE(held.post_behind_a_query(1));
   ASSERT_FALSE(train.wait_granted(1, 50ms)) << "held behind the query's kernel";
   ASSERT_EQ(::kill(daemon.pid(), SIGSTOP), 0);
   std::this_thread::sleep_for(600ms);

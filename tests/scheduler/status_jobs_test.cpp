@@ -88,7 +88,7 @@ TEST(StatusJobs, TableShowsLatencyAgainstTarget) {
   EXPECT_NE(table.find("p99 3.9 ms / target 6.0 ms  ok"), std::string::npos) << table;
   EXPECT_NE(table.find("BUSY"), std::string::npos) << table;
   EXPECT_NE(table.find("43.2%  deadline 2.3 s\n"), std::string::npos) << "the reason that held it longest\n" << table;
-  EXPECT_NE(table.find("4 ops held"), std::string::npos) << table;
+  EXPECT_NE(table.find("4 ops waited for a grant, "), std::string::npos) << table;
   EXPECT_NE(table.find("held by: deadline 1500 ms, budget 250 ms\n"), std::string::npos)
       << "the reasons that held anything, in their order\n" << table;
 

@@ -32,7 +32,8 @@ struct ParsedSettings {
   // GPUQOS_SOCKET makes it run unmanaged: the daemon it names cannot be reached, and the default
   // socket may be another's.
   std::vector<std::string> problems;
-  // One message per bad variable that changes nothing but itself (GPUQOS_LOG: the default is kept).
+  // One message per bad variable that changes nothing but itself (GPUQOS_LOG: the default is kept),
+  // and one when the job's default name had to be made from its executable's.
   std::vector<std::string> notes;
 };
 
