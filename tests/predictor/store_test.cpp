@@ -147,7 +147,9 @@ TEST(Store, AFileThatIsPlainlyNotAStoreIsToldApartFromADamagedOne) {
     const auto path = dir.write(c.name, c.content);
     const auto what = foreign_file(path);
     ASSERT_EQ(what.has_value(), c.what.has_value()) << c.name << ": " << what.value_or("(a store)");
-    if (what) EXPECT_NE(what->find(*c.what), std::string::npos) << c.name << ": " << *what;
+    if (what) {
+      EXPECT_NE(what->find(*c.what), std::string::npos) << c.name << ": " << *what;
+    }
   }
   EXPECT_EQ(foreign_file(dir.path() / "absent.gqp"), std::nullopt);
   EXPECT_EQ(foreign_file(dir.path()), std::nullopt);  // not a regular file: load_profile says so
