@@ -65,6 +65,7 @@ void Client::posted(const ipc::OpDescriptor& op, std::int64_t now_ns) {
   const bool work = is_gpu_work(op.kind);
   if (work) {
     ++posted_ops_;
+    if (op.device < 64) devices_posted_ |= std::uint64_t{1} << op.device;
   } else {
     ++marks_[static_cast<std::size_t>(op.kind) - static_cast<std::size_t>(ipc::OpKind::sync)];
   }

@@ -289,6 +289,9 @@ DaemonStatus Daemon::status_snapshot() const {
         client->marks(), client->last_seq(), client->granted_through(), client->current_wait_ns(now_ns),
         client->kernel_name_count()});
     status.clients.back().claimed_priority = who.claimed_priority;
+    for (std::uint32_t d = 0; d < 64; ++d) {
+      if (ipc::device_in(client->devices_posted(), d)) status.clients.back().devices.push_back(d);
+    }
     status.clients.back().held = held_op(*client);
   }
   qos_status(status, now_ns);

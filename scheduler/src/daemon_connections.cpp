@@ -150,9 +150,9 @@ void Daemon::register_client(Pending& pending, const ipc::Hello& hello) {
   if (client->pidfd() >= 0) watch(client->pidfd(), tokens::kPidfdBase + id, EPOLLIN);
   if (client->doorbell_fd() >= 0) watch(client->doorbell_fd(), tokens::kDoorbellBase + id, EPOLLIN);
   const ClientInfo info = client_info(options_.config, client->identity());
-  spdlog::info("{}: registered as client {} (uid {}, {} priority, device {}, {}, segment {})", client->tag(), id,
-               peer.uid, decision.effective == ipc::Priority::high ? "high" : "low", hello.device,
-               describe_targets(info), name);
+  // No device: the shim registers before it knows one (its work names them; status lists them).
+  spdlog::info("{}: registered as client {} (uid {}, {} priority, {}, segment {})", client->tag(), id, peer.uid,
+               decision.effective == ipc::Priority::high ? "high" : "low", describe_targets(info), name);
   clients_.emplace(id, std::move(client));
   apply(policy_->client_registered(info, ipc::monotonic_ns()));
 }

@@ -25,6 +25,7 @@ nlohmann::json client_json(const ClientStatus& c) {
           {"priority", c.priority == ipc::Priority::high ? "high" : "low"},
           {"claimed_priority", c.claimed_priority == ipc::Priority::high ? "high" : "low"},
           {"device", c.device},
+          {"devices", c.devices},
           {"state", c.state},
           {"segment", c.segment},
           {"ops", {{"posted", c.posted}, {"granted", c.granted}, {"completed", c.completed}}},

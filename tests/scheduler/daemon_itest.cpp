@@ -43,6 +43,25 @@ TEST(Daemon, RegistersAClientWithTheKernelsCredentials) {
   EXPECT_NE(daemon.log().find("job 'trainer' pid " + std::to_string(::getpid())), std::string::npos) << daemon.log();
 }
 
+// A shim registers before it knows a device (Hello.device is 0 for all): status lists the devices
+// its work named, so a client working on device 1 does not read as one on device 0.
+TEST(Daemon, StatusListsTheDevicesAClientsWorkNamed) {
+  DaemonProcess daemon({"--credit-ops", "0"});
+  FakeClient client(daemon.socket(), Priority::low, "trainer");
+  client.name_kernel(1, "gemm");
+  EXPECT_EQ(daemon.client_with_pid(::getpid())["devices"], nlohmann::json::array());
+  std::uint64_t seq = 0;
+  for (const std::uint32_t device : {3u, 1u, 3u}) {
+    ipc::OpDescriptor op = FakeClient::kernel(++seq);
+    op.device = device;
+    client.post(op);
+    ASSERT_TRUE(client.wait_granted(seq));
+  }
+  const auto entry = daemon.client_with_pid(::getpid());
+  EXPECT_EQ(entry["devices"], (nlohmann::json{1, 3})) << entry.dump();
+  EXPECT_EQ(entry["device"], 0) << "the registration's, as the shim sent it";
+}
+
 TEST(Daemon, GrantsLowPriorityOpsInArrivalOrder) {
   DaemonProcess daemon({"--max-outstanding", "1"});
   FakeClient a(daemon.socket(), Priority::low, "a");

@@ -89,6 +89,8 @@ class Client {
   bool publish_grant(std::uint32_t flags = ipc::kGrantNone);
 
   std::uint64_t last_seq() const { return last_seq_; }
+  // Bit d: its posted GPU work named device d (ipc::device_in).
+  std::uint64_t devices_posted() const { return devices_posted_; }
   std::uint64_t granted_through() const { return granted_through_; }
   std::uint64_t posted_ops() const { return posted_ops_; }
   std::uint64_t granted_ops() const { return granted_ops_; }
@@ -133,6 +135,7 @@ class Client {
   std::uint64_t granted_through_ = 0;
   std::uint64_t published_through_ = 0;
   std::uint64_t posted_ops_ = 0;
+  std::uint64_t devices_posted_ = 0;
   std::uint64_t granted_ops_ = 0;
   std::uint64_t completed_ops_ = 0;
   std::array<std::uint64_t, 4> marks_{};

@@ -58,7 +58,7 @@ struct ClientStatus {
   std::uint32_t gid = 0;
   std::string job;
   ipc::Priority priority = ipc::Priority::low;
-  std::uint32_t device = 0;
+  std::uint32_t device = 0;           // its registration's (0 from every shim: it does not know one yet)
   std::string state;
   std::string segment;
   std::uint64_t posted = 0;
@@ -73,6 +73,7 @@ struct ClientStatus {
   // config's access rules lowered it).
   ipc::Priority claimed_priority = ipc::Priority::low;
   std::optional<HeldOpStatus> held;
+  std::vector<std::uint32_t> devices;  // the devices its posted GPU work named, in order
 };
 
 struct PredictorStatus {
