@@ -22,4 +22,17 @@ inline CLI::Validator finite_in(double low, double high) {
       "NUMBER in " + range);
 }
 
+// A finite number > 0 (CLI::PositiveNumber says its range for a double as 300 digits).
+inline CLI::Validator positive_number() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        double value = 0;
+        if (!CLI::detail::lexical_cast(text, value) || !std::isfinite(value) || value <= 0) {
+          return "must be a positive number (got " + text + ")";
+        }
+        return {};
+      },
+      "POSITIVE");
+}
+
 }  // namespace gpuqos::tools

@@ -7,10 +7,14 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "gpuqos/replay/workload.h"
 #include "gpuqos/testing/child_process.h"
 #include "gpuqos/testing/simgpud_process.h"
+#include "gpuqos/testing/temp_dir.h"
 
 namespace gpuqos::replay {
 namespace {
@@ -111,6 +115,25 @@ TEST(Trace2Workload, AnIterationThatIsNotANumberIsSaidPlainly) {
                 std::string::npos)
           << what;
     }
+  }
+}
+
+// A rate, time scale or duration that is not a positive number is said in a line, not as CLI11's
+// range of a double (300 digits), and refused before any workload is read.
+TEST(Replay, ANumberThatMustBePositiveIsSaidPlainly) {
+  const fs::path replay = kBuild / "bin" / "gpuqos-replay";
+  if (!fs::exists(replay)) GTEST_SKIP() << "not built: " << replay;
+  gpuqos::testing::TempDir dir("replay-usage");
+  const fs::path workload = dir.write("w.json", "{}");  // there, so only the number is wrong
+  for (const auto& [option, value] : std::vector<std::pair<std::string, std::string>>{
+           {"--rate", "0"}, {"--pace-scale", "nan"}, {"--duration", "-1"}, {"--rate", "inf"}}) {
+    ChildProcess child({replay.string(), "--workload", workload.string(), option, value},
+                       {{"LD_LIBRARY_PATH", (kBuild / "lib" / "simgpu").string()}}, dir.path() / "out.txt");
+    const auto code = child.wait(30s);
+    EXPECT_NE(code.value_or(0), 0) << option << " " << value;
+    const std::string out = child.output();
+    EXPECT_NE(out.find(option + ": must be a positive number (got " + value + ")"), std::string::npos) << out;
+    EXPECT_LT(out.size(), 400u) << out;
   }
 }
 

@@ -11,6 +11,7 @@
 #include <stop_token>
 #include <thread>
 
+#include "cli_checks.h"
 #include "cuda_replayer.h"
 #include "gpuqos/replay/measurements.h"
 #include "gpuqos/replay/replay_module.h"
@@ -203,13 +204,13 @@ int main(int argc, char** argv) {
   app.add_option("--lead-us", o.lead_us,
                  "gaps keep: submit each op this much before its recorded start, to cover the time work "
                  "takes to reach the device (0: never before it)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(gpuqos::tools::finite_in(0, 3.6e9))->capture_default_str();
   app.add_option("--pace-scale", o.pace_scale,
                  "gaps keep: stretch recorded offsets by this factor (the device's time_scale when it runs "
                  "slowed down, e.g. simgpu with time_scale > 1)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(gpuqos::tools::positive_number())->capture_default_str();
   app.add_option("--rate", o.rate_per_s, "lc: query arrivals per second (Poisson, open loop)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(gpuqos::tools::positive_number())->capture_default_str();
   app.add_flag("--closed-loop", o.closed_loop, "lc: the next query arrives when the previous one finished");
   app.add_flag("--mark-queries", o.mark_queries,
                "lc: mark each query with gpuqos/query.h (its arrival, from a thread of its own, its begin and "
@@ -219,7 +220,7 @@ int main(int argc, char** argv) {
                "by gpuqosd) then stops only the thread of its stream, not the others' schedule");
   app.add_option("--seed", o.seed, "seed of the arrival process")->capture_default_str();
   auto* duration = app.add_option("--duration", duration_s, "stop after this many seconds (default 10 without a count)")
-                       ->check(CLI::PositiveNumber);
+                       ->check(gpuqos::tools::positive_number());
   auto* n_queries = app.add_option("--queries", queries, "lc: stop after this many queries")->check(CLI::PositiveNumber);
   auto* n_iterations = app.add_option("--iterations", iterations, "be: stop after this many iterations")->check(CLI::PositiveNumber);
   app.add_option("--device", o.device, "CUDA device ordinal")->capture_default_str();
