@@ -112,8 +112,11 @@ void best_effort_rows(const nlohmann::json& jobs, std::ostringstream& out) {
       out << line;
       header = true;
     }
+    // A high job here has best-effort ops too: processes of both classes under one name (two
+    // programs that took their executable's name, say). The ops are its low processes'.
+    const std::string priority = job.at("priority") == "high" ? "both" : "low";
     std::snprintf(line, sizeof line, "%-*s %-4s %10llu %12.3f %10.1f %6.1f%%  %s\n", width,
-                  job.at("job").get<std::string>().c_str(), job.at("priority").get<std::string>().c_str(),
+                  job.at("job").get<std::string>().c_str(), priority.c_str(),
                   static_cast<unsigned long long>(be.at("ops").get<std::uint64_t>()),
                   be.at("device_ms").get<double>(), be.at("ops_per_s").get<double>(),
                   100 * be.at("busy_share").get<double>(), top_reason(be).c_str());

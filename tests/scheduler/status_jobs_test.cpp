@@ -92,6 +92,12 @@ TEST(StatusJobs, TableShowsLatencyAgainstTarget) {
   EXPECT_NE(table.find("held by: deadline 1500 ms, budget 250 ms\n"), std::string::npos)
       << "the reasons that held anything, in their order\n" << table;
 
+  // A job of processes of both classes (one name): its best-effort row says so, not "high".
+  JobQosSnapshot both = train();
+  both.priority = ipc::Priority::high;
+  table = render_status_table(nlohmann::json::parse(bounded_status_text(with_jobs({both}))));
+  EXPECT_NE(table.find("train                    both       5000"), std::string::npos) << table;
+
   json = nlohmann::json::parse(bounded_status_text(with_jobs({serve(7'200'000, false)})));
   table = render_status_table(json);
   EXPECT_NE(table.find("p99 7.2 ms / target 6.0 ms  OVER  (3 over, 0.75%)"), std::string::npos) << table;
