@@ -95,12 +95,10 @@ bool Session::push_op(const ipc::OpDescriptor& local, bool may_wait) noexcept {
     converted.arrived_ns = on_daemon_clock(local.arrived_ns);
     op = &converted;
   }
-  ipc::OpsRing& ops = segment_.ops();
-  const auto ring = [this] { ring_doorbell(); };
-  while (doorbell_ >= 0 ? !ops.try_push(*op, ring) : !ops.try_push(*op)) {
+  while (!push(segment_.ops(), *op)) {
     if (!may_wait || !alive()) return false;
     if (!check_heartbeat()) return false;
-    ops.wait_for_space(kWaitSliceNs);
+    segment_.ops().wait_for_space(kWaitSliceNs);
   }
   return true;
 }
@@ -166,10 +164,8 @@ bool Session::push_completion(const ipc::CompletionDescriptor& local) noexcept {
   ipc::CompletionDescriptor completion = local;
   completion.start_ns = on_daemon_clock(completion.start_ns);
   completion.end_ns = on_daemon_clock(completion.end_ns);
-  if (!alive()) return false;
-  if (doorbell_ < 0) return segment_.completions().try_push(completion);
   // The loop asks for completions (arms the ring) while it holds ops a completion may release.
-  return segment_.completions().try_push(completion, [this] { ring_doorbell(); });
+  return alive() && push(segment_.completions(), completion);
 }
 
 bool Session::watch(int timeout_ms) noexcept {

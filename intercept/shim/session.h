@@ -108,6 +108,12 @@ class Session {
   bool send_kernel_name(std::uint32_t id, const KernelRegistry& kernels) noexcept;
   bool push_op(const ipc::OpDescriptor& op, bool may_wait) noexcept;
   void ring_doorbell() const noexcept;  // tells gpuqosd's loop that a ring it armed has an item
+  // Pushes into one of the segment's rings, waking its consumer the way it sleeps: the doorbell for
+  // gpuqosd's loop (1.6), else the ring's futex.
+  template <class Ring, class Item>
+  bool push(Ring& ring, const Item& item) noexcept {
+    return doorbell_ >= 0 ? ring.try_push(item, [this] { ring_doorbell(); }) : ring.try_push(item);
+  }
   void drain_grants() noexcept;  // with pop_mutex_ held
   void publish() noexcept;       // wakes the waiters on state_cv_
 
