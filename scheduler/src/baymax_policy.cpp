@@ -285,11 +285,36 @@ double BaymaxPolicy::long_op_rate(std::uint32_t device) const {
   return options_.baymax.long_op_tail_share * std::clamp(1.0 - strictest / 100.0, 0.0, 1.0);
 }
 
-std::int64_t BaymaxPolicy::long_op_cost(const Queued& queued) const {
-  if (engine_of(queued.op) != Engine::compute || long_op_rate(queued.op.device) <= 0) return 0;
+bool BaymaxPolicy::is_long(const Queued& queued) const {
   // Long by its point prediction, priced by its upper estimate (baymax_policy.h says why).
-  if (queued.point_ns() <= long_op_threshold_ns()) return 0;
-  return std::max<std::int64_t>(0, queued.predicted_ns - long_op_threshold_ns());
+  return engine_of(queued.op) == Engine::compute && long_op_rate(queued.op.device) > 0 &&
+         queued.point_ns() > long_op_threshold_ns();
+}
+
+std::int64_t BaymaxPolicy::long_op_cost(const Queued& queued) const {
+  return is_long(queued) ? blocking_cost_ns(queued.op.device, queued.predicted_ns) : 0;
+}
+
+std::int64_t BaymaxPolicy::blocking_cost_ns(std::uint32_t device, std::int64_t length_ns) const {
+  const std::int64_t threshold = long_op_threshold_ns();
+  double cost = 0;
+  for (const auto& [id, state] : clients_) {
+    if (state.info.priority != ipc::Priority::high || !state.on(device) || !state.info.target_ns) continue;
+    const std::int64_t whole = queries_.expected_query_ns(id);
+    const std::int64_t gap = queries_.mean_arrival_gap_ns(id);
+    if (!queries_.says_arrivals(id) || whole <= 0 || gap <= 0) {
+      cost = std::max(cost, static_cast<double>(length_ns - threshold));  // the bound is what it absorbs
+      continue;
+    }
+    // Its target counts from each request's arrival. The op starts with none of its requests in the
+    // system (hold_of), so one arriving x into it finishes about length - x + whole later, and the
+    // k arriving before it in the op add about k x whole: with load = whole / gap, it misses its
+    // target (less the margin) when x < (length + whole + margin - target) / (1 - load).
+    const double load = std::min(kLongOpMaxLoad, static_cast<double>(whole) / static_cast<double>(gap));
+    const auto over = static_cast<double>(length_ns + whole + options_.baymax.safety_margin_ns - *state.info.target_ns);
+    cost = std::max(cost, over / (1.0 - load));
+  }
+  return static_cast<std::int64_t>(std::max(0.0, cost));
 }
 
 std::int64_t BaymaxPolicy::long_op_threshold_ns() const {
@@ -332,7 +357,9 @@ bool BaymaxPolicy::debit_long_budget(std::uint32_t device, std::int64_t cost_ns,
 }
 
 bool BaymaxPolicy::spend_long_budget(const Queued& queued, std::int64_t now_ns) {
-  return debit_long_budget(queued.op.device, long_op_cost(queued), now_ns);
+  if (!is_long(queued)) return false;
+  debit_long_budget(queued.op.device, long_op_cost(queued), now_ns);
+  return true;  // priced, at nothing when no query arriving while it runs would miss for it
 }
 
 void BaymaxPolicy::charge_overrun(const InFlight& done, std::int64_t own_ns, std::int64_t now_ns) {
@@ -340,7 +367,7 @@ void BaymaxPolicy::charge_overrun(const InFlight& done, std::int64_t own_ns, std
   // (an op whose durations at one shape are bimodal): the budget pays for what it ran over the
   // threshold, measured. One priced as long paid its upper estimate already.
   if (done.high || done.priced_long || done.engine != Engine::compute || own_ns <= 0) return;
-  debit_long_budget(done.device, own_ns - long_op_threshold_ns(), now_ns);
+  if (own_ns > long_op_threshold_ns()) debit_long_budget(done.device, blocking_cost_ns(done.device, own_ns), now_ns);
 }
 
 double BaymaxPolicy::long_op_budget_ns(std::uint32_t device, std::int64_t now_ns) const {
@@ -481,9 +508,9 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
     if ((share_since < 0 || now_ns - share_since <= kShareHoldNs) && ahead_of_share(client, op.device, now_ns, false))
       return Hold::share;
     // Budget first: a long op waiting for it must not close the engine to the others.
-    if (const std::int64_t cost = long_op_cost(queued); cost > 0) {
-      const double needed = std::min(static_cast<double>(cost), long_op_budget_cap_ns(op.device));
-      if (long_op_budget_ns(op.device, now_ns) < needed) return Hold::budget;
+    if (is_long(queued)) {
+      const double needed = std::min(static_cast<double>(long_op_cost(queued)), long_op_budget_cap_ns(op.device));
+      if (needed > 0 && long_op_budget_ns(op.device, now_ns) < needed) return Hold::budget;
       // The budget prices the queries that arrive while the op runs. A query already open or
       // waiting would wait for all of it, and so would everything queued behind that query. Not
       // for ever: a job whose queries never leave the system (overloaded, or always busy) would

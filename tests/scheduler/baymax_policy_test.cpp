@@ -545,6 +545,69 @@ TEST(BaymaxPolicy, AnOpIsLongByItsPredictionNotItsUpperEstimate) {
   EXPECT_EQ(alone.tick(20 * kS), (Decisions{{kTrainA, 1}})) << "100 ms grows in 20 s";
 }
 
+// A job that says its arrivals has its target counted from each. A long op starts with none of its
+// requests in the system, so one arriving x into it finishes about p - x + whole later, and those
+// arriving before it in the op queue ahead: it costs the part of it in which an arrival would miss
+// the target, (p + whole + margin - target) / (1 - load) with load = whole / gap, not p - bound.
+// Eight requests every gap_ms, each 8 ms, all done; bound 5, margin 1; the budget grows 5 ms a second.
+TEST(BaymaxPolicy, ALongOpCostsWhatItMakesTheRequestsOfAJobThatSaysItsArrivalsMiss) {
+  constexpr std::int64_t kS = 1'000 * kMs;
+  const auto learned = [](std::int64_t target_ms, std::int64_t gap_ms) {
+    auto policy = std::make_unique<BaymaxPolicy>(options(5 * kMs));
+    (void)policy->client_registered(serve(kServe, target_ms * kMs), 0);
+    std::uint64_t seq = 1;
+    std::int64_t at = 0;
+    for (std::int64_t k = 1; k <= 8; ++k) {
+      at = k * gap_ms * kMs;
+      (void)post(*policy, kServe, Priority::high, arrival_at(seq++, at), at, 0);
+      ipc::OpDescriptor begin = op(seq++, ipc::OpKind::query_begin);
+      begin.arrived_ns = at;
+      (void)post(*policy, kServe, Priority::high, begin, at, 0);
+      const std::uint64_t work = seq++;
+      (void)post(*policy, kServe, Priority::high, op(work), at, kMs);
+      (void)policy->op_completed({kServe, done(work, at + 8 * kMs), at + 8 * kMs});
+      (void)post(*policy, kServe, Priority::high, op(seq++, ipc::OpKind::query_end), at + 8 * kMs, 0);
+    }
+    EXPECT_EQ(policy->queries().expected_query_ns(kServe), 8 * kMs);
+    EXPECT_EQ(policy->queries().mean_arrival_gap_ns(kServe), gap_ms * kMs);
+    return std::pair{std::move(policy), at + 8 * kMs};
+  };
+  // Target 100 ms: an arrival behind 50 ms of it is done 50 + 8 + 1 <= 100: it costs nothing, and
+  // goes at once with an all but empty budget (p - bound would have been 45 ms: 9 s of it).
+  auto [loose, loose_now] = learned(100, 40);
+  EXPECT_EQ(post(*loose, kTrainA, Priority::low, op(1), loose_now, 50 * kMs), (Decisions{{kTrainA, 1}}));
+  EXPECT_NEAR(loose->long_op_budget_ns(0, loose_now), 0.005 * static_cast<double>(loose_now), 1.0) << "nothing spent";
+  // Still a long op: it waits for no request in the system, as any does.
+  (void)loose->op_completed({kTrainA, done(1, loose_now + 50 * kMs), loose_now + 50 * kMs});
+  (void)post(*loose, kServe, Priority::high, arrival_at(100, loose_now + 60 * kMs), loose_now + 60 * kMs, 0);
+  EXPECT_TRUE(post(*loose, kTrainA, Priority::low, op(2), loose_now + 60 * kMs, 50 * kMs).empty());
+  // Target 60 ms, load 8 / 40 = 0.2: (71 + 8 + 1 - 60) / 0.8 = 25 ms, grown in 5 s.
+  auto [tight, tight_now] = learned(60, 40);
+  EXPECT_TRUE(post(*tight, kTrainA, Priority::low, op(1), tight_now, 71 * kMs).empty());
+  EXPECT_TRUE(tight->tick(5 * kS - kMs).empty());
+  EXPECT_EQ(tight->tick(5 * kS), (Decisions{{kTrainA, 1}}));
+  EXPECT_NEAR(tight->long_op_budget_ns(0, 5 * kS), 0.0, 1.0);
+  // At load 8 / 16 = 0.5 the requests arriving during it queue deeper: 20 / 0.5 = 40 ms, 8 s.
+  auto [busy, busy_now] = learned(60, 16);
+  EXPECT_TRUE(post(*busy, kTrainA, Priority::low, op(1), busy_now, 71 * kMs).empty());
+  EXPECT_TRUE(busy->tick(8 * kS - kMs).empty());
+  EXPECT_EQ(busy->tick(8 * kS), (Decisions{{kTrainA, 1}}));
+  // No rate yet (one request): p - bound, as for a job that does not say its arrivals: 66 ms, 13.2 s.
+  BaymaxPolicy young(options(5 * kMs));
+  (void)young.client_registered(serve(kServe, 60 * kMs), 0);
+  (void)post(young, kServe, Priority::high, arrival_at(1, kMs), kMs, 0);
+  ipc::OpDescriptor begin = op(2, ipc::OpKind::query_begin);
+  begin.arrived_ns = kMs;
+  (void)post(young, kServe, Priority::high, begin, kMs, 0);
+  (void)post(young, kServe, Priority::high, op(3), kMs, kMs);
+  (void)young.op_completed({kServe, done(3, 9 * kMs), 9 * kMs});
+  (void)post(young, kServe, Priority::high, op(4, ipc::OpKind::query_end), 9 * kMs, 0);
+  EXPECT_EQ(young.queries().mean_arrival_gap_ns(kServe), 0);
+  EXPECT_TRUE(post(young, kTrainA, Priority::low, op(1), 10 * kMs, 71 * kMs).empty());
+  EXPECT_TRUE(young.tick(13'200 * kMs - kMs).empty());
+  EXPECT_EQ(young.tick(13'200 * kMs), (Decisions{{kTrainA, 1}}));
+}
+
 // An op predicted short that ran long (bimodal at one shape) blocked arriving queries as a long op
 // does: what it ran over the threshold, measured alone, is charged at its completion. One priced as
 // long paid its upper estimate when granted, and a span not measured alone (own_ns 0) charges nothing.

@@ -102,7 +102,15 @@
 // (the strictest high-priority job with a target on the device), up to kTailWindowNs of growth; it
 // starts empty when the device first has such a job (a burst at start would count against few queries).
 // With p99 and share 0.5, long ops may delay at most 0.5 % of queries past the bound: 5 ms of cost
-// per second. A long op waiting for budget does not close its engine (other jobs' short ops go on);
+// per second. The bound is what a query can absorb when its target counts from its first op. A job
+// that says its arrivals (its target counts from each) absorbs more: a long op starts with none of
+// its requests in the system, so one arriving x into it finishes about p - x + whole later (whole:
+// its expected query), and the k arriving before it in the op queue ahead of it, k x whole more.
+// Once its query profile and arrival rate are known, an op costs it the part in which an arrival
+// would miss the target less the margin: (p + whole + margin - target) / (1 - load), load = whole /
+// mean arrival gap (at most kLongOpMaxLoad), nothing when negative; the op costs the most over the
+// jobs with a target on the device. (Benchmark, fifo device, end-to-end targets, load 0.6: recsys
+// from 8 to 73 % of its standalone rate, p99 0.84 x the target; blocking_cost_ns.) A long op waiting for budget does not close its engine (other jobs' short ops go on);
 // once the budget covers it (or is full, for an op costing more than the cap), it goes as any lone
 // long op does, but only while no query of such a job is open or waiting (a deadline hold): the
 // budget prices the queries that arrive while the op runs, and one already there would wait for
@@ -175,6 +183,8 @@ class BaymaxPolicy final : public Policy {
   // A job that says its arrivals: the largest share of its time its queries may keep it busy once
   // each is delayed by what best-effort work may add to it (query_allowance_ns).
   static constexpr double kMaxQueryLoad = 0.7;
+  // The load a long op's cost takes a job to be at most (its cost is divided by 1 - load).
+  static constexpr double kLongOpMaxLoad = 0.9;
   // The share hold (ahead_of_share): the other job's compute work in flight counts as using the
   // device until the oldest of it has been in flight kShareOverrun x the upper estimates of all of it
   // + kShareSlackNs (time-sliced beside another job, work takes about twice as long as alone); no
@@ -291,10 +301,15 @@ class BaymaxPolicy final : public Policy {
                bool priced_long = false);
   void retire(ClientId client, std::uint64_t seq, std::optional<std::int64_t> end_ns, std::int64_t now_ns);
   void learn(const std::vector<ClosedQuery>& closed);
-  // The long-op budget's growth per ns of wall time on a device (0: nothing to ration), and what an
-  // op costs from it (0: not a long op there).
+  // The long-op budget's growth per ns of wall time on a device (0: nothing to ration), whether an
+  // op is long there, and what it costs from the budget (0: not long, or nothing to pay).
   double long_op_rate(std::uint32_t device) const;
+  bool is_long(const Queued& queued) const;
   std::int64_t long_op_cost(const Queued& queued) const;
+  // How long, of an op of length_ns started on device with no request in the system, a request
+  // arriving meanwhile would miss its target for it: the most over the jobs with a target there
+  // (length - threshold for a job that does not say its arrivals).
+  std::int64_t blocking_cost_ns(std::uint32_t device, std::int64_t length_ns) const;
   // On a preemptive device: would granting client's op of p make a query arriving now (of any job
   // with a target on the device) wait more slices for best-effort work than allowed? None when such
   // a job has no profile yet, or there is none (then each stream's backlog is bounded instead).
@@ -335,7 +350,7 @@ class BaymaxPolicy final : public Policy {
   // Takes cost_ns (if positive) from the device's budget, if it has one, floored at minus the cap;
   // returns whether it did.
   bool debit_long_budget(std::uint32_t device, std::int64_t cost_ns, std::int64_t now_ns);
-  // Returns whether the op was priced as long (it cost something).
+  // Returns whether the op was priced as long (a long op, whatever it cost: its overrun is not charged).
   bool spend_long_budget(const Queued& queued, std::int64_t now_ns);
   // Charges what an op not priced as long ran over the long-op threshold (its own measured time).
   void charge_overrun(const InFlight& done, std::int64_t own_ns, std::int64_t now_ns);
