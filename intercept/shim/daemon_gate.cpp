@@ -186,6 +186,32 @@ std::uint64_t DaemonGate::copy_chunk_bytes() const noexcept {
   return ipc::device_in(managed, devices_.of(context)) ? bytes : 0;
 }
 
+void DaemonGate::tell_unmanaged(std::uint32_t device, std::uint64_t managed) noexcept {
+  if (told_unmanaged_.exchange(true, std::memory_order_relaxed)) return;
+  try {
+    // A node split between daemons (or a GPU left out on purpose) is said once, as information; a
+    // config that names none of this process's devices (ordinals of another node, or of the node
+    // where the job sees a CUDA_VISIBLE_DEVICES subset) leaves the job unscheduled: a warning.
+    using DeviceGetCount = CUresult (*)(int*);
+    const auto get_count = driver<DeviceGetCount>(DriverHelper::device_get_count);
+    int count = 0;
+    if (!get_count || get_count(&count) != CUDA_SUCCESS) count = 0;
+    std::string ordinals;
+    bool any_here = false;
+    for (std::uint32_t d = 0; d < 64; ++d) {
+      if (!ipc::device_in(managed, d)) continue;
+      ordinals += (ordinals.empty() ? "" : ", ") + std::to_string(d);
+      any_here = any_here || static_cast<int>(d) < count;
+    }
+    const bool none_here = count > 0 && !any_here;
+    log_(none_here ? LogLevel::warn : LogLevel::info,
+         "gpuqosd schedules devices [" + ordinals + "] only ([devices] ordinals, as this process numbers them): " +
+             (none_here ? "none of this process's " + std::to_string(count) + ", so none of its GPU work is scheduled"
+                        : "this process's work on device " + std::to_string(device) + " runs unscheduled"));
+  } catch (...) {  // out of memory for the message: said nothing
+  }
+}
+
 // Waited calls of one thread timed on the device at most this often (DaemonGate::post).
 constexpr std::int64_t kTimedCallSpacingNs = 1'000'000;
 
@@ -196,7 +222,10 @@ Ticket DaemonGate::post(const Operation& op, const std::shared_ptr<Session>& ses
   if (!get_current || get_current(&ticket.context) != CUDA_SUCCESS || !ticket.context) return {};  // the call fails
   try {
     const std::uint32_t device = devices_.of(ticket.context);
-    if (!session->manages(device)) return {};  // not the daemon's device: the call goes ahead unposted
+    if (!session->manages(device)) {  // not the daemon's device: the call goes ahead unposted
+      tell_unmanaged(device, session->managed_devices());
+      return {};
+    }
     ipc::OpDescriptor descriptor;
     if (!describe(op, device, ticket.posted_ns, kernels_, descriptor)) return {};
     if (descriptor.kind == ipc::OpKind::kernel) descriptor.sm_count = devices_.sm_count(device);

@@ -56,6 +56,9 @@ class DaemonGate final : public Gate {
   void post_mark(ipc::OpDescriptor descriptor) noexcept;
   bool try_register(bool at_start) noexcept;
   void monitor() noexcept;
+  // Once per process, at the first op on a device the daemon does not manage: which it does, and
+  // (a warning) when that is none of this process's devices.
+  void tell_unmanaged(std::uint32_t device, std::uint64_t managed) noexcept;
 
   const Settings settings_;
   const Log log_;
@@ -67,6 +70,7 @@ class DaemonGate final : public Gate {
   bool gave_up_ = false;               // the daemon refused us: do not ask again
   bool told_lowered_ = false;          // the one warning that the daemon lowered our claim was shown
   bool told_clock_ = false;            // the one word that the daemon is on another clock was said
+  std::atomic<bool> told_unmanaged_{false};  // the one word that work went to a device not managed
   // Each device's primary context as the program's own retain returned it (the context hook), so
   // that a release or reset names the context it may end without a retain of ours. A release or
   // reset that may have ended it forgets it, and a retain that began before such a call ended

@@ -29,7 +29,7 @@ constexpr std::array<const char*, kDriverHelperCount> kHelperNames = {
     "cuEventCreate",       "cuEventDestroy_v2",        "cuEventRecord",        "cuEventRecord_ptsz",
     "cuEventQuery",        "cuCtxSetCurrent",          "cuThreadExchangeStreamCaptureMode",
     "cuDevicePrimaryCtxGetState", "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRelease_v2",
-    "cuDeviceGetAttribute",        "cuEventElapsedTime_v2",        "cuEventElapsedTime"};
+    "cuDeviceGetAttribute",        "cuEventElapsedTime_v2",        "cuEventElapsedTime",  "cuDeviceGetCount"};
 
 // The driver's definition of `name`, or nullptr.
 void* look_up(const char* name) {
