@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,14 +16,49 @@
 #include "gpuqos/ipc/validate.h"
 
 namespace gpuqos::intercept {
+namespace {
+
+Session::FileId file_id(int fd) noexcept {
+  struct stat st {};
+  if (fd < 0 || ::fstat(fd, &st) != 0) return {};
+  return {st.st_dev, st.st_ino};
+}
+
+}  // namespace
 
 Session::Session(std::uint32_t id, int fd, std::uint32_t client_number, ipc::Segment segment, Terms terms,
                  int doorbell)
-    : id_(id), fd_(fd), doorbell_(doorbell), client_number_(client_number), terms_(terms), segment_(std::move(segment)) {}
+    : id_(id),
+      fd_(fd),
+      doorbell_(doorbell),
+      fd_id_(file_id(fd)),
+      doorbell_id_(file_id(doorbell)),
+      client_number_(client_number),
+      terms_(terms),
+      segment_(std::move(segment)) {}
 
 Session::~Session() {
+  if (!ours(fd_, fd_id_)) return;  // the program closed it (and may use the number): not ours to close
   ::close(fd_);
-  if (doorbell_ >= 0) ::close(doorbell_);
+  if (ours(doorbell_, doorbell_id_)) ::close(doorbell_);
+}
+
+bool Session::ours(int fd, FileId id) const noexcept {
+  if (fd < 0 || disowned_.load(std::memory_order_acquire)) return false;
+  const FileId now = file_id(fd);
+  return now.inode != 0 && now == id;
+}
+
+bool Session::still_ours() noexcept {
+  if (ours(fd_, fd_id_) && (doorbell_ < 0 || ours(doorbell_, doorbell_id_))) return true;
+  // The program closed a descriptor of ours (a loop closing every descriptor, a double close) and
+  // the number may be its own file now: never read, write, shut down or close it again. A new
+  // registration gets new ones.
+  if (!disowned_.exchange(true, std::memory_order_acq_rel)) {
+    lose("this process closed the descriptor of its gpuqosd connection (" + std::to_string(fd_) +
+         (doorbell_ >= 0 ? " or " + std::to_string(doorbell_) : std::string()) + ")");
+  }
+  return false;
 }
 
 bool Session::check_heartbeat() noexcept {
@@ -52,7 +88,7 @@ void Session::lose(const std::string& why) noexcept {
     if (lost_reason_.empty()) lost_reason_ = why;
   } catch (...) {  // no memory for the reason: still lost
   }
-  if (alive_.exchange(false, std::memory_order_acq_rel)) ::shutdown(fd_, SHUT_RDWR);
+  if (alive_.exchange(false, std::memory_order_acq_rel) && ours(fd_, fd_id_)) ::shutdown(fd_, SHUT_RDWR);
   publish();
 }
 
@@ -64,6 +100,7 @@ std::string Session::lost_reason() const {
 bool Session::send_kernel_name(std::uint32_t id, const KernelRegistry& kernels) noexcept {
   try {
     if (id < named_.size() && named_[id]) return true;
+    if (!still_ours()) return false;
     auto record = ipc::encode_kernel_name(id, kernels.name_of(id));
     if (!record) return false;
     // The socket is non-blocking: a full send buffer means the daemon stopped reading.
@@ -152,10 +189,11 @@ bool Session::wait_for_grant(std::uint64_t seq) noexcept {
   return alive() || granted_.load(std::memory_order_acquire) >= seq;
 }
 
-void Session::ring_doorbell() const noexcept {
+void Session::ring_doorbell() noexcept {
   // The daemon's loop sleeps in epoll, not on the rings' futexes: one datagram tells it. Never
-  // blocks (EAGAIN: the loop has rings to read already); a descriptor number the program closed and
-  // reused for a file fails (ENOTSOCK) rather than writes into it.
+  // blocks (EAGAIN: the loop has rings to read already). Not into a descriptor number the program
+  // closed and reused (one fstat: the send costs more).
+  if (!still_ours()) return;
   const char ring = 1;
   [[maybe_unused]] const ssize_t sent = ::send(doorbell_, &ring, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
@@ -169,12 +207,12 @@ bool Session::push_completion(const ipc::CompletionDescriptor& local) noexcept {
 }
 
 bool Session::watch(int timeout_ms) noexcept {
-  if (!alive()) return false;
+  if (!alive() || !still_ours()) return false;
   pollfd socket{fd_, POLLIN | POLLRDHUP, 0};
   const int ready = ::poll(&socket, 1, timeout_ms);
   if (ready > 0 && (socket.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLNVAL))) {
     lose("gpuqosd closed the connection");
-  } else if (ready > 0 && (socket.revents & POLLIN)) {
+  } else if (ready > 0 && (socket.revents & POLLIN) && still_ours()) {  // closed while polled?
     std::array<char, 256> ignored;  // the daemon sends nothing after its reply; read what it sends
     if (::recv(fd_, ignored.data(), ignored.size(), MSG_DONTWAIT) == 0) lose("gpuqosd closed the connection");
   }

@@ -6,6 +6,8 @@
 // at a time pops the grants ring (pop_mutex_) and publishes what it read through granted_.
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -27,6 +29,12 @@ inline constexpr std::int64_t kWaitSliceNs = 5'000'000;         // a waiter re-c
 
 class Session {
  public:
+  // Which file a descriptor is (fstat's device and inode; 0, 0: none).
+  struct FileId {
+    dev_t device = 0;
+    ino_t inode = 0;
+    bool operator==(const FileId&) const = default;
+  };
   // What the daemon's HelloReply decided for this registration.
   struct Terms {
     bool low_priority = true;          // the effective class: the claim, or low if the daemon lowered it
@@ -107,7 +115,7 @@ class Session {
   }
   bool send_kernel_name(std::uint32_t id, const KernelRegistry& kernels) noexcept;
   bool push_op(const ipc::OpDescriptor& op, bool may_wait) noexcept;
-  void ring_doorbell() const noexcept;  // tells gpuqosd's loop that a ring it armed has an item
+  void ring_doorbell() noexcept;  // tells gpuqosd's loop that a ring it armed has an item
   // Pushes into one of the segment's rings, waking its consumer the way it sleeps: the doorbell for
   // gpuqosd's loop (1.6), else the ring's futex.
   template <class Ring, class Item>
@@ -117,9 +125,18 @@ class Session {
   void drain_grants() noexcept;  // with pop_mutex_ held
   void publish() noexcept;       // wakes the waiters on state_cv_
 
+  // Is fd still the file it was at registration (id), and not disowned? A program may close a
+  // descriptor of ours and reuse the number for a file of its own.
+  bool ours(int fd, FileId id) const noexcept;
+  // Both descriptors still ours? If not, they are disowned (never used or closed again) and the
+  // session is lost.
+  bool still_ours() noexcept;
+
   const std::uint32_t id_;
   const int fd_;
   const int doorbell_;  // a datagram socket gpuqosd's loop polls (1.6), or -1
+  const FileId fd_id_, doorbell_id_;
+  std::atomic<bool> disowned_{false};
   const std::uint32_t client_number_;
   const Terms terms_;
   ipc::Segment segment_;

@@ -274,6 +274,17 @@ TEST_F(GateTest, WorkOnADeviceTheDaemonDoesNotManageIsNeitherPostedNorHeld) {
   }
 }
 
+// A program that closes the shim's descriptors (a loop closing every one it did not open, a double
+// close) and reuses the numbers for sockets of its own: the shim never reads, writes, shuts down or
+// closes them again. It notices within its monitor's 10 ms, runs unmanaged and says why once.
+TEST_F(GateTest, ADescriptorOfOursThatTheProgramClosedAndReusedIsLeftAlone) {
+  start({"reuse"}, "low");
+  ASSERT_EQ(finish(), 0) << output_;
+  EXPECT_NE(output_.find("reused 1 of 1"), std::string::npos) << "the connection's number went to the program\n" << output_;
+  EXPECT_NE(output_.find("intact 1 of 1"), std::string::npos) << "the shim read from or wrote to it\n" << output_;
+  EXPECT_EQ(occurrences(output_, "this process closed the descriptor of its gpuqosd connection"), 1u) << output_;
+}
+
 // A daemon older than 1.3 says nothing of devices: every device is its.
 TEST_F(GateTest, ADaemonOlderThanOnePointThreeManagesEveryDevice) {
   daemon_->speak_minor(2);

@@ -40,10 +40,18 @@
 //                   own, long after the first ended); cuCtxSynchronize at the end
 //   queue <n>       on the legacy default stream: spin(100) n times back to back, then
 //                   cuCtxSynchronize
+//   reuse           closes the shim's descriptors (the socket whose peer is GPUQOS_SOCKET, and any
+//                   datagram socket: a doorbell), as a program closing descriptors it does not own
+//                   would, and takes their numbers for socket pairs of its own ("reused <n> of <m>");
+//                   writes "hello" into each, sleeps 300 ms (the shim's monitor looks every 10 ms),
+//                   launches spin(100) and synchronises: "intact <k> of <m>", the pairs that got
+//                   their hello whole and nothing else, and whose other direction still works
 //   fork            launch + sync, fork; the child marks a query and exit()s (atexit handlers run);
 //                   "child <status>" ("child hung" if it has not exited in 5 s), launch + sync again
 #include <cuda.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -448,6 +456,46 @@ int run_copies(std::size_t bytes, std::size_t device_bytes) {
   return 0;
 }
 
+int run_reuse() {
+  const char* daemon = std::getenv("GPUQOS_SOCKET");
+  std::vector<int> closed;
+  for (int fd = 3; fd < 1024; ++fd) {
+    int type = 0;
+    socklen_t length = sizeof type;
+    if (::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &length) != 0) continue;
+    sockaddr_un peer{};
+    socklen_t peer_length = sizeof peer;
+    const bool to_daemon = daemon && ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_length) == 0 &&
+                           peer.sun_family == AF_UNIX && std::string(peer.sun_path) == daemon;
+    if (to_daemon || type == SOCK_DGRAM) {
+      ::close(fd);
+      closed.push_back(fd);
+    }
+  }
+  std::vector<std::pair<int, int>> pairs;  // {the near end (a number the shim had, we hope), the far end}
+  std::size_t reused = 0;
+  for (std::size_t i = 0; i < closed.size(); ++i) {
+    int ends[2];
+    CHECK(::socketpair(AF_UNIX, SOCK_STREAM, 0, ends) == 0);
+    reused += std::find(closed.begin(), closed.end(), ends[0]) != closed.end();
+    pairs.emplace_back(ends[0], ends[1]);
+    CHECK(::write(ends[1], "hello", 5) == 5);
+  }
+  std::printf("reused %zu of %zu\n", reused, closed.size());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  CHECK_CU(launch(100, nullptr));
+  CHECK_CU(cuCtxSynchronize());
+  std::size_t intact = 0;
+  for (const auto& [near, far] : pairs) {
+    char got[64] = {};
+    const ssize_t n = ::recv(near, got, sizeof got, MSG_DONTWAIT);
+    const bool back = ::write(near, "x", 1) == 1 && ::recv(far, got + 32, 1, MSG_DONTWAIT) == 1;
+    intact += n == 5 && std::string(got, 5) == "hello" && back;
+  }
+  std::printf("intact %zu of %zu\n", intact, pairs.size());
+  return 0;
+}
+
 int run_marks() {
   CUstream stream = nullptr;
   CUevent event = nullptr;
@@ -481,13 +529,14 @@ int main(int argc, char** argv) {
   if (mode == "copies") return run_copies(arg(2, 1 << 20), arg(3, arg(2, 1 << 20)));
   if (mode == "contexts") return run_contexts(arg(2, 200));
   if (mode == "fork") return run_fork();
+  if (mode == "reuse") return run_reuse();
   if (mode == "destroy") return run_destroy(argc > 2 && std::string(argv[2]) == "legacy");
   if (mode == "release-beside") return run_release_beside();
   if (mode == "green") return run_green();
   if (mode == "legacy-two") return run_legacy_two();
   if (mode == "burst") return run_burst(arg(2, 3));
   if (mode == "queue") return run_queue(arg(2, 30));
-  std::printf("usage: %s ops|unified|marks|timed|loop|threads|bench|copies|contexts|fork|destroy|release-beside|green|legacy-two|burst|queue\n",
+  std::printf("usage: %s ops|unified|marks|timed|loop|threads|bench|copies|contexts|fork|reuse|destroy|release-beside|green|legacy-two|burst|queue\n",
               argv[0]);
   return 2;
 }
