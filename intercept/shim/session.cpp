@@ -50,7 +50,10 @@ bool Session::ours(int fd, FileId id) const noexcept {
 }
 
 bool Session::still_ours() noexcept {
-  if (ours(fd_, fd_id_) && (doorbell_ < 0 || ours(doorbell_, doorbell_id_))) return true;
+  if (ours(fd_, fd_id_) && (doorbell_ < 0 || ours(doorbell_, doorbell_id_))) {
+    checked_ns_.store(ipc::monotonic_ns(), std::memory_order_relaxed);
+    return true;
+  }
   // The program closed a descriptor of ours (a loop closing every descriptor, a double close) and
   // the number may be its own file now: never read, write, shut down or close it again. A new
   // registration gets new ones.
@@ -192,8 +195,12 @@ bool Session::wait_for_grant(std::uint64_t seq) noexcept {
 void Session::ring_doorbell() noexcept {
   // The daemon's loop sleeps in epoll, not on the rings' futexes: one datagram tells it. Never
   // blocks (EAGAIN: the loop has rings to read already). Not into a descriptor number the program
-  // closed and reused (one fstat: the send costs more).
-  if (!still_ours()) return;
+  // closed and reused: checked if not within kDescriptorCheckNs (an fstat can cost as much as the
+  // send, and a grant round trip rings once).
+  if (const std::int64_t now = ipc::monotonic_ns(); now - checked_ns_.load(std::memory_order_relaxed) > kDescriptorCheckNs) {
+    if (!still_ours()) return;
+    checked_ns_.store(now, std::memory_order_relaxed);
+  }
   const char ring = 1;
   [[maybe_unused]] const ssize_t sent = ::send(doorbell_, &ring, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
 }

@@ -137,6 +137,10 @@ class Session {
   const int doorbell_;  // a datagram socket gpuqosd's loop polls (1.6), or -1
   const FileId fd_id_, doorbell_id_;
   std::atomic<bool> disowned_{false};
+  // When still_ours() last found both ours (the monitor looks every 10 ms): a doorbell datagram
+  // checks again first only if that was more than kDescriptorCheckNs ago.
+  static constexpr std::int64_t kDescriptorCheckNs = 1'000'000;
+  std::atomic<std::int64_t> checked_ns_{0};
   const std::uint32_t client_number_;
   const Terms terms_;
   ipc::Segment segment_;
