@@ -443,15 +443,30 @@ bool BaymaxPolicy::has_in_flight_on(ClientId client, std::uint32_t device) const
   return false;
 }
 
+double BaymaxPolicy::job_vtime(const ClientState& state, std::uint32_t device) const {
+  const auto it = job_shares_.find({state.info.job, device});
+  return it == job_shares_.end() ? 0 : it->second.vtime;
+}
+
+double BaymaxPolicy::weight_per_process(const ClientState& state, std::uint32_t device) const {
+  std::size_t processes = 0;
+  for (const auto& [id, other] : clients_) {
+    processes += other.info.priority == ipc::Priority::low && other.info.job == state.info.job && other.on(device);
+  }
+  return state.weight() / static_cast<double>(std::max<std::size_t>(1, processes));
+}
+
 bool BaymaxPolicy::ahead_of_share(ClientId client, std::uint32_t device, std::int64_t now_ns, bool recent) const {
   const ClientState& self = clients_.at(client);
   const double lead = static_cast<double>(bound_.bound_ns()) / self.weight();
-  const double mine = self.vtime_on(device);
+  const double mine = job_vtime(self, device);
+  const double my_turns = weight_per_process(self, device);
   for (const auto& [id, other] : clients_) {
-    // Jobs of equal weight are left to the device's own turns and the fair-queueing order: holding
-    // one for the other measurably cost the latency-critical job's tail (scheduler/README.md).
+    // Jobs whose weights are as their processes (a time-slicing device gives each process a turn)
+    // are left to the device's own turns and the fair-queueing order: holding one for the other
+    // measurably cost the latency-critical job's tail (scheduler/README.md).
     if (id == client || other.info.priority != ipc::Priority::low || other.info.job == self.info.job ||
-        other.weight() == self.weight() || mine <= other.vtime_on(device) + lead)
+        weight_per_process(other, device) == my_turns || mine <= job_vtime(other, device) + lead)
       continue;
     if (uses_device(id, device, now_ns)) return true;
     const auto posted = other.compute_posted_ns.find(device);
@@ -462,6 +477,27 @@ bool BaymaxPolicy::ahead_of_share(ClientId client, std::uint32_t device, std::in
 
 void BaymaxPolicy::restart_if_idle(ClientId client, ClientState& state, std::uint32_t device) {
   if (!state.queue.empty() || has_in_flight_on(client, device)) return;
+  // Its job, when none of its processes has work there either: at the least start of the latest
+  // grants of the other jobs busy there.
+  const auto busy_here = [&](ClientId id, const ClientState& other) {
+    return (!other.queue.empty() && other.queue.front().op.device == device) || has_in_flight_on(id, device);
+  };
+  bool job_busy = false;
+  std::optional<double> least_job;
+  for (const auto& [id, other] : clients_) {
+    if (id == client || other.info.priority != ipc::Priority::low || !busy_here(id, other)) continue;
+    if (other.info.job == state.info.job) {
+      job_busy = true;
+      continue;
+    }
+    const auto share = job_shares_.find({other.info.job, device});
+    const double at = share == job_shares_.end() ? 0 : share->second.last_start.value_or(share->second.vtime);
+    least_job = std::min(least_job.value_or(at), at);
+  }
+  if (!job_busy && least_job) {
+    double& vtime = job_shares_[{state.info.job, device}].vtime;
+    vtime = std::max(vtime, *least_job);
+  }
   std::optional<double> least;
   for (const auto& [id, other] : clients_) {
     if (id == client || other.info.priority != ipc::Priority::low) continue;
@@ -478,6 +514,9 @@ void BaymaxPolicy::charge_share(ClientState& state, std::uint32_t device, std::i
   double& vtime = state.vtime[device];
   state.last_start[device] = vtime;
   vtime += static_cast<double>(p) / state.weight();
+  JobShare& job = job_shares_[{state.info.job, device}];
+  job.last_start = job.vtime;
+  job.vtime += static_cast<double>(p) / state.weight();
 }
 
 bool BaymaxPolicy::others_have_work(ClientId client, std::uint32_t device) const {
@@ -721,16 +760,19 @@ Decisions BaymaxPolicy::grant_ready(std::int64_t now_ns) {
     // starve a long op of another. A head held only by a query's deadline does not: a shorter op of
     // another client may still fit the query's slack, and the long op goes after the query, when
     // the bound (which the shorter ones cannot pass then) holds it and closes the engine for it.
-    std::vector<std::pair<double, ClientId>> order;
+    std::vector<std::tuple<double, double, ClientId>> order;  // the job's, then the process's
     for (const auto& [id, state] : clients_) {
-      if (!state.queue.empty()) order.emplace_back(state.vtime_on(state.queue.front().op.device), id);
+      if (state.queue.empty()) continue;
+      const std::uint32_t device = state.queue.front().op.device;
+      order.emplace_back(job_vtime(state, device), state.vtime_on(device), id);
     }
     std::sort(order.begin(), order.end());
     std::set<EngineKey> closed;
     std::set<std::uint32_t> budget_reserved;  // devices whose budget a held long op waits for
     ClientId chosen = 0;
     bool found = false;
-    for (const auto& [vtime, id] : order) {
+    for (const auto& entry : order) {
+      const ClientId id = std::get<2>(entry);
       const Queued& head = clients_.at(id).queue.front();
       const auto engine = engine_of(head.op);
       if ((engine && closed.contains({head.op.device, *engine})) ||
@@ -853,7 +895,11 @@ Decisions BaymaxPolicy::client_gone(ClientId client, std::int64_t now_ns) {
   backlog_.drop_client(client);
   settle_long_budgets(now_ns);
   charge_holds(now_ns);  // its last wait, while its job is still known
+  const std::string job = clients_.contains(client) ? clients_.at(client).info.job : std::string();
   clients_.erase(client);
+  if (std::none_of(clients_.begin(), clients_.end(), [&](const auto& entry) { return entry.second.info.job == job; })) {
+    std::erase_if(job_shares_, [&](const auto& entry) { return entry.first.first == job; });
+  }
   refresh_long_budgets(now_ns);
   return grant_ready(now_ns);
 }

@@ -1570,11 +1570,12 @@ ClientInfo be_job(ClientId id, const char* job, double weight = 1.0) {
   return ClientInfo{id, job, Priority::low, 0, std::nullopt, 99.0, weight};
 }
 
-// Two best-effort jobs, each with one op waiting for its grant at all times (a program whose launch
-// is held posts its next one when it returns), 4-ms kernels, on a device that either time-slices
-// the jobs' work (each job with work runs at 1 / jobs of the device) or runs it in grant order.
-// Returns the device time each job got in `run_ns`.
-std::map<ClientId, std::int64_t> device_time_of_two_jobs(BaymaxPolicy& policy, bool preemptive, std::int64_t run_ns) {
+// Best-effort processes (two by default), each with one op waiting for its grant at all times (a
+// program whose launch is held posts its next one when it returns), 4-ms kernels, on a device that
+// either time-slices their work (each process with work runs at 1 / processes of the device) or
+// runs it in grant order. Returns the device time each got in `run_ns`.
+std::map<ClientId, std::int64_t> device_time_of_two_jobs(BaymaxPolicy& policy, bool preemptive, std::int64_t run_ns,
+                                                         const std::vector<ClientId>& clients = {kTrainA, kTrainB}) {
   constexpr std::int64_t kOp = 4 * kMs, kStep = kMs / 10;
   std::map<ClientId, std::uint64_t> posted;
   std::map<ClientId, std::deque<std::pair<std::uint64_t, std::int64_t>>> running;  // per job: seq, work left
@@ -1588,7 +1589,7 @@ std::map<ClientId, std::int64_t> device_time_of_two_jobs(BaymaxPolicy& policy, b
       apply(post(policy, g.client, Priority::low, op(++posted[g.client]), now, kOp));  // the launch returned
     }
   };
-  for (ClientId c : {kTrainA, kTrainB}) apply(post(policy, c, Priority::low, op(++posted[c]), now, kOp));
+  for (ClientId c : clients) apply(post(policy, c, Priority::low, op(++posted[c]), now, kOp));
   for (; now < run_ns; now += kStep) {
     std::vector<ClientId> serving;  // whose head op the device runs in this step
     if (preemptive) {
@@ -1636,6 +1637,33 @@ TEST(BaymaxPolicy, BestEffortJobsGetTheirWeightsShareOfTheDevice) {
 }
 
 
+// A weight is a job's, however many processes it runs: job "many" (two processes, weight 1) beside
+// job "heavy" (one, weight 2) gets a third of the device, not half. In order, fair queueing by job
+// splits it; time-sliced, the device gives each process a turn and the share hold splits it. A job
+// whose weight is as its processes (two at weight 2 beside one at 1) already gets its share from
+// the device's turns: nothing is held for it.
+TEST(BaymaxPolicy, AJobOfSeveralProcessesSharesTheDeviceAsOneJob) {
+  for (const bool preemptive : {true, false}) {
+    SCOPED_TRACE(preemptive ? "time-slicing device" : "device that runs work in order");
+    for (const double many_weight : {1.0, 4.0}) {
+      SCOPED_TRACE("weight of the job of two processes: " + std::to_string(many_weight));
+      BaymaxPolicy policy(on_device(preemptive, 20 * kMs));
+      (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
+      (void)policy.client_registered(be_job(kTrainA, "many", many_weight), 0);
+      (void)policy.client_registered(be_job(kTrainB, "many", many_weight), 0);
+      (void)policy.client_registered(be_job(kTrainC, "heavy", 2.0), 0);
+      const auto got = device_time_of_two_jobs(policy, preemptive, 4'000 * kMs, {kTrainA, kTrainB, kTrainC});
+      const std::int64_t many = got.at(kTrainA) + got.at(kTrainB);
+      const double ratio = static_cast<double>(many) / static_cast<double>(got.at(kTrainC));
+      EXPECT_NEAR(ratio, many_weight / 2.0, 0.1 * many_weight) << many / kMs << " ms against " << got.at(kTrainC) / kMs << " ms";
+      EXPECT_GT(many + got.at(kTrainC), 3'900 * kMs) << "the device never idles for a share";
+      if (preemptive && many_weight == 4.0) {
+        EXPECT_EQ(policy.hold_times()->at(static_cast<std::size_t>(HoldReason::share)), 0) << "the turns are the shares";
+      }
+    }
+  }
+}
+
 ipc::OpDescriptor op_on(std::uint64_t seq, std::uint32_t device, std::uint64_t stream) {
   ipc::OpDescriptor d = op(seq);
   d.device = device;
@@ -1663,13 +1691,16 @@ TEST(BaymaxPolicy, AShareHoldsOnlyBesideAnotherJobsWorkOnTheSameDevice) {
   EXPECT_EQ(post(policy, kTrainC, Priority::low, op_on(1, 1, 1), 0, 2 * kMs), (Decisions{{kTrainC, 1}}));
   EXPECT_EQ(post(policy, kTrainA, Priority::low, op_on(4, 0, 4), 0, kMs), (Decisions{{kTrainA, 4}}))
       << "C is not on device 0";
-  // C on device 0 starts level with the least advanced job busy there (B, at 0), so A, 18 ms in,
-  // is over the 10-ms bound ahead of it (C's 2 ms at weight 2: 1) while C's op runs.
+  // C on device 0 starts level with job x there (A and B together: 19 ms, weight 1), at the start
+  // of x's latest grant (18), and its 2 ms at weight 2 take it to 19: A waits once x is more than
+  // the 10-ms bound ahead of that, while C's op runs.
   EXPECT_EQ(post(policy, kTrainC, Priority::low, op_on(2, 0, 1), 0, 2 * kMs), (Decisions{{kTrainC, 2}}));
-  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op_on(5, 0, 5), 0, kMs).empty());
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op_on(5, 0, 5), 0, 8 * kMs), (Decisions{{kTrainA, 5}})) << "x at 19";
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op_on(6, 0, 6), 0, 8 * kMs), (Decisions{{kTrainA, 6}})) << "x at 27";
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op_on(7, 0, 7), 0, kMs).empty()) << "x at 35, over 19 + 10";
   EXPECT_EQ(policy.held_head(kTrainA)->reason, HoldReason::share);
   EXPECT_TRUE(policy.op_completed({kTrainC, done(1, kMs), kMs}).empty()) << "C's op on device 1: A still waits";
-  EXPECT_EQ(policy.op_completed({kTrainC, done(2, 2 * kMs), 2 * kMs}), (Decisions{{kTrainA, 5}}))
+  EXPECT_EQ(policy.op_completed({kTrainC, done(2, 2 * kMs), 2 * kMs}), (Decisions{{kTrainA, 7}}))
       << "C has no work on device 0: holding A would leave it idle";
 }
 

@@ -152,6 +152,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -240,8 +241,9 @@ class BaymaxPolicy final : public Policy {
     std::deque<Queued> queue;
     std::uint64_t posted = 0;
     std::uint64_t granted = 0;  // beyond posted: credit
-    // Fair queueing, by device: predicted compute ns granted there / weight, and its value at the
-    // start of the latest grant there (where a client that was idle there starts again).
+    // Fair queueing among the processes of its job, by device: predicted compute ns granted there /
+    // weight, and its value at the start of the latest grant there (where a client that was idle
+    // there starts again). Jobs are ordered by their JobShare first.
     std::map<std::uint32_t, double> vtime, last_start;
     double vtime_on(std::uint32_t device) const {
       const auto it = vtime.find(device);
@@ -341,6 +343,10 @@ class BaymaxPolicy final : public Policy {
   // other best-effort clients busy there (idle time earns nothing), or where it was if that is later.
   void charge_share(ClientState& state, std::uint32_t device, std::int64_t p);
   void restart_if_idle(ClientId client, ClientState& state, std::uint32_t device);
+  // The virtual time of a client's job on device (0 before its first grant there), and the turns
+  // a time-slicing device gives the job there against its weight: weight / its processes on it.
+  double job_vtime(const ClientState& state, std::uint32_t device) const;
+  double weight_per_process(const ClientState& state, std::uint32_t device) const;
   // Ops longer than this are long ops: the configured bound, or the adaptive one when it is looser.
   std::int64_t long_op_threshold_ns() const;
   // Before the rate may change: the budgets grown so far, at the old rate. After: a budget for each
@@ -380,6 +386,14 @@ class BaymaxPolicy final : public Policy {
   QueryTracker queries_;
   std::map<ClientId, ClientState> clients_;
   std::map<std::pair<ClientId, std::uint64_t>, InFlight> in_flight_;
+  // Fair queueing and the share hold by job (all its processes together), by device: predicted
+  // compute ns granted there / weight, and its value at the start of the job's latest grant there.
+  // A job's processes are ordered among themselves by their own (ClientState::vtime).
+  struct JobShare {
+    double vtime = 0;
+    std::optional<double> last_start;
+  };
+  std::map<std::pair<std::string, std::uint32_t>, JobShare> job_shares_;
   struct Retired {
     InFlight flight;
     std::int64_t retired_ns;
