@@ -38,28 +38,37 @@ Session::Session(std::uint32_t id, int fd, std::uint32_t client_number, ipc::Seg
       segment_(std::move(segment)) {}
 
 Session::~Session() {
-  if (!ours(fd_, fd_id_)) return;  // the program closed it (and may use the number): not ours to close
-  ::close(fd_);
-  if (ours(doorbell_, doorbell_id_)) ::close(doorbell_);
+  // A descriptor the program closed (and may use the number of) is not ours to close.
+  if (ours(fd_, fd_id_, fd_disowned_)) ::close(fd_);
+  if (ours(doorbell_, doorbell_id_, doorbell_disowned_)) ::close(doorbell_);
 }
 
-bool Session::ours(int fd, FileId id) const noexcept {
-  if (fd < 0 || disowned_.load(std::memory_order_acquire)) return false;
+bool Session::ours(int fd, FileId id, const std::atomic<bool>& disowned) const noexcept {
+  if (fd < 0 || disowned.load(std::memory_order_acquire)) return false;
   const FileId now = file_id(fd);
   return now.inode != 0 && now == id;
 }
 
 bool Session::still_ours() noexcept {
-  if (ours(fd_, fd_id_) && (doorbell_ < 0 || ours(doorbell_, doorbell_id_))) {
+  const bool socket = ours(fd_, fd_id_, fd_disowned_);
+  const bool doorbell = doorbell_ < 0 || ours(doorbell_, doorbell_id_, doorbell_disowned_);
+  if (socket && doorbell) {
     checked_ns_.store(ipc::monotonic_ns(), std::memory_order_relaxed);
     return true;
   }
   // The program closed a descriptor of ours (a loop closing every descriptor, a double close) and
-  // the number may be its own file now: never read, write, shut down or close it again. A new
-  // registration gets new ones.
-  if (!disowned_.exchange(true, std::memory_order_acq_rel)) {
-    lose("this process closed the descriptor of its gpuqosd connection (" + std::to_string(fd_) +
-         (doorbell_ >= 0 ? " or " + std::to_string(doorbell_) : std::string()) + ")");
+  // the number may be its own file now: that one is never read, written, shut down or closed again.
+  // The other still is ours: lose() shuts the socket down, so gpuqosd drops this registration, and
+  // the destructor closes it. A new registration gets new ones.
+  if (!socket) fd_disowned_.store(true, std::memory_order_release);
+  if (!doorbell) doorbell_disowned_.store(true, std::memory_order_release);
+  if (!told_disowned_.exchange(true, std::memory_order_acq_rel)) {
+    try {
+      lose("this process closed the descriptor of its gpuqosd connection (" +
+           std::to_string(socket ? doorbell_ : fd_) + ")");
+    } catch (...) {  // no memory for the reason
+      lose("this process closed a descriptor of its gpuqosd connection");
+    }
   }
   return false;
 }
@@ -91,7 +100,7 @@ void Session::lose(const std::string& why) noexcept {
     if (lost_reason_.empty()) lost_reason_ = why;
   } catch (...) {  // no memory for the reason: still lost
   }
-  if (alive_.exchange(false, std::memory_order_acq_rel) && ours(fd_, fd_id_)) ::shutdown(fd_, SHUT_RDWR);
+  if (alive_.exchange(false, std::memory_order_acq_rel) && ours(fd_, fd_id_, fd_disowned_)) ::shutdown(fd_, SHUT_RDWR);
   publish();
 }
 
@@ -108,6 +117,7 @@ bool Session::send_kernel_name(std::uint32_t id, const KernelRegistry& kernels) 
     if (!record) return false;
     // The socket is non-blocking: a full send buffer means the daemon stopped reading.
     for (int attempt = 0; attempt < 20; ++attempt) {
+      if (attempt > 0 && !still_ours()) return false;
       const ipc::Status sent = ipc::send_record(fd_, record.value());
       if (sent) {
         if (named_.size() <= id) named_.resize(id + 1024);
@@ -197,9 +207,9 @@ void Session::ring_doorbell() noexcept {
   // blocks (EAGAIN: the loop has rings to read already). Not into a descriptor number the program
   // closed and reused: checked if not within kDescriptorCheckNs (an fstat can cost as much as the
   // send, and a grant round trip rings once).
+  if (doorbell_disowned_.load(std::memory_order_acquire)) return;
   if (const std::int64_t now = ipc::monotonic_ns(); now - checked_ns_.load(std::memory_order_relaxed) > kDescriptorCheckNs) {
     if (!still_ours()) return;
-    checked_ns_.store(now, std::memory_order_relaxed);
   }
   const char ring = 1;
   [[maybe_unused]] const ssize_t sent = ::send(doorbell_, &ring, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -217,9 +227,10 @@ bool Session::watch(int timeout_ms) noexcept {
   if (!alive() || !still_ours()) return false;
   pollfd socket{fd_, POLLIN | POLLRDHUP, 0};
   const int ready = ::poll(&socket, 1, timeout_ms);
+  if (ready > 0 && !still_ours()) return false;  // closed by the program while polled (POLLNVAL)
   if (ready > 0 && (socket.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLNVAL))) {
     lose("gpuqosd closed the connection");
-  } else if (ready > 0 && (socket.revents & POLLIN) && still_ours()) {  // closed while polled?
+  } else if (ready > 0 && (socket.revents & POLLIN) && still_ours()) {
     std::array<char, 256> ignored;  // the daemon sends nothing after its reply; read what it sends
     if (::recv(fd_, ignored.data(), ignored.size(), MSG_DONTWAIT) == 0) lose("gpuqosd closed the connection");
   }

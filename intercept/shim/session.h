@@ -127,16 +127,16 @@ class Session {
 
   // Is fd still the file it was at registration (id), and not disowned? A program may close a
   // descriptor of ours and reuse the number for a file of its own.
-  bool ours(int fd, FileId id) const noexcept;
-  // Both descriptors still ours? If not, they are disowned (never used or closed again) and the
-  // session is lost.
+  bool ours(int fd, FileId id, const std::atomic<bool>& disowned) const noexcept;
+  // Both descriptors still ours? If not, the one that is not is disowned (never used or closed
+  // again) and the session is lost.
   bool still_ours() noexcept;
 
   const std::uint32_t id_;
   const int fd_;
   const int doorbell_;  // a datagram socket gpuqosd's loop polls (1.6), or -1
   const FileId fd_id_, doorbell_id_;
-  std::atomic<bool> disowned_{false};
+  std::atomic<bool> fd_disowned_{false}, doorbell_disowned_{false}, told_disowned_{false};
   // When still_ours() last found both ours (the monitor looks every 10 ms): a doorbell datagram
   // checks again first only if that was more than kDescriptorCheckNs ago.
   static constexpr std::int64_t kDescriptorCheckNs = 1'000'000;

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/stat.h>
@@ -38,6 +39,20 @@ struct SocketGuard {
 };
 
 std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
+
+// The descriptor moved to a number in the upper half of the process's limit (kept if there is
+// none free): a program gets the lowest free number when it opens a file, so after closing ours
+// by mistake (a loop closing every descriptor) it rarely takes these back. Session still checks.
+int move_high(int fd) {
+  rlimit limit{};
+  if (fd < 0 || ::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return fd;
+  const auto floor = static_cast<int>(std::min<rlim_t>(limit.rlim_cur / 2, 4096));
+  if (fd >= floor || floor < 64) return fd;
+  const int high = ::fcntl(fd, F_DUPFD_CLOEXEC, floor);
+  if (high < 0) return fd;
+  ::close(fd);
+  return high;
+}
 
 bool wait_for(int fd, short events, int timeout_ms) {
   pollfd p{fd, events, 0};
@@ -152,8 +167,8 @@ Session::Opened Session::open(const Settings& settings, std::uint32_t id) {
   struct stat kind {};
   const bool is_socket = doorbell.fd >= 0 && ::fstat(doorbell.fd, &kind) == 0 && S_ISSOCK(kind.st_mode);
   const int ring_with = reply->version_minor >= 6 && is_socket ? doorbell.release() : -1;
-  opened.session =
-      std::make_shared<Session>(id, socket.release(), reply->client_number, std::move(segment.value()), terms, ring_with);
+  opened.session = std::make_shared<Session>(id, move_high(socket.release()), reply->client_number,
+                                             std::move(segment.value()), terms, move_high(ring_with));
   return opened;
 }
 

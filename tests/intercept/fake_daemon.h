@@ -43,6 +43,7 @@ struct FakeClient {
   std::map<std::uint32_t, std::string> names;
   std::vector<std::string> problems;  // invalid ops, names sent after their first op, ...
   bool hung_up = false;
+  std::int64_t hung_up_ns = 0;  // when the daemon saw it
 };
 
 class FakeDaemon {
@@ -69,7 +70,10 @@ class FakeDaemon {
   void stop() {
     if (!running_.exchange(false)) return;
     thread_.join();
-    for (auto& connection : connections_) ::close(connection.fd);
+    for (auto& connection : connections_) {
+      ::close(connection.fd);
+      if (connection.doorbell >= 0) ::close(connection.doorbell);
+    }
     for (auto& connection : connections_) ipc::Segment::remove(connection.segment.name());
     connections_.clear();
     ::close(listen_fd_);
@@ -96,6 +100,9 @@ class FakeDaemon {
   void lower_every_claim() { lower_claims_ = true; }
   void set_copy_chunk_bytes(std::uint64_t bytes) { copy_chunk_bytes_ = bytes; }
   void speak_minor(std::uint16_t minor) { minor_ = minor; }
+  // Hands each client of protocol 1.6 or later a doorbell with its reply, as gpuqosd does (never
+  // armed, so never rung: the shim just holds it).
+  void give_doorbells() { give_doorbells_ = true; }
   void set_managed_devices(std::uint64_t mask) { managed_devices_ = mask; }
 
   std::vector<FakeClient> clients() const {
@@ -117,6 +124,7 @@ class FakeDaemon {
  private:
   struct Connection {
     int fd;
+    int doorbell;  // the daemon's end of the client's doorbell, or -1
     ipc::Segment segment;
     std::size_t client;  // index in clients_
     std::uint64_t last_seq = 0, granted = 0;
@@ -156,10 +164,17 @@ class FakeDaemon {
     if (minor_ <= 3) {  // as it was
       bytes.resize(minor_ == 0 ? ipc::kHelloReplyBytesV1_0 : minor_ <= 2 ? ipc::kHelloReplyBytesV1_2 : ipc::kHelloReplyBytesV1_3);
     }
-    (void)ipc::send_record(fd, bytes);
+    int doorbell[2] = {-1, -1};
+    if (give_doorbells_ && minor_ >= 6 &&
+        ::socketpair(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, doorbell) == 0) {
+      (void)ipc::send_record(fd, bytes, doorbell[1]);
+      ::close(doorbell[1]);
+    } else {
+      (void)ipc::send_record(fd, bytes);
+    }
     std::lock_guard lock(mutex_);
     clients_.push_back({.peer = peer.value(), .hello = decoded->hello, .registered_ns = ipc::monotonic_ns()});
-    connections_.push_back({fd, std::move(segment.value()), clients_.size() - 1});
+    connections_.push_back({fd, doorbell[0], std::move(segment.value()), clients_.size() - 1});
   }
 
   void serve(Connection& connection) {
@@ -201,6 +216,7 @@ class FakeDaemon {
       std::vector<std::byte> record;
       if (!ipc::receive_record(connection.fd, record)) {
         client.hung_up = true;
+        client.hung_up_ns = ipc::monotonic_ns();
         return;
       }
       if (auto name = ipc::decode_kernel_name(record)) client.names[name->kernel_id] = name->name;
@@ -217,6 +233,7 @@ class FakeDaemon {
   std::atomic<std::uint64_t> copy_chunk_bytes_{0};
   std::atomic<std::uint64_t> managed_devices_{ipc::kAllDevices};
   std::atomic<std::uint16_t> minor_{ipc::kProtocolVersionMinor};
+  std::atomic<bool> give_doorbells_{false};
   std::thread thread_;
   std::vector<Connection> connections_;  // the thread's (and stop()'s once it is joined)
   mutable std::mutex mutex_;

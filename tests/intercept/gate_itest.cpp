@@ -276,13 +276,27 @@ TEST_F(GateTest, WorkOnADeviceTheDaemonDoesNotManageIsNeitherPostedNorHeld) {
 
 // A program that closes the shim's descriptors (a loop closing every one it did not open, a double
 // close) and reuses the numbers for sockets of its own: the shim never reads, writes, shuts down or
-// closes them again. It notices within its monitor's 10 ms, runs unmanaged and says why once.
+// closes those again. It notices within its monitor's 10 ms, runs unmanaged and says why once; a
+// descriptor the program left alone is still the shim's to shut down, so gpuqosd drops the
+// registration rather than keep a client that will never post again.
 TEST_F(GateTest, ADescriptorOfOursThatTheProgramClosedAndReusedIsLeftAlone) {
-  start({"reuse"}, "low");
-  ASSERT_EQ(finish(), 0) << output_;
-  EXPECT_NE(output_.find("reused 1 of 1"), std::string::npos) << "the connection's number went to the program\n" << output_;
-  EXPECT_NE(output_.find("intact 1 of 1"), std::string::npos) << "the shim read from or wrote to it\n" << output_;
-  EXPECT_EQ(occurrences(output_, "this process closed the descriptor of its gpuqosd connection"), 1u) << output_;
+  daemon_->give_doorbells();
+  for (const std::string which : {"both", "socket", "doorbell"}) {
+    SCOPED_TRACE(which);
+    start({"reuse"}, "low", true, {{"GATE_REUSE", which}});
+    ASSERT_EQ(finish(), 0) << output_;
+    const std::string closed = which == "both" ? "closed 2" : "closed 1";
+    EXPECT_NE(output_.find(closed), std::string::npos) << "the socket and its doorbell\n" << output_;
+    EXPECT_NE(output_.find("intact"), std::string::npos) << output_;
+    EXPECT_NE(output_.find(which == "both" ? "intact 2 of 2" : "intact 1 of 1"), std::string::npos)
+        << "the shim read from, wrote to or shut down a socket of the program's\n" << output_;
+    EXPECT_EQ(occurrences(output_, "this process closed the descriptor of its gpuqosd connection"), 1u) << output_;
+    if (which == "doorbell") {
+      ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return c.back().hung_up; }));
+      EXPECT_LT(daemon_->clients().back().hung_up_ns, value_of(output_, "end"))
+          << "the socket, still the shim's, was shut down: gpuqosd saw the registration go before the program did";
+    }
+  }
 }
 
 // A daemon older than 1.3 says nothing of devices: every device is its.

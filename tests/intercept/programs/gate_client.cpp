@@ -40,15 +40,18 @@
 //                   own, long after the first ended); cuCtxSynchronize at the end
 //   queue <n>       on the legacy default stream: spin(100) n times back to back, then
 //                   cuCtxSynchronize
-//   reuse           closes the shim's descriptors (the socket whose peer is GPUQOS_SOCKET, and any
-//                   datagram socket: a doorbell), as a program closing descriptors it does not own
-//                   would, and takes their numbers for socket pairs of its own ("reused <n> of <m>");
+//   reuse           takes the numbers of the shim's descriptors for socket pairs of its own (dup2:
+//                   closes them), as a program closing descriptors it does not own and opening
+//                   files would: the socket whose peer is GPUQOS_SOCKET and any datagram socket (a
+//                   doorbell), or with GATE_REUSE=socket / doorbell only that one ("closed <m>");
 //                   writes "hello" into each, sleeps 300 ms (the shim's monitor looks every 10 ms),
 //                   launches spin(100) and synchronises: "intact <k> of <m>", the pairs that got
-//                   their hello whole and nothing else, and whose other direction still works
+//                   their hello whole and nothing else, and whose other direction still works;
+//                   "end <ns>" as it returns
 //   fork            launch + sync, fork; the child marks a query and exit()s (atexit handlers run);
 //                   "child <status>" ("child hung" if it has not exited in 5 s), launch + sync again
 #include <cuda.h>
+#include <dirent.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -458,8 +461,17 @@ int run_copies(std::size_t bytes, std::size_t device_bytes) {
 
 int run_reuse() {
   const char* daemon = std::getenv("GPUQOS_SOCKET");
-  std::vector<int> closed;
-  for (int fd = 3; fd < 1024; ++fd) {
+  const char* which_env = std::getenv("GATE_REUSE");
+  const std::string which = which_env ? which_env : "both";
+  std::vector<int> open_fds, closed;
+  if (DIR* fds = ::opendir("/proc/self/fd")) {
+    while (const dirent* entry = ::readdir(fds)) {
+      if (entry->d_name[0] != '.') open_fds.push_back(std::atoi(entry->d_name));
+    }
+    ::closedir(fds);
+  }
+  for (const int fd : open_fds) {
+    if (fd < 3) continue;
     int type = 0;
     socklen_t length = sizeof type;
     if (::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &length) != 0) continue;
@@ -467,21 +479,19 @@ int run_reuse() {
     socklen_t peer_length = sizeof peer;
     const bool to_daemon = daemon && ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_length) == 0 &&
                            peer.sun_family == AF_UNIX && std::string(peer.sun_path) == daemon;
-    if (to_daemon || type == SOCK_DGRAM) {
-      ::close(fd);
-      closed.push_back(fd);
-    }
+    if ((to_daemon && which != "doorbell") || (type == SOCK_DGRAM && which != "socket")) closed.push_back(fd);
   }
-  std::vector<std::pair<int, int>> pairs;  // {the near end (a number the shim had, we hope), the far end}
-  std::size_t reused = 0;
-  for (std::size_t i = 0; i < closed.size(); ++i) {
+  // Closed and taken back at once, each number for a socket pair of the program's own.
+  std::vector<std::pair<int, int>> pairs;  // {the near end, at a number the shim had; the far end}
+  for (const int fd : closed) {
     int ends[2];
     CHECK(::socketpair(AF_UNIX, SOCK_STREAM, 0, ends) == 0);
-    reused += std::find(closed.begin(), closed.end(), ends[0]) != closed.end();
-    pairs.emplace_back(ends[0], ends[1]);
+    CHECK(::dup2(ends[0], fd) == fd);  // closes the shim's descriptor and reuses its number
+    ::close(ends[0]);
+    pairs.emplace_back(fd, ends[1]);
     CHECK(::write(ends[1], "hello", 5) == 5);
   }
-  std::printf("reused %zu of %zu\n", reused, closed.size());
+  std::printf("closed %zu\n", closed.size());
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   CHECK_CU(launch(100, nullptr));
   CHECK_CU(cuCtxSynchronize());
@@ -492,7 +502,7 @@ int run_reuse() {
     const bool back = ::write(near, "x", 1) == 1 && ::recv(far, got + 32, 1, MSG_DONTWAIT) == 1;
     intact += n == 5 && std::string(got, 5) == "hello" && back;
   }
-  std::printf("intact %zu of %zu\n", intact, pairs.size());
+  std::printf("intact %zu of %zu\nend %lld\n", intact, pairs.size(), now_ns());
   return 0;
 }
 
