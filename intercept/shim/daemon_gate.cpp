@@ -187,7 +187,7 @@ std::uint64_t DaemonGate::copy_chunk_bytes() const noexcept {
 }
 
 void DaemonGate::tell_unmanaged(std::uint32_t device, std::uint64_t managed) noexcept {
-  if (told_unmanaged_.exchange(true, std::memory_order_relaxed)) return;
+  if (told_unmanaged_.load(std::memory_order_relaxed) || told_unmanaged_.exchange(true, std::memory_order_relaxed)) return;
   try {
     // A node split between daemons (or a GPU left out on purpose) is said once, as information; a
     // config that names none of this process's devices (ordinals of another node, or of the node

@@ -2,6 +2,7 @@
 #include "gpuqos/scheduler/baymax_policy.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <tuple>
 
@@ -291,8 +292,14 @@ bool BaymaxPolicy::is_long(const Queued& queued) const {
          queued.point_ns() > long_op_threshold_ns();
 }
 
-std::int64_t BaymaxPolicy::long_op_cost(const Queued& queued) const {
-  return is_long(queued) ? blocking_cost_ns(queued.op.device, queued.predicted_ns) : 0;
+std::int64_t BaymaxPolicy::long_op_cost(const Queued& queued, std::int64_t now_ns) const {
+  if (!is_long(queued)) return 0;
+  // Priced for the requests that arrive while it runs, as if none were in the system when it
+  // starts (hold_of waits for that); one that starts beside a request all the same (after
+  // kLongOpWaitNs) pays at least the bound's price.
+  const std::int64_t cost = blocking_cost_ns(queued.op.device, queued.predicted_ns);
+  if (!query_in_system(queued.op.device, now_ns)) return cost;
+  return std::max(cost, queued.predicted_ns - long_op_threshold_ns());
 }
 
 std::int64_t BaymaxPolicy::blocking_cost_ns(std::uint32_t device, std::int64_t length_ns) const {
@@ -302,17 +309,19 @@ std::int64_t BaymaxPolicy::blocking_cost_ns(std::uint32_t device, std::int64_t l
     if (state.info.priority != ipc::Priority::high || !state.on(device) || !state.info.target_ns) continue;
     const std::int64_t whole = queries_.expected_query_ns(id);
     const std::int64_t gap = queries_.mean_arrival_gap_ns(id);
-    if (!queries_.says_arrivals(id) || whole <= 0 || gap <= 0) {
-      cost = std::max(cost, static_cast<double>(length_ns - threshold));  // the bound is what it absorbs
+    const std::int64_t slack = *state.info.target_ns - whole - options_.baymax.safety_margin_ns;
+    if (!queries_.says_arrivals(id) || whole <= 0 || gap <= 0 || slack < 0) {
+      // The bound is what a query absorbs (and with no slack at all every request misses anyway:
+      // the op's own share of the misses is then the bound's price, not more).
+      cost = std::max(cost, static_cast<double>(length_ns - threshold));
       continue;
     }
     // Its target counts from each request's arrival. The op starts with none of its requests in the
     // system (hold_of), so one arriving x into it finishes about length - x + whole later, and the
     // k arriving before it in the op add about k x whole: with load = whole / gap, it misses its
-    // target (less the margin) when x < (length + whole + margin - target) / (1 - load).
+    // target (less the margin) when x < (length - slack) / (1 - load).
     const double load = std::min(kLongOpMaxLoad, static_cast<double>(whole) / static_cast<double>(gap));
-    const auto over = static_cast<double>(length_ns + whole + options_.baymax.safety_margin_ns - *state.info.target_ns);
-    cost = std::max(cost, over / (1.0 - load));
+    cost = std::max(cost, static_cast<double>(length_ns - slack) / (1.0 - load));
   }
   return static_cast<std::int64_t>(std::max(0.0, cost));
 }
@@ -358,7 +367,7 @@ bool BaymaxPolicy::debit_long_budget(std::uint32_t device, std::int64_t cost_ns,
 
 bool BaymaxPolicy::spend_long_budget(const Queued& queued, std::int64_t now_ns) {
   if (!is_long(queued)) return false;
-  debit_long_budget(queued.op.device, long_op_cost(queued), now_ns);
+  debit_long_budget(queued.op.device, long_op_cost(queued, now_ns), now_ns);
   return true;  // priced, at nothing when no query arriving while it runs would miss for it
 }
 
@@ -367,7 +376,8 @@ void BaymaxPolicy::charge_overrun(const InFlight& done, std::int64_t own_ns, std
   // (an op whose durations at one shape are bimodal): the budget pays for what it ran over the
   // threshold, measured. One priced as long paid its upper estimate already.
   if (done.high || done.priced_long || done.engine != Engine::compute || own_ns <= 0) return;
-  if (own_ns > long_op_threshold_ns()) debit_long_budget(done.device, blocking_cost_ns(done.device, own_ns), now_ns);
+  // Granted as a short op, whether or not a request was in the system: the bound's price.
+  debit_long_budget(done.device, own_ns - long_op_threshold_ns(), now_ns);
 }
 
 double BaymaxPolicy::long_op_budget_ns(std::uint32_t device, std::int64_t now_ns) const {
@@ -449,9 +459,12 @@ double BaymaxPolicy::job_vtime(const ClientState& state, std::uint32_t device) c
 }
 
 double BaymaxPolicy::weight_per_process(const ClientState& state, std::uint32_t device) const {
-  std::size_t processes = 0;
+  std::size_t processes = 0;  // with compute work there, granted or at the head of its queue
   for (const auto& [id, other] : clients_) {
-    processes += other.info.priority == ipc::Priority::low && other.info.job == state.info.job && other.on(device);
+    if (other.info.priority != ipc::Priority::low || other.info.job != state.info.job) continue;
+    const bool waiting = !other.queue.empty() && other.queue.front().op.device == device &&
+                         engine_of(other.queue.front().op) == Engine::compute;
+    processes += waiting || other.be_compute_ns_on(device) > 0;
   }
   return state.weight() / static_cast<double>(std::max<std::size_t>(1, processes));
 }
@@ -460,14 +473,17 @@ bool BaymaxPolicy::ahead_of_share(ClientId client, std::uint32_t device, std::in
   const ClientState& self = clients_.at(client);
   const double lead = static_cast<double>(bound_.bound_ns()) / self.weight();
   const double mine = job_vtime(self, device);
-  const double my_turns = weight_per_process(self, device);
+  std::optional<double> my_turns;  // counted only for a job it is ahead of
   for (const auto& [id, other] : clients_) {
-    // Jobs whose weights are as their processes (a time-slicing device gives each process a turn)
-    // are left to the device's own turns and the fair-queueing order: holding one for the other
-    // measurably cost the latency-critical job's tail (scheduler/README.md).
     if (id == client || other.info.priority != ipc::Priority::low || other.info.job == self.info.job ||
-        weight_per_process(other, device) == my_turns || mine <= job_vtime(other, device) + lead)
+        mine <= job_vtime(other, device) + lead)
       continue;
+    // Jobs whose weights are as their processes with work there (a time-slicing device gives each
+    // a turn) are left to the device's own turns and the fair-queueing order: holding one for the
+    // other measurably cost the latency-critical job's tail (scheduler/README.md).
+    if (!my_turns) my_turns = weight_per_process(self, device);
+    const double turns = weight_per_process(other, device);
+    if (std::abs(turns - *my_turns) <= 1e-9 * std::max(turns, *my_turns)) continue;
     if (uses_device(id, device, now_ns)) return true;
     const auto posted = other.compute_posted_ns.find(device);
     if (recent && posted != other.compute_posted_ns.end() && now_ns - posted->second <= kShareRecentNs) return true;
@@ -498,9 +514,10 @@ void BaymaxPolicy::restart_if_idle(ClientId client, ClientState& state, std::uin
     double& vtime = job_shares_[{state.info.job, device}].vtime;
     vtime = std::max(vtime, *least_job);
   }
+  // Itself, among its job's processes busy there (its own virtual time orders only those).
   std::optional<double> least;
   for (const auto& [id, other] : clients_) {
-    if (id == client || other.info.priority != ipc::Priority::low) continue;
+    if (id == client || other.info.priority != ipc::Priority::low || other.info.job != state.info.job) continue;
     const bool queued_here = !other.queue.empty() && other.queue.front().op.device == device;
     if (!queued_here && !has_in_flight_on(id, device)) continue;
     const auto start = other.last_start.find(device);
@@ -548,7 +565,7 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
       return Hold::share;
     // Budget first: a long op waiting for it must not close the engine to the others.
     if (is_long(queued)) {
-      const double needed = std::min(static_cast<double>(long_op_cost(queued)), long_op_budget_cap_ns(op.device));
+      const double needed = std::min(static_cast<double>(long_op_cost(queued, now_ns)), long_op_budget_cap_ns(op.device));
       if (needed > 0 && long_op_budget_ns(op.device, now_ns) < needed) return Hold::budget;
       // The budget prices the queries that arrive while the op runs. A query already open or
       // waiting would wait for all of it, and so would everything queued behind that query. Not
@@ -776,7 +793,7 @@ Decisions BaymaxPolicy::grant_ready(std::int64_t now_ns) {
       const Queued& head = clients_.at(id).queue.front();
       const auto engine = engine_of(head.op);
       if ((engine && closed.contains({head.op.device, *engine})) ||
-          (budget_reserved.contains(head.op.device) && long_op_cost(head) > 0)) {
+          (budget_reserved.contains(head.op.device) && long_op_cost(head, now_ns) > 0)) {
         held(id, HoldReason::behind);
         continue;
       }

@@ -577,10 +577,20 @@ TEST(BaymaxPolicy, ALongOpCostsWhatItMakesTheRequestsOfAJobThatSaysItsArrivalsMi
   auto [loose, loose_now] = learned(100, 40);
   EXPECT_EQ(post(*loose, kTrainA, Priority::low, op(1), loose_now, 50 * kMs), (Decisions{{kTrainA, 1}}));
   EXPECT_NEAR(loose->long_op_budget_ns(0, loose_now), 0.005 * static_cast<double>(loose_now), 1.0) << "nothing spent";
-  // Still a long op: it waits for no request in the system, as any does.
-  (void)loose->op_completed({kTrainA, done(1, loose_now + 50 * kMs), loose_now + 50 * kMs});
-  (void)post(*loose, kServe, Priority::high, arrival_at(100, loose_now + 60 * kMs), loose_now + 60 * kMs, 0);
-  EXPECT_TRUE(post(*loose, kTrainA, Priority::low, op(2), loose_now + 60 * kMs, 50 * kMs).empty());
+  // Priced (at nothing), so its 50 ms are not charged again at its completion.
+  (void)loose->op_completed({kTrainA, done(1, loose_now + 50 * kMs), loose_now + 50 * kMs, 50 * kMs});
+  EXPECT_NEAR(loose->long_op_budget_ns(0, loose_now + 50 * kMs), 0.005 * static_cast<double>(loose_now + 50 * kMs), 1.0);
+  // Still a long op: it waits for no request in the system, as any does, and beside one (it goes
+  // after 1 s of that) it would pay at least the bound's price, 50 - 5 = 45 ms, which the budget
+  // has not got. A request that never begins is forgotten after kStaleQueryNs (2 s): then it goes,
+  // free.
+  const std::int64_t arrived = loose_now + 60 * kMs;
+  (void)post(*loose, kServe, Priority::high, arrival_at(100, arrived), arrived, 0);
+  EXPECT_TRUE(post(*loose, kTrainA, Priority::low, op(2), arrived, 50 * kMs).empty());
+  EXPECT_EQ(loose->held_head(kTrainA)->reason, HoldReason::budget);
+  EXPECT_TRUE(loose->tick(arrived + 2'000 * kMs).empty());
+  EXPECT_EQ(loose->tick(arrived + 2'001 * kMs), (Decisions{{kTrainA, 2}}));
+  EXPECT_NEAR(loose->long_op_budget_ns(0, arrived + 2'001 * kMs), 0.005 * static_cast<double>(arrived + 2'001 * kMs), 1.0);
   // Target 60 ms, load 8 / 40 = 0.2: (71 + 8 + 1 - 60) / 0.8 = 25 ms, grown in 5 s.
   auto [tight, tight_now] = learned(60, 40);
   EXPECT_TRUE(post(*tight, kTrainA, Priority::low, op(1), tight_now, 71 * kMs).empty());
@@ -592,6 +602,12 @@ TEST(BaymaxPolicy, ALongOpCostsWhatItMakesTheRequestsOfAJobThatSaysItsArrivalsMi
   EXPECT_TRUE(post(*busy, kTrainA, Priority::low, op(1), busy_now, 71 * kMs).empty());
   EXPECT_TRUE(busy->tick(8 * kS - kMs).empty());
   EXPECT_EQ(busy->tick(8 * kS), (Decisions{{kTrainA, 1}}));
+  // A target below a whole query and the margin: every request misses anyway, so the op pays the
+  // bound's price (66 ms, 13.2 s), not (71 - (6 - 8 - 1)) / 0.8 = 92.5.
+  auto [hopeless, hopeless_now] = learned(6, 40);
+  EXPECT_TRUE(post(*hopeless, kTrainA, Priority::low, op(1), hopeless_now, 71 * kMs).empty());
+  EXPECT_TRUE(hopeless->tick(13'200 * kMs - kMs).empty());
+  EXPECT_EQ(hopeless->tick(13'200 * kMs), (Decisions{{kTrainA, 1}}));
   // No rate yet (one request): p - bound, as for a job that does not say its arrivals: 66 ms, 13.2 s.
   BaymaxPolicy young(options(5 * kMs));
   (void)young.client_registered(serve(kServe, 60 * kMs), 0);
@@ -1661,6 +1677,16 @@ TEST(BaymaxPolicy, AJobOfSeveralProcessesSharesTheDeviceAsOneJob) {
         EXPECT_EQ(policy.hold_times()->at(static_cast<std::size_t>(HoldReason::share)), 0) << "the turns are the shares";
       }
     }
+    // Only processes with work there take turns: "many" at weight 4 with one of its two processes
+    // idle gets twice "heavy"'s share, which the device's turns alone would split 1:1.
+    BaymaxPolicy idle(on_device(preemptive, 20 * kMs));
+    (void)idle.client_registered(serve(kServe, 100 * kMs), 0);
+    (void)idle.client_registered(be_job(kTrainA, "many", 4.0), 0);
+    (void)idle.client_registered(be_job(kTrainB, "many", 4.0), 0);
+    (void)idle.client_registered(be_job(kTrainC, "heavy", 2.0), 0);
+    const auto got = device_time_of_two_jobs(idle, preemptive, 4'000 * kMs, {kTrainA, kTrainC});
+    const double ratio = static_cast<double>(got.at(kTrainA)) / static_cast<double>(got.at(kTrainC));
+    EXPECT_NEAR(ratio, 2.0, 0.3) << got.at(kTrainA) / kMs << " ms against " << got.at(kTrainC) / kMs << " ms";
   }
 }
 

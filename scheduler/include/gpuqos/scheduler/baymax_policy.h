@@ -307,7 +307,7 @@ class BaymaxPolicy final : public Policy {
   // op is long there, and what it costs from the budget (0: not long, or nothing to pay).
   double long_op_rate(std::uint32_t device) const;
   bool is_long(const Queued& queued) const;
-  std::int64_t long_op_cost(const Queued& queued) const;
+  std::int64_t long_op_cost(const Queued& queued, std::int64_t now_ns) const;
   // How long, of an op of length_ns started on device with no request in the system, a request
   // arriving meanwhile would miss its target for it: the most over the jobs with a target there
   // (length - threshold for a job that does not say its arrivals).
@@ -344,7 +344,8 @@ class BaymaxPolicy final : public Policy {
   void charge_share(ClientState& state, std::uint32_t device, std::int64_t p);
   void restart_if_idle(ClientId client, ClientState& state, std::uint32_t device);
   // The virtual time of a client's job on device (0 before its first grant there), and the turns
-  // a time-slicing device gives the job there against its weight: weight / its processes on it.
+  // a time-slicing device gives the job there against its weight: weight / its processes with
+  // compute work there (granted, or at the head of their queues).
   double job_vtime(const ClientState& state, std::uint32_t device) const;
   double weight_per_process(const ClientState& state, std::uint32_t device) const;
   // Ops longer than this are long ops: the configured bound, or the adaptive one when it is looser.
