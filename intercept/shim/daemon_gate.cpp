@@ -159,8 +159,10 @@ void DaemonGate::monitor() noexcept {
         // Its heartbeat is on no clock of ours (garbage, or a daemon older than 1.4 in another time
         // namespace): every registration would be lost the same way, a second later. Once is enough.
         gave_up_ = why.find(kFutureHeartbeat) != std::string::npos;
-        log_(LogLevel::warn, "lost gpuqosd (" + why + "); running unmanaged" +
-                                 (gave_up_ ? std::string(" from now on") : std::string(" until it is back")));
+        if (session->take_loss_to_tell()) {
+          log_(LogLevel::warn, "lost gpuqosd (" + why + "); running unmanaged" +
+                                   (gave_up_ ? std::string(" from now on") : std::string(" until it is back")));
+        }
       } catch (...) {  // out of memory for the message: still unmanaged
       }
       copy_chunk_bytes_.store(0, std::memory_order_relaxed);
@@ -393,6 +395,13 @@ void DaemonGate::after(const Operation& op, Ticket ticket, CUresult result) noex
 }
 
 void DaemonGate::shutdown() noexcept {
+  // A loss a waiter found just before the program ended, which the monitor had no time to say.
+  if (const std::shared_ptr<Session> session = session_.load(); session && !session->alive() && session->take_loss_to_tell()) {
+    try {
+      log_(LogLevel::warn, "lost gpuqosd (" + session->lost_reason() + "); running unmanaged");
+    } catch (...) {  // out of memory for the message
+    }
+  }
   completions_.stop();
   {
     std::lock_guard lock(stop_mutex_);

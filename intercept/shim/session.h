@@ -67,6 +67,8 @@ class Session {
   std::uint32_t id() const noexcept { return id_; }
   std::uint32_t client_number() const noexcept { return client_number_; }
   bool alive() const noexcept { return alive_.load(std::memory_order_acquire); }
+  // True once, for whoever first says that this registration was lost (the monitor, or the exit).
+  bool take_loss_to_tell() noexcept { return !loss_told_.exchange(true, std::memory_order_acq_rel); }
   // Low priority waits for grants (and splits large copies); high priority never waits.
   bool low_priority() const noexcept { return terms_.low_priority; }
   // The chunk size of this process's 1-D copies: 0 (never split) at high priority.
@@ -145,6 +147,7 @@ class Session {
   const Terms terms_;
   ipc::Segment segment_;
   std::atomic<bool> alive_{true};
+  std::atomic<bool> loss_told_{false};
 
   std::mutex post_mutex_;  // the ops ring's producer side, the seq counter, the names sent
   std::uint64_t next_seq_ = 1;
