@@ -491,6 +491,21 @@ bool BaymaxPolicy::ahead_of_share(ClientId client, std::uint32_t device, std::in
   return false;
 }
 
+bool BaymaxPolicy::beside_another_weight(ClientId client, std::uint32_t device, std::int64_t now_ns) const {
+  const ClientState& self = clients_.at(client);
+  std::optional<double> mine;
+  for (const auto& [id, other] : clients_) {
+    if (id == client || other.info.priority != ipc::Priority::low || other.info.job == self.info.job) continue;
+    const auto posted = other.compute_posted_ns.find(device);
+    const bool lately = posted != other.compute_posted_ns.end() && now_ns - posted->second <= kShareRecentNs;
+    if (!lately && !uses_device(id, device, now_ns)) continue;
+    if (!mine) mine = weight_per_process(self, device);
+    const double theirs = weight_per_process(other, device);
+    if (std::abs(theirs - *mine) > 1e-9 * std::max(theirs, *mine)) return true;
+  }
+  return false;
+}
+
 void BaymaxPolicy::restart_if_idle(ClientId client, ClientState& state, std::uint32_t device) {
   if (!state.queue.empty() || has_in_flight_on(client, device)) return;
   // Its job, when none of its processes has work there either: at the least start of the latest
@@ -724,11 +739,12 @@ void BaymaxPolicy::extend_credit(ClientId client, ClientState& state, Decisions&
   const std::uint32_t credit = options_.credit_ops;
   if (credit == 0 || state.posted == 0 || !state.queue.empty()) return;
   if (state.granted >= state.posted + credit / 2 && state.granted > state.posted) return;  // enough left
-  // With a high-priority job: no credit, every op asks. Ahead of its share beside another job's
-  // work: none either (what it has it spends), so its next op asks and waits for the other job.
+  // With a high-priority job: no credit, every op asks. Beside another best-effort job whose weight
+  // per process differs: none either, so each op meets its stream's bound and the share hold bites
+  // (credit let a job's queue on the device run hundreds of ms deep, past any hold).
   bool shared = false;
   state.for_each_device([&](std::uint32_t device) {
-    shared = shared || high_priority_on(device) || ahead_of_share(client, device, last_now_ns_, true);
+    shared = shared || high_priority_on(device) || beside_another_weight(client, device, last_now_ns_);
   });
   if (shared) return;
   state.granted = state.posted + credit;

@@ -332,6 +332,9 @@ class BaymaxPolicy final : public Policy {
   // recent, also of one that posted compute work there within kShareRecentNs (for credit, which
   // would let it run on through the other's gaps).
   bool ahead_of_share(ClientId client, std::uint32_t device, std::int64_t now_ns, bool recent) const;
+  // Is a best-effort client of another job whose weight per process on device differs using the
+  // device, or did it post compute work there within kShareRecentNs? (Then no credit.)
+  bool beside_another_weight(ClientId client, std::uint32_t device, std::int64_t now_ns) const;
   // Has client compute work in flight on device that is not far past its prediction (kShareOverrun)?
   // Work that is may be waiting for something a held op would do (a collective's other rank, an
   // event of another job): counting it could hold that op until the stuck-op retirement.
