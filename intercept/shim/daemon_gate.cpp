@@ -206,10 +206,12 @@ void DaemonGate::tell_unmanaged(std::uint32_t device, std::uint64_t managed) noe
       any_here = any_here || static_cast<int>(d) < count;
     }
     const bool none_here = count > 0 && !any_here;
+    const std::string only = "gpuqosd schedules only devices [" + ordinals +
+                             "] ([devices] ordinals, numbered as this process numbers its devices)";
     log_(none_here ? LogLevel::warn : LogLevel::info,
-         "gpuqosd schedules devices [" + ordinals + "] only ([devices] ordinals, as this process numbers them): " +
-             (none_here ? "none of this process's " + std::to_string(count) + ", so none of its GPU work is scheduled"
-                        : "this process's work on device " + std::to_string(device) + " runs unscheduled"));
+         none_here ? "this process sees " + std::to_string(count) + " device(s), 0 to " + std::to_string(count - 1) +
+                         ", and " + only + ": none of its GPU work is scheduled"
+                   : only + ": this process's work on device " + std::to_string(device) + " runs unscheduled");
   } catch (...) {  // out of memory for the message: said nothing
   }
 }

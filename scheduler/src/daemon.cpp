@@ -10,9 +10,9 @@
 
 #include <algorithm>
 #include <array>
-#include <utility>
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include <spdlog/spdlog.h>
 
