@@ -48,7 +48,8 @@ std::string verdict(const nlohmann::json& job) {
   return text;
 }
 
-void query_rows(const nlohmann::json& jobs, std::ostringstream& out) {
+// `marked`: the jobs gpuqosd says mark their requests' arrivals (baymax's policy state).
+void query_rows(const nlohmann::json& jobs, const std::vector<std::string>& marked, std::ostringstream& out) {
   char line[320];
   bool header = false;
   const int width = job_column_width(jobs);
@@ -67,6 +68,14 @@ void query_rows(const nlohmann::json& jobs, std::ostringstream& out) {
                   job.at("p999_ms").get<double>(), verdict(job).c_str());
     out << line;
   }
+  // What the latencies are, so they are not read as the clients' own (which include the time a
+  // request waits in the program's queue before its first GPU op, unless the job says its arrivals).
+  if (!header) return;
+  out << "  latency: from each query's first GPU op to the synchronisation that drains it";
+  std::string from_arrival;
+  for (const std::string& job : marked) from_arrival += (from_arrival.empty() ? "" : ", ") + job;
+  if (!from_arrival.empty()) out << "; from each request's arrival for " << from_arrival;
+  out << "\n";
 }
 
 nlohmann::json reasons_json(const HoldTimes& times) {
@@ -190,7 +199,13 @@ std::string render_jobs_table(const nlohmann::json& status) {
     if (!line.empty()) out << "  held by: " << line << "\n";
   }
   if (!status.contains("jobs")) return out.str();  // a daemon of JSON version 1
-  query_rows(status.at("jobs"), out);
+  std::vector<std::string> marked;  // (absent from another policy, or an older daemon)
+  if (const auto state = status.find("policy_state"); state != status.end() && state->is_object()) {
+    for (const auto& job : state->value("marked_jobs", nlohmann::json::array())) {
+      if (job.is_object() && job.contains("job") && job.at("job").is_string()) marked.push_back(job.at("job").get<std::string>());
+    }
+  }
+  query_rows(status.at("jobs"), marked, out);
   best_effort_rows(status.at("jobs"), out);
   if (status.contains("jobs_omitted")) out << "(" << status["jobs_omitted"] << " more jobs not shown)\n";
   return out.str();

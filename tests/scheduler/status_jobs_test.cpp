@@ -86,6 +86,10 @@ TEST(StatusJobs, TableShowsLatencyAgainstTarget) {
   auto json = nlohmann::json::parse(bounded_status_text(with_jobs({serve(3'900'000, true), train()})));
   std::string table = render_status_table(json);
   EXPECT_NE(table.find("p99 3.9 ms / target 6.0 ms  ok"), std::string::npos) << table;
+  EXPECT_NE(table.find("  latency: from each query's first GPU op to the synchronisation that drains it\n"),
+            std::string::npos)
+      << "what the latencies are: not the client's own\n" << table;
+
   EXPECT_NE(table.find("BUSY"), std::string::npos) << table;
   EXPECT_NE(table.find("43.2%  deadline 2.3 s\n"), std::string::npos) << "the reason that held it longest\n" << table;
   EXPECT_NE(table.find("4 ops waited for a grant, "), std::string::npos) << table;
@@ -183,6 +187,8 @@ TEST(StatusJobs, AMarkedJobsArrivalGapAndAllowanceAreShown) {
   EXPECT_NE(table.find("  search says its arrivals: too few yet for a rate; a query may run 20.000 ms past"),
             std::string::npos)
       << table;
+  EXPECT_NE(table.find("drains it; from each request's arrival for serve, search\n"), std::string::npos)
+      << "their latencies run from the arrival\n" << table;
   json["policy_state"].erase("marked_jobs");  // an older daemon
   EXPECT_EQ(render_status_table(json).find("says its arrivals"), std::string::npos);
 }
