@@ -112,12 +112,11 @@ std::string Session::lost_reason() const {
 bool Session::send_kernel_name(std::uint32_t id, const KernelRegistry& kernels) noexcept {
   try {
     if (id < named_.size() && named_[id]) return true;
-    if (!still_ours()) return false;
     auto record = ipc::encode_kernel_name(id, kernels.name_of(id));
     if (!record) return false;
     // The socket is non-blocking: a full send buffer means the daemon stopped reading.
     for (int attempt = 0; attempt < 20; ++attempt) {
-      if (attempt > 0 && !still_ours()) return false;
+      if (!still_ours()) return false;
       const ipc::Status sent = ipc::send_record(fd_, record.value());
       if (sent) {
         if (named_.size() <= id) named_.resize(id + 1024);
@@ -230,7 +229,7 @@ bool Session::watch(int timeout_ms) noexcept {
   if (ready > 0 && !still_ours()) return false;  // closed by the program while polled (POLLNVAL)
   if (ready > 0 && (socket.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLNVAL))) {
     lose("gpuqosd closed the connection");
-  } else if (ready > 0 && (socket.revents & POLLIN) && still_ours()) {
+  } else if (ready > 0 && (socket.revents & POLLIN)) {
     std::array<char, 256> ignored;  // the daemon sends nothing after its reply; read what it sends
     if (::recv(fd_, ignored.data(), ignored.size(), MSG_DONTWAIT) == 0) lose("gpuqosd closed the connection");
   }

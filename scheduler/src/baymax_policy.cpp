@@ -469,39 +469,33 @@ double BaymaxPolicy::weight_per_process(const ClientState& state, std::uint32_t 
   return state.weight() / static_cast<double>(std::max<std::size_t>(1, processes));
 }
 
-bool BaymaxPolicy::ahead_of_share(ClientId client, std::uint32_t device, std::int64_t now_ns, bool recent) const {
+bool BaymaxPolicy::weighed_apart(const ClientState& a, const ClientState& b, std::uint32_t device) const {
+  const double turns_a = weight_per_process(a, device), turns_b = weight_per_process(b, device);
+  return std::abs(turns_a - turns_b) > 1e-9 * std::max(turns_a, turns_b);
+}
+
+bool BaymaxPolicy::ahead_of_share(ClientId client, std::uint32_t device, std::int64_t now_ns) const {
   const ClientState& self = clients_.at(client);
   const double lead = static_cast<double>(bound_.bound_ns()) / self.weight();
   const double mine = job_vtime(self, device);
-  std::optional<double> my_turns;  // counted only for a job it is ahead of
   for (const auto& [id, other] : clients_) {
-    if (id == client || other.info.priority != ipc::Priority::low || other.info.job == self.info.job ||
-        mine <= job_vtime(other, device) + lead)
-      continue;
     // Jobs whose weights are as their processes with work there (a time-slicing device gives each
     // a turn) are left to the device's own turns and the fair-queueing order: holding one for the
     // other measurably cost the latency-critical job's tail (scheduler/README.md).
-    if (!my_turns) my_turns = weight_per_process(self, device);
-    const double turns = weight_per_process(other, device);
-    if (std::abs(turns - *my_turns) <= 1e-9 * std::max(turns, *my_turns)) continue;
-    if (uses_device(id, device, now_ns)) return true;
-    const auto posted = other.compute_posted_ns.find(device);
-    if (recent && posted != other.compute_posted_ns.end() && now_ns - posted->second <= kShareRecentNs) return true;
+    if (id != client && other.info.priority == ipc::Priority::low && other.info.job != self.info.job &&
+        mine > job_vtime(other, device) + lead && weighed_apart(self, other, device) && uses_device(id, device, now_ns))
+      return true;
   }
   return false;
 }
 
 bool BaymaxPolicy::beside_another_weight(ClientId client, std::uint32_t device, std::int64_t now_ns) const {
   const ClientState& self = clients_.at(client);
-  std::optional<double> mine;
   for (const auto& [id, other] : clients_) {
     if (id == client || other.info.priority != ipc::Priority::low || other.info.job == self.info.job) continue;
     const auto posted = other.compute_posted_ns.find(device);
     const bool lately = posted != other.compute_posted_ns.end() && now_ns - posted->second <= kShareRecentNs;
-    if (!lately && !uses_device(id, device, now_ns)) continue;
-    if (!mine) mine = weight_per_process(self, device);
-    const double theirs = weight_per_process(other, device);
-    if (std::abs(theirs - *mine) > 1e-9 * std::max(theirs, *mine)) return true;
+    if ((lately || uses_device(id, device, now_ns)) && weighed_apart(self, other, device)) return true;
   }
   return false;
 }
@@ -576,7 +570,7 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
   if (*engine == Engine::compute) {
     // The client's own share first: it holds only this client, and not for longer than kShareHoldNs.
     const std::int64_t share_since = clients_.at(client).share_held_since_ns;
-    if ((share_since < 0 || now_ns - share_since <= kShareHoldNs) && ahead_of_share(client, op.device, now_ns, false))
+    if ((share_since < 0 || now_ns - share_since <= kShareHoldNs) && ahead_of_share(client, op.device, now_ns))
       return Hold::share;
     // Budget first: a long op waiting for it must not close the engine to the others.
     if (is_long(queued)) {

@@ -190,8 +190,8 @@ class BaymaxPolicy final : public Policy {
   // device until the oldest of it has been in flight kShareOverrun x the upper estimates of all of it
   // + kShareSlackNs (time-sliced beside another job, work takes about twice as long as alone); no
   // head waits for its share longer than
-  // kShareHoldNs (then it goes by the other rules); credit is not given while a job is ahead of one
-  // that posted compute work within kShareRecentNs.
+  // kShareHoldNs (then it goes by the other rules); credit is not given beside a job weighed apart
+  // that uses the device or posted compute work there within kShareRecentNs.
   static constexpr std::int64_t kShareOverrun = 4;
   static constexpr std::int64_t kShareSlackNs = 10'000'000;
   static constexpr std::int64_t kShareHoldNs = 1'000'000'000;
@@ -328,10 +328,12 @@ class BaymaxPolicy final : public Policy {
   // there at the head of its queue?
   bool others_have_work(ClientId client, std::uint32_t device) const;
   // Is client's virtual time on device more than one bound of its own device time (bound / weight)
-  // ahead of that of a best-effort client of another job using the device (uses_device)? With
-  // recent, also of one that posted compute work there within kShareRecentNs (for credit, which
-  // would let it run on through the other's gaps).
-  bool ahead_of_share(ClientId client, std::uint32_t device, std::int64_t now_ns, bool recent) const;
+  // ahead of that of a best-effort client of another job, weighed apart from it, using the device
+  // (uses_device)?
+  bool ahead_of_share(ClientId client, std::uint32_t device, std::int64_t now_ns) const;
+  // Do two best-effort clients' jobs differ in weight per process with work on device (so the
+  // device's own turns do not split them by weight)?
+  bool weighed_apart(const ClientState& a, const ClientState& b, std::uint32_t device) const;
   // Is a best-effort client of another job whose weight per process on device differs using the
   // device, or did it post compute work there within kShareRecentNs? (Then no credit.)
   bool beside_another_weight(ClientId client, std::uint32_t device, std::int64_t now_ns) const;
