@@ -95,6 +95,23 @@ ProgressWindow::Rate ProgressWindow::rate(std::int64_t now_ns, std::int64_t sinc
   return Rate{static_cast<double>(ops) / seconds, static_cast<double>(device_ns) / static_cast<double>(span_ns)};
 }
 
+// --- CoveredTime ---
+
+std::int64_t CoveredTime::add(std::int64_t start_ns, std::int64_t end_ns) {
+  using Interval = boost::icl::interval_set<std::int64_t>::interval_type;
+  start_ns = std::max(start_ns, forgotten_before_ns_);
+  if (end_ns <= start_ns) return 0;
+  const auto span = Interval::right_open(start_ns, end_ns);
+  const std::int64_t covered = boost::icl::length(spans_ & span);
+  spans_ += span;
+  const std::int64_t cutoff = spans_.rbegin()->upper() - kHorizonNs;
+  if (cutoff > forgotten_before_ns_) {
+    spans_.erase(Interval::right_open(std::numeric_limits<std::int64_t>::min(), cutoff));
+    forgotten_before_ns_ = cutoff;
+  }
+  return (end_ns - start_ns) - covered;
+}
+
 // --- GrantCounters ---
 
 GrantCounters& GrantCounters::operator+=(const GrantCounters& other) {
@@ -146,7 +163,7 @@ QosTracker::Job* QosTracker::job_of(ClientId client, std::int64_t now_ns) {
 
 void QosTracker::client_seen(ClientId client, const std::string& job, ipc::Priority priority, std::int64_t now_ns) {
   if (job_of(client, now_ns) != nullptr) return;
-  clients_.emplace(client, ClientState{job, priority, 0});
+  clients_.emplace(client, ClientState{job, priority});
   auto it = jobs_.find(job);
   Job& entry = it != jobs_.end() ? it->second : add_job(job, now_ns);
   // Processes of one job name at both priorities (a server and its warm-up client, say): the job is
@@ -189,13 +206,11 @@ void QosTracker::work_completed(ClientId client, const ipc::CompletionDescriptor
   if (completion.status != 0) return;  // nothing ran
   Job* job = job_of(client, now_ns);
   if (job == nullptr) return;
-  std::int64_t device_ns = std::max<std::int64_t>(0, completion.end_ns - completion.start_ns);
-  if (completion.flags & ipc::kCompletionCoarse) {
-    std::int64_t& covered_ns = clients_.at(client).coarse_end_ns;
-    device_ns = std::max<std::int64_t>(0, completion.end_ns - std::max(completion.start_ns, covered_ns));
-    covered_ns = std::max(covered_ns, completion.end_ns);
-  }
-  device_ns = std::min(device_ns, kMaxCompletionNs);
+  // A client's times are its word: an end in the future or a span of hours counts up to now and
+  // for at most kMaxCompletionNs.
+  const std::int64_t end_ns = std::min<std::int64_t>(completion.end_ns, now_ns);
+  const std::int64_t start_ns = std::max<std::int64_t>(completion.start_ns, end_ns - kMaxCompletionNs);
+  const std::int64_t device_ns = job->in_flight.add(start_ns, end_ns);
   ++job->be_ops;
   job->be_device_ns += device_ns;
   job->window.add(now_ns, 1, device_ns);

@@ -123,11 +123,12 @@ TEST(Qos, AJobsNumbersSurviveItsClientReconnectingAndBestEffortProgressIsCounted
 
   FakeClient train(daemon.socket(), Priority::low, "train");
   train.name_kernel(1, "step");
+  const std::int64_t past = ipc::monotonic_ns() - 100 * kMs;  // 3 ms each, apart: no overlap to count once
   for (std::uint64_t seq = 1; seq <= 5; ++seq) {
     train.post(FakeClient::kernel(seq));
     ASSERT_TRUE(train.wait_granted(seq));
-    const std::int64_t now = ipc::monotonic_ns();
-    train.complete(seq, now - 3 * kMs, now);
+    const std::int64_t start = past + static_cast<std::int64_t>(seq) * 10 * kMs;
+    train.complete(seq, start, start + 3 * kMs);
   }
   ASSERT_TRUE(eventually([&] { return be_ops(daemon.status(), "train") == 5; }, 5s))
       << daemon.status().dump(1);

@@ -176,6 +176,47 @@ TEST(QosTracker, CoarseCompletionsOfOneBatchCountItsIntervalOnceAndFailedOpsNotA
   EXPECT_EQ(train.be_device_ns, 6 * kMs);
 }
 
+// A user saw a job 168 % busy on a time-slicing device: the spans of its streams' ops were summed.
+TEST(QosTracker, AJobsOverlappingOpsCountTheirInFlightTimeOnce) {
+  QosTracker tracker;
+  tracker.client_seen(2, "train", ipc::Priority::low, 0);
+  tracker.client_seen(3, "train", ipc::Priority::low, 0);  // a second process of the job
+  std::int64_t now = 0;
+  std::uint64_t seq = 0;
+  // Every 10 ms: ops on two streams of one process and one of the other, in flight 9 ms of the 10.
+  for (; now < 5 * kS; now += 10 * kMs) {
+    tracker.work_completed(2, ran(++seq, now + kMs, now + 5 * kMs), now + 5 * kMs);
+    tracker.work_completed(3, ran(++seq, now + 2 * kMs, now + 9 * kMs), now + 9 * kMs);
+    tracker.work_completed(2, ran(++seq, now, now + 8 * kMs), now + 9 * kMs);  // reported after a later one
+  }
+  auto train = tracker.snapshot(config::default_config(), now)[0];
+  EXPECT_EQ(train.be_ops, 1500u);
+  EXPECT_EQ(train.be_device_ns, 4500 * kMs) << "summed spans would make 9.5 s";
+  EXPECT_NEAR(train.be_busy_share, 0.9, 0.03);
+  // A client's clock an hour ahead: its span counts up to now, and only where nothing covered it.
+  tracker.work_completed(3, ran(++seq, now - 5 * kMs, now + 3600 * kS), now + 5 * kMs);
+  train = tracker.snapshot(config::default_config(), now + 5 * kMs)[0];
+  EXPECT_EQ(train.be_device_ns, 4506 * kMs) << "1 ms uncovered before now, then 5 ms up to now";
+  EXPECT_LE(train.be_busy_share, 1.0);
+}
+
+TEST(CoveredTime, CountsEachInstantOnceInAnyOrderAndForgetsPastItsHorizon) {
+  CoveredTime covered;
+  EXPECT_EQ(covered.add(0, 10), 10);
+  EXPECT_EQ(covered.add(5, 15), 5);
+  EXPECT_EQ(covered.add(20, 30), 10);
+  EXPECT_EQ(covered.add(12, 22), 5) << "only the gap from 15 to 20";
+  EXPECT_EQ(covered.add(0, 30), 0);
+  EXPECT_EQ(covered.add(40, 40), 0);
+  EXPECT_EQ(covered.add(50, 40), 0) << "an end before its start";
+  EXPECT_EQ(covered.intervals(), 1u);
+  // Past the horizon of the latest end, spans are forgotten and not counted again.
+  EXPECT_EQ(covered.add(CoveredTime::kHorizonNs + 100, CoveredTime::kHorizonNs + 200), 100);
+  EXPECT_EQ(covered.intervals(), 1u) << "the old span was dropped";
+  EXPECT_EQ(covered.add(150, 300), 100) << "only from the horizon, 200, on";
+  EXPECT_EQ(covered.add(0, 300), 0);
+}
+
 TEST(QosTracker, AJobKeepsItsNumbersAcrossReconnectsAndIdleJobsComeLast) {
   QosTracker tracker;
   tracker.client_seen(1, "serve", ipc::Priority::high, 0);

@@ -9,10 +9,13 @@
 
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include <boost/icl/interval_set.hpp>
 
 #include "gpuqos/config/config.h"
 #include "gpuqos/ipc/descriptor.h"
@@ -71,7 +74,7 @@ class ProgressWindow {
 
   struct Rate {
     double ops_per_s = 0;
-    double busy_share = 0;  // device time / wall time; above 1 when its ops overlap on several engines
+    double busy_share = 0;  // in-flight time / wall time (at most about 1: see CoveredTime)
   };
   // Over the window ending at now_ns, or since since_ns (the job first seen) when that is later.
   Rate rate(std::int64_t now_ns, std::int64_t since_ns) const;
@@ -83,6 +86,24 @@ class ProgressWindow {
     std::int64_t device_ns = 0;
   };
   std::array<Slot, kSlots> slots_{};
+};
+
+// The wall time a job had work in flight: the union of its ops' spans, so ops that overlap (on
+// its streams, engines, processes or devices, or a batch of coarse completions sharing one
+// interval) count once and a job is never more than 100 % busy. Spans are kept kHorizonNs back
+// from the latest end seen; the part of a span older than that is not counted (it was, if
+// another span covered it; a span reported that late is rare). Ends are the caller's to clamp.
+class CoveredTime {
+ public:
+  static constexpr std::int64_t kHorizonNs = 2'000'000'000;
+
+  // Adds [start_ns, end_ns) and returns the part of it no earlier span covered.
+  std::int64_t add(std::int64_t start_ns, std::int64_t end_ns);
+  std::size_t intervals() const { return spans_.iterative_size(); }
+
+ private:
+  boost::icl::interval_set<std::int64_t> spans_;
+  std::int64_t forgotten_before_ns_ = std::numeric_limits<std::int64_t>::min();
 };
 
 // Grants and held best-effort work, counted by each Client and summed for the daemon.
@@ -110,9 +131,9 @@ struct JobQosSnapshot {
   double violation_fraction = 0;
   std::optional<bool> meets_target;   // at_percentile_ns <= target; none without target or query
   std::uint64_t be_ops = 0;           // best-effort GPU ops completed (they ran)
-  // Their spans, end - start, each batch of coarse ones counted once: the time they were in flight,
-  // which on a device other jobs share includes waiting behind their work (shares can add up to
-  // more than 1), not the device time they took.
+  // The time they were in flight (CoveredTime: overlapping spans count once), which on a device
+  // other jobs share includes waiting behind their work (two jobs' shares can add up to more than
+  // 1), not the device time they took.
   std::int64_t be_device_ns = 0;
   double be_ops_per_s = 0;            // over the last ProgressWindow::kWindowNs
   double be_busy_share = 0;
@@ -134,8 +155,8 @@ class QosTracker {
   // A query of the client's job closed after latency_ns; target_ns: the job's target now.
   void query_closed(ClientId client, std::int64_t latency_ns, std::optional<std::int64_t> target_ns,
                     std::int64_t now_ns);
-  // A completion of a best-effort client's op. Coarse completions (one interval for a batch) count
-  // only the part of their interval the client's previous coarse one did not cover.
+  // A completion of a best-effort client's op: its span (end at most now_ns) counts where no other
+  // span of its job covered it already (coarse completions of one batch share one interval).
   void work_completed(ClientId client, const ipc::CompletionDescriptor& completion, std::int64_t now_ns);
 
   // Every job: connected ones first (high priority, then by name), then idle ones, latest first.
@@ -155,12 +176,12 @@ class QosTracker {
     std::uint64_t violations = 0;
     std::uint64_t be_ops = 0;
     std::int64_t be_device_ns = 0;
+    CoveredTime in_flight;
     ProgressWindow window;
   };
   struct ClientState {
     std::string job;
     ipc::Priority priority = ipc::Priority::low;
-    std::int64_t coarse_end_ns = 0;  // end of its latest coarse completion
   };
   // The client's job (created again if it was dropped), marked active at now_ns; nullptr for a
   // client never seen.
