@@ -63,20 +63,26 @@ std::optional<HeldOpStatus> Daemon::held_op(Client& client) const {
 
 void Daemon::tell_long_holds(std::int64_t now_ns) {
   for (auto& [id, client] : clients_) {
-    if (client->current_wait_ns(now_ns) < kLongHoldNs) continue;
+    const std::int64_t wait_ns = client->current_wait_ns(now_ns);
+    const auto told = told_holds_.find(id);
+    if (told == told_holds_.end() && wait_ns < kLongHoldNs) continue;
     const auto held = held_op(*client);
-    if (!held || told_held_seq_[id] == held->seq) continue;
-    told_held_seq_[id] = held->seq;
+    if (told != told_holds_.end()) {
+      if (held && held->seq == told->second.seq) {
+        told->second.held_by = held->held_by;
+        continue;
+      }
+      spdlog::info("{}: op {} ({}) went after {:.1f} s held, last by {}", client->tag(), told->second.seq,
+                   told->second.op, static_cast<double>(now_ns - told->second.since_ns) / 1e9, told->second.held_by);
+      told_holds_.erase(told);
+    }
+    if (!held || wait_ns < kLongHoldNs) continue;
+    told_holds_[id] = ToldHold{held->seq, held->op, held->held_by, now_ns - wait_ns};
     spdlog::warn("{}: op {} ({}, predicted {:.3f} ms, up to {:.3f} ms) held for {:.1f} s by {}", client->tag(),
                  held->seq, held->op, static_cast<double>(held->expected_ns) / 1e6,
-                 static_cast<double>(held->predicted_ns) / 1e6, static_cast<double>(client->current_wait_ns(now_ns)) / 1e9,
-                 held->held_by);
+                 static_cast<double>(held->predicted_ns) / 1e6, static_cast<double>(wait_ns) / 1e9, held->held_by);
   }
 }
-
-namespace {
-
-}  // namespace
 
 Daemon::Daemon(DaemonOptions options) : options_(std::move(options)) {}
 

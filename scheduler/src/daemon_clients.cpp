@@ -155,7 +155,7 @@ void Daemon::drop_client(ClientId id, const std::string& reason, bool as_error) 
   if (client.doorbell_fd() >= 0) ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, client.doorbell_fd(), nullptr);
   std::unique_ptr<Client> gone = std::move(it->second);
   clients_.erase(it);
-  told_held_seq_.erase(id);
+  told_holds_.erase(id);
   apply(policy_->client_gone(id, ipc::monotonic_ns()));
   learner_->client_gone(id);
   qos_client_gone(*gone);

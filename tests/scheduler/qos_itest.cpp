@@ -179,8 +179,8 @@ TEST(Qos, StatusShowsBaymaxsBoundBudgetAndGrantedWork) {
 }
 
 // A best-effort op held as long (learned at 100 ms, over the 7.5-ms bound: the budget, which starts
-// empty, allows it after 18.5 s) is shown in the status with its prediction and reason, and logged
-// once it has waited 5 s.
+// empty, allows it after 18.5 s) is shown in the status with its prediction and reason, logged
+// once it has waited 5 s, and again when it goes.
 TEST(Qos, AHeldOpIsShownWithItsPredictionAndLoggedWhenHeldLong) {
   ServeAndTrain jobs;
   DaemonProcess& daemon = jobs.daemon;
@@ -206,6 +206,17 @@ TEST(Qos, AHeldOpIsShownWithItsPredictionAndLoggedWhenHeldLong) {
   EXPECT_NE(daemon.log().find("job 'train' pid " + std::to_string(::getpid()) + ": op 2 (kernel step, predicted 100."),
             std::string::npos)
       << daemon.log();
+  // A bound raised past the op (a reload) lets it go, and the log says how long it waited.
+  EXPECT_EQ(daemon.log().find("went after"), std::string::npos);
+  jobs.dir.write("gpuqosd.toml", baymax_serve_config("be_backlog_bound_ms = 200.0\n"));
+  ASSERT_EQ(::kill(daemon.pid(), SIGHUP), 0);
+  ASSERT_TRUE(train.wait_granted(2));
+  const std::string went = ": op 2 (kernel step) went after ";
+  ASSERT_TRUE(eventually([&] { return daemon.log().find(went) != std::string::npos; }, 5s)) << daemon.log();
+  const std::string log = daemon.log();
+  const double waited = std::stod(log.substr(log.find(went) + went.size()));
+  EXPECT_GE(waited, 5.0) << log;
+  EXPECT_NE(log.find(" s held, last by budget", log.find(went)), std::string::npos) << log;
 }
 
 // On a time-slicing device, a target that leaves less than one slice over the job's queries is

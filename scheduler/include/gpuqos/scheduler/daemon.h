@@ -125,7 +125,8 @@ class Daemon {
   DaemonStatus status_snapshot() const;
   // The op `client` is held at, described (none when it is not held).
   std::optional<HeldOpStatus> held_op(Client& client) const;
-  // Logs each best-effort op held over 5 s, once: an operator sees what a job waits for and why.
+  // Logs each best-effort op held over 5 s, once, and again when it goes: an operator sees what a
+  // job waits for, why and for how long.
   void tell_long_holds(std::int64_t now_ns);
 
   // daemon_reload.cpp: SIGHUP. Reads config_path again; a bad file changes nothing.
@@ -163,7 +164,13 @@ class Daemon {
   std::uint64_t next_pending_token_ = 0;
   std::map<std::uint64_t, Pending> pending_;
   std::map<ClientId, std::unique_ptr<Client>> clients_;
-  std::map<ClientId, std::uint64_t> told_held_seq_;  // tell_long_holds(): the op last told of
+  struct ToldHold {  // tell_long_holds(): an op told of as held long, until it goes
+    std::uint64_t seq = 0;
+    std::string op;
+    std::string held_by;  // the reason at the latest look
+    std::int64_t since_ns = 0;
+  };
+  std::map<ClientId, ToldHold> told_holds_;
   QueryTracker queries_;  // the high-priority clients' query boundaries (for the QoS tracker)
   QosTracker qos_;
   config::ListenAddress metrics_address_;  // what start_metrics() last tried
