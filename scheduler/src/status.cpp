@@ -203,7 +203,7 @@ std::string render_policy_state(const nlohmann::json& status) {
   for (const auto& marked : state.value("marked_jobs", nlohmann::json::array())) {
     const auto gap = marked.at("mean_arrival_gap_ns").get<std::int64_t>();
     out << "  " << marked.at("job").get<std::string>() << " says its arrivals: "
-        << (gap > 0 ? "one every " + milliseconds(gap) + " ms" : "too few yet for a rate")
+        << (gap > 0 ? "one every " + milliseconds(gap) + " ms (mean of its latest arrivals, at most 64)" : "too few yet for a rate")
         << "; a query may run " << milliseconds(marked.at("query_allowance_ns").get<std::int64_t>())
         << " ms past its own time (the margin included)\n";
   }

@@ -180,7 +180,7 @@ TEST(StatusJobs, AMarkedJobsArrivalGapAndAllowanceAreShown) {
   EXPECT_EQ(json["policy_state"]["marked_jobs"][0]["mean_arrival_gap_ns"], 26'200'000);
   EXPECT_EQ(json["policy_state"]["marked_jobs"][0]["query_allowance_ns"], 4'000'000);
   const std::string table = render_status_table(json);
-  EXPECT_NE(table.find("  serve says its arrivals: one every 26.200 ms; a query may run 4.000 ms past its own time "
+  EXPECT_NE(table.find("  serve says its arrivals: one every 26.200 ms (mean of its latest arrivals, at most 64); a query may run 4.000 ms past its own time "
                        "(the margin included)\n"),
             std::string::npos)
       << table;
