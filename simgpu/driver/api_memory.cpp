@@ -148,7 +148,7 @@ SIMGPU_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
   CUctx_st* ctx = nullptr;
   if (CUresult r = require_context(&ctx); r != CUDA_SUCCESS) return r;
   if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
-  wire::MemAlloc msg{0, static_cast<std::uint32_t>(ctx->device), 0, bytes};
+  wire::MemAlloc msg{0, d.wire_device(ctx->device), 0, bytes};
   auto reply = d.request(lock, wire::MsgType::mem_alloc, &msg, sizeof msg, &msg.request);
   if (!reply) return CUDA_ERROR_DEVICE_UNAVAILABLE;
   if (reply->status != wire::ReplyStatus::ok) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -175,7 +175,7 @@ SIMGPU_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
   wait_range_idle(lock, dptr, mem.bytes);
   d.allocations.erase(dptr);
   ::munmap(ptr(dptr), mem.bytes);
-  wire::MemFree msg{static_cast<std::uint32_t>(mem.device), 0, mem.bytes};
+  wire::MemFree msg{d.wire_device(mem.device), 0, mem.bytes};
   d.send(wire::MsgType::mem_free, &msg, sizeof msg);
   // mem_free has no reply, and simgpud does not order messages of different clients: return only
   // once it has applied the free (it answers one client's messages in order), so another process
@@ -190,7 +190,7 @@ SIMGPU_EXPORT CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) 
   std::unique_lock lock(d.mu);
   CUctx_st* ctx = nullptr;
   if (CUresult r = require_context(&ctx); r != CUDA_SUCCESS) return r;
-  wire::MemInfo msg{0, static_cast<std::uint32_t>(ctx->device), 0};
+  wire::MemInfo msg{0, d.wire_device(ctx->device), 0};
   auto reply = d.request(lock, wire::MsgType::mem_info, &msg, sizeof msg, &msg.request);
   if (!reply) return CUDA_ERROR_DEVICE_UNAVAILABLE;
   if (free_bytes) *free_bytes = reply->value0;

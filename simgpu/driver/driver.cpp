@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "activity.h"
+#include "gpuqos/simgpu/visible_devices.h"
 
 namespace gpuqos::simgpu::driver {
 
@@ -116,8 +117,14 @@ CUresult Driver::init() {
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &no_timeout, sizeof no_timeout);
   ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &no_timeout, sizeof no_timeout);
   epoch_monotonic_ns = reply.epoch_monotonic_ns;
-  devices.resize(reply.device_count);
-  std::memcpy(devices.data(), buf.data() + sizeof header + sizeof reply, reply.device_count * sizeof(wire::DeviceInfo));
+  std::vector<wire::DeviceInfo> node(reply.device_count);
+  std::memcpy(node.data(), buf.data() + sizeof header + sizeof reply, reply.device_count * sizeof(wire::DeviceInfo));
+  // As the CUDA driver does: the process sees the devices CUDA_VISIBLE_DEVICES names, in its order.
+  std::vector<std::array<std::uint8_t, 16>> uuids(node.size());
+  for (std::size_t i = 0; i < node.size(); ++i) std::memcpy(uuids[i].data(), node[i].uuid, sizeof node[i].uuid);
+  const char* env = std::getenv("CUDA_VISIBLE_DEVICES");
+  node_device = visible_devices(env ? std::optional<std::string_view>(env) : std::nullopt, uuids);
+  for (std::uint32_t index : node_device) devices.push_back(node[index]);
   primary.assign(devices.size(), nullptr);
   primary_refs.assign(devices.size(), 0);
   primary_flags.assign(devices.size(), 0);
@@ -373,7 +380,7 @@ CUctx_st* create_context_locked(int device, unsigned flags, bool primary) {
   ctx->device = device;
   ctx->flags = flags;
   ctx->primary = primary;
-  wire::CreateContext msg{ctx->id, static_cast<std::uint32_t>(device)};
+  wire::CreateContext msg{ctx->id, d.wire_device(device)};
   d.send(wire::MsgType::create_context, &msg, sizeof msg);
   d.contexts.insert(ctx);
   ctx->legacy = create_stream_locked(ctx, 0, 0, wire::WireStreamKind::legacy_default);

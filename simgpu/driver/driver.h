@@ -142,8 +142,11 @@ class Driver {
   std::mutex mu;
   std::condition_variable cv;
 
-  // Devices, from simgpud's hello reply.
+  // The devices this process sees (simgpud's, under CUDA_VISIBLE_DEVICES), by the process's
+  // ordinal, and simgpud's number of each: the wire speaks simgpud's numbers.
   std::vector<wire::DeviceInfo> devices;
+  std::vector<std::uint32_t> node_device;
+  std::uint32_t wire_device(int ordinal) const { return node_device.at(static_cast<std::size_t>(ordinal)); }
   // Device time 0 on CLOCK_MONOTONIC (hello reply): completions' device times + this = host clock.
   std::int64_t epoch_monotonic_ns = 0;
 

@@ -874,6 +874,63 @@ TEST_F(DriverItest, DevicesReportTheProfileAndStableUuids) {
   EXPECT_EQ(a.values["uuid1"], c.values["uuid1"]);
 }
 
+// As the CUDA driver does, the process sees the devices CUDA_VISIBLE_DEVICES names, in its order:
+// its ordinal 0 here is simgpud's device 1, and what it does there lands on that device.
+TEST_F(DriverItest, CudaVisibleDevicesPicksAndOrdersTheDevicesAProcessSees) {
+  start(kTwoDeviceProfile);
+  ClientProcess plain(server().socket(), [](ClientLink& c) {
+    if (!CLIENT_OK(c, cuInit(0))) return;
+    CUuuid uuid{};
+    CLIENT_OK(c, cuDeviceGetUuid(&uuid, 1));
+    c.report("uuid1", hex(uuid));
+  });
+  ClientOutcome node = plain.finish();
+  expect_clean(node, "without the variable");
+  ClientProcess swapped(server().socket(), [](ClientLink& c) {
+    ::setenv("CUDA_VISIBLE_DEVICES", "1,0", 1);
+    if (!CLIENT_OK(c, cuInit(0))) return;
+    int count = 0;
+    CLIENT_OK(c, cuDeviceGetCount(&count));
+    CLIENT_CHECK(c, count == 2);
+    char name[64] = {};
+    CLIENT_OK(c, cuDeviceGetName(name, sizeof name, 0));
+    CLIENT_CHECK(c, std::string(name) == "itest gpu one");
+    int sms = 0;
+    CLIENT_OK(c, cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 0));
+    CLIENT_CHECK(c, sms == 50);
+    CUuuid uuid{};
+    CLIENT_OK(c, cuDeviceGetUuid(&uuid, 0));
+    c.report("uuid0", hex(uuid));
+    CUdeviceptr p = 0;
+    if (!open_device(c, 0) || !CLIENT_OK(c, cuMemAlloc(&p, 64 * kMiB))) return;
+    c.ready();
+    c.wait_go();
+  });
+  ASSERT_TRUE(swapped.wait_ready());
+  EXPECT_EQ(server().device_stat("memory_used_bytes", 1), static_cast<std::int64_t>(64 * kMiB));
+  EXPECT_EQ(server().device_stat("memory_used_bytes", 0), 0);
+  swapped.go();
+  ClientOutcome seen = swapped.finish();
+  expect_clean(seen, "with CUDA_VISIBLE_DEVICES=1,0");
+  EXPECT_EQ(seen.values["uuid0"], node.values["uuid1"]);
+  // An entry that names no device ends the list; an empty one hides them all, as on a real node.
+  ClientProcess one(server().socket(), [](ClientLink& c) {
+    ::setenv("CUDA_VISIBLE_DEVICES", "1,-1,0", 1);
+    int count = 0;
+    CLIENT_OK(c, cuInit(0));
+    CLIENT_OK(c, cuDeviceGetCount(&count));
+    CLIENT_CHECK(c, count == 1);
+    CUdevice dev = -1;
+    CLIENT_CU(c, cuDeviceGet(&dev, 1), CUDA_ERROR_INVALID_DEVICE);
+  });
+  expect_clean(one.finish(), "with CUDA_VISIBLE_DEVICES=1,-1,0");
+  ClientProcess none(server().socket(), [](ClientLink& c) {
+    ::setenv("CUDA_VISIBLE_DEVICES", "", 1);
+    CLIENT_CU(c, cuInit(0), CUDA_ERROR_NO_DEVICE);
+  });
+  expect_clean(none.finish(), "with CUDA_VISIBLE_DEVICES empty");
+}
+
 TEST_F(DriverItest, PrimaryContextsAndTheContextStack) {
   start(kTwoDeviceProfile);
   ClientProcess client(server().socket(), [](ClientLink& c) {

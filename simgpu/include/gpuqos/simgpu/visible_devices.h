@@ -1,0 +1,25 @@
+// CUDA_VISIBLE_DEVICES as the CUDA driver reads it: which of the node's devices a process sees, and
+// in what order (its device ordinal i is the node's device visible[i]).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace gpuqos::simgpu {
+
+// A device's UUID as nvidia-smi and CUDA_VISIBLE_DEVICES spell it: "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx".
+std::string uuid_text(const std::array<std::uint8_t, 16>& uuid);
+
+// The node's devices a process sees under `env` (the variable's value; nullopt when unset: all of
+// them). Comma-separated entries, each an index (its leading digits, as strtoul reads them: "1gpu"
+// is 1) or a UUID prefix beginning "GPU-" that names one device; the list ends at the first entry
+// that names no device, or one already listed ("0,2,-1,1" is 0 and 2), and "" hides every device.
+std::vector<std::uint32_t> visible_devices(std::optional<std::string_view> env,
+                                           std::span<const std::array<std::uint8_t, 16>> uuids);
+
+}  // namespace gpuqos::simgpu
