@@ -108,12 +108,14 @@ struct ProgramOptions {
   std::string priority = "low";
   Launch launch = Launch::gpuqos_run;
   bool hold = false;  // kept alive in cuDevicePrimaryCtxRelease until release(job)
+  std::map<std::string, std::string> env = {};  // more of the program's environment
 };
 
 class PipelineRig {
  public:
-  explicit PipelineRig(std::vector<std::string> gpuqosd_args = {})
-      : simgpud_({.profile_toml = "name = \"e2e gpu\"\nsms = 8\n",
+  static constexpr const char* kOneDevice = "name = \"e2e gpu\"\nsms = 8\n";
+  explicit PipelineRig(std::vector<std::string> gpuqosd_args = {}, const std::string& profile_toml = kOneDevice)
+      : simgpud_({.profile_toml = profile_toml,
                   .catalog_json = kCatalog,
                   .dir_prefix = "e2e-pipeline-simgpud"}),
         gpuqosd_(dir_.path(), std::move(gpuqosd_args)) {
@@ -141,6 +143,7 @@ class PipelineRig {
       preload = build_path("lib/libgpuqos.so") + (preload.empty() ? "" : ":" + preload);
     }
     if (!preload.empty()) env["LD_PRELOAD"] = preload;
+    for (const auto& [key, value] : options.env) env[key] = value;
     argv.insert(argv.end(), command.begin(), command.end());
     programs_.push_back(std::make_unique<ChildProcess>(argv, env, dir_.path() / (options.job + ".log")));
     return *programs_.back();

@@ -297,6 +297,36 @@ std::uint64_t engine_completed(PipelineRig& rig, const std::string& engine) {
   return 0;
 }
 
+// [devices] ordinals are each process's own numbering: a job that sees only the node's second GPU
+// (CUDA_VISIBLE_DEVICES=1) calls it device 0, which ordinals = [0] schedules; with ordinals = [1]
+// none of its work is, and the shim says so once, with what the process sees.
+TEST(Pipeline, DeviceOrdinalsAreAsEachProcessNumbersItsDevices) {
+  constexpr const char* kTwoDevices = "sms = 8\n[[device]]\nname = \"e2e gpu zero\"\n[[device]]\nname = \"e2e gpu one\"\n";
+  const auto run_on_second_gpu = [&](const std::string& ordinals) {
+    gpuqos::testing::TempDir config_dir("e2e-ordinals-config");
+    const auto config = config_dir.write("gpuqosd.toml", "[devices]\nordinals = [" + ordinals + "]\n");
+    PipelineRig rig({"--config", config.string()}, kTwoDevices);
+    rig.gpuqosd().start();
+    ChildProcess& program = rig.start({.job = "second-gpu", .hold = true, .env = {{"CUDA_VISIBLE_DEVICES", "1"}}},
+                                      PipelineRig::client({"streams", "2", "50"}));
+    EXPECT_TRUE(eventually([&] { return holding(program) || !program.running(); }, kFinish)) << program.output();
+    EXPECT_NE(program.output().find("streams ok"), std::string::npos) << program.output() << rig.logs();
+    const json client = rig.gpuqosd().client("second-gpu");
+    rig.release("second-gpu");
+    EXPECT_EQ(program.wait(kFinish), 0) << program.output();
+    return std::pair{client, program.output()};
+  };
+  const auto [managed, quiet] = run_on_second_gpu("0");
+  ASSERT_FALSE(managed.is_null());
+  EXPECT_GT(ops(managed, "posted"), 0u) << managed.dump();
+  EXPECT_EQ(quiet.find("gpuqosd schedules only devices"), std::string::npos) << quiet;
+  const auto [unmanaged, warned] = run_on_second_gpu("1");
+  ASSERT_FALSE(unmanaged.is_null()) << "registered all the same";
+  EXPECT_EQ(ops(unmanaged, "posted"), 0u) << unmanaged.dump();
+  EXPECT_EQ(occurrences(warned, "this process sees 1 device(s), 0 to 0, and gpuqosd schedules only devices [1]"), 1u)
+      << warned;
+}
+
 TEST(Pipeline, BestEffortCopiesGoInChunksOfTheConfiguredSizeAndHighPriorityOnesDoNot) {
   gpuqos::testing::TempDir config_dir("e2e-chunk-config");
   const auto config = config_dir.write(
