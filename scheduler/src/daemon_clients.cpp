@@ -100,7 +100,7 @@ std::string Daemon::drain_completions(Client& client, std::int64_t now_ns) {
     }
     client.count_completion();
     const std::int64_t own_ns = learner_->completed(client.identity().id, c, options_.policy.baymax.preemptive_devices);
-    qos_completed(client, c, now_ns);
+    qos_completed(client, c, read_ns);  // its end is at most read_ns (checked above)
     apply(policy_->op_completed(OpCompleted{client.identity().id, c, now_ns, own_ns}));
   }
   deferred.erase(deferred.begin(), deferred.begin() + static_cast<std::ptrdiff_t>(done));

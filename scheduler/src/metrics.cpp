@@ -82,12 +82,12 @@ void best_effort_families(const DaemonStatus& status, std::ostringstream& out) {
     if (tracks_progress(job)) ops.sample(static_cast<double>(job.be_ops), {{"job_name", job.job}});
   }
   Family device(out, "gpuqos_be_device_seconds_total", "counter",
-                "Measured device time (end - start) of a best-effort job's completed ops.");
+                "Time a best-effort job's completed ops were in flight (the union of their spans, end - start).");
   for (const auto& job : status.jobs) {
     if (tracks_progress(job)) device.sample(seconds(job.be_device_ns), {{"job_name", job.job}});
   }
   Family busy(out, "gpuqos_be_busy_share", "gauge",
-              "A best-effort job's device time over wall time in the last 5 s (above 1 when engines overlap).");
+              "A best-effort job's time in flight over wall time in the last 5 s.");
   for (const auto& job : status.jobs) {
     if (tracks_progress(job)) busy.sample(job.be_busy_share, {{"job_name", job.job}});
   }

@@ -71,12 +71,26 @@ std::int64_t LatencyHistogram::percentile_ns(double percentile) const {
 
 // --- ProgressWindow ---
 
-void ProgressWindow::add(std::int64_t now_ns, std::uint64_t ops, std::int64_t device_ns) {
-  const std::int64_t index = now_ns / kSlotNs;
+ProgressWindow::Slot* ProgressWindow::slot_for(std::int64_t index) {
   Slot& slot = slots_[static_cast<std::size_t>(index) % kSlots];
+  if (slot.index > index) return nullptr;  // it holds a later slot's: this one is out of the ring
   if (slot.index != index) slot = Slot{index, 0, 0};
-  slot.ops += ops;
-  slot.device_ns += device_ns;
+  return &slot;
+}
+
+void ProgressWindow::add_ops(std::int64_t now_ns, std::uint64_t ops) {
+  if (Slot* slot = slot_for(now_ns / kSlotNs)) slot->ops += ops;
+}
+
+void ProgressWindow::add_time(std::int64_t start_ns, std::int64_t end_ns) {
+  if (end_ns <= start_ns) return;
+  // Only the slots the ring can hold behind the latest: older time is in the totals only.
+  const std::int64_t last = (end_ns - 1) / kSlotNs;
+  for (std::int64_t index = std::max(start_ns / kSlotNs, last - static_cast<std::int64_t>(kSlots) + 1); index <= last;
+       ++index) {
+    const std::int64_t from = std::max(start_ns, index * kSlotNs), to = std::min(end_ns, (index + 1) * kSlotNs);
+    if (Slot* slot = slot_for(index)) slot->device_ns += to - from;
+  }
 }
 
 ProgressWindow::Rate ProgressWindow::rate(std::int64_t now_ns, std::int64_t since_ns) const {
@@ -97,19 +111,35 @@ ProgressWindow::Rate ProgressWindow::rate(std::int64_t now_ns, std::int64_t sinc
 
 // --- CoveredTime ---
 
-std::int64_t CoveredTime::add(std::int64_t start_ns, std::int64_t end_ns) {
+std::int64_t CoveredTime::add(std::int64_t start_ns, std::int64_t end_ns, std::int64_t now_ns,
+                              const std::function<void(std::int64_t, std::int64_t)>& piece) {
   using Interval = boost::icl::interval_set<std::int64_t>::interval_type;
+  if (now_ns - kHorizonNs > forgotten_before_ns_) {
+    forgotten_before_ns_ = now_ns - kHorizonNs;
+    spans_.erase(Interval::right_open(std::numeric_limits<std::int64_t>::min(), forgotten_before_ns_));
+  }
   start_ns = std::max(start_ns, forgotten_before_ns_);
   if (end_ns <= start_ns) return 0;
   const auto span = Interval::right_open(start_ns, end_ns);
-  const std::int64_t covered = boost::icl::length(spans_ & span);
-  spans_ += span;
-  const std::int64_t cutoff = spans_.rbegin()->upper() - kHorizonNs;
-  if (cutoff > forgotten_before_ns_) {
-    spans_.erase(Interval::right_open(std::numeric_limits<std::int64_t>::min(), cutoff));
-    forgotten_before_ns_ = cutoff;
+  // The gaps of the set within the span, in order (not `spans_ & span`, which copies the set).
+  std::int64_t added = 0, from = start_ns;
+  const auto take = [&](std::int64_t to) {
+    if (to <= from) return;
+    added += to - from;
+    if (piece) piece(from, to);
+  };
+  const auto [first, last] = spans_.equal_range(span);
+  for (auto it = first; it != last; ++it) {
+    take(std::min(it->lower(), end_ns));
+    from = std::max(from, it->upper());
   }
-  return (end_ns - start_ns) - covered;
+  take(end_ns);
+  spans_ += span;
+  while (spans_.iterative_size() > kMaxIntervals) {
+    const auto oldest = spans_.begin();
+    spans_ += Interval::right_open(oldest->lower(), std::next(oldest)->lower());  // joins the two
+  }
+  return added;
 }
 
 // --- GrantCounters ---
@@ -206,14 +236,15 @@ void QosTracker::work_completed(ClientId client, const ipc::CompletionDescriptor
   if (completion.status != 0) return;  // nothing ran
   Job* job = job_of(client, now_ns);
   if (job == nullptr) return;
-  // A client's times are its word: an end in the future or a span of hours counts up to now and
-  // for at most kMaxCompletionNs.
+  // The daemon checked the end is not in the future; a span of hours counts for at most
+  // kMaxCompletionNs (a client's times are its word).
   const std::int64_t end_ns = std::min<std::int64_t>(completion.end_ns, now_ns);
   const std::int64_t start_ns = std::max<std::int64_t>(completion.start_ns, end_ns - kMaxCompletionNs);
-  const std::int64_t device_ns = job->in_flight.add(start_ns, end_ns);
+  const std::int64_t device_ns =
+      job->in_flight.add(start_ns, end_ns, now_ns, [&](std::int64_t from, std::int64_t to) { job->window.add_time(from, to); });
   ++job->be_ops;
   job->be_device_ns += device_ns;
-  job->window.add(now_ns, 1, device_ns);
+  job->window.add_ops(now_ns, 1);
 }
 
 JobQosSnapshot QosTracker::snapshot_of(const std::string& name, const Job& job, const config::Config& config,

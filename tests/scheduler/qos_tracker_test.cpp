@@ -200,21 +200,36 @@ TEST(QosTracker, AJobsOverlappingOpsCountTheirInFlightTimeOnce) {
   EXPECT_LE(train.be_busy_share, 1.0);
 }
 
-TEST(CoveredTime, CountsEachInstantOnceInAnyOrderAndForgetsPastItsHorizon) {
+TEST(CoveredTime, CountsEachInstantOnceInAnyOrder) {
   CoveredTime covered;
-  EXPECT_EQ(covered.add(0, 10), 10);
-  EXPECT_EQ(covered.add(5, 15), 5);
-  EXPECT_EQ(covered.add(20, 30), 10);
-  EXPECT_EQ(covered.add(12, 22), 5) << "only the gap from 15 to 20";
-  EXPECT_EQ(covered.add(0, 30), 0);
-  EXPECT_EQ(covered.add(40, 40), 0);
-  EXPECT_EQ(covered.add(50, 40), 0) << "an end before its start";
+  const std::int64_t now = 100;
+  EXPECT_EQ(covered.add(0, 10, now), 10);
+  EXPECT_EQ(covered.add(5, 15, now), 5);
+  EXPECT_EQ(covered.add(20, 30, now), 10);
+  EXPECT_EQ(covered.add(12, 22, now), 5) << "only the gap from 15 to 20";
+  EXPECT_EQ(covered.add(0, 30, now), 0);
+  EXPECT_EQ(covered.add(40, 40, now), 0);
+  EXPECT_EQ(covered.add(50, 40, now), 0) << "an end before its start";
   EXPECT_EQ(covered.intervals(), 1u);
-  // Past the horizon of the latest end, spans are forgotten and not counted again.
-  EXPECT_EQ(covered.add(CoveredTime::kHorizonNs + 100, CoveredTime::kHorizonNs + 200), 100);
+  EXPECT_EQ(covered.add(45, 50, now), 5);
+  std::vector<std::pair<std::int64_t, std::int64_t>> pieces;
+  EXPECT_EQ(covered.add(25, 60, now, [&](std::int64_t from, std::int64_t to) { pieces.emplace_back(from, to); }), 25);
+  EXPECT_EQ(pieces, (std::vector<std::pair<std::int64_t, std::int64_t>>{{30, 45}, {50, 60}}));
+}
+
+// Bounded whatever a client reports: spans older than the horizon (by the daemon's clock) are
+// dropped and not counted again, and past kMaxIntervals the oldest gaps are filled in.
+TEST(CoveredTime, StaysBoundedAndForgetsPastItsHorizon) {
+  CoveredTime covered;
+  EXPECT_EQ(covered.add(0, 500, 1000), 500);
+  const std::int64_t later = CoveredTime::kHorizonNs + 1000;
+  EXPECT_EQ(covered.add(0, 2000, later), 1000) << "from the horizon, 1000, on: counted once";
   EXPECT_EQ(covered.intervals(), 1u) << "the old span was dropped";
-  EXPECT_EQ(covered.add(150, 300), 100) << "only from the horizon, 200, on";
-  EXPECT_EQ(covered.add(0, 300), 0);
+  std::int64_t at = 10'000;
+  for (std::size_t i = 0; i < CoveredTime::kMaxIntervals + 10; ++i, at += 10) EXPECT_EQ(covered.add(at, at + 1, later), 1);
+  EXPECT_EQ(covered.intervals(), CoveredTime::kMaxIntervals);
+  EXPECT_EQ(covered.add(2005, 2006, later), 0) << "a gap filled in to stay bounded counts nothing";
+  EXPECT_EQ(covered.add(at - 5, at - 4, later), 1) << "the newest gaps are kept";
 }
 
 TEST(QosTracker, AJobKeepsItsNumbersAcrossReconnectsAndIdleJobsComeLast) {

@@ -9,8 +9,8 @@
 //   gpuqos_query_meets_target             gauge 1/0: the latency at that percentile is within it
 //   gpuqos_query_violations_total         counter: queries longer than their target
 //   gpuqos_be_ops_completed_total         counter: best-effort GPU ops that ran
-//   gpuqos_be_device_seconds_total        counter: their measured device time
-//   gpuqos_be_busy_share                  gauge: device time / wall time over the last 5 s
+//   gpuqos_be_device_seconds_total        counter: the time they were in flight (their spans' union)
+//   gpuqos_be_busy_share                  gauge: time in flight / wall time over the last 5 s
 //   gpuqos_grants_total, gpuqos_ops_held_total, gpuqos_grant_wait_seconds_total  counters
 //   gpuqos_grant_wait_seconds_max         gauge: the longest a held op waited
 //   gpuqos_be_held_seconds_total{job_name,reason}  counter: time a best-effort job's next op waited for

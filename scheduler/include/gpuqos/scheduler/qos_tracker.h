@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <map>
 #include <optional>
@@ -62,43 +63,51 @@ class LatencyHistogram {
   std::int64_t max_ns_ = 0;
 };
 
-// Ops completed and device time over the last kWindowNs (a ring of kSlots slots by arrival time):
-// a best-effort job's current rate, next to its totals.
+// Ops completed and time in flight over the last kWindowNs (a ring of kSlots slots): a
+// best-effort job's current rate, next to its totals. Ops count in the slot of their completion,
+// time in the slots it was spent in.
 class ProgressWindow {
  public:
   static constexpr std::size_t kSlots = 10;
   static constexpr std::int64_t kSlotNs = 500'000'000;
   static constexpr std::int64_t kWindowNs = kSlotNs * static_cast<std::int64_t>(kSlots);
 
-  void add(std::int64_t now_ns, std::uint64_t ops, std::int64_t device_ns);
+  void add_ops(std::int64_t now_ns, std::uint64_t ops);
+  // [start_ns, end_ns) was in flight; the part older than the ring's slots is not kept.
+  void add_time(std::int64_t start_ns, std::int64_t end_ns);
 
   struct Rate {
     double ops_per_s = 0;
-    double busy_share = 0;  // in-flight time / wall time (at most about 1: see CoveredTime)
+    double busy_share = 0;  // time in flight / wall time (at most 1 for one job: CoveredTime)
   };
   // Over the window ending at now_ns, or since since_ns (the job first seen) when that is later.
   Rate rate(std::int64_t now_ns, std::int64_t since_ns) const;
 
  private:
   struct Slot {
-    std::int64_t index = -1;  // now_ns / kSlotNs of what it holds
+    std::int64_t index = -1;  // time / kSlotNs of what it holds
     std::uint64_t ops = 0;
     std::int64_t device_ns = 0;
   };
+  Slot* slot_for(std::int64_t index);  // nullptr: older than what the ring holds there
   std::array<Slot, kSlots> slots_{};
 };
 
 // The wall time a job had work in flight: the union of its ops' spans, so ops that overlap (on
 // its streams, engines, processes or devices, or a batch of coarse completions sharing one
-// interval) count once and a job is never more than 100 % busy. Spans are kept kHorizonNs back
-// from the latest end seen; the part of a span older than that is not counted (it was, if
-// another span covered it; a span reported that late is rare). Ends are the caller's to clamp.
+// interval) count once. Spans are kept kHorizonNs back from the daemon's clock and at most
+// kMaxIntervals apart (beyond, the oldest gap is filled in, uncounted): a client's spans are its
+// word, and a flood of tiny ones must not grow the daemon. A span reaching further back counts
+// from there.
 class CoveredTime {
  public:
-  static constexpr std::int64_t kHorizonNs = 2'000'000'000;
+  static constexpr std::int64_t kHorizonNs = 60'000'000'000;
+  static constexpr std::size_t kMaxIntervals = 1024;
 
-  // Adds [start_ns, end_ns) and returns the part of it no earlier span covered.
-  std::int64_t add(std::int64_t start_ns, std::int64_t end_ns);
+  // Adds [start_ns, end_ns) at now_ns and returns the part of it no earlier span covered, each
+  // piece of which (in order) goes to `piece` when given.
+  std::int64_t add(std::int64_t start_ns, std::int64_t end_ns, std::int64_t now_ns,
+                   const std::function<void(std::int64_t, std::int64_t)>& piece = {});
   std::size_t intervals() const { return spans_.iterative_size(); }
 
  private:
@@ -131,9 +140,9 @@ struct JobQosSnapshot {
   double violation_fraction = 0;
   std::optional<bool> meets_target;   // at_percentile_ns <= target; none without target or query
   std::uint64_t be_ops = 0;           // best-effort GPU ops completed (they ran)
-  // The time they were in flight (CoveredTime: overlapping spans count once), which on a device
-  // other jobs share includes waiting behind their work (two jobs' shares can add up to more than
-  // 1), not the device time they took.
+  // The time they were in flight (CoveredTime: a job's overlapping spans count once), which on a
+  // device other jobs share includes waiting behind their work (two jobs' shares can add up to
+  // more than 1), not the device time they took.
   std::int64_t be_device_ns = 0;
   double be_ops_per_s = 0;            // over the last ProgressWindow::kWindowNs
   double be_busy_share = 0;
@@ -155,8 +164,9 @@ class QosTracker {
   // A query of the client's job closed after latency_ns; target_ns: the job's target now.
   void query_closed(ClientId client, std::int64_t latency_ns, std::optional<std::int64_t> target_ns,
                     std::int64_t now_ns);
-  // A completion of a best-effort client's op: its span (end at most now_ns) counts where no other
-  // span of its job covered it already (coarse completions of one batch share one interval).
+  // A completion of a best-effort client's op, read at now_ns: its span (end at most now_ns) counts
+  // where no other span of its job covered it already (coarse completions of one batch share one
+  // interval).
   void work_completed(ClientId client, const ipc::CompletionDescriptor& completion, std::int64_t now_ns);
 
   // Every job: connected ones first (high priority, then by name), then idle ones, latest first.
