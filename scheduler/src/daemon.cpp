@@ -68,8 +68,9 @@ void Daemon::tell_long_holds(std::int64_t now_ns) {
     if (told == told_holds_.end() && wait_ns < kLongHoldNs) continue;
     const auto held = held_op(*client);
     if (told != told_holds_.end()) {
-      if (held && held->seq == told->second.seq) {
-        told->second.held_by = held->held_by;
+      // Gone once granted (or once nothing of the client waits), whatever the policy says of it.
+      if (client->granted_through() < told->second.seq && wait_ns > 0) {
+        if (held && held->seq == told->second.seq) told->second.held_by = held->held_by;
         continue;
       }
       spdlog::info("{}: op {} ({}) went after {:.1f} s held, last by {}", client->tag(), told->second.seq,

@@ -219,6 +219,28 @@ TEST(Qos, AHeldOpIsShownWithItsPredictionAndLoggedWhenHeldLong) {
   EXPECT_NE(log.find(" s held, last by budget", log.find(went)), std::string::npos) << log;
 }
 
+// A client that leaves while an op of it is held long: said, with how long it was held.
+TEST(Qos, AClientLeavingWithAnOpHeldLongIsSaid) {
+  TempDir dir("gpuqos-qos");
+  DaemonProcess daemon({"--config", dir.write("gpuqosd.toml", baymax_serve_config("be_backlog_bound_ms = 7.5\n")).string()});
+  FakeClient serve(daemon.socket(), Priority::high, "serve");
+  const auto train_gone = [&] { return daemon.log().find(": left with op 2 (kernel step) held for ") != std::string::npos; };
+  {
+    FakeClient train(daemon.socket(), Priority::low, "train");
+    train.name_kernel(1, "step");
+    train.post(FakeClient::kernel(1));
+    ASSERT_TRUE(train.wait_granted(1));
+    const std::int64_t now = ipc::monotonic_ns();
+    train.complete(1, now - 100 * kMs, now);
+    ASSERT_TRUE(eventually([&] { return daemon.status()["predictor"]["learned"] == 1; }, 5s)) << daemon.status().dump(1);
+    train.post(FakeClient::kernel(2));
+    ASSERT_TRUE(eventually([&] { return daemon.log().find("held for") != std::string::npos; }, 8s)) << daemon.log();
+    EXPECT_FALSE(train_gone());
+  }  // hangs up
+  ASSERT_TRUE(eventually(train_gone, 5s)) << daemon.log();
+  EXPECT_EQ(daemon.log().find("went after"), std::string::npos) << daemon.log();
+}
+
 // On a time-slicing device, a target that leaves less than one slice over the job's queries is
 // warned of, in the status and once in gpuqosd's log (not again at every check).
 TEST(Qos, ATargetTighterThanATimeSliceIsWarnedOfOnce) {
