@@ -53,7 +53,7 @@ int attribute_value(const wire::DeviceInfo& info, CUdevice_attribute attrib, int
     case CU_DEVICE_ATTRIBUTE_GLOBAL_L1_CACHE_SUPPORTED: return 1;
     case CU_DEVICE_ATTRIBUTE_LOCAL_L1_CACHE_SUPPORTED: return 1;
     case CU_DEVICE_ATTRIBUTE_ECC_ENABLED: return 1;
-    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: return 0x18 + dev;
+    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: return static_cast<int>(0x18 + driver().wire_device(dev));  // the node's
     case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID: return 0;
     case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID: return 0;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE: return CU_COMPUTEMODE_DEFAULT;
@@ -142,7 +142,7 @@ SIMGPU_EXPORT CUresult cuDeviceGetPCIBusId(char* pci_bus_id, int len, CUdevice d
   const wire::DeviceInfo* info = nullptr;
   if (CUresult r = device_info(dev, &info); r != CUDA_SUCCESS) return r;
   if (!pci_bus_id || len <= 0) return CUDA_ERROR_INVALID_VALUE;
-  std::snprintf(pci_bus_id, static_cast<std::size_t>(len), "0000:%02x:00.0", 0x18 + dev);
+  std::snprintf(pci_bus_id, static_cast<std::size_t>(len), "0000:%02x:00.0", 0x18 + driver().wire_device(dev));
   return CUDA_SUCCESS;
 }
 

@@ -883,6 +883,9 @@ TEST_F(DriverItest, CudaVisibleDevicesPicksAndOrdersTheDevicesAProcessSees) {
     CUuuid uuid{};
     CLIENT_OK(c, cuDeviceGetUuid(&uuid, 1));
     c.report("uuid1", hex(uuid));
+    char bus[32] = {};
+    CLIENT_OK(c, cuDeviceGetPCIBusId(bus, sizeof bus, 1));
+    c.report("bus1", bus);
   });
   ClientOutcome node = plain.finish();
   expect_clean(node, "without the variable");
@@ -901,6 +904,9 @@ TEST_F(DriverItest, CudaVisibleDevicesPicksAndOrdersTheDevicesAProcessSees) {
     CUuuid uuid{};
     CLIENT_OK(c, cuDeviceGetUuid(&uuid, 0));
     c.report("uuid0", hex(uuid));
+    char bus[32] = {};
+    CLIENT_OK(c, cuDeviceGetPCIBusId(bus, sizeof bus, 0));
+    c.report("bus0", bus);
     CUdeviceptr p = 0;
     if (!open_device(c, 0) || !CLIENT_OK(c, cuMemAlloc(&p, 64 * kMiB))) return;
     c.ready();
@@ -913,6 +919,7 @@ TEST_F(DriverItest, CudaVisibleDevicesPicksAndOrdersTheDevicesAProcessSees) {
   ClientOutcome seen = swapped.finish();
   expect_clean(seen, "with CUDA_VISIBLE_DEVICES=1,0");
   EXPECT_EQ(seen.values["uuid0"], node.values["uuid1"]);
+  EXPECT_EQ(seen.values["bus0"], node.values["bus1"]) << "the device's own bus id, not its ordinal's";
   // An entry that names no device ends the list; an empty one hides them all, as on a real node.
   ClientProcess one(server().socket(), [](ClientLink& c) {
     ::setenv("CUDA_VISIBLE_DEVICES", "1,-1,0", 1);

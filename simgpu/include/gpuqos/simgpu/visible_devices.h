@@ -16,9 +16,11 @@ namespace gpuqos::simgpu {
 std::string uuid_text(const std::array<std::uint8_t, 16>& uuid);
 
 // The node's devices a process sees under `env` (the variable's value; nullopt when unset: all of
-// them). Comma-separated entries, each an index (its leading digits, as strtoul reads them: "1gpu"
-// is 1) or a UUID prefix beginning "GPU-" that names one device; the list ends at the first entry
-// that names no device, or one already listed ("0,2,-1,1" is 0 and 2), and "" hides every device.
+// them). Comma-separated entries: indices (each its leading digits, as strtoul reads them: "1gpu"
+// is 1) or, in a list that starts with "GPU-", UUID prefixes that each name one device. The list
+// ends at the first entry that names no device ("0,2,-1,1" is 0 and 2; "" hides every device); a
+// device named twice hides every device, as PyTorch's reading of the driver
+// (torch.cuda._parse_visible_devices) has it.
 std::vector<std::uint32_t> visible_devices(std::optional<std::string_view> env,
                                            std::span<const std::array<std::uint8_t, 16>> uuids);
 
