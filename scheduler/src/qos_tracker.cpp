@@ -71,22 +71,31 @@ std::int64_t LatencyHistogram::percentile_ns(double percentile) const {
 
 // --- ProgressWindow ---
 
+namespace {
+
+std::int64_t slot_index(std::int64_t ns) {  // floor(ns / kSlotNs), for times before 0 too
+  return ns / ProgressWindow::kSlotNs - (ns % ProgressWindow::kSlotNs < 0 ? 1 : 0);
+}
+
+}  // namespace
+
 ProgressWindow::Slot* ProgressWindow::slot_for(std::int64_t index) {
-  Slot& slot = slots_[static_cast<std::size_t>(index) % kSlots];
+  constexpr auto kRing = static_cast<std::int64_t>(kSlots);
+  Slot& slot = slots_[static_cast<std::size_t>((index % kRing + kRing) % kRing)];
   if (slot.index > index) return nullptr;  // it holds a later slot's: this one is out of the ring
   if (slot.index != index) slot = Slot{index, 0, 0};
   return &slot;
 }
 
 void ProgressWindow::add_ops(std::int64_t now_ns, std::uint64_t ops) {
-  if (Slot* slot = slot_for(now_ns / kSlotNs)) slot->ops += ops;
+  if (Slot* slot = slot_for(slot_index(now_ns))) slot->ops += ops;
 }
 
 void ProgressWindow::add_time(std::int64_t start_ns, std::int64_t end_ns) {
   if (end_ns <= start_ns) return;
   // Only the slots the ring can hold behind the latest: older time is in the totals only.
-  const std::int64_t last = (end_ns - 1) / kSlotNs;
-  for (std::int64_t index = std::max(start_ns / kSlotNs, last - static_cast<std::int64_t>(kSlots) + 1); index <= last;
+  const std::int64_t last = slot_index(end_ns - 1);
+  for (std::int64_t index = std::max(slot_index(start_ns), last - static_cast<std::int64_t>(kSlots) + 1); index <= last;
        ++index) {
     const std::int64_t from = std::max(start_ns, index * kSlotNs), to = std::min(end_ns, (index + 1) * kSlotNs);
     if (Slot* slot = slot_for(index)) slot->device_ns += to - from;
@@ -94,7 +103,7 @@ void ProgressWindow::add_time(std::int64_t start_ns, std::int64_t end_ns) {
 }
 
 ProgressWindow::Rate ProgressWindow::rate(std::int64_t now_ns, std::int64_t since_ns) const {
-  const std::int64_t newest = now_ns / kSlotNs;
+  const std::int64_t newest = slot_index(now_ns);
   const std::int64_t oldest = newest - static_cast<std::int64_t>(kSlots) + 1;
   std::uint64_t ops = 0;
   std::int64_t device_ns = 0;
@@ -236,12 +245,12 @@ void QosTracker::work_completed(ClientId client, const ipc::CompletionDescriptor
   if (completion.status != 0) return;  // nothing ran
   Job* job = job_of(client, now_ns);
   if (job == nullptr) return;
-  // The daemon checked the end is not in the future; a span of hours counts for at most
-  // kMaxCompletionNs (a client's times are its word).
+  // The daemon checked the end is not in the future; CoveredTime counts at most its horizon of a
+  // span. The rate is over the time since the job was first seen: time before it is not in it.
   const std::int64_t end_ns = std::min<std::int64_t>(completion.end_ns, now_ns);
-  const std::int64_t start_ns = std::max<std::int64_t>(completion.start_ns, end_ns - kMaxCompletionNs);
-  const std::int64_t device_ns =
-      job->in_flight.add(start_ns, end_ns, now_ns, [&](std::int64_t from, std::int64_t to) { job->window.add_time(from, to); });
+  const std::int64_t device_ns = job->in_flight.add(completion.start_ns, end_ns, now_ns, [&](std::int64_t from, std::int64_t to) {
+    job->window.add_time(std::max(from, job->first_seen_ns), to);
+  });
   ++job->be_ops;
   job->be_device_ns += device_ns;
   job->window.add_ops(now_ns, 1);

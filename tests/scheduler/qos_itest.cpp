@@ -123,11 +123,15 @@ TEST(Qos, AJobsNumbersSurviveItsClientReconnectingAndBestEffortProgressIsCounted
 
   FakeClient train(daemon.socket(), Priority::low, "train");
   train.name_kernel(1, "step");
-  const std::int64_t past = ipc::monotonic_ns() - 100 * kMs;  // 3 ms each, apart: no overlap to count once
+  std::int64_t first_posted = 0;
   for (std::uint64_t seq = 1; seq <= 5; ++seq) {
     train.post(FakeClient::kernel(seq));
     ASSERT_TRUE(train.wait_granted(seq));
-    const std::int64_t start = past + static_cast<std::int64_t>(seq) * 10 * kMs;
+    if (seq == 1) first_posted = ipc::monotonic_ns();
+  }
+  std::this_thread::sleep_for(60ms);
+  for (std::uint64_t seq = 1; seq <= 5; ++seq) {  // 3 ms each, apart: no overlap to count once
+    const std::int64_t start = first_posted + static_cast<std::int64_t>(seq - 1) * 10 * kMs;
     train.complete(seq, start, start + 3 * kMs);
   }
   ASSERT_TRUE(eventually([&] { return be_ops(daemon.status(), "train") == 5; }, 5s))

@@ -165,6 +165,21 @@ TEST(QosTracker, BestEffortProgressHasTotalsAndARateOverTheLastFiveSeconds) {
   EXPECT_EQ(train.be_ops, 1500u);
 }
 
+// A long span's time is spread over the seconds it was spent in: back-to-back 3-s kernels keep a
+// job about 100 % busy, not 0 % between their ends and 600 % in the slot of each.
+TEST(QosTracker, ALongSpansTimeCountsWhereItWasSpent) {
+  QosTracker tracker;
+  tracker.client_seen(2, "train", ipc::Priority::low, 0);
+  std::uint64_t seq = 0;
+  for (std::int64_t start = 0; start < 30 * kS; start += 3 * kS) {
+    tracker.work_completed(2, ran(++seq, start, start + 3 * kS), start + 3 * kS);
+    const auto train = tracker.snapshot(config::default_config(), start + 3 * kS)[0];
+    EXPECT_NEAR(train.be_busy_share, 1.0, 0.01) << "after the kernel ending at " << start + 3 * kS;
+  }
+  const auto train = tracker.snapshot(config::default_config(), 31 * kS)[0];
+  EXPECT_NEAR(train.be_busy_share, 3.5 / 4.5, 0.01) << "3.5 s of the window's 4.5 (its slots from 26.5 s)";
+}
+
 TEST(QosTracker, CoarseCompletionsOfOneBatchCountItsIntervalOnceAndFailedOpsNotAtAll) {
   QosTracker tracker;
   tracker.client_seen(2, "train", ipc::Priority::low, 0);

@@ -95,7 +95,8 @@ class ProgressWindow {
 
 // The wall time a job had work in flight: the union of its ops' spans, so ops that overlap (on
 // its streams, engines, processes or devices, or a batch of coarse completions sharing one
-// interval) count once. Spans are kept kHorizonNs back from the daemon's clock and at most
+// interval) count once. Spans are kept kHorizonNs back from the daemon's clock (so an op in flight
+// longer than that counts its last kHorizonNs) and at most
 // kMaxIntervals apart (beyond, the oldest gap is filled in, uncounted): a client's spans are its
 // word, and a flood of tiny ones must not grow the daemon. A span reaching further back counts
 // from there.
@@ -154,8 +155,6 @@ struct JobQosSnapshot {
 class QosTracker {
  public:
   static constexpr std::size_t kMaxJobs = 256;
-  // One completion counts for at most this much device time (a client's times are untrusted).
-  static constexpr std::int64_t kMaxCompletionNs = 3'600'000'000'000;
 
   // The client (of job `job`, running as `priority`) posted; the first call registers it.
   void client_seen(ClientId client, const std::string& job, ipc::Priority priority, std::int64_t now_ns);
