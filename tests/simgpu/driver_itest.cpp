@@ -874,18 +874,22 @@ TEST_F(DriverItest, DevicesReportTheProfileAndStableUuids) {
   EXPECT_EQ(a.values["uuid1"], c.values["uuid1"]);
 }
 
+// Reports device `ordinal`'s UUID and PCI bus id as "uuid<ordinal>" and "bus<ordinal>".
+void report_identity(ClientLink& c, int ordinal) {
+  CUuuid uuid{};
+  CLIENT_OK(c, cuDeviceGetUuid(&uuid, ordinal));
+  c.report("uuid" + std::to_string(ordinal), hex(uuid));
+  char bus[32] = {};
+  CLIENT_OK(c, cuDeviceGetPCIBusId(bus, sizeof bus, ordinal));
+  c.report("bus" + std::to_string(ordinal), bus);
+}
+
 // As the CUDA driver does, the process sees the devices CUDA_VISIBLE_DEVICES names, in its order:
 // its ordinal 0 here is simgpud's device 1, and what it does there lands on that device.
 TEST_F(DriverItest, CudaVisibleDevicesPicksAndOrdersTheDevicesAProcessSees) {
   start(kTwoDeviceProfile);
   ClientProcess plain(server().socket(), [](ClientLink& c) {
-    if (!CLIENT_OK(c, cuInit(0))) return;
-    CUuuid uuid{};
-    CLIENT_OK(c, cuDeviceGetUuid(&uuid, 1));
-    c.report("uuid1", hex(uuid));
-    char bus[32] = {};
-    CLIENT_OK(c, cuDeviceGetPCIBusId(bus, sizeof bus, 1));
-    c.report("bus1", bus);
+    if (CLIENT_OK(c, cuInit(0))) report_identity(c, 1);
   });
   ClientOutcome node = plain.finish();
   expect_clean(node, "without the variable");
@@ -901,12 +905,7 @@ TEST_F(DriverItest, CudaVisibleDevicesPicksAndOrdersTheDevicesAProcessSees) {
     int sms = 0;
     CLIENT_OK(c, cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 0));
     CLIENT_CHECK(c, sms == 50);
-    CUuuid uuid{};
-    CLIENT_OK(c, cuDeviceGetUuid(&uuid, 0));
-    c.report("uuid0", hex(uuid));
-    char bus[32] = {};
-    CLIENT_OK(c, cuDeviceGetPCIBusId(bus, sizeof bus, 0));
-    c.report("bus0", bus);
+    report_identity(c, 0);
     CUdeviceptr p = 0;
     if (!open_device(c, 0) || !CLIENT_OK(c, cuMemAlloc(&p, 64 * kMiB))) return;
     c.ready();
