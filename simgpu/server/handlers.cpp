@@ -185,7 +185,9 @@ void Server::handle(Session& session, const wire::MemInfo& msg) {
 }
 
 void Server::handle(Session& session, const wire::StatsRequest& msg) {
-  advance_due();
+  // To now, not to the last due event: an idle device's clock must not lag (a window between two
+  // reads would be longer than it was, and a busy share over it too small).
+  advance_to_sent(0);
   auto clients = std::count_if(sessions_.begin(), sessions_.end(), [](const auto& entry) {
     const Session& s = *entry.second;
     return s.greeted && !s.observer && !s.closing;

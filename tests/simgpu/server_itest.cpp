@@ -462,6 +462,13 @@ TEST_F(SimgpudTest, StatsCountBusyTimeAndClients) {
   EXPECT_EQ(json["devices"][0]["compute_busy_ns"], 2 * kFixedKernelNs);
   EXPECT_EQ(json["devices"][0]["kernels_completed"], 2);
   EXPECT_GE(json["now_ns"].get<std::int64_t>(), head.now_ns);
+
+  // An idle device's clock reads now, not its last event: a user test saw it 6.5 s behind.
+  const auto before = observer.stats().first.now_ns;
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto after = observer.stats().first.now_ns;
+  EXPECT_GE(after - before, 300'000'000) << "the window between two reads is the time between them";
+  EXPECT_LT(after - before, 5'000'000'000);
 }
 
 TEST_F(SimgpudTest, SecondServerOnTheSameSocketIsRefused) {
