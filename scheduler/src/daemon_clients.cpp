@@ -181,6 +181,10 @@ void Daemon::drain_and_release() {
       if (ipc::validate_op(op, last_seq, ipc::kMaxDevices)) last_seq = op.seq;
     }
     const std::uint64_t before = client->granted_through();
+    if (const auto told = told_holds_.find(id); told != told_holds_.end() && before < told->second.seq) {
+      spdlog::info("{}: op {} ({}) let go at shutdown after {:.1f} s held, last by {}", client->tag(), told->second.seq,
+                   told->second.op, static_cast<double>(now - told->second.since_ns) / 1e9, told->second.held_by);
+    }
     client->grant_through(last_seq);
     if (!client->publish_grant(ipc::kGrantDetach)) {
       spdlog::warn("{}: grants ring full, cannot send the final grant", client->tag());
@@ -190,6 +194,7 @@ void Daemon::drain_and_release() {
     ipc::Segment::remove(client->segment_name());
   }
   clients_.clear();
+  told_holds_.clear();
   if (auto error = learner_->save()) {
     spdlog::error("predictor: {}", *error);
   } else if (!learner_->store_path().empty()) {

@@ -223,12 +223,15 @@ TEST(Qos, AHeldOpIsShownWithItsPredictionAndLoggedWhenHeldLong) {
   EXPECT_NE(log.find(" s held, last by budget", log.find(went)), std::string::npos) << log;
 }
 
-// A client that leaves while an op of it is held long: said, with how long it was held.
-TEST(Qos, AClientLeavingWithAnOpHeldLongIsSaid) {
+// A client that leaves while an op of it is held long, and a daemon stopping while one is: each
+// said, with how long the op was held.
+TEST(Qos, AnOpHeldLongIsSaidWhenItsClientLeavesOrGpuqosdStops) {
   TempDir dir("gpuqos-qos");
   DaemonProcess daemon({"--config", dir.write("gpuqosd.toml", baymax_serve_config("be_backlog_bound_ms = 7.5\n")).string()});
   FakeClient serve(daemon.socket(), Priority::high, "serve");
-  const auto train_gone = [&] { return daemon.log().find(": left with op 2 (kernel step) held for ") != std::string::npos; };
+  FakeClient staying(daemon.socket(), Priority::low, "train");
+  staying.name_kernel(1, "step");
+  const auto said = [&](const std::string& text) { return daemon.log().find(text) != std::string::npos; };
   {
     FakeClient train(daemon.socket(), Priority::low, "train");
     train.name_kernel(1, "step");
@@ -238,11 +241,15 @@ TEST(Qos, AClientLeavingWithAnOpHeldLongIsSaid) {
     train.complete(1, now - 100 * kMs, now);
     ASSERT_TRUE(eventually([&] { return daemon.status()["predictor"]["learned"] == 1; }, 5s)) << daemon.status().dump(1);
     train.post(FakeClient::kernel(2));
-    ASSERT_TRUE(eventually([&] { return daemon.log().find("held for") != std::string::npos; }, 8s)) << daemon.log();
-    EXPECT_FALSE(train_gone());
+    staying.post(FakeClient::kernel(1));  // learned long too: held as well
+    ASSERT_TRUE(eventually([&] { return said(": op 2 (kernel step, predicted 100.") && said(": op 1 (kernel step, predicted 100."); }, 8s))
+        << daemon.log();
+    EXPECT_FALSE(said("left with"));
   }  // hangs up
-  ASSERT_TRUE(eventually(train_gone, 5s)) << daemon.log();
-  EXPECT_EQ(daemon.log().find("went after"), std::string::npos) << daemon.log();
+  ASSERT_TRUE(eventually([&] { return said(": left with op 2 (kernel step) held for "); }, 5s)) << daemon.log();
+  daemon.process().stop();  // SIGTERM: it drains and lets every held op go
+  EXPECT_TRUE(said(": op 1 (kernel step) let go at shutdown after ")) << daemon.log();
+  EXPECT_FALSE(said("went after")) << daemon.log();
 }
 
 // On a time-slicing device, a target that leaves less than one slice over the job's queries is
