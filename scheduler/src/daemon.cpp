@@ -68,8 +68,8 @@ void Daemon::tell_long_holds(std::int64_t now_ns) {
     if (told == told_holds_.end() && wait_ns < kLongHoldNs) continue;
     const auto held = held_op(*client);
     if (told != told_holds_.end()) {
-      // Gone once granted (or once nothing of the client waits), whatever the policy says of it.
-      if (client->granted_through() < told->second.seq && wait_ns > 0) {
+      // Gone once granted, whatever the policy says of it.
+      if (client->granted_through() < told->second.seq) {
         if (held && held->seq == told->second.seq) told->second.held_by = held->held_by;
         continue;
       }
