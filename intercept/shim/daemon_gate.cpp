@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <thread>
 
 #include "describe.h"
@@ -216,6 +217,11 @@ void DaemonGate::tell_unmanaged(std::uint32_t device, std::uint64_t managed) noe
   }
 }
 
+void DaemonGate::said_uuid(ipc::OpDescriptor& descriptor) const noexcept {
+  const ContextDevices::Uuid uuid = devices_.uuid(descriptor.device);
+  std::memcpy(descriptor.device_uuid, uuid.data(), sizeof descriptor.device_uuid);
+}
+
 // Waited calls of one thread timed on the device at most this often (DaemonGate::post).
 constexpr std::int64_t kTimedCallSpacingNs = 1'000'000;
 
@@ -233,6 +239,7 @@ Ticket DaemonGate::post(const Operation& op, const std::shared_ptr<Session>& ses
     ipc::OpDescriptor descriptor;
     if (!describe(op, device, ticket.posted_ns, kernels_, descriptor)) return {};
     if (descriptor.kind == ipc::OpKind::kernel) descriptor.sm_count = devices_.sm_count(device);
+    said_uuid(descriptor);
     const bool low = session->low_priority();  // the daemon's answer, not our claim
     if (!session->post(descriptor, kernels_, /*may_wait=*/low)) return {};
     ticket.seq = descriptor.seq;
@@ -283,6 +290,7 @@ void DaemonGate::post_mark(ipc::OpDescriptor descriptor) noexcept {
   const bool has_context = get_current && get_current(&context) == CUDA_SUCCESS && context;
   if (has_context) {
     descriptor.device = devices_.of(context);
+    said_uuid(descriptor);
     // A synchronisation of a device the daemon does not schedule waits for nothing it knows of.
     if (descriptor.kind == ipc::OpKind::sync && !session->manages(descriptor.device)) return;
   } else if (descriptor.kind == ipc::OpKind::sync) {

@@ -59,6 +59,8 @@ class DaemonGate final : public Gate {
   // Once per process, at the first op on a device the daemon does not manage: which it does, and
   // (a warning) when that is none of this process's devices.
   void tell_unmanaged(std::uint32_t device, std::uint64_t managed) noexcept;
+  // Fills the descriptor's device_uuid from its device ordinal (protocol 1.7).
+  void said_uuid(ipc::OpDescriptor& descriptor) const noexcept;
 
   const Settings settings_;
   const Log log_;

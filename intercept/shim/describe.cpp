@@ -1,6 +1,8 @@
 // describe(): the kind, shape, sizes and arguments of one operation, for its descriptor.
 #include "describe.h"
 
+#include <cstring>
+
 #include "shim.h"
 
 namespace gpuqos::intercept {
@@ -162,6 +164,28 @@ std::uint32_t ContextDevices::sm_count(std::uint32_t device) noexcept {
     sm_counts_[device].store(known, std::memory_order_relaxed);
   }
   return known == kUnknown ? 0 : known;
+}
+
+ContextDevices::Uuid ContextDevices::uuid(std::uint32_t device) noexcept {
+  if (device >= uuids_.size()) return {};
+  if (!uuid_asked_[device].load(std::memory_order_acquire)) {
+    std::lock_guard lock(uuid_mutex_);
+    if (!uuid_asked_[device].load(std::memory_order_relaxed)) {
+      using GetUuid = CUresult (*)(CUuuid*, CUdevice);
+      CUuuid said{};
+      bool known = false;
+      for (const DriverHelper helper : {DriverHelper::device_get_uuid_v2, DriverHelper::device_get_uuid}) {
+        const auto get_uuid = driver<GetUuid>(helper);
+        if (get_uuid && get_uuid(&said, static_cast<CUdevice>(device)) == CUDA_SUCCESS) {
+          known = true;
+          break;
+        }
+      }
+      if (known) std::memcpy(uuids_[device].data(), said.bytes, uuids_[device].size());
+      uuid_asked_[device].store(true, std::memory_order_release);  // not asked again either way
+    }
+  }
+  return uuids_[device];
 }
 
 }  // namespace gpuqos::intercept

@@ -31,20 +31,29 @@ bool describe(const Operation& op, std::uint32_t device, std::int64_t posted_ns,
 void learn_kernel_name(const Operation& op, KernelRegistry& kernels) noexcept;
 
 // The device ordinal of each context seen (cuCtxGetDevice once per context; 0 when it fails), and
-// each device's SM count (asked once; 0 when the driver cannot say).
+// each device's SM count and UUID (asked once; 0 and all zero when the driver cannot say).
 class ContextDevices {
  public:
+  using Uuid = std::array<std::uint8_t, 16>;
+
   std::uint32_t of(CUcontext context) noexcept;
   // A context that may have ended: its handle may come back for a context of another device.
   void forget(CUcontext context) noexcept;
   void forget_all() noexcept;
   std::uint32_t sm_count(std::uint32_t device) noexcept;
+  // cuDeviceGetUuid_v2 (else cuDeviceGetUuid, before CUDA 11.4) of the ordinal: what tells the
+  // daemon which of the node's GPUs it is, whatever this process numbers it.
+  Uuid uuid(std::uint32_t device) noexcept;
 
  private:
   static constexpr std::uint32_t kUnknown = ~std::uint32_t{0};
   std::mutex mutex_;
   std::vector<std::pair<CUcontext, std::uint32_t>> devices_;  // at most 256 remembered
   std::array<std::atomic<std::uint32_t>, ipc::kMaxDevices> sm_counts_{};  // 0: not asked yet
+  // Written once under uuid_mutex_, then read after asked_ (release/acquire).
+  std::mutex uuid_mutex_;
+  std::array<std::atomic<bool>, ipc::kMaxDevices> uuid_asked_{};
+  std::array<Uuid, ipc::kMaxDevices> uuids_{};
 };
 
 }  // namespace gpuqos::intercept

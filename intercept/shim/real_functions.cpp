@@ -29,7 +29,8 @@ constexpr std::array<const char*, kDriverHelperCount> kHelperNames = {
     "cuEventCreate",       "cuEventDestroy_v2",        "cuEventRecord",        "cuEventRecord_ptsz",
     "cuEventQuery",        "cuCtxSetCurrent",          "cuThreadExchangeStreamCaptureMode",
     "cuDevicePrimaryCtxGetState", "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRelease_v2",
-    "cuDeviceGetAttribute",        "cuEventElapsedTime_v2",        "cuEventElapsedTime",  "cuDeviceGetCount"};
+    "cuDeviceGetAttribute",        "cuEventElapsedTime_v2",        "cuEventElapsedTime",  "cuDeviceGetCount",
+    "cuDeviceGetUuid_v2",          "cuDeviceGetUuid"};
 
 // The driver's definition of `name`, or nullptr.
 void* look_up(const char* name) {

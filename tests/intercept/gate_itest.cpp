@@ -10,6 +10,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -148,6 +149,10 @@ TEST_F(GateTest, RegistersAndPostsEveryOpWithItsShapeAndCompletion) {
   EXPECT_EQ(kernel.args[0], 1500u);
   EXPECT_EQ(kernel.sm_count, 8u) << "the device's SMs, as simgpu's profile says";
   EXPECT_EQ(h2d.sm_count, 0u) << "said of kernels only";
+  // Every op on the device says its UUID (protocol 1.7): simgpu's, never all zero.
+  const auto uuid_of = [](const ipc::OpDescriptor& op) { return std::vector<std::uint8_t>(std::begin(op.device_uuid), std::end(op.device_uuid)); };
+  EXPECT_NE(uuid_of(h2d), std::vector<std::uint8_t>(16, 0));
+  for (const ipc::OpDescriptor& op : client.ops) EXPECT_EQ(uuid_of(op), uuid_of(h2d)) << "op " << op.seq;
   EXPECT_EQ(kernel.stream, h2d.stream);
   EXPECT_NE(kernel.stream, 0u);
   EXPECT_EQ(client.ops[2].kind, ipc::OpKind::memset);

@@ -67,7 +67,11 @@ struct OpDescriptor {
   // query_begin (1.2): the posted_ns of the query_arrived mark of the request it begins (<= 0: none
   // said). The shim pairs them, so a mark lost on the way cannot pair later requests wrongly.
   std::int64_t arrived_ns;
-  std::uint8_t reserved[40];
+  // (1.7) The UUID of the device `device` names, as cuDeviceGetUuid says (all zero: not said: an
+  // older shim, a mark from a thread with no context, or a driver that could not say). Ordinals
+  // are each process's own numbering (CUDA_VISIBLE_DEVICES); the daemon tells devices apart by this.
+  std::uint8_t device_uuid[16];
+  std::uint8_t reserved[24];
 };
 
 enum CompletionFlags : std::uint32_t {
@@ -116,7 +120,8 @@ static_assert(offsetof(OpDescriptor, kind) == 72);
 static_assert(offsetof(OpDescriptor, arg_count) == 75);
 static_assert(offsetof(OpDescriptor, args) == 80);
 static_assert(offsetof(OpDescriptor, arrived_ns) == 144);
-static_assert(offsetof(OpDescriptor, reserved) == 152);
+static_assert(offsetof(OpDescriptor, device_uuid) == 152);
+static_assert(offsetof(OpDescriptor, reserved) == 168);
 static_assert(offsetof(CompletionDescriptor, status) == 24);
 static_assert(offsetof(GrantDescriptor, flags) == 16);
 

@@ -28,6 +28,8 @@
 //        waking the futex; the same for the completions ring, whose word the loop sets while it
 //        holds ops (a completion may release them). An older shim's ops ring is consumed by a
 //        thread of the daemon, as before; no record changes
+//   1.7  an OpDescriptor says its device's UUID (device_uuid, reserved before: an older daemon
+//        ignores it, and a newer one takes all zero as not said); no record changes
 //
 // Everything the daemon receives is untrusted: decode_* validate every field and return the reason
 // for rejecting garbage. Who the client is (pid, uid, gid) comes from the kernel via
@@ -56,8 +58,8 @@ inline constexpr std::uint16_t kProtocolVersionMajor = 1;
 // 1.1: HelloReply's effective_priority and copy_chunk_bytes. 1.2: the daemon takes query_arrived
 // marks (descriptor.h); a shim posts them only to a daemon that says 1.2 or later. 1.3: HelloReply's
 // managed_devices. 1.4: HelloReply's daemon_clock_ns. 1.5: OpDescriptor's sm_count. 1.6: the ops
-// ring's doorbell (a datagram socket with the HelloReply).
-inline constexpr std::uint16_t kProtocolVersionMinor = 6;
+// ring's doorbell (a datagram socket with the HelloReply). 1.7: OpDescriptor's device_uuid.
+inline constexpr std::uint16_t kProtocolVersionMinor = 7;
 
 inline constexpr std::size_t kJobNameBytes = 64;        // with its NUL
 inline constexpr std::size_t kReplyMessageBytes = 128;  // with its NUL
