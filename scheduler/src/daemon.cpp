@@ -98,6 +98,7 @@ ipc::Result<std::unique_ptr<Daemon>> Daemon::create(DaemonOptions options) {
   std::unique_ptr<Daemon> daemon(new Daemon(std::move(options)));
   daemon->policy_ = make_policy(daemon->options_.policy);
   if (!daemon->policy_) return ipc::Error{"unknown policy '" + daemon->options_.policy.name + "' (known: fifo, priority, baymax)"};
+  daemon->numbered_policy_ = daemon->options_.policy;  // no device renumbered yet
   const std::string& store = daemon->options_.learning.store_path;
   if (const auto what = store.empty() ? std::nullopt : predictor::foreign_file(store)) {
     return ipc::Error{"the profile store " + store + " is not a predictor store but " + *what +
@@ -285,6 +286,10 @@ DaemonStatus Daemon::status_snapshot() const {
   status.policy = std::string(policy_->name());
   status.socket = options_.socket_path;
   status.backlog = policy_->backlog().loads();
+  for (const DeviceTable::Device& device : devices_.devices()) {
+    status.devices.push_back(
+        DeviceStatus{device.number, DeviceTable::uuid_text(device.uuid), device.first_ordinal, device.clients});
+  }
   const DurationLearner::Counts& learned = learner_->counts();
   status.predictor = PredictorStatus{learner_->store_path(), learner_->predictor().kernel_count(), learned.learned,
                                      learned.coarse, learned.shared, learned.unknown, learned.rejected, learned.saves};

@@ -11,6 +11,7 @@
 #include "gpuqos/ipc/clock.h"
 #include "gpuqos/ipc/validate.h"
 #include "gpuqos/scheduler/daemon.h"
+#include "gpuqos/scheduler/daemon_config.h"
 
 namespace gpuqos::scheduler {
 
@@ -41,10 +42,11 @@ void Daemon::drain_all(std::int64_t now_ns) {
 
 // The one place a client's ops are validated before anything looks at them.
 std::string Daemon::accept_op(Client& client, const ArrivedOp& arrived) {
-  const ipc::OpDescriptor& op = arrived.op;
+  ipc::OpDescriptor op = arrived.op;
   if (ipc::Status valid = ipc::validate_op(op, client.last_seq(), ipc::kMaxDevices); !valid) {
     return "invalid op descriptor after seq " + std::to_string(client.last_seq()) + ": " + valid.error();
   }
+  if (std::string why = renumber_device(client, op); !why.empty()) return why;
   if (op.kind == ipc::OpKind::kernel && !client.kernel_names().contains(op.kernel_id)) {
     // Its name was sent before the op, so it is already queued on the socket.
     if (std::string why = read_client_socket(client); !why.empty()) return why;
@@ -77,6 +79,38 @@ std::string Daemon::accept_op(Client& client, const ArrivedOp& arrived) {
   return {};
 }
 
+std::string Daemon::renumber_device(const Client& client, ipc::OpDescriptor& op) {
+  DeviceTable::Uuid uuid;
+  std::copy(std::begin(op.device_uuid), std::end(op.device_uuid), uuid.begin());
+  const std::uint32_t ordinal = op.device;
+  const DeviceTable::Renumbered where = devices_.renumber(client.identity().id, ordinal, uuid);
+  if (!where.error.empty()) return "device UUIDs: " + where.error;
+  if (!where.note.empty()) spdlog::warn("{} ({})", where.note, client.tag());
+  op.device = where.device;
+  if (where.added) {
+    spdlog::info("device {} is {} ({} calls it device {})", where.device, DeviceTable::uuid_text(uuid), client.tag(),
+                 ordinal);
+    apply_device_settings();
+  }
+  const std::uint32_t settings_of = devices_.config_ordinal(where.device);
+  if (settings_of != ordinal && device_settings_differ(options_.policy.baymax, ordinal, settings_of) &&
+      settings_warned_.emplace(where.device, ordinal).second) {
+    spdlog::warn("{} calls {} device {}, whose [policy.baymax] settings (preemptive_device, timeslice_ms) differ "
+                 "from device {}'s, as the job that first used it calls it: gpuqosd keeps device {}'s for it",
+                 client.tag(), DeviceTable::uuid_text(uuid), ordinal, settings_of, settings_of);
+  }
+  return {};
+}
+
+void Daemon::apply_device_settings() {
+  PolicyOptions numbered = by_device_number(options_.policy, devices_);
+  if (numbered.baymax.preemptive_devices == numbered_policy_.baymax.preemptive_devices &&
+      numbered.baymax.device_timeslice_ns == numbered_policy_.baymax.device_timeslice_ns) {
+    return;
+  }
+  if (policy_->reconfigure(numbered)) numbered_policy_ = std::move(numbered);
+}
+
 std::string Daemon::drain_completions(Client& client, std::int64_t now_ns) {
   auto& deferred = client.deferred_completions();
   ipc::CompletionDescriptor completion;
@@ -99,7 +133,7 @@ std::string Daemon::drain_completions(Client& client, std::int64_t now_ns) {
              " ns in the future";
     }
     client.count_completion();
-    const std::int64_t own_ns = learner_->completed(client.identity().id, c, options_.policy.baymax.preemptive_devices);
+    const std::int64_t own_ns = learner_->completed(client.identity().id, c, numbered_policy_.baymax.preemptive_devices);
     qos_completed(client, c, read_ns);  // its end is at most read_ns (checked above)
     apply(policy_->op_completed(OpCompleted{client.identity().id, c, now_ns, own_ns}));
   }
@@ -162,6 +196,7 @@ void Daemon::drop_client(ClientId id, const std::string& reason, bool as_error) 
   told_holds_.erase(id);
   apply(policy_->client_gone(id, ipc::monotonic_ns()));
   learner_->client_gone(id);
+  devices_.client_gone(id);
   qos_client_gone(*gone);
   gone.reset();  // stops its OpsWaiter, unmaps, closes the socket
 }

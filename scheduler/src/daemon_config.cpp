@@ -43,4 +43,24 @@ ipc::Result<DaemonOptions> options_from_config(const config::Config& config, Dae
   return base;
 }
 
+PolicyOptions by_device_number(const PolicyOptions& options, const DeviceTable& devices) {
+  if (!devices.renumbered()) return options;
+  PolicyOptions numbered = options;
+  BaymaxOptions& baymax = numbered.baymax;
+  baymax.device_timeslice_ns.clear();
+  if (baymax.preemptive_devices != ipc::kAllDevices) baymax.preemptive_devices = 0;
+  for (std::uint32_t number = 0; number < ipc::kMaxDevices; ++number) {
+    const std::uint32_t ordinal = devices.config_ordinal(number);
+    if (options.baymax.preemptive(ordinal)) baymax.preemptive_devices |= std::uint64_t{1} << number;
+    if (const auto it = options.baymax.device_timeslice_ns.find(ordinal); it != options.baymax.device_timeslice_ns.end()) {
+      baymax.device_timeslice_ns.emplace(number, it->second);
+    }
+  }
+  return numbered;
+}
+
+bool device_settings_differ(const BaymaxOptions& options, std::uint32_t a, std::uint32_t b) {
+  return options.preemptive(a) != options.preemptive(b) || options.timeslice(a) != options.timeslice(b);
+}
+
 }  // namespace gpuqos::scheduler

@@ -60,7 +60,10 @@ void Daemon::reload_config() {
                  options_.learning.store_path);
     next.learning = options_.learning;
   }
-  if (!policy_->reconfigure(next.policy)) {
+  PolicyOptions numbered = by_device_number(next.policy, devices_);
+  if (policy_->reconfigure(numbered)) {
+    numbered_policy_ = std::move(numbered);
+  } else {
     if (next.policy.name != policy_->name()) {
       spdlog::warn("reload of {}: the policy change from {} to {} needs a restart; keeping {} as it runs", path,
                    policy_->name(), next.policy.name, policy_->name());

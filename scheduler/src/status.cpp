@@ -132,10 +132,14 @@ nlohmann::json to_json(const DaemonStatus& status) {
                            {"rejected", status.predictor.rejected},
                            {"saves", status.predictor.saves}}},
                          {"backlog", nlohmann::json::array()},
+                         {"devices", nlohmann::json::array()},
                          {"clients", nlohmann::json::array()},
                          {"jobs", nlohmann::json::array()},
                          {"grants", grants_json(status.grants)}};
   for (const auto& load : status.backlog) json["backlog"].push_back(backlog_json(load));
+  for (const auto& d : status.devices) {
+    json["devices"].push_back({{"device", d.device}, {"uuid", d.uuid}, {"ordinal", d.ordinal}, {"clients", d.clients}});
+  }
   for (const auto& client : status.clients) json["clients"].push_back(client_json(client));
   for (const auto& job : status.jobs) json["jobs"].push_back(job_json(job));
   if (status.policy_state) json["policy_state"] = policy_state_json(*status.policy_state);
@@ -265,6 +269,12 @@ std::string render_status_table(const nlohmann::json& status) {
   out << "gpuqosd pid " << daemon.at("pid").get<std::int64_t>() << ", up "
       << uptime_text(daemon.at("uptime_ns").get<std::int64_t>()) << ", policy "
       << daemon.at("policy").get<std::string>() << ", socket " << daemon.at("socket").get<std::string>() << "\n";
+  // (Absent from a daemon older than protocol 1.7.)
+  for (const auto& device : status.value("devices", nlohmann::json::array())) {
+    out << "  device " << device.at("device") << " is " << device.at("uuid").get<std::string>();
+    if (device.at("ordinal") != device.at("device")) out << " (device " << device.at("ordinal") << " to its first job)";
+    out << ", " << device.at("clients") << " client(s)\n";
+  }
   for (const auto& load : status.at("backlog")) {
     out << "  device " << load.at("device") << " " << load.at("engine").get<std::string>() << ": "
         << load.at("outstanding_ops") << " outstanding ops, backlog " << milliseconds(load.at("backlog_ns"))

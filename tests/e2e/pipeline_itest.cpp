@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <map>
 #include <random>
 #include <string>
 #include <thread>
@@ -325,6 +326,44 @@ TEST(Pipeline, DeviceOrdinalsAreAsEachProcessNumbersItsDevices) {
   EXPECT_EQ(ops(unmanaged, "posted"), 0u) << unmanaged.dump();
   EXPECT_EQ(occurrences(warned, "this process sees 1 device(s), 0 to 0, and gpuqosd schedules only devices [1]"), 1u)
       << warned;
+}
+
+// Jobs given different GPUs (Slurm, Kubernetes: CUDA_VISIBLE_DEVICES) each call theirs device 0;
+// gpuqosd tells the GPUs apart by the UUIDs the shim sends, so an inference job on one never holds
+// back training on the other, and a job that sees every GPU meets each on the same device.
+TEST(Pipeline, JobsOnDifferentGpusAreOnDifferentDevicesThoughEachCallsItsDevice0) {
+  constexpr const char* kTwoDevices = "sms = 8\n[[device]]\nname = \"e2e gpu zero\"\n[[device]]\nname = \"e2e gpu one\"\n";
+  PipelineRig rig({}, kTwoDevices);
+  rig.gpuqosd().start();
+  const auto run = [&](const std::string& job, const char* priority, std::map<std::string, std::string> env) -> ChildProcess& {
+    return rig.start({.job = job, .priority = priority, .hold = true, .env = std::move(env)},
+                     PipelineRig::client({"streams", "2", "20"}));
+  };
+  ChildProcess& serve = run("serve-gpu-one", "high", {{"CUDA_VISIBLE_DEVICES", "1"}});
+  ChildProcess& train = run("train-gpu-zero", "low", {{"CUDA_VISIBLE_DEVICES", "0"}});
+  ChildProcess& both = run("sees-both", "low", {});
+  for (ChildProcess* program : {&serve, &train, &both}) {
+    ASSERT_TRUE(eventually([&] { return holding(*program) || !program->running(); }, kFinish)) << program->output();
+    EXPECT_NE(program->output().find("streams ok"), std::string::npos) << program->output() << rig.logs();
+  }
+  const json status = rig.gpuqosd().status();
+  const auto devices_of = [&](const std::string& job) {
+    for (const json& client : status["clients"]) {
+      if (client["job"] == job) return client["devices"];
+    }
+    return json();
+  };
+  ASSERT_EQ(devices_of("serve-gpu-one").size(), 1u) << status.dump(1);
+  EXPECT_NE(devices_of("serve-gpu-one"), devices_of("train-gpu-zero")) << "two GPUs\n" << status.dump(1);
+  EXPECT_EQ(devices_of("sees-both"), devices_of("train-gpu-zero")) << "the node's GPU 0 either way\n" << status.dump(1);
+  ASSERT_EQ(status["devices"].size(), 2u) << status.dump(1);
+  EXPECT_NE(status["devices"][0]["uuid"], status["devices"][1]["uuid"]);
+  for (const json& device : status["devices"]) {
+    EXPECT_TRUE(device["uuid"].get<std::string>().starts_with("GPU-")) << device.dump();
+    EXPECT_EQ(device["ordinal"], 0) << "each job called its GPU device 0\n" << device.dump();
+  }
+  for (const char* job : {"serve-gpu-one", "train-gpu-zero", "sees-both"}) rig.release(job);
+  for (ChildProcess* program : {&serve, &train, &both}) EXPECT_EQ(program->wait(kFinish), 0) << program->output();
 }
 
 TEST(Pipeline, BestEffortCopiesGoInChunksOfTheConfiguredSizeAndHighPriorityOnesDoNot) {

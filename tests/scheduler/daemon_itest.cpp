@@ -62,6 +62,53 @@ TEST(Daemon, StatusListsTheDevicesAClientsWorkNamed) {
   EXPECT_EQ(entry["device"], 0) << "the registration's, as the shim sent it";
 }
 
+// Each process numbers its GPUs from 0 (CUDA_VISIBLE_DEVICES): two jobs that both call their GPU
+// device 0 are on two devices when their ops say two UUIDs, and on one when they say the same.
+TEST(Daemon, DevicesAreTheGpusTheOpsUuidsNameNotTheirOrdinals) {
+  DaemonProcess daemon({"--credit-ops", "0"});
+  const auto on_gpu = [](std::uint64_t seq, std::uint32_t ordinal, std::uint8_t gpu) {
+    ipc::OpDescriptor op = FakeClient::kernel(seq);
+    op.device = ordinal;
+    op.device_uuid[0] = 0xc0;
+    op.device_uuid[15] = gpu;
+    return op;
+  };
+  FakeClient a(daemon.socket(), Priority::low, "on-gpu-5");
+  FakeClient b(daemon.socket(), Priority::low, "on-gpu-2");
+  FakeClient c(daemon.socket(), Priority::low, "sees-both");
+  for (FakeClient* client : {&a, &b, &c}) client->name_kernel(1, "gemm");
+  a.post(on_gpu(1, 0, 5));
+  ASSERT_TRUE(a.wait_granted(1));
+  b.post(on_gpu(1, 0, 2));
+  ASSERT_TRUE(b.wait_granted(1));
+  c.post(on_gpu(1, 1, 2));
+  c.post(on_gpu(2, 0, 5));
+  ASSERT_TRUE(c.wait_granted(2));
+  const nlohmann::json status = daemon.status();
+  const auto devices_of = [&](const std::string& job) {
+    for (const auto& client : status["clients"]) {
+      if (client["job"] == job) return client["devices"];
+    }
+    return nlohmann::json();
+  };
+  EXPECT_EQ(devices_of("on-gpu-5"), (nlohmann::json{0})) << status.dump(1);
+  EXPECT_EQ(devices_of("on-gpu-2"), (nlohmann::json{1})) << "its device 0 is another GPU\n" << status.dump(1);
+  EXPECT_EQ(devices_of("sees-both"), (nlohmann::json{0, 1})) << status.dump(1);
+  ASSERT_EQ(status["devices"].size(), 2u) << status.dump(1);
+  EXPECT_EQ(status["devices"][1]["uuid"], "GPU-c0000000-0000-0000-0000-000000000002");
+  EXPECT_EQ(status["devices"][1]["ordinal"], 0);
+  EXPECT_EQ(status["devices"][1]["clients"], 2);
+  EXPECT_NE(daemon.log().find("device 1 is GPU-c0000000-0000-0000-0000-000000000002 (job 'on-gpu-2' pid "),
+            std::string::npos) << daemon.log();
+
+  // A process's ordinal names one GPU while it runs: one that says another is garbage.
+  b.post(on_gpu(2, 0, 9));
+  EXPECT_TRUE(b.disconnected());
+  EXPECT_NE(daemon.log().find("device UUIDs: device 0 was GPU-c0000000-0000-0000-0000-000000000002, now it says "
+                              "GPU-c0000000-0000-0000-0000-000000000009"),
+            std::string::npos) << daemon.log();
+}
+
 TEST(Daemon, GrantsLowPriorityOpsInArrivalOrder) {
   DaemonProcess daemon({"--max-outstanding", "1"});
   FakeClient a(daemon.socket(), Priority::low, "a");

@@ -21,6 +21,7 @@
 #include "gpuqos/ipc/registration.h"
 #include "gpuqos/ipc/result.h"
 #include "gpuqos/scheduler/client.h"
+#include "gpuqos/scheduler/device_table.h"
 #include "gpuqos/scheduler/duration_learner.h"
 #include "gpuqos/scheduler/metrics_server.h"
 #include "gpuqos/scheduler/policy.h"
@@ -111,6 +112,10 @@ class Daemon {
   void drain_all(std::int64_t now_ns);
   // Each returns why the client must go, or an empty string.
   std::string accept_op(Client& client, const ArrivedOp& arrived);
+  // The op renumbered to gpuqosd's devices (device_table.h); why the client must go, or empty.
+  std::string renumber_device(const Client& client, ipc::OpDescriptor& op);
+  // The policy's per-device settings by gpuqosd's device numbers, applied when they changed.
+  void apply_device_settings();
   std::string drain_completions(Client& client, std::int64_t now_ns);
   void apply(const Decisions& decisions);
   void settle_departed(Client& client);
@@ -153,6 +158,10 @@ class Daemon {
 
   DaemonOptions options_;
   std::unique_ptr<Policy> policy_;
+  DeviceTable devices_;
+  // options_.policy with its per-device settings by gpuqosd's device numbers: what the policy has.
+  PolicyOptions numbered_policy_;
+  std::set<std::pair<std::uint32_t, std::uint32_t>> settings_warned_;  // (device, ordinal) told of
   std::unique_ptr<DurationLearner> learner_;
   std::int64_t started_ns_ = 0;
   FileDescriptor epoll_, listener_, signals_, timer_, wake_;

@@ -7,11 +7,20 @@
 #include "gpuqos/config/config.h"
 #include "gpuqos/ipc/result.h"
 #include "gpuqos/scheduler/daemon.h"
+#include "gpuqos/scheduler/device_table.h"
 
 namespace gpuqos::scheduler {
 
 // Options from `config`, on top of `base`. An error names what this daemon does not support
 // (policy `none`, which means running without gpuqosd).
 ipc::Result<DaemonOptions> options_from_config(const config::Config& config, DaemonOptions base);
+
+// The policy's per-device settings (preemptive devices, time slices), which the config gives by
+// ordinal, by gpuqosd's device numbers instead: each device takes its config ordinal's
+// (DeviceTable::config_ordinal). Unchanged while no device is renumbered.
+PolicyOptions by_device_number(const PolicyOptions& options, const DeviceTable& devices);
+
+// Do ordinals a and b have different per-device settings?
+bool device_settings_differ(const BaymaxOptions& options, std::uint32_t a, std::uint32_t b);
 
 }  // namespace gpuqos::scheduler

@@ -4,6 +4,7 @@
 // JSON (version 2; version 1 had no "jobs", "jobs_omitted" nor "grants"):
 //   {"version":2, "daemon":{"pid","uptime_ns","policy","socket"},
 //    "backlog":[{"device","engine","outstanding_ops","backlog_ns","completed_ops","completed_device_ns"}],
+//    "devices":[{"device","uuid","ordinal","clients"}],   (gpuqosd's device numbers: device_table.h)
 //    "clients":[{"client","pid","uid","gid","job","priority","claimed_priority","device","state","segment",
 //                "ops":{"posted","granted","completed"},"last_seq","granted_through_seq",
 //                "current_wait_ns","kernel_names"}],
@@ -76,6 +77,14 @@ struct ClientStatus {
   std::vector<std::uint32_t> devices;  // the devices its posted GPU work named, in order
 };
 
+// A GPU gpuqosd has seen work on (device_table.h): its number in status and logs, and which it is.
+struct DeviceStatus {
+  std::uint32_t device = 0;
+  std::string uuid;              // "GPU-..."
+  std::uint32_t ordinal = 0;     // as the first job that used it calls it (its settings' ordinal)
+  std::uint64_t clients = 0;     // connected clients that posted work on it
+};
+
 struct PredictorStatus {
   std::string store;  // empty: none
   std::uint64_t kernels = 0;
@@ -88,6 +97,7 @@ struct DaemonStatus {
   std::string policy;
   std::string socket;
   std::vector<EngineLoad> backlog;
+  std::vector<DeviceStatus> devices;  // by number; only GPUs whose ops said their UUID
   std::vector<ClientStatus> clients;
   PredictorStatus predictor;
   std::vector<JobQosSnapshot> jobs;  // QosTracker::snapshot's order

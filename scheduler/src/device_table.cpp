@@ -1,0 +1,102 @@
+// DeviceTable: ops renumbered from each process's ordinals to the node's GPUs (device_table.h).
+#include "gpuqos/scheduler/device_table.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace gpuqos::scheduler {
+namespace {
+
+bool said_nothing(const DeviceTable::Uuid& uuid) {
+  return std::all_of(uuid.begin(), uuid.end(), [](std::uint8_t byte) { return byte == 0; });
+}
+
+}  // namespace
+
+std::string DeviceTable::uuid_text(const Uuid& u) {
+  return fmt::format("GPU-{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}",
+                     u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14],
+                     u[15]);
+}
+
+std::optional<std::uint32_t> DeviceTable::free_number(std::uint32_t preferred) const {
+  if (preferred < ipc::kMaxDevices && !by_number_.contains(preferred)) return preferred;
+  for (std::uint32_t number = 0; number < ipc::kMaxDevices; ++number) {
+    if (!by_number_.contains(number)) return number;
+  }
+  for (const auto& [number, uuid] : by_number_) {  // the lowest one no client uses
+    if (by_uuid_.at(uuid).clients == 0) return number;
+  }
+  return std::nullopt;
+}
+
+void DeviceTable::use(ClientId client, std::uint32_t number) {
+  if (!used_[client].insert(number).second) return;
+  if (const auto it = by_number_.find(number); it != by_number_.end()) ++by_uuid_.at(it->second).clients;
+}
+
+DeviceTable::Renumbered DeviceTable::renumber(ClientId client, std::uint32_t ordinal, const Uuid& uuid) {
+  auto& said = said_[client];
+  const auto known = said.find(ordinal);
+  if (said_nothing(uuid)) return {known == said.end() ? ordinal : known->second.device};
+  if (known != said.end()) {
+    if (known->second.uuid == uuid) return {known->second.device};
+    return {.error = fmt::format("device {} was {}, now it says {}", ordinal, uuid_text(known->second.uuid),
+                                 uuid_text(uuid))};
+  }
+  Renumbered out;
+  auto device = by_uuid_.find(uuid);
+  if (device == by_uuid_.end()) {
+    const std::optional<std::uint32_t> number = free_number(ordinal);
+    if (!number) {
+      if (!told_full_) {
+        told_full_ = true;
+        out.note = fmt::format("{} GPUs in use: {} is taken as device {}, as its job calls it, and shares its "
+                               "numbers with the GPU that has it", ipc::kMaxDevices, uuid_text(uuid), ordinal);
+      }
+      out.device = ordinal;
+      return out;  // not remembered: asked again, and numbered when a number frees up
+    }
+    if (const auto held = by_number_.find(*number); held != by_number_.end()) {  // no client uses it
+      out.note = fmt::format("device {} is {} from now on; it was {}, which no job uses", *number, uuid_text(uuid),
+                             uuid_text(held->second));
+      by_uuid_.erase(held->second);
+    }
+    by_number_[*number] = uuid;
+    device = by_uuid_.emplace(uuid, Device{*number, uuid, ordinal, 0}).first;
+    out.added = true;
+  }
+  said.emplace(ordinal, Said{uuid, device->second.number});
+  use(client, device->second.number);
+  out.device = device->second.number;
+  return out;
+}
+
+void DeviceTable::client_gone(ClientId client) {
+  said_.erase(client);
+  const auto used = used_.find(client);
+  if (used == used_.end()) return;
+  for (const std::uint32_t number : used->second) {
+    if (const auto it = by_number_.find(number); it != by_number_.end()) --by_uuid_.at(it->second).clients;
+  }
+  used_.erase(used);
+}
+
+std::uint32_t DeviceTable::config_ordinal(std::uint32_t number) const {
+  const auto it = by_number_.find(number);
+  return it == by_number_.end() ? number : by_uuid_.at(it->second).first_ordinal;
+}
+
+bool DeviceTable::renumbered() const {
+  return std::any_of(by_uuid_.begin(), by_uuid_.end(),
+                     [](const auto& entry) { return entry.second.number != entry.second.first_ordinal; });
+}
+
+std::vector<DeviceTable::Device> DeviceTable::devices() const {
+  std::vector<Device> out;
+  for (const auto& [number, uuid] : by_number_) out.push_back(by_uuid_.at(uuid));
+  return out;
+}
+
+}  // namespace gpuqos::scheduler

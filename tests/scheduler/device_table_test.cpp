@@ -1,0 +1,122 @@
+// DeviceTable: each process's device ordinals renumbered to the node's GPUs by UUID, and the
+// per-device settings that follow them (by_device_number).
+#include "gpuqos/scheduler/device_table.h"
+
+#include <gtest/gtest.h>
+
+#include "gpuqos/scheduler/daemon_config.h"
+
+namespace gpuqos::scheduler {
+namespace {
+
+DeviceTable::Uuid gpu(std::uint8_t n) {
+  DeviceTable::Uuid uuid{};
+  uuid[0] = 0xa0;
+  uuid[15] = n;
+  return uuid;
+}
+constexpr DeviceTable::Uuid kNone{};
+
+TEST(DeviceTable, JobsThatNumberTheirGpusAlikeKeepTheirOrdinals) {
+  DeviceTable table;
+  EXPECT_EQ(table.renumber(1, 0, gpu(0)).device, 0u);
+  EXPECT_EQ(table.renumber(1, 1, gpu(1)).device, 1u);
+  EXPECT_EQ(table.renumber(2, 1, gpu(1)).device, 1u);
+  EXPECT_EQ(table.renumber(2, 0, gpu(0)).device, 0u);
+  EXPECT_FALSE(table.renumbered());
+  ASSERT_EQ(table.devices().size(), 2u);
+  EXPECT_EQ(table.devices()[0].clients, 2u);
+}
+
+// The Slurm/Kubernetes case: every job calls its own GPU device 0.
+TEST(DeviceTable, JobsOnDifferentGpusAreOnDifferentDevicesWhateverTheyCallThem) {
+  DeviceTable table;
+  const auto first = table.renumber(1, 0, gpu(7));
+  EXPECT_EQ(first.device, 0u);
+  EXPECT_TRUE(first.added);
+  const auto second = table.renumber(2, 0, gpu(3));
+  EXPECT_EQ(second.device, 1u) << "device 0 is the other GPU's";
+  EXPECT_TRUE(second.added);
+  EXPECT_EQ(table.renumber(3, 0, gpu(3)).device, 1u) << "a third job on the second GPU joins it";
+  EXPECT_FALSE(table.renumber(3, 0, gpu(3)).added);
+  // A job that sees both (no CUDA_VISIBLE_DEVICES) finds them where the others put them.
+  EXPECT_EQ(table.renumber(4, 3, gpu(3)).device, 1u);
+  EXPECT_EQ(table.renumber(4, 7, gpu(7)).device, 0u);
+  EXPECT_TRUE(table.renumbered());
+  EXPECT_EQ(table.config_ordinal(1), 0u) << "the settings of the ordinal its first job called it";
+  EXPECT_EQ(table.config_ordinal(0), 0u);
+  EXPECT_EQ(table.config_ordinal(5), 5u) << "an unknown number is its own ordinal";
+  EXPECT_EQ(DeviceTable::uuid_text(table.devices()[1].uuid), "GPU-a0000000-0000-0000-0000-000000000003");
+}
+
+TEST(DeviceTable, AnOpThatSaysNoUuidIsOnWhatItsClientSaidForItsOrdinal) {
+  DeviceTable table;
+  table.renumber(1, 0, gpu(1));
+  EXPECT_EQ(table.renumber(2, 0, gpu(2)).device, 1u);
+  EXPECT_EQ(table.renumber(2, 0, kNone).device, 1u) << "a query mark from a thread with no context";
+  EXPECT_EQ(table.renumber(2, 5, kNone).device, 5u) << "never said: the ordinal, as an older shim's";
+  EXPECT_EQ(table.renumber(9, 0, kNone).device, 0u);
+  EXPECT_EQ(table.devices().size(), 2u) << "nothing added for ops that say nothing";
+}
+
+TEST(DeviceTable, AClientThatChangesAnOrdinalsUuidIsBroken) {
+  DeviceTable table;
+  table.renumber(1, 0, gpu(1));
+  const auto changed = table.renumber(1, 0, gpu(2));
+  EXPECT_EQ(changed.error, "device 0 was GPU-a0000000-0000-0000-0000-000000000001, now it says "
+                           "GPU-a0000000-0000-0000-0000-000000000002");
+  EXPECT_EQ(table.devices().size(), 1u);
+}
+
+TEST(DeviceTable, AFullTableReusesTheNumberOfAGpuNoClientUses) {
+  DeviceTable table;
+  for (std::uint8_t n = 0; n < ipc::kMaxDevices; ++n) EXPECT_EQ(table.renumber(n, 0, gpu(n)).device, n);
+  const auto full = table.renumber(100, 2, gpu(200));
+  EXPECT_EQ(full.device, 2u) << "no number free: its ordinal";
+  EXPECT_FALSE(full.added);
+  EXPECT_NE(full.note.find("64 GPUs in use"), std::string::npos) << full.note;
+  EXPECT_TRUE(table.renumber(101, 2, gpu(201)).note.empty()) << "said once";
+  table.client_gone(5);
+  const auto reused = table.renumber(100, 2, gpu(200));
+  EXPECT_EQ(reused.device, 5u) << "GPU 5's only client left";
+  EXPECT_TRUE(reused.added);
+  EXPECT_NE(reused.note.find("which no job uses"), std::string::npos) << reused.note;
+  EXPECT_EQ(table.renumber(102, 1, gpu(5)).device, 1u) << "GPU 5 again, every number in use: by its ordinal";
+}
+
+TEST(DeviceTable, AGoneClientsGpusKeepTheirNumbers) {
+  DeviceTable table;
+  table.renumber(1, 0, gpu(1));
+  table.client_gone(1);
+  ASSERT_EQ(table.devices().size(), 1u);
+  EXPECT_EQ(table.devices()[0].clients, 0u);
+  EXPECT_EQ(table.renumber(2, 0, gpu(2)).device, 1u) << "number 0 stays GPU 1's while numbers are free";
+  EXPECT_EQ(table.renumber(3, 0, gpu(1)).device, 0u);
+}
+
+// [policy.baymax] gives preemptive_device and timeslice_ms by ordinal: a renumbered GPU takes those
+// of the ordinal its first job called it.
+TEST(DeviceTable, PerDeviceSettingsFollowTheGpuToItsNumber) {
+  PolicyOptions options;
+  options.baymax.preemptive_devices = ipc::device_mask(std::vector<std::uint32_t>{0});
+  options.baymax.device_timeslice_ns = {{0, 8'000'000}};
+  DeviceTable table;
+  table.renumber(1, 0, gpu(0));
+  EXPECT_EQ(by_device_number(options, table).baymax.preemptive_devices, options.baymax.preemptive_devices)
+      << "nothing renumbered";
+  table.renumber(2, 0, gpu(1));  // number 1, settings of ordinal 0
+  table.renumber(3, 1, gpu(2));  // number 2, settings of ordinal 1
+  const BaymaxOptions numbered = by_device_number(options, table).baymax;
+  EXPECT_TRUE(numbered.preemptive(0));
+  EXPECT_TRUE(numbered.preemptive(1));
+  EXPECT_FALSE(numbered.preemptive(2));
+  EXPECT_EQ(numbered.timeslice(1), 8'000'000);
+  EXPECT_EQ(numbered.timeslice(2), options.baymax.timeslice_ns);
+  EXPECT_TRUE(device_settings_differ(options.baymax, 0, 1));
+  EXPECT_FALSE(device_settings_differ(options.baymax, 1, 2));
+  options.baymax.preemptive_devices = ipc::kAllDevices;
+  EXPECT_EQ(by_device_number(options, table).baymax.preemptive_devices, ipc::kAllDevices);
+}
+
+}  // namespace
+}  // namespace gpuqos::scheduler
