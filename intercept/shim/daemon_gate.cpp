@@ -210,8 +210,9 @@ void DaemonGate::tell_unmanaged(std::uint32_t device, std::uint64_t managed) noe
     const std::string only = "gpuqosd schedules only devices [" + ordinals +
                              "] ([devices] ordinals, numbered as this process numbers its devices)";
     log_(none_here ? LogLevel::warn : LogLevel::info,
-         none_here ? "this process sees " + std::to_string(count) + " device(s), 0 to " + std::to_string(count - 1) +
-                         ", and " + only + ": none of its GPU work is scheduled"
+         none_here ? "this process sees " + (count == 1 ? std::string("one device, 0") : std::to_string(count) +
+                         " devices, 0 to " + std::to_string(count - 1)) + ", and " + only +
+                         ": none of its GPU work is scheduled"
                    : only + ": this process's work on device " + std::to_string(device) + " runs unscheduled");
   } catch (...) {  // out of memory for the message: said nothing
   }

@@ -180,6 +180,12 @@ void Daemon::drop_client(ClientId id, const std::string& reason, bool as_error) 
   if (it == clients_.end()) return;
   Client& client = *it->second;
   if (!as_error && !client.segment().faulted()) settle_departed(client);
+  // Before the disconnection's line: the hold is what the operator was told of last.
+  if (const auto told = told_holds_.find(id); told != told_holds_.end() && client.granted_through() < told->second.seq) {
+    spdlog::info("{}: left with op {} ({}) held for {:.1f} s, last by {}", client.tag(), told->second.seq, told->second.op,
+                 static_cast<double>(ipc::monotonic_ns() - told->second.since_ns) / 1e9, told->second.held_by);
+  }
+  told_holds_.erase(id);
   const auto level = as_error ? spdlog::level::warn : spdlog::level::info;
   spdlog::log(level, "{}: {}: disconnected ({} posted, {} granted, {} completed)", client.tag(), reason,
               client.posted_ops(), client.granted_ops(), client.completed_ops());
@@ -189,11 +195,6 @@ void Daemon::drop_client(ClientId id, const std::string& reason, bool as_error) 
   if (client.doorbell_fd() >= 0) ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, client.doorbell_fd(), nullptr);
   std::unique_ptr<Client> gone = std::move(it->second);
   clients_.erase(it);
-  if (const auto told = told_holds_.find(id); told != told_holds_.end() && gone->granted_through() < told->second.seq) {
-    spdlog::info("{}: left with op {} ({}) held for {:.1f} s, last by {}", gone->tag(), told->second.seq, told->second.op,
-                 static_cast<double>(ipc::monotonic_ns() - told->second.since_ns) / 1e9, told->second.held_by);
-  }
-  told_holds_.erase(id);
   apply(policy_->client_gone(id, ipc::monotonic_ns()));
   learner_->client_gone(id);
   devices_.client_gone(id);

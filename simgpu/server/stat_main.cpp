@@ -3,6 +3,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <iostream>
@@ -14,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gpuqos/simgpu/protocol.h"
+#include "gpuqos/simgpu/visible_devices.h"
 
 namespace {
 
@@ -63,6 +65,14 @@ nlohmann::ordered_json query_stats(int fd) {
     throw StatError{"simgpud refused the connection (it speaks protocol " + std::to_string(hello_reply.version_major) +
                     "." + std::to_string(hello_reply.version_minor) + ")"};
   }
+  // Which device each is, as a program's cuDeviceGetName and cuDeviceGetUuid say (nvidia-smi -L's).
+  if (hello_payload.size() != sizeof hello_reply + hello_reply.device_count * sizeof(wire::DeviceInfo)) {
+    throw StatError{"malformed hello reply"};
+  }
+  std::vector<wire::DeviceInfo> infos(hello_reply.device_count);
+  for (std::uint32_t d = 0; d < hello_reply.device_count; ++d) {
+    std::memcpy(&infos[d], hello_payload.data() + sizeof hello_reply + d * sizeof infos[d], sizeof infos[d]);
+  }
   wire::StatsRequest request{1};
   if (!wire::send_message(fd, wire::MsgType::stats, &request, sizeof request)) throw StatError{"cannot ask for stats"};
   auto payload = receive(fd, wire::MsgType::stats_reply);
@@ -76,7 +86,14 @@ nlohmann::ordered_json query_stats(int fd) {
   for (std::uint32_t d = 0; d < head.device_count; ++d) {
     wire::WireDeviceStats s{};
     std::memcpy(&s, payload.data() + sizeof head + d * sizeof s, sizeof s);
-    devices.push_back({{"compute_busy_ns", s.compute_busy_ns},
+    nlohmann::ordered_json device = nlohmann::ordered_json::object();
+    if (d < infos.size()) {
+      std::array<std::uint8_t, 16> uuid{};
+      std::memcpy(uuid.data(), infos[d].uuid, uuid.size());
+      device["name"] = std::string(infos[d].name, strnlen(infos[d].name, sizeof infos[d].name));
+      device["uuid"] = gpuqos::simgpu::uuid_text(uuid);
+    }
+    device.update(nlohmann::ordered_json{{"compute_busy_ns", s.compute_busy_ns},
                        {"h2d_busy_ns", s.h2d_busy_ns},
                        {"d2h_busy_ns", s.d2h_busy_ns},
                        {"local_busy_ns", s.local_busy_ns},
@@ -84,6 +101,7 @@ nlohmann::ordered_json query_stats(int fd) {
                        {"copies_completed", s.copies_completed},
                        {"context_switches", s.context_switches},
                        {"memory_used_bytes", s.memory_used_bytes}});
+    devices.push_back(std::move(device));
   }
   return {{"now_ns", head.now_ns}, {"clients", head.clients}, {"devices", devices}};
 }

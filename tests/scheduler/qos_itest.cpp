@@ -247,6 +247,9 @@ TEST(Qos, AnOpHeldLongIsSaidWhenItsClientLeavesOrGpuqosdStops) {
     EXPECT_FALSE(said("left with"));
   }  // hangs up
   ASSERT_TRUE(eventually([&] { return said(": left with op 2 (kernel step) held for "); }, 5s)) << daemon.log();
+  ASSERT_TRUE(eventually([&] { return said(": hung up: disconnected"); }, 5s)) << daemon.log();
+  EXPECT_LT(daemon.log().find(": left with op 2"), daemon.log().find(": hung up: disconnected"))
+      << "the hold first, then the disconnection it ends with\n" << daemon.log();
   daemon.process().stop();  // SIGTERM: it drains and lets every held op go
   EXPECT_TRUE(said(": op 1 (kernel step) let go at shutdown after ")) << daemon.log();
   EXPECT_FALSE(said("went after")) << daemon.log();

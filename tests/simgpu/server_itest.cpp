@@ -462,6 +462,11 @@ TEST_F(SimgpudTest, StatsCountBusyTimeAndClients) {
   EXPECT_EQ(json["devices"][0]["compute_busy_ns"], 2 * kFixedKernelNs);
   EXPECT_EQ(json["devices"][0]["kernels_completed"], 2);
   EXPECT_GE(json["now_ns"].get<std::int64_t>(), head.now_ns);
+  // Which device each is: its name and UUID, as a program's driver calls say.
+  EXPECT_EQ(json["devices"][1]["name"], "itest device 1");
+  EXPECT_TRUE(json["devices"][1]["uuid"].get<std::string>().starts_with("GPU-")) << json.dump();
+  EXPECT_EQ(json["devices"][0]["uuid"].get<std::string>().size(), 40u) << json.dump();
+  EXPECT_NE(json["devices"][0]["uuid"], json["devices"][1]["uuid"]);
 
   // An idle device's clock reads now, not its last event: a user test saw it 6.5 s behind.
   const auto before = observer.stats().first.now_ns;
