@@ -53,8 +53,12 @@ void query_rows(const nlohmann::json& jobs, const std::vector<std::string>& mark
   char line[320];
   bool header = false;
   const int width = job_column_width(jobs);
+  std::string from_arrival, from_first_op;  // the shown jobs, by what their latencies run from
   for (const auto& job : jobs) {
     if (job.at("priority") != "high" && job.at("queries").get<std::uint64_t>() == 0) continue;
+    const std::string name = job.at("job").get<std::string>();
+    std::string& kind = std::find(marked.begin(), marked.end(), name) != marked.end() ? from_arrival : from_first_op;
+    kind += (kind.empty() ? "" : ", ") + name;
     if (!header) {
       std::snprintf(line, sizeof line, "%-*s %-4s %8s %9s %9s %9s %9s  %s\n", width, "JOB", "PRIO", "QUERIES", "P50_MS",
                     "P90_MS", "P99_MS", "P999_MS", "QOS");
@@ -71,11 +75,14 @@ void query_rows(const nlohmann::json& jobs, const std::vector<std::string>& mark
   // What the latencies are, so they are not read as the clients' own (which include the time a
   // request waits in the program's queue before its first GPU op, unless the job says its arrivals).
   if (!header) return;
-  out << "  latency: from each query's first GPU op to the synchronisation that drains it";
-  std::string from_arrival;
-  for (const std::string& job : marked) from_arrival += (from_arrival.empty() ? "" : ", ") + job;
-  if (!from_arrival.empty()) out << "; from each request's arrival for " << from_arrival;
-  out << "\n";
+  if (from_arrival.empty()) {
+    out << "  latency: from each query's first GPU op to the synchronisation that drains it\n";
+  } else if (from_first_op.empty()) {
+    out << "  latency: from each request's arrival (the job says it) to the synchronisation that drains it\n";
+  } else {
+    out << "  latency: to the synchronisation that drains each query; from each request's arrival for " << from_arrival
+        << "; from each query's first GPU op for " << from_first_op << "\n";
+  }
 }
 
 nlohmann::json reasons_json(const HoldTimes& times) {

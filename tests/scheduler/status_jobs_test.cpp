@@ -187,10 +187,26 @@ TEST(StatusJobs, AMarkedJobsArrivalGapAndAllowanceAreShown) {
   EXPECT_NE(table.find("  search says its arrivals: too few yet for a rate; a query may run 20.000 ms past"),
             std::string::npos)
       << table;
-  EXPECT_NE(table.find("drains it; from each request's arrival for serve, search\n"), std::string::npos)
-      << "their latencies run from the arrival\n" << table;
+  EXPECT_NE(table.find("  latency: from each request's arrival (the job says it) to the synchronisation that drains it\n"),
+            std::string::npos)
+      << "the one job shown runs from the arrival\n" << table;
+  EXPECT_EQ(table.find("first GPU op"), std::string::npos) << "no job shown is measured so\n" << table;
   json["policy_state"].erase("marked_jobs");  // an older daemon
   EXPECT_EQ(render_status_table(json).find("says its arrivals"), std::string::npos);
+}
+
+// Jobs measured both ways: each kind names its jobs.
+TEST(StatusJobs, TheLatencyLineNamesTheJobsMeasuredEachWay) {
+  JobQosSnapshot rank = serve(3'900'000, true);
+  rank.job = "rank";
+  DaemonStatus status = with_jobs({serve(3'900'000, true), rank, train()});
+  status.policy_state = PolicyState{4'500'000, 0, {}, {}};
+  status.policy_state->marked_jobs = {{"serve", 26'200'000, 4'000'000}};
+  const std::string table = render_status_table(nlohmann::json::parse(bounded_status_text(status)));
+  EXPECT_NE(table.find("  latency: to the synchronisation that drains each query; from each request's arrival for "
+                       "serve; from each query's first GPU op for rank\n"),
+            std::string::npos)
+      << table;
 }
 
 // A target with less than one time slice of slack: in the JSON, and a warning line of the table
