@@ -25,21 +25,28 @@ std::optional<std::int64_t> target_ns(const config::Config& config, const std::s
 
 }  // namespace
 
+void Daemon::qos_query_closed(const Client& client, const ClosedQuery& query, std::int64_t now_ns) {
+  const ClientIdentity& who = client.identity();
+  const std::uint64_t dropped =
+      qos_.query_closed(who.id, query.latency_ns(), target_ns(options_.config, who.job), now_ns, query.from_arrival);
+  if (dropped > 0) {
+    spdlog::info("{}: says its requests' arrivals from now on: job '{}''s latencies count from them, and the {} "
+                 "queries measured from their first GPU op before are left out of its percentiles",
+                 client.tag(), who.job, dropped);
+  }
+}
+
 void Daemon::qos_posted(const Client& client, const ipc::OpDescriptor& op, std::int64_t now_ns) {
   const ClientIdentity& who = client.identity();
   qos_.client_seen(who.id, who.job, who.priority, now_ns);
   if (!client.high_priority()) return;
-  for (const ClosedQuery& query : queries_.posted(who.id, op, now_ns)) {
-    qos_.query_closed(who.id, query.latency_ns(), target_ns(options_.config, who.job), now_ns);
-  }
+  for (const ClosedQuery& query : queries_.posted(who.id, op, now_ns)) qos_query_closed(client, query, now_ns);
 }
 
 void Daemon::qos_completed(const Client& client, const ipc::CompletionDescriptor& completion, std::int64_t now_ns) {
   const ClientIdentity& who = client.identity();
   if (!client.high_priority()) return qos_.work_completed(who.id, completion, now_ns);
-  for (const ClosedQuery& query : queries_.completed(who.id, completion, now_ns)) {
-    qos_.query_closed(who.id, query.latency_ns(), target_ns(options_.config, who.job), now_ns);
-  }
+  for (const ClosedQuery& query : queries_.completed(who.id, completion, now_ns)) qos_query_closed(client, query, now_ns);
 }
 
 void Daemon::qos_client_gone(const Client& client) {

@@ -233,12 +233,20 @@ ipc::Priority QosTracker::priority_of_job(const std::string& job) const {
   return high ? ipc::Priority::high : ipc::Priority::low;
 }
 
-void QosTracker::query_closed(ClientId client, std::int64_t latency_ns, std::optional<std::int64_t> target_ns,
-                              std::int64_t now_ns) {
+std::uint64_t QosTracker::query_closed(ClientId client, std::int64_t latency_ns, std::optional<std::int64_t> target_ns,
+                                       std::int64_t now_ns, bool from_arrival) {
   Job* job = job_of(client, now_ns);
-  if (job == nullptr) return;
+  if (job == nullptr) return 0;
+  std::uint64_t dropped = 0;
+  if (from_arrival && !job->from_arrival) {  // measured another way from now on: not one histogram
+    job->from_arrival = true;
+    dropped = job->latency.count();
+    job->latency = LatencyHistogram{};
+    job->violations = 0;
+  }
   job->latency.record(latency_ns);
   if (target_ns && latency_ns > *target_ns) ++job->violations;
+  return dropped;
 }
 
 void QosTracker::work_completed(ClientId client, const ipc::CompletionDescriptor& completion, std::int64_t now_ns) {

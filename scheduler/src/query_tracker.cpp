@@ -34,9 +34,9 @@ bool blocks_host(const ipc::OpDescriptor& op) {
 
 }  // namespace
 
-void QueryTracker::open(State& state, std::int64_t at_ns, std::int64_t arrived_ns) {
+void QueryTracker::open(State& state, std::int64_t at_ns, std::int64_t arrived_ns, bool from_arrival) {
   state.open = true;
-  state.query = OpenQuery{std::min(arrived_ns, at_ns), at_ns, 0, at_ns, state.explicit_marks, 0};
+  state.query = OpenQuery{std::min(arrived_ns, at_ns), at_ns, 0, at_ns, state.explicit_marks, 0, from_arrival};
   state.op_times.clear();
   state.block_times.clear();
 }
@@ -71,7 +71,8 @@ ClosedQuery QueryTracker::close(ClientId client, State& state, std::int64_t at_n
   learn(state.whole_unblocked, std::max<std::int64_t>(1, next_block(started_ns) - started_ns));
   learn_count(state.whole_blocks, blocks_from(started_ns));
   ++state.closed_queries;
-  ClosedQuery closed{client, state.query.opened_ns, closed_ns, state.query.ops, state.query.marked};
+  ClosedQuery closed{client, state.query.opened_ns, closed_ns, state.query.ops, state.query.marked,
+                     state.query.from_arrival};
   state.open = false;
   state.query = {};
   state.op_times.clear();
@@ -133,7 +134,7 @@ std::vector<ClosedQuery> QueryTracker::posted(ClientId client, const ipc::OpDesc
         std::erase_if(state.arrivals, [arrived_ns](std::int64_t t) { return t <= arrived_ns; });
         state.last_begun_arrival_ns = std::max(state.last_begun_arrival_ns, op.arrived_ns);
       }
-      if (!state.open) open(state, at_ns, arrived_ns > 0 ? arrived_ns : at_ns);
+      if (!state.open) open(state, at_ns, arrived_ns > 0 ? arrived_ns : at_ns, arrived_ns > 0);
       return closed;
     }
     case ipc::OpKind::query_end:

@@ -131,6 +131,25 @@ TEST(QosTracker, CountsViolationsAndTellsWhetherTheJobMeetsItsTarget) {
   EXPECT_EQ(jobs[0].queries, 101u);
 }
 
+// A job that begins to say its requests' arrivals mid-run: its latencies from then on count from
+// them (longer: they include the wait in the program's queue), so they start a histogram of their
+// own rather than mix with the ones measured from each query's first GPU op.
+TEST(QosTracker, AJobThatBeginsToSayItsArrivalsStartsItsLatenciesOver) {
+  const config::Config config = config_with("serve", 6.0, 99.0);
+  QosTracker tracker;
+  tracker.client_seen(1, "serve", ipc::Priority::high, 0);
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(tracker.query_closed(1, 3 * kMs, 6 * kMs, i * kMs), 0u);
+  EXPECT_EQ(tracker.query_closed(1, 7 * kMs, 6 * kMs, 10 * kMs), 0u);
+  EXPECT_EQ(tracker.query_closed(1, 5 * kMs, 6 * kMs, 20 * kMs, /*from_arrival=*/true), 11u) << "dropped";
+  EXPECT_EQ(tracker.query_closed(1, 5 * kMs, 6 * kMs, 30 * kMs, true), 0u) << "once";
+  EXPECT_EQ(tracker.query_closed(1, 2 * kMs, 6 * kMs, 40 * kMs), 0u) << "a query that says none: kept";
+  const auto jobs = tracker.snapshot(config, 50 * kMs);
+  ASSERT_EQ(jobs.size(), 1u);
+  EXPECT_EQ(jobs[0].queries, 3u);
+  EXPECT_EQ(jobs[0].violations, 0u) << "the one over was measured the other way";
+  EXPECT_EQ(jobs[0].max_ns, 5 * kMs);
+}
+
 TEST(QosTracker, AJobWithATargetButNoQueryYetHasNoVerdict) {
   QosTracker tracker;
   tracker.client_seen(1, "serve", ipc::Priority::high, 0);

@@ -158,6 +158,7 @@ TEST(QueryTracker, AQueryCountsFromItsRequestsArrival) {
   const auto closed = tracker.posted(kServe, op(5, ipc::OpKind::query_end), 9 * kMs);
   ASSERT_EQ(closed.size(), 1u);
   EXPECT_EQ(closed[0].latency_ns(), 8 * kMs) << "arrival to end, the wait in the server's queue included";
+  EXPECT_TRUE(closed[0].from_arrival);
   EXPECT_EQ(tracker.expected_query_ns(kServe), 4 * kMs) << "the profile is the work: start to end";
   (void)tracker.posted(kServe, begin(6, 3 * kMs), 10 * kMs);
   EXPECT_EQ(tracker.open_query(kServe)->opened_ns, 3 * kMs);
@@ -166,6 +167,9 @@ TEST(QueryTracker, AQueryCountsFromItsRequestsArrival) {
   (void)tracker.posted(kServe, op(7, ipc::OpKind::query_end), 12 * kMs);
   (void)tracker.posted(kServe, begin(8, 0), 20 * kMs);
   EXPECT_EQ(tracker.open_query(kServe)->opened_ns, 20 * kMs) << "no request named: it arrives as it begins";
+  const auto unnamed = tracker.posted(kServe, op(9, ipc::OpKind::query_end), 21 * kMs);
+  ASSERT_EQ(unnamed.size(), 1u);
+  EXPECT_FALSE(unnamed[0].from_arrival);
 }
 
 TEST(QueryTracker, ArrivalsAreNeverInTheFuture) {

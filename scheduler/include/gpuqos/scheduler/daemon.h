@@ -142,6 +142,8 @@ class Daemon {
   void qos_posted(const Client& client, const ipc::OpDescriptor& op, std::int64_t now_ns);
   void qos_completed(const Client& client, const ipc::CompletionDescriptor& completion, std::int64_t now_ns);
   void qos_client_gone(const Client& client);
+  // A query closed: into its job's latencies (said when the job's first from an arrival starts them over).
+  void qos_query_closed(const Client& client, const ClosedQuery& query, std::int64_t now_ns);
   // Each tick: abandons queries whose completions were lost, publishes metrics a scrape asked for,
   // and restarts the endpoint when a reload moved [daemon] metrics_listen; once a second, warns of
   // each tight target (PolicyState::tight_targets) the first time it is seen.

@@ -160,9 +160,12 @@ class QosTracker {
   void client_seen(ClientId client, const std::string& job, ipc::Priority priority, std::int64_t now_ns);
   // The client is gone; its grant counters are kept in the daemon-wide total.
   void client_left(ClientId client, const GrantCounters& counters, std::int64_t now_ns);
-  // A query of the client's job closed after latency_ns; target_ns: the job's target now.
-  void query_closed(ClientId client, std::int64_t latency_ns, std::optional<std::int64_t> target_ns,
-                    std::int64_t now_ns);
+  // A query of the client's job closed after latency_ns (from its request's arrival when
+  // from_arrival, else from its first GPU op); target_ns: the job's target now. A job's latencies
+  // are of one kind: its first query measured from an arrival (the job began to say them) starts its
+  // histogram and violations over; how many queries that dropped is returned (0: none).
+  std::uint64_t query_closed(ClientId client, std::int64_t latency_ns, std::optional<std::int64_t> target_ns,
+                             std::int64_t now_ns, bool from_arrival = false);
   // A completion of a best-effort client's op, read at now_ns: its span (end at most now_ns) counts
   // where no other span of its job covered it already (coarse completions of one batch share one
   // interval).
@@ -183,6 +186,7 @@ class QosTracker {
     std::int64_t last_active_ns = 0;
     LatencyHistogram latency;
     std::uint64_t violations = 0;
+    bool from_arrival = false;  // its latencies count from its requests' arrivals
     std::uint64_t be_ops = 0;
     std::int64_t be_device_ns = 0;
     CoveredTime in_flight;

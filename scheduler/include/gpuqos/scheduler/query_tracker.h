@@ -51,6 +51,7 @@ struct ClosedQuery {
   std::int64_t closed_ns = 0;
   std::uint64_t ops = 0;   // GPU ops posted in it
   bool marked = false;     // explicit marks, not inferred
+  bool from_arrival = false;  // opened_ns is its request's arrival (a query_arrived mark), not its start
   std::int64_t latency_ns() const { return closed_ns - opened_ns; }
 };
 
@@ -61,6 +62,7 @@ struct OpenQuery {
   std::int64_t last_op_ns = 0;   // when its latest op was posted (opened_ns before any)
   bool marked = false;
   std::uint64_t closing_seq = 0;  // inferred: the sync mark that will close it (0: none yet)
+  bool from_arrival = false;      // opened_ns is its request's arrival
 };
 
 class QueryTracker {
@@ -148,8 +150,8 @@ class QueryTracker {
     std::uint64_t closed_queries = 0;     // queries closed so far
   };
   // Opens a query started at at_ns whose request arrived at arrived_ns (<= at_ns).
-  void open(State& state, std::int64_t at_ns, std::int64_t arrived_ns);
-  void open(State& state, std::int64_t at_ns) { open(state, at_ns, at_ns); }
+  void open(State& state, std::int64_t at_ns, std::int64_t arrived_ns, bool from_arrival);
+  void open(State& state, std::int64_t at_ns) { open(state, at_ns, at_ns, false); }
   static void switch_to_marks(State& state);
   std::int64_t expected_from(ClientId client, std::int64_t now_ns, std::vector<std::int64_t> State::*after_op,
                              std::int64_t State::*whole) const;
