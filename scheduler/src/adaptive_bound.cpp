@@ -7,10 +7,18 @@
 namespace gpuqos::scheduler {
 
 void AdaptiveBound::configure(const BaymaxOptions& options) {
+  const std::int64_t min_ns = std::max<std::int64_t>(1, options.min_backlog_bound_ns);
+  const std::int64_t max_ns = std::max(min_ns, options.max_backlog_bound_ns);
+  const std::int64_t step_ns = std::max<std::int64_t>(1, options.adapt_step_ns);
+  if (options.adaptation == enabled_ && options.be_backlog_bound_ns == configured_ns_ && min_ns == min_ns_ &&
+      max_ns == max_ns_ && step_ns == step_ns_) {
+    return;  // nothing of the bound's changed: it keeps what it learned
+  }
   enabled_ = options.adaptation;
-  min_ns_ = std::max<std::int64_t>(1, options.min_backlog_bound_ns);
-  max_ns_ = std::max(min_ns_, options.max_backlog_bound_ns);
-  step_ns_ = std::max<std::int64_t>(1, options.adapt_step_ns);
+  configured_ns_ = options.be_backlog_bound_ns;
+  min_ns_ = min_ns;
+  max_ns_ = max_ns;
+  step_ns_ = step_ns;
   bound_ns_ = enabled_ ? std::clamp(options.be_backlog_bound_ns, min_ns_, max_ns_) : options.be_backlog_bound_ns;
 }
 

@@ -40,6 +40,22 @@ TEST(AdaptiveBound, StepsOncePerBatchOfQueriesAndStaysWithinLimits) {
   EXPECT_EQ(bound.bound_ns(), 20 * kMs) << "plenty of slack: up to the maximum";
 }
 
+// gpuqosd reconfigures the policy for a reload and for a GPU renumbered (device_table.h): other
+// settings changing leave the adapted bound where it is; its own restart it.
+TEST(AdaptiveBound, KeepsWhatItLearnedUnlessItsOwnSettingsChange) {
+  BaymaxOptions o = adaptive(2 * kMs);
+  AdaptiveBound bound(o);
+  for (int i = 0; i < 100 * static_cast<int>(AdaptiveBound::kEvery); ++i) (void)bound.observe(1, 1 * kMs, 10 * kMs, 99);
+  ASSERT_EQ(bound.bound_ns(), 20 * kMs);
+  o.timeslice_ns = 8 * kMs;
+  o.preemptive_devices = 2;
+  bound.configure(o);
+  EXPECT_EQ(bound.bound_ns(), 20 * kMs) << "not the bound's settings";
+  o.adapt_step_ns = kMs;
+  bound.configure(o);
+  EXPECT_EQ(bound.bound_ns(), 2 * kMs) << "a new step: from the configured bound again";
+}
+
 // Queries take 3 ms plus up to the bound of best-effort work ahead of them (uniform): their p99 is
 // about 3 ms + bound. Target 10 ms: the band [0.6, 0.9] x 10 ms holds the p99 for bounds in
 // [3, 6] ms, and the bound must settle there from either side and stay.

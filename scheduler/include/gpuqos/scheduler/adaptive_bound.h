@@ -30,6 +30,8 @@ class AdaptiveBound {
 
   explicit AdaptiveBound(const BaymaxOptions& options) { configure(options); }
   // New parameters: the bound restarts from options.be_backlog_bound_ns (clamped); history stays.
+  // The same bound, range, step and switch as before (a reload or a new device that changed other
+  // settings) keep the adapted bound.
   void configure(const BaymaxOptions& options);
 
   std::int64_t bound_ns() const { return bound_ns_; }
@@ -45,6 +47,7 @@ class AdaptiveBound {
     std::size_t since_check = 0;
   };
   bool enabled_ = false;
+  std::int64_t configured_ns_ = -1;  // options.be_backlog_bound_ns as last configured (-1: never)
   std::int64_t bound_ns_ = 0, min_ns_ = 0, max_ns_ = 0, step_ns_ = 0;
   std::uint64_t steps_ = 0;
   std::map<ClientId, Window> windows_;
