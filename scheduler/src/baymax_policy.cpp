@@ -182,7 +182,7 @@ std::vector<PolicyState::TightTarget> BaymaxPolicy::tight_targets(std::int64_t n
     if (target < expected && queries_.closed_queries(id) < kQueriesBeforeUnreachable) continue;
     client.for_each_device([&](std::uint32_t device) {
       // Best-effort processes with compute work on the device, or that posted some lately (one
-      // registers with device 0 whatever it uses, and one that went idle takes no slice); at least
+      // is on no device before its first op, and one that went idle takes no slice); at least
       // one, since one may come.
       const auto processes = static_cast<std::uint32_t>(std::max<std::ptrdiff_t>(
           1, std::count_if(clients_.begin(), clients_.end(), [device, now_ns](const auto& other) {
@@ -736,7 +736,7 @@ void BaymaxPolicy::extend_credit(ClientId client, ClientState& state, Decisions&
   // With a high-priority job: no credit, every op asks. Beside another best-effort job whose weight
   // per process differs: none either, so each op meets its stream's bound and the share hold bites
   // (credit let a job's queue on the device run hundreds of ms deep, past any hold).
-  bool shared = false;
+  bool shared = !state.placed();  // on no device yet: it may be one with a high-priority job
   state.for_each_device([&](std::uint32_t device) {
     shared = shared || high_priority_on(device) || beside_another_weight(client, device, last_now_ns_);
   });

@@ -58,7 +58,9 @@ ClientInfo client_info(const config::Config& config, const ClientIdentity& ident
   info.client = identity.id;
   info.job = identity.job;
   info.priority = identity.priority;
-  info.device = identity.device;
+  // The Hello's device is 0 from every shim (it registers before it knows a context), and an
+  // ordinal is its process's own numbering anyway: on no device until its first GPU op.
+  info.device = ClientInfo::kNoDevice;
   if (const config::JobConfig* entry = config::find_job(config, identity.job)) {
     if (entry->target_ms) info.target_ns = static_cast<std::int64_t>(*entry->target_ms * 1e6);
     info.percentile = entry->percentile;

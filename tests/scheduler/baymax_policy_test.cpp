@@ -1975,6 +1975,28 @@ TEST(BaymaxPolicy, AJobIsOnTheDevicesItsWorkIsOn) {
   EXPECT_EQ(policy.state(0)->long_op_budgets[0].device, 1u) << "the budget moved with it";
 }
 
+// As gpuqosd registers clients (ClientInfo::kNoDevice: each process numbers its own devices): on
+// no device until a GPU op says one. A job with a target rations nothing and holds nothing before
+// (the review of the UUID change: on device 0 it held back another GPU's work until its first op).
+TEST(BaymaxPolicy, AClientRegisteredOnNoDeviceIsOnTheOneItsFirstOpNames) {
+  BaymaxPolicy policy(options(50 * kMs, 8));
+  ClientInfo lc = serve(kServe, 10 * kMs);
+  lc.device = ClientInfo::kNoDevice;
+  (void)policy.client_registered(lc, 0);
+  EXPECT_TRUE(policy.state(0)->long_op_budgets.empty()) << "on no device: no budget anywhere";
+  (void)post(policy, kServe, Priority::high, arrival_at(1, 0), 0, 0);  // a request waits
+  ClientInfo be = train(kTrainA);
+  be.device = ClientInfo::kNoDevice;
+  (void)policy.client_registered(be, 0);
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 0, 20 * kMs), (Decisions{{kTrainA, 1}, {kTrainA, 9}}))
+      << "its op is on device 0, where no job is to protect: granted, with credit";
+  ipc::OpDescriptor first = op(2);
+  first.device = 1;
+  (void)post(policy, kServe, Priority::high, first, 0, kMs);
+  ASSERT_EQ(policy.state(0)->long_op_budgets.size(), 1u);
+  EXPECT_EQ(policy.state(0)->long_op_budgets[0].device, 1u);
+}
+
 // Idle for kStaleQueryNs (its job posts nothing more): abandoned, before it would be overdue (a
 // 600-ms target: 2.4 s).
 TEST(BaymaxPolicy, AnAbandonedQueryStopsHoldingBestEffortWork) {

@@ -84,7 +84,7 @@ TEST(ClientInfoOf, CarriesTheJobsTargetsInNanoseconds) {
   EXPECT_EQ(info.client, 7u);
   EXPECT_EQ(info.job, "serve");
   EXPECT_EQ(info.priority, Priority::high);
-  EXPECT_EQ(info.device, 1u);
+  EXPECT_EQ(info.device, ClientInfo::kNoDevice) << "not the Hello's ordinal: each process numbers its own";
   EXPECT_EQ(info.target_ns, 20'000'000);
   EXPECT_DOUBLE_EQ(info.percentile, 99.9);
   EXPECT_EQ(describe_targets(info), "target 20 ms at p99.9, weight 1");

@@ -38,6 +38,15 @@ ipc::OpDescriptor mark(std::uint64_t seq, ipc::OpKind kind) {
 
 // One inferred query of two kernels and a sync (seqs first..first+2): the ops are posted now and
 // complete after run_for, with device times in the daemon's clock.
+// A high-priority client is on no device until its first GPU op (ClientInfo::kNoDevice): one short
+// query, coarsely timed so nothing is learned of it, puts it on device 0. Seqs 1-2.
+void place_on_device_0(FakeClient& client) {
+  client.name_kernel(1, "infer");
+  client.post(FakeClient::kernel(1));
+  client.post(mark(2, ipc::OpKind::sync));
+  client.complete(1, 100, 200, ipc::kCompletionCoarse);  // long ago: alongside nothing a test times
+}
+
 void run_query(FakeClient& client, std::uint64_t first, std::chrono::milliseconds run_for) {
   client.post(FakeClient::kernel(first));
   client.post(FakeClient::kernel(first + 1));
@@ -148,6 +157,7 @@ TEST(Qos, AJobsNumbersSurviveItsClientReconnectingAndBestEffortProgressIsCounted
 // posted its first kernel ("step", op 1).
 struct ServeAndTrain {
   ServeAndTrain() {
+    place_on_device_0(serve);
     train.name_kernel(1, "step");
     train.post(FakeClient::kernel(1));
   }
@@ -229,6 +239,7 @@ TEST(Qos, AnOpHeldLongIsSaidWhenItsClientLeavesOrGpuqosdStops) {
   TempDir dir("gpuqos-qos");
   DaemonProcess daemon({"--config", dir.write("gpuqosd.toml", baymax_serve_config("be_backlog_bound_ms = 7.5\n")).string()});
   FakeClient serve(daemon.socket(), Priority::high, "serve");
+  place_on_device_0(serve);
   FakeClient staying(daemon.socket(), Priority::low, "train");
   staying.name_kernel(1, "step");
   const auto said = [&](const std::string& text) { return daemon.log().find(text) != std::string::npos; };

@@ -266,12 +266,17 @@ class BaymaxPolicy final : public Policy {
     std::map<std::uint32_t, std::int64_t> compute_posted_ns;  // best effort: its latest compute op, by device
     // The devices it has posted GPU work on. A process registers with device 0 whatever it uses
     // (the shim has no context yet), so a job is on the devices its work says, and on its
-    // registration's device only until its first op.
+    // registration's device only until its first op (on none with ClientInfo::kNoDevice, as
+    // gpuqosd registers every client).
     std::set<std::uint32_t> devices;
     bool on(std::uint32_t device) const { return devices.empty() ? info.device == device : devices.contains(device); }
+    bool placed() const { return !devices.empty() || info.device != ClientInfo::kNoDevice; }
     template <class F>
     void for_each_device(F&& f) const {  // each device it is on(), without building a set per call
-      if (devices.empty()) return f(info.device);
+      if (devices.empty()) {
+        if (info.device != ClientInfo::kNoDevice) f(info.device);
+        return;
+      }
       for (const std::uint32_t device : devices) f(device);
     }
   };

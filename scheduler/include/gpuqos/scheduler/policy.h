@@ -37,6 +37,10 @@ struct ClientInfo {
   ClientId client = 0;
   std::string job;
   ipc::Priority priority = ipc::Priority::low;  // the effective class (after access checks)
+  // The device it registered on, where a policy places it until its first GPU op names one.
+  // kNoDevice: none (gpuqosd: a shim registers before it knows a device, and each process numbers
+  // its own, device_table.h: such a client is on no device, and asks before its first op).
+  static constexpr std::uint32_t kNoDevice = ~std::uint32_t{0};
   std::uint32_t device = 0;
   std::optional<std::int64_t> target_ns;  // the job's latency target (config), if any
   double percentile = 99.0;               // ... at this percentile
