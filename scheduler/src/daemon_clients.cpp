@@ -83,15 +83,17 @@ std::string Daemon::renumber_device(const Client& client, ipc::OpDescriptor& op)
   DeviceTable::Uuid uuid;
   std::copy(std::begin(op.device_uuid), std::end(op.device_uuid), uuid.begin());
   const std::uint32_t ordinal = op.device;
-  const DeviceTable::Renumbered where = devices_.renumber(client.identity().id, ordinal, uuid);
+  const bool work = op.kind == ipc::OpKind::kernel || op.kind == ipc::OpKind::copy ||
+                    op.kind == ipc::OpKind::memset || op.kind == ipc::OpKind::graph;
+  const DeviceTable::Renumbered where = devices_.renumber(client.identity().id, ordinal, uuid, work);
   if (!where.error.empty()) return "device UUIDs: " + where.error;
   if (!where.note.empty()) spdlog::warn("{} ({})", where.note, client.tag());
   op.device = where.device;
   if (where.added) {
     spdlog::info("device {} is {} ({} calls it device {})", where.device, DeviceTable::uuid_text(uuid), client.tag(),
                  ordinal);
-    apply_device_settings();
   }
+  if (where.settings_moved) apply_device_settings();
   const std::uint32_t settings_of = devices_.config_ordinal(where.device);
   if (settings_of != ordinal && device_settings_differ(options_.policy.baymax, ordinal, settings_of) &&
       settings_warned_.emplace(where.device, ordinal).second) {

@@ -36,17 +36,32 @@ void DeviceTable::use(ClientId client, std::uint32_t number) {
   if (const auto it = by_number_.find(number); it != by_number_.end()) ++by_uuid_.at(it->second).clients;
 }
 
-DeviceTable::Renumbered DeviceTable::renumber(ClientId client, std::uint32_t ordinal, const Uuid& uuid) {
+DeviceTable::Renumbered DeviceTable::renumber(ClientId client, std::uint32_t ordinal, const Uuid& uuid, bool work) {
   auto& said = said_[client];
   const auto known = said.find(ordinal);
-  if (said_nothing(uuid)) return {known == said.end() ? ordinal : known->second.device};
+  if (said_nothing(uuid)) {
+    if (known != said.end()) return {known->second.device};
+    Renumbered out{ordinal};
+    if (work && said.empty() && !by_uuid_.empty() && told_no_uuid_.insert(client).second) {
+      out.note = fmt::format("its GPU ops say no device UUID (a shim older than gpuqosd, or a driver that cannot "
+                             "say): its device {} is taken as gpuqosd's device {}, which under CUDA_VISIBLE_DEVICES "
+                             "may be another GPU",
+                             ordinal, ordinal);
+    }
+    return out;
+  }
   if (known != said.end()) {
     if (known->second.uuid == uuid) return {known->second.device};
     return {.error = fmt::format("device {} was {}, now it says {}", ordinal, uuid_text(known->second.uuid),
                                  uuid_text(uuid))};
   }
+  if (said.size() >= kMaxGpusPerClient) return {.error = fmt::format("it names more than {} GPUs", kMaxGpusPerClient)};
   Renumbered out;
   auto device = by_uuid_.find(uuid);
+  if (device != by_uuid_.end() && device->second.clients == 0 && device->second.first_ordinal != ordinal) {
+    device->second.first_ordinal = ordinal;  // no job uses it: the settings of the ordinal this one calls it
+    out.settings_moved = true;
+  }
   if (device == by_uuid_.end()) {
     const std::optional<std::uint32_t> number = free_number(ordinal);
     if (!number) {
@@ -58,6 +73,7 @@ DeviceTable::Renumbered DeviceTable::renumber(ClientId client, std::uint32_t ord
       out.device = ordinal;
       return out;  // not remembered: asked again, and numbered when a number frees up
     }
+    const bool held_before = by_number_.contains(*number);
     if (const auto held = by_number_.find(*number); held != by_number_.end()) {  // no client uses it
       out.note = fmt::format("device {} is {} from now on; it was {}, which no job uses", *number, uuid_text(uuid),
                              uuid_text(held->second));
@@ -66,6 +82,7 @@ DeviceTable::Renumbered DeviceTable::renumber(ClientId client, std::uint32_t ord
     by_number_[*number] = uuid;
     device = by_uuid_.emplace(uuid, Device{*number, uuid, ordinal, 0}).first;
     out.added = true;
+    out.settings_moved = *number != ordinal || held_before;
   }
   said.emplace(ordinal, Said{uuid, device->second.number});
   use(client, device->second.number);
@@ -75,6 +92,7 @@ DeviceTable::Renumbered DeviceTable::renumber(ClientId client, std::uint32_t ord
 
 void DeviceTable::client_gone(ClientId client) {
   said_.erase(client);
+  told_no_uuid_.erase(client);
   const auto used = used_.find(client);
   if (used == used_.end()) return;
   for (const std::uint32_t number : used->second) {

@@ -94,6 +94,45 @@ TEST(DeviceTable, AGoneClientsGpusKeepTheirNumbers) {
   EXPECT_EQ(table.renumber(3, 0, gpu(1)).device, 0u);
 }
 
+TEST(DeviceTable, AClientNamingMoreGpusThanAProcessSeesIsBroken) {
+  DeviceTable table;
+  for (std::uint32_t n = 0; n < DeviceTable::kMaxGpusPerClient; ++n) {
+    EXPECT_TRUE(table.renumber(1, n, gpu(static_cast<std::uint8_t>(n))).error.empty());
+  }
+  EXPECT_EQ(table.renumber(1, 16, gpu(16)).error, "it names more than 16 GPUs");
+  EXPECT_EQ(table.renumber(1, 3, gpu(3)).device, 3u) << "those it named before still are";
+}
+
+// A shim older than 1.7 says no UUID: its ops go by ordinal, which may be another GPU's number, and
+// it is told once (not for marks, which a thread with no context sends without one).
+TEST(DeviceTable, AClientWhoseGpuOpsSayNoUuidIsToldOnce) {
+  DeviceTable table;
+  EXPECT_TRUE(table.renumber(1, 0, kNone).note.empty()) << "no GPU known: nothing it could be mistaken for";
+  table.renumber(2, 0, gpu(4));
+  EXPECT_TRUE(table.renumber(3, 0, kNone, /*work=*/false).note.empty()) << "a mark";
+  const auto told = table.renumber(3, 0, kNone);
+  EXPECT_EQ(told.device, 0u);
+  EXPECT_NE(told.note.find("its GPU ops say no device UUID"), std::string::npos) << told.note;
+  EXPECT_TRUE(table.renumber(3, 1, kNone).note.empty()) << "once";
+  EXPECT_TRUE(table.renumber(2, 1, kNone).note.empty()) << "a client that says UUIDs has its marks say none";
+}
+
+// Once no client uses a GPU, the next job's ordinal for it picks its settings.
+TEST(DeviceTable, AnUnusedGpuTakesTheSettingsOfItsNextJobsOrdinal) {
+  DeviceTable table;
+  table.renumber(1, 0, gpu(0));
+  const auto second = table.renumber(2, 0, gpu(1));
+  EXPECT_TRUE(second.settings_moved) << "number 1, settings of ordinal 0";
+  EXPECT_EQ(table.config_ordinal(1), 0u);
+  EXPECT_FALSE(table.renumber(3, 1, gpu(1)).settings_moved) << "in use: its first job's ordinal stays";
+  table.client_gone(2);
+  table.client_gone(3);
+  const auto next = table.renumber(4, 1, gpu(1));
+  EXPECT_TRUE(next.settings_moved);
+  EXPECT_EQ(table.config_ordinal(1), 1u);
+  EXPECT_FALSE(table.renumbered());
+}
+
 // [policy.baymax] gives preemptive_device and timeslice_ms by ordinal: a renumbered GPU takes those
 // of the ordinal its first job called it.
 TEST(DeviceTable, PerDeviceSettingsFollowTheGpuToItsNumber) {

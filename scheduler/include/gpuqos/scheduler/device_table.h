@@ -11,13 +11,17 @@
 // CUDA_VISIBLE_DEVICES, or with one value for every job, gpuqosd's numbers are the ordinals), else
 // the lowest free number. An op that says no UUID (an older shim; a query mark from a thread with
 // no context) is on the GPU that its client said for that ordinal before, else on the number equal
-// to its ordinal (as before 1.7). At most ipc::kMaxDevices GPUs: a new one takes the lowest number
-// of a GPU that no client uses then, and when every number is in use it is numbered by its ordinal
-// (said once). A client that says two UUIDs for one ordinal is broken: a process's
-// ordinals do not change while it runs.
+// to its ordinal, which after renumbering may be another GPU's (a client whose GPU ops say none is
+// told so once). At most ipc::kMaxDevices GPUs: a new one takes the lowest number of a GPU that no
+// client uses then (and inherits its state: a MIG reconfiguration makes new instances), and when
+// every number is in use it is numbered by its ordinal (said once). A client that says two UUIDs
+// for one ordinal is broken (a process's ordinals do not change while it runs), and so is one that
+// names more than kMaxGpusPerClient GPUs, which would crowd the table (a process sees 16 at most on
+// today's nodes, and one MIG instance).
 //
 // Per-device settings ([policy.baymax] preemptive_device and timeslice_ms) are by ordinal, each
-// job's numbering: a GPU takes those of the ordinal its first job called it (config_ordinal).
+// job's numbering: a GPU takes those of the ordinal its first job called it (config_ordinal), and
+// of the ordinal the next job calls it once no client uses it.
 #pragma once
 
 #include <array>
@@ -44,15 +48,19 @@ class DeviceTable {
     std::size_t clients = 0;          // clients that posted work on it and are still here
   };
 
+  static constexpr std::size_t kMaxGpusPerClient = 16;
+
   struct Renumbered {
-    std::uint32_t device = 0;  // gpuqosd's number
-    bool added = false;        // a GPU not known before (or a number given to another GPU)
-    std::string note;          // to log (once per situation), or empty
-    std::string error;         // the client is broken (it said two UUIDs for one ordinal)
+    std::uint32_t device = 0;     // gpuqosd's number
+    bool added = false;           // a GPU not known before (or a number given to another GPU)
+    bool settings_moved = false;  // config_ordinal of some number changed
+    std::string note;             // to log (once per situation), or empty
+    std::string error;            // the client is broken (two UUIDs for one ordinal, too many GPUs)
   };
 
-  // Where an op of client on its `ordinal` runs, by the UUID it said (all zero: none said).
-  Renumbered renumber(ClientId client, std::uint32_t ordinal, const Uuid& uuid);
+  // Where an op of client on its `ordinal` runs, by the UUID it said (all zero: none said). `work`:
+  // a GPU op (kernel, copy, memset, graph), not a mark.
+  Renumbered renumber(ClientId client, std::uint32_t ordinal, const Uuid& uuid, bool work = true);
   // Its ordinals are forgotten, and the GPUs it used lose a user.
   void client_gone(ClientId client);
 
@@ -77,6 +85,7 @@ class DeviceTable {
   std::map<std::uint32_t, Uuid> by_number_;
   std::map<ClientId, std::map<std::uint32_t, Said>> said_;   // client -> ordinal -> what it said
   std::map<ClientId, std::set<std::uint32_t>> used_;         // client -> numbers it counts in
+  std::set<ClientId> told_no_uuid_;                          // clients told their ops say none
   bool told_full_ = false;
 };
 
