@@ -145,6 +145,13 @@ void daemon_families(const DaemonStatus& status, std::ostringstream& out) {
     }
   }
   if (status.policy_state) policy_families(*status.policy_state, out);
+  Family device_info(out, "gpuqos_device_info", "gauge",
+                     "1 for each GPU gpuqosd has seen work on: which GPU each device label names (gpuqosd's own "
+                     "numbers, not each job's ordinals), and the ordinal its first job called it.");
+  for (const auto& device : status.devices) {
+    device_info.sample(1, {{"device", std::to_string(device.device)}, {"uuid", device.uuid},
+                           {"ordinal", std::to_string(device.ordinal)}});
+  }
   Family backlog(out, "gpuqos_engine_backlog_seconds", "gauge",
                  "Predicted device time of the work accounted on an engine and not completed.");
   for (const auto& load : status.backlog) {

@@ -284,15 +284,18 @@ std::string render_status_table(const nlohmann::json& status) {
   out << render_jobs_table(status);
   char line[256];
   const int width = job_column_width(status.at("clients"));
-  std::snprintf(line, sizeof line, "%-8s %-6s %-*s %-4s %-8s %10s %10s %10s %12s\n", "PID", "UID", width, "JOB", "PRIO",
-                "STATE", "POSTED", "GRANTED", "COMPLETED", "WAIT_MS");
+  std::snprintf(line, sizeof line, "%-8s %-6s %-*s %-4s %-7s %-8s %10s %10s %10s %12s\n", "PID", "UID", width, "JOB", "PRIO",
+                "DEVICES", "STATE", "POSTED", "GRANTED", "COMPLETED", "WAIT_MS");
   out << line;
   for (const auto& c : status.at("clients")) {
     const auto& ops = c.at("ops");
-    std::snprintf(line, sizeof line, "%-8lld %-6u %-*s %-4s %-8s %10llu %10llu %10llu %12s\n",
+    // gpuqosd's device numbers its GPU work named ("-": none yet)
+    std::string devices;
+    for (const auto& d : c.value("devices", nlohmann::json::array())) devices += (devices.empty() ? "" : ",") + d.dump();
+    std::snprintf(line, sizeof line, "%-8lld %-6u %-*s %-4s %-7s %-8s %10llu %10llu %10llu %12s\n",
                   static_cast<long long>(c.at("pid").get<std::int64_t>()), c.at("uid").get<unsigned>(), width,
                   c.at("job").get<std::string>().c_str(), c.at("priority").get<std::string>().c_str(),
-                  c.at("state").get<std::string>().c_str(),
+                  devices.empty() ? "-" : devices.c_str(), c.at("state").get<std::string>().c_str(),
                   static_cast<unsigned long long>(ops.at("posted").get<std::uint64_t>()),
                   static_cast<unsigned long long>(ops.at("granted").get<std::uint64_t>()),
                   static_cast<unsigned long long>(ops.at("completed").get<std::uint64_t>()),

@@ -27,6 +27,12 @@ namespace {
 
 using ipc::Priority;
 
+std::size_t occurrences(const std::string& text, const std::string& what) {
+  std::size_t count = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) ++count;
+  return count;
+}
+
 TEST(Daemon, RegistersAClientWithTheKernelsCredentials) {
   DaemonProcess daemon;
   FakeClient client(daemon.socket(), Priority::low, "trainer");
@@ -107,6 +113,49 @@ TEST(Daemon, DevicesAreTheGpusTheOpsUuidsNameNotTheirOrdinals) {
   EXPECT_NE(daemon.log().find("device UUIDs: device 0 was GPU-c0000000-0000-0000-0000-000000000002, now it says "
                               "GPU-c0000000-0000-0000-0000-000000000009"),
             std::string::npos) << daemon.log();
+}
+
+// [policy.baymax] per-device settings are by ordinal, each job's numbering: a GPU renumbered takes
+// those of the ordinal its first job called it, in the policy (a preemptive device has no long-op
+// budget), and a job calling it by an ordinal whose settings differ is warned of, again after a reload.
+TEST(Daemon, ARenumberedGpuTakesTheSettingsOfItsFirstJobsOrdinal) {
+  TempDir dir("gpuqosd-devices");
+  const std::string config = "[policy]\nname = \"baymax\"\n[policy.baymax]\npreemptive_device = [0]\n"
+                             "[[job]]\nname = \"serve\"\ntarget_ms = 10.0\n";
+  const auto path = dir.write("gpuqosd.toml", config);
+  DaemonProcess daemon({"--config", path.string()});
+  const auto on_gpu = [](std::uint64_t seq, std::uint32_t ordinal, std::uint8_t gpu) {
+    ipc::OpDescriptor op = FakeClient::kernel(seq);
+    op.device = ordinal;
+    op.device_uuid[0] = 0xd0;
+    op.device_uuid[15] = gpu;
+    return op;
+  };
+  FakeClient first(daemon.socket(), Priority::high, "serve");
+  FakeClient second(daemon.socket(), Priority::high, "serve");
+  FakeClient both(daemon.socket(), Priority::high, "serve");
+  for (FakeClient* client : {&first, &second, &both}) client->name_kernel(1, "infer");
+  first.post(on_gpu(1, 0, 1));   // GPU 1 is device 0
+  second.post(on_gpu(1, 0, 2));  // GPU 2, also its job's device 0: gpuqosd's device 1, preemptive
+  nlohmann::json status;
+  ASSERT_TRUE(eventually([&] {
+    status = daemon.status();
+    return status["devices"].size() == 2;
+  }, 5s)) << status.dump(1);
+  ASSERT_TRUE(status.contains("policy_state")) << status.dump(1);
+  EXPECT_EQ(status["policy_state"]["long_op_budget"], nlohmann::json::array())
+      << "both devices preemptive: device 1 took ordinal 0's settings\n" << status.dump(1);
+  const std::string warning = "calls GPU-d0000000-0000-0000-0000-000000000002 device 1, whose [policy.baymax] settings";
+  both.post(on_gpu(1, 1, 2));  // a job that sees both calls GPU 2 its device 1: not preemptive
+  ASSERT_TRUE(eventually([&] { return occurrences(daemon.log(), warning) == 1; }, 5s)) << daemon.log();
+  both.post(on_gpu(2, 1, 2));
+  EXPECT_EQ(occurrences(daemon.log(), warning), 1u) << "once";
+  dir.write("gpuqosd.toml", config);
+  ASSERT_EQ(::kill(daemon.pid(), SIGHUP), 0);
+  ASSERT_TRUE(eventually([&] { return daemon.log().find("config reloaded") != std::string::npos; }, 5s)) << daemon.log();
+  both.post(on_gpu(3, 1, 2));
+  EXPECT_TRUE(eventually([&] { return occurrences(daemon.log(), warning) == 2; }, 5s)) << "said again after a reload\n"
+                                                                                      << daemon.log();
 }
 
 TEST(Daemon, GrantsLowPriorityOpsInArrivalOrder) {

@@ -59,6 +59,27 @@ TEST(Status, JsonCarriesEveryField) {
   EXPECT_NE(table.find("gpuqosd pid 42, up 5.0 s, policy fifo"), std::string::npos) << table;
 }
 
+// Which GPU each of gpuqosd's device numbers is, and where each client's work is: in the JSON and
+// the table (a job under CUDA_VISIBLE_DEVICES=1 calls the node's second GPU its device 0).
+TEST(Status, DevicesAreListedWithTheirUuidsAndEachClientsWithIt) {
+  DaemonStatus status = status_with(2);
+  status.devices = {DeviceStatus{0, "GPU-8601f82c-036c-8858-b907-c46eb6bf5f92", 0, 1},
+                    DeviceStatus{1, "GPU-5053021f-f19c-8f3e-af75-ba138af7d608", 0, 1}};
+  status.clients[0].devices = {1};
+  const auto json = nlohmann::json::parse(bounded_status_text(status));
+  EXPECT_EQ(json["devices"][1]["uuid"], "GPU-5053021f-f19c-8f3e-af75-ba138af7d608");
+  EXPECT_EQ(json["devices"][1]["ordinal"], 0);
+  const std::string table = render_status_table(json);
+  EXPECT_NE(table.find("  device 0 is GPU-8601f82c-036c-8858-b907-c46eb6bf5f92, 1 client(s)\n"), std::string::npos)
+      << table;
+  EXPECT_NE(table.find("  device 1 is GPU-5053021f-f19c-8f3e-af75-ba138af7d608 (device 0 to its first job), 1 client(s)\n"),
+            std::string::npos)
+      << table;
+  EXPECT_NE(table.find(" DEVICES "), std::string::npos) << table;
+  EXPECT_NE(table.find(" low  1       "), std::string::npos) << "the first client's work is on device 1\n" << table;
+  EXPECT_NE(table.find(" low  -       "), std::string::npos) << "the second's nowhere yet\n" << table;
+}
+
 TEST(Status, UptimeReadsAsAPersonSaysIt) {
   auto json = nlohmann::json::parse(bounded_status_text(status_with(0)));
   const auto up = [&](std::int64_t seconds) {

@@ -59,7 +59,9 @@ struct ClientStatus {
   std::uint32_t gid = 0;
   std::string job;
   ipc::Priority priority = ipc::Priority::low;
-  std::uint32_t device = 0;           // its registration's (0 from every shim: it does not know one yet)
+  // Its Hello's device: 0 from every shim (it does not know one yet), and that process's own
+  // ordinal besides; `devices` says where its work is, in gpuqosd's numbers.
+  std::uint32_t device = 0;
   std::string state;
   std::string segment;
   std::uint64_t posted = 0;
@@ -74,7 +76,7 @@ struct ClientStatus {
   // config's access rules lowered it).
   ipc::Priority claimed_priority = ipc::Priority::low;
   std::optional<HeldOpStatus> held;
-  std::vector<std::uint32_t> devices;  // the devices its posted GPU work named, in order
+  std::vector<std::uint32_t> devices;  // the devices its posted GPU work is on (gpuqosd's numbers), in order
 };
 
 // A GPU gpuqosd has seen work on (device_table.h): its number in status and logs, and which it is.
