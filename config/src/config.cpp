@@ -42,4 +42,17 @@ std::optional<std::string> parse_listen(std::string_view text, ListenAddress& ou
   return detail::parse_listen_address(text, out);
 }
 
+std::optional<std::string> uuid_prefix(std::string_view text) {
+  constexpr std::size_t kUuidTextBytes = 36;  // 8-4-4-4-12 hex digits and dashes
+  if (!text.starts_with("GPU-") && !text.starts_with("MIG-")) return std::nullopt;
+  std::string prefix;
+  for (const char c : text.substr(4)) {
+    const bool hex = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+    if (!hex && c != '-') return std::nullopt;
+    prefix += static_cast<char>(c >= 'A' && c <= 'F' ? c - 'A' + 'a' : c);
+  }
+  if (prefix.empty() || prefix.size() > kUuidTextBytes) return std::nullopt;
+  return prefix;
+}
+
 }  // namespace gpuqos::config

@@ -1,4 +1,5 @@
 // [policy], [policy.baymax] and [policy.fifo].
+#include <algorithm>
 #include <charconv>
 #include <limits>
 #include <map>
@@ -42,7 +43,10 @@ void read_chunk_bytes(Section& section, std::uint64_t& out) {
   out = *bytes;
 }
 
-// preemptive_device: true or false for every device, or the ordinals of the devices that time-slice.
+constexpr std::string_view kUuidExample = "\"GPU-5053021f\"";
+
+// preemptive_device: true or false for every device, or the devices that time-slice: ordinals, and
+// GPU UUIDs (or prefixes of them) for jobs that each number their GPUs (CUDA_VISIBLE_DEVICES).
 void read_preemptive(Section& section, BaymaxConfig& out) {
   constexpr std::string_view kKey = "preemptive_device";
   const toml::node* node = section.find(kKey);
@@ -50,17 +54,50 @@ void read_preemptive(Section& section, BaymaxConfig& out) {
   if (const auto* flag = node->as_boolean()) {
     out.preemptive_device = flag->get();
     out.preemptive_ordinals.clear();
+    out.preemptive_uuids.clear();
     return;
   }
-  if (!node->is_array()) {
-    section.error(kKey, "must be true, false or a list of device ordinals like [0, 2] (got " +
-                            std::string(type_phrase(node->type())) + ")");
+  const toml::array* array = node->as_array();
+  if (array == nullptr) {
+    section.error(kKey, "must be true, false or a list of device ordinals and GPU UUIDs like [0, " +
+                            std::string(kUuidExample) + "] (got " + std::string(type_phrase(node->type())) + ")");
     return;
   }
-  std::vector<std::int64_t> ordinals;
-  read_integer_list(section, kKey, 0, kMaxDeviceOrdinal, ordinals);
   out.preemptive_device = false;
-  out.preemptive_ordinals.assign(ordinals.begin(), ordinals.end());
+  out.preemptive_ordinals.clear();
+  out.preemptive_uuids.clear();
+  for (std::size_t i = 0; i < array->size(); ++i) {
+    const toml::node& element = *array->get(i);
+    std::string problem;
+    if (const auto* integer = element.as_integer()) {
+      const std::int64_t ordinal = integer->get();
+      if (ordinal < 0 || ordinal > kMaxDeviceOrdinal) {
+        problem = "must be a device ordinal 0 to 63 (got " + std::to_string(ordinal) + ")";
+      } else if (std::find(out.preemptive_ordinals.begin(), out.preemptive_ordinals.end(), ordinal) !=
+                 out.preemptive_ordinals.end()) {
+        problem = std::to_string(ordinal) + " is listed twice";
+      } else {
+        out.preemptive_ordinals.push_back(static_cast<std::uint32_t>(ordinal));
+      }
+    } else if (const auto* text = element.as_string()) {
+      const auto prefix = uuid_prefix(text->get());
+      if (!prefix) {
+        problem = "must be a GPU UUID as nvidia-smi -L writes it, or a prefix of one, like " +
+                  std::string(kUuidExample) + " (got " + quoted(text->get()) + ")";
+      } else if (std::find(out.preemptive_uuids.begin(), out.preemptive_uuids.end(), *prefix) !=
+                 out.preemptive_uuids.end()) {
+        problem = quoted(text->get()) + " is listed twice";
+      } else {
+        out.preemptive_uuids.push_back(*prefix);
+      }
+    } else {
+      problem = "must be a device ordinal or a GPU UUID (got " + std::string(type_phrase(element.type())) + ")";
+    }
+    if (!problem.empty()) {
+      section.diagnostics().error(element.source().begin, section.key_path(kKey) + "[" + std::to_string(i) + "]",
+                                  problem);
+    }
+  }
 }
 
 // A device ordinal written as a key ("0" to "63", no leading zero: one key per device), or nothing.
@@ -84,8 +121,9 @@ void read_timeslice(Section& section, BaymaxConfig& out) {
   const toml::table* table = node->as_table();
   if (table == nullptr) {
     if (!node->is_number()) {
-      section.error(kKey, "must be a number of ms or a table of them by device ordinal, like "
-                          "{ default = 2.0, 1 = 1.0 } (got " + std::string(type_phrase(node->type())) + ")");
+      section.error(kKey, "must be a number of ms or a table of them by device ordinal or GPU UUID, like "
+                          "{ default = 2.0, 1 = 1.0, GPU-5053021f = 1.0 } (got " +
+                              std::string(type_phrase(node->type())) + ")");
       return;
     }
     read_ms(section, kKey, Bound::at_least, kMinimum, out.timeslice_ms);
@@ -99,22 +137,32 @@ void read_timeslice(Section& section, BaymaxConfig& out) {
   for (const auto& [key, value] : *table) keys.push_back(key.str());
   Section slices(section.diagnostics(), *table, section.key_path(kKey), std::move(keys));
   std::map<std::uint32_t, double> by_device;
+  std::map<std::string, double> by_uuid;
   for (const auto& [key, value] : *table) {
     if (key.str() == "default") {
       read_ms(slices, key.str(), Bound::at_least, kMinimum, out.timeslice_ms);
       continue;
     }
     const auto ordinal = ordinal_key(key.str());
-    if (!ordinal) {
+    const auto uuid = ordinal ? std::nullopt : uuid_prefix(key.str());
+    if (!ordinal && !uuid) {
       slices.diagnostics().error(key.source().begin, slices.key_path(key.str()),
-                                 "must be a device ordinal 0 to 63 or default");
+                                 "must be a device ordinal 0 to 63, a GPU UUID (or a prefix of one, like "
+                                 "GPU-5053021f) or default");
       continue;
     }
     double ms = 0;  // stays 0 (below the minimum) when the value is bad
     read_ms(slices, key.str(), Bound::at_least, kMinimum, ms);
-    if (ms >= kMinimum) by_device.emplace(*ordinal, ms);
+    if (ms < kMinimum) continue;
+    if (ordinal) {
+      by_device.emplace(*ordinal, ms);
+    } else if (!by_uuid.emplace(*uuid, ms).second) {
+      slices.diagnostics().error(key.source().begin, slices.key_path(key.str()),
+                                 "names the same GPUs as another key (UUIDs are read without case)");
+    }
   }
   out.device_timeslice_ms = std::move(by_device);
+  out.uuid_timeslice_ms = std::move(by_uuid);
 }
 
 // The adaptation bounds must be ordered, and contain the starting bound when adaptation is on. Each

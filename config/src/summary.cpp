@@ -53,12 +53,13 @@ void add_baymax(Lines& lines, const BaymaxConfig& baymax) {
   lines.add("max_be_transfers", baymax.max_be_transfers == 0 ? "no limit" : std::to_string(baymax.max_be_transfers));
   lines.add("copy_chunk_bytes", baymax.copy_chunk_bytes == 0 ? "no chunking" : describe_bytes(baymax.copy_chunk_bytes));
   const auto& listed = baymax.preemptive_ordinals;
-  const bool some = baymax.preemptive_device || !listed.empty();
+  const bool some = baymax.preemptive_device || !listed.empty() || !baymax.preemptive_uuids.empty();
   if (baymax.preemptive_device) {
     lines.add("preemptive_device", "yes: long best-effort kernels not rationed");
   } else if (some) {
-    lines.add("preemptive_device", (listed.size() == 1 ? "device " : "devices ") + join(listed) +
-                                       ": long best-effort kernels not rationed there");
+    std::string named = listed.empty() ? "" : (listed.size() == 1 ? "device " : "devices ") + join(listed);
+    for (const std::string& uuid : baymax.preemptive_uuids) named += (named.empty() ? "GPU-" : ", GPU-") + uuid;
+    lines.add("preemptive_device", named + ": long best-effort kernels not rationed there");
   } else {
     lines.add("preemptive_device", "no");
   }
@@ -67,6 +68,8 @@ void add_baymax(Lines& lines, const BaymaxConfig& baymax) {
     std::string devices;
     for (const auto& [device, ms] : baymax.device_timeslice_ms)
       devices += (devices.empty() ? "device " : ", device ") + std::to_string(device) + ": " + format_number(ms);
+    for (const auto& [uuid, ms] : baymax.uuid_timeslice_ms)
+      devices += (devices.empty() ? "GPU-" : ", GPU-") + uuid + ": " + format_number(ms);
     lines.add("timeslice_ms", format_number(baymax.timeslice_ms) + (devices.empty() ? "" : " (" + devices + ")"));
     lines.add("bound_by_slices", baymax.bound_by_slices ? "yes: a best-effort job alone queues freely" : "no");
     lines.add("idle_bound_factor", format_number(baymax.idle_bound_factor) +

@@ -287,8 +287,10 @@ DaemonStatus Daemon::status_snapshot() const {
   status.socket = options_.socket_path;
   status.backlog = policy_->backlog().loads();
   for (const DeviceTable::Device& device : devices_.devices()) {
-    status.devices.push_back(
-        DeviceStatus{device.number, DeviceTable::uuid_text(device.uuid), device.first_ordinal, device.clients});
+    const BaymaxOptions& settings = numbered_policy_.baymax;
+    status.devices.push_back(DeviceStatus{device.number, DeviceTable::uuid_text(device.uuid), device.first_ordinal,
+                                          device.clients, settings.preemptive(device.number),
+                                          settings.timeslice(device.number)});
   }
   const DurationLearner::Counts& learned = learner_->counts();
   status.predictor = PredictorStatus{learner_->store_path(), learner_->predictor().kernel_count(), learned.learned,

@@ -93,12 +93,14 @@ std::string Daemon::renumber_device(const Client& client, ipc::OpDescriptor& op)
     spdlog::info("device {} is {} ({} calls it device {})", where.device, DeviceTable::uuid_text(uuid), client.tag(),
                  ordinal);
   }
-  if (where.settings_moved) apply_device_settings();
+  if (where.added || where.settings_moved) apply_device_settings();  // a GPU the config may name by UUID
   const std::uint32_t settings_of = devices_.config_ordinal(where.device);
-  if (settings_of != ordinal && device_settings_differ(options_.policy.baymax, ordinal, settings_of) &&
+  if (settings_of != ordinal && uuid != DeviceTable::Uuid{} &&
+      device_settings_differ(options_.policy.baymax, uuid, ordinal, settings_of) &&
       settings_warned_.emplace(where.device, ordinal).second) {
     spdlog::warn("{} calls {} device {}, whose [policy.baymax] settings (preemptive_device, timeslice_ms) differ "
-                 "from device {}'s, as the job that first used it calls it: gpuqosd keeps device {}'s for it",
+                 "from device {}'s, as the job that first used it calls it: gpuqosd keeps device {}'s for it (name "
+                 "the GPU by its UUID there to set it whatever its jobs call it)",
                  client.tag(), DeviceTable::uuid_text(uuid), ordinal, settings_of, settings_of);
   }
   return {};

@@ -2,6 +2,8 @@
 #include "gpuqos/scheduler/daemon_config.h"
 
 #include <map>
+#include <optional>
+#include <string>
 
 #include "gpuqos/ipc/registration.h"
 
@@ -21,6 +23,8 @@ ipc::Result<DaemonOptions> options_from_config(const config::Config& config, Dae
   const auto ns = [](double ms) { return static_cast<std::int64_t>(ms * 1e6); };
   std::map<std::uint32_t, std::int64_t> device_timeslices;
   for (const auto& [device, ms] : b.device_timeslice_ms) device_timeslices.emplace(device, ns(ms));
+  std::map<std::string, std::int64_t> uuid_timeslices;
+  for (const auto& [uuid, ms] : b.uuid_timeslice_ms) uuid_timeslices.emplace(uuid, ns(ms));
   base.policy.baymax = BaymaxOptions{
       .safety_margin_ns = ns(b.safety_margin_ms),
       .be_backlog_bound_ns = ns(b.be_backlog_bound_ms),
@@ -34,6 +38,8 @@ ipc::Result<DaemonOptions> options_from_config(const config::Config& config, Dae
       .long_op_tail_share = b.long_op_tail_share,
       .timeslice_ns = ns(b.timeslice_ms),
       .device_timeslice_ns = std::move(device_timeslices),
+      .preemptive_uuids = b.preemptive_uuids,
+      .uuid_timeslice_ns = std::move(uuid_timeslices),
       .bound_by_slices = b.bound_by_slices,
       .idle_bound_factor = b.idle_bound_factor,
   };
@@ -43,24 +49,64 @@ ipc::Result<DaemonOptions> options_from_config(const config::Config& config, Dae
   return base;
 }
 
+namespace {
+
+// The GPU's settings by UUID, when the config names it so: preemptive (true: listed), and its slice.
+struct UuidSettings {
+  bool preemptive = false;
+  std::optional<std::int64_t> timeslice_ns;
+};
+UuidSettings uuid_settings(const BaymaxOptions& options, const std::optional<DeviceTable::Uuid>& uuid) {
+  UuidSettings out;
+  if (!uuid) return out;
+  const std::string hex = DeviceTable::uuid_text(*uuid).substr(4);  // past "GPU-"
+  for (const std::string& prefix : options.preemptive_uuids) out.preemptive = out.preemptive || hex.starts_with(prefix);
+  std::size_t longest = 0;  // the most specific key that names it
+  for (const auto& [prefix, ns] : options.uuid_timeslice_ns) {
+    if (hex.starts_with(prefix) && prefix.size() > longest) {
+      longest = prefix.size();
+      out.timeslice_ns = ns;
+    }
+  }
+  return out;
+}
+
+struct Settings {
+  bool preemptive = false;
+  std::int64_t timeslice_ns = 0;
+  friend bool operator==(const Settings&, const Settings&) = default;
+};
+Settings settings_as(const BaymaxOptions& options, const UuidSettings& by_uuid, std::uint32_t ordinal) {
+  return {by_uuid.preemptive || options.preemptive(ordinal), by_uuid.timeslice_ns.value_or(options.timeslice(ordinal))};
+}
+
+}  // namespace
+
 PolicyOptions by_device_number(const PolicyOptions& options, const DeviceTable& devices) {
-  if (!devices.renumbered()) return options;
+  const BaymaxOptions& in = options.baymax;
+  const bool by_uuid = !in.preemptive_uuids.empty() || !in.uuid_timeslice_ns.empty();
+  if (!devices.renumbered() && !by_uuid) return options;
   PolicyOptions numbered = options;
   BaymaxOptions& baymax = numbered.baymax;
   baymax.device_timeslice_ns.clear();
   if (baymax.preemptive_devices != ipc::kAllDevices) baymax.preemptive_devices = 0;
   for (std::uint32_t number = 0; number < ipc::kMaxDevices; ++number) {
+    const UuidSettings named = uuid_settings(in, devices.uuid_of(number));
     const std::uint32_t ordinal = devices.config_ordinal(number);
-    if (options.baymax.preemptive(ordinal)) baymax.preemptive_devices |= std::uint64_t{1} << number;
-    if (const auto it = options.baymax.device_timeslice_ns.find(ordinal); it != options.baymax.device_timeslice_ns.end()) {
+    if (named.preemptive || in.preemptive(ordinal)) baymax.preemptive_devices |= std::uint64_t{1} << number;
+    if (named.timeslice_ns) {
+      baymax.device_timeslice_ns.emplace(number, *named.timeslice_ns);
+    } else if (const auto it = in.device_timeslice_ns.find(ordinal); it != in.device_timeslice_ns.end()) {
       baymax.device_timeslice_ns.emplace(number, it->second);
     }
   }
   return numbered;
 }
 
-bool device_settings_differ(const BaymaxOptions& options, std::uint32_t a, std::uint32_t b) {
-  return options.preemptive(a) != options.preemptive(b) || options.timeslice(a) != options.timeslice(b);
+bool device_settings_differ(const BaymaxOptions& options, const DeviceTable::Uuid& uuid, std::uint32_t a,
+                            std::uint32_t b) {
+  const UuidSettings named = uuid_settings(options, uuid);
+  return settings_as(options, named, a) != settings_as(options, named, b);
 }
 
 }  // namespace gpuqos::scheduler

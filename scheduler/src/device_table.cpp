@@ -106,6 +106,12 @@ std::uint32_t DeviceTable::config_ordinal(std::uint32_t number) const {
   return it == by_number_.end() ? number : by_uuid_.at(it->second).first_ordinal;
 }
 
+std::optional<DeviceTable::Uuid> DeviceTable::uuid_of(std::uint32_t number) const {
+  const auto it = by_number_.find(number);
+  if (it == by_number_.end()) return std::nullopt;
+  return it->second;
+}
+
 bool DeviceTable::renumbered() const {
   return std::any_of(by_uuid_.begin(), by_uuid_.end(),
                      [](const auto& entry) { return entry.second.number != entry.second.first_ordinal; });

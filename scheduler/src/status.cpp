@@ -138,7 +138,10 @@ nlohmann::json to_json(const DaemonStatus& status) {
                          {"grants", grants_json(status.grants)}};
   for (const auto& load : status.backlog) json["backlog"].push_back(backlog_json(load));
   for (const auto& d : status.devices) {
-    json["devices"].push_back({{"device", d.device}, {"uuid", d.uuid}, {"ordinal", d.ordinal}, {"clients", d.clients}});
+    nlohmann::json device{{"device", d.device}, {"uuid", d.uuid}, {"ordinal", d.ordinal}, {"clients", d.clients},
+                          {"preemptive", d.preemptive}};
+    if (d.preemptive) device["timeslice_ns"] = d.timeslice_ns;
+    json["devices"].push_back(std::move(device));
   }
   for (const auto& client : status.clients) json["clients"].push_back(client_json(client));
   for (const auto& job : status.jobs) json["jobs"].push_back(job_json(job));
@@ -273,7 +276,13 @@ std::string render_status_table(const nlohmann::json& status) {
   for (const auto& device : status.value("devices", nlohmann::json::array())) {
     out << "  device " << device.at("device") << " is " << device.at("uuid").get<std::string>();
     if (device.at("ordinal") != device.at("device")) out << " (device " << device.at("ordinal") << " to its first job)";
-    out << ", " << device.at("clients") << " client(s)\n";
+    out << ", " << device.at("clients") << " client(s)";
+    if (status.at("daemon").value("policy", "") == "baymax" && device.contains("preemptive")) {
+      out << (device.at("preemptive").get<bool>()
+                  ? ", time-slicing (" + milliseconds(device.value("timeslice_ns", std::int64_t{0})) + " ms slices)"
+                  : ", runs kernels to their end");
+    }
+    out << "\n";
   }
   for (const auto& load : status.at("backlog")) {
     out << "  device " << load.at("device") << " " << load.at("engine").get<std::string>() << ": "

@@ -290,6 +290,19 @@ TEST(Config, PreemptiveDeviceIsEveryDeviceOrTheListedOnes) {
   const std::string summary = render_summary(listed);
   EXPECT_NE(summary.find("devices 3, 1: long best-effort kernels not rationed there"), std::string::npos) << summary;
   EXPECT_NE(summary.find("timeslice_ms"), std::string::npos) << summary;
+  const Config by_uuid = parse_ok(
+      "[policy.baymax]\npreemptive_device = [2, \"GPU-5053021F-f19c\", \"MIG-ab\"]\n"
+      "timeslice_ms = { default = 2, 1 = 4, GPU-5053021f = 1.5 }\n");
+  EXPECT_EQ(by_uuid.policy.baymax.preemptive_ordinals, (std::vector<std::uint32_t>{2}));
+  EXPECT_EQ(by_uuid.policy.baymax.preemptive_uuids, (std::vector<std::string>{"5053021f-f19c", "ab"}))
+      << "lowercase, without GPU- or MIG-";
+  EXPECT_EQ(by_uuid.policy.baymax.device_timeslice_ms, (std::map<std::uint32_t, double>{{1, 4.0}}));
+  EXPECT_EQ(by_uuid.policy.baymax.uuid_timeslice_ms, (std::map<std::string, double>{{"5053021f", 1.5}}));
+  const std::string uuid_summary = render_summary(by_uuid);
+  EXPECT_NE(uuid_summary.find("device 2, GPU-5053021f-f19c, GPU-ab: long best-effort kernels not rationed there"),
+            std::string::npos)
+      << uuid_summary;
+  EXPECT_NE(uuid_summary.find("GPU-5053021f: 1.5"), std::string::npos) << uuid_summary;
   const Config none = parse_ok("[policy.baymax]\npreemptive_device = []\n");
   EXPECT_TRUE(none.policy.baymax.preemptive_ordinals.empty());
   EXPECT_EQ(render_summary(none).find("timeslice_ms"), std::string::npos) << "an empty list: no device time-slices";
@@ -419,12 +432,23 @@ const std::vector<BadCase>& bad_cases() {
       {"zero_adapt_step", "[policy.baymax]\nadapt_step_ms = 0\n",
        "t.toml:2:17: policy.baymax.adapt_step_ms: must be >= 0.001 (got 0)"},
       {"preemptive_not_bool_or_list", "[policy.baymax]\npreemptive_device = 1\n",
-       "t.toml:2:21: policy.baymax.preemptive_device: must be true, false or a list of device ordinals like [0, 2] "
-       "(got an integer)"},
+       "t.toml:2:21: policy.baymax.preemptive_device: must be true, false or a list of device ordinals and GPU UUIDs "
+       "like [0, \"GPU-5053021f\"] (got an integer)"},
       {"preemptive_ordinal_too_high", "[policy.baymax]\npreemptive_device = [0, 64]\n",
-       "t.toml:2:25: policy.baymax.preemptive_device[1]: must be 0 to 63 (got 64)"},
-      {"preemptive_ordinal_not_integer", "[policy.baymax]\npreemptive_device = [\"1\"]\n",
-       "t.toml:2:22: policy.baymax.preemptive_device[0]: must be an integer (got a string)"},
+       "t.toml:2:25: policy.baymax.preemptive_device[1]: must be a device ordinal 0 to 63 (got 64)"},
+      {"preemptive_string_not_a_uuid", "[policy.baymax]\npreemptive_device = [\"1\"]\n",
+       "t.toml:2:22: policy.baymax.preemptive_device[0]: must be a GPU UUID as nvidia-smi -L writes it, or a prefix of "
+       "one, like \"GPU-5053021f\" (got \"1\")"},
+      {"preemptive_uuid_not_hex", "[policy.baymax]\npreemptive_device = [\"GPU-53xz\"]\n",
+       "t.toml:2:22: policy.baymax.preemptive_device[0]: must be a GPU UUID as nvidia-smi -L writes it, or a prefix of "
+       "one, like \"GPU-5053021f\" (got \"GPU-53xz\")"},
+      {"preemptive_uuid_empty_prefix", "[policy.baymax]\npreemptive_device = [\"GPU-\"]\n",
+       "t.toml:2:22: policy.baymax.preemptive_device[0]: must be a GPU UUID as nvidia-smi -L writes it, or a prefix of "
+       "one, like \"GPU-5053021f\" (got \"GPU-\")"},
+      {"preemptive_uuid_twice", "[policy.baymax]\npreemptive_device = [\"GPU-5053\", \"GPU-5053\"]\n",
+       "t.toml:2:34: policy.baymax.preemptive_device[1]: \"GPU-5053\" is listed twice"},
+      {"preemptive_entry_not_ordinal_or_uuid", "[policy.baymax]\npreemptive_device = [1.5]\n",
+       "t.toml:2:22: policy.baymax.preemptive_device[0]: must be a device ordinal or a GPU UUID (got a floating-point number)"},
       {"preemptive_ordinal_twice", "[policy.baymax]\npreemptive_device = [1, 1]\n",
        "t.toml:2:25: policy.baymax.preemptive_device[1]: 1 is listed twice"},
       {"zero_long_op_share", "[policy.baymax]\nlong_op_tail_share = 0\n",
@@ -436,14 +460,20 @@ const std::vector<BadCase>& bad_cases() {
       {"timeslice_below_a_microsecond", "[policy.baymax]\ntimeslice_ms = 1e-7\n",
        "t.toml:2:16: policy.baymax.timeslice_ms: must be >= 0.001 (got 1e-07)"},
       {"timeslice_not_number", "[policy.baymax]\ntimeslice_ms = \"2ms\"\n",
-       "t.toml:2:16: policy.baymax.timeslice_ms: must be a number of ms or a table of them by device ordinal, like "
-       "{ default = 2.0, 1 = 1.0 } (got a string)"},
+       "t.toml:2:16: policy.baymax.timeslice_ms: must be a number of ms or a table of them by device ordinal or GPU "
+       "UUID, like { default = 2.0, 1 = 1.0, GPU-5053021f = 1.0 } (got a string)"},
       {"timeslice_device_not_an_ordinal", "[policy.baymax]\ntimeslice_ms = { gpu1 = 1.0 }\n",
-       "t.toml:2:18: policy.baymax.timeslice_ms.gpu1: must be a device ordinal 0 to 63 or default"},
+       "t.toml:2:18: policy.baymax.timeslice_ms.gpu1: must be a device ordinal 0 to 63, a GPU UUID (or a prefix of one, like GPU-5053021f) or default"},
       {"timeslice_device_too_high", "[policy.baymax]\ntimeslice_ms = { 64 = 1.0 }\n",
-       "t.toml:2:18: policy.baymax.timeslice_ms.64: must be a device ordinal 0 to 63 or default"},
+       "t.toml:2:18: policy.baymax.timeslice_ms.64: must be a device ordinal 0 to 63, a GPU UUID (or a prefix of one, like GPU-5053021f) or default"},
       {"timeslice_device_leading_zero", "[policy.baymax]\ntimeslice_ms = { 01 = 1.0 }\n",
-       "t.toml:2:18: policy.baymax.timeslice_ms.01: must be a device ordinal 0 to 63 or default"},
+       "t.toml:2:18: policy.baymax.timeslice_ms.01: must be a device ordinal 0 to 63, a GPU UUID (or a prefix of one, like GPU-5053021f) or default"},
+      {"timeslice_uuid_not_hex", "[policy.baymax]\ntimeslice_ms = { GPU-xyz = 1.0 }\n",
+       "t.toml:2:18: policy.baymax.timeslice_ms.GPU-xyz: must be a device ordinal 0 to 63, a GPU UUID (or a prefix of "
+       "one, like GPU-5053021f) or default"},
+      {"timeslice_uuid_twice_in_other_case", "[policy.baymax]\ntimeslice_ms = { GPU-ab12 = 1.0, GPU-AB12 = 2.0 }\n",
+       "t.toml:2:18: policy.baymax.timeslice_ms.GPU-ab12: names the same GPUs as another key (UUIDs are read without "
+       "case)"},
       {"timeslice_of_a_device_zero", "[policy.baymax]\ntimeslice_ms = { 1 = 0 }\n",
        "t.toml:2:22: policy.baymax.timeslice_ms.1: must be >= 0.001 (got 0)"},
       {"timeslice_empty_table", "[policy.baymax]\ntimeslice_ms = {}\n",

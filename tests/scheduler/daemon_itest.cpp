@@ -158,6 +158,47 @@ TEST(Daemon, ARenumberedGpuTakesTheSettingsOfItsFirstJobsOrdinal) {
                                                                                       << daemon.log();
 }
 
+// A GPU named by UUID in [policy.baymax] has those settings whatever its jobs call it, even when
+// its number is its ordinal; the status says what each GPU runs as.
+TEST(Daemon, AGpuNamedByUuidInTheConfigHasItsSettings) {
+  TempDir dir("gpuqosd-devices");
+  const auto path = dir.write("gpuqosd.toml",
+                              "[policy]\nname = \"baymax\"\n[policy.baymax]\n"
+                              "preemptive_device = [\"GPU-d0000000-0000-0000-0000-000000000002\"]\n"
+                              "timeslice_ms = { default = 2.0, GPU-D0000000-0000-0000-0000-000000000002 = 0.5 }\n"
+                              "[[job]]\nname = \"serve\"\ntarget_ms = 10.0\n");
+  DaemonProcess daemon({"--config", path.string()});
+  FakeClient serve(daemon.socket(), Priority::high, "serve");
+  serve.name_kernel(1, "infer");
+  std::uint64_t seq = 0;
+  for (const std::uint8_t gpu : {2, 1}) {  // GPU 2 as device 0, GPU 1 as device 1: no renumbering
+    ipc::OpDescriptor op = FakeClient::kernel(++seq);
+    op.device = seq - 1;
+    op.device_uuid[0] = 0xd0;
+    op.device_uuid[15] = gpu;
+    serve.post(op);
+  }
+  nlohmann::json status;
+  ASSERT_TRUE(eventually([&] {
+    status = daemon.status();
+    return status["devices"].size() == 2;
+  }, 5s)) << status.dump(1);
+  EXPECT_EQ(status["devices"][0]["preemptive"], true) << status.dump(1);
+  EXPECT_EQ(status["devices"][0]["timeslice_ns"], 500'000);
+  EXPECT_EQ(status["devices"][1]["preemptive"], false);
+  ASSERT_EQ(status["policy_state"]["long_op_budget"].size(), 1u) << "only the GPU that runs kernels to their end\n"
+                                                                  << status.dump(1);
+  EXPECT_EQ(status["policy_state"]["long_op_budget"][0]["device"], 1);
+  const std::string table = scheduler::render_status_table(status);
+  EXPECT_NE(table.find("  device 0 is GPU-d0000000-0000-0000-0000-000000000002, 1 client(s), time-slicing (0.500 ms "
+                       "slices)\n"),
+            std::string::npos)
+      << table;
+  EXPECT_NE(table.find("  device 1 is GPU-d0000000-0000-0000-0000-000000000001, 1 client(s), runs kernels to their end\n"),
+            std::string::npos)
+      << table;
+}
+
 TEST(Daemon, GrantsLowPriorityOpsInArrivalOrder) {
   DaemonProcess daemon({"--max-outstanding", "1"});
   FakeClient a(daemon.socket(), Priority::low, "a");

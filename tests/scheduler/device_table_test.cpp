@@ -151,10 +151,31 @@ TEST(DeviceTable, PerDeviceSettingsFollowTheGpuToItsNumber) {
   EXPECT_FALSE(numbered.preemptive(2));
   EXPECT_EQ(numbered.timeslice(1), 8'000'000);
   EXPECT_EQ(numbered.timeslice(2), options.baymax.timeslice_ns);
-  EXPECT_TRUE(device_settings_differ(options.baymax, 0, 1));
-  EXPECT_FALSE(device_settings_differ(options.baymax, 1, 2));
+  EXPECT_TRUE(device_settings_differ(options.baymax, gpu(1), 0, 1));
+  EXPECT_FALSE(device_settings_differ(options.baymax, gpu(1), 1, 2));
   options.baymax.preemptive_devices = ipc::kAllDevices;
   EXPECT_EQ(by_device_number(options, table).baymax.preemptive_devices, ipc::kAllDevices);
+}
+
+// Under CUDA_VISIBLE_DEVICES every job may call its GPU device 0, so an ordinal cannot name one GPU's
+// settings: a UUID (or a prefix of one) can, whatever its jobs call it, and wins over the ordinals'.
+TEST(DeviceTable, AGpuNamedByUuidHasItsSettingsWhateverItsJobsCallIt) {
+  PolicyOptions options;
+  options.baymax.preemptive_devices = ipc::device_mask(std::vector<std::uint32_t>{1});
+  options.baymax.timeslice_ns = 2'000'000;
+  options.baymax.preemptive_uuids = {"a0000000-0000-0000-0000-00000000000"};  // gpu(0) to gpu(15)
+  options.baymax.uuid_timeslice_ns = {{"a0", 3'000'000}, {"a0000000-0000-0000-0000-000000000002", 1'000'000}};
+  DeviceTable table;
+  table.renumber(1, 0, gpu(2));   // number 0
+  table.renumber(2, 0, gpu(20));  // number 1, ordinal 0's settings: not preemptive by ordinal
+  const BaymaxOptions numbered = by_device_number(options, table).baymax;
+  EXPECT_TRUE(numbered.preemptive(0)) << "its UUID is listed";
+  EXPECT_EQ(numbered.timeslice(0), 1'000'000) << "the longest prefix that names it";
+  EXPECT_FALSE(numbered.preemptive(1)) << "0x14 is not under the listed prefix, and ordinal 0 is not preemptive";
+  EXPECT_EQ(numbered.timeslice(1), 3'000'000);
+  EXPECT_FALSE(numbered.preemptive(2)) << "no GPU there: ordinal 2's settings";
+  EXPECT_FALSE(device_settings_differ(options.baymax, gpu(2), 0, 1)) << "named by UUID: no ordinal's settings matter";
+  EXPECT_TRUE(device_settings_differ(options.baymax, gpu(20), 0, 1)) << "preemptive as ordinal 1 only";
 }
 
 }  // namespace

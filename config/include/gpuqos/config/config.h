@@ -62,13 +62,21 @@ struct BaymaxConfig {
   double adapt_step_ms = 0.5;                 // one adaptation step (> 0)
   bool preemptive_device = false;             // every GPU time-slices kernels of different processes
   std::vector<std::uint32_t> preemptive_ordinals;  // or only these (preemptive_device = [ordinals])
+  // ... and the GPUs whose UUID starts with one of these (uuid_prefix(): lowercase, no "GPU-")
+  std::vector<std::string> preemptive_uuids;
   double long_op_tail_share = 0.5;            // share of the tail allowance long ops may cost (0, 1]
   double timeslice_ms = 2.0;                  // a preemptive GPU's time slice per process (>= 0.001),
   std::map<std::uint32_t, double> device_timeslice_ms;  // on the devices not here (ordinal: their ms)
+  std::map<std::string, double> uuid_timeslice_ms;      // by GPU UUID prefix, over the ordinals' (ms)
   bool bound_by_slices = false;               // preemptive GPU: bound what a query arriving now waits
   double idle_bound_factor = 1.0;             // preemptive GPU: a stream's bound x this with no query there
   friend bool operator==(const BaymaxConfig&, const BaymaxConfig&) = default;
 };
+
+// A GPU named by its UUID, as nvidia-smi -L and CUDA_VISIBLE_DEVICES write it ("GPU-5053021f-f19c-..."
+// or a prefix of it; "MIG-..." for a MIG instance): the hex digits and dashes after "GPU-"/"MIG-",
+// lowercase, at least one; nothing when `text` is no such name.
+std::optional<std::string> uuid_prefix(std::string_view text);
 
 // [policy.fifo]
 struct FifoConfig {

@@ -16,11 +16,14 @@ namespace gpuqos::scheduler {
 ipc::Result<DaemonOptions> options_from_config(const config::Config& config, DaemonOptions base);
 
 // The policy's per-device settings (preemptive devices, time slices), which the config gives by
-// ordinal, by gpuqosd's device numbers instead: each device takes its config ordinal's
-// (DeviceTable::config_ordinal). Unchanged while no device is renumbered.
+// ordinal and by GPU UUID, by gpuqosd's device numbers instead: each GPU takes those its UUID is
+// named by (preemptive when any list entry names it; the slice of the longest prefix that does), and
+// its config ordinal's (DeviceTable::config_ordinal) for the rest. Unchanged while no device is
+// renumbered and nothing is named by UUID.
 PolicyOptions by_device_number(const PolicyOptions& options, const DeviceTable& devices);
 
-// Do ordinals a and b have different per-device settings?
-bool device_settings_differ(const BaymaxOptions& options, std::uint32_t a, std::uint32_t b);
+// Would the GPU with this UUID have different settings called ordinal a than called b?
+bool device_settings_differ(const BaymaxOptions& options, const DeviceTable::Uuid& uuid, std::uint32_t a,
+                            std::uint32_t b);
 
 }  // namespace gpuqos::scheduler

@@ -66,6 +66,8 @@ class DeviceTable {
 
   // The ordinal whose per-device settings apply to gpuqosd's device `number`.
   std::uint32_t config_ordinal(std::uint32_t number) const;
+  // The UUID of gpuqosd's device `number`, if a GPU has it.
+  std::optional<Uuid> uuid_of(std::uint32_t number) const;
   // Do any of gpuqosd's numbers differ from the ordinal whose settings they take?
   bool renumbered() const;
   std::vector<Device> devices() const;  // by number

@@ -90,6 +90,10 @@ struct BaymaxOptions {
   // job with work on the device, at each of its blocking points (baymax_policy.h).
   std::int64_t timeslice_ns = 2'000'000;
   std::map<std::uint32_t, std::int64_t> device_timeslice_ns;  // ... on these devices instead
+  // The same settings by GPU UUID prefix (config::uuid_prefix). The policy never reads these:
+  // gpuqosd moves them, with the ordinals', onto its own device numbers (daemon_config.h).
+  std::vector<std::string> preemptive_uuids;
+  std::map<std::string, std::int64_t> uuid_timeslice_ns;
   // On a preemptive device, once every job with a target there has a profile: bound best-effort work
   // by the slices a query arriving now would wait for, and let a best-effort job alone with work
   // queue past its streams' bound (baymax_policy.h). Off: each stream's backlog is bounded.

@@ -4,7 +4,8 @@
 // JSON (version 2; version 1 had no "jobs", "jobs_omitted" nor "grants"):
 //   {"version":2, "daemon":{"pid","uptime_ns","policy","socket"},
 //    "backlog":[{"device","engine","outstanding_ops","backlog_ns","completed_ops","completed_device_ns"}],
-//    "devices":[{"device","uuid","ordinal","clients"}],   (gpuqosd's device numbers: device_table.h)
+//    "devices":[{"device","uuid","ordinal","clients","preemptive","timeslice_ns" (preemptive only)}],
+//                (gpuqosd's device numbers: device_table.h)
 //    "clients":[{"client","pid","uid","gid","job","priority","claimed_priority","device","state","segment",
 //                "ops":{"posted","granted","completed"},"last_seq","granted_through_seq",
 //                "current_wait_ns","kernel_names"}],
@@ -85,6 +86,10 @@ struct DeviceStatus {
   std::string uuid;              // "GPU-..."
   std::uint32_t ordinal = 0;     // as the first job that used it calls it (its settings' ordinal)
   std::uint64_t clients = 0;     // connected clients that posted work on it
+  // Its [policy.baymax] settings as gpuqosd applies them (by UUID, else its ordinal's): does it
+  // time-slice processes' kernels, and the slice.
+  bool preemptive = false;
+  std::int64_t timeslice_ns = 0;
 };
 
 struct PredictorStatus {
