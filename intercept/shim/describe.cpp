@@ -168,23 +168,27 @@ std::uint32_t ContextDevices::sm_count(std::uint32_t device) noexcept {
 
 ContextDevices::Uuid ContextDevices::uuid(std::uint32_t device) noexcept {
   if (device >= uuids_.size()) return {};
-  if (!uuid_asked_[device].load(std::memory_order_acquire)) {
-    std::lock_guard lock(uuid_mutex_);
-    if (!uuid_asked_[device].load(std::memory_order_relaxed)) {
-      using GetUuid = CUresult (*)(CUuuid*, CUdevice);
-      CUuuid said{};
-      bool known = false;
-      for (const DriverHelper helper : {DriverHelper::device_get_uuid_v2, DriverHelper::device_get_uuid}) {
-        const auto get_uuid = driver<GetUuid>(helper);
-        if (get_uuid && get_uuid(&said, static_cast<CUdevice>(device)) == CUDA_SUCCESS) {
-          known = true;
-          break;
-        }
-      }
-      if (known) std::memcpy(uuids_[device].data(), said.bytes, uuids_[device].size());
-      uuid_asked_[device].store(true, std::memory_order_release);  // not asked again either way
+  if (uuid_tries_[device].load(std::memory_order_acquire) == kUuidSettled) return uuids_[device];
+  std::lock_guard lock(uuid_mutex_);
+  std::uint8_t tries = uuid_tries_[device].load(std::memory_order_relaxed);
+  if (tries == kUuidSettled) return uuids_[device];
+  using GetUuid = CUresult (*)(CUuuid*, CUdevice);
+  CUuuid said{};
+  bool asked = false, known = false;
+  for (const DriverHelper helper : {DriverHelper::device_get_uuid_v2, DriverHelper::device_get_uuid}) {
+    const auto get_uuid = driver<GetUuid>(helper);
+    if (!get_uuid) continue;
+    asked = true;
+    if (get_uuid(&said, static_cast<CUdevice>(device)) == CUDA_SUCCESS) {
+      known = true;
+      break;
     }
   }
+  if (known) std::memcpy(uuids_[device].data(), said.bytes, uuids_[device].size());
+  // A driver without the functions is not asked again; one that failed is, a few times (a call
+  // made while the device was being reset, say).
+  tries = known || !asked || tries + 1 >= kUuidTries ? kUuidSettled : static_cast<std::uint8_t>(tries + 1);
+  uuid_tries_[device].store(tries, std::memory_order_release);
   return uuids_[device];
 }
 

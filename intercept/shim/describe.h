@@ -42,17 +42,20 @@ class ContextDevices {
   void forget_all() noexcept;
   std::uint32_t sm_count(std::uint32_t device) noexcept;
   // cuDeviceGetUuid_v2 (else cuDeviceGetUuid, before CUDA 11.4) of the ordinal: what tells the
-  // daemon which of the node's GPUs it is, whatever this process numbers it.
+  // daemon which of the node's GPUs it is, whatever this process numbers it. Asked until the driver
+  // answers, at most kUuidTries times (all zero until then, and after, or without the functions).
   Uuid uuid(std::uint32_t device) noexcept;
+  static constexpr std::uint8_t kUuidTries = 3;
 
  private:
   static constexpr std::uint32_t kUnknown = ~std::uint32_t{0};
   std::mutex mutex_;
   std::vector<std::pair<CUcontext, std::uint32_t>> devices_;  // at most 256 remembered
   std::array<std::atomic<std::uint32_t>, ipc::kMaxDevices> sm_counts_{};  // 0: not asked yet
-  // Written once under uuid_mutex_, then read after asked_ (release/acquire).
+  // Written once under uuid_mutex_, then read after uuid_tries_ says kUuidSettled (release/acquire).
+  static constexpr std::uint8_t kUuidSettled = 0xff;
   std::mutex uuid_mutex_;
-  std::array<std::atomic<bool>, ipc::kMaxDevices> uuid_asked_{};
+  std::array<std::atomic<std::uint8_t>, ipc::kMaxDevices> uuid_tries_{};
   std::array<Uuid, ipc::kMaxDevices> uuids_{};
 };
 

@@ -33,6 +33,15 @@ std::size_t occurrences(const std::string& text, const std::string& what) {
   return count;
 }
 
+// A kernel on the process's device `ordinal`, saying the UUID of GPU `gpu` (GPU-<tag>000000-...-0000000000<gpu>).
+ipc::OpDescriptor kernel_on_gpu(std::uint64_t seq, std::uint32_t ordinal, std::uint8_t gpu, std::uint8_t tag = 0xc0) {
+  ipc::OpDescriptor op = FakeClient::kernel(seq);
+  op.device = ordinal;
+  op.device_uuid[0] = tag;
+  op.device_uuid[15] = gpu;
+  return op;
+}
+
 TEST(Daemon, RegistersAClientWithTheKernelsCredentials) {
   DaemonProcess daemon;
   FakeClient client(daemon.socket(), Priority::low, "trainer");
@@ -72,13 +81,7 @@ TEST(Daemon, StatusListsTheDevicesAClientsWorkNamed) {
 // device 0 are on two devices when their ops say two UUIDs, and on one when they say the same.
 TEST(Daemon, DevicesAreTheGpusTheOpsUuidsNameNotTheirOrdinals) {
   DaemonProcess daemon({"--credit-ops", "0"});
-  const auto on_gpu = [](std::uint64_t seq, std::uint32_t ordinal, std::uint8_t gpu) {
-    ipc::OpDescriptor op = FakeClient::kernel(seq);
-    op.device = ordinal;
-    op.device_uuid[0] = 0xc0;
-    op.device_uuid[15] = gpu;
-    return op;
-  };
+  const auto on_gpu = [](std::uint64_t seq, std::uint32_t ordinal, std::uint8_t gpu) { return kernel_on_gpu(seq, ordinal, gpu); };
   FakeClient a(daemon.socket(), Priority::low, "on-gpu-5");
   FakeClient b(daemon.socket(), Priority::low, "on-gpu-2");
   FakeClient c(daemon.socket(), Priority::low, "sees-both");
@@ -124,13 +127,7 @@ TEST(Daemon, ARenumberedGpuTakesTheSettingsOfItsFirstJobsOrdinal) {
                              "[[job]]\nname = \"serve\"\ntarget_ms = 10.0\n";
   const auto path = dir.write("gpuqosd.toml", config);
   DaemonProcess daemon({"--config", path.string()});
-  const auto on_gpu = [](std::uint64_t seq, std::uint32_t ordinal, std::uint8_t gpu) {
-    ipc::OpDescriptor op = FakeClient::kernel(seq);
-    op.device = ordinal;
-    op.device_uuid[0] = 0xd0;
-    op.device_uuid[15] = gpu;
-    return op;
-  };
+  const auto on_gpu = [](std::uint64_t seq, std::uint32_t ordinal, std::uint8_t gpu) { return kernel_on_gpu(seq, ordinal, gpu, 0xd0); };
   FakeClient first(daemon.socket(), Priority::high, "serve");
   FakeClient second(daemon.socket(), Priority::high, "serve");
   FakeClient both(daemon.socket(), Priority::high, "serve");
@@ -172,11 +169,8 @@ TEST(Daemon, AGpuNamedByUuidInTheConfigHasItsSettings) {
   serve.name_kernel(1, "infer");
   std::uint64_t seq = 0;
   for (const std::uint8_t gpu : {2, 1}) {  // GPU 2 as device 0, GPU 1 as device 1: no renumbering
-    ipc::OpDescriptor op = FakeClient::kernel(++seq);
-    op.device = seq - 1;
-    op.device_uuid[0] = 0xd0;
-    op.device_uuid[15] = gpu;
-    serve.post(op);
+    ++seq;
+    serve.post(kernel_on_gpu(seq, static_cast<std::uint32_t>(seq - 1), gpu, 0xd0));
   }
   nlohmann::json status;
   ASSERT_TRUE(eventually([&] {
@@ -197,6 +191,26 @@ TEST(Daemon, AGpuNamedByUuidInTheConfigHasItsSettings) {
   EXPECT_NE(table.find("  device 1 is GPU-d0000000-0000-0000-0000-000000000001, 1 client(s), runs kernels to their end\n"),
             std::string::npos)
       << table;
+}
+
+// The point of telling GPUs apart: training on one GPU is not held back for an inference job on
+// another, though both call their GPU device 0. (Beside a high-priority job on its device a
+// best-effort one gets no credit: each op asks.)
+TEST(Daemon, BestEffortWorkOnAnotherGpuIsNotHeldBackForAHighPriorityJob) {
+  DaemonProcess daemon({"--policy", "baymax", "--credit-ops", "8"});
+  FakeClient serve(daemon.socket(), Priority::high, "serve");
+  serve.name_kernel(1, "infer");
+  serve.post(kernel_on_gpu(1, 0, 1));
+  ASSERT_TRUE(eventually([&] { return daemon.status()["devices"].size() == 1; }, 5s)) << daemon.status().dump(1);
+  FakeClient train(daemon.socket(), Priority::low, "train");
+  train.name_kernel(1, "step");
+  train.post(kernel_on_gpu(1, 0, 2));
+  EXPECT_TRUE(train.wait_granted(9)) << "credit: no high-priority job on its GPU";
+  FakeClient beside(daemon.socket(), Priority::low, "beside");
+  beside.name_kernel(1, "step");
+  beside.post(kernel_on_gpu(1, 0, 1));
+  ASSERT_TRUE(beside.wait_granted(1));
+  EXPECT_FALSE(beside.wait_granted(2, 300ms)) << "on the inference job's GPU: no credit";
 }
 
 TEST(Daemon, GrantsLowPriorityOpsInArrivalOrder) {
