@@ -189,7 +189,7 @@ std::uint64_t DaemonGate::copy_chunk_bytes() const noexcept {
   return ipc::device_in(managed, devices_.of(context)) ? bytes : 0;
 }
 
-void DaemonGate::tell_unmanaged(std::uint32_t device, std::uint64_t managed) noexcept {
+void DaemonGate::tell_unmanaged(std::uint32_t device, std::uint64_t managed, bool high) noexcept {
   if (told_unmanaged_.load(std::memory_order_relaxed) || told_unmanaged_.exchange(true, std::memory_order_relaxed)) return;
   try {
     // A node split between daemons (or a GPU left out on purpose) is said once, as information; a
@@ -209,11 +209,14 @@ void DaemonGate::tell_unmanaged(std::uint32_t device, std::uint64_t managed) noe
     const bool none_here = count > 0 && !any_here;
     const std::string only = "gpuqosd schedules only devices [" + ordinals +
                              "] ([devices] ordinals, numbered as this process numbers its devices)";
-    log_(none_here ? LogLevel::warn : LogLevel::info,
+    // A high-priority job's work that gpuqosd does not see is work it cannot protect: a warning.
+    const std::string unprotected = high ? " (a high-priority job: gpuqosd cannot protect its latency there)" : "";
+    log_(none_here || high ? LogLevel::warn : LogLevel::info,
          none_here ? "this process sees " + (count == 1 ? std::string("one device, 0") : std::to_string(count) +
                          " devices, 0 to " + std::to_string(count - 1)) + ", and " + only +
-                         ": none of its GPU work is scheduled"
-                   : only + ": this process's work on device " + std::to_string(device) + " runs unscheduled");
+                         ": none of its GPU work is scheduled" + unprotected
+                   : only + ": this process's work on device " + std::to_string(device) + " runs unscheduled" +
+                         unprotected);
   } catch (...) {  // out of memory for the message: said nothing
   }
 }
@@ -234,7 +237,7 @@ Ticket DaemonGate::post(const Operation& op, const std::shared_ptr<Session>& ses
   try {
     const std::uint32_t device = devices_.of(ticket.context);
     if (!session->manages(device)) {  // not the daemon's device: the call goes ahead unposted
-      tell_unmanaged(device, session->managed_devices());
+      tell_unmanaged(device, session->managed_devices(), !session->low_priority());
       return {};
     }
     ipc::OpDescriptor descriptor;

@@ -57,8 +57,8 @@ class DaemonGate final : public Gate {
   bool try_register(bool at_start) noexcept;
   void monitor() noexcept;
   // Once per process, at the first op on a device the daemon does not manage: which it does, and
-  // (a warning) when that is none of this process's devices.
-  void tell_unmanaged(std::uint32_t device, std::uint64_t managed) noexcept;
+  // (a warning) when that is none of this process's devices, or the job is high priority.
+  void tell_unmanaged(std::uint32_t device, std::uint64_t managed, bool high) noexcept;
   // Fills the descriptor's device_uuid from its device ordinal (protocol 1.7).
   void said_uuid(ipc::OpDescriptor& descriptor) const noexcept;
 

@@ -278,6 +278,13 @@ TEST_F(GateTest, WorkOnADeviceTheDaemonDoesNotManageIsNeitherPostedNorHeld) {
           << ": work and synchronisations of device 0 are nothing the daemon knows of";
     }
   }
+  EXPECT_EQ(output_.find("cannot protect"), std::string::npos) << "best effort: nothing to protect\n" << output_;
+  start({"timed", "20000"}, "high");  // a high-priority job's unscheduled work is unprotected: said so
+  ASSERT_EQ(finish(), 0) << output_;
+  EXPECT_NE(output_.find("none of its GPU work is scheduled (a high-priority job: gpuqosd cannot protect its "
+                         "latency there)"),
+            std::string::npos)
+      << output_;
 }
 
 // A program that closes the shim's descriptors (a loop closing every one it did not open, a double
