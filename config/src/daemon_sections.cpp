@@ -1,4 +1,5 @@
 // [daemon], [devices] and [access]: the daemon's own settings and who may do what.
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 
@@ -51,8 +52,38 @@ void read_daemon(Diagnostics& diagnostics, const toml::table& table, DaemonConfi
                     out.profile_save_interval_s);
 }
 
+// uuids: GPUs by UUID as nvidia-smi -L writes them (or prefixes), at most kMaxDeviceUuids.
+void read_device_uuids(Section& section, DevicesConfig& out) {
+  constexpr std::string_view kKey = "uuids";
+  const toml::array* array = section.array(kKey);
+  if (array == nullptr) return;
+  if (array->empty()) section.error(kKey, "must list at least one GPU (leave it out to manage every device)");
+  if (array->size() > kMaxDeviceUuids) {
+    section.error(kKey, "must list at most " + std::to_string(kMaxDeviceUuids) + " GPUs (got " +
+                            std::to_string(array->size()) + ")");
+    return;
+  }
+  for (std::size_t i = 0; i < array->size(); ++i) {
+    const toml::node& element = *array->get(i);
+    const auto* text = element.as_string();
+    const auto prefix = text ? uuid_prefix(text->get()) : std::nullopt;
+    std::string problem;
+    if (!prefix) {
+      problem = "must be a GPU UUID as nvidia-smi -L writes it, or a prefix of one, like \"GPU-5053021f\" (got " +
+                (text ? quoted(text->get()) : std::string(type_phrase(element.type()))) + ")";
+    } else if (std::find(out.uuids.begin(), out.uuids.end(), *prefix) != out.uuids.end()) {
+      problem = quoted(text->get()) + " is listed twice";
+    } else {
+      out.uuids.push_back(*prefix);
+      continue;
+    }
+    section.diagnostics().error(element.source().begin, section.key_path(kKey) + "[" + std::to_string(i) + "]", problem);
+  }
+}
+
 void read_devices(Diagnostics& diagnostics, const toml::table& table, DevicesConfig& out) {
-  Section section(diagnostics, table, "devices", {"ordinals"});
+  Section section(diagnostics, table, "devices", {"ordinals", "uuids"});
+  read_device_uuids(section, out);
   std::vector<std::int64_t> ordinals;
   if (!read_integer_list(section, "ordinals", 0, kMaxDeviceOrdinal, ordinals)) return;
   const toml::array* array = section.find("ordinals")->as_array();

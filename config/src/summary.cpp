@@ -112,8 +112,10 @@ std::string describe(const AccessConfig& access) {
 }  // namespace
 
 std::string managed_devices_text(const DevicesConfig& devices) {
-  if (devices.ordinals.empty()) return "every device";
-  return (devices.ordinals.size() == 1 ? "device " : "devices ") + join(devices.ordinals);
+  if (devices.ordinals.empty() && devices.uuids.empty()) return "every device";
+  std::string text = devices.ordinals.empty() ? "" : (devices.ordinals.size() == 1 ? "device " : "devices ") + join(devices.ordinals);
+  for (const std::string& uuid : devices.uuids) text += (text.empty() ? "GPU-" : ", GPU-") + uuid;
+  return text;
 }
 
 std::string render_summary(const Config& config) {

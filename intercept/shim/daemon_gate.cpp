@@ -186,10 +186,17 @@ std::uint64_t DaemonGate::copy_chunk_bytes() const noexcept {
   CUcontext context = nullptr;
   const auto get_current = driver<CtxGetCurrent>(DriverHelper::ctx_get_current);
   if (!get_current || get_current(&context) != CUDA_SUCCESS || !context) return bytes;  // the call fails anyway
-  return ipc::device_in(managed, devices_.of(context)) ? bytes : 0;
+  const std::shared_ptr<Session> session = session_.load();
+  return session && manages(*session, devices_.of(context)) ? bytes : 0;
 }
 
-void DaemonGate::tell_unmanaged(std::uint32_t device, std::uint64_t managed, bool high) noexcept {
+bool DaemonGate::manages(const Session& session, std::uint32_t device) const noexcept {
+  return session.manages(device, devices_.uuid(device));
+}
+
+void DaemonGate::tell_unmanaged(std::uint32_t device, const Session& session) noexcept {
+  const std::uint64_t managed = session.managed_devices();
+  const bool high = !session.low_priority();
   if (told_unmanaged_.load(std::memory_order_relaxed) || told_unmanaged_.exchange(true, std::memory_order_relaxed)) return;
   try {
     // A node split between daemons (or a GPU left out on purpose) is said once, as information; a
@@ -206,9 +213,15 @@ void DaemonGate::tell_unmanaged(std::uint32_t device, std::uint64_t managed, boo
       ordinals += (ordinals.empty() ? "" : ", ") + std::to_string(d);
       any_here = any_here || static_cast<int>(d) < count;
     }
+    std::string uuids;
+    for (const std::string& uuid : session.managed_uuids()) uuids += (uuids.empty() ? "GPU-" : ", GPU-") + uuid;
+    for (int d = 0; d < count && !any_here; ++d) any_here = manages(session, static_cast<std::uint32_t>(d));
     const bool none_here = count > 0 && !any_here;
-    const std::string only = "gpuqosd schedules only devices [" + ordinals +
-                             "] ([devices] ordinals, numbered as this process numbers its devices)";
+    std::string only = "gpuqosd schedules only";
+    if (!ordinals.empty() || uuids.empty()) {
+      only += " devices [" + ordinals + "] ([devices] ordinals, numbered as this process numbers its devices)";
+    }
+    if (!uuids.empty()) only += std::string(ordinals.empty() ? "" : " and") + " the GPUs " + uuids + " ([devices] uuids)";
     // A high-priority job's work that gpuqosd does not see is work it cannot protect: a warning.
     const std::string unprotected = high ? " (a high-priority job: gpuqosd cannot protect its latency there)" : "";
     log_(none_here || high ? LogLevel::warn : LogLevel::info,
@@ -236,8 +249,8 @@ Ticket DaemonGate::post(const Operation& op, const std::shared_ptr<Session>& ses
   if (!get_current || get_current(&ticket.context) != CUDA_SUCCESS || !ticket.context) return {};  // the call fails
   try {
     const std::uint32_t device = devices_.of(ticket.context);
-    if (!session->manages(device)) {  // not the daemon's device: the call goes ahead unposted
-      tell_unmanaged(device, session->managed_devices(), !session->low_priority());
+    if (!manages(*session, device)) {  // not the daemon's device: the call goes ahead unposted
+      tell_unmanaged(device, *session);
       return {};
     }
     ipc::OpDescriptor descriptor;
@@ -296,7 +309,7 @@ void DaemonGate::post_mark(ipc::OpDescriptor descriptor) noexcept {
     descriptor.device = devices_.of(context);
     said_uuid(descriptor);
     // A synchronisation of a device the daemon does not schedule waits for nothing it knows of.
-    if (descriptor.kind == ipc::OpKind::sync && !session->manages(descriptor.device)) return;
+    if (descriptor.kind == ipc::OpKind::sync && !manages(*session, descriptor.device)) return;
   } else if (descriptor.kind == ipc::OpKind::sync) {
     return;
   }

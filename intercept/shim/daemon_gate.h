@@ -58,7 +58,9 @@ class DaemonGate final : public Gate {
   void monitor() noexcept;
   // Once per process, at the first op on a device the daemon does not manage: which it does, and
   // (a warning) when that is none of this process's devices, or the job is high priority.
-  void tell_unmanaged(std::uint32_t device, std::uint64_t managed, bool high) noexcept;
+  void tell_unmanaged(std::uint32_t device, const Session& session) noexcept;
+  // Does the session's daemon schedule work on `device` (by ordinal or UUID)?
+  bool manages(const Session& session, std::uint32_t device) const noexcept;
   // Fills the descriptor's device_uuid from its device ordinal (protocol 1.7).
   void said_uuid(ipc::OpDescriptor& descriptor) const noexcept;
 

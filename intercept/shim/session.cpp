@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cstdio>
 
 #include "gpuqos/ipc/clock.h"
 #include "gpuqos/ipc/registration.h"
@@ -36,6 +37,23 @@ Session::Session(std::uint32_t id, int fd, std::uint32_t client_number, ipc::Seg
       client_number_(client_number),
       terms_(terms),
       segment_(std::move(segment)) {}
+
+bool Session::manages(std::uint32_t device, const std::array<std::uint8_t, 16>& uuid) const noexcept {
+  if (ipc::device_in(terms_.managed_devices, device)) return true;
+  if (terms_.managed_uuids.empty() || device >= by_uuid_.size()) return false;
+  const std::uint8_t known = by_uuid_[device].load(std::memory_order_relaxed);
+  if (known != 0) return known == 1;
+  if (std::all_of(uuid.begin(), uuid.end(), [](std::uint8_t byte) { return byte == 0; })) return false;  // asked again
+  char text[ipc::kUuidTextBytes + 1];
+  std::snprintf(text, sizeof text, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", uuid[0],
+                uuid[1], uuid[2], uuid[3], uuid[4], uuid[5], uuid[6], uuid[7], uuid[8], uuid[9], uuid[10], uuid[11],
+                uuid[12], uuid[13], uuid[14], uuid[15]);
+  const std::string_view hex(text);
+  const bool named = std::any_of(terms_.managed_uuids.begin(), terms_.managed_uuids.end(),
+                                 [&](const std::string& prefix) { return hex.starts_with(prefix); });
+  by_uuid_[device].store(named ? 1 : 2, std::memory_order_relaxed);
+  return named;
+}
 
 Session::~Session() {
   // A descriptor the program closed (and may use the number of) is not ours to close.

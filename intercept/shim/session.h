@@ -8,6 +8,7 @@
 
 #include <sys/types.h>
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -41,6 +42,7 @@ class Session {
     std::uint64_t copy_chunk_bytes = 0;  // low priority: 1-D copies larger than this go in chunks; 0: never
     bool takes_arrivals = false;         // the daemon speaks 1.2: it takes query_arrived marks
     std::uint64_t managed_devices = ipc::kAllDevices;  // bit d: the daemon schedules device d's work
+    std::vector<std::string> managed_uuids;  // ... and the devices whose UUID text starts with one (1.8)
     // How far the daemon's CLOCK_MONOTONIC is ahead of this process's (another time namespace; 0:
     // the same clock), and how far off that estimate may be (0 for the same clock). Every time
     // posted is converted to the daemon's clock, and its heartbeat read on it, give or take that.
@@ -74,11 +76,12 @@ class Session {
   // The chunk size of this process's 1-D copies: 0 (never split) at high priority.
   std::uint64_t copy_chunk_bytes() const noexcept { return terms_.low_priority ? terms_.copy_chunk_bytes : 0; }
   bool takes_arrivals() const noexcept { return terms_.takes_arrivals; }
-  // Does the daemon schedule work on `device`? Ops on other devices go straight to the driver.
-  bool manages(std::uint32_t device) const noexcept {
-    return ipc::device_in(terms_.managed_devices, device);
-  }
+  // Does the daemon schedule work on `device`, whose UUID is `uuid` (ContextDevices::uuid; all zero:
+  // not known)? By ordinal, or by UUID ([devices] uuids). Ops on other devices go straight to the
+  // driver.
+  bool manages(std::uint32_t device, const std::array<std::uint8_t, 16>& uuid) const noexcept;
   std::uint64_t managed_devices() const noexcept { return terms_.managed_devices; }
+  const std::vector<std::string>& managed_uuids() const noexcept { return terms_.managed_uuids; }
   std::int64_t clock_offset_ns() const noexcept { return terms_.clock_offset_ns; }
 
   // Sends the name of op.kernel_id if this registration has not had it, gives op the next seq and
@@ -145,6 +148,8 @@ class Session {
   std::atomic<std::int64_t> checked_ns_{0};
   const std::uint32_t client_number_;
   const Terms terms_;
+  // manages() by UUID, per ordinal: 0 not known yet, 1 yes, 2 no (kept once the UUID is known).
+  mutable std::array<std::atomic<std::uint8_t>, ipc::kMaxDevices> by_uuid_{};
   ipc::Segment segment_;
   std::atomic<bool> alive_{true};
   std::atomic<bool> loss_told_{false};

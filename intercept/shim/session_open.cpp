@@ -131,6 +131,7 @@ Session::Terms terms_of(const ipc::HelloReply& reply, Priority claimed, const Ro
   terms.copy_chunk_bytes = reply.copy_chunk_bytes == 0 ? 0 : std::max(reply.copy_chunk_bytes, ipc::kMinCopyChunkBytes);
   terms.takes_arrivals = reply.version_minor >= 2;
   if (reply.version_minor >= 3) terms.managed_devices = reply.managed_devices;
+  terms.managed_uuids = ipc::managed_uuids(reply);  // none before 1.8
   clock_offset(reply, trip, terms);
   return terms;
 }

@@ -52,6 +52,13 @@ Status check_record_size(const char* what, std::size_t got, std::size_t want, st
   return {};
 }
 
+// 1 to kUuidTextBytes lowercase hex digits and dashes: the start of a UUID's text past "GPU-".
+bool uuid_prefix_text(std::string_view text) {
+  return !text.empty() && text.size() <= kUuidTextBytes && std::all_of(text.begin(), text.end(), [](char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || c == '-';
+  });
+}
+
 template <std::size_t N>
 void copy_text(char (&field)[N], std::string_view text) {
   std::size_t bytes = std::min(text.size(), N - 1);
@@ -225,6 +232,7 @@ Result<HelloReply> decode_hello_reply(Record record) {
   const std::size_t want = reply.version_minor == 0   ? kHelloReplyBytesV1_0
                            : reply.version_minor <= 2 ? kHelloReplyBytesV1_2
                            : reply.version_minor == 3 ? kHelloReplyBytesV1_3
+                           : reply.version_minor <= 7 ? kHelloReplyBytesV1_7
                                                       : sizeof(HelloReply);
   if (Status size = check_record_size("hello reply", record.size(), want, reply.version_minor); !size) {
     return Error{size.error()};
@@ -245,8 +253,42 @@ Result<HelloReply> decode_hello_reply(Record record) {
       return Error{name.error()};
     }
     if (Status name = check_segment_name(reply.segment_name); !name) return Error{"hello reply: " + name.error()};
+    if (reply.managed_uuid_count > kMaxManagedUuids) {
+      return Error{"hello reply: " + std::to_string(reply.managed_uuid_count) + " managed UUIDs, more than " +
+                   std::to_string(kMaxManagedUuids)};
+    }
+    for (std::uint32_t i = 0; i < reply.managed_uuid_count; ++i) {
+      const char* entry = reply.managed_uuids[i];
+      const std::string_view text(entry, strnlen(entry, sizeof reply.managed_uuids[i]));
+      if (text.size() == sizeof reply.managed_uuids[i] || !uuid_prefix_text(text)) {
+        return Error{"hello reply: managed UUID " + std::to_string(i) + " is not a UUID's start"};
+      }
+    }
+  } else {
+    reply.managed_uuid_count = 0;
   }
   return reply;
+}
+
+Status set_managed_uuids(HelloReply& reply, std::span<const std::string> prefixes) {
+  if (prefixes.size() > kMaxManagedUuids) {
+    return Error{std::to_string(prefixes.size()) + " managed UUIDs, more than " + std::to_string(kMaxManagedUuids)};
+  }
+  for (std::size_t i = 0; i < prefixes.size(); ++i) {
+    if (!uuid_prefix_text(prefixes[i])) return Error{"managed UUID '" + prefixes[i] + "' is not a UUID's start"};
+    copy_text(reply.managed_uuids[i], prefixes[i]);
+  }
+  reply.managed_uuid_count = static_cast<std::uint32_t>(prefixes.size());
+  return {};
+}
+
+std::vector<std::string> managed_uuids(const HelloReply& reply) {
+  std::vector<std::string> out;
+  const std::uint32_t count = reply.version_minor >= 8 ? std::min(reply.managed_uuid_count, kMaxManagedUuids) : 0;
+  for (std::uint32_t i = 0; i < count; ++i) {
+    out.emplace_back(reply.managed_uuids[i], strnlen(reply.managed_uuids[i], sizeof reply.managed_uuids[i]));
+  }
+  return out;
 }
 
 Result<KernelName> decode_kernel_name(Record record) {

@@ -113,10 +113,14 @@ void Daemon::register_client(Pending& pending, const ipc::Hello& hello) {
   // The chunk size lives in [policy.baymax] but is sent whatever the policy: the shim splits
   // low-priority copies by it and knows nothing of policy names. The devices the config lists are
   // the ones the shim posts work of; it issues the others' straight to the driver.
-  const auto& ordinals = options_.config.devices.ordinals;
-  const std::uint64_t managed = ordinals.empty() ? ipc::kAllDevices : ipc::device_mask(ordinals);
+  static_assert(config::kMaxDeviceUuids == ipc::kMaxManagedUuids);
+  const auto& [ordinals, uuids] = options_.config.devices;
+  const std::uint64_t managed = ordinals.empty() && uuids.empty() ? ipc::kAllDevices : ipc::device_mask(ordinals);
   auto reply = ipc::make_hello_reply(ipc::HelloStatus::ok, id, name, "", decision.effective,
                                      options_.policy.baymax.copy_chunk_bytes, managed);
+  if (ipc::Status named = ipc::set_managed_uuids(reply, uuids); !named) {  // the config checked them
+    spdlog::error("job '{}' pid {}: {}", job, peer.pid, named.error());
+  }
   // A shim of 1.6 or later rings its rings' doorbell and the loop pops its ops ring; an older one's
   // ring gets an OpsWaiter thread. The doorbell is a datagram socket pair, the shim holding one end:
   // each end is a file of its own, so a client cannot make the loop's end block (an eventfd's

@@ -72,7 +72,7 @@ void Daemon::reload_config() {
     }
     next.policy = options_.policy;
   }
-  if (next.config.devices.ordinals != options_.config.devices.ordinals) {
+  if (next.config.devices != options_.config.devices) {
     spdlog::warn("reload of {}: managing {} from now on; jobs registered before keep the devices they were told "
                  "at registration ({}) until they register again",
                  path, managed_devices_text(next.config.devices), managed_devices_text(options_.config.devices));

@@ -102,6 +102,11 @@ TEST(ConfigLoad, FullFileIntoStructs) {
   EXPECT_EQ(config.daemon.profile_store, "/var/lib/gpuqos/profiles.bin");
   EXPECT_EQ(config.daemon.profile_save_interval_s, 60.5);  // seconds, as the command line takes them
   EXPECT_EQ(config.devices.ordinals, (std::vector<std::uint32_t>{1, 0}));
+  const Config by_uuid = parse_ok("[devices]\nuuids = [\"GPU-5053021F-f19c\", \"MIG-ab\"]\n");
+  EXPECT_TRUE(by_uuid.devices.ordinals.empty());
+  EXPECT_EQ(by_uuid.devices.uuids, (std::vector<std::string>{"5053021f-f19c", "ab"})) << "lowercase, past GPU-";
+  EXPECT_EQ(managed_devices_text(by_uuid.devices), "GPU-5053021f-f19c, GPU-ab");
+  EXPECT_EQ(managed_devices_text(parse_ok("[devices]\nordinals = [1]\nuuids = [\"GPU-ab\"]\n").devices), "device 1, GPU-ab");
   EXPECT_EQ(config.policy.name, PolicyName::fifo);
   const BaymaxConfig& baymax = config.policy.baymax;
   EXPECT_EQ(baymax.safety_margin_ms, 0.25);
@@ -539,6 +544,20 @@ const std::vector<BadCase>& bad_cases() {
        "t.toml:2:16: devices.ordinals[1]: must be 0 to 63 (got 64)"},
       {"no_devices", "[devices]\nordinals = []\n",
        "t.toml:2:12: devices.ordinals: must list at least one device (leave it out to manage every device)"},
+      {"no_device_uuids", "[devices]\nuuids = []\n",
+       "t.toml:2:9: devices.uuids: must list at least one GPU (leave it out to manage every device)"},
+      {"device_uuid_not_a_uuid", "[devices]\nuuids = [\"5053021f\"]\n",
+       "t.toml:2:10: devices.uuids[0]: must be a GPU UUID as nvidia-smi -L writes it, or a prefix of one, like "
+       "\"GPU-5053021f\" (got \"5053021f\")"},
+      {"device_uuid_not_a_string", "[devices]\nuuids = [3]\n",
+       "t.toml:2:10: devices.uuids[0]: must be a GPU UUID as nvidia-smi -L writes it, or a prefix of one, like "
+       "\"GPU-5053021f\" (got an integer)"},
+      {"device_uuid_twice", "[devices]\nuuids = [\"GPU-ab\", \"GPU-AB\"]\n",
+       "t.toml:2:20: devices.uuids[1]: \"GPU-AB\" is listed twice"},
+      {"too_many_device_uuids",
+       "[devices]\nuuids = [\"GPU-0\", \"GPU-1\", \"GPU-2\", \"GPU-3\", \"GPU-4\", \"GPU-5\", \"GPU-6\", \"GPU-7\", "
+       "\"GPU-8\", \"GPU-9\", \"GPU-a\", \"GPU-b\", \"GPU-c\", \"GPU-d\", \"GPU-e\", \"GPU-f\", \"GPU-00\"]\n",
+       "t.toml:2:9: devices.uuids: must list at most 16 GPUs (got 17)"},
       {"job_without_name", "[[job]]\ntarget_ms = 5\n", "t.toml:1:1: job[0].name: missing (every job needs a name)"},
       {"job_name_with_space", "[[job]]\nname = \"bert infer\"\n",
        "t.toml:2:8: job[0].name: must be 1 to 63 of A-Z a-z 0-9 . _ - (got \"bert infer\")"},

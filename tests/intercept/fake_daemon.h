@@ -104,6 +104,11 @@ class FakeDaemon {
   // armed, so never rung: the shim just holds it).
   void give_doorbells() { give_doorbells_ = true; }
   void set_managed_devices(std::uint64_t mask) { managed_devices_ = mask; }
+  // [devices] uuids (1.8): UUID prefixes as ipc::set_managed_uuids takes them.
+  void set_managed_uuids(std::vector<std::string> prefixes) {
+    std::lock_guard lock(mutex_);
+    managed_uuids_ = std::move(prefixes);
+  }
 
   std::vector<FakeClient> clients() const {
     std::lock_guard lock(mutex_);
@@ -158,11 +163,18 @@ class FakeDaemon {
     if (stamp_late_) std::this_thread::sleep_for(delay);
     ipc::HelloReply reply = ipc::make_hello_reply(ipc::HelloStatus::ok, number, name, "", effective, copy_chunk_bytes_,
                                                   managed_devices_, clock_offset_ns_);
+    {
+      std::lock_guard lock(mutex_);
+      if (!ipc::set_managed_uuids(reply, managed_uuids_)) return void(::close(fd));
+    }
     reply.version_minor = minor_;
     std::vector<std::byte> bytes = ipc::encode(reply);
     if (!stamp_late_) std::this_thread::sleep_for(delay);
-    if (minor_ <= 3) {  // as it was
-      bytes.resize(minor_ == 0 ? ipc::kHelloReplyBytesV1_0 : minor_ <= 2 ? ipc::kHelloReplyBytesV1_2 : ipc::kHelloReplyBytesV1_3);
+    if (minor_ <= 7) {  // as it was
+      bytes.resize(minor_ == 0   ? ipc::kHelloReplyBytesV1_0
+                   : minor_ <= 2 ? ipc::kHelloReplyBytesV1_2
+                   : minor_ == 3 ? ipc::kHelloReplyBytesV1_3
+                                 : ipc::kHelloReplyBytesV1_7);
     }
     int doorbell[2] = {-1, -1};
     if (give_doorbells_ && minor_ >= 6 &&
@@ -232,6 +244,7 @@ class FakeDaemon {
   std::atomic<bool> lower_claims_{false};
   std::atomic<std::uint64_t> copy_chunk_bytes_{0};
   std::atomic<std::uint64_t> managed_devices_{ipc::kAllDevices};
+  std::vector<std::string> managed_uuids_;  // under mutex_
   std::atomic<std::uint16_t> minor_{ipc::kProtocolVersionMinor};
   std::atomic<bool> give_doorbells_{false};
   std::thread thread_;

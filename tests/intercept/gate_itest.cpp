@@ -3,6 +3,7 @@
 // priority never held, fail-open at start, on a crash and on a silent daemon, re-registration.
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -283,6 +284,34 @@ TEST_F(GateTest, WorkOnADeviceTheDaemonDoesNotManageIsNeitherPostedNorHeld) {
   ASSERT_EQ(finish(), 0) << output_;
   EXPECT_NE(output_.find("none of its GPU work is scheduled (a high-priority job: gpuqosd cannot protect its "
                          "latency there)"),
+            std::string::npos)
+      << output_;
+}
+
+// [devices] uuids (protocol 1.8): a device is the daemon's when its UUID starts with one the reply
+// lists, whatever the process numbers it; a GPU listed by no entry runs unscheduled, and is said.
+TEST_F(GateTest, ADeviceIsTheDaemonsWhenItsUuidIsListed) {
+  start({"timed", "20000"}, "low");  // every device managed: the op says simgpu's UUID
+  ASSERT_EQ(finish(), 0) << output_;
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 1); }));
+  const ipc::OpDescriptor first = daemon_->clients().at(0).ops.at(0);
+  char prefix[16];
+  std::snprintf(prefix, sizeof prefix, "%02x%02x%02x%02x-%02x", first.device_uuid[0], first.device_uuid[1],
+                first.device_uuid[2], first.device_uuid[3], first.device_uuid[4]);
+  daemon_->set_managed_devices(0);  // no ordinal: the UUIDs alone
+  daemon_->set_managed_uuids({prefix});
+  start({"timed", "20000"}, "low");
+  ASSERT_EQ(finish(), 0) << output_;
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return c.size() == 2 && !c[1].ops.empty(); }))
+      << "its UUID is listed: posted\n" << output_;
+  EXPECT_EQ(output_.find("schedules only"), std::string::npos) << output_;
+  daemon_->set_managed_uuids({"ffff0000"});
+  start({"timed", "20000"}, "low");
+  ASSERT_EQ(finish(), 0) << output_;
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return c.size() == 3; }));
+  for (const auto& op : daemon_->clients().at(2).ops) EXPECT_NE(op.kind, ipc::OpKind::kernel) << "not the daemon's GPU";
+  EXPECT_NE(output_.find("gpuqosd schedules only the GPUs GPU-ffff0000 ([devices] uuids): none of its GPU work is "
+                         "scheduled"),
             std::string::npos)
       << output_;
 }

@@ -172,6 +172,37 @@ HelloReply decoded_from_minor(std::uint16_t minor, std::size_t bytes) {
   return decoded ? decoded.value() : HelloReply{};
 }
 
+// 1.8: the GPUs a daemon schedules by UUID ([devices] uuids) travel as the start of each UUID's text.
+TEST(HelloReply, CarriesTheGpusTheDaemonSchedulesByUuid) {
+  HelloReply reply = make_hello_reply(HelloStatus::ok, 3, "/gpuqos-100-3", "", Priority::low, 0, 0);
+  const std::vector<std::string> prefixes{"5053021f", "8601f82c-036c-8858-b907-c46eb6bf5f92"};
+  ASSERT_TRUE(set_managed_uuids(reply, prefixes));
+  auto decoded = decode_hello_reply(encode(reply));
+  ASSERT_TRUE(decoded) << decoded.error();
+  EXPECT_EQ(managed_uuids(decoded.value()), prefixes);
+  EXPECT_EQ(decoded->managed_devices, 0u) << "no ordinal: the UUIDs alone";
+  EXPECT_FALSE(set_managed_uuids(reply, std::vector<std::string>{"GPU-5053021f"})) << "the text past GPU-, lowercase";
+  EXPECT_FALSE(set_managed_uuids(reply, std::vector<std::string>{"5053021F"}));
+  EXPECT_FALSE(set_managed_uuids(reply, std::vector<std::string>(kMaxManagedUuids + 1, "ab")));
+  // From another process: garbage in an entry, or a count past the array, is refused.
+  std::strcpy(reply.managed_uuids[1], "not-hex!");
+  EXPECT_FALSE(decode_hello_reply(encode(reply)));
+  reply.managed_uuids[1][0] = '\0';
+  EXPECT_FALSE(decode_hello_reply(encode(reply))) << "an empty entry within the count";
+  ASSERT_TRUE(set_managed_uuids(reply, prefixes));
+  std::memset(reply.managed_uuids[0], 'a', sizeof reply.managed_uuids[0]);
+  EXPECT_FALSE(decode_hello_reply(encode(reply))) << "no NUL";
+  ASSERT_TRUE(set_managed_uuids(reply, prefixes));
+  reply.managed_uuid_count = kMaxManagedUuids + 1;
+  EXPECT_FALSE(decode_hello_reply(encode(reply)));
+}
+
+TEST(HelloReply, FromA1_7DaemonDecodesWithoutThe1_8Fields) {
+  const HelloReply decoded = decoded_from_minor(7, kHelloReplyBytesV1_7);
+  EXPECT_EQ(decoded.managed_devices, 0b1u);
+  EXPECT_TRUE(managed_uuids(decoded).empty());
+}
+
 TEST(HelloReply, FromA1_3DaemonDecodesWithoutThe1_4Fields) {
   const HelloReply decoded = decoded_from_minor(3, kHelloReplyBytesV1_3);
   EXPECT_EQ(decoded.managed_devices, 0b1u);

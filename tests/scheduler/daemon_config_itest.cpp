@@ -175,6 +175,11 @@ TEST(HelloReply, NamesTheDevicesTheConfigManages) {
   DaemonProcess defaults;
   FakeClient other(defaults.socket(), Priority::low, "batch");
   EXPECT_EQ(other.reply().managed_devices, ipc::kAllDevices) << "no [devices]: every device";
+  EXPECT_TRUE(ipc::managed_uuids(other.reply()).empty());
+  ConfiguredDaemon by_uuid(fifo(0, "[devices]\nuuids = [\"GPU-5053021F\", \"MIG-8601f82c-036c\"]\n"));
+  FakeClient named(by_uuid->socket(), Priority::low, "batch");
+  EXPECT_EQ(named.reply().managed_devices, 0u) << "[devices] uuids alone: no ordinal";
+  EXPECT_EQ(ipc::managed_uuids(named.reply()), (std::vector<std::string>{"5053021f", "8601f82c-036c"}));
 }
 
 TEST(Reload, SighupAppliesANewFifoLimitAndJobTargets) {

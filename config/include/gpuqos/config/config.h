@@ -41,8 +41,15 @@ struct DaemonConfig {
 };
 
 // [devices]
+// [devices] uuids lists at most this many GPUs (the registration reply carries them: ipc's
+// kMaxManagedUuids).
+inline constexpr std::size_t kMaxDeviceUuids = 16;
+
 struct DevicesConfig {
   std::vector<std::uint32_t> ordinals;  // ordinals: devices managed, unique, in file order; empty: all
+  // uuids: GPUs managed by UUID (uuid_prefix(): lowercase, no "GPU-"), besides the ordinals; both
+  // empty: every device
+  std::vector<std::string> uuids;
   friend bool operator==(const DevicesConfig&, const DevicesConfig&) = default;
 };
 

@@ -30,6 +30,7 @@
 //        thread of the daemon, as before; no record changes
 //   1.7  an OpDescriptor says its device's UUID (device_uuid, reserved before: an older daemon
 //        ignores it, and a newer one takes all zero as not said); no record changes
+//   1.8  HelloReply appends managed_uuids: GPUs the daemon schedules named by UUID
 //
 // Everything the daemon receives is untrusted: decode_* validate every field and return the reason
 // for rejecting garbage. Who the client is (pid, uid, gid) comes from the kernel via
@@ -58,13 +59,17 @@ inline constexpr std::uint16_t kProtocolVersionMajor = 1;
 // 1.1: HelloReply's effective_priority and copy_chunk_bytes. 1.2: the daemon takes query_arrived
 // marks (descriptor.h); a shim posts them only to a daemon that says 1.2 or later. 1.3: HelloReply's
 // managed_devices. 1.4: HelloReply's daemon_clock_ns. 1.5: OpDescriptor's sm_count. 1.6: the ops
-// ring's doorbell (a datagram socket with the HelloReply). 1.7: OpDescriptor's device_uuid.
-inline constexpr std::uint16_t kProtocolVersionMinor = 7;
+// ring's doorbell (a datagram socket with the HelloReply). 1.7: OpDescriptor's device_uuid. 1.8:
+// HelloReply's managed_uuids.
+inline constexpr std::uint16_t kProtocolVersionMinor = 8;
 
 inline constexpr std::size_t kJobNameBytes = 64;        // with its NUL
 inline constexpr std::size_t kReplyMessageBytes = 128;  // with its NUL
 inline constexpr std::uint32_t kMaxDevices = 64;
 inline constexpr std::uint32_t kMaxKernelNameBytes = 4096;
+inline constexpr std::uint32_t kMaxManagedUuids = 16;
+inline constexpr std::size_t kUuidTextBytes = 36;  // "5053021f-f19c-8f3e-af75-ba138af7d608"
+
 inline constexpr std::size_t kMaxRecordBytes = 16 + kMaxKernelNameBytes;  // the largest record
 
 // A control reply is one record of at most this many bytes (header included).
@@ -110,10 +115,19 @@ struct HelloReply {
   // run in different time namespaces (CLOCK_MONOTONIC has an offset per namespace): the shim tells
   // from this and the Hello's round trip, and converts what it posts. 0 from an older daemon.
   std::int64_t daemon_clock_ns;
+  // 1.8 (a 1.4 to 1.7 reply is kHelloReplyBytesV1_7 long): ok: the GPUs the daemon schedules named
+  // by UUID ([devices] uuids), besides managed_devices' ordinals (which are then 0 for none): the
+  // first managed_uuid_count entries, each the start of a UUID's text past "GPU-" (lowercase hex
+  // digits and dashes, 1 to kUuidTextBytes), NUL-terminated. The shim schedules a device whose
+  // ordinal is in managed_devices or whose UUID (cuDeviceGetUuid) starts with one of these.
+  std::uint32_t managed_uuid_count;
+  std::uint32_t reserved2;
+  char managed_uuids[kMaxManagedUuids][kUuidTextBytes + 4];
 };
 inline constexpr std::size_t kHelloReplyBytesV1_0 = 208;  // up to and including message
 inline constexpr std::size_t kHelloReplyBytesV1_2 = 224;  // up to and including copy_chunk_bytes
 inline constexpr std::size_t kHelloReplyBytesV1_3 = 232;  // up to and including managed_devices
+inline constexpr std::size_t kHelloReplyBytesV1_7 = 240;  // up to and including daemon_clock_ns
 inline constexpr std::uint64_t kAllDevices = ~std::uint64_t{0};
 // The smallest non-zero copy_chunk_bytes the shim takes: it raises a smaller one a daemon sends (a
 // 1-byte chunk would cost a grant round trip per byte). gpuqosd's config refuses less as well.
@@ -142,11 +156,12 @@ struct KernelNameHeader {
 
 static_assert(std::is_trivially_copyable_v<Hello> && std::is_standard_layout_v<Hello> && sizeof(Hello) == 80);
 static_assert(std::is_trivially_copyable_v<HelloReply> && std::is_standard_layout_v<HelloReply> &&
-              sizeof(HelloReply) == 240);
+              sizeof(HelloReply) == kHelloReplyBytesV1_7 + 8 + kMaxManagedUuids * (kUuidTextBytes + 4));
 static_assert(offsetof(HelloReply, effective_priority) == kHelloReplyBytesV1_0 &&
               offsetof(HelloReply, copy_chunk_bytes) == 216 &&
               offsetof(HelloReply, managed_devices) == kHelloReplyBytesV1_2 &&
-              offsetof(HelloReply, daemon_clock_ns) == kHelloReplyBytesV1_3);
+              offsetof(HelloReply, daemon_clock_ns) == kHelloReplyBytesV1_3 &&
+              offsetof(HelloReply, managed_uuid_count) == kHelloReplyBytesV1_7);
 static_assert(sizeof(KernelNameHeader) == 16);
 static_assert(offsetof(Hello, priority) == 8 && offsetof(Hello, job_name) == 16);
 static_assert(offsetof(HelloReply, status) == 8 && offsetof(HelloReply, segment_name) == 16);
@@ -216,6 +231,12 @@ Result<Hello> make_hello(Priority priority, std::uint32_t device, std::string_vi
 HelloReply make_hello_reply(HelloStatus status, std::uint32_t client_number, std::string_view segment_name,
                             std::string_view message, Priority effective_priority, std::uint64_t copy_chunk_bytes,
                             std::uint64_t managed_devices = kAllDevices, std::int64_t clock_offset_ns = 0);
+
+// An ok reply's managed_uuids (1.8): at most kMaxManagedUuids UUID prefixes as managed_uuids holds
+// them; an error for more, or one that is not 1 to kUuidTextBytes lowercase hex digits and dashes.
+Status set_managed_uuids(HelloReply& reply, std::span<const std::string> prefixes);
+// The reply's managed_uuids (empty from a daemon older than 1.8).
+std::vector<std::string> managed_uuids(const HelloReply& reply);
 
 // Turns any string into a valid job name: bad bytes become '_', cut to 63 bytes, "job" if empty.
 std::string sanitize_job_name(std::string_view name);
