@@ -124,6 +124,7 @@ class PipelineRig {
   ~PipelineRig() { programs_.clear(); }  // programs first, then gpuqosd, then simgpud
 
   GpuqosdProcess& gpuqosd() { return gpuqosd_; }
+  const std::string& simgpud_socket() const { return simgpud_.socket(); }
   const TempDir& dir() const { return dir_; }
 
   // Starts `command` under libgpuqos.so; its output goes to <dir>/<job>.log.

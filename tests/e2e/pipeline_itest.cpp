@@ -29,6 +29,8 @@ using namespace std::chrono_literals;
 namespace ipc = gpuqos::ipc;
 
 constexpr auto kFinish = 60s;  // only so that a hang fails instead of blocking the suite
+// A node with two GPUs, for the tests of CUDA_VISIBLE_DEVICES.
+constexpr const char* kTwoDevices = "sms = 8\n[[device]]\nname = \"e2e gpu zero\"\n[[device]]\nname = \"e2e gpu one\"\n";
 
 bool holding(ChildProcess& program) { return program.output().find("e2e-hold: holding") != std::string::npos; }
 
@@ -302,7 +304,6 @@ std::uint64_t engine_completed(PipelineRig& rig, const std::string& engine) {
 // (CUDA_VISIBLE_DEVICES=1) calls it device 0, which ordinals = [0] schedules; with ordinals = [1]
 // none of its work is, and the shim says so once, with what the process sees.
 TEST(Pipeline, DeviceOrdinalsAreAsEachProcessNumbersItsDevices) {
-  constexpr const char* kTwoDevices = "sms = 8\n[[device]]\nname = \"e2e gpu zero\"\n[[device]]\nname = \"e2e gpu one\"\n";
   const auto run_on_second_gpu = [&](const std::string& ordinals) {
     gpuqos::testing::TempDir config_dir("e2e-ordinals-config");
     const auto config = config_dir.write("gpuqosd.toml", "[devices]\nordinals = [" + ordinals + "]\n");
@@ -332,7 +333,6 @@ TEST(Pipeline, DeviceOrdinalsAreAsEachProcessNumbersItsDevices) {
 // gpuqosd tells the GPUs apart by the UUIDs the shim sends, so an inference job on one never holds
 // back training on the other, and a job that sees every GPU meets each on the same device.
 TEST(Pipeline, JobsOnDifferentGpusAreOnDifferentDevicesThoughEachCallsItsDevice0) {
-  constexpr const char* kTwoDevices = "sms = 8\n[[device]]\nname = \"e2e gpu zero\"\n[[device]]\nname = \"e2e gpu one\"\n";
   PipelineRig rig({}, kTwoDevices);
   rig.gpuqosd().start();
   const auto run = [&](const std::string& job, const char* priority, std::map<std::string, std::string> env) -> ChildProcess& {
@@ -364,6 +364,44 @@ TEST(Pipeline, JobsOnDifferentGpusAreOnDifferentDevicesThoughEachCallsItsDevice0
   }
   for (const char* job : {"serve-gpu-one", "train-gpu-zero", "sees-both"}) rig.release(job);
   for (ChildProcess* program : {&serve, &train, &both}) EXPECT_EQ(program->wait(kFinish), 0) << program->output();
+}
+
+// [devices] uuids name GPUs whatever each job numbers them: the node's second GPU, listed, is
+// scheduled for a job under CUDA_VISIBLE_DEVICES=1 (its device 0), and the first, not listed, is
+// not for a job under CUDA_VISIBLE_DEVICES=0 (its device 0 too), which the shim says.
+TEST(Pipeline, GpusNamedByUuidAreTheSameWhateverEachJobCallsThem) {
+  gpuqos::testing::TempDir config_dir("e2e-uuids-config");
+  const auto config = config_dir.path() / "gpuqosd.toml";
+  PipelineRig rig({"--config", config.string()}, kTwoDevices);
+  ChildProcess stat({gpuqos::testing::bin("simgpu-stat"), "--socket", rig.simgpud_socket()}, {},
+                    rig.dir().path() / "stat.out");
+  ASSERT_EQ(stat.wait(kFinish), 0) << stat.output();
+  const std::string second = json::parse(stat.output())["devices"][1]["uuid"].get<std::string>();
+  ASSERT_TRUE(second.starts_with("GPU-")) << stat.output();
+  config_dir.write("gpuqosd.toml", "[devices]\nuuids = [\"" + second.substr(0, 13) + "\"]\n");
+  rig.gpuqosd().start();
+  ChildProcess& listed = rig.start({.job = "on-second", .hold = true, .env = {{"CUDA_VISIBLE_DEVICES", "1"}}},
+                                   PipelineRig::client({"streams", "2", "20"}));
+  ChildProcess& unlisted = rig.start({.job = "on-first", .hold = true, .env = {{"CUDA_VISIBLE_DEVICES", "0"}}},
+                                     PipelineRig::client({"streams", "2", "20"}));
+  for (ChildProcess* program : {&listed, &unlisted}) {
+    ASSERT_TRUE(eventually([&] { return holding(*program) || !program->running(); }, kFinish)) << program->output();
+    EXPECT_NE(program->output().find("streams ok"), std::string::npos) << program->output() << rig.logs();
+  }
+  const json scheduled = rig.gpuqosd().client("on-second");
+  const json unscheduled = rig.gpuqosd().client("on-first");
+  ASSERT_FALSE(scheduled.is_null());
+  ASSERT_FALSE(unscheduled.is_null()) << "registered all the same";
+  EXPECT_GT(ops(scheduled, "posted"), 0u) << scheduled.dump();
+  EXPECT_EQ(ops(unscheduled, "posted"), 0u) << unscheduled.dump();
+  EXPECT_NE(unlisted.output().find("gpuqosd schedules only the GPUs " + second.substr(0, 13) + " ([devices] uuids)"),
+            std::string::npos)
+      << unlisted.output();
+  EXPECT_EQ(listed.output().find("schedules only"), std::string::npos) << listed.output();
+  rig.release("on-second");
+  rig.release("on-first");
+  EXPECT_EQ(listed.wait(kFinish), 0) << listed.output();
+  EXPECT_EQ(unlisted.wait(kFinish), 0) << unlisted.output();
 }
 
 TEST(Pipeline, BestEffortCopiesGoInChunksOfTheConfiguredSizeAndHighPriorityOnesDoNot) {
