@@ -61,7 +61,20 @@ std::optional<HeldOpStatus> Daemon::held_op(Client& client) const {
                       std::string(kHoldReasonNames[static_cast<std::size_t>(head->reason)])};
 }
 
+std::set<std::string> Daemon::high_priority_jobs() const {
+  std::set<std::string> jobs;
+  for (const auto& [id, client] : clients_) {
+    if (client->high_priority()) jobs.insert(client->identity().job);
+  }
+  return jobs;
+}
+
 void Daemon::tell_long_holds(std::int64_t now_ns) {
+  std::optional<std::set<std::string>> high_jobs;  // asked once per tick, and only when a hold is told of
+  const auto high_now = [&]() -> const std::set<std::string>& {
+    if (!high_jobs) high_jobs = high_priority_jobs();
+    return *high_jobs;
+  };
   for (auto& [id, client] : clients_) {
     const std::int64_t wait_ns = client->current_wait_ns(now_ns);
     const auto told = told_holds_.find(id);
@@ -71,14 +84,21 @@ void Daemon::tell_long_holds(std::int64_t now_ns) {
       // Gone once granted, whatever the policy says of it.
       if (client->granted_through() < told->second.seq) {
         if (held && held->seq == told->second.seq) told->second.held_by = held->held_by;
+        told->second.high_jobs = high_now();
         continue;
       }
-      spdlog::info("{}: op {} ({}) went after {:.1f} s held, last by {}", client->tag(), told->second.seq,
-                   told->second.op, static_cast<double>(now_ns - told->second.since_ns) / 1e9, told->second.held_by);
+      // A hold that ends as the jobs it was held for leave: say so, or it reads as the policy relenting.
+      std::string left;
+      for (const std::string& job : told->second.high_jobs) {
+        if (!high_now().contains(job)) left += (left.empty() ? "" : ", ") + ("'" + job + "'");
+      }
+      spdlog::info("{}: op {} ({}) went after {:.1f} s held, last by {}{}", client->tag(), told->second.seq,
+                   told->second.op, static_cast<double>(now_ns - told->second.since_ns) / 1e9, told->second.held_by,
+                   left.empty() ? "" : ", as high-priority job " + left + " left");
       told_holds_.erase(told);
     }
     if (!held || wait_ns < kLongHoldNs) continue;
-    told_holds_[id] = ToldHold{held->seq, held->op, held->held_by, now_ns - wait_ns};
+    told_holds_[id] = ToldHold{held->seq, held->op, held->held_by, now_ns - wait_ns, high_now()};
     spdlog::warn("{}: op {} ({}, predicted {:.3f} ms, up to {:.3f} ms) held for {:.1f} s by {}", client->tag(),
                  held->seq, held->op, static_cast<double>(held->expected_ns) / 1e6,
                  static_cast<double>(held->predicted_ns) / 1e6, static_cast<double>(wait_ns) / 1e9, held->held_by);

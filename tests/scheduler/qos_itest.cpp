@@ -39,12 +39,20 @@ ipc::OpDescriptor mark(std::uint64_t seq, ipc::OpKind kind) {
 // One inferred query of two kernels and a sync (seqs first..first+2): the ops are posted now and
 // complete after run_for, with device times in the daemon's clock.
 // A high-priority client is on no device until its first GPU op (ClientInfo::kNoDevice): one short
-// query, coarsely timed so nothing is learned of it, puts it on device 0. Seqs 1-2.
-void place_on_device_0(FakeClient& client) {
+// query, coarsely timed so nothing is learned of it, puts it on device 0, once the daemon has read
+// it (before another client's op it should be beside). Seqs 1-2.
+void place_on_device_0(DaemonProcess& daemon, FakeClient& client) {
   client.name_kernel(1, "infer");
   client.post(FakeClient::kernel(1));
   client.post(mark(2, ipc::OpKind::sync));
   client.complete(1, 100, 200, ipc::kCompletionCoarse);  // long ago: alongside nothing a test times
+  ASSERT_TRUE(eventually([&] {
+    const nlohmann::json status = daemon.status();  // not a temporary's member: it would dangle in the loop
+    for (const auto& entry : status["clients"]) {
+      if (entry["client"] == client.client_number()) return entry["devices"] == nlohmann::json::array({0});
+    }
+    return false;
+  }, 5s)) << daemon.status().dump(1);
 }
 
 void run_query(FakeClient& client, std::uint64_t first, std::chrono::milliseconds run_for) {
@@ -157,7 +165,7 @@ TEST(Qos, AJobsNumbersSurviveItsClientReconnectingAndBestEffortProgressIsCounted
 // posted its first kernel ("step", op 1).
 struct ServeAndTrain {
   ServeAndTrain() {
-    place_on_device_0(serve);
+    place_on_device_0(daemon, serve);
     train.name_kernel(1, "step");
     train.post(FakeClient::kernel(1));
   }
@@ -239,7 +247,7 @@ TEST(Qos, AnOpHeldLongIsSaidWhenItsClientLeavesOrGpuqosdStops) {
   TempDir dir("gpuqos-qos");
   DaemonProcess daemon({"--config", dir.write("gpuqosd.toml", baymax_serve_config("be_backlog_bound_ms = 7.5\n")).string()});
   FakeClient serve(daemon.socket(), Priority::high, "serve");
-  place_on_device_0(serve);
+  place_on_device_0(daemon, serve);
   FakeClient staying(daemon.socket(), Priority::low, "train");
   staying.name_kernel(1, "step");
   const auto said = [&](const std::string& text) { return daemon.log().find(text) != std::string::npos; };
@@ -264,6 +272,30 @@ TEST(Qos, AnOpHeldLongIsSaidWhenItsClientLeavesOrGpuqosdStops) {
   daemon.process().stop();  // SIGTERM: it drains and lets every held op go
   EXPECT_TRUE(said(": op 1 (kernel step) let go at shutdown after ")) << daemon.log();
   EXPECT_FALSE(said("went after")) << daemon.log();
+}
+
+// A hold that ends because the job it protected left says so: "went ..., last by budget" alone
+// reads as the policy relenting.
+TEST(Qos, AHoldThatEndsAsTheHighPriorityJobLeavesSaysSo) {
+  TempDir dir("gpuqos-qos");
+  DaemonProcess daemon({"--config", dir.write("gpuqosd.toml", baymax_serve_config("be_backlog_bound_ms = 7.5\n")).string()});
+  FakeClient train(daemon.socket(), Priority::low, "train");
+  train.name_kernel(1, "step");
+  const auto said = [&](const std::string& text) { return daemon.log().find(text) != std::string::npos; };
+  {
+    FakeClient serve(daemon.socket(), Priority::high, "serve");
+    place_on_device_0(daemon, serve);
+    train.post(FakeClient::kernel(1));
+    ASSERT_TRUE(train.wait_granted(1));
+    const std::int64_t now = ipc::monotonic_ns();
+    train.complete(1, now - 100 * kMs, now);
+    ASSERT_TRUE(eventually([&] { return daemon.status()["predictor"]["learned"] == 1; }, 5s)) << daemon.status().dump(1);
+    train.post(FakeClient::kernel(2));  // learned long: held for the budget while serve is here
+    ASSERT_TRUE(eventually([&] { return said(": op 2 (kernel step, predicted 100."); }, 8s)) << daemon.log();
+  }  // serve hangs up
+  ASSERT_TRUE(train.wait_granted(2, 5s)) << daemon.log();
+  ASSERT_TRUE(eventually([&] { return said(": op 2 (kernel step) went after "); }, 5s)) << daemon.log();
+  EXPECT_TRUE(said(" s held, last by budget, as high-priority job 'serve' left")) << daemon.log();
 }
 
 // On a time-slicing device, a target that leaves less than one slice over the job's queries is
