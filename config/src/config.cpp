@@ -43,15 +43,17 @@ std::optional<std::string> parse_listen(std::string_view text, ListenAddress& ou
 }
 
 std::optional<std::string> uuid_prefix(std::string_view text) {
-  constexpr std::size_t kUuidTextBytes = 36;  // 8-4-4-4-12 hex digits and dashes
+  constexpr std::string_view kLayout = "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx";  // hex digits and dashes, 8-4-4-4-12
   if (!text.starts_with("GPU-") && !text.starts_with("MIG-")) return std::nullopt;
+  const std::string_view rest = text.substr(4);
+  if (rest.empty() || rest.size() > kLayout.size()) return std::nullopt;
   std::string prefix;
-  for (const char c : text.substr(4)) {
+  for (std::size_t i = 0; i < rest.size(); ++i) {
+    const char c = rest[i];
     const bool hex = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
-    if (!hex && c != '-') return std::nullopt;
+    if (kLayout[i] == '-' ? c != '-' : !hex) return std::nullopt;  // a dash where nvidia-smi writes one
     prefix += static_cast<char>(c >= 'A' && c <= 'F' ? c - 'A' + 'a' : c);
   }
-  if (prefix.empty() || prefix.size() > kUuidTextBytes) return std::nullopt;
   return prefix;
 }
 

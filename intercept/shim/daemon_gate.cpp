@@ -222,14 +222,18 @@ void DaemonGate::tell_unmanaged(std::uint32_t device, const Session& session) no
       only += " devices [" + ordinals + "] ([devices] ordinals, numbered as this process numbers its devices)";
     }
     if (!uuids.empty()) only += std::string(ordinals.empty() ? "" : " and") + " the GPUs " + uuids + " ([devices] uuids)";
+    const ContextDevices::Uuid none{};
+    const std::string unknown = !uuids.empty() && devices_.uuid(device) == none
+                                    ? " (the driver has not said its UUID yet: it is asked again)"
+                                    : "";
     // A high-priority job's work that gpuqosd does not see is work it cannot protect: a warning.
     const std::string unprotected = high ? " (a high-priority job: gpuqosd cannot protect its latency there)" : "";
     log_(none_here || high ? LogLevel::warn : LogLevel::info,
          none_here ? "this process sees " + (count == 1 ? std::string("one device, 0") : std::to_string(count) +
                          " devices, 0 to " + std::to_string(count - 1)) + ", and " + only +
-                         ": none of its GPU work is scheduled" + unprotected
+                         ": none of its GPU work is scheduled" + unknown + unprotected
                    : only + ": this process's work on device " + std::to_string(device) + " runs unscheduled" +
-                         unprotected);
+                         unknown + unprotected);
   } catch (...) {  // out of memory for the message: said nothing
   }
 }

@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "gpuqos/ipc/clock.h"
 #include "shim.h"
 
 namespace gpuqos::intercept {
@@ -169,6 +170,8 @@ std::uint32_t ContextDevices::sm_count(std::uint32_t device) noexcept {
 ContextDevices::Uuid ContextDevices::uuid(std::uint32_t device) noexcept {
   if (device >= uuids_.size()) return {};
   if (uuid_tries_[device].load(std::memory_order_acquire) == kUuidSettled) return uuids_[device];
+  const std::int64_t now_ns = ipc::monotonic_ns();
+  if (now_ns < uuid_next_try_ns_[device].load(std::memory_order_relaxed)) return {};  // failed lately
   std::lock_guard lock(uuid_mutex_);
   std::uint8_t tries = uuid_tries_[device].load(std::memory_order_relaxed);
   if (tries == kUuidSettled) return uuids_[device];
@@ -185,9 +188,10 @@ ContextDevices::Uuid ContextDevices::uuid(std::uint32_t device) noexcept {
     }
   }
   if (known) std::memcpy(uuids_[device].data(), said.bytes, uuids_[device].size());
-  // A driver without the functions is not asked again; one that failed is, a few times (a call
-  // made while the device was being reset, say).
+  // A driver without the functions is not asked again; one that failed is, a few times over a second
+  // (a call made while the device was being reset, say).
   tries = known || !asked || tries + 1 >= kUuidTries ? kUuidSettled : static_cast<std::uint8_t>(tries + 1);
+  if (tries != kUuidSettled) uuid_next_try_ns_[device].store(now_ns + kUuidRetryNs, std::memory_order_relaxed);
   uuid_tries_[device].store(tries, std::memory_order_release);
   return uuids_[device];
 }

@@ -43,9 +43,11 @@ class ContextDevices {
   std::uint32_t sm_count(std::uint32_t device) noexcept;
   // cuDeviceGetUuid_v2 (else cuDeviceGetUuid, before CUDA 11.4) of the ordinal: what tells the
   // daemon which of the node's GPUs it is, whatever this process numbers it. Asked until the driver
-  // answers, at most kUuidTries times (all zero until then, and after, or without the functions).
+  // answers, at most kUuidTries times kUuidRetryNs apart (all zero until then, and after, or
+  // without the functions).
   Uuid uuid(std::uint32_t device) noexcept;
-  static constexpr std::uint8_t kUuidTries = 3;
+  static constexpr std::uint8_t kUuidTries = 10;
+  static constexpr std::int64_t kUuidRetryNs = 100'000'000;
 
  private:
   static constexpr std::uint32_t kUnknown = ~std::uint32_t{0};
@@ -56,6 +58,7 @@ class ContextDevices {
   static constexpr std::uint8_t kUuidSettled = 0xff;
   std::mutex uuid_mutex_;
   std::array<std::atomic<std::uint8_t>, ipc::kMaxDevices> uuid_tries_{};
+  std::array<std::atomic<std::int64_t>, ipc::kMaxDevices> uuid_next_try_ns_{};  // after a failure
   std::array<Uuid, ipc::kMaxDevices> uuids_{};
 };
 

@@ -52,11 +52,17 @@ Status check_record_size(const char* what, std::size_t got, std::size_t want, st
   return {};
 }
 
-// 1 to kUuidTextBytes lowercase hex digits and dashes: the start of a UUID's text past "GPU-".
+// The start of a UUID's text past "GPU-": 1 to kUuidTextBytes lowercase hex digits, with dashes where
+// the 8-4-4-4-12 layout has them.
 bool uuid_prefix_text(std::string_view text) {
-  return !text.empty() && text.size() <= kUuidTextBytes && std::all_of(text.begin(), text.end(), [](char c) {
-    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || c == '-';
-  });
+  constexpr std::string_view kLayout = "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx";
+  static_assert(kLayout.size() == kUuidTextBytes);
+  if (text.empty() || text.size() > kUuidTextBytes) return false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (kLayout[i] == '-' ? c != '-' : !((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
 }
 
 template <std::size_t N>

@@ -115,11 +115,21 @@ void Daemon::register_client(Pending& pending, const ipc::Hello& hello) {
   // the ones the shim posts work of; it issues the others' straight to the driver.
   static_assert(config::kMaxDeviceUuids == ipc::kMaxManagedUuids);
   const auto& [ordinals, uuids] = options_.config.devices;
-  const std::uint64_t managed = ordinals.empty() && uuids.empty() ? ipc::kAllDevices : ipc::device_mask(ordinals);
+  std::uint64_t managed = ordinals.empty() && uuids.empty() ? ipc::kAllDevices : ipc::device_mask(ordinals);
+  // A shim older than 1.8 cannot read GPUs named by UUID: it would post none of their work, and a
+  // high-priority job there would run unprotected. It is sent every device instead (its ops say
+  // their UUIDs, and gpuqosd keeps each GPU apart), which only costs grants on the others.
+  if (!uuids.empty() && hello.version_minor < 8) {
+    spdlog::warn("job '{}' pid {}: its shim (protocol 1.{}) cannot take [devices] uuids: it posts the work of "
+                 "every device",
+                 job, peer.pid, hello.version_minor);
+    managed = ipc::kAllDevices;
+  }
   auto reply = ipc::make_hello_reply(ipc::HelloStatus::ok, id, name, "", decision.effective,
                                      options_.policy.baymax.copy_chunk_bytes, managed);
   if (ipc::Status named = ipc::set_managed_uuids(reply, uuids); !named) {  // the config checked them
-    spdlog::error("job '{}' pid {}: {}", job, peer.pid, named.error());
+    spdlog::error("job '{}' pid {}: {}; it posts the work of every device", job, peer.pid, named.error());
+    reply.managed_devices = ipc::kAllDevices;
   }
   // A shim of 1.6 or later rings its rings' doorbell and the loop pops its ops ring; an older one's
   // ring gets an OpsWaiter thread. The doorbell is a datagram socket pair, the shim holding one end:

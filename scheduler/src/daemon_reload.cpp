@@ -19,6 +19,14 @@ namespace {
 std::string device_timeslices_text(const BaymaxOptions& baymax) {
   std::string text;
   for (const auto& [device, ns] : baymax.device_timeslice_ns) text += fmt::format(", device {}: {} us", device, ns / 1000);
+  for (const auto& [uuid, ns] : baymax.uuid_timeslice_ns) text += fmt::format(", GPU-{}: {} us", uuid, ns / 1000);
+  return text;
+}
+
+// The devices that time-slice, as the config names them: a mask of ordinals, and GPU UUIDs.
+std::string preemptive_text(const BaymaxOptions& baymax) {
+  std::string text = fmt::format("{:#x}", baymax.preemptive_devices);
+  for (const std::string& uuid : baymax.preemptive_uuids) text += ", GPU-" + uuid;
   return text;
 }
 
@@ -82,12 +90,12 @@ void Daemon::reload_config() {
   spdlog::set_level(spdlog::level::from_str(options_.log_level));
   const BaymaxOptions& baymax = options_.policy.baymax;
   spdlog::info("config reloaded from {} (policy {}, max_outstanding_ops {}, credit_ops {}, baymax margin {} us, "
-               "bound {} us, adaptation {}, max_be_transfers {}, copy_chunk_bytes {}, preemptive_devices {:#x}, "
+               "bound {} us, adaptation {}, max_be_transfers {}, copy_chunk_bytes {}, preemptive_devices {}, "
                "timeslice {} us{}, bound_by_slices {}, idle_bound_factor {}, long_op_tail_share {}, {} jobs, "
                "log level {})",
                path, policy_->name(), options_.policy.max_outstanding_ops, options_.policy.credit_ops,
                baymax.safety_margin_ns / 1000, baymax.be_backlog_bound_ns / 1000, baymax.adaptation ? "on" : "off",
-               baymax.max_be_transfers, baymax.copy_chunk_bytes, baymax.preemptive_devices,
+               baymax.max_be_transfers, baymax.copy_chunk_bytes, preemptive_text(baymax),
                baymax.timeslice_ns / 1000, device_timeslices_text(baymax), baymax.bound_by_slices,
                baymax.idle_bound_factor, baymax.long_op_tail_share, options_.config.jobs.size(), options_.log_level);
   reregister_clients_with_policy(ipc::monotonic_ns());

@@ -552,6 +552,12 @@ const std::vector<BadCase>& bad_cases() {
       {"device_uuid_not_a_string", "[devices]\nuuids = [3]\n",
        "t.toml:2:10: devices.uuids[0]: must be a GPU UUID as nvidia-smi -L writes it, or a prefix of one, like "
        "\"GPU-5053021f\" (got an integer)"},
+      {"device_uuid_dash_misplaced", "[devices]\nuuids = [\"GPU-5053-021f\"]\n",
+       "t.toml:2:10: devices.uuids[0]: must be a GPU UUID as nvidia-smi -L writes it, or a prefix of one, like "
+       "\"GPU-5053021f\" (got \"GPU-5053-021f\")"},
+      {"device_uuid_too_long", "[devices]\nuuids = [\"GPU-5053021f-f19c-8f3e-af75-ba138af7d6089\"]\n",
+       "t.toml:2:10: devices.uuids[0]: must be a GPU UUID as nvidia-smi -L writes it, or a prefix of one, like "
+       "\"GPU-5053021f\" (got \"GPU-5053021f-f19c-8f3e-af75-ba138af7d6089\")"},
       {"device_uuid_twice", "[devices]\nuuids = [\"GPU-ab\", \"GPU-AB\"]\n",
        "t.toml:2:20: devices.uuids[1]: \"GPU-AB\" is listed twice"},
       {"too_many_device_uuids",

@@ -183,6 +183,9 @@ TEST(HelloReply, CarriesTheGpusTheDaemonSchedulesByUuid) {
   EXPECT_EQ(decoded->managed_devices, 0u) << "no ordinal: the UUIDs alone";
   EXPECT_FALSE(set_managed_uuids(reply, std::vector<std::string>{"GPU-5053021f"})) << "the text past GPU-, lowercase";
   EXPECT_FALSE(set_managed_uuids(reply, std::vector<std::string>{"5053021F"}));
+  EXPECT_FALSE(set_managed_uuids(reply, std::vector<std::string>{"5053-021f"})) << "a dash where no UUID has one";
+  EXPECT_TRUE(set_managed_uuids(reply, std::vector<std::string>{"5053021f-"}));
+  ASSERT_TRUE(set_managed_uuids(reply, prefixes));
   EXPECT_FALSE(set_managed_uuids(reply, std::vector<std::string>(kMaxManagedUuids + 1, "ab")));
   // From another process: garbage in an entry, or a count past the array, is refused.
   std::strcpy(reply.managed_uuids[1], "not-hex!");

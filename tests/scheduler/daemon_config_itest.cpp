@@ -180,6 +180,11 @@ TEST(HelloReply, NamesTheDevicesTheConfigManages) {
   FakeClient named(by_uuid->socket(), Priority::low, "batch");
   EXPECT_EQ(named.reply().managed_devices, 0u) << "[devices] uuids alone: no ordinal";
   EXPECT_EQ(ipc::managed_uuids(named.reply()), (std::vector<std::string>{"5053021f", "8601f82c-036c"}));
+  // A shim older than 1.8 cannot read them: it is sent every device rather than none, and told of.
+  FakeClient older(by_uuid->socket(), Priority::high, "serve", 7);
+  EXPECT_EQ(older.reply().managed_devices, ipc::kAllDevices);
+  EXPECT_TRUE(eventually([&] { return by_uuid->log().find("cannot take [devices] uuids") != std::string::npos; }, 5s))
+      << by_uuid->log();
 }
 
 TEST(Reload, SighupAppliesANewFifoLimitAndJobTargets) {

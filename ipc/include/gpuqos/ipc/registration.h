@@ -30,7 +30,8 @@
 //        thread of the daemon, as before; no record changes
 //   1.7  an OpDescriptor says its device's UUID (device_uuid, reserved before: an older daemon
 //        ignores it, and a newer one takes all zero as not said); no record changes
-//   1.8  HelloReply appends managed_uuids: GPUs the daemon schedules named by UUID
+//   1.8  HelloReply appends managed_uuid_count, reserved2 and managed_uuids: GPUs the daemon
+//        schedules named by UUID (an older shim is sent every device instead)
 //
 // Everything the daemon receives is untrusted: decode_* validate every field and return the reason
 // for rejecting garbage. Who the client is (pid, uid, gid) comes from the kernel via

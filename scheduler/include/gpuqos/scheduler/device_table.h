@@ -19,9 +19,10 @@
 // names more than kMaxGpusPerClient GPUs, which would crowd the table (a process sees 16 at most on
 // today's nodes, and one MIG instance).
 //
-// Per-device settings ([policy.baymax] preemptive_device and timeslice_ms) are by ordinal, each
-// job's numbering: a GPU takes those of the ordinal its first job called it (config_ordinal), and
-// of the ordinal the next job calls it once no client uses it.
+// Per-device settings ([policy.baymax] preemptive_device and timeslice_ms) given by ordinal, each
+// job's numbering, are a GPU's by the ordinal its first job called it (config_ordinal), and by the
+// ordinal the next job calls it once no client uses it; those given by UUID are its own
+// (by_device_number, daemon_config.h).
 #pragma once
 
 #include <array>
