@@ -126,7 +126,8 @@ std::string render_summary(const Config& config) {
   lines.add("metrics_listen", or_text(to_string(config.daemon.metrics_listen), "off"));
   lines.add("profile_store", or_text(config.daemon.profile_store, "none"));
   lines.add("profile_save_interval_s", format_number(config.daemon.profile_save_interval_s));
-  lines.heading("devices", config.devices.ordinals.empty() ? "all" : join(config.devices.ordinals));
+  const bool every = config.devices.ordinals.empty() && config.devices.uuids.empty();
+  lines.heading("devices", every ? "all" : managed_devices_text(config.devices));
   lines.heading("policy", to_string(config.policy.name));
   if (config.policy.name == PolicyName::baymax) add_baymax(lines, config.policy.baymax);
   if (config.policy.name == PolicyName::fifo) {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
@@ -221,18 +222,29 @@ void DaemonGate::tell_unmanaged(std::uint32_t device, const Session& session) no
     if (!ordinals.empty() || uuids.empty()) {
       only += " devices [" + ordinals + "] ([devices] ordinals, numbered as this process numbers its devices)";
     }
-    if (!uuids.empty()) only += std::string(ordinals.empty() ? "" : " and") + " the GPUs " + uuids + " ([devices] uuids)";
-    const ContextDevices::Uuid none{};
-    const std::string unknown = !uuids.empty() && devices_.uuid(device) == none
-                                    ? " (the driver has not said its UUID yet: it is asked again)"
-                                    : "";
+    if (!uuids.empty()) {
+      only += std::string(ordinals.empty() ? "" : " and") + (session.managed_uuids().size() == 1 ? " the GPU " : " the GPUs ") +
+              uuids + " ([devices] uuids)";
+    }
+    // Which GPU the process's device is, to tie it to the config: its UUID as nvidia-smi writes it.
+    const ContextDevices::Uuid none{}, uuid = devices_.uuid(device);
+    std::string named;
+    if (uuid != none) {
+      char text[48];
+      std::snprintf(text, sizeof text, " (GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x)", uuid[0],
+                    uuid[1], uuid[2], uuid[3], uuid[4], uuid[5], uuid[6], uuid[7], uuid[8], uuid[9], uuid[10], uuid[11],
+                    uuid[12], uuid[13], uuid[14], uuid[15]);
+      named = text;
+    }
+    const std::string unknown =
+        !uuids.empty() && uuid == none ? " (the driver has not said its UUID yet: it is asked again)" : "";
     // A high-priority job's work that gpuqosd does not see is work it cannot protect: a warning.
     const std::string unprotected = high ? " (a high-priority job: gpuqosd cannot protect its latency there)" : "";
     log_(none_here || high ? LogLevel::warn : LogLevel::info,
-         none_here ? "this process sees " + (count == 1 ? std::string("one device, 0") : std::to_string(count) +
+         none_here ? "this process sees " + (count == 1 ? "one device, 0" + named : std::to_string(count) +
                          " devices, 0 to " + std::to_string(count - 1)) + ", and " + only +
                          ": none of its GPU work is scheduled" + unknown + unprotected
-                   : only + ": this process's work on device " + std::to_string(device) + " runs unscheduled" +
+                   : only + ": this process's work on device " + std::to_string(device) + named + " runs unscheduled" +
                          unknown + unprotected);
   } catch (...) {  // out of memory for the message: said nothing
   }

@@ -98,10 +98,10 @@ std::string Daemon::renumber_device(const Client& client, ipc::OpDescriptor& op)
   if (settings_of != ordinal && uuid != DeviceTable::Uuid{} &&
       device_settings_differ(options_.policy.baymax, uuid, ordinal, settings_of) &&
       settings_warned_.emplace(where.device, ordinal).second) {
-    spdlog::warn("{} calls {} device {}, whose [policy.baymax] settings (preemptive_device, timeslice_ms) differ "
-                 "from device {}'s, as the job that first used it calls it: gpuqosd keeps device {}'s for it (name "
-                 "the GPU by its UUID there to set it whatever its jobs call it)",
-                 client.tag(), DeviceTable::uuid_text(uuid), ordinal, settings_of, settings_of);
+    spdlog::warn("{} calls {} its device {}; [policy.baymax] gives ordinal {} other per-device settings "
+                 "(preemptive_device or timeslice_ms) than ordinal {}, as the job that first used it calls it: gpuqosd "
+                 "keeps ordinal {}'s for it (name the GPU by its UUID there to set it whatever its jobs call it)",
+                 client.tag(), DeviceTable::uuid_text(uuid), ordinal, ordinal, settings_of, settings_of);
   }
   return {};
 }

@@ -18,7 +18,7 @@ namespace {
 // ", device 1: 1000 us" for each device with a time slice of its own.
 std::string device_timeslices_text(const BaymaxOptions& baymax) {
   std::string text;
-  for (const auto& [device, ns] : baymax.device_timeslice_ns) text += fmt::format(", device {}: {} us", device, ns / 1000);
+  for (const auto& [device, ns] : baymax.device_timeslice_ns) text += fmt::format(", ordinal {}: {} us", device, ns / 1000);
   for (const auto& [uuid, ns] : baymax.uuid_timeslice_ns) text += fmt::format(", GPU-{}: {} us", uuid, ns / 1000);
   return text;
 }

@@ -106,6 +106,8 @@ TEST(ConfigLoad, FullFileIntoStructs) {
   EXPECT_TRUE(by_uuid.devices.ordinals.empty());
   EXPECT_EQ(by_uuid.devices.uuids, (std::vector<std::string>{"5053021f-f19c", "ab"})) << "lowercase, past GPU-";
   EXPECT_EQ(managed_devices_text(by_uuid.devices), "GPU-5053021f-f19c, GPU-ab");
+  EXPECT_NE(render_summary(by_uuid).find("GPU-5053021f-f19c, GPU-ab"), std::string::npos)
+      << "not 'all': a user test read it so\n" << render_summary(by_uuid);
   EXPECT_EQ(managed_devices_text(parse_ok("[devices]\nordinals = [1]\nuuids = [\"GPU-ab\"]\n").devices), "device 1, GPU-ab");
   EXPECT_EQ(config.policy.name, PolicyName::fifo);
   const BaymaxConfig& baymax = config.policy.baymax;

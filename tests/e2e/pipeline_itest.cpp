@@ -325,7 +325,8 @@ TEST(Pipeline, DeviceOrdinalsAreAsEachProcessNumbersItsDevices) {
   const auto [unmanaged, warned] = run_on_second_gpu("1");
   ASSERT_FALSE(unmanaged.is_null()) << "registered all the same";
   EXPECT_EQ(ops(unmanaged, "posted"), 0u) << unmanaged.dump();
-  EXPECT_EQ(occurrences(warned, "this process sees one device, 0, and gpuqosd schedules only devices [1]"), 1u)
+  EXPECT_EQ(occurrences(warned, "this process sees one device, 0 (GPU-"), 1u) << warned;
+  EXPECT_EQ(occurrences(warned, "), and gpuqosd schedules only devices [1]"), 1u)
       << warned;
 }
 
@@ -394,9 +395,12 @@ TEST(Pipeline, GpusNamedByUuidAreTheSameWhateverEachJobCallsThem) {
   ASSERT_FALSE(unscheduled.is_null()) << "registered all the same";
   EXPECT_GT(ops(scheduled, "posted"), 0u) << scheduled.dump();
   EXPECT_EQ(ops(unscheduled, "posted"), 0u) << unscheduled.dump();
-  EXPECT_NE(unlisted.output().find("gpuqosd schedules only the GPUs " + second.substr(0, 13) + " ([devices] uuids)"),
+  EXPECT_NE(unlisted.output().find("gpuqosd schedules only the GPU " + second.substr(0, 13) + " ([devices] uuids)"),
             std::string::npos)
       << unlisted.output();
+  const std::string first = json::parse(stat.output())["devices"][0]["uuid"].get<std::string>();
+  EXPECT_NE(unlisted.output().find("this process sees one device, 0 (" + first + ")"), std::string::npos)
+      << "the node's first GPU, by the UUID simgpu-stat gives\n" << unlisted.output();
   EXPECT_EQ(listed.output().find("schedules only"), std::string::npos) << listed.output();
   rig.release("on-second");
   rig.release("on-first");

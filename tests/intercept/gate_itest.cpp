@@ -265,7 +265,8 @@ TEST_F(GateTest, WorkOnADeviceTheDaemonDoesNotManageIsNeitherPostedNorHeld) {
   ASSERT_EQ(finish(), 0) << "ran without a grant\n" << output_;
   EXPECT_GT(value_of(output_, "after"), 0) << output_;
   EXPECT_EQ(occurrences(output_, "gpuqosd schedules only devices [1]"), 1u) << "said once\n" << output_;
-  EXPECT_NE(output_.find("this process sees one device, 0, and gpuqosd schedules only devices [1]"), std::string::npos)
+  EXPECT_NE(output_.find("this process sees one device, 0 (GPU-"), std::string::npos) << "with its UUID\n" << output_;
+  EXPECT_NE(output_.find("), and gpuqosd schedules only devices [1]"), std::string::npos)
       << "simgpu here has one device: the config names none of the job's\n" << output_;
   EXPECT_NE(output_.find("none of its GPU work is scheduled"), std::string::npos) << output_;
   start({"ops"}, "low");  // copies, a memset, kernels, a graph launch and synchronisations
@@ -310,7 +311,7 @@ TEST_F(GateTest, ADeviceIsTheDaemonsWhenItsUuidIsListed) {
   ASSERT_EQ(finish(), 0) << output_;
   ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return c.size() == 3; }));
   for (const auto& op : daemon_->clients().at(2).ops) EXPECT_NE(op.kind, ipc::OpKind::kernel) << "not the daemon's GPU";
-  EXPECT_NE(output_.find("gpuqosd schedules only the GPUs GPU-ffff0000 ([devices] uuids): none of its GPU work is "
+  EXPECT_NE(output_.find("gpuqosd schedules only the GPU GPU-ffff0000 ([devices] uuids): none of its GPU work is "
                          "scheduled"),
             std::string::npos)
       << output_;

@@ -142,7 +142,8 @@ TEST(Daemon, ARenumberedGpuTakesTheSettingsOfItsFirstJobsOrdinal) {
   ASSERT_TRUE(status.contains("policy_state")) << status.dump(1);
   EXPECT_EQ(status["policy_state"]["long_op_budget"], nlohmann::json::array())
       << "both devices preemptive: device 1 took ordinal 0's settings\n" << status.dump(1);
-  const std::string warning = "calls GPU-d0000000-0000-0000-0000-000000000002 device 1, whose [policy.baymax] settings";
+  const std::string warning = "calls GPU-d0000000-0000-0000-0000-000000000002 its device 1; [policy.baymax] gives ordinal 1 "
+                              "other per-device settings";
   both.post(on_gpu(1, 1, 2));  // a job that sees both calls GPU 2 its device 1: not preemptive
   ASSERT_TRUE(eventually([&] { return occurrences(daemon.log(), warning) == 1; }, 5s)) << daemon.log();
   both.post(on_gpu(2, 1, 2));
