@@ -152,6 +152,12 @@ void daemon_families(const DaemonStatus& status, std::ostringstream& out) {
     device_info.sample(1, {{"device", std::to_string(device.device)}, {"uuid", device.uuid},
                            {"ordinal", std::to_string(device.ordinal)}});
   }
+  Family slice(out, "gpuqos_device_timeslice_seconds", "gauge",
+               "The time slice gpuqosd counts on for a GPU that time-slices processes' kernels (absent for one "
+               "that runs them to their end).");
+  for (const auto& device : status.devices) {
+    if (device.preemptive) slice.sample(seconds(device.timeslice_ns), {{"device", std::to_string(device.device)}});
+  }
   Family backlog(out, "gpuqos_engine_backlog_seconds", "gauge",
                  "Predicted device time of the work accounted on an engine and not completed.");
   for (const auto& load : status.backlog) {

@@ -18,7 +18,8 @@ DaemonStatus sample_status() {
   DaemonStatus status;
   status.uptime_ns = 12'500 * kMs;
   status.backlog = {EngineLoad{0, Engine::compute, 3, 4 * kMs, 10, 20 * kMs}, EngineLoad{1, Engine::h2d, 1, kMs / 2, 0, 0}};
-  status.devices = {DeviceStatus{1, "GPU-5053021f-f19c-8f3e-af75-ba138af7d608", 0, 2}};
+  status.devices = {DeviceStatus{1, "GPU-5053021f-f19c-8f3e-af75-ba138af7d608", 0, 2, true, 2'000'000},
+                    DeviceStatus{2, "GPU-8601f82c-036c-8858-b907-c46eb6bf5f92", 2, 1, false, 2'000'000}};
   ClientStatus high, low;
   high.priority = ipc::Priority::high;
   status.clients = {high, low, low};
@@ -130,6 +131,8 @@ TEST(Metrics, BestEffortGrantsEnginesAndClients) {
   EXPECT_TRUE(has_line(text, "gpuqos_device_info{device=\"1\",uuid=\"GPU-5053021f-f19c-8f3e-af75-ba138af7d608\","
                              "ordinal=\"0\"} 1"))
       << "which GPU a device label names\n" << text;
+  EXPECT_TRUE(has_line(text, "gpuqos_device_timeslice_seconds{device=\"1\"} 0.002")) << text;
+  EXPECT_EQ(text.find("gpuqos_device_timeslice_seconds{device=\"2\""), std::string::npos) << "runs kernels to their end";
   EXPECT_TRUE(has_line(text, "gpuqos_clients{priority=\"high\"} 1")) << text;
   EXPECT_TRUE(has_line(text, "gpuqos_clients{priority=\"low\"} 2")) << text;
   EXPECT_TRUE(has_line(text, "gpuqos_uptime_seconds 12.5")) << text;
