@@ -228,14 +228,7 @@ void DaemonGate::tell_unmanaged(std::uint32_t device, const Session& session) no
     }
     // Which GPU the process's device is, to tie it to the config: its UUID as nvidia-smi writes it.
     const ContextDevices::Uuid none{}, uuid = devices_.uuid(device);
-    std::string named;
-    if (uuid != none) {
-      char text[48];
-      std::snprintf(text, sizeof text, " (GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x)", uuid[0],
-                    uuid[1], uuid[2], uuid[3], uuid[4], uuid[5], uuid[6], uuid[7], uuid[8], uuid[9], uuid[10], uuid[11],
-                    uuid[12], uuid[13], uuid[14], uuid[15]);
-      named = text;
-    }
+    const std::string named = uuid != none ? " (GPU-" + uuid_hex(uuid) + ")" : "";
     const std::string unknown =
         !uuids.empty() && uuid == none ? " (the driver has not said its UUID yet: it is asked again)" : "";
     // A high-priority job's work that gpuqosd does not see is work it cannot protect: a warning.

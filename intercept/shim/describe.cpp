@@ -1,6 +1,7 @@
 // describe(): the kind, shape, sizes and arguments of one operation, for its descriptor.
 #include "describe.h"
 
+#include <cstdio>
 #include <cstring>
 
 #include "gpuqos/ipc/clock.h"
@@ -165,6 +166,13 @@ std::uint32_t ContextDevices::sm_count(std::uint32_t device) noexcept {
     sm_counts_[device].store(known, std::memory_order_relaxed);
   }
   return known == kUnknown ? 0 : known;
+}
+
+std::string uuid_hex(const std::array<std::uint8_t, 16>& u) {
+  char text[ipc::kUuidTextBytes + 1];
+  std::snprintf(text, sizeof text, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
+                u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+  return text;
 }
 
 ContextDevices::Uuid ContextDevices::uuid(std::uint32_t device) noexcept {

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "describe.h"
 #include "gpuqos/ipc/clock.h"
 #include "gpuqos/ipc/registration.h"
 #include "gpuqos/ipc/validate.h"
@@ -44,13 +45,14 @@ bool Session::manages(std::uint32_t device, const std::array<std::uint8_t, 16>& 
   const std::uint8_t known = by_uuid_[device].load(std::memory_order_relaxed);
   if (known != 0) return known == 1;
   if (std::all_of(uuid.begin(), uuid.end(), [](std::uint8_t byte) { return byte == 0; })) return false;  // asked again
-  char text[ipc::kUuidTextBytes + 1];
-  std::snprintf(text, sizeof text, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", uuid[0],
-                uuid[1], uuid[2], uuid[3], uuid[4], uuid[5], uuid[6], uuid[7], uuid[8], uuid[9], uuid[10], uuid[11],
-                uuid[12], uuid[13], uuid[14], uuid[15]);
-  const std::string_view hex(text);
-  const bool named = std::any_of(terms_.managed_uuids.begin(), terms_.managed_uuids.end(),
+  bool named = false;
+  try {
+    const std::string hex = uuid_hex(uuid);
+    named = std::any_of(terms_.managed_uuids.begin(), terms_.managed_uuids.end(),
                                  [&](const std::string& prefix) { return hex.starts_with(prefix); });
+  } catch (...) {  // out of memory: not managed this time, asked again
+    return false;
+  }
   by_uuid_[device].store(named ? 1 : 2, std::memory_order_relaxed);
   return named;
 }
