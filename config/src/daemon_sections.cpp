@@ -42,8 +42,7 @@ void read_listen(Section& section, ListenAddress& out) {
 }  // namespace
 
 void read_daemon(Diagnostics& diagnostics, const toml::table& table, DaemonConfig& out) {
-  Section section(diagnostics, table, "daemon",
-                  {"socket", "log_level", "metrics_listen", "profile_store", "profile_save_interval_s"});
+  Section section(diagnostics, table, "daemon", kDaemonKeys);
   read_socket(section, out.socket_path);
   read_choice(section, "log_level", kLogLevelNames, out.log_level);
   read_listen(section, out.metrics_listen);
@@ -82,7 +81,7 @@ void read_device_uuids(Section& section, DevicesConfig& out) {
 }
 
 void read_devices(Diagnostics& diagnostics, const toml::table& table, DevicesConfig& out) {
-  Section section(diagnostics, table, "devices", {"ordinals", "uuids"});
+  Section section(diagnostics, table, "devices", kDevicesKeys);
   read_device_uuids(section, out);
   std::vector<std::int64_t> ordinals;
   if (!read_integer_list(section, "ordinals", 0, kMaxDeviceOrdinal, ordinals)) return;
@@ -93,7 +92,7 @@ void read_devices(Diagnostics& diagnostics, const toml::table& table, DevicesCon
 }
 
 void read_access(Diagnostics& diagnostics, const toml::table& table, AccessConfig& out) {
-  Section section(diagnostics, table, "access", {"high_priority_uids", "high_priority_gids"});
+  Section section(diagnostics, table, "access", kAccessKeys);
   std::vector<std::int64_t> uids;
   std::vector<std::int64_t> gids;
   const bool has_uids = read_integer_list(section, "high_priority_uids", 0, kMaxId, uids);

@@ -71,7 +71,7 @@ void read_jobs(Diagnostics& diagnostics, const toml::array& jobs, std::vector<Jo
                         "must be a table (got " + std::string(type_phrase(element.type())) + ")");
       continue;
     }
-    Section section(diagnostics, *table, path, {"name", "allowed_priority", "target_ms", "percentile", "weight"});
+    Section section(diagnostics, *table, path, kJobKeys);
     JobConfig job;
     if (!read_job(section, job)) continue;
     const auto [first, inserted] =

@@ -10,6 +10,7 @@
 #include <string>
 #include <system_error>
 
+#include "names.h"
 #include "section.h"
 #include "sections.h"
 #include "values.h"
@@ -33,7 +34,7 @@ void read_job_list(Section& root, Diagnostics& diagnostics, std::vector<JobConfi
 
 Config read_document(Diagnostics& diagnostics, const toml::table& document) {
   Config config = default_config();
-  Section root(diagnostics, document, "", {"daemon", "devices", "policy", "job", "access"});
+  detail::Section root(diagnostics, document, "", detail::kRootKeys);
   if (const toml::table* daemon = root.table("daemon")) detail::read_daemon(diagnostics, *daemon, config.daemon);
   if (const toml::table* devices = root.table("devices")) detail::read_devices(diagnostics, *devices, config.devices);
   if (const toml::table* policy = root.table("policy")) detail::read_policy(diagnostics, *policy, config.policy);

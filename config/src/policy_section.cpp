@@ -193,10 +193,7 @@ void check_bounds(Section& section, const BaymaxConfig& baymax) {
 }
 
 void read_baymax(Diagnostics& diagnostics, const toml::table& table, BaymaxConfig& out) {
-  Section section(diagnostics, table, "policy.baymax",
-                  {"safety_margin_ms", "be_backlog_bound_ms", "max_be_transfers", "copy_chunk_bytes", "adaptation",
-                   "min_backlog_bound_ms", "max_backlog_bound_ms", "adapt_step_ms", "preemptive_device",
-                   "long_op_tail_share", "timeslice_ms", "bound_by_slices", "idle_bound_factor"});
+  Section section(diagnostics, table, "policy.baymax", kBaymaxKeys);
   read_ms(section, "safety_margin_ms", Bound::at_least, 0, out.safety_margin_ms);
   read_ms(section, "be_backlog_bound_ms", Bound::at_least, kMinPositiveMs, out.be_backlog_bound_ms);
   read_integer(section, "max_be_transfers", 0, kMaxU32, out.max_be_transfers);
@@ -214,14 +211,14 @@ void read_baymax(Diagnostics& diagnostics, const toml::table& table, BaymaxConfi
 }
 
 void read_fifo(Diagnostics& diagnostics, const toml::table& table, FifoConfig& out) {
-  Section section(diagnostics, table, "policy.fifo", {"max_outstanding"});
+  Section section(diagnostics, table, "policy.fifo", kFifoKeys);
   read_integer(section, "max_outstanding", 0, kMaxU32, out.max_outstanding);
 }
 
 }  // namespace
 
 void read_policy(Diagnostics& diagnostics, const toml::table& table, PolicyConfig& out) {
-  Section section(diagnostics, table, "policy", {"name", "baymax", "fifo"});
+  Section section(diagnostics, table, "policy", kPolicyKeys);
   read_choice(section, "name", kPolicyNames, out.name);
   if (const toml::node* name = section.find("name")) out.name_place = diagnostics.place(name->source().begin);
   if (const toml::table* baymax = section.table("baymax")) read_baymax(diagnostics, *baymax, out.baymax);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "names.h"
 #include "values.h"
 
 namespace gpuqos::config::detail {
@@ -22,12 +23,32 @@ std::string Section::key_path(std::string_view key) const {
   return path_.empty() ? std::string(key) : path_ + "." + std::string(key);
 }
 
+namespace {
+
+// The tables (other than the one being read, whose keys are `here`) that have `key`: a key written
+// after the wrong header ("timeslice_ms" appended at the end of a file, under [access]).
+std::string homes_of(std::string_view key, const std::vector<std::string_view>& here) {
+  std::string homes;
+  for (const TableKeys& table : kTables) {
+    if (std::find(table.keys.begin(), table.keys.end(), key) == table.keys.end()) continue;
+    if (std::equal(table.keys.begin(), table.keys.end(), here.begin(), here.end())) continue;
+    homes += (homes.empty() ? "" : " or ") + std::string(table.header);
+  }
+  return homes;
+}
+
+}  // namespace
+
 void Section::report_unknown_keys(const std::vector<std::string_view>& known_keys) {
   for (const auto& [key, value] : table_) {
     if (std::find(known_keys.begin(), known_keys.end(), key.str()) != known_keys.end()) continue;
-    const bool section = value.is_table() || value.is_array_of_tables();
+    // An inline table (key = { ... }) is a key's value; only a [header] or [[header]] is a section.
+    const bool section = (value.is_table() && !value.as_table()->is_inline()) || value.is_array_of_tables();
+    const std::string homes = homes_of(key.str(), known_keys);
+    const std::string hint = homes.empty() ? did_you_mean(key.str(), known_keys)
+                                           : " (a key of " + homes + ": a key belongs to the table whose header is above it)";
     diagnostics_.error(key.source().begin, key_path(key.str()),
-                       std::string(section ? "unknown section" : "unknown key") + did_you_mean(key.str(), known_keys));
+                       std::string(section ? "unknown section" : "unknown key") + hint);
   }
 }
 

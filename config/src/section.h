@@ -6,6 +6,7 @@
 
 #include <initializer_list>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -22,6 +23,9 @@ class Section {
           std::initializer_list<std::string_view> known_keys);
   // The same with keys known only at run time (a table keyed by device ordinal).
   Section(Diagnostics& diagnostics, const toml::table& table, std::string path, std::vector<std::string_view> known_keys);
+  // A table of names.h's schema (kTables).
+  Section(Diagnostics& diagnostics, const toml::table& table, std::string path, std::span<const std::string_view> known_keys)
+      : Section(diagnostics, table, std::move(path), std::vector<std::string_view>(known_keys.begin(), known_keys.end())) {}
 
   std::string key_path(std::string_view key) const;  // path + "." + key
   const toml::node* find(std::string_view key) const { return table_.get(key); }

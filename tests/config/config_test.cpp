@@ -393,6 +393,16 @@ const std::vector<BadCase>& bad_cases() {
       {"unknown_section", "[polcy]\nname = \"fifo\"\n",
        "t.toml:1:2: polcy: unknown section (did you mean \"policy\"?)"},
       {"unknown_top_level_key", "verbose = true\n", "t.toml:1:1: verbose: unknown key"},
+      // A key appended at the end of a file lands in the last table (a user test: under [access]).
+      {"key_under_the_wrong_header", "[access]\nhigh_priority_uids = [0]\ntimeslice_ms = 2.0\n",
+       "t.toml:3:1: access.timeslice_ms: unknown key (a key of [policy.baymax]: a key belongs to the table whose "
+       "header is above it)"},
+      {"inline_table_under_the_wrong_header", "[access]\ntimeslice_ms = { default = 2.0 }\n",
+       "t.toml:2:1: access.timeslice_ms: unknown key (a key of [policy.baymax]: a key belongs to the table whose "
+       "header is above it)"},
+      {"key_of_two_tables_under_another", "[devices]\nname = \"x\"\n",
+       "t.toml:2:1: devices.name: unknown key (a key of [[job]] or [policy]: a key belongs to the table whose header "
+       "is above it)"},
       {"unknown_baymax_key", "[policy.baymax]\nsafety_margin = 1\n",
        "t.toml:2:1: policy.baymax.safety_margin: unknown key (did you mean \"safety_margin_ms\"?)"},
       {"unknown_job_key", "[[job]]\nname = \"a\"\nweigth = 2\n",
