@@ -25,14 +25,16 @@ std::string Section::key_path(std::string_view key) const {
 
 namespace {
 
-// The tables (other than the one being read, whose keys are `here`) that have `key`: a key written
-// after the wrong header ("timeslice_ms" appended at the end of a file, under [access]).
-std::string homes_of(std::string_view key, const std::vector<std::string_view>& here) {
+// The tables that have `key` (never the one being read: the key is unknown there): a key written
+// after the wrong header ("timeslice_ms" appended at the end of a file, under [access]). For a
+// section, the header it would have under them ("[baymax]": "[policy.baymax]").
+std::string homes_of(std::string_view key, bool section) {
   std::string homes;
   for (const TableKeys& table : kTables) {
     if (std::find(table.keys.begin(), table.keys.end(), key) == table.keys.end()) continue;
-    if (std::equal(table.keys.begin(), table.keys.end(), here.begin(), here.end())) continue;
-    homes += (homes.empty() ? "" : " or ") + std::string(table.header);
+    std::string home(table.header);
+    if (section) home.insert(home.size() - 1, "." + std::string(key));
+    homes += (homes.empty() ? "" : " or ") + home;
   }
   return homes;
 }
@@ -44,8 +46,9 @@ void Section::report_unknown_keys(const std::vector<std::string_view>& known_key
     if (std::find(known_keys.begin(), known_keys.end(), key.str()) != known_keys.end()) continue;
     // An inline table (key = { ... }) is a key's value; only a [header] or [[header]] is a section.
     const bool section = (value.is_table() && !value.as_table()->is_inline()) || value.is_array_of_tables();
-    const std::string homes = homes_of(key.str(), known_keys);
+    const std::string homes = homes_of(key.str(), section);
     const std::string hint = homes.empty() ? did_you_mean(key.str(), known_keys)
+                             : section     ? " (did you mean " + homes + "?)"
                                            : " (a key of " + homes + ": a key belongs to the table whose header is above it)";
     diagnostics_.error(key.source().begin, key_path(key.str()),
                        std::string(section ? "unknown section" : "unknown key") + hint);

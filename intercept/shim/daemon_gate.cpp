@@ -229,8 +229,11 @@ void DaemonGate::tell_unmanaged(std::uint32_t device, const Session& session) no
     // Which GPU the process's device is, to tie it to the config: its UUID as nvidia-smi writes it.
     const ContextDevices::Uuid none{}, uuid = devices_.uuid(device);
     const std::string named = uuid != none ? " (GPU-" + uuid_hex(uuid) + ")" : "";
-    const std::string unknown =
-        !uuids.empty() && uuid == none ? " (the driver has not said its UUID yet: it is asked again)" : "";
+    std::string unknown;
+    if (!uuids.empty() && uuid == none) {
+      unknown = devices_.uuid_settled(device) ? " (the driver cannot say its UUID)"
+                                              : " (the driver has not said its UUID yet: it is asked again)";
+    }
     // A high-priority job's work that gpuqosd does not see is work it cannot protect: a warning.
     const std::string unprotected = high ? " (a high-priority job: gpuqosd cannot protect its latency there)" : "";
     log_(none_here || high ? LogLevel::warn : LogLevel::info,

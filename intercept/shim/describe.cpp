@@ -168,6 +168,10 @@ std::uint32_t ContextDevices::sm_count(std::uint32_t device) noexcept {
   return known == kUnknown ? 0 : known;
 }
 
+bool ContextDevices::uuid_settled(std::uint32_t device) const noexcept {
+  return device >= uuid_tries_.size() || uuid_tries_[device].load(std::memory_order_acquire) == kUuidSettled;
+}
+
 std::string uuid_hex(const std::array<std::uint8_t, 16>& u) {
   char text[ipc::kUuidTextBytes + 1];
   std::snprintf(text, sizeof text, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
@@ -183,6 +187,7 @@ ContextDevices::Uuid ContextDevices::uuid(std::uint32_t device) noexcept {
   std::lock_guard lock(uuid_mutex_);
   std::uint8_t tries = uuid_tries_[device].load(std::memory_order_relaxed);
   if (tries == kUuidSettled) return uuids_[device];
+  if (now_ns < uuid_next_try_ns_[device].load(std::memory_order_relaxed)) return {};  // another thread just asked
   using GetUuid = CUresult (*)(CUuuid*, CUdevice);
   CUuuid said{};
   bool asked = false, known = false;

@@ -50,6 +50,9 @@ class ContextDevices {
   // answers, at most kUuidTries times kUuidRetryNs apart (all zero until then, and after, or
   // without the functions).
   Uuid uuid(std::uint32_t device) noexcept;
+  // Has the shim stopped asking for the ordinal's UUID (the driver said it, has no function, or
+  // failed every try)?
+  bool uuid_settled(std::uint32_t device) const noexcept;
   static constexpr std::uint8_t kUuidTries = 10;
   static constexpr std::int64_t kUuidRetryNs = 100'000'000;
 

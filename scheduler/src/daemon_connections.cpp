@@ -117,13 +117,17 @@ void Daemon::register_client(Pending& pending, const ipc::Hello& hello) {
   const auto& [ordinals, uuids] = options_.config.devices;
   std::uint64_t managed = ordinals.empty() && uuids.empty() ? ipc::kAllDevices : ipc::device_mask(ordinals);
   // A shim older than 1.8 cannot read GPUs named by UUID: it would post none of their work, and a
-  // high-priority job there would run unprotected. It is sent every device instead (its ops say
-  // their UUIDs, and gpuqosd keeps each GPU apart), which only costs grants on the others.
+  // high-priority job there would run unprotected. A 1.7 shim is sent every device instead (its ops
+  // say their UUIDs, so gpuqosd keeps each GPU apart): that only costs grants on the others. An
+  // older one's ops say no UUID, so they would be filed by ordinal, maybe under another GPU's
+  // number: it keeps the ordinals, and the GPUs named by UUID run unscheduled for it.
   if (!uuids.empty() && hello.version_minor < 8) {
-    spdlog::warn("job '{}' pid {}: its shim (protocol 1.{}) cannot take [devices] uuids: it posts the work of "
-                 "every device",
-                 job, peer.pid, hello.version_minor);
-    managed = ipc::kAllDevices;
+    const bool says_uuids = hello.version_minor >= 7;
+    spdlog::warn("job '{}' pid {}: its shim (protocol 1.{}) cannot take [devices] uuids: {}", job, peer.pid,
+                 hello.version_minor,
+                 says_uuids ? "it posts the work of every device"
+                            : "the GPUs they name run unscheduled for it (upgrade the shim with gpuqosd)");
+    if (says_uuids) managed = ipc::kAllDevices;
   }
   auto reply = ipc::make_hello_reply(ipc::HelloStatus::ok, id, name, "", decision.effective,
                                      options_.policy.baymax.copy_chunk_bytes, managed);

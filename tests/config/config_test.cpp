@@ -400,6 +400,8 @@ const std::vector<BadCase>& bad_cases() {
       {"inline_table_under_the_wrong_header", "[access]\ntimeslice_ms = { default = 2.0 }\n",
        "t.toml:2:1: access.timeslice_ms: unknown key (a key of [policy.baymax]: a key belongs to the table whose "
        "header is above it)"},
+      {"subtable_at_the_top", "[baymax]\nadaptation = true\n",
+       "t.toml:1:2: baymax: unknown section (did you mean [policy.baymax]?)"},
       {"key_of_two_tables_under_another", "[devices]\nname = \"x\"\n",
        "t.toml:2:1: devices.name: unknown key (a key of [[job]] or [policy]: a key belongs to the table whose header "
        "is above it)"},

@@ -265,8 +265,10 @@ TEST_F(GateTest, WorkOnADeviceTheDaemonDoesNotManageIsNeitherPostedNorHeld) {
   ASSERT_EQ(finish(), 0) << "ran without a grant\n" << output_;
   EXPECT_GT(value_of(output_, "after"), 0) << output_;
   EXPECT_EQ(occurrences(output_, "gpuqosd schedules only devices [1]"), 1u) << "said once\n" << output_;
-  EXPECT_NE(output_.find("this process sees one device, 0 (GPU-"), std::string::npos) << "with its UUID\n" << output_;
-  EXPECT_NE(output_.find("), and gpuqosd schedules only devices [1]"), std::string::npos)
+  const auto seen = output_.find("this process sees one device, 0 (GPU-");
+  ASSERT_NE(seen, std::string::npos) << "with its UUID\n" << output_;
+  EXPECT_NE(output_.substr(seen, output_.find('\n', seen) - seen).find("), and gpuqosd schedules only devices [1]"),
+            std::string::npos)
       << "simgpu here has one device: the config names none of the job's\n" << output_;
   EXPECT_NE(output_.find("none of its GPU work is scheduled"), std::string::npos) << output_;
   start({"ops"}, "low");  // copies, a memset, kernels, a graph launch and synchronisations

@@ -180,10 +180,16 @@ TEST(HelloReply, NamesTheDevicesTheConfigManages) {
   FakeClient named(by_uuid->socket(), Priority::low, "batch");
   EXPECT_EQ(named.reply().managed_devices, 0u) << "[devices] uuids alone: no ordinal";
   EXPECT_EQ(ipc::managed_uuids(named.reply()), (std::vector<std::string>{"5053021f", "8601f82c-036c"}));
-  // A shim older than 1.8 cannot read them: it is sent every device rather than none, and told of.
+  // A 1.7 shim cannot read them, but its ops say their UUIDs: it is sent every device rather than
+  // none, and told of. One older still says no UUID (its ops would be filed by ordinal): it keeps
+  // the ordinals, and the GPUs named by UUID run unscheduled for it, which is said.
   FakeClient older(by_uuid->socket(), Priority::high, "serve", 7);
   EXPECT_EQ(older.reply().managed_devices, ipc::kAllDevices);
-  EXPECT_TRUE(eventually([&] { return by_uuid->log().find("cannot take [devices] uuids") != std::string::npos; }, 5s))
+  EXPECT_TRUE(eventually([&] { return by_uuid->log().find("it posts the work of every device") != std::string::npos; }, 5s))
+      << by_uuid->log();
+  FakeClient oldest(by_uuid->socket(), Priority::high, "serve", 6);
+  EXPECT_EQ(oldest.reply().managed_devices, 0u);
+  EXPECT_TRUE(eventually([&] { return by_uuid->log().find("the GPUs they name run unscheduled for it") != std::string::npos; }, 5s))
       << by_uuid->log();
 }
 

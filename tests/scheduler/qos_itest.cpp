@@ -239,6 +239,7 @@ TEST(Qos, AHeldOpIsShownWithItsPredictionAndLoggedWhenHeldLong) {
   const double waited = std::stod(log.substr(log.find(went) + went.size()));
   EXPECT_GE(waited, 5.0) << log;
   EXPECT_NE(log.find(" s held, last by budget", log.find(went)), std::string::npos) << log;
+  EXPECT_EQ(log.find("as high-priority job"), std::string::npos) << "serve is still here\n" << log;
 }
 
 // A client that leaves while an op of it is held long, and a daemon stopping while one is: each
