@@ -138,6 +138,7 @@ bool DaemonGate::try_register(bool at_start) noexcept {
       }
       copy_chunk_bytes_.store(opened.session->copy_chunk_bytes(), std::memory_order_relaxed);
       managed_devices_.store(opened.session->managed_devices(), std::memory_order_relaxed);
+      managed_by_uuid_.store(!opened.session->managed_uuids().empty(), std::memory_order_relaxed);
       session_.store(std::move(opened.session));
       return true;
     }
@@ -169,6 +170,7 @@ void DaemonGate::monitor() noexcept {
       }
       copy_chunk_bytes_.store(0, std::memory_order_relaxed);
       managed_devices_.store(ipc::kAllDevices, std::memory_order_relaxed);
+      managed_by_uuid_.store(false, std::memory_order_relaxed);
       session_.store(nullptr);
       session.reset();
     }
@@ -187,18 +189,20 @@ std::uint64_t DaemonGate::copy_chunk_bytes() const noexcept {
   CUcontext context = nullptr;
   const auto get_current = driver<CtxGetCurrent>(DriverHelper::ctx_get_current);
   if (!get_current || get_current(&context) != CUDA_SUCCESS || !context) return bytes;  // the call fails anyway
+  const std::uint32_t device = devices_.of(context);
+  if (!managed_by_uuid_.load(std::memory_order_relaxed)) return ipc::device_in(managed, device) ? bytes : 0;
   const std::shared_ptr<Session> session = session_.load();
-  return session && manages(*session, devices_.of(context)) ? bytes : 0;
+  return session && manages(*session, device) ? bytes : 0;
 }
 
 bool DaemonGate::manages(const Session& session, std::uint32_t device) const noexcept {
-  return session.manages(device, devices_.uuid(device));
+  return session.manages(device, [&] { return devices_.uuid(device); });
 }
 
 void DaemonGate::tell_unmanaged(std::uint32_t device, const Session& session) noexcept {
+  if (told_unmanaged_.load(std::memory_order_relaxed) || told_unmanaged_.exchange(true, std::memory_order_relaxed)) return;
   const std::uint64_t managed = session.managed_devices();
   const bool high = !session.low_priority();
-  if (told_unmanaged_.load(std::memory_order_relaxed) || told_unmanaged_.exchange(true, std::memory_order_relaxed)) return;
   try {
     // A node split between daemons (or a GPU left out on purpose) is said once, as information; a
     // config that names none of this process's devices (ordinals of another node, or of the node

@@ -101,8 +101,10 @@ class DaemonGate final : public Gate {
   // The current registration's Session::copy_chunk_bytes(), 0 without one: read by every 1-D copy,
   // so kept apart from session_ (whose load costs more than a relaxed read).
   std::atomic<std::uint64_t> copy_chunk_bytes_{0};
-  // The current registration's managed devices (ipc::kAllDevices without one), for the same reason.
+  // The current registration's managed devices (ipc::kAllDevices without one), for the same reason,
+  // and whether it names some by UUID too (then a copy asks the session).
   std::atomic<std::uint64_t> managed_devices_{ipc::kAllDevices};
+  std::atomic<bool> managed_by_uuid_{false};
 
   mutable ContextDevices devices_;  // a cache: filled by const lookups too
 

@@ -39,9 +39,8 @@ Session::Session(std::uint32_t id, int fd, std::uint32_t client_number, ipc::Seg
       terms_(terms),
       segment_(std::move(segment)) {}
 
-bool Session::manages(std::uint32_t device, const std::array<std::uint8_t, 16>& uuid) const noexcept {
-  if (ipc::device_in(terms_.managed_devices, device)) return true;
-  if (terms_.managed_uuids.empty() || device >= by_uuid_.size()) return false;
+bool Session::managed_by_uuid(std::uint32_t device, const std::array<std::uint8_t, 16>& uuid) const noexcept {
+  if (device >= by_uuid_.size()) return false;
   const std::uint8_t known = by_uuid_[device].load(std::memory_order_relaxed);
   if (known != 0) return known == 1;
   if (std::all_of(uuid.begin(), uuid.end(), [](std::uint8_t byte) { return byte == 0; })) return false;  // asked again

@@ -76,10 +76,14 @@ class Session {
   // The chunk size of this process's 1-D copies: 0 (never split) at high priority.
   std::uint64_t copy_chunk_bytes() const noexcept { return terms_.low_priority ? terms_.copy_chunk_bytes : 0; }
   bool takes_arrivals() const noexcept { return terms_.takes_arrivals; }
-  // Does the daemon schedule work on `device`, whose UUID is `uuid` (ContextDevices::uuid; all zero:
-  // not known)? By ordinal, or by UUID ([devices] uuids). Ops on other devices go straight to the
-  // driver.
-  bool manages(std::uint32_t device, const std::array<std::uint8_t, 16>& uuid) const noexcept;
+  // Does the daemon schedule work on `device`? By ordinal, or by UUID ([devices] uuids): uuid_of()
+  // gives the device's (ContextDevices::uuid; all zero: not known), asked only when the ordinal
+  // does not say. Ops on other devices go straight to the driver.
+  template <class UuidOf>
+  bool manages(std::uint32_t device, UuidOf&& uuid_of) const noexcept {
+    if (ipc::device_in(terms_.managed_devices, device)) return true;
+    return !terms_.managed_uuids.empty() && managed_by_uuid(device, uuid_of());
+  }
   std::uint64_t managed_devices() const noexcept { return terms_.managed_devices; }
   const std::vector<std::string>& managed_uuids() const noexcept { return terms_.managed_uuids; }
   std::int64_t clock_offset_ns() const noexcept { return terms_.clock_offset_ns; }
@@ -148,6 +152,7 @@ class Session {
   std::atomic<std::int64_t> checked_ns_{0};
   const std::uint32_t client_number_;
   const Terms terms_;
+  bool managed_by_uuid(std::uint32_t device, const std::array<std::uint8_t, 16>& uuid) const noexcept;
   // manages() by UUID, per ordinal: 0 not known yet, 1 yes, 2 no (kept once the UUID is known).
   mutable std::array<std::atomic<std::uint8_t>, ipc::kMaxDevices> by_uuid_{};
   ipc::Segment segment_;
