@@ -93,11 +93,12 @@ std::string Daemon::renumber_device(const Client& client, ipc::OpDescriptor& op)
     spdlog::info("device {} is {} ({} calls it device {})", where.device, DeviceTable::uuid_text(uuid), client.tag(),
                  ordinal);
   }
+  if (where.settings_moved) settings_checked_.clear();
   if (where.added || where.settings_moved) apply_device_settings();  // a GPU the config may name by UUID
+  // Once per (device, ordinal) and config: the settings are looked up, not formatted, per op.
   const std::uint32_t settings_of = devices_.config_ordinal(where.device);
-  if (settings_of != ordinal && uuid != DeviceTable::Uuid{} &&
-      device_settings_differ(options_.policy.baymax, uuid, ordinal, settings_of) &&
-      settings_warned_.emplace(where.device, ordinal).second) {
+  if (settings_of != ordinal && uuid != DeviceTable::Uuid{} && settings_checked_.emplace(where.device, ordinal).second &&
+      device_settings_differ(options_.policy.baymax, uuid, ordinal, settings_of)) {
     spdlog::warn("{} calls {} its device {}; [policy.baymax] gives ordinal {} other per-device settings "
                  "(preemptive_device or timeslice_ms) than ordinal {}, as the job that first used it calls it: gpuqosd "
                  "keeps ordinal {}'s for it (name the GPU by its UUID there to set it whatever its jobs call it)",

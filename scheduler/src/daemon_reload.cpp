@@ -86,7 +86,7 @@ void Daemon::reload_config() {
                  path, managed_devices_text(next.config.devices), managed_devices_text(options_.config.devices));
   }
   options_ = std::move(next);  // jobs, access and devices: for registrations from now on
-  settings_warned_.clear();    // settings that differ now are said again
+  settings_checked_.clear();   // settings that differ now are said again
   spdlog::set_level(spdlog::level::from_str(options_.log_level));
   const BaymaxOptions& baymax = options_.policy.baymax;
   spdlog::info("config reloaded from {} (policy {}, max_outstanding_ops {}, credit_ops {}, baymax margin {} us, "

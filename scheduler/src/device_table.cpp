@@ -73,8 +73,9 @@ DeviceTable::Renumbered DeviceTable::renumber(ClientId client, std::uint32_t ord
       out.device = ordinal;
       return out;  // not remembered: asked again, and numbered when a number frees up
     }
-    const bool held_before = by_number_.contains(*number);
-    if (const auto held = by_number_.find(*number); held != by_number_.end()) {  // no client uses it
+    const auto held = by_number_.find(*number);
+    const bool held_before = held != by_number_.end();
+    if (held_before) {  // no client uses it
       out.note = fmt::format("device {} is {} from now on; it was {}, which no job uses", *number, uuid_text(uuid),
                              uuid_text(held->second));
       by_uuid_.erase(held->second);

@@ -163,7 +163,9 @@ class Daemon {
   DeviceTable devices_;
   // options_.policy with its per-device settings by gpuqosd's device numbers: what the policy has.
   PolicyOptions numbered_policy_;
-  std::set<std::pair<std::uint32_t, std::uint32_t>> settings_warned_;  // (device, ordinal) told of
+  // (device, ordinal) whose settings were checked against the ordinal the device takes them from
+  // (warned of when they differ); cleared by a reload, or when a device's settings move.
+  std::set<std::pair<std::uint32_t, std::uint32_t>> settings_checked_;
   std::unique_ptr<DurationLearner> learner_;
   std::int64_t started_ns_ = 0;
   FileDescriptor epoll_, listener_, signals_, timer_, wake_;
