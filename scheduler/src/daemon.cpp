@@ -58,22 +58,22 @@ std::optional<HeldOpStatus> Daemon::held_op(Client& client) const {
     default: what = "mark"; break;
   }
   return HeldOpStatus{op.seq, std::move(what), head->predicted_ns, head->expected_ns,
-                      std::string(kHoldReasonNames[static_cast<std::size_t>(head->reason)])};
+                      std::string(kHoldReasonNames[static_cast<std::size_t>(head->reason)]), op.device};
 }
 
-std::set<std::string> Daemon::high_priority_jobs() const {
+std::set<std::string> Daemon::high_priority_jobs(std::uint32_t device) const {
   std::set<std::string> jobs;
   for (const auto& [id, client] : clients_) {
-    if (client->high_priority()) jobs.insert(client->identity().job);
+    if (client->high_priority() && ipc::device_in(client->devices_posted(), device)) jobs.insert(client->identity().job);
   }
   return jobs;
 }
 
 void Daemon::tell_long_holds(std::int64_t now_ns) {
-  std::optional<std::set<std::string>> high_jobs;  // asked once per tick, and only when a hold is told of
-  const auto high_now = [&]() -> const std::set<std::string>& {
-    if (!high_jobs) high_jobs = high_priority_jobs();
-    return *high_jobs;
+  std::map<std::uint32_t, std::set<std::string>> high_jobs;  // asked once per device and tick, when a hold is told of
+  const auto high_now = [&](std::uint32_t device) -> const std::set<std::string>& {
+    const auto it = high_jobs.find(device);
+    return it != high_jobs.end() ? it->second : high_jobs.emplace(device, high_priority_jobs(device)).first->second;
   };
   for (auto& [id, client] : clients_) {
     const std::int64_t wait_ns = client->current_wait_ns(now_ns);
@@ -84,21 +84,22 @@ void Daemon::tell_long_holds(std::int64_t now_ns) {
       // Gone once granted, whatever the policy says of it.
       if (client->granted_through() < told->second.seq) {
         if (held && held->seq == told->second.seq) told->second.held_by = held->held_by;
-        told->second.high_jobs = high_now();
+        told->second.high_jobs = high_now(told->second.device);
         continue;
       }
       // A hold that ends as the jobs it was held for leave: say so, or it reads as the policy relenting.
       std::string left;
+      std::size_t gone = 0;
       for (const std::string& job : told->second.high_jobs) {
-        if (!high_now().contains(job)) left += (left.empty() ? "" : ", ") + ("'" + job + "'");
+        if (!high_now(told->second.device).contains(job)) left += (gone++ == 0 ? "" : ", ") + ("'" + job + "'");
       }
+      if (gone > 0) left = (gone == 1 ? ", as high-priority job " : ", as high-priority jobs ") + left + " left";
       spdlog::info("{}: op {} ({}) went after {:.1f} s held, last by {}{}", client->tag(), told->second.seq,
-                   told->second.op, static_cast<double>(now_ns - told->second.since_ns) / 1e9, told->second.held_by,
-                   left.empty() ? "" : ", as high-priority job " + left + " left");
+                   told->second.op, static_cast<double>(now_ns - told->second.since_ns) / 1e9, told->second.held_by, left);
       told_holds_.erase(told);
     }
     if (!held || wait_ns < kLongHoldNs) continue;
-    told_holds_[id] = ToldHold{held->seq, held->op, held->held_by, now_ns - wait_ns, high_now()};
+    told_holds_[id] = ToldHold{held->seq, held->op, held->held_by, now_ns - wait_ns, held->device, high_now(held->device)};
     spdlog::warn("{}: op {} ({}, predicted {:.3f} ms, up to {:.3f} ms) held for {:.1f} s by {}", client->tag(),
                  held->seq, held->op, static_cast<double>(held->expected_ns) / 1e6,
                  static_cast<double>(held->predicted_ns) / 1e6, static_cast<double>(wait_ns) / 1e9, held->held_by);

@@ -286,6 +286,20 @@ TEST(Qos, AHoldThatEndsAsTheHighPriorityJobLeavesSaysSo) {
   {
     FakeClient serve(daemon.socket(), Priority::high, "serve");
     place_on_device_0(daemon, serve);
+    // A high-priority job on another GPU, leaving with serve: not what the hold was for.
+    FakeClient other(daemon.socket(), Priority::high, "other");
+    other.name_kernel(1, "infer");
+    ipc::OpDescriptor on_1 = FakeClient::kernel(1);
+    on_1.device = 1;
+    other.post(on_1);
+    other.complete(1, 100, 200, ipc::kCompletionCoarse);
+    ASSERT_TRUE(eventually([&] {
+      const nlohmann::json status = daemon.status();
+      for (const auto& entry : status["clients"]) {
+        if (entry["client"] == other.client_number()) return entry["devices"] == nlohmann::json::array({1});
+      }
+      return false;
+    }, 5s)) << daemon.status().dump(1);
     train.post(FakeClient::kernel(1));
     ASSERT_TRUE(train.wait_granted(1));
     const std::int64_t now = ipc::monotonic_ns();
@@ -293,10 +307,10 @@ TEST(Qos, AHoldThatEndsAsTheHighPriorityJobLeavesSaysSo) {
     ASSERT_TRUE(eventually([&] { return daemon.status()["predictor"]["learned"] == 1; }, 5s)) << daemon.status().dump(1);
     train.post(FakeClient::kernel(2));  // learned long: held for the budget while serve is here
     ASSERT_TRUE(eventually([&] { return said(": op 2 (kernel step, predicted 100."); }, 8s)) << daemon.log();
-  }  // serve hangs up
+  }  // other, then serve, hang up
   ASSERT_TRUE(train.wait_granted(2, 5s)) << daemon.log();
   ASSERT_TRUE(eventually([&] { return said(": op 2 (kernel step) went after "); }, 5s)) << daemon.log();
-  EXPECT_TRUE(said(" s held, last by budget, as high-priority job 'serve' left")) << daemon.log();
+  EXPECT_TRUE(said(" s held, last by budget, as high-priority job 'serve' left\n")) << daemon.log();
 }
 
 // On a time-slicing device, a target that leaves less than one slice over the job's queries is

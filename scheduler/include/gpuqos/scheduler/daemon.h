@@ -182,9 +182,11 @@ class Daemon {
     std::string op;
     std::string held_by;  // the reason at the latest look
     std::int64_t since_ns = 0;
-    std::set<std::string> high_jobs;  // high-priority jobs connected at the latest look
+    std::uint32_t device = 0;
+    std::set<std::string> high_jobs;  // high-priority jobs on its device at the latest look
   };
-  std::set<std::string> high_priority_jobs() const;
+  // The high-priority jobs with a client that posted GPU work on gpuqosd's device.
+  std::set<std::string> high_priority_jobs(std::uint32_t device) const;
   std::map<ClientId, ToldHold> told_holds_;
   QueryTracker queries_;  // the high-priority clients' query boundaries (for the QoS tracker)
   QosTracker qos_;

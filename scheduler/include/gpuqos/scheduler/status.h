@@ -51,6 +51,7 @@ struct HeldOpStatus {
   std::int64_t predicted_ns = 0;
   std::int64_t expected_ns = 0;
   std::string held_by;  // a hold_reason.h name
+  std::uint32_t device = 0;  // gpuqosd's number of the GPU it waits for
 };
 
 struct ClientStatus {
