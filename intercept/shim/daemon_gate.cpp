@@ -267,6 +267,10 @@ Ticket DaemonGate::post(const Operation& op, const std::shared_ptr<Session>& ses
     const std::uint32_t device = devices_.of(ticket.context);
     if (!manages(*session, device)) {  // not the daemon's device: the call goes ahead unposted
       tell_unmanaged(device, *session);
+      if (session->unscheduled_to_tell(device)) {  // for gpuqosd's status, once its UUID is known
+        const ContextDevices::Uuid uuid = devices_.uuid(device);
+        if (uuid != ContextDevices::Uuid{} || devices_.uuid_settled(device)) session->tell_unscheduled(device, uuid);
+      }
       return {};
     }
     ipc::OpDescriptor descriptor;

@@ -128,29 +128,47 @@ std::string Session::lost_reason() const {
   return lost_reason_;
 }
 
+bool Session::send_or_lose(std::span<const std::byte> record, const char* what) noexcept {
+  // The socket is non-blocking: a full send buffer means the daemon stopped reading.
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    if (!still_ours()) return false;
+    if (ipc::send_record(fd_, record)) return true;
+    pollfd writable{fd_, POLLOUT, 0};
+    const int ready = ::poll(&writable, 1, 5);
+    if ((ready < 0 && errno != EINTR) || (ready > 0 && (writable.revents & (POLLERR | POLLHUP)))) break;
+  }
+  try {
+    lose(std::string("cannot send ") + what + " to gpuqosd");
+  } catch (...) {
+    lose("cannot send to gpuqosd");
+  }
+  return false;
+}
+
 bool Session::send_kernel_name(std::uint32_t id, const KernelRegistry& kernels) noexcept {
   try {
     if (id < named_.size() && named_[id]) return true;
     auto record = ipc::encode_kernel_name(id, kernels.name_of(id));
     if (!record) return false;
-    // The socket is non-blocking: a full send buffer means the daemon stopped reading.
-    for (int attempt = 0; attempt < 20; ++attempt) {
-      if (!still_ours()) return false;
-      const ipc::Status sent = ipc::send_record(fd_, record.value());
-      if (sent) {
-        if (named_.size() <= id) named_.resize(id + 1024);
-        named_[id] = true;
-        return true;
-      }
-      pollfd writable{fd_, POLLOUT, 0};
-      const int ready = ::poll(&writable, 1, 5);
-      if ((ready < 0 && errno != EINTR) || (ready > 0 && (writable.revents & (POLLERR | POLLHUP)))) break;
-    }
-    lose("cannot send a kernel name to gpuqosd");
+    if (!send_or_lose(record.value(), "a kernel name")) return false;
+    if (named_.size() <= id) named_.resize(id + 1024);
+    named_[id] = true;
+    return true;
   } catch (...) {
     lose("out of memory sending a kernel name");
   }
   return false;
+}
+
+void Session::tell_unscheduled(std::uint32_t device, const std::array<std::uint8_t, 16>& uuid) noexcept {
+  std::lock_guard lock(post_mutex_);
+  if (!alive() || !unscheduled_to_tell(device)) return;
+  try {
+    if (send_or_lose(ipc::encode_unscheduled_device(device, uuid), "an unscheduled device")) {
+      told_unscheduled_.fetch_or(std::uint64_t{1} << device, std::memory_order_relaxed);
+    }
+  } catch (...) {  // no memory for the record: said on a later op
+  }
 }
 
 bool Session::push_op(const ipc::OpDescriptor& local, bool may_wait) noexcept {

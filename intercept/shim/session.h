@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,7 @@ class Session {
     bool low_priority = true;          // the effective class: the claim, or low if the daemon lowered it
     std::uint64_t copy_chunk_bytes = 0;  // low priority: 1-D copies larger than this go in chunks; 0: never
     bool takes_arrivals = false;         // the daemon speaks 1.2: it takes query_arrived marks
+    bool takes_unscheduled = false;      // the daemon speaks 1.9: it takes UnscheduledDevice records
     std::uint64_t managed_devices = ipc::kAllDevices;  // bit d: the daemon schedules device d's work
     std::vector<std::string> managed_uuids;  // ... and the devices whose UUID text starts with one (1.8)
     // How far the daemon's CLOCK_MONOTONIC is ahead of this process's (another time namespace; 0:
@@ -87,6 +89,14 @@ class Session {
   std::uint64_t managed_devices() const noexcept { return terms_.managed_devices; }
   const std::vector<std::string>& managed_uuids() const noexcept { return terms_.managed_uuids; }
   std::int64_t clock_offset_ns() const noexcept { return terms_.clock_offset_ns; }
+  // Should gpuqosd still be told that `device` runs unscheduled (1.9, once per ordinal)?
+  bool unscheduled_to_tell(std::uint32_t device) const noexcept {
+    return terms_.takes_unscheduled && device < 64 &&
+           (told_unscheduled_.load(std::memory_order_relaxed) & (std::uint64_t{1} << device)) == 0;
+  }
+  // Tells it (ipc::UnscheduledDevice; uuid all zero: the driver cannot say). Informational: a
+  // socket that takes nothing loses the session, as a kernel name's would.
+  void tell_unscheduled(std::uint32_t device, const std::array<std::uint8_t, 16>& uuid) noexcept;
 
   // Sends the name of op.kernel_id if this registration has not had it, gives op the next seq and
   // pushes it. A full ops ring: `may_wait` waits for space (low priority), else not posted. An op
@@ -123,6 +133,9 @@ class Session {
     return ns > 0 ? ns + terms_.clock_offset_ns - terms_.clock_uncertainty_ns : ns;
   }
   bool send_kernel_name(std::uint32_t id, const KernelRegistry& kernels) noexcept;
+  // Sends a record on the socket, with post_mutex_ held (records do not interleave); a socket that
+  // stays full for ~100 ms, or fails, loses the session saying `what` could not be sent.
+  bool send_or_lose(std::span<const std::byte> record, const char* what) noexcept;
   bool push_op(const ipc::OpDescriptor& op, bool may_wait) noexcept;
   void ring_doorbell() noexcept;  // tells gpuqosd's loop that a ring it armed has an item
   // Pushes into one of the segment's rings, waking its consumer the way it sleeps: the doorbell for
@@ -162,6 +175,7 @@ class Session {
   std::mutex post_mutex_;  // the ops ring's producer side, the seq counter, the names sent
   std::uint64_t next_seq_ = 1;
   std::vector<bool> named_;  // named_[kernel id]: sent on this registration
+  std::atomic<std::uint64_t> told_unscheduled_{0};  // bit d: device d told of as unscheduled
 
   std::mutex pop_mutex_;  // the grants ring's consumer side
   std::atomic<std::uint64_t> granted_{0};

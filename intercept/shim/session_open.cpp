@@ -130,6 +130,7 @@ Session::Terms terms_of(const ipc::HelloReply& reply, Priority claimed, const Ro
   terms.low_priority = claimed_low || reply.effective_priority == ipc::Priority::low;
   terms.copy_chunk_bytes = reply.copy_chunk_bytes == 0 ? 0 : std::max(reply.copy_chunk_bytes, ipc::kMinCopyChunkBytes);
   terms.takes_arrivals = reply.version_minor >= 2;
+  terms.takes_unscheduled = reply.version_minor >= 9;
   if (reply.version_minor >= 3) terms.managed_devices = reply.managed_devices;
   terms.managed_uuids = ipc::managed_uuids(reply);  // none before 1.8
   clock_offset(reply, trip, terms);

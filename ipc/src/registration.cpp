@@ -88,6 +88,7 @@ RecordKind record_kind(Record record) noexcept {
     case kKernelNameMagic: return RecordKind::kernel_name;
     case kControlRequestMagic: return RecordKind::control_request;
     case kControlReplyMagic: return RecordKind::control_reply;
+    case kUnscheduledDeviceMagic: return RecordKind::unscheduled_device;
     default: return RecordKind::unknown;
   }
 }
@@ -142,6 +143,12 @@ Result<std::vector<std::byte>> encode_kernel_name(std::uint32_t kernel_id, std::
   const auto* text = reinterpret_cast<const std::byte*>(name.data());
   record.insert(record.end(), text, text + name.size());
   return record;
+}
+
+std::vector<std::byte> encode_unscheduled_device(std::uint32_t ordinal, std::span<const std::uint8_t, 16> uuid) {
+  UnscheduledDevice device{kUnscheduledDeviceMagic, ordinal, {}};
+  std::copy(uuid.begin(), uuid.end(), device.uuid);
+  return bytes_of(device);
 }
 
 std::vector<std::byte> encode_control_request(ControlKind kind) {
@@ -316,6 +323,20 @@ Result<KernelName> decode_kernel_name(Record record) {
     return Error{"kernel name: holds a non-printable byte"};
   }
   return decoded;
+}
+
+Result<UnscheduledDevice> decode_unscheduled_device(Record record) {
+  if (record.size() != sizeof(UnscheduledDevice)) {
+    return Error{"unscheduled device: record of " + std::to_string(record.size()) + " bytes, expected " +
+                 std::to_string(sizeof(UnscheduledDevice))};
+  }
+  auto device = read_prefix<UnscheduledDevice>(record, sizeof(UnscheduledDevice));
+  if (device.magic != kUnscheduledDeviceMagic) return Error{"unscheduled device: bad magic"};
+  if (device.ordinal >= kMaxDevices) {
+    return Error{"unscheduled device: ordinal " + std::to_string(device.ordinal) + " not under " +
+                 std::to_string(kMaxDevices)};
+  }
+  return device;
 }
 
 Status send_record(int fd, std::span<const std::byte> record) {

@@ -328,6 +328,10 @@ DaemonStatus Daemon::status_snapshot() const {
       if (ipc::device_in(client->devices_posted(), d)) status.clients.back().devices.push_back(d);
     }
     status.clients.back().held = held_op(*client);
+    for (const auto& [ordinal, uuid] : client->unscheduled_devices()) {
+      status.clients.back().unscheduled.push_back(
+          {ordinal, uuid == DeviceTable::Uuid{} ? std::string() : DeviceTable::uuid_text(uuid)});
+    }
   }
   qos_status(status, now_ns);
   return status;

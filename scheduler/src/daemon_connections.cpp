@@ -207,6 +207,10 @@ std::string Daemon::read_client_socket(Client& client) {
       case ReadOutcome::error: return "socket: " + error;
       case ReadOutcome::record: break;
     }
+    if (ipc::record_kind(record) == ipc::RecordKind::unscheduled_device) {
+      if (std::string why = note_unscheduled_device(client, record); !why.empty()) return why;
+      continue;
+    }
     auto name = ipc::decode_kernel_name(record);
     if (!name) return "bad record on its socket: " + name.error();
     if (client.kernel_names().size() >= kMaxKernelNames && !client.kernel_names().contains(name->kernel_id)) {
@@ -215,6 +219,22 @@ std::string Daemon::read_client_socket(Client& client) {
     spdlog::debug("{}: kernel {} is {}", client.tag(), name->kernel_id, name->name);
     client.kernel_names()[name->kernel_id] = std::move(name->name);
   }
+}
+
+std::string Daemon::note_unscheduled_device(Client& client, const std::vector<std::byte>& record) {
+  auto device = ipc::decode_unscheduled_device(record);
+  if (!device) return "bad record on its socket: " + device.error();
+  auto& unscheduled = client.unscheduled_devices();
+  DeviceTable::Uuid uuid;
+  std::copy(std::begin(device->uuid), std::end(device->uuid), uuid.begin());
+  const auto [it, added] = unscheduled.try_emplace(device->ordinal, uuid);
+  if (!added) return {};  // said again after a reconnection's race: the first stands
+  if (unscheduled.size() > DeviceTable::kMaxGpusPerClient) {
+    return "it says more than " + std::to_string(DeviceTable::kMaxGpusPerClient) + " unscheduled GPUs";
+  }
+  spdlog::info("{} runs its device {} ({}) unscheduled: [devices] does not name it", client.tag(), device->ordinal,
+               uuid == DeviceTable::Uuid{} ? std::string("its driver cannot say its UUID") : DeviceTable::uuid_text(uuid));
+  return {};
 }
 
 void Daemon::expire_pending(std::int64_t now_ns) {

@@ -9,6 +9,7 @@
 #include <array>
 #include <cerrno>
 #include <cstdio>
+#include <map>
 #include <sstream>
 
 #include "gpuqos/scheduler/unix_socket.h"
@@ -34,6 +35,9 @@ nlohmann::json client_json(const ClientStatus& c) {
           {"granted_through_seq", c.granted_through_seq},
           {"current_wait_ns", c.current_wait_ns},
           {"kernel_names", c.kernel_names}};
+  for (const ClientStatus::Unscheduled& u : c.unscheduled) {
+    j["unscheduled_devices"].push_back({{"ordinal", u.ordinal}, {"uuid", u.uuid}});
+  }
   if (c.held) {
     j["held_at"] = {{"seq", c.held->seq},
                     {"op", c.held->op},
@@ -284,6 +288,15 @@ std::string render_status_table(const nlohmann::json& status) {
     }
     out << "\n";
   }
+  // GPUs its clients run unscheduled, by UUID ("" when a driver could not say), with their clients.
+  std::map<std::string, int> unscheduled;
+  for (const auto& c : status.at("clients")) {
+    for (const auto& u : c.value("unscheduled_devices", nlohmann::json::array())) ++unscheduled[u.value("uuid", "")];
+  }
+  for (const auto& [uuid, clients] : unscheduled) {
+    out << "  not scheduled: " << (uuid.empty() ? "a GPU whose UUID its driver cannot say" : uuid) << ", " << clients
+        << " client(s) run their work there straight to the driver ([devices] does not name it)\n";
+  }
   for (const auto& load : status.at("backlog")) {
     out << "  device " << load.at("device") << " " << load.at("engine").get<std::string>() << ": "
         << load.at("outstanding_ops") << " outstanding ops, backlog " << milliseconds(load.at("backlog_ns"))
@@ -310,6 +323,11 @@ std::string render_status_table(const nlohmann::json& status) {
                   static_cast<unsigned long long>(ops.at("completed").get<std::uint64_t>()),
                   milliseconds(c.at("current_wait_ns").get<std::int64_t>()).c_str());
     out << line;
+    for (const auto& u : c.value("unscheduled_devices", nlohmann::json::array())) {
+      const std::string uuid = u.value("uuid", "");
+      out << "         runs its device " << u.at("ordinal") << (uuid.empty() ? "" : " (" + uuid + ")")
+          << " unscheduled\n";
+    }
     if (c.contains("held_at")) {
       const auto& held = c.at("held_at");
       out << "         held at op " << held.at("seq") << ", " << held.at("op").get<std::string>() << " (predicted "

@@ -402,6 +402,16 @@ TEST(Pipeline, GpusNamedByUuidAreTheSameWhateverEachJobCallsThem) {
   EXPECT_NE(unlisted.output().find("this process sees one device, 0 (" + first + ")"), std::string::npos)
       << "the node's first GPU, by the UUID simgpu-stat gives\n" << unlisted.output();
   EXPECT_EQ(listed.output().find("schedules only"), std::string::npos) << listed.output();
+  // gpuqosd's status says which GPU the unscheduled job runs without it (protocol 1.9).
+  json unscheduled_devices;
+  EXPECT_TRUE(eventually([&] {
+    unscheduled_devices = rig.gpuqosd().client("on-first").value("unscheduled_devices", json());
+    return !unscheduled_devices.is_null();
+  }, kFinish)) << rig.gpuqosd().status().dump(1);
+  EXPECT_EQ(unscheduled_devices, json::parse(R"([{"ordinal":0,"uuid":")" + first + R"("}])"));
+  EXPECT_FALSE(rig.gpuqosd().client("on-second").contains("unscheduled_devices"));
+  EXPECT_NE(rig.gpuqosd().log().find("runs its device 0 (" + first + ") unscheduled"), std::string::npos)
+      << rig.gpuqosd().log();
   rig.release("on-second");
   rig.release("on-first");
   EXPECT_EQ(listed.wait(kFinish), 0) << listed.output();

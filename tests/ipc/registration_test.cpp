@@ -7,6 +7,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <cstring>
 #include <random>
 
@@ -314,6 +316,21 @@ TEST(KernelName, GarbageIsRejected) {
   KernelNameHeader huge{kKernelNameMagic, 1, 0xffffffffu, 0};
   EXPECT_FALSE(decode_kernel_name(raw(huge)));
   EXPECT_EQ(record_kind(std::span(record).first(2)), RecordKind::unknown);
+}
+
+TEST(UnscheduledDevice, RoundTripsAndRefusesGarbage) {
+  const std::array<std::uint8_t, 16> uuid{0x49, 0x82, 0x1f, 0x9d, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 0xaa};
+  std::vector<std::byte> record = encode_unscheduled_device(3, uuid);
+  EXPECT_EQ(record_kind(record), RecordKind::unscheduled_device);
+  auto decoded = decode_unscheduled_device(record);
+  ASSERT_TRUE(decoded) << decoded.error();
+  EXPECT_EQ(decoded->ordinal, 3u);
+  EXPECT_TRUE(std::equal(uuid.begin(), uuid.end(), decoded->uuid));
+  EXPECT_FALSE(decode_unscheduled_device(std::span(record).first(record.size() - 1)));
+  record.push_back(std::byte{0});
+  EXPECT_FALSE(decode_unscheduled_device(record));
+  EXPECT_FALSE(decode_unscheduled_device(encode_unscheduled_device(kMaxDevices, uuid)));  // no such ordinal
+  EXPECT_FALSE(decode_unscheduled_device(std::vector<std::byte>(24, std::byte{0x47})));  // bad magic
 }
 
 // A connected SOCK_SEQPACKET pair, closed at the end of the test.

@@ -586,6 +586,36 @@ TEST(Daemon, DisconnectsAClientThatTruncatesItsSegment) {
       << daemon.log();
 }
 
+// A shim says which of its devices it runs unscheduled (protocol 1.9): kept for the status. An
+// impossible ordinal, or more GPUs than a process sees, is a broken client.
+TEST(Daemon, KeepsTheGpusAClientRunsUnscheduledAndDropsOneThatSaysTooMany) {
+  DaemonProcess daemon;
+  FakeClient bad(daemon.socket(), Priority::low, "bad");
+  FakeClient good(daemon.socket(), Priority::low, "good");
+  std::array<std::uint8_t, 16> uuid{0xe0};
+  uuid[15] = 7;
+  ASSERT_TRUE(ipc::send_record(good.socket_fd(), ipc::encode_unscheduled_device(2, uuid)));
+  ASSERT_TRUE(ipc::send_record(good.socket_fd(), ipc::encode_unscheduled_device(2, uuid)));  // again: once
+  nlohmann::json unscheduled;
+  ASSERT_TRUE(eventually([&] {
+    const nlohmann::json status = daemon.status();
+    for (const auto& entry : status["clients"]) {
+      if (entry["job"] == "good") unscheduled = entry.value("unscheduled_devices", nlohmann::json());
+    }
+    return !unscheduled.is_null();
+  })) << daemon.status().dump(1);
+  EXPECT_EQ(unscheduled, nlohmann::json::parse(R"([{"ordinal":2,"uuid":"GPU-e0000000-0000-0000-0000-000000000007"}])"));
+  EXPECT_EQ(occurrences(daemon.log(), "runs its device 2 (GPU-e0000000-0000-0000-0000-000000000007) unscheduled"), 1u)
+      << daemon.log();
+  for (std::uint32_t ordinal = 0; ordinal <= scheduler::DeviceTable::kMaxGpusPerClient; ++ordinal) {
+    uuid[15] = static_cast<std::uint8_t>(ordinal);
+    ASSERT_TRUE(ipc::send_record(bad.socket_fd(), ipc::encode_unscheduled_device(ordinal, uuid)));
+  }
+  expect_dropped_others_served(daemon, bad, good);
+  EXPECT_NE(daemon.log().find("job 'bad' pid " + std::to_string(::getpid()) + ": it says more than 16 unscheduled GPUs"),
+            std::string::npos) << daemon.log();
+}
+
 TEST(Daemon, DisconnectsAClientThatPostsAnInvalidDescriptor) {
   DaemonProcess daemon;
   FakeClient bad(daemon.socket(), Priority::high, "bad");

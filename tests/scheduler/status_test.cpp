@@ -129,6 +129,26 @@ TEST(Status, AHeldClientShowsTheOpItIsHeldAtAndWhy) {
       << table;
 }
 
+// A GPU a job runs without gpuqosd ([devices] does not name it) is listed once, with how many clients
+// use it, and under each such client; JSON only for those clients.
+TEST(Status, GpusRunUnscheduledAreListedAndUnderTheirClients) {
+  DaemonStatus status = status_with(3);
+  const std::string gpu = "GPU-49821f9d-0a1b-2c3d-4e5f-60718293a4b5";
+  status.clients[1].unscheduled = {{0, gpu}};
+  status.clients[2].unscheduled = {{1, gpu}, {2, ""}};
+  auto json = nlohmann::json::parse(bounded_status_text(status));
+  EXPECT_FALSE(json["clients"][0].contains("unscheduled_devices"));
+  EXPECT_EQ(json["clients"][2]["unscheduled_devices"],
+            nlohmann::json::parse(R"([{"ordinal":1,"uuid":")" + gpu + R"("},{"ordinal":2,"uuid":""}])"));
+  const std::string table = render_status_table(json);
+  EXPECT_NE(table.find("  not scheduled: " + gpu + ", 2 client(s) run their work there straight to the driver"),
+            std::string::npos) << table;
+  EXPECT_NE(table.find("  not scheduled: a GPU whose UUID its driver cannot say, 1 client(s)"), std::string::npos)
+      << table;
+  EXPECT_NE(table.find("runs its device 1 (" + gpu + ") unscheduled\n         runs its device 2 unscheduled\n"),
+            std::string::npos) << table;
+}
+
 TEST(Status, ManyClientsAreCutToFitOneRecord) {
   const std::string text = bounded_status_text(status_with(5000));
   EXPECT_LE(text.size(), ipc::kMaxControlTextBytes);

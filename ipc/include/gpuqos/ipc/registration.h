@@ -56,13 +56,15 @@ inline constexpr std::uint32_t kHelloReplyMagic = 0x52485147;  // "GQHR"
 inline constexpr std::uint32_t kKernelNameMagic = 0x4e4b5147;  // "GQKN"
 inline constexpr std::uint32_t kControlRequestMagic = 0x54435147;  // "GQCT"
 inline constexpr std::uint32_t kControlReplyMagic = 0x52435147;    // "GQCR"
+inline constexpr std::uint32_t kUnscheduledDeviceMagic = 0x44555147;  // "GQUD"
 inline constexpr std::uint16_t kProtocolVersionMajor = 1;
 // 1.1: HelloReply's effective_priority and copy_chunk_bytes. 1.2: the daemon takes query_arrived
 // marks (descriptor.h); a shim posts them only to a daemon that says 1.2 or later. 1.3: HelloReply's
 // managed_devices. 1.4: HelloReply's daemon_clock_ns. 1.5: OpDescriptor's sm_count. 1.6: the ops
 // ring's doorbell (a datagram socket with the HelloReply). 1.7: OpDescriptor's device_uuid. 1.8:
-// HelloReply's managed_uuids.
-inline constexpr std::uint16_t kProtocolVersionMinor = 8;
+// HelloReply's managed_uuids. 1.9: the shim's UnscheduledDevice record; a shim sends it only to a
+// daemon that says 1.9 or later (an older one drops a client for a record it does not know).
+inline constexpr std::uint16_t kProtocolVersionMinor = 9;
 
 inline constexpr std::size_t kJobNameBytes = 64;        // with its NUL
 inline constexpr std::size_t kReplyMessageBytes = 128;  // with its NUL
@@ -167,6 +169,17 @@ static_assert(sizeof(KernelNameHeader) == 16);
 static_assert(offsetof(Hello, priority) == 8 && offsetof(Hello, job_name) == 16);
 static_assert(offsetof(HelloReply, status) == 8 && offsetof(HelloReply, segment_name) == 16);
 
+// Shim -> daemon, once per device: the process runs the work of its device `ordinal` straight to
+// the driver, unscheduled (neither [devices] ordinals nor uuids name it), so that gpuqosd can say
+// which GPUs each job uses that it does not schedule. uuid: the device's (all zero: the driver
+// cannot say).
+struct UnscheduledDevice {
+  std::uint32_t magic;  // kUnscheduledDeviceMagic
+  std::uint32_t ordinal;  // < kMaxDevices
+  std::uint8_t uuid[16];
+};
+static_assert(std::is_trivially_copyable_v<UnscheduledDevice> && sizeof(UnscheduledDevice) == 24);
+
 // What a control client asks for.
 enum class ControlKind : std::uint32_t { status = 1 };
 enum class ControlStatus : std::uint32_t { ok = 0, version_mismatch = 1, unknown_kind = 2 };
@@ -219,7 +232,7 @@ struct ControlReply {
   std::string text;
 };
 
-enum class RecordKind { hello, hello_reply, kernel_name, control_request, control_reply, unknown };
+enum class RecordKind { hello, hello_reply, kernel_name, control_request, control_reply, unscheduled_device, unknown };
 
 // Which record this is, from its magic.
 RecordKind record_kind(std::span<const std::byte> record) noexcept;
@@ -245,6 +258,7 @@ std::string sanitize_job_name(std::string_view name);
 std::vector<std::byte> encode(const Hello& hello);
 std::vector<std::byte> encode(const HelloReply& reply);
 Result<std::vector<std::byte>> encode_kernel_name(std::uint32_t kernel_id, std::string_view name);
+std::vector<std::byte> encode_unscheduled_device(std::uint32_t ordinal, std::span<const std::uint8_t, 16> uuid);
 std::vector<std::byte> encode_control_request(ControlKind kind);
 // Text longer than kMaxControlTextBytes is an error (the daemon bounds what it sends).
 Result<std::vector<std::byte>> encode_control_reply(ControlStatus status, std::string_view text);
@@ -253,6 +267,7 @@ Result<std::vector<std::byte>> encode_control_reply(ControlStatus status, std::s
 Result<DecodedHello> decode_hello(std::span<const std::byte> record);
 Result<HelloReply> decode_hello_reply(std::span<const std::byte> record);
 Result<KernelName> decode_kernel_name(std::span<const std::byte> record);
+Result<UnscheduledDevice> decode_unscheduled_device(std::span<const std::byte> record);
 Result<DecodedControlRequest> decode_control_request(std::span<const std::byte> record);
 Result<ControlReply> decode_control_reply(std::span<const std::byte> record);
 

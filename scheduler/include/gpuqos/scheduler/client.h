@@ -11,6 +11,7 @@
 #include <array>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -110,6 +111,10 @@ class Client {
   // Grants pushed, GPU ops held for a grant and how long they waited (for the metrics).
   const GrantCounters& grant_counters() const { return grant_counters_; }
 
+  // The devices it runs unscheduled (ipc::UnscheduledDevice), by its ordinal: their UUIDs.
+  std::map<std::uint32_t, std::array<std::uint8_t, 16>>& unscheduled_devices() { return unscheduled_devices_; }
+  const std::map<std::uint32_t, std::array<std::uint8_t, 16>>& unscheduled_devices() const { return unscheduled_devices_; }
+
   // Kernel names registered over the socket.
   std::unordered_map<std::uint32_t, std::string>& kernel_names() { return kernel_names_; }
   std::size_t kernel_name_count() const { return kernel_names_.size(); }
@@ -136,6 +141,7 @@ class Client {
   std::uint64_t published_through_ = 0;
   std::uint64_t posted_ops_ = 0;
   std::uint64_t devices_posted_ = 0;
+  std::map<std::uint32_t, std::array<std::uint8_t, 16>> unscheduled_devices_;
   std::uint64_t granted_ops_ = 0;
   std::uint64_t completed_ops_ = 0;
   std::array<std::uint64_t, 4> marks_{};

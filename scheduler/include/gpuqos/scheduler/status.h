@@ -8,7 +8,8 @@
 //                (gpuqosd's device numbers: device_table.h)
 //    "clients":[{"client","pid","uid","gid","job","priority","claimed_priority","device","state","segment",
 //                "ops":{"posted","granted","completed"},"last_seq","granted_through_seq",
-//                "current_wait_ns","kernel_names"}],
+//                "current_wait_ns","kernel_names",
+//                "unscheduled_devices" (only when it runs some: [{"ordinal","uuid" ("": not said)}])}],
 //    "clients_omitted": N,   (only when the list had to be cut to fit one record)
 //    "jobs":[{"job","priority","clients","target_ms" (null: none),"percentile","queries","mean_ms",
 //             "p50_ms","p90_ms","p99_ms","p999_ms","max_ms","percentile_ms" (at "percentile"),
@@ -79,6 +80,13 @@ struct ClientStatus {
   ipc::Priority claimed_priority = ipc::Priority::low;
   std::optional<HeldOpStatus> held;
   std::vector<std::uint32_t> devices;  // the devices its posted GPU work is on (gpuqosd's numbers), in order
+  // The devices it runs unscheduled ([devices] does not name them; a 1.9 shim says so), by its
+  // ordinal, with their UUIDs ("GPU-...", empty when its driver cannot say).
+  struct Unscheduled {
+    std::uint32_t ordinal = 0;
+    std::string uuid;
+  };
+  std::vector<Unscheduled> unscheduled;
 };
 
 // A GPU gpuqosd has seen work on (device_table.h): its number in status and logs, and which it is.
