@@ -152,6 +152,14 @@ void daemon_families(const DaemonStatus& status, std::ostringstream& out) {
     device_info.sample(1, {{"device", std::to_string(device.device)}, {"uuid", device.uuid},
                            {"ordinal", std::to_string(device.ordinal)}});
   }
+  Family unscheduled(out, "gpuqos_unscheduled_device_clients", "gauge",
+                     "Connected clients that run work on a GPU gpuqosd does not schedule ([devices] does not name "
+                     "it), by the GPU's UUID (empty when a driver cannot say).");
+  std::map<std::string, int> unscheduled_clients;
+  for (const auto& client : status.clients) {
+    for (const auto& device : client.unscheduled) ++unscheduled_clients[device.uuid];
+  }
+  for (const auto& [uuid, clients] : unscheduled_clients) unscheduled.sample(clients, {{"uuid", uuid}});
   Family slice(out, "gpuqos_device_timeslice_seconds", "gauge",
                "The time slice gpuqosd counts on for a GPU that time-slices processes' kernels (absent for one "
                "that runs them to their end).");

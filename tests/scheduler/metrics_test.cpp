@@ -23,6 +23,8 @@ DaemonStatus sample_status() {
   ClientStatus high, low;
   high.priority = ipc::Priority::high;
   status.clients = {high, low, low};
+  status.clients[1].unscheduled = {{0, "GPU-aa000000-0000-0000-0000-000000000001"}};
+  status.clients[2].unscheduled = {{3, "GPU-aa000000-0000-0000-0000-000000000001"}};
   JobQosSnapshot serve;
   serve.job = "serve";
   serve.priority = ipc::Priority::high;
@@ -132,6 +134,8 @@ TEST(Metrics, BestEffortGrantsEnginesAndClients) {
                              "ordinal=\"0\"} 1"))
       << "which GPU a device label names\n" << text;
   EXPECT_TRUE(has_line(text, "gpuqos_device_timeslice_seconds{device=\"1\"} 0.002")) << text;
+  EXPECT_TRUE(has_line(text, "gpuqos_unscheduled_device_clients{uuid=\"GPU-aa000000-0000-0000-0000-000000000001\"} 2"))
+      << "two clients run that GPU unscheduled, whatever each calls it\n" << text;
   EXPECT_EQ(text.find("gpuqos_device_timeslice_seconds{device=\"2\""), std::string::npos) << "runs kernels to their end";
   EXPECT_TRUE(has_line(text, "gpuqos_clients{priority=\"high\"} 1")) << text;
   EXPECT_TRUE(has_line(text, "gpuqos_clients{priority=\"low\"} 2")) << text;
