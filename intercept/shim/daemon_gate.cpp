@@ -21,6 +21,11 @@ using PrimaryCtxRelease = CUresult (*)(CUdevice);
 
 constexpr int kWatchIntervalMs = 10;
 constexpr auto kRetryInterval = std::chrono::seconds(1);
+// After a registration lost to a stale heartbeat: gpuqosd was alive and stalled (CPU starvation, a
+// page-in), so the next Hello is sent at once and answered as soon as its loop runs again; the job
+// runs unscheduled for the stall, not for a retry interval more. (Other losses wait kRetryInterval:
+// a daemon that drops the client would otherwise be asked again and again.)
+constexpr auto kRetryAfterStall = std::chrono::milliseconds(10);
 
 bool primary_active(CUdevice device) noexcept {
   const auto get_state = driver<PrimaryCtxGetState>(DriverHelper::primary_ctx_get_state);
@@ -153,12 +158,20 @@ bool DaemonGate::try_register(bool at_start) noexcept {
 }
 
 void DaemonGate::monitor() noexcept {
+  // At most one quick retry a second: a daemon that stalls again as soon as it answers is asked no
+  // more often than one that dropped us.
+  std::chrono::steady_clock::time_point quick_retry{};
   for (;;) {
     std::shared_ptr<Session> session = session_.load();
     if (session && session->watch(kWatchIntervalMs)) continue;
+    std::chrono::milliseconds retry = kRetryInterval;
     if (session) {
       try {
         const std::string why = session->lost_reason();
+        if (why == kStaleHeartbeat && std::chrono::steady_clock::now() - quick_retry >= kRetryInterval) {
+          retry = kRetryAfterStall;
+          quick_retry = std::chrono::steady_clock::now();
+        }
         // Its heartbeat is on no clock of ours (garbage, or a daemon older than 1.4 in another time
         // namespace): every registration would be lost the same way, a second later. Once is enough.
         gave_up_ = why.find(kFutureHeartbeat) != std::string::npos;
@@ -175,7 +188,7 @@ void DaemonGate::monitor() noexcept {
       session.reset();
     }
     std::unique_lock lock(stop_mutex_);
-    if (stop_cv_.wait_for(lock, kRetryInterval, [this] { return stopping_; })) return;
+    if (stop_cv_.wait_for(lock, retry, [this] { return stopping_; })) return;
     lock.unlock();
     if (!gave_up_) try_register(/*at_start=*/false);
   }

@@ -102,7 +102,7 @@ bool Session::check_heartbeat() noexcept {
     return false;
   }
   if (now > beat && now - beat > static_cast<std::uint64_t>(kHeartbeatLimitNs)) {
-    lose("gpuqosd stopped answering (no heartbeat for over 100 ms)");
+    lose(kStaleHeartbeat);
     return false;
   }
   return true;

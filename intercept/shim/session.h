@@ -27,6 +27,7 @@ namespace gpuqos::intercept {
 
 using ipc::kHeartbeatLimitNs;
 inline constexpr const char* kFutureHeartbeat = "gpuqosd's heartbeat is from the future";
+inline constexpr const char* kStaleHeartbeat = "gpuqosd stopped answering (no heartbeat for over 100 ms)";
 inline constexpr std::int64_t kWaitSliceNs = 5'000'000;         // a waiter re-checks liveness this often
 
 class Session {

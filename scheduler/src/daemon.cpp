@@ -14,6 +14,7 @@
 #include <cstring>
 #include <utility>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "daemon_tokens.h"
@@ -59,6 +60,21 @@ std::optional<HeldOpStatus> Daemon::held_op(Client& client) const {
   }
   return HeldOpStatus{op.seq, std::move(what), head->predicted_ns, head->expected_ns,
                       std::string(kHoldReasonNames[static_cast<std::size_t>(head->reason)]), op.device};
+}
+
+void Daemon::tell_stall(std::int64_t now_ns) {
+  // The shims took gpuqosd for gone, ran their held work and re-register: say why, at most every
+  // kStallTellEveryNs (a CPU-starved node stalls often), with how many more there were meanwhile.
+  const double ms = static_cast<double>(now_ns - heartbeat_ns_) / 1e6;
+  ++stalls_untold_;
+  if (stall_told_ns_ != 0 && now_ns - stall_told_ns_ < kStallTellEveryNs) return;
+  spdlog::warn("gpuqosd's loop stalled for {:.0f} ms{}, over the shims' {} ms heartbeat limit: its {} client(s) ran "
+               "their held work unmanaged and re-register. Give gpuqosd CPU time it cannot be starved of (a core of "
+               "its own, or CPU priority: scheduler/README.md, \"Running gpuqosd\")",
+               ms, stalls_untold_ > 1 ? fmt::format(" (and {} more stalls since the last such line)", stalls_untold_ - 1) : "",
+               ipc::kHeartbeatLimitNs / 1'000'000, clients_.size());
+  stall_told_ns_ = now_ns;
+  stalls_untold_ = 0;
 }
 
 std::set<std::string> Daemon::high_priority_jobs(std::uint32_t device) const {
@@ -280,6 +296,7 @@ void Daemon::on_event(std::uint64_t token, std::uint32_t events) {
 }
 
 void Daemon::heartbeat_and_tick(std::int64_t now_ns) {
+  if (heartbeat_ns_ > 0 && now_ns - heartbeat_ns_ > ipc::kHeartbeatLimitNs && !clients_.empty()) tell_stall(now_ns);
   heartbeat_ns_ = now_ns;
   if (accept_paused_until_ns_ != 0 && now_ns >= accept_paused_until_ns_ && listener_.valid()) {
     accept_paused_until_ns_ = 0;

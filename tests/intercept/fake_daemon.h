@@ -83,6 +83,11 @@ class FakeDaemon {
   void set_auto_grant(bool on) { auto_grant_ = on; }
   void grant_through(std::uint64_t seq) { grant_target_ = seq; }
   void freeze_heartbeat() { heartbeat_frozen_ = true; }
+  // A stalled loop (CPU starvation, SIGSTOP): from now on, for `how_long`, no heartbeat, no grant,
+  // no Hello answered (the listen backlog still takes connections).
+  void stall_for(std::chrono::milliseconds how_long) {
+    stall_until_ns_ = ipc::monotonic_ns() + std::chrono::duration_cast<std::chrono::nanoseconds>(how_long).count();
+  }
   // Heartbeats stamped an hour ahead of the clock its replies said: garbage, or a clock that jumped.
   void heartbeat_from_future() { heartbeat_offset_ns_ = 3'600'000'000'000; }
   // A daemon in another time namespace: its CLOCK_MONOTONIC this far ahead of the test's (negative:
@@ -137,6 +142,9 @@ class FakeDaemon {
 
   void run() {
     while (running_) {
+      if (const std::int64_t stalled = stall_until_ns_ - ipc::monotonic_ns(); stalled > 0) {
+        std::this_thread::sleep_for(std::chrono::nanoseconds(stalled));
+      }
       accept_one();
       for (auto& connection : connections_) serve(connection);
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -238,7 +246,7 @@ class FakeDaemon {
   const std::string path_;
   int listen_fd_ = -1;
   std::atomic<bool> running_{false}, auto_grant_{true}, heartbeat_frozen_{false}, corrupt_grants_{false};
-  std::atomic<std::int64_t> heartbeat_offset_ns_{0}, clock_offset_ns_{0}, reply_delay_ms_{0};
+  std::atomic<std::int64_t> heartbeat_offset_ns_{0}, clock_offset_ns_{0}, reply_delay_ms_{0}, stall_until_ns_{0};
   std::atomic<bool> stamp_late_{false};
   std::atomic<std::uint64_t> grant_target_{0};
   std::atomic<bool> lower_claims_{false};

@@ -709,6 +709,24 @@ TEST_F(GateTest, ReRegistersWhenTheDaemonComesBack) {
   EXPECT_NE(output_.find("re-registered with gpuqosd"), std::string::npos) << output_;
 }
 
+// A stalled gpuqosd (its loop starved of CPU past the 100-ms heartbeat limit) was alive all along:
+// the shim runs unscheduled for the stall and sends its next Hello at once, answered as the loop
+// runs again, not a retry interval (1 s) after the loss.
+TEST_F(GateTest, ReRegistersAsSoonAsAStalledDaemonRunsAgain) {
+  start({"loop", "150", "1000"}, "low");  // ~3 s of launch, sync, sleep
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 3); }));
+  daemon_->stall_for(400ms);
+  const std::int64_t resumed_ns = ipc::monotonic_ns() + 400'000'000;
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return c.size() == 2; }, 5s));
+  const std::int64_t after_ns = daemon_->clients().at(1).registered_ns - resumed_ns;
+  std::cout << "re-registered " << after_ns / 1000 << " us after the stall ended\n";
+  EXPECT_LT(after_ns, 400'000'000) << "not a retry interval after the loss (~700 ms after the stall)";
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return c.size() == 2 && has_ops(c, 3); }, 5s));
+  ASSERT_EQ(finish(), 0) << output_;
+  EXPECT_EQ(occurrences(output_, "lost gpuqosd (gpuqosd stopped answering"), 1u) << output_;
+  EXPECT_EQ(daemon_->clients().size(), 2u) << output_;
+}
+
 TEST_F(GateTest, AClaimTheDaemonLowersRunsAsLowPriorityWithOneWarning) {
   daemon_->lower_every_claim();
   daemon_->set_auto_grant(false);

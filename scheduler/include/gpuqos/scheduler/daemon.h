@@ -175,6 +175,11 @@ class Daemon {
   bool stopping_ = false;
   std::int64_t accept_paused_until_ns_ = 0;  // 0: the listener is watched
   std::int64_t heartbeat_ns_ = 0;            // the last heartbeat_and_tick
+  // A loop stall past the shims' heartbeat limit is warned of (tell_stall), at most this often.
+  static constexpr std::int64_t kStallTellEveryNs = 10'000'000'000;
+  void tell_stall(std::int64_t now_ns);
+  std::int64_t stall_told_ns_ = 0;
+  std::uint64_t stalls_untold_ = 0;
   bool doorbell_rang_ = false;               // in this batch of events: drain once after it
   std::uint32_t next_client_number_ = 1;
   std::uint64_t next_pending_token_ = 0;
