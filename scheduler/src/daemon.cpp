@@ -5,6 +5,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
 
@@ -128,7 +129,14 @@ Daemon::~Daemon() {
   // Normally drain_and_release() already did this; on an early failure nothing must be left.
   for (auto& [id, client] : clients_) ipc::Segment::remove(client->segment().name());
   clients_.clear();
-  if (listener_.valid()) ::unlink(options_.socket_path.c_str());
+  if (listener_.valid()) unlink_own_socket();
+}
+
+void Daemon::unlink_own_socket() const {
+  struct stat info{};
+  if (::lstat(options_.socket_path.c_str(), &info) == 0 && info.st_dev == socket_device_ && info.st_ino == socket_inode_) {
+    ::unlink(options_.socket_path.c_str());
+  }
 }
 
 ipc::Result<std::unique_ptr<Daemon>> Daemon::create(DaemonOptions options) {
@@ -181,9 +189,13 @@ ipc::Status Daemon::setup() {
   if (!signals_.valid() || !timer_.valid() || !wake_.valid() || !epoll_.valid()) return system_error("event descriptors");
   const itimerspec period{{0, kTickNs}, {0, kTickNs}};
   if (::timerfd_settime(timer_.get(), 0, &period, nullptr) != 0) return system_error("timerfd_settime");
+  auto lock = lock_socket_path(options_.socket_path);
+  if (!lock) return ipc::Error{lock.error()};
+  socket_lock_ = std::move(lock.value());
   auto listener = listen_unix(options_.socket_path);
   if (!listener) return ipc::Error{listener.error()};
   listener_ = std::move(listener.value());
+  note_socket_identity();
   watch(listener_.get(), tokens::kListener, EPOLLIN);
   watch(signals_.get(), tokens::kSignals, EPOLLIN);
   watch(timer_.get(), tokens::kTimer, EPOLLIN);
@@ -295,6 +307,43 @@ void Daemon::on_event(std::uint64_t token, std::uint32_t events) {
   if (events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)) drop_client(client->first, "hung up", false);
 }
 
+void Daemon::note_socket_identity() {
+  struct stat info{};
+  if (::lstat(options_.socket_path.c_str(), &info) == 0) {
+    socket_device_ = info.st_dev;
+    socket_inode_ = info.st_ino;
+  }
+}
+
+void Daemon::check_socket_path(std::int64_t now_ns) {
+  if (now_ns - socket_checked_ns_ < kSocketCheckNs || !listener_.valid()) return;
+  socket_checked_ns_ = now_ns;
+  struct stat info{};
+  if (::lstat(options_.socket_path.c_str(), &info) == 0) {
+    if ((info.st_dev != socket_device_ || info.st_ino != socket_inode_) && !told_socket_replaced_) {
+      told_socket_replaced_ = true;
+      spdlog::error("{} is no longer this gpuqosd's socket (something else took its place): new jobs cannot reach "
+                    "this daemon; remove it and gpuqosd serves the path again", options_.socket_path);
+    }
+    return;
+  }
+  if (errno != ENOENT) return;
+  // Removed (a tmp cleaner, a stray rm): the jobs registered keep their connections, new ones would
+  // find nothing. The lock says no other gpuqosd serves the path: serve it again.
+  auto listener = listen_unix(options_.socket_path);
+  if (!listener) {
+    if (!told_socket_replaced_) spdlog::error("{} was removed and cannot be served again: {}", options_.socket_path, listener.error());
+    told_socket_replaced_ = true;
+    return;
+  }
+  ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, listener_.get(), nullptr);
+  listener_ = std::move(listener.value());
+  if (accept_paused_until_ns_ == 0) watch(listener_.get(), tokens::kListener, EPOLLIN);
+  note_socket_identity();
+  told_socket_replaced_ = false;
+  spdlog::warn("{} was removed (a tmp cleaner?): serving it again", options_.socket_path);
+}
+
 void Daemon::heartbeat_and_tick(std::int64_t now_ns) {
   if (heartbeat_ns_ > 0 && now_ns - heartbeat_ns_ > ipc::kHeartbeatLimitNs && !clients_.empty()) tell_stall(now_ns);
   heartbeat_ns_ = now_ns;
@@ -311,6 +360,7 @@ void Daemon::heartbeat_and_tick(std::int64_t now_ns) {
   drain_all(now_ns);
   apply(policy_->tick(now_ns));
   expire_pending(now_ns);
+  check_socket_path(now_ns);
   if (auto error = learner_->tick(now_ns)) spdlog::warn("predictor: {}", *error);
   tell_long_holds(now_ns);
   qos_tick(now_ns);

@@ -209,8 +209,8 @@ void Daemon::drop_client(ClientId id, const std::string& reason, bool as_error) 
 
 void Daemon::drain_and_release() {
   ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, listener_.get(), nullptr);
+  if (listener_.valid()) unlink_own_socket();
   listener_.reset();
-  ::unlink(options_.socket_path.c_str());
   pending_.clear();
   const std::int64_t now = ipc::monotonic_ns();
   drain_all(now);

@@ -1,11 +1,14 @@
 // AF_UNIX SOCK_SEQPACKET listening and connecting for gpuqosd and the gpuqos CLI.
 #include "gpuqos/scheduler/unix_socket.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -60,6 +63,29 @@ ipc::Result<FileDescriptor> listen_unix(const std::string& path) {
   ::umask(old_mask);
   if (bound != 0) return system_error("bind " + path);
   if (::listen(fd.get(), 128) != 0) return system_error("listen " + path);
+  return fd;
+}
+
+ipc::Result<FileDescriptor> lock_socket_path(const std::string& path) {
+  const std::string lock_path = path + ".lock";
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  std::error_code error;
+  if (!parent.empty()) std::filesystem::create_directories(parent, error);
+  if (error) return ipc::Error{"cannot create " + parent.string() + ": " + error.message()};
+  FileDescriptor fd(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
+  if (!fd.valid()) return system_error("cannot open " + lock_path);
+  if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK) return system_error("cannot lock " + lock_path);
+    std::array<char, 32> text{};
+    const ssize_t got = ::pread(fd.get(), text.data(), text.size() - 1, 0);
+    const std::string pid = got > 0 ? std::string(text.data(), static_cast<std::size_t>(got)) : std::string("?");
+    return ipc::Error{"another gpuqosd (pid " + pid.substr(0, pid.find_first_of("\n")) + ") holds " + lock_path +
+                      ": it serves " + path + " (if that socket is gone, it serves it again within a second)"};
+  }
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd.get(), 0) != 0 || ::pwrite(fd.get(), pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
+    return system_error("cannot write " + lock_path);
+  }
   return fd;
 }
 

@@ -410,6 +410,25 @@ TEST(Daemon, AHeldOpsWaitEndsWhereItsShimStoppedWaitingForAStalledLoop) {
       << daemon.log();
 }
 
+// One gpuqosd per socket path, even when a tmp cleaner removed the first one's socket file: the
+// second refuses (naming the first), and the first serves the path again.
+TEST(Daemon, ASecondDaemonOnTheSamePathIsRefusedAndARemovedSocketIsServedAgain) {
+  DaemonProcess daemon;
+  ASSERT_TRUE(std::filesystem::remove(daemon.socket()));
+  ChildProcess second({bin("gpuqosd"), "--socket", daemon.socket()}, {}, daemon.dir() / "second.log");
+  EXPECT_EQ(second.wait(10s), 1) << second.output();
+  EXPECT_NE(second.output().find("another gpuqosd (pid " + std::to_string(daemon.pid()) + ") holds " + daemon.socket() +
+                                 ".lock"),
+            std::string::npos) << second.output();
+  ASSERT_TRUE(eventually([&] { return scheduler::connect_unix(daemon.socket()).ok(); }, 5s)) << daemon.log();
+  EXPECT_NE(daemon.log().find(daemon.socket() + " was removed (a tmp cleaner?): serving it again"), std::string::npos)
+      << daemon.log();
+  FakeClient client(daemon.socket(), Priority::low, "after");
+  client.name_kernel(1, "k");
+  client.post(FakeClient::kernel(1));
+  EXPECT_TRUE(client.wait_granted(1));
+}
+
 TEST(Daemon, AccountsHighPriorityOpsWithoutGrants) {
   DaemonProcess daemon({"--max-outstanding", "1"});
   FakeClient high(daemon.socket(), Priority::high, "serve");

@@ -8,6 +8,8 @@
 // for the process so the signalfd receives them); run() is called once, from that same thread.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -174,6 +176,17 @@ class Daemon {
   FileDescriptor epoll_, listener_, signals_, timer_, wake_;
   bool stopping_ = false;
   std::int64_t accept_paused_until_ns_ = 0;  // 0: the listener is watched
+  FileDescriptor socket_lock_;               // lock_socket_path's, for the daemon's life
+  // The socket file's identity once bound: a tmp cleaner may remove it (check_socket_path serves
+  // the path again), or something else take its place (warned of once).
+  dev_t socket_device_ = 0;
+  ino_t socket_inode_ = 0;
+  std::int64_t socket_checked_ns_ = 0;
+  bool told_socket_replaced_ = false;
+  static constexpr std::int64_t kSocketCheckNs = 500'000'000;
+  void check_socket_path(std::int64_t now_ns);
+  void note_socket_identity();
+  void unlink_own_socket() const;  // the path, if it is still our socket
   std::int64_t heartbeat_ns_ = 0;            // the last heartbeat_and_tick
   // A loop stall past the shims' heartbeat limit is warned of (tell_stall), at most this often.
   static constexpr std::int64_t kStallTellEveryNs = 10'000'000'000;

@@ -43,6 +43,11 @@ class FileDescriptor {
 // daemon answers on path. The socket is non-blocking and close-on-exec.
 ipc::Result<FileDescriptor> listen_unix(const std::string& path);
 
+// One daemon per socket path: takes an exclusive flock on path + ".lock" (created, with the parent
+// directory, if missing; left in place at exit, as lock files are) and writes this process's pid in
+// it. Held while the descriptor lives. An error naming the pid of the daemon that holds it.
+ipc::Result<FileDescriptor> lock_socket_path(const std::string& path);
+
 // A blocking, close-on-exec connection to path.
 ipc::Result<FileDescriptor> connect_unix(const std::string& path);
 
