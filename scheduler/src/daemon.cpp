@@ -200,7 +200,7 @@ ipc::Status Daemon::setup() {
   watch(signals_.get(), tokens::kSignals, EPOLLIN);
   watch(timer_.get(), tokens::kTimer, EPOLLIN);
   watch(wake_.get(), tokens::kWake, EPOLLIN);
-  start_metrics();
+  start_metrics(ipc::monotonic_ns());
   return {};
 }
 

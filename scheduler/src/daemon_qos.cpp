@@ -62,9 +62,9 @@ void Daemon::qos_tick(std::int64_t now_ns) {
                    kAbandonQueryNs / 1'000'000'000);
     }
   }
-  if (options_.config.daemon.metrics_listen != metrics_address_) {  // a reload moved it
-    stop_metrics(/*wait_ns=*/0);
-    start_metrics();
+  const config::ListenAddress& wanted = options_.config.daemon.metrics_listen;
+  if ((wanted != metrics_address_ || (!metrics_ && wanted.enabled())) && now_ns >= metrics_retry_ns_) {
+    start_metrics(now_ns);  // a reload moved it, or its port was taken
   }
   if (metrics_ && metrics_->refresh_wanted()) metrics_->publish(render_metrics(status_snapshot()), now_ns);
   warn_tight_targets(now_ns);
@@ -116,14 +116,42 @@ void Daemon::qos_status(DaemonStatus& status, std::int64_t now_ns) const {
   }
 }
 
-void Daemon::start_metrics() {
-  metrics_address_ = options_.config.daemon.metrics_listen;
-  if (!metrics_address_.enabled()) return;
-  auto server = MetricsServer::start(metrics_address_);
-  if (!server) {
-    return spdlog::error("metrics: {}; running without the metrics endpoint", server.error());
+void Daemon::start_metrics(std::int64_t now_ns) {
+  const config::ListenAddress wanted = options_.config.daemon.metrics_listen;
+  if (!wanted.enabled()) {
+    stop_metrics(/*wait_ns=*/0);
+    metrics_address_ = wanted;
+    return;
   }
+  auto server = MetricsServer::start(wanted);
+  if (!server && metrics_) {  // the endpoint serving may hold the port (0.0.0.0:P, then 127.0.0.1:P)
+    const config::ListenAddress serving = metrics_address_;
+    stop_metrics(/*wait_ns=*/0);
+    server = MetricsServer::start(wanted);
+    if (!server) {
+      if (auto back = MetricsServer::start(serving)) {
+        metrics_ = std::move(back.value());
+        spdlog::info("metrics: serving http://{}/metrics again", config::to_string(serving));
+      }
+    }
+  }
+  if (!server) {
+    // Retried, quietly after the first time: the port may be freed (a restart racing the old one).
+    metrics_retry_ns_ = now_ns + kMetricsRetryNs;
+    if (metrics_failed_ != wanted) {
+      metrics_failed_ = wanted;
+      spdlog::error("metrics: {}; {} (trying again every {} s)", server.error(),
+                    metrics_ ? "still serving http://" + config::to_string(metrics_address_) + "/metrics"
+                             : std::string("running without the metrics endpoint"),
+                    kMetricsRetryNs / 1'000'000'000);
+    }
+    if (!metrics_) metrics_address_ = {};
+    return;
+  }
+  stop_metrics(/*wait_ns=*/0);
   metrics_ = std::move(server.value());
+  metrics_address_ = wanted;
+  metrics_failed_ = {};
   spdlog::info("metrics: serving http://{}/metrics", config::to_string(metrics_address_));
 }
 

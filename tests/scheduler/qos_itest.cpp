@@ -438,8 +438,45 @@ TEST(Qos, AMetricsPortInUseIsAnErrorAndTheDaemonRunsWithoutIt) {
   DaemonProcess daemon({"--metrics-listen", where});
   EXPECT_TRUE(eventually([&] { return daemon.log().find("metrics: cannot listen on " + where) != std::string::npos; }))
       << daemon.log();
+  EXPECT_NE(daemon.log().find("running without the metrics endpoint (trying again every 5 s)"), std::string::npos)
+      << daemon.log();
   FakeClient client(daemon.socket(), Priority::low, "batch");
   EXPECT_EQ(daemon.status()["clients"].size(), 1u) << "it serves on";
+  // The port freed (an old daemon's endpoint gone at last): served at the next try.
+  taken.reset();
+  const std::uint16_t port = ntohs(address.sin_port);
+  EXPECT_TRUE(eventually([&] { return http_get(port, "/metrics").rfind("HTTP/1.1 200", 0) == 0; }, 10s)) << daemon.log();
+}
+
+// A reload that moves the endpoint to a port in use keeps the one serving, and moves it once the port
+// is free; one that moves it to a free port moves it at once.
+TEST(Qos, AReloadOntoABusyMetricsPortKeepsTheEndpointServingUntilItIsFree) {
+  const std::uint16_t first = testing::free_port();
+  scheduler::FileDescriptor taken(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  ASSERT_EQ(::bind(taken.get(), reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+  ASSERT_EQ(::listen(taken.get(), 1), 0);
+  ASSERT_EQ(::getsockname(taken.get(), reinterpret_cast<sockaddr*>(&address), &length), 0);
+  const std::uint16_t busy = ntohs(address.sin_port);
+  TempDir dir("gpuqos-qos");
+  const auto config = [&](std::uint16_t port) {
+    return "[daemon]\nmetrics_listen = \"127.0.0.1:" + std::to_string(port) + "\"\n";
+  };
+  DaemonProcess daemon({"--config", dir.write("gpuqosd.toml", config(first)).string()});
+  ASSERT_TRUE(eventually([&] { return http_get(first, "/metrics").rfind("HTTP/1.1 200", 0) == 0; }, 5s)) << daemon.log();
+  dir.write("gpuqosd.toml", config(busy));
+  ASSERT_EQ(::kill(daemon.pid(), SIGHUP), 0);
+  ASSERT_TRUE(eventually([&] { return daemon.log().find("cannot listen on 127.0.0.1:" + std::to_string(busy)) != std::string::npos; }, 5s))
+      << daemon.log();
+  EXPECT_NE(daemon.log().find("still serving http://127.0.0.1:" + std::to_string(first) + "/metrics"), std::string::npos)
+      << daemon.log();
+  EXPECT_EQ(http_get(first, "/metrics").rfind("HTTP/1.1 200", 0), 0u) << "kept\n" << daemon.log();
+  taken.reset();
+  EXPECT_TRUE(eventually([&] { return http_get(busy, "/metrics").rfind("HTTP/1.1 200", 0) == 0; }, 10s)) << daemon.log();
+  EXPECT_TRUE(eventually([&] { return http_get(first, "/metrics").empty(); }, 5s)) << "moved\n" << daemon.log();
 }
 
 // A peer trickling its request at the metrics port when gpuqosd is told to stop: it waits 3 s for

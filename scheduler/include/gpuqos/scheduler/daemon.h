@@ -156,9 +156,11 @@ class Daemon {
   void warn_tight_targets(std::int64_t now_ns);
   // The jobs and grant counters of status_snapshot().
   void qos_status(DaemonStatus& status, std::int64_t now_ns) const;
-  // The Prometheus endpoint at options_.config.daemon.metrics_listen (off when its port is 0); a
-  // bind failure is logged and the daemon runs on without it.
-  void start_metrics();
+  // Serves the Prometheus endpoint at options_.config.daemon.metrics_listen (none when its port is
+  // 0), in place of the one serving. A bind failure is logged once per address and tried again
+  // every kMetricsRetryNs (qos_tick), the endpoint serving (if any) kept meanwhile.
+  void start_metrics(std::int64_t now_ns);
+  static constexpr std::int64_t kMetricsRetryNs = 5'000'000'000;
   // wait_ns: how long to let scrapes in progress finish (MetricsServer::stop): 0 on a reload, where
   // the loop must not stall (the shims' heartbeat limit is 100 ms).
   void stop_metrics(std::int64_t wait_ns);
@@ -211,7 +213,9 @@ class Daemon {
   std::map<ClientId, ToldHold> told_holds_;
   QueryTracker queries_;  // the high-priority clients' query boundaries (for the QoS tracker)
   QosTracker qos_;
-  config::ListenAddress metrics_address_;  // what start_metrics() last tried
+  config::ListenAddress metrics_address_;  // what metrics_ serves (disabled: none)
+  config::ListenAddress metrics_failed_;   // the address last told of as failing (disabled: none)
+  std::int64_t metrics_retry_ns_ = 0;
   std::unique_ptr<MetricsServer> metrics_;
   std::int64_t tight_checked_ns_ = 0;
   std::set<std::string> overdue_warned_;  // jobs told of once (PolicyState::overdue_jobs)
