@@ -13,6 +13,7 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <utility>
 
 #include <fmt/format.h>
@@ -173,6 +174,8 @@ ipc::Result<std::unique_ptr<Daemon>> Daemon::create(DaemonOptions options) {
 
 ipc::Status Daemon::setup() {
   started_ns_ = ipc::monotonic_ns();
+  config_status_.path = options_.config_path;
+  config_status_.loaded_unix_s = static_cast<std::int64_t>(std::time(nullptr));
   sigset_t mask;
   sigemptyset(&mask);
   sigaddset(&mask, SIGTERM);
@@ -373,6 +376,7 @@ DaemonStatus Daemon::status_snapshot() const {
   status.uptime_ns = now_ns - started_ns_;
   status.policy = std::string(policy_->name());
   status.socket = options_.socket_path;
+  if (!options_.config_path.empty()) status.config = config_status_;
   status.backlog = policy_->backlog().loads();
   for (const DeviceTable::Device& device : devices_.devices()) {
     const BaymaxOptions& settings = numbered_policy_.baymax;

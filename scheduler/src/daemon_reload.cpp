@@ -5,6 +5,11 @@
 // store, another policy) is warned about and kept as it runs.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <ctime>
+#include <string>
+#include <vector>
+
 #include "gpuqos/config/load.h"
 #include "gpuqos/config/summary.h"
 #include "gpuqos/ipc/clock.h"
@@ -48,11 +53,9 @@ void Daemon::reload_config() {
   const std::string path = options_.config_path;  // a copy: options_ is replaced below
   if (path.empty()) return spdlog::info("SIGHUP: gpuqosd runs without --config, there is no file to reload");
   auto loaded = config::load_config_file(path);
-  if (!loaded) return spdlog::error("reload of {} failed, keeping the running config: {}", path, loaded.error());
+  if (!loaded) return reload_failed(path, loaded.error());
   auto configured = options_from_config(loaded.value(), options_);
-  if (!configured) {
-    return spdlog::error("reload of {} failed, keeping the running config: {}", path, configured.error());
-  }
+  if (!configured) return reload_failed(path, configured.error());
   DaemonOptions next = std::move(configured.value());
   next.log_level = std::string(config::to_string(loaded->daemon.log_level));
   apply_command_line(next);
@@ -85,7 +88,20 @@ void Daemon::reload_config() {
                  "at registration ({}) until they register again",
                  path, managed_devices_text(next.config.devices), managed_devices_text(options_.config.devices));
   }
+  // A file emptied or cut short (a config manager writing it in place, a stray '>') loads: it only
+  // drops what it lost. Say so louder than the summary does.
+  if (next.config.jobs.empty() && !options_.config.jobs.empty()) {
+    spdlog::warn("reload of {}: it names no [[job]], the running config named {}: every latency target and "
+                 "best-effort weight is dropped (an empty or half-written file?)",
+                 path, options_.config.jobs.size());
+  }
+  if (!next.config.daemon.metrics_listen.enabled() && options_.config.daemon.metrics_listen.enabled()) {
+    spdlog::warn("reload of {}: it sets no [daemon] metrics_listen: the metrics endpoint at {} stops", path,
+                 config::to_string(options_.config.daemon.metrics_listen));
+  }
   options_ = std::move(next);  // jobs, access and devices: for registrations from now on
+  config_status_ = ConfigStatus{path, static_cast<std::int64_t>(std::time(nullptr)), true,
+                                static_cast<std::int64_t>(std::time(nullptr)), ""};
   settings_checked_.clear();   // settings that differ now are said again
   spdlog::set_level(spdlog::level::from_str(options_.log_level));
   const BaymaxOptions& baymax = options_.policy.baymax;
@@ -99,6 +115,25 @@ void Daemon::reload_config() {
                baymax.timeslice_ns / 1000, device_timeslices_text(baymax), baymax.bound_by_slices,
                baymax.idle_bound_factor, baymax.long_op_tail_share, options_.config.jobs.size(), options_.log_level);
   reregister_clients_with_policy(ipc::monotonic_ns());
+}
+
+void Daemon::reload_failed(const std::string& path, const std::string& error) {
+  // One problem per line (a log line each, each with its time and level, for whatever parses them).
+  std::vector<std::string> problems;
+  for (std::size_t at = 0; at <= error.size();) {
+    const std::size_t end = std::min(error.find('\n', at), error.size());
+    if (end > at) problems.push_back(error.substr(at, end - at));
+    at = end + 1;
+  }
+  if (problems.size() <= 1) {
+    spdlog::error("reload of {} failed, keeping the running config: {}", path, error);
+  } else {
+    spdlog::error("reload of {} failed, keeping the running config: {} problems:", path, problems.size());
+    for (const std::string& problem : problems) spdlog::error("  {}", problem);
+  }
+  config_status_.last_reload_ok = false;
+  config_status_.last_reload_unix_s = static_cast<std::int64_t>(std::time(nullptr));
+  config_status_.last_reload_error = error;
 }
 
 // The policy hears each connected client's targets and weight again, as the new config has them.

@@ -182,6 +182,14 @@ void daemon_families(const DaemonStatus& status, std::ostringstream& out) {
       .sample(static_cast<double>(high), {{"priority", "high"}})
       .sample(static_cast<double>(status.clients.size() - high), {{"priority", "low"}});
   Family(out, "gpuqos_uptime_seconds", "gauge", "Seconds since gpuqosd started.").sample(seconds(status.uptime_ns));
+  if (status.config) {
+    Family(out, "gpuqos_config_last_reload_successful", "gauge",
+           "Whether the latest reload of the config file (SIGHUP) was applied (1 before any).")
+        .sample(status.config->last_reload_ok ? 1 : 0);
+    Family(out, "gpuqos_config_last_reload_success_timestamp_seconds", "gauge",
+           "When the config running was read (Unix time): at start, or at the last reload applied.")
+        .sample(static_cast<double>(status.config->loaded_unix_s));
+  }
 }
 
 }  // namespace

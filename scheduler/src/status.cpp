@@ -9,6 +9,7 @@
 #include <array>
 #include <cerrno>
 #include <cstdio>
+#include <ctime>
 #include <map>
 #include <sstream>
 
@@ -117,6 +118,15 @@ std::string uptime_text(std::int64_t ns) {
   return text;
 }
 
+// "2026-11-27 23:59:55" in local time.
+std::string local_time_text(std::int64_t unix_s) {
+  const std::time_t when = static_cast<std::time_t>(unix_s);
+  std::tm local{};
+  char text[32] = "?";
+  if (::localtime_r(&when, &local) != nullptr) std::strftime(text, sizeof text, "%Y-%m-%d %H:%M:%S", &local);
+  return text;
+}
+
 }  // namespace
 
 nlohmann::json to_json(const DaemonStatus& status) {
@@ -140,6 +150,13 @@ nlohmann::json to_json(const DaemonStatus& status) {
                          {"clients", nlohmann::json::array()},
                          {"jobs", nlohmann::json::array()},
                          {"grants", grants_json(status.grants)}};
+  if (status.config) {
+    json["daemon"]["config"] = {{"path", status.config->path},
+                                {"loaded_unix_s", status.config->loaded_unix_s},
+                                {"last_reload_ok", status.config->last_reload_ok},
+                                {"last_reload_unix_s", status.config->last_reload_unix_s},
+                                {"last_reload_error", status.config->last_reload_error}};
+  }
   for (const auto& load : status.backlog) json["backlog"].push_back(backlog_json(load));
   for (const auto& d : status.devices) {
     nlohmann::json device{{"device", d.device}, {"uuid", d.uuid}, {"ordinal", d.ordinal}, {"clients", d.clients},
@@ -276,6 +293,19 @@ std::string render_status_table(const nlohmann::json& status) {
   out << "gpuqosd pid " << daemon.at("pid").get<std::int64_t>() << ", up "
       << uptime_text(daemon.at("uptime_ns").get<std::int64_t>()) << ", policy "
       << daemon.at("policy").get<std::string>() << ", socket " << daemon.at("socket").get<std::string>() << "\n";
+  if (daemon.contains("config")) {
+    const auto& config = daemon.at("config");
+    out << "  config " << config.value("path", "") << ", read " << local_time_text(config.value("loaded_unix_s", std::int64_t{0}));
+    if (!config.value("last_reload_ok", true)) {
+      out << "; the reload at " << local_time_text(config.value("last_reload_unix_s", std::int64_t{0}))
+          << " FAILED and was not applied: ";
+      const std::string error = config.value("last_reload_error", "");
+      const auto more = std::count(error.begin(), error.end(), '\n');
+      out << error.substr(0, error.find('\n'));
+      if (more > 0) out << " (and " << more << " more: gpuqosd --check-config " << config.value("path", "") << ")";
+    }
+    out << "\n";
+  }
   // (Absent from a daemon older than protocol 1.7.)
   for (const auto& device : status.value("devices", nlohmann::json::array())) {
     out << "  device " << device.at("device") << " is " << device.at("uuid").get<std::string>();

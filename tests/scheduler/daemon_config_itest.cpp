@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "daemon_harness.h"
+#include "gpuqos/scheduler/status.h"
 
 namespace gpuqos::testing {
 namespace {
@@ -234,6 +235,47 @@ TEST(Reload, AMalformedFileKeepsTheRunningConfigAndALaterGoodOneWorks) {
 
   ASSERT_TRUE(daemon.reload(fifo(2), "config reloaded from")) << daemon->log();
   EXPECT_TRUE(low.wait_granted(2));
+}
+
+// What a reload did is seen outside the log: the status says the file, when the running config was
+// read, and a refused reload with its problems (each its own log line); an emptied file (it loads)
+// is warned of for the targets it drops.
+TEST(Reload, TheStatusSaysWhetherTheLastReloadWasAppliedAndAnEmptiedFileIsWarnedOf) {
+  const std::string serve = "[[job]]\nname = \"serve\"\ntarget_ms = 20.0\n";
+  ConfiguredDaemon daemon(fifo(1, serve));
+  nlohmann::json config = daemon->status()["daemon"]["config"];
+  EXPECT_EQ(config["path"], daemon.file().string());
+  EXPECT_EQ(config["last_reload_ok"], true);
+  EXPECT_EQ(config["last_reload_unix_s"], 0);
+  const std::int64_t started = config["loaded_unix_s"];
+  EXPECT_GT(started, 1'700'000'000) << config.dump();
+
+  const std::string failed = "reload of " + daemon.file().string() + " failed, keeping the running config";
+  ASSERT_TRUE(daemon.reload(fifo(-3, "[[job]]\nname = \"serve\"\ntarget_ms = -1.0\n"), failed)) << daemon->log();
+  config = daemon->status()["daemon"]["config"];
+  EXPECT_EQ(config["last_reload_ok"], false);
+  EXPECT_GE(config["last_reload_unix_s"].get<std::int64_t>(), started);
+  EXPECT_EQ(config["loaded_unix_s"], started) << "the config running is still the first";
+  const std::string error = config["last_reload_error"];
+  EXPECT_NE(error.find("policy.fifo.max_outstanding"), std::string::npos) << error;
+  EXPECT_NE(error.find("job[0].target_ms"), std::string::npos) << error;
+  const std::string log = daemon->log();
+  EXPECT_NE(log.find(failed + ": 2 problems:\n"), std::string::npos) << log;
+  // Each problem on a line of its own, after the time and level: not a bare continuation line.
+  const std::size_t problem = log.find(daemon.file().string() + ":7:13: job[0].target_ms");
+  ASSERT_NE(problem, std::string::npos) << log;
+  const std::size_t line_start = log.rfind('\n', problem) + 1;
+  EXPECT_NE(log.substr(line_start, problem - line_start).find("error"), std::string::npos) << log;
+  const std::string table = scheduler::render_status_table(daemon->status());
+  EXPECT_NE(table.find("FAILED and was not applied: " + daemon.file().string()), std::string::npos) << table;
+  EXPECT_NE(table.find("(and 1 more: gpuqosd --check-config " + daemon.file().string() + ")"), std::string::npos) << table;
+
+  ASSERT_TRUE(daemon.reload("", "config reloaded from")) << daemon->log();
+  EXPECT_NE(daemon->log().find("it names no [[job]], the running config named 1: every latency target"), std::string::npos)
+      << daemon->log();
+  config = daemon->status()["daemon"]["config"];
+  EXPECT_EQ(config["last_reload_ok"], true);
+  EXPECT_EQ(config["last_reload_error"], "");
 }
 
 TEST(Reload, CommandLineOptionsStillWinAndAPolicyChangeNeedsARestart) {

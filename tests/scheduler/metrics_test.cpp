@@ -23,6 +23,7 @@ DaemonStatus sample_status() {
   ClientStatus high, low;
   high.priority = ipc::Priority::high;
   status.clients = {high, low, low};
+  status.config = ConfigStatus{"/etc/gpuqos.toml", 1'790'000'000, false, 1'790'000'100, "bad"};
   status.clients[1].unscheduled = {{0, "GPU-aa000000-0000-0000-0000-000000000001"}};
   status.clients[2].unscheduled = {{3, "GPU-aa000000-0000-0000-0000-000000000001"}};
   JobQosSnapshot serve;
@@ -140,6 +141,8 @@ TEST(Metrics, BestEffortGrantsEnginesAndClients) {
   EXPECT_TRUE(has_line(text, "gpuqos_clients{priority=\"high\"} 1")) << text;
   EXPECT_TRUE(has_line(text, "gpuqos_clients{priority=\"low\"} 2")) << text;
   EXPECT_TRUE(has_line(text, "gpuqos_uptime_seconds 12.5")) << text;
+  EXPECT_TRUE(has_line(text, "gpuqos_config_last_reload_successful 0")) << text;
+  EXPECT_TRUE(has_line(text, "gpuqos_config_last_reload_success_timestamp_seconds 1.79e+09")) << text;
 }
 
 TEST(Metrics, LabelValuesAreEscaped) {

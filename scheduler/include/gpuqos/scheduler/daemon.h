@@ -179,6 +179,9 @@ class Daemon {
   bool stopping_ = false;
   std::int64_t accept_paused_until_ns_ = 0;  // 0: the listener is watched
   FileDescriptor socket_lock_;               // lock_socket_path's, for the daemon's life
+  ConfigStatus config_status_;               // the config file running and its latest reload
+  // A reload refused: logged one problem a line, and kept for the status and metrics.
+  void reload_failed(const std::string& path, const std::string& error);
   // The socket file's identity once bound: a tmp cleaner may remove it (check_socket_path serves
   // the path again), or something else take its place (warned of once).
   dev_t socket_device_ = 0;

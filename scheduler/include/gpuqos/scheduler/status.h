@@ -2,7 +2,9 @@
 // record), the human-readable table, and the client side of the request.
 //
 // JSON (version 2; version 1 had no "jobs", "jobs_omitted" nor "grants"):
-//   {"version":2, "daemon":{"pid","uptime_ns","policy","socket"},
+//   {"version":2, "daemon":{"pid","uptime_ns","policy","socket",
+//              "config" (only with --config):{"path","loaded_unix_s","last_reload_ok",
+//                        "last_reload_unix_s" (0: none yet),"last_reload_error" ("" when ok)}},
 //    "backlog":[{"device","engine","outstanding_ops","backlog_ns","completed_ops","completed_device_ns"}],
 //    "devices":[{"device","uuid","ordinal","clients","preemptive","timeslice_ns" (preemptive only)}],
 //                (gpuqosd's device numbers: device_table.h)
@@ -107,6 +109,15 @@ struct PredictorStatus {
   std::uint64_t learned = 0, coarse = 0, shared = 0, unknown = 0, rejected = 0, saves = 0;
 };
 
+// The config file gpuqosd runs (none without --config), and its latest SIGHUP reload.
+struct ConfigStatus {
+  std::string path;
+  std::int64_t loaded_unix_s = 0;       // when the config running was read (start, or the last good reload)
+  bool last_reload_ok = true;           // no reload yet counts as ok
+  std::int64_t last_reload_unix_s = 0;  // 0: none yet
+  std::string last_reload_error;        // why the latest reload was refused ("" when it was not)
+};
+
 struct DaemonStatus {
   std::int64_t pid = 0;
   std::int64_t uptime_ns = 0;
@@ -119,6 +130,7 @@ struct DaemonStatus {
   std::vector<JobQosSnapshot> jobs;  // QosTracker::snapshot's order
   GrantCounters grants;              // daemon-wide, departed clients included
   std::optional<PolicyState> policy_state;  // from a policy that keeps one (baymax)
+  std::optional<ConfigStatus> config;  // with --config
 };
 
 nlohmann::json to_json(const DaemonStatus& status);
