@@ -71,12 +71,12 @@ bool connect_socket(const std::string& path, SocketGuard& socket, std::string& w
   socket.fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (socket.fd < 0) return why = errno_text("socket"), false;
   if (::connect(socket.fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0) return true;
-  if (errno != EINPROGRESS && errno != EAGAIN) return why = errno_text("connect"), false;
+  if (errno != EINPROGRESS && errno != EAGAIN) return why = ipc::connect_failure(path, errno), false;
   int error = 0;
   socklen_t length = sizeof error;
   if (!wait_for(socket.fd, POLLOUT, kConnectTimeoutMs)) return why = "connect timed out", false;
   if (::getsockopt(socket.fd, SOL_SOCKET, SO_ERROR, &error, &length) != 0 || error != 0) {
-    return why = std::string("connect: ") + std::strerror(error), false;
+    return why = ipc::connect_failure(path, error), false;
   }
   return true;
 }

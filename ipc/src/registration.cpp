@@ -2,6 +2,7 @@
 #include "gpuqos/ipc/registration.h"
 
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -337,6 +338,23 @@ Result<UnscheduledDevice> decode_unscheduled_device(Record record) {
                  std::to_string(kMaxDevices)};
   }
   return device;
+}
+
+std::string connect_failure(const std::string& path, int error) {
+  std::string hint;
+  struct stat info{};
+  const bool exists = ::lstat(path.c_str(), &info) == 0;
+  if (error == ENOENT || (error == ECONNREFUSED && !exists)) {
+    hint = "nothing at " + path + ": is gpuqosd running, with this socket path?";
+  } else if (error == ECONNREFUSED && !S_ISSOCK(info.st_mode)) {
+    hint = path + (S_ISDIR(info.st_mode) ? " is a directory" : " exists and is not a socket") +
+           ": not gpuqosd's socket (its path is [daemon] socket, or gpuqosd --socket)";
+  } else if (error == ECONNREFUSED) {
+    hint = "no gpuqosd serves " + path + ": a socket left by one that died?";
+  } else if (error == EACCES) {
+    hint = "this user may not open " + path + " or a directory above it";
+  }
+  return std::string("connect: ") + std::strerror(error) + (hint.empty() ? "" : " (" + hint + ")");
 }
 
 Status send_record(int fd, std::span<const std::byte> record) {

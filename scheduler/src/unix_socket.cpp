@@ -14,6 +14,8 @@
 #include <filesystem>
 #include <system_error>
 
+#include "gpuqos/ipc/registration.h"
+
 namespace gpuqos::scheduler {
 namespace {
 
@@ -95,7 +97,7 @@ ipc::Result<FileDescriptor> connect_unix(const std::string& path) {
   FileDescriptor fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
   if (!fd.valid()) return system_error("socket");
   if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&address.value()), sizeof(sockaddr_un)) != 0) {
-    return system_error("connect " + path);
+    return ipc::Error{ipc::connect_failure(path, errno)};
   }
   return fd;
 }

@@ -5,14 +5,18 @@
 #include <fcntl.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
 #include <cstring>
 #include <random>
 
 #include "gpuqos/ipc/clock.h"
+#include "gpuqos/testing/temp_dir.h"
 
 namespace gpuqos::ipc {
 namespace {
@@ -331,6 +335,30 @@ TEST(UnscheduledDevice, RoundTripsAndRefusesGarbage) {
   EXPECT_FALSE(decode_unscheduled_device(record));
   EXPECT_FALSE(decode_unscheduled_device(encode_unscheduled_device(kMaxDevices, uuid)));  // no such ordinal
   EXPECT_FALSE(decode_unscheduled_device(std::vector<std::byte>(24, std::byte{0x47})));  // bad magic
+}
+
+// A user reading "Connection refused" cannot tell a wrong path from a dead daemon: the message says.
+TEST(ConnectFailure, SaysWhatIsAtThePath) {
+  const gpuqos::testing::TempDir temp("gpuqos-connect-failure");
+  const std::string dir = temp.path().string();
+  const std::string file = dir + "/file.sock", stale = dir + "/stale.sock", none = dir + "/none.sock";
+  { std::FILE* f = std::fopen(file.c_str(), "w"); ASSERT_NE(f, nullptr); std::fclose(f); }
+  {
+    const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    std::strncpy(address.sun_path, stale.c_str(), sizeof address.sun_path - 1);
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+    ::close(fd);  // bound, never listened: what a killed daemon leaves
+  }
+  EXPECT_EQ(connect_failure(file, ECONNREFUSED),
+            "connect: Connection refused (" + file + " exists and is not a socket: not gpuqosd's socket (its path is "
+            "[daemon] socket, or gpuqosd --socket))");
+  EXPECT_NE(connect_failure(dir, ECONNREFUSED).find(dir + " is a directory: not gpuqosd's socket"), std::string::npos);
+  EXPECT_NE(connect_failure(stale, ECONNREFUSED).find("(no gpuqosd serves " + stale + ": a socket left by one that died?)"),
+            std::string::npos);
+  EXPECT_NE(connect_failure(none, ENOENT).find("(nothing at " + none + ": is gpuqosd running"), std::string::npos);
+  EXPECT_EQ(connect_failure(none, ETIMEDOUT), std::string("connect: ") + std::strerror(ETIMEDOUT));
 }
 
 // A connected SOCK_SEQPACKET pair, closed at the end of the test.

@@ -271,6 +271,11 @@ Result<UnscheduledDevice> decode_unscheduled_device(std::span<const std::byte> r
 Result<DecodedControlRequest> decode_control_request(std::span<const std::byte> record);
 Result<ControlReply> decode_control_reply(std::span<const std::byte> record);
 
+// Why connecting to gpuqosd's socket at `path` failed with errno `error`, for a user:
+// "connect: Connection refused (... is not a socket: ...)". The errno alone misleads (a regular
+// file or a directory there also reads "Connection refused").
+std::string connect_failure(const std::string& path, int error);
+
 // Sends one record (MSG_NOSIGNAL, EINTR retried).
 Status send_record(int fd, std::span<const std::byte> record);
 
