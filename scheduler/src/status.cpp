@@ -336,17 +336,27 @@ std::string render_status_table(const nlohmann::json& status) {
   out << render_jobs_table(status);
   char line[256];
   const int width = job_column_width(status.at("clients"));
+  if (status.at("clients").empty() && !status.contains("clients_omitted")) {
+    out << "no clients connected\n";
+    return out.str();
+  }
   std::snprintf(line, sizeof line, "%-8s %-6s %-*s %-4s %-7s %-8s %10s %10s %10s %12s\n", "PID", "UID", width, "JOB", "PRIO",
                 "DEVICES", "STATE", "POSTED", "GRANTED", "COMPLETED", "WAIT_MS");
   out << line;
+  bool lowered = false;  // a client runs below the class it claimed (footnote)
   for (const auto& c : status.at("clients")) {
     const auto& ops = c.at("ops");
     // gpuqosd's device numbers its GPU work named ("-": none yet)
     std::string devices;
     for (const auto& d : c.value("devices", nlohmann::json::array())) devices += (devices.empty() ? "" : ",") + d.dump();
+    std::string prio = c.at("priority").get<std::string>();
+    if (c.value("claimed_priority", prio) != prio) {
+      prio += "*";
+      lowered = true;
+    }
     std::snprintf(line, sizeof line, "%-8lld %-6u %-*s %-4s %-7s %-8s %10llu %10llu %10llu %12s\n",
                   static_cast<long long>(c.at("pid").get<std::int64_t>()), c.at("uid").get<unsigned>(), width,
-                  c.at("job").get<std::string>().c_str(), c.at("priority").get<std::string>().c_str(),
+                  c.at("job").get<std::string>().c_str(), prio.c_str(),
                   devices.empty() ? "-" : devices.c_str(), c.at("state").get<std::string>().c_str(),
                   static_cast<unsigned long long>(ops.at("posted").get<std::uint64_t>()),
                   static_cast<unsigned long long>(ops.at("granted").get<std::uint64_t>()),
@@ -366,6 +376,7 @@ std::string render_status_table(const nlohmann::json& status) {
     }
   }
   if (status.contains("clients_omitted")) out << "(" << status["clients_omitted"] << " more clients not shown)\n";
+  if (lowered) out << "* claimed high priority; the config ([access], the job's allowed_priority) runs it as low\n";
   return out.str();
 }
 

@@ -71,6 +71,7 @@ std::pair<CLI::App*, CLI::App*> add_predictor_commands(CLI::App& app, gpuqos::pr
 // What the shim would refuse of the options `run` hands it (it would run the job as low priority
 // with a warning from each process): said once, here, before anything starts.
 std::string run_option_problem(const gpuqos::scheduler::RunOptions& options) {
+  if (options.job && options.job->empty()) return "--job '': must be 1 to 63 characters of A-Z a-z 0-9 . _ -";
   const auto parsed = gpuqos::intercept::parse_settings(
       [&](const char* variable) -> const char* {
         if (std::string_view(variable) == "GPUQOS_JOB") return options.job ? options.job->c_str() : nullptr;
@@ -179,7 +180,7 @@ int main(int argc, char** argv) {
   if (top->parsed()) return gpuqos::scheduler::run_top(top_options, std::cout, std::cerr, ::isatty(STDOUT_FILENO) == 1);
   if (train->parsed()) return gpuqos::predictor::run_train(train_options, std::cout, std::cerr);
   if (eval->parsed()) return gpuqos::predictor::run_eval(eval_options, std::cout, std::cerr);
-  if (!job.empty()) run_options.job = job;
+  if (run->count("--job") > 0) run_options.job = job;  // given empty: refused below, not the default
   // Made absolute here: the job may start in another directory than this command (cd in a shell -c).
   if (!run_socket.empty()) run_options.socket = std::filesystem::absolute(run_socket).lexically_normal().string();
   if (const std::string problem = run_option_problem(run_options); !problem.empty()) {

@@ -1030,6 +1030,7 @@ TEST(Cli, RunRefusesAJobNameOrSocketTheShimWouldNotTakeAndDurationsMustBeFinite)
   const std::string long_socket = "/" + std::string(120, 's');
   for (const auto& [args, message] : std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{"run", "--job", "my job", "--", "true"}, "gpuqos run: --job my job: must be 1 to 63 characters"},
+           {{"run", "--job", "", "--", "true"}, "gpuqos run: --job '': must be 1 to 63 characters"},
            {{"run", "--socket", long_socket, "--", "true"}, "must be at most 107 bytes"},
            {{"top", "--interval", "nan"}, "must be a finite number in [0.001, 86400] (got nan)"},
            {{"top", "--interval", "0"}, "must be a finite number in [0.001, 86400] (got 0)"}}) {

@@ -149,6 +149,23 @@ TEST(Status, GpusRunUnscheduledAreListedAndUnderTheirClients) {
             std::string::npos) << table;
 }
 
+// A client the config runs below its claim is marked in the table, with what the mark means; no
+// clients at all is said, not an empty table.
+TEST(Status, ALoweredClaimIsMarkedAndNoClientsIsSaid) {
+  DaemonStatus status = status_with(2);
+  status.clients[1].claimed_priority = ipc::Priority::high;
+  std::string table = render_status_table(nlohmann::json::parse(bounded_status_text(status)));
+  const std::size_t marked = table.find(" low* ");
+  ASSERT_NE(marked, std::string::npos) << table;
+  EXPECT_EQ(table.find(" low* ", marked + 1), std::string::npos) << "only the lowered client\n" << table;
+  EXPECT_NE(table.rfind("job-1 ", marked), std::string::npos) << table;
+  EXPECT_NE(table.find("* claimed high priority; the config ([access], the job's allowed_priority) runs it as low"),
+            std::string::npos) << table;
+  table = render_status_table(nlohmann::json::parse(bounded_status_text(status_with(0))));
+  EXPECT_NE(table.find("no clients connected\n"), std::string::npos) << table;
+  EXPECT_EQ(table.find("PID "), std::string::npos) << table;
+}
+
 TEST(Status, ManyClientsAreCutToFitOneRecord) {
   const std::string text = bounded_status_text(status_with(5000));
   EXPECT_LE(text.size(), ipc::kMaxControlTextBytes);
