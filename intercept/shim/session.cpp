@@ -265,6 +265,9 @@ bool Session::watch(int timeout_ms) noexcept {
   const int ready = ::poll(&socket, 1, timeout_ms);
   if (ready > 0 && !still_ours()) return false;  // closed by the program while polled (POLLNVAL)
   if (ready > 0 && (socket.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLNVAL))) {
+    // A gpuqosd shutting down says so with a detach grant before it hangs up: read it first, so the
+    // reason is that, not the hang-up (a high-priority client, which never waits, reads it only here).
+    if (std::unique_lock pop(pop_mutex_, std::try_to_lock); pop.owns_lock()) drain_grants();
     lose("gpuqosd closed the connection");
   } else if (ready > 0 && (socket.revents & POLLIN)) {
     std::array<char, 256> ignored;  // the daemon sends nothing after its reply; read what it sends

@@ -230,7 +230,11 @@ void Daemon::drain_and_release() {
     if (!client->publish_grant(ipc::kGrantDetach)) {
       spdlog::warn("{}: grants ring full, cannot send the final grant", client->tag());
     } else {
-      spdlog::info("{}: released through seq {} (was {}), detached", client->tag(), last_seq, before);
+      if (client->high_priority()) {
+        spdlog::info("{}: detached (high priority: nothing of it was held)", client->tag());
+      } else {
+        spdlog::info("{}: released through seq {} (was {}), detached", client->tag(), last_seq, before);
+      }
     }
     ipc::Segment::remove(client->segment_name());
   }

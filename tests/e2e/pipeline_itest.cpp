@@ -208,6 +208,32 @@ TEST(Pipeline, DaemonKilledMidRunReleasesTheProgramWhichReRegistersAfterRestart)
   EXPECT_NE(program.output().find("loop ok"), std::string::npos) << program.output();
 }
 
+// A gpuqosd stopping (SIGTERM) tells every job so, high priority too (which never reads grants while
+// it runs): each says it was asked to detach, not that the connection closed, and runs on.
+TEST(Pipeline, AStoppingDaemonDetachesHighAndLowPriorityJobsAlike) {
+  PipelineRig rig;
+  rig.gpuqosd().start();
+  ChildProcess& high = rig.start({.job = "serve", .priority = "high"}, PipelineRig::client({"loop", "300", "2000"}));
+  ChildProcess& low = rig.start({.job = "train"}, PipelineRig::client({"loop", "300", "2000"}));
+  ASSERT_TRUE(eventually([&] {
+    const json h = rig.gpuqosd().client("serve"), l = rig.gpuqosd().client("train");
+    return !h.is_null() && !l.is_null() && ops(h, "completed") >= 3 && ops(l, "completed") >= 3;
+  }, 20s)) << high.output() << low.output() << rig.logs();
+  rig.gpuqosd().stop();
+  for (ChildProcess* program : {&high, &low}) {
+    EXPECT_TRUE(eventually([&] { return program->output().find("lost gpuqosd") != std::string::npos; }, 5s))
+        << program->output();
+    EXPECT_NE(program->output().find("lost gpuqosd (gpuqosd asked its clients to detach)"), std::string::npos)
+        << program->output();
+  }
+  const std::string log = rig.gpuqosd().log();
+  const std::size_t detached = log.find(": detached (high priority: nothing of it was held)");
+  ASSERT_NE(detached, std::string::npos) << log;
+  EXPECT_NE(log.substr(log.rfind('\n', detached) + 1, detached).find("job 'serve'"), std::string::npos) << log;
+  EXPECT_EQ(high.wait(kFinish), 0) << high.output();
+  EXPECT_EQ(low.wait(kFinish), 0) << low.output();
+}
+
 TEST(Pipeline, DaemonKilledWhileALowPriorityLaunchWaitsReleasesIt) {
   PipelineRig rig({"--max-outstanding", "1"});
   rig.gpuqosd().start();
