@@ -84,6 +84,21 @@ const std::string kServeConfig =
     "[policy]\nname = \"fifo\"\n[[job]]\nname = \"serve\"\ntarget_ms = 10.0\npercentile = 99.0\n";
 
 // kServeConfig's job under baymax with these [policy.baymax] lines.
+// A TCP socket listening on a free loopback port (invalid if it cannot): the port taken.
+scheduler::FileDescriptor listening_loopback(std::uint16_t& port) {
+  scheduler::FileDescriptor taken(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  if (::bind(taken.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 || ::listen(taken.get(), 1) != 0 ||
+      ::getsockname(taken.get(), reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    return scheduler::FileDescriptor();
+  }
+  port = ntohs(address.sin_port);
+  return taken;
+}
+
 std::string baymax_serve_config(const std::string& baymax_lines) {
   return "[policy]\nname = \"baymax\"\n[policy.baymax]\n" + baymax_lines + kServeConfig.substr(kServeConfig.find("[[job]]"));
 }
@@ -425,15 +440,10 @@ TEST(Qos, MetricsEndpointServesPrometheusText) {
 }
 
 TEST(Qos, AMetricsPortInUseIsAnErrorAndTheDaemonRunsWithoutIt) {
-  scheduler::FileDescriptor taken(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof address;
-  ASSERT_EQ(::bind(taken.get(), reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
-  ASSERT_EQ(::listen(taken.get(), 1), 0);
-  ASSERT_EQ(::getsockname(taken.get(), reinterpret_cast<sockaddr*>(&address), &length), 0);
-  const std::string where = "127.0.0.1:" + std::to_string(ntohs(address.sin_port));
+  std::uint16_t port = 0;
+  scheduler::FileDescriptor taken = listening_loopback(port);
+  ASSERT_TRUE(taken.valid());
+  const std::string where = "127.0.0.1:" + std::to_string(port);
 
   DaemonProcess daemon({"--metrics-listen", where});
   EXPECT_TRUE(eventually([&] { return daemon.log().find("metrics: cannot listen on " + where) != std::string::npos; }))
@@ -444,7 +454,6 @@ TEST(Qos, AMetricsPortInUseIsAnErrorAndTheDaemonRunsWithoutIt) {
   EXPECT_EQ(daemon.status()["clients"].size(), 1u) << "it serves on";
   // The port freed (an old daemon's endpoint gone at last): served at the next try.
   taken.reset();
-  const std::uint16_t port = ntohs(address.sin_port);
   EXPECT_TRUE(eventually([&] { return http_get(port, "/metrics").rfind("HTTP/1.1 200", 0) == 0; }, 10s)) << daemon.log();
 }
 
@@ -452,15 +461,9 @@ TEST(Qos, AMetricsPortInUseIsAnErrorAndTheDaemonRunsWithoutIt) {
 // is free; one that moves it to a free port moves it at once.
 TEST(Qos, AReloadOntoABusyMetricsPortKeepsTheEndpointServingUntilItIsFree) {
   const std::uint16_t first = testing::free_port();
-  scheduler::FileDescriptor taken(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof address;
-  ASSERT_EQ(::bind(taken.get(), reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
-  ASSERT_EQ(::listen(taken.get(), 1), 0);
-  ASSERT_EQ(::getsockname(taken.get(), reinterpret_cast<sockaddr*>(&address), &length), 0);
-  const std::uint16_t busy = ntohs(address.sin_port);
+  std::uint16_t busy = 0;
+  scheduler::FileDescriptor taken = listening_loopback(busy);
+  ASSERT_TRUE(taken.valid());
   TempDir dir("gpuqos-qos");
   const auto config = [&](std::uint16_t port) {
     return "[daemon]\nmetrics_listen = \"127.0.0.1:" + std::to_string(port) + "\"\n";
