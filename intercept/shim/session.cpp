@@ -97,8 +97,7 @@ bool Session::check_heartbeat() noexcept {
   const auto now = static_cast<std::uint64_t>(on_daemon_clock(ipc::monotonic_ns()));
   const auto error = 2 * static_cast<std::uint64_t>(terms_.clock_uncertainty_ns);  // now is that early at most
   if (beat > now + error) {
-    lose(std::string(kFutureHeartbeat) + " (garbage in its segment, its clock jumped, or it is older than protocol "
-                                         "1.4 and in another time namespace)");
+    lose(kFutureHeartbeat);
     return false;
   }
   if (now > beat && now - beat > static_cast<std::uint64_t>(kHeartbeatLimitNs)) {
@@ -113,10 +112,10 @@ void Session::publish() noexcept {
   state_cv_.notify_all();
 }
 
-void Session::lose(const std::string& why) noexcept {
+void Session::lose(std::string_view why) noexcept {
   try {
     std::lock_guard lock(state_mutex_);
-    if (lost_reason_.empty()) lost_reason_ = why;
+    if (lost_reason_.empty()) lost_reason_.assign(why);
   } catch (...) {  // no memory for the reason: still lost
   }
   if (alive_.exchange(false, std::memory_order_acq_rel) && ours(fd_, fd_id_, fd_disowned_)) ::shutdown(fd_, SHUT_RDWR);
@@ -139,7 +138,7 @@ bool Session::send_or_lose(std::span<const std::byte> record, const char* what) 
   }
   try {
     lose(std::string("cannot send ") + what + " to gpuqosd");
-  } catch (...) {
+  } catch (...) {  // no memory for the reason: lost all the same
     lose("cannot send to gpuqosd");
   }
   return false;
@@ -267,7 +266,8 @@ bool Session::watch(int timeout_ms) noexcept {
   if (ready > 0 && (socket.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLNVAL))) {
     // A gpuqosd shutting down says so with a detach grant before it hangs up: read it first, so the
     // reason is that, not the hang-up (a high-priority client, which never waits, reads it only here).
-    if (std::unique_lock pop(pop_mutex_, std::try_to_lock); pop.owns_lock()) drain_grants();
+    // Blocking: a waiter holds the lock for at most one wait slice (5 ms), and may be reading it.
+    if (std::lock_guard pop(pop_mutex_); alive()) drain_grants();
     lose("gpuqosd closed the connection");
   } else if (ready > 0 && (socket.revents & POLLIN)) {
     std::array<char, 256> ignored;  // the daemon sends nothing after its reply; read what it sends

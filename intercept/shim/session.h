@@ -16,6 +16,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gpuqos/intercept/settings.h"
@@ -26,7 +27,9 @@
 namespace gpuqos::intercept {
 
 using ipc::kHeartbeatLimitNs;
-inline constexpr const char* kFutureHeartbeat = "gpuqosd's heartbeat is from the future";
+inline constexpr const char* kFutureHeartbeat =
+    "gpuqosd's heartbeat is from the future (garbage in its segment, its clock jumped, or it is older than protocol "
+    "1.4 and in another time namespace)";
 inline constexpr const char* kStaleHeartbeat = "gpuqosd stopped answering (no heartbeat for over 100 ms)";
 inline constexpr std::int64_t kWaitSliceNs = 5'000'000;         // a waiter re-checks liveness this often
 
@@ -117,7 +120,7 @@ class Session {
   bool watch(int timeout_ms) noexcept;
 
   // Marks the session lost (first reason wins), releases every waiter, hangs up.
-  void lose(const std::string& why) noexcept;
+  void lose(std::string_view why) noexcept;
   std::string lost_reason() const;
 
  private:

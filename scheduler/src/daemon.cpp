@@ -332,7 +332,20 @@ void Daemon::check_socket_path(std::int64_t now_ns) {
   }
   if (errno != ENOENT) return;
   // Removed (a tmp cleaner, a stray rm): the jobs registered keep their connections, new ones would
-  // find nothing. The lock says no other gpuqosd serves the path: serve it again.
+  // find nothing. Served again under the lock, taken again if the cleaner took its file too (and
+  // not served when another gpuqosd took it meanwhile).
+  struct stat held{}, named{};
+  const std::string lock_path = options_.socket_path + ".lock";
+  if (::fstat(socket_lock_.get(), &held) != 0 || ::lstat(lock_path.c_str(), &named) != 0 ||
+      held.st_dev != named.st_dev || held.st_ino != named.st_ino) {
+    auto lock = lock_socket_path(options_.socket_path);
+    if (!lock) {
+      if (!told_socket_replaced_) spdlog::error("{} was removed and cannot be served again: {}", options_.socket_path, lock.error());
+      told_socket_replaced_ = true;
+      return;
+    }
+    socket_lock_ = std::move(lock.value());
+  }
   auto listener = listen_unix(options_.socket_path);
   if (!listener) {
     if (!told_socket_replaced_) spdlog::error("{} was removed and cannot be served again: {}", options_.socket_path, listener.error());

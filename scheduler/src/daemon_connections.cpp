@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -231,11 +232,16 @@ std::string Daemon::note_unscheduled_device(Client& client, const std::vector<st
   auto& unscheduled = client.unscheduled_devices();
   DeviceTable::Uuid uuid;
   std::copy(std::begin(device->uuid), std::end(device->uuid), uuid.begin());
-  const auto [it, added] = unscheduled.try_emplace(device->ordinal, uuid);
-  if (!added) return {};  // said again after a reconnection's race: the first stands
-  if (unscheduled.size() > DeviceTable::kMaxGpusPerClient) {
-    return "it says more than " + std::to_string(DeviceTable::kMaxGpusPerClient) + " unscheduled GPUs";
+  if (unscheduled.contains(device->ordinal)) return {};  // said again: the first stands
+  if (unscheduled.size() >= DeviceTable::kMaxGpusPerClient) {
+    // For the status only: a node with more GPUs than that must not cost the job its scheduling.
+    if (!std::exchange(client.unscheduled_capped, true)) {
+      spdlog::info("{} says more than {} unscheduled GPUs: the status lists the first {}", client.tag(),
+                   DeviceTable::kMaxGpusPerClient, DeviceTable::kMaxGpusPerClient);
+    }
+    return {};
   }
+  unscheduled.emplace(device->ordinal, uuid);
   spdlog::info("{} runs its device {} ({}) unscheduled: [devices] does not name it", client.tag(), device->ordinal,
                uuid == DeviceTable::Uuid{} ? std::string("its driver cannot say its UUID") : DeviceTable::uuid_text(uuid));
   return {};

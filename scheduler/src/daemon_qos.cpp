@@ -121,10 +121,13 @@ void Daemon::start_metrics(std::int64_t now_ns) {
   if (!wanted.enabled()) {
     stop_metrics(/*wait_ns=*/0);
     metrics_address_ = wanted;
+    metrics_failed_ = {};
     return;
   }
   auto server = MetricsServer::start(wanted);
-  if (!server && metrics_) {  // the endpoint serving may hold the port (0.0.0.0:P, then 127.0.0.1:P)
+  if (!server && metrics_ && metrics_address_.port == wanted.port && metrics_failed_ != wanted) {
+    // The endpoint serving holds the port itself (0.0.0.0:P, then 127.0.0.1:P): only then is it
+    // stopped to make room, and started again if that was not it (once per address: no flapping).
     const config::ListenAddress serving = metrics_address_;
     stop_metrics(/*wait_ns=*/0);
     server = MetricsServer::start(wanted);
@@ -132,6 +135,8 @@ void Daemon::start_metrics(std::int64_t now_ns) {
       if (auto back = MetricsServer::start(serving)) {
         metrics_ = std::move(back.value());
         spdlog::info("metrics: serving http://{}/metrics again", config::to_string(serving));
+      } else {
+        spdlog::error("metrics: {} cannot be served again either: {}", config::to_string(serving), back.error());
       }
     }
   }

@@ -99,6 +99,7 @@ void Daemon::reload_config() {
     spdlog::warn("reload of {}: it sets no [daemon] metrics_listen: the metrics endpoint at {} stops", path,
                  config::to_string(options_.config.daemon.metrics_listen));
   }
+  if (next.config.daemon.metrics_listen != options_.config.daemon.metrics_listen) metrics_retry_ns_ = 0;  // at once
   options_ = std::move(next);  // jobs, access and devices: for registrations from now on
   config_status_ = ConfigStatus{path, static_cast<std::int64_t>(std::time(nullptr)), true,
                                 static_cast<std::int64_t>(std::time(nullptr)), ""};
@@ -133,7 +134,14 @@ void Daemon::reload_failed(const std::string& path, const std::string& error) {
   }
   config_status_.last_reload_ok = false;
   config_status_.last_reload_unix_s = static_cast<std::int64_t>(std::time(nullptr));
-  config_status_.last_reload_error = error;
+  // Kept short for the status (one control record): the first problems, and how many more.
+  constexpr std::size_t kKeptProblems = 8, kKeptProblemBytes = 300;
+  std::string kept;
+  for (std::size_t i = 0; i < problems.size() && i < kKeptProblems; ++i) {
+    kept += (i == 0 ? "" : "\n") + problems[i].substr(0, kKeptProblemBytes);
+  }
+  if (problems.size() > kKeptProblems) kept += fmt::format("\n... and {} more", problems.size() - kKeptProblems);
+  config_status_.last_reload_error = kept;
 }
 
 // The policy hears each connected client's targets and weight again, as the new config has them.

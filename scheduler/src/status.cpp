@@ -170,9 +170,16 @@ nlohmann::json to_json(const DaemonStatus& status) {
   return json;
 }
 
+namespace {
+
+// Invalid UTF-8 (a file path is any bytes) is replaced, not thrown on.
+std::string dump(const nlohmann::json& json) { return json.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
+
+}  // namespace
+
 std::string bounded_status_text(const DaemonStatus& status, std::size_t max_bytes) {
   nlohmann::json json = to_json(status);
-  std::string text = json.dump();
+  std::string text = dump(json);
   if (text.size() <= max_bytes) return text;
   // What each entry takes (with its comma), so the cut is worked out without dumping again: entries
   // come off the end of whichever list takes more room (clients on a tie) until the rest fits.
@@ -184,7 +191,7 @@ std::string bounded_status_text(const DaemonStatus& status, std::size_t max_byte
   };
   std::array<List, 2> lists{List{"clients"}, List{"jobs"}};
   for (List& list : lists) {
-    for (const auto& entry : json[list.name]) list.total += list.bytes.emplace_back(entry.dump().size() + 1);
+    for (const auto& entry : json[list.name]) list.total += list.bytes.emplace_back(dump(entry).size() + 1);
     list.kept = list.bytes.size();
   }
   constexpr std::size_t kOmittedCountsBytes = 64;  // ,"clients_omitted":N,"jobs_omitted":N
@@ -201,7 +208,7 @@ std::string bounded_status_text(const DaemonStatus& status, std::size_t max_byte
     json[std::string(list.name) + "_omitted"] = entries.size() - list.kept;
     entries.erase(entries.begin() + static_cast<std::ptrdiff_t>(list.kept), entries.end());
   }
-  return json.dump();
+  return dump(json);
 }
 
 std::string render_policy_state(const nlohmann::json& status) {

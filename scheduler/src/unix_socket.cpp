@@ -75,6 +75,10 @@ ipc::Result<FileDescriptor> lock_socket_path(const std::string& path) {
   if (!parent.empty()) std::filesystem::create_directories(parent, error);
   if (error) return ipc::Error{"cannot create " + parent.string() + ": " + error.message()};
   FileDescriptor fd(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
+  // Another user's lock file (left by their gpuqosd in a shared directory): a read-only descriptor
+  // locks all the same; the pid is not written then.
+  const bool writable = fd.valid();
+  if (!writable && errno == EACCES) fd = FileDescriptor(::open(lock_path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
   if (!fd.valid()) return system_error("cannot open " + lock_path);
   if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
     if (errno != EWOULDBLOCK) return system_error("cannot lock " + lock_path);
@@ -85,7 +89,8 @@ ipc::Result<FileDescriptor> lock_socket_path(const std::string& path) {
                       ": it serves " + path + " (if that socket is gone, it serves it again within a second)"};
   }
   const std::string pid = std::to_string(::getpid()) + "\n";
-  if (::ftruncate(fd.get(), 0) != 0 || ::pwrite(fd.get(), pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
+  if (writable &&
+      (::ftruncate(fd.get(), 0) != 0 || ::pwrite(fd.get(), pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size()))) {
     return system_error("cannot write " + lock_path);
   }
   return fd;

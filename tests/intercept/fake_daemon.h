@@ -37,6 +37,7 @@ struct FakeClient {
   ipc::Hello hello{};
   std::int64_t registered_ns = 0;
   std::vector<ipc::OpDescriptor> ops;
+  std::vector<std::uint32_t> unscheduled;  // the ordinals of its UnscheduledDevice records (1.9)
   std::vector<std::int64_t> popped_ns;  // when each op was popped
   std::vector<ipc::CompletionDescriptor> completions;
   std::vector<std::int64_t> completion_popped_ns;  // when each completion was popped
@@ -240,6 +241,7 @@ class FakeDaemon {
         return;
       }
       if (auto name = ipc::decode_kernel_name(record)) client.names[name->kernel_id] = name->name;
+      if (auto device = ipc::decode_unscheduled_device(record)) client.unscheduled.push_back(device->ordinal);
     }
   }
 

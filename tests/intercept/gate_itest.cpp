@@ -283,6 +283,9 @@ TEST_F(GateTest, WorkOnADeviceTheDaemonDoesNotManageIsNeitherPostedNorHeld) {
     }
   }
   EXPECT_EQ(output_.find("cannot protect"), std::string::npos) << "best effort: nothing to protect\n" << output_;
+  for (const auto& client : daemon_->clients()) {
+    EXPECT_EQ(client.unscheduled, std::vector<std::uint32_t>{0}) << "device 0 told of once per registration (1.9)";
+  }
   start({"timed", "20000"}, "high");  // a high-priority job's unscheduled work is unprotected: said so
   ASSERT_EQ(finish(), 0) << output_;
   EXPECT_NE(output_.find("none of its GPU work is scheduled (a high-priority job: gpuqosd cannot protect its "
@@ -342,6 +345,18 @@ TEST_F(GateTest, ADescriptorOfOursThatTheProgramClosedAndReusedIsLeftAlone) {
           << "the socket, still the shim's, was shut down: gpuqosd saw the registration go before the program did";
     }
   }
+}
+
+// The UnscheduledDevice record is new in 1.9: an older daemon would drop a client for a record it
+// does not know, so it is never sent one.
+TEST_F(GateTest, ADaemonOlderThanOnePointNineIsNotToldOfUnscheduledDevices) {
+  daemon_->speak_minor(8);
+  daemon_->set_managed_devices(0b10);  // device 1 only; the program runs on device 0
+  start({"timed", "20000"}, "low");
+  ASSERT_EQ(finish(), 0) << output_;
+  ASSERT_EQ(daemon_->clients().size(), 1u);
+  EXPECT_TRUE(daemon_->clients()[0].unscheduled.empty());
+  EXPECT_EQ(output_.find("lost gpuqosd"), std::string::npos) << output_;
 }
 
 // A daemon older than 1.3 says nothing of devices: every device is its.

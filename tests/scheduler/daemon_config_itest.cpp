@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <optional>
 
@@ -269,6 +270,14 @@ TEST(Reload, TheStatusSaysWhetherTheLastReloadWasAppliedAndAnEmptiedFileIsWarned
   const std::string table = scheduler::render_status_table(daemon->status());
   EXPECT_NE(table.find("FAILED and was not applied: " + daemon.file().string()), std::string::npos) << table;
   EXPECT_NE(table.find("(and 1 more: gpuqosd --check-config " + daemon.file().string() + ")"), std::string::npos) << table;
+
+  // Many problems: the status keeps the first 8 and the count (one control record must hold it).
+  std::string many = fifo(1);
+  for (int i = 0; i < 10; ++i) many += "[[job]]\nname = \"j" + std::to_string(i) + "\"\ntarget_ms = -1.0\n";
+  ASSERT_TRUE(daemon.reload(many, failed)) << daemon->log();
+  const std::string kept = daemon->status()["daemon"]["config"]["last_reload_error"];
+  EXPECT_EQ(std::count(kept.begin(), kept.end(), '\n'), 8) << kept;
+  EXPECT_TRUE(kept.ends_with("\n... and 2 more")) << kept;
 
   ASSERT_TRUE(daemon.reload("", "config reloaded from")) << daemon->log();
   EXPECT_NE(daemon->log().find("it names no [[job]], the running config named 1: every latency target"), std::string::npos)

@@ -427,6 +427,16 @@ TEST(Daemon, ASecondDaemonOnTheSamePathIsRefusedAndARemovedSocketIsServedAgain) 
   client.name_kernel(1, "k");
   client.post(FakeClient::kernel(1));
   EXPECT_TRUE(client.wait_granted(1));
+  // A cleaner that takes the lock file too: locked again before the socket is served again.
+  const std::string lock = daemon.socket() + ".lock";
+  ASSERT_TRUE(std::filesystem::remove(daemon.socket()));
+  ASSERT_TRUE(std::filesystem::remove(lock));
+  ASSERT_TRUE(eventually([&] { return scheduler::connect_unix(daemon.socket()).ok(); }, 5s)) << daemon.log();
+  std::string pid;
+  std::ifstream(lock) >> pid;
+  EXPECT_EQ(pid, std::to_string(daemon.pid()));
+  ChildProcess third({bin("gpuqosd"), "--socket", daemon.socket()}, {}, daemon.dir() / "third.log");
+  EXPECT_EQ(third.wait(10s), 1) << third.output();
 }
 
 TEST(Daemon, AccountsHighPriorityOpsWithoutGrants) {
@@ -609,9 +619,10 @@ TEST(Daemon, DisconnectsAClientThatTruncatesItsSegment) {
       << daemon.log();
 }
 
-// A shim says which of its devices it runs unscheduled (protocol 1.9): kept for the status. An
-// impossible ordinal, or more GPUs than a process sees, is a broken client.
-TEST(Daemon, KeepsTheGpusAClientRunsUnscheduledAndDropsOneThatSaysTooMany) {
+// A shim says which of its devices it runs unscheduled (protocol 1.9): kept for the status, at most
+// 16 (a node with more must not cost the job its scheduling). A record that does not decode (an
+// impossible ordinal) is a broken client.
+TEST(Daemon, KeepsTheGpusAClientRunsUnscheduledAndDropsOneThatSaysGarbage) {
   DaemonProcess daemon;
   FakeClient bad(daemon.socket(), Priority::low, "bad");
   FakeClient good(daemon.socket(), Priority::low, "good");
@@ -630,12 +641,26 @@ TEST(Daemon, KeepsTheGpusAClientRunsUnscheduledAndDropsOneThatSaysTooMany) {
   EXPECT_EQ(unscheduled, nlohmann::json::parse(R"([{"ordinal":2,"uuid":"GPU-e0000000-0000-0000-0000-000000000007"}])"));
   EXPECT_EQ(occurrences(daemon.log(), "runs its device 2 (GPU-e0000000-0000-0000-0000-000000000007) unscheduled"), 1u)
       << daemon.log();
-  for (std::uint32_t ordinal = 0; ordinal <= scheduler::DeviceTable::kMaxGpusPerClient; ++ordinal) {
+  for (std::uint32_t ordinal = 3; ordinal < 3 + scheduler::DeviceTable::kMaxGpusPerClient; ++ordinal) {
     uuid[15] = static_cast<std::uint8_t>(ordinal);
-    ASSERT_TRUE(ipc::send_record(bad.socket_fd(), ipc::encode_unscheduled_device(ordinal, uuid)));
+    ASSERT_TRUE(ipc::send_record(good.socket_fd(), ipc::encode_unscheduled_device(ordinal, uuid)));
   }
+  ASSERT_TRUE(eventually([&] {
+    return daemon.log().find("says more than 16 unscheduled GPUs: the status lists the first 16") != std::string::npos;
+  })) << daemon.log();
+  const nlohmann::json status = daemon.status();
+  ASSERT_EQ(status["clients"].size(), 2u) << "kept\n" << daemon.log();
+  for (const auto& entry : status["clients"]) {
+    if (entry["job"] == "good") {
+      EXPECT_EQ(entry["unscheduled_devices"].size(), 16u) << entry.dump();
+    }
+  }
+  std::vector<std::byte> garbage = ipc::encode_unscheduled_device(1, uuid);
+  garbage[4] = std::byte{200};  // ordinal 200: no such device
+  ASSERT_TRUE(ipc::send_record(bad.socket_fd(), garbage));
   expect_dropped_others_served(daemon, bad, good);
-  EXPECT_NE(daemon.log().find("job 'bad' pid " + std::to_string(::getpid()) + ": it says more than 16 unscheduled GPUs"),
+  EXPECT_NE(daemon.log().find("job 'bad' pid " + std::to_string(::getpid()) +
+                              ": bad record on its socket: unscheduled device: ordinal 200 not under 64"),
             std::string::npos) << daemon.log();
 }
 

@@ -83,7 +83,6 @@ std::uint64_t be_ops(const nlohmann::json& status, const std::string& name) {
 const std::string kServeConfig =
     "[policy]\nname = \"fifo\"\n[[job]]\nname = \"serve\"\ntarget_ms = 10.0\npercentile = 99.0\n";
 
-// kServeConfig's job under baymax with these [policy.baymax] lines.
 // A TCP socket listening on a free loopback port (invalid if it cannot): the port taken.
 scheduler::FileDescriptor listening_loopback(std::uint16_t& port) {
   scheduler::FileDescriptor taken(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -99,6 +98,7 @@ scheduler::FileDescriptor listening_loopback(std::uint16_t& port) {
   return taken;
 }
 
+// kServeConfig's job under baymax with these [policy.baymax] lines.
 std::string baymax_serve_config(const std::string& baymax_lines) {
   return "[policy]\nname = \"baymax\"\n[policy.baymax]\n" + baymax_lines + kServeConfig.substr(kServeConfig.find("[[job]]"));
 }
@@ -477,6 +477,12 @@ TEST(Qos, AReloadOntoABusyMetricsPortKeepsTheEndpointServingUntilItIsFree) {
   EXPECT_NE(daemon.log().find("still serving http://127.0.0.1:" + std::to_string(first) + "/metrics"), std::string::npos)
       << daemon.log();
   EXPECT_EQ(http_get(first, "/metrics").rfind("HTTP/1.1 200", 0), 0u) << "kept\n" << daemon.log();
+  std::this_thread::sleep_for(5500ms);  // past a retry: the endpoint serving is left alone, not restarted
+  EXPECT_EQ(daemon.log().find("metrics: stopped serving 127.0.0.1:" + std::to_string(first)), std::string::npos)
+      << daemon.log();
+  EXPECT_EQ(daemon.log().rfind("cannot listen on 127.0.0.1:" + std::to_string(busy)),
+            daemon.log().find("cannot listen on 127.0.0.1:" + std::to_string(busy)))
+      << "said once\n" << daemon.log();
   taken.reset();
   EXPECT_TRUE(eventually([&] { return http_get(busy, "/metrics").rfind("HTTP/1.1 200", 0) == 0; }, 10s)) << daemon.log();
   EXPECT_TRUE(eventually([&] { return http_get(first, "/metrics").empty(); }, 5s)) << "moved\n" << daemon.log();

@@ -111,7 +111,8 @@ class Client {
   // Grants pushed, GPU ops held for a grant and how long they waited (for the metrics).
   const GrantCounters& grant_counters() const { return grant_counters_; }
 
-  // The devices it runs unscheduled (ipc::UnscheduledDevice), by its ordinal: their UUIDs.
+  // The devices it runs unscheduled (ipc::UnscheduledDevice), by its ordinal: their UUIDs (at most
+  // DeviceTable::kMaxGpusPerClient; unscheduled_capped once more were said).
   std::map<std::uint32_t, std::array<std::uint8_t, 16>>& unscheduled_devices() { return unscheduled_devices_; }
   const std::map<std::uint32_t, std::array<std::uint8_t, 16>>& unscheduled_devices() const { return unscheduled_devices_; }
 
@@ -121,6 +122,7 @@ class Client {
   // Completions popped before the op they name reached the loop (the waiter still held it).
   std::vector<ipc::CompletionDescriptor>& deferred_completions() { return deferred_completions_; }
   std::int64_t deferred_since_ns = 0;
+  bool unscheduled_capped = false;
 
  private:
   struct Ungranted {

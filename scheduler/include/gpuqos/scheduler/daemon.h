@@ -117,7 +117,7 @@ class Daemon {
   // The op renumbered to gpuqosd's devices (device_table.h); why the client must go, or empty.
   std::string renumber_device(const Client& client, ipc::OpDescriptor& op);
   // An ipc::UnscheduledDevice record: kept for the status, said once in the log. Non-empty: the
-  // client is broken (garbage, or more GPUs than a process sees).
+  // client is broken (a record that does not decode).
   std::string note_unscheduled_device(Client& client, const std::vector<std::byte>& record);
   // The policy's per-device settings by gpuqosd's device numbers, applied when they changed.
   void apply_device_settings();
