@@ -68,13 +68,19 @@ void Daemon::tell_stall(std::int64_t now_ns) {
   // The shims took gpuqosd for gone, ran their held work and re-register: say why, at most every
   // kStallTellEveryNs (a CPU-starved node stalls often), with how many more there were meanwhile.
   const double ms = static_cast<double>(now_ns - heartbeat_ns_) / 1e6;
+  const double own_ms = static_cast<double>(longest_work_ns_) / 1e6;
   ++stalls_untold_;
   if (stall_told_ns_ != 0 && now_ns - stall_told_ns_ < kStallTellEveryNs) return;
+  // Its own work took most of it (one pass of the loop between two waits): not the node's doing.
+  const bool own = 2 * longest_work_ns_ >= now_ns - heartbeat_ns_;
   spdlog::warn("gpuqosd's loop stalled for {:.0f} ms{}, over the shims' {} ms heartbeat limit: its {} client(s) ran "
-               "their held work unmanaged and re-register. Give gpuqosd CPU time it cannot be starved of (a core of "
-               "its own, or CPU priority: scheduler/README.md, \"Running gpuqosd\")",
+               "their held work unmanaged and re-register. {}",
                ms, stalls_untold_ > 1 ? fmt::format(" (and {} more stalls since the last such line)", stalls_untold_ - 1) : "",
-               ipc::kHeartbeatLimitNs / 1'000'000, clients_.size());
+               ipc::kHeartbeatLimitNs / 1'000'000, clients_.size(),
+               own ? fmt::format("One pass of its own loop took {:.0f} ms of it (a status of many clients, a "
+                                 "profile store save on a slow disk?)", own_ms)
+                   : std::string("Give gpuqosd CPU time it cannot be starved of (a core of its own, or CPU priority: "
+                                 "scheduler/README.md, \"Running gpuqosd\")"));
   stall_told_ns_ = now_ns;
   stalls_untold_ = 0;
 }
@@ -220,10 +226,16 @@ int Daemon::run() {
   spdlog::info("gpuqosd pid {} serving {} with policy {}, managing {}", ::getpid(), options_.socket_path,
                policy_->name(), managed_devices_text(options_.config.devices));
   std::array<epoll_event, 64> events;
+  std::int64_t woke_ns = ipc::monotonic_ns();
   while (!stopping_) {
     const bool items_waiting = arm_doorbells();
+    // How long the loop's own work ran between two waits: a stall it makes itself (a huge status,
+    // a slow profile save) is told apart from one the node makes (tell_stall).
+    const std::int64_t waits_ns = ipc::monotonic_ns();
+    longest_work_ns_ = std::max(longest_work_ns_, waits_ns - woke_ns);
     const int ready = ::epoll_wait(epoll_.get(), events.data(), static_cast<int>(events.size()), items_waiting ? 0 : -1);
     const int wait_error = errno;
+    woke_ns = ipc::monotonic_ns();
     disarm_doorbells();
     if (ready < 0) {
       if (wait_error == EINTR) continue;
@@ -363,6 +375,7 @@ void Daemon::check_socket_path(std::int64_t now_ns) {
 void Daemon::heartbeat_and_tick(std::int64_t now_ns) {
   if (heartbeat_ns_ > 0 && now_ns - heartbeat_ns_ > ipc::kHeartbeatLimitNs && !clients_.empty()) tell_stall(now_ns);
   heartbeat_ns_ = now_ns;
+  longest_work_ns_ = 0;
   if (accept_paused_until_ns_ != 0 && now_ns >= accept_paused_until_ns_ && listener_.valid()) {
     accept_paused_until_ns_ = 0;
     watch(listener_.get(), tokens::kListener, EPOLLIN);

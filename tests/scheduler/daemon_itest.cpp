@@ -408,6 +408,8 @@ TEST(Daemon, AHeldOpsWaitEndsWhereItsShimStoppedWaitingForAStalledLoop) {
       << "the operator is told why the jobs ran unscheduled\n" << daemon.log();
   EXPECT_NE(daemon.log().find(" ms, over the shims' 100 ms heartbeat limit: its 2 client(s) ran"), std::string::npos)
       << daemon.log();
+  EXPECT_NE(daemon.log().find("re-register. Give gpuqosd CPU time it cannot be starved of"), std::string::npos)
+      << "stopped from outside, not by its own work\n" << daemon.log();
 }
 
 // One gpuqosd per socket path, even when a tmp cleaner removed the first one's socket file: the

@@ -198,6 +198,7 @@ class Daemon {
   void tell_stall(std::int64_t now_ns);
   std::int64_t stall_told_ns_ = 0;
   std::uint64_t stalls_untold_ = 0;
+  std::int64_t longest_work_ns_ = 0;  // the longest pass of the loop between two waits, since the last heartbeat
   bool doorbell_rang_ = false;               // in this batch of events: drain once after it
   std::uint32_t next_client_number_ = 1;
   std::uint64_t next_pending_token_ = 0;
