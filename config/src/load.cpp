@@ -87,7 +87,7 @@ std::optional<std::string> read_file(const std::filesystem::path& path, std::str
 
 }  // namespace
 
-Result<Config> parse_config(std::string_view text, std::string_view source_name) {
+Result<Config> parse_config(std::string_view text, std::string_view source_name, LoadOptions options) {
   Diagnostics diagnostics(source_name);
   toml::table document;
   try {
@@ -97,14 +97,19 @@ Result<Config> parse_config(std::string_view text, std::string_view source_name)
     return Errors{diagnostics.messages()};
   }
   Config config = read_document(diagnostics, document);
+  if (options.for_gpuqosd && config.policy.name == PolicyName::none) {
+    const toml::node* name = document.at_path("policy.name").node();
+    diagnostics.error(name != nullptr ? name->source().begin : toml::source_position{}, "policy.name",
+                      "\"none\" means running without gpuqosd (stop the daemon instead)");
+  }
   if (!diagnostics.empty()) return Errors{diagnostics.messages()};
   return config;
 }
 
-Result<Config> load_config_file(const std::filesystem::path& path) {
+Result<Config> load_config_file(const std::filesystem::path& path, LoadOptions options) {
   std::string text;
   if (auto why = read_file(path, text)) return Errors{{path.string() + ": cannot read config file: " + *why}};
-  return parse_config(text, path.string());
+  return parse_config(text, path.string(), options);
 }
 
 }  // namespace gpuqos::config

@@ -52,7 +52,7 @@ void apply_command_line(DaemonOptions& options) {
 void Daemon::reload_config() {
   const std::string path = options_.config_path;  // a copy: options_ is replaced below
   if (path.empty()) return spdlog::info("SIGHUP: gpuqosd runs without --config, there is no file to reload");
-  auto loaded = config::load_config_file(path);
+  auto loaded = config::load_config_file(path, {.for_gpuqosd = true});
   if (!loaded) return reload_failed(path, loaded.error());
   auto configured = options_from_config(loaded.value(), options_);
   if (!configured) return reload_failed(path, configured.error());

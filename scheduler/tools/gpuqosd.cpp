@@ -21,7 +21,7 @@ constexpr int kUsageError = 2;
 
 // --check-config FILE: 0 when this gpuqosd would start with it, 1 with every problem printed.
 int check_config(const std::string& path) {
-  auto loaded = gpuqos::config::load_config_file(path);
+  auto loaded = gpuqos::config::load_config_file(path, {.for_gpuqosd = true});
   if (!loaded) {
     std::cerr << loaded.error() << "\n";
     return 1;
@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
     given.metrics_listen = options.config.daemon.metrics_listen = address;
   }
   if (!config_path.empty()) {
-    auto loaded = gpuqos::config::load_config_file(config_path);
+    auto loaded = gpuqos::config::load_config_file(config_path, {.for_gpuqosd = true});
     if (!loaded) {
       std::cerr << "gpuqosd: " << loaded.error() << "\n";
       return kUsageError;

@@ -193,6 +193,17 @@ TEST(ConfigLoad, ThePolicyNameKeepsItsPlace) {
   EXPECT_EQ(parse_ok("\n[policy]\nname = \"baymax\"\n"), default_config()) << "the place is not part of the value";
 }
 
+// gpuqosd's loads refuse "none" among the file's other problems, in file order; others take it.
+TEST(ConfigLoad, ForGpuqosdPolicyNoneIsAProblemLikeAnyOther) {
+  const std::string text = "[daemon]\nlog_level = \"verbose\"\n[policy]\nname = \"none\"\n";
+  auto refused = parse_config(text, "t.toml", {.for_gpuqosd = true});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().substr(0, 12), "t.toml:2:13:") << refused.error();
+  EXPECT_NE(refused.error().find("\nt.toml:4:8: policy.name: \"none\" means running without gpuqosd"), std::string::npos)
+      << refused.error();
+  EXPECT_TRUE(parse_config("[policy]\nname = \"none\"\n", "t.toml").ok()) << "the benchmark's 'none' is a name";
+}
+
 TEST(ConfigLoad, MissingFileNamesThePath) {
   auto result = load_config_file("/nonexistent/gpuqos/gpuqos.toml");
   ASSERT_FALSE(result.ok());

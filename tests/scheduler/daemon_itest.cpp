@@ -1107,6 +1107,15 @@ TEST(Gpuqosd, RefusesPolicyNoneWhichMeansNoDaemon) {
   ChildProcess check({bin("gpuqosd"), "--check-config", file.string()}, {}, dir.path() / "check");
   EXPECT_EQ(check.wait(5s), 1);
   EXPECT_NE(check.output().find("without gpuqosd"), std::string::npos) << check.output();
+  // With the file's other problems, in file order (it was said only once they were fixed).
+  std::ofstream(file) << "[daemon]\nlog_level = \"verbose\"\n[policy]\nname = \"none\"\n";
+  ChildProcess both({bin("gpuqosd"), "--check-config", file.string()}, {}, dir.path() / "both");
+  EXPECT_EQ(both.wait(5s), 1);
+  const std::string out = both.output();
+  const std::size_t level = out.find("none.toml:2:"), none = out.find("none.toml:4:8: policy.name: \"none\" means running");
+  EXPECT_NE(level, std::string::npos) << out;
+  EXPECT_NE(none, std::string::npos) << out;
+  EXPECT_LT(level, none) << out;
   ChildProcess start({bin("gpuqosd"), "--config", file.string(), "--socket", (dir.path() / "s.sock").string()}, {},
                      dir.path() / "start");
   EXPECT_EQ(start.wait(5s), 2) << start.output();

@@ -11,12 +11,18 @@
 
 namespace gpuqos::config {
 
+// Who reads the config. gpuqosd refuses [policy] name = "none" (it means running without gpuqosd),
+// reported with the file's other problems, in file order.
+struct LoadOptions {
+  bool for_gpuqosd = false;
+};
+
 // Parses `text`; `source_name` (usually the file's path) starts every message. Keys not in the
 // schema are errors. Never throws except std::bad_alloc.
-Result<Config> parse_config(std::string_view text, std::string_view source_name);
+Result<Config> parse_config(std::string_view text, std::string_view source_name, LoadOptions options = {});
 
 // Reads the file at `path` and parses it, named by `path` as given. A file that cannot be read
 // gives one error naming the path and the reason.
-Result<Config> load_config_file(const std::filesystem::path& path);
+Result<Config> load_config_file(const std::filesystem::path& path, LoadOptions options = {});
 
 }  // namespace gpuqos::config
