@@ -240,10 +240,13 @@ void Daemon::drain_and_release() {
   }
   clients_.clear();
   told_holds_.clear();
+  const bool unsaved = learner_->unsaved();
   if (auto error = learner_->save()) {
     spdlog::error("predictor: {}", *error);
-  } else if (!learner_->store_path().empty()) {
+  } else if (!learner_->store_path().empty() && unsaved) {
     spdlog::info("predictor: saved {} kernels to {}", learner_->predictor().kernel_count(), learner_->store_path());
+  } else if (!learner_->store_path().empty()) {
+    spdlog::info("predictor: nothing learned since the last save: {} left as it is", learner_->store_path());
   }
   spdlog::info("gpuqosd pid {} stopped", ::getpid());
 }

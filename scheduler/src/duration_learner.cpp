@@ -1,6 +1,8 @@
 // DurationLearner: remembered ops, online observations, the store's schedule.
 #include "gpuqos/scheduler/duration_learner.h"
 
+#include <sys/stat.h>
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -81,7 +83,16 @@ DurationLearner::DurationLearner(Options options, std::int64_t now_ns, std::opti
     : options_(std::move(options)),
       predictor_(load(options_.store_path, warning, save_blocked_, from_store_)),
       last_save_ns_(now_ns),
-      epoch_began_ns_(now_ns) {}
+      epoch_began_ns_(now_ns),
+      store_identity_(identity_of(options_.store_path)) {}
+
+DurationLearner::FileIdentity DurationLearner::identity_of(const std::string& path) {
+  struct stat info{};
+  if (path.empty() || ::stat(path.c_str(), &info) != 0) return {};
+  return {true, static_cast<std::uint64_t>(info.st_dev), static_cast<std::uint64_t>(info.st_ino),
+          static_cast<std::uint64_t>(info.st_size),
+          static_cast<std::int64_t>(info.st_mtim.tv_sec) * 1'000'000'000 + info.st_mtim.tv_nsec};
+}
 
 std::optional<DurationLearner::SmCountNote> DurationLearner::device_sm_count(std::uint32_t device, std::uint32_t sm_count) {
   if (sm_count == 0) return std::nullopt;
@@ -223,14 +234,23 @@ std::optional<std::string> DurationLearner::tick(std::int64_t now_ns) {
   }
   if (options_.save_interval_ns <= 0 || now_ns - last_save_ns_ < options_.save_interval_ns) return std::nullopt;
   last_save_ns_ = now_ns;
-  if (counts_.learned == learned_at_last_save_) return std::nullopt;  // nothing new
-  return save();
+  return save();  // nothing new: nothing written
 }
 
 std::optional<std::string> DurationLearner::save() {
-  if (options_.store_path.empty()) return std::nullopt;
+  if (options_.store_path.empty() || !unsaved()) return std::nullopt;
   if (save_blocked_) return options_.store_path + ": not saved: the file there could not be loaded or moved aside";
+  if (identity_of(options_.store_path) != store_identity_) {
+    // Written by someone else since (a retrained store, another gpuqosd): theirs stays.
+    const std::string beside = options_.store_path + ".gpuqosd-" + std::to_string(::getpid());
+    if (auto error = predictor::save_profile(predictor_, beside)) return error;
+    learned_at_last_save_ = counts_.learned;
+    ++counts_.saves;
+    return options_.store_path + " changed since this gpuqosd read it (gpuqos train --out, or another gpuqosd on "
+           "the same store): not overwritten; what this one learned is saved to " + beside;
+  }
   if (auto error = predictor::save_profile(predictor_, options_.store_path)) return error;
+  store_identity_ = identity_of(options_.store_path);
   learned_at_last_save_ = counts_.learned;
   ++counts_.saves;
   return std::nullopt;

@@ -2,6 +2,7 @@
 #include "gpuqos/scheduler/duration_learner.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -335,10 +336,39 @@ TEST(DurationLearner, AStoreThatCannotBeReadStaysAndIsNotSavedOver) {
   DurationLearner learner({.store_path = path.string()}, 0, warning);
   ASSERT_TRUE(warning.has_value());
   EXPECT_NE(warning->find("nothing learned will be saved over it"), std::string::npos) << *warning;
+  learner.posted(7, kernel(1, 64), "k");
+  learner.completed(7, exact(1, 100'000));
   const auto error = learner.save();
   ASSERT_TRUE(error.has_value());
   EXPECT_NE(error->find("not saved"), std::string::npos) << *error;
   EXPECT_TRUE(std::filesystem::is_directory(path));
+}
+
+// Nothing learned: nothing written (a store trained meanwhile is not replaced by an empty model).
+// A store someone else wrote since it was read (gpuqos train --out, another gpuqosd) is not
+// overwritten either: what this daemon learned goes beside it.
+TEST(DurationLearner, ASaveNeverReplacesAStoreWrittenSinceOrWithNothingNew) {
+  const testing::TempDir dir;
+  const auto path = dir.path() / "profile.gqp";
+  std::optional<std::string> warning;
+  DurationLearner learner({.store_path = path.string()}, 0, warning);  // no file yet: an empty model
+  std::ofstream(path, std::ios::binary) << "a store trained meanwhile";
+  EXPECT_EQ(learner.save(), std::nullopt);
+  const auto content = [](const std::filesystem::path& file) {
+    std::ostringstream text;
+    text << std::ifstream(file, std::ios::binary).rdbuf();
+    return text.str();
+  };
+  EXPECT_EQ(content(path), "a store trained meanwhile") << "nothing learned: not written";
+  learner.posted(7, kernel(1, 64), "k");
+  learner.completed(7, exact(1, 100'000));
+  const auto said = learner.save();
+  ASSERT_TRUE(said.has_value());
+  const std::string beside = path.string() + ".gpuqosd-" + std::to_string(::getpid());
+  EXPECT_NE(said->find("changed since this gpuqosd read it"), std::string::npos) << *said;
+  EXPECT_NE(said->find(beside), std::string::npos) << *said;
+  EXPECT_EQ(content(path), "a store trained meanwhile");
+  EXPECT_EQ(predictor::load_profile(beside, {}).predictor.kernel_count(), 1u);
 }
 
 // A store in a directory that is not there yet: the directory is made at start, so the save at exit

@@ -95,7 +95,12 @@ class DurationLearner {
   static constexpr std::int64_t kEpochNs = 60'000'000'000;
   static constexpr std::uint64_t kForgetAfterEpochs = 10;
   std::optional<std::string> tick(std::int64_t now_ns);
+  // Saves what was learned since the last save (nothing new: nothing written, the file left as it
+  // is). A store that changed since this daemon read or last wrote it (`gpuqos train --out` over it,
+  // another gpuqosd on the same file) is not overwritten: this daemon's model goes to
+  // `<store>.gpuqosd-<pid>` beside it, and the returned text says so.
   std::optional<std::string> save();
+  bool unsaved() const { return counts_.learned != learned_at_last_save_; }
 
   const predictor::Predictor& predictor() const { return predictor_; }
   const Counts& counts() const { return counts_; }
@@ -136,6 +141,16 @@ class DurationLearner {
   std::int64_t last_save_ns_ = 0;
   std::int64_t epoch_began_ns_ = 0;
   std::uint64_t learned_at_last_save_ = 0;
+  // The store file as this daemon last read or wrote it (none: there was none): a save finds out
+  // whether someone else wrote it since.
+  struct FileIdentity {
+    bool exists = false;
+    std::uint64_t device = 0, inode = 0, size = 0;
+    std::int64_t mtime_ns = 0;
+    bool operator==(const FileIdentity&) const = default;
+  };
+  static FileIdentity identity_of(const std::string& path);
+  FileIdentity store_identity_;
   Counts counts_;
   std::map<std::uint32_t, std::uint32_t> device_sm_counts_;  // as the latest op of each device said
   // (device, count) pairs said once: device ordinals are each process's own (CUDA_VISIBLE_DEVICES,
