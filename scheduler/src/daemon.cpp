@@ -330,9 +330,30 @@ void Daemon::note_socket_identity() {
   }
 }
 
+bool Daemon::hold_socket_lock() {
+  struct stat held{}, named{};
+  const std::string lock_path = options_.socket_path + ".lock";
+  if (::fstat(socket_lock_.get(), &held) == 0 && ::lstat(lock_path.c_str(), &named) == 0 &&
+      held.st_dev == named.st_dev && held.st_ino == named.st_ino) {
+    return true;
+  }
+  // Removed (a cleaner) or replaced: take the file there again, so that it keeps a second gpuqosd out.
+  auto lock = lock_socket_path(options_.socket_path);
+  if (!lock) {
+    if (!told_lock_lost_) spdlog::error("{} is no longer this gpuqosd's lock: {}", lock_path, lock.error());
+    told_lock_lost_ = true;
+    return false;
+  }
+  socket_lock_ = std::move(lock.value());
+  told_lock_lost_ = false;
+  spdlog::warn("{} was removed or replaced: locked again", lock_path);
+  return true;
+}
+
 void Daemon::check_socket_path(std::int64_t now_ns) {
   if (now_ns - socket_checked_ns_ < kSocketCheckNs || !listener_.valid()) return;
   socket_checked_ns_ = now_ns;
+  const bool locked = hold_socket_lock();
   struct stat info{};
   if (::lstat(options_.socket_path.c_str(), &info) == 0) {
     if ((info.st_dev != socket_device_ || info.st_ino != socket_inode_) && !told_socket_replaced_) {
@@ -344,20 +365,8 @@ void Daemon::check_socket_path(std::int64_t now_ns) {
   }
   if (errno != ENOENT) return;
   // Removed (a tmp cleaner, a stray rm): the jobs registered keep their connections, new ones would
-  // find nothing. Served again under the lock, taken again if the cleaner took its file too (and
-  // not served when another gpuqosd took it meanwhile).
-  struct stat held{}, named{};
-  const std::string lock_path = options_.socket_path + ".lock";
-  if (::fstat(socket_lock_.get(), &held) != 0 || ::lstat(lock_path.c_str(), &named) != 0 ||
-      held.st_dev != named.st_dev || held.st_ino != named.st_ino) {
-    auto lock = lock_socket_path(options_.socket_path);
-    if (!lock) {
-      if (!told_socket_replaced_) spdlog::error("{} was removed and cannot be served again: {}", options_.socket_path, lock.error());
-      told_socket_replaced_ = true;
-      return;
-    }
-    socket_lock_ = std::move(lock.value());
-  }
+  // find nothing. Served again under the lock (not when another gpuqosd took it meanwhile).
+  if (!locked) return;
   auto listener = listen_unix(options_.socket_path);
   if (!listener) {
     if (!told_socket_replaced_) spdlog::error("{} was removed and cannot be served again: {}", options_.socket_path, listener.error());

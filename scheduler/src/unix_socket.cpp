@@ -2,6 +2,7 @@
 #include "gpuqos/scheduler/unix_socket.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -10,6 +11,7 @@
 
 #include <array>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <system_error>
@@ -84,9 +86,14 @@ ipc::Result<FileDescriptor> lock_socket_path(const std::string& path) {
     if (errno != EWOULDBLOCK) return system_error("cannot lock " + lock_path);
     std::array<char, 32> text{};
     const ssize_t got = ::pread(fd.get(), text.data(), text.size() - 1, 0);
-    const std::string pid = got > 0 ? std::string(text.data(), static_cast<std::size_t>(got)) : std::string("?");
-    return ipc::Error{"another gpuqosd (pid " + pid.substr(0, pid.find_first_of("\n")) + ") holds " + lock_path +
-                      ": it serves " + path + " (if that socket is gone, it serves it again within a second)"};
+    std::string pid = got > 0 ? std::string(text.data(), static_cast<std::size_t>(got)) : std::string();
+    pid = pid.substr(0, pid.find_first_of("\n"));
+    // The pid written there is the holder's unless it could not write its own (another user's file).
+    const long number = pid.empty() ? 0 : std::strtol(pid.c_str(), nullptr, 10);
+    const bool running = number > 0 && (::kill(static_cast<pid_t>(number), 0) == 0 || errno == EPERM);
+    const std::string who = running ? "another gpuqosd (pid " + pid + ")" : "another gpuqosd (its pid is not recorded)";
+    return ipc::Error{who + " holds " + lock_path + ": it serves " + path +
+                      " (if that socket is gone, it serves it again within a second)"};
   }
   const std::string pid = std::to_string(::getpid()) + "\n";
   if (writable &&

@@ -439,6 +439,17 @@ TEST(Daemon, ASecondDaemonOnTheSamePathIsRefusedAndARemovedSocketIsServedAgain) 
   EXPECT_EQ(pid, std::to_string(daemon.pid()));
   ChildProcess third({bin("gpuqosd"), "--socket", daemon.socket()}, {}, daemon.dir() / "third.log");
   EXPECT_EQ(third.wait(10s), 1) << third.output();
+  // The lock file alone removed: taken again (a second daemon would otherwise lock a new one).
+  const std::string relocked = lock + " was removed or replaced: locked again";
+  const std::size_t relocks = occurrences(daemon.log(), relocked);  // once already, with the socket
+  ASSERT_TRUE(std::filesystem::remove(lock));
+  ASSERT_TRUE(eventually([&] { return occurrences(daemon.log(), relocked) > relocks; }, 5s)) << daemon.log();
+  // A pid there that is not running (the holder could not write its own): not named as the holder.
+  std::ofstream(lock) << "999999999\n";
+  ChildProcess fourth({bin("gpuqosd"), "--socket", daemon.socket()}, {}, daemon.dir() / "fourth.log");
+  EXPECT_EQ(fourth.wait(10s), 1) << fourth.output();
+  EXPECT_NE(fourth.output().find("another gpuqosd (its pid is not recorded) holds " + lock), std::string::npos)
+      << fourth.output();
 }
 
 TEST(Daemon, AccountsHighPriorityOpsWithoutGrants) {

@@ -190,6 +190,10 @@ class Daemon {
   bool told_socket_replaced_ = false;
   static constexpr std::int64_t kSocketCheckNs = 500'000'000;
   void check_socket_path(std::int64_t now_ns);
+  // Is the lock file at the path still the one socket_lock_ holds? If not, takes it again; false
+  // when another process holds it (an error, said once).
+  bool hold_socket_lock();
+  bool told_lock_lost_ = false;
   void note_socket_identity();
   void unlink_own_socket() const;  // the path, if it is still our socket
   std::int64_t heartbeat_ns_ = 0;            // the last heartbeat_and_tick
