@@ -60,13 +60,16 @@ void Daemon::reload_config() {
   next.log_level = std::string(config::to_string(loaded->daemon.log_level));
   apply_command_line(next);
 
+  std::vector<std::string> kept;  // what the file changes that needs a restart (for the status)
   if (next.socket_path != options_.socket_path) {
+    kept.push_back("the socket (" + next.socket_path + ")");
     spdlog::warn("reload of {}: the socket change to {} needs a restart; still serving {}", path, next.socket_path,
                  options_.socket_path);
     next.socket_path = options_.socket_path;
   }
   if (next.learning.store_path != options_.learning.store_path ||
       next.learning.save_interval_ns != options_.learning.save_interval_ns) {
+    kept.push_back("the profile store");
     spdlog::warn("reload of {}: the profile store change needs a restart; still using '{}'", path,
                  options_.learning.store_path);
     next.learning = options_.learning;
@@ -75,6 +78,8 @@ void Daemon::reload_config() {
   if (policy_->reconfigure(numbered)) {
     numbered_policy_ = std::move(numbered);
   } else {
+    kept.push_back(next.policy.name != policy_->name() ? "the policy (" + next.policy.name + ")"
+                                                        : "the policy's parameters");
     if (next.policy.name != policy_->name()) {
       spdlog::warn("reload of {}: the policy change from {} to {} needs a restart; keeping {} as it runs", path,
                    policy_->name(), next.policy.name, policy_->name());
@@ -101,8 +106,10 @@ void Daemon::reload_config() {
   }
   if (next.config.daemon.metrics_listen != options_.config.daemon.metrics_listen) metrics_retry_ns_ = 0;  // at once
   options_ = std::move(next);  // jobs, access and devices: for registrations from now on
+  std::string needs_restart;
+  for (const std::string& what : kept) needs_restart += (needs_restart.empty() ? "" : ", ") + what;
   config_status_ = ConfigStatus{path, static_cast<std::int64_t>(std::time(nullptr)), true,
-                                static_cast<std::int64_t>(std::time(nullptr)), ""};
+                                static_cast<std::int64_t>(std::time(nullptr)), "", needs_restart};
   settings_checked_.clear();   // settings that differ now are said again
   spdlog::set_level(spdlog::level::from_str(options_.log_level));
   const BaymaxOptions& baymax = options_.policy.baymax;

@@ -155,7 +155,8 @@ nlohmann::json to_json(const DaemonStatus& status) {
                                 {"loaded_unix_s", status.config->loaded_unix_s},
                                 {"last_reload_ok", status.config->last_reload_ok},
                                 {"last_reload_unix_s", status.config->last_reload_unix_s},
-                                {"last_reload_error", status.config->last_reload_error}};
+                                {"last_reload_error", status.config->last_reload_error},
+                                {"needs_restart", status.config->needs_restart}};
   }
   for (const auto& load : status.backlog) json["backlog"].push_back(backlog_json(load));
   for (const auto& d : status.devices) {
@@ -311,6 +312,9 @@ std::string render_status_table(const nlohmann::json& status) {
       out << error.substr(0, error.find('\n'));
       if (more > 0) out << " (and " << more << " more: gpuqosd --check-config " << config.value("path", "") << ")";
     }
+    if (const std::string kept = config.value("needs_restart", ""); !kept.empty()) {
+      out << "; the file changes " << kept << ", which only a restart applies";
+    }
     out << "\n";
   }
   // (Absent from a daemon older than protocol 1.7.)
@@ -385,6 +389,11 @@ std::string render_status_table(const nlohmann::json& status) {
   if (status.contains("clients_omitted")) out << "(" << status["clients_omitted"] << " more clients not shown)\n";
   if (lowered) out << "* claimed high priority; the config ([access], the job's allowed_priority) runs it as low\n";
   return out.str();
+}
+
+std::string status_error_text(const std::string& error, const std::string& socket_path) {
+  if (error.find(socket_path) != std::string::npos) return error;
+  return error + " (socket " + socket_path + "; is gpuqosd running?)";
 }
 
 ipc::Result<std::string> request_status(const std::string& socket_path) {

@@ -59,8 +59,8 @@ int run_top(const TopOptions& options, std::ostream& out, std::ostream& err, boo
   for (bool first = true;; first = false) {
     auto text = request_status(options.socket);
     if (!text) {
-      err << "gpuqos top: " << (first ? "" : "gpuqosd went away: ") << text.error() << " (socket " << options.socket
-          << "; is gpuqosd running?)\n";
+      err << "gpuqos top: " << (first ? "" : "gpuqosd went away: ") << status_error_text(text.error(), options.socket)
+          << "\n";
       return 1;
     }
     std::string frame;

@@ -24,7 +24,7 @@ int show_status(const std::string& socket, bool json) {
   if (!text) {
     // The hint only when nothing answered the connect: one that timed out did connect.
     const bool unreached = text.error().starts_with("cannot reach gpuqosd");
-    std::cerr << "gpuqos status: " << text.error() << (unreached ? " (socket " + socket + "; is gpuqosd running?)" : "")
+    std::cerr << "gpuqos status: " << (unreached ? gpuqos::scheduler::status_error_text(text.error(), socket) : text.error())
               << "\n";
     return 1;
   }

@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 
 #include "cli_checks.h"
@@ -114,7 +115,8 @@ int main(int argc, char** argv) {
       return kUsageError;
     }
     options = configured.value();
-    options.config_path = config_path;
+    // Absolute: what status shows, and what SIGHUP reads, whatever the directory it is read from.
+    options.config_path = std::filesystem::absolute(config_path).lexically_normal().string();
     options.log_level = gpuqos::config::to_string(loaded.value().daemon.log_level);
     gpuqos::scheduler::apply_command_line(options);
   }

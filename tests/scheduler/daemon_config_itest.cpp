@@ -309,6 +309,11 @@ TEST(Reload, CommandLineOptionsStillWinAndAPolicyChangeNeedsARestart) {
       << plain->log();
   EXPECT_TRUE(eventually([&] { return plain.occurrences("config reloaded from") == 1; })) << plain->log();
   EXPECT_EQ(plain->status()["daemon"]["policy"], "fifo");
+  const nlohmann::json config = plain->status()["daemon"]["config"];
+  EXPECT_EQ(config["last_reload_ok"], true) << "applied, but for the policy";
+  EXPECT_EQ(config["needs_restart"], "the policy (priority)") << config.dump();
+  EXPECT_NE(scheduler::render_status_table(plain->status()).find("the file changes the policy (priority), which only a restart applies"),
+            std::string::npos);
   FakeClient train(plain->socket(), Priority::high, "train");
   EXPECT_EQ(train.reply().effective_priority, Priority::low) << "the new [[job]] entries apply to registrations";
 }

@@ -4,7 +4,8 @@
 // JSON (version 2; version 1 had no "jobs", "jobs_omitted" nor "grants"):
 //   {"version":2, "daemon":{"pid","uptime_ns","policy","socket",
 //              "config" (only with --config):{"path","loaded_unix_s","last_reload_ok",
-//                        "last_reload_unix_s" (0: none yet),"last_reload_error" ("" when ok)}},
+//                        "last_reload_unix_s" (0: none yet),"last_reload_error" ("" when ok),
+//                        "needs_restart" (what the running file changes that a reload cannot: "" none)}},
 //    "backlog":[{"device","engine","outstanding_ops","backlog_ns","completed_ops","completed_device_ns"}],
 //    "devices":[{"device","uuid","ordinal","clients","preemptive","timeslice_ns" (preemptive only)}],
 //                (gpuqosd's device numbers: device_table.h)
@@ -116,6 +117,7 @@ struct ConfigStatus {
   bool last_reload_ok = true;           // no reload yet counts as ok
   std::int64_t last_reload_unix_s = 0;  // 0: none yet
   std::string last_reload_error;        // why the latest reload was refused ("" when it was not)
+  std::string needs_restart;            // applied, but not these ("the policy (fifo)", ...; "" when all was)
 };
 
 struct DaemonStatus {
@@ -158,5 +160,8 @@ int job_column_width(const nlohmann::json& rows);
 
 // Asks the daemon on socket_path for its status; the JSON text, or why not.
 ipc::Result<std::string> request_status(const std::string& socket_path);
+// request_status's error for a user: with " (socket PATH; is gpuqosd running?)" unless it already
+// says what is at the path (ipc::connect_failure does).
+std::string status_error_text(const std::string& error, const std::string& socket_path);
 
 }  // namespace gpuqos::scheduler
