@@ -276,6 +276,7 @@ JobQosSnapshot QosTracker::snapshot_of(const std::string& name, const Job& job, 
   }
   const LatencyHistogram& h = job.latency;
   s.queries = h.count();
+  s.latency_from_arrival = job.from_arrival;
   s.latency_sum_ns = h.sum_ns();
   s.mean_ns = std::llround(h.mean_ns());
   s.p50_ns = h.percentile_ns(50);

@@ -57,7 +57,10 @@ void query_rows(const nlohmann::json& jobs, const std::vector<std::string>& mark
   for (const auto& job : jobs) {
     if (job.at("priority") != "high" && job.at("queries").get<std::uint64_t>() == 0) continue;
     const std::string name = job.at("job").get<std::string>();
-    std::string& kind = std::find(marked.begin(), marked.end(), name) != marked.end() ? from_arrival : from_first_op;
+    // How its latencies were measured (a daemon older than this field: whether it marks them now).
+    const bool arrivals = job.contains("latency_from") ? job.at("latency_from") == "arrival"
+                                                       : std::find(marked.begin(), marked.end(), name) != marked.end();
+    std::string& kind = arrivals ? from_arrival : from_first_op;
     kind += (kind.empty() ? "" : ", ") + name;
     if (!header) {
       std::snprintf(line, sizeof line, "%-*s %-4s %8s %9s %9s %9s %9s  %s\n", width, "JOB", "PRIO", "QUERIES", "P50_MS",
@@ -162,6 +165,7 @@ nlohmann::json job_json(const JobQosSnapshot& job) {
                          {"target_ms", optional(job.target_ns, ms)},
                          {"percentile", job.percentile},
                          {"queries", job.queries},
+                         {"latency_from", job.latency_from_arrival ? "arrival" : "first_op"},
                          {"mean_ms", ms(job.mean_ns)},
                          {"p50_ms", ms(job.p50_ns)},
                          {"p90_ms", ms(job.p90_ns)},

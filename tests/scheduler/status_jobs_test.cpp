@@ -171,7 +171,9 @@ TEST(StatusJobs, ThePolicysStateWhenItKeepsOne) {
 // A job that says its arrivals: its measured rate and each query's allowance, in the JSON and a
 // line of the table each; none from an older daemon.
 TEST(StatusJobs, AMarkedJobsArrivalGapAndAllowanceAreShown) {
-  DaemonStatus status = with_jobs({serve(3'900'000, true), train()});
+  JobQosSnapshot marked = serve(3'900'000, true);
+  marked.latency_from_arrival = true;
+  DaemonStatus status = with_jobs({marked, train()});
   status.policy_state = PolicyState{4'500'000, 0, {}, {}};
   status.policy_state->marked_jobs = {{"serve", 26'200'000, 4'000'000}, {"search", 0, 20 * kMs}};
   auto json = nlohmann::json::parse(bounded_status_text(status));
@@ -191,15 +193,20 @@ TEST(StatusJobs, AMarkedJobsArrivalGapAndAllowanceAreShown) {
             std::string::npos)
       << "the one job shown runs from the arrival\n" << table;
   EXPECT_EQ(table.find("first GPU op"), std::string::npos) << "no job shown is measured so\n" << table;
-  json["policy_state"].erase("marked_jobs");  // an older daemon
+  json["policy_state"].erase("marked_jobs");  // the job gone (or an older daemon)
   EXPECT_EQ(render_status_table(json).find("says its arrivals"), std::string::npos);
+  EXPECT_NE(render_status_table(json).find("  latency: from each request's arrival"), std::string::npos)
+      << "its latencies were measured so, whether or not it is still here";
+  EXPECT_EQ(json["jobs"][0]["latency_from"], "arrival");
 }
 
 // Jobs measured both ways: each kind names its jobs.
 TEST(StatusJobs, TheLatencyLineNamesTheJobsMeasuredEachWay) {
   JobQosSnapshot rank = serve(3'900'000, true);
   rank.job = "rank";
-  DaemonStatus status = with_jobs({serve(3'900'000, true), rank, train()});
+  JobQosSnapshot marked = serve(3'900'000, true);
+  marked.latency_from_arrival = true;
+  DaemonStatus status = with_jobs({marked, rank, train()});
   status.policy_state = PolicyState{4'500'000, 0, {}, {}};
   status.policy_state->marked_jobs = {{"serve", 26'200'000, 4'000'000}};
   const std::string table = render_status_table(nlohmann::json::parse(bounded_status_text(status)));

@@ -134,6 +134,7 @@ struct JobQosSnapshot {
   std::optional<std::int64_t> target_ns;        // the config's target now, if any
   double percentile = 99.0;                     // ... at this percentile
   std::uint64_t queries = 0;
+  bool latency_from_arrival = false;  // its latencies run from its requests' arrivals (else first GPU ops)
   double latency_sum_ns = 0;
   std::int64_t mean_ns = 0, p50_ns = 0, p90_ns = 0, p99_ns = 0, p999_ns = 0, max_ns = 0;
   std::int64_t at_percentile_ns = 0;  // the latency at `percentile`: what the target is about
