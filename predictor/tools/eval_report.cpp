@@ -8,8 +8,10 @@ namespace gpuqos::predictor::detail {
 
 namespace {
 
+// Nothing scored: null errors, not 0 (which a script would read as a perfect model).
 nlohmann::json summary_json(const ErrorSummary& s) {
-  return {{"median_ape", s.median_ape}, {"mape", s.mape}, {"p90_ape", s.p90_ape}, {"count", s.count}};
+  const auto error = [&](double value) { return s.count > 0 ? nlohmann::json(value) : nlohmann::json(nullptr); };
+  return {{"median_ape", error(s.median_ape)}, {"mape", error(s.mape)}, {"p90_ape", error(s.p90_ape)}, {"count", s.count}};
 }
 
 std::string percent(double fraction) {

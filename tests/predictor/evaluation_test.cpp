@@ -91,6 +91,8 @@ TEST(Commands, TrainWritesAProfileAndEvalPrintsJson) {
   for (const char* part : {"kernels", "copies"})
     for (const char* key : {"median_ape", "mape", "p90_ape", "count"}) EXPECT_TRUE(j.at(part).contains(key)) << part << "." << key;
   EXPECT_EQ(j["kernels"]["count"], 60);
+  EXPECT_EQ(j["copies"]["count"], 0);
+  EXPECT_TRUE(j["copies"]["mape"].is_null()) << "nothing scored is not a perfect score: " << j["copies"].dump();
   EXPECT_LT(j["kernels"]["median_ape"].get<double>(), 0.05);
 }
 
