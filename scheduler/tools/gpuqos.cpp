@@ -53,7 +53,8 @@ std::pair<CLI::App*, CLI::App*> add_predictor_commands(CLI::App& app, gpuqos::pr
   t->add_option("--from", train.inputs, "Measurement files")->required()->check(CLI::ExistingFile);
   t->add_option("--out", train.out, "The profile file to write")->required();
   t->add_option("--csv-args", train.csv_args, "CSV columns that are the kernels' scalar args, in order (e.g. B,M,N,K)")->delimiter(',');
-  t->add_option("--sms", train.sms, "SMs of the measured GPU")->capture_default_str();
+  // A GPU's SM count: H100 132, B200 148; far more is a typo (it would scale every wave count).
+  t->add_option("--sms", train.sms, "SMs of the measured GPU")->check(CLI::Range(1, 4096))->capture_default_str();
   auto* e = app.add_subcommand("eval", "Prediction errors on held-out measurements");
   e->add_option("--train", eval.train, "Measurement files to train on")->required()->check(CLI::ExistingFile);
   e->add_option("--test", eval.test, "Measurement files to test on")->check(CLI::ExistingFile);
@@ -61,7 +62,7 @@ std::pair<CLI::App*, CLI::App*> add_predictor_commands(CLI::App& app, gpuqos::pr
   e->add_option("--split-by-work,--extrapolate", eval.split_by_work,
                 "Train on this fraction of the --train rows with the least work (B*M*N*K; copies: bytes), test on the rest");
   e->add_option("--csv-args", eval.csv_args, "CSV columns that are the kernels' scalar args, in order")->delimiter(',');
-  e->add_option("--sms", eval.sms, "SMs of the measured GPU")->capture_default_str();
+  e->add_option("--sms", eval.sms, "SMs of the measured GPU")->check(CLI::Range(1, 4096))->capture_default_str();
   e->add_option("--min-copy-bytes", eval.min_copy_bytes, "Score only copies and memsets at least this large");
   e->add_flag("--json", eval.json, "One JSON object: kernels, copies (median_ape, mape, p90_ape, count), per kernel");
   e->add_flag("!--summary", eval.per_kernel, "Text output: totals only, no line per kernel");

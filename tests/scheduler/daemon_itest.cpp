@@ -1071,7 +1071,8 @@ TEST(Cli, RunRefusesAJobNameOrSocketTheShimWouldNotTakeAndDurationsMustBeFinite)
            {{"run", "--job", "", "--", "true"}, "gpuqos run: --job '': must be 1 to 63 characters"},
            {{"run", "--socket", long_socket, "--", "true"}, "must be at most 107 bytes"},
            {{"top", "--interval", "nan"}, "must be a finite number in [0.001, 86400] (got nan)"},
-           {{"top", "--interval", "0"}, "must be a finite number in [0.001, 86400] (got 0)"}}) {
+           {{"top", "--interval", "0"}, "must be a finite number in [0.001, 86400] (got 0)"},
+           {{"train", "--from", "/dev/null", "--sms", "100000", "--out", "x.gqp"}, "--sms"}}) {
     std::vector<std::string> argv = {bin("gpuqos")};
     argv.insert(argv.end(), args.begin(), args.end());
     ChildProcess cli(argv, {}, dir.path() / "out");
