@@ -245,7 +245,7 @@ void DaemonGate::tell_unmanaged(std::uint32_t device, const Session& session) no
     }
     // Which GPU the process's device is, to tie it to the config: its UUID as nvidia-smi writes it.
     const ContextDevices::Uuid none{}, uuid = devices_.uuid(device);
-    const std::string named = uuid != none ? " (GPU-" + uuid_hex(uuid) + ")" : "";
+    const std::string named = uuid != none ? " (GPU-" + ipc::uuid_hex(uuid) + ")" : "";
     std::string unknown;
     if (!uuids.empty() && uuid == none) {
       unknown = devices_.uuid_settled(device) ? " (the driver cannot say its UUID)"

@@ -1,7 +1,6 @@
 // describe(): the kind, shape, sizes and arguments of one operation, for its descriptor.
 #include "describe.h"
 
-#include <cstdio>
 #include <cstring>
 
 #include "gpuqos/ipc/clock.h"
@@ -170,13 +169,6 @@ std::uint32_t ContextDevices::sm_count(std::uint32_t device) noexcept {
 
 bool ContextDevices::uuid_settled(std::uint32_t device) const noexcept {
   return device >= uuid_tries_.size() || uuid_tries_[device].load(std::memory_order_acquire) == kUuidSettled;
-}
-
-std::string uuid_hex(const std::array<std::uint8_t, 16>& u) {
-  char text[ipc::kUuidTextBytes + 1];
-  std::snprintf(text, sizeof text, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
-                u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
-  return text;
 }
 
 ContextDevices::Uuid ContextDevices::uuid(std::uint32_t device) noexcept {

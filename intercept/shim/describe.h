@@ -31,9 +31,6 @@ bool describe(const Operation& op, std::uint32_t device, std::int64_t posted_ns,
 // the name of the handle it wrote, so launches of it carry the kernel's identity.
 void learn_kernel_name(const Operation& op, KernelRegistry& kernels) noexcept;
 
-// A device UUID's text as nvidia-smi writes it after "GPU-": "5053021f-f19c-8f3e-af75-ba138af7d608".
-std::string uuid_hex(const std::array<std::uint8_t, 16>& uuid);
-
 // The device ordinal of each context seen (cuCtxGetDevice once per context; 0 when it fails), and
 // each device's SM count and UUID (asked once; 0 and all zero when the driver cannot say).
 class ContextDevices {

@@ -10,9 +10,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
-#include <cstdio>
 
-#include "describe.h"
 #include "gpuqos/ipc/clock.h"
 #include "gpuqos/ipc/registration.h"
 #include "gpuqos/ipc/validate.h"
@@ -46,7 +44,7 @@ bool Session::managed_by_uuid(std::uint32_t device, const std::array<std::uint8_
   if (std::all_of(uuid.begin(), uuid.end(), [](std::uint8_t byte) { return byte == 0; })) return false;  // asked again
   bool named = false;
   try {
-    const std::string hex = uuid_hex(uuid);
+    const std::string hex = ipc::uuid_hex(uuid);
     named = std::any_of(terms_.managed_uuids.begin(), terms_.managed_uuids.end(),
                                  [&](const std::string& prefix) { return hex.starts_with(prefix); });
   } catch (...) {  // out of memory: not managed this time, asked again

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "gpuqos/ipc/clock.h"
@@ -338,6 +339,13 @@ Result<UnscheduledDevice> decode_unscheduled_device(Record record) {
                  std::to_string(kMaxDevices)};
   }
   return device;
+}
+
+std::string uuid_hex(std::span<const std::uint8_t, 16> u) {
+  char text[kUuidTextBytes + 1];
+  std::snprintf(text, sizeof text, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
+                u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+  return text;
 }
 
 std::string connect_failure(const std::string& path, int error) {

@@ -59,7 +59,7 @@ struct UuidSettings {
 UuidSettings uuid_settings(const BaymaxOptions& options, const std::optional<DeviceTable::Uuid>& uuid) {
   UuidSettings out;
   if (!uuid) return out;
-  const std::string hex = DeviceTable::uuid_text(*uuid).substr(4);  // past "GPU-"
+  const std::string hex = ipc::uuid_hex(*uuid);
   for (const std::string& prefix : options.preemptive_uuids) out.preemptive = out.preemptive || hex.starts_with(prefix);
   std::size_t longest = 0;  // the most specific key that names it
   for (const auto& [prefix, ns] : options.uuid_timeslice_ns) {

@@ -14,11 +14,7 @@ bool said_nothing(const DeviceTable::Uuid& uuid) {
 
 }  // namespace
 
-std::string DeviceTable::uuid_text(const Uuid& u) {
-  return fmt::format("GPU-{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}",
-                     u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14],
-                     u[15]);
-}
+std::string DeviceTable::uuid_text(const Uuid& uuid) { return "GPU-" + ipc::uuid_hex(uuid); }
 
 std::optional<std::uint32_t> DeviceTable::free_number(std::uint32_t preferred) const {
   if (preferred < ipc::kMaxDevices && !by_number_.contains(preferred)) return preferred;

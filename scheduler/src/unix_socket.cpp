@@ -44,6 +44,15 @@ ipc::Status clear_stale_socket(const std::string& path) {
   return {};
 }
 
+// The socket's directory, made if missing (a socket under /run/gpuqos on a fresh boot).
+ipc::Status make_parent_directory(const std::string& path) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  std::error_code error;
+  if (!parent.empty()) std::filesystem::create_directories(parent, error);
+  if (error) return ipc::Error{"cannot create " + parent.string() + ": " + error.message()};
+  return {};
+}
+
 }  // namespace
 
 void FileDescriptor::reset() noexcept {
@@ -54,10 +63,7 @@ void FileDescriptor::reset() noexcept {
 ipc::Result<FileDescriptor> listen_unix(const std::string& path) {
   auto address = address_of(path);
   if (!address) return ipc::Error{address.error()};
-  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-  std::error_code error;
-  if (!parent.empty()) std::filesystem::create_directories(parent, error);
-  if (error) return ipc::Error{"cannot create " + parent.string() + ": " + error.message()};
+  if (ipc::Status made = make_parent_directory(path); !made) return ipc::Error{made.error()};
   if (ipc::Status cleared = clear_stale_socket(path); !cleared) return ipc::Error{cleared.error()};
   FileDescriptor fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd.valid()) return system_error("socket");
@@ -72,10 +78,7 @@ ipc::Result<FileDescriptor> listen_unix(const std::string& path) {
 
 ipc::Result<FileDescriptor> lock_socket_path(const std::string& path) {
   const std::string lock_path = path + ".lock";
-  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-  std::error_code error;
-  if (!parent.empty()) std::filesystem::create_directories(parent, error);
-  if (error) return ipc::Error{"cannot create " + parent.string() + ": " + error.message()};
+  if (ipc::Status made = make_parent_directory(path); !made) return ipc::Error{made.error()};
   FileDescriptor fd(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
   // Another user's lock file (left by their gpuqosd in a shared directory): a read-only descriptor
   // locks all the same; the pid is not written then.

@@ -246,6 +246,10 @@ HelloReply make_hello_reply(HelloStatus status, std::uint32_t client_number, std
                             std::string_view message, Priority effective_priority, std::uint64_t copy_chunk_bytes,
                             std::uint64_t managed_devices = kAllDevices, std::int64_t clock_offset_ns = 0);
 
+// A device UUID's text as nvidia-smi writes it after "GPU-" (lowercase, 8-4-4-4-12):
+// "5053021f-f19c-8f3e-af75-ba138af7d608". What managed_uuids' prefixes are matched against.
+std::string uuid_hex(std::span<const std::uint8_t, 16> uuid);
+
 // An ok reply's managed_uuids (1.8): at most kMaxManagedUuids UUID prefixes as managed_uuids holds
 // them; an error for more, or one that is not 1 to kUuidTextBytes lowercase hex digits and dashes.
 Status set_managed_uuids(HelloReply& reply, std::span<const std::string> prefixes);
