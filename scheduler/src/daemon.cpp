@@ -231,8 +231,7 @@ int Daemon::run() {
     const bool items_waiting = arm_doorbells();
     // How long the loop's own work ran between two waits: a stall it makes itself (a huge status,
     // a slow profile save) is told apart from one the node makes (tell_stall).
-    const std::int64_t waits_ns = ipc::monotonic_ns();
-    longest_work_ns_ = std::max(longest_work_ns_, waits_ns - woke_ns);
+    longest_work_ns_ = std::max(longest_work_ns_, ipc::monotonic_ns() - woke_ns);
     const int ready = ::epoll_wait(epoll_.get(), events.data(), static_cast<int>(events.size()), items_waiting ? 0 : -1);
     const int wait_error = errno;
     woke_ns = ipc::monotonic_ns();
@@ -245,8 +244,8 @@ int Daemon::run() {
     }
     // Back from a stall past the shims' heartbeat limit (each ran its held ops unmanaged): the
     // heartbeat first, so each client notes where its shim stopped waiting before a grant counts.
-    if (const std::int64_t woke = ipc::monotonic_ns(); woke - heartbeat_ns_ > ipc::kHeartbeatLimitNs) {
-      heartbeat_and_tick(woke);
+    if (woke_ns - heartbeat_ns_ > ipc::kHeartbeatLimitNs) {
+      heartbeat_and_tick(woke_ns);
     }
     doorbell_rang_ = items_waiting;
     for (int i = 0; i < ready; ++i) on_event(events[i].data.u64, events[i].events);
