@@ -44,6 +44,16 @@ ReadReport read_measurements(const std::filesystem::path& path, const ReadOption
   if (text.starts_with("GPUQOSPF"))
     return detail::fail(report, path.string() + ": a gpuqos predictor store (what gpuqos train writes), not measurements: "
                                                 "give the profiles, traces or tables it was trained from");
+  if (text.find_first_not_of(" \t\r\n") == std::string::npos)
+    return detail::fail(report, path.string() + ": empty: no measurements in it");
+  // Binary data with a comma in its first line would otherwise read as a CSV table without columns.
+  const std::string_view head = std::string_view(text).substr(0, 4096);
+  const auto control = std::count_if(head.begin(), head.end(), [](char c) {
+    const auto byte = static_cast<unsigned char>(c);
+    return byte < 0x20 && byte != '\t' && byte != '\n' && byte != '\r';
+  });
+  if (head.find('\0') != std::string_view::npos || control * 20 > static_cast<std::ptrdiff_t>(head.size()))
+    return detail::fail(report, path.string() + ": binary data: not a gpuqos profile (JSON Lines), a Kineto trace (JSON) or a CSV table");
   const auto format = detect_format(text, path);
   if (!format)
     return detail::fail(report, path.string() + ": unknown format: not a gpuqos profile (JSON Lines), a Kineto trace (JSON) or a CSV table");

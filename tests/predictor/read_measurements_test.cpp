@@ -1,6 +1,8 @@
 // Format detection, gzip input, Kineto traces through the replayer's converter, unreadable files.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <random>
 #include <zlib.h>
 
 #include "gpuqos/predictor/measurements.h"
@@ -97,6 +99,17 @@ TEST(ReadMeasurements, UnreadableOrUnknownFiles) {
   r = read_measurements(dir.write("m.gqp", std::string("GPUQOSPF\x01\x00,,\n", 12)), ReadOptions{}, out);
   EXPECT_TRUE(r.failed);
   EXPECT_THAT(r.messages[0], HasSubstr("m.gqp: a gpuqos predictor store (what gpuqos train writes), not measurements"));
+  // An empty file, and random bytes with a comma (they read as a CSV table without its columns).
+  r = read_measurements(dir.write("empty.csv", " \n"), ReadOptions{}, out);
+  EXPECT_TRUE(r.failed);
+  EXPECT_THAT(r.messages[0], HasSubstr("empty.csv: empty: no measurements in it"));
+  std::string noise(2000, '\0');
+  std::mt19937 random(11);
+  for (char& c : noise) c = static_cast<char>(random());
+  noise[5] = ',';
+  r = read_measurements(dir.write("noise.csv", noise), ReadOptions{}, out);
+  EXPECT_TRUE(r.failed);
+  EXPECT_THAT(r.messages[0], HasSubstr("noise.csv: binary data: not a gpuqos profile"));
 }
 
 }  // namespace
