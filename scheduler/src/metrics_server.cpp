@@ -41,7 +41,7 @@ class BoundedQueue final : public httplib::TaskQueue {
   void shutdown() override { pool_.shutdown(); }
 
  private:
-  httplib::ThreadPool pool_{2};
+  httplib::ThreadPool pool_{MetricsServer::kPoolThreads};
   std::atomic<int> accepted_{0};  // handed to the pool and not finished (only the accept thread adds)
 };
 

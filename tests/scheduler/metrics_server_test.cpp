@@ -4,6 +4,7 @@
 #include "gpuqos/scheduler/metrics_server.h"
 
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <cerrno>
@@ -110,6 +111,25 @@ TEST(MetricsServer, AFloodOfStalledConnectionsIsHeldToABound) {
 
   flood.clear();  // the peers hang up: their connections end at once
   expect_served(testing::http_get(port, "/metrics"), "gpuqos_up 1");
+}
+
+// A connection that sends nothing holds a serving thread until its first-byte timeout (kIoTimeoutS):
+// with a few of them open (a client keeping one, a port scanner), a scrape is still served at once,
+// while they are all still open, not after they time out.
+TEST(MetricsServer, AFewIdleConnectionsDoNotDelayAScrape) {
+  const std::uint16_t port = testing::free_port();
+  const std::unique_ptr<MetricsServer> server = serving(port, "gpuqos_up 1\n");
+  ASSERT_TRUE(server);
+  std::vector<FileDescriptor> idle;
+  for (int i = 0; i < MetricsServer::kPoolThreads - 1; ++i) idle.push_back(testing::connect_loopback(port));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // each is accepted and waits for its request
+  expect_served(testing::http_get(port, "/metrics"), "gpuqos_up 1");
+  for (const FileDescriptor& peer : idle) {
+    char byte = 0;
+    const ssize_t got = ::recv(peer.get(), &byte, 1, MSG_DONTWAIT);
+    EXPECT_TRUE(got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        << "an idle connection was closed (timed out) before the scrape was served: got " << got;
+  }
 }
 
 // A peer that sends its request a byte at a time, each well within the read timeout, keeps its

@@ -24,9 +24,13 @@ class MetricsServer {
   // A text older than this that the loop did not renew within kRefreshWaitNs is not served (503):
   // the loop is stalled, and figures that stopped would read as a healthy daemon.
   static constexpr std::int64_t kStaleNs = 2'000'000'000;
-  // Connections accepted and not yet closed, at most (two served by the pool, the rest queued for
-  // it, one served by the accept thread); the kernel's listen backlog holds the others.
-  static constexpr int kMaxConnections = 5;
+  // Threads serving connections. Each serves one connection at a time, and a connection that sends
+  // nothing holds its thread for kIoTimeoutS: kPoolThreads - 1 idle connections (a client that
+  // keeps one open, a port scanner) leave a scrape served at once.
+  static constexpr int kPoolThreads = 4;
+  // Connections accepted and not yet closed, at most (kPoolThreads served by the pool, the rest
+  // queued for it, one served by the accept thread); the kernel's listen backlog holds the others.
+  static constexpr int kMaxConnections = kPoolThreads + 2;
   // How long a connection may wait for its request's first byte, or for each later read or write,
   // before it is closed. Per read, not in all: a peer that trickles bytes keeps its connection
   // (httplib has no deadline per request), which is why stop() does not wait for it for long.
