@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <utility>
 
 #include <fmt/format.h>
@@ -156,9 +157,14 @@ ipc::Result<std::unique_ptr<Daemon>> Daemon::create(DaemonOptions options) {
     return ipc::Error{"the profile store " + store + " is not a predictor store but " + *what +
                       "; gpuqosd would move it aside and save over it, so it does not start: give another path"};
   }
+  if (std::error_code error; !store.empty() && std::filesystem::is_directory(store, error)) {
+    return ipc::Error{"the profile store " + store + " is a directory: give a file in it, e.g. " +
+                      (std::filesystem::path(store) / "gpuqosd.gqp").string()};
+  }
   std::optional<std::string> warning;
   daemon->learner_ = std::make_unique<DurationLearner>(daemon->options_.learning, ipc::monotonic_ns(), warning);
   if (warning) spdlog::warn("{}", *warning);
+  if (!store.empty()) daemon->lock_store();
   if (!daemon->options_.learning.store_path.empty()) {
     const auto& predictor = daemon->learner_->predictor();
     if (predictor.kernel_count() == 0) {
@@ -176,6 +182,23 @@ ipc::Result<std::unique_ptr<Daemon>> Daemon::create(DaemonOptions options) {
                  stale.front());
   }
   return daemon;
+}
+
+// Two gpuqosd learning into one store would each save over the other's learning. The first holds
+// `<store>.lock`; a later one reads the store and saves beside it. A lock that cannot be taken for
+// another reason (a read-only directory) guards nothing worth a warning: saves fail there anyway,
+// and the learner said so.
+void Daemon::lock_store() {
+  const std::string& store = options_.learning.store_path;
+  auto lock = lock_beside(store);
+  if (lock) {
+    store_lock_ = std::move(lock.value());
+  } else if (lock.error().empty()) {
+    spdlog::warn("predictor: {} learns into {}: this one reads it but saves what it learns to {}",
+                 held_by(store + ".lock"), store, learner_->save_beside_store());
+  } else {
+    spdlog::debug("predictor: {} is not locked: {}", store, lock.error());
+  }
 }
 
 ipc::Status Daemon::setup() {

@@ -240,12 +240,14 @@ std::optional<std::string> DurationLearner::tick(std::int64_t now_ns) {
 std::optional<std::string> DurationLearner::save() {
   if (options_.store_path.empty() || !unsaved()) return std::nullopt;
   if (save_blocked_) return options_.store_path + ": not saved: the file there could not be loaded or moved aside";
-  if (identity_of(options_.store_path) != store_identity_) {
-    // Written by someone else since (a retrained store, another gpuqosd): theirs stays.
-    const std::string beside = options_.store_path + ".gpuqosd-" + std::to_string(::getpid());
+  if (saves_beside_ || identity_of(options_.store_path) != store_identity_) {
+    // Written by someone else since (a retrained store, another gpuqosd), or another gpuqosd's
+    // store: theirs stays.
+    const std::string beside = beside_path();
     if (auto error = predictor::save_profile(predictor_, beside)) return error;
     learned_at_last_save_ = counts_.learned;
     ++counts_.saves;
+    if (saves_beside_) return std::nullopt;  // said once, at start
     return options_.store_path + " changed since this gpuqosd read it (gpuqos train --out, or another gpuqosd on "
            "the same store): not overwritten; what this one learned is saved to " + beside;
   }
@@ -254,6 +256,10 @@ std::optional<std::string> DurationLearner::save() {
   learned_at_last_save_ = counts_.learned;
   ++counts_.saves;
   return std::nullopt;
+}
+
+std::string DurationLearner::beside_path() const {
+  return options_.store_path + ".gpuqosd-" + std::to_string(::getpid());
 }
 
 }  // namespace gpuqos::scheduler

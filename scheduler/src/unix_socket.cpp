@@ -77,6 +77,27 @@ ipc::Result<FileDescriptor> listen_unix(const std::string& path) {
 }
 
 ipc::Result<FileDescriptor> lock_socket_path(const std::string& path) {
+  auto lock = lock_beside(path);
+  if (!lock && lock.error().empty()) {
+    return ipc::Error{held_by(path + ".lock") + " holds " + path + ".lock: it serves " + path +
+                      " (if that socket is gone, it serves it again within a second)"};
+  }
+  return lock;
+}
+
+std::string held_by(const std::string& lock_path) {
+  FileDescriptor fd(::open(lock_path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  std::array<char, 32> text{};
+  const ssize_t got = fd.valid() ? ::pread(fd.get(), text.data(), text.size() - 1, 0) : 0;
+  std::string pid = got > 0 ? std::string(text.data(), static_cast<std::size_t>(got)) : std::string();
+  pid = pid.substr(0, pid.find_first_of("\n"));
+  // The pid written there is the holder's unless it could not write its own (another user's file).
+  const long number = pid.empty() ? 0 : std::strtol(pid.c_str(), nullptr, 10);
+  const bool running = number > 0 && (::kill(static_cast<pid_t>(number), 0) == 0 || errno == EPERM);
+  return running ? "another gpuqosd (pid " + std::to_string(number) + ")" : "another gpuqosd (its pid is not recorded)";
+}
+
+ipc::Result<FileDescriptor> lock_beside(const std::string& path) {
   const std::string lock_path = path + ".lock";
   if (ipc::Status made = make_parent_directory(path); !made) return ipc::Error{made.error()};
   FileDescriptor fd(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
@@ -87,16 +108,7 @@ ipc::Result<FileDescriptor> lock_socket_path(const std::string& path) {
   if (!fd.valid()) return system_error("cannot open " + lock_path);
   if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
     if (errno != EWOULDBLOCK) return system_error("cannot lock " + lock_path);
-    std::array<char, 32> text{};
-    const ssize_t got = ::pread(fd.get(), text.data(), text.size() - 1, 0);
-    std::string pid = got > 0 ? std::string(text.data(), static_cast<std::size_t>(got)) : std::string();
-    pid = pid.substr(0, pid.find_first_of("\n"));
-    // The pid written there is the holder's unless it could not write its own (another user's file).
-    const long number = pid.empty() ? 0 : std::strtol(pid.c_str(), nullptr, 10);
-    const bool running = number > 0 && (::kill(static_cast<pid_t>(number), 0) == 0 || errno == EPERM);
-    const std::string who = running ? "another gpuqosd (pid " + pid + ")" : "another gpuqosd (its pid is not recorded)";
-    return ipc::Error{who + " holds " + lock_path + ": it serves " + path +
-                      " (if that socket is gone, it serves it again within a second)"};
+    return ipc::Error{""};  // held: the caller says by whom (held_by)
   }
   const std::string pid = std::to_string(::getpid()) + "\n";
   if (writable &&

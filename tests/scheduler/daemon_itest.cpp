@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -529,6 +530,46 @@ TEST(Daemon, LearnsFromExactCompletionsAndSavesTheStoreAtExit) {
   // The next daemon starts from what the last one learned.
   DaemonProcess again({"--profile-store", store});
   EXPECT_EQ(again.status()["predictor"]["kernels"], 1);
+}
+
+// Two gpuqosd on one store (two sockets, one node) would each save over what the other learned: the
+// first holds the store's lock, the second is told so at start and saves beside the store.
+TEST(Daemon, ASecondDaemonOnTheSameStoreSavesBesideIt) {
+  TempDir dir("gpuqosd-store");
+  const std::string store = (dir.path() / "profile.gqp").string();
+  DaemonProcess first({"--profile-store", store});
+  std::optional<DaemonProcess> second(std::in_place, std::vector<std::string>{"--profile-store", store});
+  const pid_t second_pid = second->pid();
+  const std::string beside = store + ".gpuqosd-" + std::to_string(second_pid);
+  EXPECT_NE(second->log().find("predictor: another gpuqosd (pid " + std::to_string(first.pid()) + ") learns into " +
+                               store + ": this one reads it but saves what it learns to " + beside),
+            std::string::npos)
+      << second->log();
+  EXPECT_EQ(first.log().find("learns into"), std::string::npos) << first.log();
+  {
+    FakeClient high(second->socket(), Priority::high, "serve");
+    high.name_kernel(1, "gemm");
+    for (std::uint64_t seq = 1; seq <= 20; ++seq) high.post(FakeClient::kernel(seq));
+    for (std::uint64_t seq = 1; seq <= 20; ++seq) high.complete(seq, 1'000'000, 1'050'000);
+    ASSERT_TRUE(eventually([&] { return second->status()["predictor"]["learned"] == 20; })) << second->status().dump(1);
+  }
+  second->process().stop();
+  EXPECT_NE(second->log().find("predictor: saved 1 kernels to " + beside), std::string::npos) << second->log();
+  second.reset();
+  EXPECT_FALSE(std::filesystem::exists(store)) << "the first daemon's store is not the second's to write";
+  EXPECT_EQ(predictor::load_profile(beside, predictor::PredictorConfig{}).predictor.kernel_count(), 1u);
+}
+
+// A directory as the store (meant: keep the store in it) is refused at start with a file to give.
+TEST(Daemon, RefusesADirectoryAsTheProfileStore) {
+  TempDir dir("gpuqosd-store");
+  ChildProcess start({bin("gpuqosd"), "--socket", (dir.path() / "s.sock").string(), "--profile-store", dir.path().string()},
+                     {}, dir.path() / "out");
+  EXPECT_EQ(start.wait(5s), 1) << start.output();
+  EXPECT_NE(start.output().find("the profile store " + dir.path().string() + " is a directory: give a file in it, e.g. " +
+                                (dir.path() / "gpuqosd.gqp").string()),
+            std::string::npos)
+      << start.output();
 }
 
 TEST(Daemon, ACorruptStoreIsAWarningAndAnEmptyModel) {

@@ -97,6 +97,7 @@ class Daemon {
 
   explicit Daemon(DaemonOptions options);
   ipc::Status setup();
+  void lock_store();
   void watch(int fd, std::uint64_t token, std::uint32_t events);
   void on_event(std::uint64_t token, std::uint32_t events);
 
@@ -179,6 +180,7 @@ class Daemon {
   bool stopping_ = false;
   std::int64_t accept_paused_until_ns_ = 0;  // 0: the listener is watched
   FileDescriptor socket_lock_;               // lock_socket_path's, for the daemon's life
+  FileDescriptor store_lock_;                // lock_beside(store): this daemon saves the store
   ConfigStatus config_status_;               // the config file running and its latest reload
   // A reload refused: logged one problem a line, and kept for the status and metrics.
   void reload_failed(const std::string& path, const std::string& error);

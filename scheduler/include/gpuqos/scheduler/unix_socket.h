@@ -48,6 +48,15 @@ ipc::Result<FileDescriptor> listen_unix(const std::string& path);
 // it. Held while the descriptor lives. An error naming the pid of the daemon that holds it.
 ipc::Result<FileDescriptor> lock_socket_path(const std::string& path);
 
+// The same lock for any path: an exclusive flock on path + ".lock", this process's pid written in
+// it. An empty error when another process holds it (held_by says who), otherwise why it could not
+// be taken.
+ipc::Result<FileDescriptor> lock_beside(const std::string& path);
+
+// Who holds lock_path, for a message: "another gpuqosd (pid N)", or without the pid when the one
+// recorded there does not run.
+std::string held_by(const std::string& lock_path);
+
 // A blocking, close-on-exec connection to path.
 ipc::Result<FileDescriptor> connect_unix(const std::string& path);
 
