@@ -125,16 +125,17 @@ ipc::Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const config::L
     }
     response.set_content(std::move(*text), kMetricsContentType);
   });
-  // The metrics are only read: another method is told so (405), not that its request was bad.
-  const auto read_only = [](const httplib::Request&, httplib::Response& response) {
+  // The metrics are only read: another method is told so (405), not that its request was bad. Before
+  // routing, where httplib would first refuse a POST or PUT without a body length (400).
+  server.set_pre_routing_handler([](const httplib::Request& request, httplib::Response& response) {
+    if (request.path != "/metrics" || request.method == "GET" || request.method == "HEAD") {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
     response.status = 405;
     response.set_header("Allow", "GET, HEAD");
     response.set_content("gpuqosd: /metrics is read with GET\n", "text/plain");
-  };
-  server.Post("/metrics", read_only);
-  server.Put("/metrics", read_only);
-  server.Patch("/metrics", read_only);
-  server.Delete("/metrics", read_only);
+    return httplib::Server::HandlerResponse::Handled;
+  });
   errno = 0;
   if (!server.bind_to_port(address.host, address.port)) {
     const int error = errno;

@@ -425,10 +425,20 @@ TEST(Qos, MetricsEndpointServesPrometheusText) {
       http_exchange(port, "POST /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
   EXPECT_EQ(posted.rfind("HTTP/1.1 405", 0), 0u) << posted;
   EXPECT_NE(posted.find("Allow: GET, HEAD"), std::string::npos) << posted;
-  // A body is refused by its announced length, before any of it is read into the daemon's memory.
-  EXPECT_EQ(http_exchange(port, "POST /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+  // Without a body length (curl -X POST): the method is still what is wrong, not the request.
+  const std::string unsized = http_exchange(port, "POST /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(unsized.rfind("HTTP/1.1 405", 0), 0u) << unsized;
+  EXPECT_EQ(http_exchange(port, "PUT /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").rfind("HTTP/1.1 405", 0),
+            0u);
+  // A body is refused by its announced length, before any of it is read into the daemon's memory
+  // (at /metrics by its method, first).
+  EXPECT_EQ(http_exchange(port, "POST /elsewhere HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
                                 "Content-Length: 10000000000\r\n\r\nabc")
                 .rfind("HTTP/1.1 413", 0),
+            0u);
+  EXPECT_EQ(http_exchange(port, "POST /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                                "Content-Length: 10000000000\r\n\r\nabc")
+                .rfind("HTTP/1.1 405", 0),
             0u);
   EXPECT_NE(daemon.log().find("metrics: serving http://127.0.0.1:" + std::to_string(port) + "/metrics"),
             std::string::npos)
