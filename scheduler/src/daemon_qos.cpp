@@ -97,22 +97,20 @@ void Daemon::qos_status(DaemonStatus& status, std::int64_t now_ns) const {
   status.grants = qos_.departed_counters();
   for (const auto& [id, client] : clients_) status.grants += client->grant_counters();
   status.grants.held_ns_by_reason = policy_->hold_times();
-  if (status.grants.held_ns_by_reason) {
-    const auto by_job = policy_->hold_times_by_job();
-    for (JobQosSnapshot& job : status.jobs) {
-      if (job.priority != ipc::Priority::low) continue;
-      auto it = by_job.find(job.job);
-      job.be_held_ns_by_reason = it == by_job.end() ? HoldTimes{} : it->second;
-    }
-  }
   status.policy_state = policy_->state(now_ns);
-  if (status.policy_state) {
-    const auto& outstanding = status.policy_state->be_compute_outstanding_ns;
-    for (JobQosSnapshot& job : status.jobs) {
-      if (job.priority != ipc::Priority::low) continue;
-      auto it = outstanding.find(job.job);
-      job.be_outstanding_ns = it == outstanding.end() ? 0 : it->second;
-    }
+  const auto by_job = status.grants.held_ns_by_reason ? policy_->hold_times_by_job() : std::map<std::string, HoldTimes>{};
+  static const std::map<std::string, std::int64_t> kNone;
+  const auto& outstanding = status.policy_state ? status.policy_state->be_compute_outstanding_ns : kNone;
+  for (JobQosSnapshot& job : status.jobs) {
+    const auto held = by_job.find(job.job);
+    const auto granted = outstanding.find(job.job);
+    // A job with a high-priority process has best-effort work too when another process of its name
+    // runs low: what the policy says of that is its.
+    const bool best_effort = job.priority == ipc::Priority::low || job.be_ops > 0 || held != by_job.end() ||
+                             granted != outstanding.end();
+    if (!best_effort) continue;
+    if (status.grants.held_ns_by_reason) job.be_held_ns_by_reason = held == by_job.end() ? HoldTimes{} : held->second;
+    if (status.policy_state) job.be_outstanding_ns = granted == outstanding.end() ? 0 : granted->second;
   }
 }
 

@@ -197,11 +197,17 @@ TEST(Qos, StatusShowsBaymaxsBoundBudgetAndGrantedWork) {
   DaemonProcess& daemon = jobs.daemon;
   FakeClient& train = jobs.train;
   ASSERT_TRUE(train.wait_granted(1));
+  // A high-priority process of the same name: the job reads high, its best-effort work is still said.
+  FakeClient train_high(daemon.socket(), Priority::high, "train");
+  train_high.name_kernel(1, "step");
+  train_high.post(FakeClient::kernel(1));
   nlohmann::json status;
   ASSERT_TRUE(eventually([&] {
     status = daemon.status();
-    return job_named(status, "train")["be"].value("outstanding_ns", std::int64_t{0}) > 0;
+    return job_named(status, "train")["priority"] == "high" &&
+           job_named(status, "train")["be"].value("outstanding_ns", std::int64_t{0}) > 0;
   }, 5s)) << status.dump(1);
+  EXPECT_TRUE(job_named(status, "train")["be"].contains("held_ns_by_reason")) << status.dump(1);
   ASSERT_TRUE(status.contains("policy_state")) << status.dump(1);
   EXPECT_EQ(status["policy_state"]["backlog_bound_ns"], 7'500'000);
   ASSERT_EQ(status["policy_state"]["long_op_budget"].size(), 1u) << status.dump(1);
