@@ -176,8 +176,20 @@ void Daemon::register_client(Pending& pending, const ipc::Hello& hello) {
   // No device: the shim registers before it knows one (its work names them; status lists them).
   spdlog::info("{}: registered as client {} (uid {}, {} priority, {}, segment {})", client->tag(), id, peer.uid,
                decision.effective == ipc::Priority::high ? "high" : "low", describe_targets(info), name);
+  warn_if_target_unprotected(client->identity(), info);
   clients_.emplace(id, std::move(client));
   apply(policy_->client_registered(info, ipc::monotonic_ns()));
+}
+
+// A job the config gives a latency target that runs low priority (it did not claim high: a missing
+// `--priority high`, a bad GPUQOS_PRIORITY) is neither protected nor measured against its target,
+// and nothing else says so (a refused claim is warned of where it is refused).
+void Daemon::warn_if_target_unprotected(const ClientIdentity& identity, const ClientInfo& info) const {
+  if (info.priority != ipc::Priority::low || !info.target_ns || identity.claimed_priority != ipc::Priority::low) return;
+  spdlog::warn("job '{}' pid {}: runs as low priority, but the config gives it a latency target ({}): its work waits "
+               "like best-effort work and its queries are not measured against the target; start it with "
+               "GPUQOS_PRIORITY=high (gpuqos run --priority high)",
+               identity.job, identity.peer.pid, describe_targets(info));
 }
 
 void Daemon::answer_control(Pending& pending, const std::vector<std::byte>& record) {

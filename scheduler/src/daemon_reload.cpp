@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <ctime>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -105,7 +107,18 @@ void Daemon::reload_config() {
                  config::to_string(options_.config.daemon.metrics_listen));
   }
   if (next.config.daemon.metrics_listen != options_.config.daemon.metrics_listen) metrics_retry_ns_ = 0;  // at once
+  // The connected jobs' targets before: one the new file drops (a [[job]] renamed by a typo) is said.
+  std::map<std::string, ClientInfo> before;
+  for (const auto& [id, client] : clients_) before.try_emplace(client->identity().job, client_info(options_.config, client->identity()));
   options_ = std::move(next);  // jobs, access and devices: for registrations from now on
+  for (const auto& [job, info] : before) {
+    const config::JobConfig* entry = config::find_job(options_.config, job);
+    if (info.target_ns && (entry == nullptr || !entry->target_ms)) {
+      spdlog::warn("reload of {}: job '{}' is connected and had a latency target ({}); the new config gives it none, "
+                   "so it is no longer held to one (its [[job]] removed or renamed?)",
+                   path, job, describe_targets(info));
+    }
+  }
   std::string needs_restart;
   for (const std::string& what : kept) needs_restart += (needs_restart.empty() ? "" : ", ") + what;
   config_status_ = ConfigStatus{path, static_cast<std::int64_t>(std::time(nullptr)), true,
@@ -155,9 +168,11 @@ void Daemon::reload_failed(const std::string& path, const std::string& error) {
 // Their effective priorities are not revisited: a client keeps the class it registered with (the
 // shim was told it then) until it registers again.
 void Daemon::reregister_clients_with_policy(std::int64_t now_ns) {
+  std::set<std::string> told;
   for (const auto& [id, client] : clients_) {
     const ClientInfo info = client_info(options_.config, client->identity());
     spdlog::debug("{}: {}", client->tag(), describe_targets(info));
+    if (told.insert(client->identity().job).second) warn_if_target_unprotected(client->identity(), info);
     apply(policy_->client_registered(info, now_ns));
   }
 }

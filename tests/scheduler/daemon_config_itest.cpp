@@ -216,6 +216,31 @@ TEST(Reload, SighupAppliesANewFifoLimitAndJobTargets) {
   EXPECT_EQ(daemon->status()["clients"][0]["priority"], "high");
 }
 
+// A job the config gives a target that runs low (started without --priority high) is neither
+// protected nor measured against it: said at registration and again at each reload. A reload that
+// takes a connected job's target away (its [[job]] renamed by a typo) is said too.
+TEST(Reload, AJobWithATargetRunningLowAndATargetDroppedAreWarnedOf) {
+  const std::string serve = "[[job]]\nname = \"serve\"\ntarget_ms = 20.0\n";
+  ConfiguredDaemon daemon(fifo(0, serve));
+  FakeClient low(daemon->socket(), Priority::low, "serve");
+  FakeClient high(daemon->socket(), Priority::high, "serve");
+  const std::string unprotected = "job 'serve' pid " + std::to_string(::getpid()) +
+                                  ": runs as low priority, but the config gives it a latency target (target 20 ms at p99";
+  EXPECT_EQ(daemon.occurrences(unprotected), 1u) << "the low process, not the high one\n" << daemon->log();
+  EXPECT_NE(daemon->log().find("GPUQOS_PRIORITY=high (gpuqos run --priority high)"), std::string::npos) << daemon->log();
+
+  ASSERT_TRUE(daemon.reload(fifo(0, serve), "config reloaded from")) << daemon->log();
+  EXPECT_EQ(daemon.occurrences(unprotected), 2u) << daemon->log();
+  const std::string renamed = "[[job]]\nname = \"serve-typo\"\ntarget_ms = 20.0\n";
+  ASSERT_TRUE(daemon.reload(fifo(0, renamed), "config reloaded from")) << daemon->log();
+  EXPECT_NE(daemon->log().find("reload of " + daemon.file().string() +
+                               ": job 'serve' is connected and had a latency target (target 20 ms at p99, weight 1); "
+                               "the new config gives it none, so it is no longer held to one"),
+            std::string::npos)
+      << daemon->log();
+  EXPECT_EQ(daemon.occurrences(unprotected), 2u) << "no target now: nothing to protect\n" << daemon->log();
+}
+
 TEST(Reload, AMalformedFileKeepsTheRunningConfigAndALaterGoodOneWorks) {
   ConfiguredDaemon daemon(fifo(1), {"--credit-ops", "0"});
   FakeClient low(daemon->socket(), Priority::low, "train");

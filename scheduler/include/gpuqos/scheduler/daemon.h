@@ -98,6 +98,7 @@ class Daemon {
   explicit Daemon(DaemonOptions options);
   ipc::Status setup();
   void lock_store();
+  void warn_if_target_unprotected(const ClientIdentity& identity, const ClientInfo& info) const;
   void watch(int fd, std::uint64_t token, std::uint32_t events);
   void on_event(std::uint64_t token, std::uint32_t events);
 
