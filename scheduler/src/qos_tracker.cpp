@@ -304,6 +304,9 @@ std::vector<JobQosSnapshot> QosTracker::snapshot(const config::Config& config, s
   std::stable_sort(jobs.begin(), jobs.end(), [](const JobQosSnapshot& a, const JobQosSnapshot& b) {
     const bool a_connected = a.clients > 0, b_connected = b.clients > 0;
     if (a_connected != b_connected) return a_connected;
+    // An idle job the config gives a target before idle others: a status cut short for size (many
+    // short-lived jobs) keeps the jobs it is read for.
+    if (!a_connected && a.target_ns.has_value() != b.target_ns.has_value()) return a.target_ns.has_value();
     if (!a_connected) return a.idle_ns < b.idle_ns;  // most recently active first (the map gave name order)
     return a.priority != b.priority ? a.priority == ipc::Priority::high : false;
   });

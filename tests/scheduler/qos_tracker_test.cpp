@@ -294,6 +294,25 @@ TEST(QosTracker, AJobKeepsItsNumbersAcrossReconnectsAndIdleJobsComeLast) {
   EXPECT_EQ(serve->clients, 1u);
 }
 
+// Idle jobs: those the config gives a target first (a status cut short for size keeps them), then
+// the most recently active.
+TEST(QosTracker, IdleJobsWithATargetComeBeforeOtherIdleJobs) {
+  QosTracker tracker;
+  tracker.client_seen(1, "serve", ipc::Priority::high, 0);
+  tracker.client_left(1, GrantCounters{}, kMs);
+  for (ClientId id = 2; id <= 4; ++id) {
+    tracker.client_seen(id, "batch-" + std::to_string(id), ipc::Priority::low, id * kMs);
+    tracker.client_left(id, GrantCounters{}, id * kMs);
+  }
+  auto jobs = tracker.snapshot(config_with("serve", 20.0), 10 * kMs);
+  ASSERT_EQ(jobs.size(), 4u);
+  EXPECT_EQ(jobs[0].job, "serve") << "idle longest, but it has a target";
+  EXPECT_EQ(jobs[1].job, "batch-4");
+  EXPECT_EQ(jobs[3].job, "batch-2");
+  jobs = tracker.snapshot(config::default_config(), 10 * kMs);
+  EXPECT_EQ(jobs[3].job, "serve") << "no target now: by recency";
+}
+
 // Processes of one job at both priorities: the job is high while any connected one is, whichever
 // registered last; once they all left, the next one's priority is the job's.
 TEST(QosTracker, AJobIsHighWhileAnyOfItsProcessesIs) {

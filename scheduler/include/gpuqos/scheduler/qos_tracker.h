@@ -172,7 +172,8 @@ class QosTracker {
   // interval).
   void work_completed(ClientId client, const ipc::CompletionDescriptor& completion, std::int64_t now_ns);
 
-  // Every job: connected ones first (high priority, then by name), then idle ones, latest first.
+  // Every job: connected ones first (high priority, then by name), then idle ones: those the config
+  // gives a target first, then latest first.
   // Targets and percentiles come from `config` as it is now.
   std::vector<JobQosSnapshot> snapshot(const config::Config& config, std::int64_t now_ns) const;
   // Counters of the clients that left (add the connected clients' own for the daemon's total).
