@@ -1,5 +1,6 @@
 // gpuqosd: feeding the QoS tracker (queries of high-priority jobs, progress of best-effort ones),
 // its part of the status, and the Prometheus endpoint that shows it.
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <cmath>
@@ -17,23 +18,29 @@ namespace {
 constexpr std::int64_t kAbandonQueryNs = 60'000'000'000;
 constexpr std::int64_t kTightCheckIntervalNs = 1'000'000'000;
 
-std::optional<std::int64_t> target_ns(const config::Config& config, const std::string& job) {
-  const config::JobConfig* listed = config::find_job(config, job);
-  if (listed == nullptr || !listed->target_ms) return std::nullopt;
-  return std::llround(*listed->target_ms * 1e6);
-}
-
 }  // namespace
 
 void Daemon::qos_query_closed(const Client& client, const ClosedQuery& query, std::int64_t now_ns) {
   const ClientIdentity& who = client.identity();
-  const std::uint64_t dropped =
-      qos_.query_closed(who.id, query.latency_ns(), target_ns(options_.config, who.job), now_ns, query.from_arrival);
-  if (dropped > 0) {
+  const std::optional<std::int64_t> target = QosTracker::target_of(options_.config, who.job);
+  const QosTracker::StartedOver over = qos_.query_closed(who.id, query.latency_ns(), target, now_ns, query.from_arrival);
+  if (over.dropped > 0 && over.target_changed) {
+    log_target_changed(who.job, target, over);
+  } else if (over.dropped > 0) {
     spdlog::info("{}: says its requests' arrivals from now on: job '{}''s latencies count from them, and the {} "
                  "queries measured from their first GPU op before are left out of its percentiles",
-                 client.tag(), who.job, dropped);
+                 client.tag(), who.job, over.dropped);
   }
+}
+
+void Daemon::log_target_changed(const std::string& job, std::optional<std::int64_t> target,
+                                const QosTracker::StartedOver& over) const {
+  const auto text = [](const std::optional<std::int64_t>& ns) {
+    return ns ? fmt::format("{} ms", static_cast<double>(*ns) / 1e6) : std::string("none");
+  };
+  spdlog::info("job '{}''s target is {} (was {}): its latencies and violations start over, the {} queries measured "
+               "against the old target are left out",
+               job, text(target), text(over.old_target_ns), over.dropped);
 }
 
 void Daemon::qos_posted(const Client& client, const ipc::OpDescriptor& op, std::int64_t now_ns) {

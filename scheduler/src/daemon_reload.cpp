@@ -121,6 +121,9 @@ void Daemon::reload_config() {
   }
   std::string needs_restart;
   for (const std::string& what : kept) needs_restart += (needs_restart.empty() ? "" : ", ") + what;
+  for (const auto& [job, over] : qos_.retarget(options_.config)) {
+    log_target_changed(job, QosTracker::target_of(options_.config, job), over);
+  }
   config_status_ = ConfigStatus{path, static_cast<std::int64_t>(std::time(nullptr)), true,
                                 static_cast<std::int64_t>(std::time(nullptr)), "", needs_restart};
   settings_checked_.clear();   // settings that differ now are said again

@@ -233,20 +233,43 @@ ipc::Priority QosTracker::priority_of_job(const std::string& job) const {
   return high ? ipc::Priority::high : ipc::Priority::low;
 }
 
-std::uint64_t QosTracker::query_closed(ClientId client, std::int64_t latency_ns, std::optional<std::int64_t> target_ns,
-                                       std::int64_t now_ns, bool from_arrival) {
+QosTracker::StartedOver QosTracker::query_closed(ClientId client, std::int64_t latency_ns,
+                                                 std::optional<std::int64_t> target_ns, std::int64_t now_ns,
+                                                 bool from_arrival) {
   Job* job = job_of(client, now_ns);
-  if (job == nullptr) return 0;
-  std::uint64_t dropped = 0;
-  if (from_arrival && !job->from_arrival) {  // measured another way from now on: not one histogram
-    job->from_arrival = true;
-    dropped = job->latency.count();
+  if (job == nullptr) return {};
+  StartedOver over;
+  const bool measured_otherwise = from_arrival && !job->from_arrival;  // not one histogram
+  const bool other_target = job->latency.count() > 0 && job->measured_target_ns != target_ns;
+  if (measured_otherwise || other_target) {
+    over = {job->latency.count(), !measured_otherwise, job->measured_target_ns};
     job->latency = LatencyHistogram{};
     job->violations = 0;
   }
+  job->from_arrival = job->from_arrival || from_arrival;
+  job->measured_target_ns = target_ns;
   job->latency.record(latency_ns);
   if (target_ns && latency_ns > *target_ns) ++job->violations;
-  return dropped;
+  return over;
+}
+
+std::optional<std::int64_t> QosTracker::target_of(const config::Config& config, const std::string& job) {
+  const config::JobConfig* listed = config::find_job(config, job);
+  if (listed == nullptr || !listed->target_ms) return std::nullopt;
+  return std::llround(*listed->target_ms * 1e6);
+}
+
+std::map<std::string, QosTracker::StartedOver> QosTracker::retarget(const config::Config& config) {
+  std::map<std::string, StartedOver> started_over;
+  for (auto& [name, job] : jobs_) {
+    const std::optional<std::int64_t> target = target_of(config, name);
+    if (job.latency.count() == 0 || job.measured_target_ns == target) continue;
+    started_over[name] = {job.latency.count(), true, job.measured_target_ns};
+    job.latency = LatencyHistogram{};
+    job.violations = 0;
+    job.measured_target_ns = target;
+  }
+  return started_over;
 }
 
 void QosTracker::work_completed(ClientId client, const ipc::CompletionDescriptor& completion, std::int64_t now_ns) {
@@ -270,10 +293,8 @@ JobQosSnapshot QosTracker::snapshot_of(const std::string& name, const Job& job, 
   s.job = name;
   s.priority = job.priority;
   s.clients = job.clients;
-  if (const config::JobConfig* listed = config::find_job(config, name)) {
-    if (listed->target_ms) s.target_ns = std::llround(*listed->target_ms * 1e6);
-    s.percentile = listed->percentile;
-  }
+  s.target_ns = target_of(config, name);
+  if (const config::JobConfig* listed = config::find_job(config, name)) s.percentile = listed->percentile;
   const LatencyHistogram& h = job.latency;
   s.queries = h.count();
   s.latency_from_arrival = job.from_arrival;

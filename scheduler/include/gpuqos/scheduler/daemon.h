@@ -99,6 +99,8 @@ class Daemon {
   ipc::Status setup();
   void lock_store();
   void warn_if_target_unprotected(const ClientIdentity& identity, const ClientInfo& info) const;
+  void log_target_changed(const std::string& job, std::optional<std::int64_t> target,
+                          const QosTracker::StartedOver& over) const;
   void watch(int fd, std::uint64_t token, std::uint32_t events);
   void on_event(std::uint64_t token, std::uint32_t events);
 

@@ -163,10 +163,23 @@ class QosTracker {
   void client_left(ClientId client, const GrantCounters& counters, std::int64_t now_ns);
   // A query of the client's job closed after latency_ns (from its request's arrival when
   // from_arrival, else from its first GPU op); target_ns: the job's target now. A job's latencies
-  // are of one kind: its first query measured from an arrival (the job began to say them) starts its
-  // histogram and violations over; how many queries that dropped is returned (0: none).
-  std::uint64_t query_closed(ClientId client, std::int64_t latency_ns, std::optional<std::int64_t> target_ns,
-                             std::int64_t now_ns, bool from_arrival = false);
+  // are of one kind and against one target: its first query measured from an arrival (the job began
+  // to say them), or under another target than the queries before (a reload changed it), starts its
+  // histogram and violations over, so its percentile, violations and their fraction are of the same
+  // queries. What that dropped is returned (dropped 0: nothing).
+  struct StartedOver {
+    std::uint64_t dropped = 0;                // queries left out
+    bool target_changed = false;              // else: the job began to say its arrivals
+    std::optional<std::int64_t> old_target_ns;  // the target they were measured against
+  };
+  StartedOver query_closed(ClientId client, std::int64_t latency_ns, std::optional<std::int64_t> target_ns,
+                           std::int64_t now_ns, bool from_arrival = false);
+  // A reload: each job whose target in `config` is not the one its latencies were measured against
+  // starts over now (not at its next query, so the status never sets old violations against the new
+  // target). What each dropped, by job.
+  std::map<std::string, StartedOver> retarget(const config::Config& config);
+  // The job's latency target in `config`, if it gives one.
+  static std::optional<std::int64_t> target_of(const config::Config& config, const std::string& job);
   // A completion of a best-effort client's op, read at now_ns: its span (end at most now_ns) counts
   // where no other span of its job covered it already (coarse completions of one batch share one
   // interval).
@@ -189,6 +202,7 @@ class QosTracker {
     LatencyHistogram latency;
     std::uint64_t violations = 0;
     bool from_arrival = false;  // its latencies count from its requests' arrivals
+    std::optional<std::int64_t> measured_target_ns;  // the target its latencies were measured against
     std::uint64_t be_ops = 0;
     std::int64_t be_device_ns = 0;
     CoveredTime in_flight;
