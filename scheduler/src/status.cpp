@@ -313,7 +313,9 @@ std::string render_status_table(const nlohmann::json& status) {
       if (more > 0) out << " (and " << more << " more: gpuqosd --check-config " << config.value("path", "") << ")";
     }
     if (const std::string kept = config.value("needs_restart", ""); !kept.empty()) {
-      out << "; the file changes " << kept << ", which only a restart applies";
+      // The config read then, not the file: a later reload that failed may have changed it back.
+      out << "; the config read at " << local_time_text(config.value("loaded_unix_s", std::int64_t{0})) << " changes "
+          << kept << ", which only a restart applies";
     }
     out << "\n";
   }

@@ -337,8 +337,16 @@ TEST(Reload, CommandLineOptionsStillWinAndAPolicyChangeNeedsARestart) {
   const nlohmann::json config = plain->status()["daemon"]["config"];
   EXPECT_EQ(config["last_reload_ok"], true) << "applied, but for the policy";
   EXPECT_EQ(config["needs_restart"], "the policy (priority)") << config.dump();
-  EXPECT_NE(scheduler::render_status_table(plain->status()).find("the file changes the policy (priority), which only a restart applies"),
-            std::string::npos);
+  const std::string restart = " changes the policy (priority), which only a restart applies";
+  EXPECT_NE(scheduler::render_status_table(plain->status()).find("; the config read at "), std::string::npos);
+  EXPECT_NE(scheduler::render_status_table(plain->status()).find(restart), std::string::npos);
+  // A later reload refused (the file back to fifo, with a typo): the note is of the config running,
+  // not of the file, which no longer changes the policy.
+  ASSERT_TRUE(plain.reload("[policy]\nname = \"fifo\"\nnmae = 1\n", "failed, keeping the running config")) << plain->log();
+  const std::string table = scheduler::render_status_table(plain->status());
+  EXPECT_NE(table.find("FAILED and was not applied"), std::string::npos) << table;
+  EXPECT_NE(table.find("; the config read at "), std::string::npos) << table;
+  EXPECT_EQ(table.find("the file changes"), std::string::npos) << table;
   FakeClient train(plain->socket(), Priority::high, "train");
   EXPECT_EQ(train.reply().effective_priority, Priority::low) << "the new [[job]] entries apply to registrations";
 }
