@@ -127,9 +127,12 @@ bool DaemonGate::try_register(bool at_start) noexcept {
   try {
     Session::Opened opened = Session::open(settings_, next_session_id_++);
     if (opened.session) {
-      log_(LogLevel::info,
-                  std::string(at_start ? "registered" : "re-registered") + " with gpuqosd as client " +
-                      std::to_string(opened.session->client_number()));
+      // After a warning that it ran unmanaged, being managed again is said as loudly.
+      log_(said_running_unmanaged_ ? LogLevel::warn : LogLevel::info,
+           std::string(at_start ? "registered" : "re-registered") + " with gpuqosd as client " +
+               std::to_string(opened.session->client_number()) +
+               (said_running_unmanaged_ ? ": managed again" : ""));
+      said_running_unmanaged_ = false;
       if (const std::int64_t offset = opened.session->clock_offset_ns(); offset != 0 && !told_clock_) {
         told_clock_ = true;
         const double ms = static_cast<double>(offset < 0 ? -offset : offset) / 1e6;
@@ -149,6 +152,7 @@ bool DaemonGate::try_register(bool at_start) noexcept {
     }
     gave_up_ = opened.refused;
     if (at_start || opened.refused) {
+      said_running_unmanaged_ = true;
       log_(LogLevel::warn, "gpuqosd at " + settings_.socket_path + ": " + opened.why + "; running unmanaged" +
                                       (opened.refused ? "" : " (retrying every second)"));
     }
@@ -176,6 +180,7 @@ void DaemonGate::monitor() noexcept {
         // namespace): every registration would be lost the same way, a second later. Once is enough.
         gave_up_ = why.find(kFutureHeartbeat) != std::string::npos;
         if (session->take_loss_to_tell()) {
+          said_running_unmanaged_ = true;
           log_(LogLevel::warn, "lost gpuqosd (" + why + "); running unmanaged" +
                                    (gave_up_ ? std::string(" from now on") : std::string(" until it is back")));
         }

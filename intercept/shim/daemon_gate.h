@@ -74,6 +74,7 @@ class DaemonGate final : public Gate {
   bool gave_up_ = false;               // the daemon refused us: do not ask again
   bool told_lowered_ = false;          // the one warning that the daemon lowered our claim was shown
   bool told_clock_ = false;            // the one word that the daemon is on another clock was said
+  bool said_running_unmanaged_ = false;  // monitor thread: a warning said so, and no registration since
   std::atomic<bool> told_unmanaged_{false};  // the one word that work went to a device not managed
   // Each device's primary context as the program's own retain returned it (the context hook), so
   // that a release or reset names the context it may end without a retain of ours. A release or

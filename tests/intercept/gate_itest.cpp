@@ -705,7 +705,9 @@ TEST_F(GateTest, AReleaseOfThePrimaryContextIsNamedByTheProgramsOwnRetain) {
 }
 
 TEST_F(GateTest, ReRegistersWhenTheDaemonComesBack) {
-  start({"loop", "60", "1000"}, "low");  // ~1.3 s of launch, sync, sleep
+  // At warning level: the loss is a warning, and so is being managed again (the job's log would
+  // otherwise end on "running unmanaged").
+  start({"loop", "60", "1000"}, "low", true, {{"GPUQOS_LOG", "warn"}});  // ~1.3 s of launch, sync, sleep
   ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 3); }));
   daemon_.reset();  // crash
   std::this_thread::sleep_for(200ms);
@@ -721,7 +723,9 @@ TEST_F(GateTest, ReRegistersWhenTheDaemonComesBack) {
   ASSERT_NE(kernel, again.ops.end());
   EXPECT_EQ(again.names.at(kernel->kernel_id), "spin");  // and names its kernels again
   EXPECT_TRUE(again.problems.empty()) << again.problems.front();
-  EXPECT_NE(output_.find("re-registered with gpuqosd"), std::string::npos) << output_;
+  EXPECT_NE(output_.find("lost gpuqosd ("), std::string::npos) << output_;
+  EXPECT_NE(output_.find(": managed again"), std::string::npos) << output_;
+  EXPECT_EQ(output_.find(" registered with gpuqosd"), std::string::npos) << "info, at the start\n" << output_;
 }
 
 // A stalled gpuqosd (its loop starved of CPU past the 100-ms heartbeat limit) was alive all along:
