@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "cli_checks.h"
+#include "version_text.h"
 #include "gpuqos/intercept/settings.h"
 #include "gpuqos/predictor/commands.h"
 #include "gpuqos/scheduler/run_command.h"
@@ -133,6 +134,7 @@ int main(int argc, char** argv) {
   std::reverse(args.begin(), args.end());  // CLI11 takes a reversed vector
 
   CLI::App app{"gpuqos: control the gpuqos GPU QoS daemon", "gpuqos"};
+  app.set_version_flag("--version", gpuqos::tools::version_text("gpuqos"));
   app.require_subcommand(1);
   std::string socket = gpuqos::scheduler::kDefaultSocketPath;
   bool json = false;

@@ -10,6 +10,7 @@
 #include <iostream>
 
 #include "cli_checks.h"
+#include "version_text.h"
 #include "gpuqos/config/load.h"
 #include "gpuqos/config/summary.h"
 #include "gpuqos/scheduler/daemon.h"
@@ -44,6 +45,7 @@ int main(int argc, char** argv) {
   std::string log_level = "info";
   double save_interval_s = 300;
   CLI::App app{"gpuqosd: the gpuqos GPU QoS daemon", "gpuqosd"};
+  app.set_version_flag("--version", gpuqos::tools::version_text("gpuqosd"));
   app.footer("The defaults shown are gpuqosd's without --config. With it, the config file's values replace them, "
              "and an option given here replaces the config's (examples/gpuqos.toml chooses baymax).");
   app.add_option("--config", config_path, "TOML config file (examples/gpuqos.toml); the options below override it");

@@ -1073,6 +1073,17 @@ TEST(Cli, BadArgumentsExitWith2) {
   EXPECT_EQ(missing.wait(5s), 127);
 }
 
+TEST(Cli, VersionIsTheBuildsAndItsProtocol) {
+  TempDir dir;
+  const std::string protocol = " (shim-daemon protocol " + std::to_string(ipc::kProtocolVersionMajor) + "." +
+                               std::to_string(ipc::kProtocolVersionMinor) + ")";
+  for (const std::string tool : {"gpuqos", "gpuqosd"}) {
+    ChildProcess version({bin(tool), "--version"}, {}, dir.path() / (tool + ".out"));
+    EXPECT_EQ(version.wait(5s), 0) << version.output();
+    EXPECT_EQ(version.output(), tool + " " GPUQOS_TEST_PROJECT_VERSION + protocol + "\n");
+  }
+}
+
 // The usage errors people make, each said plainly and with the program's name.
 TEST(Cli, UsageMistakesAreSaidPlainly) {
   TempDir dir;
