@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <ctime>
+#include <filesystem>
 #include <map>
 #include <set>
 #include <string>
@@ -49,6 +50,20 @@ void apply_command_line(DaemonOptions& options) {
   if (given.save_interval_ns) options.learning.save_interval_ns = *given.save_interval_ns;
   if (given.log_level) options.log_level = *given.log_level;
   if (given.metrics_listen) options.config.daemon.metrics_listen = *given.metrics_listen;
+  make_paths_absolute(options);
+}
+
+void make_paths_absolute(DaemonOptions& options) {
+  // A relative path is gpuqosd's working directory's (/ under systemd): said in full in the log and
+  // the status, and the same path at every reload.
+  const auto absolute = [](std::string& path) {
+    std::error_code error;
+    if (path.empty() || std::filesystem::path(path).is_absolute()) return;
+    const std::filesystem::path full = std::filesystem::absolute(path, error);
+    if (!error) path = full.lexically_normal().string();
+  };
+  absolute(options.socket_path);
+  absolute(options.learning.store_path);
 }
 
 void Daemon::reload_config() {

@@ -34,6 +34,13 @@ int check_config(const std::string& path) {
     return 1;
   }
   std::cout << path << ": ok\n" << gpuqos::config::render_summary(loaded.value());
+  for (const auto& [key, value] : {std::pair{"daemon.socket", loaded->daemon.socket_path},
+                                   std::pair{"daemon.profile_store", loaded->daemon.profile_store}}) {
+    if (!value.empty() && !std::filesystem::path(value).is_absolute()) {
+      std::cout << "note: " << key << " \"" << value << "\" is relative: it is taken from gpuqosd's working "
+                << "directory (/ under systemd), not the config file's; an absolute path says what it means\n";
+    }
+  }
   return 0;
 }
 
@@ -128,6 +135,7 @@ int main(int argc, char** argv) {
   spdlog::set_level(spdlog::level::from_str(options.log_level));
   if (!config_path.empty()) spdlog::info("config {}", config_path);
 
+  gpuqos::scheduler::make_paths_absolute(options);  // (done by apply_command_line with --config)
   auto daemon = gpuqos::scheduler::Daemon::create(options);
   if (!daemon) {
     spdlog::error("cannot start: {}", daemon.error());

@@ -1154,6 +1154,29 @@ TEST(Gpuqosd, CheckConfigAcceptsAFifoConfigAndPrintsWhatItSets) {
   EXPECT_NE(check.output().find("fifo"), std::string::npos) << check.output();
 }
 
+// A relative socket or store is gpuqosd's working directory's (/ under systemd): --check-config says
+// so, and the daemon names it in full in its log and status.
+TEST(Gpuqosd, ARelativeSocketIsNotedAndServedByItsFullPath) {
+  TempDir dir;
+  const auto file = dir.path() / "relative.toml";
+  const std::string relative = std::filesystem::relative(dir.path() / "r.sock", std::filesystem::current_path()).string();
+  ASSERT_FALSE(std::filesystem::path(relative).is_absolute());
+  std::ofstream(file) << "[daemon]\nsocket = \"" << relative << "\"\nprofile_store = \"/var/lib/gpuqos/p.gqp\"\n";
+  ChildProcess check({bin("gpuqosd"), "--check-config", file.string()}, {}, dir.path() / "out");
+  EXPECT_EQ(check.wait(5s), 0) << check.output();
+  EXPECT_NE(check.output().find("note: daemon.socket \"" + relative + "\" is relative: it is taken from gpuqosd's "
+                                "working directory"),
+            std::string::npos)
+      << check.output();
+  EXPECT_EQ(check.output().find("daemon.profile_store"), std::string::npos) << "absolute\n" << check.output();
+  ChildProcess daemon({bin("gpuqosd"), "--socket", relative}, {}, dir.path() / "daemon");
+  const std::string full = (dir.path() / "r.sock").string();
+  EXPECT_TRUE(eventually([&] { return daemon.output().find("serving " + full + " with policy") != std::string::npos; }, 5s))
+      << daemon.output();
+  EXPECT_TRUE(eventually([&] { return scheduler::connect_unix(full).ok(); }, 5s)) << daemon.output();
+  EXPECT_EQ(daemon.terminate(10s), 0) << daemon.output();
+}
+
 TEST(Gpuqosd, CheckConfigNamesFileLineColumnAndKey) {
   TempDir dir;
   const auto file = dir.path() / "bad.toml";

@@ -60,6 +60,9 @@ struct DaemonOptions {
 
 // Puts options.command_line's values over the rest of options.
 void apply_command_line(DaemonOptions& options);
+// Makes the socket and profile store paths absolute (against the working directory); apply_command_line
+// does it last.
+void make_paths_absolute(DaemonOptions& options);
 
 class Daemon {
  public:
