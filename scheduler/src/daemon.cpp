@@ -157,14 +157,21 @@ ipc::Result<std::unique_ptr<Daemon>> Daemon::create(DaemonOptions options) {
     return ipc::Error{"the profile store " + store + " is not a predictor store but " + *what +
                       "; gpuqosd would move it aside and save over it, so it does not start: give another path"};
   }
-  if (std::error_code error; !store.empty() && std::filesystem::is_directory(store, error)) {
+  if (std::error_code error; !store.empty() && (std::filesystem::is_directory(store, error) ||
+                                                 !std::filesystem::path(store).has_filename())) {
     return ipc::Error{"the profile store " + store + " is a directory: give a file in it, e.g. " +
-                      (std::filesystem::path(store) / "gpuqosd.gqp").string()};
+                      (std::filesystem::path(store) / "gpuqosd.gqp").lexically_normal().string()};
   }
+  // Locked before the store is read: a store another gpuqosd holds is never moved aside or saved over.
+  const std::optional<std::string> holder = store.empty() ? std::nullopt : daemon->lock_store();
+  daemon->options_.learning.saves_beside = holder.has_value();
   std::optional<std::string> warning;
   daemon->learner_ = std::make_unique<DurationLearner>(daemon->options_.learning, ipc::monotonic_ns(), warning);
   if (warning) spdlog::warn("{}", *warning);
-  if (!store.empty()) daemon->lock_store();
+  if (holder) {
+    spdlog::warn("predictor: {} learns into {}: this one reads it but saves what it learns to {}", *holder, store,
+                 daemon->learner_->save_path());
+  }
   if (!daemon->options_.learning.store_path.empty()) {
     const auto& predictor = daemon->learner_->predictor();
     if (predictor.kernel_count() == 0) {
@@ -184,21 +191,22 @@ ipc::Result<std::unique_ptr<Daemon>> Daemon::create(DaemonOptions options) {
   return daemon;
 }
 
-// Two gpuqosd learning into one store would each save over the other's learning. The first holds
-// `<store>.lock`; a later one reads the store and saves beside it. A lock that cannot be taken for
-// another reason (a read-only directory) guards nothing worth a warning: saves fail there anyway,
-// and the learner said so.
-void Daemon::lock_store() {
+// Two gpuqosd learning into one store would each save over the other's learning. The first that can
+// write beside the store holds `<store>.lock`; a later one reads the store and saves beside it (who
+// holds it is returned). A lock that cannot be taken for another reason (a directory this daemon
+// cannot write, where its saves fail anyway and the learner says so) is not taken: a daemon that
+// could not save must not keep one that can from its store.
+std::optional<std::string> Daemon::lock_store() {
   const std::string& store = options_.learning.store_path;
-  auto lock = lock_beside(store);
+  auto lock = lock_beside(store, /*read_only_fallback=*/false);
   if (lock) {
     store_lock_ = std::move(lock.value());
   } else if (lock.error().empty()) {
-    spdlog::warn("predictor: {} learns into {}: this one reads it but saves what it learns to {}",
-                 held_by(store + ".lock"), store, learner_->save_beside_store());
+    return held_by(store + ".lock");
   } else {
     spdlog::debug("predictor: {} is not locked: {}", store, lock.error());
   }
+  return std::nullopt;
 }
 
 ipc::Status Daemon::setup() {

@@ -183,13 +183,21 @@ void Daemon::register_client(Pending& pending, const ipc::Hello& hello) {
 
 // A job the config gives a latency target that runs low priority (it did not claim high: a missing
 // `--priority high`, a bad GPUQOS_PRIORITY) is neither protected nor measured against its target,
-// and nothing else says so (a refused claim is warned of where it is refused).
-void Daemon::warn_if_target_unprotected(const ClientIdentity& identity, const ClientInfo& info) const {
-  if (info.priority != ipc::Priority::low || !info.target_ns || identity.claimed_priority != ipc::Priority::low) return;
+// and nothing else says so (a refused claim is warned of where it is refused). Not while a process
+// of the job runs high: its low ones are helpers of a protected job.
+bool Daemon::warn_if_target_unprotected(const ClientIdentity& identity, const ClientInfo& info) const {
+  if (info.priority != ipc::Priority::low || !info.target_ns || identity.claimed_priority != ipc::Priority::low) {
+    return false;
+  }
+  const bool protected_job = std::any_of(clients_.begin(), clients_.end(), [&](const auto& entry) {
+    return entry.second->identity().job == identity.job && entry.second->high_priority();
+  });
+  if (protected_job) return false;
   spdlog::warn("job '{}' pid {}: runs as low priority, but the config gives it a latency target ({}): its work waits "
                "like best-effort work and its queries are not measured against the target; start it with "
                "GPUQOS_PRIORITY=high (gpuqos run --priority high)",
                identity.job, identity.peer.pid, describe_targets(info));
+  return true;
 }
 
 void Daemon::answer_control(Pending& pending, const std::vector<std::byte>& record) {

@@ -4,11 +4,13 @@
 // daemon cannot run, is logged and changes nothing. What needs a restart (the socket, the predictor's
 // store, another policy) is warned about and kept as it runs.
 #include <spdlog/spdlog.h>
+#include <sys/un.h>
 
 #include <algorithm>
 #include <ctime>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -55,15 +57,24 @@ void apply_command_line(DaemonOptions& options) {
 
 void make_paths_absolute(DaemonOptions& options) {
   // A relative path is gpuqosd's working directory's (/ under systemd): said in full in the log and
-  // the status, and the same path at every reload.
-  const auto absolute = [](std::string& path) {
+  // the status. Against the directory gpuqosd started in, read once, so that every reload makes the
+  // same path of it whatever becomes of that directory since (removed, renamed).
+  static const std::optional<std::filesystem::path> start_directory = []() -> std::optional<std::filesystem::path> {
     std::error_code error;
-    if (path.empty() || std::filesystem::path(path).is_absolute()) return;
-    const std::filesystem::path full = std::filesystem::absolute(path, error);
-    if (!error) path = full.lexically_normal().string();
+    std::filesystem::path here = std::filesystem::current_path(error);
+    if (error) return std::nullopt;
+    return here;
+  }();
+  const auto absolute = [](std::string& path, std::size_t max_bytes) {
+    if (path.empty() || std::filesystem::path(path).is_absolute() || !start_directory) return;
+    // Symbolic links resolved (a lexical "link/.." is not where the kernel goes), the rest normalized.
+    std::error_code error;
+    const std::filesystem::path full = std::filesystem::weakly_canonical(*start_directory / path, error);
+    // A socket's absolute path may be longer than a socket address holds, where the relative one fit.
+    if (!error && full.string().size() <= max_bytes) path = full.string();
   };
-  absolute(options.socket_path);
-  absolute(options.learning.store_path);
+  absolute(options.socket_path, sizeof(sockaddr_un::sun_path) - 1);
+  absolute(options.learning.store_path, std::string::npos);
 }
 
 void Daemon::reload_config() {
@@ -190,7 +201,9 @@ void Daemon::reregister_clients_with_policy(std::int64_t now_ns) {
   for (const auto& [id, client] : clients_) {
     const ClientInfo info = client_info(options_.config, client->identity());
     spdlog::debug("{}: {}", client->tag(), describe_targets(info));
-    if (told.insert(client->identity().job).second) warn_if_target_unprotected(client->identity(), info);
+    if (!told.contains(client->identity().job) && warn_if_target_unprotected(client->identity(), info)) {
+      told.insert(client->identity().job);  // once a job
+    }
     apply(policy_->client_registered(info, now_ns));
   }
 }

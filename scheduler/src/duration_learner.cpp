@@ -50,8 +50,8 @@ void ensure_directory_of(const std::string& path, std::optional<std::string>& wa
 // A store whose content cannot be used is moved aside, never saved over: it may be a good profile
 // this build cannot read (a newer version), or one a user wants to recover. One that cannot be read
 // at all (permissions, I/O) may be fine: it stays. Either way, if it is still there, `blocked` says
-// not to save at all.
-predictor::Predictor load(const std::string& path, std::optional<std::string>& warning, bool& blocked,
+// not to save over it. Another gpuqosd's store (`anothers`) is never moved.
+predictor::Predictor load(const std::string& path, bool anothers, std::optional<std::string>& warning, bool& blocked,
                           bool& from_store) {
   if (path.empty()) return predictor::Predictor();
   std::error_code exists_error;
@@ -62,6 +62,8 @@ predictor::Predictor load(const std::string& path, std::optional<std::string>& w
   if (loaded.inaccessible) {
     blocked = true;
     *warning += "; nothing learned will be saved over it";
+  } else if (loaded.unreadable && anothers) {
+    *warning += "; left as it is: another gpuqosd's store";
   } else if (loaded.unreadable) {
     const std::string aside = path + ".unreadable-" + std::to_string(::time(nullptr)) + "-" + std::to_string(::getpid());
     std::error_code error;
@@ -81,7 +83,7 @@ predictor::Predictor load(const std::string& path, std::optional<std::string>& w
 
 DurationLearner::DurationLearner(Options options, std::int64_t now_ns, std::optional<std::string>& warning)
     : options_(std::move(options)),
-      predictor_(load(options_.store_path, warning, save_blocked_, from_store_)),
+      predictor_(load(options_.store_path, options_.saves_beside, warning, save_blocked_, from_store_)),
       last_save_ns_(now_ns),
       epoch_began_ns_(now_ns),
       store_identity_(identity_of(options_.store_path)) {}
@@ -239,15 +241,17 @@ std::optional<std::string> DurationLearner::tick(std::int64_t now_ns) {
 
 std::optional<std::string> DurationLearner::save() {
   if (options_.store_path.empty() || !unsaved()) return std::nullopt;
-  if (save_blocked_) return options_.store_path + ": not saved: the file there could not be loaded or moved aside";
-  if (saves_beside_ || identity_of(options_.store_path) != store_identity_) {
+  if (save_blocked_ && !options_.saves_beside) {
+    return options_.store_path + ": not saved: the file there could not be loaded or moved aside";
+  }
+  if (options_.saves_beside || identity_of(options_.store_path) != store_identity_) {
     // Written by someone else since (a retrained store, another gpuqosd), or another gpuqosd's
     // store: theirs stays.
     const std::string beside = beside_path();
     if (auto error = predictor::save_profile(predictor_, beside)) return error;
     learned_at_last_save_ = counts_.learned;
     ++counts_.saves;
-    if (saves_beside_) return std::nullopt;  // said once, at start
+    if (options_.saves_beside) return std::nullopt;  // said once, at start
     return options_.store_path + " changed since this gpuqosd read it (gpuqos train --out, or another gpuqosd on "
            "the same store): not overwritten; what this one learned is saved to " + beside;
   }

@@ -97,14 +97,14 @@ std::string held_by(const std::string& lock_path) {
   return running ? "another gpuqosd (pid " + std::to_string(number) + ")" : "another gpuqosd (its pid is not recorded)";
 }
 
-ipc::Result<FileDescriptor> lock_beside(const std::string& path) {
+ipc::Result<FileDescriptor> lock_beside(const std::string& path, bool read_only_fallback) {
   const std::string lock_path = path + ".lock";
   if (ipc::Status made = make_parent_directory(path); !made) return ipc::Error{made.error()};
   FileDescriptor fd(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
   // Another user's lock file (left by their gpuqosd in a shared directory): a read-only descriptor
   // locks all the same; the pid is not written then.
   const bool writable = fd.valid();
-  if (!writable && errno == EACCES) fd = FileDescriptor(::open(lock_path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!writable && errno == EACCES && read_only_fallback) fd = FileDescriptor(::open(lock_path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
   if (!fd.valid()) return system_error("cannot open " + lock_path);
   if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
     if (errno != EWOULDBLOCK) return system_error("cannot lock " + lock_path);

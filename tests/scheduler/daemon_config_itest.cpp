@@ -217,27 +217,41 @@ TEST(Reload, SighupAppliesANewFifoLimitAndJobTargets) {
 }
 
 // A job the config gives a target that runs low (started without --priority high) is neither
-// protected nor measured against it: said at registration and again at each reload. A reload that
-// takes a connected job's target away (its [[job]] renamed by a typo) is said too.
+// protected nor measured against it: said at registration and again at each reload, but not while a
+// process of the job runs high (its low ones are helpers). A reload that takes a connected job's
+// target away (its [[job]] renamed by a typo) is said too.
 TEST(Reload, AJobWithATargetRunningLowAndATargetDroppedAreWarnedOf) {
   const std::string serve = "[[job]]\nname = \"serve\"\ntarget_ms = 20.0\n";
   ConfiguredDaemon daemon(fifo(0, serve));
   FakeClient low(daemon->socket(), Priority::low, "serve");
-  FakeClient high(daemon->socket(), Priority::high, "serve");
   const std::string unprotected = "job 'serve' pid " + std::to_string(::getpid()) +
                                   ": runs as low priority, but the config gives it a latency target (target 20 ms at p99";
-  EXPECT_EQ(daemon.occurrences(unprotected), 1u) << "the low process, not the high one\n" << daemon->log();
+  EXPECT_TRUE(eventually([&] { return daemon.occurrences(unprotected) == 1; })) << daemon->log();
   EXPECT_NE(daemon->log().find("GPUQOS_PRIORITY=high (gpuqos run --priority high)"), std::string::npos) << daemon->log();
-
+  // Each reload re-tells the policy every client's targets (a debug line each), then warns.
+  const std::string retold = "debug job 'serve' pid " + std::to_string(::getpid());
   ASSERT_TRUE(daemon.reload(fifo(0, serve), "config reloaded from")) << daemon->log();
-  EXPECT_EQ(daemon.occurrences(unprotected), 2u) << daemon->log();
+  EXPECT_TRUE(eventually([&] { return daemon.occurrences(unprotected) == 2; })) << daemon->log();
+
+  {
+    FakeClient high(daemon->socket(), Priority::high, "serve");  // the job is protected now
+    FakeClient helper(daemon->socket(), Priority::low, "serve");
+    const std::size_t retolds = daemon.occurrences(retold);
+    ASSERT_TRUE(daemon.reload(fifo(0, serve), "config reloaded from")) << daemon->log();
+    ASSERT_TRUE(eventually([&] { return daemon.occurrences(retold) >= retolds + 3; })) << daemon->log();
+    EXPECT_EQ(daemon.occurrences(unprotected), 2u) << "not beside a high process\n" << daemon->log();
+  }
+  ASSERT_TRUE(eventually([&] { return daemon->status()["clients"].size() == 1; })) << daemon->status().dump(1);
+
   const std::string renamed = "[[job]]\nname = \"serve-typo\"\ntarget_ms = 20.0\n";
+  const std::size_t retolds = daemon.occurrences(retold);
   ASSERT_TRUE(daemon.reload(fifo(0, renamed), "config reloaded from")) << daemon->log();
   EXPECT_NE(daemon->log().find("reload of " + daemon.file().string() +
                                ": job 'serve' is connected and had a latency target (target 20 ms at p99, weight 1); "
                                "the new config gives it none, so it is no longer held to one"),
             std::string::npos)
       << daemon->log();
+  ASSERT_TRUE(eventually([&] { return daemon.occurrences(retold) > retolds; })) << daemon->log();
   EXPECT_EQ(daemon.occurrences(unprotected), 2u) << "no target now: nothing to protect\n" << daemon->log();
 }
 

@@ -538,6 +538,10 @@ TEST(Daemon, ASecondDaemonOnTheSameStoreSavesBesideIt) {
   TempDir dir("gpuqosd-store");
   const std::string store = (dir.path() / "profile.gqp").string();
   DaemonProcess first({"--profile-store", store});
+  // What is at the store now is the first daemon's business: the second does not move it aside, even
+  // when it cannot read it.
+  const std::string garbage = "GPUQOSPF but then garbage";
+  std::ofstream(store) << garbage;
   std::optional<DaemonProcess> second(std::in_place, std::vector<std::string>{"--profile-store", store});
   const pid_t second_pid = second->pid();
   const std::string beside = store + ".gpuqosd-" + std::to_string(second_pid);
@@ -556,20 +560,30 @@ TEST(Daemon, ASecondDaemonOnTheSameStoreSavesBesideIt) {
   second->process().stop();
   EXPECT_NE(second->log().find("predictor: saved 1 kernels to " + beside), std::string::npos) << second->log();
   second.reset();
-  EXPECT_FALSE(std::filesystem::exists(store)) << "the first daemon's store is not the second's to write";
+  std::ifstream in(store);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), garbage) << "the first daemon's store is not the second's";
   EXPECT_EQ(predictor::load_profile(beside, predictor::PredictorConfig{}).predictor.kernel_count(), 1u);
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    EXPECT_EQ(entry.path().filename().string().find(".unreadable-"), std::string::npos) << entry.path();
+  }
 }
 
-// A directory as the store (meant: keep the store in it) is refused at start with a file to give.
+// A directory as the store (meant: keep the store in it) is refused at start with a file to give, and
+// so is a path ending in '/' whose directory is not there yet (it would be made, and every save fail).
 TEST(Daemon, RefusesADirectoryAsTheProfileStore) {
   TempDir dir("gpuqosd-store");
-  ChildProcess start({bin("gpuqosd"), "--socket", (dir.path() / "s.sock").string(), "--profile-store", dir.path().string()},
-                     {}, dir.path() / "out");
-  EXPECT_EQ(start.wait(5s), 1) << start.output();
-  EXPECT_NE(start.output().find("the profile store " + dir.path().string() + " is a directory: give a file in it, e.g. " +
-                                (dir.path() / "gpuqosd.gqp").string()),
-            std::string::npos)
-      << start.output();
+  const std::string yet = (dir.path() / "not-yet").string() + "/";
+  for (const std::string& store : {dir.path().string(), yet}) {
+    ChildProcess start({bin("gpuqosd"), "--socket", (dir.path() / "s.sock").string(), "--profile-store", store}, {},
+                       dir.path() / "out");
+    EXPECT_EQ(start.wait(5s), 1) << start.output();
+    const std::filesystem::path example = (std::filesystem::path(store) / "gpuqosd.gqp").lexically_normal();
+    EXPECT_NE(start.output().find("the profile store " + store + " is a directory: give a file in it, e.g. " +
+                                  example.string()),
+              std::string::npos)
+        << start.output();
+  }
+  EXPECT_FALSE(std::filesystem::exists(yet)) << "nothing made";
 }
 
 TEST(Daemon, ACorruptStoreIsAWarningAndAnEmptyModel) {
@@ -1170,7 +1184,7 @@ TEST(Gpuqosd, ARelativeSocketIsNotedAndServedByItsFullPath) {
       << check.output();
   EXPECT_EQ(check.output().find("daemon.profile_store"), std::string::npos) << "absolute\n" << check.output();
   ChildProcess daemon({bin("gpuqosd"), "--socket", relative}, {}, dir.path() / "daemon");
-  const std::string full = (dir.path() / "r.sock").string();
+  const std::string full = std::filesystem::weakly_canonical(dir.path() / "r.sock").string();  // links resolved
   EXPECT_TRUE(eventually([&] { return daemon.output().find("serving " + full + " with policy") != std::string::npos; }, 5s))
       << daemon.output();
   EXPECT_TRUE(eventually([&] { return scheduler::connect_unix(full).ok(); }, 5s)) << daemon.output();

@@ -100,8 +100,8 @@ class Daemon {
 
   explicit Daemon(DaemonOptions options);
   ipc::Status setup();
-  void lock_store();
-  void warn_if_target_unprotected(const ClientIdentity& identity, const ClientInfo& info) const;
+  std::optional<std::string> lock_store();
+  bool warn_if_target_unprotected(const ClientIdentity& identity, const ClientInfo& info) const;
   void log_target_changed(const std::string& job, std::optional<std::int64_t> target,
                           const QosTracker::StartedOver& over) const;
   void watch(int fd, std::uint64_t token, std::uint32_t events);

@@ -40,6 +40,9 @@ class DurationLearner {
     // Posted, not yet completed. When full, the client remembered for the most ops loses its oldest:
     // one that never reports completions cannot stop the others' from being learned.
     std::size_t max_remembered_ops = 65536;
+    // Another gpuqosd learns into the store (it holds its lock): this one reads it, never moves it
+    // aside nor saves over it, and saves to `<store>.gpuqosd-<pid>`.
+    bool saves_beside = false;
   };
   struct Counts {
     std::uint64_t learned = 0;     // exact completions the predictor took
@@ -100,19 +103,13 @@ class DurationLearner {
   // another gpuqosd on the same file) is not overwritten: this daemon's model goes to
   // `<store>.gpuqosd-<pid>` beside it, and the returned text says so.
   std::optional<std::string> save();
-  // Another gpuqosd learns into the same store (it holds the store's lock, named by `holder`): this
-  // one reads the store but saves only beside it, to `<store>.gpuqosd-<pid>`. Returns that path.
-  std::string save_beside_store() {
-    saves_beside_ = true;
-    return beside_path();
-  }
   bool unsaved() const { return counts_.learned != learned_at_last_save_; }
 
   const predictor::Predictor& predictor() const { return predictor_; }
   const Counts& counts() const { return counts_; }
   const std::string& store_path() const { return options_.store_path; }
-  // Where a save writes: the store, or beside it after save_beside_store().
-  std::string save_path() const { return saves_beside_ ? beside_path() : options_.store_path; }
+  // Where a save writes: the store, or beside it (Options::saves_beside).
+  std::string save_path() const { return options_.saves_beside ? beside_path() : options_.store_path; }
 
  private:
   struct Remembered {
@@ -159,7 +156,6 @@ class DurationLearner {
   };
   static FileIdentity identity_of(const std::string& path);
   FileIdentity store_identity_;
-  bool saves_beside_ = false;  // save_beside_store(): the store is another gpuqosd's
   std::string beside_path() const;
   Counts counts_;
   std::map<std::uint32_t, std::uint32_t> device_sm_counts_;  // as the latest op of each device said

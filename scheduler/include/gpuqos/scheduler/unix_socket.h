@@ -50,8 +50,9 @@ ipc::Result<FileDescriptor> lock_socket_path(const std::string& path);
 
 // The same lock for any path: an exclusive flock on path + ".lock", this process's pid written in
 // it. An empty error when another process holds it (held_by says who), otherwise why it could not
-// be taken.
-ipc::Result<FileDescriptor> lock_beside(const std::string& path);
+// be taken. read_only_fallback: a lock file this process cannot write (another user's) is locked
+// through a read-only descriptor (its pid not written); else that is an error.
+ipc::Result<FileDescriptor> lock_beside(const std::string& path, bool read_only_fallback = true);
 
 // Who holds lock_path, for a message: "another gpuqosd (pid N)", or without the pid when the one
 // recorded there does not run.
