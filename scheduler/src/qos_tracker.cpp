@@ -241,15 +241,18 @@ QosTracker::StartedOver QosTracker::query_closed(ClientId client, std::int64_t l
   StartedOver over;
   const bool measured_otherwise = from_arrival && !job->from_arrival;  // not one histogram
   const bool other_target = job->latency.count() > 0 && job->measured_target_ns != target_ns;
-  if (measured_otherwise || other_target) {
-    over = {job->latency.count(), !measured_otherwise, job->measured_target_ns};
-    job->latency = LatencyHistogram{};
-    job->violations = 0;
-  }
+  if (measured_otherwise || other_target) over = start_over(*job, /*target_changed=*/!measured_otherwise);
   job->from_arrival = job->from_arrival || from_arrival;
   job->measured_target_ns = target_ns;
   job->latency.record(latency_ns);
   if (target_ns && latency_ns > *target_ns) ++job->violations;
+  return over;
+}
+
+QosTracker::StartedOver QosTracker::start_over(Job& job, bool target_changed) {
+  const StartedOver over{job.latency.count(), target_changed, job.measured_target_ns};
+  job.latency = LatencyHistogram{};
+  job.violations = 0;
   return over;
 }
 
@@ -264,9 +267,7 @@ std::map<std::string, QosTracker::StartedOver> QosTracker::retarget(const config
   for (auto& [name, job] : jobs_) {
     const std::optional<std::int64_t> target = target_of(config, name);
     if (job.latency.count() == 0 || job.measured_target_ns == target) continue;
-    started_over[name] = {job.latency.count(), true, job.measured_target_ns};
-    job.latency = LatencyHistogram{};
-    job.violations = 0;
+    started_over[name] = start_over(job, /*target_changed=*/true);
     job.measured_target_ns = target;
   }
   return started_over;

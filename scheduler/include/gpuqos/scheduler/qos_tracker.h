@@ -216,6 +216,8 @@ class QosTracker {
   // client never seen.
   Job* job_of(ClientId client, std::int64_t now_ns);
   Job& add_job(const std::string& name, std::int64_t now_ns);
+  // Empties the job's histogram and violations; what they held.
+  static StartedOver start_over(Job& job, bool target_changed);
   // High if any connected process of `job` is (clients_), else low.
   ipc::Priority priority_of_job(const std::string& job) const;
   JobQosSnapshot snapshot_of(const std::string& name, const Job& job, const config::Config& config,
