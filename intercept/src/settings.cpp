@@ -66,7 +66,12 @@ ParsedSettings parse_settings(const std::function<const char*(const char*)>& get
   if (const auto value = read("GPUQOS_JOB"); is_valid_job_name(value)) {
     s.job = value;
   } else if (!value.empty()) {
-    parsed.problems.push_back(problem("GPUQOS_JOB", value, "1 to 63 characters of A-Z a-z 0-9 . _ -"));
+    // Made a name as the executable's is, and the priority claim kept: a typo in the name must not
+    // make an inference job best-effort where gpuqosd never sees it claim high (gpuqosd and its
+    // [access] decide the claim; a [[job]] name is no more a credential than any other name).
+    s.job = sanitized_job(value);
+    parsed.notes.push_back(problem("GPUQOS_JOB", value.substr(0, 256), "1 to 63 characters of A-Z a-z 0-9 . _ -",
+                                   "this job is named \"" + s.job + "\" instead"));
   } else if (s.job != default_job) {
     // The name a [[job]] entry must use is not the one the operator sees in ps: said once.
     parsed.notes.push_back("no GPUQOS_JOB: the job is named \"" + s.job + "\" after its executable \"" +

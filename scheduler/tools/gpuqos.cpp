@@ -70,10 +70,12 @@ std::pair<CLI::App*, CLI::App*> add_predictor_commands(CLI::App& app, gpuqos::pr
   return {t, e};
 }
 
-// What the shim would refuse of the options `run` hands it (it would run the job as low priority
-// with a warning from each process): said once, here, before anything starts.
+// What the shim would refuse or change of the options `run` hands it (a warning from each process,
+// and a job renamed or run unmanaged): said once, here, before anything starts.
 std::string run_option_problem(const gpuqos::scheduler::RunOptions& options) {
-  if (options.job && options.job->empty()) return "--job '': must be 1 to 63 characters of A-Z a-z 0-9 . _ -";
+  if (options.job && !gpuqos::intercept::is_valid_job_name(*options.job)) {
+    return "--job '" + *options.job + "': must be 1 to 63 characters of A-Z a-z 0-9 . _ -";
+  }
   const auto parsed = gpuqos::intercept::parse_settings(
       [&](const char* variable) -> const char* {
         if (std::string_view(variable) == "GPUQOS_JOB") return options.job ? options.job->c_str() : nullptr;
@@ -82,7 +84,6 @@ std::string run_option_problem(const gpuqos::scheduler::RunOptions& options) {
       },
       "gpuqos");
   for (const std::string& problem : parsed.problems) {
-    if (problem.starts_with("GPUQOS_JOB=")) return "--job " + *options.job + ": must be 1 to 63 characters of A-Z a-z 0-9 . _ -";
     if (problem.starts_with("GPUQOS_SOCKET=")) return "--socket " + *options.socket + ": must be at most 107 bytes";
   }
   return {};

@@ -1127,13 +1127,13 @@ TEST(Cli, StatusTakesTheSocketFromGpuqosSocket) {
   EXPECT_EQ(given.wait(5s), 1) << "--socket wins: " << given.output();
 }
 
-// What the shim would refuse (and run as low priority, warning from every process) is refused
+// What the shim would refuse or rename (warning from every process) is refused
 // here, before the job starts; "nan" passes CLI11's own range checks.
 TEST(Cli, RunRefusesAJobNameOrSocketTheShimWouldNotTakeAndDurationsMustBeFinite) {
   TempDir dir;
   const std::string long_socket = "/" + std::string(120, 's');
   for (const auto& [args, message] : std::vector<std::pair<std::vector<std::string>, std::string>>{
-           {{"run", "--job", "my job", "--", "true"}, "gpuqos run: --job my job: must be 1 to 63 characters"},
+           {{"run", "--job", "my job", "--", "true"}, "gpuqos run: --job 'my job': must be 1 to 63 characters"},
            {{"run", "--job", "", "--", "true"}, "gpuqos run: --job '': must be 1 to 63 characters"},
            {{"run", "--socket", long_socket, "--", "true"}, "must be at most 107 bytes"},
            {{"top", "--interval", "nan"}, "must be a finite number in [0.001, 86400] (got nan)"},
