@@ -83,15 +83,23 @@ std::string memset_line(std::uint64_t bytes, std::uint64_t start_ns, std::uint64
 bool ProfileWriter::open(const std::string& path, std::string_view job, int pid, std::string& why) {
   path_ = path;
   pid_ = pid;
-  temp_path_ = path + ".tmp." + std::to_string(pid);
   // The rename at exit could not replace a directory: said now, before the run is profiled for nothing.
   if (struct stat target{}; ::stat(path.c_str(), &target) == 0 && S_ISDIR(target.st_mode)) {
     why = path + " is a directory, not a file to write";
     return false;
   }
-  file_ = std::fopen(temp_path_.c_str(), "w");
+  // A file of its own (O_EXCL: never through a link another user planted at the name in a shared
+  // directory, nor over a killed process's records of the same pid): <path>.tmp.<pid>, or -1, -2...
+  int fd = -1;
+  for (int taken = 0; fd < 0 && taken < kMaxTempNames; ++taken) {
+    temp_path_ = path + ".tmp." + std::to_string(pid) + (taken == 0 ? "" : "-" + std::to_string(taken));
+    fd = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0 && errno != EEXIST) break;
+  }
+  if (fd >= 0) file_ = ::fdopen(fd, "w");
   if (!file_) {
     why = "cannot write " + temp_path_ + ": " + std::strerror(errno);
+    if (fd >= 0) ::close(fd), ::unlink(temp_path_.c_str());
     return false;
   }
   const std::string header = "{\"format\":\"gpuqos-profile\",\"version\":1,\"job\":\"" + json_escaped(job) +

@@ -40,9 +40,13 @@ class ProfileWriter {
   ProfileWriter(const ProfileWriter&) = delete;
   ProfileWriter& operator=(const ProfileWriter&) = delete;
 
-  // Creates the temporary file and writes the header line. False and `why` when it cannot.
+  // Creates the temporary file (`<path>.tmp.<pid>`, or with -1, -2... when that name is taken: a
+  // killed process's records, or a link someone planted) and writes the header line. False and
+  // `why` when it cannot.
   bool open(const std::string& path, std::string_view job, int pid, std::string& why);
   bool is_open() const { return file_ != nullptr; }
+  const std::string& temp_path() const { return temp_path_; }
+  static constexpr int kMaxTempNames = 100;
 
   void write_line(const std::string& line);
   std::uint64_t records() const { return records_; }

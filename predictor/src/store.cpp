@@ -2,10 +2,12 @@
 #include "gpuqos/predictor/store.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -163,9 +165,13 @@ std::optional<std::string> save_profile(const Predictor& predictor, const std::f
   } catch (const std::exception& e) {
     return path.string() + ": " + e.what();
   }
-  const std::string temp = path.string() + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return temp + ": cannot create: " + std::strerror(errno);
+  // A new file of a name no one can foresee (mkostemp: O_EXCL, never through a link): the store's
+  // directory may be writable by other users, and a link planted at a name known in advance would
+  // have a root gpuqosd write the model over whatever it points to.
+  std::string temp = path.string() + ".tmp.XXXXXX";
+  const int fd = ::mkostemp(temp.data(), O_CLOEXEC);
+  if (fd < 0) return path.string() + ".tmp.*: cannot create: " + std::strerror(errno);
+  ::fchmod(fd, 0644);  // mkostemp makes it 0600; a store is read by gpuqos train and eval as well
   std::size_t written = 0;
   while (written < bytes.size()) {
     const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);

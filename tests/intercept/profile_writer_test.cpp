@@ -75,6 +75,29 @@ TEST(ProfileWriter, TheFileAppearsWholeOnlyAtCommit) {
 // Every process of a job writes the same GPUQOS_PROFILE (ranks, a shell's commands one after the
 // other): each adds its records, none replaces another's. A file there that is not a profile is
 // left alone, and the records go beside it.
+// In a shared directory another user may plant a link at <path>.tmp.<pid> (the job's own file would
+// be written through it), and a killed process of the same pid may have left its records there: the
+// writer takes the next free name and writes through neither.
+TEST(ProfileWriter, ATakenTemporaryNameIsNeitherWrittenThroughNorOver) {
+  gpuqos::testing::TempDir dir("profile-writer-test");
+  const fs::path path = dir.path() / "p.jsonl";
+  const fs::path victim = dir.path() / "victim.txt";
+  std::ofstream(victim) << "precious";
+  fs::create_symlink(victim, path.string() + ".tmp.42");
+  std::ofstream(path.string() + ".tmp.42-1") << "a killed process's records";
+  ProfileWriter writer;
+  std::string why;
+  ASSERT_TRUE(writer.open(path.string(), "job", 42, why)) << why;
+  EXPECT_EQ(writer.temp_path(), path.string() + ".tmp.42-2");
+  writer.write_line(memset_line(1, 2, 3));
+  ASSERT_TRUE(writer.commit(why)) << why;
+  EXPECT_EQ(read_file(victim), "precious");
+  EXPECT_EQ(read_file(path.string() + ".tmp.42-1"), "a killed process's records");
+  EXPECT_FALSE(fs::exists(path.string() + ".tmp.42-2"));
+  EXPECT_EQ(writer.records(), 1u);
+  EXPECT_NE(read_file(path).find("\"memset\""), std::string::npos);
+}
+
 TEST(ProfileWriter, EachProcessAddsItsRecordsToTheProfile) {
   gpuqos::testing::TempDir dir("profile-writer-test");
   const fs::path path = dir.path() / "p.jsonl";

@@ -2,8 +2,10 @@
 // or invalid files give an empty model and a warning saying why; saving replaces atomically.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <zlib.h>
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -248,6 +250,25 @@ TEST(Store, SaveReplacesAtomicallyAndLeavesNoTemporaries) {
   const auto error = save_profile(p, dir.path() / "no-such-dir" / "profile.gqp");
   ASSERT_TRUE(error.has_value());
   EXPECT_THAT(*error, HasSubstr("cannot create"));
+}
+
+// The store's directory may be writable by others (a user test: a root gpuqosd overwrote a 0600
+// root file through a link another user planted at <store>.tmp.<pid>). No name the save writes
+// through can be planted in advance, and a link at the store itself is replaced, not followed.
+TEST(Store, SaveNeverWritesThroughAPlantedLink) {
+  const testing::TempDir dir;
+  const auto victim = dir.path() / "victim.txt";
+  std::ofstream(victim) << "precious";
+  const auto path = dir.path() / "profile.gqp";
+  std::filesystem::create_symlink(victim, path.string() + ".tmp." + std::to_string(::getpid()));
+  std::filesystem::create_symlink(victim, path);
+  const Predictor p = trained();
+  ASSERT_EQ(save_profile(p, path), std::nullopt);
+  EXPECT_EQ(read_file(victim), "precious");
+  EXPECT_FALSE(std::filesystem::is_symlink(path));
+  EXPECT_EQ(read_file(path), encode_profile(p));
+  EXPECT_EQ(std::filesystem::status(path).permissions() & std::filesystem::perms::others_read,
+            std::filesystem::perms::others_read);
 }
 
 }  // namespace
