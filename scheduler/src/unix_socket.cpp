@@ -15,13 +15,15 @@
 #include <cstring>
 #include <filesystem>
 #include <system_error>
+#include <vector>
 
 #include "gpuqos/ipc/registration.h"
 
 namespace gpuqos::scheduler {
 namespace {
 
-ipc::Error system_error(const std::string& what) { return ipc::Error{what + ": " + std::strerror(errno)}; }
+ipc::Error system_error_of(int error, const std::string& what) { return ipc::Error{what + ": " + std::strerror(error)}; }
+ipc::Error system_error(const std::string& what) { return system_error_of(errno, what); }
 
 ipc::Result<sockaddr_un> address_of(const std::string& path) {
   sockaddr_un address{};
@@ -45,11 +47,22 @@ ipc::Status clear_stale_socket(const std::string& path) {
 }
 
 // The socket's directory, made if missing (a socket under /run/gpuqos on a fresh boot).
+// The directories it makes are 0755 whatever the umask: the socket in one is for every local user's
+// jobs (under umask 077 they were 0700, and other users' jobs could not reach the daemon, which said
+// nothing of it).
 ipc::Status make_parent_directory(const std::string& path) {
-  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  namespace fs = std::filesystem;
+  const fs::path parent = fs::path(path).parent_path();
+  if (parent.empty()) return {};
   std::error_code error;
-  if (!parent.empty()) std::filesystem::create_directories(parent, error);
+  std::vector<fs::path> missing;
+  for (fs::path dir = parent; !dir.empty() && !fs::exists(dir, error); dir = dir.parent_path()) {
+    missing.push_back(dir);
+    if (dir == dir.root_path()) break;
+  }
+  fs::create_directories(parent, error);
   if (error) return ipc::Error{"cannot create " + parent.string() + ": " + error.message()};
+  for (const fs::path& dir : missing) fs::permissions(dir, fs::perms(0755), fs::perm_options::replace, error);
   return {};
 }
 
@@ -104,7 +117,11 @@ ipc::Result<FileDescriptor> lock_beside(const std::string& path, bool read_only_
   // Another user's lock file (left by their gpuqosd in a shared directory): a read-only descriptor
   // locks all the same; the pid is not written then.
   const bool writable = fd.valid();
-  if (!writable && errno == EACCES && read_only_fallback) fd = FileDescriptor(::open(lock_path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!writable && errno == EACCES && read_only_fallback) {
+    fd = FileDescriptor(::open(lock_path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+    // No lock file to share, and none can be made: the directory is what refused (not "no such file").
+    if (!fd.valid() && errno == ENOENT) return system_error_of(EACCES, "cannot create " + lock_path);
+  }
   if (!fd.valid()) return system_error("cannot open " + lock_path);
   if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
     if (errno != EWOULDBLOCK) return system_error("cannot lock " + lock_path);

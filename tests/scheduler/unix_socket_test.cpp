@@ -1,0 +1,80 @@
+// The socket's directory and lock file on a node shared by several users.
+#include "gpuqos/scheduler/unix_socket.h"
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "gpuqos/testing/temp_dir.h"
+
+namespace gpuqos::scheduler {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Restores the process's umask however the test ends.
+class UmaskScope {
+ public:
+  explicit UmaskScope(mode_t mask) : old_(::umask(mask)) {}
+  ~UmaskScope() { ::umask(old_); }
+  UmaskScope(const UmaskScope&) = delete;
+  UmaskScope& operator=(const UmaskScope&) = delete;
+
+ private:
+  mode_t old_;
+};
+
+// A user test: under umask 077 the socket's new directory was 0700, so other users' jobs could not
+// reach the daemon (connect: Permission denied), and the daemon's log said nothing of it.
+TEST(UnixSocket, DirectoriesItMakesAreOpenToEveryUserWhateverTheUmask) {
+  const testing::TempDir dir;
+  const fs::path socket = dir.path() / "run" / "gpuqos" / "gpuqosd.sock";
+  {
+    const UmaskScope mask(077);
+    auto listening = listen_unix(socket.string());
+    ASSERT_TRUE(listening) << listening.error();
+  }
+  for (const fs::path& made : {dir.path() / "run", dir.path() / "run" / "gpuqos"}) {
+    EXPECT_EQ(fs::status(made).permissions(), fs::perms(0755)) << made;
+  }
+  EXPECT_EQ(fs::status(socket).permissions(), fs::perms(0777));
+  // A directory that was there is left as it is.
+  const fs::path own = dir.path() / "own";
+  fs::create_directory(own);
+  fs::permissions(own, fs::perms(0750), fs::perm_options::replace);
+  ASSERT_TRUE(listen_unix((own / "s.sock").string()));
+  EXPECT_EQ(fs::status(own).permissions(), fs::perms(0750));
+}
+
+// A service user's gpuqosd with its socket in a directory it cannot write said "cannot open
+// <socket>.lock: No such file or directory" (the error of its read-only second try).
+TEST(UnixSocket, ALockFileThatCannotBeMadeSaysWhy) {
+  const testing::TempDir dir;
+  fs::permissions(dir.path(), fs::perms(0755), fs::perm_options::replace);  // nobody may look in
+  const fs::path closed = dir.path() / "closed";
+  fs::create_directory(closed);
+  fs::permissions(closed, fs::perms(0555), fs::perm_options::replace);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // Root writes anywhere: the check runs as nobody then.
+    if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) ::_exit(10);
+    auto lock = lock_beside((closed / "svc.sock").string());
+    if (lock) ::_exit(11);
+    const std::string expected = "cannot create " + (closed / "svc.sock.lock").string() + ": Permission denied";
+    ::_exit(lock.error() == expected ? 0 : 12);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "10: could not become nobody; 11: locked; 12: another message";
+  fs::permissions(closed, fs::perms(0755), fs::perm_options::replace);
+}
+
+}  // namespace
+}  // namespace gpuqos::scheduler
