@@ -108,23 +108,31 @@ bool is_name_char(char c) {
 
 }  // namespace
 
-std::string segment_name(std::uint32_t daemon_pid, std::uint32_t client_number) {
-  return "/gpuqos-" + std::to_string(daemon_pid) + "-" + std::to_string(client_number);
+std::string segment_name(std::uint32_t daemon_pid, std::uint32_t client_number, std::uint64_t nonce) {
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(nonce));
+  return "/gpuqos-" + std::to_string(daemon_pid) + "-" + std::to_string(client_number) + "-" + hex;
 }
 
 namespace {
 
-// The daemon pid in a name segment_name() makes ("gpuqos-<pid>-<number>", no '/'), or nothing.
+// The daemon pid in a name segment_name() makes ("gpuqos-<pid>-<number>-<nonce>", no '/'; before
+// 2026-11-28 without "-<nonce>"), or nothing.
 std::optional<std::uint32_t> daemon_pid_of(std::string_view file) {
   constexpr std::string_view kPrefix = "gpuqos-";
   if (!file.starts_with(kPrefix)) return std::nullopt;
   file.remove_prefix(kPrefix.size());
   const auto dash = file.find('-');
   if (dash == std::string_view::npos || dash == 0 || dash + 1 == file.size()) return std::nullopt;
-  const auto all_digits = [](std::string_view text) {
-    return text.find_first_not_of("0123456789") == std::string_view::npos;
+  const auto all_of = [](std::string_view text, std::string_view chars) {
+    return !text.empty() && text.find_first_not_of(chars) == std::string_view::npos;
   };
-  if (!all_digits(file.substr(dash + 1))) return std::nullopt;
+  std::string_view number = file.substr(dash + 1);
+  if (const auto nonce = number.find('-'); nonce != std::string_view::npos) {
+    if (!all_of(number.substr(nonce + 1), "0123456789abcdef")) return std::nullopt;
+    number = number.substr(0, nonce);
+  }
+  if (!all_of(number, "0123456789")) return std::nullopt;
   std::uint32_t pid = 0;
   const auto [end, error] = std::from_chars(file.data(), file.data() + dash, pid);
   if (error != std::errc{} || end != file.data() + dash || pid == 0) return std::nullopt;

@@ -1,7 +1,10 @@
 // The access check of a registration, the peer's supplementary groups, and a client's ClientInfo.
 #include "gpuqos/scheduler/client_access.h"
 
+#include <sys/socket.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <fstream>
 #include <sstream>
@@ -51,6 +54,21 @@ std::vector<gid_t> supplementary_groups(pid_t pid) {
   std::ostringstream text;
   text << file.rdbuf();
   return parse_status_groups(text.str());
+}
+
+std::vector<gid_t> peer_groups(int socket_fd, pid_t pid) {
+  std::vector<gid_t> groups(64);
+  for (int tries = 0; tries < 4; ++tries) {
+    socklen_t bytes = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
+    if (::getsockopt(socket_fd, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &bytes) == 0) {
+      groups.resize(bytes / sizeof(gid_t));
+      return groups;
+    }
+    if (errno != ERANGE) break;
+    groups.resize(bytes / sizeof(gid_t) + 1);  // the kernel said how many
+  }
+  if (errno == ENOPROTOOPT) return supplementary_groups(pid);
+  return {};  // none counts
 }
 
 ClientInfo client_info(const config::Config& config, const ClientIdentity& identity) {

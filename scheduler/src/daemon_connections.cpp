@@ -1,6 +1,7 @@
 // gpuqosd: accepting connections, the first record (Hello or ControlRequest), registration of a
 // client (its segment and reply), control answers, and the kernel names clients send afterwards.
 #include <sys/epoll.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -19,6 +20,19 @@
 #include "gpuqos/scheduler/daemon.h"
 
 namespace gpuqos::scheduler {
+namespace {
+
+// The random end of a segment's name (ipc::segment_name): a user test squatted the names that
+// followed, and every job after was refused ("File exists").
+std::uint64_t segment_nonce() {
+  std::uint64_t nonce = 0;
+  if (::getrandom(&nonce, sizeof nonce, GRND_NONBLOCK) != static_cast<ssize_t>(sizeof nonce)) {
+    nonce = static_cast<std::uint64_t>(ipc::monotonic_ns()) * 0x9e3779b97f4a7c15ull;  // no entropy yet: unforeseen enough
+  }
+  return nonce;
+}
+
+}  // namespace
 
 void Daemon::accept_connections() {
   for (;;) {
@@ -92,9 +106,10 @@ void Daemon::register_client(Pending& pending, const ipc::Hello& hello) {
   const ClientId id = next_client_number_++;
   const std::string job = hello.job_name;
   const ipc::PeerCredentials& peer = pending.peer;
-  // The groups count only for a high claim. Read after connect: a process that changed its
-  // groups since is judged by the new ones (SO_PEERCRED keeps the uid and gid of connect time).
-  const std::vector<gid_t> groups = hello.priority == ipc::Priority::high ? supplementary_groups(peer.pid)
+  // The groups count only for a high claim: those of connect time, as the uid and gid are
+  // (/proc/PID/status, read here, could be another process's by now: the pid of one that handed
+  // its socket on and exited).
+  const std::vector<gid_t> groups = hello.priority == ipc::Priority::high ? peer_groups(pending.socket.get(), peer.pid)
                                                                           : std::vector<gid_t>{};
   const PriorityDecision decision = decide_priority(options_.config, job, hello.priority, peer, groups);
   if (!decision.why_lowered.empty()) {
@@ -102,7 +117,7 @@ void Daemon::register_client(Pending& pending, const ipc::Hello& hello) {
     spdlog::warn("job '{}' pid {} uid {}: claims high priority, but {}: runs as low priority{}", job, peer.pid,
                  peer.uid, decision.why_lowered, hello.version_minor < 1 ? old_shim : "");
   }
-  const std::string name = ipc::segment_name(static_cast<std::uint32_t>(::getpid()), id);
+  const std::string name = ipc::segment_name(static_cast<std::uint32_t>(::getpid()), id, segment_nonce());
   auto segment = ipc::Segment::create(name, peer.uid, static_cast<std::uint32_t>(peer.pid));
   if (!segment) {
     spdlog::error("job '{}' pid {}: {}", job, peer.pid, segment.error());

@@ -212,8 +212,8 @@ TEST(Segment, RefusesASegmentShorterThanAHeader) {
 }
 
 TEST(Segment, NamesAreChecked) {
-  EXPECT_EQ(segment_name(4242, 7), "/gpuqos-4242-7");
-  EXPECT_TRUE(check_segment_name(segment_name(4294967295u, 4294967295u)));
+  EXPECT_EQ(segment_name(4242, 7, 0x1f), "/gpuqos-4242-7-000000000000001f");
+  EXPECT_TRUE(check_segment_name(segment_name(4294967295u, 4294967295u, ~std::uint64_t{0})));
   for (const std::string& bad : std::vector<std::string>{"", "/", "gpuqos-1-2", "/a/b", "/a b", "/" + std::string(63, 'x')}) {
     EXPECT_FALSE(check_segment_name(bad)) << '"' << bad << '"';
     auto created = Segment::create(bad, ::getuid());
@@ -253,22 +253,24 @@ TEST(Segment, StaleSegmentsOfDeadOrReusedDaemonPidsAreRemoved) {
   const std::uint32_t dead = a_dead_pid();
   const auto self = static_cast<std::uint32_t>(::getpid());
   const auto live = static_cast<std::uint32_t>(::getppid());
-  ScopedSegment dead_1(segment_name(dead, 1));
-  ScopedSegment dead_2(segment_name(dead, 2));
-  ScopedSegment reused(segment_name(self, 77));
-  ScopedSegment running(segment_name(live, 4242));
+  ScopedSegment dead_1(segment_name(dead, 1, 0xabc));
+  ScopedSegment dead_2("/gpuqos-" + std::to_string(dead) + "-2");  // named as before the nonce
+  ScopedSegment reused(segment_name(self, 77, 1));
+  ScopedSegment running(segment_name(live, 4242, 2));
   ScopedSegment other("/gpuqos-test-" + std::to_string(dead) + "-1");
+  ScopedSegment not_a_nonce("/gpuqos-" + std::to_string(dead) + "-3-xyz");
 
   // The dead pid's may be removed by a gpuqosd that a test running alongside starts: only the
   // reused pid's are sure to be this call's.
   const std::vector<std::string> removed = remove_stale_segments(self);
-  EXPECT_NE(std::find(removed.begin(), removed.end(), segment_name(self, 77)), removed.end());
-  EXPECT_EQ(std::find(removed.begin(), removed.end(), segment_name(live, 4242)), removed.end());
+  EXPECT_NE(std::find(removed.begin(), removed.end(), segment_name(self, 77, 1)), removed.end());
+  EXPECT_EQ(std::find(removed.begin(), removed.end(), segment_name(live, 4242, 2)), removed.end());
   EXPECT_FALSE(dead_1.exists());
   EXPECT_FALSE(dead_2.exists());
   EXPECT_FALSE(reused.exists());
   EXPECT_TRUE(running.exists());
   EXPECT_TRUE(other.exists());
+  EXPECT_TRUE(not_a_nonce.exists());
 }
 
 // The child: maps the segment, posts kOps ops (sleeping when the ring is full), then waits for

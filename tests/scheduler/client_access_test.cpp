@@ -1,10 +1,17 @@
 // Tests of the registration access check, the /proc groups reader and a client's ClientInfo.
 #include "gpuqos/scheduler/client_access.h"
 
+#include <grp.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+
+#include "gpuqos/scheduler/unix_socket.h"
+#include "gpuqos/testing/temp_dir.h"
 
 namespace gpuqos::scheduler {
 namespace {
@@ -75,6 +82,45 @@ TEST(StatusGroups, OfThisProcessAreWhatGetgroupsSays) {
   std::sort(read.begin(), read.end());
   EXPECT_EQ(read, expected);
   EXPECT_TRUE(supplementary_groups(-1).empty());
+}
+
+// The groups a high claim is judged by are those of connect time, as the uid: a process that
+// connects, hands its socket on and exits frees its pid, and another process (of a group allowed
+// high priority) that gets it would have had its groups read from /proc instead.
+TEST(StatusGroups, APeersGroupsAreThoseItConnectedWith) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to set a child's groups";
+  const gpuqos::testing::TempDir dir;
+  const std::string path = (dir.path() / "s.sock").string();
+  auto listening = listen_unix(path);
+  ASSERT_TRUE(listening) << listening.error();
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const gid_t at_connect[] = {4242, 4343};
+    if (::setgroups(2, at_connect) != 0) ::_exit(1);
+    auto connected = connect_unix(path);
+    if (!connected) ::_exit(2);
+    if (::setgroups(0, nullptr) != 0) ::_exit(3);  // other groups from now on
+    char byte = 1;
+    if (::write(ready[1], &byte, 1) != 1) ::_exit(4);
+    ::pause();  // keeps the connection until killed
+    ::_exit(0);
+  }
+  ::close(ready[1]);
+  char byte = 0;
+  ASSERT_EQ(::read(ready[0], &byte, 1), 1);
+  ::close(ready[0]);
+  FileDescriptor accepted(::accept(listening->get(), nullptr, nullptr));
+  std::vector<gid_t> groups = accepted.valid() ? peer_groups(accepted.get(), child) : std::vector<gid_t>{};
+  const std::vector<gid_t> now = supplementary_groups(child);
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  ASSERT_TRUE(accepted.valid());
+  std::sort(groups.begin(), groups.end());
+  EXPECT_EQ(groups, (std::vector<gid_t>{4242, 4343}));
+  EXPECT_TRUE(now.empty()) << "what /proc says by now";
 }
 
 TEST(ClientInfoOf, CarriesTheJobsTargetsInNanoseconds) {

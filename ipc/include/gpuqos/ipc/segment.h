@@ -102,8 +102,10 @@ static_assert(kOpsRingOffset % alignof(OpsRing) == 0 && kCompletionsRingOffset %
               kGrantsRingOffset % alignof(GrantsRing) == 0);
 static_assert(kSegmentBytes < (std::uint64_t{1} << 20), "a segment should stay well under 1 MiB");
 
-// "/gpuqos-<daemon_pid>-<client_number>".
-std::string segment_name(std::uint32_t daemon_pid, std::uint32_t client_number);
+// "/gpuqos-<daemon_pid>-<client_number>-<nonce, 16 hex digits>". The nonce is random (the daemon's
+// choice): a local user who could foresee a name could create that file in /dev/shm first, and the
+// client's registration would be refused.
+std::string segment_name(std::uint32_t daemon_pid, std::uint32_t client_number, std::uint64_t nonce);
 
 // A name create() accepts: '/' then 1..62 characters of [A-Za-z0-9._-].
 Status check_segment_name(std::string_view name);

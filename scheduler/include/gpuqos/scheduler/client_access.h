@@ -39,6 +39,11 @@ std::vector<gid_t> parse_status_groups(std::string_view status_text);
 // (the process is gone, or lives in another pid namespace).
 std::vector<gid_t> supplementary_groups(pid_t pid);
 
+// The supplementary groups of the peer of a connected AF_UNIX socket as they were when it connected
+// (SO_PEERGROUPS, as SO_PEERCRED's uid and gid): never another process's that got its pid since.
+// A kernel without SO_PEERGROUPS (before 4.13): supplementary_groups(pid).
+std::vector<gid_t> peer_groups(int socket_fd, pid_t pid);
+
 // What the policy is told of a registered client: who it is and its effective class, with its
 // job's target (target_ms in ns), percentile and weight from the config (the defaults of an
 // unlisted job: no target, p99, weight 1).
