@@ -428,6 +428,7 @@ void Daemon::heartbeat_and_tick(std::int64_t now_ns) {
   drain_all(now_ns);
   apply(policy_->tick(now_ns));
   expire_pending(now_ns);
+  tell_unsaid_peer_warnings(now_ns);
   check_socket_path(now_ns);
   if (auto error = learner_->tick(now_ns)) spdlog::warn("predictor: {}", *error);
   tell_long_holds(now_ns);

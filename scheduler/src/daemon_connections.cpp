@@ -51,13 +51,22 @@ void Daemon::accept_connections() {
       return;
     }
     auto peer = ipc::peer_credentials(socket.get());
+    const std::int64_t now_ns = ipc::monotonic_ns();
     if (!peer) {
-      spdlog::warn("connection without peer credentials: {}", peer.error());
+      if (may_warn_of_peer(now_ns)) spdlog::warn("connection without peer credentials: {}", peer.error());
       continue;
+    }
+    if (connections_of(peer->uid) >= kMaxConnectionsPerUser) {
+      if (may_warn_of_peer(now_ns)) {
+        spdlog::warn("pid {} uid {}: refused: the user has {} connections to gpuqosd, the most one user may hold "
+                     "(a job of that many processes, or a user flooding the socket)",
+                     peer->pid, peer->uid, kMaxConnectionsPerUser);
+      }
+      continue;  // closed: its shim runs unmanaged and asks again later
     }
     const std::uint64_t token = tokens::kPendingBase + next_pending_token_++;
     watch(socket.get(), token, EPOLLIN | EPOLLRDHUP);
-    pending_.emplace(token, Pending{std::move(socket), peer.value(), ipc::monotonic_ns()});
+    pending_.emplace(token, Pending{std::move(socket), peer.value(), now_ns});
   }
 }
 
@@ -72,7 +81,9 @@ void Daemon::on_pending_readable(std::uint64_t token, std::uint32_t events) {
       if ((events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)) == 0) return;  // wait for it
       [[fallthrough]];
     case ReadOutcome::closed: spdlog::debug("pid {} closed before registering", it->second.peer.pid); break;
-    case ReadOutcome::error: spdlog::warn("pid {}: bad first record: {}", it->second.peer.pid, error); break;
+    case ReadOutcome::error:
+      if (may_warn_of_peer(ipc::monotonic_ns())) spdlog::warn("pid {}: bad first record: {}", it->second.peer.pid, error);
+      break;
   }
   pending_.erase(token);  // registered clients moved their socket out; everything else closes here
 }
@@ -82,14 +93,21 @@ void Daemon::on_first_record(Pending& pending, const std::vector<std::byte>& rec
   switch (ipc::record_kind(record)) {
     case ipc::RecordKind::control_request: return answer_control(pending, record);
     case ipc::RecordKind::hello: break;
-    default: return spdlog::warn("pid {}: garbage instead of a hello ({} bytes): connection closed", pid, record.size());
+    default:
+      if (!may_warn_of_peer(ipc::monotonic_ns())) return;
+      return spdlog::warn("pid {}: garbage instead of a hello ({} bytes): connection closed", pid, record.size());
   }
   auto decoded = ipc::decode_hello(record);
-  if (!decoded) return spdlog::warn("pid {}: garbage hello: {}: connection closed", pid, decoded.error());
+  if (!decoded) {
+    if (!may_warn_of_peer(ipc::monotonic_ns())) return;
+    return spdlog::warn("pid {}: garbage hello: {}: connection closed", pid, decoded.error());
+  }
   if (!decoded->version_matches) {
-    spdlog::warn("pid {}: protocol version {}.{}, this daemon speaks {}.{}: refused", pid,
-                 decoded->hello.version_major, decoded->hello.version_minor, ipc::kProtocolVersionMajor,
-                 ipc::kProtocolVersionMinor);
+    if (may_warn_of_peer(ipc::monotonic_ns())) {
+      spdlog::warn("pid {}: protocol version {}.{}, this daemon speaks {}.{}: refused", pid,
+                   decoded->hello.version_major, decoded->hello.version_minor, ipc::kProtocolVersionMajor,
+                   ipc::kProtocolVersionMinor);
+    }
     auto reply = ipc::make_hello_reply(ipc::HelloStatus::version_mismatch, 0, "",
                                        "gpuqosd speaks protocol " + std::to_string(ipc::kProtocolVersionMajor) + "." +
                                            std::to_string(ipc::kProtocolVersionMinor),
@@ -120,7 +138,7 @@ void Daemon::register_client(Pending& pending, const ipc::Hello& hello) {
   const std::string name = ipc::segment_name(static_cast<std::uint32_t>(::getpid()), id, segment_nonce());
   auto segment = ipc::Segment::create(name, peer.uid, static_cast<std::uint32_t>(peer.pid));
   if (!segment) {
-    spdlog::error("job '{}' pid {}: {}", job, peer.pid, segment.error());
+    if (may_warn_of_peer(ipc::monotonic_ns())) spdlog::error("job '{}' pid {}: {}", job, peer.pid, segment.error());
     auto reply = ipc::make_hello_reply(ipc::HelloStatus::refused, 0, "", "gpuqosd cannot create a segment",
                                        ipc::Priority::low, 0);
     [[maybe_unused]] auto sent = ipc::send_record(pending.socket.get(), ipc::encode(reply));
@@ -217,7 +235,10 @@ bool Daemon::warn_if_target_unprotected(const ClientIdentity& identity, const Cl
 
 void Daemon::answer_control(Pending& pending, const std::vector<std::byte>& record) {
   auto decoded = ipc::decode_control_request(record);
-  if (!decoded) return spdlog::warn("pid {}: garbage control request: {}", pending.peer.pid, decoded.error());
+  if (!decoded) {
+    if (!may_warn_of_peer(ipc::monotonic_ns())) return;
+    return spdlog::warn("pid {}: garbage control request: {}", pending.peer.pid, decoded.error());
+  }
   ipc::ControlStatus status = ipc::ControlStatus::ok;
   std::string text;
   if (!decoded->version_matches) {
@@ -280,6 +301,37 @@ std::string Daemon::note_unscheduled_device(Client& client, const std::vector<st
   spdlog::info("{} runs its device {} ({}) unscheduled: [devices] does not name it", client.tag(), device->ordinal,
                uuid == DeviceTable::Uuid{} ? std::string("its driver cannot say its UUID") : DeviceTable::uuid_text(uuid));
   return {};
+}
+
+std::size_t Daemon::connections_of(uid_t uid) const {
+  const auto pending = std::count_if(pending_.begin(), pending_.end(),
+                                     [uid](const auto& entry) { return entry.second.peer.uid == uid; });
+  const auto registered = std::count_if(clients_.begin(), clients_.end(), [uid](const auto& entry) {
+    return entry.second->identity().peer.uid == uid;
+  });
+  return static_cast<std::size_t>(pending + registered);
+}
+
+bool Daemon::may_warn_of_peer(std::int64_t now_ns) {
+  tell_unsaid_peer_warnings(now_ns);
+  if (peer_warnings_said_ < kPeerWarningsPerWindow) {
+    ++peer_warnings_said_;
+    return true;
+  }
+  ++peer_warnings_unsaid_;
+  return false;
+}
+
+void Daemon::tell_unsaid_peer_warnings(std::int64_t now_ns) {
+  if (now_ns - peer_window_start_ns_ < kPeerWarningWindowNs) return;
+  if (peer_warnings_unsaid_ > 0) {
+    spdlog::warn("{} more warnings of connections (garbage, refusals) in the last {} s were not logged: a client in "
+                 "a loop, or a user flooding the socket?",
+                 peer_warnings_unsaid_, (now_ns - peer_window_start_ns_) / 1'000'000'000);
+  }
+  peer_window_start_ns_ = now_ns;
+  peer_warnings_said_ = 0;
+  peer_warnings_unsaid_ = 0;
 }
 
 void Daemon::expire_pending(std::int64_t now_ns) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -632,6 +633,85 @@ TEST(Daemon, DropsAGarbageHelloAndServesOthers) {
   good.name_kernel(1, "k");
   good.post(FakeClient::kernel(1));
   EXPECT_TRUE(good.wait_granted(1));
+}
+
+// A user test connected, sent a byte and closed in a loop: 200,000 warnings (20 MB) in 3 s. A
+// window's first warnings are said, the rest counted in one line at its end; none is lost.
+TEST(Daemon, AFloodOfGarbageIsSaidAFewTimesAndTheRestCounted) {
+  DaemonProcess daemon;
+  FakeClient good(daemon.socket(), Priority::low, "good");
+  constexpr int kFlood = 100;
+  for (int i = 0; i < kFlood; ++i) {
+    auto raw = scheduler::connect_unix(daemon.socket());
+    ASSERT_TRUE(raw);
+    ASSERT_TRUE(ipc::send_record(raw->get(), std::vector<std::byte>{std::byte{7}}));
+    std::vector<std::byte> record;
+    EXPECT_FALSE(ipc::receive_record(raw->get(), record)) << "closed";
+  }
+  const auto said = [&] { return occurrences(daemon.log(), "garbage instead of a hello"); };
+  const auto counted = [&] {
+    std::size_t sum = 0;
+    const std::string log = daemon.log();
+    for (std::size_t at = log.find(" more warnings of connections"); at != std::string::npos;
+         at = log.find(" more warnings of connections", at + 1)) {
+      const std::size_t start = log.find_last_not_of("0123456789", at - 1) + 1;
+      sum += std::stoul(log.substr(start, at - start));
+    }
+    return sum;
+  };
+  // The window is 10 s: its count comes within 11 s of the flood.
+  EXPECT_TRUE(eventually([&] { return said() + counted() == kFlood; }, std::chrono::seconds(12))) << daemon.log();
+  EXPECT_LE(said(), 2u * scheduler::Daemon::kPeerWarningsPerWindow) << "the flood spans two windows at most";
+  good.name_kernel(1, "k");
+  good.post(FakeClient::kernel(1));
+  EXPECT_TRUE(good.wait_granted(1));
+}
+
+// A user test opened 7,000 connections from one account: gpuqosd ran out of descriptors and no
+// other user's job could register. One user holds at most kMaxConnectionsPerUser; others register.
+TEST(Daemon, OneUserHoldsSoManyConnectionsAndOthersStillRegister) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to register as another user";
+  DaemonProcess daemon;
+  std::filesystem::permissions(daemon.dir(), std::filesystem::perms(0755), std::filesystem::perm_options::replace);
+  std::vector<scheduler::FileDescriptor> held;
+  for (std::size_t i = 0; i < scheduler::Daemon::kMaxConnectionsPerUser; ++i) {
+    auto raw = scheduler::connect_unix(daemon.socket());
+    ASSERT_TRUE(raw) << raw.error();
+    held.push_back(std::move(raw.value()));
+  }
+  // Past the limit: closed without an answer, and said.
+  auto extra = scheduler::connect_unix(daemon.socket());
+  ASSERT_TRUE(extra);
+  ASSERT_TRUE(ipc::send_record(extra->get(), ipc::encode(ipc::make_hello(Priority::low, 0, "extra").value())));
+  std::vector<std::byte> record;
+  EXPECT_FALSE(ipc::receive_record(extra->get(), record)) << "refused";
+  EXPECT_TRUE(eventually([&] { return daemon.log().find("connections to gpuqosd, the most one user may hold") != std::string::npos; }))
+      << daemon.log();
+  // Another user is served meanwhile.
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    if (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(1);
+    try {
+      FakeClient other(daemon.socket(), Priority::low, "other-user");
+      ::_exit(0);
+    } catch (...) {
+      ::_exit(2);
+    }
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "1: could not become nobody; 2: not registered";
+  // Once its connections close, the user registers again.
+  held.clear();
+  EXPECT_TRUE(eventually([&] {
+    try {
+      FakeClient again(daemon.socket(), Priority::low, "again");
+      return true;
+    } catch (...) {
+      return false;
+    }
+  }));
 }
 
 TEST(Daemon, RefusesAnotherProtocolVersion) {

@@ -84,6 +84,15 @@ class Daemon {
   // Out of descriptors (EMFILE and the like), the listener is not watched for this long: it stays
   // readable, so watching it would spin the loop.
   static constexpr std::int64_t kAcceptPauseNs = 100'000'000;
+  // Connections one user (uid) may hold, registered or not: a user test opened 7,000 from one
+  // account, gpuqosd ran out of descriptors, and no other user's job could register. Far more than
+  // the CUDA processes of any job; beyond it a connection is closed at once.
+  static constexpr std::size_t kMaxConnectionsPerUser = 512;
+  // What a connection's peer makes gpuqosd warn of before it registers (garbage, a refusal, the
+  // limit above) is said at most kPeerWarningsPerWindow times a window; the rest are counted and
+  // said in one line: a user test wrote 200,000 lines (20 MB) in 3 s by connecting and closing.
+  static constexpr int kPeerWarningsPerWindow = 20;
+  static constexpr std::int64_t kPeerWarningWindowNs = 10'000'000'000;
 
   static ipc::Result<std::unique_ptr<Daemon>> create(DaemonOptions options);
   ~Daemon();
@@ -216,6 +225,13 @@ class Daemon {
   std::uint64_t next_pending_token_ = 0;
   std::map<std::uint64_t, Pending> pending_;
   std::map<ClientId, std::unique_ptr<Client>> clients_;
+  std::size_t connections_of(uid_t uid) const;  // pending and registered
+  // Counts a warning caused by a peer: false when the window's are said (it is then counted).
+  bool may_warn_of_peer(std::int64_t now_ns);
+  void tell_unsaid_peer_warnings(std::int64_t now_ns);  // at the window's end, if any were not said
+  std::int64_t peer_window_start_ns_ = 0;
+  int peer_warnings_said_ = 0;
+  std::uint64_t peer_warnings_unsaid_ = 0;
   struct ToldHold {  // tell_long_holds(): an op told of as held long, until it goes
     std::uint64_t seq = 0;
     std::string op;
