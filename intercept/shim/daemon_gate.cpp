@@ -26,6 +26,8 @@ constexpr auto kRetryInterval = std::chrono::seconds(1);
 // runs unscheduled for the stall, not for a retry interval more. (Other losses wait kRetryInterval:
 // a daemon that drops the client would otherwise be asked again and again.)
 constexpr auto kRetryAfterStall = std::chrono::milliseconds(10);
+constexpr auto kFirstRefusedRetry = std::chrono::milliseconds(1000);
+constexpr auto kMaxRefusedRetry = std::chrono::milliseconds(60000);
 
 bool primary_active(CUdevice device) noexcept {
   const auto get_state = driver<PrimaryCtxGetState>(DriverHelper::primary_ctx_get_state);
@@ -133,6 +135,7 @@ bool DaemonGate::try_register(bool at_start) noexcept {
                std::to_string(opened.session->client_number()) +
                (said_running_unmanaged_ ? ": managed again" : ""));
       said_running_unmanaged_ = false;
+      refused_retry_ = std::chrono::milliseconds(0);
       if (const std::int64_t offset = opened.session->clock_offset_ns(); offset != 0 && !told_clock_) {
         told_clock_ = true;
         const double ms = static_cast<double>(offset < 0 ? -offset : offset) / 1e6;
@@ -150,11 +153,16 @@ bool DaemonGate::try_register(bool at_start) noexcept {
       session_.store(std::move(opened.session));
       return true;
     }
-    gave_up_ = opened.refused;
-    if (at_start || opened.refused) {
+    const bool first_refusal = opened.refused && refused_retry_.count() == 0;
+    if (opened.refused) {
+      refused_retry_ = first_refusal ? kFirstRefusedRetry : std::min(2 * refused_retry_, kMaxRefusedRetry);
+    }
+    // A refusal is said once until the job is managed again, not each time it is asked again.
+    if (at_start || first_refusal) {
       said_running_unmanaged_ = true;
       log_(LogLevel::warn, "gpuqosd at " + settings_.socket_path + ": " + opened.why + "; running unmanaged" +
-                                      (opened.refused ? "" : " (retrying every second)"));
+                               (opened.refused ? " (asking again in 1 s, then less often, up to every minute)"
+                                               : " (retrying every second)"));
     }
   } catch (...) {  // out of memory: unmanaged
   }
@@ -192,6 +200,7 @@ void DaemonGate::monitor() noexcept {
       session_.store(nullptr);
       session.reset();
     }
+    if (refused_retry_.count() > 0) retry = refused_retry_;
     std::unique_lock lock(stop_mutex_);
     if (stop_cv_.wait_for(lock, retry, [this] { return stopping_; })) return;
     lock.unlock();

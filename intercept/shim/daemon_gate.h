@@ -10,6 +10,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -71,7 +72,11 @@ class DaemonGate final : public Gate {
   CompletionTracker completions_;
   std::atomic<std::shared_ptr<Session>> session_;
   std::uint32_t next_session_id_ = 1;  // monitor thread (and the constructor)
-  bool gave_up_ = false;               // the daemon refused us: do not ask again
+  bool gave_up_ = false;               // do not ask again (a heartbeat on no clock of ours)
+  // After a refusal (or a daemon not trusted), the wait before asking again: 1 s, doubling up to
+  // kMaxRefusedRetry; zero when the last answer was no refusal. A refusal may pass (a full /dev/shm,
+  // the daemon replaced by a working one), so the job asks again, less and less often.
+  std::chrono::milliseconds refused_retry_{0};
   bool told_lowered_ = false;          // the one warning that the daemon lowered our claim was shown
   bool told_clock_ = false;            // the one word that the daemon is on another clock was said
   bool said_running_unmanaged_ = false;  // monitor thread: a warning said so, and no registration since

@@ -58,7 +58,7 @@ class Session {
   struct Opened {
     std::shared_ptr<Session> session;  // null: not registered
     std::string why;                   // why not
-    bool refused = false;              // the daemon answered no (version mismatch or refusal)
+    bool refused = false;              // the daemon answered no (version mismatch or refusal), or is not trusted
     bool lowered = false;              // registered, but the daemon lowered a high-priority claim
   };
   // Connects to the daemon's socket, says Hello and maps the segment it names. Short timeouts:

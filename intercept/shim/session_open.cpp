@@ -11,7 +11,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -81,6 +83,31 @@ bool connect_socket(const std::string& path, SocketGuard& socket, std::string& w
   return true;
 }
 
+// The uid the kernel shows for a user it cannot map into this user namespace (a daemon of the
+// host's root seen from a rootless container): /proc/sys/kernel/overflowuid, 65534 by default.
+std::uint32_t overflow_uid() {
+  std::uint32_t uid = 65534;
+  if (std::FILE* file = std::fopen("/proc/sys/kernel/overflowuid", "re")) {
+    unsigned value = 0;
+    if (std::fscanf(file, "%u", &value) == 1) uid = value;
+    std::fclose(file);
+  }
+  return uid;
+}
+
+// Why the daemon at the other end is not trusted with this job's work, or "" when it is: it runs
+// as root or as this job's own user (one serving other users must be root anyway: it hands each
+// client's segment to its user). A user test: another user's gpuqosd, started first on a socket
+// path in a shared directory, registered every job that came and could have held their work.
+std::string untrusted_daemon(int fd, const std::string& path) {
+  auto peer = ipc::peer_credentials(fd);
+  if (!peer) return "cannot tell who runs gpuqosd at " + path + ": " + peer.error();
+  const std::uint32_t own = ::geteuid();
+  if (peer->uid == 0 || peer->uid == own || peer->uid == overflow_uid()) return "";
+  return "the gpuqosd at " + path + " runs as uid " + std::to_string(peer->uid) + " (pid " + std::to_string(peer->pid) +
+         "), neither root nor this job's user (uid " + std::to_string(own) + "): not trusted with its work";
+}
+
 // The Hello's round trip on this process's clock: the daemon made its reply in between.
 struct RoundTrip {
   std::int64_t sent_ns = 0, received_ns = 0;
@@ -143,6 +170,11 @@ Session::Opened Session::open(const Settings& settings, std::uint32_t id) {
   Opened opened;
   SocketGuard socket;
   if (!connect_socket(settings.socket_path, socket, opened.why)) return opened;
+  if (std::string why = untrusted_daemon(socket.fd, settings.socket_path); !why.empty()) {
+    opened.refused = true;
+    opened.why = std::move(why);
+    return opened;
+  }
   RoundTrip trip;
   SocketGuard doorbell;  // closed unless the session takes it
   auto reply = exchange_hello(socket.fd, settings, trip, doorbell.fd);

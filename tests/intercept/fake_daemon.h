@@ -104,6 +104,8 @@ class FakeDaemon {
   void corrupt_grants() { corrupt_grants_ = true; }
   // For registrations from now on: answer every claim with low priority / this chunk size.
   void lower_every_claim() { lower_claims_ = true; }
+  // Answers the next `count` Hellos with a refusal (as gpuqosd does when it cannot make a segment).
+  void refuse_next(int count) { refusals_left_ = count; }
   void set_copy_chunk_bytes(std::uint64_t bytes) { copy_chunk_bytes_ = bytes; }
   void speak_minor(std::uint16_t minor) { minor_ = minor; }
   // Hands each client of protocol 1.6 or later a doorbell with its reply, as gpuqosd does (never
@@ -114,6 +116,11 @@ class FakeDaemon {
   void set_managed_uuids(std::vector<std::string> prefixes) {
     std::lock_guard lock(mutex_);
     managed_uuids_ = std::move(prefixes);
+  }
+
+  int refused() const {
+    std::lock_guard lock(mutex_);
+    return refused_;
   }
 
   std::vector<FakeClient> clients() const {
@@ -166,6 +173,15 @@ class FakeDaemon {
     const std::string name = "/gpuqos-fake-" + std::to_string(::getpid()) + "-" + std::to_string(++counter);
     auto segment = ipc::Segment::create(name, peer->uid, static_cast<std::uint32_t>(peer->pid));
     if (!decoded || !peer || !segment) return void(::close(fd));
+    if (refusals_left_ > 0) {
+      --refusals_left_;
+      ipc::Segment::remove(name);
+      (void)ipc::send_record(fd, ipc::encode(ipc::make_hello_reply(ipc::HelloStatus::refused, 0, "", "no room today",
+                                                                   ipc::Priority::low, 0)));
+      std::lock_guard lock(mutex_);
+      ++refused_;
+      return void(::close(fd));
+    }
     const auto number = static_cast<std::uint32_t>(counter.load());
     const ipc::Priority effective = lower_claims_ ? ipc::Priority::low : decoded->hello.priority;
     const auto delay = std::chrono::milliseconds(reply_delay_ms_.load());
@@ -252,6 +268,8 @@ class FakeDaemon {
   std::atomic<bool> stamp_late_{false};
   std::atomic<std::uint64_t> grant_target_{0};
   std::atomic<bool> lower_claims_{false};
+  std::atomic<int> refusals_left_{0};
+  int refused_ = 0;  // under mutex_
   std::atomic<std::uint64_t> copy_chunk_bytes_{0};
   std::atomic<std::uint64_t> managed_devices_{ipc::kAllDevices};
   std::vector<std::string> managed_uuids_;  // under mutex_

@@ -1,9 +1,17 @@
 // libgpuqos.so's daemon gate on simgpu, against a fake gpuqosd (fake_daemon.h) that speaks the real
 // ipc protocol: registration, every op posted and completed, low priority held until granted, high
 // priority never held, fail-open at start, on a crash and on a silent daemon, re-registration.
+#include <grp.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -744,6 +752,68 @@ TEST_F(GateTest, ReRegistersAsSoonAsAStalledDaemonRunsAgain) {
   ASSERT_EQ(finish(), 0) << output_;
   EXPECT_EQ(occurrences(output_, "lost gpuqosd (gpuqosd stopped answering"), 1u) << output_;
   EXPECT_EQ(daemon_->clients().size(), 2u) << output_;
+}
+
+// A refusal may pass (gpuqosd could not make a segment: /dev/shm full, out of descriptors; or it
+// was replaced by one that works): the job asks again after 1 s, then 2, 4... (at most every
+// minute), says the refusal once, and says when it is managed again. It used to never ask again.
+TEST_F(GateTest, ARefusedJobAsksAgainLessAndLessOftenAndIsManagedOnceServed) {
+  daemon_->refuse_next(2);
+  start({"loop", "400", "1000"}, "low", true, {{"GPUQOS_LOG", "warn"}});  // ~8 s of launch, sync, sleep
+  const auto started = std::chrono::steady_clock::now();
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 3); }, 15s)) << child_->output();
+  const auto waited = std::chrono::steady_clock::now() - started;
+  EXPECT_EQ(daemon_->refused(), 2);
+  EXPECT_GE(waited, 2500ms) << "asked again after 1 s, then after 2 s";
+  EXPECT_LT(waited, 6s);
+  ASSERT_EQ(finish(), 0) << output_;
+  EXPECT_EQ(occurrences(output_, "refused: no room today; running unmanaged (asking again in 1 s"), 1u) << output_;
+  EXPECT_EQ(occurrences(output_, ": managed again"), 1u) << output_;
+}
+
+// Only a gpuqosd of root or of the job's own user is trusted with its work: a user test had
+// another user's daemon, started first on a socket path in a shared directory, register every job.
+TEST_F(GateTest, ADaemonOfAnotherUserIsNotTrusted) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to listen as another user";
+  const std::filesystem::path shared = dir_.path() / "shared";
+  std::filesystem::create_directory(shared);
+  std::filesystem::permissions(dir_.path(), std::filesystem::perms(0755), std::filesystem::perm_options::replace);
+  std::filesystem::permissions(shared, std::filesystem::perms(0777), std::filesystem::perm_options::replace);
+  const std::string path = (shared / "gpuqosd.sock").string();
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t other = ::fork();
+  ASSERT_GE(other, 0);
+  if (other == 0) {  // listens as uid 4242 and never answers
+    if (::setgroups(0, nullptr) != 0 || ::setgid(4242) != 0 || ::setuid(4242) != 0) ::_exit(1);
+    const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    std::strncpy(address.sun_path, path.c_str(), sizeof address.sun_path - 1);
+    if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 || ::listen(fd, 8) != 0) {
+      ::_exit(2);
+    }
+    char byte = 1;
+    if (::write(ready[1], &byte, 1) != 1) ::_exit(3);
+    for (;;) ::pause();
+  }
+  ::close(ready[1]);
+  char byte = 0;
+  const bool listening = ::read(ready[0], &byte, 1) == 1;
+  ::close(ready[0]);
+  if (listening) {
+    start({"ops"}, "low", true, {{"GPUQOS_SOCKET", path}});
+    EXPECT_EQ(finish(), 0) << output_;
+  }
+  ::kill(other, SIGKILL);
+  ::waitpid(other, nullptr, 0);
+  ASSERT_TRUE(listening);
+  EXPECT_NE(output_.find("ops ok"), std::string::npos) << output_;
+  EXPECT_EQ(occurrences(output_, "runs as uid 4242 (pid " + std::to_string(other) +
+                                     "), neither root nor this job's user (uid 0): not trusted with its work; "
+                                     "running unmanaged"),
+            1u)
+      << output_;
 }
 
 TEST_F(GateTest, AClaimTheDaemonLowersRunsAsLowPriorityWithOneWarning) {
