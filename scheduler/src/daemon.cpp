@@ -174,7 +174,9 @@ ipc::Result<std::unique_ptr<Daemon>> Daemon::create(DaemonOptions options) {
   }
   if (!daemon->options_.learning.store_path.empty()) {
     const auto& predictor = daemon->learner_->predictor();
-    if (predictor.kernel_count() == 0) {
+    if (std::error_code error; !std::filesystem::exists(store, error) && !error) {
+      spdlog::info("predictor: {} is not there yet: starting with an empty model, saved there as gpuqosd learns", store);
+    } else if (predictor.kernel_count() == 0) {
       spdlog::info("predictor: no kernels from {}", daemon->options_.learning.store_path);
     } else {
       spdlog::info("predictor: {} kernels from {}, trained for {} SMs", predictor.kernel_count(),
@@ -256,6 +258,13 @@ void Daemon::watch(int fd, std::uint64_t token, std::uint32_t events) {
 int Daemon::run() {
   spdlog::info("gpuqosd pid {} serving {} with policy {}, managing {}", ::getpid(), options_.socket_path,
                policy_->name(), managed_devices_text(options_.config.devices));
+  // A user test: a daemon run as a service user started like any other, then refused every other
+  // user's job one by one (it cannot hand them their segments).
+  if (const uid_t uid = ::geteuid(); uid != 0) {
+    spdlog::info("gpuqosd runs as uid {}, not root: it manages that user's jobs only (another user's is refused, "
+                 "as their segments cannot be handed to them); run it as root to serve every user",
+                 uid);
+  }
   std::array<epoll_event, 64> events;
   std::int64_t woke_ns = ipc::monotonic_ns();
   while (!stopping_) {

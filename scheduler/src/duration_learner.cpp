@@ -58,6 +58,8 @@ predictor::Predictor load(const std::string& path, bool anothers, std::optional<
   const bool existed = std::filesystem::exists(path, exists_error);
   predictor::LoadedProfile loaded = predictor::load_profile(path, predictor::PredictorConfig{});
   from_store = existed && !loaded.inaccessible && !loaded.unreadable;
+  // A store not made yet is a first start, not a problem (gpuqosd says so at info).
+  if (!existed && !exists_error && !loaded.inaccessible) loaded.warning.reset();
   warning = std::move(loaded.warning);
   if (loaded.inaccessible) {
     blocked = true;

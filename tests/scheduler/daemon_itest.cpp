@@ -522,6 +522,11 @@ TEST(Daemon, LearnsFromExactCompletionsAndSavesTheStoreAtExit) {
     EXPECT_EQ(predictor["store"], store);
     daemon.process().stop();  // SIGTERM: drains and saves
     EXPECT_NE(daemon.log().find("predictor: saved 1 kernels"), std::string::npos) << daemon.log();
+    // A first start is no problem: said at info, not warned of (a user test read it as one).
+    EXPECT_NE(daemon.log().find("info predictor: " + store + " is not there yet: starting with an empty model"),
+              std::string::npos)
+        << daemon.log();
+    EXPECT_EQ(daemon.log().find("warning " + store), std::string::npos) << daemon.log();
   }
   predictor::LoadedProfile loaded = predictor::load_profile(store, predictor::PredictorConfig{});
   ASSERT_FALSE(loaded.warning) << *loaded.warning;
@@ -712,6 +717,21 @@ TEST(Daemon, OneUserHoldsSoManyConnectionsAndOthersStillRegister) {
       return false;
     }
   }));
+}
+
+// A user test: gpuqosd run as a service user started like any other, then refused every other
+// user's job one at a time (it cannot hand them their segments). It says so at start.
+TEST(Daemon, ADaemonNotRunAsRootSaysWhoseJobsItManages) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to start gpuqosd as another user";
+  TempDir dir("gpuqosd-nobody");
+  std::filesystem::permissions(dir.path(), std::filesystem::perms(0777), std::filesystem::perm_options::replace);
+  ChildProcess daemon({"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", bin("gpuqosd"),
+                       "--socket", (dir.path() / "d.sock").string()},
+                      {}, dir.path() / "daemon.out");
+  EXPECT_TRUE(eventually([&] { return daemon.output().find("serving") != std::string::npos; }, 5s)) << daemon.output();
+  EXPECT_NE(daemon.output().find("gpuqosd runs as uid 65534, not root: it manages that user's jobs only"),
+            std::string::npos)
+      << daemon.output();
 }
 
 TEST(Daemon, RefusesAnotherProtocolVersion) {
