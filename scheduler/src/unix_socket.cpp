@@ -107,7 +107,14 @@ std::string held_by(const std::string& lock_path) {
   // The pid written there is the holder's unless it could not write its own (another user's file).
   const long number = pid.empty() ? 0 : std::strtol(pid.c_str(), nullptr, 10);
   const bool running = number > 0 && (::kill(static_cast<pid_t>(number), 0) == 0 || errno == EPERM);
-  return running ? "another gpuqosd (pid " + std::to_string(number) + ")" : "another gpuqosd (its pid is not recorded)";
+  if (running) return "another gpuqosd (pid " + std::to_string(number) + ")";
+  // Not written by its holder: another user's lock file, locked through a read-only descriptor (a
+  // user test: a user who made and locked it in a shared directory kept root's gpuqosd from starting).
+  struct stat info{};
+  if (fd.valid() && ::fstat(fd.get(), &info) == 0 && info.st_uid != ::geteuid()) {
+    return "a process of uid " + std::to_string(info.st_uid) + " (the lock file's owner; its pid is not recorded)";
+  }
+  return "another gpuqosd (its pid is not recorded)";
 }
 
 ipc::Result<FileDescriptor> lock_beside(const std::string& path, bool read_only_fallback) {

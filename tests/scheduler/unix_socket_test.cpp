@@ -1,11 +1,15 @@
 // The socket's directory and lock file on a node shared by several users.
 #include "gpuqos/scheduler/unix_socket.h"
 
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -74,6 +78,40 @@ TEST(UnixSocket, ALockFileThatCannotBeMadeSaysWhy) {
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0) << "10: could not become nobody; 11: locked; 12: another message";
   fs::permissions(closed, fs::perms(0755), fs::perm_options::replace);
+}
+
+// A user test: another user made <socket>.lock in a shared directory and held it locked, and root's
+// gpuqosd refused to start, naming "another gpuqosd (its pid is not recorded)". The owner is named.
+TEST(UnixSocket, ALockHeldThroughAnotherUsersFileNamesItsOwner) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to give the lock file to another user";
+  const testing::TempDir dir;
+  const std::string socket = (dir.path() / "gq.sock").string();
+  const std::string lock = socket + ".lock";
+  { std::ofstream made(lock); }
+  ASSERT_EQ(::chown(lock.c_str(), 4242, 4242), 0);
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t holder = ::fork();
+  ASSERT_GE(holder, 0);
+  if (holder == 0) {
+    const int fd = ::open(lock.c_str(), O_RDONLY);
+    if (fd < 0 || ::flock(fd, LOCK_EX) != 0) ::_exit(1);
+    char byte = 1;
+    if (::write(ready[1], &byte, 1) != 1) ::_exit(2);
+    for (;;) ::pause();
+  }
+  ::close(ready[1]);
+  char byte = 0;
+  const bool held = ::read(ready[0], &byte, 1) == 1;
+  ::close(ready[0]);
+  auto locked = lock_socket_path(socket);
+  ::kill(holder, SIGKILL);
+  ::waitpid(holder, nullptr, 0);
+  ASSERT_TRUE(held);
+  ASSERT_FALSE(locked);
+  EXPECT_EQ(locked.error().find("a process of uid 4242 (the lock file's owner; its pid is not recorded) holds " + lock),
+            0u)
+      << locked.error();
 }
 
 }  // namespace
