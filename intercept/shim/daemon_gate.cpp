@@ -154,9 +154,11 @@ bool DaemonGate::try_register(bool at_start) noexcept {
       return true;
     }
     const bool first_refusal = opened.refused && refused_retry_.count() == 0;
-    if (opened.refused) {
-      refused_retry_ = first_refusal ? kFirstRefusedRetry : std::min(2 * refused_retry_, kMaxRefusedRetry);
-    }
+    // Refused: wait longer each time. Anything else (no daemon there now): back to the usual retry,
+    // so a daemon started anew is found within a second.
+    refused_retry_ = !opened.refused ? std::chrono::milliseconds(0)
+                     : first_refusal ? kFirstRefusedRetry
+                                     : std::min(2 * refused_retry_, kMaxRefusedRetry);
     // A refusal is said once until the job is managed again, not each time it is asked again.
     if (at_start || first_refusal) {
       said_running_unmanaged_ = true;

@@ -166,7 +166,18 @@ bool ProfileWriter::commit(std::string& why) {
     std::remove(temp_path_.c_str());
     return false;
   }
-  const int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  // Not through a link another user planted at the path (in a shared directory): a link of our
+  // own user's is followed, as the user may have meant it.
+  int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (struct stat link{}; fd < 0 && errno == ELOOP && ::lstat(path_.c_str(), &link) == 0 && link.st_uid == ::geteuid()) {
+    fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  } else if (fd < 0 && errno == ELOOP) {
+    written_to_ = path_ + "." + std::to_string(pid_);  // beside it, as beside another tool's file
+    const bool moved = std::rename(temp_path_.c_str(), written_to_.c_str()) == 0;
+    if (!moved) why = "cannot rename " + temp_path_ + " to " + written_to_ + ": " + std::strerror(errno);
+    std::remove(temp_path_.c_str());
+    return moved;
+  }
   if (fd < 0) {
     why = "cannot write " + path_ + ": " + std::strerror(errno);
     std::remove(temp_path_.c_str());

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -85,7 +86,16 @@ bool connect_socket(const std::string& path, SocketGuard& socket, std::string& w
 
 // The uid the kernel shows for a user it cannot map into this user namespace (a daemon of the
 // host's root seen from a rootless container): /proc/sys/kernel/overflowuid, 65534 by default.
-std::uint32_t overflow_uid() {
+// None in the initial user namespace (its uid_map is the identity "0 0 4294967295"), where that
+// uid is an account (nobody) like any other.
+std::optional<std::uint32_t> overflow_uid() {
+  if (std::FILE* map = std::fopen("/proc/self/uid_map", "re")) {
+    unsigned inside = 1, outside = 1, count = 0;
+    const bool identity = std::fscanf(map, "%u %u %u", &inside, &outside, &count) == 3 && inside == 0 &&
+                          outside == 0 && count == 4294967295u;
+    std::fclose(map);
+    if (identity) return std::nullopt;
+  }
   std::uint32_t uid = 65534;
   if (std::FILE* file = std::fopen("/proc/sys/kernel/overflowuid", "re")) {
     unsigned value = 0;
@@ -103,7 +113,7 @@ std::string untrusted_daemon(int fd, const std::string& path) {
   auto peer = ipc::peer_credentials(fd);
   if (!peer) return "cannot tell who runs gpuqosd at " + path + ": " + peer.error();
   const std::uint32_t own = ::geteuid();
-  if (peer->uid == 0 || peer->uid == own || peer->uid == overflow_uid()) return "";
+  if (peer->uid == 0 || peer->uid == own || peer->uid == overflow_uid()) return "";  // nullopt never equals
   return "the gpuqosd at " + path + " runs as uid " + std::to_string(peer->uid) + " (pid " + std::to_string(peer->pid) +
          "), neither root nor this job's user (uid " + std::to_string(own) + "): not trusted with its work";
 }

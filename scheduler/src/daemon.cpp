@@ -3,6 +3,7 @@
 
 #include <signal.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/eventfd.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
@@ -147,6 +148,24 @@ void Daemon::unlink_own_socket() const {
   }
 }
 
+namespace {
+
+// Every client holds descriptors (socket, doorbell, pidfd): the soft limit, often 1024, is raised to
+// the hard one, as servers of many connections do (gpuqosd waits with epoll, and the metrics
+// endpoint's httplib with poll, so no descriptor is too high for them). The limit that applies.
+std::uint64_t raise_descriptor_limit() {
+  rlimit files{};
+  if (::getrlimit(RLIMIT_NOFILE, &files) != 0) return 1024;
+  if (files.rlim_cur < files.rlim_max) {
+    rlimit raised = files;
+    raised.rlim_cur = files.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) files = raised;
+  }
+  return files.rlim_cur == RLIM_INFINITY ? std::uint64_t{1} << 20 : static_cast<std::uint64_t>(files.rlim_cur);
+}
+
+}  // namespace
+
 ipc::Result<std::unique_ptr<Daemon>> Daemon::create(DaemonOptions options) {
   std::unique_ptr<Daemon> daemon(new Daemon(std::move(options)));
   daemon->policy_ = make_policy(daemon->options_.policy);
@@ -174,7 +193,7 @@ ipc::Result<std::unique_ptr<Daemon>> Daemon::create(DaemonOptions options) {
   }
   if (!daemon->options_.learning.store_path.empty()) {
     const auto& predictor = daemon->learner_->predictor();
-    if (std::error_code error; !std::filesystem::exists(store, error) && !error) {
+    if (std::error_code error; !holder && !warning && !std::filesystem::exists(store, error) && !error) {
       spdlog::info("predictor: {} is not there yet: starting with an empty model, saved there as gpuqosd learns", store);
     } else if (predictor.kernel_count() == 0) {
       spdlog::info("predictor: no kernels from {}", daemon->options_.learning.store_path);
@@ -184,6 +203,14 @@ ipc::Result<std::unique_ptr<Daemon>> Daemon::create(DaemonOptions options) {
     }
   }
   if (ipc::Status ready = daemon->setup(); !ready) return ipc::Error{ready.error()};
+  daemon->connection_cap_ = daemon->options_.max_connections_per_user > 0
+                                ? daemon->options_.max_connections_per_user
+                                : connection_cap_for(raise_descriptor_limit());
+  if (daemon->connection_cap_ < kMaxConnectionsPerUser) {
+    spdlog::info("one user's processes may hold {} connections (a quarter of the descriptors gpuqosd may open; "
+                 "--max-connections-per-user, or raise LimitNOFILE)",
+                 daemon->connection_cap_);
+  }
   // A gpuqosd killed (SIGKILL, OOM) never removed its clients' segments: 0.5 MiB of /dev/shm each.
   const std::vector<std::string> stale = ipc::remove_stale_segments(static_cast<std::uint32_t>(::getpid()));
   if (!stale.empty()) {

@@ -56,11 +56,11 @@ void Daemon::accept_connections() {
       if (may_warn_of_peer(now_ns)) spdlog::warn("connection without peer credentials: {}", peer.error());
       continue;
     }
-    if (connections_of(peer->uid) >= kMaxConnectionsPerUser) {
+    if (connections_of(peer->uid) >= connection_cap_) {
       if (may_warn_of_peer(now_ns)) {
         spdlog::warn("pid {} uid {}: refused: the user has {} connections to gpuqosd, the most one user may hold "
-                     "(a job of that many processes, or a user flooding the socket)",
-                     peer->pid, peer->uid, kMaxConnectionsPerUser);
+                     "(a job of that many processes, or a user flooding the socket; --max-connections-per-user)",
+                     peer->pid, peer->uid, connection_cap_);
       }
       continue;  // closed: its shim runs unmanaged and asks again later
     }
@@ -130,7 +130,7 @@ void Daemon::register_client(Pending& pending, const ipc::Hello& hello) {
   const std::vector<gid_t> groups = hello.priority == ipc::Priority::high ? peer_groups(pending.socket.get(), peer.pid)
                                                                           : std::vector<gid_t>{};
   const PriorityDecision decision = decide_priority(options_.config, job, hello.priority, peer, groups);
-  if (!decision.why_lowered.empty()) {
+  if (!decision.why_lowered.empty() && may_warn_of_peer(ipc::monotonic_ns())) {  // a loop of claims is a flood too
     const char* old_shim = " (its shim speaks protocol 1.0 and cannot be told: it will not wait for grants)";
     spdlog::warn("job '{}' pid {} uid {}: claims high priority, but {}: runs as low priority{}", job, peer.pid,
                  peer.uid, decision.why_lowered, hello.version_minor < 1 ? old_shim : "");
@@ -301,6 +301,14 @@ std::string Daemon::note_unscheduled_device(Client& client, const std::vector<st
   spdlog::info("{} runs its device {} ({}) unscheduled: [devices] does not name it", client.tag(), device->ordinal,
                uuid == DeviceTable::Uuid{} ? std::string("its driver cannot say its UUID") : DeviceTable::uuid_text(uuid));
   return {};
+}
+
+std::size_t Daemon::connection_cap_for(std::uint64_t descriptor_limit) {
+  constexpr std::uint64_t kReserved = 64;  // the listener, epoll, signalfd, metrics, the store...
+  constexpr std::uint64_t kPerClient = 3;  // socket, doorbell, pidfd
+  const std::uint64_t usable = descriptor_limit > kReserved ? descriptor_limit - kReserved : 0;
+  return std::clamp<std::size_t>(static_cast<std::size_t>(usable / kPerClient / 4), kMinConnectionsPerUser,
+                                 kMaxConnectionsPerUser);
 }
 
 std::size_t Daemon::connections_of(uid_t uid) const {

@@ -49,20 +49,26 @@ ipc::Status clear_stale_socket(const std::string& path) {
 // The socket's directory, made if missing (a socket under /run/gpuqos on a fresh boot).
 // The directories it makes are 0755 whatever the umask: the socket in one is for every local user's
 // jobs (under umask 077 they were 0700, and other users' jobs could not reach the daemon, which said
-// nothing of it).
+// nothing of it). Made one component at a time, and only a directory this call made is given its
+// mode, through a descriptor opened without following links: a link planted at a name being made
+// is never followed to chmod what it points to.
 ipc::Status make_parent_directory(const std::string& path) {
   namespace fs = std::filesystem;
   const fs::path parent = fs::path(path).parent_path();
   if (parent.empty()) return {};
-  std::error_code error;
-  std::vector<fs::path> missing;
-  for (fs::path dir = parent; !dir.empty() && !fs::exists(dir, error); dir = dir.parent_path()) {
-    missing.push_back(dir);
-    if (dir == dir.root_path()) break;
+  fs::path made;
+  for (const fs::path& part : parent) {
+    made /= part;
+    if (::mkdir(made.c_str(), 0755) != 0) {
+      if (errno == EEXIST) continue;  // there already (a link to a directory too: as it is)
+      return system_error("cannot create " + made.string());
+    }
+    const int fd = ::open(made.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    const bool moded = fd >= 0 && ::fchmod(fd, 0755) == 0;
+    const int error = errno;
+    if (fd >= 0) ::close(fd);
+    if (!moded) return system_error_of(error, "cannot make " + made.string() + " 0755");
   }
-  fs::create_directories(parent, error);
-  if (error) return ipc::Error{"cannot create " + parent.string() + ": " + error.message()};
-  for (const fs::path& dir : missing) fs::permissions(dir, fs::perms(0755), fs::perm_options::replace, error);
   return {};
 }
 
@@ -100,6 +106,12 @@ ipc::Result<FileDescriptor> lock_socket_path(const std::string& path) {
 
 std::string held_by(const std::string& lock_path) {
   FileDescriptor fd(::open(lock_path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  // Another user's lock file (a user test: a user who made and locked it in a shared directory kept
+  // root's gpuqosd from starting): its owner is named, and the pid in it, that user's word, is not.
+  struct stat info{};
+  if (fd.valid() && ::fstat(fd.get(), &info) == 0 && info.st_uid != ::geteuid()) {
+    return "a process of uid " + std::to_string(info.st_uid) + " (the lock file's owner)";
+  }
   std::array<char, 32> text{};
   const ssize_t got = fd.valid() ? ::pread(fd.get(), text.data(), text.size() - 1, 0) : 0;
   std::string pid = got > 0 ? std::string(text.data(), static_cast<std::size_t>(got)) : std::string();
@@ -107,14 +119,7 @@ std::string held_by(const std::string& lock_path) {
   // The pid written there is the holder's unless it could not write its own (another user's file).
   const long number = pid.empty() ? 0 : std::strtol(pid.c_str(), nullptr, 10);
   const bool running = number > 0 && (::kill(static_cast<pid_t>(number), 0) == 0 || errno == EPERM);
-  if (running) return "another gpuqosd (pid " + std::to_string(number) + ")";
-  // Not written by its holder: another user's lock file, locked through a read-only descriptor (a
-  // user test: a user who made and locked it in a shared directory kept root's gpuqosd from starting).
-  struct stat info{};
-  if (fd.valid() && ::fstat(fd.get(), &info) == 0 && info.st_uid != ::geteuid()) {
-    return "a process of uid " + std::to_string(info.st_uid) + " (the lock file's owner; its pid is not recorded)";
-  }
-  return "another gpuqosd (its pid is not recorded)";
+  return running ? "another gpuqosd (pid " + std::to_string(number) + ")" : "another gpuqosd (its pid is not recorded)";
 }
 
 ipc::Result<FileDescriptor> lock_beside(const std::string& path, bool read_only_fallback) {

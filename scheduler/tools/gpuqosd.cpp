@@ -76,6 +76,11 @@ int main(int argc, char** argv) {
                                   "Seconds between saves of the store (0: only at exit)")
                        ->check(gpuqos::tools::finite_in(0, 4294967296.0))
                        ->capture_default_str();
+  app.add_option("--max-connections-per-user", options.max_connections_per_user,
+                 "Connections one user's processes may hold (0: a quarter of the descriptors gpuqosd may open, "
+                 "at most 512)")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
   std::string metrics_listen;
   auto* metrics = app.add_option("--metrics-listen", metrics_listen,
                                  "Serve Prometheus metrics at http://HOST:PORT/metrics (over [daemon] metrics_listen; "

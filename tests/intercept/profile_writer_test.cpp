@@ -98,6 +98,34 @@ TEST(ProfileWriter, ATakenTemporaryNameIsNeitherWrittenThroughNorOver) {
   EXPECT_NE(read_file(path).find("\"memset\""), std::string::npos);
 }
 
+// The profile itself: a link another user planted at its path is not written through (the records
+// go beside it, as beside another tool's file); a link of the job's own user is followed.
+TEST(ProfileWriter, APlantedLinkAtTheProfileIsNotFollowedButTheUsersOwnIs) {
+  gpuqos::testing::TempDir dir("profile-writer-test");
+  const fs::path victim = dir.path() / "victim.txt";
+  const fs::path own_target = dir.path() / "real.jsonl";
+  const fs::path own = dir.path() / "own.jsonl";
+  fs::create_symlink(own_target, own);
+  ProfileWriter mine;
+  std::string why;
+  ASSERT_TRUE(mine.open(own.string(), "job", 43, why)) << why;
+  mine.write_line(memset_line(1, 2, 3));
+  ASSERT_TRUE(mine.commit(why)) << why;
+  EXPECT_NE(read_file(own_target).find("\"memset\""), std::string::npos) << "the user's own link is followed";
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to give a link to another user";
+  std::ofstream(victim) << "";  // empty: a profile would be written into it whole
+  const fs::path planted = dir.path() / "p.jsonl";
+  fs::create_symlink(victim, planted);
+  ASSERT_EQ(::lchown(planted.c_str(), 4242, 4242), 0);
+  ProfileWriter writer;
+  ASSERT_TRUE(writer.open(planted.string(), "job", 42, why)) << why;
+  writer.write_line(memset_line(1, 2, 3));
+  ASSERT_TRUE(writer.commit(why)) << why;
+  EXPECT_EQ(read_file(victim), "");
+  EXPECT_EQ(writer.written_to(), planted.string() + ".42");
+  EXPECT_NE(read_file(planted.string() + ".42").find("\"memset\""), std::string::npos);
+}
+
 TEST(ProfileWriter, EachProcessAddsItsRecordsToTheProfile) {
   gpuqos::testing::TempDir dir("profile-writer-test");
   const fs::path path = dir.path() / "p.jsonl";

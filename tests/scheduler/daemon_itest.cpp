@@ -673,24 +673,21 @@ TEST(Daemon, AFloodOfGarbageIsSaidAFewTimesAndTheRestCounted) {
 }
 
 // A user test opened 7,000 connections from one account: gpuqosd ran out of descriptors and no
-// other user's job could register. One user holds at most kMaxConnectionsPerUser; others register.
+// other user's job could register. One user holds at most --max-connections-per-user (by default a
+// quarter of the descriptors, at most 512); others still register.
 TEST(Daemon, OneUserHoldsSoManyConnectionsAndOthersStillRegister) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to register as another user";
-  DaemonProcess daemon;
+  DaemonProcess daemon({"--max-connections-per-user", "8"});
   std::filesystem::permissions(daemon.dir(), std::filesystem::perms(0755), std::filesystem::perm_options::replace);
-  std::vector<scheduler::FileDescriptor> held;
-  for (std::size_t i = 0; i < scheduler::Daemon::kMaxConnectionsPerUser; ++i) {
-    auto raw = scheduler::connect_unix(daemon.socket());
-    ASSERT_TRUE(raw) << raw.error();
-    held.push_back(std::move(raw.value()));
-  }
+  std::vector<std::unique_ptr<FakeClient>> held;
+  for (int i = 0; i < 8; ++i) held.push_back(std::make_unique<FakeClient>(daemon.socket(), Priority::low, "many"));
   // Past the limit: closed without an answer, and said.
   auto extra = scheduler::connect_unix(daemon.socket());
   ASSERT_TRUE(extra);
   ASSERT_TRUE(ipc::send_record(extra->get(), ipc::encode(ipc::make_hello(Priority::low, 0, "extra").value())));
   std::vector<std::byte> record;
   EXPECT_FALSE(ipc::receive_record(extra->get(), record)) << "refused";
-  EXPECT_TRUE(eventually([&] { return daemon.log().find("connections to gpuqosd, the most one user may hold") != std::string::npos; }))
+  EXPECT_TRUE(eventually([&] { return daemon.log().find("the user has 8 connections to gpuqosd") != std::string::npos; }))
       << daemon.log();
   // Another user is served meanwhile.
   const pid_t child = ::fork();
@@ -707,8 +704,8 @@ TEST(Daemon, OneUserHoldsSoManyConnectionsAndOthersStillRegister) {
   int status = 0;
   ASSERT_EQ(::waitpid(child, &status, 0), child);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "1: could not become nobody; 2: not registered";
-  // Once its connections close, the user registers again.
-  held.clear();
+  // Once one of its connections closes, the user registers again.
+  held.pop_back();
   EXPECT_TRUE(eventually([&] {
     try {
       FakeClient again(daemon.socket(), Priority::low, "again");
@@ -719,8 +716,13 @@ TEST(Daemon, OneUserHoldsSoManyConnectionsAndOthersStillRegister) {
   }));
 }
 
-// A user test: gpuqosd run as a service user started like any other, then refused every other
-// user's job one at a time (it cannot hand them their segments). It says so at start.
+TEST(Daemon, TheDefaultConnectionCapIsAQuarterOfTheDescriptors) {
+  EXPECT_EQ(scheduler::Daemon::connection_cap_for(1024), 80u);  // (1024 - 64) / 3 / 4
+  EXPECT_EQ(scheduler::Daemon::connection_cap_for(20000), scheduler::Daemon::kMaxConnectionsPerUser);
+  EXPECT_EQ(scheduler::Daemon::connection_cap_for(100), scheduler::Daemon::kMinConnectionsPerUser);
+  EXPECT_EQ(scheduler::Daemon::connection_cap_for(0), scheduler::Daemon::kMinConnectionsPerUser);
+}
+
 TEST(Daemon, ADaemonNotRunAsRootSaysWhoseJobsItManages) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to start gpuqosd as another user";
   TempDir dir("gpuqosd-nobody");

@@ -56,6 +56,8 @@ struct DaemonOptions {
   std::string config_path;  // empty: no file (then there is nothing to reload)
   std::string log_level = "info";  // spdlog's level: the config's [daemon] log_level, or --log-level
   CommandLineOverrides command_line;
+  // --max-connections-per-user: 0 is Daemon::connection_cap_for of the descriptor limit.
+  std::uint32_t max_connections_per_user = 0;
 };
 
 // Puts options.command_line's values over the rest of options.
@@ -85,9 +87,13 @@ class Daemon {
   // readable, so watching it would spin the loop.
   static constexpr std::int64_t kAcceptPauseNs = 100'000'000;
   // Connections one user (uid) may hold, registered or not: a user test opened 7,000 from one
-  // account, gpuqosd ran out of descriptors, and no other user's job could register. Far more than
-  // the CUDA processes of any job; beyond it a connection is closed at once.
+  // account, gpuqosd ran out of descriptors, and no other user's job could register. At most
+  // kMaxConnectionsPerUser (far more than the CUDA processes of any job), and at most a quarter of
+  // the descriptors gpuqosd may open (a client holds three: its socket, doorbell and pidfd), at
+  // least kMinConnectionsPerUser; beyond it a connection is closed at once.
   static constexpr std::size_t kMaxConnectionsPerUser = 512;
+  static constexpr std::size_t kMinConnectionsPerUser = 8;
+  static std::size_t connection_cap_for(std::uint64_t descriptor_limit);
   // What a connection's peer makes gpuqosd warn of before it registers (garbage, a refusal, the
   // limit above) is said at most kPeerWarningsPerWindow times a window; the rest are counted and
   // said in one line: a user test wrote 200,000 lines (20 MB) in 3 s by connecting and closing.
@@ -226,6 +232,7 @@ class Daemon {
   std::map<std::uint64_t, Pending> pending_;
   std::map<ClientId, std::unique_ptr<Client>> clients_;
   std::size_t connections_of(uid_t uid) const;  // pending and registered
+  std::size_t connection_cap_ = kMaxConnectionsPerUser;  // set at start (connection_cap_for)
   // Counts a warning caused by a peer: false when the window's are said (it is then counted).
   bool may_warn_of_peer(std::int64_t now_ns);
   void tell_unsaid_peer_warnings(std::int64_t now_ns);  // at the window's end, if any were not said
