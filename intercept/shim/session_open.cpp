@@ -74,7 +74,11 @@ bool connect_socket(const std::string& path, SocketGuard& socket, std::string& w
   socket.fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (socket.fd < 0) return why = errno_text("socket"), false;
   if (::connect(socket.fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0) return true;
-  if (errno != EINPROGRESS && errno != EAGAIN) return why = ipc::connect_failure(path, errno), false;
+  // On a Unix socket EAGAIN is no connect in progress: the daemon's queue of connections not yet
+  // accepted is full (a flood of them), and nothing is connected. A user test read the credentials
+  // of that unconnected socket and called the daemon untrusted. Retried a second later like no daemon.
+  if (errno == EAGAIN) return why = "gpuqosd's queue of new connections at " + path + " is full", false;
+  if (errno != EINPROGRESS) return why = ipc::connect_failure(path, errno), false;
   int error = 0;
   socklen_t length = sizeof error;
   if (!wait_for(socket.fd, POLLOUT, kConnectTimeoutMs)) return why = "connect timed out", false;
@@ -112,6 +116,7 @@ std::optional<std::uint32_t> overflow_uid() {
 std::string untrusted_daemon(int fd, const std::string& path) {
   auto peer = ipc::peer_credentials(fd);
   if (!peer) return "cannot tell who runs gpuqosd at " + path + ": " + peer.error();
+  if (peer->pid == 0) return "";  // not connected after all: the Hello fails, and is asked again as usual
   const std::uint32_t own = ::geteuid();
   if (peer->uid == 0 || peer->uid == own || peer->uid == overflow_uid()) return "";  // nullopt never equals
   return "the gpuqosd at " + path + " runs as uid " + std::to_string(peer->uid) + " (pid " + std::to_string(peer->pid) +

@@ -91,7 +91,9 @@ ipc::Result<FileDescriptor> listen_unix(const std::string& path) {
   const int bound = ::bind(fd.get(), reinterpret_cast<const sockaddr*>(&address.value()), sizeof(sockaddr_un));
   ::umask(old_mask);
   if (bound != 0) return system_error("bind " + path);
-  if (::listen(fd.get(), 128) != 0) return system_error("listen " + path);
+  // As deep a queue of connections not yet accepted as the system allows: a full one makes a job's
+  // connect fail (it runs unmanaged and asks again a second later).
+  if (::listen(fd.get(), SOMAXCONN) != 0) return system_error("listen " + path);
   return fd;
 }
 

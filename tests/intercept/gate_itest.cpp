@@ -826,6 +826,40 @@ TEST_F(GateTest, ADaemonOfAnotherUserIsNotTrusted) {
   }
 }
 
+// A user test flooded gpuqosd's socket with connections: its queue of connections not yet accepted
+// was full, connect() said EAGAIN, and the shim, taking that for a connect in progress, read the
+// unconnected socket's credentials (uid 4294967295) and said the daemon was not trusted. A full
+// queue is said as such, and asked again a second later like no daemon.
+TEST_F(GateTest, AFullConnectionQueueIsNoUntrustedDaemon) {
+  const std::string path = (dir_.path() / "full.sock").string();
+  const int listener = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::strncpy(address.sun_path, path.c_str(), sizeof address.sun_path - 1);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+  ASSERT_EQ(::listen(listener, 0), 0);  // never accepts
+  std::vector<int> queued;
+  for (int i = 0; i < 64; ++i) {
+    const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+      ::close(fd);
+      break;  // the queue is full
+    }
+    queued.push_back(fd);
+  }
+  start({"ops"}, "low", true, {{"GPUQOS_SOCKET", path}});
+  const int code = finish();
+  for (const int fd : queued) ::close(fd);
+  ::close(listener);
+  ASSERT_EQ(code, 0) << output_;
+  EXPECT_LT(queued.size(), 64u) << "the queue never filled";
+  EXPECT_NE(output_.find("gpuqosd's queue of new connections at " + path + " is full; running unmanaged (retrying every second)"),
+            std::string::npos)
+      << output_;
+  EXPECT_EQ(output_.find("not trusted"), std::string::npos) << output_;
+}
+
 TEST_F(GateTest, AClaimTheDaemonLowersRunsAsLowPriorityWithOneWarning) {
   daemon_->lower_every_claim();
   daemon_->set_auto_grant(false);
