@@ -1,5 +1,6 @@
 // gpuqosd: the path of each client's ops and completions through validation and the policy, the
 // grants that come back, reclaiming a client that is gone, and the drain at shutdown.
+#include <malloc.h>
 #include <sys/epoll.h>
 #include <unistd.h>
 
@@ -51,11 +52,11 @@ std::string Daemon::accept_op(Client& client, const ArrivedOp& arrived) {
     // Its name was sent before the op, so it is already queued on the socket.
     if (std::string why = read_client_socket(client); !why.empty()) return why;
     if (!client.kernel_names().contains(op.kernel_id)) {
-      if (client.kernel_names().size() >= kMaxKernelNames) {
-        return "more than " + std::to_string(kMaxKernelNames) + " kernel names";
-      }
       spdlog::warn("{}: op {} uses kernel {} whose name was never sent", client.tag(), op.seq, op.kernel_id);
-      client.kernel_names()[op.kernel_id] = "kernel-" + std::to_string(op.kernel_id);
+      if (std::string why = add_kernel_name(client, op.kernel_id, "kernel-" + std::to_string(op.kernel_id));
+          !why.empty()) {
+        return why;
+      }
     }
   }
   client.posted(op, arrived.arrived_ns);
@@ -198,6 +199,11 @@ void Daemon::drop_client(ClientId id, const std::string& reason, bool as_error) 
   ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, client.socket_fd(), nullptr);
   // The shim holds the doorbell too: closing ours would leave it registered in the epoll set.
   if (client.doorbell_fd() >= 0) ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, client.doorbell_fd(), nullptr);
+  if (const auto user = kernel_name_bytes_by_user_.find(client.identity().peer.uid); user != kernel_name_bytes_by_user_.end()) {
+    user->second -= std::min(user->second, client.kernel_name_bytes);
+    if (user->second == 0) kernel_name_bytes_by_user_.erase(user);
+  }
+  const bool many_names = client.kernel_name_bytes > (1u << 20);
   std::unique_ptr<Client> gone = std::move(it->second);
   clients_.erase(it);
   apply(policy_->client_gone(id, ipc::monotonic_ns()));
@@ -205,6 +211,7 @@ void Daemon::drop_client(ClientId id, const std::string& reason, bool as_error) 
   devices_.client_gone(id);
   qos_client_gone(*gone);
   gone.reset();  // stops its OpsWaiter, unmaps, closes the socket
+  if (many_names) ::malloc_trim(0);  // its names' memory back to the system, not kept by malloc
 }
 
 void Daemon::drain_and_release() {

@@ -274,12 +274,29 @@ std::string Daemon::read_client_socket(Client& client) {
     }
     auto name = ipc::decode_kernel_name(record);
     if (!name) return "bad record on its socket: " + name.error();
-    if (client.kernel_names().size() >= kMaxKernelNames && !client.kernel_names().contains(name->kernel_id)) {
-      return "more than " + std::to_string(kMaxKernelNames) + " kernel names";
-    }
     spdlog::debug("{}: kernel {} is {}", client.tag(), name->kernel_id, name->name);
-    client.kernel_names()[name->kernel_id] = std::move(name->name);
+    if (std::string why = add_kernel_name(client, name->kernel_id, std::move(name->name)); !why.empty()) return why;
   }
+}
+
+std::string Daemon::add_kernel_name(Client& client, std::uint32_t id, std::string name) {
+  auto& names = client.kernel_names();
+  const auto existing = names.find(id);
+  if (existing == names.end() && names.size() >= kMaxKernelNames) {
+    return "more than " + std::to_string(kMaxKernelNames) + " kernel names";
+  }
+  const std::size_t replaced = existing == names.end() ? 0 : existing->second.size();
+  std::size_t& user = kernel_name_bytes_by_user_[client.identity().peer.uid];
+  if (client.kernel_name_bytes - replaced + name.size() > kMaxKernelNameBytesPerClient) {
+    return "kernel names over " + std::to_string(kMaxKernelNameBytesPerClient >> 20) + " MiB";
+  }
+  if (user - replaced + name.size() > kMaxKernelNameBytesPerUser) {
+    return "its user's clients' kernel names over " + std::to_string(kMaxKernelNameBytesPerUser >> 20) + " MiB";
+  }
+  client.kernel_name_bytes = client.kernel_name_bytes - replaced + name.size();
+  user = user - replaced + name.size();
+  names[id] = std::move(name);
+  return {};
 }
 
 std::string Daemon::note_unscheduled_device(Client& client, const std::vector<std::byte>& record) {

@@ -911,6 +911,52 @@ TEST(Daemon, DisconnectsAClientThatRegistersTooManyKernelNames) {
       << daemon.log();
 }
 
+// Sends kernel names of 4,000 bytes on `client` until `bytes` are sent or it is hung up on; false then.
+bool send_long_names(FakeClient& client, std::size_t bytes) {
+  const std::string name(4000, 'n');
+  for (std::uint32_t id = 1; static_cast<std::size_t>(id - 1) * name.size() < bytes; ++id) {
+    while (!ipc::send_record(client.socket_fd(), ipc::encode_kernel_name(id, name).value())) {
+      if (errno != EAGAIN && errno != EWOULDBLOCK) return false;  // hung up on us
+      std::this_thread::sleep_for(1ms);
+    }
+  }
+  return true;
+}
+
+// A re-test sent 65,536 names of 4,000 bytes on each of several connections (each within the
+// count): the root daemon grew to 1.45 GB. Names are limited in bytes per client and per user.
+TEST(Daemon, KernelNamesAreLimitedInBytesPerClientAndPerUser) {
+  DaemonProcess daemon;
+  FakeClient good(daemon.socket(), Priority::low, "good");
+  {
+    FakeClient big(daemon.socket(), Priority::low, "big");
+    send_long_names(big, scheduler::Daemon::kMaxKernelNameBytesPerClient + (1u << 20));
+    EXPECT_TRUE(big.disconnected()) << daemon.log();
+    EXPECT_TRUE(eventually([&] { return daemon.log().find("job 'big' pid " + std::to_string(::getpid()) +
+                                                          ": kernel names over 32 MiB") != std::string::npos; }))
+        << daemon.log();
+  }
+  // Several clients of one user, each within its own budget, together over the user's.
+  std::vector<std::unique_ptr<FakeClient>> many;
+  const std::size_t each = scheduler::Daemon::kMaxKernelNameBytesPerClient * 13 / 16;  // 26 MiB
+  for (int i = 0; i < 5; ++i) {
+    many.push_back(std::make_unique<FakeClient>(daemon.socket(), Priority::low, "many"));
+    send_long_names(*many.back(), each);
+  }
+  EXPECT_TRUE(many.back()->disconnected()) << daemon.log();
+  EXPECT_FALSE(many.front()->disconnected(300ms));
+  EXPECT_NE(daemon.log().find("its user's clients' kernel names over 128 MiB"), std::string::npos) << daemon.log();
+  // The bytes of a client that left are the user's again.
+  many.front().reset();
+  EXPECT_TRUE(eventually([&] { return daemon.status()["clients"].size() == 4u; })) << daemon.status().dump(1);
+  FakeClient after(daemon.socket(), Priority::low, "after");
+  EXPECT_TRUE(send_long_names(after, 8u << 20));
+  good.name_kernel(1, "k");
+  good.post(FakeClient::kernel(1));
+  EXPECT_TRUE(good.wait_granted(1));
+  EXPECT_FALSE(after.disconnected(300ms));
+}
+
 // Out of descriptors, accept() fails while the connection stays queued: the daemon must not spin
 // on its readable listener (logging each time), and accepts again once descriptors are free.
 TEST(Daemon, OutOfDescriptorsPausesAcceptingInsteadOfSpinning) {

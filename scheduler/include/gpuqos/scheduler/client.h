@@ -119,6 +119,7 @@ class Client {
   // Kernel names registered over the socket.
   std::unordered_map<std::uint32_t, std::string>& kernel_names() { return kernel_names_; }
   std::size_t kernel_name_count() const { return kernel_names_.size(); }
+  std::size_t kernel_name_bytes = 0;  // the names' lengths summed (Daemon::add_kernel_name keeps it)
   // Completions popped before the op they name reached the loop (the waiter still held it).
   std::vector<ipc::CompletionDescriptor>& deferred_completions() { return deferred_completions_; }
   std::int64_t deferred_since_ns = 0;

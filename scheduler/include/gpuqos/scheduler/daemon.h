@@ -83,6 +83,12 @@ class Daemon {
   static constexpr std::size_t kMaxUngrantedPosts = 1 << 20;
   // Kernel names one client may register; beyond, it is disconnected (each name is up to 4 KiB).
   static constexpr std::size_t kMaxKernelNames = 65536;
+  // And bytes of kernel names: per client, and per user over all their clients. A re-test sent
+  // 65,536 names of 4,000 bytes on each of several connections (each within the count): 1.45 GB of
+  // the root daemon's memory from one user, who may hold hundreds of connections. A real program's
+  // names (thousands, a few hundred bytes each) take a few MiB.
+  static constexpr std::size_t kMaxKernelNameBytesPerClient = 32u << 20;
+  static constexpr std::size_t kMaxKernelNameBytesPerUser = 128u << 20;
   // Out of descriptors (EMFILE and the like), the listener is not watched for this long: it stays
   // readable, so watching it would spin the loop.
   static constexpr std::int64_t kAcceptPauseNs = 100'000'000;
@@ -232,6 +238,9 @@ class Daemon {
   std::map<std::uint64_t, Pending> pending_;
   std::map<ClientId, std::unique_ptr<Client>> clients_;
   std::size_t connections_of(uid_t uid) const;  // pending and registered
+  // Names kernel `id` of `client` within the limits above; why not, or "".
+  std::string add_kernel_name(Client& client, std::uint32_t id, std::string name);
+  std::map<uid_t, std::size_t> kernel_name_bytes_by_user_;
   std::size_t connection_cap_ = kMaxConnectionsPerUser;  // set at start (connection_cap_for)
   // Counts a warning caused by a peer: false when the window's are said (it is then counted).
   bool may_warn_of_peer(std::int64_t now_ns);
