@@ -193,8 +193,10 @@ void Daemon::drop_client(ClientId id, const std::string& reason, bool as_error) 
   }
   told_holds_.erase(id);
   const auto level = as_error ? spdlog::level::warn : spdlog::level::info;
-  spdlog::log(level, "{}: {}: disconnected ({} posted, {} granted, {} completed)", client.tag(), reason,
-              client.posted_ops(), client.granted_ops(), client.completed_ops());
+  if ((as_error ? peer_warnings_ : client_lines_).take(ipc::monotonic_ns())) {
+    spdlog::log(level, "{}: {}: disconnected ({} posted, {} granted, {} completed)", client.tag(), reason,
+                client.posted_ops(), client.granted_ops(), client.completed_ops());
+  }
   ipc::Segment::remove(client.segment_name());  // first: nothing new can map it
   ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, client.socket_fd(), nullptr);
   // The shim holds the doorbell too: closing ours would leave it registered in the epoll set.

@@ -207,8 +207,10 @@ void Daemon::register_client(Pending& pending, const ipc::Hello& hello) {
   if (client->doorbell_fd() >= 0) watch(client->doorbell_fd(), tokens::kDoorbellBase + id, EPOLLIN);
   const ClientInfo info = client_info(options_.config, client->identity());
   // No device: the shim registers before it knows one (its work names them; status lists them).
-  spdlog::info("{}: registered as client {} (uid {}, {} priority, {}, segment {})", client->tag(), id, peer.uid,
-               decision.effective == ipc::Priority::high ? "high" : "low", describe_targets(info), name);
+  if (client_lines_.take(ipc::monotonic_ns())) {
+    spdlog::info("{}: registered as client {} (uid {}, {} priority, {}, segment {})", client->tag(), id, peer.uid,
+                 decision.effective == ipc::Priority::high ? "high" : "low", describe_targets(info), name);
+  }
   warn_if_target_unprotected(client->identity(), info);
   clients_.emplace(id, std::move(client));
   apply(policy_->client_registered(info, ipc::monotonic_ns()));
@@ -337,26 +339,25 @@ std::size_t Daemon::connections_of(uid_t uid) const {
   return static_cast<std::size_t>(pending + registered);
 }
 
-bool Daemon::may_warn_of_peer(std::int64_t now_ns) {
-  tell_unsaid_peer_warnings(now_ns);
-  if (peer_warnings_said_ < kPeerWarningsPerWindow) {
-    ++peer_warnings_said_;
+bool Daemon::LogBudget::take(std::int64_t now_ns) {
+  roll(now_ns);
+  if (said < per_window) {
+    ++said;
     return true;
   }
-  ++peer_warnings_unsaid_;
+  ++unsaid;
   return false;
 }
 
-void Daemon::tell_unsaid_peer_warnings(std::int64_t now_ns) {
-  if (now_ns - peer_window_start_ns_ < kPeerWarningWindowNs) return;
-  if (peer_warnings_unsaid_ > 0) {
-    spdlog::warn("{} more warnings of connections (garbage, refusals) in the last {} s were not logged: a client in "
-                 "a loop, or a user flooding the socket?",
-                 peer_warnings_unsaid_, (now_ns - peer_window_start_ns_) / 1'000'000'000);
+void Daemon::LogBudget::roll(std::int64_t now_ns) {
+  if (now_ns - window_start_ns < kPeerWarningWindowNs) return;
+  if (unsaid > 0) {
+    spdlog::warn("{} more {} in the last {} s were not logged: a client in a loop, or a user flooding the socket?",
+                 unsaid, what, (now_ns - window_start_ns) / 1'000'000'000);
   }
-  peer_window_start_ns_ = now_ns;
-  peer_warnings_said_ = 0;
-  peer_warnings_unsaid_ = 0;
+  window_start_ns = now_ns;
+  said = 0;
+  unsaid = 0;
 }
 
 void Daemon::expire_pending(std::int64_t now_ns) {

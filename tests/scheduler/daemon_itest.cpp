@@ -672,6 +672,29 @@ TEST(Daemon, AFloodOfGarbageIsSaidAFewTimesAndTheRestCounted) {
   EXPECT_TRUE(good.wait_granted(1));
 }
 
+// The re-test registered and hung up in a loop: 64,000 lines (8.9 MB) in 10 s. A window's first
+// registrations and disconnections are said, the rest counted; none is lost.
+TEST(Daemon, AChurnOfRegistrationsIsSaidUpToABudgetAndTheRestCounted) {
+  DaemonProcess daemon;
+  constexpr int kClients = 300;  // each registers and leaves: 600 lines, over the window's 400
+  for (int i = 0; i < kClients; ++i) FakeClient churn(daemon.socket(), Priority::low, "churn");
+  const auto said = [&] {
+    return occurrences(daemon.log(), "job 'churn' pid " + std::to_string(::getpid()) + ": registered as client") +
+           occurrences(daemon.log(), ": disconnected (");
+  };
+  const auto counted = [&] {
+    const std::string log = daemon.log();
+    const std::size_t at = log.find(" more registrations and disconnections of clients");
+    if (at == std::string::npos) return std::size_t{0};
+    const std::size_t start = log.find_last_not_of("0123456789", at - 1) + 1;
+    return static_cast<std::size_t>(std::stoul(log.substr(start, at - start)));
+  };
+  EXPECT_TRUE(eventually([&] { return said() + counted() == 2u * kClients; }, std::chrono::seconds(12)))
+      << said() << " said, " << counted() << " counted";
+  EXPECT_LE(said(), 2u * 400) << "the churn spans two windows at most";
+  EXPECT_GT(counted(), 0u);
+}
+
 // A user test opened 7,000 connections from one account: gpuqosd ran out of descriptors and no
 // other user's job could register. One user holds at most --max-connections-per-user (by default a
 // quarter of the descriptors, at most 512); others still register.

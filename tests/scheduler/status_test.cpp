@@ -174,6 +174,30 @@ TEST(Status, ManyClientsAreCutToFitOneRecord) {
   EXPECT_EQ(json["clients"].size() + json["clients_omitted"].get<std::size_t>(), 5000u);
 }
 
+// A re-test: one user's 512 clients filled the status, and another user's inference client was
+// among those left out. A cut keeps the high-priority clients, then each user's first, second...
+TEST(Status, ACutKeepsHighPriorityClientsAndEveryUsersFirst) {
+  DaemonStatus status = status_with(5000);  // uid 1000, low
+  status.clients[4000].uid = 1001;
+  status.clients[4001].uid = 1001;
+  status.clients[4999].uid = 1002;
+  status.clients[4999].priority = ipc::Priority::high;
+  status.clients[4500].uid = 1003;
+  auto json = nlohmann::json::parse(bounded_status_text(status));
+  ASSERT_TRUE(json.contains("clients_omitted"));
+  const auto& kept = json["clients"];
+  ASSERT_GT(kept.size(), 4u);
+  EXPECT_EQ(kept[0]["uid"], 1002) << "high priority first";
+  EXPECT_EQ(kept[1]["uid"], 1000);  // then each user's first client, by uid
+  EXPECT_EQ(kept[2]["uid"], 1001);
+  EXPECT_EQ(kept[3]["uid"], 1003);
+  EXPECT_EQ(kept[4]["uid"], 1000);  // then each user's second
+  EXPECT_EQ(kept[5]["uid"], 1001);
+  EXPECT_EQ(kept[6]["uid"], 1000);
+  EXPECT_EQ(kept[1]["client"], 1) << "in client order within a user";
+  EXPECT_EQ(kept[4]["client"], 2);
+}
+
 TEST(RunCommand, ShimGoesFirstInLdPreload) {
   EXPECT_EQ(preload_with("/x/lib/libgpuqos.so", nullptr), "/x/lib/libgpuqos.so");
   EXPECT_EQ(preload_with("/s.so", "/a.so /b.so:/c.so"), "/s.so:/a.so:/b.so:/c.so");

@@ -242,12 +242,27 @@ class Daemon {
   std::string add_kernel_name(Client& client, std::uint32_t id, std::string name);
   std::map<uid_t, std::size_t> kernel_name_bytes_by_user_;
   std::size_t connection_cap_ = kMaxConnectionsPerUser;  // set at start (connection_cap_for)
-  // Counts a warning caused by a peer: false when the window's are said (it is then counted).
-  bool may_warn_of_peer(std::int64_t now_ns);
-  void tell_unsaid_peer_warnings(std::int64_t now_ns);  // at the window's end, if any were not said
-  std::int64_t peer_window_start_ns_ = 0;
-  int peer_warnings_said_ = 0;
-  std::uint64_t peer_warnings_unsaid_ = 0;
+  // Lines of one kind said at most `per_window` times a kPeerWarningWindowNs window; the rest are
+  // counted and said in one line at the window's end.
+  struct LogBudget {
+    int per_window;
+    const char* what;  // "warnings of connections", in the count's line
+    std::int64_t window_start_ns = 0;
+    int said = 0;
+    std::uint64_t unsaid = 0;
+    bool take(std::int64_t now_ns);  // false: counted, not to be said
+    void roll(std::int64_t now_ns);  // a window that ended: its count said, a new one begun
+  };
+  LogBudget peer_warnings_{kPeerWarningsPerWindow, "warnings of connections (garbage, refusals)"};
+  // A client's registration and disconnection lines (info): a re-test's loop of Hellos wrote 64,000
+  // lines (8.9 MB) in 10 s. Generous: a job of hundreds of processes starting is said whole.
+  static constexpr int kClientLinesPerWindow = 400;
+  LogBudget client_lines_{kClientLinesPerWindow, "registrations and disconnections of clients"};
+  bool may_warn_of_peer(std::int64_t now_ns) { return peer_warnings_.take(now_ns); }
+  void tell_unsaid_peer_warnings(std::int64_t now_ns) {
+    peer_warnings_.roll(now_ns);
+    client_lines_.roll(now_ns);
+  }
   struct ToldHold {  // tell_long_holds(): an op told of as held long, until it goes
     std::uint64_t seq = 0;
     std::string op;
