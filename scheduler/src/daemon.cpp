@@ -232,8 +232,14 @@ std::optional<std::string> Daemon::lock_store() {
     store_lock_ = std::move(lock.value());
   } else if (lock.error().empty()) {
     return held_by(store + ".lock");
+  } else if (struct stat there{}; ::lstat((store + ".lock").c_str(), &there) == 0) {
+    // Something is at the lock's path that cannot be locked (a link planted there, in a re-test,
+    // had two root daemons save over each other's store): as if another held it, so this one
+    // saves beside the store.
+    spdlog::warn("predictor: cannot lock {}: {}", store, lock.error());
+    return "whatever holds " + store + ".lock (it cannot be locked)";
   } else {
-    spdlog::debug("predictor: {} is not locked: {}", store, lock.error());
+    spdlog::debug("predictor: {} is not locked: {}", store, lock.error());  // no directory to save in either
   }
   return std::nullopt;
 }

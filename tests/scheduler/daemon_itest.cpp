@@ -540,6 +540,23 @@ TEST(Daemon, LearnsFromExactCompletionsAndSavesTheStoreAtExit) {
 
 // Two gpuqosd on one store (two sockets, one node) would each save over what the other learned: the
 // first holds the store's lock, the second is told so at start and saves beside the store.
+// A re-test planted a link at <store>.lock: it could not be opened (O_NOFOLLOW), the daemon went on
+// unlocked, and two root daemons saved over each other's store. Something there that cannot be
+// locked is taken as held: warned of, and this daemon saves beside the store.
+TEST(Daemon, ALinkAtTheStoresLockIsTakenAsHeld) {
+  TempDir dir("gpuqosd-store");
+  const std::string store = (dir.path() / "profile.gqp").string();
+  std::filesystem::create_symlink(dir.path() / "elsewhere", store + ".lock");
+  DaemonProcess daemon({"--profile-store", store});
+  EXPECT_NE(daemon.log().find("warning predictor: cannot lock " + store + ": cannot open " + store + ".lock"),
+            std::string::npos)
+      << daemon.log();
+  EXPECT_NE(daemon.log().find("saves what it learns to " + store + ".gpuqosd-" + std::to_string(daemon.pid())),
+            std::string::npos)
+      << daemon.log();
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "elsewhere")) << "nothing made through the link";
+}
+
 TEST(Daemon, ASecondDaemonOnTheSameStoreSavesBesideIt) {
   TempDir dir("gpuqosd-store");
   const std::string store = (dir.path() / "profile.gqp").string();
