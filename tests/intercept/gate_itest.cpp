@@ -24,6 +24,7 @@
 #include <gtest/gtest.h>
 
 #include "gpuqos/testing/child_process.h"
+#include "gpuqos/testing/ready_child.h"
 #include "gpuqos/testing/simgpud_process.h"
 #include "gpuqos/testing/temp_dir.h"
 #include "intercept/fake_daemon.h"
@@ -33,6 +34,7 @@ namespace {
 using gpuqos::testing::ChildProcess;
 using gpuqos::testing::FakeClient;
 using gpuqos::testing::FakeDaemon;
+using gpuqos::testing::ReadyChild;
 using gpuqos::testing::SimgpudProcess;
 using gpuqos::testing::TempDir;
 using Clients = std::vector<FakeClient>;
@@ -789,36 +791,19 @@ TEST_F(GateTest, ADaemonOfAnotherUserIsNotTrusted) {
   if (initial_namespace) others.push_back(65534);
   for (const uid_t uid : others) {
     const std::string path = (shared / ("gpuqosd-" + std::to_string(uid) + ".sock")).string();
-    int ready[2];
-    ASSERT_EQ(::pipe(ready), 0);
-    const pid_t other = ::fork();
-    ASSERT_GE(other, 0);
-    if (other == 0) {  // listens as `uid` and never answers
-      if (::setgroups(0, nullptr) != 0 || ::setgid(uid) != 0 || ::setuid(uid) != 0) ::_exit(1);
+    ReadyChild other([&] {  // listens as `uid` and never answers
+      if (::setgroups(0, nullptr) != 0 || ::setgid(uid) != 0 || ::setuid(uid) != 0) return false;
       const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET, 0);
       sockaddr_un address{};
       address.sun_family = AF_UNIX;
       std::strncpy(address.sun_path, path.c_str(), sizeof address.sun_path - 1);
-      if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 || ::listen(fd, 8) != 0) {
-        ::_exit(2);
-      }
-      char byte = 1;
-      if (::write(ready[1], &byte, 1) != 1) ::_exit(3);
-      for (;;) ::pause();
-    }
-    ::close(ready[1]);
-    char byte = 0;
-    const bool listening = ::read(ready[0], &byte, 1) == 1;
-    ::close(ready[0]);
-    if (listening) {
-      start({"ops"}, "low", true, {{"GPUQOS_SOCKET", path}});
-      EXPECT_EQ(finish(), 0) << output_;
-    }
-    ::kill(other, SIGKILL);
-    ::waitpid(other, nullptr, 0);
-    ASSERT_TRUE(listening) << uid;
+      return fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 && ::listen(fd, 8) == 0;
+    });
+    ASSERT_TRUE(other.ready()) << uid;
+    start({"ops"}, "low", true, {{"GPUQOS_SOCKET", path}});
+    EXPECT_EQ(finish(), 0) << output_;
     EXPECT_NE(output_.find("ops ok"), std::string::npos) << output_;
-    EXPECT_EQ(occurrences(output_, "runs as uid " + std::to_string(uid) + " (pid " + std::to_string(other) +
+    EXPECT_EQ(occurrences(output_, "runs as uid " + std::to_string(uid) + " (pid " + std::to_string(other.pid()) +
                                        "), neither root nor this job's user (uid 0): not trusted with its work; "
                                        "running unmanaged"),
               1u)

@@ -9,8 +9,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "gpuqos/scheduler/unix_socket.h"
+#include "gpuqos/testing/ready_child.h"
 #include "gpuqos/testing/temp_dir.h"
 
 namespace gpuqos::scheduler {
@@ -93,31 +95,20 @@ TEST(StatusGroups, APeersGroupsAreThoseItConnectedWith) {
   const std::string path = (dir.path() / "s.sock").string();
   auto listening = listen_unix(path);
   ASSERT_TRUE(listening) << listening.error();
-  int ready[2];
-  ASSERT_EQ(::pipe(ready), 0);
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
+  std::optional<FileDescriptor> kept;  // the child's connection, open until it is killed
+  testing::ReadyChild child([&] {
     const gid_t at_connect[] = {4242, 4343};
-    if (::setgroups(2, at_connect) != 0) ::_exit(1);
+    if (::setgroups(2, at_connect) != 0) return false;
     auto connected = connect_unix(path);
-    if (!connected) ::_exit(2);
-    if (::setgroups(0, nullptr) != 0) ::_exit(3);  // other groups from now on
-    char byte = 1;
-    if (::write(ready[1], &byte, 1) != 1) ::_exit(4);
-    ::pause();  // keeps the connection until killed
-    ::_exit(0);
-  }
-  ::close(ready[1]);
-  char byte = 0;
-  ASSERT_EQ(::read(ready[0], &byte, 1), 1);
-  ::close(ready[0]);
+    if (!connected) return false;
+    kept = std::move(connected.value());
+    return ::setgroups(0, nullptr) == 0;  // other groups from now on
+  });
+  ASSERT_TRUE(child.ready());
   FileDescriptor accepted(::accept(listening->get(), nullptr, nullptr));
-  std::vector<gid_t> groups = accepted.valid() ? peer_groups(accepted.get(), child) : std::vector<gid_t>{};
-  const std::vector<gid_t> now = supplementary_groups(child);
-  ::kill(child, SIGKILL);
-  ::waitpid(child, nullptr, 0);
   ASSERT_TRUE(accepted.valid());
+  std::vector<gid_t> groups = peer_groups(accepted.get(), child.pid());
+  const std::vector<gid_t> now = supplementary_groups(child.pid());
   std::sort(groups.begin(), groups.end());
   EXPECT_EQ(groups, (std::vector<gid_t>{4242, 4343}));
   EXPECT_TRUE(now.empty()) << "what /proc says by now";

@@ -14,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include "gpuqos/testing/ready_child.h"
 #include "gpuqos/testing/temp_dir.h"
 
 namespace gpuqos::scheduler {
@@ -89,25 +90,12 @@ TEST(UnixSocket, ALockHeldThroughAnotherUsersFileNamesItsOwner) {
   const std::string lock = socket + ".lock";
   { std::ofstream(lock) << "1\n"; }  // a live pid, the file owner's word
   ASSERT_EQ(::chown(lock.c_str(), 4242, 4242), 0);
-  int ready[2];
-  ASSERT_EQ(::pipe(ready), 0);
-  const pid_t holder = ::fork();
-  ASSERT_GE(holder, 0);
-  if (holder == 0) {
+  testing::ReadyChild holder([&] {
     const int fd = ::open(lock.c_str(), O_RDONLY);
-    if (fd < 0 || ::flock(fd, LOCK_EX) != 0) ::_exit(1);
-    char byte = 1;
-    if (::write(ready[1], &byte, 1) != 1) ::_exit(2);
-    for (;;) ::pause();
-  }
-  ::close(ready[1]);
-  char byte = 0;
-  const bool held = ::read(ready[0], &byte, 1) == 1;
-  ::close(ready[0]);
+    return fd >= 0 && ::flock(fd, LOCK_EX) == 0;
+  });
+  ASSERT_TRUE(holder.ready());
   auto locked = lock_socket_path(socket);
-  ::kill(holder, SIGKILL);
-  ::waitpid(holder, nullptr, 0);
-  ASSERT_TRUE(held);
   ASSERT_FALSE(locked);
   EXPECT_EQ(locked.error().find("a process of uid 4242 (the lock file's owner) holds " + lock), 0u) << locked.error();
 }
