@@ -291,6 +291,17 @@ void Daemon::watch(int fd, std::uint64_t token, std::uint32_t events) {
 int Daemon::run() {
   spdlog::info("gpuqosd pid {} serving {} with policy {}, managing {}", ::getpid(), options_.socket_path,
                policy_->name(), managed_devices_text(options_.config.devices));
+  // A root daemon serves every user, but only those who can reach its socket: a user test had it in
+  // a 0700 directory, and other users' jobs ran unmanaged ("connect: Permission denied") while the
+  // log read as a normal start. A directory only a group may pass may be meant: said, not warned.
+  bool group_only = false;
+  if (const std::string closed = closed_to_others(options_.socket_path, group_only);
+      ::geteuid() == 0 && !closed.empty()) {
+    spdlog::log(group_only ? spdlog::level::info : spdlog::level::warn,
+                "{} lets {} through to {}: other users' jobs {}", closed,
+                group_only ? "only its owner and group" : "only its owner", options_.socket_path,
+                group_only ? "reach gpuqosd if they are in that group" : "cannot reach gpuqosd and run unmanaged");
+  }
   // A user test: a daemon run as a service user started like any other, then refused every other
   // user's job one by one (it cannot hand them their segments).
   if (const uid_t uid = ::geteuid(); uid != 0) {

@@ -12,6 +12,7 @@
 #include <array>
 #include <cerrno>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <system_error>
@@ -95,6 +96,23 @@ ipc::Result<FileDescriptor> listen_unix(const std::string& path) {
   // connect fail (it runs unmanaged and asks again a second later).
   if (::listen(fd.get(), SOMAXCONN) != 0) return system_error("listen " + path);
   return fd;
+}
+
+std::string closed_to_others(const std::string& path, bool& group_only) {
+  group_only = false;
+  for (std::filesystem::path dir = std::filesystem::path(path).parent_path(); !dir.empty();
+       dir = dir.parent_path()) {
+    struct stat info{};
+    if (::stat(dir.c_str(), &info) == 0 && (info.st_mode & S_IXOTH) == 0) {
+      group_only = (info.st_mode & S_IXGRP) != 0;
+      char mode[8];
+      std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(info.st_mode & 07777));
+      return dir.string() + " (mode " + mode + ", owner uid " + std::to_string(info.st_uid) + ", group " +
+             std::to_string(info.st_gid) + ")";
+    }
+    if (dir == dir.root_path()) break;
+  }
+  return {};
 }
 
 ipc::Result<FileDescriptor> lock_socket_path(const std::string& path) {

@@ -763,6 +763,20 @@ TEST(Daemon, TheDefaultConnectionCapIsAQuarterOfTheDescriptors) {
   EXPECT_EQ(scheduler::Daemon::connection_cap_for(0), scheduler::Daemon::kMinConnectionsPerUser);
 }
 
+// A user test: a root daemon's socket in an existing 0700 directory, other users' jobs unmanaged,
+// and a log that read as a normal start. It is warned of (the harness's directory is 0700).
+TEST(Daemon, ASocketOtherUsersCannotReachIsWarnedOf) {
+  if (::geteuid() != 0) GTEST_SKIP() << "only a root daemon serves other users";
+  DaemonProcess daemon;
+  EXPECT_TRUE(eventually([&] {
+    return daemon.log().find("warning " + daemon.dir().string() + " (mode 0700, owner uid 0, group 0) lets only its "
+                             "owner through to " + daemon.socket() + ": other users' jobs cannot reach gpuqosd") !=
+           std::string::npos;
+  })) << daemon.log();
+}
+
+// A user test: gpuqosd run as a service user started like any other, then refused every other
+// user's job one at a time (it cannot hand them their segments). It says so at start.
 TEST(Daemon, ADaemonNotRunAsRootSaysWhoseJobsItManages) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to start gpuqosd as another user";
   TempDir dir("gpuqosd-nobody");

@@ -56,6 +56,26 @@ TEST(UnixSocket, DirectoriesItMakesAreOpenToEveryUserWhateverTheUmask) {
   EXPECT_EQ(fs::status(own).permissions(), fs::perms(0750));
 }
 
+// A user test: a root daemon's socket in an existing 0700 directory, and other users' jobs ran
+// unmanaged while the daemon's log read as a normal start. The directory in the way is found.
+TEST(UnixSocket, TheDirectoryThatKeepsOtherUsersOutIsFound) {
+  const testing::TempDir dir;
+  fs::permissions(dir.path(), fs::perms(0755), fs::perm_options::replace);
+  const fs::path closed = dir.path() / "closed";
+  fs::create_directories(closed / "open");
+  fs::permissions(closed, fs::perms(0700), fs::perm_options::replace);
+  bool group_only = true;
+  EXPECT_EQ(closed_to_others((closed / "open" / "s.sock").string(), group_only),
+            closed.string() + " (mode 0700, owner uid " + std::to_string(::geteuid()) + ", group " +
+                std::to_string(::getegid()) + ")");
+  EXPECT_FALSE(group_only);
+  fs::permissions(closed, fs::perms(0750), fs::perm_options::replace);
+  EXPECT_NE(closed_to_others((closed / "open" / "s.sock").string(), group_only), "");
+  EXPECT_TRUE(group_only);
+  fs::permissions(closed, fs::perms(0755), fs::perm_options::replace);
+  EXPECT_EQ(closed_to_others((closed / "open" / "s.sock").string(), group_only), "");
+}
+
 // A service user's gpuqosd with its socket in a directory it cannot write said "cannot open
 // <socket>.lock: No such file or directory" (the error of its read-only second try).
 TEST(UnixSocket, ALockFileThatCannotBeMadeSaysWhy) {

@@ -43,6 +43,11 @@ class FileDescriptor {
 // daemon answers on path. The socket is non-blocking and close-on-exec.
 ipc::Result<FileDescriptor> listen_unix(const std::string& path);
 
+// Who besides their owner can reach a socket at `path`: the first directory above it that others may
+// not search, as "DIR (mode 0700, owner uid U)"; `group_only` is set when its group may (access by
+// group, which may be meant). "" when every directory lets anyone through.
+std::string closed_to_others(const std::string& path, bool& group_only);
+
 // One daemon per socket path: takes an exclusive flock on path + ".lock" (created, with the parent
 // directory, if missing; left in place at exit, as lock files are) and writes this process's pid in
 // it. Held while the descriptor lives. An error naming the pid of the daemon that holds it.
