@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -164,6 +165,27 @@ std::uint64_t raise_descriptor_limit() {
   return files.rlim_cur == RLIM_INFINITY ? std::uint64_t{1} << 20 : static_cast<std::uint64_t>(files.rlim_cur);
 }
 
+// Removes <store>.tmp.* beside the store that are regular files of this user, an hour old or more.
+std::size_t remove_stale_store_temporaries(const std::string& store) {
+  constexpr auto kStaleAfter = std::chrono::hours(1);
+  const std::filesystem::path path(store);
+  const std::string prefix = path.filename().string() + ".tmp.";
+  const std::filesystem::path directory = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  std::size_t removed = 0;
+  std::error_code error;
+  for (std::filesystem::directory_iterator it(directory, error), end; !error && it != end; it.increment(error)) {
+    const std::string name = it->path().filename().string();
+    struct stat info{};
+    if (!name.starts_with(prefix) || ::lstat(it->path().c_str(), &info) != 0 || !S_ISREG(info.st_mode) ||
+        info.st_uid != ::geteuid()) {
+      continue;
+    }
+    const auto modified = std::chrono::system_clock::from_time_t(info.st_mtim.tv_sec);
+    if (std::chrono::system_clock::now() - modified >= kStaleAfter && ::unlink(it->path().c_str()) == 0) ++removed;
+  }
+  return removed;
+}
+
 }  // namespace
 
 ipc::Result<std::unique_ptr<Daemon>> Daemon::create(DaemonOptions options) {
@@ -210,6 +232,15 @@ ipc::Result<std::unique_ptr<Daemon>> Daemon::create(DaemonOptions options) {
     spdlog::info("one user's processes may hold {} connections (a quarter of the descriptors gpuqosd may open; "
                  "--max-connections-per-user, or raise LimitNOFILE)",
                  daemon->connection_cap_);
+  }
+  // A save cut short (a crash between writing the temporary file and renaming it) leaves
+  // <store>.tmp.XXXXXX, which no later save reuses (their names are random): the store's saver
+  // removes such files of its own user that are an hour old (a `gpuqos train --out` writing one now
+  // is left alone), never a link.
+  if (!store.empty() && !holder) {
+    if (const std::size_t removed = remove_stale_store_temporaries(store); removed > 0) {
+      spdlog::info("predictor: removed {} temporary file(s) {}.tmp.* left by saves cut short", removed, store);
+    }
   }
   // A gpuqosd killed (SIGKILL, OOM) never removed its clients' segments: 0.5 MiB of /dev/shm each.
   const std::vector<std::string> stale = ipc::remove_stale_segments(static_cast<std::uint32_t>(::getpid()));

@@ -557,6 +557,31 @@ TEST(Daemon, ALinkAtTheStoresLockIsTakenAsHeld) {
   EXPECT_FALSE(std::filesystem::exists(dir.path() / "elsewhere")) << "nothing made through the link";
 }
 
+// A save cut short leaves <store>.tmp.XXXXXX, and no later save reuses the name: the store's saver
+// removes its own user's that are an hour old, and nothing else.
+TEST(Daemon, TemporariesOfSavesCutShortAreRemovedWhenOld) {
+  TempDir dir("gpuqosd-store");
+  const std::string store = (dir.path() / "profile.gqp").string();
+  const auto make = [](const std::string& path, bool old) {
+    std::ofstream(path) << "half a model";
+    if (old) std::filesystem::last_write_time(path, std::filesystem::file_time_type::clock::now() - std::chrono::hours(2));
+  };
+  make(store + ".tmp.aB3dE9", true);
+  make(store + ".tmp.4242", true);     // named as before the names were random
+  make(store + ".tmp.fresh1", false);  // a save going on now (gpuqos train --out)
+  make(store + ".other", true);
+  std::filesystem::create_symlink(dir.path() / "elsewhere", store + ".tmp.linked");
+  DaemonProcess daemon({"--profile-store", store});
+  EXPECT_NE(daemon.log().find("predictor: removed 2 temporary file(s) " + store + ".tmp.* left by saves cut short"),
+            std::string::npos)
+      << daemon.log();
+  EXPECT_FALSE(std::filesystem::exists(store + ".tmp.aB3dE9"));
+  EXPECT_FALSE(std::filesystem::exists(store + ".tmp.4242"));
+  EXPECT_TRUE(std::filesystem::exists(store + ".tmp.fresh1"));
+  EXPECT_TRUE(std::filesystem::exists(store + ".other"));
+  EXPECT_TRUE(std::filesystem::is_symlink(store + ".tmp.linked"));
+}
+
 TEST(Daemon, ASecondDaemonOnTheSameStoreSavesBesideIt) {
   TempDir dir("gpuqosd-store");
   const std::string store = (dir.path() / "profile.gqp").string();
