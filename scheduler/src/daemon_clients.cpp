@@ -193,7 +193,7 @@ void Daemon::drop_client(ClientId id, const std::string& reason, bool as_error) 
   }
   told_holds_.erase(id);
   const auto level = as_error ? spdlog::level::warn : spdlog::level::info;
-  if ((as_error ? peer_warnings_ : client_lines_).take(ipc::monotonic_ns())) {
+  if ((as_error ? peer_warnings_ : client_lines_).take(ipc::monotonic_ns(), client.identity().peer.uid)) {
     spdlog::log(level, "{}: {}: disconnected ({} posted, {} granted, {} completed)", client.tag(), reason,
                 client.posted_ops(), client.granted_ops(), client.completed_ops());
   }

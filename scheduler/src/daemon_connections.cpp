@@ -53,11 +53,11 @@ void Daemon::accept_connections() {
     auto peer = ipc::peer_credentials(socket.get());
     const std::int64_t now_ns = ipc::monotonic_ns();
     if (!peer) {
-      if (may_warn_of_peer(now_ns)) spdlog::warn("connection without peer credentials: {}", peer.error());
+      if (may_warn_of_peer(now_ns, static_cast<uid_t>(-1))) spdlog::warn("connection without peer credentials: {}", peer.error());
       continue;
     }
     if (connections_of(peer->uid) >= connection_cap_) {
-      if (may_warn_of_peer(now_ns)) {
+      if (may_warn_of_peer(now_ns, peer->uid)) {
         spdlog::warn("pid {} uid {}: refused: the user has {} connections to gpuqosd, the most one user may hold "
                      "(a job of that many processes, or a user flooding the socket; --max-connections-per-user)",
                      peer->pid, peer->uid, connection_cap_);
@@ -82,7 +82,9 @@ void Daemon::on_pending_readable(std::uint64_t token, std::uint32_t events) {
       [[fallthrough]];
     case ReadOutcome::closed: spdlog::debug("pid {} closed before registering", it->second.peer.pid); break;
     case ReadOutcome::error:
-      if (may_warn_of_peer(ipc::monotonic_ns())) spdlog::warn("pid {}: bad first record: {}", it->second.peer.pid, error);
+      if (may_warn_of_peer(ipc::monotonic_ns(), it->second.peer.uid)) {
+        spdlog::warn("pid {}: bad first record: {}", it->second.peer.pid, error);
+      }
       break;
   }
   pending_.erase(token);  // registered clients moved their socket out; everything else closes here
@@ -94,16 +96,16 @@ void Daemon::on_first_record(Pending& pending, const std::vector<std::byte>& rec
     case ipc::RecordKind::control_request: return answer_control(pending, record);
     case ipc::RecordKind::hello: break;
     default:
-      if (!may_warn_of_peer(ipc::monotonic_ns())) return;
+      if (!may_warn_of_peer(ipc::monotonic_ns(), pending.peer.uid)) return;
       return spdlog::warn("pid {}: garbage instead of a hello ({} bytes): connection closed", pid, record.size());
   }
   auto decoded = ipc::decode_hello(record);
   if (!decoded) {
-    if (!may_warn_of_peer(ipc::monotonic_ns())) return;
+    if (!may_warn_of_peer(ipc::monotonic_ns(), pending.peer.uid)) return;
     return spdlog::warn("pid {}: garbage hello: {}: connection closed", pid, decoded.error());
   }
   if (!decoded->version_matches) {
-    if (may_warn_of_peer(ipc::monotonic_ns())) {
+    if (may_warn_of_peer(ipc::monotonic_ns(), pending.peer.uid)) {
       spdlog::warn("pid {}: protocol version {}.{}, this daemon speaks {}.{}: refused", pid,
                    decoded->hello.version_major, decoded->hello.version_minor, ipc::kProtocolVersionMajor,
                    ipc::kProtocolVersionMinor);
@@ -130,7 +132,7 @@ void Daemon::register_client(Pending& pending, const ipc::Hello& hello) {
   const std::vector<gid_t> groups = hello.priority == ipc::Priority::high ? peer_groups(pending.socket.get(), peer.pid)
                                                                           : std::vector<gid_t>{};
   const PriorityDecision decision = decide_priority(options_.config, job, hello.priority, peer, groups);
-  if (!decision.why_lowered.empty() && may_warn_of_peer(ipc::monotonic_ns())) {  // a loop of claims is a flood too
+  if (!decision.why_lowered.empty() && may_warn_of_peer(ipc::monotonic_ns(), peer.uid)) {  // a loop of claims is a flood too
     const char* old_shim = " (its shim speaks protocol 1.0 and cannot be told: it will not wait for grants)";
     spdlog::warn("job '{}' pid {} uid {}: claims high priority, but {}: runs as low priority{}", job, peer.pid,
                  peer.uid, decision.why_lowered, hello.version_minor < 1 ? old_shim : "");
@@ -138,7 +140,7 @@ void Daemon::register_client(Pending& pending, const ipc::Hello& hello) {
   const std::string name = ipc::segment_name(static_cast<std::uint32_t>(::getpid()), id, segment_nonce());
   auto segment = ipc::Segment::create(name, peer.uid, static_cast<std::uint32_t>(peer.pid));
   if (!segment) {
-    if (may_warn_of_peer(ipc::monotonic_ns())) spdlog::error("job '{}' pid {}: {}", job, peer.pid, segment.error());
+    if (may_warn_of_peer(ipc::monotonic_ns(), peer.uid)) spdlog::error("job '{}' pid {}: {}", job, peer.pid, segment.error());
     auto reply = ipc::make_hello_reply(ipc::HelloStatus::refused, 0, "", "gpuqosd cannot create a segment",
                                        ipc::Priority::low, 0);
     [[maybe_unused]] auto sent = ipc::send_record(pending.socket.get(), ipc::encode(reply));
@@ -207,7 +209,7 @@ void Daemon::register_client(Pending& pending, const ipc::Hello& hello) {
   if (client->doorbell_fd() >= 0) watch(client->doorbell_fd(), tokens::kDoorbellBase + id, EPOLLIN);
   const ClientInfo info = client_info(options_.config, client->identity());
   // No device: the shim registers before it knows one (its work names them; status lists them).
-  if (client_lines_.take(ipc::monotonic_ns())) {
+  if (client_lines_.take(ipc::monotonic_ns(), peer.uid)) {
     spdlog::info("{}: registered as client {} (uid {}, {} priority, {}, segment {})", client->tag(), id, peer.uid,
                  decision.effective == ipc::Priority::high ? "high" : "low", describe_targets(info), name);
   }
@@ -238,7 +240,7 @@ bool Daemon::warn_if_target_unprotected(const ClientIdentity& identity, const Cl
 void Daemon::answer_control(Pending& pending, const std::vector<std::byte>& record) {
   auto decoded = ipc::decode_control_request(record);
   if (!decoded) {
-    if (!may_warn_of_peer(ipc::monotonic_ns())) return;
+    if (!may_warn_of_peer(ipc::monotonic_ns(), pending.peer.uid)) return;
     return spdlog::warn("pid {}: garbage control request: {}", pending.peer.pid, decoded.error());
   }
   ipc::ControlStatus status = ipc::ControlStatus::ok;
@@ -339,10 +341,12 @@ std::size_t Daemon::connections_of(uid_t uid) const {
   return static_cast<std::size_t>(pending + registered);
 }
 
-bool Daemon::LogBudget::take(std::int64_t now_ns) {
+bool Daemon::LogBudget::take(std::int64_t now_ns, uid_t uid) {
   roll(now_ns);
-  if (said < per_window) {
+  const bool new_user = !users.contains(uid) && users.size() < kUsersPerWindow;
+  if (said < per_window || new_user) {
     ++said;
+    users.insert(uid);
     return true;
   }
   ++unsaid;
@@ -358,6 +362,7 @@ void Daemon::LogBudget::roll(std::int64_t now_ns) {
   window_start_ns = now_ns;
   said = 0;
   unsaid = 0;
+  users.clear();
 }
 
 void Daemon::expire_pending(std::int64_t now_ns) {

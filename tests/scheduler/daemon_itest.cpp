@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "daemon_harness.h"
+#include "gpuqos/testing/ready_child.h"
 #include "gpuqos/ipc/clock.h"
 #include "gpuqos/scheduler/daemon.h"
 #include "gpuqos/predictor/features.h"
@@ -712,6 +713,34 @@ TEST(Daemon, AFloodOfGarbageIsSaidAFewTimesAndTheRestCounted) {
   good.name_kernel(1, "k");
   good.post(FakeClient::kernel(1));
   EXPECT_TRUE(good.wait_granted(1));
+}
+
+// One user's flood must not hide another user's problem: past the window's budget, the first
+// warning of each further user is still said.
+TEST(Daemon, AnotherUsersFirstWarningIsSaidThroughAFlood) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to connect as another user";
+  DaemonProcess daemon;
+  std::filesystem::permissions(daemon.dir(), std::filesystem::perms(0755), std::filesystem::perm_options::replace);
+  for (int i = 0; i < 3 * scheduler::Daemon::kPeerWarningsPerWindow; ++i) {
+    auto raw = scheduler::connect_unix(daemon.socket());
+    ASSERT_TRUE(raw);
+    ASSERT_TRUE(ipc::send_record(raw->get(), std::vector<std::byte>{std::byte{7}}));
+    std::vector<std::byte> record;
+    EXPECT_FALSE(ipc::receive_record(raw->get(), record));
+  }
+  ReadyChild other([&] {
+    if (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0) return false;
+    auto raw = scheduler::connect_unix(daemon.socket());
+    std::vector<std::byte> record;
+    return raw && ipc::send_record(raw->get(), std::vector<std::byte>{std::byte{7}}) &&
+           !ipc::receive_record(raw->get(), record);
+  });
+  ASSERT_TRUE(other.ready());
+  EXPECT_TRUE(eventually([&] {
+    return daemon.log().find("pid " + std::to_string(other.pid()) + ": garbage instead of a hello") != std::string::npos;
+  })) << daemon.log();
+  EXPECT_LT(occurrences(daemon.log(), "garbage instead of a hello"), 3u * scheduler::Daemon::kPeerWarningsPerWindow)
+      << "the flood itself is cut";
 }
 
 // The re-test registered and hung up in a loop: 64,000 lines (8.9 MB) in 10 s. A window's first

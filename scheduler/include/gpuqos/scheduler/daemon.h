@@ -242,15 +242,18 @@ class Daemon {
   std::string add_kernel_name(Client& client, std::uint32_t id, std::string name);
   std::map<uid_t, std::size_t> kernel_name_bytes_by_user_;
   std::size_t connection_cap_ = kMaxConnectionsPerUser;  // set at start (connection_cap_for)
-  // Lines of one kind said at most `per_window` times a kPeerWarningWindowNs window; the rest are
-  // counted and said in one line at the window's end.
+  // Lines of one kind said at most `per_window` times a kPeerWarningWindowNs window, and past that
+  // the first of each further user (up to kUsersPerWindow of them), so that one user's flood does
+  // not hide another's problem; the rest are counted and said in one line at the window's end.
   struct LogBudget {
+    static constexpr std::size_t kUsersPerWindow = 100;
     int per_window;
     const char* what;  // "warnings of connections", in the count's line
     std::int64_t window_start_ns = 0;
     int said = 0;
     std::uint64_t unsaid = 0;
-    bool take(std::int64_t now_ns);  // false: counted, not to be said
+    std::set<uid_t> users;  // those said of in this window
+    bool take(std::int64_t now_ns, uid_t uid);  // false: counted, not to be said
     void roll(std::int64_t now_ns);  // a window that ended: its count said, a new one begun
   };
   LogBudget peer_warnings_{kPeerWarningsPerWindow, "warnings of connections (garbage, refusals)"};
@@ -258,7 +261,8 @@ class Daemon {
   // lines (8.9 MB) in 10 s. Generous: a job of hundreds of processes starting is said whole.
   static constexpr int kClientLinesPerWindow = 400;
   LogBudget client_lines_{kClientLinesPerWindow, "registrations and disconnections of clients"};
-  bool may_warn_of_peer(std::int64_t now_ns) { return peer_warnings_.take(now_ns); }
+  // The uid of a peer with no credentials: ~0 (no user has it).
+  bool may_warn_of_peer(std::int64_t now_ns, uid_t uid) { return peer_warnings_.take(now_ns, uid); }
   void tell_unsaid_peer_warnings(std::int64_t now_ns) {
     peer_warnings_.roll(now_ns);
     client_lines_.roll(now_ns);
