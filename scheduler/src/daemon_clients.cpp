@@ -255,7 +255,7 @@ void Daemon::drain_and_release() {
   } else if (!learner_->store_path().empty() && unsaved) {
     spdlog::info("predictor: saved {} kernels to {}", learner_->predictor().kernel_count(), learner_->save_path());
   } else if (!learner_->store_path().empty()) {
-    spdlog::info("predictor: nothing learned since the last save: {} left as it is", learner_->store_path());
+    spdlog::info("predictor: nothing learned since the last save: {} left as it is", learner_->save_path());
   }
   spdlog::info("gpuqosd pid {} stopped", ::getpid());
 }

@@ -35,7 +35,10 @@ std::uint64_t segment_nonce() {
 }  // namespace
 
 void Daemon::accept_connections() {
-  for (;;) {
+  // At most kAcceptsPerPass, then back to the loop (the listener, level-triggered, wakes it again):
+  // a re-test's flood of connections kept the queue full, this loop never ran out of them, and
+  // gpuqosd's heartbeat stopped for the ten seconds the flood lasted, its jobs unmanaged.
+  for (int accepted = 0; accepted < kAcceptsPerPass; ++accepted) {
     FileDescriptor socket(::accept4(listener_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
     if (!socket.valid()) {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) return;

@@ -6,11 +6,13 @@
 #include <grp.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <thread>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -713,6 +715,39 @@ TEST(Daemon, AFloodOfGarbageIsSaidAFewTimesAndTheRestCounted) {
   good.name_kernel(1, "k");
   good.post(FakeClient::kernel(1));
   EXPECT_TRUE(good.wait_granted(1));
+}
+
+// A re-test flooded the socket with connections past the user's cap: gpuqosd's accept loop never ran
+// out of them, and its heartbeat stopped for the whole flood (its jobs unmanaged, status unanswered).
+// It accepts a few per pass and serves everything else in between.
+TEST(Daemon, AFloodOfConnectionsDoesNotStopTheHeartbeat) {
+  DaemonProcess daemon({"--max-connections-per-user", "2"});
+  FakeClient client(daemon.socket(), Priority::low, "served");  // one of the user's two: the flood fills the other
+  std::atomic<bool> flooding{true};
+  std::vector<std::thread> flooders;
+  for (int i = 0; i < 3; ++i) {
+    flooders.emplace_back([&] {
+      sockaddr_un address{};
+      address.sun_family = AF_UNIX;
+      std::strncpy(address.sun_path, daemon.socket().c_str(), sizeof address.sun_path - 1);
+      while (flooding.load()) {
+        const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        (void)::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
+        ::close(fd);
+      }
+    });
+  }
+  std::int64_t oldest_ns = 0;
+  const std::int64_t until_ns = ipc::monotonic_ns() + 2'000'000'000;
+  while (ipc::monotonic_ns() < until_ns) {
+    const auto beat = static_cast<std::int64_t>(client.segment().daemon_heartbeat_ns());
+    oldest_ns = std::max(oldest_ns, ipc::monotonic_ns() - beat);
+    std::this_thread::sleep_for(5ms);
+  }
+  flooding = false;
+  for (auto& flooder : flooders) flooder.join();
+  EXPECT_LT(oldest_ns, 1'000'000'000) << "the heartbeat stopped for " << oldest_ns / 1'000'000 << " ms";
+  EXPECT_NE(daemon.log().find("the most one user may hold"), std::string::npos) << "the flood reached the cap";
 }
 
 // One user's flood must not hide another user's problem: past the window's budget, the first

@@ -92,6 +92,8 @@ class Daemon {
   // Out of descriptors (EMFILE and the like), the listener is not watched for this long: it stays
   // readable, so watching it would spin the loop.
   static constexpr std::int64_t kAcceptPauseNs = 100'000'000;
+  // Connections accepted in one pass of the loop before it serves everything else again.
+  static constexpr int kAcceptsPerPass = 64;
   // Connections one user (uid) may hold, registered or not: a user test opened 7,000 from one
   // account, gpuqosd ran out of descriptors, and no other user's job could register. At most
   // kMaxConnectionsPerUser (far more than the CUDA processes of any job), and at most a quarter of
