@@ -813,9 +813,10 @@ TEST(Daemon, OneUserHoldsSoManyConnectionsAndOthersStillRegister) {
   // Past the limit: closed without an answer, and said.
   auto extra = scheduler::connect_unix(daemon.socket());
   ASSERT_TRUE(extra);
-  ASSERT_TRUE(ipc::send_record(extra->get(), ipc::encode(ipc::make_hello(Priority::low, 0, "extra").value())));
+  // Closed at once: the Hello may not even be sent (the connection is gone first), never answered.
+  const bool sent = static_cast<bool>(ipc::send_record(extra->get(), ipc::encode(ipc::make_hello(Priority::low, 0, "extra").value())));
   std::vector<std::byte> record;
-  EXPECT_FALSE(ipc::receive_record(extra->get(), record)) << "refused";
+  EXPECT_FALSE(sent && static_cast<bool>(ipc::receive_record(extra->get(), record))) << "refused";
   EXPECT_TRUE(eventually([&] { return daemon.log().find("the user has 8 connections to gpuqosd") != std::string::npos; }))
       << daemon.log();
   // Another user is served meanwhile.
