@@ -7,9 +7,11 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -188,6 +190,25 @@ std::optional<std::string> save_profile(const Predictor& predictor, const std::f
     return path.string() + ": cannot write: " + reason;
   }
   return std::nullopt;
+}
+
+std::size_t remove_stale_temporaries(const std::filesystem::path& path) {
+  constexpr auto kStaleAfter = std::chrono::hours(1);
+  const std::string prefix = path.filename().string() + ".tmp.";
+  const std::filesystem::path directory = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  std::size_t removed = 0;
+  std::error_code error;
+  for (std::filesystem::directory_iterator it(directory, error), end; !error && it != end; it.increment(error)) {
+    const std::string name = it->path().filename().string();
+    struct stat info{};
+    if (!name.starts_with(prefix) || ::lstat(it->path().c_str(), &info) != 0 || !S_ISREG(info.st_mode) ||
+        info.st_uid != ::geteuid()) {
+      continue;
+    }
+    const auto modified = std::chrono::system_clock::from_time_t(info.st_mtim.tv_sec);
+    if (std::chrono::system_clock::now() - modified >= kStaleAfter && ::unlink(it->path().c_str()) == 0) ++removed;
+  }
+  return removed;
 }
 
 }  // namespace gpuqos::predictor

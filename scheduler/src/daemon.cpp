@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -165,27 +164,6 @@ std::uint64_t raise_descriptor_limit() {
   return files.rlim_cur == RLIM_INFINITY ? std::uint64_t{1} << 20 : static_cast<std::uint64_t>(files.rlim_cur);
 }
 
-// Removes <store>.tmp.* beside the store that are regular files of this user, an hour old or more.
-std::size_t remove_stale_store_temporaries(const std::string& store) {
-  constexpr auto kStaleAfter = std::chrono::hours(1);
-  const std::filesystem::path path(store);
-  const std::string prefix = path.filename().string() + ".tmp.";
-  const std::filesystem::path directory = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
-  std::size_t removed = 0;
-  std::error_code error;
-  for (std::filesystem::directory_iterator it(directory, error), end; !error && it != end; it.increment(error)) {
-    const std::string name = it->path().filename().string();
-    struct stat info{};
-    if (!name.starts_with(prefix) || ::lstat(it->path().c_str(), &info) != 0 || !S_ISREG(info.st_mode) ||
-        info.st_uid != ::geteuid()) {
-      continue;
-    }
-    const auto modified = std::chrono::system_clock::from_time_t(info.st_mtim.tv_sec);
-    if (std::chrono::system_clock::now() - modified >= kStaleAfter && ::unlink(it->path().c_str()) == 0) ++removed;
-  }
-  return removed;
-}
-
 }  // namespace
 
 ipc::Result<std::unique_ptr<Daemon>> Daemon::create(DaemonOptions options) {
@@ -238,7 +216,7 @@ ipc::Result<std::unique_ptr<Daemon>> Daemon::create(DaemonOptions options) {
   // removes such files of its own user that are an hour old (a `gpuqos train --out` writing one now
   // is left alone), never a link.
   if (!store.empty() && !holder) {
-    if (const std::size_t removed = remove_stale_store_temporaries(store); removed > 0) {
+    if (const std::size_t removed = predictor::remove_stale_temporaries(store); removed > 0) {
       spdlog::info("predictor: removed {} temporary file(s) {}.tmp.* left by saves cut short", removed, store);
     }
   }

@@ -49,6 +49,11 @@ std::optional<std::string> foreign_file(const std::filesystem::path& path);
 // The error, or nullopt on success.
 std::optional<std::string> save_profile(const Predictor& predictor, const std::filesystem::path& path);
 
+// Removes what saves cut short left beside `path` (save_profile's temporary files, whose random
+// names no later save reuses): regular files of this user named `<path>.tmp.*`, at least an hour
+// old, never a link. How many it removed.
+std::size_t remove_stale_temporaries(const std::filesystem::path& path);
+
 // The same, in memory.
 std::string encode_profile(const Predictor& predictor);
 LoadedProfile decode_profile(std::string_view bytes, const std::string& source, const PredictorConfig& config);
