@@ -8,7 +8,6 @@ packages=(
   libboost-dev libeigen3-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libtomlplusplus-dev libcli11-dev nlohmann-json3-dev zlib1g-dev
-  libcpp-httplib-dev
 )
 
 missing=()

@@ -152,7 +152,7 @@ namespace {
 
 // Every client holds descriptors (socket, doorbell, pidfd): the soft limit, often 1024, is raised to
 // the hard one, as servers of many connections do (gpuqosd waits with epoll, and the metrics
-// endpoint's httplib with poll, so no descriptor is too high for them). The limit that applies.
+// endpoint's Asio too, so no descriptor is too high for them). The limit that applies.
 std::uint64_t raise_descriptor_limit() {
   rlimit files{};
   if (::getrlimit(RLIMIT_NOFILE, &files) != 0) return 1024;

@@ -1,18 +1,27 @@
-// MetricsServer: cpp-httplib serving the text the loop publishes at GET /metrics.
+// MetricsServer: Boost.Beast serving the text the loop publishes at GET /metrics, one io_context
+// on one thread, each connection under a deadline for its whole request.
 #include "gpuqos/scheduler/metrics_server.h"
 
-#include <httplib.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
-#include <cerrno>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/beast/core/error.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http.hpp>
 #include <chrono>
-#include <condition_variable>
-#include <cstring>
+#include <future>
+#include <limits>
+#include <list>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "gpuqos/ipc/clock.h"
@@ -21,171 +30,303 @@
 namespace gpuqos::scheduler {
 namespace {
 
-// httplib's ThreadPool (0.11, Debian 12's) queues every accepted connection without limit, so a
-// flood of connections that stall would each hold a descriptor and a queued task until the pool
-// reached it, two timeouts at a time. (A task that starts after stop() closes its connection at
-// once.) This one keeps at most kMaxConnections accepted at once: past that the accept thread
-// serves the connection itself, so it accepts no more until that one is done, and the kernel's
-// listen backlog (then refusal) holds the rest. A connection's task is what closes its socket, so
-// a task can be run late but never dropped.
-class BoundedQueue final : public httplib::TaskQueue {
- public:
-  void enqueue(std::function<void()> fn) override {
-    if (accepted_.load(std::memory_order_acquire) >= MetricsServer::kMaxConnections - 1) return fn();
-    accepted_.fetch_add(1, std::memory_order_acq_rel);
-    pool_.enqueue([this, fn = std::move(fn)] {
-      fn();
-      accepted_.fetch_sub(1, std::memory_order_acq_rel);
-    });
-  }
-  void shutdown() override { pool_.shutdown(); }
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
 
- private:
-  httplib::ThreadPool pool_{MetricsServer::kPoolThreads};
-  std::atomic<int> accepted_{0};  // handed to the pool and not finished (only the accept thread adds)
-};
+class Connection;
 
-}  // namespace
-
-// What the server's threads use. They hold it by shared_ptr, so a stop() that leaves a trickling
-// peer's request in progress can let go of the MetricsServer; the handler refers to it by pointer,
-// which the server (a member) keeps valid for as long as it can call the handler.
-struct MetricsServer::Shared {
-  httplib::Server server;
+// What the server's thread owns, and the text the loop publishes to it.
+struct Server {
+  // The published text: written by the loop (publish), read by the server's thread.
   std::atomic<bool> refresh_wanted{false};
   std::mutex mutex;
-  std::condition_variable published;
-  std::condition_variable finished_changed;
-  std::string text;              // guarded by mutex
-  std::int64_t published_ns = 0; // guarded by mutex
-  std::uint64_t generation = 0;  // guarded by mutex: publications so far
-  bool finished = false;         // guarded by mutex: the accept loop and its pool are done
-  bool detached = false;         // guarded by mutex: stop() left the thread running (counted)
+  std::string text;               // guarded by mutex
+  std::int64_t published_ns = 0;  // guarded by mutex
+  std::uint64_t generation = 0;   // guarded by mutex: publications so far
 
-  // Server thread: the newest text, fresh if the loop answers in time; nullopt and why not before the
-  // first, or when the newest is older than kStaleNs and the loop did not answer.
-  std::optional<std::string> current_text(std::string& why) {
-    std::unique_lock lock(mutex);
-    if (generation > 0 && ipc::monotonic_ns() - published_ns <= kFreshNs) return text;
-    const std::uint64_t seen = generation;
-    refresh_wanted.store(true, std::memory_order_release);
-    published.wait_for(lock, std::chrono::nanoseconds(kRefreshWaitNs), [&] { return generation != seen; });
-    if (generation == 0) {
-      why = "gpuqosd: no metrics yet, try again\n";
-      return std::nullopt;
-    }
-    if (const std::int64_t age = ipc::monotonic_ns() - published_ns; age > kStaleNs) {
-      why = "gpuqosd: its loop has not answered for " + std::to_string(age / 1'000'000) + " ms (stalled)\n";
-      return std::nullopt;
-    }
-    return text;
-  }
+  // The server's thread's alone (stop() reaches them by posting to io). The open connections,
+  // oldest first, are declared before io: it destroys the handlers that hold them.
+  std::list<Connection*> open;
+  std::atomic<int> open_count{0};  // open.size(), for stop() to watch
+  asio::io_context io{1};
+  tcp::acceptor acceptor{io};
+  asio::steady_timer accept_retry{io};
+  std::int64_t accept_warned_ns = 0;
+
+  void accept();
+  void take(tcp::socket socket);
 };
 
-namespace {
-// Server threads stop() left running that have not ended yet.
-std::atomic<int>& detached_running() {
-  static std::atomic<int> running{0};  // a function's static: never destroyed before its readers
-  return running;
+std::chrono::nanoseconds ns(std::int64_t n) { return std::chrono::nanoseconds(n); }
+
+// One connection: its request (headers, then a body if any) under one deadline, the answer, and a
+// short drain of what the peer still sends so that closing does not reset the answer away.
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(Server& server, tcp::socket socket)
+      : server_(server), stream_(std::move(socket)), wait_(server.io) {
+    place_ = server_.open.insert(server_.open.end(), this);
+    server_.open_count.fetch_add(1, std::memory_order_acq_rel);
+    parser_.header_limit(MetricsServer::kMaxHeaderBytes);
+    parser_.body_limit(std::numeric_limits<std::uint64_t>::max());  // the method first: see on_header
+  }
+  ~Connection() {
+    server_.open.erase(place_);
+    server_.open_count.fetch_sub(1, std::memory_order_acq_rel);
+  }
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  void start() {
+    stream_.expires_after(ns(MetricsServer::kRequestDeadlineNs));  // for the whole request: see the header
+    http::async_read_header(stream_, buffer_, parser_,
+                            [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_header(ec); });
+  }
+  // Still sending its request (what an eviction may cut), and not closed yet.
+  bool reading() const { return reading_ && !closed_; }
+  // Ends it: what is in progress fails, and its handlers let go of it.
+  void close() {
+    closed_ = true;
+    beast::error_code ignored;
+    stream_.socket().close(ignored);
+    wait_.cancel();
+  }
+
+ private:
+  void on_header(beast::error_code ec) {
+    if (ec) return refuse(ec);
+    const auto& request = parser_.get();
+    const std::string_view target(request.target().data(), request.target().size());
+    metrics_ = target.substr(0, target.find('?')) == "/metrics";
+    head_ = request.method() == http::verb::head;
+    // The metrics are only read: another method is told so (405) before any body is read, however
+    // long it says it is.
+    if (metrics_ && request.method() != http::verb::get && !head_) {
+      response_.set(http::field::allow, "GET, HEAD");
+      return answer(http::status::method_not_allowed, "gpuqosd: /metrics is read with GET\n");
+    }
+    // A body is refused by its announced length before any of it is read; a chunked one as it comes.
+    if (const auto length = parser_.content_length(); length && *length > MetricsServer::kMaxBodyBytes) {
+      return answer(http::status::payload_too_large, "gpuqosd: a request's body is at most 64 KiB\n");
+    }
+    parser_.body_limit(MetricsServer::kMaxBodyBytes);
+    if (parser_.is_done()) return on_request({});
+    http::async_read(stream_, buffer_, parser_,
+                     [self = shared_from_this()](beast::error_code e, std::size_t) { self->on_request(e); });
+  }
+
+  void on_request(beast::error_code ec) {
+    if (ec) return refuse(ec);
+    if (!metrics_) return answer(http::status::not_found, "gpuqosd: the metrics are at /metrics\n");
+    serve_metrics();
+  }
+
+  // A request that could not be read whole: a peer gone, past its deadline or closed needs no
+  // answer; a bad one is told why.
+  void refuse(beast::error_code ec) {
+    if (ec == http::error::body_limit) {
+      return answer(http::status::payload_too_large, "gpuqosd: a request's body is at most 64 KiB\n");
+    }
+    if (ec == http::error::header_limit) {
+      return answer(http::status::request_header_fields_too_large, "gpuqosd: a request's headers are at most 16 KiB\n");
+    }
+    const bool http_error = ec.category() == beast::error_code(http::error::bad_method).category();
+    if (http_error && ec != http::error::end_of_stream && ec != http::error::partial_message && !closed_) {
+      return answer(http::status::bad_request, "gpuqosd: not an HTTP request: " + ec.message() + "\n");
+    }
+    close();
+  }
+
+  // The newest text, fresh if the loop answers within kRefreshWaitNs; a 503 before the first, or
+  // when the newest is older than kStaleNs and the loop did not answer.
+  void serve_metrics() {
+    std::unique_lock lock(server_.mutex);
+    if (server_.generation > 0 && ipc::monotonic_ns() - server_.published_ns <= MetricsServer::kFreshNs) {
+      std::string text = server_.text;
+      lock.unlock();
+      return answer(http::status::ok, std::move(text), kMetricsContentType);
+    }
+    seen_ = server_.generation;
+    lock.unlock();
+    server_.refresh_wanted.store(true, std::memory_order_release);
+    refresh_until_ns_ = ipc::monotonic_ns() + MetricsServer::kRefreshWaitNs;
+    wait_for_refresh();
+  }
+
+  void wait_for_refresh() {
+    wait_.expires_after(std::chrono::milliseconds(5));
+    wait_.async_wait([self = shared_from_this()](beast::error_code ec) {
+      if (ec || self->closed_) return;
+      std::unique_lock lock(self->server_.mutex);
+      const std::int64_t now = ipc::monotonic_ns();
+      if (self->server_.generation == self->seen_ && now < self->refresh_until_ns_) {
+        lock.unlock();
+        return self->wait_for_refresh();
+      }
+      if (self->server_.generation == 0) {
+        lock.unlock();
+        return self->answer(http::status::service_unavailable, "gpuqosd: no metrics yet, try again\n");
+      }
+      if (const std::int64_t age = now - self->server_.published_ns; age > MetricsServer::kStaleNs) {
+        lock.unlock();
+        return self->answer(http::status::service_unavailable,
+                            "gpuqosd: its loop has not answered for " + std::to_string(age / 1'000'000) +
+                                " ms (stalled)\n");
+      }
+      std::string text = self->server_.text;
+      lock.unlock();
+      self->answer(http::status::ok, std::move(text), kMetricsContentType);
+    });
+  }
+
+  void answer(http::status status, std::string body, std::string_view type = "text/plain") {
+    reading_ = false;
+    response_.result(status);
+    response_.version(11);
+    response_.set(http::field::server, "gpuqosd");
+    response_.set(http::field::content_type, beast::string_view(type.data(), type.size()));
+    response_.keep_alive(false);  // a scrape every few seconds needs no kept connection
+    const std::size_t length = body.size();
+    if (!head_) response_.body() = std::move(body);
+    response_.content_length(length);  // a HEAD's says what a GET would carry
+    stream_.expires_after(ns(MetricsServer::kWriteDeadlineNs));
+    http::async_write(stream_, response_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
+      if (ec) return self->close();
+      self->drain();
+    });
+  }
+
+  // Half-closes and reads what the peer still sends (a body not read, say) until it closes, for a
+  // short while: closing with unread bytes would reset the connection, which can discard the
+  // answer before the peer has read it.
+  void drain() {
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    stream_.expires_after(std::chrono::milliseconds(500));
+    drain_more();
+  }
+  void drain_more() {
+    stream_.async_read_some(asio::buffer(discard_), [self = shared_from_this()](beast::error_code ec, std::size_t) {
+      if (ec) return self->close();
+      self->drain_more();
+    });
+  }
+
+  Server& server_;
+  std::list<Connection*>::iterator place_;
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_{MetricsServer::kMaxHeaderBytes};
+  http::request_parser<http::string_body> parser_;
+  http::response<http::string_body> response_;
+  asio::steady_timer wait_;
+  std::array<char, 4096> discard_{};
+  std::uint64_t seen_ = 0;
+  std::int64_t refresh_until_ns_ = 0;
+  bool metrics_ = false;
+  bool head_ = false;
+  bool reading_ = true;
+  bool closed_ = false;
+};
+
+void Server::accept() {
+  acceptor.async_accept([this](beast::error_code ec, tcp::socket socket) {
+    if (!acceptor.is_open()) return;  // stopped
+    if (!ec) {
+      take(std::move(socket));
+      return accept();
+    }
+    // Out of descriptors, most likely: said once every 10 s, and tried again shortly (a pending
+    // connection keeps the socket readable, so accepting at once again would spin).
+    if (const std::int64_t now = ipc::monotonic_ns(); now - accept_warned_ns >= 10'000'000'000) {
+      accept_warned_ns = now;
+      spdlog::warn("metrics: cannot accept a connection: {}", ec.message());
+    }
+    accept_retry.expires_after(std::chrono::milliseconds(100));
+    accept_retry.async_wait([this](beast::error_code e) {
+      if (!e) accept();
+    });
+  });
 }
+
+void Server::take(tcp::socket socket) {
+  if (open.size() >= static_cast<std::size_t>(MetricsServer::kMaxConnections)) {
+    // The oldest still sending its request makes room: a peer holding many connections open loses
+    // its own, not the scrape that just came. None (all being answered, briefly): this one waits
+    // for nothing and is closed.
+    const auto oldest = std::find_if(open.begin(), open.end(), [](const Connection* c) { return c->reading(); });
+    if (oldest == open.end()) return;  // the socket closes as it goes
+    (*oldest)->close();
+  }
+  std::make_shared<Connection>(*this, std::move(socket))->start();
+}
+
 }  // namespace
 
+struct MetricsServer::Shared : Server {};
+
 MetricsServer::MetricsServer(config::ListenAddress address)
-    : address_(std::move(address)), shared_(std::make_shared<Shared>()) {}
+    : address_(std::move(address)), shared_(std::make_unique<Shared>()) {}
 
 MetricsServer::~MetricsServer() { stop(); }
 
 ipc::Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const config::ListenAddress& address) {
   std::unique_ptr<MetricsServer> metrics(new MetricsServer(address));
-  Shared* shared = metrics->shared_.get();
-  httplib::Server& server = shared->server;
-  // A scrape every few seconds needs neither many threads nor kept-alive connections, and a short
-  // timeout keeps a stuck peer from delaying the daemon's exit.
-  server.new_task_queue = [] { return new BoundedQueue; };
-  // httplib's default sets SO_REUSEPORT, with which a second gpuqosd on the same port binds too and
-  // the kernel splits the scrapes between them (counters that jump between two daemons). Only
-  // SO_REUSEADDR: a restart may bind beside its predecessor's closing connections, a second
-  // listener may not.
-  server.set_socket_options([](socket_t socket) {
-    const int yes = 1;
-    ::setsockopt(socket, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-  });
-  server.set_keep_alive_max_count(1);
-  server.set_keep_alive_timeout(kIoTimeoutS);  // the wait for a request's first byte (httplib: 5 s)
-  server.set_read_timeout(kIoTimeoutS, 0);
-  server.set_write_timeout(kIoTimeoutS, 0);
-  server.set_payload_max_length(64 * 1024);  // a scrape has no body: refuse one (413) before reading it
-  server.Get("/metrics", [shared](const httplib::Request&, httplib::Response& response) {
-    std::string why;
-    std::optional<std::string> text = shared->current_text(why);
-    if (!text) {
-      response.status = 503;
-      response.set_content(why, "text/plain");
-      return;
+  Server& server = *metrics->shared_;
+  const auto failed = [&](const beast::error_code& ec) {
+    return ipc::Error{"cannot listen on " + config::to_string(address) + ": " + ec.message()};
+  };
+  beast::error_code ec;
+  tcp::resolver resolver(server.io);
+  const auto endpoints = resolver.resolve(address.host, std::to_string(address.port), ec);
+  if (ec) return failed(ec);
+  if (endpoints.empty()) return failed(asio::error::host_not_found);
+  const tcp::endpoint endpoint = endpoints.begin()->endpoint();
+  // SO_REUSEADDR only, not SO_REUSEPORT (with which a second gpuqosd on the same port would bind
+  // too and the kernel split the scrapes between them): a restart may bind beside its
+  // predecessor's closing connections, a second listener may not.
+  if (server.acceptor.open(endpoint.protocol(), ec); ec) return failed(ec);
+  if (server.acceptor.set_option(asio::socket_base::reuse_address(true), ec); ec) return failed(ec);
+  if (server.acceptor.bind(endpoint, ec); ec) return failed(ec);
+  if (server.acceptor.listen(asio::socket_base::max_listen_connections, ec); ec) return failed(ec);
+  server.accept();
+  metrics->thread_ = std::thread([&server] {
+    for (;;) {
+      try {
+        server.io.run();
+        return;  // nothing left to do: stop() closed the acceptor and every connection ended
+      } catch (const std::exception& e) {  // out of memory in a handler, say: the endpoint serves on
+        spdlog::error("metrics: {}", e.what());
+      }
     }
-    response.set_content(std::move(*text), kMetricsContentType);
   });
-  // The metrics are only read: another method is told so (405), not that its request was bad. Before
-  // routing, where httplib would first refuse a POST or PUT without a body length (400).
-  server.set_pre_routing_handler([](const httplib::Request& request, httplib::Response& response) {
-    if (request.path != "/metrics" || request.method == "GET" || request.method == "HEAD") {
-      return httplib::Server::HandlerResponse::Unhandled;
-    }
-    response.status = 405;
-    response.set_header("Allow", "GET, HEAD");
-    response.set_content("gpuqosd: /metrics is read with GET\n", "text/plain");
-    return httplib::Server::HandlerResponse::Handled;
-  });
-  errno = 0;
-  if (!server.bind_to_port(address.host, address.port)) {
-    const int error = errno;
-    return ipc::Error{"cannot listen on " + config::to_string(address) +
-                      (error != 0 ? std::string(": ") + std::strerror(error) : std::string())};
-  }
-  metrics->thread_ = std::thread([owned = metrics->shared_]() mutable {
-    owned->server.listen_after_bind();
-    bool detached = false;
-    {
-      std::lock_guard lock(owned->mutex);
-      owned->finished = true;
-      detached = owned->detached;
-    }
-    owned->finished_changed.notify_all();
-    owned.reset();  // the server may end here, so only then is this thread no longer running
-    if (detached) detached_running().fetch_sub(1, std::memory_order_acq_rel);
-  });
-  // stop() before the accept loop runs would be lost (httplib ignores it): wait until it does.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (!server.is_running() && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
   return metrics;
 }
 
 void MetricsServer::stop(std::int64_t wait_ns) {
   if (!thread_.joinable()) return;
-  shared_->server.stop();  // closes the listening socket now
-  bool finished = false;
-  {
-    std::unique_lock lock(shared_->mutex);
-    finished = shared_->finished_changed.wait_for(lock, std::chrono::nanoseconds(std::max<std::int64_t>(0, wait_ns)),
-                                                  [&] { return shared_->finished; });
-    if (!finished) {
-      shared_->detached = true;
-      detached_running().fetch_add(1, std::memory_order_acq_rel);
-    }
+  Server& server = *shared_;
+  std::promise<void> closed;
+  asio::post(server.io, [&] {
+    beast::error_code ignored;
+    server.acceptor.close(ignored);
+    server.accept_retry.cancel();
+    closed.set_value();
+  });
+  closed.get_future().wait();  // the port is free
+  const auto until = std::chrono::steady_clock::now() + ns(std::max<std::int64_t>(0, wait_ns));
+  while (server.open_count.load(std::memory_order_acquire) > 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  if (finished) return thread_.join();
-  if (wait_ns > 0) {
-    spdlog::warn("metrics: a peer of {} is still sending its request after {:.1f} s; its connection is left to "
-                 "end on its own",
-                 config::to_string(address_), static_cast<double>(wait_ns) / 1e9);
+  if (const int left = server.open_count.load(std::memory_order_acquire); left > 0 && wait_ns > 0) {
+    spdlog::warn("metrics: {} connection(s) of {} still open after {:.1f} s: closed", left, config::to_string(address_),
+                 static_cast<double>(wait_ns) / 1e9);
   }
-  thread_.detach();
-}
-
-bool MetricsServer::left_a_request_running() noexcept {
-  return detached_running().load(std::memory_order_acquire) > 0;
+  asio::post(server.io, [&server] {
+    for (Connection* connection : server.open) connection->close();
+  });
+  thread_.join();
 }
 
 bool MetricsServer::refresh_wanted() {
@@ -193,13 +334,10 @@ bool MetricsServer::refresh_wanted() {
 }
 
 void MetricsServer::publish(std::string text, std::int64_t now_ns) {
-  {
-    std::lock_guard lock(shared_->mutex);
-    shared_->text = std::move(text);
-    shared_->published_ns = now_ns;
-    ++shared_->generation;
-  }
-  shared_->published.notify_all();
+  std::lock_guard lock(shared_->mutex);
+  shared_->text = std::move(text);
+  shared_->published_ns = now_ns;
+  ++shared_->generation;
 }
 
 }  // namespace gpuqos::scheduler

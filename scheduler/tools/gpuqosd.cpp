@@ -15,7 +15,6 @@
 #include "gpuqos/config/summary.h"
 #include "gpuqos/scheduler/daemon.h"
 #include "gpuqos/scheduler/daemon_config.h"
-#include "gpuqos/scheduler/metrics_server.h"
 
 namespace {
 
@@ -148,13 +147,5 @@ int main(int argc, char** argv) {
   }
   const int code = daemon.value()->run();
   daemon.value().reset();  // drains, saves the store, removes the socket and the segments
-  if (gpuqos::scheduler::MetricsServer::left_a_request_running()) {
-    // A scrape still in progress (a peer trickling its request) runs on a detached thread of the
-    // metrics server: no static destructor (cpp-httplib's, spdlog's) may run under it.
-    spdlog::default_logger()->flush();
-    std::cout.flush();
-    std::fflush(nullptr);
-    std::quick_exit(code);
-  }
   return code;
 }

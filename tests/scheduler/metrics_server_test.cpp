@@ -1,6 +1,5 @@
-// MetricsServer against a flood of stalled connections on 127.0.0.1 (it keeps a bounded number open
-// and still answers once the flood is gone) and against a peer that trickles its request (stop()
-// does not wait for it).
+// MetricsServer on 127.0.0.1 against peers that hold connections: idle, stalled or trickling their
+// requests, more of them than it keeps open; and stop(), which never waits past the deadlines.
 #include "gpuqos/scheduler/metrics_server.h"
 
 #include <gtest/gtest.h>
@@ -21,7 +20,8 @@
 namespace gpuqos::scheduler {
 namespace {
 
-constexpr int kFlood = 40;
+// More connections than the server keeps open.
+constexpr int kFlood = MetricsServer::kMaxConnections + 24;
 
 std::size_t open_descriptors() {
   std::size_t count = 0;
@@ -44,9 +44,8 @@ void expect_served(const std::string& answer, const std::string& sample) {
   EXPECT_NE(answer.find(sample), std::string::npos) << answer;
 }
 
-// kFlood connections that send the start of a request and then nothing (the server waits out its
-// read timeout on each), a few ms apart so that a server that accepts whatever comes takes each (all
-// at once, most would only wait in the listen backlog, or for the kernel to retry their SYN).
+// kFlood connections that send the start of a request and then nothing, a few ms apart so that the
+// server takes each as it comes (all at once, most would only wait in the listen backlog).
 // Non-blocking connects: past the backlog a blocking one would wait; a send that finds the
 // connection not yet up is simply lost.
 std::vector<FileDescriptor> stalled_connections(std::uint16_t port) {
@@ -56,141 +55,115 @@ std::vector<FileDescriptor> stalled_connections(std::uint16_t port) {
   for (int i = 0; i < kFlood; ++i) {
     FileDescriptor socket(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
     ::connect(socket.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address);
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
     [[maybe_unused]] const ssize_t sent = ::send(socket.get(), kStart, sizeof kStart - 1, MSG_NOSIGNAL);
     sockets.push_back(std::move(socket));
   }
   return sockets;
 }
 
-// Two daemons on one metrics port: the second is told it cannot listen there, rather than both
-// serving it and Prometheus reading each by turns.
-TEST(MetricsServer, ASecondServerCannotListenOnAPortInUse) {
-  const std::uint16_t port = testing::free_port();
-  const std::unique_ptr<MetricsServer> first = serving(port, "gpuqos_up 1\n");
-  ASSERT_NE(first, nullptr);
-  const auto second = MetricsServer::start(config::ListenAddress{"127.0.0.1", port});
-  ASSERT_FALSE(second) << "a second server bound the port";
-  EXPECT_EQ(second.error(), "cannot listen on 127.0.0.1:" + std::to_string(port) + ": Address already in use");
+// A connection that sends its request a byte every 100 ms (header lines without end) until told
+// to finish it or until the server closes it.
+class Trickler {
+ public:
+  explicit Trickler(std::uint16_t port) : peer_(testing::connect_loopback(port)) {
+    thread_ = std::thread([this] {
+      static constexpr char kStart[] = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nX-Slow: ";
+      bool up = ::send(peer_.get(), kStart, sizeof kStart - 1, MSG_NOSIGNAL) > 0;
+      for (char c = 'a'; up && !finish_.load(); c = c == 'z' ? 'a' : static_cast<char>(c + 1)) {
+        up = ::send(peer_.get(), &c, 1, MSG_NOSIGNAL) == 1;
+        if (c == 'z') up = up && ::send(peer_.get(), "\r\nX-Slow: ", 10, MSG_NOSIGNAL) == 10;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+      if (up) ::send(peer_.get(), "\r\n\r\n", 4, MSG_NOSIGNAL);
+    });
+  }
+  ~Trickler() { stop(); }
+  Trickler(const Trickler&) = delete;
+  Trickler& operator=(const Trickler&) = delete;
+  // Ends the request (if the server still reads it) and waits for the thread.
+  void stop() {
+    finish_.store(true);
+    if (thread_.joinable()) thread_.join();
+  }
+  const FileDescriptor& peer() const { return peer_; }
+
+ private:
+  FileDescriptor peer_;
+  std::atomic<bool> finish_{false};
+  std::thread thread_;
+};
+
+// Seconds since `start`.
+double since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// A loop that stopped publishing (stalled on something) must not look healthy: past kStaleNs
-// without an answer to the refresh a scrape asks for, the scrape gets a 503 saying so, and the
-// next publication serves again.
-TEST(MetricsServer, AStalledLoopsOldFiguresAreNotServed) {
-  const std::uint16_t port = testing::free_port();
-  auto started = MetricsServer::start(config::ListenAddress{"127.0.0.1", port});
-  ASSERT_TRUE(started) << started.error();
-  const std::unique_ptr<MetricsServer> server = std::move(started.value());
-  const std::string not_yet = testing::http_get(port, "/metrics");
-  EXPECT_EQ(not_yet.rfind("HTTP/1.1 503", 0), 0u) << not_yet;
-  EXPECT_NE(not_yet.find("no metrics yet"), std::string::npos) << not_yet;
-
-  server->publish("gpuqos_up 1\n", ipc::monotonic_ns() - MetricsServer::kStaleNs + 1'000'000'000);
-  expect_served(testing::http_get(port, "/metrics"), "gpuqos_up 1");  // old, not stale: served
-  EXPECT_TRUE(server->refresh_wanted());
-  server->publish("gpuqos_up 1\n", ipc::monotonic_ns() - MetricsServer::kStaleNs - 1'000'000'000);
-  const std::string stale = testing::http_get(port, "/metrics");
-  EXPECT_EQ(stale.rfind("HTTP/1.1 503", 0), 0u) << stale;
-  EXPECT_NE(stale.find("its loop has not answered for 3"), std::string::npos) << stale;
-  server->publish("gpuqos_up 2\n", ipc::monotonic_ns());
-  expect_served(testing::http_get(port, "/metrics"), "gpuqos_up 2");
-}
-
-TEST(MetricsServer, AFloodOfStalledConnectionsIsHeldToABound) {
+// More stalled connections than the server keeps open: it holds at most kMaxConnections, and a
+// scrape made while all of them are still open is served at once (the oldest stalled one makes
+// room), not after they time out.
+TEST(MetricsServer, AFloodOfStalledConnectionsIsHeldToABoundAndAScrapeIsServedThroughIt) {
   const std::uint16_t port = testing::free_port();
   const std::unique_ptr<MetricsServer> server = serving(port, "gpuqos_up 1\n");
   ASSERT_TRUE(server);
 
   const std::size_t before = open_descriptors();
   std::vector<FileDescriptor> flood = stalled_connections(port);
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the accept thread takes what it will
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the server takes what it will
   const std::size_t accepted = open_descriptors() - before - flood.size();
   EXPECT_LE(accepted, static_cast<std::size_t>(MetricsServer::kMaxConnections))
       << "the server holds a descriptor for each connection it accepted";
 
-  flood.clear();  // the peers hang up: their connections end at once
+  const auto start = std::chrono::steady_clock::now();
   expect_served(testing::http_get(port, "/metrics"), "gpuqos_up 1");
+  EXPECT_LT(since(start), 1.0) << "the scrape waited for the stalled connections to time out";
 }
 
-// A connection that sends nothing holds a serving thread until its first-byte timeout (kIoTimeoutS):
-// with a few of them open (a client keeping one, a port scanner), a scrape is still served at once,
-// while they are all still open, not after they time out.
-TEST(MetricsServer, AFewIdleConnectionsDoNotDelayAScrape) {
+// A connection that sends nothing (a client keeping one, a port scanner) is closed at the request
+// deadline, and meanwhile a scrape is served at once.
+TEST(MetricsServer, IdleConnectionsDoNotDelayAScrapeAndAreClosedAtTheDeadline) {
   const std::uint16_t port = testing::free_port();
   const std::unique_ptr<MetricsServer> server = serving(port, "gpuqos_up 1\n");
   ASSERT_TRUE(server);
   std::vector<FileDescriptor> idle;
-  for (int i = 0; i < MetricsServer::kPoolThreads - 1; ++i) idle.push_back(testing::connect_loopback(port));
+  for (int i = 0; i < 8; ++i) idle.push_back(testing::connect_loopback(port));
   std::this_thread::sleep_for(std::chrono::milliseconds(100));  // each is accepted and waits for its request
+  const auto start = std::chrono::steady_clock::now();
   expect_served(testing::http_get(port, "/metrics"), "gpuqos_up 1");
-  for (const FileDescriptor& peer : idle) {
-    char byte = 0;
-    const ssize_t got = ::recv(peer.get(), &byte, 1, MSG_DONTWAIT);
-    EXPECT_TRUE(got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-        << "an idle connection was closed (timed out) before the scrape was served: got " << got;
-  }
+  EXPECT_LT(since(start), 1.0);
+  char byte = 0;
+  const ssize_t got = ::recv(idle.front().get(), &byte, 1, 0);  // waits until the server closes it (5 s at most)
+  EXPECT_EQ(got, 0) << "an idle connection was not closed at the deadline";
+  EXPECT_LT(since(start), static_cast<double>(MetricsServer::kRequestDeadlineNs) / 1e9 + 1.0);
 }
 
-// A peer that sends its request a byte at a time, each well within the read timeout, keeps its
-// connection as long as it likes (httplib times each read, not the request). stop() — which the
-// daemon's loop calls on a reload that moves the endpoint, and at exit — must not wait for it: it
-// frees the port and returns, and the request, still served, finishes on threads that own what
-// they use, after the MetricsServer is gone.
-TEST(MetricsServer, APeerTricklingItsRequestDoesNotHoldStop) {
+// The deadline is for the whole request, not for each read: a peer sending a byte every 100 ms is
+// closed when it passes, without an answer. And while more tricklers than the server keeps open go
+// on, a scrape is still served.
+TEST(MetricsServer, TricklingPeersAreCutAtTheDeadlineAndDoNotHoldTheEndpoint) {
   const std::uint16_t port = testing::free_port();
-  std::unique_ptr<MetricsServer> server = serving(port, "gpuqos_up 1\n");
+  const std::unique_ptr<MetricsServer> server = serving(port, "gpuqos_up 1\n");
   ASSERT_TRUE(server);
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::unique_ptr<Trickler>> tricklers;
+  for (int i = 0; i < MetricsServer::kMaxConnections + 8; ++i) tricklers.push_back(std::make_unique<Trickler>(port));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // all of them are sending
+  const auto scrape = std::chrono::steady_clock::now();
+  expect_served(testing::http_get(port, "/metrics"), "gpuqos_up 1");
+  EXPECT_LT(since(scrape), 1.0) << "the tricklers held the endpoint";
 
-  const FileDescriptor peer = testing::connect_loopback(port);
-  ASSERT_TRUE(peer.valid());
-  std::atomic<bool> finish{false};
-  std::thread trickle([&] {
-    static constexpr char kStart[] = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nX-Slow: ";
-    ::send(peer.get(), kStart, sizeof kStart - 1, MSG_NOSIGNAL);
-    // Header lines without end, a byte every 200 ms, until told to end them (or for 30 s at most).
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    for (char c = 'a'; !finish.load() && std::chrono::steady_clock::now() < until; c = c == 'z' ? 'a' : c + 1) {
-      ::send(peer.get(), &c, 1, MSG_NOSIGNAL);
-      if (c == 'z') ::send(peer.get(), "\r\nX-Slow: ", 10, MSG_NOSIGNAL);
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    }
-    ::send(peer.get(), "\r\n\r\n", 4, MSG_NOSIGNAL);
-  });
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the server is reading its request
-
-  const auto before = std::chrono::steady_clock::now();
-  server->stop();
-  const auto waited = std::chrono::steady_clock::now() - before;
-  EXPECT_LT(waited, std::chrono::nanoseconds(MetricsServer::kStopWaitNs) + std::chrono::seconds(5))
-      << "stop() waited for the trickling peer";
-  server.reset();
-  // Nothing listens there any more: a connect is refused (asked directly rather than by binding a
-  // second server there, which says nothing of a peer's connection still open).
-  const sockaddr_in address = testing::loopback(port);
-  FileDescriptor probe(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  EXPECT_NE(::connect(probe.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address), 0);
-  EXPECT_EQ(errno, ECONNREFUSED);
-
-  const std::unique_ptr<MetricsServer> again = serving(port, "gpuqos_up 2\n");
-  ASSERT_TRUE(again);
-  expect_served(testing::http_get(port, "/metrics"), "gpuqos_up 2");
-
-  finish.store(true);
-  trickle.join();
-  // Its request was answered after all: with the figures, or, once they are older than kStaleNs
-  // (no loop publishes to a stopped server), with a 503 saying they are not fresh.
-  const std::string answer = testing::receive_all(peer);
-  if (answer.rfind("HTTP/1.1 503", 0) == 0) {
-    EXPECT_NE(answer.find("has not answered"), std::string::npos) << answer;
-  } else {
-    expect_served(answer, "gpuqos_up 1");
-  }
+  // The last one was not evicted by the scrape: the deadline ends it.
+  const std::string answer = testing::receive_all(tricklers.back()->peer());
+  const double closed_after = since(start);
+  EXPECT_EQ(answer, "") << "a request never finished was answered";
+  EXPECT_GT(closed_after, static_cast<double>(MetricsServer::kRequestDeadlineNs) / 1e9 - 0.6);
+  EXPECT_LT(closed_after, static_cast<double>(MetricsServer::kRequestDeadlineNs) / 1e9 + 1.5)
+      << "a trickling peer kept its connection past the request's deadline";
 }
 
-// On a reload the daemon's loop stops the server without waiting at all (wait_ns 0): a scrape in
-// progress, even a well-behaved one, finishes on the server's own threads.
-TEST(MetricsServer, StopWithoutWaitingReturnsAtOnceAndTheScrapeInProgressStillEnds) {
+// stop() frees the port at once, lets a scrape in progress finish within its deadline, and returns
+// with nothing of the server left running.
+TEST(MetricsServer, StopLetsAScrapeInProgressFinishAndFreesThePort) {
   const std::uint16_t port = testing::free_port();
   std::unique_ptr<MetricsServer> server = serving(port, "gpuqos_up 1\n");
   ASSERT_TRUE(server);
@@ -198,22 +171,64 @@ TEST(MetricsServer, StopWithoutWaitingReturnsAtOnceAndTheScrapeInProgressStillEn
   ASSERT_TRUE(peer.valid());
   static constexpr char kStart[] = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n";
   ::send(peer.get(), kStart, sizeof kStart - 1, MSG_NOSIGNAL);
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the server is reading its request
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the server is reading its request
 
-  const auto before = std::chrono::steady_clock::now();
-  server->stop(0);
-  EXPECT_LT(std::chrono::steady_clock::now() - before, std::chrono::seconds(1)) << "stop(0) waited";
-  server.reset();
-  EXPECT_TRUE(MetricsServer::left_a_request_running()) << "the server's thread still reads the request";
-
-  ::send(peer.get(), "Connection: close\r\n\r\n", 21, MSG_NOSIGNAL);
+  std::thread finisher([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    ::send(peer.get(), "Connection: close\r\n\r\n", 21, MSG_NOSIGNAL);
+  });
+  const auto start = std::chrono::steady_clock::now();
+  server->stop();
+  const double waited = since(start);
+  finisher.join();
+  EXPECT_GT(waited, 0.25) << "stop() did not wait for the scrape in progress";
+  EXPECT_LT(waited, static_cast<double>(MetricsServer::kStopWaitNs) / 1e9) << "stop() waited past the scrape";
   expect_served(testing::receive_all(peer), "gpuqos_up 1");
-  // Its thread then ends: a process exiting later needs no quick exit for it.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (MetricsServer::left_a_request_running() && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  EXPECT_FALSE(MetricsServer::left_a_request_running());
+  // Nothing listens there any more: a connect is refused.
+  const sockaddr_in address = testing::loopback(port);
+  FileDescriptor probe(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  EXPECT_NE(::connect(probe.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address), 0);
+  EXPECT_EQ(errno, ECONNREFUSED);
+  server.reset();
+  const std::unique_ptr<MetricsServer> again = serving(port, "gpuqos_up 2\n");
+  ASSERT_TRUE(again);
+  expect_served(testing::http_get(port, "/metrics"), "gpuqos_up 2");
+}
+
+// On a reload the daemon's loop stops the server without waiting (wait_ns 0): it returns at once,
+// a scrape in progress is cut (its peer sees the connection close), and even a peer that trickles
+// on holds nothing.
+TEST(MetricsServer, StopWithoutWaitingReturnsAtOnce) {
+  const std::uint16_t port = testing::free_port();
+  std::unique_ptr<MetricsServer> server = serving(port, "gpuqos_up 1\n");
+  ASSERT_TRUE(server);
+  Trickler trickler(port);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the server is reading its request
+
+  const auto start = std::chrono::steady_clock::now();
+  server->stop(0);
+  EXPECT_LT(since(start), 0.5) << "stop(0) waited";
+  EXPECT_EQ(testing::receive_all(trickler.peer()), "");
+  EXPECT_LT(since(start), 1.0) << "the connection in progress was left open";
+}
+
+// HEAD says what GET would carry without the body; a request's headers past the limit are refused.
+TEST(MetricsServer, HeadCarriesTheLengthAndOversizedHeadersAreRefused) {
+  const std::uint16_t port = testing::free_port();
+  const std::unique_ptr<MetricsServer> server = serving(port, "gpuqos_up 1\n");
+  ASSERT_TRUE(server);
+  const std::string head =
+      testing::http_exchange(port, "HEAD /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(head.rfind("HTTP/1.1 200", 0), 0u) << head;
+  EXPECT_NE(head.find("Content-Length: 12\r\n"), std::string::npos) << head;
+  EXPECT_EQ(head.find("gpuqos_up"), std::string::npos) << head;
+
+  const std::string big = testing::http_exchange(
+      port, "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " +
+                std::string(MetricsServer::kMaxHeaderBytes, 'x') + "\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(big.rfind("HTTP/1.1 431", 0), 0u) << big.substr(0, 200);
+  const std::string garbage = testing::http_exchange(port, "\x16\x03\x01 not http\r\n\r\n");
+  EXPECT_EQ(garbage.rfind("HTTP/1.1 400", 0), 0u) << garbage;
 }
 
 }  // namespace
