@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -23,6 +24,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include "gpuqos/ipc/clock.h"
 #include "gpuqos/scheduler/metrics.h"
@@ -46,17 +48,22 @@ struct Server {
   std::int64_t published_ns = 0;  // guarded by mutex
   std::uint64_t generation = 0;   // guarded by mutex: publications so far
 
-  // The server's thread's alone (stop() reaches them by posting to io). The open connections,
-  // oldest first, are declared before io: it destroys the handlers that hold them.
+  // The server's thread's alone (stop() and publish() reach them by posting to io). The open
+  // connections, oldest first, are declared before io: it destroys the handlers that hold them.
   std::list<Connection*> open;
-  std::atomic<int> open_count{0};  // open.size(), for stop() to watch
+  std::atomic<int> open_count{0};                          // open.size(), for stop() to watch
+  std::vector<std::weak_ptr<Connection>> refresh_waiters;  // woken by the next publication
   asio::io_context io{1};
+  // Keeps io.run() going until stop() lets go of it, whatever else it has to do (a thread that ran
+  // out of work would leave stop() posting to nobody).
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work{io.get_executor()};
   tcp::acceptor acceptor{io};
   asio::steady_timer accept_retry{io};
   std::int64_t accept_warned_ns = 0;
 
   void accept();
   void take(tcp::socket socket);
+  void wake_refresh_waiters();
 };
 
 std::chrono::nanoseconds ns(std::int64_t n) { return std::chrono::nanoseconds(n); }
@@ -65,8 +72,12 @@ std::chrono::nanoseconds ns(std::int64_t n) { return std::chrono::nanoseconds(n)
 // short drain of what the peer still sends so that closing does not reset the answer away.
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(Server& server, tcp::socket socket)
-      : server_(server), stream_(std::move(socket)), wait_(server.io) {
+  // Where it is, for an eviction: one draining has its answer sent, one reading has had more of its
+  // time than any newer one, one being answered (waiting for fresh figures, or writing them) is
+  // most likely a scrape.
+  enum class Stage { reading, answering, draining, closed };
+
+  Connection(Server& server, tcp::socket socket) : server_(server), stream_(std::move(socket)), wait_(server.io) {
     place_ = server_.open.insert(server_.open.end(), this);
     server_.open_count.fetch_add(1, std::memory_order_acq_rel);
     parser_.header_limit(MetricsServer::kMaxHeaderBytes);
@@ -80,25 +91,35 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Connection& operator=(const Connection&) = delete;
 
   void start() {
-    stream_.expires_after(ns(MetricsServer::kRequestDeadlineNs));  // for the whole request: see the header
+    // One deadline for the whole request: the stream's reads all wait on the same expiry, which a
+    // completed read does not move, so a peer trickling bytes is cut when it passes.
+    stream_.expires_after(ns(MetricsServer::kRequestDeadlineNs));
     http::async_read_header(stream_, buffer_, parser_,
                             [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_header(ec); });
   }
-  // Still sending its request (what an eviction may cut), and not closed yet.
-  bool reading() const { return reading_ && !closed_; }
+  Stage stage() const { return stage_; }
   // Ends it: what is in progress fails, and its handlers let go of it.
   void close() {
-    closed_ = true;
+    stage_ = Stage::closed;
     beast::error_code ignored;
     stream_.socket().close(ignored);
     wait_.cancel();
+  }
+  // The loop published new figures: a request waiting for them is answered now.
+  void wake() {
+    if (stage_ == Stage::answering) wait_.cancel();
   }
 
  private:
   void on_header(beast::error_code ec) {
     if (ec) return refuse(ec);
     const auto& request = parser_.get();
-    const std::string_view target(request.target().data(), request.target().size());
+    std::string_view target(request.target().data(), request.target().size());
+    // The absolute form (http://host:port/metrics, as a proxy sends it) names the same path.
+    if (const auto scheme = target.find("://"); !target.empty() && target.front() != '/' && scheme != target.npos) {
+      const auto path = target.find('/', scheme + 3);
+      target = path == target.npos ? std::string_view("/") : target.substr(path);
+    }
     metrics_ = target.substr(0, target.find('?')) == "/metrics";
     head_ = request.method() == http::verb::head;
     // The metrics are only read: another method is told so (405) before any body is read, however
@@ -119,6 +140,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void on_request(beast::error_code ec) {
     if (ec) return refuse(ec);
+    stage_ = Stage::answering;
     if (!metrics_) return answer(http::status::not_found, "gpuqosd: the metrics are at /metrics\n");
     serve_metrics();
   }
@@ -126,6 +148,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // A request that could not be read whole: a peer gone, past its deadline or closed needs no
   // answer; a bad one is told why.
   void refuse(beast::error_code ec) {
+    if (stage_ == Stage::closed) return;
     if (ec == http::error::body_limit) {
       return answer(http::status::payload_too_large, "gpuqosd: a request's body is at most 64 KiB\n");
     }
@@ -133,36 +156,40 @@ class Connection : public std::enable_shared_from_this<Connection> {
       return answer(http::status::request_header_fields_too_large, "gpuqosd: a request's headers are at most 16 KiB\n");
     }
     const bool http_error = ec.category() == beast::error_code(http::error::bad_method).category();
-    if (http_error && ec != http::error::end_of_stream && ec != http::error::partial_message && !closed_) {
+    if (http_error && ec != http::error::end_of_stream && ec != http::error::partial_message) {
       return answer(http::status::bad_request, "gpuqosd: not an HTTP request: " + ec.message() + "\n");
     }
     close();
   }
 
-  // The newest text, fresh if the loop answers within kRefreshWaitNs; a 503 before the first, or
-  // when the newest is older than kStaleNs and the loop did not answer.
+  // The newest text, fresh if the loop publishes one within kRefreshWaitNs; a 503 before the first,
+  // or when the newest is older than kStaleNs and the loop did not answer.
   void serve_metrics() {
-    std::unique_lock lock(server_.mutex);
-    if (server_.generation > 0 && ipc::monotonic_ns() - server_.published_ns <= MetricsServer::kFreshNs) {
-      std::string text = server_.text;
-      lock.unlock();
-      return answer(http::status::ok, std::move(text), kMetricsContentType);
+    {
+      std::unique_lock lock(server_.mutex);
+      if (server_.generation > 0 && ipc::monotonic_ns() - server_.published_ns <= MetricsServer::kFreshNs) {
+        std::string text = server_.text;
+        lock.unlock();
+        return answer(http::status::ok, std::move(text), kMetricsContentType);
+      }
+      seen_ = server_.generation;
     }
-    seen_ = server_.generation;
-    lock.unlock();
     server_.refresh_wanted.store(true, std::memory_order_release);
-    refresh_until_ns_ = ipc::monotonic_ns() + MetricsServer::kRefreshWaitNs;
+    server_.refresh_waiters.push_back(weak_from_this());
+    wait_.expires_after(ns(MetricsServer::kRefreshWaitNs));
     wait_for_refresh();
   }
 
+  // Until a publication newer than the one seen (wake), or the refresh wait's end.
   void wait_for_refresh() {
-    wait_.expires_after(std::chrono::milliseconds(5));
-    wait_.async_wait([self = shared_from_this()](beast::error_code ec) {
-      if (ec || self->closed_) return;
+    wait_.async_wait([self = shared_from_this()](beast::error_code) {
+      if (self->stage_ != Stage::answering) return;  // closed meanwhile
       std::unique_lock lock(self->server_.mutex);
       const std::int64_t now = ipc::monotonic_ns();
-      if (self->server_.generation == self->seen_ && now < self->refresh_until_ns_) {
+      if (self->server_.generation == self->seen_ && self->wait_.expiry() > asio::steady_timer::clock_type::now()) {
+        // Woken by a publication that came before this wait began: wait on for a newer one.
         lock.unlock();
+        self->server_.refresh_waiters.push_back(self->weak_from_this());
         return self->wait_for_refresh();
       }
       if (self->server_.generation == 0) {
@@ -182,7 +209,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   void answer(http::status status, std::string body, std::string_view type = "text/plain") {
-    reading_ = false;
+    stage_ = Stage::answering;
     response_.result(status);
     response_.version(11);
     response_.set(http::field::server, "gpuqosd");
@@ -202,6 +229,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // short while: closing with unread bytes would reset the connection, which can discard the
   // answer before the peer has read it.
   void drain() {
+    if (stage_ == Stage::closed) return;
+    stage_ = Stage::draining;
     beast::error_code ignored;
     stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
     stream_.expires_after(std::chrono::milliseconds(500));
@@ -220,21 +249,23 @@ class Connection : public std::enable_shared_from_this<Connection> {
   beast::flat_buffer buffer_{MetricsServer::kMaxHeaderBytes};
   http::request_parser<http::string_body> parser_;
   http::response<http::string_body> response_;
-  asio::steady_timer wait_;
+  asio::steady_timer wait_;  // the refresh wait
   std::array<char, 4096> discard_{};
-  std::uint64_t seen_ = 0;
-  std::int64_t refresh_until_ns_ = 0;
+  std::uint64_t seen_ = 0;  // the publication a refresh wait waits past
+  Stage stage_ = Stage::reading;
   bool metrics_ = false;
   bool head_ = false;
-  bool reading_ = true;
-  bool closed_ = false;
 };
 
 void Server::accept() {
   acceptor.async_accept([this](beast::error_code ec, tcp::socket socket) {
     if (!acceptor.is_open()) return;  // stopped
     if (!ec) {
-      take(std::move(socket));
+      try {
+        take(std::move(socket));
+      } catch (const std::exception& e) {  // out of memory: this connection is dropped, the next taken
+        spdlog::warn("metrics: cannot serve a connection: {}", e.what());
+      }
       return accept();
     }
     // Out of descriptors, most likely: said once every 10 s, and tried again shortly (a pending
@@ -251,15 +282,31 @@ void Server::accept() {
 }
 
 void Server::take(tcp::socket socket) {
-  if (open.size() >= static_cast<std::size_t>(MetricsServer::kMaxConnections)) {
-    // The oldest still sending its request makes room: a peer holding many connections open loses
-    // its own, not the scrape that just came. None (all being answered, briefly): this one waits
-    // for nothing and is closed.
-    const auto oldest = std::find_if(open.begin(), open.end(), [](const Connection* c) { return c->reading(); });
-    if (oldest == open.end()) return;  // the socket closes as it goes
-    (*oldest)->close();
+  // Closed ones not yet let go of do not count.
+  const auto live = std::count_if(open.begin(), open.end(),
+                                  [](const Connection* c) { return c->stage() != Connection::Stage::closed; });
+  if (live >= MetricsServer::kMaxConnections) {
+    // One makes room, so that no number of peers holding connections keeps a scrape out: the
+    // oldest that has its answer sent, else the oldest still sending its request, else the oldest
+    // being answered. Each stage has its deadline anyway.
+    for (const auto stage : {Connection::Stage::draining, Connection::Stage::reading, Connection::Stage::answering}) {
+      const auto oldest =
+          std::find_if(open.begin(), open.end(), [stage](const Connection* c) { return c->stage() == stage; });
+      if (oldest != open.end()) {
+        (*oldest)->close();
+        break;
+      }
+    }
   }
   std::make_shared<Connection>(*this, std::move(socket))->start();
+}
+
+void Server::wake_refresh_waiters() {
+  std::vector<std::weak_ptr<Connection>> waiters;
+  waiters.swap(refresh_waiters);
+  for (const auto& waiter : waiters) {
+    if (const auto connection = waiter.lock()) connection->wake();
+  }
 }
 
 }  // namespace
@@ -269,7 +316,13 @@ struct MetricsServer::Shared : Server {};
 MetricsServer::MetricsServer(config::ListenAddress address)
     : address_(std::move(address)), shared_(std::make_unique<Shared>()) {}
 
-MetricsServer::~MetricsServer() { stop(); }
+MetricsServer::~MetricsServer() {
+  try {
+    stop();
+  } catch (const std::exception& e) {  // a post or a join that failed: nothing more can be done
+    spdlog::error("metrics: stopping: {}", e.what());
+  }
+}
 
 ipc::Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const config::ListenAddress& address) {
   std::unique_ptr<MetricsServer> metrics(new MetricsServer(address));
@@ -295,7 +348,7 @@ ipc::Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const config::L
     for (;;) {
       try {
         server.io.run();
-        return;  // nothing left to do: stop() closed the acceptor and every connection ended
+        return;  // stop() let go of it, and every connection has ended
       } catch (const std::exception& e) {  // out of memory in a handler, say: the endpoint serves on
         spdlog::error("metrics: {}", e.what());
       }
@@ -325,6 +378,7 @@ void MetricsServer::stop(std::int64_t wait_ns) {
   }
   asio::post(server.io, [&server] {
     for (Connection* connection : server.open) connection->close();
+    server.work.reset();  // io.run() returns once the closed connections' handlers have run
   });
   thread_.join();
 }
@@ -334,10 +388,14 @@ bool MetricsServer::refresh_wanted() {
 }
 
 void MetricsServer::publish(std::string text, std::int64_t now_ns) {
-  std::lock_guard lock(shared_->mutex);
-  shared_->text = std::move(text);
-  shared_->published_ns = now_ns;
-  ++shared_->generation;
+  {
+    std::lock_guard lock(shared_->mutex);
+    shared_->text = std::move(text);
+    shared_->published_ns = now_ns;
+    ++shared_->generation;
+  }
+  Server& server = *shared_;
+  asio::post(server.io, [&server] { server.wake_refresh_waiters(); });
 }
 
 }  // namespace gpuqos::scheduler

@@ -173,8 +173,14 @@ TEST(MetricsServer, StopLetsAScrapeInProgressFinishAndFreesThePort) {
   ::send(peer.get(), kStart, sizeof kStart - 1, MSG_NOSIGNAL);
   std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the server is reading its request
 
+  // While stop() waits for the scrape, the port is already free: a connect is refused.
+  int probed = 0;
   std::thread finisher([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    const sockaddr_in address = testing::loopback(port);
+    FileDescriptor probe(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    probed = ::connect(probe.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0 ? 0 : errno;
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
     ::send(peer.get(), "Connection: close\r\n\r\n", 21, MSG_NOSIGNAL);
   });
   const auto start = std::chrono::steady_clock::now();
@@ -184,11 +190,7 @@ TEST(MetricsServer, StopLetsAScrapeInProgressFinishAndFreesThePort) {
   EXPECT_GT(waited, 0.25) << "stop() did not wait for the scrape in progress";
   EXPECT_LT(waited, static_cast<double>(MetricsServer::kStopWaitNs) / 1e9) << "stop() waited past the scrape";
   expect_served(testing::receive_all(peer), "gpuqos_up 1");
-  // Nothing listens there any more: a connect is refused.
-  const sockaddr_in address = testing::loopback(port);
-  FileDescriptor probe(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  EXPECT_NE(::connect(probe.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address), 0);
-  EXPECT_EQ(errno, ECONNREFUSED);
+  EXPECT_EQ(probed, ECONNREFUSED) << "the port was still listened on while stop() waited";
   server.reset();
   const std::unique_ptr<MetricsServer> again = serving(port, "gpuqos_up 2\n");
   ASSERT_TRUE(again);
@@ -212,6 +214,57 @@ TEST(MetricsServer, StopWithoutWaitingReturnsAtOnce) {
   EXPECT_LT(since(start), 1.0) << "the connection in progress was left open";
 }
 
+// Connections answered at once (a 404) whose peers then neither read nor close sit out their drain:
+// more of them than the server keeps open still leave a scrape served, as do stalled ones arriving
+// while a scrape waits for the loop to publish fresh figures.
+TEST(MetricsServer, AnsweredAndStalledConnectionsDoNotCrowdOutAScrape) {
+  const std::uint16_t port = testing::free_port();
+  std::unique_ptr<MetricsServer> server = serving(port, "gpuqos_up 1\n");
+  ASSERT_TRUE(server);
+  std::vector<FileDescriptor> answered;
+  for (int i = 0; i < kFlood; ++i) {
+    answered.push_back(testing::connect_loopback(port));
+    ::send(answered.back().get(), "GET /x HTTP/1.1\r\n\r\n", 20, MSG_NOSIGNAL);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // all answered, none of them read
+  auto start = std::chrono::steady_clock::now();
+  expect_served(testing::http_get(port, "/metrics"), "gpuqos_up 1");
+  EXPECT_LT(since(start), 0.4) << "the scrape waited for the drains to end";
+
+  // The figures are stale: a scrape waits (up to kRefreshWaitNs) for the loop, which publishes
+  // 100 ms in, while a flood of stalled connections arrives.
+  server->publish("gpuqos_up 2\n", ipc::monotonic_ns() - MetricsServer::kFreshNs - 1);
+  std::string answer;
+  start = std::chrono::steady_clock::now();
+  std::thread scrape([&] { answer = testing::http_get(port, "/metrics"); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::vector<FileDescriptor> flood = stalled_connections(port);  // kFlood x 2 ms
+  EXPECT_TRUE(server->refresh_wanted());
+  server->publish("gpuqos_up 3\n", ipc::monotonic_ns());
+  scrape.join();
+  expect_served(answer, "gpuqos_up 3");
+  EXPECT_LT(since(start), 0.6);
+}
+
+// A publication answers a scrape waiting for fresh figures at once, not at the end of the wait.
+TEST(MetricsServer, APublicationAnswersAWaitingScrapeAtOnce) {
+  const std::uint16_t port = testing::free_port();
+  std::unique_ptr<MetricsServer> server = serving(port, "gpuqos_up 1\n");
+  ASSERT_TRUE(server);
+  server->publish("gpuqos_up 1\n", ipc::monotonic_ns() - MetricsServer::kFreshNs - 1);
+  std::string answer;
+  std::thread scrape([&] { answer = testing::http_get(port, "/metrics"); });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (!server->refresh_wanted() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  const auto published = std::chrono::steady_clock::now();
+  server->publish("gpuqos_up 2\n", ipc::monotonic_ns());
+  scrape.join();
+  expect_served(answer, "gpuqos_up 2");
+  EXPECT_LT(since(published), 0.1) << "the scrape waited out the refresh wait";
+}
+
 // HEAD says what GET would carry without the body; a request's headers past the limit are refused.
 TEST(MetricsServer, HeadCarriesTheLengthAndOversizedHeadersAreRefused) {
   const std::uint16_t port = testing::free_port();
@@ -229,6 +282,10 @@ TEST(MetricsServer, HeadCarriesTheLengthAndOversizedHeadersAreRefused) {
   EXPECT_EQ(big.rfind("HTTP/1.1 431", 0), 0u) << big.substr(0, 200);
   const std::string garbage = testing::http_exchange(port, "\x16\x03\x01 not http\r\n\r\n");
   EXPECT_EQ(garbage.rfind("HTTP/1.1 400", 0), 0u) << garbage;
+  // The absolute form names the same path.
+  expect_served(testing::http_exchange(port, "GET http://127.0.0.1:" + std::to_string(port) +
+                                                 "/metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"),
+                "gpuqos_up 1");
 }
 
 }  // namespace

@@ -529,8 +529,7 @@ TEST(Qos, AScrapeStillArrivingAtExitDoesNotHoldOrBreakTheExit) {
   trickle.join();
   EXPECT_EQ(code, 0) << daemon.log();
   EXPECT_GE(took, 1s) << "it did not wait for the request in progress";
-  EXPECT_LT(took, 3s) << "it waited past the request's deadline\n" << daemon.log();
-  EXPECT_EQ(testing::receive_all(peer), "") << "the unfinished request was answered";
+  EXPECT_LT(took, 2300ms) << "it waited past the request's deadline (2 s from its accept)\n" << daemon.log();
   EXPECT_FALSE(std::filesystem::exists(daemon.socket())) << "it drained and removed its socket first";
 }
 
