@@ -2,7 +2,9 @@
 // on one thread, each connection under a deadline for its whole request.
 #include "gpuqos/scheduler/metrics_server.h"
 
+#include <netdb.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <array>
@@ -16,6 +18,8 @@
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http.hpp>
 #include <chrono>
+#include <condition_variable>
+#include <cstring>
 #include <future>
 #include <limits>
 #include <list>
@@ -309,6 +313,58 @@ void Server::wake_refresh_waiters() {
   }
 }
 
+// Where host:port is. An address is taken as it is; a name is looked up on a thread of its own and
+// waited for kResolveWaitNs at most, since start() runs on the daemon's loop (at start, on a reload,
+// and every few seconds while a port is taken), which must not stall on a slow DNS server: past it
+// the lookup is left to end on its own and the start fails, to be tried again.
+constexpr std::int64_t kResolveWaitNs = 200'000'000;
+
+ipc::Result<tcp::endpoint> resolve(const config::ListenAddress& address) {
+  beast::error_code ec;
+  if (const auto ip = asio::ip::make_address(address.host, ec); !ec) return tcp::endpoint(ip, address.port);
+  struct Lookup {
+    std::mutex mutex;
+    std::condition_variable done_changed;
+    bool done = false;
+    std::optional<tcp::endpoint> endpoint;  // guarded by mutex
+    std::string error;                      // guarded by mutex
+  };
+  auto lookup = std::make_shared<Lookup>();
+  try {
+    std::thread([lookup, host = address.host, port = address.port] {
+      addrinfo hints{};
+      hints.ai_family = AF_UNSPEC;
+      hints.ai_socktype = SOCK_STREAM;
+      addrinfo* found = nullptr;
+      const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &found);
+      std::lock_guard lock(lookup->mutex);
+      if (rc != 0) {
+        lookup->error = ::gai_strerror(rc);
+      } else if (!found || found->ai_addrlen > sizeof(sockaddr_storage)) {
+        lookup->error = "no address";
+      } else {
+        tcp::endpoint endpoint;
+        std::memcpy(endpoint.data(), found->ai_addr, found->ai_addrlen);
+        endpoint.resize(found->ai_addrlen);
+        endpoint.port(port);
+        lookup->endpoint = endpoint;
+      }
+      if (found) ::freeaddrinfo(found);
+      lookup->done = true;
+      lookup->done_changed.notify_all();
+    }).detach();
+  } catch (const std::exception& e) {
+    return ipc::Error{std::string("cannot look up its host: ") + e.what()};
+  }
+  std::unique_lock lock(lookup->mutex);
+  if (!lookup->done_changed.wait_for(lock, ns(kResolveWaitNs), [&] { return lookup->done; })) {
+    return ipc::Error{"looking up " + address.host + " took over " + std::to_string(kResolveWaitNs / 1'000'000) +
+                      " ms (a slow name server?)"};
+  }
+  if (!lookup->endpoint) return ipc::Error{"cannot look up " + address.host + ": " + lookup->error};
+  return *lookup->endpoint;
+}
+
 }  // namespace
 
 struct MetricsServer::Shared : Server {};
@@ -331,11 +387,9 @@ ipc::Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const config::L
     return ipc::Error{"cannot listen on " + config::to_string(address) + ": " + ec.message()};
   };
   beast::error_code ec;
-  tcp::resolver resolver(server.io);
-  const auto endpoints = resolver.resolve(address.host, std::to_string(address.port), ec);
-  if (ec) return failed(ec);
-  if (endpoints.empty()) return failed(asio::error::host_not_found);
-  const tcp::endpoint endpoint = endpoints.begin()->endpoint();
+  auto resolved = resolve(address);
+  if (!resolved) return ipc::Error{"cannot listen on " + config::to_string(address) + ": " + resolved.error()};
+  const tcp::endpoint endpoint = resolved.value();
   // SO_REUSEADDR only, not SO_REUSEPORT (with which a second gpuqosd on the same port would bind
   // too and the kernel split the scrapes between them): a restart may bind beside its
   // predecessor's closing connections, a second listener may not.

@@ -265,6 +265,25 @@ TEST(MetricsServer, APublicationAnswersAWaitingScrapeAtOnce) {
   EXPECT_LT(since(published), 0.1) << "the scrape waited out the refresh wait";
 }
 
+// A host name is looked up (localhost), and one that cannot be fails the start with why, within
+// the lookup's bound: start() runs on the daemon's loop, which must not wait on a name server.
+TEST(MetricsServer, AHostNameIsLookedUpAndAFailedLookupFailsTheStartPromptly) {
+  const std::uint16_t port = testing::free_port();
+  auto local = MetricsServer::start(config::ListenAddress{"localhost", port});
+  ASSERT_TRUE(local) << local.error();
+  local.value()->stop(0);
+
+  const auto start = std::chrono::steady_clock::now();
+  const auto nowhere = MetricsServer::start(config::ListenAddress{"no-such-host.invalid", port});
+  EXPECT_LT(since(start), 1.0) << "the start waited on the lookup";
+  ASSERT_FALSE(nowhere);
+  EXPECT_EQ(nowhere.error().rfind("cannot listen on no-such-host.invalid:" + std::to_string(port) + ": ", 0), 0u)
+      << nowhere.error();
+  EXPECT_TRUE(nowhere.error().find("cannot look up no-such-host.invalid") != std::string::npos ||
+              nowhere.error().find("took over") != std::string::npos)
+      << nowhere.error();
+}
+
 // HEAD says what GET would carry without the body; a request's headers past the limit are refused.
 TEST(MetricsServer, HeadCarriesTheLengthAndOversizedHeadersAreRefused) {
   const std::uint16_t port = testing::free_port();
