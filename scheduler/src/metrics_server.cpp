@@ -68,6 +68,13 @@ struct Server {
   void accept();
   void take(tcp::socket socket);
   void wake_refresh_waiters();
+  // A stalled loop publishes nothing: scrapes that gave up waiting are let go of as more come.
+  void add_refresh_waiter(std::weak_ptr<Connection> waiter) {
+    if (refresh_waiters.size() >= 2 * static_cast<std::size_t>(MetricsServer::kMaxConnections)) {
+      std::erase_if(refresh_waiters, [](const std::weak_ptr<Connection>& w) { return w.expired(); });
+    }
+    refresh_waiters.push_back(std::move(waiter));
+  }
 };
 
 std::chrono::nanoseconds ns(std::int64_t n) { return std::chrono::nanoseconds(n); }
@@ -179,7 +186,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       seen_ = server_.generation;
     }
     server_.refresh_wanted.store(true, std::memory_order_release);
-    server_.refresh_waiters.push_back(weak_from_this());
+    server_.add_refresh_waiter(weak_from_this());
     wait_.expires_after(ns(MetricsServer::kRefreshWaitNs));
     wait_for_refresh();
   }
@@ -193,7 +200,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (self->server_.generation == self->seen_ && self->wait_.expiry() > asio::steady_timer::clock_type::now()) {
         // Woken by a publication that came before this wait began: wait on for a newer one.
         lock.unlock();
-        self->server_.refresh_waiters.push_back(self->weak_from_this());
+        self->server_.add_refresh_waiter(self->weak_from_this());
         return self->wait_for_refresh();
       }
       if (self->server_.generation == 0) {
