@@ -167,6 +167,9 @@ void Daemon::start_metrics(std::int64_t now_ns) {
 
 void Daemon::stop_metrics(std::int64_t wait_ns) {
   if (!metrics_) return;
+  // Scrapes in progress while it stops get the last figures: this loop, which renders them, is
+  // the one waiting.
+  if (wait_ns > 0) metrics_->publish(render_metrics(status_snapshot()), ipc::monotonic_ns());
   metrics_->stop(wait_ns);
   metrics_.reset();
   spdlog::info("metrics: stopped serving {}", config::to_string(metrics_address_));

@@ -23,6 +23,7 @@
 #include <future>
 #include <limits>
 #include <list>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -51,6 +52,9 @@ struct Server {
   std::string text;               // guarded by mutex
   std::int64_t published_ns = 0;  // guarded by mutex
   std::uint64_t generation = 0;   // guarded by mutex: publications so far
+  // stop() was called: the loop that publishes is the one stopping, so a request in progress gets
+  // the newest text, whatever its age, rather than waiting for one that cannot come.
+  std::atomic<bool> stopping{false};
 
   // The server's thread's alone (stop() and publish() reach them by posting to io). The open
   // connections, oldest first, are declared before io: it destroys the handlers that hold them.
@@ -67,6 +71,7 @@ struct Server {
 
   void accept();
   void take(tcp::socket socket);
+  void evict_one();
   void wake_refresh_waiters();
   // A stalled loop publishes nothing: scrapes that gave up waiting are let go of as more come.
   void add_refresh_waiter(std::weak_ptr<Connection> waiter) {
@@ -178,7 +183,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void serve_metrics() {
     {
       std::unique_lock lock(server_.mutex);
-      if (server_.generation > 0 && ipc::monotonic_ns() - server_.published_ns <= MetricsServer::kFreshNs) {
+      const bool fresh = ipc::monotonic_ns() - server_.published_ns <= MetricsServer::kFreshNs;
+      if (server_.generation > 0 && (fresh || server_.stopping.load(std::memory_order_acquire))) {
         std::string text = server_.text;
         lock.unlock();
         return answer(http::status::ok, std::move(text), kMetricsContentType);
@@ -197,7 +203,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (self->stage_ != Stage::answering) return;  // closed meanwhile
       std::unique_lock lock(self->server_.mutex);
       const std::int64_t now = ipc::monotonic_ns();
-      if (self->server_.generation == self->seen_ && self->wait_.expiry() > asio::steady_timer::clock_type::now()) {
+      if (self->server_.generation == self->seen_ && self->wait_.expiry() > asio::steady_timer::clock_type::now() &&
+          !self->server_.stopping.load(std::memory_order_acquire)) {
         // Woken by a publication that came before this wait began: wait on for a newer one.
         lock.unlock();
         self->server_.add_refresh_waiter(self->weak_from_this());
@@ -207,7 +214,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
         lock.unlock();
         return self->answer(http::status::service_unavailable, "gpuqosd: no metrics yet, try again\n");
       }
-      if (const std::int64_t age = now - self->server_.published_ns; age > MetricsServer::kStaleNs) {
+      const std::int64_t age = now - self->server_.published_ns;
+      if (age > MetricsServer::kStaleNs && !self->server_.stopping.load(std::memory_order_acquire)) {
         lock.unlock();
         return self->answer(http::status::service_unavailable,
                             "gpuqosd: its loop has not answered for " + std::to_string(age / 1'000'000) +
@@ -239,20 +247,26 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Half-closes and reads what the peer still sends (a body not read, say) until it closes, for a
   // short while: closing with unread bytes would reset the connection, which can discard the
   // answer before the peer has read it.
+  // The stream's expiry cuts only a read still waiting when it passes: one that always finds bytes
+  // (a peer sending as fast as it can) is ended by the deadline checked here and by a byte limit.
   void drain() {
     if (stage_ == Stage::closed) return;
     stage_ = Stage::draining;
     beast::error_code ignored;
     stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-    stream_.expires_after(std::chrono::milliseconds(500));
+    stream_.expires_after(ns(kDrainNs));
+    drain_until_ns_ = ipc::monotonic_ns() + kDrainNs;
     drain_more();
   }
   void drain_more() {
-    stream_.async_read_some(asio::buffer(discard_), [self = shared_from_this()](beast::error_code ec, std::size_t) {
-      if (ec) return self->close();
+    stream_.async_read_some(asio::buffer(discard_), [self = shared_from_this()](beast::error_code ec, std::size_t n) {
+      self->drained_ += n;
+      if (ec || self->drained_ > kMaxDrainBytes || ipc::monotonic_ns() > self->drain_until_ns_) return self->close();
       self->drain_more();
     });
   }
+  static constexpr std::int64_t kDrainNs = 500'000'000;
+  static constexpr std::uint64_t kMaxDrainBytes = 1 << 20;
 
   Server& server_;
   std::list<Connection*>::iterator place_;
@@ -263,6 +277,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   asio::steady_timer wait_;  // the refresh wait
   std::array<char, 4096> discard_{};
   std::uint64_t seen_ = 0;  // the publication a refresh wait waits past
+  std::int64_t drain_until_ns_ = 0;
+  std::uint64_t drained_ = 0;
   Stage stage_ = Stage::reading;
   bool metrics_ = false;
   bool head_ = false;
@@ -280,12 +296,16 @@ void Server::accept() {
       return accept();
     }
     // Out of descriptors, most likely: said once every 10 s, and tried again shortly (a pending
-    // connection keeps the socket readable, so accepting at once again would spin).
+    // connection keeps the socket readable, so accepting at once again would spin). One of ours
+    // makes room, as for a connection past the cap: else idle peers holding descriptors would keep
+    // every scrape out for as long as the process has none to spare.
     if (const std::int64_t now = ipc::monotonic_ns(); now - accept_warned_ns >= 10'000'000'000) {
       accept_warned_ns = now;
       spdlog::warn("metrics: cannot accept a connection: {}", ec.message());
     }
-    accept_retry.expires_after(std::chrono::milliseconds(100));
+    const bool out_of_descriptors = ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space;
+    if (out_of_descriptors) evict_one();
+    accept_retry.expires_after(std::chrono::milliseconds(out_of_descriptors ? 5 : 100));
     accept_retry.async_wait([this](beast::error_code e) {
       if (!e) accept();
     });
@@ -296,20 +316,18 @@ void Server::take(tcp::socket socket) {
   // Closed ones not yet let go of do not count.
   const auto live = std::count_if(open.begin(), open.end(),
                                   [](const Connection* c) { return c->stage() != Connection::Stage::closed; });
-  if (live >= MetricsServer::kMaxConnections) {
-    // One makes room, so that no number of peers holding connections keeps a scrape out: the
-    // oldest that has its answer sent, else the oldest still sending its request, else the oldest
-    // being answered. Each stage has its deadline anyway.
-    for (const auto stage : {Connection::Stage::draining, Connection::Stage::reading, Connection::Stage::answering}) {
-      const auto oldest =
-          std::find_if(open.begin(), open.end(), [stage](const Connection* c) { return c->stage() == stage; });
-      if (oldest != open.end()) {
-        (*oldest)->close();
-        break;
-      }
-    }
-  }
+  if (live >= MetricsServer::kMaxConnections) evict_one();
   std::make_shared<Connection>(*this, std::move(socket))->start();
+}
+
+void Server::evict_one() {
+  // One makes room, so that no number of peers holding connections keeps a scrape out: the oldest
+  // that has its answer sent, else the oldest still sending its request, else the oldest being
+  // answered. Each stage has its deadline anyway.
+  for (const auto stage : {Connection::Stage::draining, Connection::Stage::reading, Connection::Stage::answering}) {
+    const auto oldest = std::find_if(open.begin(), open.end(), [stage](const Connection* c) { return c->stage() == stage; });
+    if (oldest != open.end()) return (*oldest)->close();
+  }
 }
 
 void Server::wake_refresh_waiters() {
@@ -320,56 +338,74 @@ void Server::wake_refresh_waiters() {
   }
 }
 
-// Where host:port is. An address is taken as it is; a name is looked up on a thread of its own and
+// Where host:port is. An address is taken as it is. A name is looked up on a thread of its own and
 // waited for kResolveWaitNs at most, since start() runs on the daemon's loop (at start, on a reload,
-// and every few seconds while a port is taken), which must not stall on a slow DNS server: past it
-// the lookup is left to end on its own and the start fails, to be tried again.
-constexpr std::int64_t kResolveWaitNs = 200'000'000;
+// and every few seconds while it fails), which must not stall past the shims' 100-ms heartbeat on
+// a slow name server. A lookup that takes longer goes on, and a later start() takes its answer,
+// which is kept for the process's life (a failure is looked up afresh).
+constexpr std::int64_t kResolveWaitNs = 50'000'000;
+
+struct Lookup {
+  std::mutex mutex;
+  std::condition_variable done_changed;
+  bool done = false;                      // guarded by mutex
+  std::optional<tcp::endpoint> endpoint;  // guarded by mutex (its port: 0)
+  std::string error;                      // guarded by mutex
+};
 
 ipc::Result<tcp::endpoint> resolve(const config::ListenAddress& address) {
   beast::error_code ec;
   if (const auto ip = asio::ip::make_address(address.host, ec); !ec) return tcp::endpoint(ip, address.port);
-  struct Lookup {
-    std::mutex mutex;
-    std::condition_variable done_changed;
-    bool done = false;
-    std::optional<tcp::endpoint> endpoint;  // guarded by mutex
-    std::string error;                      // guarded by mutex
-  };
-  auto lookup = std::make_shared<Lookup>();
-  try {
-    std::thread([lookup, host = address.host, port = address.port] {
-      addrinfo hints{};
-      hints.ai_family = AF_UNSPEC;
-      hints.ai_socktype = SOCK_STREAM;
-      addrinfo* found = nullptr;
-      const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &found);
-      std::lock_guard lock(lookup->mutex);
-      if (rc != 0) {
-        lookup->error = ::gai_strerror(rc);
-      } else if (!found || found->ai_addrlen > sizeof(sockaddr_storage)) {
-        lookup->error = "no address";
-      } else {
-        tcp::endpoint endpoint;
-        std::memcpy(endpoint.data(), found->ai_addr, found->ai_addrlen);
-        endpoint.resize(found->ai_addrlen);
-        endpoint.port(port);
-        lookup->endpoint = endpoint;
+  static std::mutex lookups_mutex;
+  static auto* const lookups = new std::map<std::string, std::shared_ptr<Lookup>>;  // never destroyed: threads use it
+  std::shared_ptr<Lookup> lookup;
+  {
+    std::lock_guard guard(lookups_mutex);
+    std::shared_ptr<Lookup>& entry = (*lookups)[address.host];
+    if (entry) {
+      std::lock_guard lock(entry->mutex);
+      if (entry->done && !entry->endpoint) entry.reset();  // failed: asked again
+    }
+    if (!entry) {
+      entry = std::make_shared<Lookup>();
+      try {
+        std::thread([entry, host = address.host] {
+          addrinfo hints{};
+          hints.ai_family = AF_UNSPEC;
+          hints.ai_socktype = SOCK_STREAM;
+          addrinfo* found = nullptr;
+          const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &found);
+          std::lock_guard lock(entry->mutex);
+          if (rc != 0) {
+            entry->error = ::gai_strerror(rc);
+          } else if (!found || found->ai_addrlen > sizeof(sockaddr_storage)) {
+            entry->error = "no address";
+          } else {
+            tcp::endpoint endpoint;
+            std::memcpy(endpoint.data(), found->ai_addr, found->ai_addrlen);
+            endpoint.resize(found->ai_addrlen);
+            entry->endpoint = endpoint;
+          }
+          if (found) ::freeaddrinfo(found);
+          entry->done = true;
+          entry->done_changed.notify_all();
+        }).detach();
+      } catch (const std::exception& e) {
+        entry.reset();
+        return ipc::Error{std::string("cannot look up its host: ") + e.what()};
       }
-      if (found) ::freeaddrinfo(found);
-      lookup->done = true;
-      lookup->done_changed.notify_all();
-    }).detach();
-  } catch (const std::exception& e) {
-    return ipc::Error{std::string("cannot look up its host: ") + e.what()};
+    }
+    lookup = entry;
   }
   std::unique_lock lock(lookup->mutex);
   if (!lookup->done_changed.wait_for(lock, ns(kResolveWaitNs), [&] { return lookup->done; })) {
-    return ipc::Error{"looking up " + address.host + " took over " + std::to_string(kResolveWaitNs / 1'000'000) +
-                      " ms (a slow name server?)"};
+    return ipc::Error{"looking up " + address.host + " takes over " + std::to_string(kResolveWaitNs / 1'000'000) +
+                      " ms (a slow name server?); its answer is taken when it comes"};
   }
   if (!lookup->endpoint) return ipc::Error{"cannot look up " + address.host + ": " + lookup->error};
-  return *lookup->endpoint;
+  tcp::endpoint endpoint = *lookup->endpoint;
+  endpoint.port(address.port);
+  return endpoint;
 }
 
 }  // namespace
@@ -421,11 +457,13 @@ ipc::Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const config::L
 void MetricsServer::stop(std::int64_t wait_ns) {
   if (!thread_.joinable()) return;
   Server& server = *shared_;
+  server.stopping.store(true, std::memory_order_release);
   std::promise<void> closed;
   asio::post(server.io, [&] {
     beast::error_code ignored;
     server.acceptor.close(ignored);
     server.accept_retry.cancel();
+    server.wake_refresh_waiters();  // answered with the newest figures: no more are coming
     closed.set_value();
   });
   closed.get_future().wait();  // the port is free

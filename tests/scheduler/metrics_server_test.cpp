@@ -275,13 +275,50 @@ TEST(MetricsServer, AHostNameIsLookedUpAndAFailedLookupFailsTheStartPromptly) {
 
   const auto start = std::chrono::steady_clock::now();
   const auto nowhere = MetricsServer::start(config::ListenAddress{"no-such-host.invalid", port});
-  EXPECT_LT(since(start), 1.0) << "the start waited on the lookup";
+  EXPECT_LT(since(start), 0.09) << "the start waited on the lookup past the loop's heartbeat";
   ASSERT_FALSE(nowhere);
   EXPECT_EQ(nowhere.error().rfind("cannot listen on no-such-host.invalid:" + std::to_string(port) + ": ", 0), 0u)
       << nowhere.error();
   EXPECT_TRUE(nowhere.error().find("cannot look up no-such-host.invalid") != std::string::npos ||
-              nowhere.error().find("took over") != std::string::npos)
+              nowhere.error().find("takes over") != std::string::npos)
       << nowhere.error();
+}
+
+// A peer that takes its answer's drain as a sink (sends as fast as it can, never reads) is cut
+// within the drain's half second: the stream's expiry alone cuts only a read left waiting.
+TEST(MetricsServer, APeerFloodingTheDrainIsCutPromptly) {
+  const std::uint16_t port = testing::free_port();
+  const std::unique_ptr<MetricsServer> server = serving(port, "gpuqos_up 1\n");
+  ASSERT_TRUE(server);
+  const FileDescriptor peer = testing::connect_loopback(port);
+  ASSERT_TRUE(peer.valid());
+  ::send(peer.get(), "GET /x HTTP/1.1\r\n\r\n", 20, MSG_NOSIGNAL);
+  const std::string block(64 * 1024, 'x');
+  const auto start = std::chrono::steady_clock::now();
+  while (since(start) < 5.0 && ::send(peer.get(), block.data(), block.size(), MSG_NOSIGNAL) > 0) {
+  }
+  EXPECT_LT(since(start), 1.0) << "the server kept draining a peer that never stopped sending";
+}
+
+// stop() runs on the loop that publishes, so a scrape in progress while it waits cannot have fresh
+// figures: it gets the newest there are, not a 503 calling the loop stalled.
+TEST(MetricsServer, AScrapeInProgressAtStopGetsTheNewestFigures) {
+  const std::uint16_t port = testing::free_port();
+  std::unique_ptr<MetricsServer> server = serving(port, "gpuqos_up 1\n");
+  ASSERT_TRUE(server);
+  server->publish("gpuqos_up 7\n", ipc::monotonic_ns() - MetricsServer::kStaleNs - 1'000'000'000);
+  const FileDescriptor peer = testing::connect_loopback(port);
+  ASSERT_TRUE(peer.valid());
+  static constexpr char kStart[] = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+  ::send(peer.get(), kStart, sizeof kStart - 1, MSG_NOSIGNAL);
+  std::thread finisher([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // stop() has begun
+    ::send(peer.get(), "Connection: close\r\n\r\n", 21, MSG_NOSIGNAL);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  server->stop();
+  finisher.join();
+  expect_served(testing::receive_all(peer), "gpuqos_up 7");
 }
 
 // HEAD says what GET would carry without the body; a request's headers past the limit are refused.
