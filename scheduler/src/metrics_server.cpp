@@ -65,11 +65,17 @@ struct Server {
   // Keeps io.run() going until stop() lets go of it, whatever else it has to do (a thread that ran
   // out of work would leave stop() posting to nobody).
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work{io.get_executor()};
-  tcp::acceptor acceptor{io};
-  asio::steady_timer accept_retry{io};
+  // One per address the listen address names (a name may have several: localhost's ::1 and
+  // 127.0.0.1), each with the timer of its retries.
+  struct Listener {
+    explicit Listener(asio::io_context& io) : acceptor(io), retry(io) {}
+    tcp::acceptor acceptor;
+    asio::steady_timer retry;
+  };
+  std::vector<std::unique_ptr<Listener>> listeners;
   std::int64_t accept_warned_ns = 0;
 
-  void accept();
+  void accept(Listener& listener);
   void take(tcp::socket socket);
   void evict_one();
   void wake_refresh_waiters();
@@ -284,16 +290,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool head_ = false;
 };
 
-void Server::accept() {
-  acceptor.async_accept([this](beast::error_code ec, tcp::socket socket) {
-    if (!acceptor.is_open()) return;  // stopped
+void Server::accept(Listener& listener) {
+  listener.acceptor.async_accept([this, &listener](beast::error_code ec, tcp::socket socket) {
+    if (!listener.acceptor.is_open()) return;  // stopped
     if (!ec) {
       try {
         take(std::move(socket));
       } catch (const std::exception& e) {  // out of memory: this connection is dropped, the next taken
         spdlog::warn("metrics: cannot serve a connection: {}", e.what());
       }
-      return accept();
+      return accept(listener);
     }
     // Out of descriptors, most likely: said once every 10 s, and tried again shortly (a pending
     // connection keeps the socket readable, so accepting at once again would spin). One of ours
@@ -305,9 +311,9 @@ void Server::accept() {
     }
     const bool out_of_descriptors = ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space;
     if (out_of_descriptors) evict_one();
-    accept_retry.expires_after(std::chrono::milliseconds(out_of_descriptors ? 5 : 100));
-    accept_retry.async_wait([this](beast::error_code e) {
-      if (!e) accept();
+    listener.retry.expires_after(std::chrono::milliseconds(out_of_descriptors ? 5 : 100));
+    listener.retry.async_wait([this, &listener](beast::error_code e) {
+      if (!e) accept(listener);
     });
   });
 }
@@ -349,13 +355,15 @@ struct Lookup {
   std::mutex mutex;
   std::condition_variable done_changed;
   bool done = false;                      // guarded by mutex
-  std::optional<tcp::endpoint> endpoint;  // guarded by mutex (its port: 0)
+  std::vector<tcp::endpoint> endpoints;   // guarded by mutex (their port: 0)
   std::string error;                      // guarded by mutex
 };
 
-ipc::Result<tcp::endpoint> resolve(const config::ListenAddress& address) {
+ipc::Result<std::vector<tcp::endpoint>> resolve(const config::ListenAddress& address) {
   beast::error_code ec;
-  if (const auto ip = asio::ip::make_address(address.host, ec); !ec) return tcp::endpoint(ip, address.port);
+  if (const auto ip = asio::ip::make_address(address.host, ec); !ec) {
+    return std::vector<tcp::endpoint>{tcp::endpoint(ip, address.port)};
+  }
   static std::mutex lookups_mutex;
   static auto* const lookups = new std::map<std::string, std::shared_ptr<Lookup>>;  // never destroyed: threads use it
   std::shared_ptr<Lookup> lookup;
@@ -364,7 +372,7 @@ ipc::Result<tcp::endpoint> resolve(const config::ListenAddress& address) {
     std::shared_ptr<Lookup>& entry = (*lookups)[address.host];
     if (entry) {
       std::lock_guard lock(entry->mutex);
-      if (entry->done && !entry->endpoint) entry.reset();  // failed: asked again
+      if (entry->done && entry->endpoints.empty()) entry.reset();  // failed: asked again
     }
     if (!entry) {
       entry = std::make_shared<Lookup>();
@@ -376,16 +384,17 @@ ipc::Result<tcp::endpoint> resolve(const config::ListenAddress& address) {
           addrinfo* found = nullptr;
           const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &found);
           std::lock_guard lock(entry->mutex);
-          if (rc != 0) {
-            entry->error = ::gai_strerror(rc);
-          } else if (!found || found->ai_addrlen > sizeof(sockaddr_storage)) {
-            entry->error = "no address";
-          } else {
+          if (rc != 0) entry->error = ::gai_strerror(rc);
+          for (const addrinfo* a = rc == 0 ? found : nullptr; a; a = a->ai_next) {
+            if (a->ai_addrlen > sizeof(sockaddr_storage)) continue;
             tcp::endpoint endpoint;
-            std::memcpy(endpoint.data(), found->ai_addr, found->ai_addrlen);
-            endpoint.resize(found->ai_addrlen);
-            entry->endpoint = endpoint;
+            std::memcpy(endpoint.data(), a->ai_addr, a->ai_addrlen);
+            endpoint.resize(a->ai_addrlen);
+            if (std::find(entry->endpoints.begin(), entry->endpoints.end(), endpoint) == entry->endpoints.end()) {
+              entry->endpoints.push_back(endpoint);
+            }
           }
+          if (rc == 0 && entry->endpoints.empty()) entry->error = "no address";
           if (found) ::freeaddrinfo(found);
           entry->done = true;
           entry->done_changed.notify_all();
@@ -402,10 +411,10 @@ ipc::Result<tcp::endpoint> resolve(const config::ListenAddress& address) {
     return ipc::Error{"looking up " + address.host + " takes over " + std::to_string(kResolveWaitNs / 1'000'000) +
                       " ms (a slow name server?); its answer is taken when it comes"};
   }
-  if (!lookup->endpoint) return ipc::Error{"cannot look up " + address.host + ": " + lookup->error};
-  tcp::endpoint endpoint = *lookup->endpoint;
-  endpoint.port(address.port);
-  return endpoint;
+  if (lookup->endpoints.empty()) return ipc::Error{"cannot look up " + address.host + ": " + lookup->error};
+  std::vector<tcp::endpoint> endpoints = lookup->endpoints;
+  for (tcp::endpoint& endpoint : endpoints) endpoint.port(address.port);
+  return endpoints;
 }
 
 }  // namespace
@@ -426,21 +435,29 @@ MetricsServer::~MetricsServer() {
 ipc::Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const config::ListenAddress& address) {
   std::unique_ptr<MetricsServer> metrics(new MetricsServer(address));
   Server& server = *metrics->shared_;
-  const auto failed = [&](const beast::error_code& ec) {
-    return ipc::Error{"cannot listen on " + config::to_string(address) + ": " + ec.message()};
-  };
-  beast::error_code ec;
   auto resolved = resolve(address);
   if (!resolved) return ipc::Error{"cannot listen on " + config::to_string(address) + ": " + resolved.error()};
-  const tcp::endpoint endpoint = resolved.value();
+  const std::vector<tcp::endpoint>& endpoints = resolved.value();
+  const auto failed = [&](const tcp::endpoint& endpoint, const beast::error_code& ec) {
+    // A name's addresses are each said: which of them could not be listened on.
+    const std::string which = endpoints.size() > 1 || endpoint.address().to_string() != address.host
+                                  ? " (" + endpoint.address().to_string() + ")"
+                                  : "";
+    return ipc::Error{"cannot listen on " + config::to_string(address) + which + ": " + ec.message()};
+  };
+  beast::error_code ec;
   // SO_REUSEADDR only, not SO_REUSEPORT (with which a second gpuqosd on the same port would bind
   // too and the kernel split the scrapes between them): a restart may bind beside its
   // predecessor's closing connections, a second listener may not.
-  if (server.acceptor.open(endpoint.protocol(), ec); ec) return failed(ec);
-  if (server.acceptor.set_option(asio::socket_base::reuse_address(true), ec); ec) return failed(ec);
-  if (server.acceptor.bind(endpoint, ec); ec) return failed(ec);
-  if (server.acceptor.listen(asio::socket_base::max_listen_connections, ec); ec) return failed(ec);
-  server.accept();
+  for (const tcp::endpoint& endpoint : endpoints) {
+    auto& listener = *server.listeners.emplace_back(std::make_unique<Server::Listener>(server.io));
+    tcp::acceptor& acceptor = listener.acceptor;
+    if (acceptor.open(endpoint.protocol(), ec); ec) return failed(endpoint, ec);
+    if (acceptor.set_option(asio::socket_base::reuse_address(true), ec); ec) return failed(endpoint, ec);
+    if (acceptor.bind(endpoint, ec); ec) return failed(endpoint, ec);
+    if (acceptor.listen(asio::socket_base::max_listen_connections, ec); ec) return failed(endpoint, ec);
+  }
+  for (const auto& listener : server.listeners) server.accept(*listener);
   metrics->thread_ = std::thread([&server] {
     for (;;) {
       try {
@@ -461,8 +478,10 @@ void MetricsServer::stop(std::int64_t wait_ns) {
   std::promise<void> closed;
   asio::post(server.io, [&] {
     beast::error_code ignored;
-    server.acceptor.close(ignored);
-    server.accept_retry.cancel();
+    for (const auto& listener : server.listeners) {
+      listener->acceptor.close(ignored);
+      listener->retry.cancel();
+    }
     server.wake_refresh_waiters();  // answered with the newest figures: no more are coming
     closed.set_value();
   });

@@ -3,12 +3,17 @@
 #include "gpuqos/scheduler/metrics_server.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -16,6 +21,7 @@
 
 #include "gpuqos/ipc/clock.h"
 #include "gpuqos/testing/http_client.h"
+#include "gpuqos/testing/ready_child.h"
 
 namespace gpuqos::scheduler {
 namespace {
@@ -319,6 +325,53 @@ TEST(MetricsServer, AScrapeInProgressAtStopGetsTheNewestFigures) {
   server->stop();
   finisher.join();
   expect_served(testing::receive_all(peer), "gpuqos_up 7");
+}
+
+// A name with several addresses is listened on at each (as nginx does): a scrape of 127.0.0.1 and
+// one of ::1 both reach a server started on a name that /etc/hosts gives both. The name is the
+// child's own: it runs the server with a private /etc/hosts bind-mounted over the system's.
+TEST(MetricsServer, ANameIsListenedOnAtEachOfItsAddresses) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to give a child its own /etc/hosts";
+  {
+    FileDescriptor probe(::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_in6 any{};
+    any.sin6_family = AF_INET6;
+    any.sin6_addr = in6addr_loopback;
+    if (!probe.valid() || ::bind(probe.get(), reinterpret_cast<const sockaddr*>(&any), sizeof any) != 0) {
+      GTEST_SKIP() << "no IPv6 loopback here";
+    }
+  }
+  const std::string hosts = "/tmp/gpuqos-test-hosts-" + std::to_string(::getpid());
+  {
+    std::ofstream out(hosts);
+    out << "127.0.0.1 gpuqos-both\n::1 gpuqos-both\n";
+  }
+  const std::uint16_t port = testing::free_port();
+  testing::ReadyChild child([&] {
+    if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        ::mount(hosts.c_str(), "/etc/hosts", nullptr, MS_BIND, nullptr) != 0) {
+      return false;
+    }
+    auto started = MetricsServer::start(config::ListenAddress{"gpuqos-both", port});
+    if (!started) return false;
+    started.value()->publish("gpuqos_up 1\n", ipc::monotonic_ns() + 3'600'000'000'000);  // fresh for an hour
+    (void)started.value().release();  // serves until the child is killed
+    return true;
+  });
+  std::filesystem::remove(hosts);
+  ASSERT_TRUE(child.ready()) << "the child could not start a server on gpuqos-both";
+
+  expect_served(testing::http_get(port, "/metrics"), "gpuqos_up 1");
+  FileDescriptor v6(::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in6 address{};
+  address.sin6_family = AF_INET6;
+  address.sin6_port = htons(port);
+  address.sin6_addr = in6addr_loopback;
+  ASSERT_EQ(::connect(v6.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address), 0)
+      << "nothing listens on [::1]:" << port << ": " << std::strerror(errno);
+  static constexpr char kRequest[] = "GET /metrics HTTP/1.1\r\nHost: [::1]\r\nConnection: close\r\n\r\n";
+  ::send(v6.get(), kRequest, sizeof kRequest - 1, MSG_NOSIGNAL);
+  expect_served(testing::receive_all(v6), "gpuqos_up 1");
 }
 
 // HEAD says what GET would carry without the body; a request's headers past the limit are refused.
