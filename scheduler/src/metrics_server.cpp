@@ -187,16 +187,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // The newest text, fresh if the loop publishes one within kRefreshWaitNs; a 503 before the first,
   // or when the newest is older than kStaleNs and the loop did not answer.
   void serve_metrics() {
+    bool usable = false;
     {
-      std::unique_lock lock(server_.mutex);
+      std::lock_guard lock(server_.mutex);
       const bool fresh = ipc::monotonic_ns() - server_.published_ns <= MetricsServer::kFreshNs;
-      if (server_.generation > 0 && (fresh || server_.stopping.load(std::memory_order_acquire))) {
-        std::string text = server_.text;
-        lock.unlock();
-        return answer(http::status::ok, std::move(text), kMetricsContentType);
-      }
       seen_ = server_.generation;
+      usable = seen_ > 0 && (fresh || server_.stopping.load(std::memory_order_acquire));
     }
+    if (usable) return answer_newest();
     server_.refresh_wanted.store(true, std::memory_order_release);
     server_.add_refresh_waiter(weak_from_this());
     wait_.expires_after(ns(MetricsServer::kRefreshWaitNs));
@@ -207,30 +205,37 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void wait_for_refresh() {
     wait_.async_wait([self = shared_from_this()](beast::error_code) {
       if (self->stage_ != Stage::answering) return;  // closed meanwhile
-      std::unique_lock lock(self->server_.mutex);
-      const std::int64_t now = ipc::monotonic_ns();
-      if (self->server_.generation == self->seen_ && self->wait_.expiry() > asio::steady_timer::clock_type::now() &&
-          !self->server_.stopping.load(std::memory_order_acquire)) {
-        // Woken by a publication that came before this wait began: wait on for a newer one.
-        lock.unlock();
-        self->server_.add_refresh_waiter(self->weak_from_this());
-        return self->wait_for_refresh();
+      bool early = false;
+      {
+        std::lock_guard lock(self->server_.mutex);
+        early = self->server_.generation == self->seen_ &&
+                self->wait_.expiry() > asio::steady_timer::clock_type::now() &&
+                !self->server_.stopping.load(std::memory_order_acquire);
       }
-      if (self->server_.generation == 0) {
-        lock.unlock();
-        return self->answer(http::status::service_unavailable, "gpuqosd: no metrics yet, try again\n");
-      }
-      const std::int64_t age = now - self->server_.published_ns;
-      if (age > MetricsServer::kStaleNs && !self->server_.stopping.load(std::memory_order_acquire)) {
-        lock.unlock();
-        return self->answer(http::status::service_unavailable,
-                            "gpuqosd: its loop has not answered for " + std::to_string(age / 1'000'000) +
-                                " ms (stalled)\n");
-      }
-      std::string text = self->server_.text;
-      lock.unlock();
-      self->answer(http::status::ok, std::move(text), kMetricsContentType);
+      if (!early) return self->answer_newest();
+      // Woken by a publication that came before this wait began: wait on for a newer one.
+      self->server_.add_refresh_waiter(self->weak_from_this());
+      self->wait_for_refresh();
     });
+  }
+
+  // The newest text, whatever its age while stopping (the loop that would publish a newer one is the
+  // one stopping); else a 503 when there is none or it is stale.
+  void answer_newest() {
+    std::unique_lock lock(server_.mutex);
+    if (server_.generation == 0) {
+      lock.unlock();
+      return answer(http::status::service_unavailable, "gpuqosd: no metrics yet, try again\n");
+    }
+    const std::int64_t age = ipc::monotonic_ns() - server_.published_ns;
+    if (age > MetricsServer::kStaleNs && !server_.stopping.load(std::memory_order_acquire)) {
+      lock.unlock();
+      return answer(http::status::service_unavailable,
+                    "gpuqosd: its loop has not answered for " + std::to_string(age / 1'000'000) + " ms (stalled)\n");
+    }
+    std::string text = server_.text;
+    lock.unlock();
+    answer(http::status::ok, std::move(text), kMetricsContentType);
   }
 
   void answer(http::status status, std::string body, std::string_view type = "text/plain") {
