@@ -545,6 +545,62 @@ void BaymaxPolicy::charge_share(ClientState& state, std::uint32_t device, std::i
   job.vtime += static_cast<double>(p) / state.weight();
 }
 
+bool BaymaxPolicy::is_transfer(const ipc::OpDescriptor& op) {
+  const auto engine = engine_of(op);
+  return engine && *engine != Engine::compute;
+}
+
+bool BaymaxPolicy::has_transfer_work(ClientId client, const ClientState& state, std::uint32_t device) const {
+  const auto queued = state.transfers_queued.find(device);
+  if (queued != state.transfers_queued.end() && queued->second > 0) return true;
+  for (auto it = in_flight_.lower_bound({client, 0}); it != in_flight_.end() && it->first.first == client; ++it) {
+    if (it->second.device == device && it->second.engine != Engine::compute) return true;
+  }
+  return false;
+}
+
+void BaymaxPolicy::charge_transfer_share(ClientState& state, std::uint32_t device, std::int64_t p) {
+  const double cost = static_cast<double>(p) / state.weight();
+  state.transfer_share[device].charge(cost);
+  job_shares_[{state.info.job, device}].transfers.charge(cost);
+}
+
+void BaymaxPolicy::restart_transfers_if_idle(ClientId client, ClientState& state, std::uint32_t device) {
+  if (has_transfer_work(client, state, device)) return;
+  bool job_busy = false;
+  std::optional<double> least_job, least;  // among the other jobs, and among its own job's processes
+  for (const auto& [id, other] : clients_) {
+    if (id == client || other.info.priority != ipc::Priority::low || !has_transfer_work(id, other, device)) continue;
+    if (other.info.job == state.info.job) {
+      job_busy = true;
+      const auto own = other.transfer_share.find(device);
+      const double at = own == other.transfer_share.end() ? 0 : own->second.restart_point();
+      least = std::min(least.value_or(at), at);
+    } else {
+      const auto share = job_shares_.find({other.info.job, device});
+      const double at = share == job_shares_.end() ? 0 : share->second.transfers.restart_point();
+      least_job = std::min(least_job.value_or(at), at);
+    }
+  }
+  if (!job_busy && least_job) {
+    double& vtime = job_shares_[{state.info.job, device}].transfers.vtime;
+    vtime = std::max(vtime, *least_job);
+  }
+  if (least) {
+    double& vtime = state.transfer_share[device].vtime;
+    vtime = std::max(vtime, *least);
+  }
+}
+
+std::pair<double, double> BaymaxPolicy::fair_order(const ClientState& state) const {
+  const ipc::OpDescriptor& head = state.queue.front().op;
+  if (!is_transfer(head)) return {job_vtime(state, head.device), state.vtime_on(head.device)};
+  const auto job = job_shares_.find({state.info.job, head.device});
+  const auto own = state.transfer_share.find(head.device);
+  return {job == job_shares_.end() ? 0 : job->second.transfers.vtime,
+          own == state.transfer_share.end() ? 0 : own->second.vtime};
+}
+
 bool BaymaxPolicy::others_have_work(ClientId client, std::uint32_t device) const {
   return std::any_of(clients_.begin(), clients_.end(), [&](const auto& entry) {
     const ClientState& other = entry.second;
@@ -790,8 +846,8 @@ Decisions BaymaxPolicy::grant_ready(std::int64_t now_ns) {
     std::vector<std::tuple<double, double, ClientId>> order;  // the job's, then the process's
     for (const auto& [id, state] : clients_) {
       if (state.queue.empty()) continue;
-      const std::uint32_t device = state.queue.front().op.device;
-      order.emplace_back(job_vtime(state, device), state.vtime_on(device), id);
+      const auto [job, own] = fair_order(state);
+      order.emplace_back(job, own, id);
     }
     std::sort(order.begin(), order.end());
     std::set<EngineKey> closed;
@@ -849,6 +905,10 @@ Decisions BaymaxPolicy::grant_ready(std::int64_t now_ns) {
       const bool priced_long = spend_long_budget(next, now_ns);
       account(chosen, next.op, next.predicted_ns, false, now_ns, priced_long);
       if (engine_of(next.op) == Engine::compute) charge_share(state, next.op.device, next.point_ns());
+      if (is_transfer(next.op)) {
+        --state.transfers_queued[next.op.device];
+        charge_transfer_share(state, next.op.device, next.point_ns());
+      }
     }
     state.granted = std::max(state.granted, next.op.seq);
     decisions.push_back(Grant{chosen, next.op.seq});
@@ -880,13 +940,16 @@ Decisions BaymaxPolicy::op_posted(const OpPosted& event) {
     return grant_ready(event.now_ns);
   }
   if (engine_of(op) == Engine::compute) restart_if_idle(event.client, state, op.device);  // low priority here
+  if (is_transfer(op)) restart_transfers_if_idle(event.client, state, op.device);
   if (op.seq <= state.granted && state.queue.empty()) {
     // Credit, spent without asking: charged all the same, to the budget and to the job's share.
     const bool priced_long = spend_long_budget(Queued{op, p, expected(event)}, event.now_ns);
     account(event.client, op, p, false, event.now_ns, priced_long);
     if (engine_of(op) == Engine::compute) charge_share(state, op.device, expected(event));
+    if (is_transfer(op)) charge_transfer_share(state, op.device, expected(event));
     return grant_ready(event.now_ns);
   }
+  if (is_transfer(op)) ++state.transfers_queued[op.device];
   state.queue.push_back(Queued{op, p, expected(event)});
   return grant_ready(event.now_ns);
 }

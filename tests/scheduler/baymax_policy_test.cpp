@@ -1586,6 +1586,64 @@ ClientInfo be_job(ClientId id, const char* job, double weight = 1.0) {
   return ClientInfo{id, job, Priority::low, 0, std::nullopt, 99.0, weight};
 }
 
+// Two best-effort jobs (a, b) that each keep four uploads queued, on a device that runs one
+// transfer at a time (max_be_transfers = 1): how many each is granted in 300 transfers, counted from
+// b's first upload, which it posts once a has run `b_after` transfers alone.
+std::map<ClientId, int> transfers_granted(double weight_a, double weight_b, std::int64_t length_a,
+                                          std::int64_t length_b, int b_after = 0) {
+  BaymaxPolicy policy(options());
+  (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
+  (void)policy.client_registered(be_job(kTrainA, "a", weight_a), 0);
+  (void)policy.client_registered(be_job(kTrainB, "b", weight_b), 0);
+  const std::map<ClientId, std::int64_t> length{{kTrainA, length_a}, {kTrainB, length_b}};
+  std::map<ClientId, std::uint64_t> posted, granted;
+  std::map<ClientId, int> counted;
+  std::deque<std::pair<ClientId, std::uint64_t>> running;
+  bool b_started = false;
+  const auto count = [&](const Decisions& decisions) {
+    for (const Grant& g : decisions) {
+      running.emplace_back(g.client, g.through_seq);
+      ++granted[g.client];
+      if (b_started) ++counted[g.client];
+    }
+  };
+  std::int64_t now = 0;
+  const auto top_up = [&](ClientId c) {
+    while (posted[c] < granted[c] + 4)
+      count(post(policy, c, Priority::low, copy(++posted[c], ipc::CopyDirection::h2d), now, length.at(c)));
+  };
+  for (int step = 0; step < b_after + 300; ++step) {
+    if (step == b_after) b_started = true;
+    top_up(kTrainA);
+    if (b_started) top_up(kTrainB);
+    EXPECT_EQ(running.size(), 1u) << "one transfer at a time";
+    if (running.empty()) break;
+    const auto [client, seq] = running.front();
+    running.pop_front();
+    now += length.at(client);
+    count(policy.op_completed({client, done(seq, now), now}));
+  }
+  return counted;
+}
+
+// The transfer limit's slots go by weight, by predicted transfer time: before, ties of compute
+// time went to the lowest client id, and a job that kept uploads queued took every slot (a: 301,
+// b: 0 in each case below).
+TEST(BaymaxPolicy, BestEffortJobsShareTransfersByWeight) {
+  auto even = transfers_granted(1, 1, kMs, kMs);
+  EXPECT_NEAR(even[kTrainA], even[kTrainB], 2) << even[kTrainA] << " vs " << even[kTrainB];
+  auto weighted = transfers_granted(2, 1, kMs, kMs);
+  EXPECT_NEAR(static_cast<double>(weighted[kTrainA]) / weighted[kTrainB], 2.0, 0.1)
+      << weighted[kTrainA] << " vs " << weighted[kTrainB];
+  // Shared by time: a's transfers take three times b's.
+  auto longer = transfers_granted(1, 1, 3 * kMs, kMs);
+  EXPECT_NEAR(3.0 * longer[kTrainA] / longer[kTrainB], 1.0, 0.05) << longer[kTrainA] << " vs " << longer[kTrainB];
+  // Idle time earns nothing: b, starting after a ran 200 transfers alone, does not take the next
+  // 200 slots to catch up.
+  auto late = transfers_granted(1, 1, kMs, kMs, 200);
+  EXPECT_NEAR(late[kTrainA], late[kTrainB], 2) << late[kTrainA] << " vs " << late[kTrainB];
+}
+
 // Best-effort processes (two by default), each with one op waiting for its grant at all times (a
 // program whose launch is held posts its next one when it returns), 4-ms kernels, on a device that
 // either time-slices their work (each process with work runs at 1 / processes of the device) or

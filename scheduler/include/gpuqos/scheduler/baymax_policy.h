@@ -236,6 +236,17 @@ class BaymaxPolicy final : public Policy {
     std::int64_t expected_ns = 0;   // the point prediction (0: none, the upper estimate stands in)
     std::int64_t point_ns() const { return expected_ns > 0 ? expected_ns : predicted_ns; }
   };
+  // Start-time fair queueing's clock for one kind of work: a grant of cost (predicted ns / weight)
+  // advances it, and last_start is its value at the start of the latest grant.
+  struct FairClock {
+    double vtime = 0;
+    std::optional<double> last_start;
+    void charge(double cost) {
+      last_start = vtime;
+      vtime += cost;
+    }
+    double restart_point() const { return last_start.value_or(vtime); }
+  };
   struct ClientState {
     ClientInfo info;
     std::deque<Queued> queue;
@@ -264,6 +275,10 @@ class BaymaxPolicy final : public Policy {
     std::int64_t be_compute_ns_on(std::uint32_t device) const;       // on one
     std::int64_t head_held_since_ns = -1;  // when its queue's head was first held (-1: not held)
     std::map<std::uint32_t, std::int64_t> compute_posted_ns;  // best effort: its latest compute op, by device
+    // Best effort: fair queueing of its transfers among its job's processes, and how many it has
+    // queued, by device.
+    std::map<std::uint32_t, FairClock> transfer_share;
+    std::map<std::uint32_t, std::uint32_t> transfers_queued;
     // The devices it has posted GPU work on. A process registers with device 0 whatever it uses
     // (the shim has no context yet), so a job is on the devices its work says, and on its
     // registration's device only until its first op (on none with ClientInfo::kNoDevice, as
@@ -353,6 +368,17 @@ class BaymaxPolicy final : public Policy {
   // other best-effort clients busy there (idle time earns nothing), or where it was if that is later.
   void charge_share(ClientState& state, std::uint32_t device, std::int64_t p);
   void restart_if_idle(ClientId client, ClientState& state, std::uint32_t device);
+  // The same for best-effort transfers (both directions together, as the transfer limit rations
+  // them), kept apart from compute: transfer heads are ordered by it, so the limit's slots go by
+  // weight rather than to whichever job keeps a transfer queued (before, ties of compute time went
+  // to the lowest client id, which then took every slot). Idle: no transfer queued or in flight there.
+  static bool is_transfer(const ipc::OpDescriptor& op);
+  bool has_transfer_work(ClientId client, const ClientState& state, std::uint32_t device) const;
+  void charge_transfer_share(ClientState& state, std::uint32_t device, std::int64_t p);
+  void restart_transfers_if_idle(ClientId client, ClientState& state, std::uint32_t device);
+  // Where a client's queue head goes in the grant order: its job's virtual time, then its own, for
+  // the head's kind of work on its device.
+  std::pair<double, double> fair_order(const ClientState& state) const;
   // The virtual time of a client's job on device (0 before its first grant there), and the turns
   // a time-slicing device gives the job there against its weight: weight / its processes with
   // compute work there (granted, or at the head of their queues).
@@ -403,6 +429,7 @@ class BaymaxPolicy final : public Policy {
   struct JobShare {
     double vtime = 0;
     std::optional<double> last_start;
+    FairClock transfers;
   };
   std::map<std::pair<std::string, std::uint32_t>, JobShare> job_shares_;
   struct Retired {
