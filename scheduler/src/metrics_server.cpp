@@ -2,13 +2,16 @@
 // on one thread, each connection under a deadline for its whole request.
 #include "gpuqos/scheduler/metrics_server.h"
 
+#include <fcntl.h>
 #include <netdb.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cerrno>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
@@ -300,6 +303,8 @@ void Server::accept(Listener& listener) {
     if (!listener.acceptor.is_open()) return;  // stopped
     if (!ec) {
       try {
+        // Asio accepts without SOCK_CLOEXEC: a connection must not outlive us in a program we exec.
+        ::fcntl(socket.native_handle(), F_SETFD, FD_CLOEXEC);
         take(std::move(socket));
       } catch (const std::exception& e) {  // out of memory: this connection is dropped, the next taken
         spdlog::warn("metrics: cannot serve a connection: {}", e.what());
@@ -457,7 +462,13 @@ ipc::Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const config::L
   for (const tcp::endpoint& endpoint : endpoints) {
     auto& listener = *server.listeners.emplace_back(std::make_unique<Server::Listener>(server.io));
     tcp::acceptor& acceptor = listener.acceptor;
-    if (acceptor.open(endpoint.protocol(), ec); ec) return failed(endpoint, ec);
+    // Opened by hand for SOCK_CLOEXEC, which asio's open() does not set.
+    const int fd = ::socket(endpoint.protocol().family(), SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return failed(endpoint, beast::error_code(errno, beast::system_category()));
+    if (acceptor.assign(endpoint.protocol(), fd, ec); ec) {
+      ::close(fd);
+      return failed(endpoint, ec);
+    }
     if (acceptor.set_option(asio::socket_base::reuse_address(true), ec); ec) return failed(endpoint, ec);
     if (acceptor.bind(endpoint, ec); ec) return failed(endpoint, ec);
     if (acceptor.listen(asio::socket_base::max_listen_connections, ec); ec) return failed(endpoint, ec);

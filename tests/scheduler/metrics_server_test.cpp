@@ -2,6 +2,8 @@
 // requests, more of them than it keeps open; and stop(), which never waits past the deadlines.
 #include "gpuqos/scheduler/metrics_server.h"
 
+#include <arpa/inet.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <sys/mount.h>
@@ -103,6 +105,36 @@ class Trickler {
 // Seconds since `start`.
 double since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// The descriptors of this process's TCP sockets bound to port: the server's listener and the
+// connections it accepted.
+std::vector<int> sockets_on(std::uint16_t port) {
+  std::vector<int> found;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    const int fd = std::stoi(entry.path().filename().string());
+    sockaddr_in address{};
+    socklen_t length = sizeof address;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0 && address.sin_family == AF_INET &&
+        ntohs(address.sin_port) == port)
+      found.push_back(fd);
+  }
+  return found;
+}
+
+// gpuqosd never execs, but a server embedded elsewhere must not hand its sockets to a child program.
+TEST(MetricsServer, ItsSocketsAreClosedOnExec) {
+  const std::uint16_t port = testing::free_port();
+  const std::unique_ptr<MetricsServer> server = serving(port, "gpuqos_up 1\n");
+  ASSERT_TRUE(server);
+  const FileDescriptor peer = testing::connect_loopback(port);
+  std::vector<int> ours;
+  for (int i = 0; i < 100 && ours.size() < 2; ++i) {  // the listener, and the connection once taken
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    ours = sockets_on(port);
+  }
+  ASSERT_EQ(ours.size(), 2u);
+  for (const int fd : ours) EXPECT_TRUE(::fcntl(fd, F_GETFD) & FD_CLOEXEC) << "descriptor " << fd;
 }
 
 // More stalled connections than the server keeps open: it holds at most kMaxConnections, and a
