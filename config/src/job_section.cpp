@@ -1,4 +1,5 @@
-// [[job]]: each job's name, allowed priority, latency target and weight; names must be unique.
+// [[job]]: each job's name, allowed priority, latency target, weight and safety margin; names must
+// be unique.
 #include <map>
 
 #include "names.h"
@@ -55,6 +56,11 @@ bool read_job(Section& section, JobConfig& job) {
   if (target_ms > 0) job.target_ms = target_ms;
   read_percentile(section, job.percentile);
   read_number(section, "weight", Bound::at_least, kMinWeight, job.weight);
+  if (section.find("safety_margin_ms") != nullptr) {
+    double margin_ms = -1;  // left so when the value is refused (the error is reported)
+    read_ms(section, "safety_margin_ms", Bound::at_least, 0, margin_ms);
+    if (margin_ms >= 0) job.safety_margin_ms = margin_ms;
+  }
   return read_name(section, job.name);
 }
 

@@ -21,8 +21,8 @@ inline constexpr std::array<std::string_view, 5> kDaemonKeys{"socket", "log_leve
                                                              "profile_save_interval_s"};
 inline constexpr std::array<std::string_view, 2> kDevicesKeys{"ordinals", "uuids"};
 inline constexpr std::array<std::string_view, 2> kAccessKeys{"high_priority_uids", "high_priority_gids"};
-inline constexpr std::array<std::string_view, 5> kJobKeys{"name", "allowed_priority", "target_ms", "percentile",
-                                                          "weight"};
+inline constexpr std::array<std::string_view, 6> kJobKeys{"name",   "allowed_priority", "target_ms", "percentile",
+                                                          "weight", "safety_margin_ms"};
 inline constexpr std::array<std::string_view, 3> kPolicyKeys{"name", "baymax", "fifo"};
 inline constexpr std::array<std::string_view, 13> kBaymaxKeys{
     "safety_margin_ms",   "be_backlog_bound_ms", "max_be_transfers",     "copy_chunk_bytes", "adaptation",

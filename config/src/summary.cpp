@@ -98,7 +98,12 @@ std::string describe(const JobConfig& job) {
       text += " (percentile " + format_number(job.percentile) + " unused without target_ms)";
     }
   }
-  return text + ", weight " + format_number(job.weight);
+  text += ", weight " + format_number(job.weight);
+  if (job.safety_margin_ms) {
+    text += ", safety margin " + format_number(*job.safety_margin_ms) + " ms";
+    if (!(job.target_ms && high)) text += " unused (no latency target to keep it for)";
+  }
+  return text;
 }
 
 std::string describe(const AccessConfig& access) {

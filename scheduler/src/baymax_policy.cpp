@@ -309,7 +309,7 @@ std::int64_t BaymaxPolicy::blocking_cost_ns(std::uint32_t device, std::int64_t l
     if (state.info.priority != ipc::Priority::high || !state.on(device) || !state.info.target_ns) continue;
     const std::int64_t whole = queries_.expected_query_ns(id);
     const std::int64_t gap = queries_.mean_arrival_gap_ns(id);
-    const std::int64_t slack = *state.info.target_ns - whole - options_.baymax.safety_margin_ns;
+    const std::int64_t slack = *state.info.target_ns - whole - margin_of(state);
     if (!queries_.says_arrivals(id) || whole <= 0 || gap <= 0 || slack < 0) {
       // The bound is what a query absorbs (and with no slack at all every request misses anyway:
       // the op's own share of the misses is then the bound's price, not more).
@@ -422,8 +422,12 @@ std::optional<bool> BaymaxPolicy::arrivals_held(ClientId client, std::uint32_t d
   return held;
 }
 
+std::int64_t BaymaxPolicy::margin_of(const ClientState& state) const {
+  return state.info.safety_margin_ns.value_or(options_.baymax.safety_margin_ns);
+}
+
 std::int64_t BaymaxPolicy::query_allowance_ns(ClientId client) const {
-  const std::int64_t margin = options_.baymax.safety_margin_ns;
+  const std::int64_t margin = margin_of(clients_.at(client));
   const std::int64_t allowance = std::max(bound_.bound_ns(), margin);
   const std::int64_t gap = queries_.mean_arrival_gap_ns(client);
   if (gap <= 0) return allowance;  // its rate is not known yet
@@ -683,6 +687,7 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
     // still to come and those of the queries ahead of it; infinite before the job's first query
     // closed (no profile: all the work counts, as on a device that runs work in order).
     double blocks;
+    std::int64_t margin_ns;  // its job's safety margin
     ClientId client;
     bool waiting;  // a request not begun yet
   };
@@ -710,19 +715,20 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
       std::int64_t deadline = query->opened_ns + target;
       if (profiled && queries_.says_arrivals(id))
         deadline = std::min(deadline, query->started_ns + queries_.expected_query_ns(id) + query_allowance_ns(id));
-      queries.push_back(Protected{deadline, need, idle, state.hp_outstanding_ns, blocks, id, false});
+      queries.push_back(Protected{deadline, need, idle, state.hp_outstanding_ns, blocks, margin_of(state), id, false});
     }
     // Requests waiting in the job's own queue start when the ones before them are done (so what
     // delays the open query delays them by as much), and each then takes a whole query's time.
     // Each query ahead may also run over its estimate by up to the margin: those add up.
     const std::int64_t whole = queries_.expected_query_ns(id);
+    const std::int64_t margin = margin_of(state);
     bool query_ahead = query != nullptr;  // an overdue query is not ahead of anything
     const auto behind = [&](std::int64_t arrived_ns) {
-      if (query_ahead) need += options_.baymax.safety_margin_ns;
+      if (query_ahead) need += margin;
       query_ahead = true;
       need += whole;
       if (profiled) blocks += queries_.expected_query_blocking_points(id);
-      queries.push_back(Protected{arrived_ns + target, need, idle, 0, blocks, id, true});
+      queries.push_back(Protected{arrived_ns + target, need, idle, 0, blocks, margin, id, true});
     };
     for (const std::int64_t arrived_ns : queries_.waiting_arrivals(id)) behind(arrived_ns);
     // A job that says when its requests arrive has its target counted from there, so the requests
@@ -768,11 +774,11 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
     if (query.waiting && due > query.deadline_ns) continue;
     if (sliced) {
       const std::int64_t delay = delay_of(query, true);
-      if (due + options_.baymax.safety_margin_ns + delay > query.deadline_ns && delay > delay_of(query, false))
+      if (due + query.margin_ns + delay > query.deadline_ns && delay > delay_of(query, false))
         return Hold::deadline;
     } else {
       const std::int64_t delay = std::max<std::int64_t>(0, backlog + p - query.idle_ns);
-      if (due + options_.baymax.safety_margin_ns + delay > query.deadline_ns) return Hold::deadline;
+      if (due + query.margin_ns + delay > query.deadline_ns) return Hold::deadline;
     }
     if (query.outstanding_ns == 0) continue;
     ahead += query.outstanding_ns;

@@ -83,6 +83,7 @@ ClientInfo client_info(const config::Config& config, const ClientIdentity& ident
     if (entry->target_ms) info.target_ns = static_cast<std::int64_t>(*entry->target_ms * 1e6);
     info.percentile = entry->percentile;
     info.weight = entry->weight;
+    if (entry->safety_margin_ms) info.safety_margin_ns = static_cast<std::int64_t>(*entry->safety_margin_ms * 1e6);
   }
   return info;
 }
@@ -96,7 +97,9 @@ std::string describe_targets(const ClientInfo& info) {
   std::string text = info.target_ns ? "target " + number(static_cast<double>(*info.target_ns) / 1e6) + " ms at p" +
                                           number(info.percentile)
                                     : std::string("no target");
-  return text + ", weight " + number(info.weight);
+  text += ", weight " + number(info.weight);
+  if (info.safety_margin_ns) text += ", safety margin " + number(static_cast<double>(*info.safety_margin_ns) / 1e6) + " ms";
+  return text;
 }
 
 }  // namespace gpuqos::scheduler

@@ -81,6 +81,7 @@ name = "bert-infer"
 allowed_priority = "high"
 target_ms = 20
 percentile = "p99.9"
+safety_margin_ms = 2.5
 
 [[job]]
 name = "resnet_train.v2"
@@ -125,8 +126,8 @@ TEST(ConfigLoad, FullFileIntoStructs) {
   EXPECT_TRUE(baymax.bound_by_slices);
   EXPECT_EQ(config.policy.fifo.max_outstanding, 4u);
   ASSERT_EQ(config.jobs.size(), 2u);
-  EXPECT_EQ(config.jobs[0], (JobConfig{"bert-infer", Priority::high, 20.0, 99.9, 1.0}));
-  EXPECT_EQ(config.jobs[1], (JobConfig{"resnet_train.v2", Priority::low, std::nullopt, 90.0, 2.5}));
+  EXPECT_EQ(config.jobs[0], (JobConfig{"bert-infer", Priority::high, 20.0, 99.9, 1.0, 2.5}));
+  EXPECT_EQ(config.jobs[1], (JobConfig{"resnet_train.v2", Priority::low, std::nullopt, 90.0, 2.5, std::nullopt}));
   EXPECT_FALSE(config.access.anyone_may_run_high);
   EXPECT_EQ(config.access.high_priority_uids, (std::vector<uid_t>{1000, 1001}));
   EXPECT_EQ(config.access.high_priority_gids, (std::vector<gid_t>{27}));
@@ -258,17 +259,19 @@ TEST(ConfigLoad, EveryErrorIsReportedInFileOrder) {
 TEST(ConfigSummary, SaysWhatAJobSetsButWillNotUse) {
   const std::string summary = render_summary(parse_ok("[[job]]\nname = \"a\"\nallowed_priority = \"low\"\ntarget_ms = 3\n"
                                                       "[[job]]\nname = \"b\"\npercentile = 90\n"
-                                                      "[[job]]\nname = \"c\"\ntarget_ms = 5\npercentile = 90\n"));
+                                                      "[[job]]\nname = \"c\"\ntarget_ms = 5\npercentile = 90\n"
+                                                      "[[job]]\nname = \"d\"\nsafety_margin_ms = 2\n"));
   EXPECT_NE(summary.find("always low, target_ms 3 unused (the job always runs low)"), std::string::npos) << summary;
   EXPECT_NE(summary.find("may run high, no latency target (percentile 90 unused without target_ms)"), std::string::npos)
       << summary;
   EXPECT_NE(summary.find("may run high, target p90 <= 5 ms"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("safety margin 2 ms unused (no latency target to keep it for)"), std::string::npos) << summary;
 }
 
 TEST(ConfigSummary, ShowsEverySetting) {
   const std::string summary = render_summary(parse_ok(kFullFile));
   for (const char* expected : {"/tmp/gpuqos/d.sock", "debug", "[::1]:9500", "profiles.bin", "devices", "1, 0", "policy",
-                               "fifo", "max_outstanding", "4", "bert-infer", "may run high", "target p99.9 <= 20 ms",
+                               "fifo", "max_outstanding", "4", "bert-infer", "may run high", "target p99.9 <= 20 ms", "safety margin 2.5 ms",
                                "resnet_train.v2", "always low", "weight 2.5", "root, uids 1000, 1001, gids 27"})
     EXPECT_NE(summary.find(expected), std::string::npos) << expected << " not in:\n" << summary;
   const std::string defaults = render_summary(default_config());
@@ -615,6 +618,10 @@ const std::vector<BadCase>& bad_cases() {
       {"tiny_weight", "[[job]]\nname = \"a\"\nweight = 1e-6\n", "t.toml:3:10: job[0].weight: must be >= 0.001 (got 1e-06)"},
       {"negative_weight", "[[job]]\nname = \"a\"\nweight = -1.5\n",
        "t.toml:3:10: job[0].weight: must be >= 0.001 (got -1.5)"},
+      {"negative_job_margin", "[[job]]\nname = \"a\"\nsafety_margin_ms = -1\n",
+       "t.toml:3:20: job[0].safety_margin_ms: must be >= 0 (got -1)"},
+      {"job_margin_as_string", "[[job]]\nname = \"a\"\nsafety_margin_ms = \"2ms\"\n",
+       "t.toml:3:20: job[0].safety_margin_ms: must be a number (got a string)"},
       {"bad_priority_class", "[[job]]\nname = \"a\"\nallowed_priority = \"medium\"\n",
        "t.toml:3:20: job[0].allowed_priority: must be one of \"low\", \"high\" (got \"medium\")"},
       {"job_as_single_table", "[job]\nname = \"a\"\n",

@@ -1158,6 +1158,25 @@ TEST(BaymaxPolicy, AnOpenQueryAdmitsOnlyWhatStillMeetsItsDeadline) {
   EXPECT_EQ(policy.queries().open_query(kServe), nullptr);
 }
 
+// A job's own safety margin ([[job]] safety_margin_ms) replaces the policy's for its queries, and
+// only for them: with 3 ms instead of 1, the third 3-ms op (due at 9 + 3 = 12 > 10) no longer fits
+// the query of the job with it, while the same ops fit beside a job without one.
+TEST(BaymaxPolicy, AJobsOwnSafetyMarginIsKeptBeforeItsDeadlines) {
+  const auto granted_ops = [](std::optional<std::int64_t> job_margin_ns) {
+    BaymaxPolicy policy(options(50 * kMs));
+    ClientInfo info = serve(kServe, 10 * kMs);
+    info.safety_margin_ns = job_margin_ns;
+    (void)policy.client_registered(info, 0);
+    (void)post(policy, kServe, Priority::high, op(1), 0, kMs);  // opens a query, deadline 10 ms
+    std::size_t granted = 0;
+    for (std::uint64_t seq = 1; seq <= 4; ++seq) granted += post(policy, kTrainA, Priority::low, op(seq), 0, 3 * kMs).size();
+    return granted;
+  };
+  EXPECT_EQ(granted_ops(std::nullopt), 3u) << "the policy's 1 ms: 3 + 3 + 3 + 1 <= 10";
+  EXPECT_EQ(granted_ops(3 * kMs), 2u) << "its own 3 ms: 3 + 3 + 3 + 3 > 10";
+  EXPECT_EQ(granted_ops(0), 3u) << "its own 0 ms: a fourth would be due at 12";
+}
+
 // A query that never closes (a begin mark without its end; a job whose work never drains) would
 // hold best-effort work for as long as its job runs: open for more than 4 x its target it is past
 // saving, holds nothing any more, and the policy's state names its job (gpuqosd warns once).

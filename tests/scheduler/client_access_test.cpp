@@ -25,7 +25,7 @@ const ipc::PeerCredentials kAlice{4242, 1000, 1000};
 config::Config with_jobs() {
   config::Config config = config::default_config();
   config.jobs.push_back({.name = "serve", .allowed_priority = config::Priority::high, .target_ms = 20.0,
-                         .percentile = 99.9, .weight = 1.0});
+                         .percentile = 99.9, .weight = 1.0, .safety_margin_ms = 2.5});
   config.jobs.push_back({.name = "train", .allowed_priority = config::Priority::low, .target_ms = std::nullopt,
                          .percentile = 99.0, .weight = 3.0});
   return config;
@@ -124,7 +124,8 @@ TEST(ClientInfoOf, CarriesTheJobsTargetsInNanoseconds) {
   EXPECT_EQ(info.device, ClientInfo::kNoDevice) << "not the Hello's ordinal: each process numbers its own";
   EXPECT_EQ(info.target_ns, 20'000'000);
   EXPECT_DOUBLE_EQ(info.percentile, 99.9);
-  EXPECT_EQ(describe_targets(info), "target 20 ms at p99.9, weight 1");
+  EXPECT_EQ(info.safety_margin_ns, 2'500'000);
+  EXPECT_EQ(describe_targets(info), "target 20 ms at p99.9, weight 1, safety margin 2.5 ms");
 
   const ClientInfo train = client_info(config, {8, kAlice, "train", Priority::low, 0, Priority::high});
   EXPECT_FALSE(train.target_ns);
@@ -136,6 +137,7 @@ TEST(ClientInfoOf, CarriesTheJobsTargetsInNanoseconds) {
   EXPECT_FALSE(unlisted.target_ns);
   EXPECT_DOUBLE_EQ(unlisted.percentile, 99.0);
   EXPECT_DOUBLE_EQ(unlisted.weight, 1.0);
+  EXPECT_FALSE(unlisted.safety_margin_ns) << "the policy's";
 }
 
 }  // namespace

@@ -114,6 +114,8 @@ struct JobConfig {
   std::optional<double> target_ms;             // latency target (> 0); none: not tracked against one
   double percentile = kDefaultPercentile;      // the target holds at this percentile, [50, 100)
   double weight = 1.0;                         // share among best-effort jobs (> 0)
+  // baymax's safety margin for this job's queries (>= 0); none: [policy.baymax] safety_margin_ms
+  std::optional<double> safety_margin_ms;
   friend bool operator==(const JobConfig&, const JobConfig&) = default;
 };
 

@@ -339,6 +339,9 @@ class BaymaxPolicy final : public Policy {
   // Each best-effort job on device with outstanding compute work (all its streams), and client's
   // own even when it has none.
   std::vector<std::pair<ClientId, std::int64_t>> be_compute_work(ClientId client, std::uint32_t device) const;
+  // The safety margin kept before a high-priority job's deadlines: its own ([[job]]
+  // safety_margin_ms) or the policy's.
+  std::int64_t margin_of(const ClientState& state) const;
   // How much later than its start plus its expected time an open query of `client` (a job that
   // says its arrivals) is due: the bound (at least the margin), and no more than lets its queries,
   // each that much longer, keep the job busy kMaxQueryLoad of the time at its measured arrival rate

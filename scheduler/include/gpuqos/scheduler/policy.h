@@ -45,6 +45,8 @@ struct ClientInfo {
   std::optional<std::int64_t> target_ns;  // the job's latency target (config), if any
   double percentile = 99.0;               // ... at this percentile
   double weight = 1.0;                    // share among best-effort jobs
+  // baymax's safety margin for the job's queries (config [[job]] safety_margin_ms); none: the policy's
+  std::optional<std::int64_t> safety_margin_ns;
 };
 
 struct OpPosted {
