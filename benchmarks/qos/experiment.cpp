@@ -152,7 +152,7 @@ class Experiment {
     if (cell.policy != "none") {
       config = rig_.out_dir() / "configs" / (name + ".toml");
       std::ofstream(*config) << gpuqosd_config_toml(cell, daemon_target_ms(*reference), o_.time_scale, o_.baymax,
-                                                    o_.baymax_source);
+                                                    o_.baymax_source, lc_margin_ms(o_));
     }
     CellMeasurement m;
     const double duration_s = lc_run_duration_s(o_.duration_s, reference->rate_per_s, o_.min_queries);

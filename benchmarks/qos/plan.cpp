@@ -70,7 +70,14 @@ void validate(const Options& o) {
   for (const auto& mix : o.be_mixes) mix_workloads(mix);
   if (!(o.target_factor > 0)) throw std::invalid_argument("--target-factor must be positive");
   check_members({o.daemon_target}, kDaemonTargets, "--daemon-target");
+  if (o.lc_margin_ms && !(*o.lc_margin_ms >= 0)) throw std::invalid_argument("--lc-margin-ms must be >= 0");
   if (!(o.duration_s > 0) || !(o.time_scale > 0)) throw std::invalid_argument("--duration and --time-scale must be positive");
+}
+
+std::optional<double> lc_margin_ms(const Options& o) {
+  if (o.lc_margin_ms) return o.lc_margin_ms;
+  if (o.daemon_target == "end-to-end") return kEndToEndLcMarginMs;
+  return std::nullopt;
 }
 
 std::vector<Cell> plan_cells(const Options& o) {
@@ -124,16 +131,18 @@ std::string toml_float(double value, int decimals = 3) {
 }  // namespace
 
 std::string gpuqosd_config_toml(const Cell& cell, double target_ms, double time_scale,
-                                const config::BaymaxConfig& baymax, const std::string& baymax_source) {
+                                const config::BaymaxConfig& baymax, const std::string& baymax_source,
+                                std::optional<double> lc_margin_ms) {
   std::vector<BeJobWeight> be_jobs;
   for (const Workload& be : mix_workloads(cell.be_mix)) be_jobs.push_back({be.job, 1.0});
   return gpuqosd_config_toml("cell " + cell_name(cell), cell.policy, cell.device_mode, target_ms, be_jobs, time_scale,
-                             baymax, baymax_source);
+                             baymax, baymax_source, lc_margin_ms);
 }
 
 std::string gpuqosd_config_toml(const std::string& title, const std::string& policy, const std::string& device_mode,
                                 std::optional<double> lc_target_ms, const std::vector<BeJobWeight>& be_jobs,
-                                double time_scale, const config::BaymaxConfig& baymax, const std::string& baymax_source) {
+                                double time_scale, const config::BaymaxConfig& baymax, const std::string& baymax_source,
+                                std::optional<double> lc_margin_ms) {
   // Only a time-slicing device delays a query by a slice per process: under MPS a long best-effort
   // kernel shares the SMs with the query's for as long as they overlap, so the in-order rule (its
   // whole length counts) is the safe one there, as it is where kernels run to their end.
@@ -165,6 +174,7 @@ std::string gpuqosd_config_toml(const std::string& title, const std::string& pol
   if (lc_target_ms) {
     toml << "\n[[job]]\nname = \"" << lc_workload().job << "\"\nallowed_priority = \"high\"\n"
          << "target_ms = " << toml_float(*lc_target_ms) << "\npercentile = 99\n";
+    if (lc_margin_ms) toml << "safety_margin_ms = " << toml_float(*lc_margin_ms * time_scale) << "\n";
   }
   for (const BeJobWeight& be : be_jobs) {
     toml << "\n[[job]]\nname = \"" << be.job << "\"\nallowed_priority = \"low\"\nweight = " << toml_float(be.weight, 6)

@@ -51,7 +51,10 @@ struct Options {
   std::vector<std::string> device_modes{"fifo", "timeslice"};
   std::vector<double> loads{0.2, 0.4, 0.6};
   std::vector<std::string> be_mixes{"resnet", "resnet+recsys"};
-  std::string daemon_target = "service";  // one of kDaemonTargets
+  std::string daemon_target = "end-to-end";  // one of kDaemonTargets
+  // The LC job's own safety margin ([[job]] safety_margin_ms, x time_scale); none: the default, see
+  // lc_margin_ms().
+  std::optional<double> lc_margin_ms;
   // Every BE replayer (standalone, alone together, training and the cells) submits each trace stream
   // from a thread of its own (gpuqos-replay --thread-per-stream).
   bool be_thread_per_stream = false;
@@ -60,6 +63,12 @@ struct Options {
   config::BaymaxConfig baymax;
   std::string baymax_source = "built-in defaults";
 };
+
+// The LC's margin with end-to-end targets unless --lc-margin-ms says otherwise (ms, before
+// time_scale): its target counts its own queue of requests, whose variation the policy's 1 ms did
+// not cover on the fifo device (benchmarks/README.md). With service targets, the policy's margin.
+inline constexpr double kEndToEndLcMarginMs = 2.5;
+std::optional<double> lc_margin_ms(const Options& o);
 
 // Sets what --quick changes, leaving alone the options the user gave (`given_*` true).
 void apply_quick(Options& o, bool given_duration, bool given_loads, bool given_mixes, bool given_min_queries);
@@ -85,11 +94,12 @@ std::vector<std::string> shared_mixes(const Options& o);
 std::string cell_name(const Cell& cell);
 
 // The gpuqosd config of a cell (policy other than none): its policy, the LC job high with
-// target_ms at p99, each BE job of the mix low with weight 1, and `baymax` (read from
-// `baymax_source`, examples/gpuqos.toml by default) with its times stretched by time_scale, as
-// every device time is.
+// target_ms at p99 (and lc_margin_ms, if any), each BE job of the mix low with weight 1, and
+// `baymax` (read from `baymax_source`, examples/gpuqos.toml by default) with its times stretched by
+// time_scale, as every device time is (the LC's margin too).
 std::string gpuqosd_config_toml(const Cell& cell, double target_ms, double time_scale,
-                                const config::BaymaxConfig& baymax, const std::string& baymax_source);
+                                const config::BaymaxConfig& baymax, const std::string& baymax_source,
+                                std::optional<double> lc_margin_ms = std::nullopt);
 
 // A best-effort job of a gpuqosd config and its [[job]] weight.
 struct BeJobWeight {
@@ -100,6 +110,7 @@ struct BeJobWeight {
 // only when lc_target_ms is given; then each of `be_jobs`, low with its weight.
 std::string gpuqosd_config_toml(const std::string& title, const std::string& policy, const std::string& device_mode,
                                 std::optional<double> lc_target_ms, const std::vector<BeJobWeight>& be_jobs,
-                                double time_scale, const config::BaymaxConfig& baymax, const std::string& baymax_source);
+                                double time_scale, const config::BaymaxConfig& baymax, const std::string& baymax_source,
+                                std::optional<double> lc_margin_ms = std::nullopt);
 
 }  // namespace gpuqos::qos

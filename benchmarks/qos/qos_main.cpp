@@ -56,7 +56,7 @@ json config_json(const Options& o, const std::string& traces_dir, double wall_s)
           {"min_queries", o.min_queries},
           {"calibration_s", o.calibration_s}, {"time_scale", o.time_scale},   {"seed", o.seed},
           {"policies", o.policies},      {"device_modes", o.device_modes},   {"loads", o.loads},
-          {"be_mixes", o.be_mixes},      {"daemon_target", o.daemon_target}, {"be_thread_per_stream", o.be_thread_per_stream}, {"traces_dir", traces_dir},
+          {"be_mixes", o.be_mixes},      {"daemon_target", o.daemon_target}, {"lc_margin_ms", lc_margin_ms(o) ? json(*lc_margin_ms(o)) : json(nullptr)}, {"be_thread_per_stream", o.be_thread_per_stream}, {"traces_dir", traces_dir},
           {"workloads", workloads},
           {"baymax_from", o.baymax_source},
           {"baymax", {{"safety_margin_ms", o.baymax.safety_margin_ms},
@@ -206,6 +206,11 @@ int main(int argc, char** argv) {
                   "service: gpuqosd sees each query from its first op, with target factor x the closed-loop "
                   "service p50; end-to-end: the LC marks arrivals and gpuqosd gets the cell's target")
       ->check(CLI::IsMember(kDaemonTargets))->capture_default_str();
+  qos->add_option("--lc-margin-ms", o.lc_margin_ms,
+                  "the LC job's own safety margin ([[job]] safety_margin_ms, ms before --time-scale); default: " +
+                      json(kEndToEndLcMarginMs).dump() +
+                      " with end-to-end targets, none (the [policy.baymax] margin) with service ones")
+      ->check(CLI::NonNegativeNumber);
   qos->add_flag("--be-thread-per-stream", o.be_thread_per_stream,
                 "BE replayers submit each trace stream from a thread of its own, so each stream keeps its "
                 "schedule while another's launch is held, as host-side deferral of held launches would");

@@ -47,6 +47,14 @@ TEST(QosPlan, QuickKeepsWhatTheUserGave) {
   o.policies = {"fifo"};
   o.daemon_target = "end-to-end";
   EXPECT_NO_THROW(validate(o));
+  EXPECT_EQ(lc_margin_ms(o), kEndToEndLcMarginMs) << "end-to-end targets: the LC's own margin";
+  o.lc_margin_ms = 0;
+  EXPECT_EQ(lc_margin_ms(o), 0.0) << "as given";
+  o.lc_margin_ms = -1;
+  EXPECT_THROW(validate(o), std::invalid_argument);
+  o.lc_margin_ms.reset();
+  o.daemon_target = "service";
+  EXPECT_FALSE(lc_margin_ms(o)) << "service targets: the policy's margin";
   o.daemon_target = "arrival";
   try {
     validate(o);
@@ -78,8 +86,8 @@ TEST(QosPlan, GpuqosdConfigListsTheCellsJobs) {
   baymax.adaptation = true;
   const std::string toml = gpuqosd_config_toml({"baymax", "fifo", 0.4, "resnet+recsys"}, 31.25, 4.0, baymax, "x.toml");
   EXPECT_NE(toml.find("name = \"baymax\""), std::string::npos);
-  EXPECT_NE(toml.find("name = \"bert-infer\"\nallowed_priority = \"high\"\ntarget_ms = 31.250\npercentile = 99"),
-            std::string::npos);
+  EXPECT_NE(toml.find("name = \"bert-infer\"\nallowed_priority = \"high\"\ntarget_ms = 31.250\npercentile = 99\n\n"),
+            std::string::npos) << "no margin of its own unless given";
   EXPECT_NE(toml.find("name = \"recsys-train\"\nallowed_priority = \"low\""), std::string::npos);
   EXPECT_NE(toml.find("be_backlog_bound_ms = 20.000"), std::string::npos);  // 5 ms x time scale 4
   EXPECT_NE(toml.find("safety_margin_ms = 4.000"), std::string::npos);
@@ -100,6 +108,12 @@ TEST(QosPlan, GpuqosdConfigListsTheCellsJobs) {
   EXPECT_EQ(reparsed.value().policy.baymax.timeslice_ms, 8.0) << "gpuqosd reads what the bench wrote";
   EXPECT_TRUE(reparsed.value().policy.baymax.bound_by_slices) << "the --baymax-from file's choice";
   EXPECT_EQ(reparsed.value().policy.baymax.idle_bound_factor, 4.0) << "a factor: not scaled";
+  const std::string margined =
+      gpuqosd_config_toml({"baymax", "fifo", 0.4, "resnet"}, 31.25, 4.0, baymax, "x.toml", 2.5);
+  const auto margined_parsed = config::parse_config(margined, "cell.toml");
+  ASSERT_TRUE(margined_parsed) << margined_parsed.error();
+  EXPECT_EQ(margined_parsed.value().jobs.at(0).safety_margin_ms, 10.0) << "the LC's own, x time scale 4";
+  EXPECT_FALSE(margined_parsed.value().jobs.at(1).safety_margin_ms) << "the BE job's: none";
   const std::string shared = gpuqosd_config_toml({"baymax", "mps", 0.4, "resnet"}, 31.25, 4.0, baymax, "x.toml");
   EXPECT_NE(shared.find("preemptive_device = false\n"), std::string::npos)
       << "MPS shares SMs: a long kernel delays a query for all of its overlap, not one slice";
