@@ -565,44 +565,34 @@ bool BaymaxPolicy::has_transfer_work(ClientId client, const ClientState& state, 
 
 void BaymaxPolicy::charge_transfer_share(ClientState& state, std::uint32_t device, std::int64_t p) {
   const double cost = static_cast<double>(p) / state.weight();
-  state.transfer_share[device].charge(cost);
-  job_shares_[{state.info.job, device}].transfers.charge(cost);
+  JobShare& job = job_shares_[{state.info.job, device}];
+  double& start = transfer_start_[device];
+  start = std::max(start, job.transfer_vtime);
+  job.transfer_vtime += cost;
+  double& own = state.transfer_vtime[device];
+  job.transfer_process_start = std::max(job.transfer_process_start, own);
+  own += cost;
 }
 
 void BaymaxPolicy::restart_transfers_if_idle(ClientId client, ClientState& state, std::uint32_t device) {
   if (has_transfer_work(client, state, device)) return;
-  bool job_busy = false;
-  std::optional<double> least_job, least;  // among the other jobs, and among its own job's processes
-  for (const auto& [id, other] : clients_) {
-    if (id == client || other.info.priority != ipc::Priority::low || !has_transfer_work(id, other, device)) continue;
-    if (other.info.job == state.info.job) {
-      job_busy = true;
-      const auto own = other.transfer_share.find(device);
-      const double at = own == other.transfer_share.end() ? 0 : own->second.restart_point();
-      least = std::min(least.value_or(at), at);
-    } else {
-      const auto share = job_shares_.find({other.info.job, device});
-      const double at = share == job_shares_.end() ? 0 : share->second.transfers.restart_point();
-      least_job = std::min(least_job.value_or(at), at);
-    }
-  }
-  if (!job_busy && least_job) {
-    double& vtime = job_shares_[{state.info.job, device}].transfers.vtime;
-    vtime = std::max(vtime, *least_job);
-  }
-  if (least) {
-    double& vtime = state.transfer_share[device].vtime;
-    vtime = std::max(vtime, *least);
-  }
+  JobShare& job = job_shares_[{state.info.job, device}];
+  const bool job_busy = std::any_of(clients_.begin(), clients_.end(), [&](const auto& entry) {
+    return entry.first != client && entry.second.info.priority == ipc::Priority::low &&
+           entry.second.info.job == state.info.job && has_transfer_work(entry.first, entry.second, device);
+  });
+  if (!job_busy) job.transfer_vtime = std::max(job.transfer_vtime, transfer_start_[device]);
+  double& own = state.transfer_vtime[device];
+  own = std::max(own, job.transfer_process_start);
 }
 
 std::pair<double, double> BaymaxPolicy::fair_order(const ClientState& state) const {
   const ipc::OpDescriptor& head = state.queue.front().op;
   if (!is_transfer(head)) return {job_vtime(state, head.device), state.vtime_on(head.device)};
   const auto job = job_shares_.find({state.info.job, head.device});
-  const auto own = state.transfer_share.find(head.device);
-  return {job == job_shares_.end() ? 0 : job->second.transfers.vtime,
-          own == state.transfer_share.end() ? 0 : own->second.vtime};
+  const auto own = state.transfer_vtime.find(head.device);
+  return {job == job_shares_.end() ? 0 : job->second.transfer_vtime,
+          own == state.transfer_vtime.end() ? 0 : own->second};
 }
 
 bool BaymaxPolicy::others_have_work(ClientId client, std::uint32_t device) const {

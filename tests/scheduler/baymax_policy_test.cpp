@@ -1158,23 +1158,33 @@ TEST(BaymaxPolicy, AnOpenQueryAdmitsOnlyWhatStillMeetsItsDeadline) {
   EXPECT_EQ(policy.queries().open_query(kServe), nullptr);
 }
 
-// A job's own safety margin ([[job]] safety_margin_ms) replaces the policy's for its queries, and
-// only for them: with 3 ms instead of 1, the third 3-ms op (due at 9 + 3 = 12 > 10) no longer fits
-// the query of the job with it, while the same ops fit beside a job without one.
+// A job's own safety margin ([[job]] safety_margin_ms) replaces the policy's (2 ms here) for its
+// queries, and only for them: 3-ms ops fit a 10-ms deadline three times with a margin of 0 or 1
+// (3 + 3 + 3 + margin <= 10), twice with 2 or 3.
 TEST(BaymaxPolicy, AJobsOwnSafetyMarginIsKeptBeforeItsDeadlines) {
-  const auto granted_ops = [](std::optional<std::int64_t> job_margin_ns) {
-    BaymaxPolicy policy(options(50 * kMs));
+  const auto granted_ops = [](std::optional<std::int64_t> job_margin_ns, bool beside_another = false) {
+    PolicyOptions o = options(50 * kMs);
+    o.baymax.safety_margin_ns = 2 * kMs;
+    BaymaxPolicy policy(o);
     ClientInfo info = serve(kServe, 10 * kMs);
     info.safety_margin_ns = job_margin_ns;
     (void)policy.client_registered(info, 0);
     (void)post(policy, kServe, Priority::high, op(1), 0, kMs);  // opens a query, deadline 10 ms
+    if (beside_another) {  // a job with the policy's margin and a later deadline (30 ms)
+      ClientInfo other = serve(kServeB, 30 * kMs);
+      other.job = "other";
+      (void)policy.client_registered(other, 0);
+      (void)post(policy, kServeB, Priority::high, op(1), 0, kMs);
+    }
     std::size_t granted = 0;
     for (std::uint64_t seq = 1; seq <= 4; ++seq) granted += post(policy, kTrainA, Priority::low, op(seq), 0, 3 * kMs).size();
     return granted;
   };
-  EXPECT_EQ(granted_ops(std::nullopt), 3u) << "the policy's 1 ms: 3 + 3 + 3 + 1 <= 10";
-  EXPECT_EQ(granted_ops(3 * kMs), 2u) << "its own 3 ms: 3 + 3 + 3 + 3 > 10";
-  EXPECT_EQ(granted_ops(0), 3u) << "its own 0 ms: a fourth would be due at 12";
+  EXPECT_EQ(granted_ops(std::nullopt), 2u) << "the policy's 2 ms";
+  EXPECT_EQ(granted_ops(0), 3u) << "its own 0 ms, not taken for unset";
+  EXPECT_EQ(granted_ops(kMs), 3u) << "its own 1 ms";
+  EXPECT_EQ(granted_ops(3 * kMs), 2u) << "its own 3 ms";
+  EXPECT_EQ(granted_ops(kMs, true), 3u) << "the other job's margin is kept before the other job's deadline only";
 }
 
 // A query that never closes (a begin mark without its end; a job whose work never drains) would
@@ -1605,62 +1615,123 @@ ClientInfo be_job(ClientId id, const char* job, double weight = 1.0) {
   return ClientInfo{id, job, Priority::low, 0, std::nullopt, 99.0, weight};
 }
 
-// Two best-effort jobs (a, b) that each keep four uploads queued, on a device that runs one
-// transfer at a time (max_be_transfers = 1): how many each is granted in 300 transfers, counted from
-// b's first upload, which it posts once a has run `b_after` transfers alone.
-std::map<ClientId, int> transfers_granted(double weight_a, double weight_b, std::int64_t length_a,
-                                          std::int64_t length_b, int b_after = 0) {
-  BaymaxPolicy policy(options());
-  (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
-  (void)policy.client_registered(be_job(kTrainA, "a", weight_a), 0);
-  (void)policy.client_registered(be_job(kTrainB, "b", weight_b), 0);
-  const std::map<ClientId, std::int64_t> length{{kTrainA, length_a}, {kTrainB, length_b}};
-  std::map<ClientId, std::uint64_t> posted, granted;
-  std::map<ClientId, int> counted;
-  std::deque<std::pair<ClientId, std::uint64_t>> running;
-  bool b_started = false;
-  const auto count = [&](const Decisions& decisions) {
-    for (const Grant& g : decisions) {
-      running.emplace_back(g.client, g.through_seq);
-      ++granted[g.client];
-      if (b_started) ++counted[g.client];
-    }
-  };
-  std::int64_t now = 0;
-  const auto top_up = [&](ClientId c) {
-    while (posted[c] < granted[c] + 4)
-      count(post(policy, c, Priority::low, copy(++posted[c], ipc::CopyDirection::h2d), now, length.at(c)));
-  };
-  for (int step = 0; step < b_after + 300; ++step) {
-    if (step == b_after) b_started = true;
-    top_up(kTrainA);
-    if (b_started) top_up(kTrainB);
-    EXPECT_EQ(running.size(), 1u) << "one transfer at a time";
-    if (running.empty()) break;
-    const auto [client, seq] = running.front();
-    running.pop_front();
-    now += length.at(client);
-    count(policy.op_completed({client, done(seq, now), now}));
+// Best-effort clients uploading on a device that runs one transfer at a time (max_be_transfers = 1)
+// beside a high-priority job (so no credit): each active client keeps four uploads queued; each
+// transfer runs its client's length.
+class TransferRig {
+ public:
+  TransferRig() { (void)policy_.client_registered(serve(kServe, 100 * kMs), 0); }
+  void add(ClientId client, const char* job, double weight, std::int64_t length_ns) {
+    (void)policy_.client_registered(be_job(client, job, weight), 0);
+    length_[client] = length_ns;
   }
-  return counted;
+  // `count` transfers run with `active` keeping uploads queued (topped up in that order); returns
+  // how many of them each client got.
+  std::map<ClientId, int> run(const std::vector<ClientId>& active, int count) {
+    counted_.clear();
+    for (int i = 0; i < count; ++i) {
+      for (ClientId c : active) top_up(c);
+      if (!finish_one()) break;
+    }
+    return counted_;
+  }
+  // Every client stops posting until all its uploads ran.
+  void drain() {
+    while (finish_one()) {
+    }
+  }
+
+ private:
+  void top_up(ClientId c) {
+    while (posted_[c] < done_[c] + 4)
+      apply(post(policy_, c, Priority::low, copy(++posted_[c], ipc::CopyDirection::h2d), now_, length_.at(c)));
+  }
+  bool finish_one() {
+    EXPECT_LE(running_.size(), 1u) << "one transfer at a time";
+    if (running_.empty()) return false;
+    const auto [client, seq] = running_.front();
+    running_.pop_front();
+    now_ += length_.at(client);
+    ++done_[client];
+    apply(policy_.op_completed({client, done(seq, now_), now_}));
+    return true;
+  }
+  void apply(const Decisions& decisions) {
+    for (const Grant& g : decisions) {
+      running_.emplace_back(g.client, g.through_seq);
+      ++counted_[g.client];
+    }
+  }
+  BaymaxPolicy policy_{options()};
+  std::map<ClientId, std::int64_t> length_;
+  std::map<ClientId, std::uint64_t> posted_, done_;
+  std::map<ClientId, int> counted_;
+  std::deque<std::pair<ClientId, std::uint64_t>> running_;
+  std::int64_t now_ = 0;
+};
+
+std::map<ClientId, int> two_jobs_uploading(double weight_a, double weight_b, std::int64_t length_a,
+                                           std::int64_t length_b) {
+  TransferRig rig;
+  rig.add(kTrainA, "a", weight_a, length_a);
+  rig.add(kTrainB, "b", weight_b, length_b);
+  return rig.run({kTrainA, kTrainB}, 300);
 }
 
 // The transfer limit's slots go by weight, by predicted transfer time: before, ties of compute
 // time went to the lowest client id, and a job that kept uploads queued took every slot (a: 301,
-// b: 0 in each case below).
+// b: 0 in each of the first three cases).
 TEST(BaymaxPolicy, BestEffortJobsShareTransfersByWeight) {
-  auto even = transfers_granted(1, 1, kMs, kMs);
+  auto even = two_jobs_uploading(1, 1, kMs, kMs);
   EXPECT_NEAR(even[kTrainA], even[kTrainB], 2) << even[kTrainA] << " vs " << even[kTrainB];
-  auto weighted = transfers_granted(2, 1, kMs, kMs);
+  auto weighted = two_jobs_uploading(2, 1, kMs, kMs);
   EXPECT_NEAR(static_cast<double>(weighted[kTrainA]) / weighted[kTrainB], 2.0, 0.1)
       << weighted[kTrainA] << " vs " << weighted[kTrainB];
   // Shared by time: a's transfers take three times b's.
-  auto longer = transfers_granted(1, 1, 3 * kMs, kMs);
+  auto longer = two_jobs_uploading(1, 1, 3 * kMs, kMs);
   EXPECT_NEAR(3.0 * longer[kTrainA] / longer[kTrainB], 1.0, 0.05) << longer[kTrainA] << " vs " << longer[kTrainB];
-  // Idle time earns nothing: b, starting after a ran 200 transfers alone, does not take the next
-  // 200 slots to catch up.
-  auto late = transfers_granted(1, 1, kMs, kMs, 200);
-  EXPECT_NEAR(late[kTrainA], late[kTrainB], 2) << late[kTrainA] << " vs " << late[kTrainB];
+}
+
+// Idle time buys no slots later, however the jobs come back: b joining a job busy for 200 transfers
+// alone; b, then a, after both went idle; c joining while b, back from idle, waits for its first
+// slot; and a new process of a job, posting before its sibling comes back.
+TEST(BaymaxPolicy, TransfersOfAJobThatWasIdleStartAgainFromTheDevicesTime) {
+  {
+    TransferRig rig;
+    rig.add(kTrainA, "a", 1, kMs);
+    rig.add(kTrainB, "b", 1, kMs);
+    (void)rig.run({kTrainA}, 200);
+    auto both = rig.run({kTrainA, kTrainB}, 200);
+    EXPECT_NEAR(both[kTrainA], both[kTrainB], 2) << both[kTrainA] << " vs " << both[kTrainB] << ": b joined a busy job";
+  }
+  {
+    TransferRig rig;
+    rig.add(kTrainA, "a", 1, kMs);
+    rig.add(kTrainB, "b", 1, kMs);
+    rig.add(kTrainC, "c", 1, kMs);
+    (void)rig.run({kTrainB}, 10);
+    (void)rig.run({kTrainA}, 200);
+    rig.drain();
+    auto back = rig.run({kTrainB, kTrainA}, 200);  // b posts first
+    EXPECT_NEAR(back[kTrainA], back[kTrainB], 2) << back[kTrainA] << " vs " << back[kTrainB] << ": both came back";
+    (void)rig.run({kTrainA}, 100);
+    rig.drain();
+    auto three = rig.run({kTrainB, kTrainC, kTrainA}, 300);  // c arrives while b waits for a slot
+    EXPECT_NEAR(three[kTrainC], 100, 3) << three[kTrainA] << ", " << three[kTrainB] << ", " << three[kTrainC];
+    EXPECT_NEAR(three[kTrainB], 100, 3) << three[kTrainA] << ", " << three[kTrainB] << ", " << three[kTrainC];
+  }
+  {
+    TransferRig rig;
+    constexpr ClientId kSibling = 6;
+    rig.add(kTrainA, "a", 1, kMs);
+    rig.add(kSibling, "a", 1, kMs);
+    rig.add(kTrainB, "b", 1, kMs);
+    (void)rig.run({kTrainA, kTrainB}, 200);
+    rig.drain();
+    auto processes = rig.run({kSibling, kTrainA, kTrainB}, 300);  // the new process first
+    EXPECT_NEAR(processes[kSibling], processes[kTrainA], 3) << processes[kSibling] << " vs " << processes[kTrainA];
+    EXPECT_NEAR(processes[kSibling] + processes[kTrainA], processes[kTrainB], 3) << "one job, one share";
+  }
 }
 
 // Best-effort processes (two by default), each with one op waiting for its grant at all times (a

@@ -63,7 +63,8 @@
 //   it would not make the query faster;
 // Sync and query marks occupy nothing and pass as soon as everything before them did.
 //
-// Among best-effort clients, grants go by weight (start-time fair queueing of compute work, per
+// Among best-effort clients, grants go by weight (start-time fair queueing of compute work, and of
+// transfers apart, per
 // device: each grant advances the client's virtual time there by p / weight, p the point
 // prediction; the least advanced client with a grantable head goes first). That orders grants, but
 // it splits the device only when the jobs wait for the same room: jobs that each get what they post
@@ -78,8 +79,9 @@
 // tail in the benchmark. No head waits for its share longer than kShareHoldNs. A job's own processes
 // do not hold each other (ranks of a job wait for each other on the device); processes of
 // different jobs that wait for each other on the device (a collective across jobs, another job's
-// event) are let go once the op waited for runs past its prediction. Copies are not shared by
-// weight (the transfer limit rations them). Credited ops count towards the share, and a job ahead
+// event) are let go once the op waited for runs past its prediction. Transfers (host to device and
+// back) have a virtual time of their own, per device, which orders transfer heads: the transfer
+// limit's slots go by weight (no share hold). Credited ops count towards the share, and a job ahead
 // of another that posted compute work lately gets no credit, so its next op asks.
 //
 // A head held by its engine's state (bound, transfer limit, bound_by_slices' slices) closes that engine to the clients behind it, so a long op is not starved by short ones; a head held only by a query's
@@ -236,17 +238,6 @@ class BaymaxPolicy final : public Policy {
     std::int64_t expected_ns = 0;   // the point prediction (0: none, the upper estimate stands in)
     std::int64_t point_ns() const { return expected_ns > 0 ? expected_ns : predicted_ns; }
   };
-  // Start-time fair queueing's clock for one kind of work: a grant of cost (predicted ns / weight)
-  // advances it, and last_start is its value at the start of the latest grant.
-  struct FairClock {
-    double vtime = 0;
-    std::optional<double> last_start;
-    void charge(double cost) {
-      last_start = vtime;
-      vtime += cost;
-    }
-    double restart_point() const { return last_start.value_or(vtime); }
-  };
   struct ClientState {
     ClientInfo info;
     std::deque<Queued> queue;
@@ -275,9 +266,9 @@ class BaymaxPolicy final : public Policy {
     std::int64_t be_compute_ns_on(std::uint32_t device) const;       // on one
     std::int64_t head_held_since_ns = -1;  // when its queue's head was first held (-1: not held)
     std::map<std::uint32_t, std::int64_t> compute_posted_ns;  // best effort: its latest compute op, by device
-    // Best effort: fair queueing of its transfers among its job's processes, and how many it has
+    // Best effort: its transfers' virtual time among its job's processes, and how many it has
     // queued, by device.
-    std::map<std::uint32_t, FairClock> transfer_share;
+    std::map<std::uint32_t, double> transfer_vtime;
     std::map<std::uint32_t, std::uint32_t> transfers_queued;
     // The devices it has posted GPU work on. A process registers with device 0 whatever it uses
     // (the shim has no context yet), so a job is on the devices its work says, and on its
@@ -374,7 +365,10 @@ class BaymaxPolicy final : public Policy {
   // The same for best-effort transfers (both directions together, as the transfer limit rations
   // them), kept apart from compute: transfer heads are ordered by it, so the limit's slots go by
   // weight rather than to whichever job keeps a transfer queued (before, ties of compute time went
-  // to the lowest client id, which then took every slot). Idle: no transfer queued or in flight there.
+  // to the lowest client id, which then took every slot). A job (process) with no transfer queued
+  // or in flight there starts again at the device's (its job's) transfer virtual time: the start of
+  // the latest transfer grant there, whether or not another is busy now, so that time spent idle
+  // never buys slots later.
   static bool is_transfer(const ipc::OpDescriptor& op);
   bool has_transfer_work(ClientId client, const ClientState& state, std::uint32_t device) const;
   void charge_transfer_share(ClientState& state, std::uint32_t device, std::int64_t p);
@@ -432,8 +426,13 @@ class BaymaxPolicy final : public Policy {
   struct JobShare {
     double vtime = 0;
     std::optional<double> last_start;
-    FairClock transfers;
+    // Transfers: the job's virtual time, and the start of its processes' latest grant (where one of
+    // them that was idle starts again).
+    double transfer_vtime = 0;
+    double transfer_process_start = 0;
   };
+  // Transfers: the start of the latest grant by device (where a job that was idle starts again).
+  std::map<std::uint32_t, double> transfer_start_;
   std::map<std::pair<std::string, std::uint32_t>, JobShare> job_shares_;
   struct Retired {
     InFlight flight;
