@@ -101,7 +101,13 @@ std::string describe(const JobConfig& job) {
   text += ", weight " + format_number(job.weight);
   if (job.safety_margin_ms) {
     text += ", safety margin " + format_number(*job.safety_margin_ms) + " ms";
-    if (!(job.target_ms && high)) text += " unused (no latency target to keep it for)";
+    if (!high) {
+      text += " unused (the job always runs low)";
+    } else if (!job.target_ms) {
+      text += " unused (no latency target to keep it for)";
+    } else if (*job.safety_margin_ms >= *job.target_ms) {
+      text += " (not under the target: best-effort work waits while any query of it is open)";
+    }
   }
   return text;
 }

@@ -260,12 +260,20 @@ TEST(ConfigSummary, SaysWhatAJobSetsButWillNotUse) {
   const std::string summary = render_summary(parse_ok("[[job]]\nname = \"a\"\nallowed_priority = \"low\"\ntarget_ms = 3\n"
                                                       "[[job]]\nname = \"b\"\npercentile = 90\n"
                                                       "[[job]]\nname = \"c\"\ntarget_ms = 5\npercentile = 90\n"
-                                                      "[[job]]\nname = \"d\"\nsafety_margin_ms = 2\n"));
+                                                      "[[job]]\nname = \"d\"\nsafety_margin_ms = 2\n"
+                                                      "[[job]]\nname = \"e\"\nallowed_priority = \"low\"\n"
+                                                      "target_ms = 9\nsafety_margin_ms = 3\n"
+                                                      "[[job]]\nname = \"f\"\ntarget_ms = 4\nsafety_margin_ms = 4\n"));
   EXPECT_NE(summary.find("always low, target_ms 3 unused (the job always runs low)"), std::string::npos) << summary;
   EXPECT_NE(summary.find("may run high, no latency target (percentile 90 unused without target_ms)"), std::string::npos)
       << summary;
   EXPECT_NE(summary.find("may run high, target p90 <= 5 ms"), std::string::npos) << summary;
   EXPECT_NE(summary.find("safety margin 2 ms unused (no latency target to keep it for)"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("safety margin 3 ms unused (the job always runs low)"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("safety margin 4 ms (not under the target: best-effort work waits while any query of it is "
+                         "open)"),
+            std::string::npos)
+      << summary;
 }
 
 TEST(ConfigSummary, ShowsEverySetting) {

@@ -59,7 +59,7 @@ inline constexpr double kMaxIdleBoundFactor = 1000;
 
 // [policy.baymax]
 struct BaymaxConfig {
-  double safety_margin_ms = 1.0;              // slack kept before every open query's deadline (>= 0)
+  double safety_margin_ms = 1.0;              // slack kept before open queries' deadlines (>= 0; [[job]] may override)
   double be_backlog_bound_ms = 5.0;           // cap on granted best-effort compute backlog (> 0)
   std::uint32_t max_be_transfers = 1;         // best-effort copies in flight at once; 0 = no limit
   std::uint64_t copy_chunk_bytes = 4u << 20;  // best-effort copies split into chunks this big; 0 = never
