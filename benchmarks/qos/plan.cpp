@@ -76,7 +76,7 @@ void validate(const Options& o) {
 
 std::optional<double> lc_margin_ms(const Options& o) {
   if (o.lc_margin_ms) return o.lc_margin_ms;
-  if (o.daemon_target == "end-to-end") return kEndToEndLcMarginMs;
+  if (o.daemon_target == "end-to-end") return std::max(kEndToEndLcMarginMs, o.baymax.safety_margin_ms);
   return std::nullopt;
 }
 

@@ -209,7 +209,8 @@ int main(int argc, char** argv) {
   qos->add_option("--lc-margin-ms", o.lc_margin_ms,
                   "the LC job's own safety margin ([[job]] safety_margin_ms, ms before --time-scale); default: " +
                       json(kEndToEndLcMarginMs).dump() +
-                      " with end-to-end targets, none (the [policy.baymax] margin) with service ones")
+                      " or the [policy.baymax] margin if larger with end-to-end targets, none (the [policy.baymax] margin) "
+                      "with service ones")
       ->check(CLI::NonNegativeNumber);
   qos->add_flag("--be-thread-per-stream", o.be_thread_per_stream,
                 "BE replayers submit each trace stream from a thread of its own, so each stream keeps its "

@@ -48,6 +48,8 @@ TEST(QosPlan, QuickKeepsWhatTheUserGave) {
   o.daemon_target = "end-to-end";
   EXPECT_NO_THROW(validate(o));
   EXPECT_EQ(lc_margin_ms(o), kEndToEndLcMarginMs) << "end-to-end targets: the LC's own margin";
+  o.baymax.safety_margin_ms = 4;
+  EXPECT_EQ(lc_margin_ms(o), 4.0) << "the --baymax-from file's, when larger";
   o.lc_margin_ms = 0;
   EXPECT_EQ(lc_margin_ms(o), 0.0) << "as given";
   o.lc_margin_ms = -1;
