@@ -523,11 +523,19 @@ void BaymaxPolicy::restart_if_idle(ClientId client, ClientState& state, std::uin
     const double at = share == job_shares_.end() ? 0 : share->second.last_start.value_or(share->second.vtime);
     least_job = std::min(least_job.value_or(at), at);
   }
-  if (!job_busy && least_job) {
-    double& vtime = job_shares_[{state.info.job, device}].vtime;
-    vtime = std::max(vtime, *least_job);
+  // With no other job busy either: at the start of the device's latest grant, so that time every
+  // job spent idle buys it nothing later. Its last start goes with a raise, or a job arriving next
+  // would start from that stale value.
+  JobShare& job = job_shares_[{state.info.job, device}];
+  if (!job_busy) {
+    const double at = least_job.value_or(compute_start_[device]);
+    if (at > job.vtime) {
+      job.vtime = at;
+      job.last_start.reset();
+    }
   }
-  // Itself, among its job's processes busy there (its own virtual time orders only those).
+  // Itself, among its job's processes busy there (its own virtual time orders only those), or with
+  // none busy, at the start of its job's latest grant there.
   std::optional<double> least;
   for (const auto& [id, other] : clients_) {
     if (id == client || other.info.priority != ipc::Priority::low || other.info.job != state.info.job) continue;
@@ -537,15 +545,22 @@ void BaymaxPolicy::restart_if_idle(ClientId client, ClientState& state, std::uin
     const double at = start == other.last_start.end() ? other.vtime_on(device) : start->second;
     least = std::min(least.value_or(at), at);
   }
-  if (least && *least > state.vtime_on(device)) state.vtime[device] = *least;
+  const double at = least.value_or(job.process_start);
+  if (at > state.vtime_on(device)) {
+    state.vtime[device] = at;
+    state.last_start.erase(device);
+  }
 }
 
 void BaymaxPolicy::charge_share(ClientState& state, std::uint32_t device, std::int64_t p) {
   double& vtime = state.vtime[device];
   state.last_start[device] = vtime;
-  vtime += static_cast<double>(p) / state.weight();
   JobShare& job = job_shares_[{state.info.job, device}];
+  job.process_start = std::max(job.process_start, vtime);
+  vtime += static_cast<double>(p) / state.weight();
   job.last_start = job.vtime;
+  double& start = compute_start_[device];
+  start = std::max(start, job.vtime);
   job.vtime += static_cast<double>(p) / state.weight();
 }
 

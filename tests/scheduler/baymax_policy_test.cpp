@@ -1617,10 +1617,13 @@ ClientInfo be_job(ClientId id, const char* job, double weight = 1.0) {
 
 // Best-effort clients uploading on a device that runs one transfer at a time (max_be_transfers = 1)
 // beside a high-priority job (so no credit): each active client keeps four uploads queued; each
-// transfer runs its client's length.
+// transfer runs its client's length. Or, `kernels`, launching kernels one at a time (each 1 ms,
+// the bound).
 class TransferRig {
  public:
-  TransferRig() { (void)policy_.client_registered(serve(kServe, 100 * kMs), 0); }
+  explicit TransferRig(bool kernels = false) : kernels_(kernels), policy_(options(kernels ? kMs : 5 * kMs)) {
+    (void)policy_.client_registered(serve(kServe, 100 * kMs), 0);
+  }
   void add(ClientId client, const char* job, double weight, std::int64_t length_ns) {
     (void)policy_.client_registered(be_job(client, job, weight), 0);
     length_[client] = length_ns;
@@ -1643,8 +1646,11 @@ class TransferRig {
 
  private:
   void top_up(ClientId c) {
-    while (posted_[c] < done_[c] + 4)
-      apply(post(policy_, c, Priority::low, copy(++posted_[c], ipc::CopyDirection::h2d), now_, length_.at(c)));
+    while (posted_[c] < done_[c] + 4) {
+      ++posted_[c];
+      const ipc::OpDescriptor d = kernels_ ? op(posted_[c]) : copy(posted_[c], ipc::CopyDirection::h2d);
+      apply(post(policy_, c, Priority::low, d, now_, length_.at(c)));
+    }
   }
   bool finish_one() {
     EXPECT_LE(running_.size(), 1u) << "one transfer at a time";
@@ -1662,7 +1668,8 @@ class TransferRig {
       ++counted_[g.client];
     }
   }
-  BaymaxPolicy policy_{options()};
+  bool kernels_;
+  BaymaxPolicy policy_;
   std::map<ClientId, std::int64_t> length_;
   std::map<ClientId, std::uint64_t> posted_, done_;
   std::map<ClientId, int> counted_;
@@ -1694,10 +1701,10 @@ TEST(BaymaxPolicy, BestEffortJobsShareTransfersByWeight) {
 
 // Idle time buys no slots later, however the jobs come back: b joining a job busy for 200 transfers
 // alone; b, then a, after both went idle; c joining while b, back from idle, waits for its first
-// slot; and a new process of a job, posting before its sibling comes back.
-TEST(BaymaxPolicy, TransfersOfAJobThatWasIdleStartAgainFromTheDevicesTime) {
+// slot; and a new process of a job, posting before its sibling comes back. The same for kernels.
+void idle_jobs_start_again_from_the_devices_time(bool kernels) {
   {
-    TransferRig rig;
+    TransferRig rig(kernels);
     rig.add(kTrainA, "a", 1, kMs);
     rig.add(kTrainB, "b", 1, kMs);
     (void)rig.run({kTrainA}, 200);
@@ -1705,7 +1712,7 @@ TEST(BaymaxPolicy, TransfersOfAJobThatWasIdleStartAgainFromTheDevicesTime) {
     EXPECT_NEAR(both[kTrainA], both[kTrainB], 2) << both[kTrainA] << " vs " << both[kTrainB] << ": b joined a busy job";
   }
   {
-    TransferRig rig;
+    TransferRig rig(kernels);
     rig.add(kTrainA, "a", 1, kMs);
     rig.add(kTrainB, "b", 1, kMs);
     rig.add(kTrainC, "c", 1, kMs);
@@ -1721,7 +1728,7 @@ TEST(BaymaxPolicy, TransfersOfAJobThatWasIdleStartAgainFromTheDevicesTime) {
     EXPECT_NEAR(three[kTrainB], 100, 3) << three[kTrainA] << ", " << three[kTrainB] << ", " << three[kTrainC];
   }
   {
-    TransferRig rig;
+    TransferRig rig(kernels);
     constexpr ClientId kSibling = 6;
     rig.add(kTrainA, "a", 1, kMs);
     rig.add(kSibling, "a", 1, kMs);
@@ -1732,6 +1739,18 @@ TEST(BaymaxPolicy, TransfersOfAJobThatWasIdleStartAgainFromTheDevicesTime) {
     EXPECT_NEAR(processes[kSibling], processes[kTrainA], 3) << processes[kSibling] << " vs " << processes[kTrainA];
     EXPECT_NEAR(processes[kSibling] + processes[kTrainA], processes[kTrainB], 3) << "one job, one share";
   }
+}
+
+TEST(BaymaxPolicy, TransfersOfAJobThatWasIdleStartAgainFromTheDevicesTime) {
+  idle_jobs_start_again_from_the_devices_time(false);
+}
+
+// Compute fair queueing restarted an idle job only at the least start of the jobs busy at that
+// moment: one coming back while every job was idle kept its old clock (2 vs 199 grants before
+// 2026-11-28, as transfers did).
+TEST(BaymaxPolicy, KernelsOfAJobThatWasIdleStartAgainFromTheDevicesTime) {
+  idle_jobs_start_again_from_the_devices_time(true);
+
 }
 
 // Best-effort processes (two by default), each with one op waiting for its grant at all times (a

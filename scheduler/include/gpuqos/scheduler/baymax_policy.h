@@ -359,7 +359,8 @@ class BaymaxPolicy final : public Policy {
   // Start-time fair queueing of compute work: a grant of p (the point prediction) on device
   // advances the client's virtual time there by p / weight. A client with nothing queued and
   // nothing in flight on device first starts again at the least start of the latest grants of the
-  // other best-effort clients busy there (idle time earns nothing), or where it was if that is later.
+  // other best-effort clients busy there, or with none busy at the start of the device's latest
+  // grant (idle time earns nothing), or where it was if that is later.
   void charge_share(ClientState& state, std::uint32_t device, std::int64_t p);
   void restart_if_idle(ClientId client, ClientState& state, std::uint32_t device);
   // The same for best-effort transfers (both directions together, as the transfer limit rations
@@ -426,13 +427,15 @@ class BaymaxPolicy final : public Policy {
   struct JobShare {
     double vtime = 0;
     std::optional<double> last_start;
+    double process_start = 0;  // the start of its processes' latest grant (where an idle one restarts)
     // Transfers: the job's virtual time, and the start of its processes' latest grant (where one of
     // them that was idle starts again).
     double transfer_vtime = 0;
     double transfer_process_start = 0;
   };
-  // Transfers: the start of the latest grant by device (where a job that was idle starts again).
-  std::map<std::uint32_t, double> transfer_start_;
+  // The start of the latest compute (transfer) grant by device, where a job that was idle starts
+  // again when no other job is busy there (a busy one's least start, if any, for compute).
+  std::map<std::uint32_t, double> compute_start_, transfer_start_;
   std::map<std::pair<std::string, std::uint32_t>, JobShare> job_shares_;
   struct Retired {
     InFlight flight;
