@@ -1619,9 +1619,9 @@ ClientInfo be_job(ClientId id, const char* job, double weight = 1.0) {
 // beside a high-priority job (so no credit): each active client keeps four uploads queued; each
 // transfer runs its client's length. Or, `kernels`, launching kernels one at a time (each 1 ms,
 // the bound).
-class TransferRig {
+class OneAtATimeRig {
  public:
-  explicit TransferRig(bool kernels = false) : kernels_(kernels), policy_(options(kernels ? kMs : 5 * kMs)) {
+  explicit OneAtATimeRig(bool kernels = false) : kernels_(kernels), policy_(options(kernels ? kMs : 5 * kMs)) {
     (void)policy_.client_registered(serve(kServe, 100 * kMs), 0);
   }
   void add(ClientId client, const char* job, double weight, std::int64_t length_ns) {
@@ -1679,7 +1679,7 @@ class TransferRig {
 
 std::map<ClientId, int> two_jobs_uploading(double weight_a, double weight_b, std::int64_t length_a,
                                            std::int64_t length_b) {
-  TransferRig rig;
+  OneAtATimeRig rig;
   rig.add(kTrainA, "a", weight_a, length_a);
   rig.add(kTrainB, "b", weight_b, length_b);
   return rig.run({kTrainA, kTrainB}, 300);
@@ -1704,7 +1704,7 @@ TEST(BaymaxPolicy, BestEffortJobsShareTransfersByWeight) {
 // slot; and a new process of a job, posting before its sibling comes back. The same for kernels.
 void idle_jobs_start_again_from_the_devices_time(bool kernels) {
   {
-    TransferRig rig(kernels);
+    OneAtATimeRig rig(kernels);
     rig.add(kTrainA, "a", 1, kMs);
     rig.add(kTrainB, "b", 1, kMs);
     (void)rig.run({kTrainA}, 200);
@@ -1712,7 +1712,7 @@ void idle_jobs_start_again_from_the_devices_time(bool kernels) {
     EXPECT_NEAR(both[kTrainA], both[kTrainB], 2) << both[kTrainA] << " vs " << both[kTrainB] << ": b joined a busy job";
   }
   {
-    TransferRig rig(kernels);
+    OneAtATimeRig rig(kernels);
     rig.add(kTrainA, "a", 1, kMs);
     rig.add(kTrainB, "b", 1, kMs);
     rig.add(kTrainC, "c", 1, kMs);
@@ -1728,7 +1728,7 @@ void idle_jobs_start_again_from_the_devices_time(bool kernels) {
     EXPECT_NEAR(three[kTrainB], 100, 3) << three[kTrainA] << ", " << three[kTrainB] << ", " << three[kTrainC];
   }
   {
-    TransferRig rig(kernels);
+    OneAtATimeRig rig(kernels);
     constexpr ClientId kSibling = 6;
     rig.add(kTrainA, "a", 1, kMs);
     rig.add(kSibling, "a", 1, kMs);
