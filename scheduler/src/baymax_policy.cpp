@@ -319,9 +319,12 @@ std::int64_t BaymaxPolicy::blocking_cost_ns(std::uint32_t device, std::int64_t l
     // Its target counts from each request's arrival. The op starts with none of its requests in the
     // system (hold_of), so one arriving x into it finishes about length - x + whole later, and the
     // k arriving before it in the op add about k x whole: with load = whole / gap, it misses its
-    // target (less the margin) when x < (length - slack) / (1 - load).
+    // target (less the margin) when x < (length - slack) / (1 - load). The requests arriving in that
+    // window miss together, so the op is priced at a high count of them, not the mean (the header).
     const double load = std::min(kLongOpMaxLoad, static_cast<double>(whole) / static_cast<double>(gap));
-    cost = std::max(cost, static_cast<double>(length_ns - slack) / (1.0 - load));
+    const double window = static_cast<double>(length_ns - slack) / (1.0 - load);
+    if (window <= 0) continue;
+    cost = std::max(cost, window + kLongOpCountSigmas * std::sqrt(window * static_cast<double>(gap)));
   }
   return static_cast<std::int64_t>(std::max(0.0, cost));
 }

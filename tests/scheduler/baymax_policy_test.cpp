@@ -548,10 +548,11 @@ TEST(BaymaxPolicy, AnOpIsLongByItsPredictionNotItsUpperEstimate) {
 // A job that says its arrivals has its target counted from each. A long op starts with none of its
 // requests in the system, so one arriving x into it finishes about p - x + whole later, and those
 // arriving before it in the op queue ahead: it costs the part of it in which an arrival would miss
-// the target, (p + whole + margin - target) / (1 - load) with load = whole / gap, not p - bound.
+// the target, window = (p + whole + margin - target) / (1 - load) with load = whole / gap, not
+// p - bound. The window's requests miss together, so it is priced at their mean count m = window /
+// gap plus two standard deviations (2 sqrt(m)): window + 2 sqrt(window x gap).
 // Eight requests every gap_ms, each 8 ms, all done; bound 5, margin 1; the budget grows 5 ms a second.
 TEST(BaymaxPolicy, ALongOpCostsWhatItMakesTheRequestsOfAJobThatSaysItsArrivalsMiss) {
-  constexpr std::int64_t kS = 1'000 * kMs;
   const auto learned = [](std::int64_t target_ms, std::int64_t gap_ms) {
     auto policy = std::make_unique<BaymaxPolicy>(options(5 * kMs));
     (void)policy->client_registered(serve(kServe, target_ms * kMs), 0);
@@ -591,17 +592,21 @@ TEST(BaymaxPolicy, ALongOpCostsWhatItMakesTheRequestsOfAJobThatSaysItsArrivalsMi
   EXPECT_TRUE(loose->tick(arrived + 2'000 * kMs).empty());
   EXPECT_EQ(loose->tick(arrived + 2'001 * kMs), (Decisions{{kTrainA, 2}}));
   EXPECT_NEAR(loose->long_op_budget_ns(0, arrived + 2'001 * kMs), 0.005 * static_cast<double>(arrived + 2'001 * kMs), 1.0);
-  // Target 60 ms, load 8 / 40 = 0.2: (71 + 8 + 1 - 60) / 0.8 = 25 ms, grown in 5 s.
+  // Target 60 ms, load 8 / 40 = 0.2: a window of (71 + 8 + 1 - 60) / 0.8 = 25 ms, 0.625 requests
+  // in it on average; priced 25 + 2 sqrt(25 x 40) = 88.25 ms, grown in 17.65 s (at the mean count
+  // it went after 5 s).
+  constexpr std::int64_t kTightCostNs = 88'245'553;
   auto [tight, tight_now] = learned(60, 40);
   EXPECT_TRUE(post(*tight, kTrainA, Priority::low, op(1), tight_now, 71 * kMs).empty());
-  EXPECT_TRUE(tight->tick(5 * kS - kMs).empty());
-  EXPECT_EQ(tight->tick(5 * kS), (Decisions{{kTrainA, 1}}));
-  EXPECT_NEAR(tight->long_op_budget_ns(0, 5 * kS), 0.0, 1.0);
-  // At load 8 / 16 = 0.5 the requests arriving during it queue deeper: 20 / 0.5 = 40 ms, 8 s.
+  EXPECT_TRUE(tight->tick(17'649 * kMs).empty());
+  EXPECT_EQ(tight->tick(17'650 * kMs), (Decisions{{kTrainA, 1}}));
+  EXPECT_NEAR(tight->long_op_budget_ns(0, 17'650 * kMs), 0.005 * 17'650 * kMs - kTightCostNs, 1.0);
+  // At load 8 / 16 = 0.5 the requests arriving during it queue deeper: a window of 20 / 0.5 = 40 ms
+  // (2.5 requests), priced 40 + 2 sqrt(40 x 16) = 90.60 ms, 18.12 s.
   auto [busy, busy_now] = learned(60, 16);
   EXPECT_TRUE(post(*busy, kTrainA, Priority::low, op(1), busy_now, 71 * kMs).empty());
-  EXPECT_TRUE(busy->tick(8 * kS - kMs).empty());
-  EXPECT_EQ(busy->tick(8 * kS), (Decisions{{kTrainA, 1}}));
+  EXPECT_TRUE(busy->tick(18'119 * kMs).empty());
+  EXPECT_EQ(busy->tick(18'120 * kMs), (Decisions{{kTrainA, 1}}));
   // A target below a whole query and the margin: every request misses anyway, so the op pays the
   // bound's price (66 ms, 13.2 s), not (71 - (6 - 8 - 1)) / 0.8 = 92.5.
   auto [hopeless, hopeless_now] = learned(6, 40);
