@@ -299,17 +299,30 @@ class Connection : public std::enable_shared_from_this<Connection> {
 };
 
 void Server::accept(Listener& listener) {
-  listener.acceptor.async_accept([this, &listener](beast::error_code ec, tcp::socket socket) {
+  // Waited for by Asio, accepted by hand: accept4 gives the connection SOCK_CLOEXEC atomically
+  // (Asio's accept does not), so it never outlives us in a program another thread execs.
+  listener.acceptor.async_wait(tcp::acceptor::wait_read, [this, &listener](beast::error_code ec) {
     if (!listener.acceptor.is_open()) return;  // stopped
     if (!ec) {
-      try {
-        // Asio accepts without SOCK_CLOEXEC: a connection must not outlive us in a program we exec.
-        ::fcntl(socket.native_handle(), F_SETFD, FD_CLOEXEC);
-        take(std::move(socket));
-      } catch (const std::exception& e) {  // out of memory: this connection is dropped, the next taken
-        spdlog::warn("metrics: cannot serve a connection: {}", e.what());
+      const int fd = ::accept4(listener.acceptor.native_handle(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd >= 0) {
+        tcp::socket socket(io);
+        if (socket.assign(listener.acceptor.local_endpoint(ec).protocol(), fd, ec); ec) {
+          ::close(fd);
+          spdlog::warn("metrics: cannot serve a connection: {}", ec.message());
+          return accept(listener);
+        }
+        try {
+          take(std::move(socket));
+        } catch (const std::exception& e) {  // out of memory: this connection is dropped, the next taken
+          spdlog::warn("metrics: cannot serve a connection: {}", e.what());
+        }
+        return accept(listener);
       }
-      return accept(listener);
+      // Gone before we took it (reset, or taken by nobody else: the listener is non-blocking).
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ECONNABORTED || errno == EINTR || errno == EPROTO)
+        return accept(listener);
+      ec = beast::error_code(errno, beast::system_category());
     }
     // Out of descriptors, most likely: said once every 10 s, and tried again shortly (a pending
     // connection keeps the socket readable, so accepting at once again would spin). One of ours
@@ -319,7 +332,8 @@ void Server::accept(Listener& listener) {
       accept_warned_ns = now;
       spdlog::warn("metrics: cannot accept a connection: {}", ec.message());
     }
-    const bool out_of_descriptors = ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space;
+    const bool out_of_descriptors = ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space ||
+                                    ec == beast::error_code(ENFILE, beast::system_category());
     if (out_of_descriptors) evict_one();
     listener.retry.expires_after(std::chrono::milliseconds(out_of_descriptors ? 5 : 100));
     listener.retry.async_wait([this, &listener](beast::error_code e) {
@@ -463,7 +477,9 @@ ipc::Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const config::L
     auto& listener = *server.listeners.emplace_back(std::make_unique<Server::Listener>(server.io));
     tcp::acceptor& acceptor = listener.acceptor;
     // Opened by hand for SOCK_CLOEXEC, which asio's open() does not set.
-    const int fd = ::socket(endpoint.protocol().family(), SOCK_STREAM | SOCK_CLOEXEC, 0);
+    // Non-blocking too: accept() takes a connection only once the wait says one is there, and
+    // one reset meanwhile must not block the server's thread.
+    const int fd = ::socket(endpoint.protocol().family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) return failed(endpoint, beast::error_code(errno, beast::system_category()));
     if (acceptor.assign(endpoint.protocol(), fd, ec); ec) {
       ::close(fd);
