@@ -51,7 +51,7 @@ struct Options {
   std::vector<std::string> device_modes{"fifo", "timeslice"};
   std::vector<double> loads{0.2, 0.4, 0.6};
   std::vector<std::string> be_mixes{"resnet", "resnet+recsys"};
-  std::string daemon_target = "service";  // one of kDaemonTargets
+  std::string daemon_target = "end-to-end";  // one of kDaemonTargets
   // The LC job's own safety margin ([[job]] safety_margin_ms, x time_scale); none: the default, see
   // lc_margin_ms().
   std::optional<double> lc_margin_ms;

@@ -45,6 +45,7 @@ TEST(QosPlan, QuickKeepsWhatTheUserGave) {
   o.policies = {"fifo", "edf"};
   EXPECT_THROW(validate(o), std::invalid_argument);
   o.policies = {"fifo"};
+  EXPECT_EQ(Options{}.daemon_target, "end-to-end") << "the target the report judges cells by";
   o.daemon_target = "end-to-end";
   EXPECT_NO_THROW(validate(o));
   EXPECT_EQ(lc_margin_ms(o), kEndToEndLcMarginMs) << "end-to-end targets: the LC's own margin";
