@@ -71,9 +71,10 @@ struct Server {
   // One per address the listen address names (a name may have several: localhost's ::1 and
   // 127.0.0.1), each with the timer of its retries.
   struct Listener {
-    explicit Listener(asio::io_context& io) : acceptor(io), retry(io) {}
+    Listener(asio::io_context& io, tcp protocol) : acceptor(io), retry(io), protocol(protocol) {}
     tcp::acceptor acceptor;
     asio::steady_timer retry;
+    tcp protocol;  // its connections'
   };
   std::vector<std::unique_ptr<Listener>> listeners;
   std::int64_t accept_warned_ns = 0;
@@ -305,9 +306,10 @@ void Server::accept(Listener& listener) {
     if (!listener.acceptor.is_open()) return;  // stopped
     if (!ec) {
       const int fd = ::accept4(listener.acceptor.native_handle(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      const int error = errno;
       if (fd >= 0) {
         tcp::socket socket(io);
-        if (socket.assign(listener.acceptor.local_endpoint(ec).protocol(), fd, ec); ec) {
+        if (socket.assign(listener.protocol, fd, ec); ec) {
           ::close(fd);
           spdlog::warn("metrics: cannot serve a connection: {}", ec.message());
           return accept(listener);
@@ -319,10 +321,15 @@ void Server::accept(Listener& listener) {
         }
         return accept(listener);
       }
-      // Gone before we took it (reset, or taken by nobody else: the listener is non-blocking).
-      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ECONNABORTED || errno == EINTR || errno == EPROTO)
-        return accept(listener);
-      ec = beast::error_code(errno, beast::system_category());
+      // Gone before we took it (reset meanwhile: the listener is non-blocking), or a network error
+      // pending on the new connection, which accept(2) says to treat as EAGAIN: wait again.
+      switch (error) {
+        case EAGAIN: case ECONNABORTED: case EINTR: case EPROTO: case ENETDOWN: case ENOPROTOOPT:
+        case EHOSTDOWN: case ENONET: case EHOSTUNREACH: case EOPNOTSUPP: case ENETUNREACH:
+          return accept(listener);
+        default:
+          ec = beast::error_code(error, beast::system_category());
+      }
     }
     // Out of descriptors, most likely: said once every 10 s, and tried again shortly (a pending
     // connection keeps the socket readable, so accepting at once again would spin). One of ours
@@ -333,6 +340,7 @@ void Server::accept(Listener& listener) {
       spdlog::warn("metrics: cannot accept a connection: {}", ec.message());
     }
     const bool out_of_descriptors = ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space ||
+                                    ec == asio::error::no_memory ||
                                     ec == beast::error_code(ENFILE, beast::system_category());
     if (out_of_descriptors) evict_one();
     listener.retry.expires_after(std::chrono::milliseconds(out_of_descriptors ? 5 : 100));
@@ -474,7 +482,7 @@ ipc::Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const config::L
   // too and the kernel split the scrapes between them): a restart may bind beside its
   // predecessor's closing connections, a second listener may not.
   for (const tcp::endpoint& endpoint : endpoints) {
-    auto& listener = *server.listeners.emplace_back(std::make_unique<Server::Listener>(server.io));
+    auto& listener = *server.listeners.emplace_back(std::make_unique<Server::Listener>(server.io, endpoint.protocol()));
     tcp::acceptor& acceptor = listener.acceptor;
     // Opened by hand for SOCK_CLOEXEC, which asio's open() does not set.
     // Non-blocking too: accept() takes a connection only once the wait says one is there, and
