@@ -312,7 +312,8 @@ std::int64_t BaymaxPolicy::blocking_cost_ns(std::uint32_t device, std::int64_t l
     const std::int64_t slack = *state.info.target_ns - whole - margin_of(state);
     if (!queries_.says_arrivals(id) || whole <= 0 || gap <= 0 || slack < 0) {
       // The bound is what a query absorbs (and with no slack at all every request misses anyway:
-      // the op's own share of the misses is then the bound's price, not more).
+      // the op's own share of the misses is then the bound's price). With no rate known this is the
+      // mean count: a job whose window and rate are known can cost more (a burst's price, below).
       cost = std::max(cost, static_cast<double>(length_ns - threshold));
       continue;
     }
@@ -320,11 +321,13 @@ std::int64_t BaymaxPolicy::blocking_cost_ns(std::uint32_t device, std::int64_t l
     // system (hold_of), so one arriving x into it finishes about length - x + whole later, and the
     // k arriving before it in the op add about k x whole: with load = whole / gap, it misses its
     // target (less the margin) when x < (length - slack) / (1 - load). The requests arriving in that
-    // window miss together, so the op is priced at a high count of them, not the mean (the header).
+    // window miss together, so the op is priced at a high count of them, not the mean (the header):
+    // m + k sqrt(m) requests for m = window / gap, or (k + 1) m when fewer than one is expected.
     const double load = std::min(kLongOpMaxLoad, static_cast<double>(whole) / static_cast<double>(gap));
     const double window = static_cast<double>(length_ns - slack) / (1.0 - load);
     if (window <= 0) continue;
-    cost = std::max(cost, window + kLongOpCountSigmas * std::sqrt(window * static_cast<double>(gap)));
+    const double spread = std::min(std::sqrt(window * static_cast<double>(gap)), window);
+    cost = std::max(cost, window + kLongOpCountSigmas * spread);
   }
   return static_cast<std::int64_t>(std::max(0.0, cost));
 }

@@ -550,7 +550,8 @@ TEST(BaymaxPolicy, AnOpIsLongByItsPredictionNotItsUpperEstimate) {
 // arriving before it in the op queue ahead: it costs the part of it in which an arrival would miss
 // the target, window = (p + whole + margin - target) / (1 - load) with load = whole / gap, not
 // p - bound. The window's requests miss together, so it is priced at their mean count m = window /
-// gap plus two standard deviations (2 sqrt(m)): window + 2 sqrt(window x gap).
+// gap plus two standard deviations (2 sqrt(m)): window + 2 sqrt(window x gap), or 3 x window
+// when fewer than one request is expected in it.
 // Eight requests every gap_ms, each 8 ms, all done; bound 5, margin 1; the budget grows 5 ms a second.
 TEST(BaymaxPolicy, ALongOpCostsWhatItMakesTheRequestsOfAJobThatSaysItsArrivalsMiss) {
   const auto learned = [](std::int64_t target_ms, std::int64_t gap_ms) {
@@ -593,22 +594,29 @@ TEST(BaymaxPolicy, ALongOpCostsWhatItMakesTheRequestsOfAJobThatSaysItsArrivalsMi
   EXPECT_EQ(loose->tick(arrived + 2'001 * kMs), (Decisions{{kTrainA, 2}}));
   EXPECT_NEAR(loose->long_op_budget_ns(0, arrived + 2'001 * kMs), 0.005 * static_cast<double>(arrived + 2'001 * kMs), 1.0);
   // Target 60 ms, load 8 / 40 = 0.2: a window of (71 + 8 + 1 - 60) / 0.8 = 25 ms, 0.625 requests
-  // in it on average; priced 25 + 2 sqrt(25 x 40) = 88.25 ms, grown in 17.65 s (at the mean count
-  // it went after 5 s).
-  constexpr std::int64_t kTightCostNs = 88'245'553;
+  // in it on average, fewer than one: priced 3 x 25 = 75 ms, grown in 15 s (at the mean count it
+  // went after 5 s).
   auto [tight, tight_now] = learned(60, 40);
   EXPECT_TRUE(post(*tight, kTrainA, Priority::low, op(1), tight_now, 71 * kMs).empty());
-  EXPECT_TRUE(tight->tick(17'649 * kMs).empty());
-  EXPECT_EQ(tight->tick(17'650 * kMs), (Decisions{{kTrainA, 1}}));
-  EXPECT_NEAR(tight->long_op_budget_ns(0, 17'650 * kMs), 0.005 * 17'650 * kMs - kTightCostNs, 1.0);
+  EXPECT_TRUE(tight->tick(14'999 * kMs).empty());
+  EXPECT_EQ(tight->tick(15'000 * kMs), (Decisions{{kTrainA, 1}}));
+  EXPECT_NEAR(tight->long_op_budget_ns(0, 15'000 * kMs), 0.0, 1.0);
   // At load 8 / 16 = 0.5 the requests arriving during it queue deeper: a window of 20 / 0.5 = 40 ms
-  // (2.5 requests), priced 40 + 2 sqrt(40 x 16) = 90.60 ms, 18.12 s.
+  // (2.5 requests), priced at m + 2 sqrt(m) of them, 40 + 2 sqrt(40 x 16) = 90.60 ms, 18.12 s.
   auto [busy, busy_now] = learned(60, 16);
   EXPECT_TRUE(post(*busy, kTrainA, Priority::low, op(1), busy_now, 71 * kMs).empty());
   EXPECT_TRUE(busy->tick(18'119 * kMs).empty());
   EXPECT_EQ(busy->tick(18'120 * kMs), (Decisions{{kTrainA, 1}}));
+  // A request a second, load 0.008: a window of 20 / 0.992 = 20.16 ms holds 0.02 requests. The
+  // square root would price it at 20.16 + 2 sqrt(20.16 x 1000) = 304 ms (60.9 s); fewer than one
+  // expected, it costs three times the window, 60.48 ms, grown in 12.097 s.
+  auto [quiet, quiet_now] = learned(60, 1'000);
+  EXPECT_TRUE(post(*quiet, kTrainA, Priority::low, op(1), quiet_now, 71 * kMs).empty());
+  EXPECT_TRUE(quiet->tick(12'096 * kMs).empty());
+  EXPECT_EQ(quiet->tick(12'097 * kMs), (Decisions{{kTrainA, 1}}));
   // A target below a whole query and the margin: every request misses anyway, so the op pays the
-  // bound's price (66 ms, 13.2 s), not (71 - (6 - 8 - 1)) / 0.8 = 92.5.
+  // bound's price (66 ms, 13.2 s), not (71 - (6 - 8 - 1)) / 0.8 = 92.5. (A mean count: the tight
+  // target's burst price above is higher.)
   auto [hopeless, hopeless_now] = learned(6, 40);
   EXPECT_TRUE(post(*hopeless, kTrainA, Priority::low, op(1), hopeless_now, 71 * kMs).empty());
   EXPECT_TRUE(hopeless->tick(13'200 * kMs - kMs).empty());

@@ -112,11 +112,15 @@
 // would miss the target less the margin: (p + whole + margin - target) / (1 - load), load = whole /
 // mean arrival gap (at most kLongOpMaxLoad), nothing when negative. That window holds m = window /
 // gap requests in expectation, all of whom miss together: the op is priced at m + 2 sqrt(m) of them
-// (kLongOpCountSigmas; window + 2 sqrt(window x gap) of time), so that one op meeting a burst is
-// not what the tail allowance is spent on (benchmark, fifo device, end-to-end targets, load 0.2:
-// a 97-ms kernel priced at its mean met 7 requests where 1.3 were expected, 9 of 471 over, p99 1.41
-// x). The op costs the most over the jobs with a target on the device. (Benchmark, fifo device, end-to-end targets, load 0.6: recsys
-// from 8 to 73 % of its standalone rate, p99 0.84 x the target; blocking_cost_ns.) A long op waiting for budget does not close its engine (other jobs' short ops go on);
+// (kLongOpCountSigmas; window + 2 sqrt(window x gap) of time), or 3 m when m < 1 (the square root
+// would price a rare arrival as a likely one), so that one op meeting a burst is not what the tail
+// allowance is spent on (benchmark, fifo device, end-to-end targets, load 0.2: a 97-ms kernel
+// priced at its mean met 7 requests where 1.3 were expected, 9 of 471 over, p99 1.41 x). A job
+// with no rate yet, or no slack, pays the bound's price, a mean count: knowing the rate can cost
+// an op more. The op costs the most over the jobs with a target on the device. (Benchmark, fifo
+// device, end-to-end targets, load 0.6, where recsys's 97-ms kernel fits the slack: recsys at
+// 64-71 % of its standalone rate against 8 % with service targets; blocking_cost_ns.)
+// A long op waiting for budget does not close its engine (other jobs' short ops go on);
 // once the budget covers it (or is full, for an op costing more than the cap), it goes as any lone
 // long op does, but only while no query of such a job is open or waiting (a deadline hold): the
 // budget prices the queries that arrive while the op runs, and one already there would wait for
