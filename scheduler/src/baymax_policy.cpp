@@ -168,6 +168,7 @@ std::optional<PolicyState> BaymaxPolicy::state(std::int64_t now_ns) const {
   }
   std::sort(state.marked_jobs.begin(), state.marked_jobs.end(),
             [](const auto& a, const auto& b) { return a.job < b.job; });
+  for (const auto& [device, ns] : idle_held_ns_) state.idle_held.push_back({device, ns});
   return state;
 }
 
@@ -826,6 +827,7 @@ void BaymaxPolicy::charge_holds(std::int64_t now_ns) {
   const std::int64_t elapsed = std::max<std::int64_t>(0, now_ns - waiting_since_ns_);
   waiting_since_ns_ = std::max(waiting_since_ns_, now_ns);
   if (elapsed == 0) return;
+  for (const std::uint32_t device : idle_held_devices_) add(idle_held_ns_[device], elapsed);
   for (const auto& [id, reason] : waiting_) {
     const auto r = static_cast<std::size_t>(reason);
     add(held_ns_[r], elapsed);
@@ -933,7 +935,21 @@ Decisions BaymaxPolicy::grant_ready(std::int64_t now_ns) {
   for (auto& [id, state] : clients_) {
     if (state.info.priority == ipc::Priority::low) extend_credit(id, state, decisions);
   }
+  note_idle_holds();
   return decisions;
+}
+
+void BaymaxPolicy::note_idle_holds() {
+  idle_held_devices_.clear();
+  for (const auto& [id, reason] : waiting_) {
+    const auto it = clients_.find(id);
+    if (it == clients_.end() || it->second.info.priority != ipc::Priority::low || it->second.queue.empty()) continue;
+    const ipc::OpDescriptor& op = it->second.queue.front().op;
+    if (engine_of(op) == Engine::compute) idle_held_devices_.insert(op.device);
+  }
+  for (const auto& [key, flight] : in_flight_) {
+    if (flight.engine == Engine::compute) idle_held_devices_.erase(flight.device);
+  }
 }
 
 Decisions BaymaxPolicy::op_posted(const OpPosted& event) {

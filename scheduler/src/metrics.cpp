@@ -121,6 +121,10 @@ void policy_families(const PolicyState& state, std::ostringstream& out) {
                    "How long past its own time best-effort work may make a query of a job that marks its "
                    "arrivals run (the bound, capped by the job's arrival rate; the margin included).");
   for (const auto& job : state.marked_jobs) allowance.sample(seconds(job.query_allowance_ns), {{"job_name", job.job}});
+  Family idle(out, "gpuqos_be_held_while_idle_seconds_total", "counter",
+              "Time a device's compute engine had nothing granted in flight while a best-effort compute op was "
+              "held there: best-effort throughput the holds cost outright.");
+  for (const auto& device : state.idle_held) idle.sample(seconds(device.held_ns), {{"device", std::to_string(device.device)}});
 }
 
 void daemon_families(const DaemonStatus& status, std::ostringstream& out) {

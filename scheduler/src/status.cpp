@@ -85,8 +85,11 @@ nlohmann::json policy_state_json(const PolicyState& state) {
                       {"mean_arrival_gap_ns", m.mean_arrival_gap_ns},
                       {"query_allowance_ns", m.query_allowance_ns}});
   }
+  nlohmann::json idle_held = nlohmann::json::array();
+  for (const auto& d : state.idle_held) idle_held.push_back({{"device", d.device}, {"held_ns", d.held_ns}});
   return {{"backlog_bound_ns", state.backlog_bound_ns},
           {"idle_stream_bound_ns", state.idle_stream_bound_ns},
+          {"idle_held", std::move(idle_held)},
           {"adaptation_steps", state.adaptation_steps},
           {"long_op_budget", std::move(budgets)},
           {"tight_targets", std::move(tight)},

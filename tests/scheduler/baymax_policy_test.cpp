@@ -1140,6 +1140,32 @@ TEST(BaymaxPolicy, HoldTimesSayWhatHeldEachWaitingHead) {
   EXPECT_EQ(policy.hold_times().value()[static_cast<std::size_t>(HoldReason::transfer)], 4 * kMs);
 }
 
+// A hold while the device's compute engine has nothing granted in flight costs best-effort work the
+// device's time outright; one while other work runs there only orders it. Only compute heads count.
+TEST(BaymaxPolicy, HoldsWhileNothingComputesOnTheDeviceAreCountedApart) {
+  constexpr ClientId kCopier = 6;
+  BaymaxPolicy policy(options(5 * kMs));
+  (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
+  const auto idle_held = [&] { return policy.state(0)->idle_held; };
+  using IdleHeld = std::vector<PolicyState::IdleHeld>;
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(1), 0, 20 * kMs).empty()) << "the long-op budget, 3 s";
+  EXPECT_EQ(idle_held(), IdleHeld{}) << "no time has passed";
+  EXPECT_TRUE(policy.tick(1'000 * kMs).empty());
+  EXPECT_EQ(idle_held(), (IdleHeld{{0, 1'000 * kMs}}));
+  EXPECT_EQ(policy.tick(3'000 * kMs), (Decisions{{kTrainA, 1}}));
+  EXPECT_EQ(idle_held(), (IdleHeld{{0, 3'000 * kMs}})) << "held, with nothing in flight, until granted";
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(2), 3'000 * kMs, kMs).empty()) << "20 + 1 > 5: the bound";
+  EXPECT_TRUE(policy.tick(3'010 * kMs).empty());
+  EXPECT_EQ(idle_held(), (IdleHeld{{0, 3'000 * kMs}})) << "op 1 runs meanwhile";
+  EXPECT_EQ(policy.op_completed({kTrainA, done(1, 3'020 * kMs), 3'020 * kMs}), (Decisions{{kTrainA, 2}}));
+  (void)policy.op_completed({kTrainA, done(2, 3'021 * kMs), 3'021 * kMs});
+  EXPECT_EQ(post(policy, kCopier, Priority::low, copy(1, ipc::CopyDirection::h2d), 3'021 * kMs, kMs),
+            (Decisions{{kCopier, 1}}));
+  EXPECT_TRUE(post(policy, kCopier, Priority::low, copy(2, ipc::CopyDirection::h2d), 3'021 * kMs, kMs).empty());
+  EXPECT_TRUE(policy.tick(3'030 * kMs).empty());
+  EXPECT_EQ(idle_held(), (IdleHeld{{0, 3'000 * kMs}})) << "a held copy is not the compute engine's";
+}
+
 TEST(BaymaxPolicy, ADeadlineHoldIsChargedUntilItsClientGoes) {
   BaymaxPolicy policy(options(5 * kMs));
   (void)policy.client_registered(serve(kServe, 4 * kMs), 0);

@@ -173,6 +173,11 @@ TEST(Metrics, ThePolicysStateWhenItKeepsOne) {
   EXPECT_TRUE(has_line(text, "gpuqos_be_outstanding_seconds{job_name=\"train\"} 0.018")) << text;
   EXPECT_TRUE(has_line(text, "# TYPE gpuqos_be_backlog_bound_steps_total counter")) << text;
   EXPECT_EQ(text.find("gpuqos_be_idle_stream_bound_seconds"), std::string::npos) << "idle_bound_factor 1: absent";
+  EXPECT_EQ(text.find("gpuqos_be_held_while_idle_seconds_total{"), std::string::npos) << "no device held idle yet";
+  status.policy_state->idle_held = {{1, 250 * kMs}};
+  const std::string held = render_metrics(status);
+  EXPECT_TRUE(has_line(held, "gpuqos_be_held_while_idle_seconds_total{device=\"1\"} 0.25")) << held;
+  EXPECT_TRUE(has_line(held, "# TYPE gpuqos_be_held_while_idle_seconds_total counter")) << held;
   status.policy_state->idle_stream_bound_ns = 18 * kMs;
   const std::string idle = render_metrics(status);
   EXPECT_TRUE(has_line(idle, "gpuqos_be_idle_stream_bound_seconds 0.018")) << idle;

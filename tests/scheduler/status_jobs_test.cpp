@@ -137,6 +137,7 @@ TEST(StatusJobs, ThePolicysStateWhenItKeepsOne) {
   EXPECT_EQ(json["policy_state"]["backlog_bound_ns"], 4'500'000);
   EXPECT_EQ(json["policy_state"]["idle_stream_bound_ns"], 0) << "idle_bound_factor 1";
   EXPECT_EQ(json["policy_state"]["adaptation_steps"], 3);
+  EXPECT_EQ(json["policy_state"]["idle_held"], nlohmann::json::array()) << "nothing held while idle yet";
   ASSERT_EQ(json["policy_state"]["long_op_budget"].size(), 2u);
   EXPECT_EQ(json["policy_state"]["long_op_budget"][1]["device"], 1);
   EXPECT_EQ(json["policy_state"]["long_op_budget"][1]["level_ns"], -7'250'000) << "in debt";
@@ -151,8 +152,12 @@ TEST(StatusJobs, ThePolicysStateWhenItKeepsOne) {
   EXPECT_NE(table.find("  granted, not completed: train 18.000 ms\n"), std::string::npos) << table;
   EXPECT_EQ(table.find("per stream with no query"), std::string::npos) << "idle_bound_factor 1";
   status.policy_state->idle_stream_bound_ns = 18 * kMs;
+  status.policy_state->idle_held = {{1, 2'500 * kMs}};
   json = nlohmann::json::parse(bounded_status_text(status));
   EXPECT_EQ(json["policy_state"]["idle_stream_bound_ns"], 18 * kMs);
+  ASSERT_EQ(json["policy_state"]["idle_held"].size(), 1u);
+  EXPECT_EQ(json["policy_state"]["idle_held"][0]["device"], 1);
+  EXPECT_EQ(json["policy_state"]["idle_held"][0]["held_ns"], 2'500 * kMs);
   EXPECT_NE(render_status_table(json).find("(3 adaptation steps), 18.000 ms per stream with no query in the system, "
                                            "device 0 long-op budget"),
             std::string::npos)

@@ -465,6 +465,11 @@ class BaymaxPolicy final : public Policy {
   std::map<std::string, HoldTimes> held_by_job_;
   std::vector<std::pair<ClientId, HoldReason>> waiting_;
   std::int64_t waiting_since_ns_ = 0;
+  // The devices whose compute engine the latest round left with nothing in flight and a best-effort
+  // compute head held, and the time charged to each so (PolicyState::idle_held).
+  void note_idle_holds();
+  std::set<std::uint32_t> idle_held_devices_;
+  std::map<std::uint32_t, std::int64_t> idle_held_ns_;
   EngineBacklog backlog_;
 };
 

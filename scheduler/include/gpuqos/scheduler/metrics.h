@@ -27,6 +27,8 @@
 //   gpuqos_query_arrival_gap_seconds{job_name}, gpuqos_query_allowance_seconds{job_name}  } (baymax)
 //                                         gauges: a job that marks its arrivals: their mean gap (once
 //                                         8 came) and how long past its own time a query may run }
+//   gpuqos_be_held_while_idle_seconds_total{device}  counter: the compute engine had nothing granted
+//                                         in flight while a best-effort compute op was held there } (baymax)
 //   gpuqos_device_info{device,uuid,ordinal}   gauge: 1 per GPU seen (gpuqosd's device numbers)
 //   gpuqos_device_timeslice_seconds{device}   gauge: the slice of a GPU that time-slices
 //   gpuqos_engine_backlog_seconds{device,engine}, gpuqos_engine_outstanding_ops{device,engine}  gauges

@@ -172,6 +172,15 @@ struct PolicyState {
     friend bool operator==(const MarkedJob&, const MarkedJob&) = default;
   };
   std::vector<MarkedJob> marked_jobs;  // by job
+  // Per device: how long its compute engine had nothing granted in flight (by the policy's account)
+  // while a best-effort compute op was held there, for whatever reason: the best-effort throughput
+  // the holds cost outright. (A hold while other work runs on the device only reorders it.)
+  struct IdleHeld {
+    std::uint32_t device = 0;
+    std::int64_t held_ns = 0;
+    friend bool operator==(const IdleHeld&, const IdleHeld&) = default;
+  };
+  std::vector<IdleHeld> idle_held;  // by device
 };
 
 class Policy {

@@ -25,6 +25,7 @@
 //              "held_ns_by_reason":{"bound","transfer","deadline","budget","behind","share"}},
 //    "policy_state" (only from a policy that keeps one):{"backlog_bound_ns",
 //                    "idle_stream_bound_ns" (0: none),"adaptation_steps",
+//                    "idle_held":[{"device","held_ns"}] (compute idle while best-effort compute held),
 //                    "long_op_budget":[{"device","level_ns","cap_ns"}]}}
 // and in such a policy's best-effort jobs' "be": "outstanding_ns" (granted compute work not completed,
 // predicted).
