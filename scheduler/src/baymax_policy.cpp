@@ -947,9 +947,10 @@ void BaymaxPolicy::note_idle_holds() {
     const ipc::OpDescriptor& op = it->second.queue.front().op;
     if (engine_of(op) == Engine::compute) idle_held_devices_.insert(op.device);
   }
-  for (const auto& [key, flight] : in_flight_) {
-    if (flight.engine == Engine::compute) idle_held_devices_.erase(flight.device);
-  }
+  std::erase_if(idle_held_devices_, [this](std::uint32_t device) {  // busy: compute ops in flight, any priority
+    const auto it = engines_.find({device, Engine::compute});
+    return it != engines_.end() && it->second.be_ops + it->second.hp_ops > 0;
+  });
 }
 
 Decisions BaymaxPolicy::op_posted(const OpPosted& event) {

@@ -1164,6 +1164,29 @@ TEST(BaymaxPolicy, HoldsWhileNothingComputesOnTheDeviceAreCountedApart) {
   EXPECT_TRUE(post(policy, kCopier, Priority::low, copy(2, ipc::CopyDirection::h2d), 3'021 * kMs, kMs).empty());
   EXPECT_TRUE(policy.tick(3'030 * kMs).empty());
   EXPECT_EQ(idle_held(), (IdleHeld{{0, 3'000 * kMs}})) << "a held copy is not the compute engine's";
+  // A compute head held while only a copy is in flight: the compute engine is idle.
+  EXPECT_TRUE(post(policy, kTrainB, Priority::low, op(1), 3'030 * kMs, 20 * kMs).empty()) << "the budget again";
+  EXPECT_TRUE(policy.tick(3'040 * kMs).empty());
+  EXPECT_EQ(idle_held(), (IdleHeld{{0, 3'010 * kMs}}));
+  // A query's kernel in flight keeps the device busy, held work or not. The query also runs a
+  // kernel on device 1, done at once: device 1 has a target to protect now, and nothing in flight.
+  EXPECT_TRUE(post(policy, kServe, Priority::high, op(1), 3'040 * kMs, 2 * kMs).empty());
+  ipc::OpDescriptor on_1 = op(2);
+  on_1.device = 1;
+  EXPECT_TRUE(post(policy, kServe, Priority::high, on_1, 3'040 * kMs, kMs).empty());
+  (void)policy.op_completed({kServe, done(2, 3'041 * kMs), 3'041 * kMs});
+  EXPECT_TRUE(policy.tick(3'042 * kMs).empty());
+  EXPECT_EQ(idle_held(), (IdleHeld{{0, 3'010 * kMs}}));
+  // Each device apart: C's op on device 1 is held there while device 0 is busy.
+  ipc::OpDescriptor other = op(1);
+  other.device = 1;
+  EXPECT_TRUE(post(policy, kTrainC, Priority::low, other, 3'042 * kMs, 20 * kMs).empty());
+  EXPECT_TRUE(policy.tick(3'047 * kMs).empty());
+  EXPECT_EQ(idle_held(), (IdleHeld{{0, 3'010 * kMs}, {1, 5 * kMs}}));
+  // A held client that goes stops counting.
+  (void)policy.client_gone(kTrainC, 3'047 * kMs);
+  EXPECT_TRUE(policy.tick(3'050 * kMs).empty());
+  EXPECT_EQ(idle_held(), (IdleHeld{{0, 3'010 * kMs}, {1, 5 * kMs}}));
 }
 
 TEST(BaymaxPolicy, ADeadlineHoldIsChargedUntilItsClientGoes) {
