@@ -270,6 +270,13 @@ std::string render_policy_state(const nlohmann::json& status) {
                milliseconds(be.at("outstanding_ns").get<std::int64_t>()) + " ms";
   }
   if (!granted.empty()) out << "  granted, not completed: " << granted << "\n";
+  // (Absent from a daemon older than counting it.)
+  std::string idle;
+  for (const auto& device : state.value("idle_held", nlohmann::json::array())) {
+    idle += (idle.empty() ? "" : ", ") + std::string("device ") + device.at("device").dump() + " " +
+            milliseconds(device.at("held_ns").get<std::int64_t>()) + " ms";
+  }
+  if (!idle.empty()) out << "  idle while best-effort compute was held: " << idle << "\n";
   // (Absent from a daemon older than the arrival rate's cap.)
   for (const auto& marked : state.value("marked_jobs", nlohmann::json::array())) {
     const auto gap = marked.at("mean_arrival_gap_ns").get<std::int64_t>();

@@ -151,6 +151,7 @@ TEST(StatusJobs, ThePolicysStateWhenItKeepsOne) {
       << table;
   EXPECT_NE(table.find("  granted, not completed: train 18.000 ms\n"), std::string::npos) << table;
   EXPECT_EQ(table.find("per stream with no query"), std::string::npos) << "idle_bound_factor 1";
+  EXPECT_EQ(table.find("idle while best-effort"), std::string::npos) << "none yet: no line";
   status.policy_state->idle_stream_bound_ns = 18 * kMs;
   status.policy_state->idle_held = {{1, 2'500 * kMs}};
   json = nlohmann::json::parse(bounded_status_text(status));
@@ -158,6 +159,9 @@ TEST(StatusJobs, ThePolicysStateWhenItKeepsOne) {
   ASSERT_EQ(json["policy_state"]["idle_held"].size(), 1u);
   EXPECT_EQ(json["policy_state"]["idle_held"][0]["device"], 1);
   EXPECT_EQ(json["policy_state"]["idle_held"][0]["held_ns"], 2'500 * kMs);
+  EXPECT_NE(render_status_table(json).find("  idle while best-effort compute was held: device 1 2500.000 ms\n"),
+            std::string::npos)
+      << render_status_table(json);
   EXPECT_NE(render_status_table(json).find("(3 adaptation steps), 18.000 ms per stream with no query in the system, "
                                            "device 0 long-op budget"),
             std::string::npos)
