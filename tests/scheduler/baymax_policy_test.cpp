@@ -1812,7 +1812,6 @@ TEST(BaymaxPolicy, TransfersOfAJobThatWasIdleStartAgainFromTheDevicesTime) {
 // 2026-11-28, as transfers did).
 TEST(BaymaxPolicy, KernelsOfAJobThatWasIdleStartAgainFromTheDevicesTime) {
   idle_jobs_start_again_from_the_devices_time(true);
-
 }
 
 // Best-effort processes (two by default), each with one op waiting for its grant at all times (a
