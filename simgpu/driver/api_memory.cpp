@@ -21,19 +21,19 @@ enum class Direction { any, h2d, d2h, d2d };
 
 std::uintptr_t addr(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
 
-// Waits until no pending op would still write into or read from [base, base+bytes).
+// Waits until no pending op or unapplied move would still write into or read from
+// [base, base+bytes). With the connection lost the pending ops never run, but a move may be running.
 void wait_range_idle(std::unique_lock<std::mutex>& lock, std::uintptr_t base, std::size_t bytes) {
   Driver& d = driver();
-  auto touches = [&] {
+  auto pending_touches = [&] {
     for (const auto& [id, op] : d.pending) {
       for (const HostAction& a : op.actions) {
-        auto in = [&](const void* p) { return addr(p) >= base && addr(p) < base + bytes; };
-        if (in(a.dst) || in(a.src)) return true;
+        if (touches(a, base, bytes)) return true;
       }
     }
     return false;
   };
-  d.cv.wait(lock, [&] { return d.connection_lost || !touches(); });
+  d.cv.wait(lock, [&] { return !d.moving_range(base, bytes) && (d.connection_lost || !pending_touches()); });
 }
 
 // Classifies and checks a copy; device ranges must lie inside one allocation.

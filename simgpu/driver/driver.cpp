@@ -6,6 +6,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -185,20 +186,64 @@ void Driver::receive_loop() {
   lose_connection();
 }
 
+namespace {
+// Its effect reaches only device memory, and it reads nothing the host may change after the op is
+// signalled done (mu held).
+bool device_only(const HostAction& action) {
+  const auto at = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p); };
+  switch (action.kind) {
+    case HostAction::Kind::none:
+      return true;
+    case HostAction::Kind::memset:
+      return find_allocation(at(action.dst), 1) != nullptr;
+    case HostAction::Kind::copy:
+      return find_allocation(at(action.dst), action.bytes) != nullptr &&
+             (action.staged || find_allocation(at(action.src), action.bytes) != nullptr);
+    case HostAction::Kind::host_func:
+      return false;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool touches(const HostAction& action, std::uintptr_t base, std::size_t bytes) {
+  const auto in = [&](const void* p) {
+    const auto a = reinterpret_cast<std::uintptr_t>(p);
+    return a >= base && a < base + bytes;
+  };
+  return in(action.dst) || in(action.src);
+}
+
+bool Driver::moving_range(std::uintptr_t base, std::size_t bytes) const {
+  for (const DataMove& move : moves) {
+    for (const HostAction& action : move.actions) {
+      if (touches(action, base, bytes)) return true;
+    }
+  }
+  return false;
+}
+
 void Driver::on_completion(const wire::CompletionMsg& msg) {
-  std::vector<HostAction> actions;
-  {
-    std::lock_guard lock(mu);
-    auto it = pending.find(msg.op);
-    if (it == pending.end()) return;
-    actions = std::move(it->second.actions);
-    report_completion(msg);  // under the lock, so after the op's submit report
-  }
-  // Data moves outside the lock: launches on other threads go on meanwhile.
-  if (msg.status == 0) {
-    for (const HostAction& action : actions) action.run();
-  }
   std::lock_guard lock(mu);
+  auto it = pending.find(msg.op);
+  if (it == pending.end()) return;
+  std::vector<HostAction> actions = std::move(it->second.actions);
+  if (msg.status != 0) actions.clear();  // a failed op moved nothing
+  report_completion(msg);  // under the lock, so after the op's submit report
+  const bool now = deferred_signals_ == 0 && std::all_of(actions.begin(), actions.end(), device_only);
+  if (now) signal_completion(msg);
+  if (actions.empty() && now) return;
+  DataMove move{std::move(actions), now ? std::nullopt : std::optional(msg), 0};
+  try {
+    queue_move(move);
+  } catch (...) {  // no thread or no memory: moved here, as before the mover
+    for (const HostAction& action : move.actions) action.run();
+    if (!now) signal_completion(msg);
+  }
+}
+
+void Driver::signal_completion(const wire::CompletionMsg& msg) {
   auto it = pending.find(msg.op);
   if (it == pending.end()) return;
   PendingOp& op = it->second;
@@ -211,6 +256,40 @@ void Driver::on_completion(const wire::CompletionMsg& msg) {
   cv.notify_all();
 }
 
+void Driver::queue_move(DataMove& move) {
+  if (!mover_started_) {
+    std::thread([this] { move_data(); }).detach();  // like the receiver: lives as long as the process
+    mover_started_ = true;
+  }
+  const bool signals = move.signal.has_value();
+  moves.push_back(std::move(move));
+  if (signals) ++deferred_signals_;
+  moves_cv_.notify_one();
+}
+
+void Driver::move_data() {
+  std::unique_lock lock(mu);
+  for (;;) {
+    moves_cv_.wait(lock, [this] { return !moves.empty(); });
+    // The front stays queued while it runs (a deque's elements keep their place as others are
+    // added), so that a free of the memory it touches waits for it.
+    const DataMove& move = moves.front();
+    lock.unlock();
+    for (const HostAction& action : move.actions) action.run();  // without the lock, as before
+    lock.lock();
+    if (move.signal) {
+      signal_completion(*move.signal);
+      --deferred_signals_;
+    }
+    if (move.host_func_op != 0) {
+      wire::HostFuncDone done{move.host_func_op, wire::monotonic_ns()};
+      send(wire::MsgType::host_func_done, &done, sizeof done);
+    }
+    moves.pop_front();
+    cv.notify_all();  // a free waiting for the range
+  }
+}
+
 void Driver::on_host_func(std::uint64_t op) {
   HostAction action;
   {
@@ -218,6 +297,15 @@ void Driver::on_host_func(std::uint64_t op) {
     auto it = pending.find(op);
     if (it != pending.end() && !it->second.actions.empty()) action = it->second.actions.front();
     if (it != pending.end()) it->second.actions.clear();  // ran now, not again at completion
+    // Behind data still moving: a copy before it on its stream may be one it reads.
+    if (!moves.empty()) {
+      try {
+        DataMove move{{action}, std::nullopt, op};
+        queue_move(move);
+        return;
+      } catch (...) {  // run here
+      }
+    }
   }
   action.run();  // without the lock: the callback may take its time
   std::lock_guard lock(mu);

@@ -11,6 +11,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -108,6 +109,13 @@ struct HostAction {
   void run() const;
 };
 
+// Host-side effects the mover thread applies, in completion order (Driver::moves).
+struct DataMove {
+  std::vector<HostAction> actions;
+  std::optional<wire::CompletionMsg> signal;  // a completion to signal once they ran
+  std::uint64_t host_func_op = 0;             // a host function's op: simgpud is told once it ran
+};
+
 struct GraphNode {
   wire::WireOp op{};
   HostAction action;
@@ -169,6 +177,17 @@ class Driver {
   std::map<std::uintptr_t, DeviceMemory> allocations;  // device pointer -> allocation
   std::map<std::uintptr_t, std::size_t> pinned;        // page-locked host ranges
   std::unordered_map<std::uint64_t, PendingOp> pending;
+  // Completed ops' data moves still to apply, oldest first; the front one may be running. A GPU
+  // moves device-to-device data on the device: here the host does, and a memmove of hundreds of
+  // MB must not hold back the completions behind it (the events a scheduler polls, the streams a
+  // program waits on), so the mover thread applies them, and an op is signalled done at once when
+  // nothing the host can see depends on its data: its move only writes device memory, from device
+  // memory or a staged snapshot, and no earlier completion is still waiting for its own move.
+  // Everything the host can see (a copy into host memory, a pinned source it may overwrite next, a
+  // host function after such a copy) waits for the moves before it, as it waited before.
+  std::deque<DataMove> moves;
+  // Does an unapplied move read or write [base, base+bytes)? (mu held)
+  bool moving_range(std::uintptr_t base, std::size_t bytes) const;
   bool connection_lost = false;
 
   // Ids for objects simgpud knows.
@@ -187,12 +206,21 @@ class Driver {
   void receive_loop();
   void on_completion(const wire::CompletionMsg& msg);
   void on_host_func(std::uint64_t op);
+  // Marks the op's stream position and event done and forgets it (mu held).
+  void signal_completion(const wire::CompletionMsg& msg);
+  // Queues a move for the mover thread, starting it on first use (mu held).
+  // Takes `move` only if it can (a throw leaves it as it was).
+  void queue_move(DataMove& move);
+  void move_data();  // the mover thread's loop
   void lose_connection();
 
   bool initialized_ = false;
   CUresult init_result_ = CUDA_ERROR_NOT_INITIALIZED;
   int fd_ = -1;
   std::thread receiver_;
+  bool mover_started_ = false;
+  std::condition_variable moves_cv_;
+  std::size_t deferred_signals_ = 0;  // moves in `moves` that carry a signal
   std::unordered_map<std::uint64_t, wire::Reply> replies_;
 };
 
@@ -224,6 +252,8 @@ CUresult wait_op(std::unique_lock<std::mutex>& lock, CUstream_st* stream, std::u
 
 // The allocation containing [ptr, ptr+bytes), if any.
 const DeviceMemory* find_allocation(std::uintptr_t ptr, std::size_t bytes);
+// Does the action read or write [base, base+bytes)?
+bool touches(const HostAction& action, std::uintptr_t base, std::size_t bytes);
 bool is_pinned(const void* ptr, std::size_t bytes);
 
 // Checks cuInit was called and a context is current; the common prologue of most calls.
