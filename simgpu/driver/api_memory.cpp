@@ -2,7 +2,8 @@
 //
 // Device memory is host memory of this process (mmap'ed without reserving swap, so an 80 GB
 // device costs only the pages a program touches); simgpud accounts for capacity. A copy moves
-// its bytes when simgpud reports it complete, so its timing and ordering are the device's.
+// its bytes after simgpud reports it complete (driver.h: Driver::moves), so its timing and
+// ordering are the device's.
 #include <sys/mman.h>
 
 #include <cstdlib>

@@ -224,23 +224,50 @@ bool Driver::moving_range(std::uintptr_t base, std::size_t bytes) const {
   return false;
 }
 
+namespace {
+std::size_t bytes_of(const std::vector<HostAction>& actions) {
+  std::size_t total = 0;
+  for (const HostAction& action : actions) {
+    if (action.kind == HostAction::Kind::copy) total += action.bytes;
+    if (action.kind == HostAction::Kind::memset) total += action.width * action.element_size * action.height;
+  }
+  return total;
+}
+}  // namespace
+
 void Driver::on_completion(const wire::CompletionMsg& msg) {
-  std::lock_guard lock(mu);
+  std::unique_lock lock(mu);
   auto it = pending.find(msg.op);
   if (it == pending.end()) return;
   std::vector<HostAction> actions = std::move(it->second.actions);
   if (msg.status != 0) actions.clear();  // a failed op moved nothing
   report_completion(msg);  // under the lock, so after the op's submit report
-  const bool now = deferred_signals_ == 0 && std::all_of(actions.begin(), actions.end(), device_only);
+  if (deferred_signals_ == 0 && moves.empty() && bytes_of(actions) <= kInlineMoveBytes &&
+      std::none_of(actions.begin(), actions.end(), [](const HostAction& a) { return a.kind == HostAction::Kind::host_func; })) {
+    // Short, with nothing ahead: moved here, which spares the mover's wake-up. Only this thread
+    // queues moves, so none can overtake it meanwhile.
+    lock.unlock();
+    for (const HostAction& action : actions) action.run();  // without the lock
+    lock.lock();
+    signal_completion(msg);
+    return;
+  }
+  const bool now = deferred_signals_ == 0 && moving_bytes_ + bytes_of(actions) <= kMaxMovingBytes &&
+                   std::all_of(actions.begin(), actions.end(), device_only);
   if (now) signal_completion(msg);
   if (actions.empty() && now) return;
   DataMove move{std::move(actions), now ? std::nullopt : std::optional(msg), 0};
   try {
     queue_move(move);
-  } catch (...) {  // no thread or no memory: moved here, as before the mover
+  } catch (...) {  // no thread or no memory: here, after the moves before it (with the lock: rare)
+    wait_for_moves(lock);
     for (const HostAction& action : move.actions) action.run();
     if (!now) signal_completion(msg);
   }
+}
+
+void Driver::wait_for_moves(std::unique_lock<std::mutex>& lock) {
+  cv.wait(lock, [this] { return moves.empty(); });
 }
 
 void Driver::signal_completion(const wire::CompletionMsg& msg) {
@@ -262,8 +289,10 @@ void Driver::queue_move(DataMove& move) {
     mover_started_ = true;
   }
   const bool signals = move.signal.has_value();
+  const std::size_t bytes = bytes_of(move.actions);
   moves.push_back(std::move(move));
   if (signals) ++deferred_signals_;
+  moving_bytes_ += bytes;
   moves_cv_.notify_one();
 }
 
@@ -274,9 +303,11 @@ void Driver::move_data() {
     // The front stays queued while it runs (a deque's elements keep their place as others are
     // added), so that a free of the memory it touches waits for it.
     const DataMove& move = moves.front();
+    moving = true;
     lock.unlock();
     for (const HostAction& action : move.actions) action.run();  // without the lock, as before
     lock.lock();
+    moving = false;
     if (move.signal) {
       signal_completion(*move.signal);
       --deferred_signals_;
@@ -285,25 +316,27 @@ void Driver::move_data() {
       wire::HostFuncDone done{move.host_func_op, wire::monotonic_ns()};
       send(wire::MsgType::host_func_done, &done, sizeof done);
     }
+    moving_bytes_ -= bytes_of(move.actions);
     moves.pop_front();
-    cv.notify_all();  // a free waiting for the range
+    cv.notify_all();  // a free waiting for the range, lose_connection() for the running move
   }
 }
 
 void Driver::on_host_func(std::uint64_t op) {
   HostAction action;
   {
-    std::lock_guard lock(mu);
+    std::unique_lock lock(mu);
     auto it = pending.find(op);
     if (it != pending.end() && !it->second.actions.empty()) action = it->second.actions.front();
     if (it != pending.end()) it->second.actions.clear();  // ran now, not again at completion
     // Behind data still moving: a copy before it on its stream may be one it reads.
     if (!moves.empty()) {
+      DataMove move{{action}, std::nullopt, op};
       try {
-        DataMove move{{action}, std::nullopt, op};
         queue_move(move);
         return;
-      } catch (...) {  // run here
+      } catch (...) {  // no memory: here, once the moves before it are done
+        wait_for_moves(lock);
       }
     }
   }
@@ -314,8 +347,17 @@ void Driver::on_host_func(std::uint64_t op) {
 }
 
 void Driver::lose_connection() {
-  std::lock_guard lock(mu);
+  std::unique_lock lock(mu);
   if (!connection_lost) log_once("lost the connection to simgpud: the device is gone");
+  // The moves not begun are dropped, like the completions never received: a wait that returns
+  // for the lost device must not find its buffer written later (or a host function run) after
+  // the program freed it. The one running is waited for.
+  while (moves.size() > (moving ? 1 : 0)) {
+    moving_bytes_ -= bytes_of(moves.back().actions);
+    if (moves.back().signal) --deferred_signals_;
+    moves.pop_back();
+  }
+  cv.wait(lock, [this] { return !moving; });
   connection_lost = true;
   pending.clear();
   cv.notify_all();
@@ -458,7 +500,7 @@ void destroy_stream_locked(CUstream_st* stream) {
   delete stream->capture;
   delete stream;
   // Pending ops of the stream still complete on the device; their bookkeeping must not
-  // touch the freed stream (on_completion checks the live set).
+  // touch the freed stream (signal_completion checks the live set).
 }
 
 CUctx_st* create_context_locked(int device, unsigned flags, bool primary) {

@@ -3,8 +3,9 @@
 // Handles (CUcontext, CUstream, ...) point to the structs defined here, and every handle a
 // program passes in is checked against the live set before it is used, so a stale or garbage
 // handle is an error code, never a crash. One mutex guards all state; the receiver thread
-// takes it to apply completions. Data movement of copies happens when the device (simgpud)
-// says the copy completed, so stream order and events order it exactly as on a GPU.
+// takes it to apply completions. Data movement of copies happens after the device (simgpud)
+// says the copy completed, on the mover thread in completion order, and everything the host can
+// see waits for it (Driver::moves), so stream order and events order it as on a GPU.
 #pragma once
 
 #include <cuda.h>
@@ -186,6 +187,7 @@ class Driver {
   // Everything the host can see (a copy into host memory, a pinned source it may overwrite next, a
   // host function after such a copy) waits for the moves before it, as it waited before.
   std::deque<DataMove> moves;
+  bool moving = false;  // the mover is applying the front one (without the lock)
   // Does an unapplied move read or write [base, base+bytes)? (mu held)
   bool moving_range(std::uintptr_t base, std::size_t bytes) const;
   bool connection_lost = false;
@@ -221,6 +223,16 @@ class Driver {
   bool mover_started_ = false;
   std::condition_variable moves_cv_;
   std::size_t deferred_signals_ = 0;  // moves in `moves` that carry a signal
+  std::size_t moving_bytes_ = 0;      // the bytes the moves in `moves` copy or set
+  // Beyond this much data queued, completions wait for their moves again: the mover stays at most
+  // this far behind the device (a host memmove runs at a few GB/s, a device's copies at 1.5 TB/s),
+  // and so does what a host-visible op or a free may have to wait for.
+  static constexpr std::size_t kMaxMovingBytes = std::size_t{1} << 30;
+  // A move this short with none queued ahead is made on the receiver thread before the signal, as
+  // all were before the mover: some tens of us at most, against a thread hand-off per memset.
+  static constexpr std::size_t kInlineMoveBytes = std::size_t{1} << 20;
+  // No move of `moves` running or queued any more; for the fallbacks that must not pass them.
+  void wait_for_moves(std::unique_lock<std::mutex>& lock);
   std::unordered_map<std::uint64_t, wire::Reply> replies_;
 };
 

@@ -75,8 +75,8 @@ CUresult launch_spin(CUfunction spin, std::uint64_t duration_us, unsigned blocks
 
 // Holds a stream at a host function until open(): work submitted behind it then reaches the
 // device all at once, so event timings do not depend on how fast this process submitted it.
-// The host function blocks the driver's callback thread meanwhile: open() before waiting on
-// anything. The destructor opens it too, so an early return cannot leave the thread blocked.
+// The host function blocks the driver's callback thread meanwhile (the receiver, or the mover when
+// data moves are queued ahead of it): open() before waiting on anything. The destructor opens it too, so an early return cannot leave the thread blocked.
 class StreamGate {
  public:
   StreamGate() = default;
@@ -1243,6 +1243,15 @@ TEST_F(DriverItest, DataMovedAfterTheCompletionKeepsWhatTheHostSeesInOrder) {
     CLIENT_CHECK(c, back == next);
     CLIENT_OK(c, cuMemcpyDtoH(back.data(), d, kBig));
     CLIENT_CHECK(c, back == source);
+
+    // An event recorded after a copy into host memory is done only once its bytes are there,
+    // though the event itself moves nothing and a long move is queued ahead.
+    std::memset(pinned, 0, kBig);
+    CLIENT_OK(c, cuMemcpyDtoDAsync(d, b, kBig, s2));
+    CLIENT_OK(c, cuMemcpyDtoHAsync(pinned, b, kBig, s1));
+    CLIENT_OK(c, cuEventRecord(event, s1));
+    CLIENT_OK(c, cuEventSynchronize(event));
+    CLIENT_CHECK(c, equal_bytes(pinned, next.data(), kBig));
 
     // A host function behind a move reads what the copy into host memory before it wrote.
     struct Seen {
