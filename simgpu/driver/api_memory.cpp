@@ -20,8 +20,6 @@ namespace {
 
 enum class Direction { any, h2d, d2h, d2d };
 
-std::uintptr_t addr(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
-
 // Waits until no pending op or unapplied move would still write into or read from
 // [base, base+bytes). With the connection lost the pending ops never run, but a move may be running.
 void wait_range_idle(std::unique_lock<std::mutex>& lock, std::uintptr_t base, std::size_t bytes) {

@@ -190,28 +190,32 @@ namespace {
 // Its effect reaches only device memory, and it reads nothing the host may change after the op is
 // signalled done (mu held).
 bool device_only(const HostAction& action) {
-  const auto at = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p); };
   switch (action.kind) {
     case HostAction::Kind::none:
       return true;
     case HostAction::Kind::memset:
-      return find_allocation(at(action.dst), 1) != nullptr;
+      return find_allocation(addr(action.dst), 1) != nullptr;
     case HostAction::Kind::copy:
-      return find_allocation(at(action.dst), action.bytes) != nullptr &&
-             (action.staged || find_allocation(at(action.src), action.bytes) != nullptr);
+      return find_allocation(addr(action.dst), action.bytes) != nullptr &&
+             (action.staged || find_allocation(addr(action.src), action.bytes) != nullptr);
     case HostAction::Kind::host_func:
       return false;
   }
   return false;
 }
 
+std::size_t bytes_of(const std::vector<HostAction>& actions) {
+  std::size_t total = 0;
+  for (const HostAction& action : actions) {
+    if (action.kind == HostAction::Kind::copy) total += action.bytes;
+    if (action.kind == HostAction::Kind::memset) total += action.width * action.element_size * action.height;
+  }
+  return total;
+}
 }  // namespace
 
 bool touches(const HostAction& action, std::uintptr_t base, std::size_t bytes) {
-  const auto in = [&](const void* p) {
-    const auto a = reinterpret_cast<std::uintptr_t>(p);
-    return a >= base && a < base + bytes;
-  };
+  const auto in = [&](const void* p) { return addr(p) >= base && addr(p) < base + bytes; };
   return in(action.dst) || in(action.src);
 }
 
@@ -224,17 +228,6 @@ bool Driver::moving_range(std::uintptr_t base, std::size_t bytes) const {
   return false;
 }
 
-namespace {
-std::size_t bytes_of(const std::vector<HostAction>& actions) {
-  std::size_t total = 0;
-  for (const HostAction& action : actions) {
-    if (action.kind == HostAction::Kind::copy) total += action.bytes;
-    if (action.kind == HostAction::Kind::memset) total += action.width * action.element_size * action.height;
-  }
-  return total;
-}
-}  // namespace
-
 void Driver::on_completion(const wire::CompletionMsg& msg) {
   std::unique_lock lock(mu);
   auto it = pending.find(msg.op);
@@ -242,8 +235,7 @@ void Driver::on_completion(const wire::CompletionMsg& msg) {
   std::vector<HostAction> actions = std::move(it->second.actions);
   if (msg.status != 0) actions.clear();  // a failed op moved nothing
   report_completion(msg);  // under the lock, so after the op's submit report
-  if (deferred_signals_ == 0 && moves.empty() && bytes_of(actions) <= kInlineMoveBytes &&
-      std::none_of(actions.begin(), actions.end(), [](const HostAction& a) { return a.kind == HostAction::Kind::host_func; })) {
+  if (deferred_signals_ == 0 && moves.empty() && bytes_of(actions) <= kInlineMoveBytes) {
     // Short, with nothing ahead: moved here, which spares the mover's wake-up. Only this thread
     // queues moves, so none can overtake it meanwhile.
     lock.unlock();

@@ -262,6 +262,7 @@ CUresult submit(CUstream_st* stream, const wire::WireOp& op, HostAction action, 
 CUresult wait_stream(std::unique_lock<std::mutex>& lock, CUstream_st* stream);
 CUresult wait_op(std::unique_lock<std::mutex>& lock, CUstream_st* stream, std::uint64_t seq);
 
+inline std::uintptr_t addr(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
 // The allocation containing [ptr, ptr+bytes), if any.
 const DeviceMemory* find_allocation(std::uintptr_t ptr, std::size_t bytes);
 // Does the action read or write [base, base+bytes)?
