@@ -10,6 +10,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -1270,6 +1271,41 @@ TEST_F(DriverItest, DataMovedAfterTheCompletionKeepsWhatTheHostSeesInOrder) {
     CLIENT_OK(c, cuCtxSynchronize());
     CLIENT_CHECK(c, seen.matched);
   });
+  expect_clean(client.finish(), "client");
+}
+
+// simgpud gone while the mover is still making moves the device finished long ago: the moves not
+// begun are dropped with the completions never received, so a host function queued behind them
+// never runs, and a wait for the lost device returns without waiting for them.
+TEST_F(DriverItest, ALostDeviceDropsWhatTheMoverHasNotBegun) {
+  start(profile("fifo"));
+  ClientProcess client(server().socket(), [](ClientLink& c) {
+    constexpr std::size_t kBig = 128 * kMiB;
+    constexpr int kCopies = 16;  // 2 GiB of memmove: some hundreds of ms of the mover's time
+    CUdeviceptr a = 0, b = 0;
+    CUstream s = nullptr;
+    if (!open_device(c) || !CLIENT_OK(c, cuMemAlloc(&a, kBig)) || !CLIENT_OK(c, cuMemAlloc(&b, kBig)) ||
+        !CLIENT_OK(c, cuStreamCreate(&s, CU_STREAM_NON_BLOCKING))) {
+      return;
+    }
+    static std::atomic<bool> ran{false};
+    for (int i = 0; i < kCopies; ++i) CLIENT_OK(c, cuMemcpyDtoDAsync(b, a, kBig, s));
+    CLIENT_OK(c, cuLaunchHostFunc(s, [](void*) { ran = true; }, nullptr));
+    c.ready();
+    c.wait_go();  // simgpud is gone
+    CLIENT_CU(c, cuStreamSynchronize(s), CUDA_ERROR_DEVICE_UNAVAILABLE);
+    // Freed as a program does once told the device is lost: no move may write them later.
+    CLIENT_OK(c, cuMemFree(a));
+    CLIENT_OK(c, cuMemFree(b));
+    std::this_thread::sleep_for(1500ms);  // longer than the moves would have taken
+    CLIENT_CHECK(c, !ran);
+  });
+  ASSERT_TRUE(client.wait_ready());
+  // The device runs the copies in well under a ms and then asks for the host function; the mover
+  // needs far longer for their bytes, so it is still at them when simgpud dies.
+  std::this_thread::sleep_for(10ms);
+  server().kill();
+  client.go();
   expect_clean(client.finish(), "client");
 }
 
