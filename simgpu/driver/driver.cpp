@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 
 #include "activity.h"
 #include "gpuqos/simgpu/visible_devices.h"
@@ -246,16 +248,27 @@ void Driver::on_completion(const wire::CompletionMsg& msg) {
   }
   const bool now = deferred_signals_ == 0 && moving_bytes_ + bytes_of(actions) <= kMaxMovingBytes &&
                    std::all_of(actions.begin(), actions.end(), device_only);
-  if (now) signal_completion(msg);
-  if (actions.empty() && now) return;
+  if (actions.empty() && now) {
+    signal_completion(msg);
+    return;
+  }
   DataMove move{std::move(actions), now ? std::nullopt : std::optional(msg), 0};
   try {
     queue_move(move);
   } catch (...) {  // no thread or no memory: here, after the moves before it (with the lock: rare)
+    // Signalled only once made, and its op's actions back in place while the moves before it run,
+    // so a free of what they touch waits for them. A lost connection meanwhile drops them.
+    const auto put_back = [&] {
+      if (auto op = pending.find(msg.op); op != pending.end()) std::swap(op->second.actions, move.actions);
+    };
+    put_back();
     wait_for_moves(lock);
+    put_back();
     for (const HostAction& action : move.actions) action.run();
-    if (!now) signal_completion(msg);
+    signal_completion(msg);
+    return;
   }
+  if (now) signal_completion(msg);
 }
 
 void Driver::wait_for_moves(std::unique_lock<std::mutex>& lock) {
@@ -275,7 +288,19 @@ void Driver::signal_completion(const wire::CompletionMsg& msg) {
   cv.notify_all();
 }
 
+// For tests of the fallbacks: SIMGPU_FAIL_QUEUE_MOVE_EVERY=N makes every Nth move the process
+// would queue fail as out of memory, so it is made where it came from. Unset: never.
+static bool queue_move_fails() {
+  static const std::uint64_t every = [] {
+    const char* text = std::getenv("SIMGPU_FAIL_QUEUE_MOVE_EVERY");
+    return text && *text ? std::strtoull(text, nullptr, 10) : 0;
+  }();
+  static std::uint64_t moves = 0;  // mu held
+  return every != 0 && ++moves % every == 0;
+}
+
 void Driver::queue_move(DataMove& move) {
+  if (queue_move_fails()) throw std::bad_alloc();
   if (!mover_started_) {
     std::thread([this] { move_data(); }).detach();  // like the receiver: lives as long as the process
     mover_started_ = true;

@@ -1191,9 +1191,9 @@ TEST_F(DriverItest, HostFunctionsRunInStreamOrder) {
 // the op is signalled done, as a GPU moves them on the device; everything the host can see still
 // finds them moved, in order: a read-back, a copy on another stream behind an event, a free, a
 // pinned source overwritten once its copy is done, a host function after a copy into host memory.
-TEST_F(DriverItest, DataMovedAfterTheCompletionKeepsWhatTheHostSeesInOrder) {
-  start(profile("fifo"));
-  ClientProcess client(server().socket(), [](ClientLink& c) {
+// What the host sees of device data moved after its op's completion, in order: the scenarios of
+// the two tests below.
+void moved_data_client(ClientLink& c) {
     constexpr std::size_t kBig = 64 * kMiB;  // some ms of memmove each
     CUdeviceptr a = 0, b = 0, d = 0;
     void* pinned = nullptr;
@@ -1270,6 +1270,21 @@ TEST_F(DriverItest, DataMovedAfterTheCompletionKeepsWhatTheHostSeesInOrder) {
     }, &seen));
     CLIENT_OK(c, cuCtxSynchronize());
     CLIENT_CHECK(c, seen.matched);
+}
+
+TEST_F(DriverItest, DataMovedAfterTheCompletionKeepsWhatTheHostSeesInOrder) {
+  start(profile("fifo"));
+  ClientProcess client(server().socket(), moved_data_client);
+  expect_clean(client.finish(), "client");
+}
+
+// A move that cannot be queued (out of memory) is made where it came from, after the moves
+// queued before it: order and data as with the mover.
+TEST_F(DriverItest, AMoveThatCannotBeQueuedKeepsTheOrder) {
+  start(profile("fifo"));
+  ClientProcess client(server().socket(), [](ClientLink& c) {
+    ::setenv("SIMGPU_FAIL_QUEUE_MOVE_EVERY", "2", 1);
+    moved_data_client(c);
   });
   expect_clean(client.finish(), "client");
 }
