@@ -1194,82 +1194,82 @@ TEST_F(DriverItest, HostFunctionsRunInStreamOrder) {
 // What the host sees of device data moved after its op's completion, in order: the scenarios of
 // the two tests below.
 void moved_data_client(ClientLink& c) {
-    constexpr std::size_t kBig = 64 * kMiB;  // some ms of memmove each
-    CUdeviceptr a = 0, b = 0, d = 0;
-    void* pinned = nullptr;
-    CUstream s1 = nullptr, s2 = nullptr;
-    CUevent event = nullptr;
-    if (!open_device(c) || !CLIENT_OK(c, cuMemAlloc(&a, kBig)) || !CLIENT_OK(c, cuMemAlloc(&b, kBig)) ||
-        !CLIENT_OK(c, cuMemAlloc(&d, kBig)) || !CLIENT_OK(c, cuMemAllocHost(&pinned, kBig)) ||
-        !CLIENT_OK(c, cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING)) ||
-        !CLIENT_OK(c, cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING)) || !CLIENT_OK(c, cuEventCreate(&event, 0))) {
-      return;
-    }
-    const auto source = pattern(kBig, 7);
-    std::vector<std::uint8_t> back(kBig);
-    CLIENT_OK(c, cuMemcpyHtoD(a, source.data(), kBig));
+  constexpr std::size_t kBig = 64 * kMiB;  // some ms of memmove each
+  CUdeviceptr a = 0, b = 0, d = 0;
+  void* pinned = nullptr;
+  CUstream s1 = nullptr, s2 = nullptr;
+  CUevent event = nullptr;
+  if (!open_device(c) || !CLIENT_OK(c, cuMemAlloc(&a, kBig)) || !CLIENT_OK(c, cuMemAlloc(&b, kBig)) ||
+      !CLIENT_OK(c, cuMemAlloc(&d, kBig)) || !CLIENT_OK(c, cuMemAllocHost(&pinned, kBig)) ||
+      !CLIENT_OK(c, cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING)) ||
+      !CLIENT_OK(c, cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING)) || !CLIENT_OK(c, cuEventCreate(&event, 0))) {
+    return;
+  }
+  const auto source = pattern(kBig, 7);
+  std::vector<std::uint8_t> back(kBig);
+  CLIENT_OK(c, cuMemcpyHtoD(a, source.data(), kBig));
 
-    // A read-back after the stream is done.
-    CLIENT_OK(c, cuMemcpyDtoDAsync(b, a, kBig, s1));
-    CLIENT_OK(c, cuStreamSynchronize(s1));
-    CLIENT_OK(c, cuMemcpyDtoH(back.data(), b, kBig));
-    CLIENT_CHECK(c, back == source);
+  // A read-back after the stream is done.
+  CLIENT_OK(c, cuMemcpyDtoDAsync(b, a, kBig, s1));
+  CLIENT_OK(c, cuStreamSynchronize(s1));
+  CLIENT_OK(c, cuMemcpyDtoH(back.data(), b, kBig));
+  CLIENT_CHECK(c, back == source);
 
-    // Another stream, behind an event: a memset and a copy, then a copy into pinned memory.
-    CLIENT_OK(c, cuMemsetD8Async(d, 0x11, kBig, s1));
-    CLIENT_OK(c, cuMemcpyDtoDAsync(d, a, kBig / 2, s1));
-    CLIENT_OK(c, cuEventRecord(event, s1));
-    CLIENT_OK(c, cuStreamWaitEvent(s2, event, 0));
-    CLIENT_OK(c, cuMemcpyDtoHAsync(pinned, d, kBig, s2));
-    CLIENT_OK(c, cuStreamSynchronize(s2));
-    CLIENT_CHECK(c, equal_bytes(pinned, source.data(), kBig / 2));
-    CLIENT_CHECK(c, all_equal<std::uint8_t>(static_cast<std::uint8_t*>(pinned) + kBig / 2, kBig / 2, 0x11));
+  // Another stream, behind an event: a memset and a copy, then a copy into pinned memory.
+  CLIENT_OK(c, cuMemsetD8Async(d, 0x11, kBig, s1));
+  CLIENT_OK(c, cuMemcpyDtoDAsync(d, a, kBig / 2, s1));
+  CLIENT_OK(c, cuEventRecord(event, s1));
+  CLIENT_OK(c, cuStreamWaitEvent(s2, event, 0));
+  CLIENT_OK(c, cuMemcpyDtoHAsync(pinned, d, kBig, s2));
+  CLIENT_OK(c, cuStreamSynchronize(s2));
+  CLIENT_CHECK(c, equal_bytes(pinned, source.data(), kBig / 2));
+  CLIENT_CHECK(c, all_equal<std::uint8_t>(static_cast<std::uint8_t*>(pinned) + kBig / 2, kBig / 2, 0x11));
 
-    // A free right after the copy from it is done waits for its bytes to have moved.
-    CLIENT_OK(c, cuMemsetD8(b, 0, kBig));
-    CLIENT_OK(c, cuMemcpyDtoDAsync(b, a, kBig, s1));
-    CLIENT_OK(c, cuStreamSynchronize(s1));
-    CLIENT_OK(c, cuMemFree(a));
-    CLIENT_OK(c, cuMemcpyDtoH(back.data(), b, kBig));
-    CLIENT_CHECK(c, back == source);
+  // A free right after the copy from it is done waits for its bytes to have moved.
+  CLIENT_OK(c, cuMemsetD8(b, 0, kBig));
+  CLIENT_OK(c, cuMemcpyDtoDAsync(b, a, kBig, s1));
+  CLIENT_OK(c, cuStreamSynchronize(s1));
+  CLIENT_OK(c, cuMemFree(a));
+  CLIENT_OK(c, cuMemcpyDtoH(back.data(), b, kBig));
+  CLIENT_CHECK(c, back == source);
 
-    // A pinned source may be reused once its copy is done, even behind a move still queued.
-    const auto next = pattern(kBig, 8);
-    std::memcpy(pinned, next.data(), kBig);
-    CLIENT_OK(c, cuMemcpyDtoDAsync(d, b, kBig, s1));
-    CLIENT_OK(c, cuMemcpyHtoDAsync(b, pinned, kBig, s1));
-    CLIENT_OK(c, cuStreamSynchronize(s1));
-    std::memset(pinned, 0xee, kBig);
-    CLIENT_OK(c, cuMemcpyDtoH(back.data(), b, kBig));
-    CLIENT_CHECK(c, back == next);
-    CLIENT_OK(c, cuMemcpyDtoH(back.data(), d, kBig));
-    CLIENT_CHECK(c, back == source);
+  // A pinned source may be reused once its copy is done, even behind a move still queued.
+  const auto next = pattern(kBig, 8);
+  std::memcpy(pinned, next.data(), kBig);
+  CLIENT_OK(c, cuMemcpyDtoDAsync(d, b, kBig, s1));
+  CLIENT_OK(c, cuMemcpyHtoDAsync(b, pinned, kBig, s1));
+  CLIENT_OK(c, cuStreamSynchronize(s1));
+  std::memset(pinned, 0xee, kBig);
+  CLIENT_OK(c, cuMemcpyDtoH(back.data(), b, kBig));
+  CLIENT_CHECK(c, back == next);
+  CLIENT_OK(c, cuMemcpyDtoH(back.data(), d, kBig));
+  CLIENT_CHECK(c, back == source);
 
-    // An event recorded after a copy into host memory is done only once its bytes are there,
-    // though the event itself moves nothing and a long move is queued ahead.
-    std::memset(pinned, 0, kBig);
-    CLIENT_OK(c, cuMemcpyDtoDAsync(d, b, kBig, s2));
-    CLIENT_OK(c, cuMemcpyDtoHAsync(pinned, b, kBig, s1));
-    CLIENT_OK(c, cuEventRecord(event, s1));
-    CLIENT_OK(c, cuEventSynchronize(event));
-    CLIENT_CHECK(c, equal_bytes(pinned, next.data(), kBig));
+  // An event recorded after a copy into host memory is done only once its bytes are there,
+  // though the event itself moves nothing and a long move is queued ahead.
+  std::memset(pinned, 0, kBig);
+  CLIENT_OK(c, cuMemcpyDtoDAsync(d, b, kBig, s2));
+  CLIENT_OK(c, cuMemcpyDtoHAsync(pinned, b, kBig, s1));
+  CLIENT_OK(c, cuEventRecord(event, s1));
+  CLIENT_OK(c, cuEventSynchronize(event));
+  CLIENT_CHECK(c, equal_bytes(pinned, next.data(), kBig));
 
-    // A host function behind a move reads what the copy into host memory before it wrote.
-    struct Seen {
-      const std::uint8_t* host = nullptr;
-      std::size_t bytes = 0;
-      const std::vector<std::uint8_t>* expected = nullptr;
-      bool matched = false;
-    } seen{static_cast<const std::uint8_t*>(pinned), kBig, &next, false};
-    std::memset(pinned, 0, kBig);
-    CLIENT_OK(c, cuMemcpyDtoDAsync(d, b, kBig, s2));
-    CLIENT_OK(c, cuMemcpyDtoHAsync(pinned, b, kBig, s1));
-    CLIENT_OK(c, cuLaunchHostFunc(s1, [](void* data) {
-      auto* s = static_cast<Seen*>(data);
-      s->matched = equal_bytes(s->host, s->expected->data(), s->bytes);
-    }, &seen));
-    CLIENT_OK(c, cuCtxSynchronize());
-    CLIENT_CHECK(c, seen.matched);
+  // A host function behind a move reads what the copy into host memory before it wrote.
+  struct Seen {
+    const std::uint8_t* host = nullptr;
+    std::size_t bytes = 0;
+    const std::vector<std::uint8_t>* expected = nullptr;
+    bool matched = false;
+  } seen{static_cast<const std::uint8_t*>(pinned), kBig, &next, false};
+  std::memset(pinned, 0, kBig);
+  CLIENT_OK(c, cuMemcpyDtoDAsync(d, b, kBig, s2));
+  CLIENT_OK(c, cuMemcpyDtoHAsync(pinned, b, kBig, s1));
+  CLIENT_OK(c, cuLaunchHostFunc(s1, [](void* data) {
+    auto* s = static_cast<Seen*>(data);
+    s->matched = equal_bytes(s->host, s->expected->data(), s->bytes);
+  }, &seen));
+  CLIENT_OK(c, cuCtxSynchronize());
+  CLIENT_CHECK(c, seen.matched);
 }
 
 TEST_F(DriverItest, DataMovedAfterTheCompletionKeepsWhatTheHostSeesInOrder) {
