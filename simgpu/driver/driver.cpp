@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <string_view>
 
 #include "activity.h"
 #include "gpuqos/simgpu/visible_devices.h"
@@ -33,6 +34,18 @@ void log_once(const std::string& message) {
   if (!seen.insert(message).second) return;
   std::string line = "simgpu libcuda: " + message + "\n";
   [[maybe_unused]] ssize_t n = ::write(STDERR_FILENO, line.data(), line.size());
+}
+
+// SIMGPU_DEVICE_DATA=none: device memory keeps no contents, so copies and memsets into it move no
+// bytes. simgpu keeps device memory in host memory: moving them takes the host's CPU, where a GPU's
+// copy engines and SMs take none of it (for benchmarks, whose programs never read their results).
+// Unset or "keep": kept.
+static bool keeps_device_data() {
+  const char* text = std::getenv("SIMGPU_DEVICE_DATA");
+  if (!text || !*text || std::string_view(text) == "keep") return true;
+  if (std::string_view(text) == "none") return false;
+  log_once(std::string("SIMGPU_DEVICE_DATA=") + text + " is neither keep nor none: device data is kept");
+  return true;
 }
 
 bool dead_event(const char* api, CUevent event) {
@@ -131,6 +144,7 @@ CUresult Driver::init() {
   primary.assign(devices.size(), nullptr);
   primary_refs.assign(devices.size(), 0);
   primary_flags.assign(devices.size(), 0);
+  keep_device_data_ = keeps_device_data();
   fd_ = fd;
   initialized_ = true;
   init_result_ = devices.empty() ? CUDA_ERROR_NO_DEVICE : CUDA_SUCCESS;
@@ -236,6 +250,11 @@ void Driver::on_completion(const wire::CompletionMsg& msg) {
   if (it == pending.end()) return;
   std::vector<HostAction> actions = std::move(it->second.actions);
   if (msg.status != 0) actions.clear();  // a failed op moved nothing
+  if (!keep_device_data_) {
+    std::erase_if(actions, [](const HostAction& action) {
+      return action.kind != HostAction::Kind::host_func && find_allocation(addr(action.dst), 1) != nullptr;
+    });
+  }
   report_completion(msg);  // under the lock, so after the op's submit report
   if (deferred_signals_ == 0 && moves.empty() && bytes_of(actions) <= kInlineMoveBytes) {
     // Short, with nothing ahead: moved here, which spares the mover's wake-up. Only this thread

@@ -221,6 +221,7 @@ class Driver {
   int fd_ = -1;
   std::thread receiver_;
   bool mover_started_ = false;
+  bool keep_device_data_ = true;  // SIMGPU_DEVICE_DATA (keeps_device_data)
   std::condition_variable moves_cv_;
   std::size_t deferred_signals_ = 0;  // moves in `moves` that carry a signal
   std::size_t moving_bytes_ = 0;      // the bytes the moves in `moves` copy or set

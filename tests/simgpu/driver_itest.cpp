@@ -1289,6 +1289,43 @@ TEST_F(DriverItest, AMoveThatCannotBeQueuedKeepsTheOrder) {
   expect_clean(client.finish(), "client");
 }
 
+// Copies host memory into device memory and back through a memset and a device-to-device copy;
+// reports whether what came back is the pattern, or all zeros (device memory never written).
+void device_data_client(ClientLink& c) {
+  constexpr std::size_t kBytes = 4 * kMiB;
+  CUdeviceptr a = 0, b = 0;
+  if (!open_device(c) || !CLIENT_OK(c, cuMemAlloc(&a, kBytes)) || !CLIENT_OK(c, cuMemAlloc(&b, kBytes))) return;
+  const auto source = pattern(kBytes, 3);
+  std::vector<std::uint8_t> back(kBytes, 0xee);
+  CLIENT_OK(c, cuMemcpyHtoD(a, source.data(), kBytes));
+  CLIENT_OK(c, cuMemsetD8(b, 0x11, kBytes / 2));
+  CLIENT_OK(c, cuMemcpyDtoD(b + kBytes / 2, a + kBytes / 2, kBytes / 2));
+  CLIENT_OK(c, cuMemcpyDtoH(back.data(), b, kBytes));
+  const bool kept = all_equal<std::uint8_t>(back.data(), kBytes / 2, 0x11) &&
+                    equal_bytes(back.data() + kBytes / 2, source.data() + kBytes / 2, kBytes / 2);
+  c.report("data", kept ? "kept" : all_equal<std::uint8_t>(back.data(), kBytes, 0) ? "none" : "mixed");
+}
+
+// SIMGPU_DEVICE_DATA=none (for benchmarks): device memory keeps nothing, so the host spends no time
+// moving its bytes; copies into host memory still run (here they bring back zeros). Any other value
+// but "keep" is reported and ignored.
+TEST_F(DriverItest, DeviceDataIsKeptUnlessTheEnvironmentSaysNone) {
+  start(profile("fifo"));
+  const auto run = [&](const char* setting) {
+    ClientProcess client(server().socket(), [setting](ClientLink& c) {
+      if (setting) ::setenv("SIMGPU_DEVICE_DATA", setting, 1);
+      device_data_client(c);
+    });
+    ClientOutcome outcome = client.finish();
+    expect_clean(outcome, setting ? setting : "unset");
+    return outcome.values["data"];
+  };
+  EXPECT_EQ(run(nullptr), "kept");
+  EXPECT_EQ(run("keep"), "kept");
+  EXPECT_EQ(run("none"), "none");
+  EXPECT_EQ(run("nothing"), "kept");
+}
+
 // simgpud gone while the mover is still making moves the device finished long ago: the moves not
 // begun are dropped with the completions never received, so a host function queued behind them
 // never runs, and a wait for the lost device returns without waiting for them.
