@@ -58,6 +58,8 @@ struct Options {
   // Every BE replayer (standalone, alone together, training and the cells) submits each trace stream
   // from a thread of its own (gpuqos-replay --thread-per-stream).
   bool be_thread_per_stream = false;
+  // simgpu keeps the replayers' device data, moving its bytes with the host's CPU (QosRig).
+  bool keep_device_data = false;
   // [policy.baymax] of every cell's gpuqosd config, times x time_scale (the demo's: the example
   // config's; qos_main loads it from --baymax-from).
   config::BaymaxConfig baymax;

@@ -56,7 +56,7 @@ json config_json(const Options& o, const std::string& traces_dir, double wall_s)
           {"min_queries", o.min_queries},
           {"calibration_s", o.calibration_s}, {"time_scale", o.time_scale},   {"seed", o.seed},
           {"policies", o.policies},      {"device_modes", o.device_modes},   {"loads", o.loads},
-          {"be_mixes", o.be_mixes},      {"daemon_target", o.daemon_target}, {"lc_margin_ms", lc_margin_ms(o) ? json(*lc_margin_ms(o)) : json(nullptr)}, {"be_thread_per_stream", o.be_thread_per_stream}, {"traces_dir", traces_dir},
+          {"be_mixes", o.be_mixes},      {"daemon_target", o.daemon_target}, {"lc_margin_ms", lc_margin_ms(o) ? json(*lc_margin_ms(o)) : json(nullptr)}, {"be_thread_per_stream", o.be_thread_per_stream}, {"keep_device_data", o.keep_device_data}, {"traces_dir", traces_dir},
           {"workloads", workloads},
           {"baymax_from", o.baymax_source},
           {"baymax", {{"safety_margin_ms", o.baymax.safety_margin_ms},
@@ -138,6 +138,7 @@ int run(const Cli& cli) {
   std::signal(SIGTERM, on_stop_signal);
   const fs::path out_dir = fs::absolute(o.out_dir);
   QosRig rig(out_dir, o.time_scale);
+  rig.keep_device_data(o.keep_device_data);
   std::cerr << "gpuqos-bench: converting traces from " << cli.traces_dir << " into " << (out_dir / "workloads").string() << "\n";
   rig.convert(lc_workload(), cli.traces_dir);
   for (const Workload& w : be_workloads_used(o)) rig.convert(w, cli.traces_dir);
@@ -215,6 +216,9 @@ int main(int argc, char** argv) {
   qos->add_flag("--be-thread-per-stream", o.be_thread_per_stream,
                 "BE replayers submit each trace stream from a thread of its own, so each stream keeps its "
                 "schedule while another's launch is held, as host-side deferral of held launches would");
+  qos->add_flag("--keep-device-data", o.keep_device_data,
+                "simgpu keeps the replayers' device memory contents, moving the bytes of copies and memsets "
+                "into it with the host's CPU, which a GPU's engines spare (default: SIMGPU_DEVICE_DATA=none)");
   std::string baymax_from = (fs::path(GPUQOS_SOURCE_DIR) / "examples" / "gpuqos.toml").string();
   qos->add_option("--baymax-from", baymax_from,
                   "config file whose [policy.baymax] every cell's gpuqosd gets (times x --time-scale; "

@@ -225,6 +225,7 @@ RunOutcome QosRig::run_jobs(const std::string& run_name, const std::vector<JobSp
     argv.insert(argv.end(), job.replay_args.begin(), job.replay_args.end());
     argv.insert(argv.end(), {"--duration", number(duration_s), "--out", results.back().string()});
     auto env = testing::simgpu_client_env(simgpu_socket_);
+    env["SIMGPU_DEVICE_DATA"] = keep_device_data_ ? "keep" : "none";
     if (managed) {
       argv = testing::under_gpuqos_run(std::move(argv), job.priority, gpuqosd_socket, job.name);
       env["GPUQOS_LOG"] = "info";

@@ -75,6 +75,10 @@ class QosRig {
   // The store every later gpuqosd starts from (`--profile-store` on a fresh copy, so runs do not
   // learn from each other); none: gpuqosd starts untrained.
   void use_predictor_store(std::optional<std::filesystem::path> store) { predictor_store_ = std::move(store); }
+  // Whether the replayers' device memory keeps its contents (SIMGPU_DEVICE_DATA). By default it
+  // does not: simgpu would move those bytes with the host's CPU, which the replayers share with
+  // gpuqosd and each other, where a GPU's copy engines and SMs move them (benchmarks/README.md).
+  void keep_device_data(bool keep) { keep_device_data_ = keep; }
 
   const std::filesystem::path& out_dir() const { return out_; }
   double time_scale() const { return time_scale_; }
@@ -105,6 +109,7 @@ class QosRig {
   std::string simgpu_socket_;
   std::optional<testing::ChildProcess> simgpud_;
   std::optional<std::filesystem::path> predictor_store_;
+  bool keep_device_data_ = false;
 };
 
 // Failed status for `what` with the tail of its log.
