@@ -165,6 +165,7 @@ int weights_bench(const std::string& traces_dir, const WeightsOptions& w) {
   WeightsOptions options = w;
   options.out_dir = fs::absolute(w.out_dir).string();
   QosRig rig(options.out_dir, options.time_scale);
+  rig.keep_device_data(options.keep_device_data);
   rig.convert(lc_workload(), traces_dir);
   for (const Workload& be : be_workloads()) {
     if (be.key == "resnet") rig.convert(be, traces_dir);
@@ -241,6 +242,8 @@ int main(int argc, char** argv) {
   weights->add_option("--time-scale", w.time_scale, "simgpud --time-scale and the replayers' --pace-scale")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  weights->add_flag("--keep-device-data", w.keep_device_data,
+                    "simgpu keeps the replayers' device memory contents (as for qos)");
   weights->add_option("--device-modes", w.device_modes, "simgpu compute modes: fifo, timeslice, mps")
       ->delimiter(',')
       ->check(CLI::IsMember(kDeviceModes))

@@ -30,6 +30,7 @@ struct WeightsOptions {
   double time_scale = 4;       // simgpud --time-scale and the replayers' --pace-scale
   double target_factor = 1.5;  // gpuqosd's target: this x the closed-loop p50 (the grid's `service`)
   std::uint64_t seed = 1;
+  bool keep_device_data = false;  // QosRig::keep_device_data
   config::BaymaxConfig baymax;
   std::string baymax_source = "built-in defaults";
 };

@@ -276,7 +276,8 @@ void Driver::on_completion(const wire::CompletionMsg& msg) {
     queue_move(move);
   } catch (...) {  // no thread or no memory: here, after the moves before it (with the lock: rare)
     // Signalled only once made, and its op's actions back in place while the moves before it run,
-    // so a free of what they touch waits for them. A lost connection meanwhile drops them.
+    // so a free of what they touch waits for them. (This thread is the receiver: no loss of the
+    // connection can come meanwhile, but a context destroyed meanwhile clears them.)
     const auto put_back = [&] {
       if (auto op = pending.find(msg.op); op != pending.end()) std::swap(op->second.actions, move.actions);
     };

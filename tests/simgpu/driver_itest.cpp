@@ -1187,10 +1187,6 @@ TEST_F(DriverItest, HostFunctionsRunInStreamOrder) {
   expect_clean(client.finish(), "client");
 }
 
-// The host moves a device-to-device copy's bytes (and a memset's) off the completion path, after
-// the op is signalled done, as a GPU moves them on the device; everything the host can see still
-// finds them moved, in order: a read-back, a copy on another stream behind an event, a free, a
-// pinned source overwritten once its copy is done, a host function after a copy into host memory.
 // What the host sees of device data moved after its op's completion, in order: the scenarios of
 // the two tests below.
 void moved_data_client(ClientLink& c) {
@@ -1272,6 +1268,10 @@ void moved_data_client(ClientLink& c) {
   CLIENT_CHECK(c, seen.matched);
 }
 
+// The host moves a device-to-device copy's bytes (and a memset's) off the completion path, after
+// the op is signalled done, as a GPU moves them on the device; everything the host can see still
+// finds them moved, in order: a read-back, a copy on another stream behind an event, a free, a
+// pinned source overwritten once its copy is done, a host function after a copy into host memory.
 TEST_F(DriverItest, DataMovedAfterTheCompletionKeepsWhatTheHostSeesInOrder) {
   start(profile("fifo"));
   ClientProcess client(server().socket(), moved_data_client);
@@ -1340,9 +1340,17 @@ TEST_F(DriverItest, ALostDeviceDropsWhatTheMoverHasNotBegun) {
         !CLIENT_OK(c, cuStreamCreate(&s, CU_STREAM_NON_BLOCKING))) {
       return;
     }
+    CUevent half = nullptr;
+    if (!CLIENT_OK(c, cuEventCreate(&half, 0))) return;
     static std::atomic<bool> ran{false};
-    for (int i = 0; i < kCopies; ++i) CLIENT_OK(c, cuMemcpyDtoDAsync(b, a, kBig, s));
+    for (int i = 0; i < kCopies; ++i) {
+      CLIENT_OK(c, cuMemcpyDtoDAsync(b, a, kBig, s));
+      if (i == kCopies / 2 - 1) CLIENT_OK(c, cuEventRecord(half, s));
+    }
     CLIENT_OK(c, cuLaunchHostFunc(s, [](void*) { ran = true; }, nullptr));
+    // Up to 1 GiB queued, a device-only move's op is signalled at once: the first half's bytes
+    // are queued on the mover (at the least) once this returns.
+    CLIENT_OK(c, cuEventSynchronize(half));
     c.ready();
     c.wait_go();  // simgpud is gone
     CLIENT_CU(c, cuStreamSynchronize(s), CUDA_ERROR_DEVICE_UNAVAILABLE);
@@ -1353,8 +1361,8 @@ TEST_F(DriverItest, ALostDeviceDropsWhatTheMoverHasNotBegun) {
     CLIENT_CHECK(c, !ran);
   });
   ASSERT_TRUE(client.wait_ready());
-  // The device runs the copies in well under a ms and then asks for the host function; the mover
-  // needs far longer for their bytes, so it is still at them when simgpud dies.
+  // The device runs the copies in a few ms and then asks for the host function; the mover needs
+  // some hundreds of ms for their bytes, so it is still at them when simgpud dies.
   std::this_thread::sleep_for(10ms);
   server().kill();
   client.go();
