@@ -163,7 +163,7 @@ TEST(ConfigLoad, ExampleFileLoads) {
   ASSERT_TRUE(result.ok()) << result.error();
   const Config& config = result.value();
   EXPECT_EQ(config.policy.name, PolicyName::baymax);
-  EXPECT_EQ(config.policy.baymax.idle_bound_factor, 2.0) << "what the demo and the benchmark run";
+  EXPECT_EQ(config.policy.baymax.idle_bound_factor, 1.5) << "what the demo and the benchmark run";
   const JobConfig* bert = find_job(config, "bert-infer");
   ASSERT_NE(bert, nullptr);
   EXPECT_EQ(bert->allowed_priority, Priority::high);
