@@ -2,7 +2,6 @@
 #include "driver.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <set>
 
 using namespace gpuqos::simgpu::driver;
@@ -47,10 +46,7 @@ static void primary_retain_locked(CUdevice dev) {
 // cuDevicePrimaryCtxRetain of the process after its first N fail with CUDA_ERROR_OUT_OF_MEMORY, as
 // a real driver's may on a device out of memory or in a sticky error. Unset: never.
 static bool primary_retain_fails(std::uint64_t& retains) {
-  static const std::uint64_t limit = [] {
-    const char* text = std::getenv("SIMGPU_FAIL_PRIMARY_RETAIN_AFTER");
-    return text && *text ? std::strtoull(text, nullptr, 10) : UINT64_MAX;
-  }();
+  static const std::uint64_t limit = env_number("SIMGPU_FAIL_PRIMARY_RETAIN_AFTER", UINT64_MAX);
   return retains++ >= limit;
 }
 

@@ -36,6 +36,11 @@ void log_once(const std::string& message) {
   [[maybe_unused]] ssize_t n = ::write(STDERR_FILENO, line.data(), line.size());
 }
 
+std::uint64_t env_number(const char* name, std::uint64_t unset) {
+  const char* text = std::getenv(name);
+  return text && *text ? std::strtoull(text, nullptr, 10) : unset;
+}
+
 // SIMGPU_DEVICE_DATA=none: device memory keeps no contents, so copies and memsets into it move no
 // bytes. simgpu keeps device memory in host memory: moving them takes the host's CPU, where a GPU's
 // copy engines and SMs take none of it (for benchmarks, whose programs never read their results).
@@ -311,10 +316,7 @@ void Driver::signal_completion(const wire::CompletionMsg& msg) {
 // For tests of the fallbacks: SIMGPU_FAIL_QUEUE_MOVE_EVERY=N makes every Nth move the process
 // would queue fail as out of memory, so it is made where it came from. Unset: never.
 static bool queue_move_fails() {
-  static const std::uint64_t every = [] {
-    const char* text = std::getenv("SIMGPU_FAIL_QUEUE_MOVE_EVERY");
-    return text && *text ? std::strtoull(text, nullptr, 10) : 0;
-  }();
+  static const std::uint64_t every = env_number("SIMGPU_FAIL_QUEUE_MOVE_EVERY", 0);
   static std::uint64_t moves = 0;  // mu held
   return every != 0 && ++moves % every == 0;
 }

@@ -242,6 +242,9 @@ Driver& driver();
 
 // Logs a message to stderr once per distinct text (unsupported calls, unknown kernels).
 void log_once(const std::string& message);
+// The number an environment variable of the process gives (its leading digits), or `unset` when it
+// is unset or empty: for the fault-injection hooks of tests.
+std::uint64_t env_number(const char* name, std::uint64_t unset);
 // True (and said once per API) when `event` died with its context: undefined behaviour on a GPU,
 // where the handle may be freed or reused. Called with d.mu held.
 bool dead_event(const char* api, CUevent event);
