@@ -1289,6 +1289,37 @@ TEST_F(DriverItest, AMoveThatCannotBeQueuedKeepsTheOrder) {
   expect_clean(client.finish(), "client");
 }
 
+// A move that cannot be queued waits for the ones queued before it with its op not yet signalled
+// and its actions back in the op's pending entry: a free of its source, made meanwhile without a
+// synchronisation, waits for it rather than unmapping what it is about to read.
+TEST_F(DriverItest, AFreeWaitsForAMoveThatCouldNotBeQueued) {
+  start(profile("fifo"));
+  ClientProcess client(server().socket(), [](ClientLink& c) {
+    ::setenv("SIMGPU_FAIL_QUEUE_MOVE_EVERY", "2", 1);
+    constexpr std::size_t kBig = 512 * kMiB;  // the first move: a memmove of some hundreds of ms
+    constexpr std::size_t kSmall = 64 * 1024;
+    CUdeviceptr x = 0, b = 0, a = 0, dst = 0;
+    CUstream s = nullptr;
+    if (!open_device(c) || !CLIENT_OK(c, cuMemAlloc(&x, kBig)) || !CLIENT_OK(c, cuMemAlloc(&b, kBig)) ||
+        !CLIENT_OK(c, cuMemAlloc(&a, kSmall)) || !CLIENT_OK(c, cuMemAlloc(&dst, kSmall)) ||
+        !CLIENT_OK(c, cuStreamCreate(&s, CU_STREAM_NON_BLOCKING))) {
+      return;
+    }
+    const auto source = pattern(kSmall, 5);
+    CLIENT_OK(c, cuMemcpyHtoD(a, source.data(), kSmall));  // short, nothing queued: moved inline
+    // Done in this order on the device: the first queued move, then the second, which fails to
+    // queue and waits for the first. The program is told of neither.
+    CLIENT_OK(c, cuMemcpyDtoDAsync(b, x, kBig, s));
+    CLIENT_OK(c, cuMemcpyDtoDAsync(dst, a, kSmall, s));
+    std::this_thread::sleep_for(50ms);  // both completions are in, the first move still running
+    CLIENT_OK(c, cuMemFree(a));
+    std::vector<std::uint8_t> back(kSmall, 0xee);
+    CLIENT_OK(c, cuMemcpyDtoH(back.data(), dst, kSmall));
+    CLIENT_CHECK(c, back == source);
+  });
+  expect_clean(client.finish(), "client");
+}
+
 // Copies host memory into device memory and back through a memset and a device-to-device copy;
 // reports whether what came back is the pattern, or all zeros (device memory never written).
 void device_data_client(ClientLink& c) {
