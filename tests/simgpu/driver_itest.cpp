@@ -1320,6 +1320,37 @@ TEST_F(DriverItest, AFreeWaitsForAMoveThatCouldNotBeQueued) {
   expect_clean(client.finish(), "client");
 }
 
+// The mover runs at most 1 GiB (Driver::kMaxMovingBytes) behind the device: an op that would put
+// it further behind is signalled only once its bytes are in place, and so is what comes after it.
+// Device memory is this process's memory, so the test can look at it without asking the driver
+// (a read through the driver would wait for the mover in any case).
+TEST_F(DriverItest, TheMoverRunsAtMostOneGiBBehindTheDevice) {
+  start(profile("fifo"));
+  ClientProcess client(server().socket(), [](ClientLink& c) {
+    constexpr std::size_t kFirst = 640 * kMiB, kSecond = 512 * kMiB;  // together over 1 GiB
+    constexpr std::uint32_t kWord = 0x5a5a5a5a;
+    CUdeviceptr x = 0, b = 0, y = 0, d = 0;
+    CUstream s = nullptr;
+    CUevent event = nullptr;
+    if (!open_device(c) || !CLIENT_OK(c, cuMemAlloc(&x, kFirst)) || !CLIENT_OK(c, cuMemAlloc(&b, kFirst)) ||
+        !CLIENT_OK(c, cuMemAlloc(&y, kSecond)) || !CLIENT_OK(c, cuMemAlloc(&d, kSecond)) ||
+        !CLIENT_OK(c, cuStreamCreate(&s, CU_STREAM_NON_BLOCKING)) || !CLIENT_OK(c, cuEventCreate(&event, 0))) {
+      return;
+    }
+    CLIENT_OK(c, cuMemsetD32(y, kWord, kSecond / 4));
+    std::uint32_t word = 0;
+    CLIENT_OK(c, cuMemcpyDtoH(&word, y + kSecond - 4, 4));  // behind the memset's move: the mover is idle
+    CLIENT_CHECK(c, word == kWord);
+    CLIENT_OK(c, cuMemcpyDtoDAsync(b, x, kFirst, s));   // within the cap: signalled as the device ends it
+    CLIENT_OK(c, cuMemcpyDtoDAsync(d, y, kSecond, s));  // past it: signalled once moved
+    CLIENT_OK(c, cuEventRecord(event, s));
+    CLIENT_OK(c, cuEventSynchronize(event));
+    const auto* moved = reinterpret_cast<const std::uint32_t*>(static_cast<std::uintptr_t>(d));
+    CLIENT_CHECK(c, moved[0] == kWord && moved[kSecond / 4 - 1] == kWord);
+  });
+  expect_clean(client.finish(), "client");
+}
+
 // Copies host memory into device memory and back through a memset and a device-to-device copy;
 // reports whether what came back is the pattern, or all zeros (device memory never written).
 void device_data_client(ClientLink& c) {
