@@ -321,11 +321,19 @@ std::int64_t BaymaxPolicy::blocking_cost_ns(std::uint32_t device, std::int64_t l
     // Its target counts from each request's arrival. The op starts with none of its requests in the
     // system (hold_of), so one arriving x into it finishes about length - x + whole later, and the
     // k arriving before it in the op add about k x whole: with load = whole / gap, it misses its
-    // target (less the margin) when x < (length - slack) / (1 - load). The requests arriving in that
-    // window miss together, so the op is priced at a high count of them, not the mean (the header):
-    // m + k sqrt(m) requests for m = window / gap, or (k + 1) m when fewer than one is expected.
+    // target (less the margin) when x < (length - slack) / (1 - load). That is for a request that
+    // would not have waited otherwise; one that would have waited w in the job's own queue (a burst
+    // of arrivals) has w less slack. So the window is the mean over the waits the job's arrivals made
+    // by themselves lately (queue_waits; none known: 0). The requests arriving in that window miss
+    // together, so the op is priced at a high count of them, not the mean (the header): m + k sqrt(m)
+    // requests for m = window / gap, or (k + 1) m when fewer than one is expected.
     const double load = std::min(kLongOpMaxLoad, static_cast<double>(whole) / static_cast<double>(gap));
-    const double window = static_cast<double>(length_ns - slack) / (1.0 - load);
+    const auto window_at = [&](std::int64_t wait_ns) {
+      return std::max(0.0, static_cast<double>(length_ns - slack + wait_ns) / (1.0 - load));
+    };
+    const std::deque<std::int64_t>& waits = queries_.queue_waits(id);
+    double window = waits.empty() ? window_at(0) : 0.0;
+    for (const std::int64_t wait_ns : waits) window += window_at(wait_ns) / static_cast<double>(waits.size());
     if (window <= 0) continue;
     const double spread = std::min(std::sqrt(window * static_cast<double>(gap)), window);
     cost = std::max(cost, window + kLongOpCountSigmas * spread);

@@ -120,6 +120,15 @@ std::vector<ClosedQuery> QueryTracker::posted(ClientId client, const ipc::OpDesc
       state.says_arrivals = true;
       if (state.recent_arrivals.size() >= kRateWindow) state.recent_arrivals.pop_front();
       state.recent_arrivals.push_back(at_ns);
+      if (state.whole > 0) {
+        // This request waits for the one before it, less the time between them (Lindley).
+        const std::int64_t before = state.queue_waits.empty() || state.last_arrival_ns == 0
+                                        ? 0
+                                        : state.queue_waits.back() + state.whole - (at_ns - state.last_arrival_ns);
+        if (state.queue_waits.size() >= kQueueWaitWindow) state.queue_waits.pop_front();
+        state.queue_waits.push_back(std::max<std::int64_t>(0, before));
+      }
+      state.last_arrival_ns = at_ns;
       // A request begun already (its arrival reached us after its begin): not waiting.
       if (op.posted_ns <= state.last_begun_arrival_ns) return closed;
       if (state.arrivals.size() >= kMaxArrivals) state.arrivals.pop_front();  // as the shim forgets it
@@ -283,6 +292,12 @@ std::int64_t QueryTracker::mean_arrival_gap_ns(ClientId client) const {
   const std::deque<std::int64_t>& arrivals = it->second.recent_arrivals;
   const std::int64_t span = arrivals.back() - arrivals.front();
   return span > 0 ? span / static_cast<std::int64_t>(arrivals.size() - 1) : 0;
+}
+
+const std::deque<std::int64_t>& QueryTracker::queue_waits(ClientId client) const {
+  static const std::deque<std::int64_t> kNone;
+  auto it = clients_.find(client);
+  return it == clients_.end() ? kNone : it->second.queue_waits;
 }
 
 bool QueryTracker::says_arrivals(ClientId client) const {

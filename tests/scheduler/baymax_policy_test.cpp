@@ -74,6 +74,13 @@ ipc::OpDescriptor arrival_at(std::uint64_t seq, std::int64_t at_ns) {
   return d;
 }
 
+// A query_begin for the request that arrived at arrived_ns, as the shim pairs them.
+ipc::OpDescriptor begin_of(std::uint64_t seq, std::int64_t arrived_ns) {
+  ipc::OpDescriptor d = op(seq, ipc::OpKind::query_begin);
+  d.arrived_ns = arrived_ns;
+  return d;
+}
+
 // Posted at `now` (op()'s placeholder stamp, 1, means: read as soon as it was posted).
 Decisions post(BaymaxPolicy& p, ClientId client, Priority priority, ipc::OpDescriptor d, std::int64_t now,
                std::int64_t predicted) {
@@ -635,6 +642,56 @@ TEST(BaymaxPolicy, ALongOpCostsWhatItMakesTheRequestsOfAJobThatSaysItsArrivalsMi
   EXPECT_TRUE(post(young, kTrainA, Priority::low, op(1), 10 * kMs, 71 * kMs).empty());
   EXPECT_TRUE(young.tick(13'200 * kMs - kMs).empty());
   EXPECT_EQ(young.tick(13'200 * kMs), (Decisions{{kTrainA, 1}}));
+}
+
+// The same long op at the same mean arrival rate costs more when the job's requests come in
+// bursts: a request that would have waited in the job's own queue anyway has that much less slack.
+// A request every 40 ms on average, 8-ms queries, target 100 ms, a 100-ms op: one by one, no
+// request would have waited, and the window is (100 - (100 - 8 - 1)) / 0.8 = 11.25 ms, priced at
+// three times that, 33.75 ms (6.75 s of budget). In threes 1 ms apart (every 120 ms, and one more
+// at the end to keep the mean gap at 40 ms), the second and third of each would have waited 7 and
+// 14 ms: their windows are 20 and 28.75 ms, and over the 22 waits kept (those after the first
+// query closed: 7 threes and the last one, 0) the mean window is 431.25 / 22 = 19.60 ms, priced
+// at 58.81 ms (11.76 s).
+TEST(BaymaxPolicy, ALongOpCostsMoreWhenTheJobsRequestsQueueBehindEachOther) {
+  const auto served = [](int burst) {
+    auto policy = std::make_unique<BaymaxPolicy>(options(5 * kMs));
+    (void)policy->client_registered(serve(kServe, 100 * kMs), 0);
+    std::uint64_t seq = 1;
+    std::int64_t t = 0;
+    const auto requests = [&](std::int64_t first, int count) {
+      for (int i = 0; i < count; ++i) (void)post(*policy, kServe, Priority::high, arrival_at(seq++, first + i * kMs), first + i * kMs, 0);
+      t = first + (count - 1) * kMs;
+      for (int i = 0; i < count; ++i) {  // served one after the other, 8 ms each
+        (void)post(*policy, kServe, Priority::high, begin_of(seq++, first + i * kMs), t, 0);
+        const std::uint64_t work = seq++;
+        (void)post(*policy, kServe, Priority::high, op(work), t, kMs);
+        t += 8 * kMs;
+        (void)policy->op_completed({kServe, done(work, t), t});
+        (void)post(*policy, kServe, Priority::high, op(seq++, ipc::OpKind::query_end), t, 0);
+      }
+    };
+    constexpr int kBursts = 8;
+    for (int k = 0; k < kBursts; ++k) requests(40 * kMs + k * burst * 40 * kMs, burst);
+    requests(40 * kMs + kBursts * burst * 40 * kMs, 1);
+    EXPECT_EQ(policy->queries().expected_query_ns(kServe), 8 * kMs);
+    EXPECT_EQ(policy->queries().mean_arrival_gap_ns(kServe), 40 * kMs);
+    return std::pair{std::move(policy), t};
+  };
+  auto [one_by_one, quiet_now] = served(1);
+  EXPECT_EQ(one_by_one->queries().queue_waits(kServe), std::deque<std::int64_t>(8, 0));
+  EXPECT_TRUE(post(*one_by_one, kTrainA, Priority::low, op(1), quiet_now, 100 * kMs).empty());
+  EXPECT_EQ(one_by_one->held_head(kTrainA)->reason, HoldReason::budget);
+  EXPECT_TRUE(one_by_one->tick(6'749 * kMs).empty());
+  EXPECT_EQ(one_by_one->tick(6'751 * kMs), (Decisions{{kTrainA, 1}}));
+  auto [in_threes, busy_now] = served(3);
+  EXPECT_EQ(in_threes->queries().queue_waits(kServe).size(), 22u);
+  EXPECT_EQ(in_threes->queries().queue_waits(kServe)[1], 7 * kMs);
+  EXPECT_EQ(in_threes->queries().queue_waits(kServe)[2], 14 * kMs);
+  EXPECT_TRUE(post(*in_threes, kTrainA, Priority::low, op(1), busy_now, 100 * kMs).empty());
+  EXPECT_TRUE(in_threes->tick(6'751 * kMs).empty()) << "the one-by-one price is not enough";
+  EXPECT_TRUE(in_threes->tick(11'760 * kMs).empty());
+  EXPECT_EQ(in_threes->tick(11'762 * kMs), (Decisions{{kTrainA, 1}}));
 }
 
 // An op predicted short that ran long (bimodal at one shape) blocked arriving queries as a long op

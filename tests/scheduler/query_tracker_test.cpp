@@ -268,6 +268,39 @@ TEST(QueryTracker, TheArrivalGapIsTheMeanOverTheLatestArrivals) {
   EXPECT_EQ(tracker.mean_arrival_gap_ns(kServe), 0) << "forgotten with the client";
 }
 
+// The wait each arrival would have had in the job's own queue with every query taking the
+// profile's whole time (Lindley): arrivals before a profile are not counted, a burst queues, a gap
+// longer than the queue empties it.
+TEST(QueryTracker, EachArrivalsOwnQueueWaitIsKeptOnceThereIsAProfile) {
+  QueryTracker tracker;
+  std::uint64_t seq = 0;
+  (void)tracker.posted(kServe, arrived(++seq, 0), 0);
+  EXPECT_TRUE(tracker.queue_waits(kServe).empty()) << "no profile yet";
+  (void)tracker.posted(kServe, begin(++seq, 0), 0);
+  (void)tracker.posted(kServe, op(++seq), 0);
+  (void)tracker.completed(kServe, done(seq, 10 * kMs), 10 * kMs);
+  ASSERT_EQ(tracker.posted(kServe, op(++seq, ipc::OpKind::query_end), 10 * kMs).size(), 1u);
+  ASSERT_EQ(tracker.expected_query_ns(kServe), 10 * kMs);
+  // Three requests 2 ms apart (each waits for the one before it, less the gap), then one 40 ms
+  // after the last (the queue of 16 + 10 ms has drained by then).
+  for (const std::int64_t at : {100 * kMs, 102 * kMs, 104 * kMs, 144 * kMs}) (void)tracker.posted(kServe, arrived(++seq, at), at);
+  EXPECT_EQ(tracker.queue_waits(kServe), (std::deque<std::int64_t>{0, 8 * kMs, 16 * kMs, 0}));
+  // Only the latest kQueueWaitWindow are kept.
+  std::int64_t at = 144 * kMs;
+  for (std::size_t i = 0; i < QueryTracker::kQueueWaitWindow; ++i) {
+    at += 5 * kMs;
+    (void)tracker.posted(kServe, arrived(++seq, at), at);
+  }
+  const auto& waits = tracker.queue_waits(kServe);
+  ASSERT_EQ(waits.size(), QueryTracker::kQueueWaitWindow);
+  EXPECT_EQ(waits.front(), 5 * kMs) << "the first of 5-ms gaps waited 10 - 5 ms; the burst is gone";
+  EXPECT_EQ(waits.back(), static_cast<std::int64_t>(QueryTracker::kQueueWaitWindow) * 5 * kMs)
+      << "a job whose arrivals outpace its queries queues for ever (10 - 5 ms more each)";
+  EXPECT_TRUE(tracker.queue_waits(kServe + 1).empty()) << "a client never seen";
+  tracker.client_gone(kServe);
+  EXPECT_TRUE(tracker.queue_waits(kServe).empty()) << "forgotten with the client";
+}
+
 TEST(QueryTracker, TheProfileGivesTheRemainingTimeAfterEachOp) {
   QueryTracker tracker;
   // A query: op at 0, op at 2 ms, done at 5 ms.

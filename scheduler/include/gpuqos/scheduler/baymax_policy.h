@@ -110,7 +110,14 @@
 // its expected query), and the k arriving before it in the op queue ahead of it, k x whole more.
 // Once its query profile and arrival rate are known, an op costs it the part in which an arrival
 // would miss the target less the margin: (p + whole + margin - target) / (1 - load), load = whole /
-// mean arrival gap (at most kLongOpMaxLoad), nothing when negative. That window holds m = window /
+// mean arrival gap (at most kLongOpMaxLoad), nothing when negative, for a request that would not
+// have waited otherwise. One that would have waited w in the job's own queue has w less slack, so
+// the window is the mean of (p + w + whole + margin - target) / (1 - load) over the waits the job's
+// latest arrivals made by themselves (QueryTracker::queue_waits: every query its whole time, no
+// best-effort work), each at least 0. (Benchmark, fifo device, load 0.6: with w = 0, recsys's
+// 97-ms kernel fitted the slack and cost nothing, and in runs where it started just before the
+// seed's largest burst, which the LC alone queues for up to 92 ms, the p99 went to 1.19-1.25 x.)
+// That window holds m = window /
 // gap requests in expectation, all of whom miss together: the op is priced at m + 2 sqrt(m) of them
 // (kLongOpCountSigmas; window + 2 sqrt(window x gap) of time), or 3 m when m < 1 (the square root
 // would price a rare arrival as a likely one), so that one op meeting a burst is not what the tail

@@ -76,6 +76,8 @@ class QueryTracker {
   // query_arrived marks, once it has said kMinRateArrivals.
   static constexpr std::size_t kRateWindow = 64;
   static constexpr std::size_t kMinRateArrivals = 8;
+  // How many of a job's latest arrivals keep the wait its own queue gave them (queue_waits).
+  static constexpr std::size_t kQueueWaitWindow = 1024;
   // Ops and marks are timed by the shim's stamp (posted_ns) unless it is older than this when read.
   static constexpr std::int64_t kMaxStampLagNs = 1'000'000'000;
 
@@ -122,6 +124,11 @@ class QueryTracker {
   // The mean time between the client's request arrivals (query_arrived marks, begun or not) over
   // its latest kRateWindow; 0 before kMinRateArrivals, or when their stamps do not move forward.
   std::int64_t mean_arrival_gap_ns(ClientId client) const;
+  // For a job that says its arrivals: how long each of its latest kQueueWaitWindow requests would
+  // have waited in the job's own queue had every query taken the profile's whole time and nothing
+  // else delayed it (Lindley's recursion over the arrival stamps): the queueing its arrivals make
+  // by themselves, bursts included. Arrivals before the first query closed are not counted.
+  const std::deque<std::int64_t>& queue_waits(ClientId client) const;
   std::uint64_t outstanding_ops(ClientId client) const;
 
  private:
@@ -141,6 +148,8 @@ class QueryTracker {
     std::int64_t last_begun_arrival_ns = 0;  // the latest arrival a begin named
     std::int64_t last_posted_ns = 0;         // the stamp of its latest op or mark, as taken
     std::deque<std::int64_t> recent_arrivals;  // the latest kRateWindow arrivals said, in order said
+    std::deque<std::int64_t> queue_waits;      // queue_waits(), oldest first
+    std::int64_t last_arrival_ns = 0;          // the latest arrival said (0: none yet)
     std::vector<std::int64_t> remaining;  // profile: after op k, the query ran this much longer
     std::vector<std::int64_t> unblocked;  // profile: after op k, its next blocking point came this much later
     std::vector<double> blocks;           // profile: after op k, the query waited for the device this often
