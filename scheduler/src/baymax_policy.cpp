@@ -323,17 +323,27 @@ std::int64_t BaymaxPolicy::blocking_cost_ns(std::uint32_t device, std::int64_t l
     // k arriving before it in the op add about k x whole: with load = whole / gap, it misses its
     // target (less the margin) when x < (length - slack) / (1 - load). That is for a request that
     // would not have waited otherwise; one that would have waited w in the job's own queue (a burst
-    // of arrivals) has w less slack. So the window is the mean over the waits the job's arrivals made
-    // by themselves lately (queue_waits; none known: 0). The requests arriving in that window miss
-    // together, so the op is priced at a high count of them, not the mean (the header): m + k sqrt(m)
-    // requests for m = window / gap, or (k + 1) m when fewer than one is expected.
+    // of arrivals) has w less slack, and one that would have waited more than the slack misses
+    // whatever the op does (not the op's miss). So the window is the mean over the waits the job's
+    // arrivals made by themselves lately (queue_waits; none known: 0), and when every one of them
+    // was past saving the op pays the bound's price, as with no slack at all. The requests arriving
+    // in that window miss together, so the op is priced at a high count of them, not the mean (the
+    // header): m + k sqrt(m) requests for m = window / gap, or (k + 1) m when fewer than one is
+    // expected.
     const double load = std::min(kLongOpMaxLoad, static_cast<double>(whole) / static_cast<double>(gap));
-    const auto window_at = [&](std::int64_t wait_ns) {
-      return std::max(0.0, static_cast<double>(length_ns - slack + wait_ns) / (1.0 - load));
-    };
     const std::deque<std::int64_t>& waits = queries_.queue_waits(id);
-    double window = waits.empty() ? window_at(0) : 0.0;
-    for (const std::int64_t wait_ns : waits) window += window_at(wait_ns) / static_cast<double>(waits.size());
+    double excess = waits.empty() ? std::max<double>(0, static_cast<double>(length_ns - slack)) : 0.0;  // summed
+    bool savable = waits.empty();
+    for (const std::int64_t wait_ns : waits) {
+      if (wait_ns > slack) continue;
+      savable = true;
+      excess += static_cast<double>(std::max<std::int64_t>(0, length_ns - slack + wait_ns));
+    }
+    if (!savable) {
+      cost = std::max(cost, static_cast<double>(length_ns - threshold));
+      continue;
+    }
+    const double window = excess / static_cast<double>(std::max<std::size_t>(1, waits.size())) / (1.0 - load);
     if (window <= 0) continue;
     const double spread = std::min(std::sqrt(window * static_cast<double>(gap)), window);
     cost = std::max(cost, window + kLongOpCountSigmas * spread);

@@ -122,7 +122,7 @@ std::vector<ClosedQuery> QueryTracker::posted(ClientId client, const ipc::OpDesc
       state.recent_arrivals.push_back(at_ns);
       if (state.whole > 0) {
         // This request waits for the one before it, less the time between them (Lindley).
-        const std::int64_t before = state.queue_waits.empty() || state.last_arrival_ns == 0
+        const std::int64_t before = state.queue_waits.empty()
                                         ? 0
                                         : state.queue_waits.back() + state.whole - (at_ns - state.last_arrival_ns);
         if (state.queue_waits.size() >= kQueueWaitWindow) state.queue_waits.pop_front();

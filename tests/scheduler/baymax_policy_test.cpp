@@ -652,11 +652,14 @@ TEST(BaymaxPolicy, ALongOpCostsWhatItMakesTheRequestsOfAJobThatSaysItsArrivalsMi
 // at the end to keep the mean gap at 40 ms), the second and third of each would have waited 7 and
 // 14 ms: their windows are 20 and 28.75 ms, and over the 22 waits kept (those after the first
 // query closed: 7 threes and the last one, 0) the mean window is 431.25 / 22 = 19.60 ms, priced
-// at 58.81 ms (11.76 s).
+// at 58.81 ms (11.76 s). A request that would have waited past its slack misses whatever the op
+// does: with a target of 19 ms (slack 10) and a 20-ms op, the threes' windows are 12.5, 21.25 and
+// none (14 > 10), a mean of (7 x 33.75 + 12.5) / 22 = 11.31 ms, priced at 33.92 ms (6.78 s), not
+// the 20.85 ms mean (12.51 s) that counting it would give.
 TEST(BaymaxPolicy, ALongOpCostsMoreWhenTheJobsRequestsQueueBehindEachOther) {
-  const auto served = [](int burst) {
+  const auto served = [](int burst, std::int64_t target_ns = 100 * kMs) {
     auto policy = std::make_unique<BaymaxPolicy>(options(5 * kMs));
-    (void)policy->client_registered(serve(kServe, 100 * kMs), 0);
+    (void)policy->client_registered(serve(kServe, target_ns), 0);
     std::uint64_t seq = 1;
     std::int64_t t = 0;
     const auto requests = [&](std::int64_t first, int count) {
@@ -692,6 +695,10 @@ TEST(BaymaxPolicy, ALongOpCostsMoreWhenTheJobsRequestsQueueBehindEachOther) {
   EXPECT_TRUE(in_threes->tick(6'751 * kMs).empty()) << "the one-by-one price is not enough";
   EXPECT_TRUE(in_threes->tick(11'760 * kMs).empty());
   EXPECT_EQ(in_threes->tick(11'762 * kMs), (Decisions{{kTrainA, 1}}));
+  auto [tight, tight_now] = served(3, 19 * kMs);
+  EXPECT_TRUE(post(*tight, kTrainA, Priority::low, op(1), tight_now, 20 * kMs).empty());
+  EXPECT_TRUE(tight->tick(6'783 * kMs).empty());
+  EXPECT_EQ(tight->tick(6'785 * kMs), (Decisions{{kTrainA, 1}})) << "the 14-ms waits are past saving";
 }
 
 // An op predicted short that ran long (bimodal at one shape) blocked arriving queries as a long op
