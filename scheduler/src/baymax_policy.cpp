@@ -331,19 +331,21 @@ std::int64_t BaymaxPolicy::blocking_cost_ns(std::uint32_t device, std::int64_t l
     // header): m + k sqrt(m) requests for m = window / gap, or (k + 1) m when fewer than one is
     // expected.
     const double load = std::min(kLongOpMaxLoad, static_cast<double>(whole) / static_cast<double>(gap));
-    const std::deque<std::int64_t>& waits = queries_.queue_waits(id);
-    double excess = waits.empty() ? std::max<double>(0, static_cast<double>(length_ns - slack)) : 0.0;  // summed
-    bool savable = waits.empty();
+    static const std::deque<std::int64_t> kNoWait{0};
+    const std::deque<std::int64_t>& recorded = queries_.queue_waits(id);
+    const std::deque<std::int64_t>& waits = recorded.empty() ? kNoWait : recorded;
+    double excess = 0;  // summed over the waits still savable
+    std::size_t savable = 0;
     for (const std::int64_t wait_ns : waits) {
       if (wait_ns > slack) continue;
-      savable = true;
+      ++savable;
       excess += static_cast<double>(std::max<std::int64_t>(0, length_ns - slack + wait_ns));
     }
-    if (!savable) {
+    if (savable == 0) {
       cost = std::max(cost, static_cast<double>(length_ns - threshold));
       continue;
     }
-    const double window = excess / static_cast<double>(std::max<std::size_t>(1, waits.size())) / (1.0 - load);
+    const double window = excess / static_cast<double>(waits.size()) / (1.0 - load);
     if (window <= 0) continue;
     const double spread = std::min(std::sqrt(window * static_cast<double>(gap)), window);
     cost = std::max(cost, window + kLongOpCountSigmas * spread);

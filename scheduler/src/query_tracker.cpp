@@ -118,17 +118,18 @@ std::vector<ClosedQuery> QueryTracker::posted(ClientId client, const ipc::OpDesc
     case ipc::OpKind::query_arrived:
       switch_to_marks(state);
       state.says_arrivals = true;
-      if (state.recent_arrivals.size() >= kRateWindow) state.recent_arrivals.pop_front();
-      state.recent_arrivals.push_back(at_ns);
       if (state.whole > 0) {
-        // This request waits for the one before it, less the time between them (Lindley).
-        const std::int64_t before = state.queue_waits.empty()
-                                        ? 0
-                                        : state.queue_waits.back() + state.whole - (at_ns - state.last_arrival_ns);
+        // This request waits for the one before it, less the time between them (Lindley). A wait
+        // is kept only after an arrival was, so the previous arrival is the latest one said.
+        const std::int64_t before =
+            state.queue_waits.empty()
+                ? 0
+                : state.queue_waits.back() + state.whole - (at_ns - state.recent_arrivals.back());
         if (state.queue_waits.size() >= kQueueWaitWindow) state.queue_waits.pop_front();
         state.queue_waits.push_back(std::max<std::int64_t>(0, before));
       }
-      state.last_arrival_ns = at_ns;
+      if (state.recent_arrivals.size() >= kRateWindow) state.recent_arrivals.pop_front();
+      state.recent_arrivals.push_back(at_ns);
       // A request begun already (its arrival reached us after its begin): not waiting.
       if (op.posted_ns <= state.last_begun_arrival_ns) return closed;
       if (state.arrivals.size() >= kMaxArrivals) state.arrivals.pop_front();  // as the shim forgets it

@@ -149,7 +149,6 @@ class QueryTracker {
     std::int64_t last_posted_ns = 0;         // the stamp of its latest op or mark, as taken
     std::deque<std::int64_t> recent_arrivals;  // the latest kRateWindow arrivals said, in order said
     std::deque<std::int64_t> queue_waits;      // queue_waits(), oldest first
-    std::int64_t last_arrival_ns = 0;          // the latest arrival said (0: none yet)
     std::vector<std::int64_t> remaining;  // profile: after op k, the query ran this much longer
     std::vector<std::int64_t> unblocked;  // profile: after op k, its next blocking point came this much later
     std::vector<double> blocks;           // profile: after op k, the query waited for the device this often
