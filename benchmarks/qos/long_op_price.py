@@ -9,7 +9,7 @@ Usage: long_op_price.py DIR [--length-ms MS ...]
 gpuqosd (BaymaxPolicy::blocking_cost_ns) takes the wait w each of the job's latest requests had in
 its own queue (Lindley's recursion, every query its mean time `whole`), and counts an op of length p
 as m = mean over the waits of max(0, (p + w + whole + margin - target) / (1 - load)) / gap requests
-(a wait past the slack counts 0), load = whole / gap, at most 0.7; it then prices m + 2 sqrt(m)
+(a wait past the slack counts 0), load = whole / gap, at most 0.9; it then prices m + 2 sqrt(m)
 requests (3 m below one) against the tail budget.
 
 The replay takes the cell's arrivals (the replayer's seeded Poisson process, checked against the
@@ -25,7 +25,7 @@ import math
 import os
 import tomllib
 
-LONG_OP_MAX_LOAD = 0.7   # BaymaxPolicy::kLongOpMaxLoad
+LONG_OP_MAX_LOAD = 0.9   # BaymaxPolicy::kLongOpMaxLoad
 COUNT_SIGMAS = 2.0       # BaymaxPolicy::kLongOpCountSigmas
 MASK = (1 << 64) - 1
 

@@ -331,26 +331,38 @@ std::int64_t BaymaxPolicy::blocking_cost_ns(std::uint32_t device, std::int64_t l
     // header): m + k sqrt(m) requests for m = window / gap, or (k + 1) m when fewer than one is
     // expected.
     const double load = std::min(kLongOpMaxLoad, static_cast<double>(whole) / static_cast<double>(gap));
-    static const std::deque<std::int64_t> kNoWait{0};
-    const std::deque<std::int64_t>& recorded = queries_.queue_waits(id);
-    const std::deque<std::int64_t>& waits = recorded.empty() ? kNoWait : recorded;
-    double excess = 0;  // summed over the waits still savable
-    std::size_t savable = 0;
-    for (const std::int64_t wait_ns : waits) {
-      if (wait_ns > slack) continue;
-      ++savable;
-      excess += static_cast<double>(std::max<std::int64_t>(0, length_ns - slack + wait_ns));
-    }
-    if (savable == 0) {
+    const WaitSum& sum = wait_sum(id, length_ns, slack);
+    if (sum.savable == 0) {
       cost = std::max(cost, static_cast<double>(length_ns - threshold));
       continue;
     }
-    const double window = excess / static_cast<double>(waits.size()) / (1.0 - load);
+    const double window = sum.excess / static_cast<double>(sum.count) / (1.0 - load);
     if (window <= 0) continue;
     const double spread = std::min(std::sqrt(window * static_cast<double>(gap)), window);
     cost = std::max(cost, window + kLongOpCountSigmas * spread);
   }
   return static_cast<std::int64_t>(std::max(0.0, cost));
+}
+
+const BaymaxPolicy::WaitSum& BaymaxPolicy::wait_sum(ClientId client, std::int64_t length_ns,
+                                                    std::int64_t slack_ns) const {
+  const std::uint64_t kept = queries_.queue_waits_kept(client);
+  auto it = wait_sums_.find({client, length_ns});
+  if (it != wait_sums_.end() && it->second.kept == kept && it->second.slack_ns == slack_ns) return it->second;
+  if (it == wait_sums_.end()) {
+    if (wait_sums_.size() >= kMaxWaitSums) wait_sums_.clear();
+    it = wait_sums_.try_emplace({client, length_ns}).first;
+  }
+  static const std::deque<std::int64_t> kNoWait{0};
+  const std::deque<std::int64_t>& recorded = queries_.queue_waits(client);
+  const std::deque<std::int64_t>& waits = recorded.empty() ? kNoWait : recorded;
+  WaitSum sum{kept, slack_ns, 0, 0, waits.size()};
+  for (const std::int64_t wait_ns : waits) {
+    if (wait_ns > slack_ns) continue;  // past saving
+    ++sum.savable;
+    sum.excess += static_cast<double>(std::max<std::int64_t>(0, length_ns - slack_ns + wait_ns));
+  }
+  return it->second = sum;
 }
 
 std::int64_t BaymaxPolicy::long_op_threshold_ns() const {
@@ -1035,6 +1047,7 @@ Decisions BaymaxPolicy::client_gone(ClientId client, std::int64_t now_ns) {
   retired_.erase(retired_.lower_bound({client, 0}),
                  retired_.upper_bound({client, std::numeric_limits<std::uint64_t>::max()}));
   queries_.client_gone(client);
+  std::erase_if(wait_sums_, [client](const auto& entry) { return entry.first.first == client; });
   bound_.forget(client);
   backlog_.drop_client(client);
   settle_long_budgets(now_ns);

@@ -127,6 +127,7 @@ std::vector<ClosedQuery> QueryTracker::posted(ClientId client, const ipc::OpDesc
                 : state.queue_waits.back() + state.whole - (at_ns - state.recent_arrivals.back());
         if (state.queue_waits.size() >= kQueueWaitWindow) state.queue_waits.pop_front();
         state.queue_waits.push_back(std::max<std::int64_t>(0, before));
+        ++state.queue_waits_kept;
       }
       if (state.recent_arrivals.size() >= kRateWindow) state.recent_arrivals.pop_front();
       state.recent_arrivals.push_back(at_ns);
@@ -299,6 +300,11 @@ const std::deque<std::int64_t>& QueryTracker::queue_waits(ClientId client) const
   static const std::deque<std::int64_t> kNone;
   auto it = clients_.find(client);
   return it == clients_.end() ? kNone : it->second.queue_waits;
+}
+
+std::uint64_t QueryTracker::queue_waits_kept(ClientId client) const {
+  auto it = clients_.find(client);
+  return it == clients_.end() ? 0 : it->second.queue_waits_kept;
 }
 
 bool QueryTracker::says_arrivals(ClientId client) const {

@@ -656,30 +656,36 @@ TEST(BaymaxPolicy, ALongOpCostsWhatItMakesTheRequestsOfAJobThatSaysItsArrivalsMi
 // does: with a target of 19 ms (slack 10) and a 20-ms op, the threes' windows are 12.5, 21.25 and
 // none (14 > 10), a mean of (7 x 33.75 + 12.5) / 22 = 11.31 ms, priced at 33.92 ms (6.78 s), not
 // the 20.85 ms mean (12.51 s) that counting it would give.
+// A job serving requests one after the other, 8 ms each, that says when they arrive.
+struct ServedJob {
+  std::unique_ptr<BaymaxPolicy> policy;
+  std::uint64_t seq = 1;
+  std::int64_t t = 0;  // when the latest request was served
+  // count requests arriving 1 ms apart from first, then served.
+  void requests(std::int64_t first, int count) {
+    for (int i = 0; i < count; ++i) (void)post(*policy, kServe, Priority::high, arrival_at(seq++, first + i * kMs), first + i * kMs, 0);
+    t = first + (count - 1) * kMs;
+    for (int i = 0; i < count; ++i) {
+      (void)post(*policy, kServe, Priority::high, begin_of(seq++, first + i * kMs), t, 0);
+      const std::uint64_t work = seq++;
+      (void)post(*policy, kServe, Priority::high, op(work), t, kMs);
+      t += 8 * kMs;
+      (void)policy->op_completed({kServe, done(work, t), t});
+      (void)post(*policy, kServe, Priority::high, op(seq++, ipc::OpKind::query_end), t, 0);
+    }
+  }
+};
+
 TEST(BaymaxPolicy, ALongOpCostsMoreWhenTheJobsRequestsQueueBehindEachOther) {
   const auto served = [](int burst, std::int64_t target_ns = 100 * kMs) {
-    auto policy = std::make_unique<BaymaxPolicy>(options(5 * kMs));
-    (void)policy->client_registered(serve(kServe, target_ns), 0);
-    std::uint64_t seq = 1;
-    std::int64_t t = 0;
-    const auto requests = [&](std::int64_t first, int count) {
-      for (int i = 0; i < count; ++i) (void)post(*policy, kServe, Priority::high, arrival_at(seq++, first + i * kMs), first + i * kMs, 0);
-      t = first + (count - 1) * kMs;
-      for (int i = 0; i < count; ++i) {  // served one after the other, 8 ms each
-        (void)post(*policy, kServe, Priority::high, begin_of(seq++, first + i * kMs), t, 0);
-        const std::uint64_t work = seq++;
-        (void)post(*policy, kServe, Priority::high, op(work), t, kMs);
-        t += 8 * kMs;
-        (void)policy->op_completed({kServe, done(work, t), t});
-        (void)post(*policy, kServe, Priority::high, op(seq++, ipc::OpKind::query_end), t, 0);
-      }
-    };
+    ServedJob job{std::make_unique<BaymaxPolicy>(options(5 * kMs))};
+    (void)job.policy->client_registered(serve(kServe, target_ns), 0);
     constexpr int kBursts = 8;
-    for (int k = 0; k < kBursts; ++k) requests(40 * kMs + k * burst * 40 * kMs, burst);
-    requests(40 * kMs + kBursts * burst * 40 * kMs, 1);
-    EXPECT_EQ(policy->queries().expected_query_ns(kServe), 8 * kMs);
-    EXPECT_EQ(policy->queries().mean_arrival_gap_ns(kServe), 40 * kMs);
-    return std::pair{std::move(policy), t};
+    for (int k = 0; k < kBursts; ++k) job.requests(40 * kMs + k * burst * 40 * kMs, burst);
+    job.requests(40 * kMs + kBursts * burst * 40 * kMs, 1);
+    EXPECT_EQ(job.policy->queries().expected_query_ns(kServe), 8 * kMs);
+    EXPECT_EQ(job.policy->queries().mean_arrival_gap_ns(kServe), 40 * kMs);
+    return std::pair{std::move(job.policy), job.t};
   };
   auto [one_by_one, quiet_now] = served(1);
   EXPECT_EQ(one_by_one->queries().queue_waits(kServe), std::deque<std::int64_t>(8, 0));
@@ -699,6 +705,25 @@ TEST(BaymaxPolicy, ALongOpCostsMoreWhenTheJobsRequestsQueueBehindEachOther) {
   EXPECT_TRUE(post(*tight, kTrainA, Priority::low, op(1), tight_now, 20 * kMs).empty());
   EXPECT_TRUE(tight->tick(6'783 * kMs).empty());
   EXPECT_EQ(tight->tick(6'785 * kMs), (Decisions{{kTrainA, 1}})) << "the 14-ms waits are past saving";
+}
+
+// The price of a long op held for budget follows the job's arrivals while it waits (wait_sum keeps
+// its sum over the waits only until they change). One by one (as above), the op costs 33.75 ms (6.75
+// s of budget). Then a burst of three arrives 1 ms apart at 400 ms and is served: waits 0, 7 and 14
+// ms join the eight 0s, the mean gap falls to 362 / 11 ms (load 0.243), and the mean window is
+// (9 x 9 + 16 + 23) / 11 / (1 - 0.243) = 14.41 ms, priced at three times that: 43.24 ms, 8.65 s.
+TEST(BaymaxPolicy, ALongOpHeldForBudgetIsRepricedWhenTheJobsRequestsArrive) {
+  ServedJob job{std::make_unique<BaymaxPolicy>(options(5 * kMs))};
+  (void)job.policy->client_registered(serve(kServe, 100 * kMs), 0);
+  for (int k = 0; k < 9; ++k) job.requests(40 * kMs + k * 40 * kMs, 1);
+  EXPECT_TRUE(post(*job.policy, kTrainA, Priority::low, op(1), job.t, 100 * kMs).empty());
+  EXPECT_TRUE(job.policy->tick(job.t + kMs).empty()) << "priced one by one";
+  job.requests(400 * kMs, 3);
+  EXPECT_EQ(job.policy->queries().queue_waits(kServe).size(), 11u);
+  EXPECT_EQ(job.policy->queries().mean_arrival_gap_ns(kServe), 362 * kMs / 11);
+  EXPECT_TRUE(job.policy->tick(6'751 * kMs).empty()) << "not at the one-by-one price";
+  EXPECT_TRUE(job.policy->tick(8'646 * kMs).empty());
+  EXPECT_EQ(job.policy->tick(8'650 * kMs), (Decisions{{kTrainA, 1}}));
 }
 
 // An op predicted short that ran long (bimodal at one shape) blocked arriving queries as a long op

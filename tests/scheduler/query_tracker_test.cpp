@@ -285,6 +285,7 @@ TEST(QueryTracker, EachArrivalsOwnQueueWaitIsKeptOnceThereIsAProfile) {
   // after the last (the queue of 16 + 10 ms has drained by then).
   for (const std::int64_t at : {100 * kMs, 102 * kMs, 104 * kMs, 144 * kMs}) (void)tracker.posted(kServe, arrived(++seq, at), at);
   EXPECT_EQ(tracker.queue_waits(kServe), (std::deque<std::int64_t>{0, 8 * kMs, 16 * kMs, 0}));
+  EXPECT_EQ(tracker.queue_waits_kept(kServe), 4u);
   // Only the latest kQueueWaitWindow are kept.
   std::int64_t at = 144 * kMs;
   for (std::size_t i = 0; i < QueryTracker::kQueueWaitWindow; ++i) {
@@ -296,9 +297,12 @@ TEST(QueryTracker, EachArrivalsOwnQueueWaitIsKeptOnceThereIsAProfile) {
   EXPECT_EQ(waits.front(), 5 * kMs) << "the first of 5-ms gaps waited 10 - 5 ms; the burst is gone";
   EXPECT_EQ(waits.back(), static_cast<std::int64_t>(QueryTracker::kQueueWaitWindow) * 5 * kMs)
       << "a job whose arrivals outpace its queries queues for ever (10 - 5 ms more each)";
+  EXPECT_EQ(tracker.queue_waits_kept(kServe), 4 + QueryTracker::kQueueWaitWindow) << "counts on past the window";
+  EXPECT_EQ(tracker.queue_waits_kept(kServe + 1), 0u);
   EXPECT_TRUE(tracker.queue_waits(kServe + 1).empty()) << "a client never seen";
   tracker.client_gone(kServe);
   EXPECT_TRUE(tracker.queue_waits(kServe).empty()) << "forgotten with the client";
+  EXPECT_EQ(tracker.queue_waits_kept(kServe), 0u);
 }
 
 TEST(QueryTracker, TheProfileGivesTheRemainingTimeAfterEachOp) {

@@ -129,6 +129,9 @@ class QueryTracker {
   // else delayed it (Lindley's recursion over the arrival stamps): the queueing its arrivals make
   // by themselves, bursts included. Arrivals before the first query closed are not counted.
   const std::deque<std::int64_t>& queue_waits(ClientId client) const;
+  // How many waits queue_waits has ever kept for the client (0 for one not known): it changes
+  // whenever they do, so a sum over them can be kept until it does.
+  std::uint64_t queue_waits_kept(ClientId client) const;
   std::uint64_t outstanding_ops(ClientId client) const;
 
  private:
@@ -149,6 +152,7 @@ class QueryTracker {
     std::int64_t last_posted_ns = 0;         // the stamp of its latest op or mark, as taken
     std::deque<std::int64_t> recent_arrivals;  // the latest kRateWindow arrivals said, in order said
     std::deque<std::int64_t> queue_waits;      // queue_waits(), oldest first
+    std::uint64_t queue_waits_kept = 0;        // queue_waits_kept()
     std::vector<std::int64_t> remaining;  // profile: after op k, the query ran this much longer
     std::vector<std::int64_t> unblocked;  // profile: after op k, its next blocking point came this much later
     std::vector<double> blocks;           // profile: after op k, the query waited for the device this often
