@@ -726,6 +726,27 @@ TEST(BaymaxPolicy, ALongOpHeldForBudgetIsRepricedWhenTheJobsRequestsArrive) {
   EXPECT_EQ(job.policy->tick(8'650 * kMs), (Decisions{{kTrainA, 1}}));
 }
 
+// A job whose latest requests all waited past their slack in its own queue (an overload: 1,100
+// arriving 1 ms apart, served 8 ms each, so the waits grow by 7 ms and all but the first few of the
+// 1,100 are over 91 ms, and the window keeps the latest 1,024) would have missed whatever a long op
+// does: by the waits alone the op costs nothing, and it pays the bound's price instead, 95 ms (19 s
+// of budget), as with no slack at all.
+TEST(BaymaxPolicy, ALongOpPaysTheBoundsPriceWhenEveryRecentRequestWasPastSaving) {
+  ServedJob job{std::make_unique<BaymaxPolicy>(options(5 * kMs))};
+  (void)job.policy->client_registered(serve(kServe, 100 * kMs), 0);
+  job.requests(40 * kMs, 1);
+  job.requests(100 * kMs, 1'100);
+  const auto& waits = job.policy->queries().queue_waits(kServe);
+  ASSERT_EQ(waits.size(), QueryTracker::kQueueWaitWindow);
+  EXPECT_GT(*std::min_element(waits.begin(), waits.end()), 91 * kMs);
+  EXPECT_TRUE(job.policy->queries().waiting_arrivals(kServe).empty()) << "all served: none in the system";
+  EXPECT_LT(job.t, 19'000 * kMs);
+  ASSERT_TRUE(post(*job.policy, kTrainA, Priority::low, op(1), job.t, 100 * kMs).empty()) << "priced at nothing";
+  EXPECT_EQ(job.policy->held_head(kTrainA)->reason, HoldReason::budget);
+  EXPECT_TRUE(job.policy->tick(18'999 * kMs).empty());
+  EXPECT_EQ(job.policy->tick(19'001 * kMs), (Decisions{{kTrainA, 1}}));
+}
+
 // An op predicted short that ran long (bimodal at one shape) blocked arriving queries as a long op
 // does: what it ran over the threshold, measured alone, is charged at its completion. One priced as
 // long paid its upper estimate when granted, and a span not measured alone (own_ns 0) charges nothing.
