@@ -115,27 +115,34 @@ std::vector<ClosedQuery> QueryTracker::posted(ClientId client, const ipc::OpDesc
   const std::int64_t at_ns = std::clamp(stamped ? op.posted_ns : now_ns, std::min(state.last_posted_ns, now_ns), now_ns);
   state.last_posted_ns = at_ns;
   switch (op.kind) {
-    case ipc::OpKind::query_arrived:
+    case ipc::OpKind::query_arrived: {
       switch_to_marks(state);
       state.says_arrivals = true;
+      // Its own stamp, not held after the job's other ops: another thread (a server's receiving
+      // one) says arrivals, and an op stamped after this one may have been read first. Never before
+      // the arrival said before it, so the gaps stay in order.
+      const std::int64_t arrived_ns =
+          std::clamp(stamped ? op.posted_ns : now_ns,
+                     state.recent_arrivals.empty() ? std::int64_t{0} : std::min(state.recent_arrivals.back(), now_ns), now_ns);
       if (state.whole > 0) {
         // This request waits for the one before it, less the time between them (Lindley). A wait
         // is kept only after an arrival was, so the previous arrival is the latest one said.
         const std::int64_t before =
             state.queue_waits.empty()
                 ? 0
-                : state.queue_waits.back() + state.whole - (at_ns - state.recent_arrivals.back());
+                : state.queue_waits.back() + state.whole - (arrived_ns - state.recent_arrivals.back());
         if (state.queue_waits.size() >= kQueueWaitWindow) state.queue_waits.pop_front();
         state.queue_waits.push_back(std::max<std::int64_t>(0, before));
         ++state.queue_waits_kept;
       }
       if (state.recent_arrivals.size() >= kRateWindow) state.recent_arrivals.pop_front();
-      state.recent_arrivals.push_back(at_ns);
+      state.recent_arrivals.push_back(arrived_ns);
       // A request begun already (its arrival reached us after its begin): not waiting.
       if (op.posted_ns <= state.last_begun_arrival_ns) return closed;
       if (state.arrivals.size() >= kMaxArrivals) state.arrivals.pop_front();  // as the shim forgets it
       state.arrivals.push_back(std::min(op.posted_ns, now_ns));  // the shim's stamp, never in the future
       return closed;
+    }
     case ipc::OpKind::query_begin: {
       switch_to_marks(state);
       // The request it begins (the shim pairs them) and any that arrived before it: not waiting now.

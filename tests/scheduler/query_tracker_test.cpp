@@ -305,6 +305,28 @@ TEST(QueryTracker, EachArrivalsOwnQueueWaitIsKeptOnceThereIsAProfile) {
   EXPECT_EQ(tracker.queue_waits_kept(kServe), 0u);
 }
 
+// An arrival said on another thread (a server's receiving one) can reach the daemon after an op of
+// the job stamped later: its wait counts from its own stamp, never from before the arrival said
+// before it.
+TEST(QueryTracker, AnArrivalReadAfterALaterStampedOpWaitsFromItsOwnStamp) {
+  QueryTracker tracker;
+  std::uint64_t seq = 0;
+  (void)tracker.posted(kServe, arrived(++seq, 0), 0);
+  (void)tracker.posted(kServe, begin(++seq, 0), 0);
+  (void)tracker.posted(kServe, op(++seq), 0);
+  (void)tracker.completed(kServe, done(seq, 10 * kMs), 10 * kMs);
+  ASSERT_EQ(tracker.posted(kServe, op(++seq, ipc::OpKind::query_end), 10 * kMs).size(), 1u);
+  (void)tracker.posted(kServe, arrived(++seq, 100 * kMs), 100 * kMs);
+  ipc::OpDescriptor later = op(++seq);
+  later.posted_ns = 105 * kMs;
+  (void)tracker.posted(kServe, later, 105 * kMs);
+  (void)tracker.posted(kServe, arrived(++seq, 102 * kMs), 106 * kMs);
+  EXPECT_EQ(tracker.queue_waits(kServe), (std::deque<std::int64_t>{0, 8 * kMs})) << "10 - 2 ms, not 10 - 5";
+  (void)tracker.posted(kServe, arrived(++seq, 101 * kMs), 107 * kMs);
+  EXPECT_EQ(tracker.queue_waits(kServe), (std::deque<std::int64_t>{0, 8 * kMs, 18 * kMs}))
+      << "out of order: taken as arriving with the one before it";
+}
+
 TEST(QueryTracker, TheProfileGivesTheRemainingTimeAfterEachOp) {
   QueryTracker tracker;
   // A query: op at 0, op at 2 ms, done at 5 ms.
