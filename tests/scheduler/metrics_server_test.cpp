@@ -3,6 +3,7 @@
 #include "gpuqos/scheduler/metrics_server.h"
 
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sched.h>
@@ -24,6 +25,28 @@
 #include "gpuqos/ipc/clock.h"
 #include "gpuqos/testing/http_client.h"
 #include "gpuqos/testing/ready_child.h"
+
+// The kernel's rare accept errors, injected: the server (linked into this test) calls this accept4,
+// and the next `pending` calls fail with `error` without taking a connection; the others are libc's.
+namespace accept4_fault {
+std::atomic<int> pending{0};
+std::atomic<int> error{0};
+std::atomic<int> injected{0};
+}  // namespace accept4_fault
+
+extern "C" int accept4(int fd, sockaddr* address, socklen_t* length, int flags) {
+  using Real = int (*)(int, sockaddr*, socklen_t*, int);
+  static const auto real = reinterpret_cast<Real>(::dlsym(RTLD_NEXT, "accept4"));
+  int left = accept4_fault::pending.load();
+  while (left > 0 && !accept4_fault::pending.compare_exchange_weak(left, left - 1)) {
+  }
+  if (left > 0) {
+    ++accept4_fault::injected;
+    errno = accept4_fault::error.load();
+    return -1;
+  }
+  return real(fd, address, length, flags);
+}
 
 namespace gpuqos::scheduler {
 namespace {
@@ -427,6 +450,36 @@ TEST(MetricsServer, HeadCarriesTheLengthAndOversizedHeadersAreRefused) {
   expect_served(testing::http_exchange(port, "GET http://127.0.0.1:" + std::to_string(port) +
                                                  "/metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"),
                 "gpuqos_up 1");
+}
+
+// accept(2)'s rare errors. A connection gone before it is taken (ECONNABORTED) or a network error
+// pending on it (EPROTO, which accept(2) says to treat as EAGAIN) costs only the wait: nothing is
+// closed, and the connection behind it is served. Short of kernel memory or of the system's
+// descriptors (ENOBUFS, ENOMEM, ENFILE), one of ours makes room, as for EMFILE (daemon_itest): an
+// idle peer's connection is closed, and the scrape is served.
+TEST(MetricsServer, AcceptsRareErrorsAreWaitedOutAndOnlyAShortageClosesAConnection) {
+  for (const int error : {ECONNABORTED, EPROTO, ENOBUFS, ENOMEM, ENFILE}) {
+    SCOPED_TRACE(std::strerror(error));
+    const std::uint16_t port = testing::free_port();
+    const std::unique_ptr<MetricsServer> server = serving(port, "gpuqos_up 1\n");
+    ASSERT_TRUE(server);
+    const FileDescriptor idle = testing::connect_loopback(port);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // taken: it waits for its request
+    accept4_fault::injected = 0;
+    accept4_fault::error = error;
+    accept4_fault::pending = 2;
+    expect_served(testing::http_get(port, "/metrics"), "gpuqos_up 1");
+    EXPECT_EQ(accept4_fault::injected.load(), 2);
+    accept4_fault::pending = 0;
+    char byte = 0;
+    const ssize_t got = ::recv(idle.get(), &byte, 1, MSG_DONTWAIT);
+    if (error == ECONNABORTED || error == EPROTO) {
+      EXPECT_EQ(got, -1) << "the idle connection was closed";
+      EXPECT_EQ(errno, EAGAIN);
+    } else {
+      EXPECT_EQ(got, 0) << "the idle connection was kept";
+    }
+  }
 }
 
 }  // namespace
