@@ -74,6 +74,11 @@ std::string Daemon::accept_op(Client& client, const ArrivedOp& arrived) {
       op.kind == ipc::OpKind::kernel
           ? learner_->posted(client.identity().id, op, client.kernel_names().at(op.kernel_id))
           : learner_->posted(client.identity().id, op, op.kind == ipc::OpKind::graph ? "graph:" + client.identity().job : "");
+  // Every op, mark, grant and completion at trace level, timed by the monotonic clock the shim stamps
+  // with: what a policy decided, and when, can be read back against a job's own timings.
+  spdlog::trace("{}: posted {} kind {} device {} stamp {} read {} expected {} upper {}", client.tag(), op.seq,
+                static_cast<int>(op.kind), op.device, op.posted_ns, arrived.arrived_ns, estimate.expected_ns,
+                estimate.upper_ns);
   apply(policy_->op_posted(
       OpPosted{client.identity().id, client.identity().priority, op, arrived.arrived_ns, estimate.upper_ns,
                estimate.expected_ns}));
@@ -139,6 +144,7 @@ std::string Daemon::drain_completions(Client& client, std::int64_t now_ns) {
              " ns in the future";
     }
     client.count_completion();
+    spdlog::trace("{}: done {} start {} end {} read {}", client.tag(), c.seq, c.start_ns, c.end_ns, read_ns);
     const std::int64_t own_ns = learner_->completed(client.identity().id, c, numbered_policy_.baymax.preemptive_devices);
     qos_completed(client, c, read_ns);  // its end is at most read_ns (checked above)
     apply(policy_->op_completed(OpCompleted{client.identity().id, c, now_ns, own_ns}));
@@ -159,6 +165,8 @@ void Daemon::apply(const Decisions& decisions) {
   for (const Grant& grant : decisions) {
     auto it = clients_.find(grant.client);
     if (it != clients_.end() && it->second->grant_through(grant.through_seq)) moved.push_back(it->second.get());
+    if (it != clients_.end() && spdlog::should_log(spdlog::level::trace))
+      spdlog::trace("{}: granted through {} at {}", it->second->tag(), grant.through_seq, ipc::monotonic_ns());
   }
   for (Client* client : moved) {
     if (!client->publish_grant()) spdlog::debug("{}: grants ring full, retrying on the next tick", client->tag());
