@@ -1667,6 +1667,36 @@ TEST(BaymaxPolicy, AWaitingRequestInsideTheMarginStillHolds) {
   EXPECT_EQ(policy.tick(21 * kMs), (Decisions{{kTrainA, 1}})) << "past saving now";
 }
 
+// A burst: a request is past saving only when it is late even with the margins of the queries
+// ahead of it left out, not just its own. 8-ms queries (profiled), a 23.5-ms target, a 1-ms margin.
+// At 101 ms the request of 100 ms is 1 ms into its query (7 to go), and two more wait, arrived at
+// 100.5 and 101 ms. The third needs 7 + 1 + 8 + 1 + 8 = 25 ms with the margins ahead (due at 126,
+// past its deadline of 124.5) but 23 without them: it can still be saved, so it holds best-effort
+// work. Counting the margins ahead, it held nothing and the second let a 3-ms op through
+// (117 + 1 + 3 <= 124), which delays the third past its target.
+TEST(BaymaxPolicy, AWaitingRequestLateOnlyByTheMarginsAheadStillHolds) {
+  BaymaxPolicy policy(options(50 * kMs));
+  (void)policy.client_registered(serve(kServe, 23 * kMs + kMs / 2), 0);
+  (void)post(policy, kServe, Priority::high, arrival_at(1, 0), 0, 0);
+  (void)post(policy, kServe, Priority::high, begin_of(2, 0), 0, 0);
+  (void)post(policy, kServe, Priority::high, op(3), 0, 8 * kMs);
+  (void)policy.op_completed({kServe, done(3, 8 * kMs), 8 * kMs});
+  (void)post(policy, kServe, Priority::high, op(4, ipc::OpKind::query_end), 8 * kMs, 0);
+  ASSERT_EQ(policy.queries().expected_query_ns(kServe), 8 * kMs);
+  (void)post(policy, kServe, Priority::high, arrival_at(5, 100 * kMs), 100 * kMs, 0);
+  (void)post(policy, kServe, Priority::high, begin_of(6, 100 * kMs), 100 * kMs, 0);
+  (void)post(policy, kServe, Priority::high, op(7), 100 * kMs, 8 * kMs);
+  (void)post(policy, kServe, Priority::high, arrival_at(8, 100 * kMs + kMs / 2), 100 * kMs + kMs / 2, 0);
+  (void)post(policy, kServe, Priority::high, arrival_at(9, 101 * kMs), 101 * kMs, 0);
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(1), 101 * kMs, 3 * kMs).empty());
+  EXPECT_EQ(policy.held_head(kTrainA)->reason, HoldReason::deadline);
+  // Once the first query runs past its estimate (nothing of it is expected after 108 ms), the third
+  // is due at t + 8 + 8 without the margins ahead: past saving from 108.5 ms, and the second's slack
+  // (109 + 1 + 8 + 1 + 3 <= 124) lets the op through.
+  EXPECT_TRUE(policy.tick(108 * kMs).empty());
+  EXPECT_EQ(policy.tick(109 * kMs), (Decisions{{kTrainA, 1}}));
+}
+
 // A long op held only by the deadline leaves the slack to others, but not for ever: queries that
 // open back to back would otherwise hold it each time before the others' short ops drained.
 TEST(BaymaxPolicy, ALongOpHeldByDeadlinesClosesTheEngineAfterTheHoldLimit) {
