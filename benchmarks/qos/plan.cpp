@@ -70,6 +70,7 @@ void validate(const Options& o) {
   for (const auto& mix : o.be_mixes) mix_workloads(mix);
   if (!(o.target_factor > 0)) throw std::invalid_argument("--target-factor must be positive");
   check_members({o.daemon_target}, kDaemonTargets, "--daemon-target");
+  if (!o.daemon_log_level.empty()) check_members({o.daemon_log_level}, kDaemonLogLevels, "--daemon-log-level");
   if (o.lc_margin_ms && !(*o.lc_margin_ms >= 0)) throw std::invalid_argument("--lc-margin-ms must be >= 0");
   if (!(o.duration_s > 0) || !(o.time_scale > 0)) throw std::invalid_argument("--duration and --time-scale must be positive");
 }

@@ -34,6 +34,7 @@ inline const std::vector<std::string> kDeviceModes{"fifo", "timeslice", "mps"};
 // is the factor x the closed-loop service p50; `end-to-end`: the LC marks each query's arrival
 // (gpuqos_query_arrived) and gpuqosd gets the cell's own target.
 inline const std::vector<std::string> kDaemonTargets{"service", "end-to-end"};
+inline const std::vector<std::string> kDaemonLogLevels{"trace", "debug", "info", "warn", "error", "off"};
 
 struct Options {
   std::string out_dir;
@@ -60,6 +61,9 @@ struct Options {
   bool be_thread_per_stream = false;
   // simgpu keeps the replayers' device data, moving its bytes with the host's CPU (QosRig).
   bool keep_device_data = false;
+  // Every gpuqosd's --log-level (one of kDaemonLogLevels; "": its config's, info). "trace" logs
+  // each op, grant and completion, to read a cell's misses back against what was granted.
+  std::string daemon_log_level;
   // [policy.baymax] of every cell's gpuqosd config, times x time_scale (the demo's: the example
   // config's; qos_main loads it from --baymax-from).
   config::BaymaxConfig baymax;

@@ -56,7 +56,7 @@ json config_json(const Options& o, const std::string& traces_dir, double wall_s)
           {"min_queries", o.min_queries},
           {"calibration_s", o.calibration_s}, {"time_scale", o.time_scale},   {"seed", o.seed},
           {"policies", o.policies},      {"device_modes", o.device_modes},   {"loads", o.loads},
-          {"be_mixes", o.be_mixes},      {"daemon_target", o.daemon_target}, {"lc_margin_ms", lc_margin_ms(o) ? json(*lc_margin_ms(o)) : json(nullptr)}, {"be_thread_per_stream", o.be_thread_per_stream}, {"keep_device_data", o.keep_device_data}, {"traces_dir", traces_dir},
+          {"be_mixes", o.be_mixes},      {"daemon_target", o.daemon_target}, {"lc_margin_ms", lc_margin_ms(o) ? json(*lc_margin_ms(o)) : json(nullptr)}, {"be_thread_per_stream", o.be_thread_per_stream}, {"keep_device_data", o.keep_device_data}, {"daemon_log_level", o.daemon_log_level.empty() ? json(nullptr) : json(o.daemon_log_level)}, {"traces_dir", traces_dir},
           {"workloads", workloads},
           {"baymax_from", o.baymax_source},
           {"baymax", {{"safety_margin_ms", o.baymax.safety_margin_ms},
@@ -139,6 +139,7 @@ int run(const Cli& cli) {
   const fs::path out_dir = fs::absolute(o.out_dir);
   QosRig rig(out_dir, o.time_scale);
   rig.keep_device_data(o.keep_device_data);
+  rig.daemon_log_level(o.daemon_log_level);
   std::cerr << "gpuqos-bench: converting traces from " << cli.traces_dir << " into " << (out_dir / "workloads").string() << "\n";
   rig.convert(lc_workload(), cli.traces_dir);
   for (const Workload& w : be_workloads_used(o)) rig.convert(w, cli.traces_dir);
@@ -220,6 +221,10 @@ int main(int argc, char** argv) {
   qos->add_flag("--keep-device-data", o.keep_device_data,
                 "simgpu keeps the replayers' device memory contents, moving the bytes of copies and memsets "
                 "into it with the host's CPU, which a GPU's engines spare (default: SIMGPU_DEVICE_DATA=none)");
+  qos->add_option("--daemon-log-level", o.daemon_log_level,
+                  "every gpuqosd's --log-level (default: the configs' info); trace logs each op, grant and "
+                  "completion into DIR/logs, to read a cell's misses back against what was granted")
+      ->check(CLI::IsMember(kDaemonLogLevels));
   std::string baymax_from = (fs::path(GPUQOS_SOURCE_DIR) / "examples" / "gpuqos.toml").string();
   qos->add_option("--baymax-from", baymax_from,
                   "config file whose [policy.baymax] every cell's gpuqosd gets (times x --time-scale; "

@@ -159,6 +159,7 @@ bool QosRig::start_gpuqosd(const std::string& run_name, const fs::path& config, 
                            std::optional<ChildProcess>& daemon, Status& status) {
   const fs::path log = log_file(run_name + "-gpuqosd");
   std::vector<std::string> argv{build_program("gpuqosd").string(), "--config", config.string(), "--socket", socket};
+  if (!daemon_log_level_.empty()) argv.insert(argv.end(), {"--log-level", daemon_log_level_});
   if (predictor_store_) {
     const fs::path copy = sockets_.path() / "predictor.gqp";  // this run's: what it learns dies with it
     std::error_code error;

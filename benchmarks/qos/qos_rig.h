@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -79,6 +80,8 @@ class QosRig {
   // does not: simgpu would move those bytes with the host's CPU, which the replayers share with
   // gpuqosd and each other, where a GPU's copy engines and SMs move them (benchmarks/README.md).
   void keep_device_data(bool keep) { keep_device_data_ = keep; }
+  // gpuqosd's --log-level for the runs from here on ("": its config's).
+  void daemon_log_level(std::string level) { daemon_log_level_ = std::move(level); }
 
   const std::filesystem::path& out_dir() const { return out_; }
   double time_scale() const { return time_scale_; }
@@ -110,6 +113,7 @@ class QosRig {
   std::optional<testing::ChildProcess> simgpud_;
   std::optional<std::filesystem::path> predictor_store_;
   bool keep_device_data_ = false;
+  std::string daemon_log_level_;
 };
 
 // Failed status for `what` with the tail of its log.

@@ -42,6 +42,7 @@ TEST(QosBaymax, ShortColocationKeepsTheQueryTailWhileBestEffortProgresses) {
   o.baymax = example.value().policy.baymax;  // what the demo runs
   o.baymax_source = "examples/gpuqos.toml";
   QosRig rig(out.path(), o.time_scale);
+  rig.daemon_log_level("trace");  // what --daemon-log-level trace does: checked below
   rig.convert(lc_workload(), kTraces);
   for (const Workload& w : be_workloads_used(o)) rig.convert(w, kTraces);
   const std::atomic<bool> interrupted{false};
@@ -78,6 +79,19 @@ TEST(QosBaymax, ShortColocationKeepsTheQueryTailWhileBestEffortProgresses) {
         << "more than the replayer's queue not begun when the window ended";
   }
   EXPECT_TRUE(seen) << "bert-infer is not a client of gpuqosd";
+
+  // At trace level gpuqosd logged each op (the arrival marks among them), grant and completion.
+  std::ifstream log(out.path() / "logs" / (cell_name(cell.cell) + "-gpuqosd.log"));
+  ASSERT_TRUE(log) << "no gpuqosd log";
+  std::size_t arrivals = 0, grants = 0, completions = 0;
+  for (std::string line; std::getline(log, line);) {
+    arrivals += line.find("'bert-infer'") != std::string::npos && line.find(" kind 7 ") != std::string::npos;
+    grants += line.find("'resnet-train'") != std::string::npos && line.find(": granted through ") != std::string::npos;
+    completions += line.find("'resnet-train'") != std::string::npos && line.find(": done ") != std::string::npos;
+  }
+  EXPECT_GT(arrivals, 50u);
+  EXPECT_GT(grants, 100u);
+  EXPECT_GT(completions, 100u);
 }
 
 }  // namespace

@@ -58,6 +58,11 @@ TEST(QosPlan, QuickKeepsWhatTheUserGave) {
   o.lc_margin_ms.reset();
   o.daemon_target = "service";
   EXPECT_FALSE(lc_margin_ms(o)) << "service targets: the policy's margin";
+  o.daemon_log_level = "trace";
+  EXPECT_NO_THROW(validate(o));
+  o.daemon_log_level = "verbose";
+  EXPECT_THROW(validate(o), std::invalid_argument) << "not a gpuqosd --log-level";
+  o.daemon_log_level.clear();
   o.daemon_target = "arrival";
   try {
     validate(o);
