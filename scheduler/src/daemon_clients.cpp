@@ -164,8 +164,9 @@ void Daemon::apply(const Decisions& decisions) {
   std::vector<Client*> moved;
   for (const Grant& grant : decisions) {
     auto it = clients_.find(grant.client);
-    if (it != clients_.end() && it->second->grant_through(grant.through_seq)) moved.push_back(it->second.get());
-    if (it != clients_.end() && spdlog::should_log(spdlog::level::trace))
+    if (it == clients_.end()) continue;
+    if (it->second->grant_through(grant.through_seq)) moved.push_back(it->second.get());
+    if (spdlog::should_log(spdlog::level::trace))
       spdlog::trace("{}: granted through {} at {}", it->second->tag(), grant.through_seq, ipc::monotonic_ns());
   }
   for (Client* client : moved) {
