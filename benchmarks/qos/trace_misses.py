@@ -1,0 +1,224 @@
+#!/usr/bin/env python3
+"""What the best-effort jobs had on the device while each slow LC request waited, read back from a
+traced `gpuqos-bench qos` run.
+
+Usage: trace_misses.py DIR [--worst N] [--cell NAME]
+  DIR: a results folder run with `--daemon-log-level trace`, so that each cell's gpuqosd log
+  (DIR/logs/<cell>-gpuqosd.log) holds every op, grant and completion.
+  --worst N: the N slowest requests of each cell, whether over the target or not (default: only
+  the requests over the target, which a passing cell has none of).
+  --cell NAME: only that cell (for example baymax-fifo-0.20-resnet+recsys).
+
+A request's window runs from its arrival (the LC's arrival mark, kind query_arrived) to its arrival
+plus the latency the LC recorded for it (DIR/runs/<cell>-<lc job>.json; the i-th mark is the i-th
+request). For each request in question it prints:
+  - ahead: the LC's earlier requests still in the system when it arrived;
+  - running at arrival: best-effort ops on the device at that moment, each as job (copies marked),
+    length and what was left of it (on a run-to-end device a request's first kernel waits at least
+    that long behind a kernel);
+  - best-effort device time inside the window, per job: how long the job had an op on the device
+    (the union of its ops' device spans, clipped to the window);
+  - granted during the window: how many best-effort ops gpuqosd granted after the request arrived
+    and before it was answered, and their expected device time (the predictor's, from the log).
+All times are the monotonic clock the shim stamps with, so the trace and the LC's latencies agree.
+"""
+import argparse
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+
+QUERY_ARRIVED = 7  # ipc::OpKind::query_arrived
+COMPUTE_KINDS = {0, 2, 3}  # kernel, memset, graph
+COPY_KIND = 1
+
+_TAG = r"job '(?P<job>[^']*)' pid (?P<pid>\d+): "
+POSTED = re.compile(_TAG + r"posted (?P<seq>\d+) kind (?P<kind>\d+) device \d+ stamp (?P<stamp>-?\d+) read -?\d+ "
+                    r"expected (?P<expected>-?\d+) upper -?\d+")
+DONE = re.compile(_TAG + r"done (?P<seq>\d+) start (?P<start>-?\d+) end (?P<end>-?\d+)")
+GRANTED = re.compile(_TAG + r"granted through (?P<seq>\d+) at (?P<at>-?\d+)")
+
+
+@dataclass
+class Op:
+    job: str
+    kind: int
+    stamp_ns: int
+    expected_ns: int
+    granted_ns: int | None = None
+    start_ns: int | None = None
+    end_ns: int | None = None
+
+
+@dataclass
+class Trace:
+    ops: list = field(default_factory=list)        # every GPU op (not marks), in log order
+    arrivals: dict = field(default_factory=dict)   # job -> its arrival marks' stamps, in order
+
+
+def parse(lines):
+    """Reads gpuqosd's trace lines. Ops are keyed by (pid, seq): a job's seq restarts with each
+    process, and a job may run several."""
+    trace = Trace()
+    by_client = {}        # pid -> {seq: Op}
+    ungranted = {}        # pid -> seqs posted and not yet granted, in order
+    for line in lines:
+        if " trace " not in line:
+            continue
+        if m := POSTED.search(line):
+            pid, seq, kind = int(m["pid"]), int(m["seq"]), int(m["kind"])
+            if kind == QUERY_ARRIVED:
+                trace.arrivals.setdefault(m["job"], []).append(int(m["stamp"]))
+            op = Op(m["job"], kind, int(m["stamp"]), int(m["expected"]))
+            by_client.setdefault(pid, {})[seq] = op
+            ungranted.setdefault(pid, []).append(seq)
+            if kind in COMPUTE_KINDS or kind == COPY_KIND:
+                trace.ops.append(op)
+        elif m := GRANTED.search(line):
+            pid, through, at = int(m["pid"]), int(m["seq"]), int(m["at"])
+            waiting = ungranted.get(pid, [])
+            done = 0
+            while done < len(waiting) and waiting[done] <= through:
+                by_client[pid][waiting[done]].granted_ns = at
+                done += 1
+            del waiting[:done]
+        elif m := DONE.search(line):
+            op = by_client.get(int(m["pid"]), {}).get(int(m["seq"]))
+            if op is not None:
+                op.start_ns, op.end_ns = int(m["start"]), int(m["end"])
+    return trace
+
+
+def label(op):
+    return op.job if op.kind in COMPUTE_KINDS else f"{op.job} (copy)"
+
+
+def busy_ns(ops, begin_ns, end_ns):
+    """How long any of `ops` was on the device within [begin_ns, end_ns): their spans' union."""
+    spans = sorted((max(op.start_ns, begin_ns), min(op.end_ns, end_ns)) for op in ops
+                   if op.start_ns is not None and op.end_ns is not None)
+    total, reached = 0, begin_ns
+    for start, end in spans:
+        start = max(start, reached)
+        if end > start:
+            total += end - start
+            reached = end
+    return total
+
+
+def explain(trace, lc_job, latencies_ms, picked):
+    """One record per picked request index: what the best-effort jobs had while it waited."""
+    arrived = trace.arrivals.get(lc_job, [])
+    if len(arrived) != len(latencies_ms):
+        raise ValueError(f"{lc_job} has {len(arrived)} arrival marks in the trace and {len(latencies_ms)} "
+                         "latencies: were its queries marked, and is this the run's own log?")
+    answered = [a + round(latency * 1e6) for a, latency in zip(arrived, latencies_ms)]
+    best_effort = [op for op in trace.ops if op.job != lc_job]
+    records = []
+    for i in picked:
+        begin, end = arrived[i], answered[i]
+        running = [op for op in best_effort
+                   if op.start_ns is not None and op.start_ns <= begin and (op.end_ns or 0) > begin]
+        device = {}
+        for job in sorted({op.job for op in best_effort}):
+            ns = busy_ns([op for op in best_effort if op.job == job and op.kind in COMPUTE_KINDS], begin, end)
+            if ns:
+                device[job] = ns
+        granted = [op for op in best_effort if op.granted_ns is not None and begin <= op.granted_ns < end]
+        records.append({
+            "request": i,
+            "arrived_s": (begin - arrived[0]) / 1e9,
+            "latency_ms": latencies_ms[i],
+            "ahead": sum(1 for j in range(i) if answered[j] > begin),
+            "running": sorted(((label(op), (op.end_ns - op.start_ns) / 1e6, (op.end_ns - begin) / 1e6)
+                               for op in running), key=lambda r: -r[2]),
+            "device_ms": {job: ns / 1e6 for job, ns in device.items()},
+            "granted": len(granted),
+            "granted_expected_ms": sum(op.expected_ns for op in granted if op.kind in COMPUTE_KINDS) / 1e6,
+        })
+    return records
+
+
+def pick(latencies_ms, target_ms, worst):
+    """Indices of the requests over the target, or of the `worst` slowest (slowest first)."""
+    order = sorted(range(len(latencies_ms)), key=lambda i: -latencies_ms[i])
+    if worst:
+        return order[:worst]
+    return [i for i in order if latencies_ms[i] > target_ms]
+
+
+def table(records, target_ms):
+    rows = ["| request | arrived (s) | latency (ms) | × target | ahead | running at arrival (job: length, left ms) "
+            "| BE device time in window (ms) | BE granted in window (ops, expected ms) |",
+            "| ---: | ---: | ---: | ---: | ---: | --- | --- | ---: |"]
+    for r in records:
+        running = ", ".join(f"{job}: {length:.1f}, {left:.1f}" for job, length, left in r["running"]) or "-"
+        device = ", ".join(f"{job} {ms:.1f}" for job, ms in r["device_ms"].items()) or "-"
+        rows.append(f"| {r['request']} | {r['arrived_s']:.3f} | {r['latency_ms']:.1f} | "
+                    f"{r['latency_ms'] / target_ms:.2f} | {r['ahead']} | {running} | {device} | "
+                    f"{r['granted']}, {r['granted_expected_ms']:.1f} |")
+    return "\n".join(rows)
+
+
+def cell_name(cell):
+    return f"{cell['policy']}-{cell['device_mode']}-{cell['lc_load']:.2f}-{cell['be_mix']}"
+
+
+def lc_run(directory, name):
+    """The cell's LC run record and job name: the runs file whose replayer ran in `lc` mode."""
+    prefix = name + "-"
+    for entry in sorted(os.listdir(os.path.join(directory, "runs"))):
+        if entry.startswith(prefix) and entry.endswith(".json"):
+            with open(os.path.join(directory, "runs", entry)) as f:
+                run = json.load(f)
+            if run.get("config", {}).get("mode") == "lc":
+                return entry[len(prefix):-len(".json")], run
+    return None, None
+
+
+def report(directory, worst=0, only=None, out=sys.stdout):
+    """Prints one table per traced cell; returns how many cells it read."""
+    with open(os.path.join(directory, "qos.json")) as f:
+        results = json.load(f)
+    read = 0
+    for cell in results["cells"]:
+        name = cell_name(cell)
+        if (only and name != only) or cell.get("status") != "ok":
+            continue
+        log = os.path.join(directory, "logs", f"{name}-gpuqosd.log")
+        if not os.path.exists(log):
+            continue  # `none` runs without gpuqosd
+        with open(log, errors="replace") as f:
+            trace = parse(f)
+        lc_job, run = lc_run(directory, name)
+        if not trace.ops or run is None:
+            print(f"## {name}: no trace (run with --daemon-log-level trace)\n", file=out)
+            continue
+        read += 1
+        target = cell["target_ms"]
+        picked = pick(run["latency_ms"], target, worst)
+        over = sum(1 for latency in run["latency_ms"] if latency > target)
+        print(f"## {name}: {over} of {len(run['latency_ms'])} requests over the {target:.1f}-ms target, "
+              f"p99 {cell['lc_p99_ms']:.1f} ms\n", file=out)
+        if picked:
+            print(table(explain(trace, lc_job, run["latency_ms"], picked), target) + "\n", file=out)
+    return read
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("dir")
+    parser.add_argument("--worst", type=int, default=0, help="the N slowest requests of each cell")
+    parser.add_argument("--cell", help="only this cell")
+    args = parser.parse_args()
+    try:
+        read = report(args.dir, args.worst, args.cell)
+    except (OSError, ValueError, KeyError) as e:
+        sys.exit(f"trace_misses.py: {args.dir}: {e}")
+    if read == 0:
+        sys.exit(f"trace_misses.py: {args.dir}: no traced cell (run gpuqos-bench qos with --daemon-log-level trace)")
+
+
+if __name__ == "__main__":
+    main()

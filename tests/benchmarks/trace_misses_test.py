@@ -1,0 +1,180 @@
+"""Tests of benchmarks/qos/trace_misses.py: a traced cell's slow requests, against what gpuqosd logged."""
+import io
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(__file__)
+SCRIPT = os.path.join(HERE, "..", "..", "benchmarks", "qos", "trace_misses.py")
+sys.path.insert(0, os.path.dirname(SCRIPT))
+import trace_misses as tm  # noqa: E402
+
+MS = 1_000_000
+LC = "job 'bert-infer' pid 10: "
+RESNET = "job 'resnet-train' pid 20: "
+RECSYS = "job 'recsys-train' pid 30: "
+
+
+def posted(tag, seq, kind, stamp_ms, expected_ms=0.0):
+    return (f"2026-11-29 11:52:22.279 trace {tag}posted {seq} kind {kind} device 0 stamp {int(stamp_ms * MS)} "
+            f"read {int(stamp_ms * MS) + 5000} expected {int(expected_ms * MS)} upper {int(expected_ms * MS)}")
+
+
+def granted(tag, through, at_ms):
+    return f"2026-11-29 11:52:22.280 trace {tag}granted through {through} at {int(at_ms * MS)}"
+
+
+def done(tag, seq, start_ms, end_ms):
+    return (f"2026-11-29 11:52:22.281 trace {tag}done {seq} start {int(start_ms * MS)} end {int(end_ms * MS)} "
+            f"read {int(end_ms * MS) + 9000}")
+
+
+# The LC's requests arrive at 1000, 1050 and 1060 ms (latencies 20, 45 and 40 ms). recsys's 30-ms
+# kernel runs 1040-1070 ms, granted at 1039; resnet's two 4-ms kernels were granted at 1052 and run
+# side by side, 1053-1057 and 1055-1059 (6 ms of device time in all); a copy of resnet's is granted
+# at 1054 and runs 1059-1061 (not compute).
+LOG = [
+    "2026-11-29 11:52:22.201 info config /tmp/x.toml",
+    posted(LC, 1, 7, 1000.0),
+    posted(LC, 2, 0, 1000.1, 0.5),
+    granted(LC, 2, 1000.1),
+    done(LC, 2, 1000.2, 1000.7),
+    posted(RECSYS, 1, 0, 1030.0, 29.0),
+    granted(RECSYS, 1, 1039.0),
+    done(RECSYS, 1, 1040.0, 1070.0),
+    posted(LC, 3, 7, 1050.0),
+    posted(RESNET, 5, 0, 1051.0, 4.0),
+    posted(RESNET, 6, 0, 1051.5, 4.0),
+    posted(RESNET, 7, 1, 1051.6, 2.0),
+    granted(RESNET, 6, 1052.0),
+    granted(RESNET, 7, 1054.0),
+    done(RESNET, 5, 1053.0, 1057.0),
+    done(RESNET, 6, 1055.0, 1059.0),
+    done(RESNET, 7, 1059.0, 1061.0),
+    posted(LC, 4, 7, 1060.0),
+    "2026-11-29 11:52:22.300 debug job 'resnet-train' pid 20: kernel 1 is gq_0_conv",
+]
+LATENCIES = [20.0, 45.0, 40.0]
+
+
+class Parse(unittest.TestCase):
+    def test_marks_are_arrivals_and_only_gpu_ops_are_ops(self):
+        trace = tm.parse(LOG)
+        self.assertEqual(trace.arrivals, {"bert-infer": [1000 * MS, 1050 * MS, 1060 * MS]})
+        self.assertEqual([(op.job, op.kind) for op in trace.ops],
+                         [("bert-infer", 0), ("recsys-train", 0), ("resnet-train", 0), ("resnet-train", 0),
+                          ("resnet-train", 1)])
+
+    def test_a_grant_covers_every_op_up_to_its_seq_and_no_later_one(self):
+        ops = {(op.job, op.stamp_ns): op for op in tm.parse(LOG).ops}
+        self.assertEqual(ops[("resnet-train", 1051 * MS)].granted_ns, 1052 * MS)
+        self.assertEqual(ops[("resnet-train", int(1051.5 * MS))].granted_ns, 1052 * MS)
+        self.assertEqual(ops[("resnet-train", int(1051.6 * MS))].granted_ns, 1054 * MS)
+        self.assertEqual((ops[("recsys-train", 1030 * MS)].start_ns, ops[("recsys-train", 1030 * MS)].end_ns),
+                         (1040 * MS, 1070 * MS))
+
+    def test_two_processes_of_one_job_keep_their_own_seqs(self):
+        other = "job 'resnet-train' pid 21: "
+        trace = tm.parse([posted(RESNET, 1, 0, 10.0, 1.0), posted(other, 1, 0, 11.0, 2.0),
+                          granted(other, 1, 12.0), done(other, 1, 13.0, 15.0)])
+        first, second = trace.ops
+        self.assertEqual((first.granted_ns, first.start_ns), (None, None))
+        self.assertEqual((second.granted_ns, second.start_ns, second.end_ns), (12 * MS, 13 * MS, 15 * MS))
+
+
+class Explain(unittest.TestCase):
+    def setUp(self):
+        self.trace = tm.parse(LOG)
+
+    def test_a_request_arriving_during_a_long_kernel_sees_it_and_what_was_granted_meanwhile(self):
+        (r,) = tm.explain(self.trace, "bert-infer", LATENCIES, [1])
+        self.assertEqual(r["request"], 1)
+        self.assertAlmostEqual(r["arrived_s"], 0.050)
+        self.assertEqual(r["ahead"], 0)  # the first was answered at 1020
+        self.assertEqual(r["running"], [("recsys-train", 30.0, 20.0)])
+        # Window 1050-1095: recsys 1050-1070, resnet's two kernels' union 1053-1059; the copy is not compute.
+        self.assertEqual(r["device_ms"], {"recsys-train": 20.0, "resnet-train": 6.0})
+        self.assertEqual((r["granted"], r["granted_expected_ms"]), (3, 8.0))
+
+    def test_a_request_counts_the_ones_still_in_the_system_ahead_of_it(self):
+        (r,) = tm.explain(self.trace, "bert-infer", LATENCIES, [2])
+        self.assertEqual(r["ahead"], 1)
+        self.assertEqual(r["running"], [("recsys-train", 30.0, 10.0), ("resnet-train (copy)", 2.0, 1.0)])
+        self.assertEqual(r["device_ms"], {"recsys-train": 10.0})
+        self.assertEqual(r["granted"], 0)  # resnet's ops were granted before it arrived
+
+    def test_a_request_with_the_device_to_itself_sees_nothing(self):
+        (r,) = tm.explain(self.trace, "bert-infer", LATENCIES, [0])
+        self.assertEqual((r["running"], r["device_ms"], r["granted"]), ([], {}, 0))
+
+    def test_marks_that_do_not_match_the_latencies_are_refused(self):
+        with self.assertRaisesRegex(ValueError, "3 arrival marks in the trace and 2 latencies"):
+            tm.explain(self.trace, "bert-infer", LATENCIES[:2], [0])
+
+
+class Pick(unittest.TestCase):
+    def test_over_the_target_by_default_and_the_slowest_first(self):
+        self.assertEqual(tm.pick([10.0, 50.0, 30.0, 45.0], 40.0, 0), [1, 3])
+        self.assertEqual(tm.pick([10.0, 50.0, 30.0, 45.0], 60.0, 0), [])
+        self.assertEqual(tm.pick([10.0, 50.0, 30.0, 45.0], 60.0, 3), [1, 3, 2])
+
+
+class Report(unittest.TestCase):
+    def folder(self, log_lines, latencies=LATENCIES, mode="lc"):
+        tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp.cleanup)
+        d = tmp.name
+        for sub in ("logs", "runs"):
+            os.mkdir(os.path.join(d, sub))
+        cells = [{"policy": p, "device_mode": "fifo", "lc_load": 0.2, "be_mix": "resnet+recsys", "status": "ok",
+                  "target_ms": 42.0, "lc_p99_ms": 44.9} for p in ("none", "baymax")]
+        with open(os.path.join(d, "qos.json"), "w") as f:
+            json.dump({"cells": cells}, f)
+        name = "baymax-fifo-0.20-resnet+recsys"
+        with open(os.path.join(d, "logs", f"{name}-gpuqosd.log"), "w") as f:
+            f.write("\n".join(log_lines) + "\n")
+        for job, run_mode, lat in (("bert-infer", mode, latencies), ("resnet-train", "be", [])):
+            with open(os.path.join(d, "runs", f"{name}-{job}.json"), "w") as f:
+                json.dump({"config": {"mode": run_mode}, "latency_ms": lat}, f)
+        return d
+
+    def test_a_traced_cell_prints_its_over_target_requests(self):
+        out = io.StringIO()
+        self.assertEqual(tm.report(self.folder(LOG), out=out), 1)
+        text = out.getvalue()
+        self.assertIn("## baymax-fifo-0.20-resnet+recsys: 1 of 3 requests over the 42.0-ms target", text)
+        self.assertIn("| 1 | 0.050 | 45.0 | 1.07 | 0 | recsys-train: 30.0, 20.0 | recsys-train 20.0, "
+                      "resnet-train 6.0 | 3, 8.0 |", text)
+        self.assertNotIn("| 2 |", text)
+        self.assertNotIn("none-", text)  # no gpuqosd, no log
+
+    def test_worst_shows_the_slowest_whether_over_or_not(self):
+        out = io.StringIO()
+        tm.report(self.folder(LOG), worst=2, out=out)
+        rows = [line for line in out.getvalue().splitlines() if line.startswith("| ") and line[2].isdigit()]
+        self.assertEqual([row.split(" | ")[0] for row in rows], ["| 1", "| 2"])
+
+    def test_an_untraced_log_says_how_to_trace_it(self):
+        out = io.StringIO()
+        self.assertEqual(tm.report(self.folder(LOG[:1]), out=out), 0)
+        self.assertIn("no trace (run with --daemon-log-level trace)", out.getvalue())
+
+    def test_the_command_fails_with_a_message_when_nothing_is_traced_or_marks_do_not_match(self):
+        untraced = subprocess.run([sys.executable, SCRIPT, self.folder(LOG[:1])], capture_output=True, text=True)
+        self.assertNotEqual(untraced.returncode, 0)
+        self.assertIn("no traced cell", untraced.stderr)
+        mismatched = subprocess.run([sys.executable, SCRIPT, self.folder(LOG, latencies=LATENCIES[:2])],
+                                    capture_output=True, text=True)
+        self.assertNotEqual(mismatched.returncode, 0)
+        self.assertIn("2 latencies", mismatched.stderr)
+        missing = subprocess.run([sys.executable, SCRIPT, os.path.join(self.folder(LOG), "nowhere")],
+                                 capture_output=True, text=True)
+        self.assertNotEqual(missing.returncode, 0)
+        self.assertIn("qos.json", missing.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
