@@ -11,7 +11,8 @@ Usage: trace_misses.py DIR [--worst N] [--cell NAME]
 
 A request's window runs from its arrival (the LC's arrival mark, kind query_arrived) to its arrival
 plus the latency the LC recorded for it (DIR/runs/<cell>-<lc job>.json; the i-th mark is the i-th
-request). For each request in question it prints:
+request; requests still queued when the run ended have a mark and no latency). For each request in
+question it prints:
   - ahead: the LC's earlier requests still in the system when it arrived;
   - running at arrival: best-effort ops on the device at that moment, each as job (copies marked),
     length and what was left of it (on a run-to-end device a request's first kernel waits at least
@@ -110,9 +111,11 @@ def busy_ns(ops, begin_ns, end_ns):
 def explain(trace, lc_job, latencies_ms, picked):
     """One record per picked request index: what the best-effort jobs had while it waited."""
     arrived = trace.arrivals.get(lc_job, [])
-    if len(arrived) != len(latencies_ms):
+    # Requests still queued when the run's window ended were marked and never answered.
+    if len(arrived) < len(latencies_ms):
         raise ValueError(f"{lc_job} has {len(arrived)} arrival marks in the trace and {len(latencies_ms)} "
                          "latencies: were its queries marked, and is this the run's own log?")
+    arrived = arrived[:len(latencies_ms)]
     answered = [a + round(latency * 1e6) for a, latency in zip(arrived, latencies_ms)]
     best_effort = [op for op in trace.ops if op.job != lc_job]
     records = []

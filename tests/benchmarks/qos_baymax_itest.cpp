@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cctype>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -15,8 +17,10 @@
 
 #include "experiment.h"
 #include "gpuqos/config/load.h"
+#include "gpuqos/testing/child_process.h"
 #include "gpuqos/testing/temp_dir.h"
 #include "qos_rig.h"
+#include "report.h"
 
 namespace gpuqos::qos {
 namespace {
@@ -92,6 +96,31 @@ TEST(QosBaymax, ShortColocationKeepsTheQueryTailWhileBestEffortProgresses) {
   EXPECT_GT(arrivals, 50u);
   EXPECT_GT(grants, 100u);
   EXPECT_GT(completions, 100u);
+
+#ifdef GPUQOS_PYTHON
+  // benchmarks/qos/trace_misses.py reads this log back (its own tests use a made-up one): the cell's
+  // three slowest requests, each with what ResNet-50 had on the device while it waited.
+  std::ofstream(out.path() / "qos.json") << results_json(results, nlohmann::json::object()).dump();
+  const auto printed = out.path() / "trace_misses.txt";
+  testing::ChildProcess misses({GPUQOS_PYTHON, (std::filesystem::path(GPUQOS_SOURCE_DIR) / "benchmarks" / "qos" /
+                                                "trace_misses.py").string(),
+                                out.path().string(), "--worst", "3"},
+                               {}, printed);
+  EXPECT_EQ(misses.wait(std::chrono::seconds(60)), 0);
+  std::ifstream table(printed);
+  std::size_t rows = 0, with_resnet = 0;
+  bool header = false;
+  for (std::string line; std::getline(table, line);) {
+    header = header || line.starts_with("## " + cell_name(cell.cell) + ": ");
+    if (line.size() > 2 && line.starts_with("| ") && std::isdigit(static_cast<unsigned char>(line[2]))) {
+      ++rows;
+      with_resnet += line.find("resnet-train") != std::string::npos;
+    }
+  }
+  EXPECT_TRUE(header) << std::ifstream(printed).rdbuf();
+  EXPECT_EQ(rows, 3u) << std::ifstream(printed).rdbuf();
+  EXPECT_GE(with_resnet, 1u) << "no slow request saw ResNet-50's work\n" << std::ifstream(printed).rdbuf();
+#endif
 }
 
 }  // namespace

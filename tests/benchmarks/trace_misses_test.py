@@ -110,9 +110,12 @@ class Explain(unittest.TestCase):
         (r,) = tm.explain(self.trace, "bert-infer", LATENCIES, [0])
         self.assertEqual((r["running"], r["device_ms"], r["granted"]), ([], {}, 0))
 
-    def test_marks_that_do_not_match_the_latencies_are_refused(self):
-        with self.assertRaisesRegex(ValueError, "3 arrival marks in the trace and 2 latencies"):
-            tm.explain(self.trace, "bert-infer", LATENCIES[:2], [0])
+    def test_fewer_marks_than_latencies_are_refused_and_unanswered_last_marks_ignored(self):
+        with self.assertRaisesRegex(ValueError, "3 arrival marks in the trace and 4 latencies"):
+            tm.explain(self.trace, "bert-infer", LATENCIES + [1.0], [0])
+        # The third request was still queued when the run ended: the first two are as before.
+        (r,) = tm.explain(self.trace, "bert-infer", LATENCIES[:2], [1])
+        self.assertEqual((r["ahead"], r["device_ms"]), (0, {"recsys-train": 20.0, "resnet-train": 6.0}))
 
 
 class Pick(unittest.TestCase):
@@ -166,10 +169,10 @@ class Report(unittest.TestCase):
         untraced = subprocess.run([sys.executable, SCRIPT, self.folder(LOG[:1])], capture_output=True, text=True)
         self.assertNotEqual(untraced.returncode, 0)
         self.assertIn("no traced cell", untraced.stderr)
-        mismatched = subprocess.run([sys.executable, SCRIPT, self.folder(LOG, latencies=LATENCIES[:2])],
+        mismatched = subprocess.run([sys.executable, SCRIPT, self.folder(LOG, latencies=LATENCIES + [1.0])],
                                     capture_output=True, text=True)
         self.assertNotEqual(mismatched.returncode, 0)
-        self.assertIn("2 latencies", mismatched.stderr)
+        self.assertIn("4 latencies", mismatched.stderr)
         missing = subprocess.run([sys.executable, SCRIPT, os.path.join(self.folder(LOG), "nowhere")],
                                  capture_output=True, text=True)
         self.assertNotEqual(missing.returncode, 0)
