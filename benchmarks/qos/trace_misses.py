@@ -9,18 +9,11 @@ Usage: trace_misses.py DIR [--worst N] [--cell NAME]
   the requests over the target, which a passing cell has none of).
   --cell NAME: only that cell (for example baymax-fifo-0.20-resnet+recsys).
 
-A request's window runs from its arrival (the LC's arrival mark, kind query_arrived) to its arrival
-plus the latency the LC recorded for it (DIR/runs/<cell>-<lc job>.json; the i-th mark is the i-th
-request; requests still queued when the run ended have a mark and no latency). For each request in
-question it prints:
-  - ahead: the LC's earlier requests still in the system when it arrived;
-  - running at arrival: best-effort ops on the device at that moment, each as job (copies marked),
-    length and what was left of it (on a run-to-end device a request's first kernel waits at least
-    that long behind a kernel);
-  - best-effort device time inside the window, per job: how long the job had an op on the device
-    (the union of its ops' device spans, clipped to the window);
-  - granted during the window: how many best-effort ops gpuqosd granted after the request arrived
-    and before it was answered, and their expected device time (the predictor's, from the log).
+A request's window is the latency the LC recorded for it (DIR/runs/<cell>-<lc job>.json, from the
+request's scheduled arrival), ending at its query_end mark, which the replayer posts just before it
+reads the clock for that latency: the i-th mark ends the i-th request. A cell whose LC posted no
+such marks (or lost some: the shim drops a mark when its ring is full) is said and skipped. For
+each request in question it prints:
 All times are the monotonic clock the shim stamps with, so the trace and the LC's latencies agree.
 """
 import argparse
@@ -30,11 +23,12 @@ import re
 import sys
 from dataclasses import dataclass, field
 
-QUERY_ARRIVED = 7  # ipc::OpKind::query_arrived
+QUERY_END = 6  # ipc::OpKind::query_end
 COMPUTE_KINDS = {0, 2, 3}  # kernel, memset, graph
 COPY_KIND = 1
 
-_TAG = r"job '(?P<job>[^']*)' pid (?P<pid>\d+): "
+# A job's name is any printable ASCII, quotes included: the tag ends at the last "' pid N: ".
+_TAG = r"job '(?P<job>.*)' pid (?P<pid>\d+): "
 POSTED = re.compile(_TAG + r"posted (?P<seq>\d+) kind (?P<kind>\d+) device \d+ stamp (?P<stamp>-?\d+) read -?\d+ "
                     r"expected (?P<expected>-?\d+) upper -?\d+")
 DONE = re.compile(_TAG + r"done (?P<seq>\d+) start (?P<start>-?\d+) end (?P<end>-?\d+)")
@@ -54,38 +48,56 @@ class Op:
 
 @dataclass
 class Trace:
-    ops: list = field(default_factory=list)        # every GPU op (not marks), in log order
-    arrivals: dict = field(default_factory=dict)   # job -> its arrival marks' stamps, in order
+    ops: list = field(default_factory=list)   # every GPU op (not marks), in log order
+    ends: dict = field(default_factory=dict)  # job -> its query_end marks' stamps, in order
+
+
+@dataclass
+class Session:
+    """One registration of a process: its seqs start at 1, and a shim that reconnects (same pid)
+    starts a new one."""
+    ops: dict = field(default_factory=dict)        # seq -> Op
+    ungranted: list = field(default_factory=list)  # seqs posted and not granted yet, in order
+    granted_through: int = 0
+    last_seq: int = 0
 
 
 def parse(lines):
-    """Reads gpuqosd's trace lines. Ops are keyed by (pid, seq): a job's seq restarts with each
-    process, and a job may run several."""
+    """Reads gpuqosd's trace lines."""
     trace = Trace()
-    by_client = {}        # pid -> {seq: Op}
-    ungranted = {}        # pid -> seqs posted and not yet granted, in order
+    sessions = {}  # pid -> its current Session
     for line in lines:
         if " trace " not in line:
             continue
         if m := POSTED.search(line):
-            pid, seq, kind = int(m["pid"]), int(m["seq"]), int(m["kind"])
-            if kind == QUERY_ARRIVED:
-                trace.arrivals.setdefault(m["job"], []).append(int(m["stamp"]))
-            op = Op(m["job"], kind, int(m["stamp"]), int(m["expected"]))
-            by_client.setdefault(pid, {})[seq] = op
-            ungranted.setdefault(pid, []).append(seq)
+            pid, seq, kind, stamp = int(m["pid"]), int(m["seq"]), int(m["kind"]), int(m["stamp"])
+            session = sessions.setdefault(pid, Session())
+            if seq <= session.last_seq:  # seqs restarted: the process registered again
+                session = sessions[pid] = Session()
+            session.last_seq = seq
+            if kind == QUERY_END:
+                trace.ends.setdefault(m["job"], []).append(stamp)
+            op = Op(m["job"], kind, stamp, int(m["expected"]))
+            session.ops[seq] = op
+            if seq <= session.granted_through:
+                op.granted_ns = stamp  # on credit: granted before it was posted, issued without asking
+            else:
+                session.ungranted.append(seq)
             if kind in COMPUTE_KINDS or kind == COPY_KIND:
                 trace.ops.append(op)
         elif m := GRANTED.search(line):
-            pid, through, at = int(m["pid"]), int(m["seq"]), int(m["at"])
-            waiting = ungranted.get(pid, [])
+            session = sessions.setdefault(int(m["pid"]), Session())
+            through, at = int(m["seq"]), int(m["at"])
+            session.granted_through = max(session.granted_through, through)
+            waiting = session.ungranted
             done = 0
             while done < len(waiting) and waiting[done] <= through:
-                by_client[pid][waiting[done]].granted_ns = at
+                session.ops[waiting[done]].granted_ns = at
                 done += 1
             del waiting[:done]
         elif m := DONE.search(line):
-            op = by_client.get(int(m["pid"]), {}).get(int(m["seq"]))
+            session = sessions.get(int(m["pid"]))
+            op = session.ops.get(int(m["seq"])) if session else None
             if op is not None:
                 op.start_ns, op.end_ns = int(m["start"]), int(m["end"])
     return trace
@@ -110,13 +122,11 @@ def busy_ns(ops, begin_ns, end_ns):
 
 def explain(trace, lc_job, latencies_ms, picked):
     """One record per picked request index: what the best-effort jobs had while it waited."""
-    arrived = trace.arrivals.get(lc_job, [])
-    # Requests still queued when the run's window ended were marked and never answered.
-    if len(arrived) < len(latencies_ms):
-        raise ValueError(f"{lc_job} has {len(arrived)} arrival marks in the trace and {len(latencies_ms)} "
-                         "latencies: were its queries marked, and is this the run's own log?")
-    arrived = arrived[:len(latencies_ms)]
-    answered = [a + round(latency * 1e6) for a, latency in zip(arrived, latencies_ms)]
+    answered = trace.ends.get(lc_job, [])
+    if len(answered) != len(latencies_ms):
+        raise ValueError(f"{lc_job} has {len(answered)} query_end marks in the trace and {len(latencies_ms)} "
+                         "latencies: were its queries marked (and none dropped), and is this the run's own log?")
+    arrived = [end - round(latency * 1e6) for end, latency in zip(answered, latencies_ms)]
     best_effort = [op for op in trace.ops if op.job != lc_job]
     records = []
     for i in picked:
@@ -198,14 +208,19 @@ def report(directory, worst=0, only=None, out=sys.stdout):
         if not trace.ops or run is None:
             print(f"## {name}: no trace (run with --daemon-log-level trace)\n", file=out)
             continue
-        read += 1
         target = cell["target_ms"]
         picked = pick(run["latency_ms"], target, worst)
+        try:
+            records = explain(trace, lc_job, run["latency_ms"], picked)
+        except ValueError as e:
+            print(f"## {name}: cannot pair its requests with the trace: {e}\n", file=out)
+            continue
+        read += 1
         over = sum(1 for latency in run["latency_ms"] if latency > target)
         print(f"## {name}: {over} of {len(run['latency_ms'])} requests over the {target:.1f}-ms target, "
               f"p99 {cell['lc_p99_ms']:.1f} ms\n", file=out)
         if picked:
-            print(table(explain(trace, lc_job, run["latency_ms"], picked), target) + "\n", file=out)
+            print(table(records, target) + "\n", file=out)
     return read
 
 
@@ -220,7 +235,8 @@ def main():
     except (OSError, ValueError, KeyError) as e:
         sys.exit(f"trace_misses.py: {args.dir}: {e}")
     if read == 0:
-        sys.exit(f"trace_misses.py: {args.dir}: no traced cell (run gpuqos-bench qos with --daemon-log-level trace)")
+        sys.exit(f"trace_misses.py: {args.dir}: no traced cell it could read (run gpuqos-bench qos with "
+                 "--daemon-log-level trace; any cell above says why it was skipped)")
 
 
 if __name__ == "__main__":
