@@ -479,7 +479,7 @@ TEST(MetricsServer, AcceptsRareErrorsAreWaitedOutAndOnlyAShortageClosesAConnecti
     SCOPED_TRACE(std::strerror(error));
     logged->str("");
     const std::uint16_t port = testing::free_port();
-    const std::unique_ptr<MetricsServer> server = serving(port, "gpuqos_up 1\n");
+    std::unique_ptr<MetricsServer> server = serving(port, "gpuqos_up 1\n");
     ASSERT_TRUE(server);
     const FileDescriptor idle = testing::connect_loopback(port);
     std::this_thread::sleep_for(std::chrono::milliseconds(100));  // taken: it waits for its request
@@ -500,6 +500,7 @@ TEST(MetricsServer, AcceptsRareErrorsAreWaitedOutAndOnlyAShortageClosesAConnecti
     }
     // Once per 10 s per server: the second injected error is not said again.
     const std::string said = "metrics: cannot accept a connection: " + std::error_code(error, std::system_category()).message();
+    server.reset();  // its threads are done with the log
     const std::string log = logged->str();
     if (error == ECONNABORTED || error == EPROTO) {
       EXPECT_EQ(log.find("cannot accept"), std::string::npos) << log;
