@@ -14,6 +14,9 @@ request's scheduled arrival), ending at its query_end mark, which the replayer p
 reads the clock for that latency: the i-th mark ends the i-th request. A cell whose LC posted no
 such marks (or lost some: the shim drops a mark when its ring is full) is said and skipped. For
 each request in question it prints:
+Then, for the whole cell, where each best-effort job's time went with a request of the LC in the
+system and with none: the share of each phase in which it had compute on the device, and in which
+it had an op gpuqosd had read and not granted yet (its holds, of any reason, and when).
 All times are the monotonic clock the shim stamps with, so the trace and the LC's latencies agree.
 """
 import argparse
@@ -29,7 +32,7 @@ COPY_KIND = 1
 
 # A job's name is any printable ASCII, quotes included: the tag ends at the last "' pid N: ".
 _TAG = r"job '(?P<job>.*)' pid (?P<pid>\d+): "
-POSTED = re.compile(_TAG + r"posted (?P<seq>\d+) kind (?P<kind>\d+) device \d+ stamp (?P<stamp>-?\d+) read -?\d+ "
+POSTED = re.compile(_TAG + r"posted (?P<seq>\d+) kind (?P<kind>\d+) device \d+ stamp (?P<stamp>-?\d+) read (?P<read>-?\d+) "
                     r"expected (?P<expected>-?\d+) upper -?\d+")
 DONE = re.compile(_TAG + r"done (?P<seq>\d+) start (?P<start>-?\d+) end (?P<end>-?\d+)")
 GRANTED = re.compile(_TAG + r"granted through (?P<seq>\d+) at (?P<at>-?\d+)")
@@ -41,6 +44,7 @@ class Op:
     kind: int
     stamp_ns: int
     expected_ns: int
+    read_ns: int = 0  # when gpuqosd read it
     granted_ns: int | None = None
     start_ns: int | None = None
     end_ns: int | None = None
@@ -77,7 +81,7 @@ def parse(lines):
             session.last_seq = seq
             if kind == QUERY_END:
                 trace.ends.setdefault(m["job"], []).append(stamp)
-            op = Op(m["job"], kind, stamp, int(m["expected"]))
+            op = Op(m["job"], kind, stamp, int(m["expected"]), int(m["read"]))
             session.ops[seq] = op
             if seq <= session.granted_through:
                 op.granted_ns = stamp  # on credit: granted before it was posted, issued without asking
@@ -174,6 +178,73 @@ def table(records, target_ms):
     return "\n".join(rows)
 
 
+def merged(spans):
+    """The union of (start, end) spans, as sorted disjoint spans."""
+    out = []
+    for start, end in sorted(spans):
+        if end <= start:
+            continue
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
+
+
+def overlap(a, b):
+    """How long two sets of sorted disjoint spans overlap."""
+    total, i, j = 0, 0, 0
+    while i < len(a) and j < len(b):
+        total += max(0, min(a[i][1], b[j][1]) - max(a[i][0], b[j][0]))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def phases(trace, lc_job, latencies_ms):
+    """Where each best-effort job's time went, from the LC's first arrival to its last answer: with
+    a request of the LC in the system and without. Per job, in ms: its compute on the device and the
+    time it had an op waiting for a grant (posted, not granted), in each phase; and each phase's
+    length."""
+    answered = trace.ends.get(lc_job, [])
+    if len(answered) != len(latencies_ms) or not answered:
+        return None
+    arrived = [end - round(latency * 1e6) for end, latency in zip(answered, latencies_ms)]
+    run = [(arrived[0], answered[-1])]
+    busy = merged(zip(arrived, answered))
+    idle = merged([(a[1], b[0]) for a, b in zip(busy, busy[1:])])
+    lengths = {"busy": overlap(busy, run), "idle": overlap(idle, run)}
+    out = {}
+    for job in sorted({op.job for op in trace.ops if op.job != lc_job}):
+        ops = [op for op in trace.ops if op.job == job]
+        device = merged((op.start_ns, op.end_ns) for op in ops
+                        if op.kind in COMPUTE_KINDS and op.start_ns is not None and op.end_ns is not None)
+        # From gpuqosd's read, so the ring's latency is not counted: a grant made as the op is read
+        # takes microseconds, a hold as long as it lasts.
+        held = merged((op.read_ns, answered[-1] if op.granted_ns is None else op.granted_ns) for op in ops)
+        out[job] = {phase: {"device_ms": overlap(device, spans) / 1e6, "held_ms": overlap(held, spans) / 1e6}
+                    for phase, spans in (("busy", busy), ("idle", idle))}
+    return {"busy_ms": lengths["busy"] / 1e6, "idle_ms": lengths["idle"] / 1e6, "jobs": out}
+
+
+def phase_table(where):
+    def share(ms, of):
+        return f"{100 * ms / of:.0f} %" if of > 0 else "-"
+    rows = [f"LC requests in the system {share(where['busy_ms'], where['busy_ms'] + where['idle_ms'])} of the run "
+            f"({where['busy_ms'] / 1e3:.1f} s; none: {where['idle_ms'] / 1e3:.1f} s). Each job's compute on the "
+            "device, and time with an op gpuqosd had read and not yet granted, as a share of each:",
+            "",
+            "| job | LC in system: on device | LC in system: held | LC idle: on device | LC idle: held |",
+            "| --- | ---: | ---: | ---: | ---: |"]
+    for job, at in where["jobs"].items():
+        rows.append(f"| {job} | {share(at['busy']['device_ms'], where['busy_ms'])} | "
+                    f"{share(at['busy']['held_ms'], where['busy_ms'])} | {share(at['idle']['device_ms'], where['idle_ms'])} | "
+                    f"{share(at['idle']['held_ms'], where['idle_ms'])} |")
+    return "\n".join(rows)
+
+
 def cell_name(cell):
     return f"{cell['policy']}-{cell['device_mode']}-{cell['lc_load']:.2f}-{cell['be_mix']}"
 
@@ -221,6 +292,7 @@ def report(directory, worst=0, only=None, out=sys.stdout):
               f"p99 {cell['lc_p99_ms']:.1f} ms\n", file=out)
         if picked:
             print(table(records, target) + "\n", file=out)
+        print(phase_table(phases(trace, lc_job, run["latency_ms"])) + "\n", file=out)
     return read
 
 

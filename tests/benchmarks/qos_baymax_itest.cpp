@@ -99,7 +99,8 @@ TEST(QosBaymax, ShortColocationKeepsTheQueryTailWhileBestEffortProgresses) {
 
 #ifdef GPUQOS_PYTHON
   // benchmarks/qos/trace_misses.py reads this log back (its own tests use a made-up one): the cell's
-  // three slowest requests, each with what ResNet-50 had on the device while it waited.
+  // three slowest requests, each with what ResNet-50 had on the device while it waited, and where
+  // ResNet-50's time went with a request in the system and without.
   std::ofstream(out.path() / "qos.json") << results_json(results, nlohmann::json::object()).dump();
   const auto printed = out.path() / "trace_misses.txt";
   testing::ChildProcess misses({GPUQOS_PYTHON, (std::filesystem::path(GPUQOS_SOURCE_DIR) / "benchmarks" / "qos" /
@@ -109,9 +110,10 @@ TEST(QosBaymax, ShortColocationKeepsTheQueryTailWhileBestEffortProgresses) {
   EXPECT_EQ(misses.wait(std::chrono::seconds(60)), 0);
   std::ifstream table(printed);
   std::size_t rows = 0, with_resnet = 0;
-  bool header = false;
+  bool header = false, phases = false;
   for (std::string line; std::getline(table, line);) {
     header = header || line.starts_with("## " + cell_name(cell.cell) + ": ");
+    phases = phases || line.starts_with("| resnet-train | ");  // its time with a request in the system and without
     if (line.size() > 2 && line.starts_with("| ") && std::isdigit(static_cast<unsigned char>(line[2]))) {
       ++rows;
       with_resnet += line.find("resnet-train") != std::string::npos;
@@ -119,6 +121,7 @@ TEST(QosBaymax, ShortColocationKeepsTheQueryTailWhileBestEffortProgresses) {
   }
   EXPECT_TRUE(header) << std::ifstream(printed).rdbuf();
   EXPECT_EQ(rows, 3u) << std::ifstream(printed).rdbuf();
+  EXPECT_TRUE(phases) << std::ifstream(printed).rdbuf();
   EXPECT_GE(with_resnet, 1u) << "no slow request saw ResNet-50's work\n" << std::ifstream(printed).rdbuf();
 #endif
 }

@@ -145,6 +145,47 @@ class Explain(unittest.TestCase):
             tm.explain(self.trace, "resnet-train", LATENCIES, [0])
 
 
+class Phases(unittest.TestCase):
+    def test_each_jobs_device_time_and_holds_are_split_by_whether_a_request_is_in_the_system(self):
+        # The LC has a request in the system 1000-1020 and 1050-1100 (70 ms) and none 1020-1050
+        # (30 ms). recsys: on the device 1040-1070, held from its read (1030.005) to its grant
+        # (1039). resnet: its kernels' union 1053-1059; held from the first read (1051.005) to the
+        # copy's grant (1054), the kernels' holds inside that.
+        where = tm.phases(tm.parse(LOG), "bert-infer", LATENCIES)
+        self.assertEqual((where["busy_ms"], where["idle_ms"]), (70.0, 30.0))
+        recsys, resnet = where["jobs"]["recsys-train"], where["jobs"]["resnet-train"]
+        self.assertEqual((recsys["busy"]["device_ms"], recsys["idle"]["device_ms"]), (20.0, 10.0))
+        self.assertAlmostEqual(recsys["idle"]["held_ms"], 8.995)
+        self.assertEqual(recsys["busy"]["held_ms"], 0.0)
+        self.assertEqual((resnet["busy"]["device_ms"], resnet["idle"]["device_ms"]), (6.0, 0.0))
+        self.assertAlmostEqual(resnet["busy"]["held_ms"], 2.995)
+        self.assertEqual(set(where["jobs"]), {"recsys-train", "resnet-train"})  # not the LC's own
+
+    def test_an_op_never_granted_is_held_to_the_end_and_a_credit_grant_not_at_all(self):
+        trace = tm.parse([posted(LC, 1, 6, 100.0), granted(RESNET, 1, 50.0), posted(RESNET, 1, 0, 60.0),
+                          posted(RESNET, 2, 0, 80.0), posted(LC, 2, 6, 200.0)])
+        where = tm.phases(trace, "bert-infer", [10.0, 50.0])
+        self.assertEqual((where["busy_ms"], where["idle_ms"]), (60.0, 50.0))  # 90-100, 150-200; 100-150
+        resnet = where["jobs"]["resnet-train"]
+        # Op 2 is held from its read (80.005) to the end (200): all of 90-100, 150-200 and 100-150.
+        # Op 1 went on credit (posted at 60): it holds nothing, which a first request in the system
+        # from 40 to 100 shows (only 80.005-100 of it counts, then 150-200).
+        self.assertEqual(resnet["busy"]["held_ms"], 60.0)
+        self.assertEqual(resnet["idle"]["held_ms"], 50.0)
+        early = tm.phases(trace, "bert-infer", [60.0, 50.0])  # a request in the system 40-100
+        self.assertEqual(early["jobs"]["resnet-train"]["busy"]["held_ms"], 20.0 - 0.005 + 50.0)
+
+    def test_the_table_gives_shares_of_each_phase(self):
+        text = tm.phase_table(tm.phases(tm.parse(LOG), "bert-infer", LATENCIES))
+        self.assertIn("LC requests in the system 70 % of the run (0.1 s; none: 0.0 s)", text)
+        self.assertIn("| recsys-train | 29 % | 0 % | 33 % | 30 % |", text)
+        self.assertIn("| resnet-train | 9 % | 4 % | 0 % | 0 % |", text)
+
+    def test_spans_are_merged_and_overlaps_measured(self):
+        self.assertEqual(tm.merged([(5, 9), (1, 3), (2, 4), (9, 10), (7, 7)]), [(1, 4), (5, 10)])
+        self.assertEqual(tm.overlap([(1, 4), (5, 10)], [(3, 6), (8, 20)]), 1 + 1 + 2)
+
+
 class Pick(unittest.TestCase):
     def test_over_the_target_by_default_and_the_slowest_first(self):
         self.assertEqual(tm.pick([10.0, 50.0, 30.0, 45.0], 40.0, 0), [1, 3])
