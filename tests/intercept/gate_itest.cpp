@@ -461,8 +461,12 @@ TEST_F(GateTest, OpsSeenDoneTogetherAreNotTimedByTheTurnsClockReads) {
 // it and one right after, not by when the poll happened to see it end (the host's times were 20 us
 // to 1.2 ms off on a loaded machine). A high-priority op is not timed (nothing more on its launch
 // path).
+//
+// 1-ms kernels: a time is kept only when the device time is over 4x the call's own (the call's time
+// is between the events too), and under CI's load every call of a 100-us queue once took more than
+// 25 us, so none of the 30 was exact (2026-11-29).
 TEST_F(GateTest, AWaitedCallIsTimedOnTheDevice) {
-  start({"queue", "30"}, "low");  // the fake daemon grants each op as it is posted: each one waits
+  start({"queue", "30", "1000"}, "low");  // the fake daemon grants each op as it is posted: each one waits
   ASSERT_EQ(finish(20s), 0) << output_;
   ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 30) && c[0].completions.size() == 30; }));
   const FakeClient client = daemon_->clients().at(0);  // a copy: a temporary's member would dangle in the loop
@@ -475,7 +479,7 @@ TEST_F(GateTest, AWaitedCallIsTimedOnTheDevice) {
     ASSERT_EQ(completion.status, 0);
     if (completion.flags != ipc::kCompletionExact) continue;
     ++exact;
-    EXPECT_GE(completion.end_ns - completion.start_ns, 98'000) << "seq " << completion.seq;
+    EXPECT_GE(completion.end_ns - completion.start_ns, 980'000) << "seq " << completion.seq;
   }
   EXPECT_GE(exact, 1u) << "of 30: a thread's waited calls are timed at most once a millisecond";
 

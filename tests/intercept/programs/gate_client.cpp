@@ -246,8 +246,8 @@ int run_burst(int rounds) {
   return 0;
 }
 
-int run_queue(int n) {
-  for (int i = 0; i < n; ++i) CHECK_CU(launch(100, nullptr));
+int run_queue(int n, int us) {
+  for (int i = 0; i < n; ++i) CHECK_CU(launch(us, nullptr));
   CHECK_CU(cuCtxSynchronize());
   return 0;
 }
@@ -545,7 +545,7 @@ int main(int argc, char** argv) {
   if (mode == "green") return run_green();
   if (mode == "legacy-two") return run_legacy_two();
   if (mode == "burst") return run_burst(arg(2, 3));
-  if (mode == "queue") return run_queue(arg(2, 30));
+  if (mode == "queue") return run_queue(arg(2, 30), arg(3, 100));
   std::printf("usage: %s ops|unified|marks|timed|loop|threads|bench|copies|contexts|fork|reuse|destroy|release-beside|green|legacy-two|burst|queue\n",
               argv[0]);
   return 2;
