@@ -107,41 +107,62 @@ def parse(lines):
     return trace
 
 
+def merged(spans):
+    """The union of (start, end) spans, as sorted disjoint spans."""
+    out = []
+    for start, end in sorted(spans):
+        if end <= start:
+            continue
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
+
+
+def overlap(a, b):
+    """How long two sets of sorted disjoint spans overlap."""
+    total, i, j = 0, 0, 0
+    while i < len(a) and j < len(b):
+        total += max(0, min(a[i][1], b[j][1]) - max(a[i][0], b[j][0]))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
 def label(op):
     return op.job if op.kind in COMPUTE_KINDS else f"{op.job} (copy)"
 
 
-def busy_ns(ops, begin_ns, end_ns):
-    """How long any of `ops` was on the device within [begin_ns, end_ns): their spans' union."""
-    spans = sorted((max(op.start_ns, begin_ns), min(op.end_ns, end_ns)) for op in ops
-                   if op.start_ns is not None and op.end_ns is not None)
-    total, reached = 0, begin_ns
-    for start, end in spans:
-        start = max(start, reached)
-        if end > start:
-            total += end - start
-            reached = end
-    return total
+def windows(trace, lc_job, latencies_ms):
+    """Each request's arrival and answer (ns): its latency, ending at its query_end mark."""
+    answered = trace.ends.get(lc_job, [])
+    if len(answered) != len(latencies_ms) or not answered:
+        raise ValueError(f"{lc_job} has {len(answered)} query_end marks in the trace and {len(latencies_ms)} "
+                         "latencies: were its queries marked (and none dropped), and is this the run's own log?")
+    return [end - round(latency * 1e6) for end, latency in zip(answered, latencies_ms)], answered
+
+
+def device_spans(ops):
+    """When any of `ops`' compute was on the device, as sorted disjoint spans."""
+    return merged((op.start_ns, op.end_ns) for op in ops
+                  if op.kind in COMPUTE_KINDS and op.start_ns is not None and op.end_ns is not None)
 
 
 def explain(trace, lc_job, latencies_ms, picked):
     """One record per picked request index: what the best-effort jobs had while it waited."""
-    answered = trace.ends.get(lc_job, [])
-    if len(answered) != len(latencies_ms):
-        raise ValueError(f"{lc_job} has {len(answered)} query_end marks in the trace and {len(latencies_ms)} "
-                         "latencies: were its queries marked (and none dropped), and is this the run's own log?")
-    arrived = [end - round(latency * 1e6) for end, latency in zip(answered, latencies_ms)]
+    arrived, answered = windows(trace, lc_job, latencies_ms)
     best_effort = [op for op in trace.ops if op.job != lc_job]
+    on_device = {job: device_spans([op for op in best_effort if op.job == job])
+                 for job in sorted({op.job for op in best_effort})}
     records = []
     for i in picked:
         begin, end = arrived[i], answered[i]
         running = [op for op in best_effort
                    if op.start_ns is not None and op.start_ns <= begin and (op.end_ns or 0) > begin]
-        device = {}
-        for job in sorted({op.job for op in best_effort}):
-            ns = busy_ns([op for op in best_effort if op.job == job and op.kind in COMPUTE_KINDS], begin, end)
-            if ns:
-                device[job] = ns
+        device = {job: ns for job, spans in on_device.items() if (ns := overlap(spans, [(begin, end)]))}
         granted = [op for op in best_effort if op.granted_ns is not None and begin <= op.granted_ns < end]
         records.append({
             "request": i,
@@ -178,55 +199,24 @@ def table(records, target_ms):
     return "\n".join(rows)
 
 
-def merged(spans):
-    """The union of (start, end) spans, as sorted disjoint spans."""
-    out = []
-    for start, end in sorted(spans):
-        if end <= start:
-            continue
-        if out and start <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], end))
-        else:
-            out.append((start, end))
-    return out
-
-
-def overlap(a, b):
-    """How long two sets of sorted disjoint spans overlap."""
-    total, i, j = 0, 0, 0
-    while i < len(a) and j < len(b):
-        total += max(0, min(a[i][1], b[j][1]) - max(a[i][0], b[j][0]))
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return total
-
-
 def phases(trace, lc_job, latencies_ms):
     """Where each best-effort job's time went, from the LC's first arrival to its last answer: with
     a request of the LC in the system and without. Per job, in ms: its compute on the device and the
-    time it had an op waiting for a grant (posted, not granted), in each phase; and each phase's
+    time it had an op gpuqosd had read and not granted, in each phase; and each phase's
     length."""
-    answered = trace.ends.get(lc_job, [])
-    if len(answered) != len(latencies_ms) or not answered:
-        return None
-    arrived = [end - round(latency * 1e6) for end, latency in zip(answered, latencies_ms)]
-    run = [(arrived[0], answered[-1])]
+    arrived, answered = windows(trace, lc_job, latencies_ms)
     busy = merged(zip(arrived, answered))
-    idle = merged([(a[1], b[0]) for a, b in zip(busy, busy[1:])])
-    lengths = {"busy": overlap(busy, run), "idle": overlap(idle, run)}
+    idle = [(a[1], b[0]) for a, b in zip(busy, busy[1:])]
     out = {}
     for job in sorted({op.job for op in trace.ops if op.job != lc_job}):
         ops = [op for op in trace.ops if op.job == job]
-        device = merged((op.start_ns, op.end_ns) for op in ops
-                        if op.kind in COMPUTE_KINDS and op.start_ns is not None and op.end_ns is not None)
+        device = device_spans(ops)
         # From gpuqosd's read, so the ring's latency is not counted: a grant made as the op is read
         # takes microseconds, a hold as long as it lasts.
         held = merged((op.read_ns, answered[-1] if op.granted_ns is None else op.granted_ns) for op in ops)
         out[job] = {phase: {"device_ms": overlap(device, spans) / 1e6, "held_ms": overlap(held, spans) / 1e6}
                     for phase, spans in (("busy", busy), ("idle", idle))}
-    return {"busy_ms": lengths["busy"] / 1e6, "idle_ms": lengths["idle"] / 1e6, "jobs": out}
+    return {"busy_ms": sum(e - b for b, e in busy) / 1e6, "idle_ms": sum(e - b for b, e in idle) / 1e6, "jobs": out}
 
 
 def phase_table(where):
