@@ -14,6 +14,14 @@ request's scheduled arrival), ending at its query_end mark, which the replayer p
 reads the clock for that latency: the i-th mark ends the i-th request. A cell whose LC posted no
 such marks (or lost some: the shim drops a mark when its ring is full) is said and skipped. For
 each request in question it prints:
+  - ahead: the LC's earlier requests still in the system when it arrived;
+  - running at arrival: best-effort ops on the device at that moment, each as job (copies marked,
+    with their direction, h2d, d2h or d2d, in logs that say it), length and what was left of it (on
+    a run-to-end device a request's first kernel waits at least that long behind a kernel);
+  - best-effort device time inside the window, per job: how long the job had an op on the device
+    (the union of its ops' device spans, clipped to the window);
+  - granted during the window: how many best-effort ops gpuqosd granted after the request arrived
+    and before it was answered, and their expected device time (the predictor's, from the log).
 Then, for the whole cell, where each best-effort job's time went with a request of the LC in the
 system and with none: the share of each phase in which it had compute on the device, and in which
 it had an op gpuqosd had read and not granted yet (its holds, of any reason, and when).
@@ -29,11 +37,12 @@ from dataclasses import dataclass, field
 QUERY_END = 6  # ipc::OpKind::query_end
 COMPUTE_KINDS = {0, 2, 3}  # kernel, memset, graph
 COPY_KIND = 1
+DIRECTIONS = {1: "h2d", 2: "d2h", 3: "d2d"}  # ipc::CopyDirection
 
 # A job's name is any printable ASCII, quotes included: the tag ends at the last "' pid N: ".
 _TAG = r"job '(?P<job>.*)' pid (?P<pid>\d+): "
 POSTED = re.compile(_TAG + r"posted (?P<seq>\d+) kind (?P<kind>\d+) device \d+ stamp (?P<stamp>-?\d+) read (?P<read>-?\d+) "
-                    r"expected (?P<expected>-?\d+) upper -?\d+")
+                    r"expected (?P<expected>-?\d+) upper -?\d+(?: direction (?P<direction>\d+))?")
 DONE = re.compile(_TAG + r"done (?P<seq>\d+) start (?P<start>-?\d+) end (?P<end>-?\d+)")
 GRANTED = re.compile(_TAG + r"granted through (?P<seq>\d+) at (?P<at>-?\d+)")
 
@@ -45,6 +54,7 @@ class Op:
     stamp_ns: int
     expected_ns: int
     read_ns: int = 0  # when gpuqosd read it
+    direction: int = 0  # a copy's ipc::CopyDirection (0: not said, as in logs before 2026-11-29's)
     granted_ns: int | None = None
     start_ns: int | None = None
     end_ns: int | None = None
@@ -81,7 +91,7 @@ def parse(lines):
             session.last_seq = seq
             if kind == QUERY_END:
                 trace.ends.setdefault(m["job"], []).append(stamp)
-            op = Op(m["job"], kind, stamp, int(m["expected"]), int(m["read"]))
+            op = Op(m["job"], kind, stamp, int(m["expected"]), int(m["read"]), int(m["direction"] or 0))
             session.ops[seq] = op
             if seq <= session.granted_through:
                 op.granted_ns = stamp  # on credit: granted before it was posted, issued without asking
@@ -133,7 +143,10 @@ def overlap(a, b):
 
 
 def label(op):
-    return op.job if op.kind in COMPUTE_KINDS else f"{op.job} (copy)"
+    if op.kind in COMPUTE_KINDS:
+        return op.job
+    direction = DIRECTIONS.get(op.direction)
+    return f"{op.job} (copy {direction})" if direction else f"{op.job} (copy)"
 
 
 def windows(trace, lc_job, latencies_ms):

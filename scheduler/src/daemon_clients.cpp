@@ -76,9 +76,9 @@ std::string Daemon::accept_op(Client& client, const ArrivedOp& arrived) {
           : learner_->posted(client.identity().id, op, op.kind == ipc::OpKind::graph ? "graph:" + client.identity().job : "");
   // Every op, mark, grant and completion at trace level, timed by the monotonic clock the shim stamps
   // with: what a policy decided, and when, can be read back against a job's own timings.
-  spdlog::trace("{}: posted {} kind {} device {} stamp {} read {} expected {} upper {}", client.tag(), op.seq,
-                static_cast<int>(op.kind), op.device, op.posted_ns, arrived.arrived_ns, estimate.expected_ns,
-                estimate.upper_ns);
+  spdlog::trace("{}: posted {} kind {} device {} stamp {} read {} expected {} upper {} direction {}", client.tag(),
+                op.seq, static_cast<int>(op.kind), op.device, op.posted_ns, arrived.arrived_ns, estimate.expected_ns,
+                estimate.upper_ns, static_cast<int>(op.direction));
   apply(policy_->op_posted(
       OpPosted{client.identity().id, client.identity().priority, op, arrived.arrived_ns, estimate.upper_ns,
                estimate.expected_ns}));

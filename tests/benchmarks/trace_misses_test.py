@@ -18,9 +18,11 @@ RESNET = "job 'resnet-train' pid 20: "
 RECSYS = "job 'recsys-train' pid 30: "
 
 
-def posted(tag, seq, kind, stamp_ms, expected_ms=0.0):
-    return (f"2026-11-29 11:52:22.279 trace {tag}posted {seq} kind {kind} device 0 stamp {int(stamp_ms * MS)} "
+def posted(tag, seq, kind, stamp_ms, expected_ms=0.0, direction=0):
+    """gpuqosd's line; direction None: as written before it said copies' directions."""
+    line = (f"2026-11-29 11:52:22.279 trace {tag}posted {seq} kind {kind} device 0 stamp {int(stamp_ms * MS)} "
             f"read {int(stamp_ms * MS) + 5000} expected {int(expected_ms * MS)} upper {int(expected_ms * MS)}")
+    return line if direction is None else f"{line} direction {direction}"
 
 
 def granted(tag, through, at_ms):
@@ -50,7 +52,7 @@ LOG = [
     posted(LC, 4, 7, 1050.0),
     posted(RESNET, 5, 0, 1051.0, 4.0),
     posted(RESNET, 6, 0, 1051.5, 4.0),
-    posted(RESNET, 7, 1, 1051.6, 2.0),
+    posted(RESNET, 7, 1, 1051.6, 2.0, direction=1),
     granted(RESNET, 6, 1052.0),
     granted(RESNET, 7, 1054.0),
     done(RESNET, 5, 1053.0, 1057.0),
@@ -103,6 +105,12 @@ class Parse(unittest.TestCase):
         self.assertEqual([(op.job, op.granted_ns, op.end_ns) for op in trace.ops], [("bob's ' pid 7", 11 * MS, 14 * MS)])
         self.assertEqual(trace.ends, {"bob's ' pid 7": [15 * MS]})
 
+    def test_a_copy_is_labelled_by_its_direction_and_an_older_log_without_one_still_reads(self):
+        trace = tm.parse([posted(RESNET, 1, 1, 10.0, 1.0, direction=2), posted(RESNET, 2, 1, 11.0, 1.0, direction=3),
+                          posted(RESNET, 3, 1, 12.0, 1.0, direction=None), posted(RESNET, 4, 0, 13.0, 1.0, direction=None)])
+        self.assertEqual([tm.label(op) for op in trace.ops],
+                         ["resnet-train (copy d2h)", "resnet-train (copy d2d)", "resnet-train (copy)", "resnet-train"])
+
     def test_two_processes_of_one_job_keep_their_own_seqs(self):
         other = "job 'resnet-train' pid 21: "
         trace = tm.parse([posted(RESNET, 1, 0, 10.0, 1.0), posted(other, 1, 0, 11.0, 2.0),
@@ -129,7 +137,7 @@ class Explain(unittest.TestCase):
     def test_a_request_counts_the_ones_still_in_the_system_ahead_of_it(self):
         (r,) = tm.explain(self.trace, "bert-infer", LATENCIES, [2])
         self.assertEqual(r["ahead"], 1)
-        self.assertEqual(r["running"], [("recsys-train", 30.0, 10.0), ("resnet-train (copy)", 2.0, 1.0)])
+        self.assertEqual(r["running"], [("recsys-train", 30.0, 10.0), ("resnet-train (copy h2d)", 2.0, 1.0)])
         self.assertEqual(r["device_ms"], {"recsys-train": 10.0})
         self.assertEqual(r["granted"], 0)  # resnet's ops were granted before it arrived
 
