@@ -1,6 +1,7 @@
 // Integration tests of the QoS tracker as users see it: `gpuqos status` and `gpuqos top` showing a
 // job's query latency against the target of its config, best-effort progress, and the Prometheus
-// endpoint. Real gpuqosd processes (unique sockets and temp dirs), fake clients written with ipc.
+// endpoint; and baymax protecting two high-priority jobs' queries, earliest deadline first. Real
+// gpuqosd processes (unique sockets and temp dirs), fake clients written with ipc.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -401,6 +402,79 @@ TEST(Qos, EachFurtherBestEffortProcessCountsASlice) {
                                "00.000 ms, one for each of its " + n + " best-effort processes)") != std::string::npos;
     }, 5s)) << daemon.log();
   }
+}
+
+// Two high-priority jobs with different targets, through a real gpuqosd: each query is protected
+// with the other's work counted in deadline order (earliest deadline first). `loose` opens a query
+// due in 1,200 ms with 20 ms of predicted work, and `tight` then one due in 1,000 ms with 1,500 ms.
+// A 20-ms best-effort op fits each deadline on its own (that is how a daemon protecting each query
+// apart would grant it), and in the opposite order (`loose`'s 20 ms ahead of `tight`'s query). But
+// `loose`'s query is served after `tight`'s, so it would finish past its deadline: the op waits,
+// and goes once `tight`'s query is done. (Queries are given up after 2 s: everything here happens
+// well within that.)
+TEST(Qos, TwoHighPriorityJobsAreProtectedEarliestDeadlineFirst) {
+  TempDir dir("gpuqos-qos");
+  DaemonProcess daemon({"--config", dir.write("gpuqosd.toml",
+                                              "[policy]\nname = \"baymax\"\n[policy.baymax]\nsafety_margin_ms = 1.0\n"
+                                              "be_backlog_bound_ms = 500.0\n"
+                                              "[[job]]\nname = \"tight\"\ntarget_ms = 1000.0\n"
+                                              "[[job]]\nname = \"loose\"\ntarget_ms = 1200.0\n")
+                                        .string()});
+  // What the ops take, learned from a best-effort process's exactly timed completions (before any
+  // high-priority job is on the device: no budget, no hold).
+  {
+    FakeClient teacher(daemon.socket(), Priority::low, "teacher");
+    teacher.name_kernel(1, "infer");
+    teacher.name_kernel(2, "step");
+    teacher.post(FakeClient::kernel(1, 1));
+    teacher.post(FakeClient::kernel(2, 2));
+    ASSERT_TRUE(teacher.wait_granted(2));
+    const std::int64_t now = ipc::monotonic_ns();
+    teacher.complete(1, now - 1'520 * kMs, now - 20 * kMs);
+    teacher.complete(2, now - 20 * kMs, now);
+    ASSERT_TRUE(eventually([&] { return daemon.status()["predictor"]["learned"] == 2; }, 5s)) << daemon.status().dump(1);
+  }
+  FakeClient tight(daemon.socket(), Priority::high, "tight");
+  FakeClient loose(daemon.socket(), Priority::high, "loose");
+  place_on_device_0(daemon, tight);  // seqs 1-2, kernel 1 "infer"
+  place_on_device_0(daemon, loose);
+  FakeClient train(daemon.socket(), Priority::low, "train");
+  train.name_kernel(1, "step");
+  // The held op, if any: (seq, reason).
+  const auto held = [&] {
+    const nlohmann::json status = daemon.status();  // not a temporary's member: it would dangle in the loop
+    for (const auto& client : status["clients"]) {
+      if (client["client"] == train.client_number() && client.contains("held_at"))
+        return std::pair{client["held_at"]["seq"].get<std::uint64_t>(), client["held_at"]["held_by"].get<std::string>()};
+    }
+    return std::pair{std::uint64_t{0}, std::string()};
+  };
+
+  loose.name_kernel(2, "step");
+  loose.post(FakeClient::kernel(3, 2));  // a query opens, due in 1,200 ms, with 20 ms of work
+  train.post(FakeClient::kernel(1));
+  ASSERT_TRUE(train.wait_granted(1)) << "loose's query alone leaves room for 20 ms\n" << daemon.status().dump(1);
+  std::int64_t now = ipc::monotonic_ns();
+  train.complete(1, now - 20 * kMs, now);
+
+  tight.post(FakeClient::kernel(3));  // due in 1,000 ms, 1,500 ms of work ahead of loose's query
+  ASSERT_TRUE(eventually([&] {
+    const nlohmann::json status = daemon.status();
+    for (const auto& client : status["clients"]) {
+      if (client["client"] == tight.client_number()) return client["last_seq"] == 3;
+    }
+    return false;
+  }, 1s)) << daemon.status().dump(1);
+  train.post(FakeClient::kernel(2));
+  ASSERT_TRUE(eventually([&] { return held() == std::pair{std::uint64_t{2}, std::string("deadline")}; }, 1s))
+      << daemon.status().dump(1);
+  EXPECT_FALSE(train.wait_granted(2, 100ms));
+
+  // tight's query done: loose's has room again.
+  now = ipc::monotonic_ns();
+  tight.post(mark(4, ipc::OpKind::sync));
+  tight.complete(3, now - kMs, now);
+  EXPECT_TRUE(train.wait_granted(2, 500ms)) << daemon.status().dump(1);
 }
 
 TEST(Qos, MetricsEndpointServesPrometheusText) {
