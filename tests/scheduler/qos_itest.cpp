@@ -434,10 +434,11 @@ TEST(Qos, TwoHighPriorityJobsAreProtectedEarliestDeadlineFirst) {
     teacher.complete(2, now - 20 * kMs, now);
     ASSERT_TRUE(eventually([&] { return daemon.status()["predictor"]["learned"] == 2; }, 5s)) << daemon.status().dump(1);
   }
-  FakeClient tight(daemon.socket(), Priority::high, "tight");
+  // loose first: gpuqosd numbers clients as they connect, so their order is not the deadlines'.
   FakeClient loose(daemon.socket(), Priority::high, "loose");
-  place_on_device_0(daemon, tight);  // seqs 1-2, kernel 1 "infer"
-  place_on_device_0(daemon, loose);
+  FakeClient tight(daemon.socket(), Priority::high, "tight");
+  place_on_device_0(daemon, loose);  // seqs 1-2, kernel 1 "infer"
+  place_on_device_0(daemon, tight);
   FakeClient train(daemon.socket(), Priority::low, "train");
   train.name_kernel(1, "step");
   // The held op, if any: (seq, reason).
