@@ -410,8 +410,9 @@ TEST(Qos, EachFurtherBestEffortProcessCountsASlice) {
 // A 20-ms best-effort op fits each deadline on its own (that is how a daemon protecting each query
 // apart would grant it), and in the opposite order (`loose`'s 20 ms ahead of `tight`'s query). But
 // `loose`'s query is served after `tight`'s, so it would finish past its deadline: the op waits,
-// and goes once `tight`'s query is done. (Queries are given up after 2 s: everything here happens
-// well within that.)
+// and goes once `tight`'s query is done. With the large work `loose`'s instead, the op goes: work
+// served after a query does not delay it. (Queries are given up after 2 s: each pair of queries
+// here is done well within that.)
 TEST(Qos, TwoHighPriorityJobsAreProtectedEarliestDeadlineFirst) {
   TempDir dir("gpuqos-qos");
   DaemonProcess daemon({"--config", dir.write("gpuqosd.toml",
@@ -474,8 +475,31 @@ TEST(Qos, TwoHighPriorityJobsAreProtectedEarliestDeadlineFirst) {
   // tight's query done: loose's has room again.
   now = ipc::monotonic_ns();
   tight.post(mark(4, ipc::OpKind::sync));
-  tight.complete(3, now - kMs, now);
-  EXPECT_TRUE(train.wait_granted(2, 500ms)) << daemon.status().dump(1);
+  tight.complete(3, now - kMs, now, ipc::kCompletionCoarse);  // as the shim reports high priority's: not learned
+  ASSERT_TRUE(train.wait_granted(2, 500ms)) << daemon.status().dump(1);
+  now = ipc::monotonic_ns();
+  train.complete(2, now - 20 * kMs, now);
+
+  // The other way round: the 1,500 ms of work is the later deadline's, which the earlier query is
+  // not served after, so it does not count against it and the op goes.
+  now = ipc::monotonic_ns();
+  loose.post(mark(4, ipc::OpKind::sync));
+  loose.complete(3, now - kMs, now, ipc::kCompletionCoarse);
+  loose.post(FakeClient::kernel(5));  // "infer": a query due in 1,200 ms, with 1,500 ms of work
+  tight.name_kernel(2, "step");
+  tight.post(FakeClient::kernel(5, 2));  // due in 1,000 ms, with 20 ms
+  ASSERT_TRUE(eventually([&] {
+    const nlohmann::json status = daemon.status();
+    std::size_t seen = 0;
+    for (const auto& client : status["clients"]) {
+      if ((client["client"] == tight.client_number() || client["client"] == loose.client_number()) &&
+          client["last_seq"] == 5)
+        ++seen;
+    }
+    return seen == 2;
+  }, 1s)) << daemon.status().dump(1);
+  train.post(FakeClient::kernel(3));
+  EXPECT_TRUE(train.wait_granted(3, 500ms)) << daemon.status().dump(1);
 }
 
 TEST(Qos, MetricsEndpointServesPrometheusText) {
