@@ -39,6 +39,16 @@ ipc::OpDescriptor mark(std::uint64_t seq, ipc::OpKind kind) {
 
 // One inferred query of two kernels and a sync (seqs first..first+2): the ops are posted now and
 // complete after run_for, with device times in the daemon's clock.
+// The client's entry in gpuqosd's status (null when it is not listed). Returned by value: an
+// entry of a temporary status would dangle.
+nlohmann::json client_entry(DaemonProcess& daemon, const FakeClient& client) {
+  const nlohmann::json status = daemon.status();
+  for (const auto& entry : status["clients"]) {
+    if (entry["client"] == client.client_number()) return entry;
+  }
+  return nullptr;
+}
+
 // A high-priority client is on no device until its first GPU op (ClientInfo::kNoDevice): one short
 // query, coarsely timed so nothing is learned of it, puts it on device 0, once the daemon has read
 // it (before another client's op it should be beside). Seqs 1-2.
@@ -47,13 +57,8 @@ void place_on_device_0(DaemonProcess& daemon, FakeClient& client) {
   client.post(FakeClient::kernel(1));
   client.post(mark(2, ipc::OpKind::sync));
   client.complete(1, 100, 200, ipc::kCompletionCoarse);  // long ago: alongside nothing a test times
-  ASSERT_TRUE(eventually([&] {
-    const nlohmann::json status = daemon.status();  // not a temporary's member: it would dangle in the loop
-    for (const auto& entry : status["clients"]) {
-      if (entry["client"] == client.client_number()) return entry["devices"] == nlohmann::json::array({0});
-    }
-    return false;
-  }, 5s)) << daemon.status().dump(1);
+  ASSERT_TRUE(eventually([&] { return client_entry(daemon, client)["devices"] == nlohmann::json::array({0}); }, 5s))
+      << daemon.status().dump(1);
 }
 
 void run_query(FakeClient& client, std::uint64_t first, std::chrono::milliseconds run_for) {
@@ -315,13 +320,8 @@ TEST(Qos, AHoldThatEndsAsTheHighPriorityJobLeavesSaysSo) {
     on_1.device = 1;
     other.post(on_1);
     other.complete(1, 100, 200, ipc::kCompletionCoarse);
-    ASSERT_TRUE(eventually([&] {
-      const nlohmann::json status = daemon.status();
-      for (const auto& entry : status["clients"]) {
-        if (entry["client"] == other.client_number()) return entry["devices"] == nlohmann::json::array({1});
-      }
-      return false;
-    }, 5s)) << daemon.status().dump(1);
+    ASSERT_TRUE(eventually([&] { return client_entry(daemon, other)["devices"] == nlohmann::json::array({1}); }, 5s))
+        << daemon.status().dump(1);
     train.post(FakeClient::kernel(1));
     ASSERT_TRUE(train.wait_granted(1));
     const std::int64_t now = ipc::monotonic_ns();
@@ -444,12 +444,13 @@ TEST(Qos, TwoHighPriorityJobsAreProtectedEarliestDeadlineFirst) {
   train.name_kernel(1, "step");
   // The held op, if any: (seq, reason).
   const auto held = [&] {
-    const nlohmann::json status = daemon.status();  // not a temporary's member: it would dangle in the loop
-    for (const auto& client : status["clients"]) {
-      if (client["client"] == train.client_number() && client.contains("held_at"))
-        return std::pair{client["held_at"]["seq"].get<std::uint64_t>(), client["held_at"]["held_by"].get<std::string>()};
-    }
-    return std::pair{std::uint64_t{0}, std::string()};
+    const nlohmann::json entry = client_entry(daemon, train);
+    if (!entry.contains("held_at")) return std::pair{std::uint64_t{0}, std::string()};
+    return std::pair{entry["held_at"]["seq"].get<std::uint64_t>(), entry["held_at"]["held_by"].get<std::string>()};
+  };
+  // Whether gpuqosd has read the client's ops through seq.
+  const auto read_through = [&](const FakeClient& client, std::uint64_t seq) {
+    return client_entry(daemon, client)["last_seq"] == seq;
   };
 
   loose.name_kernel(2, "step");
@@ -460,13 +461,7 @@ TEST(Qos, TwoHighPriorityJobsAreProtectedEarliestDeadlineFirst) {
   train.complete(1, now - 20 * kMs, now);
 
   tight.post(FakeClient::kernel(3));  // due in 1,000 ms, 1,500 ms of work ahead of loose's query
-  ASSERT_TRUE(eventually([&] {
-    const nlohmann::json status = daemon.status();
-    for (const auto& client : status["clients"]) {
-      if (client["client"] == tight.client_number()) return client["last_seq"] == 3;
-    }
-    return false;
-  }, 1s)) << daemon.status().dump(1);
+  ASSERT_TRUE(eventually([&] { return read_through(tight, 3); }, 1s)) << daemon.status().dump(1);
   train.post(FakeClient::kernel(2));
   ASSERT_TRUE(eventually([&] { return held() == std::pair{std::uint64_t{2}, std::string("deadline")}; }, 1s))
       << daemon.status().dump(1);
@@ -488,16 +483,8 @@ TEST(Qos, TwoHighPriorityJobsAreProtectedEarliestDeadlineFirst) {
   loose.post(FakeClient::kernel(5));  // "infer": a query due in 1,200 ms, with 1,500 ms of work
   tight.name_kernel(2, "step");
   tight.post(FakeClient::kernel(5, 2));  // due in 1,000 ms, with 20 ms
-  ASSERT_TRUE(eventually([&] {
-    const nlohmann::json status = daemon.status();
-    std::size_t seen = 0;
-    for (const auto& client : status["clients"]) {
-      if ((client["client"] == tight.client_number() || client["client"] == loose.client_number()) &&
-          client["last_seq"] == 5)
-        ++seen;
-    }
-    return seen == 2;
-  }, 1s)) << daemon.status().dump(1);
+  ASSERT_TRUE(eventually([&] { return read_through(tight, 5) && read_through(loose, 5); }, 1s))
+      << daemon.status().dump(1);
   train.post(FakeClient::kernel(3));
   EXPECT_TRUE(train.wait_granted(3, 500ms)) << daemon.status().dump(1);
 }
