@@ -106,7 +106,7 @@ std::optional<std::filesystem::path> find_shim() {
 }
 
 // What CLI11 says too vaguely, said plainly: a command that is not one (it says a subcommand is
-// required), a run command not behind "--" (it says an argument was not expected). "" otherwise.
+// required; a command missing a required option of its own gets CLI11's message), a run command not behind "--" (it says an argument was not expected). "" otherwise.
 // `reversed_args` is what the parser got (reversed).
 std::string usage_problem(const CLI::App& app, const CLI::ParseError& error, const std::vector<std::string>& reversed_args,
                           const CLI::App& run) {
@@ -119,6 +119,10 @@ std::string usage_problem(const CLI::App& app, const CLI::ParseError& error, con
   if (reversed_args.empty()) return "gpuqos: a command is required (commands: " + known + ")";
   const std::string& first = reversed_args.back();
   if (first.starts_with('-')) return "";
+  // A command that is one, missing an option of its own: CLI11's message names the option.
+  for (const CLI::App* command : app.get_subcommands({})) {
+    if (command->check_name(first)) return "";
+  }
   return "gpuqos: unknown command '" + first + "' (commands: " + known + ")";
 }
 

@@ -1398,6 +1398,8 @@ TEST(Cli, UsageMistakesAreSaidPlainly) {
   for (const auto& [args, message] : std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{"stauts"}, "gpuqos: unknown command 'stauts' (commands: status, top, run, train, eval)"},
            {{}, "gpuqos: a command is required (commands: status, top, run, train, eval)"},
+           {{"train"}, "--from is required"},
+           {{"eval"}, "--train is required"},
            {{"run", "--priority", "high", "true"}, "gpuqos run: the command goes after --: gpuqos run [options] -- CMD"},
            {{"run", "--priority", "high"}, "gpuqos run: no command: gpuqos run [options] -- CMD ARGS..."}}) {
     std::vector<std::string> argv = {bin("gpuqos")};
