@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <optional>
@@ -57,12 +58,19 @@ int move_high(int fd) {
   return high;
 }
 
+// At most timeout_ms in all: a signal (a program's interval timer) restarts the wait for the time
+// left only, or it could restart for ever while gpuqosd is stopped (a user's job hung in its first
+// CUDA call).
 bool wait_for(int fd, short events, int timeout_ms) {
   pollfd p{fd, events, 0};
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   int ready;
-  do {
-    ready = ::poll(&p, 1, timeout_ms);
-  } while (ready < 0 && errno == EINTR);
+  int left_ms = timeout_ms;
+  while ((ready = ::poll(&p, 1, left_ms)) < 0 && errno == EINTR) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    left_ms = static_cast<int>(left.count());
+  }
   return ready > 0 && (p.revents & events);
 }
 

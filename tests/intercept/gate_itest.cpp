@@ -515,6 +515,22 @@ TEST_F(GateTest, NoDaemonAtStartRunsUnmanagedWithOneWarning) {
   EXPECT_EQ(occurrences(output_, "running unmanaged"), 1u) << output_;
 }
 
+// A stopped gpuqosd still takes connections (the kernel's backlog) and never answers the Hello.
+// A program whose interval timer interrupts the wait every 20 ms must still run unmanaged once the
+// Hello's 1 s is up: the wait used to restart in full after each signal, a hang until gpuqosd ran.
+TEST_F(GateTest, SignalsDoNotStretchTheWaitForAStoppedDaemonsAnswer) {
+  daemon_->stall_for(5s);
+  const auto started = std::chrono::steady_clock::now();
+  start({"signals", "20000"}, "low");
+  ASSERT_EQ(finish(20s), 0) << output_;
+  const auto took = std::chrono::steady_clock::now() - started;
+  std::cout << "ran in " << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms\n";
+  EXPECT_NE(output_.find("ops ok"), std::string::npos) << output_;
+  EXPECT_GT(value_of(output_, "signals"), 10) << "the timer must interrupt the wait: " << output_;
+  EXPECT_LT(took, 3s) << "the program waited for the stalled daemon: " << output_;
+  EXPECT_EQ(occurrences(output_, "running unmanaged"), 1u) << output_;
+}
+
 TEST_F(GateTest, ADaemonCrashReleasesTheWaiterAtOnce) {
   daemon_->set_auto_grant(false);
   start({"timed", "1000"}, "low");

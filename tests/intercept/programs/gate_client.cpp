@@ -48,12 +48,16 @@
 //                   launches spin(100) and synchronises: "intact <k> of <m>", the pairs that got
 //                   their hello whole and nothing else, and whose other direction still works;
 //                   "end <ns>" as it returns
+//   signals <us>    SIGALRM every <us> from an interval timer started before the first CUDA call (a
+//                   handler without SA_RESTART, as profilers and watchdogs install), then `ops`:
+//                   "signals <n>" caught by its end
 //   fork            launch + sync, fork; the child marks a query and exit()s (atexit handlers run);
 //                   "child <status>" ("child hung" if it has not exited in 5 s), launch + sync again
 #include <cuda.h>
 #include <dirent.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -388,6 +392,26 @@ int run_destroy(bool legacy) {
   return 0;
 }
 
+volatile sig_atomic_t alarms = 0;
+
+// Before the first CUDA call: the shim registers with gpuqosd there.
+void start_alarms(long interval_us) {
+  struct sigaction action {};
+  action.sa_handler = [](int) { alarms = alarms + 1; };
+  sigemptyset(&action.sa_mask);
+  if (sigaction(SIGALRM, &action, nullptr) != 0) std::abort();
+  const itimerval every{{0, interval_us}, {0, interval_us}};
+  if (setitimer(ITIMER_REAL, &every, nullptr) != 0) std::abort();
+}
+
+int run_signals() {
+  const int result = run_ops();
+  const itimerval off{};
+  CHECK(setitimer(ITIMER_REAL, &off, nullptr) == 0);
+  std::printf("signals %d\n", static_cast<int>(alarms));
+  return result;
+}
+
 int run_fork() {
   CHECK_CU(launch(10, nullptr));
   CHECK_CU(cuCtxSynchronize());
@@ -528,6 +552,7 @@ int main(int argc, char** argv) {
   const auto arg = [&](int i, long fallback) { return argc > i ? std::atol(argv[i]) : fallback; };
   // Moves before its first CUDA call, as a program may (the shim reads its settings then).
   if (const char* directory = std::getenv("GATE_CLIENT_CHDIR"); directory && ::chdir(directory) != 0) return 1;
+  if (mode == "signals") start_alarms(arg(2, 20000));
   if (open_device() != 0) return 1;
   if (mode == "ops") return run_ops();
   if (mode == "unified") return run_unified();
@@ -546,7 +571,8 @@ int main(int argc, char** argv) {
   if (mode == "legacy-two") return run_legacy_two();
   if (mode == "burst") return run_burst(arg(2, 3));
   if (mode == "queue") return run_queue(arg(2, 30), arg(3, 100));
-  std::printf("usage: %s ops|unified|marks|timed|loop|threads|bench|copies|contexts|fork|reuse|destroy|release-beside|green|legacy-two|burst|queue\n",
+  if (mode == "signals") return run_signals();
+  std::printf("usage: %s ops|signals|unified|marks|timed|loop|threads|bench|copies|contexts|fork|reuse|destroy|release-beside|green|legacy-two|burst|queue\n",
               argv[0]);
   return 2;
 }
