@@ -54,6 +54,7 @@ CUresult intercept(Operation op, Args... args) noexcept {
   const auto real = real_function<id>();
   if (!real) return missing_real_function(id);
   stamp<id>(op);
+  const NoCancel no_cancel;
   Gate& g = gate();
   const Ticket ticket = g.before(op);
   const CUresult result = real(args...);
@@ -125,6 +126,7 @@ CUresult intercept_copy(Operation op, Dst dst, Src src, Count bytes, Rest... res
   const auto real = real_function<id>();
   if (!real) return missing_real_function(id);
   stamp<id>(op);
+  const NoCancel no_cancel;  // over the chunks too
   Gate& g = gate();
   const std::uint64_t chunk_bytes = g.copy_chunk_bytes();
   // Captured copies only record a graph node: one node, as the program asked.

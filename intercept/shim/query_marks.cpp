@@ -6,8 +6,17 @@
 
 using QueryMark = gpuqos::intercept::Gate::QueryMark;
 
-GPUQOS_QUERY_EXPORT void gpuqosQueryArrived(void) noexcept { gpuqos::intercept::gate().mark_query(QueryMark::arrived); }
+GPUQOS_QUERY_EXPORT void gpuqosQueryArrived(void) noexcept {
+  const gpuqos::intercept::NoCancel no_cancel;
+  gpuqos::intercept::gate().mark_query(QueryMark::arrived);
+}
 
-GPUQOS_QUERY_EXPORT void gpuqosQueryBegin(void) noexcept { gpuqos::intercept::gate().mark_query(QueryMark::begin); }
+GPUQOS_QUERY_EXPORT void gpuqosQueryBegin(void) noexcept {
+  const gpuqos::intercept::NoCancel no_cancel;
+  gpuqos::intercept::gate().mark_query(QueryMark::begin);
+}
 
-GPUQOS_QUERY_EXPORT void gpuqosQueryEnd(void) noexcept { gpuqos::intercept::gate().mark_query(QueryMark::end); }
+GPUQOS_QUERY_EXPORT void gpuqosQueryEnd(void) noexcept {
+  const gpuqos::intercept::NoCancel no_cancel;
+  gpuqos::intercept::gate().mark_query(QueryMark::end);
+}

@@ -3,6 +3,7 @@
 
 #include <cuda.h>
 #include <cudaTypedefs.h>
+#include <pthread.h>
 
 #include <string_view>
 
@@ -11,6 +12,23 @@
 #include "gpuqos/intercept/settings.h"
 
 namespace gpuqos::intercept {
+
+// Holds off pthread_cancel for a whole hook. The shim's waits (the Hello, a grant, a full ring) and
+// writes are cancellation points inside noexcept code, where a cancellation's forced unwind calls
+// std::terminate: a cancelled thread waiting for its grant aborted the whole job. A cancel held
+// off during the wait would then act in the driver's own call, which simgpu's (and no driver)
+// unwinds through safely, so the driver's call is covered too. The cancel acts at the program's
+// next cancellation point, as if it had come just after the call. About 11 ns a pair (glibc 2.36).
+class NoCancel {
+ public:
+  NoCancel() noexcept { ::pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &previous_); }
+  ~NoCancel() { ::pthread_setcancelstate(previous_, nullptr); }
+  NoCancel(const NoCancel&) = delete;
+  NoCancel& operator=(const NoCancel&) = delete;
+
+ private:
+  int previous_ = PTHREAD_CANCEL_ENABLE;
+};
 
 // The driver's soname: what the shim loads, and what a program's dlopen of the driver names.
 inline constexpr const char* kDriverSoname = "libcuda.so.1";

@@ -531,6 +531,25 @@ TEST_F(GateTest, SignalsDoNotStretchTheWaitForAStoppedDaemonsAnswer) {
   EXPECT_EQ(occurrences(output_, "running unmanaged"), 1u) << output_;
 }
 
+// pthread_cancel of a thread waiting for its grant: the wait is the shim's, inside noexcept code,
+// where a cancellation's unwind called std::terminate and aborted the job. The cancel now waits
+// for the grant and acts at the program's next cancellation point.
+TEST_F(GateTest, AThreadCancelledWhileItsLaunchWaitsEndsCancelledOnceGranted) {
+  daemon_->set_auto_grant(false);
+  start({"cancel", "300"}, "low");
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) {
+    return !c.empty() && std::count_if(c.back().ops.begin(), c.back().ops.end(),
+                                       [](const auto& op) { return op.kind == ipc::OpKind::kernel; }) >= 2;
+  }));
+  for (int i = 0; i < 500 && child_->output().find("cancel sent") == std::string::npos; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_NE(child_->output().find("cancel sent"), std::string::npos) << child_->output();
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(child_->output().find("cancelled"), std::string::npos) << "held until granted: " << child_->output();
+  daemon_->set_auto_grant(true);
+  ASSERT_EQ(finish(10s), 0) << output_;
+  EXPECT_NE(output_.find("cancelled 2"), std::string::npos) << output_;
+}
+
 TEST_F(GateTest, ADaemonCrashReleasesTheWaiterAtOnce) {
   daemon_->set_auto_grant(false);
   start({"timed", "1000"}, "low");

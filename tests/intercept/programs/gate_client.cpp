@@ -51,6 +51,9 @@
 //   signals <us>    SIGALRM every <us> from an interval timer started before the first CUDA call (a
 //                   handler without SA_RESTART, as profilers and watchdogs install), then `ops`:
 //                   "signals <n>" caught by its end
+//   cancel <ms>     two threads each launch spin(10) on a stream of its own, then wait at
+//                   pthread_testcancel in a loop; after <ms> main pthread_cancels both ("cancel
+//                   sent <ns>") and joins them: "cancelled <k>", the threads that ended cancelled
 //   fork            launch + sync, fork; the child marks a query and exit()s (atexit handlers run);
 //                   "child <status>" ("child hung" if it has not exited in 5 s), launch + sync again
 #include <cuda.h>
@@ -412,6 +415,37 @@ int run_signals() {
   return result;
 }
 
+int run_cancel(long after_ms) {
+  CUcontext context = nullptr;
+  CHECK_CU(cuCtxGetCurrent(&context));
+  std::vector<pthread_t> threads(2);
+  for (auto& thread : threads) {
+    auto body = [](void* argument) -> void* {
+      CUstream stream = nullptr;
+      cuCtxSetCurrent(static_cast<CUcontext>(argument));
+      if (cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) return nullptr;
+      (void)launch(10, stream);  // low priority: waits here for its grant
+      for (;;) {
+        pthread_testcancel();
+        usleep(1000);
+      }
+    };
+    CHECK(pthread_create(&thread, nullptr, body, context) == 0);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(after_ms));
+  for (pthread_t thread : threads) CHECK(pthread_cancel(thread) == 0);
+  std::printf("cancel sent %lld\n", now_ns());
+  std::fflush(stdout);
+  int cancelled = 0;
+  for (pthread_t thread : threads) {
+    void* result = nullptr;
+    CHECK(pthread_join(thread, &result) == 0);
+    cancelled += result == PTHREAD_CANCELED;
+  }
+  std::printf("cancelled %d\n", cancelled);
+  return 0;
+}
+
 int run_fork() {
   CHECK_CU(launch(10, nullptr));
   CHECK_CU(cuCtxSynchronize());
@@ -572,7 +606,8 @@ int main(int argc, char** argv) {
   if (mode == "burst") return run_burst(arg(2, 3));
   if (mode == "queue") return run_queue(arg(2, 30), arg(3, 100));
   if (mode == "signals") return run_signals();
-  std::printf("usage: %s ops|signals|unified|marks|timed|loop|threads|bench|copies|contexts|fork|reuse|destroy|release-beside|green|legacy-two|burst|queue\n",
+  if (mode == "cancel") return run_cancel(arg(2, 300));
+  std::printf("usage: %s ops|signals|cancel|unified|marks|timed|loop|threads|bench|copies|contexts|fork|reuse|destroy|release-beside|green|legacy-two|burst|queue\n",
               argv[0]);
   return 2;
 }
