@@ -2,6 +2,7 @@
 // checks that make a client refuse a segment it does not understand.
 #include "gpuqos/ipc/segment.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -180,6 +181,15 @@ Result<Segment> Segment::create(const std::string& name, std::uint32_t client_ui
       return Error{"segment " + name + ": " + handed.error()};
     }
     shm.truncate(static_cast<bip::offset_t>(kSegmentBytes));
+    // Its pages reserved now: a segment only truncated is sparse, and /dev/shm gives each page at its
+    // first write. A full /dev/shm (a container's 64 MiB, filled by a data loader) then killed the
+    // writer with SIGBUS: gpuqosd here, or a job's shim at its first use of a ring slot.
+    if (const int error = ::posix_fallocate(shm.get_mapping_handle().handle, 0, static_cast<off_t>(kSegmentBytes));
+        error != 0) {
+      remove(name);
+      return Error{"cannot reserve the " + std::to_string(kSegmentBytes / 1024) + " KiB of segment " + name +
+                   " in /dev/shm: " + std::strerror(error)};
+    }
     bip::mapped_region region(shm, bip::read_write);
     construct_layout(region.get_address(), client_uid, client_pid);
     return Segment(name, std::move(region), /*guard=*/true);

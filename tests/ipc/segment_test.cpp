@@ -3,13 +3,17 @@
 #include "gpuqos/ipc/segment.h"
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <stdexcept>
 #include <vector>
 #include <boost/interprocess/shared_memory_object.hpp>
@@ -125,6 +129,43 @@ TEST(Segment, HeartbeatIsSeenByTheOtherMapping) {
   ASSERT_TRUE(client) << client.error();
   daemon.publish_heartbeat(123456789);
   EXPECT_EQ(client->daemon_heartbeat_ns(), 123456789u);
+}
+
+// A full /dev/shm: creating a segment fails with a reason, and no segment is left behind. Its pages
+// used to come at their first write, and a job's shim, or gpuqosd, died of SIGBUS there. The child
+// mounts a 1 MiB /dev/shm of its own (a private mount namespace: root) and fills it.
+TEST(Segment, CreateOnAFullDevShmFailsWithItsReason) {
+  if (::geteuid() != 0) GTEST_SKIP() << "only root can mount a /dev/shm of its own";
+  constexpr int kSkip = 77;
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        ::mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=1m") != 0) {
+      ::_exit(kSkip);  // no mount namespaces here (a container without CAP_SYS_ADMIN)
+    }
+    const int fill = ::open("/dev/shm/fill", O_CREAT | O_WRONLY, 0600);
+    std::vector<char> block(64 * 1024, 1);
+    while (fill >= 0 && ::write(fill, block.data(), block.size()) > 0) {
+    }
+    ::close(fill);
+    const auto full = Segment::create("/gpuqos-test-full", ::getuid());
+    if (full) ::_exit(1);
+    if (full.error().find("No space left on device") == std::string::npos ||
+        full.error().find("/gpuqos-test-full") == std::string::npos) {
+      std::fprintf(stderr, "unexpected: %s\n", full.error().c_str());
+      ::_exit(2);
+    }
+    if (::access("/dev/shm/gpuqos-test-full", F_OK) == 0) ::_exit(3);  // left behind
+    ::unlink("/dev/shm/fill");
+    if (!Segment::create("/gpuqos-test-full", ::getuid())) ::_exit(4);  // with room, it works
+    ::_exit(0);
+  }
+  ChildProcess child(pid);
+  const int code = child.wait();
+  if (code == kSkip) GTEST_SKIP() << "cannot mount a private /dev/shm here";
+  EXPECT_EQ(code, 0) << "1: created on a full /dev/shm; 2: no reason; 3: left behind; 4: not created with room; "
+                        "-1: killed (SIGBUS)";
 }
 
 TEST(Segment, CreateRefusesAnExistingName) {
