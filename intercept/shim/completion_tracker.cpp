@@ -144,7 +144,11 @@ void CompletionTracker::enqueue(Pending pending) noexcept {
   if (!started_) {
     started_ = true;
     try {
-      thread_ = std::thread([this] { run(); });
+      const SignalsBlocked quiet;  // inherited by the thread
+      thread_ = std::thread([this] {
+        ::pthread_setname_np(::pthread_self(), "gpuqos-complete");
+        run();
+      });
       // Stop polling before the driver's own exit handlers (registered earlier) tear it down.
       std::atexit([] { stop_completion_tracking(); });
     } catch (...) {

@@ -119,7 +119,11 @@ DaemonGate::DaemonGate(Settings settings, Log log)
   }
   try_register(/*at_start=*/true);
   try {
-    std::thread([this] { monitor(); }).detach();
+    const SignalsBlocked quiet;  // inherited by the thread
+    std::thread([this] {
+      ::pthread_setname_np(::pthread_self(), "gpuqos-monitor");
+      monitor();
+    }).detach();
   } catch (...) {
     log_(LogLevel::warn, "cannot start the gpuqosd monitor thread: no re-registration after a loss");
   }

@@ -6,6 +6,8 @@
 
 #include <cstdlib>
 
+#include "shim.h"
+
 namespace gpuqos::intercept {
 namespace {
 
@@ -106,7 +108,13 @@ bool Profiler::start() noexcept {
     std::atexit([] {
       if (Profiler* profiler = active_profiler()) profiler->finish();
     });
-    flusher_ = std::jthread([this](std::stop_token stop) { flush_periodically(std::move(stop)); });
+    {
+      const SignalsBlocked quiet;  // inherited by the thread
+      flusher_ = std::jthread([this](std::stop_token stop) {
+        ::pthread_setname_np(::pthread_self(), "gpuqos-profile");
+        flush_periodically(std::move(stop));
+      });
+    }
     log_(LogLevel::info, "GPUQOS_PROFILE: profiling with " + cupti_->loaded_as + " into " + path_);
     return true;
   } catch (...) {  // out of memory, or no thread

@@ -4,6 +4,7 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <pthread.h>
+#include <signal.h>
 
 #include <string_view>
 
@@ -28,6 +29,28 @@ class NoCancel {
 
  private:
   int previous_ = PTHREAD_CANCEL_ENABLE;
+};
+
+// Blocks the calling thread's asynchronous signals while it lives, then restores its mask: made
+// around the start of each thread of the shim's, which inherits the blocked mask. A program that
+// blocks SIGTERM in its threads and takes it with sigwait in one (a graceful shutdown) must get it
+// there; delivered to a thread of ours that left it unblocked, its default action killed the job.
+// The faults a thread raises itself (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP) stay unblocked.
+// Each thread then names itself (pthread_setname_np, at most 15 characters) for top -H and gdb.
+class SignalsBlocked {
+ public:
+  SignalsBlocked() noexcept {
+    sigset_t all;
+    ::sigfillset(&all);
+    for (const int fault : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP}) ::sigdelset(&all, fault);
+    ::pthread_sigmask(SIG_BLOCK, &all, &previous_);
+  }
+  ~SignalsBlocked() { ::pthread_sigmask(SIG_SETMASK, &previous_, nullptr); }
+  SignalsBlocked(const SignalsBlocked&) = delete;
+  SignalsBlocked& operator=(const SignalsBlocked&) = delete;
+
+ private:
+  sigset_t previous_{};
 };
 
 // The driver's soname: what the shim loads, and what a program's dlopen of the driver names.

@@ -550,6 +550,17 @@ TEST_F(GateTest, AThreadCancelledWhileItsLaunchWaitsEndsCancelledOnceGranted) {
   EXPECT_NE(output_.find("cancelled 2"), std::string::npos) << output_;
 }
 
+// The shim's threads block the signals a program takes with sigwait in a thread of its own (a
+// graceful shutdown on SIGTERM): delivered to a thread of ours with it unblocked, the default action
+// killed the job. They inherited the mask of whichever thread made the first CUDA call.
+TEST_F(GateTest, TheShimsThreadsBlockTheProgramsSignals) {
+  start({"masks"}, "high");
+  ASSERT_EQ(finish(), 0) << output_;
+  EXPECT_NE(output_.find("thread gpuqos-monitor blocks 6"), std::string::npos) << output_;
+  EXPECT_NE(output_.find("thread gpuqos-complete blocks 6"), std::string::npos) << output_;
+  EXPECT_EQ(output_.find("blocks 0"), std::string::npos) << output_;
+}
+
 TEST_F(GateTest, ADaemonCrashReleasesTheWaiterAtOnce) {
   daemon_->set_auto_grant(false);
   start({"timed", "1000"}, "low");

@@ -54,6 +54,9 @@
 //   cancel <ms>     two threads each launch spin(10) on a stream of its own, then wait at
 //                   pthread_testcancel in a loop; after <ms> main pthread_cancels both ("cancel
 //                   sent <ns>") and joins them: "cancelled <k>", the threads that ended cancelled
+//   masks           launch + sync, then for each thread whose name starts "gpuqos-" (the shim's):
+//                   "thread <name> blocks <k>", k the signals of SIGINT, SIGTERM, SIGHUP, SIGUSR1,
+//                   SIGALRM, SIGCHLD its mask blocks (/proc/self/task/*/status)
 //   fork            launch + sync, fork; the child marks a query and exit()s (atexit handlers run);
 //                   "child <status>" ("child hung" if it has not exited in 5 s), launch + sync again
 #include <cuda.h>
@@ -446,6 +449,38 @@ int run_cancel(long after_ms) {
   return 0;
 }
 
+int run_masks() {
+  CHECK_CU(launch(10, nullptr));
+  CHECK_CU(cuCtxSynchronize());
+  DIR* tasks = opendir("/proc/self/task");
+  CHECK(tasks != nullptr);
+  while (const dirent* task = readdir(tasks)) {
+    if (task->d_name[0] == '.') continue;
+    const std::string dir = std::string("/proc/self/task/") + task->d_name;
+    char name[32] = {};
+    if (FILE* comm = std::fopen((dir + "/comm").c_str(), "re")) {
+      if (!std::fgets(name, sizeof name, comm)) name[0] = 0;
+      std::fclose(comm);
+    }
+    std::string thread = name;
+    if (!thread.empty() && thread.back() == '\n') thread.pop_back();
+    if (thread.rfind("gpuqos-", 0) != 0) continue;
+    unsigned long long blocked = 0;
+    if (FILE* status = std::fopen((dir + "/status").c_str(), "re")) {
+      char line[256];
+      while (std::fgets(line, sizeof line, status)) {
+        if (std::sscanf(line, "SigBlk: %llx", &blocked) == 1) break;
+      }
+      std::fclose(status);
+    }
+    int count = 0;
+    for (const int signal : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGALRM, SIGCHLD}) count += (blocked >> (signal - 1)) & 1;
+    std::printf("thread %s blocks %d\n", thread.c_str(), count);
+  }
+  closedir(tasks);
+  return 0;
+}
+
 int run_fork() {
   CHECK_CU(launch(10, nullptr));
   CHECK_CU(cuCtxSynchronize());
@@ -607,7 +642,8 @@ int main(int argc, char** argv) {
   if (mode == "queue") return run_queue(arg(2, 30), arg(3, 100));
   if (mode == "signals") return run_signals();
   if (mode == "cancel") return run_cancel(arg(2, 300));
-  std::printf("usage: %s ops|signals|cancel|unified|marks|timed|loop|threads|bench|copies|contexts|fork|reuse|destroy|release-beside|green|legacy-two|burst|queue\n",
+  if (mode == "masks") return run_masks();
+  std::printf("usage: %s ops|signals|cancel|masks|unified|marks|timed|loop|threads|bench|copies|contexts|fork|reuse|destroy|release-beside|green|legacy-two|burst|queue\n",
               argv[0]);
   return 2;
 }
