@@ -43,7 +43,7 @@ Decisions FifoPolicy::client_gone(ClientId client, std::int64_t now_ns) {
 }
 
 Decisions FifoPolicy::tick(std::int64_t now_ns) {
-  std::erase_if(in_flight_, [now_ns](const auto& op) { return now_ns - op.second > kStaleOpNs; });
+  std::erase_if(in_flight_, [now_ns](const auto& op) { return now_ns - op.second > kStuckOpNs; });
   return grant_ready(now_ns);
 }
 

@@ -24,7 +24,8 @@ class FifoPolicy final : public Policy {
   explicit FifoPolicy(std::uint32_t max_outstanding_ops = 0, std::uint32_t credit_ops = 0)
       : max_outstanding_ops_(max_outstanding_ops), credit_ops_(credit_ops) {}
 
-  static constexpr std::int64_t kStaleOpNs = 10'000'000'000;
+  // A granted op in flight this long gives its slot back (kStuckOpNs, baymax's least stuck age).
+  static constexpr std::int64_t kStuckOpNs = 2'000'000'000;
 
   std::string_view name() const override { return "fifo"; }
   Decisions op_posted(const OpPosted& event) override;
@@ -62,8 +63,11 @@ class FifoPolicy final : public Policy {
   std::map<ClientId, ClientSeqs> seqs_;
   std::deque<Queued> queue_;                             // posted low-priority ops, arrival order
   // Granted low ops on an engine, with when they were granted. One whose completion never comes
-  // (a lost report, a client that sends none) is retired after kStaleOpNs, as in baymax, or it
-  // would hold its slot, and every other client, for ever.
+  // (a lost report, a client that sends none) would hold its slot, and every other client, for ever;
+  // one waiting on the device for its own host (a stream wait on a flag, a host function) that an
+  // op of its program held behind the limit would set, until it is retired. Retired after
+  // kStuckOpNs: the program stalls 2 s (it was 10, baymax's stale age, until a review). A long
+  // op still running then lets one more op go beside it: the limit is a throttle.
   std::map<std::pair<ClientId, std::uint64_t>, std::int64_t> in_flight_;
   EngineBacklog backlog_;
 };
