@@ -5,9 +5,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
+#include <map>
 #include <string>
+#include <string_view>
 #include <system_error>
 
 #include "names.h"
@@ -48,6 +53,57 @@ std::string syntax_message(const toml::parse_error& error) {
   std::string description(error.description());
   if (description.rfind("Error ", 0) == 0) description[0] = 'e';
   return "invalid TOML: " + description;
+}
+
+bool is_key_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '-' || c == '.'; }
+
+std::string_view trimmed(std::string_view text) {
+  const auto first = text.find_first_not_of(" \t\r");
+  if (first == std::string_view::npos) return {};
+  return text.substr(first, text.find_last_not_of(" \t\r") - first + 1);
+}
+
+// What toml++ leaves out of a syntax error: the key its line assigns, under the table whose header
+// is above it ("daemon.log_level", "job[1].name"), and, when the value is a bare word, that a string
+// needs quotes. A user test: "log_level = info" was only "error while parsing floating-point:
+// expected value-terminator, saw 'o'" (info read as a broken inf), "name = fifo" a broken false.
+// Read from the text line by line: a guide for the message, not a second parser.
+struct SyntaxPlace {
+  std::string key;
+  std::string hint;
+};
+
+SyntaxPlace syntax_place(std::string_view text, std::uint32_t error_line) {
+  std::string table;
+  std::map<std::string, int> arrays;  // [[name]] headers seen so far
+  std::uint32_t number = 0;
+  for (std::size_t at = 0; at <= text.size() && ++number <= error_line;) {
+    const std::size_t end = std::min(text.find('\n', at), text.size());
+    const std::string_view line = trimmed(text.substr(at, end - at));
+    at = end + 1;
+    if (number < error_line) {
+      if (line.starts_with("[[") && line.find("]]") != std::string_view::npos) {
+        const std::string name(trimmed(line.substr(2, line.find("]]") - 2)));
+        table = name + "[" + std::to_string(arrays[name]++) + "]";
+      } else if (line.starts_with('[') && line.find(']') != std::string_view::npos) {
+        table = std::string(trimmed(line.substr(1, line.find(']') - 1)));
+      }
+      continue;
+    }
+    const std::size_t equals = line.find('=');
+    if (equals == std::string_view::npos) return {};
+    const std::string_view key = trimmed(line.substr(0, equals));
+    if (key.empty() || !std::all_of(key.begin(), key.end(), is_key_char)) return {};
+    SyntaxPlace place{table.empty() ? std::string(key) : table + "." + std::string(key), ""};
+    std::string_view value = line.substr(equals + 1);
+    value = trimmed(value.substr(0, value.find('#')));
+    const bool bare_word = !value.empty() && std::isalpha(static_cast<unsigned char>(value.front())) != 0 &&
+                           std::all_of(value.begin(), value.end(), is_key_char) && value != "true" &&
+                           value != "false" && value != "inf" && value != "nan";
+    if (bare_word) place.hint = " (a string needs quotes: " + std::string(key) + " = \"" + std::string(value) + "\")";
+    return place;
+  }
+  return {};
 }
 
 // The whole file, or the reason it cannot be read.
@@ -93,7 +149,8 @@ Result<Config> parse_config(std::string_view text, std::string_view source_name,
   try {
     document = toml::parse(text, source_name);
   } catch (const toml::parse_error& error) {
-    diagnostics.error(error.source().begin, "", syntax_message(error));
+    const SyntaxPlace place = syntax_place(text, error.source().begin.line);
+    diagnostics.error(error.source().begin, place.key, syntax_message(error) + place.hint);
     return Errors{diagnostics.messages()};
   }
   Config config = read_document(diagnostics, document);

@@ -408,8 +408,21 @@ std::string repeat(char c, std::size_t n) { return std::string(n, c); }
 const std::vector<BadCase>& bad_cases() {
   static const std::vector<BadCase> cases = {
       {"unterminated_string", "[daemon]\nsocket = \"/tmp/s\n",
-       "t.toml:2:17: invalid TOML: error while parsing string: unescaped control characters other than TAB (U+0009) "
-       "are explicitly prohibited"},
+       "t.toml:2:17: daemon.socket: invalid TOML: error while parsing string: unescaped control characters other than "
+       "TAB (U+0009) are explicitly prohibited"},
+      // toml++ reads a bare word as a broken number or boolean; the message names the key and the fix.
+      {"string_without_quotes", "[daemon]\nlog_level = info\n",
+       "t.toml:2:16: daemon.log_level: invalid TOML: error while parsing floating-point: expected value-terminator, "
+       "saw 'o' (a string needs quotes: log_level = \"info\")"},
+      {"string_without_quotes_in_the_second_job", "[[job]]\nname = \"a\"\n[[job]]\nname = b   # the second\n",
+       "t.toml:4:8: job[1].name: invalid TOML: error while parsing value: could not determine value type (a string "
+       "needs quotes: name = \"b\")"},
+      {"integer_too_large", "[policy.fifo]\nmax_outstanding = 99999999999999999999\n",
+       "t.toml:2:39: policy.fifo.max_outstanding: invalid TOML: error while parsing decimal integer: "
+       "'99999999999999999999' is not representable in 64 bits"},
+      {"key_defined_twice", "[daemon]\nlog_level = \"info\"\nlog_level = \"warn\"\n",
+       "t.toml:3:13: daemon.log_level: invalid TOML: error while parsing key-value pair: cannot redefine existing "
+       "string 'log_level'"},
       {"table_defined_twice", "[policy]\n[policy]\n",
        "t.toml:2:1: invalid TOML: error while parsing table header: cannot redefine existing table 'policy'"},
       {"unknown_section", "[polcy]\nname = \"fifo\"\n",
