@@ -2,6 +2,8 @@
 #include "gpuqos/config/config.h"
 
 #include <algorithm>
+#include <string>
+#include <vector>
 
 #include "names.h"
 #include "values.h"
@@ -14,6 +16,13 @@ const JobConfig* find_job(const Config& config, std::string_view name) noexcept 
   const auto job = std::find_if(config.jobs.begin(), config.jobs.end(),
                                 [name](const JobConfig& candidate) { return candidate.name == name; });
   return job == config.jobs.end() ? nullptr : &*job;
+}
+
+std::string did_you_mean_job(const Config& config, std::string_view name) {
+  std::vector<std::string_view> names;
+  names.reserve(config.jobs.size());
+  for (const JobConfig& job : config.jobs) names.push_back(job.name);
+  return detail::did_you_mean(name, names);
 }
 
 bool may_run_high(const Config& config, uid_t uid, gid_t gid, std::span<const gid_t> supplementary_gids) noexcept {

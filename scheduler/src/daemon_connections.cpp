@@ -217,8 +217,23 @@ void Daemon::register_client(Pending& pending, const ipc::Hello& hello) {
                  decision.effective == ipc::Priority::high ? "high" : "low", describe_targets(info), name);
   }
   warn_if_target_unprotected(client->identity(), info);
+  warn_if_high_unlisted(client->identity(), info);
   clients_.emplace(id, std::move(client));
   apply(policy_->client_registered(info, ipc::monotonic_ns()));
+}
+
+// A job that runs high priority under a name no [[job]] lists has no latency target: its work is
+// never held, but no best-effort work is held for its queries either, and nothing said so (a user
+// test: a typo in GPUQOS_JOB ran the latency-critical job unprotected). Once a job: not while
+// another process of it is connected. A listed job without a target chose that: not warned.
+void Daemon::warn_if_high_unlisted(const ClientIdentity& identity, const ClientInfo& info) const {
+  if (info.priority != ipc::Priority::high || info.target_ns || config::find_job(options_.config, identity.job)) return;
+  const bool seen = std::any_of(clients_.begin(), clients_.end(),
+                                [&](const auto& entry) { return entry.second->identity().job == identity.job; });
+  if (seen) return;
+  spdlog::warn("job '{}' pid {}: runs high priority, but no [[job]] of the config is named '{}'{}: with no latency "
+               "target, best-effort work is not held for its queries",
+               identity.job, identity.peer.pid, identity.job, config::did_you_mean_job(options_.config, identity.job));
 }
 
 // A job the config gives a latency target that runs low priority (it did not claim high: a missing

@@ -144,6 +144,10 @@ Config default_config();
 // The job called `name`, or nullptr when the config does not list it.
 const JobConfig* find_job(const Config& config, std::string_view name) noexcept;
 
+// " (did you mean \"bert-infer\"?)" when a listed job's name is within a small edit distance of
+// `name`, else "": for a job that registers under a name the config does not list.
+std::string did_you_mean_job(const Config& config, std::string_view name);
+
 // May a process with these credentials run at high priority? Root always may. Pure.
 bool may_run_high(const Config& config, uid_t uid, gid_t gid, std::span<const gid_t> supplementary_gids) noexcept;
 

@@ -125,6 +125,7 @@ class Daemon {
   ipc::Status setup();
   std::optional<std::string> lock_store();
   bool warn_if_target_unprotected(const ClientIdentity& identity, const ClientInfo& info) const;
+  void warn_if_high_unlisted(const ClientIdentity& identity, const ClientInfo& info) const;
   void log_target_changed(const std::string& job, std::optional<std::int64_t> target,
                           const QosTracker::StartedOver& over) const;
   void watch(int fd, std::uint64_t token, std::uint32_t events);
