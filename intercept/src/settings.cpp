@@ -72,6 +72,9 @@ ParsedSettings parse_settings(const std::function<const char*(const char*)>& get
     s.job = sanitized_job(value);
     parsed.notes.push_back(problem("GPUQOS_JOB", value.substr(0, 256), "1 to 63 characters of A-Z a-z 0-9 . _ -",
                                    "this job is named \"" + s.job + "\" instead"));
+  } else if (getenv("GPUQOS_JOB") != nullptr) {
+    // Set but empty: most likely GPUQOS_JOB=$NAME with NAME unset, which `gpuqos run --job ''` refuses.
+    parsed.notes.push_back("GPUQOS_JOB is set but empty: the job is named \"" + s.job + "\" after its executable");
   } else if (s.job != default_job) {
     // The name a [[job]] entry must use is not the one the operator sees in ps: said once.
     parsed.notes.push_back("no GPUQOS_JOB: the job is named \"" + s.job + "\" after its executable \"" +

@@ -49,6 +49,9 @@ TEST(Settings, EmptyMeansUnset) {
   EXPECT_TRUE(p.problems.empty());
   EXPECT_EQ(p.settings.job, "trainer");
   EXPECT_EQ(p.settings.profile_path, "");
+  // But an empty job name is said (GPUQOS_JOB=$NAME with NAME unset; `gpuqos run --job ''` refuses it).
+  ASSERT_EQ(p.notes.size(), 1u);
+  EXPECT_EQ(p.notes[0], "GPUQOS_JOB is set but empty: the job is named \"trainer\" after its executable");
 }
 
 TEST(Settings, GoodValuesAreTaken) {
