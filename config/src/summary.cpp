@@ -84,7 +84,9 @@ void add_baymax(Lines& lines, const BaymaxConfig& baymax) {
                               format_number(baymax.adapt_step_ms) + " ms");
 }
 
-std::string describe(const JobConfig& job) {
+// `baymax_margin_ms`: [policy.baymax] safety_margin_ms when the policy is baymax (it applies to the
+// jobs that set none of their own), else null.
+std::string describe(const JobConfig& job, const double* baymax_margin_ms) {
   // What the file sets but the daemon will not use is said, not left out: a typo'd pairing shows.
   const bool high = job.allowed_priority == Priority::high;
   std::string text = high ? "may run high" : "always low";
@@ -108,6 +110,9 @@ std::string describe(const JobConfig& job) {
     } else if (*job.safety_margin_ms >= *job.target_ms) {
       text += " (not under the target: best-effort work waits while any query of it is open)";
     }
+  } else if (baymax_margin_ms && high && job.target_ms && *baymax_margin_ms >= *job.target_ms) {
+    text += " ([policy.baymax] safety_margin_ms " + format_number(*baymax_margin_ms) +
+            " is not under the target: best-effort work waits while any query of it is open)";
   }
   return text;
 }
@@ -146,7 +151,9 @@ std::string render_summary(const Config& config) {
     lines.add("max_outstanding", limit == 0 ? "no limit" : std::to_string(limit));
   }
   lines.heading("jobs", config.jobs.empty() ? "none listed" : std::to_string(config.jobs.size()));
-  for (const JobConfig& job : config.jobs) lines.add(job.name, describe(job));
+  const double* baymax_margin_ms =
+      config.policy.name == PolicyName::baymax ? &config.policy.baymax.safety_margin_ms : nullptr;
+  for (const JobConfig& job : config.jobs) lines.add(job.name, describe(job, baymax_margin_ms));
   lines.heading("access");
   lines.add("high priority", describe(config.access));
   return lines.text();

@@ -276,6 +276,21 @@ TEST(ConfigSummary, SaysWhatAJobSetsButWillNotUse) {
       << summary;
 }
 
+// baymax's own margin applies to every job that sets none: one not under a job's target is said
+// there too (a user test found it said only of a job's own margin). Not under another policy.
+TEST(ConfigSummary, SaysWhenBaymaxsMarginIsNotUnderAJobsTarget) {
+  const std::string jobs = "[[job]]\nname = \"tight\"\ntarget_ms = 1\n[[job]]\nname = \"own\"\ntarget_ms = 1\n"
+                           "safety_margin_ms = 0.5\n[[job]]\nname = \"loose\"\ntarget_ms = 100\n";
+  const std::string note = "([policy.baymax] safety_margin_ms 50 is not under the target: best-effort work waits while "
+                           "any query of it is open)";
+  const std::string summary =
+      render_summary(parse_ok("[policy]\nname = \"baymax\"\n[policy.baymax]\nsafety_margin_ms = 50\n" + jobs));
+  EXPECT_NE(summary.find("target p99 <= 1 ms, weight 1 " + note), std::string::npos) << summary;
+  EXPECT_EQ(summary.find(note), summary.rfind(note)) << "only the job without a margin of its own:\n" << summary;
+  const std::string fifo = render_summary(parse_ok("[policy]\nname = \"fifo\"\n" + jobs));
+  EXPECT_EQ(fifo.find("safety_margin_ms"), std::string::npos) << fifo;
+}
+
 TEST(ConfigSummary, ShowsEverySetting) {
   const std::string summary = render_summary(parse_ok(kFullFile));
   for (const char* expected : {"/tmp/gpuqos/d.sock", "debug", "[::1]:9500", "profiles.bin", "devices", "1, 0", "policy",
