@@ -7,8 +7,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 
 namespace gpuqos::intercept {
 namespace {
@@ -183,19 +185,28 @@ bool ProfileWriter::commit(std::string& why) {
     std::remove(temp_path_.c_str());
     return false;
   }
+  // Polled, not blocked on: a holder stopped for good would hang this process's exit.
   int locked = 0;
-  while ((locked = ::flock(fd, LOCK_EX)) != 0 && errno == EINTR) {
+  bool timed_out = false;
+  const auto give_up = std::chrono::steady_clock::now() + lock_wait_;
+  while ((locked = ::flock(fd, LOCK_EX | LOCK_NB)) != 0 && (errno == EINTR || errno == EWOULDBLOCK)) {
+    if (errno == EWOULDBLOCK && std::chrono::steady_clock::now() >= give_up) {
+      timed_out = true;
+      break;
+    }
+    if (errno == EWOULDBLOCK) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   struct stat target {};
   const bool empty = ::fstat(fd, &target) == 0 && target.st_size == 0;
   bool ok = false;
-  if (empty || (locked == 0 && is_profile(fd))) {
+  if (!timed_out && (empty || (locked == 0 && is_profile(fd)))) {
     added_ = !empty;
     written_to_ = path_;
     ok = append_file(temp_path_, fd, added_);
     if (!ok) why = "cannot add to " + path_ + ": " + std::strerror(errno);
   } else {
-    // Not ours to add to (another tool's file, or one cut short by a crash): the records go beside it.
+    // Not ours to add to (another tool's file, or one cut short by a crash), or locked for longer than
+    // we wait: the records go beside it.
     written_to_ = path_ + "." + std::to_string(pid_);
     ok = std::rename(temp_path_.c_str(), written_to_.c_str()) == 0;
     if (!ok) why = "cannot rename " + temp_path_ + " to " + written_to_ + ": " + std::strerror(errno);

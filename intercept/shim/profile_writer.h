@@ -13,6 +13,7 @@
 // Not thread-safe: its owner serialises calls.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -59,7 +60,12 @@ class ProfileWriter {
   // (header and records); an existing profile gets the records; a file there that is not a
   // gpuqos profile is left alone and the records go to `<path>.<pid>` instead (`written_to`).
   // False and `why` on a write error.
+  // The lock is waited for at most `lock_wait` (kLockWait): a profiled process stopped while it
+  // holds it (SIGSTOP, a debugger) must not hang this one's exit; the records then go to
+  // `<path>.<pid>` too.
   bool commit(std::string& why);
+  static constexpr std::chrono::milliseconds kLockWait{30'000};
+  void set_lock_wait(std::chrono::milliseconds wait) { lock_wait_ = wait; }
   const std::string& written_to() const { return written_to_; }
   // Whether commit() added to a profile that was there already.
   bool added() const { return added_; }
@@ -72,6 +78,7 @@ class ProfileWriter {
   bool added_ = false;
   std::FILE* file_ = nullptr;
   std::uint64_t records_ = 0;
+  std::chrono::milliseconds lock_wait_ = kLockWait;
 };
 
 }  // namespace gpuqos::intercept

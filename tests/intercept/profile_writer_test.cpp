@@ -1,8 +1,11 @@
 // The profile file's lines (a contract with `gpuqos train`) and its atomic writing.
 #include "profile_writer.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -154,6 +157,32 @@ TEST(ProfileWriter, EachProcessAddsItsRecordsToTheProfile) {
   EXPECT_EQ(writer.written_to(), other.string() + ".7");
   EXPECT_EQ(read_file(other), "someone else's file\n");
   EXPECT_NE(read_file(other.string() + ".7").find("\"bytes\":1,"), std::string::npos);
+}
+
+// A profiled process stopped while it holds the profile's lock (SIGSTOP, a debugger) must not hang
+// another's exit: after the wait, the records go beside the file, which is left to its holder.
+TEST(ProfileWriter, AProfileLockedTooLongGetsTheRecordsBesideIt) {
+  gpuqos::testing::TempDir dir("profile-writer-test");
+  const fs::path path = dir.path() / "p.jsonl";
+  std::ofstream(path) << "{\"format\":\"gpuqos-profile\",\"version\":1,\"job\":\"job\",\"pid\":1}\n";
+  const int holder = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);  // another open file: flock conflicts
+  ASSERT_GE(holder, 0);
+  ASSERT_EQ(::flock(holder, LOCK_EX), 0);
+  ProfileWriter writer;
+  writer.set_lock_wait(std::chrono::milliseconds(200));
+  std::string why;
+  ASSERT_TRUE(writer.open(path.string(), "job", 9, why)) << why;
+  writer.write_line(memset_line(5, 2, 3));
+  const auto started = std::chrono::steady_clock::now();
+  ASSERT_TRUE(writer.commit(why)) << why;
+  const auto waited = std::chrono::steady_clock::now() - started;
+  ::close(holder);
+  EXPECT_GE(waited, std::chrono::milliseconds(200));
+  EXPECT_LT(waited, std::chrono::seconds(5));
+  EXPECT_EQ(writer.written_to(), path.string() + ".9");
+  EXPECT_NE(read_file(path.string() + ".9").find("\"bytes\":5,"), std::string::npos);
+  EXPECT_EQ(read_file(path).find("\"bytes\":5,"), std::string::npos) << "the locked file is left alone";
+  EXPECT_EQ(ProfileWriter::kLockWait, std::chrono::seconds(30));
 }
 
 TEST(ProfileWriter, DiscardLeavesNothingAndABadDirectoryIsExplained) {
