@@ -145,10 +145,8 @@ void CompletionTracker::enqueue(Pending pending) noexcept {
     started_ = true;
     try {
       const SignalsBlocked quiet;  // inherited by the thread
-      thread_ = std::thread([this] {
-        ::pthread_setname_np(::pthread_self(), "gpuqos-complete");
-        run();
-      });
+      thread_ = std::thread([this] { run(); });
+      ::pthread_setname_np(thread_.native_handle(), "gpuqos-complete");  // named before this call returns
       // Stop polling before the driver's own exit handlers (registered earlier) tear it down.
       std::atexit([] { stop_completion_tracking(); });
     } catch (...) {

@@ -120,10 +120,9 @@ DaemonGate::DaemonGate(Settings settings, Log log)
   try_register(/*at_start=*/true);
   try {
     const SignalsBlocked quiet;  // inherited by the thread
-    std::thread([this] {
-      ::pthread_setname_np(::pthread_self(), "gpuqos-monitor");
-      monitor();
-    }).detach();
+    std::thread thread([this] { monitor(); });
+    ::pthread_setname_np(thread.native_handle(), "gpuqos-monitor");
+    thread.detach();
   } catch (...) {
     log_(LogLevel::warn, "cannot start the gpuqosd monitor thread: no re-registration after a loss");
   }

@@ -110,10 +110,8 @@ bool Profiler::start() noexcept {
     });
     {
       const SignalsBlocked quiet;  // inherited by the thread
-      flusher_ = std::jthread([this](std::stop_token stop) {
-        ::pthread_setname_np(::pthread_self(), "gpuqos-profile");
-        flush_periodically(std::move(stop));
-      });
+      flusher_ = std::jthread([this](std::stop_token stop) { flush_periodically(std::move(stop)); });
+      ::pthread_setname_np(flusher_.native_handle(), "gpuqos-profile");
     }
     log_(LogLevel::info, "GPUQOS_PROFILE: profiling with " + cupti_->loaded_as + " into " + path_);
     return true;

@@ -36,7 +36,7 @@ class NoCancel {
 // blocks SIGTERM in its threads and takes it with sigwait in one (a graceful shutdown) must get it
 // there; delivered to a thread of ours that left it unblocked, its default action killed the job.
 // The faults a thread raises itself (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP) stay unblocked.
-// Each thread then names itself (pthread_setname_np, at most 15 characters) for top -H and gdb.
+// Each thread is named by its creator (pthread_setname_np, at most 15 characters) for top -H and gdb.
 class SignalsBlocked {
  public:
   SignalsBlocked() noexcept {
