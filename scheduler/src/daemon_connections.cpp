@@ -222,14 +222,20 @@ void Daemon::register_client(Pending& pending, const ipc::Hello& hello) {
   apply(policy_->client_registered(info, ipc::monotonic_ns()));
 }
 
-// A job that runs high priority under a name no [[job]] lists has no latency target: its work is
-// never held, but no best-effort work is held for its queries either, and nothing said so (a user
-// test: a typo in GPUQOS_JOB ran the latency-critical job unprotected). Once a job: not while
-// another process of it is connected. A listed job without a target chose that: not warned.
+// Under baymax, a job that runs high priority under a name no [[job]] of the config file lists has
+// no latency target: its work is never held, but no best-effort work is held for its queries either,
+// and nothing said so (a user test: a typo in GPUQOS_JOB ran the latency-critical job unprotected).
+// Once a job: not while another high-priority process of it is connected. Not said of a listed job
+// without a target (a choice), without a config file, or under fifo and priority, which use no
+// targets (priority holds best-effort work for any high-priority work).
 void Daemon::warn_if_high_unlisted(const ClientIdentity& identity, const ClientInfo& info) const {
-  if (info.priority != ipc::Priority::high || info.target_ns || config::find_job(options_.config, identity.job)) return;
-  const bool seen = std::any_of(clients_.begin(), clients_.end(),
-                                [&](const auto& entry) { return entry.second->identity().job == identity.job; });
+  if (info.priority != ipc::Priority::high || info.target_ns || options_.config_path.empty() ||
+      policy_->name() != "baymax" || config::find_job(options_.config, identity.job)) {
+    return;
+  }
+  const bool seen = std::any_of(clients_.begin(), clients_.end(), [&](const auto& entry) {
+    return entry.second->identity().job == identity.job && entry.second->high_priority();
+  });
   if (seen) return;
   spdlog::warn("job '{}' pid {}: runs high priority, but no [[job]] of the config is named '{}'{}: with no latency "
                "target, best-effort work is not held for its queries",
