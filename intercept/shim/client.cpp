@@ -89,6 +89,7 @@ Client* client(bool create = true) {
   static std::once_flag once;
   if (create) {
     std::call_once(once, [] {
+      const NoCancel no_cancel;  // however the registration starts (a hook, a mark, a log line)
       try {
         instance.store(new Client(), std::memory_order_release);
       } catch (...) {

@@ -51,10 +51,10 @@ void stamp(Operation& op) noexcept {
 // The body of every hook but the resolvers: describe, ask the gate, call the driver, tell the gate.
 template <HookId id, class... Args>
 CUresult intercept(Operation op, Args... args) noexcept {
+  const NoCancel no_cancel;  // first: looking the driver up may log, and logging may register
   const auto real = real_function<id>();
   if (!real) return missing_real_function(id);
   stamp<id>(op);
-  const NoCancel no_cancel;
   Gate& g = gate();
   const Ticket ticket = g.before(op);
   const CUresult result = real(args...);
@@ -123,10 +123,10 @@ CUresult intercept_in_chunks(Gate& g, const Operation& op, std::uint64_t chunk_b
 // come here, so the check costs them nothing; a high-priority copy pays one relaxed load.
 template <HookId id, class Dst, class Src, class Count, class... Rest>
 CUresult intercept_copy(Operation op, Dst dst, Src src, Count bytes, Rest... rest) noexcept {
+  const NoCancel no_cancel;  // first, as in intercept(); over the chunks too
   const auto real = real_function<id>();
   if (!real) return missing_real_function(id);
   stamp<id>(op);
-  const NoCancel no_cancel;  // over the chunks too
   Gate& g = gate();
   const std::uint64_t chunk_bytes = g.copy_chunk_bytes();
   // Captured copies only record a graph node: one node, as the program asked.

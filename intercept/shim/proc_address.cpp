@@ -59,6 +59,7 @@ void substitute_hook(CUresult result, const char* symbol, void** pfn, int versio
 
 CUresult answer_proc_address(PFN_cuGetProcAddress_v11030 real, const char* symbol, void** pfn, int version,
                              cuuint64_t flags) noexcept {
+  const NoCancel no_cancel;  // a warning may be written
   if (!real) return missing_real_function(HookId::hook_cuGetProcAddress);
   const CUresult result = real(symbol, pfn, version, flags);
   substitute_hook(result, symbol, pfn, version, flags, [&](int as_of) -> void* {
@@ -70,6 +71,7 @@ CUresult answer_proc_address(PFN_cuGetProcAddress_v11030 real, const char* symbo
 
 CUresult answer_proc_address(PFN_cuGetProcAddress_v12000 real, const char* symbol, void** pfn, int version,
                              cuuint64_t flags, CUdriverProcAddressQueryResult* found) noexcept {
+  const NoCancel no_cancel;  // a warning may be written
   if (!real) return missing_real_function(HookId::hook_cuGetProcAddress_v2);
   const CUresult result = real(symbol, pfn, version, flags, found);
   substitute_hook(result, symbol, pfn, version, flags, [&](int as_of) -> void* {
