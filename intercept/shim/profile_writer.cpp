@@ -185,17 +185,28 @@ bool ProfileWriter::commit(std::string& why) {
     std::remove(temp_path_.c_str());
     return false;
   }
-  // Polled, not blocked on: a holder stopped for good would hang this process's exit.
+  // Polled, not blocked on: a holder stopped for good would hang this process's exit. Waited for
+  // as long as the file grows (ranks adding large profiles one after another).
   int locked = 0;
-  bool timed_out = false;
-  const auto give_up = std::chrono::steady_clock::now() + lock_wait_;
+  const auto size_of = [fd] {
+    struct stat now {};
+    return ::fstat(fd, &now) == 0 ? now.st_size : off_t{-1};
+  };
+  off_t last_size = size_of();
+  auto give_up = std::chrono::steady_clock::now() + lock_wait_;
   while ((locked = ::flock(fd, LOCK_EX | LOCK_NB)) != 0 && (errno == EINTR || errno == EWOULDBLOCK)) {
-    if (errno == EWOULDBLOCK && std::chrono::steady_clock::now() >= give_up) {
-      timed_out = true;
+    if (errno != EWOULDBLOCK) continue;
+    const auto now = std::chrono::steady_clock::now();
+    if (const off_t size = size_of(); size != last_size) {
+      last_size = size;
+      give_up = now + lock_wait_;
+    } else if (now >= give_up) {
+      lock_timed_out_ = true;
       break;
     }
-    if (errno == EWOULDBLOCK) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+  const bool timed_out = lock_timed_out_;
   struct stat target {};
   const bool empty = ::fstat(fd, &target) == 0 && target.st_size == 0;
   bool ok = false;

@@ -60,12 +60,14 @@ class ProfileWriter {
   // (header and records); an existing profile gets the records; a file there that is not a
   // gpuqos profile is left alone and the records go to `<path>.<pid>` instead (`written_to`).
   // False and `why` on a write error.
-  // The lock is waited for at most `lock_wait` (kLockWait): a profiled process stopped while it
-  // holds it (SIGSTOP, a debugger) must not hang this one's exit; the records then go to
-  // `<path>.<pid>` too.
+  // The lock is waited for until the file has not grown for `lock_wait` (kLockWait): other
+  // processes adding their records are waited for, but one stopped while it holds the lock
+  // (SIGSTOP, a debugger) must not hang this one's exit; the records then go to `<path>.<pid>` too
+  // (lock_timed_out()).
   bool commit(std::string& why);
   static constexpr std::chrono::milliseconds kLockWait{30'000};
   void set_lock_wait(std::chrono::milliseconds wait) { lock_wait_ = wait; }
+  bool lock_timed_out() const { return lock_timed_out_; }
   const std::string& written_to() const { return written_to_; }
   // Whether commit() added to a profile that was there already.
   bool added() const { return added_; }
@@ -79,6 +81,7 @@ class ProfileWriter {
   std::FILE* file_ = nullptr;
   std::uint64_t records_ = 0;
   std::chrono::milliseconds lock_wait_ = kLockWait;
+  bool lock_timed_out_ = false;
 };
 
 }  // namespace gpuqos::intercept

@@ -305,7 +305,10 @@ void Profiler::finish() noexcept {
     }
     const std::string where = writer_.written_to() == path_
                                   ? (writer_.added() ? "added to the profile in " : "to ") + path_
-                                  : "to " + writer_.written_to() + " (" + path_ + " is not a gpuqos profile)";
+                                  : "to " + writer_.written_to() + " (" + path_ +
+                                        (writer_.lock_timed_out() ? " stayed locked by another process, unchanged"
+                                                                  : " is not a gpuqos profile") +
+                                        ")";
     log_(writer_.written_to() == path_ ? LogLevel::info : LogLevel::warn,
          "GPUQOS_PROFILE: wrote " + std::to_string(records) + " records (" + std::to_string(kernels_written_) +
              " kernels, " + std::to_string(copies_written_) + " copies, " + std::to_string(memsets_written_) +

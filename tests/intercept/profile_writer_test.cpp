@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <thread>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -160,12 +161,13 @@ TEST(ProfileWriter, EachProcessAddsItsRecordsToTheProfile) {
 }
 
 // A profiled process stopped while it holds the profile's lock (SIGSTOP, a debugger) must not hang
-// another's exit: after the wait, the records go beside the file, which is left to its holder.
+// another's exit: once the file has not grown for the wait, the records go beside it, and the
+// file is left to its holder. While it grows (another process adding its records) the wait goes on.
 TEST(ProfileWriter, AProfileLockedTooLongGetsTheRecordsBesideIt) {
   gpuqos::testing::TempDir dir("profile-writer-test");
   const fs::path path = dir.path() / "p.jsonl";
   std::ofstream(path) << "{\"format\":\"gpuqos-profile\",\"version\":1,\"job\":\"job\",\"pid\":1}\n";
-  const int holder = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);  // another open file: flock conflicts
+  const int holder = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);  // another open file: flock conflicts
   ASSERT_GE(holder, 0);
   ASSERT_EQ(::flock(holder, LOCK_EX), 0);
   ProfileWriter writer;
@@ -173,13 +175,23 @@ TEST(ProfileWriter, AProfileLockedTooLongGetsTheRecordsBesideIt) {
   std::string why;
   ASSERT_TRUE(writer.open(path.string(), "job", 9, why)) << why;
   writer.write_line(memset_line(5, 2, 3));
+  // The holder adds a line every 100 ms for 600 ms, then stops, still holding the lock.
+  std::thread adding([holder] {
+    for (int i = 0; i < 6; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      (void)!::write(holder, "{}\n", 3);
+    }
+  });
   const auto started = std::chrono::steady_clock::now();
-  ASSERT_TRUE(writer.commit(why)) << why;
+  const bool committed = writer.commit(why);
   const auto waited = std::chrono::steady_clock::now() - started;
+  adding.join();
   ::close(holder);
-  EXPECT_GE(waited, std::chrono::milliseconds(200));
+  ASSERT_TRUE(committed) << why;
+  EXPECT_GE(waited, std::chrono::milliseconds(600)) << "waited while the file grew";
   EXPECT_LT(waited, std::chrono::seconds(5));
   EXPECT_EQ(writer.written_to(), path.string() + ".9");
+  EXPECT_TRUE(writer.lock_timed_out());
   EXPECT_NE(read_file(path.string() + ".9").find("\"bytes\":5,"), std::string::npos);
   EXPECT_EQ(read_file(path).find("\"bytes\":5,"), std::string::npos) << "the locked file is left alone";
   EXPECT_EQ(ProfileWriter::kLockWait, std::chrono::seconds(30));
