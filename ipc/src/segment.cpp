@@ -184,8 +184,11 @@ Result<Segment> Segment::create(const std::string& name, std::uint32_t client_ui
     // Its pages reserved now: a segment only truncated is sparse, and /dev/shm gives each page at its
     // first write. A full /dev/shm (a container's 64 MiB, filled by a data loader) then killed the
     // writer with SIGBUS: gpuqosd here, or a job's shim at its first use of a ring slot.
-    if (const int error = ::posix_fallocate(shm.get_mapping_handle().handle, 0, static_cast<off_t>(kSegmentBytes));
-        error != 0) {
+    // tmpfs's fallocate stops with EINTR at a signal (a stop of gpuqosd): tried again, not refused.
+    int error = 0;
+    while ((error = ::posix_fallocate(shm.get_mapping_handle().handle, 0, static_cast<off_t>(kSegmentBytes))) == EINTR) {
+    }
+    if (error != 0) {
       remove(name);
       return Error{"cannot reserve the " + std::to_string(kSegmentBytes / 1024) + " KiB of segment " + name +
                    " in /dev/shm: " + std::strerror(error)};
