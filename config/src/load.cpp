@@ -64,23 +64,39 @@ std::string_view trimmed(std::string_view text) {
 }
 
 // What toml++ leaves out of a syntax error: the key its line assigns, under the table whose header
-// is above it ("daemon.log_level", "job[1].name"), and, when the value is a bare word, that a string
-// needs quotes. A user test: "log_level = info" was only "error while parsing floating-point:
+// is above it ("daemon.log_level", "job[1].name"), and, when the value is a bare word, what a
+// value looks like. A user test: "log_level = info" was only "error while parsing floating-point:
 // expected value-terminator, saw 'o'" (info read as a broken inf), "name = fifo" a broken false.
-// Read from the text line by line: a guide for the message, not a second parser.
+// Read from the text line by line, skipping multi-line strings: a guide for the message, not a
+// second parser (nothing is said when the line is not a plain key = value).
 struct SyntaxPlace {
   std::string key;
   std::string hint;
 };
 
 SyntaxPlace syntax_place(std::string_view text, std::uint32_t error_line) {
+  if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);  // a UTF-8 byte order mark
   std::string table;
   std::map<std::string, int> arrays;  // [[name]] headers seen so far
+  std::string_view open_string;       // the delimiter of a multi-line string the line is in, if any
   std::uint32_t number = 0;
   for (std::size_t at = 0; at <= text.size() && ++number <= error_line;) {
     const std::size_t end = std::min(text.find('\n', at), text.size());
     const std::string_view line = trimmed(text.substr(at, end - at));
     at = end + 1;
+    const bool in_string = !open_string.empty();
+    for (std::size_t from = 0;;) {  // each """ or ''' opens or closes one
+      const std::size_t basic = line.find("\"\"\"", from), literal = line.find("\'\'\'", from);
+      const std::size_t next = open_string.empty() ? std::min(basic, literal)
+                                                   : (open_string == "\"\"\"" ? basic : literal);
+      if (next == std::string_view::npos) break;
+      open_string = open_string.empty() ? line.substr(next, 3) : std::string_view();
+      from = next + 3;
+    }
+    if (in_string) {
+      if (number == error_line) return {};
+      continue;
+    }
     if (number < error_line) {
       if (line.starts_with("[[") && line.find("]]") != std::string_view::npos) {
         const std::string name(trimmed(line.substr(2, line.find("]]") - 2)));
@@ -100,7 +116,10 @@ SyntaxPlace syntax_place(std::string_view text, std::uint32_t error_line) {
     const bool bare_word = !value.empty() && std::isalpha(static_cast<unsigned char>(value.front())) != 0 &&
                            std::all_of(value.begin(), value.end(), is_key_char) && value != "true" &&
                            value != "false" && value != "inf" && value != "nan";
-    if (bare_word) place.hint = " (a string needs quotes: " + std::string(key) + " = \"" + std::string(value) + "\")";
+    if (bare_word) {
+      place.hint = " (a bare word is no value: a string needs quotes, " + std::string(key) + " = \"" +
+                   std::string(value) + "\"; a boolean is true or false)";
+    }
     return place;
   }
   return {};

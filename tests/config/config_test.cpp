@@ -428,10 +428,16 @@ const std::vector<BadCase>& bad_cases() {
       // toml++ reads a bare word as a broken number or boolean; the message names the key and the fix.
       {"string_without_quotes", "[daemon]\nlog_level = info\n",
        "t.toml:2:16: daemon.log_level: invalid TOML: error while parsing floating-point: expected value-terminator, "
-       "saw 'o' (a string needs quotes: log_level = \"info\")"},
+       "saw 'o' (a bare word is no value: a string needs quotes, log_level = \"info\"; a boolean is true or false)"},
       {"string_without_quotes_in_the_second_job", "[[job]]\nname = \"a\"\n[[job]]\nname = b   # the second\n",
-       "t.toml:4:8: job[1].name: invalid TOML: error while parsing value: could not determine value type (a string "
-       "needs quotes: name = \"b\")"},
+       "t.toml:4:8: job[1].name: invalid TOML: error while parsing value: could not determine value type (a bare "
+       "word is no value: a string needs quotes, name = \"b\"; a boolean is true or false)"},
+      // A line inside a multi-line string is neither a header nor a key: nothing is guessed.
+      {"unterminated_multiline_string", "[daemon]\nsocket = \"\"\"\n[policy]\nname = fifo\n",
+       "t.toml:4:13: invalid TOML: error while parsing string: encountered end-of-file"},
+      {"byte_order_mark", "\xEF\xBB\xBF[daemon]\nlog_level = info\n",
+       "t.toml:2:16: daemon.log_level: invalid TOML: error while parsing floating-point: expected value-terminator, "
+       "saw 'o' (a bare word is no value: a string needs quotes, log_level = \"info\"; a boolean is true or false)"},
       {"integer_too_large", "[policy.fifo]\nmax_outstanding = 99999999999999999999\n",
        "t.toml:2:39: policy.fifo.max_outstanding: invalid TOML: error while parsing decimal integer: "
        "'99999999999999999999' is not representable in 64 bits"},
