@@ -106,7 +106,8 @@ std::optional<std::filesystem::path> find_shim() {
 }
 
 // What CLI11 says too vaguely, said plainly: a command that is not one (it says a subcommand is
-// required; a command missing a required option of its own gets CLI11's message), a run command not behind "--" (it says an argument was not expected). "" otherwise.
+// required; a command missing a required option of its own gets CLI11's message, which names it),
+// a run command not behind "--" (it says an argument was not expected). "" otherwise.
 // `reversed_args` is what the parser got (reversed).
 std::string usage_problem(const CLI::App& app, const CLI::ParseError& error, const std::vector<std::string>& reversed_args,
                           const CLI::App& run) {

@@ -43,7 +43,7 @@ TEST(Settings, ProfilePathAndCuptiLibraryAreTakenAsGivenAndDoNotChangeThePriorit
   EXPECT_EQ(p.settings.priority, Priority::high);
 }
 
-TEST(Settings, EmptyMeansUnset) {
+TEST(Settings, EmptyMeansUnsetButAnEmptyJobNameIsSaid) {
   const ParsedSettings p = parse({{"GPUQOS_PRIORITY", ""}, {"GPUQOS_JOB", ""}, {"GPUQOS_SOCKET", ""}, {"GPUQOS_LOG", ""},
                                   {"GPUQOS_PROFILE", ""}});
   EXPECT_TRUE(p.problems.empty());
