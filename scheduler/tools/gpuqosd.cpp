@@ -4,10 +4,14 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <limits>
+#include <string>
+#include <vector>
 
 #include "cli_checks.h"
 #include "version_text.h"
@@ -19,6 +23,15 @@
 namespace {
 
 constexpr int kUsageError = 2;
+
+// A count of ops: "--credit-ops: Value -1 not in range 0 to 4294967295", where the conversion alone
+// said "Could not convert" (a user test).
+const CLI::Range kCount(std::uint32_t{0}, std::numeric_limits<std::uint32_t>::max());
+
+// Every problem of a config file on a line of its own, each said as gpuqosd's (only the first was).
+void print_config_problems(const std::vector<std::string>& problems) {
+  for (const std::string& problem : problems) std::cerr << "gpuqosd: " << problem << "\n";
+}
 
 // --check-config FILE: 0 when this gpuqosd would start with it, 1 with every problem printed.
 int check_config(const std::string& path) {
@@ -63,10 +76,12 @@ int main(int argc, char** argv) {
                      ->capture_default_str();
   auto* outstanding = app.add_option("--max-outstanding", options.policy.max_outstanding_ops,
                                      "fifo: low-priority ops granted and not yet completed (0: no limit)")
+                          ->check(kCount)
                           ->capture_default_str();
   auto* credit = app.add_option("--credit-ops", options.policy.credit_ops,
                  "Low-priority ops a client may issue ahead of the daemon's answer while nothing else waits "
                  "(0: a grant round trip per op)")
+                    ->check(kCount)
                     ->capture_default_str();
   auto* store = app.add_option("--profile-store", options.learning.store_path,
                                "The predictor's store: loaded at start (from `gpuqos train` or an earlier run), "
@@ -119,7 +134,7 @@ int main(int argc, char** argv) {
   if (!config_path.empty()) {
     auto loaded = gpuqos::config::load_config_file(config_path, {.for_gpuqosd = true});
     if (!loaded) {
-      std::cerr << "gpuqosd: " << loaded.error() << "\n";
+      print_config_problems(loaded.errors());
       return kUsageError;
     }
     auto configured = gpuqos::scheduler::options_from_config(loaded.value(), options);

@@ -1446,6 +1446,13 @@ TEST(Cli, RunRefusesAJobNameOrSocketTheShimWouldNotTakeAndDurationsMustBeFinite)
   EXPECT_EQ(daemon.wait(5s), 2) << daemon.output();
   EXPECT_NE(daemon.output().find("must be a finite number in [0, "), std::string::npos) << daemon.output();
   EXPECT_NE(daemon.output().find("(got nan)"), std::string::npos) << daemon.output();
+  for (const std::string option : {"--credit-ops", "--max-outstanding"}) {  // was "Could not convert"
+    ChildProcess count({bin("gpuqosd"), "--socket", (dir.path() / "d.sock").string(), option, "-1"}, {},
+                       dir.path() / "count.out");
+    EXPECT_EQ(count.wait(5s), 2) << count.output();
+    EXPECT_NE(count.output().find(option + ": Value -1 not in range 0 to 4294967295"), std::string::npos)
+        << count.output();
+  }
   // A relative socket is made absolute here: the job may start in another directory.
   ChildProcess relative({bin("gpuqos"), "run", "--socket", "d.sock", "--", "sh", "-c", "echo [$GPUQOS_SOCKET]"}, {},
                         dir.path() / "out");
@@ -1516,6 +1523,9 @@ TEST(Gpuqosd, RefusesPolicyNoneWhichMeansNoDaemon) {
   ChildProcess start({bin("gpuqosd"), "--config", file.string(), "--socket", (dir.path() / "s.sock").string()}, {},
                      dir.path() / "start");
   EXPECT_EQ(start.wait(5s), 2) << start.output();
+  // Each problem on a line of its own, each said as gpuqosd's (only the first was).
+  EXPECT_NE(start.output().find("gpuqosd: " + file.string() + ":2:"), std::string::npos) << start.output();
+  EXPECT_NE(start.output().find("gpuqosd: " + file.string() + ":4:8: policy.name"), std::string::npos) << start.output();
 }
 
 TEST(Gpuqosd, RunsWithAConfigFileAndTheCommandLineWins) {
