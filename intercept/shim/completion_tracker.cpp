@@ -144,9 +144,7 @@ void CompletionTracker::enqueue(Pending pending) noexcept {
   if (!started_) {
     started_ = true;
     try {
-      const SignalsBlocked quiet;  // inherited by the thread
-      thread_ = std::thread([this] { run(); });
-      ::pthread_setname_np(thread_.native_handle(), "gpuqos-complete");  // named before this call returns
+      thread_ = start_thread<std::thread>("gpuqos-complete", [this] { run(); });
       // Stop polling before the driver's own exit handlers (registered earlier) tear it down.
       std::atexit([] { stop_completion_tracking(); });
     } catch (...) {

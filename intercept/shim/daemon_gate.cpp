@@ -119,10 +119,7 @@ DaemonGate::DaemonGate(Settings settings, Log log)
   }
   try_register(/*at_start=*/true);
   try {
-    const SignalsBlocked quiet;  // inherited by the thread
-    std::thread thread([this] { monitor(); });
-    ::pthread_setname_np(thread.native_handle(), "gpuqos-monitor");
-    thread.detach();
+    start_thread<std::thread>("gpuqos-monitor", [this] { monitor(); }).detach();
   } catch (...) {
     log_(LogLevel::warn, "cannot start the gpuqosd monitor thread: no re-registration after a loss");
   }

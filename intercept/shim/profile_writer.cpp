@@ -206,11 +206,10 @@ bool ProfileWriter::commit(std::string& why) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  const bool timed_out = lock_timed_out_;
   struct stat target {};
   const bool empty = ::fstat(fd, &target) == 0 && target.st_size == 0;
   bool ok = false;
-  if (!timed_out && (empty || (locked == 0 && is_profile(fd)))) {
+  if (!lock_timed_out_ && (empty || (locked == 0 && is_profile(fd)))) {
     added_ = !empty;
     written_to_ = path_;
     ok = append_file(temp_path_, fd, added_);

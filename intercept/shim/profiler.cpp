@@ -108,11 +108,8 @@ bool Profiler::start() noexcept {
     std::atexit([] {
       if (Profiler* profiler = active_profiler()) profiler->finish();
     });
-    {
-      const SignalsBlocked quiet;  // inherited by the thread
-      flusher_ = std::jthread([this](std::stop_token stop) { flush_periodically(std::move(stop)); });
-      ::pthread_setname_np(flusher_.native_handle(), "gpuqos-profile");
-    }
+    flusher_ = start_thread<std::jthread>("gpuqos-profile",
+                                          [this](std::stop_token stop) { flush_periodically(std::move(stop)); });
     log_(LogLevel::info, "GPUQOS_PROFILE: profiling with " + cupti_->loaded_as + " into " + path_);
     return true;
   } catch (...) {  // out of memory, or no thread

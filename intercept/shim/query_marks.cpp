@@ -6,17 +6,17 @@
 
 using QueryMark = gpuqos::intercept::Gate::QueryMark;
 
-GPUQOS_QUERY_EXPORT void gpuqosQueryArrived(void) noexcept {
+namespace {
+
+void mark(QueryMark which) noexcept {
   const gpuqos::intercept::NoCancel no_cancel;
-  gpuqos::intercept::gate().mark_query(QueryMark::arrived);
+  gpuqos::intercept::gate().mark_query(which);
 }
 
-GPUQOS_QUERY_EXPORT void gpuqosQueryBegin(void) noexcept {
-  const gpuqos::intercept::NoCancel no_cancel;
-  gpuqos::intercept::gate().mark_query(QueryMark::begin);
-}
+}  // namespace
 
-GPUQOS_QUERY_EXPORT void gpuqosQueryEnd(void) noexcept {
-  const gpuqos::intercept::NoCancel no_cancel;
-  gpuqos::intercept::gate().mark_query(QueryMark::end);
-}
+GPUQOS_QUERY_EXPORT void gpuqosQueryArrived(void) noexcept { mark(QueryMark::arrived); }
+
+GPUQOS_QUERY_EXPORT void gpuqosQueryBegin(void) noexcept { mark(QueryMark::begin); }
+
+GPUQOS_QUERY_EXPORT void gpuqosQueryEnd(void) noexcept { mark(QueryMark::end); }

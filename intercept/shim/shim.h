@@ -7,6 +7,7 @@
 #include <signal.h>
 
 #include <string_view>
+#include <utility>
 
 #include "gpuqos/intercept/gate.h"
 #include "gpuqos/intercept/hooks.h"
@@ -33,28 +34,27 @@ class NoCancel {
   int previous_ = PTHREAD_CANCEL_ENABLE;
 };
 
-// Blocks the calling thread's asynchronous signals while it lives, then restores its mask: made
-// around the start of each thread of the shim's, which inherits the blocked mask. A program that
-// blocks SIGTERM in its threads and takes it with sigwait in one (a graceful shutdown) must get it
-// there; delivered to a thread of ours that left it unblocked, its default action killed the job.
-// The faults a thread raises itself (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, and SIGSYS from a
-// seccomp filter) stay unblocked: blocked, the kernel would kill the process at one.
-// Each thread is named by its creator (pthread_setname_np, at most 15 characters) for top -H and gdb.
-class SignalsBlocked {
- public:
-  SignalsBlocked() noexcept {
-    sigset_t all;
-    ::sigfillset(&all);
-    for (const int fault : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS}) ::sigdelset(&all, fault);
-    ::pthread_sigmask(SIG_BLOCK, &all, &previous_);
-  }
-  ~SignalsBlocked() { ::pthread_sigmask(SIG_SETMASK, &previous_, nullptr); }
-  SignalsBlocked(const SignalsBlocked&) = delete;
-  SignalsBlocked& operator=(const SignalsBlocked&) = delete;
-
- private:
-  sigset_t previous_{};
-};
+// Starts a thread of the shim's (std::thread or std::jthread), named `name` (at most 15 characters,
+// for top -H and gdb) before this returns, and with every asynchronous signal blocked: a program
+// that blocks SIGTERM in its threads and takes it with sigwait in one (a graceful shutdown) must get
+// it there; delivered to a thread of ours that left it unblocked, its default action killed the
+// job. The faults a thread raises itself (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, and SIGSYS from
+// a seccomp filter) stay unblocked: blocked, the kernel would kill the process at one. The calling
+// thread's mask is restored, also when the thread cannot start (std::system_error).
+template <class Thread, class Body>
+Thread start_thread(const char* name, Body&& body) {
+  sigset_t quiet, previous;
+  ::sigfillset(&quiet);
+  for (const int fault : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS}) ::sigdelset(&quiet, fault);
+  ::pthread_sigmask(SIG_BLOCK, &quiet, &previous);  // inherited by the new thread
+  struct Restore {
+    const sigset_t& mask;
+    ~Restore() { ::pthread_sigmask(SIG_SETMASK, &mask, nullptr); }
+  } restore{previous};
+  Thread thread(std::forward<Body>(body));
+  ::pthread_setname_np(thread.native_handle(), name);
+  return thread;
+}
 
 // The driver's soname: what the shim loads, and what a program's dlopen of the driver names.
 inline constexpr const char* kDriverSoname = "libcuda.so.1";
