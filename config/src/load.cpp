@@ -57,12 +57,6 @@ std::string syntax_message(const toml::parse_error& error) {
 
 bool is_key_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '-' || c == '.'; }
 
-std::string_view trimmed(std::string_view text) {
-  const auto first = text.find_first_not_of(" \t\r");
-  if (first == std::string_view::npos) return {};
-  return text.substr(first, text.find_last_not_of(" \t\r") - first + 1);
-}
-
 // What toml++ leaves out of a syntax error: the key its line assigns, under the table whose header
 // is above it ("daemon.log_level", "job[1].name"), and, when the value is a bare word, what a
 // value looks like. A user test: "log_level = info" was only "error while parsing floating-point:
@@ -82,7 +76,7 @@ SyntaxPlace syntax_place(std::string_view text, std::uint32_t error_line) {
   std::uint32_t number = 0;
   for (std::size_t at = 0; at <= text.size() && ++number <= error_line;) {
     const std::size_t end = std::min(text.find('\n', at), text.size());
-    const std::string_view line = trimmed(text.substr(at, end - at));
+    const std::string_view line = detail::trim(text.substr(at, end - at));
     at = end + 1;
     const bool in_string = !open_string.empty();
     for (std::size_t from = 0;;) {  // each """ or ''' opens or closes one
@@ -99,20 +93,20 @@ SyntaxPlace syntax_place(std::string_view text, std::uint32_t error_line) {
     }
     if (number < error_line) {
       if (line.starts_with("[[") && line.find("]]") != std::string_view::npos) {
-        const std::string name(trimmed(line.substr(2, line.find("]]") - 2)));
+        const std::string name(detail::trim(line.substr(2, line.find("]]") - 2)));
         table = name + "[" + std::to_string(arrays[name]++) + "]";
       } else if (line.starts_with('[') && line.find(']') != std::string_view::npos) {
-        table = std::string(trimmed(line.substr(1, line.find(']') - 1)));
+        table = std::string(detail::trim(line.substr(1, line.find(']') - 1)));
       }
       continue;
     }
     const std::size_t equals = line.find('=');
     if (equals == std::string_view::npos) return {};
-    const std::string_view key = trimmed(line.substr(0, equals));
+    const std::string_view key = detail::trim(line.substr(0, equals));
     if (key.empty() || !std::all_of(key.begin(), key.end(), is_key_char)) return {};
     SyntaxPlace place{table.empty() ? std::string(key) : table + "." + std::string(key), ""};
     std::string_view value = line.substr(equals + 1);
-    value = trimmed(value.substr(0, value.find('#')));
+    value = detail::trim(value.substr(0, value.find('#')));
     const bool bare_word = !value.empty() && std::isalpha(static_cast<unsigned char>(value.front())) != 0 &&
                            std::all_of(value.begin(), value.end(), is_key_char) && value != "true" &&
                            value != "false" && value != "inf" && value != "nan";

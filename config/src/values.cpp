@@ -19,12 +19,6 @@ bool is_alnum(char c) { return is_digit(c) || (c >= 'a' && c <= 'z') || (c >= 'A
 bool is_host_char(char c) { return is_alnum(c) || c == '.' || c == '-'; }
 bool is_ipv4_char(char c) { return is_digit(c) || c == '.'; }
 
-std::string_view trim(std::string_view text) {
-  while (!text.empty() && text.front() == ' ') text.remove_prefix(1);
-  while (!text.empty() && text.back() == ' ') text.remove_suffix(1);
-  return text;
-}
-
 // Decimal digits only, without overflow.
 std::optional<std::uint64_t> parse_unsigned(std::string_view digits) {
   std::uint64_t value = 0;
@@ -81,6 +75,12 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
 }
 
 }  // namespace
+
+std::string_view trim(std::string_view text) {
+  const auto first = text.find_first_not_of(" \t\r");
+  if (first == std::string_view::npos) return {};
+  return text.substr(first, text.find_last_not_of(" \t\r") - first + 1);
+}
 
 std::string format_number(double value) {
   char buffer[64];

@@ -34,6 +34,9 @@ std::optional<double> parse_percentile(std::string_view text);
 // 1 to 63 of A-Z a-z 0-9 . _ -: the rule intercept applies to GPUQOS_JOB.
 bool is_valid_job_name(std::string_view name) noexcept;
 
+// `text` without the spaces, tabs and carriage returns at either end.
+std::string_view trim(std::string_view text);
+
 // " (did you mean \"policy\"?)" when one candidate is within a small edit distance, else "".
 std::string did_you_mean(std::string_view word, std::span<const std::string_view> candidates);
 
