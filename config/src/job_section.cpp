@@ -28,9 +28,10 @@ bool read_name(Section& section, std::string& out) {
   return true;
 }
 
-void read_percentile(Section& section, double& out) {
+void read_percentile(Section& section, JobConfig& job) {
   const toml::node* node = section.find("percentile");
   if (node == nullptr) return;
+  job.percentile_set = true;
   std::optional<double> value;
   if (const auto* text = node->as_string()) {
     value = parse_percentile(text->get());
@@ -43,7 +44,7 @@ void read_percentile(Section& section, double& out) {
   }
   if (!value) return;
   if (*value >= kMinPercentile && *value < kMaxPercentile) {
-    out = *value;
+    job.percentile = *value;
     return;
   }
   section.error("percentile", "must be >= 50 and < 100 (got " + format_number(*value) + ")");
@@ -54,7 +55,7 @@ bool read_job(Section& section, JobConfig& job) {
   double target_ms = 0;
   read_ms(section, "target_ms", Bound::at_least, kMinPositiveMs, target_ms);
   if (target_ms > 0) job.target_ms = target_ms;
-  read_percentile(section, job.percentile);
+  read_percentile(section, job);
   read_number(section, "weight", Bound::at_least, kMinWeight, job.weight);
   if (section.find("safety_margin_ms") != nullptr) {
     double margin_ms = -1;  // left so when the value is refused (the error is reported)

@@ -96,7 +96,7 @@ std::string describe(const JobConfig& job, const double* baymax_margin_ms) {
     text += ", target_ms " + format_number(*job.target_ms) + " unused (the job always runs low)";
   } else {
     text += ", no latency target";
-    if (job.percentile != kDefaultPercentile) {
+    if (job.percentile_set) {
       text += " (percentile " + format_number(job.percentile) + " unused without target_ms)";
     }
   }

@@ -126,8 +126,8 @@ TEST(ConfigLoad, FullFileIntoStructs) {
   EXPECT_TRUE(baymax.bound_by_slices);
   EXPECT_EQ(config.policy.fifo.max_outstanding, 4u);
   ASSERT_EQ(config.jobs.size(), 2u);
-  EXPECT_EQ(config.jobs[0], (JobConfig{"bert-infer", Priority::high, 20.0, 99.9, 1.0, 2.5}));
-  EXPECT_EQ(config.jobs[1], (JobConfig{"resnet_train.v2", Priority::low, std::nullopt, 90.0, 2.5, std::nullopt}));
+  EXPECT_EQ(config.jobs[0], (JobConfig{"bert-infer", Priority::high, 20.0, 99.9, 1.0, 2.5, true}));
+  EXPECT_EQ(config.jobs[1], (JobConfig{"resnet_train.v2", Priority::low, std::nullopt, 90.0, 2.5, std::nullopt, true}));
   EXPECT_FALSE(config.access.anyone_may_run_high);
   EXPECT_EQ(config.access.high_priority_uids, (std::vector<uid_t>{1000, 1001}));
   EXPECT_EQ(config.access.high_priority_gids, (std::vector<gid_t>{27}));
@@ -263,10 +263,15 @@ TEST(ConfigSummary, SaysWhatAJobSetsButWillNotUse) {
                                                       "[[job]]\nname = \"d\"\nsafety_margin_ms = 2\n"
                                                       "[[job]]\nname = \"e\"\nallowed_priority = \"low\"\n"
                                                       "target_ms = 9\nsafety_margin_ms = 3\n"
-                                                      "[[job]]\nname = \"f\"\ntarget_ms = 4\nsafety_margin_ms = 4\n"));
+                                                      "[[job]]\nname = \"f\"\ntarget_ms = 4\nsafety_margin_ms = 4\n"
+                                                      "[[job]]\nname = \"g\"\npercentile = 99\n"
+                                                      "[[job]]\nname = \"h\"\n"));
   EXPECT_NE(summary.find("always low, target_ms 3 unused (the job always runs low)"), std::string::npos) << summary;
   EXPECT_NE(summary.find("may run high, no latency target (percentile 90 unused without target_ms)"), std::string::npos)
       << summary;
+  // Set to the default is still set: said (a user test found `percentile = 99` alone went unsaid).
+  EXPECT_NE(summary.find("no latency target (percentile 99 unused without target_ms)"), std::string::npos) << summary;
+  EXPECT_EQ(summary.find("percentile 99 unused", summary.find("\n  h ")), std::string::npos) << summary;
   EXPECT_NE(summary.find("may run high, target p90 <= 5 ms"), std::string::npos) << summary;
   EXPECT_NE(summary.find("safety margin 2 ms unused (no latency target to keep it for)"), std::string::npos) << summary;
   EXPECT_NE(summary.find("safety margin 3 ms unused (the job always runs low)"), std::string::npos) << summary;

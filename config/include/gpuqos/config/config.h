@@ -116,6 +116,7 @@ struct JobConfig {
   double weight = 1.0;                         // share among best-effort jobs (> 0)
   // baymax's safety margin for this job's queries (>= 0); none: [policy.baymax] safety_margin_ms
   std::optional<double> safety_margin_ms;
+  bool percentile_set = false;  // the file names a percentile (the summary says one set without a target)
   friend bool operator==(const JobConfig&, const JobConfig&) = default;
 };
 
