@@ -32,6 +32,12 @@ std::uint64_t segment_nonce() {
   return nonce;
 }
 
+// A send that failed because the peer had closed its end: it gave up waiting for the answer.
+bool peer_stopped_waiting(const ipc::Status& sent) {
+  return sent.error().find(std::strerror(EPIPE)) != std::string::npos ||
+         sent.error().find(std::strerror(ECONNRESET)) != std::string::npos;
+}
+
 }  // namespace
 
 void Daemon::accept_connections() {
@@ -190,10 +196,13 @@ void Daemon::register_client(Pending& pending, const ipc::Hello& hello) {
                                           : ipc::send_record(pending.socket.get(), encoded);
       !sent) {
     // A shim gives up on its Hello after a second (a stalled loop answers later): not a fault.
-    const bool gave_up = sent.error().find(std::strerror(EPIPE)) != std::string::npos ||
-                         sent.error().find(std::strerror(ECONNRESET)) != std::string::npos;
-    spdlog::log(gave_up ? spdlog::level::info : spdlog::level::warn, "job '{}' pid {}: cannot answer its hello: {}{}",
-                job, peer.pid, sent.error(), gave_up ? " (it stopped waiting for the answer)" : "");
+    if (!peer_stopped_waiting(sent)) {
+      spdlog::warn("job '{}' pid {}: cannot answer its hello: {}", job, peer.pid, sent.error());
+    } else if (late_answers_.take(ipc::monotonic_ns(), peer.uid)) {
+      spdlog::info("job '{}' pid {}: its shim stopped waiting for the answer to its hello; it runs unmanaged until "
+                   "it registers again",
+                   job, peer.pid);
+    }
     ipc::Segment::remove(name);
     return;
   }
@@ -282,7 +291,11 @@ void Daemon::answer_control(Pending& pending, const std::vector<std::byte>& reco
   auto reply = ipc::encode_control_reply(status, text);
   if (!reply) return spdlog::error("pid {}: {}", pending.peer.pid, reply.error());
   if (ipc::Status sent = ipc::send_record(pending.socket.get(), reply.value()); !sent) {
-    spdlog::warn("pid {}: cannot send status: {}", pending.peer.pid, sent.error());
+    if (!peer_stopped_waiting(sent)) {
+      spdlog::warn("pid {}: cannot send status: {}", pending.peer.pid, sent.error());
+    } else if (late_answers_.take(ipc::monotonic_ns(), pending.peer.uid)) {
+      spdlog::info("pid {}: its status request stopped waiting for the answer", pending.peer.pid);
+    }
   }
 }
 
@@ -380,8 +393,8 @@ bool Daemon::LogBudget::take(std::int64_t now_ns, uid_t uid) {
 void Daemon::LogBudget::roll(std::int64_t now_ns) {
   if (now_ns - window_start_ns < kPeerWarningWindowNs) return;
   if (unsaid > 0) {
-    spdlog::warn("{} more {} in the last {} s were not logged: a client in a loop, or a user flooding the socket?",
-                 unsaid, what, (now_ns - window_start_ns) / 1'000'000'000);
+    spdlog::log(not_a_fault ? spdlog::level::info : spdlog::level::warn, "{} more {} in the last {} s were not logged: {}",
+                unsaid, what, (now_ns - window_start_ns) / 1'000'000'000, why);
   }
   window_start_ns = now_ns;
   said = 0;

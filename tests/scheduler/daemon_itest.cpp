@@ -417,6 +417,35 @@ TEST(Daemon, AHeldOpsWaitEndsWhereItsShimStoppedWaitingForAStalledLoop) {
       << "stopped from outside, not by its own work\n" << daemon.log();
 }
 
+// Shims retry their Hello once a second while gpuqosd is stopped; back, it answers every one of them
+// after its shim stopped waiting. A user test got a line for each (17 after a 17-s stop): now the
+// first is said, at info, and the rest are counted in one line at the window's end. A status
+// request that gave up the same way is no warning either.
+TEST(Daemon, AnswersThatPeersStoppedWaitingForAreSaidOnceAndCounted) {
+  DaemonProcess daemon;
+  ASSERT_EQ(::kill(daemon.pid(), SIGSTOP), 0);
+  constexpr int kHellos = 5;
+  for (int i = 0; i < kHellos + 1; ++i) {  // the connections wait in the listener's backlog
+    auto fd = scheduler::connect_unix(daemon.socket());
+    ASSERT_TRUE(fd) << fd.error();
+    const auto record = i < kHellos ? ipc::encode(ipc::make_hello(Priority::low, 0, "gave-up").value())
+                                    : ipc::encode_control_request(ipc::ControlKind::status);
+    ASSERT_TRUE(ipc::send_record(fd->get(), record));
+  }  // each closed: its peer gave up
+  ASSERT_EQ(::kill(daemon.pid(), SIGCONT), 0);
+  const std::string said = "its shim stopped waiting for the answer to its hello";
+  const std::string counted = std::to_string(kHellos) +
+                              " more answers to peers that had stopped waiting (Hellos, status requests) in the last";
+  EXPECT_TRUE(eventually([&] { return daemon.log().find(counted) != std::string::npos; },
+                         std::chrono::milliseconds(scheduler::Daemon::kPeerWarningWindowNs / 1'000'000) + 10s))
+      << daemon.log();
+  EXPECT_EQ(occurrences(daemon.log(), said), 1u) << daemon.log();
+  EXPECT_NE(daemon.log().find("gpuqosd answered late (stalled or stopped?)"), std::string::npos) << daemon.log();
+  EXPECT_EQ(daemon.log().find("[warning]"), std::string::npos) << daemon.log();
+  EXPECT_EQ(daemon.log().find("cannot answer"), std::string::npos) << daemon.log();
+  EXPECT_EQ(daemon.log().find("cannot send status"), std::string::npos) << daemon.log();
+}
+
 // One gpuqosd per socket path, even when a tmp cleaner removed the first one's socket file: the
 // second refuses (naming the first), and the first serves the path again.
 TEST(Daemon, ASecondDaemonOnTheSamePathIsRefusedAndARemovedSocketIsServedAgain) {

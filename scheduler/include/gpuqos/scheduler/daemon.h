@@ -252,6 +252,8 @@ class Daemon {
     static constexpr std::size_t kUsersPerWindow = 100;
     int per_window;
     const char* what;  // "warnings of connections", in the count's line
+    const char* why = "a client in a loop, or a user flooding the socket?";  // ends the count's line
+    bool not_a_fault = false;  // the count's line at info, not warn
     std::int64_t window_start_ns = 0;
     int said = 0;
     std::uint64_t unsaid = 0;
@@ -264,11 +266,20 @@ class Daemon {
   // lines (8.9 MB) in 10 s. Generous: a job of hundreds of processes starting is said whole.
   static constexpr int kClientLinesPerWindow = 400;
   LogBudget client_lines_{kClientLinesPerWindow, "registrations and disconnections of clients"};
+  // Answers to peers that had stopped waiting for them (a Hello after the shim's second, a status
+  // after `gpuqos status` gave up): not a fault, and every shim's retry in a stall adds one (a user
+  // test: 17 lines after gpuqosd was stopped for 17 s). The first of a window is said, the rest
+  // counted.
+  LogBudget late_answers_{1, "answers to peers that had stopped waiting (Hellos, status requests)",
+                          "gpuqosd answered late (stalled or stopped?); each shim among them ran unmanaged and "
+                          "registered again",
+                          true};
   // The uid of a peer with no credentials: ~0 (no user has it).
   bool may_warn_of_peer(std::int64_t now_ns, uid_t uid) { return peer_warnings_.take(now_ns, uid); }
   void tell_unsaid_peer_warnings(std::int64_t now_ns) {
     peer_warnings_.roll(now_ns);
     client_lines_.roll(now_ns);
+    late_answers_.roll(now_ns);
   }
   struct ToldHold {  // tell_long_holds(): an op told of as held long, until it goes
     std::uint64_t seq = 0;
