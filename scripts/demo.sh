@@ -6,32 +6,42 @@
 #   scripts/demo.sh            quick QoS benchmark (about 1.5 minutes after the build); files in results/qos
 #   scripts/demo.sh full       the full grid (3 loads x 2 best-effort mixes; about 22 minutes); results/qos-full
 #   scripts/demo.sh fidelity   the replayer's fidelity: the BERT query and a ResNet-50 iteration replayed
-#                              on simgpu, the trace's figures beside the simulated ones
+#                              on simgpu, the trace's figures beside the simulated ones (its workloads in
+#                              build/workloads)
+#   --out DIR                  (after any of them) write there instead
 #
 # Environment: DEMO_BUILD_DIR (default build/; set it with DEMO_SKIP_BUILD=1 to use a tree you
 # built yourself), GPUQOS_TRACES (default ../shared/traces), DEMO_QUERIES, DEMO_ITERATIONS (fidelity).
 set -euo pipefail
+usage() { echo "usage: scripts/demo.sh [quick|full|fidelity] [--out DIR]" >&2; exit 2; }
+what=quick
+out_dir=
+while (($#)); do
+  case $1 in
+    quick | full | fidelity) what=$1 ;;
+    --out) (($# >= 2)) && [[ -n $2 ]] || usage; out_dir=$(realpath -m -- "$2"); shift ;;
+    --out=?*) out_dir=$(realpath -m -- "${1#--out=}") ;;
+    -h | --help) usage ;;
+    *) echo "scripts/demo.sh: unknown argument '$1'" >&2; usage ;;
+  esac
+  shift
+done
 cd "$(dirname "$0")/.."
 root=$PWD
 traces=$(cd "${GPUQOS_TRACES:-$root/../shared/traces}" && pwd)
 build=${DEMO_BUILD_DIR:-$root/build}
 bin=$build/bin
-what=${1:-quick}
-case $what in
-  quick | full | fidelity) ;;
-  *) echo "usage: scripts/demo.sh [quick|full|fidelity]" >&2; exit 2 ;;
-esac
 
 [[ ${DEMO_SKIP_BUILD:-0} == 1 ]] || scripts/build.sh
 
 if [[ $what == quick ]]; then
-  exec "$bin/gpuqos-bench" qos --quick --traces "$traces" --out "$root/results/qos"
+  exec "$bin/gpuqos-bench" qos --quick --traces "$traces" --out "${out_dir:-$root/results/qos}"
 elif [[ $what == full ]]; then
-  exec "$bin/gpuqos-bench" qos --traces "$traces" --out "$root/results/qos-full"
+  exec "$bin/gpuqos-bench" qos --traces "$traces" --out "${out_dir:-$root/results/qos-full}"
 fi
 
 # fidelity
-out=$build/workloads
+out=${out_dir:-$build/workloads}
 queries=${DEMO_QUERIES:-20}
 iterations=${DEMO_ITERATIONS:-3}
 mkdir -p "$out"

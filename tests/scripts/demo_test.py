@@ -1,0 +1,66 @@
+"""Tests of scripts/demo.sh's command line: what it hands gpuqos-bench, with a stand-in for it."""
+import os
+import stat
+import subprocess
+import tempfile
+import unittest
+
+ROOT = os.path.realpath(os.path.join(os.path.dirname(__file__), "..", ".."))
+DEMO = os.path.join(ROOT, "scripts", "demo.sh")
+
+
+class DemoCommandLine(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory(prefix="gpuqos-demo-test-")
+        self.addCleanup(self.tmp.cleanup)
+        bin_dir = os.path.join(self.tmp.name, "build", "bin")
+        os.makedirs(bin_dir)
+        self.args_file = os.path.join(self.tmp.name, "args")
+        bench = os.path.join(bin_dir, "gpuqos-bench")
+        with open(bench, "w") as f:  # writes its arguments one per line
+            f.write(f'#!/bin/sh\nprintf "%s\\n" "$@" > "{self.args_file}"\n')
+        os.chmod(bench, os.stat(bench).st_mode | stat.S_IXUSR)
+        self.traces = os.path.join(self.tmp.name, "traces")
+        os.makedirs(self.traces)
+
+    def run_demo(self, *args, cwd=None):
+        env = dict(os.environ, DEMO_SKIP_BUILD="1", DEMO_BUILD_DIR=os.path.join(self.tmp.name, "build"),
+                   GPUQOS_TRACES=self.traces)
+        return subprocess.run(["bash", DEMO, *args], env=env, cwd=cwd or self.tmp.name, capture_output=True,
+                              text=True, timeout=60)
+
+    def bench_args(self):
+        with open(self.args_file) as f:
+            return f.read().splitlines()
+
+    def out_of(self, args):
+        return args[args.index("--out") + 1]
+
+    def test_quick_writes_into_the_repositorys_results_by_default(self):
+        done = self.run_demo()
+        self.assertEqual(done.returncode, 0, done.stderr)
+        args = self.bench_args()
+        self.assertEqual(args[:2], ["qos", "--quick"])
+        self.assertEqual(self.out_of(args), os.path.join(ROOT, "results", "qos"))
+
+    def test_out_names_the_folder_relative_to_where_it_was_run(self):
+        done = self.run_demo("--out", "mine")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertEqual(self.out_of(self.bench_args()), os.path.join(self.tmp.name, "mine"))
+        done = self.run_demo("full", "--out=" + os.path.join(self.tmp.name, "grid"))
+        self.assertEqual(done.returncode, 0, done.stderr)
+        args = self.bench_args()
+        self.assertNotIn("--quick", args)
+        self.assertEqual(self.out_of(args), os.path.join(self.tmp.name, "grid"))
+
+    def test_a_bad_command_line_says_how_to_use_it(self):
+        for args, said in ((["fast"], "unknown argument 'fast'"), (["--out"], "usage:"), (["--out", ""], "usage:")):
+            done = self.run_demo(*args)
+            self.assertEqual(done.returncode, 2, args)
+            self.assertIn(said, done.stderr)
+            self.assertIn("usage: scripts/demo.sh [quick|full|fidelity] [--out DIR]", done.stderr)
+            self.assertFalse(os.path.exists(self.args_file), "the benchmark did not run")
+
+
+if __name__ == "__main__":
+    unittest.main()
