@@ -94,6 +94,9 @@ bool Profiler::ready() noexcept {
 bool Profiler::start() noexcept {
   try {
     std::string why;
+    // The threads CUPTI starts for its records (at its load or at the first enable) inherit the
+    // caller's mask: the program's thread's, unless blocked here.
+    const AsyncSignalsBlocked blocked;
     cupti_ = CuptiLibrary::load(cupti_library_, why);
     // Once its callbacks are registered, cupti_ stays: a late buffer may still arrive (and is ignored).
     if (!cupti_ || !enable_activities(why)) {

@@ -34,23 +34,36 @@ class NoCancel {
   int previous_ = PTHREAD_CANCEL_ENABLE;
 };
 
+// Blocks every asynchronous signal in the calling thread while it lives, so that threads started
+// meanwhile inherit that mask, and restores the thread's mask however the scope ends. A program that
+// blocks SIGTERM in its threads and takes it with sigwait in one (a graceful shutdown) must get it
+// there; delivered to a thread of ours, or one CUPTI starts for us, that left it unblocked, its
+// default action killed the job. The faults a thread raises itself (SIGSEGV, SIGBUS, SIGFPE, SIGILL,
+// SIGTRAP, and SIGSYS from a seccomp filter) stay unblocked: blocked, the kernel would kill the
+// process at one.
+class AsyncSignalsBlocked {
+ public:
+  AsyncSignalsBlocked() noexcept {
+    sigset_t quiet;
+    ::sigfillset(&quiet);
+    for (const int fault : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS}) ::sigdelset(&quiet, fault);
+    ::pthread_sigmask(SIG_BLOCK, &quiet, &previous_);
+  }
+  ~AsyncSignalsBlocked() { ::pthread_sigmask(SIG_SETMASK, &previous_, nullptr); }
+  AsyncSignalsBlocked(const AsyncSignalsBlocked&) = delete;
+  AsyncSignalsBlocked& operator=(const AsyncSignalsBlocked&) = delete;
+
+ private:
+  sigset_t previous_;
+};
+
 // Starts a thread of the shim's (std::thread or std::jthread), named `name` (at most 15 characters,
-// for top -H and gdb) before this returns, and with every asynchronous signal blocked: a program
-// that blocks SIGTERM in its threads and takes it with sigwait in one (a graceful shutdown) must get
-// it there; delivered to a thread of ours that left it unblocked, its default action killed the
-// job. The faults a thread raises itself (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, and SIGSYS from
-// a seccomp filter) stay unblocked: blocked, the kernel would kill the process at one. The calling
-// thread's mask is restored, also when the thread cannot start (std::system_error).
+// for top -H and gdb) before this returns, and with every asynchronous signal blocked
+// (AsyncSignalsBlocked). The calling thread's mask is restored, also when the thread cannot start
+// (std::system_error).
 template <class Thread, class Body>
 Thread start_thread(const char* name, Body&& body) {
-  sigset_t quiet, previous;
-  ::sigfillset(&quiet);
-  for (const int fault : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS}) ::sigdelset(&quiet, fault);
-  ::pthread_sigmask(SIG_BLOCK, &quiet, &previous);  // inherited by the new thread
-  struct Restore {
-    const sigset_t& mask;
-    ~Restore() { ::pthread_sigmask(SIG_SETMASK, &mask, nullptr); }
-  } restore{previous};
+  const AsyncSignalsBlocked blocked;  // inherited by the new thread
   Thread thread(std::forward<Body>(body));
   ::pthread_setname_np(thread.native_handle(), name);
   return thread;

@@ -2,6 +2,7 @@
 #include "collector.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -206,7 +207,9 @@ const char* Collector::intern_locked(const char* name) {
 void Collector::start_worker_locked() {
   if (worker_started_) return;
   try {
-    std::thread([this] { worker(); }).detach();
+    std::thread worker([this] { this->worker(); });
+    ::pthread_setname_np(worker.native_handle(), "simgpu-cupti");  // for top -H, gdb and the mask tests
+    worker.detach();
     worker_started_ = true;
   } catch (const std::system_error&) {
     log_line("cannot start the delivery thread: records are delivered at flushes only");

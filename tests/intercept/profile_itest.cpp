@@ -335,6 +335,18 @@ TEST_F(ProfileTest, AProcessKilledBySignalLeavesItsRecordsInItsTemporaryFileForT
   EXPECT_GT(fs::file_size(store), 0u);
 }
 
+// The threads CUPTI starts for the profiler inherit the mask of the thread that started profiling,
+// the program's: a program that takes SIGTERM with sigwait could have it delivered to one of them
+// instead, and die of it. The shim starts CUPTI with asynchronous signals blocked, as it starts its
+// own threads.
+TEST_F(ProfileTest, TheThreadsCuptiStartsForTheProfilerBlockTheProgramsSignals) {
+  start_simgpud(kSpinCatalog);
+  ASSERT_EQ(run({(kBuild / "tests" / "programs" / "intercept_gate_client").string(), "masks"}), 0) << output_;
+  EXPECT_NE(output_.find("thread gpuqos-profile blocks 6"), std::string::npos) << output_;
+  EXPECT_NE(output_.find("thread simgpu-cupti blocks 6"), std::string::npos) << output_;
+  EXPECT_EQ(output_.find("blocks 0"), std::string::npos) << output_;
+}
+
 TEST_F(ProfileTest, WithoutLibcuptiTheProgramRunsAndOneWarningSaysSo) {
   start_simgpud(kSpinCatalog);
   const int code = run_linked_client({{"GPUQOS_CUPTI_LIBRARY", (dir_.path() / "libcupti.so").string()}});

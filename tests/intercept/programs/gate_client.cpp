@@ -464,7 +464,8 @@ int run_masks() {
     }
     std::string thread = name;
     if (!thread.empty() && thread.back() == '\n') thread.pop_back();
-    if (thread.rfind("gpuqos-", 0) != 0) continue;
+    // The shim's threads, and simgpu's libcupti's delivery thread (started for the shim's profiler).
+    if (thread.rfind("gpuqos-", 0) != 0 && thread != "simgpu-cupti") continue;
     unsigned long long blocked = 0;
     if (FILE* status = std::fopen((dir + "/status").c_str(), "re")) {
       char line[256];
