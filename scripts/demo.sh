@@ -7,22 +7,35 @@
 #   scripts/demo.sh full       the full grid (3 loads x 2 best-effort mixes; about 22 minutes); results/qos-full
 #   scripts/demo.sh fidelity   the replayer's fidelity: the BERT query and a ResNet-50 iteration replayed
 #                              on simgpu, the trace's figures beside the simulated ones (its workloads in
-#                              build/workloads)
-#   --out DIR                  (after any of them) write there instead
+#                              $DEMO_BUILD_DIR/workloads)
+#   --out DIR                  (after any of them) write there instead; a relative DIR is taken
+#                              from where demo.sh runs (GPUQOS_TRACES and DEMO_BUILD_DIR from the repository)
 #
 # Environment: DEMO_BUILD_DIR (default build/; set it with DEMO_SKIP_BUILD=1 to use a tree you
 # built yourself), GPUQOS_TRACES (default ../shared/traces), DEMO_QUERIES, DEMO_ITERATIONS (fidelity).
 set -euo pipefail
-usage() { echo "usage: scripts/demo.sh [quick|full|fidelity] [--out DIR]" >&2; exit 2; }
+usage="usage: scripts/demo.sh [quick|full|fidelity] [--out DIR]"
+refuse() { echo "scripts/demo.sh: $1" >&2; echo "$usage" >&2; exit 2; }
+absolute() { [[ $1 == /* ]] && echo "$1" || echo "$PWD/$1"; }
 what=quick
 out_dir=
 while (($#)); do
   case $1 in
     quick | full | fidelity) what=$1 ;;
-    --out) (($# >= 2)) && [[ -n $2 ]] || usage; out_dir=$(realpath -m -- "$2"); shift ;;
-    --out=?*) out_dir=$(realpath -m -- "${1#--out=}") ;;
-    -h | --help) usage ;;
-    *) echo "scripts/demo.sh: unknown argument '$1'" >&2; usage ;;
+    --out | --out=*)
+      if [[ $1 == --out ]]; then
+        (($# >= 2)) || refuse "--out needs a folder"
+        dir=$2
+        shift
+      else
+        dir=${1#--out=}
+      fi
+      [[ -n $dir ]] || refuse "--out needs a folder"
+      [[ $dir != -* ]] || refuse "--out takes a folder, not '$dir'"
+      out_dir=$(absolute "$dir")
+      ;;
+    -h | --help) echo "$usage"; exit 0 ;;
+    *) refuse "unknown argument '$1'" ;;
   esac
   shift
 done

@@ -13,6 +13,7 @@ class DemoCommandLine(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory(prefix="gpuqos-demo-test-")
         self.addCleanup(self.tmp.cleanup)
+        self.dir = os.path.realpath(self.tmp.name)  # as demo.sh names it (TMPDIR may be a link)
         bin_dir = os.path.join(self.tmp.name, "build", "bin")
         os.makedirs(bin_dir)
         self.args_file = os.path.join(self.tmp.name, "args")
@@ -26,7 +27,7 @@ class DemoCommandLine(unittest.TestCase):
     def run_demo(self, *args, cwd=None):
         env = dict(os.environ, DEMO_SKIP_BUILD="1", DEMO_BUILD_DIR=os.path.join(self.tmp.name, "build"),
                    GPUQOS_TRACES=self.traces)
-        return subprocess.run(["bash", DEMO, *args], env=env, cwd=cwd or self.tmp.name, capture_output=True,
+        return subprocess.run(["bash", DEMO, *args], env=env, cwd=cwd or self.dir, capture_output=True,
                               text=True, timeout=60)
 
     def bench_args(self):
@@ -46,20 +47,27 @@ class DemoCommandLine(unittest.TestCase):
     def test_out_names_the_folder_relative_to_where_it_was_run(self):
         done = self.run_demo("--out", "mine")
         self.assertEqual(done.returncode, 0, done.stderr)
-        self.assertEqual(self.out_of(self.bench_args()), os.path.join(self.tmp.name, "mine"))
-        done = self.run_demo("full", "--out=" + os.path.join(self.tmp.name, "grid"))
+        self.assertEqual(self.out_of(self.bench_args()), os.path.join(self.dir, "mine"))
+        done = self.run_demo("full", "--out=" + os.path.join(self.dir, "grid"))
         self.assertEqual(done.returncode, 0, done.stderr)
         args = self.bench_args()
         self.assertNotIn("--quick", args)
-        self.assertEqual(self.out_of(args), os.path.join(self.tmp.name, "grid"))
+        self.assertEqual(self.out_of(args), os.path.join(self.dir, "grid"))
 
     def test_a_bad_command_line_says_how_to_use_it(self):
-        for args, said in ((["fast"], "unknown argument 'fast'"), (["--out"], "usage:"), (["--out", ""], "usage:")):
+        for args, said in ((["fast"], "unknown argument 'fast'"), (["--out"], "usage:"), (["--out", ""], "usage:"),
+                           (["--out", "-h"], "--out takes a folder, not '-h'")):
             done = self.run_demo(*args)
             self.assertEqual(done.returncode, 2, args)
             self.assertIn(said, done.stderr)
             self.assertIn("usage: scripts/demo.sh [quick|full|fidelity] [--out DIR]", done.stderr)
             self.assertFalse(os.path.exists(self.args_file), "the benchmark did not run")
+
+    def test_help_is_an_answer_not_an_error(self):
+        done = self.run_demo("--help")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn("usage: scripts/demo.sh [quick|full|fidelity] [--out DIR]", done.stdout)
+        self.assertFalse(os.path.exists(self.args_file), "the benchmark did not run")
 
 
 if __name__ == "__main__":

@@ -271,8 +271,8 @@ class Daemon {
   // test: 17 lines after gpuqosd was stopped for 17 s). The first of a window is said, the rest
   // counted.
   LogBudget late_answers_{1, "answers to peers that had stopped waiting (Hellos, status requests)",
-                          "gpuqosd answered late (stalled or stopped?); each shim among them ran unmanaged and "
-                          "registered again",
+                          "gpuqosd answered late (stalled or stopped?); a shim among them runs unmanaged until it "
+                          "registers again",
                           true};
   // The uid of a peer with no credentials: ~0 (no user has it).
   bool may_warn_of_peer(std::int64_t now_ns, uid_t uid) { return peer_warnings_.take(now_ns, uid); }
