@@ -29,7 +29,13 @@ std::string preload_with(const std::string& shim, const char* existing) {
 }
 
 int exec_managed(const RunOptions& options, const std::optional<std::filesystem::path>& shim) {
-  ::setenv("GPUQOS_PRIORITY", options.priority.c_str(), 1);
+  // GPUQOS_PRIORITY from the environment stands unless --priority says otherwise, as the job's
+  // name and socket do (a user test: `GPUQOS_PRIORITY=high gpuqos run` ran low without a word).
+  if (options.priority) {
+    ::setenv("GPUQOS_PRIORITY", options.priority->c_str(), 1);
+  } else {
+    ::setenv("GPUQOS_PRIORITY", "low", 0);
+  }
   if (options.job) ::setenv("GPUQOS_JOB", options.job->c_str(), 1);
   if (options.socket) ::setenv("GPUQOS_SOCKET", options.socket->c_str(), 1);
   if (shim) {

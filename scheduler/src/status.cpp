@@ -440,7 +440,7 @@ std::string status_error_text(const std::string& error, const std::string& socke
   return error + " (socket " + socket_path + "; is gpuqosd running?)";
 }
 
-ipc::Result<std::string> request_status(const std::string& socket_path) {
+ipc::Result<std::string> request_status(const std::string& socket_path, int quit_fd, bool* quit) {
   auto socket = connect_unix(socket_path);
   if (!socket) return ipc::Error{"cannot reach gpuqosd: " + socket.error()};
   constexpr int kAnswerWithinS = 5;
@@ -450,11 +450,15 @@ ipc::Result<std::string> request_status(const std::string& socket_path) {
     return ipc::Error{sent.error()};
   }
   std::vector<std::byte> record;
-  pollfd answer{socket->get(), POLLIN, 0};
+  pollfd watched[2] = {{socket->get(), POLLIN, 0}, {quit_fd, POLLIN, 0}};
   int ready = 0;
   do {
-    ready = ::poll(&answer, 1, kAnswerWithinS * 1000);
+    ready = ::poll(watched, quit_fd >= 0 ? 2 : 1, kAnswerWithinS * 1000);
   } while (ready < 0 && errno == EINTR);
+  if (quit_fd >= 0 && (watched[1].revents & POLLIN) != 0) {
+    if (quit != nullptr) *quit = true;
+    return ipc::Error{"quit while waiting for gpuqosd's answer"};
+  }
   if (ready == 0) {
     return ipc::Error{"gpuqosd did not answer within " + std::to_string(kAnswerWithinS) + " s (stopped, or too busy?)"};
   }

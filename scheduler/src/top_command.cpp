@@ -1,5 +1,6 @@
-// `gpuqos top`: status frames every interval; SIGINT/SIGTERM arrive on a signalfd the wait polls,
-// so Ctrl-C ends the loop between two frames without a handler or a global flag.
+// `gpuqos top`: status frames every interval; SIGINT/SIGTERM arrive on a signalfd that the wait
+// between frames and the wait for gpuqosd's answer poll, so Ctrl-C ends the loop at once without a
+// handler or a global flag.
 #include "gpuqos/scheduler/top_command.h"
 
 #include <poll.h>
@@ -57,7 +58,9 @@ std::string render_top_frame(const nlohmann::json& status, const TopOptions& opt
 int run_top(const TopOptions& options, std::ostream& out, std::ostream& err, bool clear_screen) {
   const FileDescriptor signals = options.once ? FileDescriptor() : quit_signals();
   for (bool first = true;; first = false) {
-    auto text = request_status(options.socket);
+    bool quit = false;  // Ctrl-C while a stopped gpuqosd keeps the answer: quit now, not in 5 s
+    auto text = request_status(options.socket, signals.get(), &quit);
+    if (quit) return 0;
     if (!text) {
       err << "gpuqos top: " << (first ? "" : "gpuqosd went away: ") << status_error_text(text.error(), options.socket)
           << "\n";
@@ -71,6 +74,10 @@ int run_top(const TopOptions& options, std::ostream& out, std::ostream& err, boo
       return 1;
     }
     out << (clear_screen ? kClearScreen : (first ? "" : "\n")) << frame << std::flush;
+    if (!out) {  // a closed pipe with SIGPIPE ignored, a full disk: nobody sees the frames
+      err << "gpuqos top: cannot write its output (a closed pipe, or a full disk?)\n";
+      return 1;
+    }
     if (options.once || !wait_interval(signals, options.interval_s)) return 0;
   }
 }

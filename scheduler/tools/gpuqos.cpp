@@ -20,6 +20,14 @@ namespace {
 
 constexpr int kUsageError = 2;
 
+// 0 once stdout took everything; else 1, said (a script writing to a full disk must not get an
+// empty file and a success).
+int written(const char* command) {
+  if (std::cout.flush()) return 0;
+  std::cerr << command << ": cannot write its output (a closed pipe, or a full disk?)\n";
+  return 1;
+}
+
 int show_status(const std::string& socket, bool json) {
   auto text = gpuqos::scheduler::request_status(socket);
   if (!text) {
@@ -31,7 +39,7 @@ int show_status(const std::string& socket, bool json) {
   }
   if (json) {
     std::cout << text.value() << "\n";
-    return 0;
+    return written("gpuqos status");
   }
   auto parsed = nlohmann::json::parse(text.value(), nullptr, false);
   if (parsed.is_discarded()) {
@@ -44,7 +52,7 @@ int show_status(const std::string& socket, bool json) {
     std::cerr << "gpuqos status: unexpected answer: " << e.what() << "\n";
     return 1;
   }
-  return 0;
+  return written("gpuqos status");
 }
 
 // `gpuqos train` and `gpuqos eval`: the duration predictor's tools (predictor/README.md).
@@ -112,6 +120,13 @@ std::optional<std::filesystem::path> find_shim() {
 std::string usage_problem(const CLI::App& app, const CLI::ParseError& error, const std::vector<std::string>& reversed_args,
                           const CLI::App& run) {
   if (run.parsed() && dynamic_cast<const CLI::ExtrasError*>(&error) != nullptr) {
+    // An option run does not have (a typo of --priority) is named, not taken for the command.
+    for (const std::string& extra : run.remaining()) {
+      if (extra.starts_with('-')) {
+        return "gpuqos run: unknown option '" + extra.substr(0, extra.find('=')) +
+               "' (run's options: --priority, --job, --socket; the command goes after --)";
+      }
+    }
     return "gpuqos run: the command goes after --: gpuqos run [options] -- CMD ARGS...";
   }
   if (dynamic_cast<const CLI::RequiredError*>(&error) == nullptr) return "";
@@ -159,9 +174,9 @@ int main(int argc, char** argv) {
   std::string run_socket;
   std::string job;
   auto* run = app.add_subcommand("run", "Run a command as a gpuqos-managed job: gpuqos run [options] -- CMD ARGS...");
-  run->add_option("--priority", run_options.priority, "high or low")
-      ->check(CLI::IsMember({"high", "low"}))
-      ->capture_default_str();
+  std::string priority;
+  run->add_option("--priority", priority, "high or low (default: GPUQOS_PRIORITY's, else low)")
+      ->check(CLI::IsMember({"high", "low"}));
   run->add_option("--job", job, "Job name (default: the executable's name)");
   run->add_option("--socket", run_socket, "The daemon's socket (default: the shim's)");
   gpuqos::predictor::TrainOptions train_options;
@@ -189,7 +204,12 @@ int main(int argc, char** argv) {
   if (top->parsed()) return gpuqos::scheduler::run_top(top_options, std::cout, std::cerr, ::isatty(STDOUT_FILENO) == 1);
   if (train->parsed()) return gpuqos::predictor::run_train(train_options, std::cout, std::cerr);
   if (eval->parsed()) return gpuqos::predictor::run_eval(eval_options, std::cout, std::cerr);
+  if (run->count("--priority") > 0) run_options.priority = priority;
   if (run->count("--job") > 0) run_options.job = job;  // given empty: refused below, not the default
+  if (run->count("--socket") > 0 && run_socket.empty()) {
+    std::cerr << "gpuqos run: --socket '': must name a socket (leave it out for the shim's default)\n";
+    return kUsageError;
+  }
   // Made absolute here: the job may start in another directory than this command (cd in a shell -c).
   if (!run_socket.empty()) run_options.socket = std::filesystem::absolute(run_socket).lexically_normal().string();
   if (const std::string problem = run_option_problem(run_options); !problem.empty()) {

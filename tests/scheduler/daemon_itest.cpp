@@ -1381,6 +1381,17 @@ TEST(Cli, RunPassesTheEnvironmentAndTheExitStatus) {
   ChildProcess defaults({bin("gpuqos"), "run", "--", "sh", "-c", "echo [$GPUQOS_PRIORITY]"}, {}, dir.path() / "out2");
   EXPECT_EQ(defaults.wait(5s), 0);
   EXPECT_NE(defaults.output().find("[low]"), std::string::npos) << defaults.output();
+
+  // The environment's priority stands without --priority, as its job and socket do (a user test
+  // found it turned low without a word); --priority wins over it.
+  ChildProcess from_env({bin("gpuqos"), "run", "--", "sh", "-c", "echo [$GPUQOS_PRIORITY]"},
+                        {{"GPUQOS_PRIORITY", "high"}}, dir.path() / "out3");
+  EXPECT_EQ(from_env.wait(5s), 0);
+  EXPECT_NE(from_env.output().find("[high]"), std::string::npos) << from_env.output();
+  ChildProcess given({bin("gpuqos"), "run", "--priority", "low", "--", "sh", "-c", "echo [$GPUQOS_PRIORITY]"},
+                     {{"GPUQOS_PRIORITY", "high"}}, dir.path() / "out4");
+  EXPECT_EQ(given.wait(5s), 0);
+  EXPECT_NE(given.output().find("[low]"), std::string::npos) << given.output();
 }
 
 TEST(Cli, RunPutsTheShimFirstInLdPreloadWhenItExists) {
@@ -1432,7 +1443,11 @@ TEST(Cli, UsageMistakesAreSaidPlainly) {
            {{"train"}, "--from is required"},
            {{"eval"}, "--train is required"},
            {{"run", "--priority", "high", "true"}, "gpuqos run: the command goes after --: gpuqos run [options] -- CMD"},
-           {{"run", "--priority", "high"}, "gpuqos run: no command: gpuqos run [options] -- CMD ARGS..."}}) {
+           {{"run", "--priority", "high"}, "gpuqos run: no command: gpuqos run [options] -- CMD ARGS..."},
+           // An option run does not have is named (it was "the command goes after --").
+           {{"run", "--prio", "high", "--", "true"}, "gpuqos run: unknown option '--prio' (run's options:"},
+           {{"run", "--priorty=high", "--", "true"}, "gpuqos run: unknown option '--priorty' (run's options:"},
+           {{"run", "--socket", "", "--", "true"}, "gpuqos run: --socket '': must name a socket"}}) {
     std::vector<std::string> argv = {bin("gpuqos")};
     argv.insert(argv.end(), args.begin(), args.end());
     ChildProcess cli(argv, {}, dir.path() / "out");

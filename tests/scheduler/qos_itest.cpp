@@ -654,5 +654,36 @@ TEST(Cli, TopRefreshesUntilItIsToldToStop) {
   EXPECT_EQ(top.terminate(5s), 0) << "a quit signal ends it cleanly\n" << top.output();
 }
 
+// A user test: with gpuqosd stopped, Ctrl-C in top took 4.7 s (the wait for the answer did not
+// watch the quit signals) and ended in "gpuqosd went away" with exit 1.
+TEST(Cli, TopQuitsAtOnceWhileAStoppedDaemonKeepsItsAnswer) {
+  DaemonProcess daemon;
+  ChildProcess top({bin("gpuqos"), "top", "--interval", "0.05", "--socket", daemon.socket()}, {},
+                   daemon.dir() / "top.out");
+  ASSERT_TRUE(eventually([&] { return top.output().find("gpuqos top at") != std::string::npos; }, 10s)) << top.output();
+  ASSERT_EQ(::kill(daemon.pid(), SIGSTOP), 0);
+  std::this_thread::sleep_for(300ms);  // top's next request is waiting for the answer
+  const auto asked = std::chrono::steady_clock::now();
+  const auto code = top.terminate(4s);
+  const auto took = std::chrono::steady_clock::now() - asked;
+  ::kill(daemon.pid(), SIGCONT);
+  EXPECT_EQ(code, 0) << top.output();
+  EXPECT_LT(took, 2s) << "the 5-s answer wait ran out first";
+  EXPECT_EQ(top.output().find("went away"), std::string::npos) << top.output();
+}
+
+// A user test: `top` wrote frames into a closed pipe for ever when SIGPIPE was ignored (systemd's
+// default), and `status > /dev/full` exited 0 with nothing written.
+TEST(Cli, StatusAndTopSayWhenTheirOutputCannotBeWritten) {
+  DaemonProcess daemon;
+  for (const std::string command : {"status", "status --json", "top --once", "top --interval 0.05"}) {
+    ChildProcess cli({"/bin/sh", "-c", "exec " + bin("gpuqos") + " " + command + " --socket " + daemon.socket() +
+                                           " > /dev/full"},
+                     {}, daemon.dir() / "cli.out");
+    EXPECT_EQ(cli.wait(10s), 1) << command << ": " << cli.output();
+    EXPECT_NE(cli.output().find("cannot write its output"), std::string::npos) << command << ": " << cli.output();
+  }
+}
+
 }  // namespace
 }  // namespace gpuqos::testing

@@ -9,10 +9,10 @@
 namespace gpuqos::scheduler {
 
 struct RunOptions {
-  std::string priority = "low";       // high | low
-  std::optional<std::string> job;     // GPUQOS_JOB; unset: the shim uses the executable's name
-  std::optional<std::string> socket;  // GPUQOS_SOCKET; unset: the shim's default
-  std::vector<std::string> command;   // at least one word
+  std::optional<std::string> priority;  // high | low; unset: GPUQOS_PRIORITY's, else low
+  std::optional<std::string> job;       // GPUQOS_JOB; unset: the shim uses the executable's name
+  std::optional<std::string> socket;    // GPUQOS_SOCKET; unset: the shim's default
+  std::vector<std::string> command;     // at least one word
 };
 
 // The shim that sits next to this executable: <dir of executable>/../lib/libgpuqos.so.
@@ -21,8 +21,9 @@ std::filesystem::path shim_next_to(const std::filesystem::path& executable);
 // LD_PRELOAD with shim first (existing entries kept after it, shim not repeated).
 std::string preload_with(const std::string& shim, const char* existing);
 
-// Sets GPUQOS_PRIORITY, GPUQOS_JOB, GPUQOS_SOCKET and LD_PRELOAD (when shim is set) in this
-// process's environment and execvp's the command. Returns only when exec failed: the exit code
+// Sets GPUQOS_PRIORITY, GPUQOS_JOB, GPUQOS_SOCKET (each given; an unset priority only where the
+// environment has none, to low) and LD_PRELOAD (when shim is set) in this process's environment and
+// execvp's the command. Returns only when exec failed: the exit code
 // a shell would give (127 not found, 126 otherwise), after printing why to stderr.
 int exec_managed(const RunOptions& options, const std::optional<std::filesystem::path>& shim);
 

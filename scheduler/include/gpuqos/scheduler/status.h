@@ -160,8 +160,9 @@ std::string render_jobs_table(const nlohmann::json& status);
 // columns after it stay aligned.
 int job_column_width(const nlohmann::json& rows);
 
-// Asks the daemon on socket_path for its status; the JSON text, or why not.
-ipc::Result<std::string> request_status(const std::string& socket_path);
+// Asks the daemon on socket_path for its status; the JSON text, or why not. With `quit_fd` (a
+// signalfd, say) readable before the answer comes, it stops waiting and sets *quit (when given).
+ipc::Result<std::string> request_status(const std::string& socket_path, int quit_fd = -1, bool* quit = nullptr);
 // request_status's error for a user: with " (socket PATH; is gpuqosd running?)" unless it already
 // says what is at the path (ipc::connect_failure does).
 std::string status_error_text(const std::string& error, const std::string& socket_path);
