@@ -17,11 +17,14 @@ set -euo pipefail
 usage="usage: scripts/demo.sh [quick|full|fidelity] [--out DIR]"
 refuse() { echo "scripts/demo.sh: $1" >&2; echo "$usage" >&2; exit 2; }
 absolute() { [[ $1 == /* ]] && echo "$1" || echo "$PWD/$1"; }
-what=quick
+what=
 out_dir=
 while (($#)); do
   case $1 in
-    quick | full | fidelity) what=$1 ;;
+    quick | full | fidelity)
+      [[ -z $what ]] || refuse "one mode at most (got '$what' and '$1')"
+      what=$1
+      ;;
     --out | --out=*)
       if [[ $1 == --out ]]; then
         (($# >= 2)) || refuse "--out needs a folder"
@@ -32,16 +35,20 @@ while (($#)); do
       fi
       [[ -n $dir ]] || refuse "--out needs a folder"
       [[ $dir != -* ]] || refuse "--out takes a folder, not '$dir'"
+      [[ -z $out_dir ]] || refuse "--out given twice"
       out_dir=$(absolute "$dir")
       ;;
-    -h | --help) echo "$usage"; exit 0 ;;
+    -h | --help) echo "$usage"; sed -n '2,/^set -euo/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;;
     *) refuse "unknown argument '$1'" ;;
   esac
   shift
 done
+what=${what:-quick}
 cd "$(dirname "$0")/.."
 root=$PWD
-traces=$(cd "${GPUQOS_TRACES:-$root/../shared/traces}" && pwd)
+traces=${GPUQOS_TRACES:-$root/../shared/traces}
+[[ -d $traces ]] || { echo "scripts/demo.sh: no traces folder at $traces (GPUQOS_TRACES names it)" >&2; exit 1; }
+traces=$(cd "$traces" && pwd)
 build=${DEMO_BUILD_DIR:-$root/build}
 bin=$build/bin
 

@@ -56,7 +56,9 @@ class DemoCommandLine(unittest.TestCase):
 
     def test_a_bad_command_line_says_how_to_use_it(self):
         for args, said in ((["fast"], "unknown argument 'fast'"), (["--out"], "usage:"), (["--out", ""], "usage:"),
-                           (["--out", "-h"], "--out takes a folder, not '-h'")):
+                           (["--out", "-h"], "--out takes a folder, not '-h'"),
+                           (["quick", "full"], "one mode at most (got 'quick' and 'full')"),
+                           (["--out", "a", "--out", "b"], "--out given twice")):
             done = self.run_demo(*args)
             self.assertEqual(done.returncode, 2, args)
             self.assertIn(said, done.stderr)
@@ -67,6 +69,17 @@ class DemoCommandLine(unittest.TestCase):
         done = self.run_demo("--help")
         self.assertEqual(done.returncode, 0, done.stderr)
         self.assertIn("usage: scripts/demo.sh [quick|full|fidelity] [--out DIR]", done.stdout)
+        self.assertIn("scripts/demo.sh full       the full grid", done.stdout)  # the modes explained
+        self.assertNotIn("set -euo", done.stdout)
+        self.assertFalse(os.path.exists(self.args_file), "the benchmark did not run")
+
+    def test_a_missing_traces_folder_is_named(self):
+        missing = os.path.join(self.dir, "no-traces")
+        env = dict(os.environ, DEMO_SKIP_BUILD="1", DEMO_BUILD_DIR=os.path.join(self.dir, "build"),
+                   GPUQOS_TRACES=missing)
+        done = subprocess.run(["bash", DEMO], env=env, cwd=self.dir, capture_output=True, text=True, timeout=60)
+        self.assertEqual(done.returncode, 1)
+        self.assertIn(f"no traces folder at {missing} (GPUQOS_TRACES names it)", done.stderr)
         self.assertFalse(os.path.exists(self.args_file), "the benchmark did not run")
 
 
