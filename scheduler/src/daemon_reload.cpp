@@ -129,8 +129,9 @@ void Daemon::reload_config() {
                  path, options_.config.jobs.size());
   }
   if (!next.config.daemon.metrics_listen.enabled() && options_.config.daemon.metrics_listen.enabled()) {
-    spdlog::warn("reload of {}: it sets no [daemon] metrics_listen: the metrics endpoint at {} stops", path,
-                 config::to_string(options_.config.daemon.metrics_listen));
+    spdlog::warn("reload of {}: the metrics endpoint at {} stops: the file's [daemon] metrics_listen is unset or "
+                 "empty",
+                 path, config::to_string(options_.config.daemon.metrics_listen));
   }
   if (next.config.daemon.metrics_listen != options_.config.daemon.metrics_listen) metrics_retry_ns_ = 0;  // at once
   // The connected jobs' targets before: one the new file drops (a [[job]] renamed by a typo) is said.

@@ -590,6 +590,24 @@ TEST(Qos, AReloadOntoABusyMetricsPortKeepsTheEndpointServingUntilItIsFree) {
   EXPECT_TRUE(eventually([&] { return http_get(first, "/metrics").empty(); }, 5s)) << "moved\n" << daemon.log();
 }
 
+// A reload whose file turns the endpoint off (metrics_listen = "", or no such key) stops it and says
+// so: a user test found the line said the file "sets no" metrics_listen of one that set it empty.
+TEST(Qos, AReloadThatTurnsTheMetricsEndpointOffSaysSo) {
+  const std::uint16_t port = testing::free_port();
+  TempDir dir("gpuqos-qos");
+  const std::string on = "[daemon]\nmetrics_listen = \"127.0.0.1:" + std::to_string(port) + "\"\n";
+  const std::string file = dir.write("gpuqosd.toml", on).string();
+  DaemonProcess daemon({"--config", file});
+  ASSERT_TRUE(eventually([&] { return http_get(port, "/metrics").rfind("HTTP/1.1 200", 0) == 0; }, 5s)) << daemon.log();
+  dir.write("gpuqosd.toml", "[daemon]\nmetrics_listen = \"\"\n");
+  ASSERT_EQ(::kill(daemon.pid(), SIGHUP), 0);
+  EXPECT_TRUE(eventually([&] {
+    return daemon.log().find("the metrics endpoint at 127.0.0.1:" + std::to_string(port) +
+                             " stops: the file's [daemon] metrics_listen is unset or empty") != std::string::npos;
+  }, 5s)) << daemon.log();
+  EXPECT_TRUE(eventually([&] { return http_get(port, "/metrics").empty(); }, 5s)) << "stopped\n" << daemon.log();
+}
+
 // A peer trickling its request at the metrics port when gpuqosd is told to stop: the exit waits for
 // the request in progress only until its deadline (2 s from its accept, however it trickles), cuts
 // it there, and ends with status 0, having drained and removed its socket.
