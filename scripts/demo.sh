@@ -38,7 +38,7 @@ while (($#)); do
       [[ -z $out_dir ]] || refuse "--out given twice"
       out_dir=$(absolute "$dir")
       ;;
-    -h | --help) echo "$usage"; sed -n '2,/^set -euo/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;;
+    -h | --help) echo "$usage"; sed -n '2,/^set -euo/{/^#/s/^# \{0,1\}//p}' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) refuse "unknown argument '$1'" ;;
   esac
   shift

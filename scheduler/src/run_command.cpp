@@ -33,8 +33,8 @@ int exec_managed(const RunOptions& options, const std::optional<std::filesystem:
   // name and socket do (a user test: `GPUQOS_PRIORITY=high gpuqos run` ran low without a word).
   if (options.priority) {
     ::setenv("GPUQOS_PRIORITY", options.priority->c_str(), 1);
-  } else {
-    ::setenv("GPUQOS_PRIORITY", "low", 0);
+  } else if (const char* inherited = ::getenv("GPUQOS_PRIORITY"); inherited == nullptr || *inherited == '\0') {
+    ::setenv("GPUQOS_PRIORITY", "low", 1);
   }
   if (options.job) ::setenv("GPUQOS_JOB", options.job->c_str(), 1);
   if (options.socket) ::setenv("GPUQOS_SOCKET", options.socket->c_str(), 1);

@@ -4,8 +4,10 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <string_view>
 
 #include "cli_checks.h"
 #include "version_text.h"
@@ -81,6 +83,13 @@ std::pair<CLI::App*, CLI::App*> add_predictor_commands(CLI::App& app, gpuqos::pr
 // What the shim would refuse or change of the options `run` hands it (a warning from each process,
 // and a job renamed or run unmanaged): said once, here, before anything starts.
 std::string run_option_problem(const gpuqos::scheduler::RunOptions& options) {
+  // The environment's priority stands without --priority: one the shim would refuse is said here,
+  // once, not by every process of the job (each would run low).
+  if (const char* inherited = std::getenv("GPUQOS_PRIORITY");
+      !options.priority && inherited != nullptr && *inherited != '\0' && std::string_view(inherited) != "high" &&
+      std::string_view(inherited) != "low") {
+    return "GPUQOS_PRIORITY='" + std::string(inherited) + "' in the environment: must be high or low (or give --priority)";
+  }
   if (options.job && !gpuqos::intercept::is_valid_job_name(*options.job)) {
     return "--job '" + *options.job + "': must be 1 to 63 characters of A-Z a-z 0-9 . _ -";
   }
@@ -120,12 +129,12 @@ std::optional<std::filesystem::path> find_shim() {
 std::string usage_problem(const CLI::App& app, const CLI::ParseError& error, const std::vector<std::string>& reversed_args,
                           const CLI::App& run) {
   if (run.parsed() && dynamic_cast<const CLI::ExtrasError*>(&error) != nullptr) {
-    // An option run does not have (a typo of --priority) is named, not taken for the command.
-    for (const std::string& extra : run.remaining()) {
-      if (extra.starts_with('-')) {
-        return "gpuqos run: unknown option '" + extra.substr(0, extra.find('=')) +
-               "' (run's options: --priority, --job, --socket; the command goes after --)";
-      }
+    // An option run does not have (a typo of --priority) is named, not taken for the command; a
+    // command without "--" before it (`run ls -l`) is said as such, its own options included.
+    const std::vector<std::string> extras = run.remaining();
+    if (!extras.empty() && extras.front().size() > 1 && extras.front().starts_with('-')) {
+      return "gpuqos run: unknown option '" + extras.front().substr(0, extras.front().find('=')) +
+             "' (run's options: --priority, --job, --socket; the command goes after --)";
     }
     return "gpuqos run: the command goes after --: gpuqos run [options] -- CMD ARGS...";
   }

@@ -1378,7 +1378,9 @@ TEST(Cli, RunPassesTheEnvironmentAndTheExitStatus) {
   EXPECT_EQ(run.wait(5s), 7);
   EXPECT_NE(run.output().find("high nightly /tmp/x.sock"), std::string::npos) << run.output();
 
-  ChildProcess defaults({bin("gpuqos"), "run", "--", "sh", "-c", "echo [$GPUQOS_PRIORITY]"}, {}, dir.path() / "out2");
+  // Empty counts as unset (whatever the environment running the tests exports).
+  ChildProcess defaults({bin("gpuqos"), "run", "--", "sh", "-c", "echo [$GPUQOS_PRIORITY]"}, {{"GPUQOS_PRIORITY", ""}},
+                        dir.path() / "out2");
   EXPECT_EQ(defaults.wait(5s), 0);
   EXPECT_NE(defaults.output().find("[low]"), std::string::npos) << defaults.output();
 
@@ -1392,6 +1394,11 @@ TEST(Cli, RunPassesTheEnvironmentAndTheExitStatus) {
                      {{"GPUQOS_PRIORITY", "high"}}, dir.path() / "out4");
   EXPECT_EQ(given.wait(5s), 0);
   EXPECT_NE(given.output().find("[low]"), std::string::npos) << given.output();
+  // One the shim would refuse (every process warning, and running low) is refused here, once.
+  ChildProcess refused({bin("gpuqos"), "run", "--", "true"}, {{"GPUQOS_PRIORITY", "HIGH"}}, dir.path() / "out5");
+  EXPECT_EQ(refused.wait(5s), 2);
+  EXPECT_NE(refused.output().find("GPUQOS_PRIORITY='HIGH' in the environment: must be high or low"), std::string::npos)
+      << refused.output();
 }
 
 TEST(Cli, RunPutsTheShimFirstInLdPreloadWhenItExists) {
@@ -1447,7 +1454,8 @@ TEST(Cli, UsageMistakesAreSaidPlainly) {
            // An option run does not have is named (it was "the command goes after --").
            {{"run", "--prio", "high", "--", "true"}, "gpuqos run: unknown option '--prio' (run's options:"},
            {{"run", "--priorty=high", "--", "true"}, "gpuqos run: unknown option '--priorty' (run's options:"},
-           {{"run", "--socket", "", "--", "true"}, "gpuqos run: --socket '': must name a socket"}}) {
+           {{"run", "--socket", "", "--", "true"}, "gpuqos run: --socket '': must name a socket"},
+           {{"run", "ls", "-l"}, "gpuqos run: the command goes after --: gpuqos run [options] -- CMD"}}) {
     std::vector<std::string> argv = {bin("gpuqos")};
     argv.insert(argv.end(), args.begin(), args.end());
     ChildProcess cli(argv, {}, dir.path() / "out");
