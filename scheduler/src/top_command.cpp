@@ -5,13 +5,18 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/signalfd.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "gpuqos/scheduler/status.h"
 
@@ -38,7 +43,47 @@ bool wait_interval(const FileDescriptor& signals, double interval_s) {
   return !(ready > 0 && (watched.revents & POLLIN));
 }
 
+// stdout's window: {columns, rows}, {0, 0} when it has none.
+std::pair<int, int> window_size() {
+  winsize size{};
+  if (::ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) != 0) return {0, 0};
+  return {size.ws_col, size.ws_row};
+}
+
 }  // namespace
+
+std::string fit_to_terminal(std::string_view frame, int columns, int rows) {
+  std::vector<std::string_view> lines;
+  for (std::size_t at = 0; at < frame.size();) {
+    const std::size_t end = std::min(frame.find('\n', at), frame.size());
+    lines.push_back(frame.substr(at, end - at));
+    at = end + 1;
+  }
+  std::string out;
+  const auto add = [&](std::string_view line) {
+    std::size_t cut = line.size();
+    if (columns > 0) {  // by characters: a UTF-8 continuation byte starts none
+      int shown = 0;
+      for (std::size_t i = 0; i < line.size(); ++i) {
+        if ((static_cast<unsigned char>(line[i]) & 0xC0) == 0x80) continue;
+        if (shown++ == columns) {
+          cut = i;
+          break;
+        }
+      }
+    }
+    out.append(line.substr(0, cut)).push_back('\n');
+  };
+  const std::size_t fits = rows > 0 ? static_cast<std::size_t>(rows) : lines.size();
+  if (lines.size() <= fits) {
+    for (const std::string_view line : lines) add(line);
+    return out;
+  }
+  const std::size_t shown = fits - 1;  // the last row says what is cut
+  for (std::size_t i = 0; i < shown; ++i) add(lines[i]);
+  add("(" + std::to_string(lines.size() - shown) + " more lines: a taller window shows them)");
+  return out;
+}
 
 std::string render_top_frame(const nlohmann::json& status, const TopOptions& options) {
   char title[160];
@@ -72,6 +117,10 @@ int run_top(const TopOptions& options, std::ostream& out, std::ostream& err, boo
     } catch (const nlohmann::json::exception& e) {
       err << "gpuqos top: unexpected answer from gpuqosd: " << e.what() << "\n";
       return 1;
+    }
+    if (clear_screen) {  // the window's size at each frame: it may have been resized
+      const auto [columns, rows] = window_size();
+      frame = fit_to_terminal(frame, columns, rows);
     }
     out << (clear_screen ? kClearScreen : (first ? "" : "\n")) << frame << std::flush;
     if (!out) {  // a closed pipe with SIGPIPE ignored, a full disk: nobody sees the frames

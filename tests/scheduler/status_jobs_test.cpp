@@ -322,6 +322,20 @@ TEST(StatusJobs, ManyJobsAndClientsAreCutToFitOneRecord) {
   EXPECT_NE(render_status_table(json).find("more jobs not shown"), std::string::npos);
 }
 
+// A user test: on a 20-column terminal top's frames (lines of up to 169 characters) wrapped and
+// scrolled, so only their bottom was on the screen.
+TEST(StatusJobs, TopFitsItsFrameToTheWindow) {
+  const std::string frame = "title line\nab\n0123456789abc\nlast\n";
+  EXPECT_EQ(fit_to_terminal(frame, 0, 0), frame) << "no window: as it is";
+  EXPECT_EQ(fit_to_terminal(frame, 5, 0), "title\nab\n01234\nlast\n");
+  EXPECT_EQ(fit_to_terminal(frame, 0, 4), frame) << "exactly the height";
+  EXPECT_EQ(fit_to_terminal(frame, 0, 3), "title line\nab\n(2 more lines: a taller window shows them)\n");
+  EXPECT_EQ(fit_to_terminal(frame, 8, 2), "title li\n(3 more \n");
+  EXPECT_EQ(fit_to_terminal("p99 \u2264 5 \u00b5s\n", 5, 0), "p99 \u2264\n") << "cut by characters, not bytes";
+  EXPECT_EQ(fit_to_terminal("\u00b5s \u00b5s\n", 4, 0), "\u00b5s \u00b5\n");
+  EXPECT_EQ(fit_to_terminal("", 10, 10), "");
+}
+
 TEST(StatusJobs, TopFrameIsTheTableUnderATitle) {
   const auto json = nlohmann::json::parse(bounded_status_text(with_jobs({serve(3'900'000, true)})));
   TopOptions options;

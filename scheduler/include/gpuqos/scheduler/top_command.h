@@ -4,6 +4,7 @@
 
 #include <ostream>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -18,11 +19,16 @@ struct TopOptions {
 };
 
 // Asks the daemon every interval and prints a frame to `out`, preceded by the ANSI clear-screen
-// codes when clear_screen (a terminal). Ends on SIGINT or SIGTERM (exit code 0) or after one frame
+// codes and fitted to stdout's window (fit_to_terminal) when clear_screen (a terminal). Ends on SIGINT or SIGTERM (exit code 0) or after one frame
 // with once; when the daemon cannot be reached, says so on `err` and returns 1.
 int run_top(const TopOptions& options, std::ostream& out, std::ostream& err, bool clear_screen);
 
 // One frame: a title line, then render_status_table(status).
 std::string render_top_frame(const nlohmann::json& status, const TopOptions& options);
+
+// `frame` cut to a terminal of `columns` x `rows` (0: no limit), as run_top draws it on one: each
+// line cut at the width (a wrapped line pushes the frame's top off the screen), and past the height
+// the last row says how many lines are not shown.
+std::string fit_to_terminal(std::string_view frame, int columns, int rows);
 
 }  // namespace gpuqos::scheduler
