@@ -292,13 +292,18 @@ TEST(Daemon, ANewShimRingsItsOpsDoorbellAndAnOlderOneIsServedByAThread) {
   EXPECT_FALSE(older.has_doorbell());
   current.name_kernel(1, "gemm");
   older.name_kernel(1, "gemm");
+  // The loop was asleep when looked at, so the post rings it; but it can wake by itself (its timer)
+  // between the look and the post, which then rings nothing: a full ctest run once saw it at one
+  // post of 20. Most posts must ring.
+  int rang = 0;
   for (std::uint64_t seq = 1; seq <= 20; ++seq) {
     ASSERT_TRUE(eventually([&] { return current.segment().ops().consumer_sleeping(); }, 1s)) << "the loop never armed";
-    EXPECT_TRUE(current.post(FakeClient::kernel(seq))) << seq;  // the loop was asleep: it is rung
+    rang += current.post(FakeClient::kernel(seq)) ? 1 : 0;
     ASSERT_TRUE(current.wait_granted(seq)) << seq;
     EXPECT_FALSE(older.post(FakeClient::kernel(seq))) << seq;  // nothing to ring: a futex wake
     ASSERT_TRUE(older.wait_granted(seq)) << seq;
   }
+  EXPECT_GE(rang, 17) << "posts to a sleeping loop rang it";
   ASSERT_TRUE(eventually([&] { return daemon.status()["clients"].size() == 2; }));
   for (const auto& client : daemon.status()["clients"]) EXPECT_EQ(client["ops"]["granted"], 20) << client.dump();
 }
