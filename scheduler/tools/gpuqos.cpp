@@ -83,24 +83,27 @@ std::pair<CLI::App*, CLI::App*> add_predictor_commands(CLI::App& app, gpuqos::pr
 // What the shim would refuse or change of the options `run` hands it (a warning from each process,
 // and a job renamed or run unmanaged): said once, here, before anything starts.
 std::string run_option_problem(const gpuqos::scheduler::RunOptions& options) {
-  // The environment's priority stands without --priority: one the shim would refuse is said here,
-  // once, not by every process of the job (each would run low).
-  if (const char* inherited = std::getenv("GPUQOS_PRIORITY");
-      !options.priority && inherited != nullptr && *inherited != '\0' && std::string_view(inherited) != "high" &&
-      std::string_view(inherited) != "low") {
-    return "GPUQOS_PRIORITY='" + std::string(inherited) + "' in the environment: must be high or low (or give --priority)";
-  }
   if (options.job && !gpuqos::intercept::is_valid_job_name(*options.job)) {
     return "--job '" + *options.job + "': must be 1 to 63 characters of A-Z a-z 0-9 . _ -";
   }
+  // The priority the job will see: --priority's (checked by the parser), else the environment's,
+  // which stands without it and is checked here as the shim would check it.
+  const char* inherited = std::getenv("GPUQOS_PRIORITY");
   const auto parsed = gpuqos::intercept::parse_settings(
       [&](const char* variable) -> const char* {
+        if (std::string_view(variable) == "GPUQOS_PRIORITY") {
+          return options.priority ? options.priority->c_str() : inherited;
+        }
         if (std::string_view(variable) == "GPUQOS_JOB") return options.job ? options.job->c_str() : nullptr;
         if (std::string_view(variable) == "GPUQOS_SOCKET") return options.socket ? options.socket->c_str() : nullptr;
         return nullptr;
       },
       "gpuqos");
   for (const std::string& problem : parsed.problems) {
+    if (problem.starts_with("GPUQOS_PRIORITY=")) {
+      return "GPUQOS_PRIORITY='" + std::string(inherited) +
+             "' in the environment: must be high or low (or give --priority)";
+    }
     if (problem.starts_with("GPUQOS_SOCKET=")) return "--socket " + *options.socket + ": must be at most 107 bytes";
   }
   return {};
