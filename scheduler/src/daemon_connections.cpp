@@ -390,11 +390,11 @@ bool Daemon::LogBudget::take(std::int64_t now_ns, uid_t uid) {
   return false;
 }
 
-void Daemon::LogBudget::roll(std::int64_t now_ns) {
-  if (now_ns - window_start_ns < kPeerWarningWindowNs) return;
+void Daemon::LogBudget::roll(std::int64_t now_ns, bool last) {
+  if (!last && now_ns - window_start_ns < kPeerWarningWindowNs) return;
   if (unsaid > 0) {
-    spdlog::log(not_a_fault ? spdlog::level::info : spdlog::level::warn, "{} more {} in the last {} s were not logged: {}",
-                unsaid, what, (now_ns - window_start_ns) / 1'000'000'000, why);
+    spdlog::log(not_a_fault ? spdlog::level::info : spdlog::level::warn, "{} more {} in the last {:.1f} s were not logged: {}",
+                unsaid, what, static_cast<double>(now_ns - window_start_ns) / 1e9, why);
   }
   window_start_ns = now_ns;
   said = 0;

@@ -725,34 +725,61 @@ TEST(Daemon, DropsAGarbageHelloAndServesOthers) {
 
 // A user test connected, sent a byte and closed in a loop: 200,000 warnings (20 MB) in 3 s. A
 // window's first warnings are said, the rest counted in one line at its end; none is lost.
-TEST(Daemon, AFloodOfGarbageIsSaidAFewTimesAndTheRestCounted) {
-  DaemonProcess daemon;
-  FakeClient good(daemon.socket(), Priority::low, "good");
-  constexpr int kFlood = 100;
-  for (int i = 0; i < kFlood; ++i) {
-    auto raw = scheduler::connect_unix(daemon.socket());
+namespace {
+
+constexpr int kGarbageFlood = 100;
+
+// kGarbageFlood connections that each send one byte instead of a Hello.
+void flood_with_garbage(const std::string& socket) {
+  for (int i = 0; i < kGarbageFlood; ++i) {
+    auto raw = scheduler::connect_unix(socket);
     ASSERT_TRUE(raw);
     ASSERT_TRUE(ipc::send_record(raw->get(), std::vector<std::byte>{std::byte{7}}));
     std::vector<std::byte> record;
     EXPECT_FALSE(ipc::receive_record(raw->get(), record)) << "closed";
   }
-  const auto said = [&] { return occurrences(daemon.log(), "garbage instead of a hello"); };
-  const auto counted = [&] {
-    std::size_t sum = 0;
-    const std::string log = daemon.log();
-    for (std::size_t at = log.find(" more warnings of connections"); at != std::string::npos;
-         at = log.find(" more warnings of connections", at + 1)) {
-      const std::size_t start = log.find_last_not_of("0123456789", at - 1) + 1;
-      sum += std::stoul(log.substr(start, at - start));
-    }
-    return sum;
-  };
+}
+
+std::size_t garbage_said(const std::string& log) { return occurrences(log, "garbage instead of a hello"); }
+
+// The sum of the counts said in the budget's lines "N more warnings of connections ...".
+std::size_t garbage_counted(const std::string& log) {
+  std::size_t sum = 0;
+  for (std::size_t at = log.find(" more warnings of connections"); at != std::string::npos;
+       at = log.find(" more warnings of connections", at + 1)) {
+    const std::size_t start = log.find_last_not_of("0123456789", at - 1) + 1;
+    sum += std::stoul(log.substr(start, at - start));
+  }
+  return sum;
+}
+
+}  // namespace
+
+TEST(Daemon, AFloodOfGarbageIsSaidAFewTimesAndTheRestCounted) {
+  DaemonProcess daemon;
+  FakeClient good(daemon.socket(), Priority::low, "good");
+  flood_with_garbage(daemon.socket());
+  const auto said = [&] { return garbage_said(daemon.log()); };
+  const auto counted = [&] { return garbage_counted(daemon.log()); };
+  constexpr int kFlood = kGarbageFlood;
   // The window is 10 s: its count comes within 11 s of the flood.
   EXPECT_TRUE(eventually([&] { return said() + counted() == kFlood; }, std::chrono::seconds(12))) << daemon.log();
   EXPECT_LE(said(), 2u * scheduler::Daemon::kPeerWarningsPerWindow) << "the flood spans two windows at most";
   good.name_kernel(1, "k");
   good.post(FakeClient::kernel(1));
   EXPECT_TRUE(good.wait_granted(1));
+}
+
+// gpuqosd stopped within the flood's window: the count of what it did not say is said as it stops
+// rather than lost with it.
+TEST(Daemon, WhatAStoppingDaemonCountedButDidNotSayIsSaidAsItStops) {
+  DaemonProcess daemon;
+  flood_with_garbage(daemon.socket());
+  ASSERT_TRUE(eventually([&] { return garbage_said(daemon.log()) > 0; })) << daemon.log();
+  EXPECT_EQ(daemon.process().terminate(5s), 0) << daemon.log();
+  const std::string log = daemon.log();
+  EXPECT_GT(garbage_counted(log), 0u) << log;
+  EXPECT_EQ(garbage_said(log) + garbage_counted(log), static_cast<std::size_t>(kGarbageFlood)) << log;
 }
 
 // A re-test flooded the socket with connections past the user's cap: gpuqosd's accept loop never ran

@@ -259,7 +259,8 @@ class Daemon {
     std::uint64_t unsaid = 0;
     std::set<uid_t> users;  // those said of in this window
     bool take(std::int64_t now_ns, uid_t uid);  // false: counted, not to be said
-    void roll(std::int64_t now_ns);  // a window that ended: its count said, a new one begun
+    // A window that ended (or, with `last`, the one gpuqosd stops in): its count said, a new one begun.
+    void roll(std::int64_t now_ns, bool last = false);
   };
   LogBudget peer_warnings_{kPeerWarningsPerWindow, "warnings of connections (garbage, refusals)"};
   // A client's registration and disconnection lines (info): a re-test's loop of Hellos wrote 64,000
@@ -276,10 +277,11 @@ class Daemon {
                           true};
   // The uid of a peer with no credentials: ~0 (no user has it).
   bool may_warn_of_peer(std::int64_t now_ns, uid_t uid) { return peer_warnings_.take(now_ns, uid); }
-  void tell_unsaid_peer_warnings(std::int64_t now_ns) {
-    peer_warnings_.roll(now_ns);
-    client_lines_.roll(now_ns);
-    late_answers_.roll(now_ns);
+  // `last`: gpuqosd stops, and the counts of its last window are said now rather than lost.
+  void tell_unsaid_peer_warnings(std::int64_t now_ns, bool last = false) {
+    peer_warnings_.roll(now_ns, last);
+    client_lines_.roll(now_ns, last);
+    late_answers_.roll(now_ns, last);
   }
   struct ToldHold {  // tell_long_holds(): an op told of as held long, until it goes
     std::uint64_t seq = 0;
