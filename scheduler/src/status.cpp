@@ -13,6 +13,7 @@
 #include <map>
 #include <sstream>
 
+#include "gpuqos/ipc/clock.h"
 #include "gpuqos/scheduler/unix_socket.h"
 
 namespace gpuqos::scheduler {
@@ -440,7 +441,8 @@ std::string status_error_text(const std::string& error, const std::string& socke
   return error + " (socket " + socket_path + "; is gpuqosd running?)";
 }
 
-ipc::Result<std::string> request_status(const std::string& socket_path, int quit_fd, bool* quit) {
+ipc::Result<std::string> request_status(const std::string& socket_path, int quit_fd, bool* quit,
+                                        const std::function<bool()>& quits) {
   auto socket = connect_unix(socket_path);
   if (!socket) return ipc::Error{"cannot reach gpuqosd: " + socket.error()};
   constexpr int kAnswerWithinS = 5;
@@ -451,13 +453,23 @@ ipc::Result<std::string> request_status(const std::string& socket_path, int quit
   }
   std::vector<std::byte> record;
   pollfd watched[2] = {{socket->get(), POLLIN, 0}, {quit_fd, POLLIN, 0}};
+  const std::int64_t deadline_ns = ipc::monotonic_ns() + std::int64_t{kAnswerWithinS} * 1'000'000'000;
   int ready = 0;
-  do {
-    ready = ::poll(watched, quit_fd >= 0 ? 2 : 1, kAnswerWithinS * 1000);
-  } while (ready < 0 && errno == EINTR);
-  if (quit_fd >= 0 && (watched[1].revents & POLLIN) != 0) {
-    if (quit != nullptr) *quit = true;
-    return ipc::Error{"quit while waiting for gpuqosd's answer"};
+  for (;;) {
+    const std::int64_t left_ms = std::max<std::int64_t>(0, (deadline_ns - ipc::monotonic_ns() + 999'999) / 1'000'000);
+    ready = ::poll(watched, quit_fd >= 0 ? 2 : 1, static_cast<int>(left_ms));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready < 0) break;  // receive_record's own timeout still bounds the wait
+    if (quit_fd < 0 || (watched[1].revents & POLLIN) == 0) break;
+    if (!quits || quits()) {
+      if (quit != nullptr) *quit = true;
+      return ipc::Error{"quit while waiting for gpuqosd's answer"};
+    }
+    if ((watched[0].revents & POLLIN) != 0) break;  // the answer came with a key that does not quit
+    if (left_ms == 0) {
+      ready = 0;
+      break;
+    }
   }
   if (ready == 0) {
     return ipc::Error{"gpuqosd did not answer within " + std::to_string(kAnswerWithinS) + " s (stopped, or too busy?)"};

@@ -1,23 +1,28 @@
-// `gpuqos top`: status frames every interval; SIGINT/SIGTERM arrive on a signalfd that the wait
-// between frames and the wait for gpuqosd's answer poll, so Ctrl-C ends the loop at once without a
-// handler or a global flag.
+// `gpuqos top`: status frames every interval. What ends it (SIGINT/SIGTERM on a signalfd and, on a
+// terminal, the key q) is one descriptor that the wait between frames and the wait for gpuqosd's
+// answer both poll, so it quits at once without a handler or a global flag.
 #include "gpuqos/scheduler/top_command.h"
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/signalfd.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "gpuqos/ipc/clock.h"
 #include "gpuqos/scheduler/status.h"
 
 namespace gpuqos::scheduler {
@@ -25,22 +30,93 @@ namespace {
 
 constexpr const char* kClearScreen = "\x1b[H\x1b[2J";  // cursor home, erase the screen
 
-// A signalfd for SIGINT and SIGTERM (blocked for the process while it lives); invalid if none.
-FileDescriptor quit_signals() {
-  sigset_t mask;
-  sigemptyset(&mask);
-  sigaddset(&mask, SIGINT);
-  sigaddset(&mask, SIGTERM);
-  if (::sigprocmask(SIG_BLOCK, &mask, nullptr) != 0) return FileDescriptor();
-  return FileDescriptor(::signalfd(-1, &mask, SFD_CLOEXEC));
-}
+// What ends top: SIGINT or SIGTERM (blocked for the process while it lives, read on a signalfd)
+// and, with `keys` (stdin and stdout a terminal), q or Q, Ctrl-\ (SIGQUIT) and the terminal's
+// hangup. With keys, stdin is read a key at a time without echo (the terminal's own settings are
+// given back at the end), and Ctrl-Z gives them back while top is stopped, as top(1) does.
+class QuitWatch {
+ public:
+  explicit QuitWatch(bool keys) {
+    sigset_t mask;
+    sigemptyset(&mask);
+    for (const int signal : {SIGINT, SIGTERM}) sigaddset(&mask, signal);
+    if (keys) {
+      for (const int signal : {SIGQUIT, SIGHUP, SIGTSTP}) sigaddset(&mask, signal);
+    }
+    if (::sigprocmask(SIG_BLOCK, &mask, nullptr) != 0) return;
+    signals_ = FileDescriptor(::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK));
+    epoll_ = FileDescriptor(::epoll_create1(EPOLL_CLOEXEC));
+    if (!signals_.valid() || !epoll_.valid() || !watch(signals_.get())) {
+      epoll_ = FileDescriptor();
+      return;
+    }
+    termios settings{};
+    if (keys && ::tcgetattr(STDIN_FILENO, &settings) == 0 && watch(STDIN_FILENO)) {
+      saved_ = settings;
+      unbuffer();
+    }
+  }
+  ~QuitWatch() { give_back(); }
+  QuitWatch(const QuitWatch&) = delete;
+  QuitWatch& operator=(const QuitWatch&) = delete;
 
-// Waits interval_s; false when a quit signal came first.
-bool wait_interval(const FileDescriptor& signals, double interval_s) {
-  const auto timeout_ms = static_cast<int>(std::clamp(std::ceil(interval_s * 1000), 1.0, 86'400'000.0));
-  pollfd watched{signals.get(), POLLIN, 0};
-  const int ready = ::poll(&watched, signals.valid() ? 1 : 0, timeout_ms);
-  return !(ready > 0 && (watched.revents & POLLIN));
+  int fd() const { return epoll_.valid() ? epoll_.get() : -1; }
+  bool reads_keys() const { return saved_.has_value(); }
+
+  // Reads what made fd() readable: true when it says to quit.
+  bool quits() {
+    signalfd_siginfo info{};
+    while (::read(signals_.get(), &info, sizeof info) == sizeof info) {
+      if (info.ssi_signo != SIGTSTP) return true;
+      give_back();  // Ctrl-Z: stop with the terminal as the shell expects it, and take it again after
+      ::raise(SIGSTOP);
+      unbuffer();
+    }
+    if (!saved_) return false;
+    pollfd input{STDIN_FILENO, POLLIN, 0};
+    if (::poll(&input, 1, 0) <= 0) return false;
+    if ((input.revents & POLLIN) == 0) return true;  // hung up, or an error: nobody can press q
+    std::array<char, 64> keys{};
+    const ssize_t got = ::read(STDIN_FILENO, keys.data(), keys.size());
+    if (got <= 0) return !(got < 0 && (errno == EINTR || errno == EAGAIN));
+    return std::any_of(keys.begin(), keys.begin() + got, [](char key) { return key == 'q' || key == 'Q'; });
+  }
+
+ private:
+  bool watch(int fd) {
+    epoll_event event{};
+    event.events = EPOLLIN;
+    event.data.fd = fd;
+    return ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &event) == 0;
+  }
+  // A key at a time, not echoed; Ctrl-C and the other signal keys still work.
+  void unbuffer() {
+    if (!saved_) return;
+    termios settings = *saved_;
+    settings.c_lflag &= ~static_cast<tcflag_t>(ICANON | ECHO);
+    settings.c_cc[VMIN] = 1;
+    settings.c_cc[VTIME] = 0;
+    ::tcsetattr(STDIN_FILENO, TCSANOW, &settings);
+  }
+  void give_back() {
+    if (saved_) ::tcsetattr(STDIN_FILENO, TCSANOW, &*saved_);
+  }
+
+  FileDescriptor signals_;
+  FileDescriptor epoll_;
+  std::optional<termios> saved_;  // the terminal's settings, while top reads keys
+};
+
+// Waits interval_s; false when something that quits came first.
+bool wait_interval(QuitWatch& watch, double interval_s) {
+  const auto interval_ns = static_cast<std::int64_t>(std::clamp(std::ceil(interval_s * 1000), 1.0, 86'400'000.0)) * 1'000'000;
+  const std::int64_t until_ns = ipc::monotonic_ns() + interval_ns;
+  for (std::int64_t left_ns = interval_ns; left_ns > 0; left_ns = until_ns - ipc::monotonic_ns()) {
+    pollfd watched{watch.fd(), POLLIN, 0};
+    const int ready = ::poll(&watched, watch.fd() >= 0 ? 1 : 0, static_cast<int>((left_ns + 999'999) / 1'000'000));
+    if (ready > 0 && (watched.revents & POLLIN) && watch.quits()) return false;
+  }
+  return true;
 }
 
 // stdout's window: {columns, rows}, {0, 0} when it has none.
@@ -95,16 +171,25 @@ std::string render_top_frame(const nlohmann::json& status, const TopOptions& opt
   if (options.once) {
     std::snprintf(title, sizeof title, "gpuqos top at %s\n", clock);
   } else {
-    std::snprintf(title, sizeof title, "gpuqos top at %s, every %g s (Ctrl-C quits)\n", clock, options.interval_s);
+    std::snprintf(title, sizeof title, "gpuqos top at %s, every %g s (%s quits)\n", clock, options.interval_s,
+                  options.keys ? "q or Ctrl-C" : "Ctrl-C");
   }
   return title + render_status_table(status);
 }
 
-int run_top(const TopOptions& options, std::ostream& out, std::ostream& err, bool clear_screen) {
-  const FileDescriptor signals = options.once ? FileDescriptor() : quit_signals();
+int run_top(const TopOptions& given, std::ostream& out, std::ostream& err, bool clear_screen) {
+  std::optional<QuitWatch> watch;
+  TopOptions options = given;
+  if (!options.once) {
+    // Keys only in the terminal's foreground: `gpuqos top &` changing the terminal's settings would
+    // be stopped for it (SIGTTOU), and the shell reads those keys.
+    watch.emplace(clear_screen && ::isatty(STDIN_FILENO) == 1 && ::tcgetpgrp(STDIN_FILENO) == ::getpgrp());
+    options.keys = watch->reads_keys();
+  }
   for (bool first = true;; first = false) {
     bool quit = false;  // Ctrl-C while a stopped gpuqosd keeps the answer: quit now, not in 5 s
-    auto text = request_status(options.socket, signals.get(), &quit);
+    auto text = watch ? request_status(options.socket, watch->fd(), &quit, [&] { return watch->quits(); })
+                      : request_status(options.socket);
     if (quit) return 0;
     if (!text) {
       err << "gpuqos top: " << (first ? "" : "gpuqosd went away: ") << status_error_text(text.error(), options.socket)
@@ -127,7 +212,7 @@ int run_top(const TopOptions& options, std::ostream& out, std::ostream& err, boo
       err << "gpuqos top: cannot write its output (a closed pipe, or a full disk?)\n";
       return 1;
     }
-    if (options.once || !wait_interval(signals, options.interval_s)) return 0;
+    if (options.once || !wait_interval(*watch, options.interval_s)) return 0;
   }
 }
 

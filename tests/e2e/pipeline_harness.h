@@ -22,17 +22,12 @@
 #include "gpuqos/testing/child_process.h"
 #include "gpuqos/testing/simgpud_process.h"
 #include "gpuqos/testing/temp_dir.h"
+#include "gpuqos/testing/text.h"
 #include "scheduler/daemon_harness.h"  // eventually(), bin(), FakeClient
 
 namespace gpuqos::testing {
 
 inline std::string build_path(const std::string& relative) { return std::string(GPUQOS_BUILD_DIR) + "/" + relative; }
-
-inline std::size_t occurrences(const std::string& text, const std::string& what) {
-  std::size_t n = 0;
-  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
 
 // gpuqosd on a fixed socket path, so that it can be killed and started again there.
 class GpuqosdProcess {

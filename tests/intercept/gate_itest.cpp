@@ -27,6 +27,7 @@
 #include "gpuqos/testing/ready_child.h"
 #include "gpuqos/testing/simgpud_process.h"
 #include "gpuqos/testing/temp_dir.h"
+#include "gpuqos/testing/text.h"
 #include "intercept/fake_daemon.h"
 
 namespace {
@@ -37,6 +38,7 @@ using gpuqos::testing::FakeDaemon;
 using gpuqos::testing::ReadyChild;
 using gpuqos::testing::SimgpudProcess;
 using gpuqos::testing::TempDir;
+using gpuqos::testing::occurrences;
 using Clients = std::vector<FakeClient>;
 namespace ipc = gpuqos::ipc;
 using namespace std::chrono_literals;
@@ -57,12 +59,6 @@ long long value_of(const std::string& output, const std::string& key) {
     if (line.rfind(key + " ", 0) == 0) return std::stoll(line.substr(key.size() + 1));
   }
   return -1;
-}
-
-std::size_t occurrences(const std::string& text, const std::string& what) {
-  std::size_t n = 0;
-  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
 }
 
 bool has_ops(const Clients& clients, std::size_t n) { return !clients.empty() && clients.back().ops.size() >= n; }

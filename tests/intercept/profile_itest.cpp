@@ -22,6 +22,7 @@
 #include "gpuqos/testing/child_process.h"
 #include "gpuqos/testing/simgpud_process.h"
 #include "gpuqos/testing/temp_dir.h"
+#include "gpuqos/testing/text.h"
 
 namespace {
 
@@ -29,6 +30,7 @@ namespace fs = std::filesystem;
 using gpuqos::testing::ChildProcess;
 using gpuqos::testing::SimgpudProcess;
 using gpuqos::testing::TempDir;
+using gpuqos::testing::occurrences;
 using nlohmann::json;
 using namespace std::chrono_literals;
 
@@ -61,12 +63,6 @@ double copy_ns(const std::string& direction, const std::string& host_memory, dou
   double gbps = direction == "h2d" ? kH2dGbps : direction == "d2h" ? kD2hGbps : kD2dGbps;
   if (host_memory == "pageable" && direction != "d2d") gbps *= kPageableFactor;
   return kCopyLatencyNs + bytes / gbps;
-}
-
-std::size_t occurrences(const std::string& text, const std::string& what) {
-  std::size_t n = 0;
-  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
 }
 
 struct Profile {

@@ -13,12 +13,14 @@
 #include "gpuqos/testing/child_process.h"
 #include "gpuqos/testing/simgpud_process.h"
 #include "gpuqos/testing/temp_dir.h"
+#include "gpuqos/testing/text.h"
 
 namespace {
 
 using gpuqos::testing::ChildProcess;
 using gpuqos::testing::SimgpudProcess;
 using gpuqos::testing::TempDir;
+using gpuqos::testing::occurrences;
 using namespace std::chrono_literals;
 
 const std::string kBuild = GPUQOS_BUILD_DIR;
@@ -48,12 +50,6 @@ std::map<std::string, long> read_counts(const std::filesystem::path& path) {
     }
   }
   return counts;
-}
-
-std::size_t occurrences(const std::string& text, const std::string& what) {
-  std::size_t n = 0;
-  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
 }
 
 class ShimTest : public ::testing::Test {

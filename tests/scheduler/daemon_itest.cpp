@@ -22,6 +22,7 @@
 
 #include "daemon_harness.h"
 #include "gpuqos/testing/ready_child.h"
+#include "gpuqos/testing/text.h"
 #include "gpuqos/ipc/clock.h"
 #include "gpuqos/scheduler/daemon.h"
 #include "gpuqos/predictor/features.h"
@@ -31,12 +32,6 @@ namespace gpuqos::testing {
 namespace {
 
 using ipc::Priority;
-
-std::size_t occurrences(const std::string& text, const std::string& what) {
-  std::size_t count = 0;
-  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) ++count;
-  return count;
-}
 
 // A kernel on the process's device `ordinal`, saying the UUID of GPU `gpu` (GPU-<tag>000000-...-0000000000<gpu>).
 ipc::OpDescriptor kernel_on_gpu(std::uint64_t seq, std::uint32_t ordinal, std::uint8_t gpu, std::uint8_t tag = 0xc0) {

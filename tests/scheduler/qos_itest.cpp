@@ -4,15 +4,22 @@
 // gpuqosd processes (unique sockets and temp dirs), fake clients written with ipc.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <pty.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <thread>
 #include <string>
@@ -21,6 +28,7 @@
 #include "daemon_harness.h"
 #include "gpuqos/ipc/clock.h"
 #include "gpuqos/testing/http_client.h"
+#include "gpuqos/testing/text.h"
 
 namespace gpuqos::testing {
 namespace {
@@ -688,6 +696,123 @@ TEST(Cli, TopQuitsAtOnceWhileAStoppedDaemonKeepsItsAnswer) {
   EXPECT_EQ(code, 0) << top.output();
   EXPECT_LT(took, 2s) << "the 5-s answer wait ran out first";
   EXPECT_EQ(top.output().find("went away"), std::string::npos) << top.output();
+}
+
+// `command` run on a new pseudo-terminal (its stdin, stdout and stderr, and its controlling
+// terminal): what it writes is collected, keys are typed at it, and the terminal's settings can be
+// read as the command leaves them. Killed and reaped at the end if still there.
+class OnATerminal {
+ public:
+  explicit OnATerminal(const std::vector<std::string>& command) {
+    if (::openpty(&master_, &terminal_, nullptr, nullptr, nullptr) != 0) throw std::runtime_error("openpty failed");
+    std::vector<char*> argv;
+    for (const auto& word : command) argv.push_back(const_cast<char*>(word.c_str()));
+    argv.push_back(nullptr);
+    pid_ = ::fork();
+    if (pid_ < 0) throw std::runtime_error("fork failed");
+    if (pid_ == 0) {
+      ::setsid();
+      ::ioctl(terminal_, TIOCSCTTY, 0);
+      for (int fd = 0; fd < 3; ++fd) ::dup2(terminal_, fd);
+      ::close(master_);
+      ::close(terminal_);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+    reader_ = std::thread([this] {
+      char buffer[4096];
+      for (;;) {
+        pollfd readable{master_, POLLIN, 0};
+        if (::poll(&readable, 1, 50) < 0 || done_.load()) return;
+        if ((readable.revents & (POLLIN | POLLHUP)) == 0) continue;
+        const ssize_t got = ::read(master_, buffer, sizeof buffer);
+        if (got <= 0) {  // EIO once no process holds the terminal
+          if (done_.load()) return;
+          std::this_thread::sleep_for(10ms);
+          continue;
+        }
+        const std::lock_guard lock(mutex_);
+        output_.append(buffer, static_cast<std::size_t>(got));
+      }
+    });
+  }
+  ~OnATerminal() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    done_ = true;
+    reader_.join();
+    ::close(master_);
+    ::close(terminal_);
+  }
+  OnATerminal(const OnATerminal&) = delete;
+  OnATerminal& operator=(const OnATerminal&) = delete;
+
+  std::string output() const {
+    const std::lock_guard lock(mutex_);
+    return output_;
+  }
+  bool type(std::string_view keys) { return ::write(master_, keys.data(), keys.size()) == static_cast<ssize_t>(keys.size()); }
+  // The terminal's local flags (ICANON, ECHO...).
+  tcflag_t local_flags() const {
+    termios settings{};
+    ::tcgetattr(terminal_, &settings);
+    return settings.c_lflag;
+  }
+  pid_t pid() const { return pid_; }
+  // "exited N", "stopped by N", or "" while it runs on after `timeout`.
+  std::string wait(std::chrono::milliseconds timeout) {
+    const auto until = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < until) {
+      int status = 0;
+      const pid_t got = ::waitpid(pid_, &status, WNOHANG | WUNTRACED);
+      if (got == pid_ && WIFSTOPPED(status)) return "stopped by " + std::to_string(WSTOPSIG(status));
+      if (got == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? "exited " + std::to_string(WEXITSTATUS(status))
+                                 : "killed by " + std::to_string(WTERMSIG(status));
+      }
+      std::this_thread::sleep_for(5ms);
+    }
+    return "";
+  }
+
+ private:
+  int master_ = -1;
+  int terminal_ = -1;
+  pid_t pid_ = -1;
+  std::atomic<bool> done_{false};
+  mutable std::mutex mutex_;
+  std::string output_;
+  std::thread reader_;
+};
+
+// A user test: q did not quit top on a terminal (only Ctrl-C did), as it quits top(1). On a
+// terminal top reads keys one at a time without echo, and gives the terminal's settings back when
+// it ends and while Ctrl-Z has it stopped.
+TEST(Cli, TopOnATerminalQuitsOnQAndGivesTheTerminalBack) {
+  DaemonProcess daemon;
+  OnATerminal top({bin("gpuqos"), "top", "--interval", "0.05", "--socket", daemon.socket()});
+  const auto frames = [&] { return occurrences(top.output(), "gpuqos top at"); };
+  ASSERT_TRUE(eventually([&] { return frames() >= 2; }, 10s)) << top.output();
+  EXPECT_NE(top.output().find("(q or Ctrl-C quits)"), std::string::npos) << top.output();
+  EXPECT_EQ(top.local_flags() & (ICANON | ECHO), 0u) << "a key at a time, not echoed";
+
+  ASSERT_TRUE(top.type("x"));  // not a key that quits
+  const std::size_t before = frames();
+  EXPECT_TRUE(eventually([&] { return frames() >= before + 3; }, 10s)) << top.output();
+  EXPECT_EQ(top.wait(0ms), "") << top.output();
+
+  ASSERT_TRUE(top.type("\x1a"));  // Ctrl-Z
+  EXPECT_EQ(top.wait(5s), "stopped by " + std::to_string(SIGSTOP)) << top.output();
+  EXPECT_EQ(top.local_flags() & (ICANON | ECHO), static_cast<tcflag_t>(ICANON | ECHO)) << "given back while stopped";
+  ASSERT_EQ(::kill(top.pid(), SIGCONT), 0);
+  EXPECT_TRUE(eventually([&] { return (top.local_flags() & (ICANON | ECHO)) == 0; }, 5s)) << "taken again";
+
+  ASSERT_TRUE(top.type("q"));
+  EXPECT_EQ(top.wait(5s), "exited 0") << top.output();
+  EXPECT_EQ(top.local_flags() & (ICANON | ECHO), static_cast<tcflag_t>(ICANON | ECHO)) << "given back at the end";
 }
 
 // A user test: `top` wrote frames into a closed pipe for ever when SIGPIPE was ignored (systemd's

@@ -37,6 +37,7 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -161,8 +162,10 @@ std::string render_jobs_table(const nlohmann::json& status);
 int job_column_width(const nlohmann::json& rows);
 
 // Asks the daemon on socket_path for its status; the JSON text, or why not. With `quit_fd` (a
-// signalfd, say) readable before the answer comes, it stops waiting and sets *quit (when given).
-ipc::Result<std::string> request_status(const std::string& socket_path, int quit_fd = -1, bool* quit = nullptr);
+// signalfd, say) readable before the answer comes, it asks `quits` (which reads what came; none:
+// anything quits) and on true stops waiting and sets *quit (when given).
+ipc::Result<std::string> request_status(const std::string& socket_path, int quit_fd = -1, bool* quit = nullptr,
+                                        const std::function<bool()>& quits = {});
 // request_status's error for a user: with " (socket PATH; is gpuqosd running?)" unless it already
 // says what is at the path (ipc::connect_failure does).
 std::string status_error_text(const std::string& error, const std::string& socket_path);

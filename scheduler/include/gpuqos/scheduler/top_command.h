@@ -16,11 +16,14 @@ struct TopOptions {
   std::string socket = kDefaultSocketPath;
   double interval_s = 1.0;  // between refreshes, > 0
   bool once = false;        // one frame, then exit (scripts, tests)
+  bool keys = false;        // the title offers q (run_top sets it when it reads the terminal's keys)
 };
 
 // Asks the daemon every interval and prints a frame to `out`, preceded by the ANSI clear-screen
-// codes and fitted to stdout's window (fit_to_terminal) when clear_screen (a terminal). Ends on SIGINT or SIGTERM (exit code 0) or after one frame
-// with once; when the daemon cannot be reached, says so on `err` and returns 1.
+// codes and fitted to stdout's window (fit_to_terminal) when clear_screen (a terminal). Ends on
+// SIGINT or SIGTERM (exit code 0), on q, Ctrl-\ or a hangup when stdin is a terminal as well (read a
+// key at a time meanwhile, its settings given back at the end and while Ctrl-Z stops top), or after
+// one frame with once; when the daemon cannot be reached, says so on `err` and returns 1.
 int run_top(const TopOptions& options, std::ostream& out, std::ostream& err, bool clear_screen);
 
 // One frame: a title line, then render_status_table(status).
