@@ -154,6 +154,17 @@ std::string usage_problem(const CLI::App& app, const CLI::ParseError& error, con
   return "gpuqos: unknown command '" + first + "' (commands: " + known + ")";
 }
 
+// `gpuqos run --help`'s usage line ends with the command, which main() takes from after "--"
+// before CLI11 parses (CLI11 2.1 has no usage text of its own to set).
+class RunUsage : public CLI::Formatter {
+ public:
+  std::string make_usage(const CLI::App* app, std::string name) const override {
+    std::string usage = CLI::Formatter::make_usage(app, std::move(name));
+    if (!usage.empty() && usage.back() == '\n') usage.pop_back();
+    return usage + " -- CMD [ARGS...]\n";
+  }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -191,6 +202,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"high", "low"}));
   run->add_option("--job", job, "Job name (default: the executable's name)");
   run->add_option("--socket", run_socket, "The daemon's socket (default: the shim's)");
+  run->formatter(std::make_shared<RunUsage>());
   gpuqos::predictor::TrainOptions train_options;
   gpuqos::predictor::EvalOptions eval_options;
   const auto [train, eval] = add_predictor_commands(app, train_options, eval_options);

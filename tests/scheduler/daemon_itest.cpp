@@ -1493,6 +1493,18 @@ TEST(Cli, UsageMistakesAreSaidPlainly) {
   }
 }
 
+// A user test: `gpuqos run --help` said "Usage: gpuqos run [OPTIONS]", without the command.
+TEST(Cli, RunsHelpShowsWhereTheCommandGoes) {
+  TempDir dir;
+  ChildProcess cli({bin("gpuqos"), "run", "--help"}, {}, dir.path() / "out");
+  EXPECT_EQ(cli.wait(5s), 0) << cli.output();
+  EXPECT_NE(cli.output().find("Usage: gpuqos run [OPTIONS] -- CMD [ARGS...]\n"), std::string::npos) << cli.output();
+  ChildProcess status({bin("gpuqos"), "status", "--help"}, {}, dir.path() / "status.out");
+  EXPECT_EQ(status.wait(5s), 0) << status.output();
+  EXPECT_NE(status.output().find("Usage: gpuqos status [OPTIONS]\n"), std::string::npos) << "only run's changes\n"
+                                                                                       << status.output();
+}
+
 // status and top find the daemon where the jobs' shims do: GPUQOS_SOCKET, unless --socket says.
 TEST(Cli, StatusTakesTheSocketFromGpuqosSocket) {
   DaemonProcess daemon;
