@@ -333,7 +333,6 @@ int Daemon::run() {
       if (wait_error == EINTR) continue;
       spdlog::critical("epoll_wait: {}", std::strerror(wait_error));
       drain_and_release();
-      tell_unsaid_peer_warnings(ipc::monotonic_ns(), true);
       return 1;
     }
     // Back from a stall past the shims' heartbeat limit (each ran its held ops unmanaged): the
@@ -347,7 +346,6 @@ int Daemon::run() {
   }
   stop_metrics(MetricsServer::kStopWaitNs);
   drain_and_release();
-  tell_unsaid_peer_warnings(ipc::monotonic_ns(), true);
   return 0;
 }
 

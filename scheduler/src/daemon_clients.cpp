@@ -266,6 +266,7 @@ void Daemon::drain_and_release() {
   } else if (!learner_->store_path().empty()) {
     spdlog::info("predictor: nothing learned since the last save: {} left as it is", learner_->save_path());
   }
+  tell_unsaid_peer_warnings(ipc::monotonic_ns(), true);  // the last window's counts, not lost with it
   spdlog::info("gpuqosd pid {} stopped", ::getpid());
 }
 

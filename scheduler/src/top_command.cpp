@@ -31,48 +31,50 @@ namespace {
 constexpr const char* kClearScreen = "\x1b[H\x1b[2J";  // cursor home, erase the screen
 
 // What ends top: SIGINT or SIGTERM (blocked for the process while it lives, read on a signalfd)
-// and, with `keys` (stdin and stdout a terminal), q or Q, Ctrl-\ (SIGQUIT) and the terminal's
-// hangup. With keys, stdin is read a key at a time without echo (the terminal's own settings are
-// given back at the end), and Ctrl-Z gives them back while top is stopped, as top(1) does.
+// and, with `keys` (stdin and stdout a terminal, top in its foreground), q or Q, Ctrl-\ (SIGQUIT)
+// and the terminal's hangup. While top is in the terminal's foreground with keys, stdin is read a
+// key at a time without echo; the terminal's settings are given back at the end and while Ctrl-Z
+// has top stopped, as top(1) does, and taken again when it is back in the foreground.
 class QuitWatch {
  public:
-  explicit QuitWatch(bool keys) {
-    sigset_t mask;
-    sigemptyset(&mask);
-    for (const int signal : {SIGINT, SIGTERM}) sigaddset(&mask, signal);
+  explicit QuitWatch(bool keys) : keys_(keys) {
+    sigemptyset(&mask_);
+    for (const int signal : {SIGINT, SIGTERM}) sigaddset(&mask_, signal);
     if (keys) {
-      for (const int signal : {SIGQUIT, SIGHUP, SIGTSTP}) sigaddset(&mask, signal);
+      for (const int signal : {SIGQUIT, SIGHUP, SIGTSTP, SIGCONT}) sigaddset(&mask_, signal);
     }
-    if (::sigprocmask(SIG_BLOCK, &mask, nullptr) != 0) return;
-    signals_ = FileDescriptor(::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK));
+    if (::sigprocmask(SIG_BLOCK, &mask_, nullptr) != 0) return;
+    signals_ = FileDescriptor(::signalfd(-1, &mask_, SFD_CLOEXEC | SFD_NONBLOCK));
     epoll_ = FileDescriptor(::epoll_create1(EPOLL_CLOEXEC));
-    if (!signals_.valid() || !epoll_.valid() || !watch(signals_.get())) {
+    if (!signals_.valid() || !epoll_.valid() || !watch(signals_.get(), EPOLL_CTL_ADD)) {
+      // Nothing would read them: Ctrl-C must still end top, by its default action.
+      ::sigprocmask(SIG_UNBLOCK, &mask_, nullptr);
       epoll_ = FileDescriptor();
+      keys_ = false;
       return;
     }
-    termios settings{};
-    if (keys && ::tcgetattr(STDIN_FILENO, &settings) == 0 && watch(STDIN_FILENO)) {
-      saved_ = settings;
-      unbuffer();
-    }
+    take();
   }
   ~QuitWatch() { give_back(); }
   QuitWatch(const QuitWatch&) = delete;
   QuitWatch& operator=(const QuitWatch&) = delete;
 
   int fd() const { return epoll_.valid() ? epoll_.get() : -1; }
-  bool reads_keys() const { return saved_.has_value(); }
+  bool reads_keys() const { return keys_; }
 
   // Reads what made fd() readable: true when it says to quit.
   bool quits() {
     signalfd_siginfo info{};
     while (::read(signals_.get(), &info, sizeof info) == sizeof info) {
-      if (info.ssi_signo != SIGTSTP) return true;
-      give_back();  // Ctrl-Z: stop with the terminal as the shell expects it, and take it again after
-      ::raise(SIGSTOP);
-      unbuffer();
+      if (info.ssi_signo == SIGTSTP) {
+        stop_for_the_shell();
+      } else if (info.ssi_signo == SIGCONT) {
+        take();  // `fg` after a stop that was not ours (kill -STOP)
+      } else {
+        return true;
+      }
     }
-    if (!saved_) return false;
+    if (!applied_) return false;
     pollfd input{STDIN_FILENO, POLLIN, 0};
     if (::poll(&input, 1, 0) <= 0) return false;
     if ((input.revents & POLLIN) == 0) return true;  // hung up, or an error: nobody can press q
@@ -83,28 +85,57 @@ class QuitWatch {
   }
 
  private:
-  bool watch(int fd) {
+  bool watch(int fd, int operation) {
     epoll_event event{};
     event.events = EPOLLIN;
     event.data.fd = fd;
-    return ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &event) == 0;
+    return ::epoll_ctl(epoll_.get(), operation, fd, &event) == 0;
   }
-  // A key at a time, not echoed; Ctrl-C and the other signal keys still work.
-  void unbuffer() {
-    if (!saved_) return;
-    termios settings = *saved_;
-    settings.c_lflag &= ~static_cast<tcflag_t>(ICANON | ECHO);
-    settings.c_cc[VMIN] = 1;
-    settings.c_cc[VTIME] = 0;
-    ::tcsetattr(STDIN_FILENO, TCSANOW, &settings);
+  // Ctrl-Z: the terminal given back, then the stop the shell expects (a real SIGTSTP, which the
+  // kernel discards when top's process group is orphaned, as under `ssh -t host gpuqos top`, where
+  // nothing could continue it), then the terminal taken again if top is back in the foreground.
+  void stop_for_the_shell() {
+    give_back();
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGTSTP);
+    ::sigprocmask(SIG_UNBLOCK, &stop, nullptr);
+    ::raise(SIGTSTP);  // delivered before raise returns; top runs on here once continued
+    ::sigprocmask(SIG_BLOCK, &stop, nullptr);
+    take();
+  }
+  // Keys a key at a time, not echoed (Ctrl-C and the other signal keys still work), from the
+  // terminal's settings as they are now; only in its foreground, where changing them and reading
+  // keys stop no one (a background `tcsetattr` or `read` is stopped by SIGTTOU or SIGTTIN).
+  void take() {
+    if (!keys_ || applied_ || ::tcgetpgrp(STDIN_FILENO) != ::getpgrp()) return;
+    termios settings{};
+    if (::tcgetattr(STDIN_FILENO, &settings) != 0) return;
+    termios unbuffered = settings;
+    unbuffered.c_lflag &= ~static_cast<tcflag_t>(ICANON | ECHO);
+    unbuffered.c_cc[VMIN] = 1;
+    unbuffered.c_cc[VTIME] = 0;
+    if (!watch(STDIN_FILENO, EPOLL_CTL_ADD)) return;
+    if (::tcsetattr(STDIN_FILENO, TCSANOW, &unbuffered) != 0) {
+      watch(STDIN_FILENO, EPOLL_CTL_DEL);
+      return;
+    }
+    saved_ = settings;
+    applied_ = true;
   }
   void give_back() {
-    if (saved_) ::tcsetattr(STDIN_FILENO, TCSANOW, &*saved_);
+    if (!applied_) return;
+    ::tcsetattr(STDIN_FILENO, TCSANOW, &saved_);
+    watch(STDIN_FILENO, EPOLL_CTL_DEL);
+    applied_ = false;
   }
 
+  bool keys_;
+  sigset_t mask_{};
   FileDescriptor signals_;
   FileDescriptor epoll_;
-  std::optional<termios> saved_;  // the terminal's settings, while top reads keys
+  bool applied_ = false;  // the terminal is read a key at a time, stdin watched
+  termios saved_{};       // its settings before, while applied_
 };
 
 // Waits interval_s; false when something that quits came first.

@@ -18,6 +18,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -700,34 +701,57 @@ TEST(Cli, TopQuitsAtOnceWhileAStoppedDaemonKeepsItsAnswer) {
 
 // `command` run on a new pseudo-terminal (its stdin, stdout and stderr, and its controlling
 // terminal): what it writes is collected, keys are typed at it, and the terminal's settings can be
-// read as the command leaves them. Killed and reaped at the end if still there.
+// read as the command leaves them. `Leader::command`: the command leads the terminal's session, as
+// under `ssh -t host CMD` (its process group is orphaned, so the kernel discards a Ctrl-Z). With
+// `Leader::shell` a stand-in for an interactive shell leads it and runs the command in a process
+// group of its own in the foreground, as job control does; it exits with the command's status.
+// Everything is killed and reaped at the end if still there.
 class OnATerminal {
  public:
-  explicit OnATerminal(const std::vector<std::string>& command) {
+  enum class Leader { command, shell };
+  OnATerminal(const std::vector<std::string>& command, Leader leader) {
     if (::openpty(&master_, &terminal_, nullptr, nullptr, nullptr) != 0) throw std::runtime_error("openpty failed");
     std::vector<char*> argv;
     for (const auto& word : command) argv.push_back(const_cast<char*>(word.c_str()));
     argv.push_back(nullptr);
-    pid_ = ::fork();
-    if (pid_ < 0) throw std::runtime_error("fork failed");
-    if (pid_ == 0) {
+    int told[2];  // the command's pid, from the shell
+    if (::pipe2(told, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
+    leader_ = ::fork();
+    if (leader_ < 0) throw std::runtime_error("fork failed");
+    if (leader_ == 0) {  // async-signal-safe calls only from here
       ::setsid();
       ::ioctl(terminal_, TIOCSCTTY, 0);
       for (int fd = 0; fd < 3; ++fd) ::dup2(terminal_, fd);
       ::close(master_);
       ::close(terminal_);
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
+      pid_t job = 0;
+      if (leader == Leader::shell) job = ::fork();
+      if (job == 0) {
+        if (leader == Leader::shell) ::setpgid(0, 0);
+        pid_t self = ::getpid();
+        if (leader == Leader::command) [[maybe_unused]] const auto sent = ::write(told[1], &self, sizeof self);
+        ::execv(argv[0], argv.data());
+        ::_exit(127);
+      }
+      ::setpgid(job, job);
+      ::tcsetpgrp(STDIN_FILENO, job);  // the job in the foreground; the shell waits for it to end
+      [[maybe_unused]] const auto sent = ::write(told[1], &job, sizeof job);
+      int status = 0;
+      while (::waitpid(job, &status, 0) < 0 && errno == EINTR) {
+      }
+      ::_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
     }
+    ::close(told[1]);
+    const bool got = ::read(told[0], &pid_, sizeof pid_) == sizeof pid_;
+    ::close(told[0]);
+    if (!got) pid_ = -1;
     reader_ = std::thread([this] {
       char buffer[4096];
-      for (;;) {
+      while (!done_.load()) {
         pollfd readable{master_, POLLIN, 0};
-        if (::poll(&readable, 1, 50) < 0 || done_.load()) return;
-        if ((readable.revents & (POLLIN | POLLHUP)) == 0) continue;
+        if (::poll(&readable, 1, 50) <= 0 || (readable.revents & (POLLIN | POLLHUP)) == 0) continue;
         const ssize_t got = ::read(master_, buffer, sizeof buffer);
         if (got <= 0) {  // EIO once no process holds the terminal
-          if (done_.load()) return;
           std::this_thread::sleep_for(10ms);
           continue;
         }
@@ -737,9 +761,10 @@ class OnATerminal {
     });
   }
   ~OnATerminal() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
+    if (pid_ > 0) ::kill(pid_, SIGKILL);
+    if (leader_ > 0) {
+      ::kill(leader_, SIGKILL);
+      ::waitpid(leader_, nullptr, 0);
     }
     done_ = true;
     reader_.join();
@@ -760,27 +785,34 @@ class OnATerminal {
     ::tcgetattr(terminal_, &settings);
     return settings.c_lflag;
   }
-  pid_t pid() const { return pid_; }
-  // "exited N", "stopped by N", or "" while it runs on after `timeout`.
-  std::string wait(std::chrono::milliseconds timeout) {
+  pid_t pid() const { return pid_; }  // the command's
+  // The command's state letter in /proc (R, S, T for stopped...), or '?' once it is gone.
+  char state() const {
+    std::ifstream stat("/proc/" + std::to_string(pid_) + "/stat");
+    std::string line;
+    std::getline(stat, line);
+    const auto after_name = line.rfind(") ");
+    return after_name == std::string::npos ? '?' : line[after_name + 2];
+  }
+  // The command's exit status (128 + N for a signal), or nullopt while it runs on after `timeout`.
+  std::optional<int> wait(std::chrono::milliseconds timeout) {
     const auto until = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < until) {
+    do {
       int status = 0;
-      const pid_t got = ::waitpid(pid_, &status, WNOHANG | WUNTRACED);
-      if (got == pid_ && WIFSTOPPED(status)) return "stopped by " + std::to_string(WSTOPSIG(status));
-      if (got == pid_) {
+      if (leader_ > 0 && ::waitpid(leader_, &status, WNOHANG) == leader_) {
+        leader_ = -1;
         pid_ = -1;
-        return WIFEXITED(status) ? "exited " + std::to_string(WEXITSTATUS(status))
-                                 : "killed by " + std::to_string(WTERMSIG(status));
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
       }
       std::this_thread::sleep_for(5ms);
-    }
-    return "";
+    } while (std::chrono::steady_clock::now() < until);
+    return std::nullopt;
   }
 
  private:
   int master_ = -1;
   int terminal_ = -1;
+  pid_t leader_ = -1;
   pid_t pid_ = -1;
   std::atomic<bool> done_{false};
   mutable std::mutex mutex_;
@@ -788,31 +820,56 @@ class OnATerminal {
   std::thread reader_;
 };
 
+constexpr tcflag_t kLineEcho = ICANON | ECHO;
+
 // A user test: q did not quit top on a terminal (only Ctrl-C did), as it quits top(1). On a
 // terminal top reads keys one at a time without echo, and gives the terminal's settings back when
-// it ends and while Ctrl-Z has it stopped.
+// it ends and while Ctrl-Z has it stopped (a review: after Ctrl-Z, `kill %1` left it stopped by
+// SIGTTOU, as it took the terminal again in the background).
 TEST(Cli, TopOnATerminalQuitsOnQAndGivesTheTerminalBack) {
   DaemonProcess daemon;
-  OnATerminal top({bin("gpuqos"), "top", "--interval", "0.05", "--socket", daemon.socket()});
+  OnATerminal top({bin("gpuqos"), "top", "--interval", "0.05", "--socket", daemon.socket()}, OnATerminal::Leader::shell);
+  ASSERT_GT(top.pid(), 0);
   const auto frames = [&] { return occurrences(top.output(), "gpuqos top at"); };
   ASSERT_TRUE(eventually([&] { return frames() >= 2; }, 10s)) << top.output();
   EXPECT_NE(top.output().find("(q or Ctrl-C quits)"), std::string::npos) << top.output();
-  EXPECT_EQ(top.local_flags() & (ICANON | ECHO), 0u) << "a key at a time, not echoed";
+  EXPECT_EQ(top.local_flags() & kLineEcho, 0u) << "a key at a time, not echoed";
 
   ASSERT_TRUE(top.type("x"));  // not a key that quits
   const std::size_t before = frames();
   EXPECT_TRUE(eventually([&] { return frames() >= before + 3; }, 10s)) << top.output();
-  EXPECT_EQ(top.wait(0ms), "") << top.output();
+  EXPECT_EQ(top.wait(0ms), std::nullopt) << top.output();
 
   ASSERT_TRUE(top.type("\x1a"));  // Ctrl-Z
-  EXPECT_EQ(top.wait(5s), "stopped by " + std::to_string(SIGSTOP)) << top.output();
-  EXPECT_EQ(top.local_flags() & (ICANON | ECHO), static_cast<tcflag_t>(ICANON | ECHO)) << "given back while stopped";
-  ASSERT_EQ(::kill(top.pid(), SIGCONT), 0);
-  EXPECT_TRUE(eventually([&] { return (top.local_flags() & (ICANON | ECHO)) == 0; }, 5s)) << "taken again";
+  EXPECT_TRUE(eventually([&] { return top.state() == 'T'; }, 5s)) << top.state();
+  EXPECT_EQ(top.local_flags() & kLineEcho, kLineEcho) << "given back while stopped";
+  ASSERT_EQ(::kill(top.pid(), SIGCONT), 0);  // fg
+  EXPECT_TRUE(eventually([&] { return (top.local_flags() & kLineEcho) == 0; }, 5s)) << "taken again";
 
+  ASSERT_TRUE(top.type("\x1a"));
+  ASSERT_TRUE(eventually([&] { return top.state() == 'T'; }, 5s)) << top.state();
+  ASSERT_EQ(::kill(top.pid(), SIGTERM), 0);  // kill %1: SIGTERM, then SIGCONT
+  ASSERT_EQ(::kill(top.pid(), SIGCONT), 0);
+  EXPECT_EQ(top.wait(5s), 0) << top.output();
+  EXPECT_EQ(top.local_flags() & kLineEcho, kLineEcho) << "given back at the end";
+}
+
+// A review: top that leads its terminal's session (`ssh -t host gpuqos top`) has an orphaned
+// process group, so nothing could continue it once stopped; Ctrl-Z there stops nothing, and q
+// still quits.
+TEST(Cli, TopThatLeadsItsTerminalIsNotStoppedByCtrlZ) {
+  DaemonProcess daemon;
+  OnATerminal top({bin("gpuqos"), "top", "--interval", "0.05", "--socket", daemon.socket()}, OnATerminal::Leader::command);
+  ASSERT_GT(top.pid(), 0);
+  const auto frames = [&] { return occurrences(top.output(), "gpuqos top at"); };
+  ASSERT_TRUE(eventually([&] { return frames() >= 2; }, 10s)) << top.output();
+  ASSERT_TRUE(top.type("\x1a"));
+  const std::size_t before = frames();
+  EXPECT_TRUE(eventually([&] { return frames() >= before + 3; }, 10s)) << "still drawing: " << top.state();
+  EXPECT_EQ(top.local_flags() & kLineEcho, 0u) << "still reading keys";
   ASSERT_TRUE(top.type("q"));
-  EXPECT_EQ(top.wait(5s), "exited 0") << top.output();
-  EXPECT_EQ(top.local_flags() & (ICANON | ECHO), static_cast<tcflag_t>(ICANON | ECHO)) << "given back at the end";
+  EXPECT_EQ(top.wait(5s), 0) << top.output();
+  EXPECT_EQ(top.local_flags() & kLineEcho, kLineEcho);
 }
 
 // A user test: `top` wrote frames into a closed pipe for ever when SIGPIPE was ignored (systemd's
