@@ -704,8 +704,9 @@ TEST(Cli, TopQuitsAtOnceWhileAStoppedDaemonKeepsItsAnswer) {
 // read as the command leaves them. `Leader::command`: the command leads the terminal's session, as
 // under `ssh -t host CMD` (its process group is orphaned, so the kernel discards a Ctrl-Z). With
 // `Leader::shell` a stand-in for an interactive shell leads it and runs the command in a process
-// group of its own in the foreground, as job control does; it exits with the command's status.
-// Everything is killed and reaped at the end if still there.
+// group of its own in the foreground, as job control does: it takes the foreground back when the
+// command stops, gives it back and continues the command at fg(), and exits with the command's
+// status. Everything is killed and reaped at the end if still there.
 class OnATerminal {
  public:
   enum class Leader { command, shell };
@@ -716,6 +717,9 @@ class OnATerminal {
     argv.push_back(nullptr);
     int told[2];  // the command's pid, from the shell
     if (::pipe2(told, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
+    int commands[2];  // fg(), to the shell
+    if (::pipe2(commands, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
+    commands_ = commands[1];
     leader_ = ::fork();
     if (leader_ < 0) throw std::runtime_error("fork failed");
     if (leader_ == 0) {  // async-signal-safe calls only from here
@@ -724,24 +728,44 @@ class OnATerminal {
       for (int fd = 0; fd < 3; ++fd) ::dup2(terminal_, fd);
       ::close(master_);
       ::close(terminal_);
+      sigset_t ttou;  // the shell sets the foreground from the background, as bash does
+      sigemptyset(&ttou);
+      sigaddset(&ttou, SIGTTOU);
+      ::sigprocmask(SIG_BLOCK, &ttou, nullptr);
       pid_t job = 0;
       if (leader == Leader::shell) job = ::fork();
       if (job == 0) {
-        if (leader == Leader::shell) ::setpgid(0, 0);
+        if (leader == Leader::shell) {  // in the foreground before it runs, whichever of the two goes first
+          ::setpgid(0, 0);
+          ::tcsetpgrp(STDIN_FILENO, ::getpid());
+        }
+        ::sigprocmask(SIG_UNBLOCK, &ttou, nullptr);
         pid_t self = ::getpid();
         if (leader == Leader::command) [[maybe_unused]] const auto sent = ::write(told[1], &self, sizeof self);
         ::execv(argv[0], argv.data());
         ::_exit(127);
       }
       ::setpgid(job, job);
-      ::tcsetpgrp(STDIN_FILENO, job);  // the job in the foreground; the shell waits for it to end
+      ::tcsetpgrp(STDIN_FILENO, job);  // the job in the foreground
       [[maybe_unused]] const auto sent = ::write(told[1], &job, sizeof job);
-      int status = 0;
-      while (::waitpid(job, &status, 0) < 0 && errno == EINTR) {
+      for (int command_fd = commands[0];;) {
+        int status = 0;
+        const pid_t got = ::waitpid(job, &status, WNOHANG | WUNTRACED);
+        if (got == job && WIFSTOPPED(status)) ::tcsetpgrp(STDIN_FILENO, ::getpgrp());
+        if (got == job && !WIFSTOPPED(status)) ::_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+        pollfd command{command_fd, POLLIN, 0};
+        if (::poll(&command, 1, 5) <= 0) continue;
+        char word = 0;
+        if (::read(command_fd, &word, 1) != 1) {
+          command_fd = -1;  // the test is gone: poll only waits
+        } else if (word == 'f') {
+          ::tcsetpgrp(STDIN_FILENO, job);
+          ::kill(-job, SIGCONT);
+        }
       }
-      ::_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
     }
     ::close(told[1]);
+    ::close(commands[0]);
     const bool got = ::read(told[0], &pid_, sizeof pid_) == sizeof pid_;
     ::close(told[0]);
     if (!got) pid_ = -1;
@@ -768,6 +792,7 @@ class OnATerminal {
     }
     done_ = true;
     reader_.join();
+    ::close(commands_);
     ::close(master_);
     ::close(terminal_);
   }
@@ -786,6 +811,10 @@ class OnATerminal {
     return settings.c_lflag;
   }
   pid_t pid() const { return pid_; }  // the command's
+  // The terminal's foreground process group (Linux answers this on the master side).
+  pid_t foreground() const { return ::tcgetpgrp(master_); }
+  // The shell's fg: the command in the foreground again, and continued.
+  bool fg() { return ::write(commands_, "f", 1) == 1; }
   // The command's state letter in /proc (R, S, T for stopped...), or '?' once it is gone.
   char state() const {
     std::ifstream stat("/proc/" + std::to_string(pid_) + "/stat");
@@ -812,6 +841,7 @@ class OnATerminal {
  private:
   int master_ = -1;
   int terminal_ = -1;
+  int commands_ = -1;
   pid_t leader_ = -1;
   pid_t pid_ = -1;
   std::atomic<bool> done_{false};
@@ -840,15 +870,16 @@ TEST(Cli, TopOnATerminalQuitsOnQAndGivesTheTerminalBack) {
   EXPECT_TRUE(eventually([&] { return frames() >= before + 3; }, 10s)) << top.output();
   EXPECT_EQ(top.wait(0ms), std::nullopt) << top.output();
 
+  ASSERT_EQ(top.foreground(), top.pid());
   ASSERT_TRUE(top.type("\x1a"));  // Ctrl-Z
-  EXPECT_TRUE(eventually([&] { return top.state() == 'T'; }, 5s)) << top.state();
+  EXPECT_TRUE(eventually([&] { return top.state() == 'T' && top.foreground() != top.pid(); }, 5s)) << top.state();
   EXPECT_EQ(top.local_flags() & kLineEcho, kLineEcho) << "given back while stopped";
-  ASSERT_EQ(::kill(top.pid(), SIGCONT), 0);  // fg
+  ASSERT_TRUE(top.fg());
   EXPECT_TRUE(eventually([&] { return (top.local_flags() & kLineEcho) == 0; }, 5s)) << "taken again";
 
   ASSERT_TRUE(top.type("\x1a"));
-  ASSERT_TRUE(eventually([&] { return top.state() == 'T'; }, 5s)) << top.state();
-  ASSERT_EQ(::kill(top.pid(), SIGTERM), 0);  // kill %1: SIGTERM, then SIGCONT
+  ASSERT_TRUE(eventually([&] { return top.state() == 'T' && top.foreground() != top.pid(); }, 5s)) << top.state();
+  ASSERT_EQ(::kill(top.pid(), SIGTERM), 0);  // kill %1: SIGTERM, then SIGCONT, top left in the background
   ASSERT_EQ(::kill(top.pid(), SIGCONT), 0);
   EXPECT_EQ(top.wait(5s), 0) << top.output();
   EXPECT_EQ(top.local_flags() & kLineEcho, kLineEcho) << "given back at the end";
