@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -160,7 +161,46 @@ std::optional<std::string> foreign_file(const std::filesystem::path& path) {
   return printable ? "text" : "a file of another format";
 }
 
-std::optional<std::string> save_profile(const Predictor& predictor, const std::filesystem::path& path) {
+std::filesystem::path save_target(const std::filesystem::path& path) {
+  std::filesystem::path target = path;
+  for (int hops = 0; hops < 40; ++hops) {  // as many as the kernel follows
+    struct stat link{};
+    if (::lstat(target.c_str(), &link) != 0 || !S_ISLNK(link.st_mode)) break;
+    if (link.st_uid != ::geteuid() && link.st_uid != 0) break;  // another user's: replaced, not followed
+    std::error_code error;
+    const std::filesystem::path next = std::filesystem::read_symlink(target, error);
+    if (error || next.empty()) break;
+    target = (next.is_absolute() ? next : target.parent_path() / next).lexically_normal();  // dangling too
+  }
+  return target;
+}
+
+std::optional<std::string> why_not_saved_over(const std::filesystem::path& target) {
+  struct stat info{};
+  if (::lstat(target.c_str(), &info) != 0) return std::nullopt;  // nothing there (or nothing we can see)
+  if (S_ISLNK(info.st_mode)) return std::nullopt;                // another user's link: replaced, not followed
+  if (!S_ISREG(info.st_mode)) {
+    const char* kind = S_ISDIR(info.st_mode)   ? "a directory"
+                       : S_ISCHR(info.st_mode) ? "a character device"
+                       : S_ISBLK(info.st_mode) ? "a block device"
+                       : S_ISFIFO(info.st_mode) ? "a FIFO"
+                       : S_ISSOCK(info.st_mode) ? "a socket"
+                                                : "not a regular file";
+    return target.string() + " is " + kind + ", not a store file: nothing is saved over it";
+  }
+  const bool may_write = (info.st_mode & S_IWUSR) != 0 && (::geteuid() == 0 || ::access(target.c_str(), W_OK) == 0);
+  if (!may_write) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(info.st_mode & 07777));
+    return target.string() + " is read-only (mode " + mode + ", owner uid " + std::to_string(info.st_uid) +
+           "): not saved over; make it writable, or save elsewhere";
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> save_profile(const Predictor& predictor, const std::filesystem::path& given) {
+  const std::filesystem::path path = save_target(given);
+  if (auto why = why_not_saved_over(path)) return why;
   std::string bytes;
   try {
     bytes = encode_profile(predictor);
@@ -173,7 +213,17 @@ std::optional<std::string> save_profile(const Predictor& predictor, const std::f
   std::string temp = path.string() + ".tmp.XXXXXX";
   const int fd = ::mkostemp(temp.data(), O_CLOEXEC);
   if (fd < 0) return path.string() + ".tmp.*: cannot create: " + std::strerror(errno);
-  ::fchmod(fd, 0644);  // mkostemp makes it 0600; a store is read by gpuqos train and eval as well
+  // mkostemp makes it 0600; a new store gets 0644 (gpuqos train and eval read it too), one that
+  // replaces a store keeps that store's mode, and its owner when root saves (gpuqosd as root).
+  struct stat replaced{};
+  if (::lstat(path.c_str(), &replaced) == 0 && S_ISREG(replaced.st_mode)) {
+    ::fchmod(fd, replaced.st_mode & 0777);
+    if (::geteuid() == 0 && ::fchown(fd, replaced.st_uid, replaced.st_gid) != 0) {
+      // root's own then: the store is still saved, readable as its mode says
+    }
+  } else {
+    ::fchmod(fd, 0644);
+  }
   std::size_t written = 0;
   while (written < bytes.size()) {
     const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);

@@ -171,6 +171,14 @@ ipc::Result<std::unique_ptr<Daemon>> Daemon::create(DaemonOptions options) {
   daemon->policy_ = make_policy(daemon->options_.policy);
   if (!daemon->policy_) return ipc::Error{"unknown policy '" + daemon->options_.policy.name + "' (known: fifo, priority, baymax)"};
   daemon->numbered_policy_ = daemon->options_.policy;  // no device renumbered yet
+  // A store path that is a link of this user's or root's (`current.gqp -> v3.gqp`) is the file it
+  // names: saved there, locked there, so the link stays a link.
+  if (std::string& given = daemon->options_.learning.store_path; !given.empty()) {
+    if (const std::string target = predictor::save_target(given).string(); target != given) {
+      spdlog::info("predictor: the profile store {} is a link to {}: that file is read and saved", given, target);
+      given = target;
+    }
+  }
   const std::string& store = daemon->options_.learning.store_path;
   if (const auto what = store.empty() ? std::nullopt : predictor::foreign_file(store)) {
     return ipc::Error{"the profile store " + store + " is not a predictor store but " + *what +
@@ -236,6 +244,9 @@ ipc::Result<std::unique_ptr<Daemon>> Daemon::create(DaemonOptions options) {
 // could not save must not keep one that can from its store.
 std::optional<std::string> Daemon::lock_store() {
   const std::string& store = options_.learning.store_path;
+  if (struct stat there{}; ::stat(store.c_str(), &there) == 0 && !S_ISREG(there.st_mode)) {
+    return std::nullopt;  // /dev/null, a FIFO: nothing is saved there, and no lock is left beside it
+  }
   auto lock = lock_beside(store, /*read_only_fallback=*/false);
   if (lock) {
     store_lock_ = std::move(lock.value());

@@ -259,8 +259,11 @@ void Daemon::drain_and_release() {
   clients_.clear();
   told_holds_.clear();
   const bool unsaved = learner_->unsaved();
-  if (auto error = learner_->save()) {
-    spdlog::error("predictor: {}", *error);
+  const std::uint64_t saves = learner_->counts().saves;
+  if (auto said = learner_->save(); said && learner_->counts().saves > saves) {
+    spdlog::warn("predictor: {}", *said);  // saved, beside the store, and why
+  } else if (said) {
+    spdlog::error("predictor: {}", *said);
   } else if (!learner_->store_path().empty() && unsaved) {
     spdlog::info("predictor: saved {} kernels to {}", learner_->predictor().kernel_count(), learner_->save_path());
   } else if (!learner_->store_path().empty()) {

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <string>
+#include <utility>
 
 #include "gpuqos/ipc/registration.h"
 #include "gpuqos/predictor/features.h"
@@ -61,9 +63,13 @@ predictor::Predictor load(const std::string& path, bool anothers, std::optional<
   // A store not made yet is a first start, not a problem (gpuqosd says so at info).
   if (!existed && !exists_error && !loaded.inaccessible) loaded.warning.reset();
   warning = std::move(loaded.warning);
+  const auto beside = [&path] { return path + ".gpuqosd-" + std::to_string(::getpid()); };
   if (loaded.inaccessible) {
     blocked = true;
-    *warning += "; nothing learned will be saved over it";
+    std::error_code kind_error;
+    *warning += std::filesystem::is_regular_file(path, kind_error)
+                    ? "; it is left as it is, and what this gpuqosd learns is saved beside it, to " + beside()
+                    : std::string("; nothing learned will be saved over it");
   } else if (loaded.unreadable && anothers) {
     *warning += "; left as it is: another gpuqosd's store";
   } else if (loaded.unreadable) {
@@ -77,7 +83,13 @@ predictor::Predictor load(const std::string& path, bool anothers, std::optional<
       *warning += "; moved aside to " + aside + ", a new profile will be saved in its place";
     }
   }
-  if (!blocked) ensure_directory_of(path, warning);
+  if (!blocked) {
+    if (auto refused = predictor::why_not_saved_over(path)) {
+      const std::string text = *refused + "; what this gpuqosd learns is saved beside it, to " + beside();
+      warning = warning ? *warning + "; " + text : text;
+    }
+    ensure_directory_of(path, warning);
+  }
   return std::move(loaded.predictor);
 }
 
@@ -243,21 +255,34 @@ std::optional<std::string> DurationLearner::tick(std::int64_t now_ns) {
 
 std::optional<std::string> DurationLearner::save() {
   if (options_.store_path.empty() || !unsaved()) return std::nullopt;
-  if (save_blocked_ && !options_.saves_beside) {
-    return options_.store_path + ": not saved: the file there could not be loaded or moved aside";
+  struct stat there{};
+  const bool special = ::stat(options_.store_path.c_str(), &there) == 0 && !S_ISREG(there.st_mode);
+  if (save_blocked_ && special) {  // /dev/null, a FIFO, a directory: nothing is written there, nor beside it
+    return options_.store_path + ": not saved: it is not a regular file";
   }
-  if (options_.saves_beside || identity_of(options_.store_path) != store_identity_) {
-    // Written by someone else since (a retrained store, another gpuqosd), or another gpuqosd's
-    // store: theirs stays.
+  // Why this save goes beside the store ("": it replaces the store).
+  std::string why_beside;
+  if (save_blocked_) {
+    why_beside = options_.store_path + " could not be read, or moved aside (it may be good, so it stays)";
+  } else if (auto refused = predictor::why_not_saved_over(options_.store_path)) {
+    why_beside = std::move(*refused);
+  } else if (identity_of(options_.store_path) != store_identity_) {
+    // Written by someone else since (a retrained store, another gpuqosd): theirs stays.
+    why_beside = options_.store_path +
+                 " changed since this gpuqosd read it (gpuqos train --out, or another gpuqosd on the same store): "
+                 "not overwritten";
+  }
+  if (options_.saves_beside || !why_beside.empty()) {
     const std::string beside = beside_path();
     if (auto error = predictor::save_profile(predictor_, beside)) return error;
     learned_at_last_save_ = counts_.learned;
     ++counts_.saves;
-    if (options_.saves_beside) return std::nullopt;  // said once, at start
-    return options_.store_path + " changed since this gpuqosd read it (gpuqos train --out, or another gpuqosd on "
-           "the same store): not overwritten; what this one learned is saved to " + beside;
+    // Said once a reason, not at every save: another gpuqosd's store is said at start.
+    if (options_.saves_beside || std::exchange(told_beside_, why_beside) == why_beside) return std::nullopt;
+    return why_beside + "; what this one learned is saved to " + beside;
   }
   if (auto error = predictor::save_profile(predictor_, options_.store_path)) return error;
+  told_beside_.clear();  // the store could be replaced again (made writable)
   store_identity_ = identity_of(options_.store_path);
   learned_at_last_save_ = counts_.learned;
   ++counts_.saves;

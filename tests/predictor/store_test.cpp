@@ -2,6 +2,7 @@
 // or invalid files give an empty model and a warning saying why; saving replaces atomically.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -254,14 +255,17 @@ TEST(Store, SaveReplacesAtomicallyAndLeavesNoTemporaries) {
 
 // The store's directory may be writable by others (a user test: a root gpuqosd overwrote a 0600
 // root file through a link another user planted at <store>.tmp.<pid>). No name the save writes
-// through can be planted in advance, and a link at the store itself is replaced, not followed.
+// through can be planted in advance, and a link another user planted at the store itself is
+// replaced, not followed.
 TEST(Store, SaveNeverWritesThroughAPlantedLink) {
+  if (::geteuid() != 0) GTEST_SKIP() << "only root can make a link of another user's";
   const testing::TempDir dir;
   const auto victim = dir.path() / "victim.txt";
   std::ofstream(victim) << "precious";
   const auto path = dir.path() / "profile.gqp";
   std::filesystem::create_symlink(victim, path.string() + ".tmp." + std::to_string(::getpid()));
   std::filesystem::create_symlink(victim, path);
+  ASSERT_EQ(::lchown(path.c_str(), 65534, 65534), 0) << "nobody's link";
   const Predictor p = trained();
   ASSERT_EQ(save_profile(p, path), std::nullopt);
   EXPECT_EQ(read_file(victim), "precious");
@@ -269,6 +273,55 @@ TEST(Store, SaveNeverWritesThroughAPlantedLink) {
   EXPECT_EQ(read_file(path), encode_profile(p));
   EXPECT_EQ(std::filesystem::status(path).permissions() & std::filesystem::perms::others_read,
             std::filesystem::perms::others_read);
+}
+
+// A user test: a store at `current.gqp -> v3.gqp` (the user's own link) became a plain file at
+// each save, v3.gqp untouched; a 0640 store became 0644; /dev/null, a FIFO and a read-only store
+// were replaced by a store file.
+TEST(Store, SaveWritesWhereTheUsersOwnLinkPointsAndKeepsTheModeItReplaces) {
+  const testing::TempDir dir;
+  std::filesystem::create_directory(dir.path() / "models");
+  const auto version = dir.path() / "models" / "v3.gqp";
+  ASSERT_EQ(save_profile(Predictor(), version), std::nullopt);
+  std::filesystem::permissions(version, std::filesystem::perms(0640));
+  const auto current = dir.path() / "current.gqp";
+  std::filesystem::create_symlink("models/v3.gqp", current);
+  const auto chained = dir.path() / "latest.gqp";
+  std::filesystem::create_symlink("current.gqp", chained);
+  EXPECT_EQ(save_target(chained), version);
+  const Predictor p = trained();
+  ASSERT_EQ(save_profile(p, chained), std::nullopt);
+  EXPECT_TRUE(std::filesystem::is_symlink(current));
+  EXPECT_TRUE(std::filesystem::is_symlink(chained));
+  EXPECT_EQ(read_file(version), encode_profile(p));
+  EXPECT_EQ(std::filesystem::status(version).permissions(), std::filesystem::perms(0640));
+  // A link to a store not there yet: made where it points.
+  const auto dangling = dir.path() / "next.gqp";
+  std::filesystem::create_symlink("models/v4.gqp", dangling);
+  ASSERT_EQ(save_profile(p, dangling), std::nullopt);
+  EXPECT_TRUE(std::filesystem::is_symlink(dangling));
+  EXPECT_EQ(read_file(dir.path() / "models" / "v4.gqp"), encode_profile(p));
+}
+
+TEST(Store, SaveRefusesWhatIsNotARegularFileAndWhatIsReadOnly) {
+  const testing::TempDir dir;
+  const auto fifo = dir.path() / "fifo.gqp";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  const auto error = save_profile(trained(), fifo);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_THAT(*error, HasSubstr("is a FIFO, not a store file: nothing is saved over it"));
+  EXPECT_TRUE(std::filesystem::is_fifo(fifo));
+  EXPECT_THAT(why_not_saved_over(dir.path()).value_or(""), HasSubstr("is a directory"));
+  EXPECT_EQ(why_not_saved_over(dir.path() / "none.gqp"), std::nullopt) << "nothing there: a new store";
+
+  const auto kept = dir.path() / "kept.gqp";
+  ASSERT_EQ(save_profile(Predictor(), kept), std::nullopt);
+  const std::string before = read_file(kept);
+  std::filesystem::permissions(kept, std::filesystem::perms(0444));  // its owner's word, root's too
+  const auto refused = save_profile(trained(), kept);
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_THAT(*refused, HasSubstr("is read-only (mode 0444"));
+  EXPECT_EQ(read_file(kept), before);
 }
 
 }  // namespace

@@ -574,6 +574,70 @@ TEST(Daemon, LearnsFromExactCompletionsAndSavesTheStoreAtExit) {
   EXPECT_EQ(again.status()["predictor"]["kernels"], 1);
 }
 
+namespace {
+
+// Has a high-priority client of `daemon` complete 20 exact 50-us kernels of one name, then stops
+// the daemon (it saves what it learned as it stops).
+void learn_one_kernel_and_stop(DaemonProcess& daemon) {
+  {
+    FakeClient high(daemon.socket(), Priority::high, "serve");
+    high.name_kernel(1, "gemm");
+    for (std::uint64_t seq = 1; seq <= 20; ++seq) high.post(FakeClient::kernel(seq));
+    for (std::uint64_t seq = 1; seq <= 20; ++seq) high.complete(seq, 1'000'000, 1'050'000);
+    ASSERT_TRUE(eventually([&] { return daemon.status()["predictor"]["learned"] == 20; })) << daemon.status().dump(1);
+  }
+  EXPECT_EQ(daemon.process().terminate(5s), 0) << daemon.log();
+}
+
+}  // namespace
+
+// A user test: a store at `current.gqp -> models/v3.gqp` became a plain file at the first save,
+// v3.gqp untouched; a read-only store (0444) was saved over; a store at a FIFO (or /dev/null) left
+// `<store>.lock` beside it, in /dev.
+TEST(Daemon, AStoreIsSavedWhereItsLinkPointsBesideItWhenReadOnlyAndNowhereWhenADevice) {
+  TempDir dir("gpuqosd-store");
+  std::filesystem::create_directory(dir.path() / "models");
+  const auto version = dir.path() / "models" / "v3.gqp";
+  const auto link = dir.path() / "current.gqp";
+  std::filesystem::create_symlink("models/v3.gqp", link);
+  {
+    DaemonProcess daemon({"--profile-store", link.string()});
+    EXPECT_NE(daemon.log().find("the profile store " + link.string() + " is a link to " + version.string()),
+              std::string::npos)
+        << daemon.log();
+    learn_one_kernel_and_stop(daemon);
+    EXPECT_NE(daemon.log().find("predictor: saved 1 kernels to " + version.string()), std::string::npos) << daemon.log();
+  }
+  EXPECT_TRUE(std::filesystem::is_symlink(link));
+  EXPECT_EQ(predictor::load_profile(version, predictor::PredictorConfig{}).predictor.kernel_count(), 1u);
+
+  std::filesystem::permissions(version, std::filesystem::perms(0444));
+  const auto before = std::filesystem::last_write_time(version);
+  {
+    DaemonProcess daemon({"--profile-store", version.string()});
+    const std::string beside = version.string() + ".gpuqosd-" + std::to_string(daemon.pid());
+    EXPECT_NE(daemon.log().find("is read-only (mode 0444"), std::string::npos) << daemon.log();
+    learn_one_kernel_and_stop(daemon);
+    EXPECT_NE(daemon.log().find("warning predictor: " + version.string() + " is read-only"), std::string::npos)
+        << daemon.log();
+    EXPECT_NE(daemon.log().find("saved to " + beside), std::string::npos) << daemon.log();
+    EXPECT_EQ(daemon.log().find("error"), std::string::npos) << daemon.log();
+    EXPECT_EQ(predictor::load_profile(beside, predictor::PredictorConfig{}).predictor.kernel_count(), 1u);
+  }
+  EXPECT_EQ(std::filesystem::last_write_time(version), before);
+
+  const auto fifo = dir.path() / "fifo.gqp";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  {
+    DaemonProcess daemon({"--profile-store", fifo.string()});
+    learn_one_kernel_and_stop(daemon);
+  }
+  EXPECT_TRUE(std::filesystem::is_fifo(fifo));
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    EXPECT_FALSE(entry.path().filename().string().starts_with("fifo.gqp.")) << entry.path() << " beside a FIFO";
+  }
+}
+
 // Two gpuqosd on one store (two sockets, one node) would each save over what the other learned: the
 // first holds the store's lock, the second is told so at start and saves beside the store.
 // A re-test planted a link at <store>.lock: it could not be opened (O_NOFOLLOW), the daemon went on

@@ -344,6 +344,34 @@ TEST(DurationLearner, AStoreThatCannotBeReadStaysAndIsNotSavedOver) {
   EXPECT_TRUE(std::filesystem::is_directory(path));
 }
 
+// A user test: a read-only store (mode 0444: its owner's word to keep it) was saved over, its mode
+// reset. It is read, said at start, and what is learned goes beside it, said once.
+TEST(DurationLearner, AReadOnlyStoreIsReadAndWhatIsLearnedGoesBesideIt) {
+  const testing::TempDir dir;
+  const auto path = dir.path() / "profile.gqp";
+  ASSERT_EQ(predictor::save_profile(predictor::Predictor(), path), std::nullopt);
+  std::filesystem::permissions(path, std::filesystem::perms(0444));
+  const std::string beside = path.string() + ".gpuqosd-" + std::to_string(::getpid());
+  std::optional<std::string> warning;
+  DurationLearner learner({.store_path = path.string()}, 0, warning);
+  ASSERT_TRUE(warning.has_value());
+  EXPECT_NE(warning->find("is read-only (mode 0444"), std::string::npos) << *warning;
+  EXPECT_NE(warning->find("saved beside it, to " + beside), std::string::npos) << *warning;
+  const auto before = std::filesystem::last_write_time(path);
+  learner.posted(7, kernel(1, 64), "k");
+  learner.completed(7, exact(1, 100'000));
+  const auto said = learner.save();
+  ASSERT_TRUE(said.has_value());
+  EXPECT_NE(said->find("what this one learned is saved to " + beside), std::string::npos) << *said;
+  EXPECT_EQ(predictor::load_profile(beside, {}).predictor.kernel_count(), 1u);
+  learner.posted(7, kernel(2, 64), "k");
+  learner.completed(7, exact(2, 100'000));
+  EXPECT_EQ(learner.save(), std::nullopt) << "said once";
+  EXPECT_EQ(learner.counts().saves, 2u);
+  EXPECT_EQ(std::filesystem::last_write_time(path), before);
+  EXPECT_EQ(std::filesystem::status(path).permissions(), std::filesystem::perms(0444));
+}
+
 // Nothing learned: nothing written (a store trained meanwhile is not replaced by an empty model).
 // A store someone else wrote since it was read (gpuqos train --out, another gpuqosd) is not
 // overwritten either: what this daemon learned goes beside it.

@@ -46,7 +46,18 @@ LoadedProfile load_profile(const std::filesystem::path& path, const PredictorCon
 // replace it.
 std::optional<std::string> foreign_file(const std::filesystem::path& path);
 
-// The error, or nullopt on success.
+// The file a save of `path` replaces: `path`, or, when `path` is a link of this user's or root's
+// (`current.gqp -> v3.gqp`), the file it names, so the link stays a link. A link another user
+// planted in a shared directory is not followed: the save replaces the link itself.
+std::filesystem::path save_target(const std::filesystem::path& path);
+// Why a save must not replace the file at `target` (save_target's): it is not a regular file (a
+// device such as /dev/null, a FIFO, a directory), or it is read-only (its owner's write bit is off,
+// or this user may not write it), which says to keep it. nullopt: it may be replaced, or nothing
+// is there.
+std::optional<std::string> why_not_saved_over(const std::filesystem::path& target);
+
+// Saves to save_target(path), keeping the mode of the file it replaces (and its owner, when root
+// saves); refuses what why_not_saved_over refuses. The error, or nullopt on success.
 std::optional<std::string> save_profile(const Predictor& predictor, const std::filesystem::path& path);
 
 // Removes what saves cut short left beside `path` (save_profile's temporary files, whose random

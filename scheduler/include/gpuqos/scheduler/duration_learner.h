@@ -100,16 +100,19 @@ class DurationLearner {
   std::optional<std::string> tick(std::int64_t now_ns);
   // Saves what was learned since the last save (nothing new: nothing written, the file left as it
   // is). A store that changed since this daemon read or last wrote it (`gpuqos train --out` over it,
-  // another gpuqosd on the same file) is not overwritten: this daemon's model goes to
-  // `<store>.gpuqosd-<pid>` beside it, and the returned text says so.
+  // another gpuqosd on the same file), one it could not read, and one that is read-only are not
+  // overwritten: this daemon's model goes to `<store>.gpuqosd-<pid>` beside it, and the returned
+  // text says so (once a reason). A store path that is not a regular file (/dev/null) gets nothing.
   std::optional<std::string> save();
   bool unsaved() const { return counts_.learned != learned_at_last_save_; }
 
   const predictor::Predictor& predictor() const { return predictor_; }
   const Counts& counts() const { return counts_; }
   const std::string& store_path() const { return options_.store_path; }
-  // Where a save writes: the store, or beside it (Options::saves_beside).
-  std::string save_path() const { return options_.saves_beside ? beside_path() : options_.store_path; }
+  // Where a save writes: the store, or beside it (Options::saves_beside, or the last save went there).
+  std::string save_path() const {
+    return options_.saves_beside || !told_beside_.empty() ? beside_path() : options_.store_path;
+  }
 
  private:
   struct Remembered {
@@ -143,6 +146,7 @@ class DurationLearner {
   RememberedOps remembered_;
   std::map<std::uint32_t, std::size_t> remembered_per_client_;
   std::map<std::pair<std::uint32_t, std::uint8_t>, std::deque<Span>> spans_;  // (device, engine)
+  std::string told_beside_;  // why the last save went beside the store, as said then
   std::int64_t last_save_ns_ = 0;
   std::int64_t epoch_began_ns_ = 0;
   std::uint64_t learned_at_last_save_ = 0;
