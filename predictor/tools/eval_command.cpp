@@ -29,6 +29,12 @@ int run_eval(const EvalOptions& options, std::ostream& out, std::ostream& err) {
     err << "gpuqos eval: " << problem << "\n";
     return kUsageError;
   }
+  for (const std::string& file : options.test) {
+    if (const auto same = detail::same_file_among(file, options.train)) {
+      err << "gpuqos eval: warning: --test " << file << " is also a --train file (" << *same
+          << "): the model is scored on measurements it was trained on\n";
+    }
+  }
   const ReadOptions read_options{options.csv_args};
   SampleSet train, test;
   if (!detail::load_inputs(options.train, read_options, train, err) || !detail::load_inputs(options.test, read_options, test, err))

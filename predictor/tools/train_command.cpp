@@ -1,6 +1,10 @@
 // `gpuqos train`: learn a profile from measurement files and save it.
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 #include "gpuqos/predictor/candidates.h"
@@ -57,6 +61,23 @@ void print_copies(const Predictor& predictor, std::ostream& out) {
   }
 }
 
+// Why the store cannot be written at `out` (before any work is done), or "".
+std::string out_problem(const std::string& out) {
+  const std::filesystem::path given(out);
+  if (!given.has_filename()) return "names a directory; give a file in it, e.g. " + (given / "predictor.gqp").string();
+  const std::filesystem::path target = save_target(given);
+  if (auto refused = why_not_saved_over(target)) return *refused;
+  const std::filesystem::path directory = target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
+  std::error_code error;
+  if (!std::filesystem::is_directory(directory, error)) {
+    return "its directory " + directory.string() + " does not exist (or is not a directory)";
+  }
+  if (::access(directory.c_str(), W_OK | X_OK) != 0) {
+    return "its directory " + directory.string() + " cannot be written (" + std::strerror(errno) + ")";
+  }
+  return "";
+}
+
 }  // namespace
 
 int run_train(const TrainOptions& options, std::ostream& out, std::ostream& err) {
@@ -75,6 +96,11 @@ int run_train(const TrainOptions& options, std::ostream& out, std::ostream& err)
   if (const auto what = foreign_file(options.out)) {
     err << "gpuqos train: --out " << options.out << " is not a predictor store but " << *what
         << "; it would be replaced: give another path\n";
+    return kUsageError;
+  }
+  // Where the store goes is checked before the inputs are read and trained on, not after.
+  if (const std::string problem = out_problem(options.out); !problem.empty()) {
+    err << "gpuqos train: --out " << options.out << ": " << problem << "\n";
     return kUsageError;
   }
   SampleSet samples;

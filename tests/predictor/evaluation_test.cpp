@@ -1,6 +1,7 @@
 // Error summaries, work splits, cross-validation and the train / eval commands end to end.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <nlohmann/json.hpp>
 #include <fstream>
@@ -149,6 +150,44 @@ TEST(Commands, TrainRefusesToReplaceAFileThatIsNotAStore) {
   const auto store = dir.path() / "s.gqp";
   EXPECT_EQ(run_train(TrainOptions{{table.string()}, store.string(), {}, 108}, out, err), 0) << err.str();
   EXPECT_EQ(run_train(TrainOptions{{table.string()}, store.string(), {}, 108}, out, err), 0) << err.str();
+}
+
+// A user test: --out /dev/null (as root) and --out at a FIFO replaced them with a store file; a
+// missing directory was found only after all the reading and training; a file given twice counted
+// twice. Where the store goes is checked first, and each input is read once.
+TEST(Commands, TrainChecksWhereTheStoreGoesFirstAndReadsEachInputOnce) {
+  const testing::TempDir dir;
+  // Its report ("t.csv: CSV table, ...") is printed only once it is read.
+  const auto table = dir.write("t.csv", "Latency,Kernel Name,Grid x,Grid y,Grid z,Block x,Block y,Block z\n0.01,k,1,1,1,128,1,1\n");
+  const auto fifo = dir.path() / "fifo.gqp";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  for (const auto& [where, message] : std::vector<std::pair<std::string, std::string>>{
+           {fifo.string(), "is a FIFO, not a store file: nothing is saved over it"},
+           {(dir.path() / "no" / "s.gqp").string(), "its directory " + (dir.path() / "no").string() + " does not exist"},
+           {dir.path().string() + "/", "names a directory; give a file in it"}}) {
+    std::ostringstream out, err;
+    EXPECT_EQ(run_train(TrainOptions{{table.string()}, where, {}, 108}, out, err), 2) << where;
+    EXPECT_THAT(err.str(), HasSubstr("gpuqos train: --out " + where + ": "));
+    EXPECT_THAT(err.str(), HasSubstr(message));
+    EXPECT_THAT(err.str(), ::testing::Not(HasSubstr("t.csv:"))) << "refused before reading";
+  }
+  EXPECT_TRUE(std::filesystem::is_fifo(fifo));
+
+  std::ostringstream out, err;
+  const auto store = dir.path() / "s.gqp";
+  ASSERT_EQ(run_train(TrainOptions{{table.string(), (dir.path() / "." / "t.csv").string()}, store.string(), {}, 108},
+                      out, err),
+            0)
+      << err.str();
+  EXPECT_THAT(err.str(), HasSubstr("is the same file as " + table.string() + ": read once"));
+  EXPECT_THAT(out.str(), HasSubstr("trained on 1 kernels"));
+
+  std::ostringstream eval_out, eval_err;
+  EvalOptions eval;
+  eval.train = {table.string()};
+  eval.test = {table.string()};
+  run_eval(eval, eval_out, eval_err);
+  EXPECT_THAT(eval_err.str(), HasSubstr("--test " + table.string() + " is also a --train file"));
 }
 
 // Every copy class trained on is in the report: one whose sizes were too close for a line (the
