@@ -3,6 +3,8 @@
 
 #include <zlib.h>
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -46,8 +48,12 @@ std::string gunzip(const std::string& data, const std::string& name) {
 }  // namespace
 
 std::string read_text_file(const std::filesystem::path& path) {
+  errno = 0;
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw FileError(path.string() + ": cannot open for reading");
+  if (!in) {  // the reason (no permission, no such file) is the open's errno, which ifstream keeps
+    const int why = errno;
+    throw FileError(path.string() + ": cannot open for reading" + (why != 0 ? std::string(" (") + std::strerror(why) + ")" : ""));
+  }
   std::ostringstream content;
   content << in.rdbuf();
   std::string data = std::move(content).str();

@@ -3,6 +3,12 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+
+#include "gpuqos/predictor/commands.h"
+
 namespace gpuqos::predictor::detail {
 
 std::optional<std::string> same_file_among(const std::string& file, const std::vector<std::string>& others) {
@@ -18,6 +24,14 @@ std::optional<std::string> same_file_among(const std::string& file, const std::v
 bool load_inputs(const std::vector<std::string>& files, const ReadOptions& options, SampleSet& out, std::ostream& err) {
   bool ok = true;
   std::vector<std::string> read;
+  for (const std::string& file : files) {  // a killed process's records, not given: said, not read unasked
+    for (const std::string& left : unfinished_profiles(file)) {
+      if (std::find(files.begin(), files.end(), left) == files.end()) {
+        err << "note: " << left << " holds the records of a process of " << file
+            << "'s job that was killed before it could add them; give it to --from as well to use them\n";
+      }
+    }
+  }
   for (const std::string& file : files) {
     // Given twice (or a link to one given): its measurements would count twice.
     if (const auto same = same_file_among(file, read)) {
@@ -42,3 +56,24 @@ bool load_inputs(const std::vector<std::string>& files, const ReadOptions& optio
 }
 
 }  // namespace gpuqos::predictor::detail
+
+namespace gpuqos::predictor {
+
+std::vector<std::string> unfinished_profiles(const std::string& profile) {
+  const std::filesystem::path path(profile);
+  if (!path.has_filename()) return {};
+  const std::string prefix = path.filename().string() + ".tmp.";
+  const std::filesystem::path directory = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  std::vector<std::string> found;
+  std::error_code error;
+  for (std::filesystem::directory_iterator it(directory, error), end; !error && it != end; it.increment(error)) {
+    const std::string name = it->path().filename().string();
+    const bool numbered = name.size() > prefix.size() && name.starts_with(prefix) &&
+                          std::isdigit(static_cast<unsigned char>(name[prefix.size()]));
+    if (numbered && it->is_regular_file(error)) found.push_back((path.parent_path() / name).string());
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+}  // namespace gpuqos::predictor

@@ -18,6 +18,9 @@ constexpr int kProfileVersion = 1;
 struct LineError {
   std::string what;
 };
+// An op whose end is its start (below the clock's resolution): nothing to learn, and not a fault of
+// the file, so counted in one line rather than said line by line.
+struct ZeroDuration {};
 
 const json& field(const json& record, const char* key) {
   const auto it = record.find(key);
@@ -54,7 +57,8 @@ double duration_of(const json& record) {
     throw LineError{"\"start_ns\" and \"end_ns\" must be integers of at least 0"};
   const auto s = start.get<std::uint64_t>();
   const auto e = end.get<std::uint64_t>();
-  if (e <= s) throw LineError{"end_ns (" + std::to_string(e) + ") is not after start_ns (" + std::to_string(s) + ")"};
+  if (e == s) throw ZeroDuration{};
+  if (e < s) throw LineError{"end_ns (" + std::to_string(e) + ") is not after start_ns (" + std::to_string(s) + ")"};
   if (double(e - s) > detail::kMaxDurationNs)
     throw LineError{"end_ns - start_ns (" + std::to_string(e - s) + " ns) is " + detail::kTooLong};
   return double(e - s);
@@ -142,6 +146,7 @@ std::string check_header(const std::string& line, const std::string& source) {
 ReadReport read_profile_text(const std::string& text, const std::string& source, const ReadOptions& options, SampleSet& out) {
   ReadReport report{source, InputFormat::profile};
   std::size_t line_number = 0;
+  std::size_t zero_duration = 0;
   for (std::size_t begin = 0; begin < text.size();) {
     const std::size_t end = std::min(text.find('\n', begin), text.size());
     const std::string line(detail::trim(std::string_view(text).substr(begin, end - begin)));
@@ -159,6 +164,8 @@ ReadReport read_profile_text(const std::string& text, const std::string& source,
     }
     try {
       read_record(record, out, report);
+    } catch (const ZeroDuration&) {
+      ++zero_duration;
     } catch (const LineError& e) {
       detail::reject(report, options, where + kind_label(record) + e.what);
     } catch (const json::exception& e) {
@@ -166,6 +173,11 @@ ReadReport read_profile_text(const std::string& text, const std::string& source,
     }
   }
   if (line_number == 0) return detail::fail(report, source + ": empty file (no gpuqos-profile header line)");
+  if (zero_duration > 0) {  // first, so that a file's many bad lines do not push it out of the list
+    report.skipped += zero_duration;
+    report.messages.insert(report.messages.begin(), source + ": " + std::to_string(zero_duration) +
+                                                        " ops with a zero duration (below the clock's resolution) skipped");
+  }
   return report;
 }
 

@@ -1,4 +1,6 @@
 // Format detection and the one entry point over every reader.
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cctype>
 
@@ -54,6 +56,18 @@ ReadReport read_measurements(const std::filesystem::path& path, const ReadOption
   });
   if (head.find('\0') != std::string_view::npos || control * 20 > static_cast<std::ptrdiff_t>(head.size()))
     return detail::fail(report, path.string() + ": binary data: not a gpuqos profile (JSON Lines), a Kineto trace (JSON) or a CSV table");
+  // JSON Lines whose first line is not the gpuqos-profile header (it was cut off, or another tool's
+  // records): said as such, rather than as a JSON parser's error at line 2.
+  if (const auto end_of_first = text.find('\n'); end_of_first != std::string::npos) {
+    const std::string_view first_line = detail::trim(std::string_view(text).substr(0, end_of_first));
+    const std::string_view rest = detail::trim(std::string_view(text).substr(end_of_first + 1));
+    if (first_line.starts_with('{') && rest.starts_with('{') &&
+        first_line.find("\"gpuqos-profile\"") == std::string_view::npos && nlohmann::json::accept(first_line)) {
+      return detail::fail(report, path.string() + ":1: JSON Lines, but line 1 is not a gpuqos profile's header "
+                                                  "({\"format\":\"gpuqos-profile\",\"version\":1,...}): "
+                                                  "the file's start is missing, or it is another tool's records");
+    }
+  }
   const auto format = detect_format(text, path);
   if (!format)
     return detail::fail(report, path.string() + ": unknown format: not a gpuqos profile (JSON Lines), a Kineto trace (JSON) or a CSV table");

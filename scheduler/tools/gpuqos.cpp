@@ -57,18 +57,34 @@ int show_status(const std::string& socket, bool json) {
   return written("gpuqos status");
 }
 
+// An input that must exist; a missing profile whose processes were all killed (so that only their
+// `<profile>.tmp.<pid>` files are there) is told where its records are.
+const CLI::Validator kMeasurementFile(
+    [](std::string& path) {
+      std::string error = CLI::ExistingFile(path);
+      if (error.empty()) return error;
+      const std::vector<std::string> left = gpuqos::predictor::unfinished_profiles(path);
+      if (!left.empty()) {
+        error += " (but " + left.front() +
+                 (left.size() > 1 ? " and " + std::to_string(left.size() - 1) + " more beside it hold" : " beside it holds") +
+                 " the records of its job's processes that were killed: give them)";
+      }
+      return error;
+    },
+    "FILE");
+
 // `gpuqos train` and `gpuqos eval`: the duration predictor's tools (predictor/README.md).
 std::pair<CLI::App*, CLI::App*> add_predictor_commands(CLI::App& app, gpuqos::predictor::TrainOptions& train,
                                                        gpuqos::predictor::EvalOptions& eval) {
   auto* t = app.add_subcommand("train", "Learn a predictor profile from measurements (gpuqos profiles, Kineto traces, CSV)");
-  t->add_option("--from", train.inputs, "Measurement files")->required()->check(CLI::ExistingFile);
+  t->add_option("--from", train.inputs, "Measurement files")->required()->check(kMeasurementFile);
   t->add_option("--out", train.out, "The profile file to write")->required();
   t->add_option("--csv-args", train.csv_args, "CSV columns that are the kernels' scalar args, in order (e.g. B,M,N,K)")->delimiter(',');
   // A GPU's SM count: H100 132, B200 148; far more is a typo (it would scale every wave count).
   t->add_option("--sms", train.sms, "SMs of the measured GPU")->check(CLI::Range(1, 4096))->capture_default_str();
   auto* e = app.add_subcommand("eval", "Prediction errors on held-out measurements");
-  e->add_option("--train", eval.train, "Measurement files to train on")->required()->check(CLI::ExistingFile);
-  e->add_option("--test", eval.test, "Measurement files to test on")->check(CLI::ExistingFile);
+  e->add_option("--train", eval.train, "Measurement files to train on")->required()->check(kMeasurementFile);
+  e->add_option("--test", eval.test, "Measurement files to test on")->check(kMeasurementFile);
   e->add_option("--cv", eval.cv_folds, "K-fold cross-validation over the --train files instead of --test");
   e->add_option("--split-by-work,--extrapolate", eval.split_by_work,
                 "Train on this fraction of the --train rows with the least work (B*M*N*K; copies: bytes), test on the rest");

@@ -182,6 +182,13 @@ TEST(Commands, TrainChecksWhereTheStoreGoesFirstAndReadsEachInputOnce) {
   EXPECT_THAT(err.str(), HasSubstr("is the same file as " + table.string() + ": read once"));
   EXPECT_THAT(out.str(), HasSubstr("trained on 1 kernels"));
 
+  // A killed process's records beside a profile given: said, not read unasked.
+  const auto left = dir.write("t.csv.tmp.77", "not read");
+  std::ostringstream noted_out, noted;
+  ASSERT_EQ(run_train(TrainOptions{{table.string()}, store.string(), {}, 108}, noted_out, noted), 0) << noted.str();
+  EXPECT_THAT(noted.str(), HasSubstr("note: " + left.string() + " holds the records of a process of " + table.string()));
+  EXPECT_EQ(unfinished_profiles(table.string()), std::vector<std::string>{left.string()});
+
   std::ostringstream eval_out, eval_err;
   EvalOptions eval;
   eval.train = {table.string()};

@@ -48,7 +48,7 @@ TEST(ProfileReader, EachBadLineIsSkippedWithItsNumberAndReason) {
       R"({"kind":"launch","start_ns":0,"end_ns":1})" "\n"                                                  // 3
       R"({"kind":"kernel","name":"k","block":[1,1,1],"start_ns":0,"end_ns":1})" "\n"                        // 4
       R"({"kind":"kernel","name":"k","grid":[0,1,1],"block":[1,1,1],"start_ns":0,"end_ns":1})" "\n"         // 5
-      R"({"kind":"kernel","name":"k","grid":[1],"block":[1],"start_ns":10,"end_ns":10})" "\n"               // 6
+      R"({"kind":"kernel","name":"k","grid":[1],"block":[1],"start_ns":10,"end_ns":9})" "\n"                // 6
       R"({"kind":"kernel","name":"k","grid":[1],"block":[1],"args":[1,2,3,4,5,6,7,8,9],"start_ns":0,"end_ns":1})" "\n"  // 7
       R"({"kind":"kernel","name":"k","grid":[1],"block":[1],"shared_bytes":-4,"start_ns":0,"end_ns":1})" "\n"  // 8
       R"({"kind":"copy","direction":"sideways","bytes":4,"start_ns":0,"end_ns":1})" "\n"                    // 9
@@ -65,7 +65,7 @@ TEST(ProfileReader, EachBadLineIsSkippedWithItsNumberAndReason) {
   EXPECT_THAT(r.messages[1], HasSubstr("p.jsonl:3: launch: unknown \"kind\" \"launch\""));
   EXPECT_THAT(r.messages[2], HasSubstr("p.jsonl:4: kernel: no \"grid\""));
   EXPECT_THAT(r.messages[3], HasSubstr("p.jsonl:5: kernel: \"grid\"[0] must be a positive 32-bit integer, got 0"));
-  EXPECT_THAT(r.messages[4], HasSubstr("p.jsonl:6: kernel: end_ns (10) is not after start_ns (10)"));
+  EXPECT_THAT(r.messages[4], HasSubstr("p.jsonl:6: kernel: end_ns (9) is not after start_ns (10)"));
   EXPECT_THAT(r.messages[5], HasSubstr("p.jsonl:7: kernel: \"args\" must be an array of at most 8"));
   EXPECT_THAT(r.messages[6], HasSubstr("p.jsonl:8: kernel: \"shared_bytes\" must be an integer in [0, 4294967295], got -4"));
   EXPECT_THAT(r.messages[7], HasSubstr("p.jsonl:9: copy: \"direction\" must be \"h2d\"|\"d2h\"|\"d2d\", got \"sideways\""));
@@ -74,6 +74,23 @@ TEST(ProfileReader, EachBadLineIsSkippedWithItsNumberAndReason) {
   EXPECT_THAT(r.messages[10], HasSubstr("p.jsonl:12: not a JSON object"));
   EXPECT_THAT(r.messages[11], HasSubstr("p.jsonl:13: kernel: end_ns - start_ns (9000000000000000000 ns) is longer than an hour"));
   EXPECT_EQ(out.copies[0].copy.host_memory, HostMemory::none);  // host_memory may be left out
+}
+
+// A user test: training on a profile of the benchmark printed 20 lines of "end_ns (X) is not after
+// start_ns (X)" and "... and 1852 more", where a Kineto trace's same ops get one line. An op that
+// took no time by the clock is counted in one line, ahead of the file's real problems.
+TEST(ProfileReader, OpsOfZeroDurationAreCountedInOneLine) {
+  SampleSet out;
+  std::string text = kHeader + "{not json\n";
+  for (int i = 0; i < 30; ++i) text += R"({"kind":"memset","bytes":4,"start_ns":7,"end_ns":7})" "\n";
+  text += R"({"kind":"memset","bytes":4,"start_ns":7,"end_ns":8})" "\n";
+  const ReadReport r = read(text, out);
+  EXPECT_EQ(r.copies, 1u);
+  EXPECT_EQ(r.skipped, 31u);
+  ASSERT_EQ(r.messages.size(), 2u);
+  EXPECT_THAT(r.messages[0], HasSubstr("p.jsonl: 30 ops with a zero duration (below the clock's resolution) skipped"));
+  EXPECT_THAT(r.messages[1], HasSubstr("p.jsonl:2: not valid JSON"));
+  EXPECT_EQ(r.unlisted, 0u);
 }
 
 // Timestamps are CUPTI's unsigned nanoseconds: one of 2^63 or more is a timestamp, not a negative

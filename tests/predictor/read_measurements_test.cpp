@@ -110,6 +110,15 @@ TEST(ReadMeasurements, UnreadableOrUnknownFiles) {
   r = read_measurements(dir.write("noise.csv", noise), ReadOptions{}, out);
   EXPECT_TRUE(r.failed);
   EXPECT_THAT(r.messages[0], HasSubstr("noise.csv: binary data: not a gpuqos profile"));
+  // A profile whose header line was cut off (a user test: a JSON parser's error at line 2).
+  r = read_measurements(dir.write("cut.jsonl", "{\"kind\":\"memset\",\"bytes\":4,\"start_ns\":1,\"end_ns\":2}\n"
+                                               "{\"kind\":\"memset\",\"bytes\":4,\"start_ns\":3,\"end_ns\":5}\n"),
+                        ReadOptions{}, out);
+  EXPECT_TRUE(r.failed);
+  EXPECT_THAT(r.messages[0], HasSubstr("cut.jsonl:1: JSON Lines, but line 1 is not a gpuqos profile's header"));
+  // One that cannot be opened says why (root opens any file: a missing one stands in).
+  r = read_measurements(dir.path() / "absent.jsonl", ReadOptions{}, out);
+  EXPECT_THAT(r.messages[0], HasSubstr("absent.jsonl: cannot open for reading (No such file or directory)"));
 }
 
 }  // namespace

@@ -1557,6 +1557,21 @@ TEST(Cli, UsageMistakesAreSaidPlainly) {
   }
 }
 
+// A user test: every process of a profiled job was killed, so only profile.jsonl.tmp.<pid> was
+// there, and `train --from profile.jsonl` said only that the file does not exist.
+TEST(Cli, TrainSaysWhereAKilledJobsProfileIs) {
+  TempDir dir;
+  const std::string profile = (dir.path() / "profile.jsonl").string();
+  std::ofstream(profile + ".tmp.6978") << "{\"format\":\"gpuqos-profile\",\"version\":1}\n";
+  ChildProcess cli({bin("gpuqos"), "train", "--from", profile, "--out", (dir.path() / "s.gqp").string()}, {},
+                   dir.path() / "out");
+  EXPECT_EQ(cli.wait(5s), 2) << cli.output();
+  EXPECT_NE(cli.output().find("File does not exist: " + profile + " (but " + profile +
+                              ".tmp.6978 beside it holds the records of its job's processes that were killed"),
+            std::string::npos)
+      << cli.output();
+}
+
 // A user test: `gpuqos run --help` said "Usage: gpuqos run [OPTIONS]", without the command.
 TEST(Cli, RunsHelpShowsWhereTheCommandGoes) {
   TempDir dir;

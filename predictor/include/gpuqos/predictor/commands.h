@@ -29,6 +29,11 @@ struct EvalOptions {
   bool per_kernel = true;             // text output: one line per kernel name
 };
 
+// What processes killed before they could add their records to `profile` left beside it (the
+// shim's `<profile>.tmp.<pid>` files, themselves profiles `--from` reads), sorted; for a hint when
+// `profile` is missing or given without them.
+std::vector<std::string> unfinished_profiles(const std::string& profile);
+
 int run_train(const TrainOptions& options, std::ostream& out, std::ostream& err);
 int run_eval(const EvalOptions& options, std::ostream& out, std::ostream& err);
 
