@@ -161,16 +161,57 @@ std::optional<std::string> foreign_file(const std::filesystem::path& path) {
   return printable ? "text" : "a file of another format";
 }
 
+namespace {
+
+// Whether no one but root and this user can replace an entry of theirs in `directory` (a real
+// path, no links) or above it: each directory from / down is owned by one of them, and writable by
+// no group or other user, or sticky (as /tmp: there only an entry's owner may rename or remove it).
+// A link of theirs there, and the directories on the way to the file it names, cannot then be
+// swapped by anyone else, so following it cannot be turned against the saver (a root gpuqosd).
+bool only_ours(const std::filesystem::path& directory) {
+  std::filesystem::path at;
+  for (const std::filesystem::path& part : directory) {
+    at /= part;
+    struct stat info{};
+    if (::lstat(at.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) return false;
+    if (info.st_uid != 0 && info.st_uid != ::geteuid()) return false;
+    if ((info.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (info.st_mode & S_ISVTX) == 0) return false;
+  }
+  return true;
+}
+
+// Whether users other than the directory's owner may add entries to it.
+bool shared(const std::filesystem::path& directory) {
+  struct stat info{};
+  return ::stat(directory.c_str(), &info) != 0 || (info.st_mode & (S_IWGRP | S_IWOTH)) != 0;
+}
+
+// The real path of the directory `path` is in (its links resolved as the kernel resolves them), or
+// empty when it cannot be resolved.
+std::filesystem::path real_directory_of(const std::filesystem::path& path) {
+  std::error_code error;
+  std::filesystem::path directory =
+      std::filesystem::canonical(path.has_parent_path() ? path.parent_path() : std::filesystem::path("."), error);
+  return error ? std::filesystem::path() : directory;
+}
+
+}  // namespace
+
 std::filesystem::path save_target(const std::filesystem::path& path) {
   std::filesystem::path target = path;
   for (int hops = 0; hops < 40; ++hops) {  // as many as the kernel follows
     struct stat link{};
     if (::lstat(target.c_str(), &link) != 0 || !S_ISLNK(link.st_mode)) break;
-    if (link.st_uid != ::geteuid() && link.st_uid != 0) break;  // another user's: replaced, not followed
+    if (link.st_uid != ::geteuid() && link.st_uid != 0) break;  // another user's link: not followed
+    const std::filesystem::path here = real_directory_of(target);
+    if (here.empty() || !only_ours(here)) break;
     std::error_code error;
     const std::filesystem::path next = std::filesystem::read_symlink(target, error);
-    if (error || next.empty()) break;
-    target = (next.is_absolute() ? next : target.parent_path() / next).lexically_normal();  // dangling too
+    if (error || next.empty() || !next.has_filename()) break;
+    const std::filesystem::path named = next.is_absolute() ? next : here / next;
+    const std::filesystem::path there = real_directory_of(named);  // `..` and linked directories as the kernel sees them
+    if (there.empty() || !only_ours(there)) break;
+    target = there / named.filename();  // a file not there yet (a dangling link): made there
   }
   return target;
 }
@@ -178,7 +219,11 @@ std::filesystem::path save_target(const std::filesystem::path& path) {
 std::optional<std::string> why_not_saved_over(const std::filesystem::path& target) {
   struct stat info{};
   if (::lstat(target.c_str(), &info) != 0) return std::nullopt;  // nothing there (or nothing we can see)
-  if (S_ISLNK(info.st_mode)) return std::nullopt;                // another user's link: replaced, not followed
+  if (S_ISLNK(info.st_mode)) {  // one save_target did not follow
+    return target.string() +
+           " is a link that is not followed (another user's, or into a directory other users can change): "
+           "nothing is saved over it";
+  }
   if (!S_ISREG(info.st_mode)) {
     const char* kind = S_ISDIR(info.st_mode)   ? "a directory"
                        : S_ISCHR(info.st_mode) ? "a character device"
@@ -188,19 +233,23 @@ std::optional<std::string> why_not_saved_over(const std::filesystem::path& targe
                                                 : "not a regular file";
     return target.string() + " is " + kind + ", not a store file: nothing is saved over it";
   }
-  const bool may_write = (info.st_mode & S_IWUSR) != 0 && (::geteuid() == 0 || ::access(target.c_str(), W_OK) == 0);
-  if (!may_write) {
-    char mode[8];
-    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(info.st_mode & 07777));
-    return target.string() + " is read-only (mode " + mode + ", owner uid " + std::to_string(info.st_uid) +
-           "): not saved over; make it writable, or save elsewhere";
+  char mode[8];
+  std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(info.st_mode & 07777));
+  if ((info.st_mode & S_IWUSR) == 0) {
+    return target.string() + " is read-only (mode " + mode + "): not saved over; make it writable, or save elsewhere";
+  }
+  if (::geteuid() != 0 && ::access(target.c_str(), W_OK) != 0) {
+    return target.string() + " is not writable by uid " + std::to_string(::geteuid()) + " (owner uid " +
+           std::to_string(info.st_uid) + ", mode " + mode + "): not saved over; save elsewhere";
   }
   return std::nullopt;
 }
 
-std::optional<std::string> save_profile(const Predictor& predictor, const std::filesystem::path& given) {
-  const std::filesystem::path path = save_target(given);
-  if (auto why = why_not_saved_over(path)) return why;
+std::optional<std::string> save_profile(const Predictor& predictor, const std::filesystem::path& given, SaveAs as) {
+  const std::filesystem::path path = as == SaveAs::store ? save_target(given) : given;
+  if (as == SaveAs::store) {
+    if (auto why = why_not_saved_over(path)) return why;
+  }
   std::string bytes;
   try {
     bytes = encode_profile(predictor);
@@ -213,13 +262,19 @@ std::optional<std::string> save_profile(const Predictor& predictor, const std::f
   std::string temp = path.string() + ".tmp.XXXXXX";
   const int fd = ::mkostemp(temp.data(), O_CLOEXEC);
   if (fd < 0) return path.string() + ".tmp.*: cannot create: " + std::strerror(errno);
-  // mkostemp makes it 0600; a new store gets 0644 (gpuqos train and eval read it too), one that
-  // replaces a store keeps that store's mode, and its owner when root saves (gpuqosd as root).
+  // mkostemp makes it 0600; a new store gets 0644 (gpuqos train and eval read it too). One that
+  // replaces a store keeps that store's mode and group, and its owner when root saves, unless
+  // another user may have planted it: in a directory others can add to (/tmp), a store of another
+  // user's becomes the saver's, writable by no one else (it stayed theirs to poison before).
   struct stat replaced{};
-  if (::lstat(path.c_str(), &replaced) == 0 && S_ISREG(replaced.st_mode)) {
-    ::fchmod(fd, replaced.st_mode & 0777);
-    if (::geteuid() == 0 && ::fchown(fd, replaced.st_uid, replaced.st_gid) != 0) {
-      // root's own then: the store is still saved, readable as its mode says
+  if (as == SaveAs::store && ::lstat(path.c_str(), &replaced) == 0 && S_ISREG(replaced.st_mode)) {
+    const std::filesystem::path directory = real_directory_of(path);
+    const bool ours = replaced.st_uid == ::geteuid() || replaced.st_uid == 0;
+    const bool kept = !directory.empty() && only_ours(directory) && (ours || !shared(directory));
+    ::fchmod(fd, replaced.st_mode & (kept ? 0777 : 0755));
+    const uid_t owner = ::geteuid() == 0 && kept ? replaced.st_uid : static_cast<uid_t>(-1);
+    if (kept && ::fchown(fd, owner, replaced.st_gid) != 0) {
+      // not a member of its group (or no such owner): the saver's own, readable as its mode says
     }
   } else {
     ::fchmod(fd, 0644);

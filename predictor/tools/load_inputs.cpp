@@ -26,7 +26,7 @@ bool load_inputs(const std::vector<std::string>& files, const ReadOptions& optio
   std::vector<std::string> read;
   for (const std::string& file : files) {  // a killed process's records, not given: said, not read unasked
     for (const std::string& left : unfinished_profiles(file)) {
-      if (std::find(files.begin(), files.end(), left) == files.end()) {
+      if (!same_file_among(left, files)) {
         err << "note: " << left << " holds the records of a process of " << file
             << "'s job that was killed before it could add them; give it to --from as well to use them\n";
       }

@@ -194,7 +194,7 @@ ipc::Result<std::unique_ptr<Daemon>> Daemon::create(DaemonOptions options) {
   daemon->options_.learning.saves_beside = holder.has_value();
   std::optional<std::string> warning;
   daemon->learner_ = std::make_unique<DurationLearner>(daemon->options_.learning, ipc::monotonic_ns(), warning);
-  if (warning) spdlog::warn("{}", *warning);
+  if (warning) spdlog::warn("predictor: {}", *warning);
   if (holder) {
     spdlog::warn("predictor: {} learns into {}: this one reads it but saves what it learns to {}", *holder, store,
                  daemon->learner_->save_path());

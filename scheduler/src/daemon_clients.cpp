@@ -264,8 +264,10 @@ void Daemon::drain_and_release() {
     spdlog::warn("predictor: {}", *said);  // saved, beside the store, and why
   } else if (said) {
     spdlog::error("predictor: {}", *said);
-  } else if (!learner_->store_path().empty() && unsaved) {
+  } else if (!learner_->store_path().empty() && unsaved && learner_->counts().saves > saves) {
     spdlog::info("predictor: saved {} kernels to {}", learner_->predictor().kernel_count(), learner_->save_path());
+  } else if (!learner_->store_path().empty() && unsaved) {
+    spdlog::info("predictor: what was learned is not saved: {} is not a regular file", learner_->store_path());
   } else if (!learner_->store_path().empty()) {
     spdlog::info("predictor: nothing learned since the last save: {} left as it is", learner_->save_path());
   }

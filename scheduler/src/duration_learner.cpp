@@ -257,9 +257,7 @@ std::optional<std::string> DurationLearner::save() {
   if (options_.store_path.empty() || !unsaved()) return std::nullopt;
   struct stat there{};
   const bool special = ::stat(options_.store_path.c_str(), &there) == 0 && !S_ISREG(there.st_mode);
-  if (save_blocked_ && special) {  // /dev/null, a FIFO, a directory: nothing is written there, nor beside it
-    return options_.store_path + ": not saved: it is not a regular file";
-  }
+  if (save_blocked_ && special) return std::nullopt;  // /dev/null, a FIFO: nothing is saved (said at start)
   // Why this save goes beside the store ("": it replaces the store).
   std::string why_beside;
   if (save_blocked_) {
@@ -274,7 +272,7 @@ std::optional<std::string> DurationLearner::save() {
   }
   if (options_.saves_beside || !why_beside.empty()) {
     const std::string beside = beside_path();
-    if (auto error = predictor::save_profile(predictor_, beside)) return error;
+    if (auto error = predictor::save_profile(predictor_, beside, predictor::SaveAs::own_file)) return error;
     learned_at_last_save_ = counts_.learned;
     ++counts_.saves;
     // Said once a reason, not at every save: another gpuqosd's store is said at start.

@@ -255,24 +255,81 @@ TEST(Store, SaveReplacesAtomicallyAndLeavesNoTemporaries) {
 
 // The store's directory may be writable by others (a user test: a root gpuqosd overwrote a 0600
 // root file through a link another user planted at <store>.tmp.<pid>). No name the save writes
-// through can be planted in advance, and a link another user planted at the store itself is
-// replaced, not followed.
-TEST(Store, SaveNeverWritesThroughAPlantedLink) {
-  if (::geteuid() != 0) GTEST_SKIP() << "only root can make a link of another user's";
+// through can be planted in advance.
+TEST(Store, SaveNeverWritesThroughALinkPlantedAtATemporaryName) {
   const testing::TempDir dir;
   const auto victim = dir.path() / "victim.txt";
   std::ofstream(victim) << "precious";
   const auto path = dir.path() / "profile.gqp";
   std::filesystem::create_symlink(victim, path.string() + ".tmp." + std::to_string(::getpid()));
-  std::filesystem::create_symlink(victim, path);
-  ASSERT_EQ(::lchown(path.c_str(), 65534, 65534), 0) << "nobody's link";
   const Predictor p = trained();
   ASSERT_EQ(save_profile(p, path), std::nullopt);
   EXPECT_EQ(read_file(victim), "precious");
-  EXPECT_FALSE(std::filesystem::is_symlink(path));
   EXPECT_EQ(read_file(path), encode_profile(p));
   EXPECT_EQ(std::filesystem::status(path).permissions() & std::filesystem::perms::others_read,
             std::filesystem::perms::others_read);
+}
+
+// A link another user planted at the store itself is not followed, and not replaced either: the
+// save is refused with the reason (gpuqosd then saves beside it).
+TEST(Store, ALinkAnotherUserPlantedAtTheStoreIsNotFollowed) {
+  if (::geteuid() != 0) GTEST_SKIP() << "only root can make a link of another user's";
+  const testing::TempDir dir;
+  const auto victim = dir.path() / "victim.txt";
+  std::ofstream(victim) << "precious";
+  const auto path = dir.path() / "profile.gqp";
+  std::filesystem::create_symlink(victim, path);
+  ASSERT_EQ(::lchown(path.c_str(), 65534, 65534), 0) << "nobody's link";
+  EXPECT_EQ(save_target(path), path);
+  const auto error = save_profile(trained(), path);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_THAT(*error, HasSubstr("is a link that is not followed"));
+  EXPECT_EQ(read_file(victim), "precious");
+  EXPECT_TRUE(std::filesystem::is_symlink(path));
+}
+
+// A review: a link of root's own into a directory another user can change (here: one that anyone
+// may write, not sticky) let that user choose where root wrote, by swapping a directory on the way.
+// Such a link is not followed. And `..` after a linked directory is where the kernel takes it, not
+// where the path's text says: a decoy at the textual place was replaced.
+TEST(Store, ALinkIsFollowedOnlyThroughDirectoriesNoOneElseCanChangeAndAsTheKernelResolvesIt) {
+  const testing::TempDir dir;
+  const auto open_to_all = dir.path() / "open";
+  std::filesystem::create_directory(open_to_all);
+  std::filesystem::permissions(open_to_all, std::filesystem::perms(0777));
+  std::filesystem::create_symlink(open_to_all / "v3.gqp", dir.path() / "current.gqp");
+  EXPECT_EQ(save_target(dir.path() / "current.gqp"), dir.path() / "current.gqp");
+  EXPECT_THAT(save_profile(trained(), dir.path() / "current.gqp").value_or(""), HasSubstr("is a link that is not followed"));
+  EXPECT_FALSE(std::filesystem::exists(open_to_all / "v3.gqp"));
+
+  // srv/gq -> data/gq, and data/gq/current.gqp -> ../models/v3.gqp: data/models/v3.gqp, not srv/models/v3.gqp.
+  for (const char* made : {"data/gq", "data/models", "srv/models"}) std::filesystem::create_directories(dir.path() / made);
+  std::filesystem::create_directory_symlink(dir.path() / "data" / "gq", dir.path() / "srv" / "gq");
+  std::filesystem::create_symlink("../models/v3.gqp", dir.path() / "data" / "gq" / "current.gqp");
+  std::ofstream(dir.path() / "srv" / "models" / "v3.gqp") << "a decoy";
+  const Predictor p = trained();
+  ASSERT_EQ(save_profile(p, dir.path() / "srv" / "gq" / "current.gqp"), std::nullopt);
+  EXPECT_EQ(read_file(dir.path() / "data" / "models" / "v3.gqp"), encode_profile(p));
+  EXPECT_EQ(read_file(dir.path() / "srv" / "models" / "v3.gqp"), "a decoy");
+}
+
+// A review: in a directory others can add to, a 0666 store another user planted before root's
+// first save stayed theirs (and writable) once root saved over it, keeping its owner and mode.
+TEST(Store, AStoreAnotherUserPlantedInASharedDirectoryBecomesTheSaversAndWritableByNoOneElse) {
+  if (::geteuid() != 0) GTEST_SKIP() << "only root can make a file of another user's";
+  const testing::TempDir dir;
+  const auto shared = dir.path() / "shared";
+  std::filesystem::create_directory(shared);
+  std::filesystem::permissions(shared, std::filesystem::perms(01777));
+  const auto path = shared / "profile.gqp";
+  std::ofstream(path) << "GPUQOSPF";
+  ASSERT_EQ(::chown(path.c_str(), 65534, 65534), 0);
+  std::filesystem::permissions(path, std::filesystem::perms(0666));
+  ASSERT_EQ(save_profile(trained(), path), std::nullopt);
+  struct stat info{};
+  ASSERT_EQ(::stat(path.c_str(), &info), 0);
+  EXPECT_EQ(info.st_uid, 0u);
+  EXPECT_EQ(info.st_mode & 0777, 0644u);
 }
 
 // A user test: a store at `current.gqp -> v3.gqp` (the user's own link) became a plain file at

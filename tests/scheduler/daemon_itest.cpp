@@ -562,7 +562,7 @@ TEST(Daemon, LearnsFromExactCompletionsAndSavesTheStoreAtExit) {
     EXPECT_NE(daemon.log().find("info predictor: " + store + " is not there yet: starting with an empty model"),
               std::string::npos)
         << daemon.log();
-    EXPECT_EQ(daemon.log().find("warning " + store), std::string::npos) << daemon.log();
+    EXPECT_EQ(daemon.log().find("warning predictor: " + store), std::string::npos) << daemon.log();
   }
   predictor::LoadedProfile loaded = predictor::load_profile(store, predictor::PredictorConfig{});
   ASSERT_FALSE(loaded.warning) << *loaded.warning;
@@ -631,6 +631,10 @@ TEST(Daemon, AStoreIsSavedWhereItsLinkPointsBesideItWhenReadOnlyAndNowhereWhenAD
   {
     DaemonProcess daemon({"--profile-store", fifo.string()});
     learn_one_kernel_and_stop(daemon);
+    EXPECT_NE(daemon.log().find("predictor: what was learned is not saved: " + fifo.string() + " is not a regular file"),
+              std::string::npos)
+        << daemon.log();
+    EXPECT_EQ(daemon.log().find(" error "), std::string::npos) << daemon.log();
   }
   EXPECT_TRUE(std::filesystem::is_fifo(fifo));
   for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {

@@ -852,16 +852,19 @@ class OnATerminal {
 
 constexpr tcflag_t kLineEcho = ICANON | ECHO;
 
+std::vector<std::string> top_every_50_ms(const DaemonProcess& daemon) {
+  return {bin("gpuqos"), "top", "--interval", "0.05", "--socket", daemon.socket()};
+}
+
 // A user test: q did not quit top on a terminal (only Ctrl-C did), as it quits top(1). On a
 // terminal top reads keys one at a time without echo, and gives the terminal's settings back when
 // it ends and while Ctrl-Z has it stopped (a review: after Ctrl-Z, `kill %1` left it stopped by
 // SIGTTOU, as it took the terminal again in the background).
 TEST(Cli, TopOnATerminalQuitsOnQAndGivesTheTerminalBack) {
   DaemonProcess daemon;
-  OnATerminal top({bin("gpuqos"), "top", "--interval", "0.05", "--socket", daemon.socket()}, OnATerminal::Leader::shell);
-  ASSERT_GT(top.pid(), 0);
+  OnATerminal top(top_every_50_ms(daemon), OnATerminal::Leader::shell);
   const auto frames = [&] { return occurrences(top.output(), "gpuqos top at"); };
-  ASSERT_TRUE(eventually([&] { return frames() >= 2; }, 10s)) << top.output();
+  ASSERT_TRUE(top.pid() > 0 && eventually([&] { return frames() >= 2; }, 10s)) << top.output();
   EXPECT_NE(top.output().find("(q or Ctrl-C quits)"), std::string::npos) << top.output();
   EXPECT_EQ(top.local_flags() & kLineEcho, 0u) << "a key at a time, not echoed";
 
@@ -890,10 +893,9 @@ TEST(Cli, TopOnATerminalQuitsOnQAndGivesTheTerminalBack) {
 // still quits.
 TEST(Cli, TopThatLeadsItsTerminalIsNotStoppedByCtrlZ) {
   DaemonProcess daemon;
-  OnATerminal top({bin("gpuqos"), "top", "--interval", "0.05", "--socket", daemon.socket()}, OnATerminal::Leader::command);
-  ASSERT_GT(top.pid(), 0);
+  OnATerminal top(top_every_50_ms(daemon), OnATerminal::Leader::command);
   const auto frames = [&] { return occurrences(top.output(), "gpuqos top at"); };
-  ASSERT_TRUE(eventually([&] { return frames() >= 2; }, 10s)) << top.output();
+  ASSERT_TRUE(top.pid() > 0 && eventually([&] { return frames() >= 2; }, 10s)) << top.output();
   ASSERT_TRUE(top.type("\x1a"));
   const std::size_t before = frames();
   EXPECT_TRUE(eventually([&] { return frames() >= before + 3; }, 10s)) << "still drawing: " << top.state();

@@ -47,18 +47,28 @@ LoadedProfile load_profile(const std::filesystem::path& path, const PredictorCon
 std::optional<std::string> foreign_file(const std::filesystem::path& path);
 
 // The file a save of `path` replaces: `path`, or, when `path` is a link of this user's or root's
-// (`current.gqp -> v3.gqp`), the file it names, so the link stays a link. A link another user
-// planted in a shared directory is not followed: the save replaces the link itself.
+// (`current.gqp -> v3.gqp`), the file it names, so the link stays a link; a chain of links is
+// followed while each link, and the directory of the file it names, sits in a directory only root
+// and this user can change (no group or other write bit from / down). A link another user made, or
+// one into a directory others can change, is not followed: it is returned itself.
 std::filesystem::path save_target(const std::filesystem::path& path);
-// Why a save must not replace the file at `target` (save_target's): it is not a regular file (a
-// device such as /dev/null, a FIFO, a directory), or it is read-only (its owner's write bit is off,
-// or this user may not write it), which says to keep it. nullopt: it may be replaced, or nothing
-// is there.
+// Why a save must not replace what is at `target` (save_target's): a link save_target did not
+// follow, a path that is not a regular file (a device such as /dev/null, a FIFO, a directory), a
+// read-only store (its owner's write bit off: the owner's word to keep it) or one this user may not
+// write. nullopt: it may be replaced, or nothing is there.
 std::optional<std::string> why_not_saved_over(const std::filesystem::path& target);
 
-// Saves to save_target(path), keeping the mode of the file it replaces (and its owner, when root
-// saves); refuses what why_not_saved_over refuses. The error, or nullopt on success.
-std::optional<std::string> save_profile(const Predictor& predictor, const std::filesystem::path& path);
+enum class SaveAs {
+  store,     // a user's store: save_target's file; what why_not_saved_over refuses is refused
+  own_file,  // a file of the saver's own at a name of its own (gpuqosd's `<store>.gpuqosd-<pid>`):
+             // whatever is at that name is replaced (a link or a read-only file planted there too)
+};
+
+// Saves atomically (a temporary file beside the target, fsynced and renamed over it). A store
+// replaced keeps its mode and group, and its owner when root saves, in a directory only root and
+// the saver can change. The error, or nullopt on success.
+std::optional<std::string> save_profile(const Predictor& predictor, const std::filesystem::path& path,
+                                        SaveAs as = SaveAs::store);
 
 // Removes what saves cut short left beside `path` (save_profile's temporary files, whose random
 // names no later save reuses): regular files of this user named `<path>.tmp.*`, at least an hour
