@@ -245,7 +245,8 @@ std::optional<std::string> why_not_saved_over(const std::filesystem::path& targe
   return std::nullopt;
 }
 
-std::optional<std::string> save_profile(const Predictor& predictor, const std::filesystem::path& given, SaveAs as) {
+std::optional<std::string> save_profile(const Predictor& predictor, const std::filesystem::path& given, SaveAs as,
+                                        const std::filesystem::path& readable_as) {
   const std::filesystem::path path = as == SaveAs::store ? save_target(given) : given;
   if (as == SaveAs::store) {
     if (auto why = why_not_saved_over(path)) return why;
@@ -276,6 +277,8 @@ std::optional<std::string> save_profile(const Predictor& predictor, const std::f
     if (kept && ::fchown(fd, owner, replaced.st_gid) != 0) {
       // not a member of its group (or no such owner): the saver's own, readable as its mode says
     }
+  } else if (struct stat like{}; !readable_as.empty() && ::stat(readable_as.c_str(), &like) == 0 && S_ISREG(like.st_mode)) {
+    ::fchmod(fd, 0600 | (like.st_mode & 0044));  // read by no one who cannot read `readable_as`
   } else {
     ::fchmod(fd, 0644);
   }

@@ -74,7 +74,16 @@ ReadReport read_measurements(const std::filesystem::path& path, const ReadOption
   switch (*format) {
     case InputFormat::profile: return read_profile_text(text, path.string(), options, out);
     case InputFormat::kineto: return read_kineto_text(text, path.string(), options, out);
-    case InputFormat::csv: return read_csv_text(text, path.string(), options, out);
+    case InputFormat::csv: {
+      ReadReport csv = read_csv_text(text, path.string(), options, out);
+      std::string extension = path.extension().string();
+      std::transform(extension.begin(), extension.end(), extension.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+      if (csv.failed && !csv.messages.empty() && extension != ".csv") {  // a config, notes: say why it was a table
+        csv.messages.front() += " (read as a CSV table because its first line has a comma; it is not a gpuqos profile "
+                                "or a Kineto trace either)";
+      }
+      return csv;
+    }
   }
   return report;
 }

@@ -272,7 +272,9 @@ std::optional<std::string> DurationLearner::save() {
   }
   if (options_.saves_beside || !why_beside.empty()) {
     const std::string beside = beside_path();
-    if (auto error = predictor::save_profile(predictor_, beside, predictor::SaveAs::own_file)) return error;
+    if (auto error = predictor::save_profile(predictor_, beside, predictor::SaveAs::own_file, options_.store_path)) {
+      return error;
+    }
     learned_at_last_save_ = counts_.learned;
     ++counts_.saves;
     // Said once a reason, not at every save: another gpuqosd's store is said at start.

@@ -110,6 +110,11 @@ TEST(ReadMeasurements, UnreadableOrUnknownFiles) {
   r = read_measurements(dir.write("noise.csv", noise), ReadOptions{}, out);
   EXPECT_TRUE(r.failed);
   EXPECT_THAT(r.messages[0], HasSubstr("noise.csv: binary data: not a gpuqos profile"));
+  // A config file whose first line has a comma (a user test: only "missing column 'Kernel Name'").
+  r = read_measurements(dir.write("gpuqos.toml", "# gpuqosd, as the demo runs it\n[daemon]\n"), ReadOptions{}, out);
+  EXPECT_TRUE(r.failed);
+  EXPECT_THAT(r.messages[0], HasSubstr("gpuqos.toml:1: missing column"));
+  EXPECT_THAT(r.messages[0], HasSubstr("(read as a CSV table because its first line has a comma;"));
   // A profile whose header line was cut off (a user test: a JSON parser's error at line 2).
   r = read_measurements(dir.write("cut.jsonl", "{\"kind\":\"memset\",\"bytes\":4,\"start_ns\":1,\"end_ns\":2}\n"
                                                "{\"kind\":\"memset\",\"bytes\":4,\"start_ns\":3,\"end_ns\":5}\n"),

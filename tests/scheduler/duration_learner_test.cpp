@@ -374,6 +374,22 @@ TEST(DurationLearner, AReadOnlyStoreIsReadAndWhatIsLearnedGoesBesideIt) {
   EXPECT_EQ(std::filesystem::status(path).permissions(), std::filesystem::perms(0444));
 }
 
+// A beside file was 0644 whatever the store's mode: the kernel names of a 0640 store could be read
+// beside it by users who could not read the store.
+TEST(DurationLearner, WhatIsSavedBesideTheStoreIsReadableOnlyAsTheStoreIs) {
+  const testing::TempDir dir;
+  const auto path = dir.path() / "profile.gqp";
+  ASSERT_EQ(predictor::save_profile(predictor::Predictor(), path), std::nullopt);
+  std::filesystem::permissions(path, std::filesystem::perms(0440));
+  const std::string beside = path.string() + ".gpuqosd-" + std::to_string(::getpid());
+  std::optional<std::string> warning;
+  DurationLearner learner({.store_path = path.string()}, 0, warning);
+  learner.posted(7, kernel(1, 64), "k");
+  learner.completed(7, exact(1, 100'000));
+  ASSERT_TRUE(learner.save().has_value());
+  EXPECT_EQ(std::filesystem::status(beside).permissions(), std::filesystem::perms(0640));
+}
+
 // A review: `<store>.gpuqosd-<pid>` is a name anyone can foresee; a read-only file planted there
 // would have made every save beside the store fail. It is gpuqosd's own name: replaced.
 TEST(DurationLearner, ASaveBesideTheStoreReplacesWhateverIsPlantedAtItsName) {

@@ -66,9 +66,10 @@ enum class SaveAs {
 
 // Saves atomically (a temporary file beside the target, fsynced and renamed over it). A store
 // replaced keeps its mode and group, and its owner when root saves, in a directory only root and
-// the saver can change. The error, or nullopt on success.
+// the saver can change. A new file is 0644, or, with `readable_as` (the store an own file is saved
+// beside), readable by no one who cannot read that file. The error, or nullopt on success.
 std::optional<std::string> save_profile(const Predictor& predictor, const std::filesystem::path& path,
-                                        SaveAs as = SaveAs::store);
+                                        SaveAs as = SaveAs::store, const std::filesystem::path& readable_as = {});
 
 // Removes what saves cut short left beside `path` (save_profile's temporary files, whose random
 // names no later save reuses): regular files of this user named `<path>.tmp.*`, at least an hour
