@@ -346,18 +346,19 @@ TEST(DurationLearner, AStoreThatCannotBeReadStaysAndIsNotSavedOver) {
       << "nothing beside it";
 }
 
-// A user test: a read-only store (mode 0444: its owner's word to keep it) was saved over, its mode
-// reset. It is read, said at start, and what is learned goes beside it, said once.
+// A user test: a read-only store (mode 0440: its owner's word to keep it) was saved over, its mode
+// reset. It is read, said at start, and what is learned goes beside it, said once, readable only
+// as the store is (the beside file was 0644 whatever the store's mode).
 TEST(DurationLearner, AReadOnlyStoreIsReadAndWhatIsLearnedGoesBesideIt) {
   const testing::TempDir dir;
   const auto path = dir.path() / "profile.gqp";
   ASSERT_EQ(predictor::save_profile(predictor::Predictor(), path), std::nullopt);
-  std::filesystem::permissions(path, std::filesystem::perms(0444));
+  std::filesystem::permissions(path, std::filesystem::perms(0440));
   const std::string beside = path.string() + ".gpuqosd-" + std::to_string(::getpid());
   std::optional<std::string> warning;
   DurationLearner learner({.store_path = path.string()}, 0, warning);
   ASSERT_TRUE(warning.has_value());
-  EXPECT_NE(warning->find("is read-only (mode 0444"), std::string::npos) << *warning;
+  EXPECT_NE(warning->find("is read-only (mode 0440"), std::string::npos) << *warning;
   EXPECT_NE(warning->find("saved beside it, to " + beside), std::string::npos) << *warning;
   const auto before = std::filesystem::last_write_time(path);
   learner.posted(7, kernel(1, 64), "k");
@@ -366,28 +367,13 @@ TEST(DurationLearner, AReadOnlyStoreIsReadAndWhatIsLearnedGoesBesideIt) {
   ASSERT_TRUE(said.has_value());
   EXPECT_NE(said->find("what this one learned is saved to " + beside), std::string::npos) << *said;
   EXPECT_EQ(predictor::load_profile(beside, {}).predictor.kernel_count(), 1u);
+  EXPECT_EQ(std::filesystem::status(beside).permissions(), std::filesystem::perms(0640));
   learner.posted(7, kernel(2, 64), "k");
   learner.completed(7, exact(2, 100'000));
   EXPECT_EQ(learner.save(), std::nullopt) << "said once";
   EXPECT_EQ(learner.counts().saves, 2u);
   EXPECT_EQ(std::filesystem::last_write_time(path), before);
-  EXPECT_EQ(std::filesystem::status(path).permissions(), std::filesystem::perms(0444));
-}
-
-// A beside file was 0644 whatever the store's mode: the kernel names of a 0640 store could be read
-// beside it by users who could not read the store.
-TEST(DurationLearner, WhatIsSavedBesideTheStoreIsReadableOnlyAsTheStoreIs) {
-  const testing::TempDir dir;
-  const auto path = dir.path() / "profile.gqp";
-  ASSERT_EQ(predictor::save_profile(predictor::Predictor(), path), std::nullopt);
-  std::filesystem::permissions(path, std::filesystem::perms(0440));
-  const std::string beside = path.string() + ".gpuqosd-" + std::to_string(::getpid());
-  std::optional<std::string> warning;
-  DurationLearner learner({.store_path = path.string()}, 0, warning);
-  learner.posted(7, kernel(1, 64), "k");
-  learner.completed(7, exact(1, 100'000));
-  ASSERT_TRUE(learner.save().has_value());
-  EXPECT_EQ(std::filesystem::status(beside).permissions(), std::filesystem::perms(0640));
+  EXPECT_EQ(std::filesystem::status(path).permissions(), std::filesystem::perms(0440));
 }
 
 // A review: `<store>.gpuqosd-<pid>` is a name anyone can foresee; a read-only file planted there
