@@ -23,14 +23,23 @@ const char* to_string(InputFormat format) {
   return "?";
 }
 
+namespace {
+
+// `path` ends in .csv, in any case.
+bool named_csv(const std::filesystem::path& path) {
+  std::string extension = path.extension().string();
+  std::transform(extension.begin(), extension.end(), extension.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+  return extension == ".csv";
+}
+
+}  // namespace
+
 std::optional<InputFormat> detect_format(const std::string& text, const std::filesystem::path& path) {
   const std::string_view first_line = detail::trim(std::string_view(text).substr(0, text.find('\n')));
   if (first_line.find("\"gpuqos-profile\"") != std::string_view::npos) return InputFormat::profile;
   const auto first = text.find_first_not_of(" \t\r\n");
   if (first != std::string::npos && (text[first] == '{' || text[first] == '[')) return InputFormat::kineto;
-  std::string extension = path.extension().string();
-  std::transform(extension.begin(), extension.end(), extension.begin(), [](unsigned char c) { return char(std::tolower(c)); });
-  if (extension == ".csv" || first_line.find(',') != std::string_view::npos) return InputFormat::csv;
+  if (named_csv(path) || first_line.find(',') != std::string_view::npos) return InputFormat::csv;
   return std::nullopt;
 }
 
@@ -76,9 +85,7 @@ ReadReport read_measurements(const std::filesystem::path& path, const ReadOption
     case InputFormat::kineto: return read_kineto_text(text, path.string(), options, out);
     case InputFormat::csv: {
       ReadReport csv = read_csv_text(text, path.string(), options, out);
-      std::string extension = path.extension().string();
-      std::transform(extension.begin(), extension.end(), extension.begin(), [](unsigned char c) { return char(std::tolower(c)); });
-      if (csv.failed && !csv.messages.empty() && extension != ".csv") {  // a config, notes: say why it was a table
+      if (csv.failed && !csv.messages.empty() && !named_csv(path)) {  // a config, notes: say why it was a table
         csv.messages.front() += " (read as a CSV table because its first line has a comma; it is not a gpuqos profile "
                                 "or a Kineto trace either)";
       }

@@ -441,8 +441,7 @@ std::string status_error_text(const std::string& error, const std::string& socke
   return error + " (socket " + socket_path + "; is gpuqosd running?)";
 }
 
-ipc::Result<std::string> request_status(const std::string& socket_path, int quit_fd, bool* quit,
-                                        const std::function<bool()>& quits) {
+ipc::Result<std::string> request_status(const std::string& socket_path, int quit_fd, const std::function<bool()>& quits) {
   auto socket = connect_unix(socket_path);
   if (!socket) return ipc::Error{"cannot reach gpuqosd: " + socket.error()};
   constexpr int kAnswerWithinS = 5;
@@ -461,10 +460,7 @@ ipc::Result<std::string> request_status(const std::string& socket_path, int quit
     if (ready < 0 && errno == EINTR) continue;
     if (ready < 0) break;  // receive_record's own timeout still bounds the wait
     if (quit_fd < 0 || (watched[1].revents & POLLIN) == 0) break;
-    if (!quits || quits()) {
-      if (quit != nullptr) *quit = true;
-      return ipc::Error{"quit while waiting for gpuqosd's answer"};
-    }
+    if (!quits || quits()) return ipc::Error{"quit while waiting for gpuqosd's answer"};
     if ((watched[0].revents & POLLIN) != 0) break;  // the answer came with a key that does not quit
     if (left_ms == 0) {
       ready = 0;

@@ -219,7 +219,7 @@ int run_top(const TopOptions& given, std::ostream& out, std::ostream& err, bool 
   }
   for (bool first = true;; first = false) {
     bool quit = false;  // Ctrl-C while a stopped gpuqosd keeps the answer: quit now, not in 5 s
-    auto text = watch ? request_status(options.socket, watch->fd(), &quit, [&] { return watch->quits(); })
+    auto text = watch ? request_status(options.socket, watch->fd(), [&] { return quit = watch->quits(); })
                       : request_status(options.socket);
     if (quit) return 0;
     if (!text) {

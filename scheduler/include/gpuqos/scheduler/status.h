@@ -163,8 +163,8 @@ int job_column_width(const nlohmann::json& rows);
 
 // Asks the daemon on socket_path for its status; the JSON text, or why not. With `quit_fd` (a
 // signalfd, say) readable before the answer comes, it asks `quits` (which reads what came; none:
-// anything quits) and on true stops waiting and sets *quit (when given).
-ipc::Result<std::string> request_status(const std::string& socket_path, int quit_fd = -1, bool* quit = nullptr,
+// anything quits), and on true stops waiting.
+ipc::Result<std::string> request_status(const std::string& socket_path, int quit_fd = -1,
                                         const std::function<bool()>& quits = {});
 // request_status's error for a user: with " (socket PATH; is gpuqosd running?)" unless it already
 // says what is at the path (ipc::connect_failure does).
