@@ -220,6 +220,10 @@ std::optional<std::string> why_not_saved_over(const std::filesystem::path& targe
   struct stat info{};
   if (::lstat(target.c_str(), &info) != 0) return std::nullopt;  // nothing there (or nothing we can see)
   if (S_ISLNK(info.st_mode)) {  // one save_target did not follow
+    struct stat followed{};
+    if (::stat(target.c_str(), &followed) != 0 && errno == ELOOP) {  // a loop, or a chain the kernel gives up on
+      return target.string() + ": too many levels of symbolic links (a loop?): nothing is saved over it";
+    }
     return target.string() +
            " is a link that is not followed (another user's, or into a directory other users can change): "
            "nothing is saved over it";

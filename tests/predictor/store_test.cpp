@@ -370,6 +370,11 @@ TEST(Store, SaveRefusesWhatIsNotARegularFileAndWhatIsReadOnly) {
   EXPECT_TRUE(std::filesystem::is_fifo(fifo));
   EXPECT_THAT(why_not_saved_over(dir.path()).value_or(""), HasSubstr("is a directory"));
   EXPECT_EQ(why_not_saved_over(dir.path() / "none.gqp"), std::nullopt) << "nothing there: a new store";
+  const auto loop = dir.path() / "loop.gqp";
+  std::filesystem::create_symlink("loop-back.gqp", loop);
+  std::filesystem::create_symlink("loop.gqp", dir.path() / "loop-back.gqp");
+  EXPECT_THAT(save_profile(trained(), loop).value_or(""), HasSubstr("loop.gqp: too many levels of symbolic links"));
+  EXPECT_TRUE(std::filesystem::is_symlink(loop)) << "the loop is left as it was";
 
   const auto kept = dir.path() / "kept.gqp";
   ASSERT_EQ(save_profile(Predictor(), kept), std::nullopt);
