@@ -123,9 +123,20 @@ class QuitWatch {
     saved_ = settings;
     applied_ = true;
   }
+  // Only what take() changed goes back: the user may have changed others meanwhile (stty from
+  // another terminal), and those stay as they are now.
   void give_back() {
     if (!applied_) return;
-    ::tcsetattr(STDIN_FILENO, TCSANOW, &saved_);
+    termios now{};
+    if (::tcgetattr(STDIN_FILENO, &now) == 0) {
+      constexpr auto kTaken = static_cast<tcflag_t>(ICANON | ECHO);
+      now.c_lflag = (now.c_lflag & ~kTaken) | (saved_.c_lflag & kTaken);
+      now.c_cc[VMIN] = saved_.c_cc[VMIN];
+      now.c_cc[VTIME] = saved_.c_cc[VTIME];
+    } else {
+      now = saved_;
+    }
+    ::tcsetattr(STDIN_FILENO, TCSANOW, &now);
     watch(STDIN_FILENO, EPOLL_CTL_DEL);
     applied_ = false;
   }

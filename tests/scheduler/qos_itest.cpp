@@ -810,6 +810,13 @@ class OnATerminal {
     ::tcgetattr(terminal_, &settings);
     return settings.c_lflag;
   }
+  // What `stty` from another terminal would do: one local flag set, the others left as they are.
+  bool set_local_flag(tcflag_t flag) const {
+    termios settings{};
+    if (::tcgetattr(terminal_, &settings) != 0) return false;
+    settings.c_lflag |= flag;
+    return ::tcsetattr(terminal_, TCSANOW, &settings) == 0;
+  }
   pid_t pid() const { return pid_; }  // the command's
   // The terminal's foreground process group (Linux answers this on the master side).
   pid_t foreground() const { return ::tcgetpgrp(master_); }
@@ -890,7 +897,7 @@ TEST(Cli, TopOnATerminalQuitsOnQAndGivesTheTerminalBack) {
 
 // A review: top that leads its terminal's session (`ssh -t host gpuqos top`) has an orphaned
 // process group, so nothing could continue it once stopped; Ctrl-Z there stops nothing, and q
-// still quits.
+// still quits. A setting changed meanwhile by someone else stays changed.
 TEST(Cli, TopThatLeadsItsTerminalIsNotStoppedByCtrlZ) {
   DaemonProcess daemon;
   OnATerminal top(top_every_50_ms(daemon), OnATerminal::Leader::command);
@@ -900,9 +907,12 @@ TEST(Cli, TopThatLeadsItsTerminalIsNotStoppedByCtrlZ) {
   const std::size_t before = frames();
   EXPECT_TRUE(eventually([&] { return frames() >= before + 3; }, 10s)) << "still drawing: " << top.state();
   EXPECT_EQ(top.local_flags() & kLineEcho, 0u) << "still reading keys";
+  ASSERT_EQ(top.local_flags() & TOSTOP, 0u);
+  ASSERT_TRUE(top.set_local_flag(TOSTOP));  // `stty tostop` meanwhile
   ASSERT_TRUE(top.type("q"));
   EXPECT_EQ(top.wait(5s), 0) << top.output();
   EXPECT_EQ(top.local_flags() & kLineEcho, kLineEcho);
+  EXPECT_EQ(top.local_flags() & TOSTOP, TOSTOP) << "only what top changed is given back";
 }
 
 // A user test: `top` wrote frames into a closed pipe for ever when SIGPIPE was ignored (systemd's
