@@ -102,27 +102,40 @@ std::string run_option_problem(const gpuqos::scheduler::RunOptions& options) {
   if (options.job && !gpuqos::intercept::is_valid_job_name(*options.job)) {
     return "--job '" + *options.job + "': must be 1 to 63 characters of A-Z a-z 0-9 . _ -";
   }
-  // The priority the job will see: --priority's (checked by the parser), else the environment's,
-  // which stands without it and is checked here as the shim would check it.
-  const char* inherited = std::getenv("GPUQOS_PRIORITY");
+  // (The priority: --priority's is checked by the parser, an inherited one by
+  // lower_a_bad_inherited_priority.)
   const auto parsed = gpuqos::intercept::parse_settings(
       [&](const char* variable) -> const char* {
-        if (std::string_view(variable) == "GPUQOS_PRIORITY") {
-          return options.priority ? options.priority->c_str() : inherited;
-        }
         if (std::string_view(variable) == "GPUQOS_JOB") return options.job ? options.job->c_str() : nullptr;
         if (std::string_view(variable) == "GPUQOS_SOCKET") return options.socket ? options.socket->c_str() : nullptr;
         return nullptr;
       },
       "gpuqos");
   for (const std::string& problem : parsed.problems) {
-    if (problem.starts_with("GPUQOS_PRIORITY=")) {
-      return "GPUQOS_PRIORITY='" + std::string(inherited) +
-             "' in the environment: must be high or low (or give --priority)";
-    }
     if (problem.starts_with("GPUQOS_SOCKET=")) return "--socket " + *options.socket + ": must be at most 107 bytes";
   }
   return {};
+}
+
+// An inherited GPUQOS_PRIORITY the shim would refuse (`HIGH`, `urgent`): the job still runs, as the
+// shim would run it, at low priority, said once here rather than by every process it starts. (It
+// was refused with exit 2, and a service wrapper that inherited it did not start at all.)
+void lower_a_bad_inherited_priority(gpuqos::scheduler::RunOptions& options) {
+  if (options.priority) return;  // the parser checked it
+  const char* inherited = std::getenv("GPUQOS_PRIORITY");
+  if (inherited == nullptr || *inherited == '\0') return;
+  const auto parsed = gpuqos::intercept::parse_settings(
+      [&](const char* variable) -> const char* {
+        return std::string_view(variable) == "GPUQOS_PRIORITY" ? inherited : nullptr;
+      },
+      "gpuqos");
+  const bool refused = std::any_of(parsed.problems.begin(), parsed.problems.end(),
+                                   [](const std::string& problem) { return problem.starts_with("GPUQOS_PRIORITY="); });
+  if (!refused) return;
+  std::cerr << "gpuqos run: warning: GPUQOS_PRIORITY='" << inherited
+            << "' in the environment is neither high nor low: the job runs at low priority (give --priority high "
+               "or low)\n";
+  options.priority = "low";
 }
 
 std::optional<std::filesystem::path> find_shim() {
@@ -256,6 +269,7 @@ int main(int argc, char** argv) {
     std::cerr << "gpuqos run: " << problem << "\n";
     return kUsageError;
   }
+  lower_a_bad_inherited_priority(run_options);
   run_options.command = std::move(command);
   return gpuqos::scheduler::exec_managed(run_options, find_shim());
 }
