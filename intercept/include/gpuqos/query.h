@@ -48,11 +48,19 @@ extern "C" {
 
 typedef void (*gpuqos_query_mark_fn)(void);
 
+/* dlsym's object pointer as a function pointer: POSIX guarantees the conversion, ISO C does not, so
+ * `gcc -pedantic` warns of it unless marked as the extension it is; C++ says it with its own cast. */
+#ifdef __cplusplus
+#define GPUQOS_QUERY_MARK_FN_(pointer) reinterpret_cast<gpuqos_query_mark_fn>(pointer)
+#else
+#define GPUQOS_QUERY_MARK_FN_(pointer) (__extension__(gpuqos_query_mark_fn)(pointer))
+#endif
+
 /* The shim's function of that name, or a no-op; looked up once per call site's translation unit. */
 static inline gpuqos_query_mark_fn gpuqos_query_resolve_(const char* symbol, gpuqos_query_mark_fn* cache,
                                                          int* resolved) {
   if (!__atomic_load_n(resolved, __ATOMIC_ACQUIRE)) {
-    __atomic_store_n(cache, (gpuqos_query_mark_fn)dlsym(RTLD_DEFAULT, symbol), __ATOMIC_RELAXED);
+    __atomic_store_n(cache, GPUQOS_QUERY_MARK_FN_(dlsym(RTLD_DEFAULT, symbol)), __ATOMIC_RELAXED);
     __atomic_store_n(resolved, 1, __ATOMIC_RELEASE);
   }
   return __atomic_load_n(cache, __ATOMIC_RELAXED);

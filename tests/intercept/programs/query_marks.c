@@ -1,0 +1,12 @@
+/* gpuqos/query.h as a C program includes it, built with strict warnings as errors (programs.cmake);
+ * run without the shim, the three marks are no-ops. */
+#include <gpuqos/query.h>
+#include <stdio.h>
+
+int main(void) {
+  gpuqos_query_arrived();
+  gpuqos_query_begin();
+  gpuqos_query_end();
+  puts("marks ok");
+  return 0;
+}
