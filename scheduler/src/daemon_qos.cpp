@@ -23,13 +23,18 @@ constexpr std::int64_t kTightCheckIntervalNs = 1'000'000'000;
 void Daemon::qos_query_closed(const Client& client, const ClosedQuery& query, std::int64_t now_ns) {
   const ClientIdentity& who = client.identity();
   const std::optional<std::int64_t> target = QosTracker::target_of(options_.config, who.job);
-  const QosTracker::StartedOver over = qos_.query_closed(who.id, query.latency_ns(), target, now_ns, query.from_arrival);
+  const LatencyFrom from = query.from_arrival ? LatencyFrom::arrival
+                           : query.marked     ? LatencyFrom::begin
+                                              : LatencyFrom::first_op;
+  const QosTracker::StartedOver over = qos_.query_closed(who.id, query.latency_ns(), target, now_ns, from);
   if (over.dropped > 0 && over.target_changed) {
     log_target_changed(who.job, target, over);
   } else if (over.dropped > 0) {
-    spdlog::info("{}: says its requests' arrivals from now on: job '{}''s latencies count from them, and the {} "
-                 "queries measured from their first GPU op before are left out of its percentiles",
-                 client.tag(), who.job, over.dropped);
+    spdlog::info("{}: {} from now on: the latencies of job '{}' count from {}, and the {} queries measured otherwise "
+                 "before are left out of its percentiles",
+                 client.tag(),
+                 over.from == LatencyFrom::arrival ? "says its requests' arrivals" : "marks its queries",
+                 who.job, over.from == LatencyFrom::arrival ? "them" : "each gpuqos_query_begin()", over.dropped);
   }
 }
 

@@ -233,16 +233,26 @@ ipc::Priority QosTracker::priority_of_job(const std::string& job) const {
   return high ? ipc::Priority::high : ipc::Priority::low;
 }
 
+const char* latency_from_name(LatencyFrom from) {
+  switch (from) {
+    case LatencyFrom::begin: return "begin";
+    case LatencyFrom::arrival: return "arrival";
+    case LatencyFrom::first_op: break;
+  }
+  return "first_op";
+}
+
 QosTracker::StartedOver QosTracker::query_closed(ClientId client, std::int64_t latency_ns,
                                                  std::optional<std::int64_t> target_ns, std::int64_t now_ns,
-                                                 bool from_arrival) {
+                                                 LatencyFrom from) {
   Job* job = job_of(client, now_ns);
   if (job == nullptr) return {};
   StartedOver over;
-  const bool measured_otherwise = from_arrival && !job->from_arrival;  // not one histogram
+  const bool measured_otherwise = from > job->from;  // not one histogram
   const bool other_target = job->latency.count() > 0 && job->measured_target_ns != target_ns;
   if (measured_otherwise || other_target) over = start_over(*job, /*target_changed=*/!measured_otherwise);
-  job->from_arrival = job->from_arrival || from_arrival;
+  job->from = std::max(job->from, from);
+  over.from = job->from;
   job->measured_target_ns = target_ns;
   job->latency.record(latency_ns);
   if (target_ns && latency_ns > *target_ns) ++job->violations;
@@ -298,7 +308,7 @@ JobQosSnapshot QosTracker::snapshot_of(const std::string& name, const Job& job, 
   if (const config::JobConfig* listed = config::find_job(config, name)) s.percentile = listed->percentile;
   const LatencyHistogram& h = job.latency;
   s.queries = h.count();
-  s.latency_from_arrival = job.from_arrival;
+  s.latency_from = job.from;
   s.latency_sum_ns = h.sum_ns();
   s.mean_ns = std::llround(h.mean_ns());
   s.p50_ns = h.percentile_ns(50);

@@ -1,6 +1,7 @@
 // Status: the jobs (query latencies against targets, best-effort progress) and grant counters, as
 // JSON and as the part of the table `gpuqos status` and `gpuqos top` print.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -53,14 +54,17 @@ void query_rows(const nlohmann::json& jobs, const std::vector<std::string>& mark
   char line[320];
   bool header = false;
   const int width = job_column_width(jobs);
-  std::string from_arrival, from_first_op;  // the shown jobs, by what their latencies run from
+  // The shown jobs, by what their latencies run from: first GPU op, begin mark, arrival.
+  std::array<std::string, 3> measured;
   for (const auto& job : jobs) {
     if (job.at("priority") != "high" && job.at("queries").get<std::uint64_t>() == 0) continue;
     const std::string name = job.at("job").get<std::string>();
-    // How its latencies were measured (a daemon older than this field: whether it marks them now).
-    const bool arrivals = job.contains("latency_from") ? job.at("latency_from") == "arrival"
-                                                       : std::find(marked.begin(), marked.end(), name) != marked.end();
-    std::string& kind = arrivals ? from_arrival : from_first_op;
+    // How its latencies were measured (a daemon older than this field: whether it says arrivals now).
+    const std::string from = job.contains("latency_from") && job.at("latency_from").is_string()
+                                 ? job.at("latency_from").get<std::string>()
+                             : std::find(marked.begin(), marked.end(), name) != marked.end() ? "arrival"
+                                                                                             : "first_op";
+    std::string& kind = measured[from == "arrival" ? 2 : from == "begin" ? 1 : 0];
     kind += (kind.empty() ? "" : ", ") + name;
     if (!header) {
       std::snprintf(line, sizeof line, "%-*s %-4s %8s %9s %9s %9s %9s  %s\n", width, "JOB", "PRIO", "QUERIES", "P50_MS",
@@ -78,14 +82,20 @@ void query_rows(const nlohmann::json& jobs, const std::vector<std::string>& mark
   // What the latencies are, so they are not read as the clients' own (which include the time a
   // request waits in the program's queue before its first GPU op, unless the job says its arrivals).
   if (!header) return;
-  if (from_arrival.empty()) {
-    out << "  latency: from each query's first GPU op to the synchronisation that drains it\n";
-  } else if (from_first_op.empty()) {
-    out << "  latency: from each request's arrival (the job says it) to the synchronisation that drains it\n";
-  } else {
-    out << "  latency: to the synchronisation that drains each query; from each request's arrival for " << from_arrival
-        << "; from each query's first GPU op for " << from_first_op << "\n";
+  static constexpr std::array<const char*, 3> kSpans = {
+      "from each query's first GPU op to the synchronisation that drains it",
+      "from each query's gpuqos_query_begin() to its gpuqos_query_end()",
+      "from each request's arrival (the job says it) to its gpuqos_query_end()"};
+  const auto kinds = std::count_if(measured.begin(), measured.end(), [](const std::string& s) { return !s.empty(); });
+  out << "  latency:";
+  const char* separator = " ";
+  for (std::size_t i = 0; i < measured.size(); ++i) {
+    if (measured[i].empty()) continue;
+    out << separator << kSpans[i];
+    if (kinds > 1) out << " for " << measured[i];
+    separator = "; ";
   }
+  out << "\n";
 }
 
 nlohmann::json reasons_json(const HoldTimes& times) {
@@ -165,7 +175,7 @@ nlohmann::json job_json(const JobQosSnapshot& job) {
                          {"target_ms", optional(job.target_ns, ms)},
                          {"percentile", job.percentile},
                          {"queries", job.queries},
-                         {"latency_from", job.latency_from_arrival ? "arrival" : "first_op"},
+                         {"latency_from", latency_from_name(job.latency_from)},
                          {"mean_ms", ms(job.mean_ns)},
                          {"p50_ms", ms(job.p50_ns)},
                          {"p90_ms", ms(job.p90_ns)},

@@ -140,16 +140,35 @@ TEST(QosTracker, AJobThatBeginsToSayItsArrivalsStartsItsLatenciesOver) {
   tracker.client_seen(1, "serve", ipc::Priority::high, 0);
   for (int i = 0; i < 10; ++i) EXPECT_EQ(tracker.query_closed(1, 3 * kMs, 6 * kMs, i * kMs).dropped, 0u);
   EXPECT_EQ(tracker.query_closed(1, 7 * kMs, 6 * kMs, 10 * kMs).dropped, 0u);
-  const QosTracker::StartedOver over = tracker.query_closed(1, 5 * kMs, 6 * kMs, 20 * kMs, /*from_arrival=*/true);
+  const QosTracker::StartedOver over = tracker.query_closed(1, 5 * kMs, 6 * kMs, 20 * kMs, LatencyFrom::arrival);
   EXPECT_EQ(over.dropped, 11u) << "dropped";
   EXPECT_FALSE(over.target_changed);
-  EXPECT_EQ(tracker.query_closed(1, 5 * kMs, 6 * kMs, 30 * kMs, true).dropped, 0u) << "once";
+  EXPECT_EQ(over.from, LatencyFrom::arrival);
+  EXPECT_EQ(tracker.query_closed(1, 5 * kMs, 6 * kMs, 30 * kMs, LatencyFrom::arrival).dropped, 0u) << "once";
   EXPECT_EQ(tracker.query_closed(1, 2 * kMs, 6 * kMs, 40 * kMs).dropped, 0u) << "a query that says none: kept";
   const auto jobs = tracker.snapshot(config, 50 * kMs);
   ASSERT_EQ(jobs.size(), 1u);
   EXPECT_EQ(jobs[0].queries, 3u);
   EXPECT_EQ(jobs[0].violations, 0u) << "the one over was measured the other way";
   EXPECT_EQ(jobs[0].max_ns, 5 * kMs);
+}
+
+// A job that begins to mark its queries: its latencies run from each begin (host time before its
+// first GPU op included), one histogram of their own; then from its arrivals, another.
+TEST(QosTracker, AJobThatBeginsToMarkItsQueriesStartsItsLatenciesOverAndSaysSo) {
+  const config::Config config = config_with("serve", 6.0, 99.0);
+  QosTracker tracker;
+  tracker.client_seen(1, "serve", ipc::Priority::high, 0);
+  EXPECT_EQ(tracker.query_closed(1, 3 * kMs, 6 * kMs, 1 * kMs).dropped, 0u);
+  EXPECT_EQ(tracker.snapshot(config, 2 * kMs).at(0).latency_from, LatencyFrom::first_op);
+  const auto marked = tracker.query_closed(1, 4 * kMs, 6 * kMs, 10 * kMs, LatencyFrom::begin);
+  EXPECT_EQ(marked.dropped, 1u);
+  EXPECT_EQ(marked.from, LatencyFrom::begin);
+  EXPECT_EQ(tracker.snapshot(config, 11 * kMs).at(0).latency_from, LatencyFrom::begin);
+  EXPECT_EQ(tracker.query_closed(1, 4 * kMs, 6 * kMs, 12 * kMs, LatencyFrom::begin).dropped, 0u) << "once";
+  EXPECT_EQ(tracker.query_closed(1, 5 * kMs, 6 * kMs, 20 * kMs, LatencyFrom::arrival).dropped, 2u);
+  EXPECT_EQ(tracker.snapshot(config, 21 * kMs).at(0).latency_from, LatencyFrom::arrival);
+  EXPECT_EQ(std::string(latency_from_name(LatencyFrom::begin)), "begin");
 }
 
 // A reload that changes a job's target: its percentile, violations and their fraction start over at

@@ -181,7 +181,7 @@ TEST(StatusJobs, ThePolicysStateWhenItKeepsOne) {
 // line of the table each; none from an older daemon.
 TEST(StatusJobs, AMarkedJobsArrivalGapAndAllowanceAreShown) {
   JobQosSnapshot marked = serve(3'900'000, true);
-  marked.latency_from_arrival = true;
+  marked.latency_from = LatencyFrom::arrival;
   DaemonStatus status = with_jobs({marked, train()});
   status.policy_state = PolicyState{4'500'000, 0, {}, {}};
   status.policy_state->marked_jobs = {{"serve", 26'200'000, 4'000'000}, {"search", 0, 20 * kMs}};
@@ -198,7 +198,7 @@ TEST(StatusJobs, AMarkedJobsArrivalGapAndAllowanceAreShown) {
   EXPECT_NE(table.find("  search says its arrivals: too few yet for a rate; a query may run 20.000 ms past"),
             std::string::npos)
       << table;
-  EXPECT_NE(table.find("  latency: from each request's arrival (the job says it) to the synchronisation that drains it\n"),
+  EXPECT_NE(table.find("  latency: from each request's arrival (the job says it) to its gpuqos_query_end()\n"),
             std::string::npos)
       << "the one job shown runs from the arrival\n" << table;
   EXPECT_EQ(table.find("first GPU op"), std::string::npos) << "no job shown is measured so\n" << table;
@@ -209,20 +209,32 @@ TEST(StatusJobs, AMarkedJobsArrivalGapAndAllowanceAreShown) {
   EXPECT_EQ(json["jobs"][0]["latency_from"], "arrival");
 }
 
-// Jobs measured both ways: each kind names its jobs.
+// Jobs measured each way: each kind names its jobs. A user test: a job with begin and end marks was
+// said to run "from each query's first GPU op to the synchronisation that drains it" (and its JSON
+// "first_op"), where its latencies ran from its first begin to its end, host time included.
 TEST(StatusJobs, TheLatencyLineNamesTheJobsMeasuredEachWay) {
   JobQosSnapshot rank = serve(3'900'000, true);
   rank.job = "rank";
   JobQosSnapshot marked = serve(3'900'000, true);
-  marked.latency_from_arrival = true;
-  DaemonStatus status = with_jobs({marked, rank, train()});
+  marked.latency_from = LatencyFrom::arrival;
+  JobQosSnapshot bracketed = serve(3'900'000, true);
+  bracketed.job = "embed";
+  bracketed.latency_from = LatencyFrom::begin;
+  DaemonStatus status = with_jobs({marked, rank, bracketed, train()});
   status.policy_state = PolicyState{4'500'000, 0, {}, {}};
   status.policy_state->marked_jobs = {{"serve", 26'200'000, 4'000'000}};
-  const std::string table = render_status_table(nlohmann::json::parse(bounded_status_text(status)));
-  EXPECT_NE(table.find("  latency: to the synchronisation that drains each query; from each request's arrival for "
-                       "serve; from each query's first GPU op for rank\n"),
+  const auto json = nlohmann::json::parse(bounded_status_text(status));
+  const std::string table = render_status_table(json);
+  EXPECT_NE(table.find("  latency: from each query's first GPU op to the synchronisation that drains it for rank; "
+                       "from each query's gpuqos_query_begin() to its gpuqos_query_end() for embed; from each "
+                       "request's arrival (the job says it) to its gpuqos_query_end() for serve\n"),
             std::string::npos)
       << table;
+  EXPECT_EQ(json["jobs"][2]["latency_from"], "begin");
+  status = with_jobs({bracketed, train()});
+  EXPECT_NE(render_status_table(nlohmann::json::parse(bounded_status_text(status)))
+                .find("  latency: from each query's gpuqos_query_begin() to its gpuqos_query_end()\n"),
+            std::string::npos);
 }
 
 // A target with less than one time slice of slack: in the JSON, and a warning line of the table

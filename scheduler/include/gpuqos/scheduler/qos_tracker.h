@@ -127,6 +127,17 @@ struct GrantCounters {
 };
 
 // One job as status and metrics show it. Latencies in ns; 0 while it has no query.
+// What a job's query latencies run from, in the order a job can move through them (a job that
+// begins to mark its queries, then to say its requests' arrivals). All end at the query's end: the
+// synchronisation that drains it, or gpuqos_query_end() for a job that marks its queries.
+enum class LatencyFrom : std::uint8_t {
+  first_op,  // boundaries inferred: its first GPU op
+  begin,     // gpuqos_query_begin()
+  arrival,   // the request's arrival (gpuqos_query_arrived())
+};
+// "first_op", "begin" or "arrival": the status's `latency_from`.
+const char* latency_from_name(LatencyFrom from);
+
 struct JobQosSnapshot {
   std::string job;
   ipc::Priority priority = ipc::Priority::low;  // high while any connected process of it is
@@ -134,7 +145,7 @@ struct JobQosSnapshot {
   std::optional<std::int64_t> target_ns;        // the config's target now, if any
   double percentile = 99.0;                     // ... at this percentile
   std::uint64_t queries = 0;
-  bool latency_from_arrival = false;  // its latencies run from its requests' arrivals (else first GPU ops)
+  LatencyFrom latency_from = LatencyFrom::first_op;
   double latency_sum_ns = 0;
   std::int64_t mean_ns = 0, p50_ns = 0, p90_ns = 0, p99_ns = 0, p999_ns = 0, max_ns = 0;
   std::int64_t at_percentile_ns = 0;  // the latency at `percentile`: what the target is about
@@ -161,19 +172,20 @@ class QosTracker {
   void client_seen(ClientId client, const std::string& job, ipc::Priority priority, std::int64_t now_ns);
   // The client is gone; its grant counters are kept in the daemon-wide total.
   void client_left(ClientId client, const GrantCounters& counters, std::int64_t now_ns);
-  // A query of the client's job closed after latency_ns (from its request's arrival when
-  // from_arrival, else from its first GPU op); target_ns: the job's target now. A job's latencies
-  // are of one kind and against one target: its first query measured from an arrival (the job began
-  // to say them), or under another target than the queries before (a reload changed it), starts its
+  // A query of the client's job closed after latency_ns (measured from `from`); target_ns: the
+  // job's target now. A job's latencies are of one kind and against one target: its first query
+  // measured from a later point of the request's life (the job began to mark its queries, or to say
+  // its arrivals), or under another target than the queries before (a reload changed it), starts its
   // histogram and violations over, so its percentile, violations and their fraction are of the same
   // queries. What that dropped is returned (dropped 0: nothing).
   struct StartedOver {
     std::uint64_t dropped = 0;                // queries left out
-    bool target_changed = false;              // else: the job began to say its arrivals
+    bool target_changed = false;              // else: the job began to measure from `from`
     std::optional<std::int64_t> old_target_ns;  // the target they were measured against
+    LatencyFrom from = LatencyFrom::first_op;  // what its latencies run from now
   };
   StartedOver query_closed(ClientId client, std::int64_t latency_ns, std::optional<std::int64_t> target_ns,
-                           std::int64_t now_ns, bool from_arrival = false);
+                           std::int64_t now_ns, LatencyFrom from = LatencyFrom::first_op);
   // A reload: each job whose target in `config` is not the one its latencies were measured against
   // starts over now (not at its next query, so the status never sets old violations against the new
   // target). What each dropped, by job.
@@ -201,7 +213,7 @@ class QosTracker {
     std::int64_t last_active_ns = 0;
     LatencyHistogram latency;
     std::uint64_t violations = 0;
-    bool from_arrival = false;  // its latencies count from its requests' arrivals
+    LatencyFrom from = LatencyFrom::first_op;  // what its latencies run from
     std::optional<std::int64_t> measured_target_ns;  // the target its latencies were measured against
     std::uint64_t be_ops = 0;
     std::int64_t be_device_ns = 0;

@@ -15,7 +15,7 @@
 //                "unscheduled_devices" (only when it runs some: [{"ordinal","uuid" ("": not said)}])}],
 //    "clients_omitted": N,   (only when the list had to be cut to fit one record)
 //    "jobs":[{"job","priority","clients","target_ms" (null: none),"percentile","queries",
-//             "latency_from" ("arrival" or "first_op": what its latencies run from),"mean_ms",
+//             "latency_from" ("first_op", "begin" or "arrival": what its latencies run from),"mean_ms",
 //             "p50_ms","p90_ms","p99_ms","p999_ms","max_ms","percentile_ms" (at "percentile"),
 //             "violations","violation_fraction","meets_target" (null: no target or no query yet),
 //             "idle_s","be":{"ops","device_ms","ops_per_s","busy_share",
