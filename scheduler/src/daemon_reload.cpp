@@ -25,6 +25,9 @@
 namespace gpuqos::scheduler {
 namespace {
 
+// Processes named one by one when a reload would not let them run high priority; the rest counted.
+constexpr std::size_t kMaxKeptHighLines = 8;
+
 // ", device 1: 1000 us" for each device with a time slice of its own.
 std::string device_timeslices_text(const BaymaxOptions& baymax) {
   std::string text;
@@ -145,6 +148,25 @@ void Daemon::reload_config() {
                    "so it is no longer held to one (its [[job]] removed or renamed?)",
                    path, job, describe_targets(info));
     }
+  }
+  // A running process's priority is its registration's: its shim was told then, and a high one does
+  // not wait for grants. One the new config would not let run high keeps it until it registers again,
+  // which is said (a user test revoked it by reload and the log said nothing, status still "high").
+  std::size_t kept_high = 0;
+  for (const auto& [id, client] : clients_) {
+    const ClientIdentity& who = client->identity();
+    if (who.priority != ipc::Priority::high) continue;
+    const PriorityDecision now =
+        decide_priority(options_.config, who.job, ipc::Priority::high, who.peer, supplementary_groups(who.peer.pid));
+    if (now.effective == ipc::Priority::high) continue;
+    if (++kept_high > kMaxKeptHighLines) continue;
+    spdlog::warn("reload of {}: job '{}' pid {} uid {} runs high priority, which the new config would not give it "
+                 "({}): it keeps high priority until it registers again (restart it to apply)",
+                 path, who.job, who.peer.pid, who.peer.uid, now.why_lowered);
+  }
+  if (kept_high > kMaxKeptHighLines) {
+    spdlog::warn("reload of {}: and {} more processes keep high priority that the new config would not give them",
+                 path, kept_high - kMaxKeptHighLines);
   }
   std::string needs_restart;
   for (const std::string& what : kept) needs_restart += (needs_restart.empty() ? "" : ", ") + what;

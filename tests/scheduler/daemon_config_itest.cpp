@@ -282,6 +282,31 @@ TEST(Reload, AJobWithATargetRunningLowAndATargetDroppedAreWarnedOf) {
   EXPECT_EQ(daemon.occurrences(unprotected), 2u) << "no target now: nothing to protect\n" << daemon->log();
 }
 
+// A reload that would not let a running high-priority process claim high any more (allowed_priority,
+// [access]) cannot lower it (its shim was told at registration, and a high one does not wait for
+// grants): it is said, each process, so the operator knows to restart it. A user test revoked it and
+// the log said nothing.
+TEST(Reload, AHighPriorityProcessTheNewConfigWouldLowerIsSaidToKeepItsPriority) {
+  const std::string serve = "[[job]]\nname = \"serve\"\ntarget_ms = 20.0\n";
+  ConfiguredDaemon daemon(fifo(0, serve));
+  FakeClient high(daemon->socket(), Priority::high, "serve");
+  FakeClient other(daemon->socket(), Priority::high, "rank");
+  ASSERT_TRUE(eventually([&] { return daemon->status()["clients"].size() == 2; })) << daemon->status().dump(1);
+  ASSERT_TRUE(daemon.reload(fifo(0, serve + "allowed_priority = \"low\"\n"), "config reloaded from")) << daemon->log();
+  const std::string kept = "reload of " + daemon.file().string() + ": job 'serve' pid " + std::to_string(::getpid()) +
+                           " uid " + std::to_string(::getuid()) + " runs high priority, which the new config would not "
+                           "give it (";
+  EXPECT_EQ(daemon.occurrences(kept), 1u) << daemon->log();
+  EXPECT_NE(daemon->log().find("it keeps high priority until it registers again (restart it to apply)"),
+            std::string::npos)
+      << daemon->log();
+  EXPECT_EQ(daemon.occurrences("which the new config would not give it"), 1u) << "rank may still run high\n"
+                                                                               << daemon->log();
+  EXPECT_EQ(daemon->status()["clients"][0]["priority"], "high") << "kept: it is not told";
+  ASSERT_TRUE(daemon.reload(fifo(0, serve), "config reloaded from")) << daemon->log();
+  EXPECT_EQ(daemon.occurrences(kept), 1u) << "allowed again: nothing to say\n" << daemon->log();
+}
+
 TEST(Reload, AMalformedFileKeepsTheRunningConfigAndALaterGoodOneWorks) {
   ConfiguredDaemon daemon(fifo(1), {"--credit-ops", "0"});
   FakeClient low(daemon->socket(), Priority::low, "train");
