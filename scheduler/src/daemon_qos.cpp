@@ -43,7 +43,7 @@ void Daemon::log_target_changed(const std::string& job, std::optional<std::int64
   const auto text = [](const std::optional<std::int64_t>& ns) {
     return ns ? fmt::format("{} ms", static_cast<double>(*ns) / 1e6) : std::string("none");
   };
-  spdlog::info("job '{}''s target is {} (was {}): its latencies and violations start over, the {} queries measured "
+  spdlog::info("the target of job '{}' is {} (was {}): its latencies and violations start over, the {} queries measured "
                "against the old target are left out",
                job, text(target), text(over.old_target_ns), over.dropped);
 }

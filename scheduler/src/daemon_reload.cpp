@@ -101,8 +101,9 @@ void Daemon::reload_config() {
   if (next.learning.store_path != options_.learning.store_path ||
       next.learning.save_interval_ns != options_.learning.save_interval_ns) {
     kept.push_back("the profile store");
-    spdlog::warn("reload of {}: the profile store change needs a restart; still using '{}'", path,
-                 options_.learning.store_path);
+    spdlog::warn("reload of {}: the profile store change needs a restart; still using {}", path,
+                 options_.learning.store_path.empty() ? std::string("none")
+                                                      : "'" + options_.learning.store_path + "'");
     next.learning = options_.learning;
   }
   PolicyOptions numbered = by_device_number(next.policy, devices_);
