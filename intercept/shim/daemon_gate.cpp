@@ -376,6 +376,10 @@ void DaemonGate::mark_query(QueryMark mark) noexcept {
   // arrival reaches the daemon before the begin that takes it.
   descriptor.posted_ns = ipc::monotonic_ns();
   std::lock_guard lock(arrivals_mutex_);
+  if (mark == QueryMark::dropped) {  // the oldest request waiting will not be begun: the next begin takes the one after
+    if (!arrivals_.empty()) arrivals_.pop_front();
+    return;
+  }
   if (mark == QueryMark::arrived) {
     descriptor.kind = ipc::OpKind::query_arrived;
     if (!arrivals_.empty()) descriptor.posted_ns = std::max(descriptor.posted_ns, arrivals_.back());  // in order

@@ -1,5 +1,5 @@
-// gpuqosQueryArrived / gpuqosQueryBegin / gpuqosQueryEnd: what gpuqos/query.h finds in a process the
-// shim is loaded into.
+// gpuqosQueryArrived / gpuqosQueryBegin / gpuqosQueryEnd / gpuqosQueryDropped: what gpuqos/query.h
+// finds in a process the shim is loaded into.
 #include "shim.h"
 
 #define GPUQOS_QUERY_EXPORT extern "C" __attribute__((visibility("default")))
@@ -20,3 +20,5 @@ GPUQOS_QUERY_EXPORT void gpuqosQueryArrived(void) noexcept { mark(QueryMark::arr
 GPUQOS_QUERY_EXPORT void gpuqosQueryBegin(void) noexcept { mark(QueryMark::begin); }
 
 GPUQOS_QUERY_EXPORT void gpuqosQueryEnd(void) noexcept { mark(QueryMark::end); }
+
+GPUQOS_QUERY_EXPORT void gpuqosQueryDropped(void) noexcept { mark(QueryMark::dropped); }

@@ -222,6 +222,28 @@ TEST_F(GateTest, PostsSynchronisationsAndExplicitQueryMarksWithoutHolding) {
   EXPECT_TRUE(client.problems.empty()) << client.problems.front();
 }
 
+// A server that sheds a request says so (gpuqos_query_dropped): the next begin names the request
+// after it. A user test: without it every later query counted from the arrival before its own, 100 %
+// of them over the target, for as long as the job ran.
+TEST_F(GateTest, ADroppedRequestIsForgottenSoTheNextBeginNamesTheOneAfterIt) {
+  start({"dropped"}, "high");
+  ASSERT_EQ(finish(), 0) << output_;
+  EXPECT_NE(output_.find("dropped ok"), std::string::npos) << output_;
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 8); }));
+  const FakeClient client = daemon_->clients().at(0);
+  std::vector<ipc::OpDescriptor> marks;
+  std::copy_if(client.ops.begin(), client.ops.end(), std::back_inserter(marks), [](const ipc::OpDescriptor& op) {
+    return op.kind == ipc::OpKind::query_arrived || op.kind == ipc::OpKind::query_begin ||
+           op.kind == ipc::OpKind::query_end;
+  });
+  ASSERT_EQ(marks.size(), 6u) << "two arrivals, two queries; a drop posts nothing";
+  EXPECT_EQ(marks[2].kind, ipc::OpKind::query_begin);
+  EXPECT_LT(marks[0].posted_ns, marks[1].posted_ns);
+  EXPECT_EQ(marks[2].arrived_ns, marks[1].posted_ns) << "the second request, not the dropped first";
+  EXPECT_EQ(marks[4].kind, ipc::OpKind::query_begin);
+  EXPECT_EQ(marks[4].arrived_ns, 0) << "none waiting: it names none";
+}
+
 // A 1.1 gpuqosd would refuse the kind and drop the connection: the shim does not post arrivals to it.
 TEST_F(GateTest, NoArrivalMarksToADaemonOlderThanOnePointTwo) {
   daemon_->speak_minor(1);

@@ -19,9 +19,11 @@
  *
  * Each gpuqos_query_begin() starts the oldest arrived request not yet begun (or one arriving now,
  * if none waits): requests are served in arrival order, one query at a time per process, and
- * every gpuqos_query_arrived() wants exactly one gpuqos_query_begin() (a request dropped unbegun
- * makes the next begin count from its arrival; at most 256 wait, beyond which the oldest is
- * forgotten). Call gpuqos_query_arrived() before handing the request to the worker. gpuqosd also
+ * every gpuqos_query_arrived() wants exactly one gpuqos_query_begin() or, for a request the server
+ * drops unbegun (shed, timed out), one gpuqos_query_dropped(), which forgets the oldest waiting
+ * request. Without it every later begin counts from the arrival of the request before its own, for
+ * as long as the process runs (at most 256 wait, beyond which the oldest is forgotten). Call
+ * gpuqos_query_arrived() before handing the request to the worker. gpuqosd also
  * counts the requests still waiting: best-effort work that would make one of them late is held
  * too. Once a query of the job has closed (so gpuqosd knows how long one takes), best-effort work
  * also delays each query by at most gpuqosd's backlog bound less its safety margin; run gpuqosd
@@ -30,9 +32,10 @@
  * A gpuqosd older than protocol 1.2 gets no arrivals: its queries run from their begin.
  *
  * Header only, C and C++, nothing to link; any thread, with or without a CUDA context, but not a
- * signal handler (they take a lock). Without libgpuqos.so in the process all three calls are no-ops
+ * signal handler (they take a lock). Without libgpuqos.so in the process all four calls are no-ops
  * (one failed symbol lookup, cached); with it they post a mark to the daemon and return without
- * waiting for the daemon (at most for another thread of the process posting at the same moment).
+ * waiting for the daemon (at most for another thread of the process posting at the same moment);
+ * gpuqos_query_dropped() posts none (gpuqosd forgets the request at the next begin).
  */
 #ifndef GPUQOS_QUERY_H
 #define GPUQOS_QUERY_H
@@ -84,6 +87,13 @@ static inline void gpuqos_query_end(void) {
   static gpuqos_query_mark_fn cache;
   static int resolved;
   gpuqos_query_mark_fn mark = gpuqos_query_resolve_("gpuqosQueryEnd", &cache, &resolved);
+  if (mark) mark();
+}
+
+static inline void gpuqos_query_dropped(void) {
+  static gpuqos_query_mark_fn cache;
+  static int resolved;
+  gpuqos_query_mark_fn mark = gpuqos_query_resolve_("gpuqosQueryDropped", &cache, &resolved);
   if (mark) mark();
 }
 

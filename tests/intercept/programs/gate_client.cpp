@@ -6,6 +6,8 @@
 //                   device->device, pageable->pageable (host to host: not GPU work)
 //   marks           gpuqos_query_arrived (from a thread with no context), gpuqos_query_begin, launch
 //                   spin(100) + cuStreamSynchronize, gpuqos_query_end, cuCtxSynchronize, cuEventSynchronize
+//   dropped         after one launch: two requests arrive, the first is dropped, a query (begin, end);
+//                   then a drop with none waiting, and a query that names no arrival
 //   timed <us>      one spin(us) launch: "before <ns>", "after <ns>" around the call, "done <ns>" after sync
 //   loop <n> <us>   n times: launch spin(us) and synchronize, sleeping 20 ms between
 //   threads <t> <n> t threads, each launching spin(100) n times on its own stream
@@ -620,6 +622,21 @@ int run_marks() {
   return 0;
 }
 
+int run_dropped() {
+  CHECK_CU(launch(0, nullptr));
+  CHECK_CU(cuCtxSynchronize());
+  gpuqos_query_arrived();  // shed by the server: never begun
+  gpuqos_query_arrived();
+  gpuqos_query_dropped();
+  gpuqos_query_begin();
+  gpuqos_query_end();
+  gpuqos_query_dropped();  // none waiting: nothing to forget
+  gpuqos_query_begin();
+  gpuqos_query_end();
+  std::printf("dropped ok\n");
+  return 0;
+}
+
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   const auto arg = [&](int i, long fallback) { return argc > i ? std::atol(argv[i]) : fallback; };
@@ -630,6 +647,7 @@ int main(int argc, char** argv) {
   if (mode == "ops") return run_ops();
   if (mode == "unified") return run_unified();
   if (mode == "marks") return run_marks();
+  if (mode == "dropped") return run_dropped();
   if (mode == "timed") return run_timed(arg(2, 1000));
   if (mode == "loop") return run_loop(arg(2, 10), arg(3, 1000));
   if (mode == "threads") return run_threads(arg(2, 4), arg(3, 20));
@@ -647,7 +665,7 @@ int main(int argc, char** argv) {
   if (mode == "signals") return run_signals();
   if (mode == "cancel") return run_cancel(arg(2, 300));
   if (mode == "masks") return run_masks();
-  std::printf("usage: %s ops|signals|cancel|masks|unified|marks|timed|loop|threads|bench|copies|contexts|fork|reuse|destroy|release-beside|green|legacy-two|burst|queue\n",
+  std::printf("usage: %s ops|signals|cancel|masks|unified|marks|dropped|timed|loop|threads|bench|copies|contexts|fork|reuse|destroy|release-beside|green|legacy-two|burst|queue\n",
               argv[0]);
   return 2;
 }

@@ -1,5 +1,5 @@
 /* gpuqos/query.h as a C program includes it, built with strict warnings as errors (programs.cmake);
- * run without the shim, the three marks are no-ops. */
+ * run without the shim, the four marks are no-ops. */
 #include <gpuqos/query.h>
 #include <stdio.h>
 
@@ -7,6 +7,7 @@ int main(void) {
   gpuqos_query_arrived();
   gpuqos_query_begin();
   gpuqos_query_end();
+  gpuqos_query_dropped();
   puts("marks ok");
   return 0;
 }

@@ -84,9 +84,9 @@ class Gate {
   virtual void shutdown() noexcept = 0;
 
   // An explicit query mark from gpuqos/query.h (gpuqosQueryArrived / gpuqosQueryBegin /
-  // gpuqosQueryEnd). Never waits; any thread. The default ignores it (nothing to tell when there is
+  // gpuqosQueryEnd / gpuqosQueryDropped). Never waits; any thread. The default ignores it (nothing to tell when there is
   // no daemon).
-  enum class QueryMark { arrived, begin, end };
+  enum class QueryMark { arrived, begin, end, dropped };
   virtual void mark_query(QueryMark /*mark*/) noexcept {}
 
   // Asked by the 1-D copy hooks (and only by them) before a copy: a copy larger than this is issued
