@@ -94,34 +94,6 @@ bool fits_allocation(Pointer pointer, std::uint64_t bytes) noexcept {
   }
 }
 
-// Whether a 1-D copy moves bytes between host and device memory (over the bus, on a copy engine a
-// query's own copies use), as its call or, for a unified-address copy, its pointers say. Only
-// those are split: gpuqosd counts a device-local copy on the compute engine, as it counts a kernel,
-// and a chunk there would let no query's copy through; it would only cost a grant per chunk (a
-// device-local copy moves 4 MiB in about 2 us, on the order of one grant's round trip).
-template <class Dst, class Src>
-bool crosses_the_bus(const Operation& op, Dst dst, Src src) noexcept {
-  switch (op.direction) {
-    case CopyDirection::host_to_device:
-    case CopyDirection::device_to_host: return true;
-    case CopyDirection::unknown: break;
-    default: return false;
-  }
-  const auto in_device_memory = [](auto pointer) noexcept {
-    if constexpr (std::is_pointer_v<decltype(pointer)>) {
-      return false;
-    } else {
-      using GetAttribute = CUresult (*)(void*, CUpointer_attribute, CUdeviceptr);
-      const auto get = reinterpret_cast<GetAttribute>(driver_helper(DriverHelper::pointer_get_attribute));
-      CUmemorytype type{};
-      // An address the driver does not describe is pageable host memory.
-      return get && get(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, static_cast<CUdeviceptr>(pointer)) == CUDA_SUCCESS &&
-             type == CU_MEMORYTYPE_DEVICE;
-    }
-  };
-  return !in_device_memory(dst) || !in_device_memory(src);
-}
-
 // A 1-D copy too large for the gate's chunk size: one describe/ask/call/tell per chunk, with the
 // pointers moved on. The program sees one call: the first failure is returned and nothing after
 // it is issued. A gate that lost the daemon meanwhile lets the remaining chunks straight through.
@@ -146,10 +118,9 @@ CUresult intercept_in_chunks(Gate& g, const Operation& op, std::uint64_t chunk_b
 }
 
 // The body of the 1-D copy hooks (dst, src, ByteCount[, stream]: cuMemcpyHtoD/DtoH/DtoD, cuMemcpy
-// and their Async, _v2 and per-thread forms): intercept<>, except that a copy between host and
-// device larger than the gate's chunk size (low priority under a daemon that asks for it) goes in
-// chunks. Launches never come here, so the check costs them nothing; a high-priority copy pays one
-// relaxed load.
+// and their Async, _v2 and per-thread forms): intercept<>, except that a copy larger than the
+// gate's chunk size (low priority under a daemon that asks for it) goes in chunks. Launches never
+// come here, so the check costs them nothing; a high-priority copy pays one relaxed load.
 template <HookId id, class Dst, class Src, class Count, class... Rest>
 CUresult intercept_copy(Operation op, Dst dst, Src src, Count bytes, Rest... rest) noexcept {
   const NoCancel no_cancel;  // first, as in intercept(); over the chunks too
@@ -160,7 +131,7 @@ CUresult intercept_copy(Operation op, Dst dst, Src src, Count bytes, Rest... res
   const std::uint64_t chunk_bytes = g.copy_chunk_bytes();
   // Captured copies only record a graph node: one node, as the program asked.
   if (chunk_bytes != 0 && static_cast<std::uint64_t>(bytes) > chunk_bytes && !op.captured &&
-      crosses_the_bus(op, dst, src) && fits_allocation(dst, static_cast<std::uint64_t>(bytes)) && fits_allocation(src, static_cast<std::uint64_t>(bytes))) {
+      fits_allocation(dst, static_cast<std::uint64_t>(bytes)) && fits_allocation(src, static_cast<std::uint64_t>(bytes))) {
     return intercept_in_chunks<id>(g, op, chunk_bytes, dst, src, bytes, rest...);
   }
   const Ticket ticket = g.before(op);

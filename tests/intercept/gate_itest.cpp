@@ -948,20 +948,14 @@ TEST_F(GateTest, LowPriorityCopiesGoInChunksEachGrantedAndTheDataRoundTrips) {
   const FakeClient client = daemon_->clients().at(0);
   EXPECT_TRUE(client.problems.empty()) << client.problems.front();
   const auto copies = copies_of(client.ops);
-  // Only copies between host and device are split: a device-local one is counted on the compute
-  // engine, where a chunk lets no query's copy through and only costs a grant.
-  ASSERT_EQ(copies.size(), 8u) << "HtoD and the unified copy to the host in three chunks each, the DtoDAsync and "
-                                  "the unified device-to-device cuMemcpyAsync whole";
-  const ipc::CopyDirection directions[] = {ipc::CopyDirection::h2d, ipc::CopyDirection::h2d, ipc::CopyDirection::h2d,
-                                           ipc::CopyDirection::d2d, ipc::CopyDirection::d2d, ipc::CopyDirection::d2h,
-                                           ipc::CopyDirection::d2h, ipc::CopyDirection::d2h};
-  const std::uint64_t bytes[] = {4 * kMiB, 4 * kMiB, 2 * kMiB, 10 * kMiB, 10 * kMiB, 4 * kMiB, 4 * kMiB, 2 * kMiB};
+  ASSERT_EQ(copies.size(), 9u) << "HtoD, DtoDAsync and the unified cuMemcpyAsync, three chunks each";
+  const ipc::CopyDirection directions[] = {ipc::CopyDirection::h2d, ipc::CopyDirection::d2d, ipc::CopyDirection::d2h};
   for (std::size_t i = 0; i < copies.size(); ++i) {
-    EXPECT_EQ(copies[i].direction, directions[i]) << i;
-    EXPECT_EQ(copies[i].bytes, bytes[i]) << i;
+    EXPECT_EQ(copies[i].direction, directions[i / 3]) << i;
+    EXPECT_EQ(copies[i].bytes, i % 3 == 2 ? 2 * kMiB : 4 * kMiB) << i;
   }
   EXPECT_EQ(copies[0].host_memory, ipc::HostMemory::pageable);
-  EXPECT_EQ(copies[3].stream, copies[7].stream);
+  EXPECT_EQ(copies[3].stream, copies[8].stream);
   EXPECT_NE(copies[3].stream, 0u);
   for (const auto& completion : client.completions) EXPECT_EQ(completion.status, 0) << completion.seq;
 }
@@ -974,10 +968,10 @@ TEST_F(GateTest, ATinyChunkSizeFromTheDaemonIsRaisedToTheMinimum) {
   ASSERT_EQ(finish(), 0) << output_;
   EXPECT_NE(output_.find("copies ok"), std::string::npos) << output_;
   const auto copies = copies_of(daemon_->clients().at(0).ops);
-  ASSERT_EQ(copies.size(), 6u) << "HtoD and the copy to the host in two chunks each, the device-local ones whole";
-  const std::uint64_t min = ipc::kMinCopyChunkBytes;
-  const std::uint64_t bytes[] = {min, min / 2, 3 * min / 2, 3 * min / 2, min, min / 2};
-  for (std::size_t i = 0; i < copies.size(); ++i) EXPECT_EQ(copies[i].bytes, bytes[i]) << i;
+  ASSERT_EQ(copies.size(), 6u) << "HtoD, DtoDAsync and the unified cuMemcpyAsync, two chunks each";
+  for (std::size_t i = 0; i < copies.size(); ++i) {
+    EXPECT_EQ(copies[i].bytes, i % 2 == 0 ? ipc::kMinCopyChunkBytes : ipc::kMinCopyChunkBytes / 2) << i;
+  }
 }
 
 // On a device the daemon does not manage a copy goes whole, straight to the driver: one call each.
@@ -989,7 +983,7 @@ TEST_F(GateTest, CopiesOnADeviceTheDaemonDoesNotManageAreNotSplit) {
   EXPECT_NE(output_.find("copies ok"), std::string::npos) << output_;
   std::ifstream counts(counts_);
   const std::string text((std::istreambuf_iterator<char>(counts)), std::istreambuf_iterator<char>());
-  EXPECT_NE(text.find("category copy 4\n"), std::string::npos) << "four copies, four calls\n" << text;
+  EXPECT_NE(text.find("category copy 3\n"), std::string::npos) << "three copies, three calls\n" << text;
   EXPECT_TRUE(copies_of(daemon_->clients().at(0).ops).empty());
 }
 
@@ -997,9 +991,9 @@ TEST_F(GateTest, HighPriorityCopiesAreNeverSplit) {
   daemon_->set_copy_chunk_bytes(4 * kMiB);
   start({"copies", std::to_string(10 * kMiB)}, "high");
   ASSERT_EQ(finish(), 0) << output_;
-  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 5); }));  // and the memset
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 3); }));
   const auto copies = copies_of(daemon_->clients().at(0).ops);
-  ASSERT_EQ(copies.size(), 4u);
+  ASSERT_EQ(copies.size(), 3u);
   for (const auto& copy : copies) EXPECT_EQ(copy.bytes, 10 * kMiB);
 }
 
