@@ -355,8 +355,7 @@ int Daemon::run() {
     for (int i = 0; i < ready; ++i) on_event(events[i].data.u64, events[i].events);
     if (std::exchange(doorbell_rang_, false)) drain_all(ipc::monotonic_ns());
   }
-  stop_metrics(MetricsServer::kStopWaitNs);
-  drain_and_release();
+  drain_and_release();  // the clients first: the metrics endpoint's wait for its scrapes is no stall of theirs
   return 0;
 }
 

@@ -19,6 +19,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -548,6 +549,38 @@ TEST(Qos, MetricsEndpointServesPrometheusText) {
   ASSERT_EQ(daemon.process().terminate(10s), 0) << daemon.log();
   EXPECT_NE(daemon.log().find("metrics: stopped"), std::string::npos) << daemon.log();
   EXPECT_EQ(http_get(port, "/metrics"), "") << "the endpoint is gone with the daemon";
+}
+
+// A user test: one peer that sent half a request ("GET /met") held a clean stop for 1.8 s in the
+// endpoint's wait for its scrapes, before the clients were detached, so every job took gpuqosd for
+// stalled ("lost gpuqosd (... no heartbeat for over 100 ms)") and ran unmanaged meanwhile. The
+// clients are detached first now.
+TEST(Qos, APeerHalfwayThroughAScrapeDoesNotHoldTheClientsAtStop) {
+  const std::uint16_t port = free_port();
+  DaemonProcess daemon({"--max-outstanding", "1", "--metrics-listen", "127.0.0.1:" + std::to_string(port)});
+  FakeClient holder(daemon.socket(), Priority::low, "holder");
+  FakeClient waiter(daemon.socket(), Priority::low, "waiter");
+  holder.name_kernel(1, "k");
+  waiter.name_kernel(1, "k");
+  holder.post(FakeClient::kernel(1));
+  ASSERT_TRUE(holder.wait_granted(1));
+  waiter.post(FakeClient::kernel(1));
+  ASSERT_TRUE(eventually([&] { return http_get(port, "/metrics").rfind("HTTP/1.1 200", 0) == 0; }, 5s)) << daemon.log();
+  const scheduler::FileDescriptor halfway = connect_loopback(port);
+  ASSERT_TRUE(halfway.valid());
+  ASSERT_EQ(::send(halfway.get(), "GET /met", 8, MSG_NOSIGNAL), 8);
+  std::this_thread::sleep_for(50ms);  // read by the endpoint: a scrape in progress
+  auto stopped = std::async(std::launch::async, [&] { return daemon.process().terminate(10s); });
+  EXPECT_TRUE(waiter.wait_granted(1, 5s));
+  EXPECT_EQ(waiter.last_flags() & ipc::kGrantDetach, ipc::kGrantDetach);
+  EXPECT_EQ(stopped.get(), 0) << daemon.log();
+  const std::string log = daemon.log();
+  const std::size_t detached = log.find("job 'waiter' pid");
+  const std::size_t released = log.find("detached", detached);
+  const std::size_t metrics_stopped = log.find("metrics: stopped serving");
+  ASSERT_NE(released, std::string::npos) << log;
+  ASSERT_NE(metrics_stopped, std::string::npos) << log;
+  EXPECT_LT(released, metrics_stopped) << "the clients before the endpoint's wait\n" << log;
 }
 
 TEST(Qos, AMetricsPortInUseIsAnErrorAndTheDaemonRunsWithoutIt) {
