@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <charconv>
+#include <cstdio>
 #include <vector>
 
 namespace gpuqos::config::detail {
@@ -89,9 +90,28 @@ std::string format_number(double value) {
 }
 
 std::string quoted(std::string_view text) {
+  // Escaped as a TOML basic string: a value echoed into a message must not carry a newline (it would
+  // read as a second problem, and cut the status line short) or a terminal's escape sequences.
   constexpr std::size_t kMaxShown = 80;
-  if (text.size() > kMaxShown) return "\"" + std::string(text.substr(0, kMaxShown)) + "...\"";
-  return "\"" + std::string(text) + "\"";
+  std::string out = "\"";
+  for (const char c : text.substr(0, kMaxShown)) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+          char escape[8];
+          std::snprintf(escape, sizeof escape, "\\u%04X", static_cast<unsigned>(static_cast<unsigned char>(c)));
+          out += escape;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + (text.size() > kMaxShown ? "...\"" : "\"");
 }
 
 std::string_view type_phrase(toml::node_type type) noexcept {

@@ -642,6 +642,10 @@ const std::vector<BadCase>& bad_cases() {
       {"job_without_name", "[[job]]\ntarget_ms = 5\n", "t.toml:1:1: job[0].name: missing (every job needs a name)"},
       {"job_name_with_space", "[[job]]\nname = \"bert infer\"\n",
        "t.toml:2:8: job[0].name: must be 1 to 63 of A-Z a-z 0-9 . _ - (got \"bert infer\")"},
+      // A user test: a name's escapes (a terminal's title and clear-screen, a newline) went out raw, so
+      // `gpuqos status` cleared the screen, and the log read a second problem of its own.
+      {"job_name_with_control_characters", "[[job]]\nname = \"a\\u001b]2;x\\u0007\\\"\\\\b\\nfake\"\n",
+       "t.toml:2:8: job[0].name: must be 1 to 63 of A-Z a-z 0-9 . _ - (got \"a\\u001B]2;x\\u0007\\\"\\\\b\\nfake\")"},
       {"job_name_too_long", "[[job]]\nname = \"" + repeat('j', 64) + "\"\n",
        "t.toml:2:8: job[0].name: must be 1 to 63 of A-Z a-z 0-9 . _ - (got \"" + repeat('j', 64) + "\")"},
       {"duplicate_job", "[[job]]\nname = \"a\"\n[[job]]\nname = \"b\"\n[[job]]\n  name = \"a\"\n",
