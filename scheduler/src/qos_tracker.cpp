@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <tuple>
 
 namespace gpuqos::scheduler {
 namespace {
@@ -169,14 +170,15 @@ GrantCounters& GrantCounters::operator+=(const GrantCounters& other) {
 
 QosTracker::Job& QosTracker::add_job(const std::string& name, std::int64_t now_ns) {
   if (jobs_.size() >= kMaxJobs) {
-    // Drop the job idle longest; one with connected clients only when every job has some.
-    auto victim = jobs_.end();
-    for (auto it = jobs_.begin(); it != jobs_.end(); ++it) {
-      const bool better = victim == jobs_.end() || (it->second.clients == 0 && victim->second.clients != 0) ||
-                          ((it->second.clients == 0) == (victim->second.clients == 0) &&
-                           it->second.last_active_ns < victim->second.last_active_ns);
-      if (better) victim = it;
-    }
+    // Drop the job idle longest; one with connected clients only when every job has some, and one
+    // with measured queries (a service's latency record) only when every job without clients has
+    // some. A user test: 270 best-effort processes of names of their own (a site naming batch jobs by
+    // their scheduler's id) dropped an idle service's p99 and violations from status and metrics.
+    const auto rank = [](const Job& job) {
+      return std::make_tuple(job.clients != 0, job.latency.count() != 0, job.last_active_ns);
+    };
+    auto victim = std::min_element(jobs_.begin(), jobs_.end(),
+                                   [&](const auto& a, const auto& b) { return rank(a.second) < rank(b.second); });
     jobs_.erase(victim);
   }
   Job& job = jobs_[name];

@@ -410,6 +410,29 @@ TEST(QosTracker, KeepsAtMostMaxJobsDroppingTheOneIdleLongest) {
   EXPECT_TRUE(named("job-2"));
 }
 
+// A user test: after a service (target 20 ms) had run and gone, 270 best-effort processes of names of
+// their own (batch jobs named by their scheduler's id) dropped its p99 and violations from status and
+// metrics. A job with measured queries goes only once every job without clients has some.
+TEST(QosTracker, AJobsLatencyRecordOutlastsAFloodOfBestEffortNames) {
+  QosTracker tracker;
+  tracker.client_seen(1, "serve", ipc::Priority::high, 0);
+  (void)tracker.query_closed(1, 3 * kMs, 20 * kMs, 1);
+  (void)tracker.query_closed(1, 30 * kMs, 20 * kMs, 2);
+  tracker.client_left(1, {}, 3);  // idle longest from here on
+  ClientId id = 1;
+  for (std::size_t i = 0; i < QosTracker::kMaxJobs + 14; ++i) {
+    ++id;
+    tracker.client_seen(id, "batch-" + std::to_string(i), ipc::Priority::low, 10 + static_cast<std::int64_t>(i));
+    tracker.client_left(id, {}, 10 + static_cast<std::int64_t>(i));
+  }
+  EXPECT_EQ(tracker.job_count(), QosTracker::kMaxJobs);
+  const auto jobs = tracker.snapshot(config::default_config(), 1000);
+  const auto serve = std::find_if(jobs.begin(), jobs.end(), [](const auto& j) { return j.job == "serve"; });
+  ASSERT_NE(serve, jobs.end()) << "its latency record kept";
+  EXPECT_EQ(serve->queries, 2u);
+  EXPECT_EQ(serve->violations, 1u);
+}
+
 TEST(GrantCounters, AddUpWithTheLongestWait) {
   GrantCounters total{1, 2, 30, 20};
   total += GrantCounters{4, 5, 60, 10};

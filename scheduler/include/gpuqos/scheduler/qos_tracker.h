@@ -4,7 +4,8 @@
 //
 // Pure: the daemon's loop feeds it events with their times (CLOCK_MONOTONIC ns) and reads
 // snapshots; no clock, I/O or threads of its own. Jobs are keyed by name, so a job's numbers
-// survive its clients reconnecting; at most kMaxJobs are kept (the one idle longest goes first).
+// survive its clients reconnecting; at most kMaxJobs are kept (the one idle longest goes first,
+// sparing jobs with connected clients, then jobs with measured queries).
 #pragma once
 
 #include <array>
