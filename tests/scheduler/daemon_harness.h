@@ -230,4 +230,15 @@ class FakeClient {
   std::uint32_t last_flags_ = 0;
 };
 
+// Two low-priority clients of a gpuqosd that grants one op at a time (--max-outstanding 1): the
+// holder's op granted, the waiter's posted and held behind it (false if the holder was not granted).
+inline bool hold_one_behind_another(FakeClient& holder, FakeClient& waiter) {
+  holder.name_kernel(1, "k");
+  waiter.name_kernel(1, "k");
+  holder.post(FakeClient::kernel(1));
+  if (!holder.wait_granted(1)) return false;
+  waiter.post(FakeClient::kernel(1));
+  return true;
+}
+
 }  // namespace gpuqos::testing

@@ -1399,11 +1399,7 @@ TEST(Daemon, SigtermReleasesWaitingClientsAndExitsCleanly) {
   auto daemon = std::make_unique<DaemonProcess>(std::vector<std::string>{"--max-outstanding", "1"});
   FakeClient holder(daemon->socket(), Priority::low, "holder");
   FakeClient waiter(daemon->socket(), Priority::low, "waiter");
-  holder.name_kernel(1, "k");
-  waiter.name_kernel(1, "k");
-  holder.post(FakeClient::kernel(1));
-  ASSERT_TRUE(holder.wait_granted(1));
-  waiter.post(FakeClient::kernel(1));
+  ASSERT_TRUE(hold_one_behind_another(holder, waiter));
   waiter.post(FakeClient::kernel(2));
   ASSERT_TRUE(eventually([&] { return daemon->status()["clients"][1]["ops"]["posted"] == 2; }));
   EXPECT_FALSE(waiter.wait_granted(1, 20ms));

@@ -560,11 +560,7 @@ TEST(Qos, APeerHalfwayThroughAScrapeDoesNotHoldTheClientsAtStop) {
   DaemonProcess daemon({"--max-outstanding", "1", "--metrics-listen", "127.0.0.1:" + std::to_string(port)});
   FakeClient holder(daemon.socket(), Priority::low, "holder");
   FakeClient waiter(daemon.socket(), Priority::low, "waiter");
-  holder.name_kernel(1, "k");
-  waiter.name_kernel(1, "k");
-  holder.post(FakeClient::kernel(1));
-  ASSERT_TRUE(holder.wait_granted(1));
-  waiter.post(FakeClient::kernel(1));
+  ASSERT_TRUE(hold_one_behind_another(holder, waiter));
   ASSERT_TRUE(eventually([&] { return http_get(port, "/metrics").rfind("HTTP/1.1 200", 0) == 0; }, 5s)) << daemon.log();
   const scheduler::FileDescriptor halfway = connect_loopback(port);
   ASSERT_TRUE(halfway.valid());
