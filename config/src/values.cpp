@@ -163,12 +163,6 @@ std::optional<double> parse_percentile(std::string_view text) {
   return value;
 }
 
-bool is_valid_job_name(std::string_view name) noexcept {
-  constexpr std::size_t kMaxJobNameBytes = 63;  // what registration carries (ipc::kJobNameBytes, with its NUL)
-  return !name.empty() && name.size() <= kMaxJobNameBytes &&
-         all_of_chars(name, [](char c) { return is_alnum(c) || c == '.' || c == '_' || c == '-'; });
-}
-
 std::string did_you_mean(std::string_view typed, std::span<const std::string_view> candidates) {
   const std::string word = lower_case(typed);  // "INFO" for "info"
   std::string_view best;
@@ -188,3 +182,24 @@ std::string did_you_mean(std::string_view typed, std::span<const std::string_vie
 }
 
 }  // namespace gpuqos::config::detail
+
+namespace gpuqos::config {
+namespace {
+
+constexpr std::size_t kMaxJobNameBytes = 63;  // what registration carries (ipc::kJobNameBytes, with its NUL)
+
+bool job_name_char(char c) { return detail::is_alnum(c) || c == '.' || c == '_' || c == '-'; }
+
+}  // namespace
+
+bool is_valid_job_name(std::string_view name) noexcept {
+  return !name.empty() && name.size() <= kMaxJobNameBytes && std::all_of(name.begin(), name.end(), job_name_char);
+}
+
+std::string as_job_name(std::string_view name) {
+  std::string job(name.substr(0, kMaxJobNameBytes));
+  std::replace_if(job.begin(), job.end(), [](char c) { return !job_name_char(c); }, '_');
+  return job.empty() ? std::string("job") : job;
+}
+
+}  // namespace gpuqos::config

@@ -133,8 +133,15 @@ void Daemon::on_first_record(Pending& pending, const std::vector<std::byte>& rec
 void Daemon::register_client(Pending& pending, const ipc::Hello& hello) {
   if (stopping_) return;
   const ClientId id = next_client_number_++;
-  const std::string job = hello.job_name;
   const ipc::PeerCredentials& peer = pending.peer;
+  // The shim sends only names of the job-name rule; another client may send any printable bytes,
+  // which the tables, the log and [[job]] entries cannot carry (a user test's 'sp ace=1,y="2"\\'
+  // ran into the status table's columns): made a job name as the shim would make it.
+  const std::string job = config::as_job_name(hello.job_name);
+  if (job != hello.job_name && may_warn_of_peer(ipc::monotonic_ns(), peer.uid)) {
+    spdlog::warn("pid {} uid {}: job name {:?} is not 1 to 63 of A-Z a-z 0-9 . _ -: registered as '{}'", peer.pid,
+                 peer.uid, std::string_view(hello.job_name), job);
+  }
   // The groups count only for a high claim: those of connect time, as the uid and gid are
   // (/proc/PID/status, read here, could be another process's by now: the pid of one that handed
   // its socket on and exited).

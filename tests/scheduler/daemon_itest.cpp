@@ -1721,5 +1721,23 @@ TEST(Gpuqosd, RunsWithAConfigFileAndTheCommandLineWins) {
   EXPECT_EQ(daemon.status()["daemon"]["policy"], "fifo");
 }
 
+// The shim sends only names of the job-name rule; a client of its own may send any printable bytes. A
+// user test's 'sp ace=1,y="2"\\' registered as it was and ran into the status table's columns: it is
+// made a job name as the shim would make it, and said.
+TEST(Daemon, AJobNameOutsideTheRuleIsRegisteredAsTheShimWouldMakeIt) {
+  DaemonProcess daemon;
+  FakeClient odd(daemon.socket(), Priority::low, "sp ace=1,y=\"2\"\\");
+  ASSERT_TRUE(eventually([&] { return daemon.status()["clients"].size() == 1; })) << daemon.log();
+  EXPECT_EQ(daemon.status()["clients"][0]["job"], "sp_ace_1_y__2__");
+  EXPECT_NE(daemon.log().find("job name \"sp ace=1,y=\\\"2\\\"\\\\\" is not 1 to 63 of A-Z a-z 0-9 . _ -: registered "
+                              "as 'sp_ace_1_y__2__'"),
+            std::string::npos)
+      << daemon.log();
+  FakeClient fine(daemon.socket(), Priority::low, "batch-7.a_b");
+  ASSERT_TRUE(eventually([&] { return daemon.status()["clients"].size() == 2; })) << daemon.log();
+  EXPECT_EQ(daemon.status()["clients"][1]["job"], "batch-7.a_b");
+  EXPECT_EQ(occurrences(daemon.log(), "is not 1 to 63"), 1u) << daemon.log();
+}
+
 }  // namespace
 }  // namespace gpuqos::testing
