@@ -108,14 +108,15 @@ std::vector<ClosedQuery> QueryTracker::posted(ClientId client, const ipc::OpDesc
   State& state = clients_[client];
   // When the program made the call (the shim's stamp), not when the daemon read it: a daemon that
   // reads late would otherwise see a query shorter than it was, or closed before it opened. A stamp
-  // in the future, or older than kMaxStampLagNs and before the client's previous op, is not of this
-  // clock (or not a stamp): the read time stands for it. One after the previous op was read late,
-  // however late (a stalled loop: timed by the read, the marks left in a ring measured the stall,
-  // and a 2-ms query came out 3 s long). Never before the client's previous op (threads may post a
-  // little out of order), so the profile's times stay in order.
-  const bool stamped =
-      op.posted_ns > 0 && op.posted_ns <= now_ns &&
-      (now_ns - op.posted_ns <= kMaxStampLagNs || (state.last_posted_ns > 0 && op.posted_ns >= state.last_posted_ns));
+  // in the future, or older than kMaxStampLagNs when read and than the client's previous op, is not
+  // of this clock (or not a stamp): the read time stands for it. One within the lag of the previous
+  // op was read late, however late (a stalled loop: timed by the read, the marks left in a ring
+  // measured the stall, and a 2-ms query came out 3 s long). Never before the client's previous op
+  // (threads may post a little out of order: an arrival stamped just before a worker's op, read
+  // after it), so the profile's times stay in order.
+  const bool stamped = op.posted_ns > 0 && op.posted_ns <= now_ns &&
+                       (now_ns - op.posted_ns <= kMaxStampLagNs ||
+                        (state.last_posted_ns > 0 && op.posted_ns >= state.last_posted_ns - kMaxStampLagNs));
   const std::int64_t at_ns = std::clamp(stamped ? op.posted_ns : now_ns, std::min(state.last_posted_ns, now_ns), now_ns);
   state.last_posted_ns = at_ns;
   switch (op.kind) {

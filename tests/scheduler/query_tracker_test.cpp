@@ -64,13 +64,18 @@ TEST(QueryTracker, OpsAreTimedByTheirStampNotByWhenTheDaemonReadThem) {
   ASSERT_EQ(closed.size(), 1u);
   EXPECT_EQ(closed[0].latency_ns(), 3 * kMs) << "1 to 4 ms, not 5 to 5";
   EXPECT_EQ(tracker.expected_query_ns(kServe), 3 * kMs);
-  // A stamp that cannot be this clock's (ahead of the daemon, or older than kMaxStampLagNs when
-  // read and before the client's previous op) counts as the read time; a stamp before the client's
-  // previous one as that one (threads post a little out of order), so the profile's times stay in
-  // order.
-  const std::int64_t read = 10 * kMs + QueryTracker::kMaxStampLagNs;
-  (void)tracker.posted(kServe, stamped(4, kMs / 2), read);
-  EXPECT_EQ(tracker.open_query(kServe)->opened_ns, read) << "older than the lag, and before the previous op";
+  // A stamp that cannot be this clock's (ahead of the daemon, or older than kMaxStampLagNs both when
+  // read and than the client's previous op: a client's first op, then every one of a clock an hour
+  // behind) counts as the read time; a stamp before the client's previous one as that one (threads
+  // post a little out of order), so the profile's times stay in order.
+  const std::int64_t read = 10 * kMs + 2 * QueryTracker::kMaxStampLagNs;
+  constexpr ClientId kBehind = 2;
+  (void)tracker.posted(kBehind, stamped(1, kMs), read);
+  EXPECT_EQ(tracker.open_query(kBehind)->opened_ns, read) << "its first op: older than the lag";
+  (void)tracker.posted(kBehind, stamped(2, 2 * kMs), read + kMs);
+  EXPECT_EQ(tracker.open_query(kBehind)->last_op_ns, read + kMs) << "older than the lag, and than its previous op";
+  (void)tracker.posted(kServe, stamped(4, read - kMs), read);
+  EXPECT_EQ(tracker.open_query(kServe)->opened_ns, read - kMs);
   (void)tracker.posted(kServe, stamped(5, read + kMs), read + 2 * kMs);
   EXPECT_EQ(tracker.open_query(kServe)->last_op_ns, read + kMs) << "a stamp within the lag";
   (void)tracker.posted(kServe, stamped(6, read + kMs / 2), read + 2 * kMs);
@@ -141,8 +146,6 @@ TEST(QueryTracker, SaysArrivalsOnlyAfterAnArrivalMark) {
   EXPECT_FALSE(tracker.says_arrivals(kServe)) << "forgotten with the client";
 }
 
-// A server that queues requests says when each arrived: the query it begins next is the oldest
-// waiting one, and counts from its arrival; the profile counts from its start.
 // A user test: gpuqosd stopped for 3 s (SIGSTOP; a starved loop is the same) read the marks left in
 // a job's ring long after they were stamped. Timed by the read, its 2-ms query came out 3 s long
 // (the begin kept its request's arrival), p99 2,986 ms, the job OVER its target for as long as it ran.
@@ -152,17 +155,20 @@ TEST(QueryTracker, MarksReadAfterAStallAreTimedByTheirStamps) {
   (void)tracker.posted(kServe, stamped(2, 1 * kMs, ipc::OpKind::query_begin), 1 * kMs);
   (void)tracker.posted(kServe, stamped(3, 3 * kMs, ipc::OpKind::query_end), 3 * kMs);
   const std::int64_t stall_ends = 100 * kMs + 3 * QueryTracker::kMaxStampLagNs;
-  (void)tracker.posted(kServe, arrived(4, 100 * kMs), stall_ends);
-  auto next = stamped(5, 100 * kMs, ipc::OpKind::query_begin);
+  (void)tracker.posted(kServe, stamped(30, 100 * kMs + 10), stall_ends);  // a worker's op, stamped after...
+  (void)tracker.posted(kServe, arrived(4, 100 * kMs), stall_ends);       // ...the arrival, but read before it
+  auto next = stamped(5, 100 * kMs + 20, ipc::OpKind::query_begin);
   next.arrived_ns = 100 * kMs;
   (void)tracker.posted(kServe, next, stall_ends);
   ASSERT_NE(tracker.open_query(kServe), nullptr);
-  EXPECT_EQ(tracker.open_query(kServe)->started_ns, 100 * kMs);
+  EXPECT_EQ(tracker.open_query(kServe)->started_ns, 100 * kMs + 20);
   const auto closed = tracker.posted(kServe, stamped(6, 102 * kMs, ipc::OpKind::query_end), stall_ends);
   ASSERT_EQ(closed.size(), 1u);
   EXPECT_EQ(closed[0].latency_ns(), 2 * kMs) << "its arrival to its end, not to when gpuqosd read the end";
 }
 
+// A server that queues requests says when each arrived: the query it begins next is the oldest
+// waiting one, and counts from its arrival; the profile counts from its start.
 TEST(QueryTracker, AQueryCountsFromItsRequestsArrival) {
   QueryTracker tracker;
   (void)tracker.posted(kServe, arrived(1, 1 * kMs), 1 * kMs);

@@ -30,7 +30,7 @@
 // Pure: times come in with each event, in the daemon's clock (CLOCK_MONOTONIC ns); the shim's
 // stamps are in the same clock. An op or mark is timed by its stamp (posted_ns: when the program
 // made the call), not by when the daemon read it, unless the stamp is ahead of the read, or more
-// than kMaxStampLagNs behind it and before the client's previous op (another clock's: a time
+// than kMaxStampLagNs behind both the read and the client's previous op (another clock's: a time
 // namespace); and never before the client's previous one.
 #pragma once
 
@@ -80,7 +80,7 @@ class QueryTracker {
   // How many of a job's latest arrivals keep the wait its own queue gave them (queue_waits).
   static constexpr std::size_t kQueueWaitWindow = 1024;
   // Ops and marks are timed by the shim's stamp (posted_ns) unless it is older than this when read
-  // and before the client's previous op.
+  // and than the client's previous op.
   static constexpr std::int64_t kMaxStampLagNs = 1'000'000'000;
 
   // Every op and mark a tracked (high-priority) client posts, in seq order.
