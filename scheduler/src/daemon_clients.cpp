@@ -226,6 +226,9 @@ void Daemon::drop_client(ClientId id, const std::string& reason, bool as_error) 
 }
 
 void Daemon::drain_and_release() {
+  // The figures scrapes in progress get while the endpoint stops (below): rendered now, with every
+  // client still counted (after, their grant counters would be gone: a counter reset to Prometheus).
+  publish_last_metrics();
   ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, listener_.get(), nullptr);
   if (listener_.valid()) unlink_own_socket();
   listener_.reset();
@@ -262,7 +265,7 @@ void Daemon::drain_and_release() {
   // a client that stopped waiting for the loop meanwhile (heartbeat) would take gpuqosd for stalled
   // (a user test: one peer that sent half a request made every job say "lost gpuqosd (no heartbeat)"
   // at a clean stop, and run unmanaged for 1.8 s).
-  stop_metrics(MetricsServer::kStopWaitNs);
+  stop_metrics(MetricsServer::kStopWaitNs, /*render_last=*/false);
   const bool unsaved = learner_->unsaved();
   const std::uint64_t saves = learner_->counts().saves;
   if (auto said = learner_->save(); said && learner_->counts().saves > saves) {

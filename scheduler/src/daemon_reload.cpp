@@ -157,8 +157,10 @@ void Daemon::reload_config() {
   for (const auto& [id, client] : clients_) {
     const ClientIdentity& who = client->identity();
     if (who.priority != ipc::Priority::high) continue;
-    const PriorityDecision now =
-        decide_priority(options_.config, who.job, ipc::Priority::high, who.peer, supplementary_groups(who.peer.pid));
+    // The groups as registration took them: the socket's, from connect time (/proc/PID could be
+    // unreadable, or another process's by now).
+    const PriorityDecision now = decide_priority(options_.config, who.job, ipc::Priority::high, who.peer,
+                                                 peer_groups(client->socket_fd(), who.peer.pid));
     if (now.effective == ipc::Priority::high) continue;
     if (++kept_high > kMaxKeptHighLines) continue;
     spdlog::warn("reload of {}: job '{}' pid {} uid {} runs high priority, which the new config would not give it "

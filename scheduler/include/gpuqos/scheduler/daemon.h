@@ -193,8 +193,11 @@ class Daemon {
   void start_metrics(std::int64_t now_ns);
   static constexpr std::int64_t kMetricsRetryNs = 5'000'000'000;
   // wait_ns: how long to let scrapes in progress finish (MetricsServer::stop): 0 on a reload, where
-  // the loop must not stall (the shims' heartbeat limit is 100 ms).
-  void stop_metrics(std::int64_t wait_ns);
+  // the loop must not stall (the shims' heartbeat limit is 100 ms). With a wait, the figures they get
+  // are rendered first unless render_last is false (published already: publish_last_metrics).
+  void stop_metrics(std::int64_t wait_ns, bool render_last = true);
+  // The figures as they are now, for the scrapes that come while the endpoint stops.
+  void publish_last_metrics();
 
   DaemonOptions options_;
   std::unique_ptr<Policy> policy_;
