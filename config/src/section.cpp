@@ -20,7 +20,13 @@ Section::Section(Diagnostics& diagnostics, const toml::table& table, std::string
 }
 
 std::string Section::key_path(std::string_view key) const {
-  return path_.empty() ? std::string(key) : path_ + "." + std::string(key);
+  // A key that is not bare is written as TOML writes it, quoted and escaped: its control characters
+  // must not reach a terminal or split a log line (a review found them raw in unknown-key errors).
+  const bool bare = !key.empty() && std::all_of(key.begin(), key.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+  });
+  const std::string shown = bare ? std::string(key) : quoted(key);
+  return path_.empty() ? shown : path_ + "." + shown;
 }
 
 namespace {

@@ -94,7 +94,17 @@ std::string quoted(std::string_view text) {
   // read as a second problem, and cut the status line short) or a terminal's escape sequences.
   constexpr std::size_t kMaxShown = 80;
   std::string out = "\"";
-  for (const char c : text.substr(0, kMaxShown)) {
+  const std::string_view shown = text.substr(0, kMaxShown);
+  for (std::size_t i = 0; i < shown.size(); ++i) {
+    const char c = shown[i];
+    // U+0080-U+009F (UTF-8 C2 80-9F): C1 controls, which terminals take for CSI and the like.
+    if (static_cast<unsigned char>(c) == 0xC2 && i + 1 < shown.size() &&
+        static_cast<unsigned char>(shown[i + 1]) >= 0x80 && static_cast<unsigned char>(shown[i + 1]) <= 0x9F) {
+      char escape[8];
+      std::snprintf(escape, sizeof escape, "\\u%04X", static_cast<unsigned>(static_cast<unsigned char>(shown[++i])));
+      out += escape;
+      continue;
+    }
     switch (c) {
       case '"': out += "\\\""; break;
       case '\\': out += "\\\\"; break;

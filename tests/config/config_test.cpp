@@ -454,6 +454,10 @@ const std::vector<BadCase>& bad_cases() {
       {"unknown_section", "[polcy]\nname = \"fifo\"\n",
        "t.toml:1:2: polcy: unknown section (did you mean \"policy\"?)"},
       {"unknown_top_level_key", "verbose = true\n", "t.toml:1:1: verbose: unknown key"},
+      // A review: a key's control characters went out raw (a terminal's escapes, a newline read as a
+      // second problem); a key that is not bare is shown as TOML writes it.
+      {"unknown_key_with_control_characters", "[access]\n\"x\\u001b]2;t\\u0007\\nfake\" = 1\n",
+       "t.toml:2:1: access.\"x\\u001B]2;t\\u0007\\nfake\": unknown key"},
       // A key appended at the end of a file lands in the last table (a user test: under [access]).
       {"key_under_the_wrong_header", "[access]\nhigh_priority_uids = [0]\ntimeslice_ms = 2.0\n",
        "t.toml:3:1: access.timeslice_ms: unknown key (a key of [policy.baymax]: a key belongs to the table whose "
@@ -646,6 +650,8 @@ const std::vector<BadCase>& bad_cases() {
       // `gpuqos status` cleared the screen, and the log read a second problem of its own.
       {"job_name_with_control_characters", "[[job]]\nname = \"a\\u001b]2;x\\u0007\\\"\\\\b\\nfake\"\n",
        "t.toml:2:8: job[0].name: must be 1 to 63 of A-Z a-z 0-9 . _ - (got \"a\\u001B]2;x\\u0007\\\"\\\\b\\nfake\")"},
+      {"job_name_with_a_c1_control", "[[job]]\nname = \"a\\u009B2J\\u00e9\"\n",  // CSI to many terminals; é is not
+       "t.toml:2:8: job[0].name: must be 1 to 63 of A-Z a-z 0-9 . _ - (got \"a\\u009B2J\xc3\xa9\")"},
       {"job_name_too_long", "[[job]]\nname = \"" + repeat('j', 64) + "\"\n",
        "t.toml:2:8: job[0].name: must be 1 to 63 of A-Z a-z 0-9 . _ - (got \"" + repeat('j', 64) + "\")"},
       {"duplicate_job", "[[job]]\nname = \"a\"\n[[job]]\nname = \"b\"\n[[job]]\n  name = \"a\"\n",

@@ -35,7 +35,8 @@
  * signal handler (they take a lock). Without libgpuqos.so in the process all four calls are no-ops
  * (one failed symbol lookup, cached); with it they post a mark to the daemon and return without
  * waiting for the daemon (at most for another thread of the process posting at the same moment);
- * gpuqos_query_dropped() posts none (gpuqosd forgets the request at the next begin).
+ * gpuqos_query_dropped() posts none: gpuqosd forgets the request at the next begin, and until then
+ * counts it as waiting (best-effort work may be held for it until its deadline has passed).
  */
 #ifndef GPUQOS_QUERY_H
 #define GPUQOS_QUERY_H
@@ -44,6 +45,10 @@
 #define _GNU_SOURCE /* RTLD_DEFAULT */
 #endif
 #include <dlfcn.h>
+#ifndef RTLD_DEFAULT /* glibc before 2.34 declares it only for _GNU_SOURCE, which a libc header included
+                        earlier may have settled without it: glibc's own value */
+#define RTLD_DEFAULT ((void*)0)
+#endif
 
 #ifdef __cplusplus
 extern "C" {

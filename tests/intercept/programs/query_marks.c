@@ -1,7 +1,7 @@
 /* gpuqos/query.h as a C program includes it, built with strict warnings as errors (programs.cmake);
  * run without the shim, the four marks are no-ops. */
+#include <stdio.h>  /* first: query.h must not depend on being included before libc */
 #include <gpuqos/query.h>
-#include <stdio.h>
 
 int main(void) {
   gpuqos_query_arrived();

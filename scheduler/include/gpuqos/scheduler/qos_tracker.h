@@ -127,7 +127,6 @@ struct GrantCounters {
   GrantCounters& operator+=(const GrantCounters& other);
 };
 
-// One job as status and metrics show it. Latencies in ns; 0 while it has no query.
 // What a job's query latencies run from, in the order a job can move through them (a job that
 // begins to mark its queries, then to say its requests' arrivals). All end at the query's end: the
 // synchronisation that drains it, or gpuqos_query_end() for a job that marks its queries.
@@ -139,6 +138,7 @@ enum class LatencyFrom : std::uint8_t {
 // "first_op", "begin" or "arrival": the status's `latency_from`.
 const char* latency_from_name(LatencyFrom from);
 
+// One job as status and metrics show it. Latencies in ns; 0 while it has no query.
 struct JobQosSnapshot {
   std::string job;
   ipc::Priority priority = ipc::Priority::low;  // high while any connected process of it is
