@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
 #include <utility>
 
 namespace gpuqos::intercept {
@@ -25,9 +26,28 @@ constexpr std::array<std::pair<std::string_view, LogLevel>, 9> kLogLevels = {
 constexpr std::string_view kRunsAsLow = "this job runs as low priority";
 constexpr std::string_view kRunsUnmanaged = "this job runs unmanaged (no gpuqosd is asked)";
 
+// `value` as the warning shows it: quotes, backslashes and control characters escaped, so one
+// value is one line on the job's stderr (a user test's GPUQOS_JOB=$'a\nb' split it in two).
+std::string shown(std::string_view value) {
+  std::string out;
+  for (const char c : value) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      char escape[8];
+      std::snprintf(escape, sizeof escape, "\\x%02X", static_cast<unsigned>(static_cast<unsigned char>(c)));
+      out += escape;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 std::string problem(std::string_view variable, std::string_view value, std::string_view allowed,
                     std::string_view consequence = kRunsAsLow) {
-  return std::string(variable) + "=\"" + std::string(value) + "\" is not valid (allowed: " + std::string(allowed) +
+  return std::string(variable) + "=\"" + shown(value) + "\" is not valid (allowed: " + std::string(allowed) +
          "); " + std::string(consequence);
 }
 

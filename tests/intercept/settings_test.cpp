@@ -169,6 +169,11 @@ TEST(Settings, AnInvalidJobNameIsMadeOneAndKeepsThePriorityClaim) {
   EXPECT_EQ(long_name.settings.priority, Priority::high);
   EXPECT_EQ(long_name.notes.size(), 1u);
   EXPECT_TRUE(is_valid_job_name(parse({{"GPUQOS_JOB", "\x01\xff"}}).settings.job));
+  // A user test: GPUQOS_JOB=$'a\nb' split the warning over two lines of the job's stderr.
+  const ParsedSettings split = parse({{"GPUQOS_JOB", "a\nb\"\\\x1b"}});
+  ASSERT_EQ(split.notes.size(), 1u);
+  EXPECT_EQ(split.notes[0].find('\n'), std::string::npos) << split.notes[0];
+  EXPECT_EQ(split.notes[0].rfind("GPUQOS_JOB=\"a\\x0Ab\\\"\\\\\\x1B\" is not valid", 0), 0u) << split.notes[0];
 }
 
 TEST(Settings, TheDefaultJobIsMadeAValidName) {
