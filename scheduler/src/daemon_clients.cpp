@@ -265,7 +265,7 @@ void Daemon::drain_and_release() {
   // a client that stopped waiting for the loop meanwhile (heartbeat) would take gpuqosd for stalled
   // (a user test: one peer that sent half a request made every job say "lost gpuqosd (no heartbeat)"
   // at a clean stop, and run unmanaged for 1.8 s).
-  stop_metrics(MetricsServer::kStopWaitNs, /*render_last=*/false);
+  stop_metrics(MetricsServer::kStopWaitNs);
   const bool unsaved = learner_->unsaved();
   const std::uint64_t saves = learner_->counts().saves;
   if (auto said = learner_->save(); said && learner_->counts().saves > saves) {

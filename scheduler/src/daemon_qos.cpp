@@ -174,11 +174,8 @@ void Daemon::publish_last_metrics() {
   if (metrics_) metrics_->publish(render_metrics(status_snapshot()), ipc::monotonic_ns());
 }
 
-void Daemon::stop_metrics(std::int64_t wait_ns, bool render_last) {
+void Daemon::stop_metrics(std::int64_t wait_ns) {
   if (!metrics_) return;
-  // Scrapes in progress while it stops get the last figures: this loop, which renders them, is
-  // the one waiting.
-  if (wait_ns > 0 && render_last) publish_last_metrics();
   metrics_->stop(wait_ns);
   metrics_.reset();
   spdlog::info("metrics: stopped serving {}", config::to_string(metrics_address_));

@@ -193,9 +193,10 @@ class Daemon {
   void start_metrics(std::int64_t now_ns);
   static constexpr std::int64_t kMetricsRetryNs = 5'000'000'000;
   // wait_ns: how long to let scrapes in progress finish (MetricsServer::stop): 0 on a reload, where
-  // the loop must not stall (the shims' heartbeat limit is 100 ms). With a wait, the figures they get
-  // are rendered first unless render_last is false (published already: publish_last_metrics).
-  void stop_metrics(std::int64_t wait_ns, bool render_last = true);
+  // the loop must not stall (the shims' heartbeat limit is 100 ms). The scrapes a wait lets finish
+  // get the figures published last (drain_and_release publishes them first: publish_last_metrics;
+  // this loop, which renders them, is the one waiting).
+  void stop_metrics(std::int64_t wait_ns);
   // The figures as they are now, for the scrapes that come while the endpoint stops.
   void publish_last_metrics();
 
