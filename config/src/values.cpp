@@ -94,15 +94,18 @@ std::string quoted(std::string_view text) {
   // read as a second problem, and cut the status line short) or a terminal's escape sequences.
   constexpr std::size_t kMaxShown = 80;
   std::string out = "\"";
+  const auto escape = [&out](unsigned char code) {
+    char escaped[8];
+    std::snprintf(escaped, sizeof escaped, "\\u%04X", static_cast<unsigned>(code));
+    out += escaped;
+  };
   const std::string_view shown = text.substr(0, kMaxShown);
   for (std::size_t i = 0; i < shown.size(); ++i) {
     const char c = shown[i];
     // U+0080-U+009F (UTF-8 C2 80-9F): C1 controls, which terminals take for CSI and the like.
     if (static_cast<unsigned char>(c) == 0xC2 && i + 1 < shown.size() &&
         static_cast<unsigned char>(shown[i + 1]) >= 0x80 && static_cast<unsigned char>(shown[i + 1]) <= 0x9F) {
-      char escape[8];
-      std::snprintf(escape, sizeof escape, "\\u%04X", static_cast<unsigned>(static_cast<unsigned char>(shown[++i])));
-      out += escape;
+      escape(static_cast<unsigned char>(shown[++i]));
       continue;
     }
     switch (c) {
@@ -113,9 +116,7 @@ std::string quoted(std::string_view text) {
       case '\r': out += "\\r"; break;
       default:
         if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
-          char escape[8];
-          std::snprintf(escape, sizeof escape, "\\u%04X", static_cast<unsigned>(static_cast<unsigned char>(c)));
-          out += escape;
+          escape(static_cast<unsigned char>(c));
         } else {
           out += c;
         }
@@ -173,6 +174,12 @@ std::optional<double> parse_percentile(std::string_view text) {
   return value;
 }
 
+bool is_valid_job_name(std::string_view name) noexcept {
+  constexpr std::size_t kMaxJobNameBytes = 63;  // what registration carries (ipc::kJobNameBytes, with its NUL)
+  return !name.empty() && name.size() <= kMaxJobNameBytes &&
+         all_of_chars(name, [](char c) { return is_alnum(c) || c == '.' || c == '_' || c == '-'; });
+}
+
 std::string did_you_mean(std::string_view typed, std::span<const std::string_view> candidates) {
   const std::string word = lower_case(typed);  // "INFO" for "info"
   std::string_view best;
@@ -192,24 +199,3 @@ std::string did_you_mean(std::string_view typed, std::span<const std::string_vie
 }
 
 }  // namespace gpuqos::config::detail
-
-namespace gpuqos::config {
-namespace {
-
-constexpr std::size_t kMaxJobNameBytes = 63;  // what registration carries (ipc::kJobNameBytes, with its NUL)
-
-bool job_name_char(char c) { return detail::is_alnum(c) || c == '.' || c == '_' || c == '-'; }
-
-}  // namespace
-
-bool is_valid_job_name(std::string_view name) noexcept {
-  return !name.empty() && name.size() <= kMaxJobNameBytes && std::all_of(name.begin(), name.end(), job_name_char);
-}
-
-std::string as_job_name(std::string_view name) {
-  std::string job(name.substr(0, kMaxJobNameBytes));
-  std::replace_if(job.begin(), job.end(), [](char c) { return !job_name_char(c); }, '_');
-  return job.empty() ? std::string("job") : job;
-}
-
-}  // namespace gpuqos::config

@@ -31,6 +31,9 @@ std::optional<std::string> parse_listen_address(std::string_view text, ListenAdd
 // "99", "99.9", "p99", "P99.9" as a number (range not checked).
 std::optional<double> parse_percentile(std::string_view text);
 
+// 1 to 63 of A-Z a-z 0-9 . _ -: the rule intercept applies to GPUQOS_JOB.
+bool is_valid_job_name(std::string_view name) noexcept;
+
 // `text` without the spaces, tabs and carriage returns at either end.
 std::string_view trim(std::string_view text);
 

@@ -96,8 +96,11 @@ RecordKind record_kind(Record record) noexcept {
 }
 
 std::string sanitize_job_name(std::string_view name) {
+  const auto job_char = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+  };
   std::string clean(name.substr(0, kJobNameBytes - 1));
-  std::replace_if(clean.begin(), clean.end(), [](char c) { return !printable(c); }, '_');
+  std::replace_if(clean.begin(), clean.end(), [&](char c) { return !job_char(c); }, '_');
   return clean.empty() ? std::string("job") : clean;
 }
 

@@ -137,7 +137,7 @@ void Daemon::register_client(Pending& pending, const ipc::Hello& hello) {
   // The shim sends only names of the job-name rule; another client may send any printable bytes,
   // which the tables, the log and [[job]] entries cannot carry (a user test's 'sp ace=1,y="2"\\'
   // ran into the status table's columns): made a job name as the shim would make it.
-  const std::string job = config::as_job_name(hello.job_name);
+  const std::string job = ipc::sanitize_job_name(hello.job_name);
   if (job != hello.job_name && may_warn_of_peer(ipc::monotonic_ns(), peer.uid)) {
     spdlog::warn("pid {} uid {}: job name {:?} is not 1 to 63 of A-Z a-z 0-9 . _ -: registered as '{}'", peer.pid,
                  peer.uid, std::string_view(hello.job_name), job);

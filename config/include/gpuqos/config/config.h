@@ -145,12 +145,6 @@ Config default_config();
 // The job called `name`, or nullptr when the config does not list it.
 const JobConfig* find_job(const Config& config, std::string_view name) noexcept;
 
-// 1 to 63 of A-Z a-z 0-9 . _ -: the rule intercept applies to GPUQOS_JOB, and [[job]] names.
-bool is_valid_job_name(std::string_view name) noexcept;
-// `name` as a job name: other bytes become '_', cut to 63 bytes, "job" if empty (as the shim makes
-// GPUQOS_JOB one).
-std::string as_job_name(std::string_view name);
-
 // " (did you mean \"bert-infer\"?)" when a listed job's name is within a small edit distance of
 // `name`, else "": for a job that registers under a name the config does not list.
 std::string did_you_mean_job(const Config& config, std::string_view name);

@@ -256,7 +256,8 @@ Status set_managed_uuids(HelloReply& reply, std::span<const std::string> prefixe
 // The reply's managed_uuids (empty from a daemon older than 1.8).
 std::vector<std::string> managed_uuids(const HelloReply& reply);
 
-// Turns any string into a valid job name: bad bytes become '_', cut to 63 bytes, "job" if empty.
+// Turns any string into a job name of the rule GPUQOS_JOB and [[job]] names follow (A-Z a-z 0-9 . _ -):
+// other bytes become '_', cut to 63 bytes, "job" if empty. gpuqosd applies it to every Hello's name.
 std::string sanitize_job_name(std::string_view name);
 
 std::vector<std::byte> encode(const Hello& hello);
