@@ -605,14 +605,15 @@ void BaymaxPolicy::charge_share(ClientState& state, std::uint32_t device, std::i
 
 bool BaymaxPolicy::is_transfer(const ipc::OpDescriptor& op) {
   const auto engine = engine_of(op);
-  return engine && *engine != Engine::compute;
+  return engine == Engine::h2d || engine == Engine::d2h;
 }
 
 bool BaymaxPolicy::has_transfer_work(ClientId client, const ClientState& state, std::uint32_t device) const {
   const auto queued = state.transfers_queued.find(device);
   if (queued != state.transfers_queued.end() && queued->second > 0) return true;
   for (auto it = in_flight_.lower_bound({client, 0}); it != in_flight_.end() && it->first.first == client; ++it) {
-    if (it->second.device == device && it->second.engine != Engine::compute) return true;
+    if (it->second.device == device && (it->second.engine == Engine::h2d || it->second.engine == Engine::d2h))
+      return true;
   }
   return false;
 }
@@ -718,8 +719,11 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
       return Hold::engine;
     }
   } else {
+    // Transfers between host and device are rationed; device-local work (memsets, copies within
+    // device memory) is not, but like a transfer it waits for a high-priority op on its engine.
     const std::uint32_t copies = state_at(Engine::h2d).be_ops + state_at(Engine::d2h).be_ops;
-    if (options_.baymax.max_be_transfers != 0 && copies >= options_.baymax.max_be_transfers) return Hold::engine;
+    if (is_transfer(op) && options_.baymax.max_be_transfers != 0 && copies >= options_.baymax.max_be_transfers)
+      return Hold::engine;
     if (here.hp_ops > 0) return Hold::engine;
   }
   // Each query to protect: its deadline, the time its job still needs for it (its own posted work

@@ -8,6 +8,7 @@ const char* engine_name(Engine engine) {
     case Engine::compute: return "compute";
     case Engine::h2d: return "h2d";
     case Engine::d2h: return "d2h";
+    case Engine::local: return "local";
   }
   return "?";
 }
@@ -15,12 +16,12 @@ const char* engine_name(Engine engine) {
 std::optional<Engine> engine_of(const ipc::OpDescriptor& op) {
   switch (op.kind) {
     case ipc::OpKind::kernel:
-    case ipc::OpKind::graph:
-    case ipc::OpKind::memset: return Engine::compute;
+    case ipc::OpKind::graph: return Engine::compute;
+    case ipc::OpKind::memset: return Engine::local;
     case ipc::OpKind::copy:
       if (op.direction == ipc::CopyDirection::h2d) return Engine::h2d;
       if (op.direction == ipc::CopyDirection::d2h) return Engine::d2h;
-      return Engine::compute;  // d2d
+      return Engine::local;  // d2d
     default: return std::nullopt;
   }
 }

@@ -317,7 +317,7 @@ TEST(Pipeline, AHostileClientIsDisconnectedAndTheRealClientIsUnaffected) {
   EXPECT_EQ(program.wait(kFinish), 0) << program.output();
 }
 
-// Completed ops on device 0's `engine` ("h2d", "d2h", "compute"), from gpuqosd's status.
+// Completed ops on device 0's `engine` ("compute", "h2d", "d2h", "local"), from gpuqosd's status.
 std::uint64_t engine_completed(PipelineRig& rig, const std::string& engine) {
   const json status = rig.gpuqosd().status();
   for (const json& load : status["backlog"]) {

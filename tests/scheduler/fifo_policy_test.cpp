@@ -107,10 +107,18 @@ TEST(FifoPolicy, CompletionsUpdateTheBacklogPerEngine) {
   (void)fifo.op_posted({1, Priority::low, copy(2, ipc::CopyDirection::h2d, 10'000'000), clock.next()});
   (void)fifo.op_posted({1, Priority::low, copy(3, ipc::CopyDirection::d2h, 20'000), clock.next()});
   (void)fifo.op_posted({1, Priority::low, sync(4), clock.next()});
+  // Work within device memory runs on the copy engines, beside the kernels.
+  (void)fifo.op_posted({1, Priority::low, copy(5, ipc::CopyDirection::d2d, 10'000), clock.next()});
+  ipc::OpDescriptor memset = copy(6, ipc::CopyDirection::memset, 10'000);
+  memset.kind = ipc::OpKind::memset;
+  memset.host_memory = ipc::HostMemory::none;
+  (void)fifo.op_posted({1, Priority::low, memset, clock.next()});
   const auto& backlog = fifo.backlog();
   EXPECT_EQ(backlog.load(0, Engine::compute).backlog_ns, 100'000);
+  EXPECT_EQ(backlog.load(0, Engine::compute).outstanding_ops, 1u) << "the kernel alone";
   EXPECT_EQ(backlog.load(0, Engine::h2d).backlog_ns, 5'000 + 1'000'000);
   EXPECT_EQ(backlog.load(0, Engine::d2h).outstanding_ops, 1u);
+  EXPECT_EQ(backlog.load(0, Engine::local).outstanding_ops, 2u) << "the device-to-device copy and the memset";
   (void)fifo.op_completed({1, done(2, 100, 900'100), clock.next()});
   EXPECT_EQ(backlog.load(0, Engine::h2d).outstanding_ops, 0u);
   EXPECT_EQ(backlog.load(0, Engine::h2d).backlog_ns, 0);
@@ -118,7 +126,7 @@ TEST(FifoPolicy, CompletionsUpdateTheBacklogPerEngine) {
   EXPECT_EQ(backlog.load(0, Engine::h2d).completed_device_ns, 900'000);
   (void)fifo.op_completed({1, done(2, 100, 900'100), clock.next()});
   EXPECT_EQ(backlog.load(0, Engine::h2d).completed_ops, 1u) << "a duplicate completion is ignored";
-  EXPECT_EQ(backlog.loads().size(), 3u);
+  EXPECT_EQ(backlog.loads().size(), 4u) << "compute, h2d, d2h, local";
 }
 
 TEST(FifoPolicy, SyncOpsTakeNoSlot) {

@@ -1,8 +1,8 @@
 // baymax: best-effort work is granted only when it cannot make a high-priority query miss its
 // deadline (Baymax, ASPLOS '16, behind gpuqos's policy interface).
 //
-// State, per device and engine (compute, h2d, d2h): the predicted time at which the best-effort
-// work already granted will be done (`be_until`), pushed out by each grant (by the predictor's
+// State, per device and engine (compute, h2d, d2h, local): the predicted time at which the
+// best-effort work already granted will be done (`be_until`), pushed out by each grant (by the predictor's
 // upper estimate of the op) and pulled back by each completion (its end, plus what is still
 // outstanding). High-priority ops are never held; they are accounted per client (their predicted
 // device time) and their queries are tracked by QueryTracker (inferred from sync marks or marked
@@ -10,7 +10,7 @@
 // when that was) plus its job's target.
 //
 // The decision for the head op of a best-effort client, on engine e of device d, predicted p:
-// - compute (kernels, graphs, memsets, device-to-device copies): if best-effort work is already
+// - compute (kernels, graphs): if best-effort work is already
 //   outstanding, backlog(e) + p must stay within the bound (a query arriving later waits at most
 //   that long); a lone op is let through whatever its length, or a long kernel would never run,
 //   but on a device that does not preempt kernels it is rationed (the long-op budget, below). On a
@@ -27,8 +27,11 @@
 //   nothing (so one op always goes: none would be stuck for ever); a head held by it closes
 //   the device's compute engine to the jobs behind it; and a best-effort job alone with work on the
 //   device (no other one with work or waiting for some) is then free of its streams' bound;
-// - copies: at most max_be_transfers best-effort copies in flight on the device, and none while a
-//   high-priority copy is in flight in the same direction;
+// - copies: at most max_be_transfers best-effort copies between host and device in flight on the
+//   device, and none while a high-priority copy is in flight in the same direction;
+// - device-local work (memsets, copies within device memory: engine local, which a GPU's copy
+//   engines run beside the kernels and their time slices): none while a high-priority op is in
+//   flight there; it is neither its job's compute work nor a transfer;
 // - every open query on d with a target, in earliest-deadline-first order, must still make it:
 //   now + need_k + max(0, backlog(e) + p - unblocked_k) + margin <= deadline_k, where need_k is
 //   the query's expected remaining time (QueryTracker's profile) plus the predicted outstanding

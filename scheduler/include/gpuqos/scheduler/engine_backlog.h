@@ -16,8 +16,10 @@
 
 namespace gpuqos::scheduler {
 
-enum class Engine : std::uint8_t { compute = 0, h2d, d2h };
-inline constexpr std::size_t kEngineCount = 3;
+// compute: kernels and graphs; h2d and d2h: copies between host and device; local: memsets and
+// copies within device memory, which a GPU's copy engines (and simgpu) run beside the kernels.
+enum class Engine : std::uint8_t { compute = 0, h2d, d2h, local };
+inline constexpr std::size_t kEngineCount = 4;
 const char* engine_name(Engine engine);
 
 // The engine an op occupies; none for sync and query marks (they occupy nothing).
