@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <sstream>
 
@@ -52,7 +53,13 @@ int exec_managed(const RunOptions& options, const std::optional<std::filesystem:
   argv.push_back(nullptr);
   ::execvp(argv[0], argv.data());
   const int error = errno;
-  std::cerr << "gpuqos run: cannot run " << options.command.front() << ": " << std::strerror(error) << "\n";
+  const std::string& program = options.command.front();
+  // exec says EACCES of a directory; a shell says what it is.
+  std::error_code ignored;
+  const bool directory = error == EACCES && program.find('/') != std::string::npos &&
+                         std::filesystem::is_directory(program, ignored);
+  std::cerr << "gpuqos run: cannot run " << program << ": " << (directory ? "it is a directory" : std::strerror(error))
+            << "\n";
   return error == ENOENT ? 127 : 126;
 }
 

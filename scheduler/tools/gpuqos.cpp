@@ -156,7 +156,8 @@ std::optional<std::filesystem::path> find_shim() {
 
 // What CLI11 says too vaguely, said plainly: a command that is not one (it says a subcommand is
 // required; a command missing a required option of its own gets CLI11's message, which names it),
-// a run command not behind "--" (it says an argument was not expected). "" otherwise.
+// a run command not behind "--" (it says an argument was not expected), an option given twice (it
+// says "At Most 1 required"). "" otherwise.
 // `reversed_args` is what the parser got (reversed).
 std::string usage_problem(const CLI::App& app, const CLI::ParseError& error, const std::vector<std::string>& reversed_args,
                           const CLI::App& run) {
@@ -169,6 +170,17 @@ std::string usage_problem(const CLI::App& app, const CLI::ParseError& error, con
              "' (run's options: --priority, --job, --socket; the command goes after --)";
     }
     return "gpuqos run: the command goes after --: gpuqos run [options] -- CMD ARGS...";
+  }
+  // An option given twice (`--job a --job b`): CLI11 says "--job: At Most 1 required but received 2".
+  if (dynamic_cast<const CLI::ArgumentMismatch*>(&error) != nullptr) {
+    const std::string what = error.what();
+    const auto colon = what.find(": At Most 1 required");
+    if (colon == std::string::npos || !what.starts_with("--")) return "";
+    std::string program = "gpuqos";
+    for (const CLI::App* command : app.get_subcommands({})) {
+      if (command->parsed()) program += " " + command->get_name();
+    }
+    return program + ": " + what.substr(0, colon) + " is given more than once: give it once";
   }
   if (dynamic_cast<const CLI::RequiredError*>(&error) == nullptr) return "";
   std::string known;

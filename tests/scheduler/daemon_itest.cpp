@@ -1528,6 +1528,11 @@ TEST(Cli, BadArgumentsExitWith2) {
   }
   ChildProcess missing({bin("gpuqos"), "run", "--", "/no/such/program"}, {}, dir.path() / "out");
   EXPECT_EQ(missing.wait(5s), 127);
+  // A user test: a directory was said to be "Permission denied", which is what exec says of it.
+  ChildProcess directory({bin("gpuqos"), "run", "--", dir.path().string()}, {}, dir.path() / "dir.out");
+  EXPECT_EQ(directory.wait(5s), 126);
+  EXPECT_NE(directory.output().find("cannot run " + dir.path().string() + ": it is a directory"), std::string::npos)
+      << directory.output();
 }
 
 TEST(Cli, VersionIsTheBuildsAndItsProtocol) {
@@ -1555,7 +1560,10 @@ TEST(Cli, UsageMistakesAreSaidPlainly) {
            {{"run", "--prio", "high", "--", "true"}, "gpuqos run: unknown option '--prio' (run's options:"},
            {{"run", "--priorty=high", "--", "true"}, "gpuqos run: unknown option '--priorty' (run's options:"},
            {{"run", "--socket", "", "--", "true"}, "gpuqos run: --socket '': must name a socket"},
-           {{"run", "ls", "-l"}, "gpuqos run: the command goes after --: gpuqos run [options] -- CMD"}}) {
+           {{"run", "ls", "-l"}, "gpuqos run: the command goes after --: gpuqos run [options] -- CMD"},
+           // A user test: CLI11 said "--job: At Most 1 required but received 2".
+           {{"run", "--job", "a", "--job", "b", "--", "true"}, "gpuqos run: --job is given more than once: give it once"},
+           {{"status", "--socket", "a", "--socket", "b"}, "gpuqos status: --socket is given more than once"}}) {
     std::vector<std::string> argv = {bin("gpuqos")};
     argv.insert(argv.end(), args.begin(), args.end());
     ChildProcess cli(argv, {}, dir.path() / "out");
