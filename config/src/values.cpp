@@ -41,10 +41,24 @@ std::optional<std::string> check_host(std::string_view host) {
   unsigned char address[16];
   if (host.empty()) return "the host is missing (use 0.0.0.0 for every interface)";
   if (host.front() == '[') {
-    const std::string inside(host.substr(1, host.size() - 2));
-    if (host.back() != ']' || ::inet_pton(AF_INET6, inside.c_str(), address) != 1) return "bad IPv6 address";
+    if (host.size() < 2 || host.back() != ']') return "bad IPv6 address";
+    // A zone (the interface of a scoped address) after '%': [fe80::1%eth0].
+    const std::string_view inside = host.substr(1, host.size() - 2);
+    const std::size_t percent = inside.find('%');
+    const std::string bare(inside.substr(0, percent));
+    if (::inet_pton(AF_INET6, bare.c_str(), address) != 1) return "bad IPv6 address";
+    const bool link_local = address[0] == 0xfe && (address[1] & 0xc0) == 0x80;  // fe80::/10
+    if (percent == std::string_view::npos) {
+      if (link_local) return "a link-local address needs its interface, like \"[" + bare + "%eth0]:9400\"";
+      return std::nullopt;
+    }
+    const std::string_view zone = inside.substr(percent + 1);
+    const auto is_zone_char = [](char c) { return is_host_char(c) || c == '_'; };  // an interface name, or its index
+    if (zone.empty() || zone.size() > 15 || !all_of_chars(zone, is_zone_char)) return "bad interface after '%'";
+    if (!link_local) return "only a link-local address (fe80::/10) takes an interface after '%'";
     return std::nullopt;
   }
+  if (host.find(':') != std::string_view::npos) return "an IPv6 address goes in brackets, like \"[::1]:9400\"";
   if (all_of_chars(host, is_ipv4_char)) {
     if (::inet_pton(AF_INET, std::string(host).c_str(), address) != 1) return "bad IPv4 address";
     return std::nullopt;

@@ -156,6 +156,9 @@ TEST(ConfigLoad, ChunkSizesAndListenAddresses) {
   EXPECT_EQ(parse_ok("[daemon]\nmetrics_listen = \"gpu-node.local:80\"").daemon.metrics_listen,
             (ListenAddress{"gpu-node.local", 80}));
   EXPECT_FALSE(parse_ok("[daemon]\nmetrics_listen = \"\"").daemon.metrics_listen.enabled());
+  const ListenAddress scoped = parse_ok("[daemon]\nmetrics_listen = \"[fe80::1%lo]:9400\"").daemon.metrics_listen;
+  EXPECT_EQ(scoped, (ListenAddress{"fe80::1%lo", 9400}));
+  EXPECT_EQ(to_string(scoped), "[fe80::1%lo]:9400");
 }
 
 TEST(ConfigLoad, ExampleFileLoads) {
@@ -610,6 +613,18 @@ const std::vector<BadCase>& bad_cases() {
        "t.toml:2:18: daemon.metrics_listen: the host is missing (use 0.0.0.0 for every interface) (got \":9400\")"},
       {"listen_bad_ipv6", "[daemon]\nmetrics_listen = \"[::g]:9400\"\n",
        "t.toml:2:18: daemon.metrics_listen: bad IPv6 address (got \"[::g]:9400\")"},
+      // A user test: "::1:9400" was a "bad host name", and "[fe80::1]:9400" passed the check but not
+      // the bind (a link-local address is an interface's).
+      {"listen_ipv6_without_brackets", "[daemon]\nmetrics_listen = \"::1:9400\"\n",
+       "t.toml:2:18: daemon.metrics_listen: an IPv6 address goes in brackets, like \"[::1]:9400\" (got \"::1:9400\")"},
+      {"listen_link_local_without_interface", "[daemon]\nmetrics_listen = \"[fe80::1]:9400\"\n",
+       "t.toml:2:18: daemon.metrics_listen: a link-local address needs its interface, like \"[fe80::1%eth0]:9400\" "
+       "(got \"[fe80::1]:9400\")"},
+      {"listen_interface_of_a_global_address", "[daemon]\nmetrics_listen = \"[2001:db8::1%eth0]:9400\"\n",
+       "t.toml:2:18: daemon.metrics_listen: only a link-local address (fe80::/10) takes an interface after '%' "
+       "(got \"[2001:db8::1%eth0]:9400\")"},
+      {"listen_empty_interface", "[daemon]\nmetrics_listen = \"[fe80::1%]:9400\"\n",
+       "t.toml:2:18: daemon.metrics_listen: bad interface after '%' (got \"[fe80::1%]:9400\")"},
       {"listen_ipv6_without_port", "[daemon]\nmetrics_listen = \"[::1]\"\n",
        "t.toml:2:18: daemon.metrics_listen: must be host:port, like \"127.0.0.1:9400\", or \"\" (off) (got \"[::1]\")"},
       {"negative_save_interval", "[daemon]\nprofile_save_interval_s = -5\n",
