@@ -515,6 +515,10 @@ DaemonStatus Daemon::status_snapshot() const {
   status.policy = std::string(policy_->name());
   status.socket = options_.socket_path;
   if (!options_.config_path.empty()) status.config = config_status_;
+  if (const config::ListenAddress& wanted = options_.config.daemon.metrics_listen; wanted.enabled() || metrics_) {
+    status.metrics = MetricsStatus{config::to_string(wanted), metrics_ ? config::to_string(metrics_address_) : "",
+                                   metrics_error_, kMetricsRetryNs / 1'000'000'000};
+  }
   status.backlog = policy_->backlog().loads();
   for (const DeviceTable::Device& device : devices_.devices()) {
     const BaymaxOptions& settings = numbered_policy_.baymax;

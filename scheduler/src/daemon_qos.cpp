@@ -132,6 +132,7 @@ void Daemon::start_metrics(std::int64_t now_ns) {
     stop_metrics(/*wait_ns=*/0);
     metrics_address_ = wanted;
     metrics_failed_ = {};
+    metrics_error_.clear();
     return;
   }
   auto server = MetricsServer::start(wanted);
@@ -153,6 +154,7 @@ void Daemon::start_metrics(std::int64_t now_ns) {
   if (!server) {
     // Retried, quietly after the first time: the port may be freed (a restart racing the old one).
     metrics_retry_ns_ = now_ns + kMetricsRetryNs;
+    metrics_error_ = server.error();
     if (metrics_failed_ != wanted) {
       metrics_failed_ = wanted;
       spdlog::error("metrics: {}; {} (trying again every {} s)", server.error(),
@@ -167,6 +169,7 @@ void Daemon::start_metrics(std::int64_t now_ns) {
   metrics_ = std::move(server.value());
   metrics_address_ = wanted;
   metrics_failed_ = {};
+  metrics_error_.clear();
   spdlog::info("metrics: serving http://{}/metrics", config::to_string(metrics_address_));
 }
 

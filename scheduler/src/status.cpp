@@ -162,6 +162,13 @@ nlohmann::json to_json(const DaemonStatus& status) {
                                 {"last_reload_error", status.config->last_reload_error},
                                 {"needs_restart", status.config->needs_restart}};
   }
+  if (status.metrics) {
+    const auto text_or_null = [](const std::string& text) { return text.empty() ? nlohmann::json() : nlohmann::json(text); };
+    json["daemon"]["metrics"] = {{"listen", text_or_null(status.metrics->listen)},
+                                 {"serving", text_or_null(status.metrics->serving)},
+                                 {"error", text_or_null(status.metrics->error)},
+                                 {"retry_s", status.metrics->retry_s}};
+  }
   for (const auto& load : status.backlog) json["backlog"].push_back(backlog_json(load));
   for (const auto& d : status.devices) {
     nlohmann::json device{{"device", d.device}, {"uuid", d.uuid}, {"ordinal", d.ordinal}, {"clients", d.clients},
@@ -361,6 +368,19 @@ std::string render_status_table(const nlohmann::json& status) {
           << kept << ", which only a restart applies";
     }
     out << "\n";
+  }
+  if (daemon.contains("metrics")) {
+    const auto& metrics = daemon.at("metrics");
+    const auto text = [&](const char* key) { return metrics.at(key).is_string() ? metrics.at(key).get<std::string>() : ""; };
+    const std::string listen = text("listen"), serving = text("serving"), error = text("error");
+    if (!error.empty() && !listen.empty()) {
+      out << "  metrics: NOT serving " << listen << ": " << error << " (trying again every "
+          << metrics.value("retry_s", std::int64_t{0}) << " s)";
+      if (!serving.empty()) out << "; still serving http://" << serving << "/metrics";
+      out << "\n";
+    } else if (!serving.empty()) {
+      out << "  metrics: serving http://" << serving << "/metrics\n";
+    }
   }
   // (Absent from a daemon older than protocol 1.7.)
   for (const auto& device : status.value("devices", nlohmann::json::array())) {

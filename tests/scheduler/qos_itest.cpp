@@ -591,10 +591,18 @@ TEST(Qos, AMetricsPortInUseIsAnErrorAndTheDaemonRunsWithoutIt) {
   EXPECT_NE(daemon.log().find("running without the metrics endpoint (trying again every 5 s)"), std::string::npos)
       << daemon.log();
   FakeClient client(daemon.socket(), Priority::low, "batch");
-  EXPECT_EQ(daemon.status()["clients"].size(), 1u) << "it serves on";
+  nlohmann::json status = daemon.status();
+  EXPECT_EQ(status["clients"].size(), 1u) << "it serves on";
+  EXPECT_EQ(status["daemon"]["metrics"]["listen"], where);
+  EXPECT_TRUE(status["daemon"]["metrics"]["serving"].is_null()) << status.dump();
+  EXPECT_NE(status["daemon"]["metrics"]["error"].get<std::string>().find("cannot listen on " + where), std::string::npos)
+      << status.dump();
   // The port freed (an old daemon's endpoint gone at last): served at the next try.
   taken.reset();
   EXPECT_TRUE(eventually([&] { return http_get(port, "/metrics").rfind("HTTP/1.1 200", 0) == 0; }, 10s)) << daemon.log();
+  status = daemon.status();
+  EXPECT_EQ(status["daemon"]["metrics"]["serving"], where) << status.dump();
+  EXPECT_TRUE(status["daemon"]["metrics"]["error"].is_null()) << status.dump();
 }
 
 // A reload that moves the endpoint to a port in use keeps the one serving, and moves it once the port

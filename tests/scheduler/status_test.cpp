@@ -34,6 +34,35 @@ TEST(Status, ADaemonThatNeverAnswersIsSaidToHaveTimedOut) {
   EXPECT_EQ(answer.error(), "gpuqosd did not answer within 5 s (stopped, or too busy?)");
 }
 
+// A user test: only the log said whether the endpoint served or was retrying a port in use.
+TEST(Status, TheMetricsEndpointIsSaidServingOrNot) {
+  DaemonStatus status = status_with(0);
+  EXPECT_FALSE(nlohmann::json::parse(bounded_status_text(status))["daemon"].contains("metrics")) << "none asked for";
+  EXPECT_EQ(render_status_table(nlohmann::json::parse(bounded_status_text(status))).find("metrics"), std::string::npos);
+
+  status.metrics = MetricsStatus{"127.0.0.1:9400", "127.0.0.1:9400", "", 5};
+  auto json = nlohmann::json::parse(bounded_status_text(status));
+  EXPECT_EQ(json["daemon"]["metrics"]["serving"], "127.0.0.1:9400");
+  EXPECT_TRUE(json["daemon"]["metrics"]["error"].is_null());
+  std::string table = render_status_table(json);
+  EXPECT_NE(table.find("  metrics: serving http://127.0.0.1:9400/metrics\n"), std::string::npos) << table;
+
+  status.metrics = MetricsStatus{"[::1]:9401", "127.0.0.1:9400", "cannot listen on [::1]:9401: Address in use", 5};
+  json = nlohmann::json::parse(bounded_status_text(status));
+  EXPECT_EQ(json["daemon"]["metrics"]["listen"], "[::1]:9401");
+  EXPECT_EQ(json["daemon"]["metrics"]["retry_s"], 5);
+  table = render_status_table(json);
+  EXPECT_NE(table.find("  metrics: NOT serving [::1]:9401: cannot listen on [::1]:9401: Address in use (trying again "
+                       "every 5 s); still serving http://127.0.0.1:9400/metrics\n"),
+            std::string::npos)
+      << table;
+
+  status.metrics = MetricsStatus{"127.0.0.1:9400", "", "cannot listen on 127.0.0.1:9400: Address in use", 5};
+  table = render_status_table(nlohmann::json::parse(bounded_status_text(status)));
+  EXPECT_NE(table.find("(trying again every 5 s)\n"), std::string::npos) << table;
+  EXPECT_EQ(table.find("still serving"), std::string::npos) << table;
+}
+
 TEST(Status, JsonCarriesEveryField) {
   auto json = nlohmann::json::parse(bounded_status_text(status_with(1)));
   EXPECT_EQ(json["daemon"]["policy"], "fifo");

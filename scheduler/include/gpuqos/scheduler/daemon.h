@@ -302,6 +302,7 @@ class Daemon {
   QosTracker qos_;
   config::ListenAddress metrics_address_;  // what metrics_ serves (disabled: none)
   config::ListenAddress metrics_failed_;   // the address last told of as failing (disabled: none)
+  std::string metrics_error_;              // why the address asked for is not served ("" when it is)
   std::int64_t metrics_retry_ns_ = 0;
   std::unique_ptr<MetricsServer> metrics_;
   std::int64_t tight_checked_ns_ = 0;

@@ -123,6 +123,15 @@ struct ConfigStatus {
   std::string needs_restart;            // applied, but not these ("the policy (fifo)", ...; "" when all was)
 };
 
+// The Prometheus endpoint, when one is asked for or serves ([daemon] metrics_listen): a user test
+// found that only the log said whether it served or was retrying a port in use.
+struct MetricsStatus {
+  std::string listen;   // the address asked for ("" when a reload turned it off and one still serves)
+  std::string serving;  // the address served ("" when none)
+  std::string error;    // why `listen` is not served ("" when it is)
+  std::int64_t retry_s = 0;  // how often it is tried again
+};
+
 struct DaemonStatus {
   std::int64_t pid = 0;
   std::int64_t uptime_ns = 0;
@@ -136,6 +145,7 @@ struct DaemonStatus {
   GrantCounters grants;              // daemon-wide, departed clients included
   std::optional<PolicyState> policy_state;  // from a policy that keeps one (baymax)
   std::optional<ConfigStatus> config;  // with --config
+  std::optional<MetricsStatus> metrics;  // with an endpoint asked for or serving
 };
 
 nlohmann::json to_json(const DaemonStatus& status);
