@@ -305,6 +305,11 @@ std::string render_policy_state(const nlohmann::json& status) {
                                      tight.value("backlog_wait_ns", std::int64_t{0})};
     out << "  warning: " << tight_target_text(t) << "\n";
   }
+  // A user test: this was in the JSON and the log only.
+  for (const auto& job : state.value("overdue_jobs", nlohmann::json::array())) {
+    out << "  warning: job " << job.get<std::string>() << " has a query open for over "
+        << PolicyState::kOverdueTargets << " times its target: best-effort work no longer waits for it\n";
+  }
   return out.str();
 }
 

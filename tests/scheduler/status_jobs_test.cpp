@@ -168,6 +168,14 @@ TEST(StatusJobs, ThePolicysStateWhenItKeepsOne) {
       << render_status_table(json);
   json["policy_state"].erase("idle_stream_bound_ns");  // an older daemon
   EXPECT_NE(render_status_table(json).find("(3 adaptation steps), device 0"), std::string::npos);
+  EXPECT_EQ(render_status_table(json).find("query open for over"), std::string::npos) << "none overdue";
+  // A user test: an overdue query was said in the JSON and the log, not in the table.
+  status.policy_state->overdue_jobs = {"serve"};
+  json = nlohmann::json::parse(bounded_status_text(status));
+  EXPECT_NE(render_status_table(json).find("  warning: job serve has a query open for over 4 times its target: "
+                                           "best-effort work no longer waits for it\n"),
+            std::string::npos)
+      << render_status_table(json);
 
   status.policy_state.reset();
   status.jobs[1].be_outstanding_ns.reset();
