@@ -139,15 +139,26 @@ void Daemon::reload_config() {
   }
   if (next.config.daemon.metrics_listen != options_.config.daemon.metrics_listen) metrics_retry_ns_ = 0;  // at once
   // The connected jobs' targets before: one the new file drops (a [[job]] renamed by a typo) is said.
-  std::map<std::string, ClientInfo> before;
-  for (const auto& [id, client] : clients_) before.try_emplace(client->identity().job, client_info(options_.config, client->identity()));
+  // Any other change of a connected job's settings (its weight, percentile, margin) is said too: a
+  // user test changed only a weight and the log said nothing of it.
+  std::map<std::string, std::pair<ClientInfo, const ClientIdentity*>> before;
+  for (const auto& [id, client] : clients_) {
+    const ClientIdentity& who = client->identity();
+    before.try_emplace(who.job, client_info(options_.config, who), &who);
+  }
   options_ = std::move(next);  // jobs, access and devices: for registrations from now on
-  for (const auto& [job, info] : before) {
+  for (const auto& [job, was] : before) {
+    const auto& [info, who] = was;
     const config::JobConfig* entry = config::find_job(options_.config, job);
     if (info.target_ns && (entry == nullptr || !entry->target_ms)) {
       spdlog::warn("reload of {}: job '{}' is connected and had a latency target ({}); the new config gives it none, "
                    "so it is no longer held to one (its [[job]] removed or renamed?)",
                    path, job, describe_targets(info));
+      continue;
+    }
+    const std::string now = describe_targets(client_info(options_.config, *who));
+    if (now != describe_targets(info)) {
+      spdlog::info("reload of {}: job '{}' (connected) now has {} (was {})", path, job, now, describe_targets(info));
     }
   }
   // A running process's priority is its registration's: its shim was told then, and a high one does

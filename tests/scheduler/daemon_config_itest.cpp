@@ -214,6 +214,19 @@ TEST(Reload, SighupAppliesANewFifoLimitAndJobTargets) {
   const std::string retold = "job 'serve' pid " + std::to_string(::getpid()) + ": target 35 ms at p99.9";
   EXPECT_TRUE(eventually([&] { return daemon->log().find(retold) != std::string::npos; })) << daemon->log();
   EXPECT_EQ(daemon->status()["clients"][0]["priority"], "high");
+  // Each connected job whose settings change is said once, the old ones with the new (a user test
+  // changed only a weight, and the log said nothing of it); a job whose settings stay is not.
+  EXPECT_EQ(daemon.occurrences("reload of " + daemon.file().string() +
+                               ": job 'serve' (connected) now has target 35 ms at p99.9, weight 1 (was target 20 ms at "
+                               "p99, weight 1)"),
+            1u)
+      << daemon->log();
+  ASSERT_TRUE(daemon.reload(fifo(2, serve35 + "[[job]]\nname = \"train\"\nweight = 3\n"),
+                            "config reloaded from " + daemon.file().string()))
+      << daemon->log();
+  EXPECT_EQ(daemon.occurrences("job 'train' (connected) now has no target, weight 3 (was no target, weight 1)"), 1u)
+      << daemon->log();
+  EXPECT_EQ(daemon.occurrences("job 'serve' (connected) now has"), 1u) << "unchanged: not said again\n" << daemon->log();
 }
 
 // Under baymax, a job that runs high under a name the config does not list (a typo in GPUQOS_JOB)
