@@ -284,6 +284,9 @@ void DaemonGate::said_uuid(ipc::OpDescriptor& descriptor) const noexcept {
   std::memcpy(descriptor.device_uuid, uuid.data(), sizeof descriptor.device_uuid);
 }
 
+// Free slots of the ops ring that query marks and synchronisations leave to GPU work.
+constexpr std::uint32_t kMarkHeadroom = ipc::kOpsRingCapacity / 4;
+
 // Waited calls of one thread timed on the device at most this often (DaemonGate::post).
 constexpr std::int64_t kTimedCallSpacingNs = 1'000'000;
 
@@ -307,7 +310,13 @@ Ticket DaemonGate::post(const Operation& op, const std::shared_ptr<Session>& ses
     if (descriptor.kind == ipc::OpKind::kernel) descriptor.sm_count = devices_.sm_count(device);
     said_uuid(descriptor);
     const bool low = session->low_priority();  // the daemon's answer, not our claim
-    if (!session->post(descriptor, kernels_, /*may_wait=*/low)) return {};
+    if (!session->post(descriptor, kernels_, /*may_wait=*/low)) {
+      if (session->ops_lost_to_full_ring() > 0 && !told_full_ring_.exchange(true)) {
+        log_(LogLevel::warn, "gpuqosd is not keeping up with this process: its ops ring was full, so work went to the "
+                             "GPU without being posted (gpuqosd does not count it; said once)");
+      }
+      return {};
+    }
     ticket.seq = descriptor.seq;
     ticket.session = session->id();
     if (low && !session->granted(ticket.seq)) {
@@ -362,7 +371,9 @@ void DaemonGate::post_mark(ipc::OpDescriptor descriptor) noexcept {
   } else if (descriptor.kind == ipc::OpKind::sync) {
     return;
   }
-  session->post(descriptor, kernels_, /*may_wait=*/false);  // a full ring drops the mark, never blocks
+  // A ring three quarters full drops the mark, never blocks: the rest is kept for GPU work, which a
+  // high-priority job posts without waiting either.
+  session->post(descriptor, kernels_, /*may_wait=*/false, /*keep_free=*/kMarkHeadroom);
 }
 
 void DaemonGate::mark_query(QueryMark mark) noexcept {

@@ -179,6 +179,7 @@ bool Session::push_op(const ipc::OpDescriptor& local, bool may_wait) noexcept {
     op = &converted;
   }
   while (!push(segment_.ops(), *op)) {
+    if (!may_wait) full_ring_ops_.fetch_add(1, std::memory_order_relaxed);
     if (!may_wait || !alive()) return false;
     if (!check_heartbeat()) return false;
     segment_.ops().wait_for_space(kWaitSliceNs);
@@ -186,9 +187,10 @@ bool Session::push_op(const ipc::OpDescriptor& local, bool may_wait) noexcept {
   return true;
 }
 
-bool Session::post(ipc::OpDescriptor& op, const KernelRegistry& kernels, bool may_wait) noexcept {
+bool Session::post(ipc::OpDescriptor& op, const KernelRegistry& kernels, bool may_wait, std::uint32_t keep_free) noexcept {
   std::lock_guard lock(post_mutex_);
   if (!alive()) return false;
+  if (keep_free > 0 && ipc::kOpsRingCapacity - segment_.ops().size_approx() <= keep_free) return false;
   op.seq = next_seq_;
   if (!ipc::validate_op(op, next_seq_ - 1, ipc::kMaxDevices)) return false;
   if (op.kernel_id != 0 && !send_kernel_name(op.kernel_id, kernels)) return false;

@@ -105,7 +105,12 @@ class Session {
   // Sends the name of op.kernel_id if this registration has not had it, gives op the next seq and
   // pushes it. A full ops ring: `may_wait` waits for space (low priority), else not posted. An op
   // ipc::validate_op would refuse is not posted either (the driver will refuse the call anyway).
-  bool post(ipc::OpDescriptor& op, const KernelRegistry& kernels, bool may_wait) noexcept;
+  // `keep_free`: not posted either while the ring has that many free slots or fewer (query marks
+  // and synchronisations keep room for the GPU work behind them: a user test's flood of marks
+  // filled the ring, and a high-priority job's kernels, which never wait, went unposted).
+  bool post(ipc::OpDescriptor& op, const KernelRegistry& kernels, bool may_wait, std::uint32_t keep_free = 0) noexcept;
+  // Ops that found the ring full and were not posted (they ran unscheduled), and marks kept back.
+  std::uint64_t ops_lost_to_full_ring() const noexcept { return full_ring_ops_.load(std::memory_order_relaxed); }
 
   // Blocks until the daemon granted seq: true; false when the session was lost meanwhile.
   bool wait_for_grant(std::uint64_t seq) noexcept;
@@ -183,6 +188,7 @@ class Session {
 
   std::mutex pop_mutex_;  // the grants ring's consumer side
   std::atomic<std::uint64_t> granted_{0};
+  std::atomic<std::uint64_t> full_ring_ops_{0};
   mutable std::mutex state_mutex_;
   std::condition_variable state_cv_;
   std::string lost_reason_;  // under state_mutex_

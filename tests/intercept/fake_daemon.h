@@ -84,6 +84,8 @@ class FakeDaemon {
   void set_auto_grant(bool on) { auto_grant_ = on; }
   void grant_through(std::uint64_t seq) { grant_target_ = seq; }
   void freeze_heartbeat() { heartbeat_frozen_ = true; }
+  // A daemon that falls behind its clients (heartbeats go on): no op or completion is read while paused.
+  void pause_ops(bool paused) { ops_paused_ = paused; }
   // A stalled loop (CPU starvation, SIGSTOP): from now on, for `how_long`, no heartbeat, no grant,
   // no Hello answered (the listen backlog still takes connections).
   void stall_for(std::chrono::milliseconds how_long) {
@@ -226,7 +228,7 @@ class FakeDaemon {
     FakeClient& client = clients_[connection.client];
     drain_socket(connection, client);
     ipc::OpDescriptor op;
-    while (connection.segment.ops().try_pop(op)) {
+    while (!ops_paused_ && connection.segment.ops().try_pop(op)) {
       if (auto valid = ipc::validate_op(op, connection.last_seq, 1); !valid) client.problems.push_back(valid.error());
       if (op.kernel_id && !client.names.contains(op.kernel_id)) client.problems.push_back("op before its kernel name");
       connection.last_seq = op.seq;
@@ -234,7 +236,7 @@ class FakeDaemon {
       client.popped_ns.push_back(ipc::monotonic_ns());
     }
     ipc::CompletionDescriptor completion;
-    while (connection.segment.completions().try_pop(completion)) {
+    while (!ops_paused_ && connection.segment.completions().try_pop(completion)) {
       if (auto valid = ipc::validate_completion(completion, connection.last_seq); !valid) {
         client.problems.push_back(valid.error());
       }
@@ -264,6 +266,7 @@ class FakeDaemon {
   const std::string path_;
   int listen_fd_ = -1;
   std::atomic<bool> running_{false}, auto_grant_{true}, heartbeat_frozen_{false}, corrupt_grants_{false};
+  std::atomic<bool> ops_paused_{false};
   std::atomic<std::int64_t> heartbeat_offset_ns_{0}, clock_offset_ns_{0}, reply_delay_ms_{0}, stall_until_ns_{0};
   std::atomic<bool> stamp_late_{false};
   std::atomic<std::uint64_t> grant_target_{0};

@@ -244,6 +244,34 @@ TEST_F(GateTest, ADroppedRequestIsForgottenSoTheNextBeginNamesTheOneAfterIt) {
   EXPECT_EQ(marks[4].arrived_ns, 0) << "none waiting: it names none";
 }
 
+// Query marks and synchronisations leave a quarter of the ops ring to GPU work. A user test: eight
+// threads marking arrivals in a tight loop filled the ring while gpuqosd fell behind, and 174 of a
+// high-priority job's 200 kernels (which never wait for room) went to the GPU unposted, unsaid.
+TEST_F(GateTest, QueryMarksLeaveRoomInTheRingForAHighPriorityJobsWork) {
+  const auto count = [](const FakeClient& client, ipc::OpKind kind) {
+    return std::count_if(client.ops.begin(), client.ops.end(), [&](const ipc::OpDescriptor& op) { return op.kind == kind; });
+  };
+  daemon_->pause_ops(true);  // behind: nothing read until the program is done
+  start({"flood", "2000", "200"}, "high");
+  ASSERT_EQ(finish(), 0) << output_;
+  daemon_->pause_ops(false);
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 1736); }));
+  FakeClient client = daemon_->clients().at(0);
+  EXPECT_EQ(count(client, ipc::OpKind::kernel), 200) << "every kernel posted";
+  EXPECT_EQ(count(client, ipc::OpKind::query_arrived), ipc::kOpsRingCapacity * 3 / 4) << "the marks that fitted";
+  EXPECT_TRUE(client.problems.empty()) << client.problems.front();
+  EXPECT_EQ(output_.find("not keeping up"), std::string::npos) << output_;
+
+  // Work alone that overflows the ring is said, once: gpuqosd does not count what went unposted.
+  daemon_->pause_ops(true);
+  start({"flood", "0", "2100"}, "high");
+  ASSERT_EQ(finish(), 0) << output_;
+  daemon_->pause_ops(false);
+  EXPECT_EQ(occurrences(output_, "gpuqosd is not keeping up with this process: its ops ring was full"), 1u) << output_;
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return c.size() == 2 && c[1].ops.size() >= ipc::kOpsRingCapacity; }));
+  EXPECT_EQ(count(daemon_->clients().at(1), ipc::OpKind::kernel), ipc::kOpsRingCapacity);
+}
+
 // A 1.1 gpuqosd would refuse the kind and drop the connection: the shim does not post arrivals to it.
 TEST_F(GateTest, NoArrivalMarksToADaemonOlderThanOnePointTwo) {
   daemon_->speak_minor(1);
