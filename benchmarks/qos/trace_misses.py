@@ -35,8 +35,9 @@ import sys
 from dataclasses import dataclass, field
 
 QUERY_END = 6  # ipc::OpKind::query_end
-COMPUTE_KINDS = {0, 2, 3}  # kernel, memset, graph
+COMPUTE_KINDS = {0, 3}  # kernel, graph (memsets and copies run on the copy engines, as gpuqosd counts them)
 COPY_KIND = 1
+MEMSET_KIND = 2
 DIRECTIONS = {1: "h2d", 2: "d2h", 3: "d2d"}  # ipc::CopyDirection
 
 # A job's name is any printable ASCII, quotes included: the tag ends at the last "' pid N: ".
@@ -97,7 +98,7 @@ def parse(lines):
                 op.granted_ns = stamp  # on credit: granted before it was posted, issued without asking
             else:
                 session.ungranted.append(seq)
-            if kind in COMPUTE_KINDS or kind == COPY_KIND:
+            if kind in COMPUTE_KINDS or kind in (COPY_KIND, MEMSET_KIND):
                 trace.ops.append(op)
         elif m := GRANTED.search(line):
             session = sessions.setdefault(int(m["pid"]), Session())
@@ -145,6 +146,8 @@ def overlap(a, b):
 def label(op):
     if op.kind in COMPUTE_KINDS:
         return op.job
+    if op.kind == MEMSET_KIND:
+        return f"{op.job} (memset)"
     direction = DIRECTIONS.get(op.direction)
     return f"{op.job} (copy {direction})" if direction else f"{op.job} (copy)"
 

@@ -720,10 +720,13 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
     }
   } else {
     // Transfers between host and device are rationed; device-local work (memsets, copies within
-    // device memory) is not, but like a transfer it waits for a high-priority op on its engine.
+    // device memory) is not, but its backlog is bounded, as on a device that runs kernels to their
+    // end (a query's own memset or copy shares the engine with it). Both wait for a high-priority
+    // op on their engine.
     const std::uint32_t copies = state_at(Engine::h2d).be_ops + state_at(Engine::d2h).be_ops;
     if (is_transfer(op) && options_.baymax.max_be_transfers != 0 && copies >= options_.baymax.max_be_transfers)
       return Hold::engine;
+    if (*engine == Engine::local && here.be_ops > 0 && backlog + p > bound_.bound_ns()) return Hold::engine;
     if (here.hp_ops > 0) return Hold::engine;
   }
   // Each query to protect: its deadline, the time its job still needs for it (its own posted work

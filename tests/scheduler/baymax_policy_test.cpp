@@ -1781,36 +1781,39 @@ TEST(BaymaxPolicy, AQuerysCopySlipsBetweenTheChunksOfABestEffortCopy) {
   EXPECT_EQ(policy.op_completed({kServe, done(1, 2 * kMs), 2 * kMs}), (Decisions{{kTrainA, 2}}));
 }
 
-// Memsets and copies within device memory run on the copy engines, beside the kernels (and a
-// time-slicing device's slices): they are not their job's compute work, so they neither fill its
-// stream's bound nor take a transfer slot; like a transfer they wait for a high-priority op on
-// their engine, whose bandwidth they would share.
+// Memsets and copies within device memory run beside the kernels (and a time-slicing device's
+// slices): they are not their job's compute work, so they neither fill its stream's bound nor take a
+// transfer slot. Their own engine's backlog is bounded, and like a transfer they wait for a
+// high-priority op on their engine, whose bandwidth they would share.
 TEST(BaymaxPolicy, DeviceLocalWorkHasAnEngineOfItsOwn) {
   BaymaxPolicy policy(sliced(5 * kMs));
   (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
   (void)policy.client_registered(train(kTrainA), 0);
-  ipc::OpDescriptor memset = op(3, ipc::OpKind::memset);
-  memset.direction = ipc::CopyDirection::memset;
-  memset.bytes = 1u << 20;
+  const auto memset = [](std::uint64_t seq) {
+    ipc::OpDescriptor d = op(seq, ipc::OpKind::memset);
+    d.direction = ipc::CopyDirection::memset;
+    d.bytes = 1u << 20;
+    return d;
+  };
   EXPECT_EQ(post(policy, kTrainB, Priority::low, copy(1, ipc::CopyDirection::h2d), 0, kMs), (Decisions{{kTrainB, 1}}))
       << "the one transfer slot";
   EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 0, 3 * kMs), (Decisions{{kTrainA, 1}}));
   EXPECT_EQ(post(policy, kTrainA, Priority::low, copy(2, ipc::CopyDirection::d2d), 0, 3 * kMs), (Decisions{{kTrainA, 2}}))
       << "not a transfer, and not the stream's compute work (3 + 3 > 5)";
-  EXPECT_EQ(post(policy, kTrainA, Priority::low, memset, 0, 3 * kMs), (Decisions{{kTrainA, 3}}));
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, memset(3), 0, 2 * kMs), (Decisions{{kTrainA, 3}})) << "local: 3 + 2";
   EXPECT_EQ(post(policy, kTrainA, Priority::low, op(4), 0, 2 * kMs), (Decisions{{kTrainA, 4}}))
       << "the stream's compute work: 3 + 2";
-  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(5), 0, kMs).empty()) << "5 + 1 > 5";
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(5), 0, kMs).empty()) << "compute: 5 + 1 > 5";
+  EXPECT_TRUE(post(policy, kTrainC, Priority::low, copy(1, ipc::CopyDirection::d2d), 0, kMs).empty())
+      << "local: 5 + 1 > 5";
   EXPECT_EQ(policy.backlog().load(0, Engine::local).outstanding_ops, 2u);
   EXPECT_EQ(policy.backlog().load(0, Engine::compute).outstanding_ops, 2u);
+  EXPECT_EQ(policy.op_completed({kTrainA, done(2, kMs), kMs}), (Decisions{{kTrainC, 1}})) << "local: 2 + 1";
 
   // A high-priority memset in flight keeps best-effort device-local work off its engine.
-  ipc::OpDescriptor own = op(1, ipc::OpKind::memset);
-  own.direction = ipc::CopyDirection::memset;
-  own.bytes = 1u << 20;
-  (void)post(policy, kServe, Priority::high, own, kMs, kMs);
-  EXPECT_TRUE(post(policy, kTrainC, Priority::low, copy(1, ipc::CopyDirection::d2d), kMs, kMs).empty());
-  EXPECT_EQ(policy.op_completed({kServe, done(1, 2 * kMs), 2 * kMs}), (Decisions{{kTrainC, 1}}));
+  (void)post(policy, kServe, Priority::high, memset(1), kMs, kMs);
+  EXPECT_TRUE(post(policy, kTrainC, Priority::low, copy(2, ipc::CopyDirection::d2d), kMs, kMs).empty());
+  EXPECT_EQ(policy.op_completed({kServe, done(1, 2 * kMs), 2 * kMs}), (Decisions{{kTrainC, 2}}));
 }
 
 TEST(BaymaxPolicy, BestEffortJobsShareByWeight) {

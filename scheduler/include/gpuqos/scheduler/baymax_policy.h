@@ -29,9 +29,10 @@
 //   device (no other one with work or waiting for some) is then free of its streams' bound;
 // - copies: at most max_be_transfers best-effort copies between host and device in flight on the
 //   device, and none while a high-priority copy is in flight in the same direction;
-// - device-local work (memsets, copies within device memory: engine local, which a GPU's copy
-//   engines run beside the kernels and their time slices): none while a high-priority op is in
-//   flight there; it is neither its job's compute work nor a transfer;
+// - device-local work (memsets, copies within device memory: engine local, which runs beside the
+//   kernels and their time slices): none while a high-priority op is in flight there, and backlog(e)
+//   + p within the bound once best-effort work is outstanding there; it is neither its job's compute
+//   work nor a transfer;
 // - every open query on d with a target, in earliest-deadline-first order, must still make it:
 //   now + need_k + max(0, backlog(e) + p - unblocked_k) + margin <= deadline_k, where need_k is
 //   the query's expected remaining time (QueryTracker's profile) plus the predicted outstanding

@@ -13,7 +13,7 @@ namespace gpuqos::scheduler {
 
 enum class HoldReason : std::uint8_t {
   bound,     // the compute backlog bound (a query arriving later would wait too long)
-  transfer,  // the best-effort transfer limit, or a high-priority copy in flight
+  transfer,  // the best-effort transfer limit, or high-priority work on its copy engine (a copy, a memset)
   deadline,  // an open query's deadline
   budget,    // the long-op budget of a device that does not preempt kernels
   behind,    // another client's held head closed the engine (or reserved the budget)

@@ -5,8 +5,11 @@
 //   {"version":2, "daemon":{"pid","uptime_ns","policy","socket",
 //              "config" (only with --config):{"path","loaded_unix_s","last_reload_ok",
 //                        "last_reload_unix_s" (0: none yet),"last_reload_error" ("" when ok),
-//                        "needs_restart" (what the running file changes that a reload cannot: "" none)}},
-//    "backlog":[{"device","engine","outstanding_ops","backlog_ns","completed_ops","completed_device_ns"}],
+//                        "needs_restart" (what the running file changes that a reload cannot: "" none)},
+//              "metrics" (only with an endpoint asked for or serving):{"listen","serving" (null: none),
+//                        "error" (why "listen" is not served; null when it is),"retry_s"}},
+//    "backlog":[{"device","engine" ("compute","h2d","d2h","local"),"outstanding_ops","backlog_ns",
+//                "completed_ops","completed_device_ns"}],
 //    "devices":[{"device","uuid","ordinal","clients","preemptive","timeslice_ns" (preemptive only)}],
 //                (gpuqosd's device numbers: device_table.h)
 //    "clients":[{"client","pid","uid","gid","job","priority","claimed_priority","device","state","segment",
