@@ -516,8 +516,11 @@ DaemonStatus Daemon::status_snapshot() const {
   status.socket = options_.socket_path;
   if (!options_.config_path.empty()) status.config = config_status_;
   if (const config::ListenAddress& wanted = options_.config.daemon.metrics_listen; wanted.enabled() || metrics_) {
+    // Between a reload and the next tick the error may be the previous address's: said only while the
+    // address asked for is the one that failed and is not served.
+    const bool failing = wanted == metrics_failed_ && !(metrics_ && wanted == metrics_address_);
     status.metrics = MetricsStatus{config::to_string(wanted), metrics_ ? config::to_string(metrics_address_) : "",
-                                   metrics_error_, kMetricsRetryNs / 1'000'000'000};
+                                   failing ? metrics_error_ : "", kMetricsRetryNs / 1'000'000'000};
   }
   status.backlog = policy_->backlog().loads();
   for (const DeviceTable::Device& device : devices_.devices()) {

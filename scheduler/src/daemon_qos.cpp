@@ -75,6 +75,10 @@ void Daemon::qos_tick(std::int64_t now_ns) {
     }
   }
   const config::ListenAddress& wanted = options_.config.daemon.metrics_listen;
+  if (metrics_ && wanted == metrics_address_) {  // a reload back to the address served: nothing failing now
+    metrics_error_.clear();
+    metrics_failed_ = {};
+  }
   if ((wanted != metrics_address_ || (!metrics_ && wanted.enabled())) && now_ns >= metrics_retry_ns_) {
     start_metrics(now_ns);  // a reload moved it, or its port was taken
   }

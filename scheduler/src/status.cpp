@@ -376,11 +376,15 @@ std::string render_status_table(const nlohmann::json& status) {
   }
   if (daemon.contains("metrics")) {
     const auto& metrics = daemon.at("metrics");
-    const auto text = [&](const char* key) { return metrics.at(key).is_string() ? metrics.at(key).get<std::string>() : ""; };
+    const auto text = [&](const char* key) {
+      const nlohmann::json value = metrics.value(key, nlohmann::json());
+      return value.is_string() ? value.get<std::string>() : std::string();
+    };
     const std::string listen = text("listen"), serving = text("serving"), error = text("error");
+    const nlohmann::json retry = metrics.value("retry_s", nlohmann::json());
     if (!error.empty() && !listen.empty()) {
-      out << "  metrics: NOT serving " << listen << ": " << error << " (trying again every "
-          << metrics.value("retry_s", std::int64_t{0}) << " s)";
+      out << "  metrics: NOT serving: " << error;
+      if (retry.is_number_integer()) out << " (trying again every " << retry.get<std::int64_t>() << " s)";
       if (!serving.empty()) out << "; still serving http://" << serving << "/metrics";
       out << "\n";
     } else if (!serving.empty()) {

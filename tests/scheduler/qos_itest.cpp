@@ -631,6 +631,22 @@ TEST(Qos, AReloadOntoABusyMetricsPortKeepsTheEndpointServingUntilItIsFree) {
   EXPECT_EQ(daemon.log().rfind("cannot listen on 127.0.0.1:" + std::to_string(busy)),
             daemon.log().find("cannot listen on 127.0.0.1:" + std::to_string(busy)))
       << "said once\n" << daemon.log();
+  const std::string first_at = "127.0.0.1:" + std::to_string(first), busy_at = "127.0.0.1:" + std::to_string(busy);
+  nlohmann::json status = daemon.status();
+  EXPECT_EQ(status["daemon"]["metrics"]["listen"], busy_at) << status.dump();
+  EXPECT_EQ(status["daemon"]["metrics"]["serving"], first_at) << status.dump();
+  EXPECT_NE(status["daemon"]["metrics"]["error"].dump().find("cannot listen on " + busy_at), std::string::npos)
+      << status.dump();
+  // Back to the address served: nothing fails any more (a review found the busy port's error kept).
+  dir.write("gpuqosd.toml", config(first));
+  ASSERT_EQ(::kill(daemon.pid(), SIGHUP), 0);
+  ASSERT_TRUE(eventually([&] { return daemon.status()["daemon"]["metrics"]["listen"] == first_at; }, 5s)) << daemon.log();
+  status = daemon.status();
+  EXPECT_TRUE(status["daemon"]["metrics"]["error"].is_null()) << status.dump();
+  EXPECT_EQ(status["daemon"]["metrics"]["serving"], first_at) << status.dump();
+  dir.write("gpuqosd.toml", config(busy));
+  ASSERT_EQ(::kill(daemon.pid(), SIGHUP), 0);
+  ASSERT_TRUE(eventually([&] { return !daemon.status()["daemon"]["metrics"]["error"].is_null(); }, 5s)) << daemon.log();
   taken.reset();
   EXPECT_TRUE(eventually([&] { return http_get(busy, "/metrics").rfind("HTTP/1.1 200", 0) == 0; }, 10s)) << daemon.log();
   EXPECT_TRUE(eventually([&] { return http_get(first, "/metrics").empty(); }, 5s)) << "moved\n" << daemon.log();

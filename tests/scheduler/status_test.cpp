@@ -52,8 +52,8 @@ TEST(Status, TheMetricsEndpointIsSaidServingOrNot) {
   EXPECT_EQ(json["daemon"]["metrics"]["listen"], "[::1]:9401");
   EXPECT_EQ(json["daemon"]["metrics"]["retry_s"], 5);
   table = render_status_table(json);
-  EXPECT_NE(table.find("  metrics: NOT serving [::1]:9401: cannot listen on [::1]:9401: Address in use (trying again "
-                       "every 5 s); still serving http://127.0.0.1:9400/metrics\n"),
+  EXPECT_NE(table.find("  metrics: NOT serving: cannot listen on [::1]:9401: Address in use (trying again every 5 s); "
+                       "still serving http://127.0.0.1:9400/metrics\n"),
             std::string::npos)
       << table;
 
@@ -61,6 +61,13 @@ TEST(Status, TheMetricsEndpointIsSaidServingOrNot) {
   table = render_status_table(nlohmann::json::parse(bounded_status_text(status)));
   EXPECT_NE(table.find("(trying again every 5 s)\n"), std::string::npos) << table;
   EXPECT_EQ(table.find("still serving"), std::string::npos) << table;
+  // Another daemon's JSON (a key left out, a null) still makes a table.
+  json = nlohmann::json::parse(bounded_status_text(status));
+  json["daemon"]["metrics"].erase("serving");
+  json["daemon"]["metrics"]["retry_s"] = nullptr;
+  table = render_status_table(json);
+  EXPECT_NE(table.find("  metrics: NOT serving: cannot listen on 127.0.0.1:9400: Address in use\n"), std::string::npos)
+      << table;
 }
 
 TEST(Status, JsonCarriesEveryField) {
