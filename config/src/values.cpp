@@ -52,9 +52,17 @@ std::optional<std::string> check_host(std::string_view host) {
       if (link_local) return "a link-local address needs its interface, like \"[" + bare + "%eth0]:9400\"";
       return std::nullopt;
     }
+    // An interface's name (IFNAMSIZ: 15 bytes; one starting with a digit would be read as an index)
+    // or its index (1 on).
     const std::string_view zone = inside.substr(percent + 1);
-    const auto is_zone_char = [](char c) { return is_host_char(c) || c == '_'; };  // an interface name, or its index
-    if (zone.empty() || zone.size() > 15 || !all_of_chars(zone, is_zone_char)) return "bad interface after '%'";
+    const auto is_zone_char = [](char c) { return is_host_char(c) || c == '_'; };
+    if (zone.size() > 2 && zone.starts_with("25") && !is_digit(zone[2]))
+      return "'%25' is how a URL writes '%': write the interface after a plain '%', like \"[" + bare + "%" +
+             std::string(zone.substr(2)) + "]\"";
+    const bool index = all_of_chars(zone, is_digit);
+    if (zone.empty() || zone.size() > 15 || !all_of_chars(zone, is_zone_char) || (index && zone.find_first_not_of('0') == std::string_view::npos) ||
+        (!index && is_digit(zone.front())))
+      return "bad interface after '%' (an interface's name, or its index)";
     if (!link_local) return "only a link-local address (fe80::/10) takes an interface after '%'";
     return std::nullopt;
   }

@@ -394,6 +394,11 @@ struct Lookup {
 ipc::Result<std::vector<tcp::endpoint>> resolve(const config::ListenAddress& address) {
   beast::error_code ec;
   if (const auto ip = asio::ip::make_address(address.host, ec); !ec) {
+    // Asio takes an interface name it cannot find for index 0, which the bind then refuses as
+    // "Invalid argument": the name is said instead.
+    if (const auto percent = address.host.find('%'); percent != std::string::npos && ip.is_v6() && ip.to_v6().scope_id() == 0) {
+      return ipc::Error{"no network interface '" + address.host.substr(percent + 1) + "' here"};
+    }
     return std::vector<tcp::endpoint>{tcp::endpoint(ip, address.port)};
   }
   static std::mutex lookups_mutex;

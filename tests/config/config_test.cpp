@@ -159,6 +159,9 @@ TEST(ConfigLoad, ChunkSizesAndListenAddresses) {
   const ListenAddress scoped = parse_ok("[daemon]\nmetrics_listen = \"[fe80::1%lo]:9400\"").daemon.metrics_listen;
   EXPECT_EQ(scoped, (ListenAddress{"fe80::1%lo", 9400}));
   EXPECT_EQ(to_string(scoped), "[fe80::1%lo]:9400");
+  EXPECT_EQ(parse_ok("[daemon]\nmetrics_listen = \"[fe80::1%2]:9400\"").daemon.metrics_listen,
+            (ListenAddress{"fe80::1%2", 9400}))
+      << "an interface's index";
 }
 
 TEST(ConfigLoad, ExampleFileLoads) {
@@ -624,7 +627,20 @@ const std::vector<BadCase>& bad_cases() {
        "t.toml:2:18: daemon.metrics_listen: only a link-local address (fe80::/10) takes an interface after '%' "
        "(got \"[2001:db8::1%eth0]:9400\")"},
       {"listen_empty_interface", "[daemon]\nmetrics_listen = \"[fe80::1%]:9400\"\n",
-       "t.toml:2:18: daemon.metrics_listen: bad interface after '%' (got \"[fe80::1%]:9400\")"},
+       "t.toml:2:18: daemon.metrics_listen: bad interface after '%' (an interface's name, or its index) (got "
+       "\"[fe80::1%]:9400\")"},
+      {"listen_interface_index_0", "[daemon]\nmetrics_listen = \"[fe80::1%0]:9400\"\n",
+       "t.toml:2:18: daemon.metrics_listen: bad interface after '%' (an interface's name, or its index) (got "
+       "\"[fe80::1%0]:9400\")"},
+      {"listen_interface_name_from_a_digit", "[daemon]\nmetrics_listen = \"[fe80::1%2abc]:9400\"\n",
+       "t.toml:2:18: daemon.metrics_listen: bad interface after '%' (an interface's name, or its index) (got "
+       "\"[fe80::1%2abc]:9400\")"},
+      {"listen_interface_too_long", "[daemon]\nmetrics_listen = \"[fe80::1%abcdefghijklmnop]:9400\"\n",
+       "t.toml:2:18: daemon.metrics_listen: bad interface after '%' (an interface's name, or its index) (got "
+       "\"[fe80::1%abcdefghijklmnop]:9400\")"},
+      {"listen_interface_url_escaped", "[daemon]\nmetrics_listen = \"[fe80::1%25eth0]:9400\"\n",
+       "t.toml:2:18: daemon.metrics_listen: '%25' is how a URL writes '%': write the interface after a plain '%', like "
+       "\"[fe80::1%eth0]\" (got \"[fe80::1%25eth0]:9400\")"},
       {"listen_ipv6_without_port", "[daemon]\nmetrics_listen = \"[::1]\"\n",
        "t.toml:2:18: daemon.metrics_listen: must be host:port, like \"127.0.0.1:9400\", or \"\" (off) (got \"[::1]\")"},
       {"negative_save_interval", "[daemon]\nprofile_save_interval_s = -5\n",

@@ -435,6 +435,14 @@ TEST(MetricsServer, ANameIsListenedOnAtEachOfItsAddresses) {
 }
 
 // HEAD says what GET would carry without the body; a request's headers past the limit are refused.
+// A link-local address's interface that is not there: said by name. (Asio takes an unknown name for
+// index 0, which the bind refused as "Invalid argument".)
+TEST(MetricsServer, AnInterfaceThatIsNotThereIsSaidByName) {
+  const auto started = MetricsServer::start(config::ListenAddress{"fe80::1%nosuchif0", testing::free_port()});
+  ASSERT_FALSE(started);
+  EXPECT_NE(started.error().find(": no network interface 'nosuchif0' here"), std::string::npos) << started.error();
+}
+
 TEST(MetricsServer, HeadCarriesTheLengthAndOversizedHeadersAreRefused) {
   const std::uint16_t port = testing::free_port();
   const std::unique_ptr<MetricsServer> server = serving(port, "gpuqos_up 1\n");
