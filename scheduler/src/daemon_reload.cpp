@@ -25,7 +25,8 @@
 namespace gpuqos::scheduler {
 namespace {
 
-// Processes named one by one when a reload would not let them run high priority; the rest counted.
+// Processes named one by one when a reload would not let them run high priority, and connected jobs
+// whose settings it changes; the rest counted.
 constexpr std::size_t kMaxKeptHighLines = 8;
 
 // ", device 1: 1000 us" for each device with a time slice of its own.
@@ -147,6 +148,7 @@ void Daemon::reload_config() {
     before.try_emplace(who.job, client_info(options_.config, who), &who);
   }
   options_ = std::move(next);  // jobs, access and devices: for registrations from now on
+  std::size_t changed = 0;
   for (const auto& [job, was] : before) {
     const auto& [info, who] = was;
     const config::JobConfig* entry = config::find_job(options_.config, job);
@@ -157,9 +159,12 @@ void Daemon::reload_config() {
       continue;
     }
     const std::string now = describe_targets(client_info(options_.config, *who));
-    if (now != describe_targets(info)) {
+    if (now != describe_targets(info) && ++changed <= kMaxKeptHighLines) {
       spdlog::info("reload of {}: job '{}' (connected) now has {} (was {})", path, job, now, describe_targets(info));
     }
+  }
+  if (changed > kMaxKeptHighLines) {
+    spdlog::info("reload of {}: and {} more connected jobs' settings changed", path, changed - kMaxKeptHighLines);
   }
   // A running process's priority is its registration's: its shim was told then, and a high one does
   // not wait for grants. One the new config would not let run high keeps it until it registers again,
