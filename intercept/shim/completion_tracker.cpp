@@ -350,11 +350,15 @@ bool CompletionTracker::poll_streams() noexcept {
       if (state == CUDA_ERROR_NOT_READY) break;
       const std::int64_t now = ipc::monotonic_ns();
       // One event decided several ops, it was recorded late, or there was none to wait for: the
-      // times do not time this op alone.
-      const bool coarse = decider != queue.begin() || !decider->event || decider->deferred;
+      // times do not time this op alone. A decider with a start event of its own is still timed
+      // alone: the ops before it that it decides were called before that event was recorded. (The
+      // ops spent on credit before a timed one share its event when they are recorded in the same
+      // turn, and left it coarse.)
+      const bool coarse = (decider != queue.begin() && !decider->start_event) || !decider->event || decider->deferred;
       const std::int64_t device_ns = !coarse && state == CUDA_SUCCESS ? time_on_device(*decider) : 0;
       for (auto done = queue.begin(); done != std::next(decider); ++done) {
-        report(*done, now, coarse, coarse ? 0 : device_ns);
+        const bool alone = !coarse && done == decider;
+        report(*done, now, !alone, alone ? device_ns : 0);
         if (done->start_event && state == CUDA_SUCCESS) give_back(done->context, done->start_event);
       }
       if (decider->event && state == CUDA_SUCCESS) {

@@ -5,8 +5,8 @@
 // pushes a CompletionDescriptor. Its end is when the poll saw the event done (the poll sleeps 20 us
 // after a completion, doubling up to 1 ms while nothing completes, so end is late by at most that;
 // only an idle thread is woken by a new op, so a busy program pays no wake-up per launch). Only the
-// device times an op: a call that waited for its grant (at most one a millisecond per thread) also
-// gets an event recorded right before it
+// device times an op: a low-priority call (at most one a millisecond per thread, whether it waited
+// for its grant or spent credit) also gets an event recorded right before it
 // on its stream, and is reported exact with start = end minus the device time between the two: the
 // op's own time, plus, when the stream was idle, up to the host's time from that record to the
 // call's return (so it is exact only when that host time is under a quarter of it: a thread
@@ -20,10 +20,12 @@
 // driver refused is reported at once with its error code.
 //
 // Who records the event:
-// - inline (a low-priority call that waited for its grant): the program's thread, right after the
-//   call. Exact per op; the cost (one driver call) hides behind the wait.
+// - inline (a low-priority call that waited for its grant, or one timed): the program's thread,
+//   right after the call. Exact per op; the cost (one driver call) hides behind the wait, or is
+//   paid once a millisecond.
 // - deferred (high priority, whose launch path should carry as little as possible, and low priority
-//   spending credit, where there is no wait to hide it): the program's thread only queues the op;
+//   spending credit between its timed calls, where there is no wait to hide it): the program's
+//   thread only queues the op;
 //   the background thread records one event per stream for everything queued since its last turn,
 //   and each op on that stream completes with it. Such an event is recorded after the call, maybe
 //   after later ops of the stream, so these completions are always reported coarse. Ops on a
@@ -63,7 +65,7 @@ class CompletionTracker {
   CompletionTracker(const CompletionTracker&) = delete;
   CompletionTracker& operator=(const CompletionTracker&) = delete;
 
-  // Right before a waited call (on the calling thread): an event recorded on the op's stream, which
+  // Right before a timed low-priority call (on the calling thread): an event recorded on the op's stream, which
   // its completion is timed from on the device; nullptr if none could be. Give it to track().
   CUevent record_start(CUcontext context, const Operation& op) noexcept;
   // A start event no op will be tracked with goes back to the pool.
@@ -114,7 +116,7 @@ class CompletionTracker {
     bool needs_record = false;  // deferred: the background thread records its event
     bool covered = false;       // done when the next event on its stream is
     bool deferred = false;      // its event (if any) was recorded by the background thread
-    CUevent start_event = nullptr;  // recorded right before the call (a waited call): times it on the device
+    CUevent start_event = nullptr;  // recorded right before the call (a timed low-priority call): times it on the device
     std::int64_t call_ns = 0;       // host time from before start_event's record to after the call
   };
   // Ops by stream, in order; keyed by context too, as every context's default streams have one

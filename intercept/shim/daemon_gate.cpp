@@ -319,21 +319,26 @@ Ticket DaemonGate::post(const Operation& op, const std::shared_ptr<Session>& ses
     }
     ticket.seq = descriptor.seq;
     ticket.session = session->id();
-    if (low && !session->granted(ticket.seq)) {
+    if (!low) return ticket;
+    if (!session->granted(ticket.seq)) {
       ticket.waited = true;
       session->wait_for_grant(ticket.seq);  // lost meanwhile: released, the call goes ahead
       // The completion's start is the call, not the post: a duration that included the hold
       // would teach the predictor that held ops are long, and hold them longer.
       ticket.posted_ns = ipc::monotonic_ns();
-      // Timed on the device (a start event, behind the wait as its end's is), at most once a
-      // millisecond per thread: a job whose every op waits (credit 0) paid 16-22 % of its
-      // throughput on simgpu for timing each; a thousand samples a second is plenty to learn from.
-      thread_local std::int64_t last_timed_ns = 0;
-      if (ticket.posted_ns - last_timed_ns >= kTimedCallSpacingNs) {
-        last_timed_ns = ticket.posted_ns;
-        ticket.start_ns = ticket.posted_ns;
-        ticket.start_event = completions_.record_start(ticket.context, op);
-      }
+    }
+    // Timed on the device (a start event before the call, its end's right after it), at most once a
+    // millisecond per thread: a job whose every op waits (credit 0) paid 16-22 % of its throughput
+    // on simgpu for timing each; a thousand samples a second is plenty to learn from. An op spent
+    // on credit too (two event records a millisecond, behind no wait): a user test's best-effort
+    // job ran on credit before any high-priority job came, so gpuqosd learned none of its
+    // durations, and its 3-ms kernels, predicted at the 10-us placeholder, ran far past the bound
+    // under the first queries.
+    thread_local std::int64_t last_timed_ns = 0;
+    if (ticket.posted_ns - last_timed_ns >= kTimedCallSpacingNs) {
+      last_timed_ns = ticket.posted_ns;
+      ticket.start_ns = ticket.posted_ns;
+      ticket.start_event = completions_.record_start(ticket.context, op);
     }
     return ticket;
   } catch (...) {
@@ -477,9 +482,11 @@ void DaemonGate::after(const Operation& op, Ticket ticket, CUresult result) noex
   if (ticket.seq == 0) return;
   std::shared_ptr<Session> session = session_.load();
   if (session && session->id() == ticket.session && session->alive()) {
-    // Only a call that waited for its grant records its own events (the cost hides behind the wait);
-    // high priority, and low priority spending credit, add nothing: the completion thread records.
-    completions_.track(std::move(session), ticket, op, result, /*record_inline=*/ticket.waited);
+    // A call that waited for its grant records its own end event (the cost hides behind the wait),
+    // and so does one timed on the device; high priority, and the rest of low priority spending
+    // credit, add nothing: the completion thread records.
+    completions_.track(std::move(session), ticket, op, result,
+                       /*record_inline=*/ticket.waited || ticket.start_event != nullptr);
   } else {
     completions_.give_back(ticket.context, ticket.start_event);
   }

@@ -83,6 +83,8 @@ class FakeDaemon {
 
   void set_auto_grant(bool on) { auto_grant_ = on; }
   void grant_through(std::uint64_t seq) { grant_target_ = seq; }
+  // Grants this many seqs beyond what it granted otherwise, as gpuqosd's credit: they go unasked.
+  void give_credit(std::uint64_t ops) { credit_ = ops; }
   void freeze_heartbeat() { heartbeat_frozen_ = true; }
   // A daemon that falls behind its clients (heartbeats go on): no op or completion is read while paused.
   void pause_ops(bool paused) { ops_paused_ = paused; }
@@ -243,7 +245,8 @@ class FakeDaemon {
       client.completions.push_back(completion);
       client.completion_popped_ns.push_back(ipc::monotonic_ns());
     }
-    const std::uint64_t target = auto_grant_ ? connection.last_seq : std::min<std::uint64_t>(grant_target_, connection.last_seq);
+    const std::uint64_t target =
+        (auto_grant_ ? connection.last_seq : std::min<std::uint64_t>(grant_target_, connection.last_seq)) + credit_;
     if (target > connection.granted && connection.segment.grants().try_push({.granted_through_seq = target})) {
       connection.granted = target;
     }
@@ -269,7 +272,7 @@ class FakeDaemon {
   std::atomic<bool> ops_paused_{false};
   std::atomic<std::int64_t> heartbeat_offset_ns_{0}, clock_offset_ns_{0}, reply_delay_ms_{0}, stall_until_ns_{0};
   std::atomic<bool> stamp_late_{false};
-  std::atomic<std::uint64_t> grant_target_{0};
+  std::atomic<std::uint64_t> grant_target_{0}, credit_{0};
   std::atomic<bool> lower_claims_{false};
   std::atomic<int> refusals_left_{0};
   int refused_ = 0;  // under mutex_

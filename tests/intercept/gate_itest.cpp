@@ -539,6 +539,29 @@ TEST_F(GateTest, AWaitedCallIsTimedOnTheDevice) {
   for (const auto& completion : high.completions) EXPECT_EQ(completion.flags, ipc::kCompletionCoarse);
 }
 
+// Ops spent on credit are timed on the device too, at most once a millisecond per thread. A user
+// test: a best-effort job ran on credit before any high-priority job came, so gpuqosd learned none of
+// its durations, and its 3-ms kernels, predicted at the 10-us placeholder, ran far past the bound
+// under the first queries. (Before, only a call that waited for its grant was timed.)
+TEST_F(GateTest, AnOpSpentOnCreditIsTimedOnTheDeviceToo) {
+  daemon_->give_credit(100000);  // every op within it: none waits, but maybe the first (its grant not read yet)
+  start({"flood", "0", "2000", "200"}, "low");  // 2,000 launches of 200 us: several ms of the host's time
+  ASSERT_EQ(finish(20s), 0) << output_;
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 2000) && c[0].completions.size() >= 2000; }, 10s));
+  const FakeClient client = daemon_->clients().at(0);
+  std::size_t exact = 0;
+  std::string spans;  // each completion's flags and span, to tell what left them coarse
+  for (const auto& completion : client.completions) {
+    spans += "\n  seq " + std::to_string(completion.seq) + " flags " + std::to_string(completion.flags) + " span " +
+             std::to_string((completion.end_ns - completion.start_ns) / 1000) + " us posted " +
+             std::to_string(client.ops.at(completion.seq - 1).posted_ns / 1000);
+    if (completion.flags != ipc::kCompletionExact) continue;
+    ++exact;
+    EXPECT_GE(completion.end_ns - completion.start_ns, 190'000) << "seq " << completion.seq;
+  }
+  EXPECT_GE(exact, 2u) << "at most the first op can have waited for its grant" << spans;
+}
+
 TEST_F(GateTest, ManyLowPriorityThreadsWaitAtOnce) {
   start({"threads", "4", "25"}, "low");
   ASSERT_EQ(finish(), 0) << output_;

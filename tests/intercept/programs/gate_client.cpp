@@ -6,7 +6,9 @@
 //                   device->device, pageable->pageable (host to host: not GPU work)
 //   marks           gpuqos_query_arrived (from a thread with no context), gpuqos_query_begin, launch
 //                   spin(100) + cuStreamSynchronize, gpuqos_query_end, cuCtxSynchronize, cuEventSynchronize
-//   flood <m> <k>   gpuqos_query_arrived m times, then k launches of spin(0) on a stream, synchronised
+//   flood <m> <k> [us]
+//                   gpuqos_query_arrived m times, then k launches of spin(us, default 0) on a stream,
+//                   synchronised
 //   dropped         after one launch: two requests arrive, the first is dropped, a query (begin, end);
 //                   then a drop with none waiting, and a query that names no arrival
 //   timed <us>      one spin(us) launch: "before <ns>", "after <ns>" around the call, "done <ns>" after sync
@@ -620,11 +622,11 @@ int run_marks() {
   return 0;
 }
 
-int run_flood(long marks, long kernels) {
+int run_flood(long marks, long kernels, long duration_us) {
   CUstream stream = nullptr;
   CHECK_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
   for (long i = 0; i < marks; ++i) gpuqos_query_arrived();
-  for (long i = 0; i < kernels; ++i) CHECK_CU(launch(0, stream));
+  for (long i = 0; i < kernels; ++i) CHECK_CU(launch(static_cast<std::uint64_t>(duration_us), stream));
   CHECK_CU(cuStreamSynchronize(stream));
   std::printf("flood ok\n");
   return 0;
@@ -656,7 +658,7 @@ int main(int argc, char** argv) {
   if (mode == "unified") return run_unified();
   if (mode == "marks") return run_marks();
   if (mode == "dropped") return run_dropped();
-  if (mode == "flood") return run_flood(arg(2, 2000), arg(3, 200));
+  if (mode == "flood") return run_flood(arg(2, 2000), arg(3, 200), arg(4, 0));
   if (mode == "timed") return run_timed(arg(2, 1000));
   if (mode == "loop") return run_loop(arg(2, 10), arg(3, 1000));
   if (mode == "threads") return run_threads(arg(2, 4), arg(3, 20));
