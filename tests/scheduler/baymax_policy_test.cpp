@@ -88,12 +88,24 @@ Decisions post(BaymaxPolicy& p, ClientId client, Priority priority, ipc::OpDescr
   return p.op_posted(OpPosted{client, priority, d, now, predicted});
 }
 
+// Credit is the bound's worth of the job's ops by their recent predicted time (at most credit_ops, at
+// least one): what it holds when a high-priority job comes goes unasked. A user test: 32 ops of 3 ms
+// on credit ran ahead of the first queries of a job that came, on a device that runs kernels to their end.
 TEST(BaymaxPolicy, WithNothingToProtectBestEffortGetsCredit) {
   BaymaxPolicy policy(options(5 * kMs, 8));
   (void)policy.client_registered(train(kTrainA), 0);
-  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 0, kMs), (Decisions{{kTrainA, 1}, {kTrainA, 9}}));
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 0, kMs), (Decisions{{kTrainA, 1}, {kTrainA, 6}}))
+      << "five ops of 1 ms fill the 5-ms bound";
   EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(2), 1, kMs).empty()) << "spent on credit, nothing to say";
   EXPECT_EQ(policy.name(), "baymax");
+
+  BaymaxPolicy small(options(5 * kMs, 8));
+  EXPECT_EQ(post(small, kTrainA, Priority::low, op(1), 0, kMs / 10), (Decisions{{kTrainA, 1}, {kTrainA, 9}}))
+      << "short ops: credit_ops";
+  BaymaxPolicy large(options(5 * kMs, 8));
+  EXPECT_EQ(post(large, kTrainA, Priority::low, op(1), 0, 12 * kMs), (Decisions{{kTrainA, 1}, {kTrainA, 2}}))
+      << "an op longer than the bound: one";
+  EXPECT_EQ(post(large, kTrainA, Priority::low, op(2), 0, 12 * kMs), (Decisions{{kTrainA, 3}}));
 }
 
 TEST(BaymaxPolicy, NoCreditWhileAHighPriorityJobShareTheDevice) {
@@ -848,7 +860,7 @@ TEST(BaymaxPolicy, AnOverrunOfAHighPriorityOpACopyOrAnOpPricedOnCreditChargesNot
 
   BaymaxPolicy credit(options(5 * kMs, 8));
   (void)credit.client_registered(train(kTrainA), 0);
-  EXPECT_EQ(post(credit, kTrainA, Priority::low, op(1), 0, kMs), (Decisions{{kTrainA, 1}, {kTrainA, 9}}));
+  EXPECT_EQ(post(credit, kTrainA, Priority::low, op(1), 0, kMs), (Decisions{{kTrainA, 1}, {kTrainA, 6}}));
   (void)credit.client_registered(serve(kServe, 100 * kMs), kMs);
   (void)post(credit, kTrainA, Priority::low, op(2), kMs, 55 * kMs);  // within the credit: priced, 50 ms
   EXPECT_NEAR(credit.long_op_budget_ns(0, kMs), -50.0 * kMs, 1.0);
@@ -910,7 +922,7 @@ TEST(BaymaxPolicy, AReloadThatMakesTheDeviceNonPreemptiveStartsAnEmptyBudget) {
 TEST(BaymaxPolicy, CreditSpentOnALongOpIsChargedToTheBudget) {
   BaymaxPolicy policy(options(5 * kMs, 8));
   (void)policy.client_registered(train(kTrainA), 0);
-  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 0, kMs), (Decisions{{kTrainA, 1}, {kTrainA, 9}}));
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 0, kMs), (Decisions{{kTrainA, 1}, {kTrainA, 6}}));
   (void)policy.client_registered(serve(kServe, 100 * kMs), kMs);
   (void)post(policy, kTrainA, Priority::low, op(2), kMs, 105 * kMs);  // within the credit: goes unasked
   EXPECT_NEAR(policy.long_op_budget_ns(0, kMs), -100.0 * kMs, 1.0);
@@ -2206,7 +2218,7 @@ TEST(BaymaxPolicy, CreditedOpsCountToTheShareAndNoneIsGivenBesideAnotherWeight) 
   BaymaxPolicy policy(options(5 * kMs, 8));
   (void)policy.client_registered(be_job(kTrainA, "a"), 0);
   (void)policy.client_registered(be_job(kTrainB, "b", 2.0), 0);
-  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 0, kMs), (Decisions{{kTrainA, 1}, {kTrainA, 9}})) << "alone";
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 0, kMs / 2), (Decisions{{kTrainA, 1}, {kTrainA, 9}})) << "alone";
   EXPECT_EQ(post(policy, kTrainB, Priority::low, op(1), 0, kMs), (Decisions{{kTrainB, 1}}))
       << "beside A, of another weight, at work: no credit";
   for (std::uint64_t seq = 2; seq <= 9; ++seq) {
@@ -2221,7 +2233,9 @@ TEST(BaymaxPolicy, CreditedOpsCountToTheShareAndNoneIsGivenBesideAnotherWeight) 
   }
   EXPECT_EQ(policy.op_completed({kTrainB, done(1, 2 * kMs), 2 * kMs}), (Decisions{{kTrainA, 10}}))
       << "B's work is done: A goes, but B posted lately: no credit yet";
-  EXPECT_EQ(policy.tick(200 * kMs), (Decisions{{kTrainA, 18}, {kTrainB, 9}})) << "both quiet for 100 ms: credit again";
+  // Both quiet for 100 ms: credit again, the bound's worth of each one's recent ops (A's about 1.4 ms
+  // by now: three; B's 1 ms: five).
+  EXPECT_EQ(policy.tick(200 * kMs), (Decisions{{kTrainA, 13}, {kTrainB, 6}}));
 }
 
 TEST(BaymaxPolicy, ShortOpsOfOneJobDoNotOvertakeTheHeldOpOfAnother) {
@@ -2391,8 +2405,8 @@ TEST(BaymaxPolicy, AClientRegisteredOnNoDeviceIsOnTheOneItsFirstOpNames) {
   ClientInfo be = train(kTrainA);
   be.device = ClientInfo::kNoDevice;
   (void)policy.client_registered(be, 0);
-  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 0, 20 * kMs), (Decisions{{kTrainA, 1}, {kTrainA, 9}}))
-      << "its op is on device 0, where no job is to protect: granted, with credit";
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 0, 20 * kMs), (Decisions{{kTrainA, 1}, {kTrainA, 3}}))
+      << "its op is on device 0, where no job is to protect: granted, with credit (two more of 20 ms)";
   ipc::OpDescriptor first = op(2);
   first.device = 1;
   (void)post(policy, kServe, Priority::high, first, 0, kMs);

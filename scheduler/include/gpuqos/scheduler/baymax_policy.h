@@ -93,7 +93,8 @@
 // held kDeadlineHoldNs: then it closes the engine too, or back-to-back queries, each opening before
 // the others' short ops drained, would hold it for ever. With no high-priority client on a device, best-effort clients also get credit (seqs
 // beyond their last posted op, as in fifo), so they pay no round trip when there is nothing to
-// protect.
+// protect: the bound's worth of the client's ops by their recent predicted time (at least one, at
+// most credit_ops), since what it holds when a high-priority job comes goes unasked.
 //
 // The long-op budget. On a device that runs a kernel to its end once started (preemptive_device =
 // false, the Baymax premise), a best-effort op of length p > bound blocks a query that arrives
@@ -292,6 +293,9 @@ class BaymaxPolicy final : public Policy {
     std::int64_t be_compute_total_ns() const;                        // on every device
     std::int64_t be_compute_ns_on(std::uint32_t device) const;       // on one
     std::int64_t head_held_since_ns = -1;  // when its queue's head was first held (-1: not held)
+    // Best effort: the mean predicted (upper) time of its latest GPU ops (an average over about 8),
+    // 0 before the first; its credit is sized by it.
+    double recent_op_ns = 0;
     std::map<std::uint32_t, std::int64_t> compute_posted_ns;  // best effort: its latest compute op, by device
     // Best effort: its transfers' virtual time among its job's processes, and how many it has
     // queued, by device.
