@@ -1,6 +1,7 @@
 // The driver's connection to simgpud and the machinery every API call shares: submit and wait.
 #include "driver.h"
 
+#include <pthread.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/un.h>
@@ -10,6 +11,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <new>
 #include <string_view>
 
@@ -89,8 +91,26 @@ void HostAction::run() const {
   }
 }
 
+void Driver::before_fork() { driver().mu.lock(); }  // no call of another thread is half done in the child
+
+void Driver::after_fork_in_parent() { driver().mu.unlock(); }
+
+void Driver::after_fork_in_child() {
+  Driver& d = driver();
+  d.forked_ = true;
+  d.initialized_ = false;
+  d.connection_lost = true;
+  if (d.fd_ >= 0) ::close(d.fd_);  // the parent's connection: never written from here
+  d.fd_ = -1;
+  d.mu.unlock();
+}
+
 CUresult Driver::init() {
   std::unique_lock lock(mu);
+  if (forked_) {
+    log_once("cuInit in a child forked after the parent initialised CUDA: CUDA cannot be used here");
+    return CUDA_ERROR_NOT_INITIALIZED;
+  }
   if (initialized_) return init_result_;
   std::string path = wire::default_socket_path();
   int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
@@ -153,6 +173,8 @@ CUresult Driver::init() {
   fd_ = fd;
   initialized_ = true;
   init_result_ = devices.empty() ? CUDA_ERROR_NO_DEVICE : CUDA_SUCCESS;
+  static std::once_flag fork_handlers;
+  std::call_once(fork_handlers, [] { ::pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child); });
   receiver_ = std::thread([this] { receive_loop(); });
   receiver_.detach();
   return init_result_;

@@ -218,6 +218,13 @@ class Driver {
 
   bool initialized_ = false;
   CUresult init_result_ = CUDA_ERROR_NOT_INITIALIZED;
+  // A child forked after cuInit: as with the real driver, CUDA cannot be used there (it has none of
+  // the parent's threads, and shares the parent's connection); every call says so instead of waiting
+  // for replies that would go to the parent.
+  bool forked_ = false;
+  static void before_fork();
+  static void after_fork_in_parent();
+  static void after_fork_in_child();
   int fd_ = -1;
   std::thread receiver_;
   bool mover_started_ = false;

@@ -8,6 +8,8 @@
 // tolerances, and wall-clock times only with margins that absorb a loaded 2-core machine.
 #include <cuda.h>
 #include <dlfcn.h>
+#include <signal.h>
+#include <sys/wait.h>
 
 #include <algorithm>
 #include <atomic>
@@ -529,6 +531,40 @@ TEST_F(DriverItest, CallsBeforeCuInitReturnNotInitialized) {
     CLIENT_OK(c, cuInit(0));
     CLIENT_OK(c, cuDeviceGetCount(&count));
     CLIENT_CHECK(c, count == 1);
+  });
+  expect_clean(client.finish(), "client");
+}
+
+// A child forked after the parent initialised CUDA cannot use it, as with the real driver: every call
+// says so at once. A user test: the child's cuMemAlloc waited for ever for a reply that went to the
+// parent's connection, and the parent waited for the child.
+TEST_F(DriverItest, AChildForkedAfterCuInitGetsNotInitializedAndTheParentGoesOn) {
+  start(profile("fifo"));
+  ClientProcess client(server().socket(), [](ClientLink& c) {
+    if (!open_device(c)) return;
+    CUdeviceptr p = 0;
+    CLIENT_OK(c, cuMemAlloc(&p, 1024));
+    const pid_t child = ::fork();
+    if (child == 0) {
+      CUdeviceptr q = 0;
+      int failed = 0;
+      failed += cuMemAlloc(&q, 1024) != CUDA_ERROR_NOT_INITIALIZED;
+      failed += cuCtxSynchronize() != CUDA_ERROR_NOT_INITIALIZED;
+      failed += cuInit(0) != CUDA_ERROR_NOT_INITIALIZED;
+      ::_exit(failed);
+    }
+    int status = -1;
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (::waitpid(child, &status, WNOHANG) == 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(10ms);
+    }
+    const bool exited = WIFEXITED(status);
+    if (!exited) ::kill(child, SIGKILL), ::waitpid(child, &status, 0);
+    CLIENT_CHECK(c, exited && WEXITSTATUS(status) == 0);
+    CUdeviceptr r = 0;
+    CLIENT_OK(c, cuMemAlloc(&r, 1024));  // the parent's connection is untouched
+    CLIENT_OK(c, cuMemcpyHtoD(r, &status, sizeof status));
+    CLIENT_OK(c, cuCtxSynchronize());
   });
   expect_clean(client.finish(), "client");
 }
