@@ -351,9 +351,10 @@ bool CompletionTracker::poll_streams() noexcept {
       const std::int64_t now = ipc::monotonic_ns();
       // One event decided several ops, it was recorded late, or there was none to wait for: the
       // times do not time this op alone. A decider with a start event of its own is still timed
-      // alone: the ops before it that it decides were called before that event was recorded. (The
-      // ops spent on credit before a timed one share its event when they are recorded in the same
-      // turn, and left it coarse.)
+      // alone: the ops before it that it decides were called before that event was recorded, when
+      // one thread issues the stream's work (another thread's op called between the two records
+      // would be counted in, as it would be for any timed call). (The ops spent on credit before a
+      // timed one share its event when they are recorded in the same turn, and left it coarse.)
       const bool coarse = (decider != queue.begin() && !decider->start_event) || !decider->event || decider->deferred;
       const std::int64_t device_ns = !coarse && state == CUDA_SUCCESS ? time_on_device(*decider) : 0;
       for (auto done = queue.begin(); done != std::next(decider); ++done) {

@@ -284,8 +284,9 @@ void DaemonGate::said_uuid(ipc::OpDescriptor& descriptor) const noexcept {
   std::memcpy(descriptor.device_uuid, uuid.data(), sizeof descriptor.device_uuid);
 }
 
-// Free slots of the ops ring that query marks and synchronisations leave to GPU work.
-constexpr std::uint32_t kMarkHeadroom = ipc::kOpsRingCapacity / 4;
+// Free slots of the ops ring that arrival marks, and other query marks and synchronisations, leave to GPU work.
+constexpr std::uint32_t kArrivalHeadroom = ipc::kOpsRingCapacity / 4;
+constexpr std::uint32_t kMarkHeadroom = ipc::kOpsRingCapacity / 16;
 
 // Waited calls of one thread timed on the device at most this often (DaemonGate::post).
 constexpr std::int64_t kTimedCallSpacingNs = 1'000'000;
@@ -334,10 +335,12 @@ Ticket DaemonGate::post(const Operation& op, const std::shared_ptr<Session>& ses
     // job ran on credit before any high-priority job came, so gpuqosd learned none of its
     // durations, and its 3-ms kernels, predicted at the 10-us placeholder, ran far past the bound
     // under the first queries.
+    // Not cuLaunchCooperativeKernelMultiDevice: it names its streams in its parameters, not to us (a
+    // start event on the default stream would be work the program never asked for).
     thread_local std::int64_t last_timed_ns = 0;
-    if (ticket.posted_ns - last_timed_ns >= kTimedCallSpacingNs) {
+    if (ticket.posted_ns - last_timed_ns >= kTimedCallSpacingNs && op.hook != HookId::hook_cuLaunchCooperativeKernelMultiDevice) {
       last_timed_ns = ticket.posted_ns;
-      ticket.start_ns = ticket.posted_ns;
+      ticket.start_ns = ipc::monotonic_ns();  // after posting (a kernel's name may have been sent): the call's own time
       ticket.start_event = completions_.record_start(ticket.context, op);
     }
     return ticket;
@@ -376,9 +379,15 @@ void DaemonGate::post_mark(ipc::OpDescriptor descriptor) noexcept {
   } else if (descriptor.kind == ipc::OpKind::sync) {
     return;
   }
-  // A ring three quarters full drops the mark, never blocks: the rest is kept for GPU work, which a
-  // high-priority job posts without waiting either.
-  session->post(descriptor, kernels_, /*may_wait=*/false, /*keep_free=*/kMarkHeadroom);
+  // A full ring drops the mark, never blocks. Arrivals (which a server's receiving threads may say
+  // in a flood) leave a quarter of it to GPU work, which a high-priority job posts without waiting
+  // either; begins, ends and synchronisations, whose loss merges two queries, only the last slots.
+  const bool arrival = descriptor.kind == ipc::OpKind::query_arrived;
+  if (!session->post(descriptor, kernels_, /*may_wait=*/false, arrival ? kArrivalHeadroom : kMarkHeadroom) &&
+      session->alive() && !told_marks_dropped_.exchange(true)) {
+    log_(LogLevel::warn, "gpuqosd is not keeping up with this process: its ops ring is nearly full, so query marks "
+                         "are dropped to keep room for GPU work (said once)");
+  }
 }
 
 void DaemonGate::mark_query(QueryMark mark) noexcept {

@@ -82,6 +82,7 @@ class DaemonGate final : public Gate {
   bool said_running_unmanaged_ = false;  // monitor thread: a warning said so, and no registration since
   std::atomic<bool> told_unmanaged_{false};  // the one word that work went to a device not managed
   std::atomic<bool> told_full_ring_{false};  // the one word that a full ops ring sent work unposted
+  std::atomic<bool> told_marks_dropped_{false};  // ... and that query marks were dropped
   // Each device's primary context as the program's own retain returned it (the context hook), so
   // that a release or reset names the context it may end without a retain of ours. A release or
   // reset that may have ended it forgets it, and a retain that began before such a call ended

@@ -109,7 +109,8 @@ class Session {
   // and synchronisations keep room for the GPU work behind them: a user test's flood of marks
   // filled the ring, and a high-priority job's kernels, which never wait, went unposted).
   bool post(ipc::OpDescriptor& op, const KernelRegistry& kernels, bool may_wait, std::uint32_t keep_free = 0) noexcept;
-  // Ops that found the ring full and were not posted (they ran unscheduled), and marks kept back.
+  // Ops that found the ring full and were not posted (they ran unscheduled; marks held back by
+  // `keep_free` are not counted here).
   std::uint64_t ops_lost_to_full_ring() const noexcept { return full_ring_ops_.load(std::memory_order_relaxed); }
 
   // Blocks until the daemon granted seq: true; false when the session was lost meanwhile.
