@@ -857,16 +857,23 @@ void BaymaxPolicy::extend_credit(ClientId client, ClientState& state, Decisions&
   // 32 ops of 3 ms on credit ran ahead of the first queries of a job that came, on a device that
   // runs kernels to their end.)
   std::uint32_t credit = options_.credit_ops;
+  if (credit == 0) return;
   if (state.recent_op_ns > 0) {
     const double by_time = static_cast<double>(bound_.bound_ns()) / state.recent_op_ns;
     credit = static_cast<std::uint32_t>(std::clamp(by_time, 1.0, static_cast<double>(credit)));
   }
-  if (credit == 0 || state.posted == 0 || !state.queue.empty()) return;
+  if (state.posted == 0 || !state.queue.empty()) return;
   if (state.granted >= state.posted + credit / 2 && state.granted > state.posted) return;  // enough left
   // With a high-priority job: no credit, every op asks. Beside another best-effort job whose weight
   // per process differs: none either, so each op meets its stream's bound and the share hold bites
   // (credit let a job's queue on the device run hundreds of ms deep, past any hold).
   bool shared = !state.placed();  // on no device yet: it may be one with a high-priority job
+  // A high-priority job on no device yet (registered, before its first GPU op) may come to this one:
+  // the credit held then would go unasked ahead of its first query (the user test above: the first
+  // query of a job that joined running best-effort work met all of it).
+  shared = shared || std::any_of(clients_.begin(), clients_.end(), [](const auto& entry) {
+             return entry.second.info.priority == ipc::Priority::high && !entry.second.placed();
+           });
   state.for_each_device([&](std::uint32_t device) {
     shared = shared || high_priority_on(device) || beside_another_weight(client, device, last_now_ns_);
   });

@@ -106,6 +106,8 @@ TEST(BaymaxPolicy, WithNothingToProtectBestEffortGetsCredit) {
   EXPECT_EQ(post(large, kTrainA, Priority::low, op(1), 0, 12 * kMs), (Decisions{{kTrainA, 1}, {kTrainA, 2}}))
       << "an op longer than the bound: one";
   EXPECT_EQ(post(large, kTrainA, Priority::low, op(2), 0, 12 * kMs), (Decisions{{kTrainA, 3}}));
+  BaymaxPolicy none(options(5 * kMs, 0));
+  EXPECT_EQ(post(none, kTrainA, Priority::low, op(1), 0, 12 * kMs), (Decisions{{kTrainA, 1}})) << "credit_ops 0: none";
 }
 
 TEST(BaymaxPolicy, NoCreditWhileAHighPriorityJobShareTheDevice) {
@@ -2405,13 +2407,16 @@ TEST(BaymaxPolicy, AClientRegisteredOnNoDeviceIsOnTheOneItsFirstOpNames) {
   ClientInfo be = train(kTrainA);
   be.device = ClientInfo::kNoDevice;
   (void)policy.client_registered(be, 0);
-  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 0, 20 * kMs), (Decisions{{kTrainA, 1}, {kTrainA, 3}}))
-      << "its op is on device 0, where no job is to protect: granted, with credit (two more of 20 ms)";
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 0, 20 * kMs), (Decisions{{kTrainA, 1}}))
+      << "its op is on device 0, where no job is to protect: granted, but no credit while the job with a "
+         "target may still come to device 0";
   ipc::OpDescriptor first = op(2);
   first.device = 1;
-  (void)post(policy, kServe, Priority::high, first, 0, kMs);
+  EXPECT_EQ(post(policy, kServe, Priority::high, first, 0, kMs), (Decisions{{kTrainA, 3}}))
+      << "it went to device 1: credit on device 0 again (two more of 20 ms)";
   ASSERT_EQ(policy.state(0)->long_op_budgets.size(), 1u);
   EXPECT_EQ(policy.state(0)->long_op_budgets[0].device, 1u);
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(2), kMs, 20 * kMs).empty()) << "spent on credit";
 }
 
 // Idle for kStaleQueryNs (its job posts nothing more): abandoned, before it would be overdue (a

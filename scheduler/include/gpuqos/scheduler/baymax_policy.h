@@ -94,7 +94,8 @@
 // the others' short ops drained, would hold it for ever. With no high-priority client on a device, best-effort clients also get credit (seqs
 // beyond their last posted op, as in fifo), so they pay no round trip when there is nothing to
 // protect: the bound's worth of the client's ops by their recent predicted time (at least one, at
-// most credit_ops), since what it holds when a high-priority job comes goes unasked.
+// most credit_ops), since what it holds when a high-priority job comes goes unasked; and none while a
+// high-priority client is on no device yet (before its first GPU op), which may be this one.
 //
 // The long-op budget. On a device that runs a kernel to its end once started (preemptive_device =
 // false, the Baymax premise), a best-effort op of length p > bound blocks a query that arrives
