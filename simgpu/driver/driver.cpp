@@ -14,6 +14,7 @@
 #include <mutex>
 #include <new>
 #include <string_view>
+#include <utility>
 
 #include "activity.h"
 #include "gpuqos/simgpu/visible_devices.h"
@@ -100,6 +101,15 @@ void Driver::after_fork_in_child() {
   d.forked_ = true;
   d.initialized_ = false;
   d.connection_lost = true;
+  // The parent's work in flight and data moves: none of them completes here (no receiver or mover
+  // thread), so nothing may wait for them (a review: cuMemFreeHost waited for a move for ever).
+  d.pending.clear();
+  d.replies_.clear();
+  d.moves.clear();
+  d.moving = false;
+  d.moving_bytes_ = 0;
+  d.deferred_signals_ = 0;
+  d.mover_started_ = false;
   if (d.fd_ >= 0) ::close(d.fd_);  // the parent's connection: never written from here
   d.fd_ = -1;
   d.mu.unlock();
@@ -108,7 +118,11 @@ void Driver::after_fork_in_child() {
 CUresult Driver::init() {
   std::unique_lock lock(mu);
   if (forked_) {
-    log_once("cuInit in a child forked after the parent initialised CUDA: CUDA cannot be used here");
+    // Written directly: log_once's lock may have been held by another thread of the parent at the fork.
+    static constexpr char kSaid[] =
+        "simgpu libcuda: cuInit in a child forked after the parent initialised CUDA: CUDA cannot be used here\n";
+    static bool said = false;
+    if (!std::exchange(said, true)) (void)!::write(STDERR_FILENO, kSaid, sizeof kSaid - 1);
     return CUDA_ERROR_NOT_INITIALIZED;
   }
   if (initialized_) return init_result_;
