@@ -6,7 +6,8 @@
 // after a completion, doubling up to 1 ms while nothing completes, so end is late by at most that;
 // only an idle thread is woken by a new op, so a busy program pays no wake-up per launch). Only the
 // device times an op: a low-priority call (at most one a millisecond per thread, whether it waited
-// for its grant or spent credit) also gets an event recorded right before it
+// for its grant or spent credit, and a kernel not timed for 100 ms) also gets an event recorded
+// right before it
 // on its stream, and is reported exact with start = end minus the device time between the two: the
 // op's own time, plus, when the stream was idle, up to the host's time from that record to the
 // call's return (so it is exact only when that host time is under a quarter of it: a thread

@@ -288,6 +288,11 @@ void DaemonGate::said_uuid(ipc::OpDescriptor& descriptor) const noexcept {
 constexpr std::uint32_t kArrivalHeadroom = ipc::kOpsRingCapacity / 4;
 constexpr std::uint32_t kMarkHeadroom = ipc::kOpsRingCapacity / 16;
 
+// A kernel (by its id) not timed for this long is timed at its next low-priority launch, at most one
+// such a thread this often (DaemonGate::post).
+constexpr std::int64_t kKernelRetimeNs = 100'000'000;
+constexpr std::int64_t kKernelTimedSpacingNs = 250'000;
+
 // Waited calls of one thread timed on the device at most this often (DaemonGate::post).
 constexpr std::int64_t kTimedCallSpacingNs = 1'000'000;
 
@@ -335,11 +340,26 @@ Ticket DaemonGate::post(const Operation& op, const std::shared_ptr<Session>& ses
     // job ran on credit before any high-priority job came, so gpuqosd learned none of its
     // durations, and its 3-ms kernels, predicted at the 10-us placeholder, ran far past the bound
     // under the first queries.
+    // A kernel not timed for kKernelRetimeNs is also timed, at most once per kKernelTimedSpacingNs per
+    // thread: the once-a-millisecond rule alone takes the first op after each gap, so a loop that
+    // issues an iteration in under a millisecond and then synchronises had only its first op (often a
+    // copy or a memset) timed, and its kernels stayed at the placeholder (a review).
     // Not cuLaunchCooperativeKernelMultiDevice: it names its streams in its parameters, not to us (a
     // start event on the default stream would be work the program never asked for).
-    thread_local std::int64_t last_timed_ns = 0;
-    if (ticket.posted_ns - last_timed_ns >= kTimedCallSpacingNs && op.hook != HookId::hook_cuLaunchCooperativeKernelMultiDevice) {
-      last_timed_ns = ticket.posted_ns;
+    thread_local std::int64_t last_timed_ns = 0, last_kernel_timed_ns = 0;
+    const bool spaced = ticket.posted_ns - last_timed_ns >= kTimedCallSpacingNs;
+    std::atomic<std::int64_t>* kernel_timed = descriptor.kind == ipc::OpKind::kernel && descriptor.kernel_id > 0 &&
+                                                      descriptor.kernel_id <= kernel_timed_ns_.size()
+                                                  ? &kernel_timed_ns_[descriptor.kernel_id - 1]
+                                                  : nullptr;
+    const bool kernel_due = kernel_timed && ticket.posted_ns - kernel_timed->load(std::memory_order_relaxed) >= kKernelRetimeNs &&
+                            ticket.posted_ns - last_kernel_timed_ns >= kKernelTimedSpacingNs;
+    if ((spaced || kernel_due) && op.hook != HookId::hook_cuLaunchCooperativeKernelMultiDevice) {
+      if (spaced) last_timed_ns = ticket.posted_ns;
+      if (kernel_timed) {
+        last_kernel_timed_ns = ticket.posted_ns;
+        kernel_timed->store(ticket.posted_ns, std::memory_order_relaxed);
+      }
       ticket.start_ns = ipc::monotonic_ns();  // after posting (a kernel's name may have been sent): the call's own time
       ticket.start_event = completions_.record_start(ticket.context, op);
     }

@@ -565,6 +565,29 @@ TEST_F(GateTest, AnOpSpentOnCreditIsTimedOnTheDeviceToo) {
   EXPECT_GE(exact, 2u) << "at most the first op can have waited for its grant" << spans;
 }
 
+// A kernel not timed for 100 ms is timed at its next launch, whatever op came first after the
+// thread's last timing: a loop whose iterations start with a memset, each issued in well under a
+// millisecond and then synchronised, had only its memsets timed (the first op after each gap), and
+// its kernels stayed at the predictor's placeholder (a review).
+TEST_F(GateTest, AKernelIsTimedEvenWhenAnotherOpAlwaysComesFirst) {
+  daemon_->give_credit(100000);  // no op waits for its grant: each iteration's two ops go microseconds apart
+  start({"iterations", "80", "2000"}, "low");  // 80 x (memset, 2-ms kernel, synchronise): 160 ms and more
+  ASSERT_EQ(finish(20s), 0) << output_;
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 240) && c[0].completions.size() >= 160; }));
+  const FakeClient client = daemon_->clients().at(0);
+  std::size_t exact_kernels = 0, exact_memsets = 0;
+  for (const auto& completion : client.completions) {
+    if (completion.flags != ipc::kCompletionExact) continue;
+    const ipc::OpKind kind = client.ops.at(completion.seq - 1).kind;
+    if (kind == ipc::OpKind::memset) ++exact_memsets;
+    if (kind != ipc::OpKind::kernel) continue;
+    ++exact_kernels;
+    EXPECT_GE(completion.end_ns - completion.start_ns, 1'900'000) << "seq " << completion.seq;
+  }
+  EXPECT_GE(exact_kernels, 1u) << exact_memsets << " memsets timed";
+  EXPECT_LE(exact_kernels, 4u) << "once per 100 ms of the kernel, not every launch";
+}
+
 TEST_F(GateTest, ManyLowPriorityThreadsWaitAtOnce) {
   start({"threads", "4", "25"}, "low");
   ASSERT_EQ(finish(), 0) << output_;

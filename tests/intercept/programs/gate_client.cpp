@@ -6,6 +6,9 @@
 //                   device->device, pageable->pageable (host to host: not GPU work)
 //   marks           gpuqos_query_arrived (from a thread with no context), gpuqos_query_begin, launch
 //                   spin(100) + cuStreamSynchronize, gpuqos_query_end, cuCtxSynchronize, cuEventSynchronize
+//   iterations <n> <us>
+//                   n times, on a stream: a 16-byte memset, spin(us), synchronise (a training loop whose
+//                   every iteration starts with something other than its kernel)
 //   flood <m> <k> [us]
 //                   gpuqos_query_arrived m times, then k launches of spin(us, default 0) on a stream,
 //                   synchronised
@@ -622,6 +625,20 @@ int run_marks() {
   return 0;
 }
 
+int run_iterations(long count, long duration_us) {
+  CUstream stream = nullptr;
+  CUdeviceptr buffer = 0;
+  CHECK_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  CHECK_CU(cuMemAlloc(&buffer, 16));
+  for (long i = 0; i < count; ++i) {
+    CHECK_CU(cuMemsetD8Async(buffer, 0, 16, stream));
+    CHECK_CU(launch(static_cast<std::uint64_t>(duration_us), stream));
+    CHECK_CU(cuStreamSynchronize(stream));
+  }
+  std::printf("iterations ok\n");
+  return 0;
+}
+
 int run_flood(long marks, long kernels, long duration_us) {
   CUstream stream = nullptr;
   CHECK_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
@@ -659,6 +676,7 @@ int main(int argc, char** argv) {
   if (mode == "marks") return run_marks();
   if (mode == "dropped") return run_dropped();
   if (mode == "flood") return run_flood(arg(2, 2000), arg(3, 200), arg(4, 0));
+  if (mode == "iterations") return run_iterations(arg(2, 80), arg(3, 2000));
   if (mode == "timed") return run_timed(arg(2, 1000));
   if (mode == "loop") return run_loop(arg(2, 10), arg(3, 1000));
   if (mode == "threads") return run_threads(arg(2, 4), arg(3, 20));
