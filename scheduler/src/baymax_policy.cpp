@@ -603,17 +603,17 @@ void BaymaxPolicy::charge_share(ClientState& state, std::uint32_t device, std::i
   job.vtime += static_cast<double>(p) / state.weight();
 }
 
-bool BaymaxPolicy::is_transfer(const ipc::OpDescriptor& op) {
-  const auto engine = engine_of(op);
-  return engine == Engine::h2d || engine == Engine::d2h;
-}
+namespace {
+bool is_transfer_engine(std::optional<Engine> engine) { return engine == Engine::h2d || engine == Engine::d2h; }
+}  // namespace
+
+bool BaymaxPolicy::is_transfer(const ipc::OpDescriptor& op) { return is_transfer_engine(engine_of(op)); }
 
 bool BaymaxPolicy::has_transfer_work(ClientId client, const ClientState& state, std::uint32_t device) const {
   const auto queued = state.transfers_queued.find(device);
   if (queued != state.transfers_queued.end() && queued->second > 0) return true;
   for (auto it = in_flight_.lower_bound({client, 0}); it != in_flight_.end() && it->first.first == client; ++it) {
-    if (it->second.device == device && (it->second.engine == Engine::h2d || it->second.engine == Engine::d2h))
-      return true;
+    if (it->second.device == device && is_transfer_engine(it->second.engine)) return true;
   }
   return false;
 }
@@ -857,12 +857,11 @@ void BaymaxPolicy::extend_credit(ClientId client, ClientState& state, Decisions&
   // 32 ops of 3 ms on credit ran ahead of the first queries of a job that came, on a device that
   // runs kernels to their end.)
   std::uint32_t credit = options_.credit_ops;
-  if (credit == 0) return;
+  if (credit == 0 || state.posted == 0 || !state.queue.empty()) return;
   if (state.recent_op_ns > 0) {
     const double by_time = static_cast<double>(bound_.bound_ns()) / state.recent_op_ns;
     credit = static_cast<std::uint32_t>(std::clamp(by_time, 1.0, static_cast<double>(credit)));
   }
-  if (state.posted == 0 || !state.queue.empty()) return;
   if (state.granted >= state.posted + credit / 2 && state.granted > state.posted) return;  // enough left
   // With a high-priority job: no credit, every op asks. Beside another best-effort job whose weight
   // per process differs: none either, so each op meets its stream's bound and the share hold bites

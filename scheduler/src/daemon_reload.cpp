@@ -142,25 +142,24 @@ void Daemon::reload_config() {
   // The connected jobs' targets before: one the new file drops (a [[job]] renamed by a typo) is said.
   // Any other change of a connected job's settings (its weight, percentile, margin) is said too: a
   // user test changed only a weight and the log said nothing of it.
-  std::map<std::string, std::pair<ClientInfo, const ClientIdentity*>> before;
+  std::map<std::string, std::pair<ClientInfo, ClientInfo>> settings;  // by job: before, after
   for (const auto& [id, client] : clients_) {
     const ClientIdentity& who = client->identity();
-    before.try_emplace(who.job, client_info(options_.config, who), &who);
+    settings.try_emplace(who.job, client_info(options_.config, who), client_info(next.config, who));
   }
   options_ = std::move(next);  // jobs, access and devices: for registrations from now on
   std::size_t changed = 0;
-  for (const auto& [job, was] : before) {
-    const auto& [info, who] = was;
-    const config::JobConfig* entry = config::find_job(options_.config, job);
-    if (info.target_ns && (entry == nullptr || !entry->target_ms)) {
+  for (const auto& [job, infos] : settings) {
+    const auto& [was, now] = infos;
+    if (was.target_ns && !now.target_ns) {
       spdlog::warn("reload of {}: job '{}' is connected and had a latency target ({}); the new config gives it none, "
                    "so it is no longer held to one (its [[job]] removed or renamed?)",
-                   path, job, describe_targets(info));
+                   path, job, describe_targets(was));
       continue;
     }
-    const std::string now = describe_targets(client_info(options_.config, *who));
-    if (now != describe_targets(info) && ++changed <= kMaxKeptHighLines) {
-      spdlog::info("reload of {}: job '{}' (connected) now has {} (was {})", path, job, now, describe_targets(info));
+    const std::string said = describe_targets(now);
+    if (said != describe_targets(was) && ++changed <= kMaxKeptHighLines) {
+      spdlog::info("reload of {}: job '{}' (connected) now has {} (was {})", path, job, said, describe_targets(was));
     }
   }
   if (changed > kMaxKeptHighLines) {
