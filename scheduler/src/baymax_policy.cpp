@@ -543,6 +543,19 @@ bool BaymaxPolicy::beside_another_weight(ClientId client, std::uint32_t device, 
   return false;
 }
 
+std::size_t BaymaxPolicy::credit_holders_beside(ClientId client, const ClientState& state) const {
+  // Itself and every other best-effort client on one of its devices, or on none yet (it may come):
+  // one that went quiet may still hold credit.
+  std::size_t holders = 1;
+  for (const auto& [id, other] : clients_) {
+    if (id == client || other.info.priority != ipc::Priority::low || other.posted == 0) continue;
+    bool beside = !other.placed() || !state.placed();
+    state.for_each_device([&](std::uint32_t device) { beside = beside || other.on(device); });
+    holders += beside ? 1 : 0;
+  }
+  return holders;
+}
+
 void BaymaxPolicy::restart_if_idle(ClientId client, ClientState& state, std::uint32_t device) {
   if (!state.queue.empty() || has_in_flight_on(client, device)) return;
   // Its job, when none of its processes has work there either: at the least start of the latest
@@ -852,14 +865,17 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
 }
 
 void BaymaxPolicy::extend_credit(ClientId client, ClientState& state, Decisions& decisions) {
-  // At most the bound's worth of its ops, by their recent predicted time: credit is what a job
-  // already holds when a high-priority job comes to the device, and then goes unasked. (A user test:
-  // 32 ops of 3 ms on credit ran ahead of the first queries of a job that came, on a device that
-  // runs kernels to their end.)
+  // Credit is what a job already holds when a high-priority job comes to the device, and then goes
+  // unasked (a user test: 32 ops of 3 ms on credit ran ahead of the first queries of a job that came,
+  // on a device that runs kernels to their end). So all the best-effort clients that may hold some
+  // there share the bound: each gets its part of it in ops of its longest recent one (at least one
+  // op, at most credit_ops). None while its ops are guessed: a 3-ms kernel the predictor does not
+  // know counts as every kernel's mean, microseconds.
   std::uint32_t credit = options_.credit_ops;
-  if (credit == 0 || state.posted == 0 || !state.queue.empty()) return;
-  if (state.recent_op_ns > 0) {
-    const double by_time = static_cast<double>(bound_.bound_ns()) / state.recent_op_ns;
+  if (credit == 0 || state.posted == 0 || !state.queue.empty() || state.guessed_within > 0) return;
+  if (state.longest_recent_ns > 0) {
+    const double by_time = static_cast<double>(bound_.bound_ns()) /
+                           (state.longest_recent_ns * static_cast<double>(credit_holders_beside(client, state)));
     credit = static_cast<std::uint32_t>(std::clamp(by_time, 1.0, static_cast<double>(credit)));
   }
   if (state.granted >= state.posted + credit / 2 && state.granted > state.posted) return;  // enough left
@@ -1030,7 +1046,9 @@ Decisions BaymaxPolicy::op_posted(const OpPosted& event) {
   }
   const std::int64_t p = predicted(event);
   if (event.priority == ipc::Priority::low && engine_of(op)) {
-    state.recent_op_ns = state.recent_op_ns == 0 ? static_cast<double>(p) : 0.875 * state.recent_op_ns + 0.125 * static_cast<double>(p);
+    state.longest_recent_ns = std::max(static_cast<double>(p), kLongestRecentDecay * state.longest_recent_ns);
+    const bool guessed = event.guessed || event.predicted_ns <= 0;
+    state.guessed_within = guessed ? kGuessedMemoryOps : state.guessed_within - (state.guessed_within > 0 ? 1 : 0);
   }
   if (event.priority == ipc::Priority::high) {
     account(event.client, op, p, true, event.now_ns);

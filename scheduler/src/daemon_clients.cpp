@@ -81,7 +81,7 @@ std::string Daemon::accept_op(Client& client, const ArrivedOp& arrived) {
                 estimate.upper_ns, static_cast<int>(op.direction));
   apply(policy_->op_posted(
       OpPosted{client.identity().id, client.identity().priority, op, arrived.arrived_ns, estimate.upper_ns,
-               estimate.expected_ns}));
+               estimate.expected_ns, estimate.guessed}));
   return {};
 }
 

@@ -152,7 +152,8 @@ DurationLearner::Estimate DurationLearner::posted(std::uint32_t client, const ip
     return std::isfinite(ns) ? std::max<std::int64_t>(1, static_cast<std::int64_t>(std::min(ns, 1e15))) : 0;
   };
   const Estimate estimate{nanoseconds(std::min(prediction.upper_ns, prediction.duration_ns * kMaxUpperRatio)),
-                          nanoseconds(prediction.duration_ns)};
+                          nanoseconds(prediction.duration_ns),
+                          prediction.model == predictor::ModelUsed::global_default};
   if (estimate.upper_ns == 0) return {};
   return estimate;
 }

@@ -2235,9 +2235,51 @@ TEST(BaymaxPolicy, CreditedOpsCountToTheShareAndNoneIsGivenBesideAnotherWeight) 
   }
   EXPECT_EQ(policy.op_completed({kTrainB, done(1, 2 * kMs), 2 * kMs}), (Decisions{{kTrainA, 10}}))
       << "B's work is done: A goes, but B posted lately: no credit yet";
-  // Both quiet for 100 ms: credit again, the bound's worth of each one's recent ops (A's about 1.4 ms
-  // by now: three; B's 1 ms: five).
-  EXPECT_EQ(policy.tick(200 * kMs), (Decisions{{kTrainA, 13}, {kTrainB, 6}}));
+  // Both quiet for 100 ms: credit again, each its half of the bound in ops of its longest recent one
+  // (A's about 2 ms: one; B's 1 ms: two).
+  EXPECT_EQ(policy.tick(200 * kMs), (Decisions{{kTrainA, 11}, {kTrainB, 3}}));
+}
+
+// Credit is sized for the worst of what it may let go unasked: by the job's longest recent op, not
+// its mean (seven ops of 10 us and one of 20 ms: a mean of 2.5-5 ms gave 8 ops, 160 ms), with
+// the bound shared by every best-effort client that may hold some there, and none while the job's
+// kernels are guessed (an unknown 3-ms kernel counts as every kernel's mean, microseconds).
+TEST(BaymaxPolicy, CreditIsSizedByTheLongestRecentOpAndSharedAndNotGivenOnAGuess) {
+  BaymaxPolicy mixed(options(50 * kMs, 8));
+  (void)mixed.client_registered(train(kTrainA), 0);
+  std::uint64_t granted = 0;
+  const auto note = [&granted](const Decisions& decisions) {
+    for (const Grant& grant : decisions) granted = std::max(granted, grant.through_seq);
+  };
+  for (std::uint64_t seq = 1; seq <= 64; ++seq) {
+    const std::int64_t now = static_cast<std::int64_t>(seq) * kMs;
+    note(post(mixed, kTrainA, Priority::low, op(seq), now, seq % 8 == 1 ? 20 * kMs : kMs / 100));
+    EXPECT_LE(granted, seq + 2) << seq << ": at most two ops, 40 ms if both are long ones, go unasked";
+    note(mixed.op_completed({kTrainA, done(seq, now), now}));
+  }
+  EXPECT_EQ(granted, 65u) << "credit all the same";
+
+  BaymaxPolicy shared(options(6 * kMs, 8));
+  (void)shared.client_registered(be_job(kTrainA, "a"), 0);
+  (void)shared.client_registered(be_job(kTrainB, "b"), 0);
+  (void)shared.client_registered(be_job(kTrainC, "c"), 0);
+  EXPECT_EQ(post(shared, kTrainA, Priority::low, op(1), 0, kMs), (Decisions{{kTrainA, 1}, {kTrainA, 7}}))
+      << "alone: six ops of 1 ms";
+  EXPECT_EQ(post(shared, kTrainB, Priority::low, op(1), 0, kMs), (Decisions{{kTrainB, 1}, {kTrainB, 4}}))
+      << "beside A, which may still hold its credit: half the bound each";
+  EXPECT_EQ(post(shared, kTrainC, Priority::low, op(1), 0, kMs), (Decisions{{kTrainC, 1}, {kTrainC, 3}}))
+      << "three of them: a third each";
+
+  BaymaxPolicy guessing(options(5 * kMs, 8));
+  (void)guessing.client_registered(train(kTrainA), 0);
+  OpPosted unknown{kTrainA, Priority::low, op(1), 0, 20'000, 10'000, true};
+  EXPECT_EQ(guessing.op_posted(unknown), (Decisions{{kTrainA, 1}})) << "a guess: granted, no credit";
+  std::uint64_t seq = 2;
+  for (; seq <= BaymaxPolicy::kGuessedMemoryOps; ++seq) {
+    EXPECT_EQ(post(guessing, kTrainA, Priority::low, op(seq), 0, kMs / 100), (Decisions{{kTrainA, seq}})) << seq;
+  }
+  EXPECT_EQ(post(guessing, kTrainA, Priority::low, op(seq), 0, kMs / 100), (Decisions{{kTrainA, seq}, {kTrainA, seq + 8}}))
+      << "16 ops known since: credit again";
 }
 
 TEST(BaymaxPolicy, ShortOpsOfOneJobDoNotOvertakeTheHeldOpOfAnother) {

@@ -22,6 +22,7 @@
 
 #include "daemon_harness.h"
 #include "gpuqos/testing/ready_child.h"
+#include "gpuqos/scheduler/baymax_policy.h"
 #include "gpuqos/testing/text.h"
 #include "gpuqos/ipc/clock.h"
 #include "gpuqos/scheduler/daemon.h"
@@ -196,7 +197,8 @@ TEST(Daemon, AGpuNamedByUuidInTheConfigHasItsSettings) {
 
 // The point of telling GPUs apart: training on one GPU is not held back for an inference job on
 // another, though both call their GPU device 0. (Beside a high-priority job on its device a
-// best-effort one gets no credit: each op asks.)
+// best-effort one gets no credit: each op asks. Nor while its kernels are guessed: the daemon here
+// is untrained, so it learns `step` from its first op.)
 TEST(Daemon, BestEffortWorkOnAnotherGpuIsNotHeldBackForAHighPriorityJob) {
   DaemonProcess daemon({"--policy", "baymax", "--credit-ops", "8"});
   FakeClient serve(daemon.socket(), Priority::high, "serve");
@@ -206,7 +208,17 @@ TEST(Daemon, BestEffortWorkOnAnotherGpuIsNotHeldBackForAHighPriorityJob) {
   FakeClient train(daemon.socket(), Priority::low, "train");
   train.name_kernel(1, "step");
   train.post(kernel_on_gpu(1, 0, 2));
-  EXPECT_TRUE(train.wait_granted(9)) << "credit: no high-priority job on its GPU";
+  ASSERT_TRUE(train.wait_granted(1));
+  EXPECT_FALSE(train.wait_granted(2, 100ms)) << "a kernel it does not know yet: no credit";
+  train.complete(1, 1'000, 201'000);  // 0.2 ms
+  ASSERT_TRUE(eventually([&] { return daemon.status()["clients"][1]["ops"]["completed"] == 1; }));
+  constexpr std::uint64_t kLearning = scheduler::BaymaxPolicy::kGuessedMemoryOps + 1;
+  for (std::uint64_t seq = 2; seq <= kLearning; ++seq) {
+    train.post(kernel_on_gpu(seq, 0, 2));
+    ASSERT_TRUE(train.wait_granted(seq)) << seq;
+    train.complete(seq, 1'000, 201'000);
+  }
+  EXPECT_TRUE(train.wait_granted(kLearning + 8)) << "credit: no high-priority job on its GPU";
   FakeClient beside(daemon.socket(), Priority::low, "beside");
   beside.name_kernel(1, "step");
   beside.post(kernel_on_gpu(1, 0, 1));

@@ -227,6 +227,10 @@ class BaymaxPolicy final : public Policy {
   static constexpr std::int64_t kShareSlackNs = 10'000'000;
   static constexpr std::int64_t kShareHoldNs = 1'000'000'000;
   static constexpr std::int64_t kShareRecentNs = 100'000'000;
+  // A best-effort op's predicted time counts towards its job's credit for less by this factor per op
+  // posted after it; a guessed one (ClientState::guessed_within) keeps it off credit this many ops.
+  static constexpr double kLongestRecentDecay = 0.98;
+  static constexpr std::uint32_t kGuessedMemoryOps = 16;
 
   explicit BaymaxPolicy(const PolicyOptions& options);
 
@@ -294,9 +298,12 @@ class BaymaxPolicy final : public Policy {
     std::int64_t be_compute_total_ns() const;                        // on every device
     std::int64_t be_compute_ns_on(std::uint32_t device) const;       // on one
     std::int64_t head_held_since_ns = -1;  // when its queue's head was first held (-1: not held)
-    // Best effort: the mean predicted (upper) time of its latest GPU ops (an average over about 8),
-    // 0 before the first; its credit is sized by it.
-    double recent_op_ns = 0;
+    // Best effort: the longest predicted (upper) time of its latest GPU ops (each op's counts for
+    // less by 2 % per op posted after it: half after some 34), 0 before the first; and how many more
+    // ops it posts before a guessed one (a kernel the predictor does not know) is forgotten. Its
+    // credit is sized by the first, and there is none while the second is not 0.
+    double longest_recent_ns = 0;
+    std::uint32_t guessed_within = 0;
     std::map<std::uint32_t, std::int64_t> compute_posted_ns;  // best effort: its latest compute op, by device
     // Best effort: its transfers' virtual time among its job's processes, and how many it has
     // queued, by device.
@@ -392,6 +399,8 @@ class BaymaxPolicy final : public Policy {
   // Is a best-effort client of another job whose weight per process on device differs using the
   // device, or did it post compute work there within kShareRecentNs? (Then no credit.)
   bool beside_another_weight(ClientId client, std::uint32_t device, std::int64_t now_ns) const;
+  // How many best-effort clients share the bound's credit where `client` is (itself included).
+  std::size_t credit_holders_beside(ClientId client, const ClientState& state) const;
   // Has client compute work in flight on device that is not far past its prediction (kShareOverrun)?
   // Work that is may be waiting for something a held op would do (a collective's other rank, an
   // event of another job): counting it could hold that op until the stuck-op retirement.

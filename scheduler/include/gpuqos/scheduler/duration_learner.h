@@ -66,6 +66,7 @@ class DurationLearner {
   struct Estimate {
     std::int64_t upper_ns = 0;     // the upper estimate, capped at kMaxUpperRatio x the prediction
     std::int64_t expected_ns = 0;  // the prediction
+    bool guessed = false;          // a kernel no model knows (the predictor's global default)
   };
   // What a kernel op says of its device's SM count (sm_count, protocol 1.5; 0: not said). The first
   // count said of any device becomes the predictor's while it has learned nothing (a store trained

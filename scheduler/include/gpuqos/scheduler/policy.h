@@ -59,6 +59,8 @@ struct OpPosted {
   std::int64_t predicted_ns = 0;
   // Its point prediction (0: none; the upper estimate stands in): what the op takes on average.
   std::int64_t expected_ns = 0;
+  // The predictor knows nothing of this kernel: its estimate is every kernel's, a guess.
+  bool guessed = false;
 };
 
 struct OpCompleted {
