@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <sstream>
+#include <string>
 
 namespace gpuqos::scheduler {
 namespace {
@@ -41,6 +42,13 @@ class Family {
   std::string name_;
 };
 
+// A bound in seconds as plain decimals ("0.0001", "2.5", "10"), as client libraries write `le`.
+std::string le_text(std::int64_t ns) {
+  std::string fraction = std::to_string(1'000'000'000 + ns % 1'000'000'000).substr(1);
+  fraction.erase(fraction.find_last_not_of('0') + 1);
+  return std::to_string(ns / 1'000'000'000) + (fraction.empty() ? "" : "." + fraction);
+}
+
 bool tracks_queries(const JobQosSnapshot& job) { return job.priority == ipc::Priority::high || job.queries > 0; }
 bool tracks_progress(const JobQosSnapshot& job) { return job.priority == ipc::Priority::low || job.be_ops > 0; }
 
@@ -59,6 +67,19 @@ void query_families(const DaemonStatus& status, std::ostringstream& out) {
     }
     latency.sample(seconds(job.latency_sum_ns), {{"job_name", job.job}}, "_sum");
     latency.sample(static_cast<double>(job.queries), {{"job_name", job.job}}, "_count");
+  }
+  Family histogram(out, "gpuqos_query_latency_histogram_seconds", "histogram",
+                   "The same latencies counted at fixed bounds: to aggregate across nodes and take histogram_quantile.");
+  for (const auto& job : status.jobs) {
+    if (!tracks_queries(job)) continue;
+    for (std::size_t i = 0; i < job.at_most.size(); ++i) {
+      histogram.sample(static_cast<double>(job.at_most[i]),
+                       {{"job_name", job.job}, {"le", le_text(LatencyHistogram::kLeBoundsNs[i])}},
+                       "_bucket");
+    }
+    histogram.sample(static_cast<double>(job.queries), {{"job_name", job.job}, {"le", "+Inf"}}, "_bucket");
+    histogram.sample(seconds(job.latency_sum_ns), {{"job_name", job.job}}, "_sum");
+    histogram.sample(static_cast<double>(job.queries), {{"job_name", job.job}}, "_count");
   }
   Family target(out, "gpuqos_query_target_seconds", "gauge",
                 "The job's latency target from the config, at the percentile labelled.");

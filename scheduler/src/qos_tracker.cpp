@@ -42,10 +42,18 @@ void LatencyHistogram::record(std::int64_t value_ns) {
   const std::size_t bucket = bucket_of(value_ns);
   if (counts_.size() <= bucket) counts_.resize(bucket + 1, 0);
   ++counts_[bucket];
+  const auto bound = std::lower_bound(kLeBoundsNs.begin(), kLeBoundsNs.end(), value_ns);
+  if (bound != kLeBoundsNs.end()) ++within_[static_cast<std::size_t>(bound - kLeBoundsNs.begin())];
   min_ns_ = count_ == 0 ? value_ns : std::min(min_ns_, value_ns);
   max_ns_ = count_ == 0 ? value_ns : std::max(max_ns_, value_ns);
   ++count_;
   sum_ns_ += static_cast<double>(value_ns);
+}
+
+std::uint64_t LatencyHistogram::count_at_most(std::size_t bound) const {
+  std::uint64_t count = 0;
+  for (std::size_t i = 0; i <= bound && i < within_.size(); ++i) count += within_[i];
+  return count;
 }
 
 std::uint64_t LatencyHistogram::rank_for(double percentile, std::uint64_t count) {
@@ -319,6 +327,7 @@ JobQosSnapshot QosTracker::snapshot_of(const std::string& name, const Job& job, 
   s.p999_ns = h.percentile_ns(99.9);
   s.max_ns = h.max_ns();
   s.at_percentile_ns = h.percentile_ns(s.percentile);
+  for (std::size_t i = 0; i < s.at_most.size(); ++i) s.at_most[i] = h.count_at_most(i);
   s.violations = job.violations;
   s.violation_fraction = s.queries == 0 ? 0.0 : static_cast<double>(job.violations) / static_cast<double>(s.queries);
   if (s.target_ns && s.queries > 0) s.meets_target = s.at_percentile_ns <= *s.target_ns;

@@ -39,6 +39,7 @@ DaemonStatus sample_status() {
   serve.p999_ns = 7 * kMs;
   serve.violations = 1;
   serve.meets_target = false;
+  serve.at_most = {0, 0, 0, 0, 10, 190, 199, 199, 199, 199, 199, 199, 199, 199, 199, 199};  // one over 10 s
   JobQosSnapshot train;
   train.job = "tr\"ain\\x\ny";
   train.be_ops = 1234;
@@ -90,7 +91,7 @@ TEST(Metrics, EveryLineFollowsTheTextFormatAndEveryFamilyIsTypedOnceBeforeItsSam
     }
     ASSERT_TRUE(std::regex_match(line, match, sample)) << "not a sample line: '" << line << "'\n" << text;
     const std::string name = match[1];
-    EXPECT_TRUE(name == current || name == current + "_sum" || name == current + "_count")
+    EXPECT_TRUE(name == current || name == current + "_sum" || name == current + "_count" || name == current + "_bucket")
         << name << " outside its family " << current;
   }
   for (const char* family :
@@ -116,6 +117,23 @@ TEST(Metrics, QueryLatencyIsASummaryInSeconds) {
   EXPECT_TRUE(has_line(text, "gpuqos_query_meets_target{job_name=\"serve\"} 0")) << text;
   EXPECT_TRUE(has_line(text, "gpuqos_query_violations_total{job_name=\"serve\"} 1")) << text;
   EXPECT_EQ(text.find("gpuqos_query_target_seconds{job_name=\"fresh\""), std::string::npos) << "it has no target";
+}
+
+// And as a histogram of fixed bounds (cumulative, `le` in seconds, then +Inf), which Prometheus can
+// sum across daemons and take histogram_quantile of; a summary's quantiles cannot be aggregated.
+TEST(Metrics, QueryLatencyIsAlsoAHistogram) {
+  const std::string text = render_metrics(sample_status());
+  EXPECT_TRUE(has_line(text, "# TYPE gpuqos_query_latency_histogram_seconds histogram")) << text;
+  EXPECT_TRUE(has_line(text, "gpuqos_query_latency_histogram_seconds_bucket{job_name=\"serve\",le=\"0.0001\"} 0")) << text;
+  EXPECT_TRUE(has_line(text, "gpuqos_query_latency_histogram_seconds_bucket{job_name=\"serve\",le=\"0.005\"} 190")) << text;
+  EXPECT_TRUE(has_line(text, "gpuqos_query_latency_histogram_seconds_bucket{job_name=\"serve\",le=\"10\"} 199")) << text;
+  EXPECT_TRUE(has_line(text, "gpuqos_query_latency_histogram_seconds_bucket{job_name=\"serve\",le=\"+Inf\"} 200")) << text;
+  EXPECT_TRUE(has_line(text, "gpuqos_query_latency_histogram_seconds_sum{job_name=\"serve\"} 0.6")) << text;
+  EXPECT_TRUE(has_line(text, "gpuqos_query_latency_histogram_seconds_count{job_name=\"serve\"} 200")) << text;
+  EXPECT_TRUE(has_line(text, "gpuqos_query_latency_histogram_seconds_bucket{job_name=\"fresh\",le=\"+Inf\"} 0"))
+      << "no query yet: zeros\n" << text;
+  EXPECT_EQ(text.find("gpuqos_query_latency_histogram_seconds_count{job_name=\"tr"), std::string::npos)
+      << "a best-effort job has no queries";
 }
 
 TEST(Metrics, BestEffortGrantsEnginesAndClients) {

@@ -517,6 +517,11 @@ TEST(Qos, MetricsEndpointServesPrometheusText) {
   EXPECT_EQ(response.rfind("HTTP/1.1 200", 0), 0u) << response;
   EXPECT_NE(response.find("text/plain; version=0.0.4"), std::string::npos) << response;
   EXPECT_NE(response.find("# TYPE gpuqos_query_latency_seconds summary"), std::string::npos) << response;
+  for (const char* line : {"_bucket{job_name=\"serve\",le=\"0.0001\"} 0\n", "_bucket{job_name=\"serve\",le=\"10\"} 1\n",
+                           "_bucket{job_name=\"serve\",le=\"+Inf\"} 1\n", "_count{job_name=\"serve\"} 1\n"}) {
+    EXPECT_NE(response.find(std::string("gpuqos_query_latency_histogram_seconds") + line), std::string::npos)
+        << "a query of 5 ms or more: " << line << response;
+  }
   EXPECT_NE(response.find("gpuqos_query_target_seconds{job_name=\"serve\",percentile=\"99\"} 0.01"), std::string::npos)
       << response;
   EXPECT_NE(response.find("gpuqos_clients{priority=\"high\"} 1"), std::string::npos) << response;

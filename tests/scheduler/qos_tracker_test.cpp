@@ -63,6 +63,28 @@ TEST(LatencyHistogram, PercentilesAreWithinOneSixtyFourthOfASortedArraysOverRand
   expect_percentiles_within_error({0, 1, 2, 31, 32, 33, 63, 64, 65}, "small exact values");
 }
 
+// The fixed bounds of the Prometheus histogram count exactly: a value at a bound is within it
+// (`le`), one nanosecond more is not; beyond the last bound only the total counts it.
+TEST(LatencyHistogram, CountsAtTheFixedBoundsAreExactAndCumulative) {
+  LatencyHistogram histogram;
+  for (const std::int64_t ns : {std::int64_t{0}, std::int64_t{5'000'000}, std::int64_t{5'000'001}, std::int64_t{9'999'999},
+                                std::int64_t{10'000'000}, std::int64_t{20'000'000'000}}) {
+    histogram.record(ns);
+  }
+  const auto at_most = [&](std::int64_t bound_ns) {
+    const auto& bounds = LatencyHistogram::kLeBoundsNs;
+    const auto it = std::find(bounds.begin(), bounds.end(), bound_ns);
+    EXPECT_NE(it, bounds.end()) << bound_ns;
+    return histogram.count_at_most(static_cast<std::size_t>(it - bounds.begin()));
+  };
+  EXPECT_EQ(at_most(100'000), 1u);
+  EXPECT_EQ(at_most(2'500'000), 1u);
+  EXPECT_EQ(at_most(5'000'000), 2u) << "5 ms is within le=0.005";
+  EXPECT_EQ(at_most(10'000'000), 5u) << "5 ms + 1 ns, 10 ms - 1 ns and 10 ms";
+  EXPECT_EQ(at_most(10'000'000'000), 5u) << "20 s is past every bound";
+  EXPECT_EQ(histogram.count(), 6u);
+}
+
 TEST(LatencyHistogram, BucketsTileTheRangeWithoutGaps) {
   for (std::size_t bucket = 1; bucket < LatencyHistogram::kBucketCount; ++bucket) {
     ASSERT_EQ(LatencyHistogram::bucket_low_ns(bucket), LatencyHistogram::bucket_high_ns(bucket - 1) + 1) << bucket;

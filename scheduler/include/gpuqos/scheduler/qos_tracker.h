@@ -52,12 +52,21 @@ class LatencyHistogram {
 
   // Nearest rank: the smallest rank r (1-based) with r >= p/100 * count; at least 1.
   static std::uint64_t rank_for(double percentile, std::uint64_t count);
+  // Exact counts at fixed bounds, for a Prometheus histogram (which aggregates across daemons, and
+  // takes `histogram_quantile`, where a summary's quantiles do not): values <= kLeBoundsNs[i].
+  static constexpr std::array<std::int64_t, 16> kLeBoundsNs{
+      100'000,     250'000,     500'000,     1'000'000,     2'500'000,     5'000'000,
+      10'000'000,  25'000'000,  50'000'000,  100'000'000,   250'000'000,   500'000'000,
+      1'000'000'000, 2'500'000'000, 5'000'000'000, 10'000'000'000};
+  std::uint64_t count_at_most(std::size_t bound) const;  // cumulative, as a histogram's `le`
+
   static std::size_t bucket_of(std::int64_t value_ns);
   static std::int64_t bucket_low_ns(std::size_t bucket);   // smallest value in the bucket
   static std::int64_t bucket_high_ns(std::size_t bucket);  // largest value in the bucket
 
  private:
   std::vector<std::uint64_t> counts_;  // up to the highest bucket used
+  std::array<std::uint64_t, kLeBoundsNs.size()> within_{};  // values in (bound i-1, bound i]
   std::uint64_t count_ = 0;
   double sum_ns_ = 0;
   std::int64_t min_ns_ = 0;
@@ -150,6 +159,8 @@ struct JobQosSnapshot {
   double latency_sum_ns = 0;
   std::int64_t mean_ns = 0, p50_ns = 0, p90_ns = 0, p99_ns = 0, p999_ns = 0, max_ns = 0;
   std::int64_t at_percentile_ns = 0;  // the latency at `percentile`: what the target is about
+  // Queries at most LatencyHistogram::kLeBoundsNs[i] long (cumulative).
+  std::array<std::uint64_t, LatencyHistogram::kLeBoundsNs.size()> at_most{};
   std::uint64_t violations = 0;       // queries longer than the target they were measured against
   double violation_fraction = 0;
   std::optional<bool> meets_target;   // at_percentile_ns <= target; none without target or query
