@@ -543,6 +543,12 @@ bool BaymaxPolicy::beside_another_weight(ClientId client, std::uint32_t device, 
   return false;
 }
 
+bool BaymaxPolicy::another_waits_on(ClientId client, std::uint32_t device) const {
+  return std::any_of(clients_.begin(), clients_.end(), [&](const auto& entry) {
+    return entry.first != client && !entry.second.queue.empty() && entry.second.queue.front().op.device == device;
+  });
+}
+
 std::size_t BaymaxPolicy::credit_holders_beside(ClientId client, const ClientState& state) const {
   // Itself and every other best-effort client on one of its devices, or on none yet (it may come):
   // one that went quiet may still hold credit.
@@ -869,15 +875,23 @@ void BaymaxPolicy::extend_credit(ClientId client, ClientState& state, Decisions&
   // unasked (a user test: 32 ops of 3 ms on credit ran ahead of the first queries of a job that came,
   // on a device that runs kernels to their end). So all the best-effort clients that may hold some
   // there share the bound: each gets its part of it in ops of its longest recent one (at least one
-  // op, at most credit_ops). None while its ops are guessed: a 3-ms kernel the predictor does not
-  // know counts as every kernel's mean, microseconds.
-  std::uint32_t credit = options_.credit_ops;
-  if (credit == 0 || state.posted == 0 || !state.queue.empty() || state.guessed_within > 0) return;
-  if (state.longest_recent_ns > 0) {
-    const double by_time = static_cast<double>(bound_.bound_ns()) /
-                           (state.longest_recent_ns * static_cast<double>(credit_holders_beside(client, state)));
-    credit = static_cast<std::uint32_t>(std::clamp(by_time, 1.0, static_cast<double>(credit)));
-  }
+  // op, at most credit_ops). On a device that runs kernels to their end the part is of what the
+  // bound has left over the best-effort work in flight (credit bounds what goes unasked, not what is
+  // in flight: a job that launches far ahead of its synchronisations would queue all it launches).
+  // None while its ops are guessed: a 3-ms kernel the predictor does not know counts as every
+  // kernel's mean, microseconds.
+  if (options_.credit_ops == 0 || state.posted == 0 || !state.queue.empty() || state.guessed_within > 0) return;
+  double room = static_cast<double>(bound_.bound_ns());
+  bool in_order = false;
+  state.for_each_device([&](std::uint32_t device) {
+    if (options_.baymax.preemptive(device)) return;
+    in_order = true;
+    room = std::min(room, static_cast<double>(bound_.bound_ns() - be_backlog_ns(device, Engine::compute, last_now_ns_)));
+  });
+  const double longest = std::max(state.longest_recent_ns, 1.0);
+  if (in_order && room < longest) return;
+  const double by_time = room / (longest * static_cast<double>(credit_holders_beside(client, state)));
+  const auto credit = static_cast<std::uint32_t>(std::clamp(by_time, 1.0, static_cast<double>(options_.credit_ops)));
   if (state.granted >= state.posted + credit / 2 && state.granted > state.posted) return;  // enough left
   // With a high-priority job: no credit, every op asks. Beside another best-effort job whose weight
   // per process differs: none either, so each op meets its stream's bound and the share hold bites
@@ -889,8 +903,12 @@ void BaymaxPolicy::extend_credit(ClientId client, ClientState& state, Decisions&
   shared = shared || std::any_of(clients_.begin(), clients_.end(), [](const auto& entry) {
              return entry.second.info.priority == ipc::Priority::high && !entry.second.placed();
            });
+  // Nor while another client waits there for a grant: credit would pass its op for as long as it is
+  // renewed (a user test: a job whose first op came while another ran on credit waited 5 s, until
+  // the other exited, whatever their weights).
   state.for_each_device([&](std::uint32_t device) {
-    shared = shared || high_priority_on(device) || beside_another_weight(client, device, last_now_ns_);
+    shared = shared || high_priority_on(device) || beside_another_weight(client, device, last_now_ns_) ||
+             another_waits_on(client, device);
   });
   if (shared) return;
   state.granted = state.posted + credit;

@@ -94,18 +94,25 @@ Decisions post(BaymaxPolicy& p, ClientId client, Priority priority, ipc::OpDescr
 TEST(BaymaxPolicy, WithNothingToProtectBestEffortGetsCredit) {
   BaymaxPolicy policy(options(5 * kMs, 8));
   (void)policy.client_registered(train(kTrainA), 0);
-  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 0, kMs), (Decisions{{kTrainA, 1}, {kTrainA, 6}}))
-      << "five ops of 1 ms fill the 5-ms bound";
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 0, kMs), (Decisions{{kTrainA, 1}, {kTrainA, 5}}))
+      << "the op granted and four more of 1 ms fill the 5-ms bound";
   EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(2), 1, kMs).empty()) << "spent on credit, nothing to say";
   EXPECT_EQ(policy.name(), "baymax");
 
   BaymaxPolicy small(options(5 * kMs, 8));
   EXPECT_EQ(post(small, kTrainA, Priority::low, op(1), 0, kMs / 10), (Decisions{{kTrainA, 1}, {kTrainA, 9}}))
       << "short ops: credit_ops";
-  BaymaxPolicy large(options(5 * kMs, 8));
+  PolicyOptions sliced_device = on_device(true);
+  sliced_device.credit_ops = 8;
+  BaymaxPolicy large(sliced_device);
   EXPECT_EQ(post(large, kTrainA, Priority::low, op(1), 0, 12 * kMs), (Decisions{{kTrainA, 1}, {kTrainA, 2}}))
       << "an op longer than the bound: one";
   EXPECT_EQ(post(large, kTrainA, Priority::low, op(2), 0, 12 * kMs), (Decisions{{kTrainA, 3}}));
+  BaymaxPolicy in_order(options(5 * kMs, 8));
+  EXPECT_EQ(post(in_order, kTrainA, Priority::low, op(1), 0, 12 * kMs), (Decisions{{kTrainA, 1}}))
+      << "on a device that runs kernels to their end, not past the bound: none";
+  EXPECT_TRUE(post(in_order, kTrainA, Priority::low, op(2), 0, 12 * kMs).empty()) << "it waits for the first";
+  EXPECT_EQ(in_order.op_completed({kTrainA, done(1, 12 * kMs), 12 * kMs}), (Decisions{{kTrainA, 2}}));
   BaymaxPolicy none(options(5 * kMs, 0));
   EXPECT_EQ(post(none, kTrainA, Priority::low, op(1), 0, 12 * kMs), (Decisions{{kTrainA, 1}})) << "credit_ops 0: none";
 }
@@ -862,7 +869,7 @@ TEST(BaymaxPolicy, AnOverrunOfAHighPriorityOpACopyOrAnOpPricedOnCreditChargesNot
 
   BaymaxPolicy credit(options(5 * kMs, 8));
   (void)credit.client_registered(train(kTrainA), 0);
-  EXPECT_EQ(post(credit, kTrainA, Priority::low, op(1), 0, kMs), (Decisions{{kTrainA, 1}, {kTrainA, 6}}));
+  EXPECT_EQ(post(credit, kTrainA, Priority::low, op(1), 0, kMs), (Decisions{{kTrainA, 1}, {kTrainA, 5}}));
   (void)credit.client_registered(serve(kServe, 100 * kMs), kMs);
   (void)post(credit, kTrainA, Priority::low, op(2), kMs, 55 * kMs);  // within the credit: priced, 50 ms
   EXPECT_NEAR(credit.long_op_budget_ns(0, kMs), -50.0 * kMs, 1.0);
@@ -924,7 +931,7 @@ TEST(BaymaxPolicy, AReloadThatMakesTheDeviceNonPreemptiveStartsAnEmptyBudget) {
 TEST(BaymaxPolicy, CreditSpentOnALongOpIsChargedToTheBudget) {
   BaymaxPolicy policy(options(5 * kMs, 8));
   (void)policy.client_registered(train(kTrainA), 0);
-  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 0, kMs), (Decisions{{kTrainA, 1}, {kTrainA, 6}}));
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 0, kMs), (Decisions{{kTrainA, 1}, {kTrainA, 5}}));
   (void)policy.client_registered(serve(kServe, 100 * kMs), kMs);
   (void)post(policy, kTrainA, Priority::low, op(2), kMs, 105 * kMs);  // within the credit: goes unasked
   EXPECT_NEAR(policy.long_op_budget_ns(0, kMs), -100.0 * kMs, 1.0);
@@ -2257,18 +2264,18 @@ TEST(BaymaxPolicy, CreditIsSizedByTheLongestRecentOpAndSharedAndNotGivenOnAGuess
     EXPECT_LE(granted, seq + 2) << seq << ": at most two ops, 40 ms if both are long ones, go unasked";
     note(mixed.op_completed({kTrainA, done(seq, now), now}));
   }
-  EXPECT_EQ(granted, 65u) << "credit all the same";
+  EXPECT_EQ(granted, 66u) << "credit all the same";
 
   BaymaxPolicy shared(options(6 * kMs, 8));
   (void)shared.client_registered(be_job(kTrainA, "a"), 0);
   (void)shared.client_registered(be_job(kTrainB, "b"), 0);
   (void)shared.client_registered(be_job(kTrainC, "c"), 0);
-  EXPECT_EQ(post(shared, kTrainA, Priority::low, op(1), 0, kMs), (Decisions{{kTrainA, 1}, {kTrainA, 7}}))
-      << "alone: six ops of 1 ms";
-  EXPECT_EQ(post(shared, kTrainB, Priority::low, op(1), 0, kMs), (Decisions{{kTrainB, 1}, {kTrainB, 4}}))
-      << "beside A, which may still hold its credit: half the bound each";
-  EXPECT_EQ(post(shared, kTrainC, Priority::low, op(1), 0, kMs), (Decisions{{kTrainC, 1}, {kTrainC, 3}}))
-      << "three of them: a third each";
+  EXPECT_EQ(post(shared, kTrainA, Priority::low, op(1), 0, kMs), (Decisions{{kTrainA, 1}, {kTrainA, 6}}))
+      << "alone: five ops of 1 ms beside the one in flight";
+  EXPECT_EQ(post(shared, kTrainB, Priority::low, op(1), 0, kMs), (Decisions{{kTrainB, 1}, {kTrainB, 3}}))
+      << "beside A, which may still hold its credit: half of the 4 ms left each";
+  EXPECT_EQ(post(shared, kTrainC, Priority::low, op(1), 0, kMs), (Decisions{{kTrainC, 1}, {kTrainC, 2}}))
+      << "three of them: a third of the 3 ms left each";
 
   BaymaxPolicy guessing(options(5 * kMs, 8));
   (void)guessing.client_registered(train(kTrainA), 0);
@@ -2280,6 +2287,36 @@ TEST(BaymaxPolicy, CreditIsSizedByTheLongestRecentOpAndSharedAndNotGivenOnAGuess
   }
   EXPECT_EQ(post(guessing, kTrainA, Priority::low, op(seq), 0, kMs / 100), (Decisions{{kTrainA, seq}, {kTrainA, seq + 8}}))
       << "16 ops known since: credit again";
+}
+
+// Credit goes unasked, so it would pass another job's op that waits for its grant for as long as it
+// is renewed (a user test: a job whose first op came while another ran on credit waited 5 s, until
+// the other exited). None while one waits on the device; and on a device that runs kernels to their
+// end, none past the bound (a job that launches far ahead of its synchronisations would queue all of
+// it, in flight when a high-priority job comes).
+TEST(BaymaxPolicy, NoCreditWhileAnotherJobWaitsOrPastTheBound) {
+  BaymaxPolicy policy(options(5 * kMs, 8));
+  (void)policy.client_registered(be_job(kTrainA, "a"), 0);
+  (void)policy.client_registered(be_job(kTrainB, "b"), 0);
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, copy(1, ipc::CopyDirection::h2d), 0, kMs),
+            (Decisions{{kTrainA, 1}, {kTrainA, 6}})) << "alone: the bound's worth (an upload is not compute work)";
+  EXPECT_TRUE(post(policy, kTrainB, Priority::low, copy(1, ipc::CopyDirection::h2d), 0, kMs).empty())
+      << "A's upload has the one transfer slot";
+  for (std::uint64_t seq = 2; seq <= 6; ++seq) {
+    EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(seq), 0, kMs / 10).empty()) << seq << ": spent, not renewed";
+  }
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(7), 0, kMs / 10), (Decisions{{kTrainA, 7}})) << "asks, no credit";
+  EXPECT_EQ(policy.op_completed({kTrainA, done(1, kMs), kMs}), (Decisions{{kTrainB, 1}, {kTrainA, 9}, {kTrainB, 3}}))
+      << "B's upload is granted: credit again, each its half of the bound over the 0.6 ms in flight";
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(8), kMs, kMs / 10).empty());
+
+  BaymaxPolicy deep(options(5 * kMs, 8));
+  (void)deep.client_registered(train(kTrainA), 0);
+  EXPECT_EQ(post(deep, kTrainA, Priority::low, op(1), 0, 2 * kMs), (Decisions{{kTrainA, 1}, {kTrainA, 2}}))
+      << "2 ms in flight: one more of 2 ms fits the 5-ms bound";
+  EXPECT_TRUE(post(deep, kTrainA, Priority::low, op(2), 0, 2 * kMs).empty()) << "spent";
+  EXPECT_TRUE(post(deep, kTrainA, Priority::low, op(3), 0, 2 * kMs).empty()) << "4 ms in flight: asks, and waits";
+  EXPECT_EQ(deep.op_completed({kTrainA, done(1, 2 * kMs), 2 * kMs}), (Decisions{{kTrainA, 3}}));
 }
 
 TEST(BaymaxPolicy, ShortOpsOfOneJobDoNotOvertakeTheHeldOpOfAnother) {
@@ -2454,8 +2491,8 @@ TEST(BaymaxPolicy, AClientRegisteredOnNoDeviceIsOnTheOneItsFirstOpNames) {
          "target may still come to device 0";
   ipc::OpDescriptor first = op(2);
   first.device = 1;
-  EXPECT_EQ(post(policy, kServe, Priority::high, first, 0, kMs), (Decisions{{kTrainA, 3}}))
-      << "it went to device 1: credit on device 0 again (two more of 20 ms)";
+  EXPECT_EQ(post(policy, kServe, Priority::high, first, 0, kMs), (Decisions{{kTrainA, 2}}))
+      << "it went to device 1: credit on device 0 again (one more of 20 ms: 20 of the 50-ms bound are in flight)";
   ASSERT_EQ(policy.state(0)->long_op_budgets.size(), 1u);
   EXPECT_EQ(policy.state(0)->long_op_budgets[0].device, 1u);
   EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(2), kMs, 20 * kMs).empty()) << "spent on credit";

@@ -399,6 +399,8 @@ class BaymaxPolicy final : public Policy {
   // Is a best-effort client of another job whose weight per process on device differs using the
   // device, or did it post compute work there within kShareRecentNs? (Then no credit.)
   bool beside_another_weight(ClientId client, std::uint32_t device, std::int64_t now_ns) const;
+  // Whether a client other than `client` has an op queued (read, not granted) on the device.
+  bool another_waits_on(ClientId client, std::uint32_t device) const;
   // How many best-effort clients share the bound's credit where `client` is (itself included).
   std::size_t credit_holders_beside(ClientId client, const ClientState& state) const;
   // Has client compute work in flight on device that is not far past its prediction (kShareOverrun)?
