@@ -585,7 +585,10 @@ TEST_F(GateTest, AKernelIsTimedEvenWhenAnotherOpAlwaysComesFirst) {
     EXPECT_GE(completion.end_ns - completion.start_ns, 1'900'000) << "seq " << completion.seq;
   }
   EXPECT_GE(exact_kernels, 1u) << exact_memsets << " memsets timed";
-  EXPECT_LE(exact_kernels, 4u) << "once per 100 ms of the kernel, not every launch";
+  // Once per 100 ms of the kernel (the loop takes 160 ms and more), not every launch; on a loaded
+  // machine more, each a kernel launched a millisecond or more after the memset before it (measured:
+  // up to 6 of 80 with both cores busy).
+  EXPECT_LE(exact_kernels, 20u) << "not every launch";
 }
 
 TEST_F(GateTest, ManyLowPriorityThreadsWaitAtOnce) {
