@@ -189,7 +189,9 @@ TEST(QueryTracker, AQueryCountsFromItsRequestsArrival) {
   EXPECT_EQ(tracker.expected_query_ns(kServe), 4 * kMs) << "the profile is the work: start to end";
   (void)tracker.posted(kServe, begin(6, 3 * kMs), 10 * kMs);
   EXPECT_EQ(tracker.open_query(kServe)->opened_ns, 3 * kMs);
-  EXPECT_EQ(tracker.expected_remaining_ns(kServe, 11 * kMs), 3 * kMs) << "counted from its start, not its arrival";
+  EXPECT_EQ(tracker.expected_remaining_ns(kServe, 10 * kMs), 4 * kMs) << "counted from its start, not its arrival";
+  EXPECT_EQ(tracker.expected_remaining_ns(kServe, 11 * kMs), 4 * kMs)
+      << "its first op, which came at its start in the profile, has not come: 4 ms from there";
   EXPECT_TRUE(tracker.waiting_arrivals(kServe).empty());
   (void)tracker.posted(kServe, op(7, ipc::OpKind::query_end), 12 * kMs);
   (void)tracker.posted(kServe, begin(8, 0), 20 * kMs);
@@ -366,9 +368,11 @@ TEST(QueryTracker, TheProfileGivesTheRemainingTimeAfterEachOp) {
   (void)tracker.posted(kServe, op(4), 10 * kMs);
   EXPECT_EQ(tracker.expected_remaining_ns(kServe, 10 * kMs), 5 * kMs);
   EXPECT_EQ(tracker.expected_remaining_ns(kServe, 11 * kMs), 4 * kMs);
-  (void)tracker.posted(kServe, op(5), 12 * kMs);
-  EXPECT_EQ(tracker.expected_remaining_ns(kServe, 12 * kMs), 3 * kMs) << "after the second op: 3 ms";
-  EXPECT_EQ(tracker.expected_remaining_ns(kServe, 20 * kMs), 0) << "overdue: nothing expected";
+  EXPECT_EQ(tracker.expected_remaining_ns(kServe, 14 * kMs), 3 * kMs)
+      << "late: its second op has not come, and the profile has 3 ms from there (not 1 ms)";
+  (void)tracker.posted(kServe, op(5), 14 * kMs);
+  EXPECT_EQ(tracker.expected_remaining_ns(kServe, 14 * kMs), 3 * kMs) << "after the second op: 3 ms";
+  EXPECT_EQ(tracker.expected_remaining_ns(kServe, 22 * kMs), 0) << "overdue after its last op: nothing expected";
 }
 
 // A query: a pageable input copy at 0 (the program waits for it), kernels at 1 and 2 ms, a
