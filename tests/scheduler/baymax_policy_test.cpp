@@ -141,6 +141,31 @@ TEST(BaymaxPolicy, AGuessedBestEffortKernelCountsAsTheBoundOnAnInOrderDevice) {
   }
 }
 
+// On a device that runs kernels to their end, a query waits for the work other high-priority jobs
+// posted before its ops, whatever their deadlines: it counts against the bound (for a query arriving
+// later) and in an open query's deadline test. A user test: a job with an 8-ms target beside one with
+// 30 ms and training had 16-24 % of its queries over, nearly all while the other's query ran.
+TEST(BaymaxPolicy, AnotherHighPriorityJobsPostedWorkIsAheadOnAnInOrderDevice) {
+  BaymaxPolicy bounded(options(5 * kMs));
+  (void)bounded.client_registered(serve(kServe, 10 * kMs), 0);
+  (void)bounded.client_registered(serve(kServeB, 100 * kMs), 0);
+  (void)post(bounded, kServeB, Priority::high, op(1), 0, 4 * kMs);
+  EXPECT_TRUE(post(bounded, kTrainA, Priority::low, op(1), 0, 2 * kMs).empty())
+      << "the 10-ms job's next query would wait for B's 4 ms and this 2-ms kernel: over the 5-ms bound";
+  EXPECT_EQ(bounded.held_head(kTrainA)->reason, HoldReason::bound);
+  EXPECT_EQ(bounded.op_completed({kServeB, done(1, 4 * kMs), 4 * kMs}), (Decisions{{kTrainA, 1}}));
+
+  BaymaxPolicy open(options(50 * kMs));
+  (void)open.client_registered(serve(kServe, 10 * kMs), 0);
+  (void)open.client_registered(serve(kServeB, 100 * kMs), 0);
+  (void)post(open, kServe, Priority::high, op(1), 0, kMs);   // its query opens, deadline 10 ms
+  (void)post(open, kServeB, Priority::high, op(1), 0, 9 * kMs);  // a later deadline, posted all the same
+  EXPECT_TRUE(post(open, kTrainA, Priority::low, op(1), 0, kMs).empty())
+      << "B's 9 ms + the 1-ms margin + this 1 ms, ahead of A's next ops: past the 10-ms deadline";
+  EXPECT_EQ(open.held_head(kTrainA)->reason, HoldReason::deadline);
+  EXPECT_EQ(open.op_completed({kServeB, done(1, 2 * kMs), 2 * kMs}), (Decisions{{kTrainA, 1}}));
+}
+
 TEST(BaymaxPolicy, NoCreditWhileAHighPriorityJobShareTheDevice) {
   BaymaxPolicy policy(options(5 * kMs, 8));
   (void)policy.client_registered(serve(kServe, 10 * kMs), 0);
@@ -1383,7 +1408,7 @@ TEST(BaymaxPolicy, AJobsOwnSafetyMarginIsKeptBeforeItsDeadlines) {
     PolicyOptions o = options(50 * kMs);
     o.baymax.safety_margin_ns = 2 * kMs;
     BaymaxPolicy policy(o);
-    ClientInfo info = serve(kServe, 10 * kMs);
+    ClientInfo info = serve(kServe, 10 * kMs + (beside_another ? 1 : 0));  // + the other's 1-ns op, ahead of its next
     info.safety_margin_ns = job_margin_ns;
     (void)policy.client_registered(info, 0);
     (void)post(policy, kServe, Priority::high, op(1), 0, kMs);  // opens a query, deadline 10 ms
@@ -1391,7 +1416,7 @@ TEST(BaymaxPolicy, AJobsOwnSafetyMarginIsKeptBeforeItsDeadlines) {
       ClientInfo other = serve(kServeB, 30 * kMs);
       other.job = "other";
       (void)policy.client_registered(other, 0);
-      (void)post(policy, kServeB, Priority::high, op(1), 0, kMs);
+      (void)post(policy, kServeB, Priority::high, op(1), 0, 1);  // 1 ns: its posted work is ahead of A's next ops
     }
     std::size_t granted = 0;
     for (std::uint64_t seq = 1; seq <= 4; ++seq) granted += post(policy, kTrainA, Priority::low, op(seq), 0, 3 * kMs).size();
@@ -1770,8 +1795,11 @@ TEST(BaymaxPolicy, EarliestDeadlineFirstCountsTheWorkOfEarlierDeadlines) {
   };
   // A first (deadline 10): A 6+0+1 = 7 <= 10; B (11) after A's 5 ms: 6+5+1 = 12 > 11: held.
   EXPECT_TRUE(decide(10 * kMs, 11 * kMs).empty());
-  // B first (deadline 9): B 6+0+1 = 7 <= 9; A (10) after B's 1 ms: 6+1+1 = 8 <= 10: granted.
-  EXPECT_EQ(decide(10 * kMs, 9 * kMs), (Decisions{{kTrainA, 1}}));
+  // B first (deadline 9): B 6+0+1 = 7 <= 9 by EDF, but on a device that runs kernels to their end
+  // A's posted 5 ms run before B's next ops whatever the deadlines: 6+5+1 = 12 > 9: held.
+  EXPECT_TRUE(decide(10 * kMs, 9 * kMs).empty());
+  // B's deadline 13: B 6+5+1 = 12 <= 13; A (10) after B's 1 ms: 6+1+1 = 8 <= 10: granted.
+  EXPECT_EQ(decide(10 * kMs, 13 * kMs), (Decisions{{kTrainA, 1}}));
 }
 
 TEST(BaymaxPolicy, AtMostMaxBestEffortTransfersAtOnce) {

@@ -414,15 +414,16 @@ TEST(Qos, EachFurtherBestEffortProcessCountsASlice) {
   }
 }
 
-// Two high-priority jobs with different targets, through a real gpuqosd: each query is protected
-// with the other's work counted in deadline order (earliest deadline first). `loose` opens a query
-// due in 1,200 ms with 20 ms of predicted work, and `tight` then one due in 1,000 ms with 1,500 ms.
-// A 20-ms best-effort op fits each deadline on its own (that is how a daemon protecting each query
-// apart would grant it), and in the opposite order (`loose`'s 20 ms ahead of `tight`'s query). But
-// `loose`'s query is served after `tight`'s, so it would finish past its deadline: the op waits,
-// and goes once `tight`'s query is done. With the large work `loose`'s instead, the op goes: work
-// served after a query does not delay it. (Queries are given up after 2 s: each pair of queries
-// here is done well within that.)
+// Two high-priority jobs with different targets, through a real gpuqosd, on a device that runs
+// kernels to their end: each query is protected with the other's posted work counted, which runs
+// before its next ops whatever the deadlines. `loose` opens a query due in 1,200 ms with 20 ms of
+// predicted work, and `tight` then one due in 1,000 ms with 1,500 ms. A 20-ms best-effort op fits
+// each deadline on its own (that is how a daemon protecting each query apart would grant it), but
+// not with the other's work ahead: the op waits (the bound first: a query arriving later would find
+// that work too), and goes once `tight`'s query is done. The other way round, `loose`'s 1,500 ms
+// hold it just the same (a user test: a job with an 8-ms target beside one with 30 ms and training
+// had 16-24 % of its queries over, nearly all while the other's query ran). (Queries are given up
+// after 2 s: each pair of queries here is done well within that.)
 TEST(Qos, TwoHighPriorityJobsAreProtectedEarliestDeadlineFirst) {
   TempDir dir("gpuqos-qos");
   DaemonProcess daemon({"--config", dir.write("gpuqosd.toml",
@@ -473,7 +474,7 @@ TEST(Qos, TwoHighPriorityJobsAreProtectedEarliestDeadlineFirst) {
   tight.post(FakeClient::kernel(3));  // due in 1,000 ms, 1,500 ms of work ahead of loose's query
   ASSERT_TRUE(eventually([&] { return read_through(tight, 3); }, 1s)) << daemon.status().dump(1);
   train.post(FakeClient::kernel(2));
-  ASSERT_TRUE(eventually([&] { return held() == std::pair{std::uint64_t{2}, std::string("deadline")}; }, 1s))
+  ASSERT_TRUE(eventually([&] { return held() == std::pair{std::uint64_t{2}, std::string("bound")}; }, 1s))
       << daemon.status().dump(1);
   EXPECT_FALSE(train.wait_granted(2, 100ms));
 
@@ -485,8 +486,7 @@ TEST(Qos, TwoHighPriorityJobsAreProtectedEarliestDeadlineFirst) {
   now = ipc::monotonic_ns();
   train.complete(2, now - 20 * kMs, now);
 
-  // The other way round: the 1,500 ms of work is the later deadline's, which the earlier query is
-  // not served after, so it does not count against it and the op goes.
+  // The other way round: the 1,500 ms of work is the later deadline's, posted first: it runs first.
   now = ipc::monotonic_ns();
   loose.post(mark(4, ipc::OpKind::sync));
   loose.complete(3, now - kMs, now, ipc::kCompletionCoarse);
@@ -496,7 +496,10 @@ TEST(Qos, TwoHighPriorityJobsAreProtectedEarliestDeadlineFirst) {
   ASSERT_TRUE(eventually([&] { return read_through(tight, 5) && read_through(loose, 5); }, 1s))
       << daemon.status().dump(1);
   train.post(FakeClient::kernel(3));
-  EXPECT_TRUE(train.wait_granted(3, 500ms)) << daemon.status().dump(1);
+  EXPECT_FALSE(train.wait_granted(3, 200ms)) << daemon.status().dump(1);
+  now = ipc::monotonic_ns();
+  loose.complete(5, now - kMs, now, ipc::kCompletionCoarse);
+  EXPECT_TRUE(train.wait_granted(3, 500ms)) << "loose's work done\n" << daemon.status().dump(1);
 }
 
 TEST(Qos, MetricsEndpointServesPrometheusText) {

@@ -399,6 +399,11 @@ class BaymaxPolicy final : public Policy {
   // Is a best-effort client of another job whose weight per process on device differs using the
   // device, or did it post compute work there within kShareRecentNs? (Then no credit.)
   bool beside_another_weight(ClientId client, std::uint32_t device, std::int64_t now_ns) const;
+  // High-priority clients' posted device work not completed there; and the most of it that is not
+  // the own work of a client with a target (what its next query would wait for on a device that
+  // runs kernels to their end).
+  std::int64_t hp_work_on(std::uint32_t device) const;
+  std::int64_t others_hp_work_ns(std::uint32_t device) const;
   // Whether a client other than `client` has an op queued (read, not granted) on the device.
   bool another_waits_on(ClientId client, std::uint32_t device) const;
   // How many best-effort clients share the bound's credit where `client` is (itself included).
