@@ -315,7 +315,10 @@ JobQosSnapshot QosTracker::snapshot_of(const std::string& name, const Job& job, 
   s.priority = job.priority;
   s.clients = job.clients;
   s.target_ns = target_of(config, name);
-  if (const config::JobConfig* listed = config::find_job(config, name)) s.percentile = listed->percentile;
+  if (const config::JobConfig* listed = config::find_job(config, name)) {
+    s.percentile = listed->percentile;
+    s.weight = listed->weight;
+  }
   const LatencyHistogram& h = job.latency;
   s.queries = h.count();
   s.latency_from = job.from;

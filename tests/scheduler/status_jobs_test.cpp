@@ -85,7 +85,7 @@ TEST(StatusJobs, JsonCarriesLatenciesTargetsAndProgress) {
 TEST(StatusJobs, TableShowsLatencyAgainstTarget) {
   auto json = nlohmann::json::parse(bounded_status_text(with_jobs({serve(3'900'000, true), train()})));
   std::string table = render_status_table(json);
-  EXPECT_NE(table.find("p99 3.9 ms / target 6.0 ms  ok"), std::string::npos) << table;
+  EXPECT_NE(table.find("ok    p99 3.9 ms / target 6.0 ms\n"), std::string::npos) << table;
   EXPECT_NE(table.find("  latency: from each query's first GPU op to the synchronisation that drains it\n"),
             std::string::npos)
       << "what the latencies are: not the client's own\n" << table;
@@ -100,11 +100,17 @@ TEST(StatusJobs, TableShowsLatencyAgainstTarget) {
   JobQosSnapshot both = train();
   both.priority = ipc::Priority::high;
   table = render_status_table(nlohmann::json::parse(bounded_status_text(with_jobs({both}))));
-  EXPECT_NE(table.find("train                    both       5000"), std::string::npos) << table;
+  EXPECT_NE(table.find("train            both      1       5000"), std::string::npos) << "and its weight\n" << table;
+  EXPECT_NE(table.find(" PRIO WEIGHT "), std::string::npos) << table;
+  both.weight = 2.5;  // the config's, which a user test found nowhere in the status
+  json = nlohmann::json::parse(bounded_status_text(with_jobs({both})));
+  EXPECT_EQ(json["jobs"][0]["weight"], 2.5);
+  EXPECT_NE(render_status_table(json).find("train            both    2.5       5000"), std::string::npos)
+      << render_status_table(json);
 
   json = nlohmann::json::parse(bounded_status_text(with_jobs({serve(7'200'000, false)})));
   table = render_status_table(json);
-  EXPECT_NE(table.find("p99 7.2 ms / target 6.0 ms  OVER  (3 over, 0.75%)"), std::string::npos) << table;
+  EXPECT_NE(table.find("OVER  p99 7.2 ms / target 6.0 ms  (3 over, 0.75%)"), std::string::npos) << table;
   EXPECT_EQ(table.find("BUSY"), std::string::npos) << "no best-effort job\n" << table;
 }
 
@@ -363,7 +369,7 @@ TEST(StatusJobs, TopFrameIsTheTableUnderATitle) {
   const std::string frame = render_top_frame(json, options);
   EXPECT_EQ(frame.rfind("gpuqos top at ", 0), 0u) << frame;
   EXPECT_NE(frame.find("every 2 s (Ctrl-C quits)"), std::string::npos) << frame;
-  EXPECT_NE(frame.find("p99 3.9 ms / target 6.0 ms  ok"), std::string::npos) << frame;
+  EXPECT_NE(frame.find("ok    p99 3.9 ms / target 6.0 ms"), std::string::npos) << frame;
 }
 
 }  // namespace

@@ -154,6 +154,7 @@ struct JobQosSnapshot {
   std::uint32_t clients = 0;                    // connected now
   std::optional<std::int64_t> target_ns;        // the config's target now, if any
   double percentile = 99.0;                     // ... at this percentile
+  double weight = 1.0;                          // the config's: its share among best-effort jobs
   std::uint64_t queries = 0;
   LatencyFrom latency_from = LatencyFrom::first_op;
   double latency_sum_ns = 0;
