@@ -50,16 +50,7 @@ BaymaxPolicy::ClientState& BaymaxPolicy::state_of(ClientId client, ipc::Priority
 }
 
 std::int64_t BaymaxPolicy::predicted(const OpPosted& event) const {
-  const std::int64_t p = event.predicted_ns > 0 ? event.predicted_ns : placeholder_duration_ns(event.op);
-  // A best-effort kernel the predictor does not know, on a device that runs kernels to their end,
-  // counts as the bound: its guess is every kernel's mean, and a query that comes waits for all of
-  // it (a user test: the first query after gpuqosd started met five or six 2-ms kernels guessed at
-  // 10 us, 10.7-31 ms against an 8-ms target). So one at a time, until its first completion is learned.
-  if (event.guessed && event.priority == ipc::Priority::low && engine_of(event.op) == Engine::compute &&
-      !options_.baymax.preemptive(event.op.device)) {
-    return std::max(p, bound_.bound_ns());
-  }
-  return p;
+  return event.predicted_ns > 0 ? event.predicted_ns : placeholder_duration_ns(event.op);
 }
 
 std::int64_t BaymaxPolicy::expected(const OpPosted& event) const {
@@ -86,7 +77,13 @@ void BaymaxPolicy::account(ClientId client, const ipc::OpDescriptor& op, std::in
   EngineState& state = engines_[{op.device, *engine}];
   if (high) {
     ++state.hp_ops;
-    clients_[client].hp_outstanding_ns += predicted_ns;
+    ClientState& owner = clients_[client];
+    owner.hp_outstanding_ns += predicted_ns;
+    if (*engine == Engine::compute) {
+      std::int64_t& tally = owner.hp_compute_ns[op.device];
+      if (tally == 0) owner.hp_compute_since_ns[op.device] = now_ns;
+      tally += predicted_ns;
+    }
   } else {
     state.be_until_ns = std::max(state.be_until_ns, now_ns) + predicted_ns;
     state.be_outstanding_ns += predicted_ns;
@@ -104,7 +101,19 @@ void BaymaxPolicy::retire(ClientId client, std::uint64_t seq, std::optional<std:
   EngineState& state = engines_[{done.device, done.engine}];
   if (done.high) {
     --state.hp_ops;
-    if (auto c = clients_.find(client); c != clients_.end()) c->second.hp_outstanding_ns -= done.predicted_ns;
+    if (auto c = clients_.find(client); c != clients_.end()) {
+      c->second.hp_outstanding_ns -= done.predicted_ns;
+      if (done.engine == Engine::compute) {
+        if (auto tally = c->second.hp_compute_ns.find(done.device); tally != c->second.hp_compute_ns.end()) {
+          if ((tally->second -= done.predicted_ns) <= 0) {
+            c->second.hp_compute_ns.erase(tally);
+            c->second.hp_compute_since_ns.erase(done.device);
+          } else {
+            c->second.hp_compute_since_ns[done.device] = now_ns;  // it moves: counted from here
+          }
+        }
+      }
+    }
     return;
   }
   --state.be_ops;
@@ -279,10 +288,20 @@ std::int64_t BaymaxPolicy::idle_stream_bound_ns() const {
   return static_cast<std::int64_t>(factor * static_cast<double>(bound_.bound_ns()));
 }
 
+std::int64_t BaymaxPolicy::hp_compute_on(const ClientState& state, std::uint32_t device) const {
+  const auto tally = state.hp_compute_ns.find(device);
+  if (tally == state.hp_compute_ns.end()) return 0;
+  // Nothing of it completed for kHpSilentNs: its completions are lost or late (a shim that reports
+  // none, a full ring), and its predicted work would hold best-effort work for as long as it runs.
+  const auto since = state.hp_compute_since_ns.find(device);
+  if (since != state.hp_compute_since_ns.end() && last_now_ns_ - since->second > kHpSilentNs) return 0;
+  return tally->second;
+}
+
 std::int64_t BaymaxPolicy::hp_work_on(std::uint32_t device) const {
   std::int64_t total = 0;
   for (const auto& [id, state] : clients_) {
-    if (state.info.priority == ipc::Priority::high && state.on(device)) total += state.hp_outstanding_ns;
+    if (state.info.priority == ipc::Priority::high) total += hp_compute_on(state, device);
   }
   return total;
 }
@@ -292,7 +311,8 @@ std::int64_t BaymaxPolicy::others_hp_work_ns(std::uint32_t device) const {
   std::int64_t least_own = -1;
   for (const auto& [id, state] : clients_) {
     if (state.info.priority != ipc::Priority::high || !state.on(device) || !state.info.target_ns) continue;
-    least_own = least_own < 0 ? state.hp_outstanding_ns : std::min(least_own, state.hp_outstanding_ns);
+    const std::int64_t own = hp_compute_on(state, device);
+    least_own = least_own < 0 ? own : std::min(least_own, own);
   }
   return least_own < 0 ? 0 : hp_work_on(device) - least_own;
 }
@@ -576,6 +596,17 @@ bool BaymaxPolicy::another_waits_on(ClientId client, std::uint32_t device) const
   });
 }
 
+double BaymaxPolicy::credit_held_beside(ClientId client, const ClientState& state) const {
+  double held = 0;
+  for (const auto& [id, other] : clients_) {
+    if (id == client || other.info.priority != ipc::Priority::low || other.granted <= other.posted) continue;
+    bool beside = !other.placed() || !state.placed();
+    state.for_each_device([&](std::uint32_t device) { beside = beside || other.on(device); });
+    if (beside) held += static_cast<double>(other.granted - other.posted) * other.longest_recent_ns;
+  }
+  return held;
+}
+
 std::size_t BaymaxPolicy::credit_holders_beside(ClientId client, const ClientState& state) const {
   // Itself and every other best-effort client on one of its devices, or on none yet (it may come):
   // one that went quiet may still hold credit.
@@ -766,8 +797,9 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
       // best-effort backlog, and for the work other high-priority clients have posted (a user test:
       // a job with an 8-ms target beside one with 30 ms and training, 16-24 % of its queries over,
       // nearly all while the other's query ran; 0.1-0.3 % without the training).
-      const std::int64_t others = others_hp_work_ns(op.device);
-      if ((here.be_ops > 0 || others > 0) && backlog + others + p > bound_.bound_ns()) return Hold::engine;
+      // A lone op still goes whatever its length (the long-op budget rations long ones): held for the
+      // others' work, a guessed or long op would wait for as long as another job keeps work posted.
+      if (here.be_ops > 0 && backlog + others_hp_work_ns(op.device) + p > bound_.bound_ns()) return Hold::engine;
     }
   } else {
     // Transfers between host and device are rationed; device-local work (memsets, copies within
@@ -876,9 +908,10 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
     // On a device that runs kernels to their end, every other client's posted work runs before the
     // query's next ops, whatever its deadline.
     const std::int64_t others =
-        sliced ? ahead - (own == added.end() ? 0 : own->second)
-               : std::max(ahead - (own == added.end() ? 0 : own->second),
-                          hp_work_on(op.device) - clients_.at(query.client).hp_outstanding_ns);
+        options_.baymax.preemptive(op.device)
+            ? ahead - (own == added.end() ? 0 : own->second)
+            : std::max(ahead - (own == added.end() ? 0 : own->second),
+                       hp_work_on(op.device) - hp_compute_on(clients_.at(query.client), op.device));
     const std::int64_t due = now_ns + query.need_ns + others;
     // A waiting request that is late even with no best-effort work and no margin (neither its own
     // nor those of the queries ahead of it) is past saving: holding best-effort work for it would
@@ -925,6 +958,7 @@ void BaymaxPolicy::extend_credit(ClientId client, ClientState& state, Decisions&
     in_order = true;
     room = std::min(room, static_cast<double>(bound_.bound_ns() - be_backlog_ns(device, Engine::compute, last_now_ns_)));
   });
+  if (in_order) room -= credit_held_beside(client, state);  // the others' credit not spent yet
   const double longest = std::max(state.longest_recent_ns, 1.0);
   if (in_order && room < longest) return;
   const double by_time = room / (longest * static_cast<double>(credit_holders_beside(client, state)));
@@ -1099,11 +1133,21 @@ Decisions BaymaxPolicy::op_posted(const OpPosted& event) {
   if (event.priority == ipc::Priority::low && engine_of(op) == Engine::compute) {
     state.compute_posted_ns[op.device] = event.now_ns;
   }
-  const std::int64_t p = predicted(event);
+  std::int64_t p = predicted(event);
+  // A best-effort kernel the predictor does not know, on a device that runs kernels to their end,
+  // counts as the bound: its guess is every kernel's mean, and a query that comes waits for all of
+  // it (a user test: the first query after gpuqosd started met five or six 2-ms kernels guessed at
+  // 10 us, 10.7-31 ms against an 8-ms target). So one at a time until its kernel is learned, for at
+  // most kGuessedBoundOps of a client's ops: one whose completions are never learned (coarse, or
+  // always beside another client's) would otherwise go one at a time for good.
+  if (event.guessed && event.priority == ipc::Priority::low && engine_of(op) == Engine::compute &&
+      !options_.baymax.preemptive(op.device) && state.guessed_as_bound < kGuessedBoundOps) {
+    ++state.guessed_as_bound;
+    p = std::max(p, bound_.bound_ns());
+  }
   if (event.priority == ipc::Priority::low && engine_of(op)) {
     state.longest_recent_ns = std::max(static_cast<double>(p), kLongestRecentDecay * state.longest_recent_ns);
-    const bool guessed = event.guessed || event.predicted_ns <= 0;
-    state.guessed_within = guessed ? kGuessedMemoryOps : state.guessed_within - (state.guessed_within > 0 ? 1 : 0);
+    state.guessed_within = event.guessed ? kGuessedMemoryOps : state.guessed_within - (state.guessed_within > 0 ? 1 : 0);
   }
   if (event.priority == ipc::Priority::high) {
     account(event.client, op, p, true, event.now_ns);

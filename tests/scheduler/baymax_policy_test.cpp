@@ -139,6 +139,23 @@ TEST(BaymaxPolicy, AGuessedBestEffortKernelCountsAsTheBoundOnAnInOrderDevice) {
     EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(3), 2 * kMs, 2 * kMs).empty())
         << "a known one waits for the second too";
   }
+  // A kernel whose completions are never learned (coarse, or always beside another's) is not counted
+  // as the bound for good: kGuessedBoundOps of the client's ops at most.
+  BaymaxPolicy capped(on_device(false));
+  (void)capped.client_registered(serve(kServe, 10 * kMs), 0);
+  (void)capped.client_registered(train(kTrainA), 0);
+  const auto guessed = [&](std::uint64_t seq, std::int64_t now) {
+    return capped.op_posted(OpPosted{kTrainA, Priority::low, op(seq), now, 20'000, 10'000, true});
+  };
+  const std::uint64_t cap = BaymaxPolicy::kGuessedBoundOps;
+  for (std::uint64_t seq = 1; seq <= cap; ++seq) {  // each goes alone and completes, never learned
+    const auto now = static_cast<std::int64_t>(seq) * kMs;
+    EXPECT_EQ(guessed(seq, now), (Decisions{{kTrainA, seq}})) << seq;
+    (void)capped.op_completed({kTrainA, done(seq, now), now});
+  }
+  const auto later = static_cast<std::int64_t>(cap + 1) * kMs;
+  EXPECT_EQ(guessed(cap + 1, later), (Decisions{{kTrainA, cap + 1}}));
+  EXPECT_EQ(guessed(cap + 2, later), (Decisions{{kTrainA, cap + 2}})) << "past the cap the guess stands: two at once";
 }
 
 // On a device that runs kernels to their end, a query waits for the work other high-priority jobs
@@ -149,11 +166,29 @@ TEST(BaymaxPolicy, AnotherHighPriorityJobsPostedWorkIsAheadOnAnInOrderDevice) {
   BaymaxPolicy bounded(options(5 * kMs));
   (void)bounded.client_registered(serve(kServe, 10 * kMs), 0);
   (void)bounded.client_registered(serve(kServeB, 100 * kMs), 0);
-  (void)post(bounded, kServeB, Priority::high, op(1), 0, 4 * kMs);
-  EXPECT_TRUE(post(bounded, kTrainA, Priority::low, op(1), 0, 2 * kMs).empty())
-      << "the 10-ms job's next query would wait for B's 4 ms and this 2-ms kernel: over the 5-ms bound";
+  (void)post(bounded, kServeB, Priority::high, op(1), 0, 3 * kMs);
+  EXPECT_EQ(post(bounded, kTrainA, Priority::low, op(1), 0, kMs), (Decisions{{kTrainA, 1}}))
+      << "a lone op goes whatever the others' work (or a long one would wait for as long as they post)";
+  EXPECT_TRUE(post(bounded, kTrainA, Priority::low, op(2), 0, 2 * kMs).empty())
+      << "the 10-ms job's next query would wait for B's 3 ms, 1 ms and this 2-ms kernel: over the 5-ms bound";
   EXPECT_EQ(bounded.held_head(kTrainA)->reason, HoldReason::bound);
-  EXPECT_EQ(bounded.op_completed({kServeB, done(1, 4 * kMs), 4 * kMs}), (Decisions{{kTrainA, 1}}));
+  EXPECT_EQ(bounded.op_completed({kServeB, done(1, 3 * kMs), 3 * kMs}), (Decisions{{kTrainA, 2}}));
+
+  // Only compute work on the op's device counts, and only while some of it completes.
+  BaymaxPolicy apart(options(5 * kMs));
+  (void)apart.client_registered(serve(kServe, 10 * kMs), 0);
+  (void)apart.client_registered(serve(kServeB, 100 * kMs), 0);
+  ipc::OpDescriptor elsewhere = op(1);
+  elsewhere.device = 1;
+  (void)post(apart, kServeB, Priority::high, elsewhere, 0, 8 * kMs);
+  (void)post(apart, kServeB, Priority::high, copy(2, ipc::CopyDirection::h2d), 0, 8 * kMs);
+  (void)post(apart, kTrainA, Priority::low, op(1), 0, kMs);
+  EXPECT_EQ(post(apart, kTrainA, Priority::low, op(2), 0, 2 * kMs), (Decisions{{kTrainA, 2}}))
+      << "B's kernel is on device 1 and its upload on the copy engine";
+  (void)post(apart, kServeB, Priority::high, op(3), 0, 8 * kMs);
+  EXPECT_TRUE(post(apart, kTrainA, Priority::low, op(3), 0, kMs).empty()) << "B's kernel on device 0";
+  EXPECT_EQ(apart.tick(BaymaxPolicy::kHpSilentNs + kMs), (Decisions{{kTrainA, 3}}))
+      << "none of B's work there completed for a second: its completions are taken as lost";
 
   BaymaxPolicy open(options(50 * kMs));
   (void)open.client_registered(serve(kServe, 10 * kMs), 0);
@@ -2294,9 +2329,9 @@ TEST(BaymaxPolicy, CreditedOpsCountToTheShareAndNoneIsGivenBesideAnotherWeight) 
   }
   EXPECT_EQ(policy.op_completed({kTrainB, done(1, 2 * kMs), 2 * kMs}), (Decisions{{kTrainA, 10}}))
       << "B's work is done: A goes, but B posted lately: no credit yet";
-  // Both quiet for 100 ms: credit again, each its half of the bound in ops of its longest recent one
-  // (A's about 2 ms: one; B's 1 ms: two).
-  EXPECT_EQ(policy.tick(200 * kMs), (Decisions{{kTrainA, 11}, {kTrainB, 3}}));
+  // Both quiet for 100 ms: credit again, each its half of what the bound has left in ops of its
+  // longest recent one (A's about 2 ms: one; then B's 1 ms: one, beside A's unspent 2 ms).
+  EXPECT_EQ(policy.tick(200 * kMs), (Decisions{{kTrainA, 11}, {kTrainB, 2}}));
 }
 
 // Credit is sized for the worst of what it may let go unasked: by the job's longest recent op, not
@@ -2324,10 +2359,14 @@ TEST(BaymaxPolicy, CreditIsSizedByTheLongestRecentOpAndSharedAndNotGivenOnAGuess
   (void)shared.client_registered(be_job(kTrainC, "c"), 0);
   EXPECT_EQ(post(shared, kTrainA, Priority::low, op(1), 0, kMs), (Decisions{{kTrainA, 1}, {kTrainA, 6}}))
       << "alone: five ops of 1 ms beside the one in flight";
-  EXPECT_EQ(post(shared, kTrainB, Priority::low, op(1), 0, kMs), (Decisions{{kTrainB, 1}, {kTrainB, 3}}))
-      << "beside A, which may still hold its credit: half of the 4 ms left each";
-  EXPECT_EQ(post(shared, kTrainC, Priority::low, op(1), 0, kMs), (Decisions{{kTrainC, 1}, {kTrainC, 2}}))
-      << "three of them: a third of the 3 ms left each";
+  EXPECT_EQ(post(shared, kTrainB, Priority::low, op(1), 0, kMs), (Decisions{{kTrainB, 1}}))
+      << "beside A's unspent 5 ms of credit and 2 ms in flight: nothing left of the 6-ms bound";
+  for (std::uint64_t seq = 2; seq <= 6; ++seq) (void)post(shared, kTrainA, Priority::low, op(seq), 0, kMs);
+  (void)shared.op_completed({kTrainA, done(1, kMs), kMs});
+  for (std::uint64_t seq = 2; seq <= 6; ++seq) (void)shared.op_completed({kTrainA, done(seq, kMs), kMs});
+  (void)shared.op_completed({kTrainB, done(1, kMs), kMs});
+  EXPECT_EQ(post(shared, kTrainC, Priority::low, op(1), kMs, kMs), (Decisions{{kTrainC, 1}, {kTrainC, 2}}))
+      << "A's credit spent and everything done: a third each of the 5 ms left beside C's op";
 
   PolicyOptions sliced_device = on_device(true);  // where a guessed kernel is not counted as the bound (below)
   sliced_device.credit_ops = 8;
@@ -2360,8 +2399,9 @@ TEST(BaymaxPolicy, NoCreditWhileAnotherJobWaitsOrPastTheBound) {
     EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(seq), 0, kMs / 10).empty()) << seq << ": spent, not renewed";
   }
   EXPECT_EQ(post(policy, kTrainA, Priority::low, op(7), 0, kMs / 10), (Decisions{{kTrainA, 7}})) << "asks, no credit";
-  EXPECT_EQ(policy.op_completed({kTrainA, done(1, kMs), kMs}), (Decisions{{kTrainB, 1}, {kTrainA, 9}, {kTrainB, 3}}))
-      << "B's upload is granted: credit again, each its half of the bound over the 0.6 ms in flight";
+  EXPECT_EQ(policy.op_completed({kTrainA, done(1, kMs), kMs}), (Decisions{{kTrainB, 1}, {kTrainA, 9}, {kTrainB, 2}}))
+      << "B's upload is granted: credit again, each its half of the bound over the 0.6 ms in flight "
+         "(and B beside A's unspent)";
   EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(8), kMs, kMs / 10).empty());
 
   BaymaxPolicy deep(options(5 * kMs, 8));

@@ -419,11 +419,10 @@ TEST(Qos, EachFurtherBestEffortProcessCountsASlice) {
 // before its next ops whatever the deadlines. `loose` opens a query due in 1,200 ms with 20 ms of
 // predicted work, and `tight` then one due in 1,000 ms with 1,500 ms. A 20-ms best-effort op fits
 // each deadline on its own (that is how a daemon protecting each query apart would grant it), but
-// not with the other's work ahead: the op waits (the bound first: a query arriving later would find
-// that work too), and goes once `tight`'s query is done. The other way round, `loose`'s 1,500 ms
-// hold it just the same (a user test: a job with an 8-ms target beside one with 30 ms and training
-// had 16-24 % of its queries over, nearly all while the other's query ran). (Queries are given up
-// after 2 s: each pair of queries here is done well within that.)
+// not with the other's work ahead: the op waits, and goes once `tight`'s query is done. The other
+// way round, `loose`'s 1,500 ms hold it just the same (a user test: a job with an 8-ms target beside
+// one with 30 ms and training had 16-24 % of its queries over, nearly all while the other's query
+// ran). (Queries are given up after 2 s: each pair of queries here is done well within that.)
 TEST(Qos, TwoHighPriorityJobsAreProtectedEarliestDeadlineFirst) {
   TempDir dir("gpuqos-qos");
   DaemonProcess daemon({"--config", dir.write("gpuqosd.toml",
@@ -474,7 +473,7 @@ TEST(Qos, TwoHighPriorityJobsAreProtectedEarliestDeadlineFirst) {
   tight.post(FakeClient::kernel(3));  // due in 1,000 ms, 1,500 ms of work ahead of loose's query
   ASSERT_TRUE(eventually([&] { return read_through(tight, 3); }, 1s)) << daemon.status().dump(1);
   train.post(FakeClient::kernel(2));
-  ASSERT_TRUE(eventually([&] { return held() == std::pair{std::uint64_t{2}, std::string("bound")}; }, 1s))
+  ASSERT_TRUE(eventually([&] { return held() == std::pair{std::uint64_t{2}, std::string("deadline")}; }, 1s))
       << daemon.status().dump(1);
   EXPECT_FALSE(train.wait_granted(2, 100ms));
 

@@ -12,7 +12,9 @@
 // The decision for the head op of a best-effort client, on engine e of device d, predicted p:
 // - compute (kernels, graphs): if best-effort work is already
 //   outstanding, backlog(e) + p must stay within the bound (a query arriving later waits at most
-//   that long); a lone op is let through whatever its length, or a long kernel would never run,
+//   that long; on a device that runs kernels to their end the other high-priority clients' posted
+//   compute work, the most of it a client with a target would find, counts in the backlog too);
+//   a lone op is let through whatever its length, or a long kernel would never run,
 //   but on a device that does not preempt kernels it is rationed (the long-op budget, below). On a
 //   device that time-slices processes' kernels (preemptive_device), a query arriving later waits for
 //   its slice, not behind every job's backlog: the bound is then each best-effort job's own, per
@@ -36,7 +38,9 @@
 // - every open query on d with a target, in earliest-deadline-first order, must still make it:
 //   now + need_k + max(0, backlog(e) + p - unblocked_k) + margin <= deadline_k, where need_k is
 //   the query's expected remaining time (QueryTracker's profile) plus the predicted outstanding
-//   device work of the queries ahead of it in deadline order (they are served first), and
+//   device work of the queries ahead of it in deadline order (they are served first; on a device
+//   that runs kernels to their end, every other high-priority client's posted compute work, which
+//   runs before the query's next ops whatever the deadlines), and
 //   unblocked_k the expected time until its program next waits for the device: best-effort work
 //   drained by then does not delay it, what is left does (0 without a profile: all of it does).
 //   A request the job said arrived (query_arrived) and has not begun counts as a query too, due at
@@ -93,9 +97,12 @@
 // held kDeadlineHoldNs: then it closes the engine too, or back-to-back queries, each opening before
 // the others' short ops drained, would hold it for ever. With no high-priority client on a device, best-effort clients also get credit (seqs
 // beyond their last posted op, as in fifo), so they pay no round trip when there is nothing to
-// protect: the bound's worth of the client's ops by their recent predicted time (at least one, at
-// most credit_ops), since what it holds when a high-priority job comes goes unasked; and none while a
-// high-priority client is on no device yet (before its first GPU op), which may be this one.
+// protect. What it holds when a high-priority job comes goes unasked, so the best-effort clients
+// that may hold credit on a device share the bound (on a device that runs kernels to their end,
+// what it has left over the work in flight and the others' unspent credit): each its part in ops
+// of its longest recent one (at least one, at most credit_ops). None while a high-priority client
+// is on no device yet (before its first GPU op), which may be this one; none while another client
+// waits for a grant on the device; none for kGuessedMemoryOps ops after a guessed kernel.
 //
 // The long-op budget. On a device that runs a kernel to its end once started (preemptive_device =
 // false, the Baymax premise), a best-effort op of length p > bound blocks a query that arrives
@@ -231,6 +238,11 @@ class BaymaxPolicy final : public Policy {
   // posted after it; a guessed one (ClientState::guessed_within) keeps it off credit this many ops.
   static constexpr double kLongestRecentDecay = 0.98;
   static constexpr std::uint32_t kGuessedMemoryOps = 16;
+  static constexpr std::uint32_t kGuessedBoundOps = 32;
+  // A high-priority client's compute work on a device counts as ahead of another's next query only
+  // while some of it completed (or it began) within this long: completions lost or late for longer
+  // would hold best-effort work for as long as it runs.
+  static constexpr std::int64_t kHpSilentNs = 1'000'000'000;
 
   explicit BaymaxPolicy(const PolicyOptions& options);
 
@@ -304,6 +316,10 @@ class BaymaxPolicy final : public Policy {
     // credit is sized by the first, and there is none while the second is not 0.
     double longest_recent_ns = 0;
     std::uint32_t guessed_within = 0;
+    std::uint32_t guessed_as_bound = 0;  // its guessed ops counted as the bound so far (kGuessedBoundOps)
+    // High priority: predicted compute time posted and not completed, by device, and since when it
+    // has not moved (posted onto nothing, or an op of it completed): hp_compute_on.
+    std::map<std::uint32_t, std::int64_t> hp_compute_ns, hp_compute_since_ns;
     std::map<std::uint32_t, std::int64_t> compute_posted_ns;  // best effort: its latest compute op, by device
     // Best effort: its transfers' virtual time among its job's processes, and how many it has
     // queued, by device.
@@ -402,12 +418,15 @@ class BaymaxPolicy final : public Policy {
   // High-priority clients' posted device work not completed there; and the most of it that is not
   // the own work of a client with a target (what its next query would wait for on a device that
   // runs kernels to their end).
+  std::int64_t hp_compute_on(const ClientState& state, std::uint32_t device) const;  // counted, as above
   std::int64_t hp_work_on(std::uint32_t device) const;
   std::int64_t others_hp_work_ns(std::uint32_t device) const;
   // Whether a client other than `client` has an op queued (read, not granted) on the device.
   bool another_waits_on(ClientId client, std::uint32_t device) const;
   // How many best-effort clients share the bound's credit where `client` is (itself included).
   std::size_t credit_holders_beside(ClientId client, const ClientState& state) const;
+  // The predicted time of the credit other best-effort clients there hold and have not spent.
+  double credit_held_beside(ClientId client, const ClientState& state) const;
   // Has client compute work in flight on device that is not far past its prediction (kShareOverrun)?
   // Work that is may be waiting for something a held op would do (a collective's other rank, an
   // event of another job): counting it could hold that op until the stuck-op retirement.

@@ -98,7 +98,8 @@ class QueryTracker {
   // The client's open query, or nullptr.
   const OpenQuery* open_query(ClientId client) const;
   // How much longer the open query is expected to run from now: the profile's remaining time after
-  // its latest op, less the time since that op; 0 with no open query or no profile yet.
+  // its latest op, less the time since that op, and at least the profile's time after its next op
+  // (a late query has not posted it yet); 0 with no open query or no profile yet.
   std::int64_t expected_remaining_ns(ClientId client, std::int64_t now_ns) const;
   // How much longer until the open query's program next waits for the device (a blocking point:
   // a synchronisation, or a copy to or from pageable host memory), the same way: the profile's
