@@ -80,9 +80,9 @@ void BaymaxPolicy::account(ClientId client, const ipc::OpDescriptor& op, std::in
     ClientState& owner = clients_[client];
     owner.hp_outstanding_ns += predicted_ns;
     if (*engine == Engine::compute) {
-      std::int64_t& tally = owner.hp_compute_ns[op.device];
-      if (tally == 0) owner.hp_compute_since_ns[op.device] = now_ns;
-      tally += predicted_ns;
+      ClientState::HpCompute& tally = owner.hp_compute[op.device];
+      if (tally.ns == 0) tally.since_ns = now_ns;
+      tally.ns += predicted_ns;
     }
   } else {
     state.be_until_ns = std::max(state.be_until_ns, now_ns) + predicted_ns;
@@ -104,12 +104,11 @@ void BaymaxPolicy::retire(ClientId client, std::uint64_t seq, std::optional<std:
     if (auto c = clients_.find(client); c != clients_.end()) {
       c->second.hp_outstanding_ns -= done.predicted_ns;
       if (done.engine == Engine::compute) {
-        if (auto tally = c->second.hp_compute_ns.find(done.device); tally != c->second.hp_compute_ns.end()) {
-          if ((tally->second -= done.predicted_ns) <= 0) {
-            c->second.hp_compute_ns.erase(tally);
-            c->second.hp_compute_since_ns.erase(done.device);
+        if (auto tally = c->second.hp_compute.find(done.device); tally != c->second.hp_compute.end()) {
+          if ((tally->second.ns -= done.predicted_ns) <= 0) {
+            c->second.hp_compute.erase(tally);
           } else {
-            c->second.hp_compute_since_ns[done.device] = now_ns;  // it moves: counted from here
+            tally->second.since_ns = now_ns;  // it moves: counted from here
           }
         }
       }
@@ -289,13 +288,11 @@ std::int64_t BaymaxPolicy::idle_stream_bound_ns() const {
 }
 
 std::int64_t BaymaxPolicy::hp_compute_on(const ClientState& state, std::uint32_t device) const {
-  const auto tally = state.hp_compute_ns.find(device);
-  if (tally == state.hp_compute_ns.end()) return 0;
+  const auto tally = state.hp_compute.find(device);
+  if (tally == state.hp_compute.end()) return 0;
   // Nothing of it completed for kHpSilentNs: its completions are lost or late (a shim that reports
   // none, a full ring), and its predicted work would hold best-effort work for as long as it runs.
-  const auto since = state.hp_compute_since_ns.find(device);
-  if (since != state.hp_compute_since_ns.end() && last_now_ns_ - since->second > kHpSilentNs) return 0;
-  return tally->second;
+  return last_now_ns_ - tally->second.since_ns > kHpSilentNs ? 0 : tally->second.ns;
 }
 
 std::int64_t BaymaxPolicy::hp_work_on(std::uint32_t device) const {
@@ -596,28 +593,21 @@ bool BaymaxPolicy::another_waits_on(ClientId client, std::uint32_t device) const
   });
 }
 
-double BaymaxPolicy::credit_held_beside(ClientId client, const ClientState& state) const {
-  double held = 0;
-  for (const auto& [id, other] : clients_) {
-    if (id == client || other.info.priority != ipc::Priority::low || other.granted <= other.posted) continue;
-    bool beside = !other.placed() || !state.placed();
-    state.for_each_device([&](std::uint32_t device) { beside = beside || other.on(device); });
-    if (beside) held += static_cast<double>(other.granted - other.posted) * other.longest_recent_ns;
-  }
-  return held;
-}
-
-std::size_t BaymaxPolicy::credit_holders_beside(ClientId client, const ClientState& state) const {
+BaymaxPolicy::CreditBeside BaymaxPolicy::credit_beside(ClientId client, const ClientState& state) const {
   // Itself and every other best-effort client on one of its devices, or on none yet (it may come):
   // one that went quiet may still hold credit.
-  std::size_t holders = 1;
+  CreditBeside beside_it;
   for (const auto& [id, other] : clients_) {
     if (id == client || other.info.priority != ipc::Priority::low || other.posted == 0) continue;
     bool beside = !other.placed() || !state.placed();
     state.for_each_device([&](std::uint32_t device) { beside = beside || other.on(device); });
-    holders += beside ? 1 : 0;
+    if (!beside) continue;
+    ++beside_it.holders;
+    if (other.granted > other.posted) {
+      beside_it.unspent_ns += static_cast<double>(other.granted - other.posted) * other.longest_recent_ns;
+    }
   }
-  return holders;
+  return beside_it;
 }
 
 void BaymaxPolicy::restart_if_idle(ClientId client, ClientState& state, std::uint32_t device) {
@@ -901,17 +891,17 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
     const double slices = query.blocks * timeslice;
     return static_cast<std::int64_t>(slice_delay(be_work, client, p, with_op, query.idle_ns, slices));
   };
+  // On a device that runs kernels to their end, every other client's posted work runs before the
+  // query's next ops, whatever its deadline.
+  const bool in_order = !options_.baymax.preemptive(op.device);
+  const std::int64_t hp_here = in_order ? hp_work_on(op.device) : 0;
   std::int64_t ahead = 0;  // device work of the other jobs' queries with earlier deadlines
   std::vector<std::pair<ClientId, std::int64_t>> added;  // of which each job's own (its need counts it)
   for (const Protected& query : queries) {
     auto own = std::find_if(added.begin(), added.end(), [&](const auto& a) { return a.first == query.client; });
-    // On a device that runs kernels to their end, every other client's posted work runs before the
-    // query's next ops, whatever its deadline.
+    const std::int64_t earlier = ahead - (own == added.end() ? 0 : own->second);
     const std::int64_t others =
-        options_.baymax.preemptive(op.device)
-            ? ahead - (own == added.end() ? 0 : own->second)
-            : std::max(ahead - (own == added.end() ? 0 : own->second),
-                       hp_work_on(op.device) - hp_compute_on(clients_.at(query.client), op.device));
+        in_order ? std::max(earlier, hp_here - hp_compute_on(clients_.at(query.client), op.device)) : earlier;
     const std::int64_t due = now_ns + query.need_ns + others;
     // A waiting request that is late even with no best-effort work and no margin (neither its own
     // nor those of the queries ahead of it) is past saving: holding best-effort work for it would
@@ -958,10 +948,11 @@ void BaymaxPolicy::extend_credit(ClientId client, ClientState& state, Decisions&
     in_order = true;
     room = std::min(room, static_cast<double>(bound_.bound_ns() - be_backlog_ns(device, Engine::compute, last_now_ns_)));
   });
-  if (in_order) room -= credit_held_beside(client, state);  // the others' credit not spent yet
+  const CreditBeside beside = credit_beside(client, state);
+  if (in_order) room -= beside.unspent_ns;  // the others' credit not spent yet
   const double longest = std::max(state.longest_recent_ns, 1.0);
   if (in_order && room < longest) return;
-  const double by_time = room / (longest * static_cast<double>(credit_holders_beside(client, state)));
+  const double by_time = room / (longest * static_cast<double>(beside.holders));
   const auto credit = static_cast<std::uint32_t>(std::clamp(by_time, 1.0, static_cast<double>(options_.credit_ops)));
   if (state.granted >= state.posted + credit / 2 && state.granted > state.posted) return;  // enough left
   // With a high-priority job: no credit, every op asks. Beside another best-effort job whose weight

@@ -319,7 +319,11 @@ class BaymaxPolicy final : public Policy {
     std::uint32_t guessed_as_bound = 0;  // its guessed ops counted as the bound so far (kGuessedBoundOps)
     // High priority: predicted compute time posted and not completed, by device, and since when it
     // has not moved (posted onto nothing, or an op of it completed): hp_compute_on.
-    std::map<std::uint32_t, std::int64_t> hp_compute_ns, hp_compute_since_ns;
+    struct HpCompute {
+      std::int64_t ns = 0;
+      std::int64_t since_ns = 0;
+    };
+    std::map<std::uint32_t, HpCompute> hp_compute;
     std::map<std::uint32_t, std::int64_t> compute_posted_ns;  // best effort: its latest compute op, by device
     // Best effort: its transfers' virtual time among its job's processes, and how many it has
     // queued, by device.
@@ -423,10 +427,13 @@ class BaymaxPolicy final : public Policy {
   std::int64_t others_hp_work_ns(std::uint32_t device) const;
   // Whether a client other than `client` has an op queued (read, not granted) on the device.
   bool another_waits_on(ClientId client, std::uint32_t device) const;
-  // How many best-effort clients share the bound's credit where `client` is (itself included).
-  std::size_t credit_holders_beside(ClientId client, const ClientState& state) const;
-  // The predicted time of the credit other best-effort clients there hold and have not spent.
-  double credit_held_beside(ClientId client, const ClientState& state) const;
+  // How many best-effort clients share the bound's credit where `client` is (itself included), and
+  // the predicted time of the credit the others there hold and have not spent.
+  struct CreditBeside {
+    std::size_t holders = 1;
+    double unspent_ns = 0;
+  };
+  CreditBeside credit_beside(ClientId client, const ClientState& state) const;
   // Has client compute work in flight on device that is not far past its prediction (kShareOverrun)?
   // Work that is may be waiting for something a held op would do (a collective's other rank, an
   // event of another job): counting it could hold that op until the stuck-op retirement.
