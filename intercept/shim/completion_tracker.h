@@ -6,8 +6,9 @@
 // after a completion, doubling up to 1 ms while nothing completes, so end is late by at most that;
 // only an idle thread is woken by a new op, so a busy program pays no wake-up per launch). Only the
 // device times an op: a low-priority call (at most one a millisecond per thread, whether it waited
-// for its grant or spent credit, and a kernel not timed for 100 ms) also gets an event recorded
-// right before it
+// for its grant or spent credit, and a kernel not timed for 100 ms) and a high-priority kernel not
+// timed for a second (at most one launch per thread per 10 ms) also get an event recorded right
+// before it
 // on its stream, and is reported exact with start = end minus the device time between the two: the
 // op's own time, plus, when the stream was idle, up to the host's time from that record to the
 // call's return (so it is exact only when that host time is under a quarter of it: a thread
@@ -21,7 +22,7 @@
 // driver refused is reported at once with its error code.
 //
 // Who records the event:
-// - inline (a low-priority call that waited for its grant, or one timed): the program's thread,
+// - inline (a low-priority call that waited for its grant, or any call timed): the program's thread,
 //   right after the call. Exact per op; the cost (one driver call) hides behind the wait, or is
 //   paid once a millisecond.
 // - deferred (high priority, whose launch path should carry as little as possible, and low priority

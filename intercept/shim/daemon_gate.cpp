@@ -296,6 +296,11 @@ constexpr std::int64_t kKernelTimedSpacingNs = 250'000;
 // Waited calls of one thread timed on the device at most this often (DaemonGate::post).
 constexpr std::int64_t kTimedCallSpacingNs = 1'000'000;
 
+// A high-priority kernel not timed for this long is timed at its next launch, at most one such a
+// thread this often: at most a hundred launches a second of a thread pay the two event records.
+constexpr std::int64_t kHighKernelRetimeNs = 1'000'000'000;
+constexpr std::int64_t kHighKernelTimedSpacingNs = 10'000'000;
+
 Ticket DaemonGate::post(const Operation& op, const std::shared_ptr<Session>& session) noexcept {
   Ticket ticket;
   ticket.posted_ns = ipc::monotonic_ns();
@@ -325,7 +330,35 @@ Ticket DaemonGate::post(const Operation& op, const std::shared_ptr<Session>& ses
     }
     ticket.seq = descriptor.seq;
     ticket.session = session->id();
-    if (!low) return ticket;
+    std::atomic<std::int64_t>* kernel_timed = descriptor.kind == ipc::OpKind::kernel && descriptor.kernel_id > 0 &&
+                                                      descriptor.kernel_id <= kernel_timed_ns_.size()
+                                                  ? &kernel_timed_ns_[descriptor.kernel_id - 1]
+                                                  : nullptr;
+    thread_local std::int64_t last_kernel_timed_ns = 0;
+    const auto time_on_device = [&] {
+      if (kernel_timed) {
+        last_kernel_timed_ns = ticket.posted_ns;
+        kernel_timed->store(ticket.posted_ns, std::memory_order_relaxed);
+      }
+      ticket.start_ns = ipc::monotonic_ns();  // after posting (a kernel's name may have been sent): the call's own time
+      ticket.start_event = completions_.record_start(ticket.context, op);
+    };
+    // Not cuLaunchCooperativeKernelMultiDevice: it names its streams in its parameters, not to us (a
+    // start event on the default stream would be work the program never asked for).
+    const bool timeable = op.hook != HookId::hook_cuLaunchCooperativeKernelMultiDevice;
+    if (!low) {
+      // A high-priority launch carries as little as possible, so its ops are reported coarse; but a
+      // kernel is timed on the device once a second (at most one launch per thread per 10 ms): an
+      // untrained gpuqosd otherwise never learned a high-priority job's kernels and predicted them at
+      // the global mean (a user test: 0.5-ms kernels at about 2.3 ms beside 2-ms training kernels),
+      // and another high-priority job's posted work counts ahead of a query on an in-order device.
+      if (timeable && kernel_timed &&
+          ticket.posted_ns - kernel_timed->load(std::memory_order_relaxed) >= kHighKernelRetimeNs &&
+          ticket.posted_ns - last_kernel_timed_ns >= kHighKernelTimedSpacingNs) {
+        time_on_device();
+      }
+      return ticket;
+    }
     if (!session->granted(ticket.seq)) {
       ticket.waited = true;
       session->wait_for_grant(ticket.seq);  // lost meanwhile: released, the call goes ahead
@@ -344,24 +377,13 @@ Ticket DaemonGate::post(const Operation& op, const std::shared_ptr<Session>& ses
     // thread: the once-a-millisecond rule alone takes the first op after each gap, so a loop that
     // issues an iteration in under a millisecond and then synchronises had only its first op (often a
     // copy or a memset) timed, and its kernels stayed at the placeholder (a review).
-    // Not cuLaunchCooperativeKernelMultiDevice: it names its streams in its parameters, not to us (a
-    // start event on the default stream would be work the program never asked for).
-    thread_local std::int64_t last_timed_ns = 0, last_kernel_timed_ns = 0;
+    thread_local std::int64_t last_timed_ns = 0;
     const bool spaced = ticket.posted_ns - last_timed_ns >= kTimedCallSpacingNs;
-    std::atomic<std::int64_t>* kernel_timed = descriptor.kind == ipc::OpKind::kernel && descriptor.kernel_id > 0 &&
-                                                      descriptor.kernel_id <= kernel_timed_ns_.size()
-                                                  ? &kernel_timed_ns_[descriptor.kernel_id - 1]
-                                                  : nullptr;
     const bool kernel_due = kernel_timed && ticket.posted_ns - kernel_timed->load(std::memory_order_relaxed) >= kKernelRetimeNs &&
                             ticket.posted_ns - last_kernel_timed_ns >= kKernelTimedSpacingNs;
-    if ((spaced || kernel_due) && op.hook != HookId::hook_cuLaunchCooperativeKernelMultiDevice) {
+    if ((spaced || kernel_due) && timeable) {
       if (spaced) last_timed_ns = ticket.posted_ns;
-      if (kernel_timed) {
-        last_kernel_timed_ns = ticket.posted_ns;
-        kernel_timed->store(ticket.posted_ns, std::memory_order_relaxed);
-      }
-      ticket.start_ns = ipc::monotonic_ns();  // after posting (a kernel's name may have been sent): the call's own time
-      ticket.start_event = completions_.record_start(ticket.context, op);
+      time_on_device();
     }
     return ticket;
   } catch (...) {

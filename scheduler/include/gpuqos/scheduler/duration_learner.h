@@ -5,10 +5,11 @@
 // Only completions the shim marks exact are learned: a completion flagged ipc::kCompletionCoarse
 // bounds several ops that finished together, or was timed by the host, and says nothing of this
 // one's own duration. The shim marks exact only an op it timed on the device, between events
-// recorded right before and after its call (a call that waited for its grant, at most one a
-// millisecond per thread; see the shim's completion_tracker.h): high-priority ops and ops granted
-// on credit are not learned online, and a store `gpuqos train` makes from CUPTI profiles is what
-// predicts them. On a device that runs processes' work in order, an exact completion during whose
+// recorded right before and after its call (see the shim's completion_tracker.h): a low-priority
+// call at most once a millisecond per thread and a low-priority kernel not timed for 100 ms, and a
+// high-priority kernel once a second. So most of a high-priority job's ops are learned slowly or not
+// at all (its copies and memsets), and a store `gpuqos train` makes from CUPTI profiles is what
+// predicts them from the start. On a device that runs processes' work in order, an exact completion during whose
 // span another client's op on the same engine of the same device ran is not learned either: on an
 // idle stream the span includes the wait behind the other job's work. Ten 4-ms kernels each queued
 // behind another job's 97-ms one would raise the 4-ms kernel's upper estimate to 170 ms (the unit
