@@ -68,6 +68,8 @@ ClosedQuery QueryTracker::close(ClientId client, State& state, std::int64_t at_n
   // The profile is of the work, from its start: time waiting in the job's queue is not the query's to repeat.
   const std::int64_t started_ns = std::min(state.query.started_ns, closed_ns);
   learn(state.whole, std::max<std::int64_t>(1, closed_ns - started_ns));
+  if (state.recent_own.size() >= kOwnQueryWindow) state.recent_own.pop_front();
+  state.recent_own.push_back(std::max<std::int64_t>(1, closed_ns - started_ns - state.query.waited_ahead_ns));
   learn(state.whole_unblocked, std::max<std::int64_t>(1, next_block(started_ns) - started_ns));
   learn_count(state.whole_blocks, blocks_from(started_ns));
   ++state.closed_queries;
@@ -292,6 +294,20 @@ double QueryTracker::expected_query_blocking_points(ClientId client) const {
 std::int64_t QueryTracker::expected_query_unblocked_ns(ClientId client) const {
   auto it = clients_.find(client);
   return it == clients_.end() ? 0 : it->second.whole_unblocked;
+}
+
+void QueryTracker::waited_ahead(ClientId client, std::int64_t wait_ns) {
+  const auto it = clients_.find(client);
+  if (it != clients_.end() && it->second.open) it->second.query.waited_ahead_ns = std::max<std::int64_t>(0, wait_ns);
+}
+
+std::int64_t QueryTracker::own_query_ns(ClientId client) const {
+  const auto it = clients_.find(client);
+  if (it == clients_.end() || it->second.recent_own.empty()) return 0;
+  std::vector<std::int64_t> own(it->second.recent_own.begin(), it->second.recent_own.end());
+  const auto middle = own.begin() + static_cast<std::ptrdiff_t>((own.size() - 1) / 2);  // the lower median
+  std::nth_element(own.begin(), middle, own.end());
+  return *middle;
 }
 
 std::uint64_t QueryTracker::closed_queries(ClientId client) const {

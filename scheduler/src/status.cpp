@@ -77,6 +77,7 @@ nlohmann::json policy_state_json(const PolicyState& state) {
     if (t.backlog_bound_ns > 0) {
       entry["backlog_bound_ns"] = t.backlog_bound_ns;
       entry["backlog_wait_ns"] = t.backlog_wait_ns;
+      entry["ahead_ns"] = t.ahead_ns;
     }
     tight.push_back(std::move(entry));
   }
@@ -302,7 +303,8 @@ std::string render_policy_state(const nlohmann::json& status) {
                                      tight.at("timeslice_ns").get<std::int64_t>(),
                                      tight.value("be_processes", std::uint32_t{1}),
                                      tight.value("backlog_bound_ns", std::int64_t{0}),
-                                     tight.value("backlog_wait_ns", std::int64_t{0})};
+                                     tight.value("backlog_wait_ns", std::int64_t{0}),
+                                     tight.value("ahead_ns", std::int64_t{0})};
     out << "  warning: " << tight_target_text(t) << "\n";
   }
   // A user test: this was in the JSON and the log only.
@@ -319,19 +321,30 @@ std::string tight_target_text(const PolicyState::TightTarget& t) {
     // work on the device for as long as each query is open, to make it as little late as it can.
     // What the target needs over the queries for the bound's or the slices' warning to stay quiet.
     const std::int64_t wait = t.backlog_bound_ns > 0 ? t.backlog_wait_ns : t.timeslice_ns * std::max<std::uint32_t>(1, t.be_processes);
-    return t.job + "'s target of " + milliseconds(t.target_ns) + " ms is shorter than its recent queries take (about " +
+    return t.job + "'s target of " + milliseconds(t.target_ns) + " ms is shorter than its queries take when nothing delays them (about " +
            milliseconds(t.expected_query_ns) + " ms): it cannot be met, and best-effort work on device " +
            std::to_string(t.device) + " is held while each of its queries is open (raise the target to " +
            milliseconds(t.expected_query_ns + wait) + " ms or more)";
   }
-  const std::string head = t.job + "'s target of " + milliseconds(t.target_ns) + " ms leaves " +
-                           milliseconds(t.target_ns - t.expected_query_ns) + " ms over its queries' " +
-                           milliseconds(t.expected_query_ns) + " ms, less than ";
   const std::string device = "device " + std::to_string(t.device);
+  // Another high-priority process's query ahead (a run-to-end device): time the target needs too.
+  const std::string ahead = t.ahead_ns > 0 ? " and the " + milliseconds(t.ahead_ns) +
+                                                 " ms of another high-priority process's query that can run ahead of one"
+                                           : "";
+  const std::int64_t slack = t.target_ns - t.expected_query_ns - t.ahead_ns;
+  if (slack < 0) {
+    // The figures are measured beside best-effort work and err long: "can", not "will".
+    return t.job + "'s target of " + milliseconds(t.target_ns) + " ms leaves no time over its queries' " +
+           milliseconds(t.expected_query_ns) + " ms" + ahead + " on " + device +
+           " (which runs kernels to their end): a query arriving behind such a query and any best-effort work can "
+           "miss it (raise the target to " + milliseconds(t.expected_query_ns + t.ahead_ns + t.backlog_wait_ns) +
+           " ms or more, run the jobs on different GPUs, or expect those misses)";
+  }
+  const std::string head = t.job + "'s target of " + milliseconds(t.target_ns) + " ms leaves " + milliseconds(slack) +
+                           " ms over its queries' " + milliseconds(t.expected_query_ns) + " ms" + ahead + ", less than ";
   if (t.backlog_bound_ns > 0) {
     // The bound that would fit: the slack plus what drains before the query first waits.
-    const std::int64_t fits = std::max<std::int64_t>(0, t.target_ns - t.expected_query_ns) +
-                              (t.backlog_bound_ns - t.backlog_wait_ns);
+    const std::int64_t fits = slack + (t.backlog_bound_ns - t.backlog_wait_ns);
     return head + milliseconds(t.backlog_wait_ns) + " ms, what a query arriving behind best-effort work on " + device +
            " (which runs kernels to their end) can wait for: the best-effort backlog bound of " +
            milliseconds(t.backlog_bound_ns) + " ms less the time its queries run before they first wait for the "

@@ -1280,6 +1280,95 @@ TEST(BaymaxPolicy, ATargetShorterThanItsQueriesIsWarnedOfOnceSeveralClosed) {
   }
 }
 
+// One query of `client` from t: an op of `work` predicted on `device`, then a synchronisation at
+// t + length, when the op completes.
+void query_of(BaymaxPolicy& policy, ClientId client, std::uint64_t& seq, std::int64_t t, std::int64_t work,
+              std::int64_t length, std::uint32_t device = 0) {
+  ipc::OpDescriptor kernel = op(++seq);
+  kernel.device = device;
+  const std::uint64_t work_seq = seq;
+  (void)post(policy, client, Priority::high, kernel, t, work);
+  ipc::OpDescriptor sync = op(++seq, ipc::OpKind::sync);
+  sync.device = device;
+  (void)post(policy, client, Priority::high, sync, t + length, 0);
+  (void)policy.op_completed({client, done(work_seq, t + length), t + length});
+}
+
+// A tight target is judged against what the job's queries take on their own: each query's time less
+// what its first compute op waited behind work posted before it (its completion less its predicted
+// time and its post). The profile's time counts that wait: a user test read "its queries' 4.4-5.3 ms"
+// of queries that take 2.2 ms alone beside a training job (even their 10th percentile was 3.4-5.2 ms:
+// every query found training work ahead), a false alarm with a wrong bound suggested.
+TEST(BaymaxPolicy, ATightTargetIsJudgedByWhatTheJobsQueriesTakeOnTheirOwn) {
+  BaymaxPolicy policy(on_device(false, 5 * kMs));
+  (void)policy.client_registered(serve(kServe, 3 * kMs), 0);
+  (void)policy.client_registered(train(kTrainA), 0);
+  std::uint64_t seq = 0;
+  std::uint64_t train_seq = 0;
+  for (int k = 0; k < 10; ++k) {
+    // A best-effort 3-ms kernel, then two 1-ms kernels and a synchronisation; the first runs from 3
+    // ms (behind the 3 ms), the second after it: the query closes at 5 ms, 2 of them its own.
+    const std::int64_t t = k * 100 * kMs;
+    ++train_seq;
+    EXPECT_EQ(post(policy, kTrainA, Priority::low, op(train_seq), t, 3 * kMs), (Decisions{{kTrainA, train_seq}}));
+    (void)post(policy, kServe, Priority::high, op(++seq), t, kMs);
+    (void)post(policy, kServe, Priority::high, op(++seq), t + kMs / 10, kMs);
+    (void)post(policy, kServe, Priority::high, op(++seq, ipc::OpKind::sync), t + kMs / 5, 0);
+    (void)policy.op_completed({kTrainA, done(train_seq, t + 3 * kMs), t + 3 * kMs});
+    // Every other query's first kernel is seen done with the second, at 5 ms, as when the shim records
+    // one event after both: the 3 ms it waited are still the best-effort work's end.
+    const std::int64_t first_end = t + (k % 2 == 0 ? 4 : 5) * kMs;
+    (void)policy.op_completed({kServe, done(seq - 2, first_end), first_end});
+    (void)policy.op_completed({kServe, done(seq - 1, t + 5 * kMs), t + 5 * kMs});
+  }
+  EXPECT_EQ(policy.queries().expected_query_ns(kServe), 5 * kMs) << "the profile: the whole query";
+  EXPECT_EQ(policy.queries().own_query_ns(kServe), 2 * kMs);
+  // Without the work ahead the same spans are the query's own: its first kernel ran 4 ms.
+  BaymaxPolicy alone(on_device(false, 5 * kMs));
+  (void)alone.client_registered(serve(kServe, 3 * kMs), 0);
+  seq = 0;
+  (void)post(alone, kServe, Priority::high, op(++seq), 0, kMs);
+  (void)post(alone, kServe, Priority::high, op(++seq), kMs / 10, kMs);
+  (void)post(alone, kServe, Priority::high, op(++seq, ipc::OpKind::sync), kMs / 5, 0);
+  (void)alone.op_completed({kServe, done(1, 4 * kMs), 4 * kMs});
+  (void)alone.op_completed({kServe, done(2, 5 * kMs), 5 * kMs});
+  EXPECT_EQ(alone.queries().own_query_ns(kServe), 5 * kMs);
+  const auto tight = policy.tight_targets(2 * 1000 * kMs);
+  ASSERT_EQ(tight.size(), 1u) << "1 ms of slack, the whole 5-ms bound of wait";
+  EXPECT_EQ(tight[0].expected_query_ns, 2 * kMs);
+}
+
+// On a device that runs kernels to their end, another high-priority process's query posted before
+// one runs first whatever the deadlines, so its work counts against the target too (a user test: a
+// job with an 8-ms target beside one whose queries are 4 ms of kernels missed it 5-6 % of the time
+// under a 5-ms bound, unwarned). The longest of the others' on the device; none on another device,
+// nor on a time-slicing one (slices, not queries, are what a query waits for there).
+TEST(BaymaxPolicy, AnotherHighPriorityProcesssQueryCountsInATightTargetOnAnInOrderDevice) {
+  const auto tight_beside = [](bool preemptive, std::optional<std::uint32_t> other_device) {
+    BaymaxPolicy policy(on_device(preemptive, 5 * kMs));
+    (void)policy.client_registered(serve(kServe, 8 * kMs), 0);
+    (void)policy.client_registered(train(kTrainA), 0);
+    std::uint64_t seq = 0;
+    // 2-ms queries, 1 ms of it work, waiting for the device from their start: the bound costs 4 ms
+    // of 6 slack. (Nothing ahead of them: their own time is the whole 2 ms.)
+    for (int k = 0; k < 3; ++k) query_of(policy, kServe, seq, k * 100 * kMs, kMs, 2 * kMs);
+    if (other_device) {
+      (void)policy.client_registered(serve(kServeB, 30 * kMs), 0);
+      std::uint64_t other_seq = 0;
+      for (int k = 0; k < 3; ++k) query_of(policy, kServeB, other_seq, k * 100 * kMs + 50 * kMs, 4 * kMs, 5 * kMs, *other_device);
+    }
+    return policy.tight_targets(1000 * kMs);
+  };
+  EXPECT_TRUE(tight_beside(false, std::nullopt).empty()) << "alone: 6 ms of slack, 4 ms of wait";
+  const auto tight = tight_beside(false, 0);
+  ASSERT_EQ(tight.size(), 1u) << "6 - 4 ms ahead = 2 ms of slack";
+  EXPECT_EQ(tight[0].ahead_ns, 4 * kMs) << "the other's 4 ms of predicted work (its queries take 5)";
+  EXPECT_EQ(tight[0].backlog_wait_ns, 4 * kMs);
+  EXPECT_EQ(tight[0].expected_query_ns, 2 * kMs);
+  EXPECT_TRUE(tight_beside(false, 1).empty()) << "the other's queries are on device 1";
+  EXPECT_TRUE(tight_beside(true, 0).empty()) << "a time-slicing device: 6 ms of slack, one 4-ms slice";
+}
+
 // Contexts take turns, so a query arriving while two best-effort processes have work waits for a
 // slice of each: a target needs a slice of slack per best-effort process on the device.
 TEST(BaymaxPolicy, ATightTargetCountsASliceForEachBestEffortProcessOnTheDevice) {

@@ -273,7 +273,8 @@ TEST(StatusJobs, ATightTargetIsWarnedOf) {
       << table;
   // A target shorter than the queries: no bound or slice would do; said so, whatever the device.
   const auto unreachable = [](const char* raise_to) {
-    return "serve's target of 10.000 ms is shorter than its recent queries take (about 12.000 ms): it cannot be met, "
+    return "serve's target of 10.000 ms is shorter than its queries take when nothing delays them (about 12.000 ms): "
+           "it cannot be met, "
            "and best-effort work on device 0 is held while each of its queries is open (raise the target to " +
            std::string(raise_to) + " ms or more)";
   };
@@ -281,6 +282,26 @@ TEST(StatusJobs, ATightTargetIsWarnedOf) {
       << "a slice for each of 2 best-effort processes over the queries";
   EXPECT_EQ(tight_target_text({"serve", 0, 10 * kMs, 12 * kMs, 0, 1, 5 * kMs, 3 * kMs}), unreachable("15.000"))
       << "the wait the bound can cost a query over the queries";
+  // On a run-to-end device another high-priority process's query can be ahead: its time counts too.
+  PolicyState::TightTarget behind{"fast", 0, 8 * kMs, 2 * kMs, 0, 1, 5 * kMs, 5 * kMs, 4 * kMs};
+  EXPECT_EQ(tight_target_text(behind),
+            "fast's target of 8.000 ms leaves 2.000 ms over its queries' 2.000 ms and the 4.000 ms of another "
+            "high-priority process's query that can run ahead of one, less than 5.000 ms, what a query arriving behind "
+            "best-effort work on device 0 (which runs kernels to their end) can wait for: the best-effort backlog bound "
+            "of 5.000 ms less the time its queries run before they first wait for the device. Such queries can miss "
+            "the target (bring the bound under 2.000 ms: be_backlog_bound_ms, or min_backlog_bound_ms with "
+            "adaptation; raise the target; or expect those misses)");
+  behind.ahead_ns = 7 * kMs;
+  EXPECT_EQ(tight_target_text(behind),
+            "fast's target of 8.000 ms leaves no time over its queries' 2.000 ms and the 7.000 ms of another "
+            "high-priority process's query that can run ahead of one on device 0 (which runs kernels to their end): a "
+            "query arriving behind such a query and any best-effort work can miss it (raise the target to 14.000 ms "
+            "or more, run the jobs on different GPUs, or expect those misses)");
+  status.policy_state->tight_targets.push_back(behind);
+  auto with_ahead = nlohmann::json::parse(bounded_status_text(status));
+  EXPECT_EQ(with_ahead["policy_state"]["tight_targets"][2]["ahead_ns"], 7 * kMs);
+  EXPECT_NE(render_status_table(with_ahead).find("warning: " + tight_target_text(behind)), std::string::npos);
+  status.policy_state->tight_targets.pop_back();
   EXPECT_EQ(json["policy_state"]["tight_targets"][0]["be_processes"], 1);
   EXPECT_EQ(json["policy_state"]["tight_targets"][1]["be_processes"], 2);
   json["policy_state"]["tight_targets"].erase(1);

@@ -299,10 +299,27 @@ class BaymaxPolicy final : public Policy {
     double weight() const { return std::max(info.weight, 1e-3); }
     std::int64_t share_held_since_ns = -1;  // when its head was first held for its share (-1: not)
     std::int64_t hp_outstanding_ns = 0;  // high priority: predicted device time not yet completed
-    // High priority: predicted device time posted in its open query, and learned over closed ones
-    // (0 before the first); tight_targets() takes it from the time before the query first waits.
+    // High priority: predicted (point) device time posted in its open query, and learned over closed
+    // ones (0 before the first); tight_targets() takes it from the time before the query first waits,
+    // and counts another process's as ahead of a query on a run-to-end device.
     std::int64_t query_work_ns = 0;
     std::int64_t expected_query_work_ns = 0;
+    // High priority: its open query's first compute op on a run-to-end device, and the work of
+    // other clients outstanding there when it was posted, to tell how long it waited behind that
+    // work (note_waited_ahead): at most that work's predicted time, the end of the latest of it seen
+    // done, and its own end less its predicted time (a high-priority op's end is late when the shim
+    // recorded one event after several of its ops).
+    struct FirstCompute {
+      std::int64_t query_opened_ns = -1;  // the query it is of
+      std::uint64_t seq = 0;
+      std::int64_t posted_ns = 0;
+      std::int64_t point_ns = 0;
+      std::int64_t ahead_ns = 0;  // others' predicted compute work outstanding there when it was posted
+      std::vector<std::pair<ClientId, std::uint64_t>> ahead;  // that work: each client's latest seq then
+      std::int64_t ahead_end_ns = 0;  // the latest end of that work seen (0: none yet)
+      std::int64_t end_ns = 0;        // its own end (0: not yet)
+    };
+    FirstCompute first_compute;
     // Best effort: predicted compute time granted and not completed, by device and stream (a
     // process's streams run side by side in its time slice: the bound on a preemptive device is per
     // stream).
@@ -369,6 +386,15 @@ class BaymaxPolicy final : public Policy {
   ClientState& state_of(ClientId client, ipc::Priority priority);
   std::int64_t predicted(const OpPosted& event) const;
   std::int64_t expected(const OpPosted& event) const;  // the point prediction, at most predicted()
+  // A high-priority client's query's first compute op, posted now: the work of the others it waits
+  // behind on a run-to-end device (ClientState::FirstCompute).
+  void note_first_compute(ClientId client, ClientState& state, const OpenQuery& query, const ipc::OpDescriptor& op,
+                          std::int64_t point_ns);
+  // Tells the query tracker how long the client's open query's first compute op waited, from what
+  // is known of it so far.
+  void note_waited_ahead(ClientId client, const ClientState& state);
+  // A completion of `client`'s: the end of a first compute op or of work one waited behind.
+  void first_compute_completion(ClientId client, const ipc::CompletionDescriptor& completion);
   void account(ClientId client, const ipc::OpDescriptor& op, std::int64_t predicted_ns, bool high, std::int64_t now_ns,
                bool priced_long = false);
   void retire(ClientId client, std::uint64_t seq, std::optional<std::int64_t> end_ns, std::int64_t now_ns);

@@ -155,11 +155,14 @@ struct PolicyState {
     std::string job;
     std::uint32_t device = 0;
     std::int64_t target_ns = 0;
-    std::int64_t expected_query_ns = 0;  // learned from the job's closed queries
+    std::int64_t expected_query_ns = 0;  // its queries' own time (QueryTracker::own_query_ns)
     std::int64_t timeslice_ns = 0;       // a preemptive device's slice (0: the device runs kernels to their end)
     std::uint32_t be_processes = 1;  // best-effort clients that posted work there (at least 1: one may come)
     std::int64_t backlog_bound_ns = 0;  // a run-to-end device: the bound (0: a preemptive device)
     std::int64_t backlog_wait_ns = 0;   // and the wait it can cost a query
+    // A run-to-end device: the longest query work of another high-priority process there, which
+    // runs ahead of a query posted after it.
+    std::int64_t ahead_ns = 0;
     friend bool operator==(const TightTarget&, const TightTarget&) = default;
   };
   std::vector<TightTarget> tight_targets;  // by job, then device
