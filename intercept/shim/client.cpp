@@ -10,6 +10,7 @@
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <string>
 
 #include "daemon_gate.h"
@@ -36,12 +37,17 @@ std::string executable_name() {
   return comm;
 }
 
-// Set in a child forked from this process once the shim was running here. The child has none of
-// our threads (the completion thread it would join at exit, the monitor), mutexes maybe locked by
-// them at the fork, and the parent's segment: its posts would collide with the parent's seqs and
-// take the parent's grants. So it runs unmanaged (CUDA itself cannot be used in such a child).
+// Set in a child forked from this process once the shim was running here and CUDA had been used.
+// The child has none of our threads (the completion thread it would join at exit, the monitor),
+// mutexes maybe locked by them at the fork, and the parent's segment: its posts would collide with
+// the parent's seqs and take the parent's grants. So it runs unmanaged (CUDA itself cannot be used
+// in such a child).
 std::atomic<bool> forked_child{false};
 std::atomic<bool> told_forked{false};
+// CUDA was used here (note_cuda_used). A child forked before that (a server that says its requests'
+// arrivals, or imports a framework, and then forks its GPU workers) can use CUDA: it leaves the
+// parent's connection object alone and makes its own at its first call, and registers itself.
+std::atomic<bool> cuda_used{false};
 
 void write_stderr(const std::string& line) {
   for (std::size_t done = 0; done < line.size();) {
@@ -57,7 +63,6 @@ class Client {
     ParsedSettings parsed =
         parse_settings([](const char* name) { return std::getenv(name); }, executable_name(), start_directory);
     settings_ = std::move(parsed.settings);
-    ::pthread_atfork(nullptr, nullptr, [] { forked_child.store(true, std::memory_order_relaxed); });
     const auto log = [this](LogLevel level, const std::string& text) {
       if (level != LogLevel::off && level <= settings_.log_level) write(text);
     };
@@ -83,19 +88,38 @@ class Client {
   std::unique_ptr<ProfilingGate> profiling_;  // GPUQOS_PROFILE set
 };
 
+// The connection object, made once per process (a child forked before CUDA was used makes its own:
+// the atfork handler forgets the parent's, which is left as it was, never touched or freed here).
+std::atomic<Client*> instance{nullptr};
+std::atomic<bool> tried{false};  // made, or failed to be: not tried again
+std::mutex create_mutex;
+
+void after_fork_in_child() noexcept {
+  if (forked_child.load(std::memory_order_relaxed) || cuda_used.load(std::memory_order_relaxed)) {
+    forked_child.store(true, std::memory_order_relaxed);
+    return;
+  }
+  // One thread here, and no other can hold the mutex: another thread of the parent may have held it.
+  new (&create_mutex) std::mutex();
+  instance.store(nullptr, std::memory_order_relaxed);
+  tried.store(false, std::memory_order_relaxed);
+}
+
 // The accessor: the only way to the connection object. `create` false: nullptr if none yet.
 Client* client(bool create = true) {
-  static std::atomic<Client*> instance{nullptr};
-  static std::once_flag once;
-  if (create) {
-    std::call_once(once, [] {
-      const NoCancel no_cancel;  // however the registration starts (a hook, a mark, a log line)
-      try {
-        instance.store(new Client(), std::memory_order_release);
-      } catch (...) {
-        write_stderr("gpuqos: cannot start (out of memory?); running unmanaged\n");
-      }
-    });
+  Client* made = instance.load(std::memory_order_acquire);
+  if (made || !create || tried.load(std::memory_order_acquire)) return made;
+  const NoCancel no_cancel;  // however the registration starts (a hook, a mark, a log line)
+  std::lock_guard lock(create_mutex);
+  if (!tried.load(std::memory_order_relaxed)) {
+    static const bool handler = ::pthread_atfork(nullptr, nullptr, after_fork_in_child) == 0;
+    (void)handler;
+    try {
+      instance.store(new Client(), std::memory_order_release);
+    } catch (...) {
+      write_stderr("gpuqos: cannot start (out of memory?); running unmanaged\n");
+    }
+    tried.store(true, std::memory_order_release);
   }
   return instance.load(std::memory_order_acquire);
 }
@@ -144,6 +168,10 @@ Profiler* active_profiler() noexcept {
   if (forked_child.load(std::memory_order_relaxed)) return nullptr;
   Client* c = client(false);
   return c ? c->profiler() : nullptr;
+}
+
+void note_cuda_used() noexcept {
+  if (!cuda_used.load(std::memory_order_relaxed)) cuda_used.store(true, std::memory_order_relaxed);
 }
 
 void log_message(LogLevel level, std::string_view text) noexcept {

@@ -306,6 +306,7 @@ Ticket DaemonGate::post(const Operation& op, const std::shared_ptr<Session>& ses
   ticket.posted_ns = ipc::monotonic_ns();
   const auto get_current = driver<CtxGetCurrent>(DriverHelper::ctx_get_current);
   if (!get_current || get_current(&ticket.context) != CUDA_SUCCESS || !ticket.context) return {};  // the call fails
+  note_cuda_used();
   try {
     const std::uint32_t device = devices_.of(ticket.context);
     if (!manages(*session, device)) {  // not the daemon's device: the call goes ahead unposted
@@ -414,6 +415,7 @@ void DaemonGate::post_mark(ipc::OpDescriptor descriptor) noexcept {
   const auto get_current = driver<CtxGetCurrent>(DriverHelper::ctx_get_current);
   const bool has_context = get_current && get_current(&context) == CUDA_SUCCESS && context;
   if (has_context) {
+    note_cuda_used();
     descriptor.device = devices_.of(context);
     said_uuid(descriptor);
     // A synchronisation of a device the daemon does not schedule waits for nothing it knows of.

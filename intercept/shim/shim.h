@@ -120,4 +120,8 @@ void stop_completion_tracking() noexcept;
 // client.cpp: a line on stderr, "gpuqos[<pid>] <job>: <text>", if `level` is enabled.
 void log_message(LogLevel level, std::string_view text) noexcept;
 
+// client.cpp: this process has used CUDA (the driver named a current context). A child forked after
+// that cannot use CUDA and runs unmanaged; one forked before starts a registration of its own.
+void note_cuda_used() noexcept;
+
 }  // namespace gpuqos::intercept

@@ -819,6 +819,34 @@ TEST_F(GateTest, ACorruptedGrantsRingReleasesTheWaiter) {
 // A child forked from a managed process must neither post into its parent's rings (its seqs would
 // collide with the parent's) nor wait at exit for the parent's completion thread, which it does not
 // have: it runs unmanaged.
+// A child forked before CUDA was used in its parent (a server that said an arrival, so the shim
+// registered, then forked its GPU worker) can use CUDA: it registers as a client of its own, and its
+// work is posted there, not into its parent's rings; the parent stays managed (a leftover of the
+// user tests: such a child ran unmanaged).
+TEST_F(GateTest, AChildForkedBeforeCudaWasUsedRegistersItself) {
+  start({"fork-first"}, "high");
+  ASSERT_EQ(finish(), 0) << output_;
+  EXPECT_NE(output_.find("child launched"), std::string::npos) << output_;
+  EXPECT_NE(output_.find("child 0"), std::string::npos) << output_;
+  EXPECT_NE(output_.find("fork-first ok"), std::string::npos) << output_;
+  EXPECT_EQ(output_.find("forked from a managed process"), std::string::npos) << output_;
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) {
+    return c.size() == 2 && std::all_of(c.begin(), c.end(), [](const FakeClient& client) {
+             return std::count_if(client.ops.begin(), client.ops.end(),
+                                  [](const ipc::OpDescriptor& op) { return op.kind == ipc::OpKind::kernel; }) == 1;
+           });
+  })) << output_;
+  const auto clients = daemon_->clients();
+  const long long child_pid = value_of(output_, "pid");  // the child's open_device said it first
+  for (const FakeClient& client : clients) EXPECT_TRUE(client.problems.empty()) << client.problems.front();
+  EXPECT_EQ(std::count_if(clients.begin(), clients.end(), [&](const FakeClient& c) { return c.peer.pid == child_pid; }), 1)
+      << output_;
+  EXPECT_EQ(std::count_if(clients[0].ops.begin(), clients[0].ops.end(),
+                          [](const ipc::OpDescriptor& op) { return op.kind == ipc::OpKind::query_arrived; }),
+            1)
+      << "the parent's arrival, in its own registration";
+}
+
 TEST_F(GateTest, AForkedChildRunsUnmanagedAndLeavesItsParentsRegistrationAlone) {
   start({"fork"}, "low");
   ASSERT_EQ(finish(), 0) << output_;

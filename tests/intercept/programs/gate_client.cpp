@@ -520,6 +520,39 @@ int run_fork() {
   return 0;
 }
 
+// A server that says a request's arrival (the shim registers), then forks a worker before any CUDA
+// call: the worker may use CUDA, and is managed as a process of its own.
+int run_fork_first() {
+  gpuqos_query_arrived();
+  std::fflush(stdout);
+  const pid_t child = fork();
+  CHECK(child >= 0);
+  if (child == 0) {
+    if (open_device() != 0) std::_Exit(1);
+    if (launch(10, nullptr) != CUDA_SUCCESS || cuCtxSynchronize() != CUDA_SUCCESS) std::_Exit(2);
+    std::printf("child launched\n");
+    std::fflush(stdout);
+    std::exit(0);
+  }
+  int status = 0;
+  pid_t done = 0;
+  for (int i = 0; i < 1000 && (done = waitpid(child, &status, WNOHANG)) == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (done == 0) {
+    kill(child, SIGKILL);
+    waitpid(child, &status, 0);
+    std::printf("child hung\n");
+  } else {
+    std::printf("child %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+  }
+  if (open_device() != 0) return 1;
+  CHECK_CU(launch(10, nullptr));
+  CHECK_CU(cuCtxSynchronize());
+  std::printf("fork-first ok\n");
+  return 0;
+}
+
 }  // namespace
 
 int run_unified() {
@@ -670,6 +703,7 @@ int main(int argc, char** argv) {
   // Moves before its first CUDA call, as a program may (the shim reads its settings then).
   if (const char* directory = std::getenv("GATE_CLIENT_CHDIR"); directory && ::chdir(directory) != 0) return 1;
   if (mode == "signals") start_alarms(arg(2, 20000));
+  if (mode == "fork-first") return run_fork_first();  // CUDA first used after the fork
   if (open_device() != 0) return 1;
   if (mode == "ops") return run_ops();
   if (mode == "unified") return run_unified();
