@@ -67,7 +67,7 @@ class CompletionTracker {
   CompletionTracker(const CompletionTracker&) = delete;
   CompletionTracker& operator=(const CompletionTracker&) = delete;
 
-  // Right before a timed low-priority call (on the calling thread): an event recorded on the op's stream, which
+  // Right before a timed call (on the calling thread): an event recorded on the op's stream, which
   // its completion is timed from on the device; nullptr if none could be. Give it to track().
   CUevent record_start(CUcontext context, const Operation& op) noexcept;
   // A start event no op will be tracked with goes back to the pool.
@@ -118,7 +118,7 @@ class CompletionTracker {
     bool needs_record = false;  // deferred: the background thread records its event
     bool covered = false;       // done when the next event on its stream is
     bool deferred = false;      // its event (if any) was recorded by the background thread
-    CUevent start_event = nullptr;  // recorded right before the call (a timed low-priority call): times it on the device
+    CUevent start_event = nullptr;  // recorded right before the call (a timed call): times it on the device
     std::int64_t call_ns = 0;       // host time from before start_event's record to after the call
   };
   // Ops by stream, in order; keyed by context too, as every context's default streams have one

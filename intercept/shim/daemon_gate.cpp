@@ -337,12 +337,13 @@ Ticket DaemonGate::post(const Operation& op, const std::shared_ptr<Session>& ses
                                                   : nullptr;
     thread_local std::int64_t last_kernel_timed_ns = 0;
     const auto time_on_device = [&] {
-      if (kernel_timed) {
+      ticket.start_ns = ipc::monotonic_ns();  // after posting (a kernel's name may have been sent): the call's own time
+      ticket.start_event = completions_.record_start(ticket.context, op);
+      // Only a kernel timed counts as timed (no event: asked again at its next launch).
+      if (kernel_timed && ticket.start_event) {
         last_kernel_timed_ns = ticket.posted_ns;
         kernel_timed->store(ticket.posted_ns, std::memory_order_relaxed);
       }
-      ticket.start_ns = ipc::monotonic_ns();  // after posting (a kernel's name may have been sent): the call's own time
-      ticket.start_event = completions_.record_start(ticket.context, op);
     };
     // Not cuLaunchCooperativeKernelMultiDevice: it names its streams in its parameters, not to us (a
     // start event on the default stream would be work the program never asked for).

@@ -83,7 +83,7 @@ class DaemonGate final : public Gate {
   std::atomic<bool> told_unmanaged_{false};  // the one word that work went to a device not managed
   std::atomic<bool> told_full_ring_{false};  // the one word that a full ops ring sent work unposted
   std::atomic<bool> told_marks_dropped_{false};  // ... and that query marks were dropped
-  // When each kernel (by id, the first 4,096) was last timed on the device at a low-priority launch.
+  // When each kernel (by id, the first 4,096) was last timed on the device at a launch (either priority).
   std::array<std::atomic<std::int64_t>, 4096> kernel_timed_ns_{};
   // Each device's primary context as the program's own retain returned it (the context hook), so
   // that a release or reset names the context it may end without a retain of ours. A release or

@@ -56,6 +56,7 @@ std::int64_t BaymaxPolicy::predicted(const OpPosted& event) const {
 void BaymaxPolicy::note_first_compute(ClientId client, ClientState& state, const OpenQuery& query,
                                       const ipc::OpDescriptor& op, std::int64_t point_ns) {
   ClientState::FirstCompute first{query.opened_ns, op.seq, query.last_op_ns, point_ns};
+  first.device = op.device;
   // On a time-slicing device the op shares the slices instead: nothing counted as waited.
   if (!options_.baymax.preemptive(op.device)) {
     for (const auto& [key, flight] : in_flight_) {
@@ -74,7 +75,9 @@ void BaymaxPolicy::note_first_compute(ClientId client, ClientState& state, const
 void BaymaxPolicy::note_waited_ahead(ClientId client, const ClientState& state) {
   const ClientState::FirstCompute& first = state.first_compute;
   const OpenQuery* query = queries_.open_query(client);
-  if (!query || first.query_opened_ns != query->opened_ns || (first.end_ns == 0 && first.ahead_end_ns == 0)) return;
+  // Not before the op's own end: the others' ends alone may be later than the query (work beside it,
+  // not ahead; an explicit end mark closes a query before its op's completion is read: none then).
+  if (!query || first.query_opened_ns != query->opened_ns || first.end_ns == 0) return;
   std::int64_t waited = first.ahead_ns;
   if (first.end_ns > 0) waited = std::min(waited, first.end_ns - first.point_ns - first.posted_ns);
   if (first.ahead_end_ns > 0) waited = std::min(waited, first.ahead_end_ns - first.posted_ns);
@@ -83,6 +86,10 @@ void BaymaxPolicy::note_waited_ahead(ClientId client, const ClientState& state) 
 
 void BaymaxPolicy::first_compute_completion(ClientId client, const ipc::CompletionDescriptor& completion) {
   if (completion.end_ns <= 0) return;
+  // Only compute work, and only on its device, is what a first compute op waits behind (before it is
+  // retired: its device and engine are known while it is in flight).
+  const auto flight = in_flight_.find({client, completion.seq});
+  if (flight == in_flight_.end() || flight->second.engine != Engine::compute) return;
   for (auto& [id, state] : clients_) {
     ClientState::FirstCompute& first = state.first_compute;
     if (id == client && first.seq == completion.seq && first.end_ns == 0) {
@@ -91,7 +98,7 @@ void BaymaxPolicy::first_compute_completion(ClientId client, const ipc::Completi
       continue;
     }
     const auto ahead = std::find_if(first.ahead.begin(), first.ahead.end(), [&](const auto& a) { return a.first == client; });
-    if (ahead == first.ahead.end() || completion.seq > ahead->second) continue;
+    if (ahead == first.ahead.end() || completion.seq > ahead->second || flight->second.device != first.device) continue;
     first.ahead_end_ns = std::max(first.ahead_end_ns, completion.end_ns);
     note_waited_ahead(id, state);
   }
@@ -280,9 +287,10 @@ std::vector<PolicyState::TightTarget> BaymaxPolicy::tight_targets(std::int64_t n
         // them, and an untrained predictor read those 4 ms as 8.6.
         for (const auto& [other_id, other] : clients_) {
           if (other_id == id || other.info.priority != ipc::Priority::high || !other.on(device)) continue;
+          const auto there = other.expected_query_compute_ns.find(device);
+          if (there == other.expected_query_compute_ns.end()) continue;
           const std::int64_t measured = queries_.own_query_ns(other_id);
-          const std::int64_t work =
-              measured > 0 ? std::min(measured, other.expected_query_work_ns) : other.expected_query_work_ns;
+          const std::int64_t work = measured > 0 ? std::min(measured, there->second) : there->second;
           entry.ahead_ns = std::max(entry.ahead_ns, work);
         }
         // A target shorter than the query is missed whatever the bound: warned of all the same (its
@@ -320,9 +328,16 @@ void BaymaxPolicy::learn(const std::vector<ClosedQuery>& closed) {
     auto it = clients_.find(query.client);
     if (it == clients_.end()) continue;
     ClientState& state = it->second;
-    std::int64_t& expected = state.expected_query_work_ns;  // the first query's, then 1/8 of the way to each
-    expected = expected == 0 ? state.query_work_ns : expected + (state.query_work_ns - expected) / 8;
+    const auto learn_work = [](std::int64_t& expected, std::int64_t work) {  // the first query's, then 1/8 of the way
+      expected = expected == 0 ? work : expected + (work - expected) / 8;
+    };
+    learn_work(state.expected_query_work_ns, state.query_work_ns);
     state.query_work_ns = 0;
+    for (auto& [device, expected] : state.expected_query_compute_ns) {
+      learn_work(expected, state.query_compute_ns[device]);  // none there this time: 0
+    }
+    for (const auto& [device, work] : state.query_compute_ns) state.expected_query_compute_ns.try_emplace(device, work);
+    state.query_compute_ns.clear();
     state.first_compute = {};
     if (!state.info.target_ns) continue;
     bound_.observe(query.client, query.latency_ns(), *state.info.target_ns, state.info.percentile);
@@ -1211,7 +1226,8 @@ Decisions BaymaxPolicy::op_posted(const OpPosted& event) {
     // upper estimate read an untrained gpuqosd's 4 ms of another job's kernels as 10 ms ahead).
     const std::int64_t point = std::min(expected(event), p);
     if (const OpenQuery* query = queries_.open_query(event.client); query && engine_of(op)) {
-      state.query_work_ns += point;
+      state.query_work_ns += p;
+      if (engine_of(op) == Engine::compute) state.query_compute_ns[op.device] += point;
       // The query's first compute op (counted in it: not one posted after its closing mark), whose
       // completion tells how long it waited behind the work posted before it (at most that work's
       // predicted time: with none ahead, a longer span is the op's own, the predictor short).
@@ -1245,10 +1261,10 @@ Decisions BaymaxPolicy::op_completed(const OpCompleted& event) {
     charge_overrun(stuck->second.flight, event.own_ns, event.now_ns);  // taken for stuck, but it ran
     retired_.erase(stuck);
   }
+  first_compute_completion(event.client, completion);  // while it is in flight
   retire(event.client, completion.seq, completion.end_ns > 0 ? std::optional(completion.end_ns) : std::nullopt,
          event.now_ns);
   backlog_.complete(event.client, completion);
-  first_compute_completion(event.client, completion);
   auto it = clients_.find(event.client);
   if (it != clients_.end() && it->second.info.priority == ipc::Priority::high) {
     learn(queries_.completed(event.client, completion, event.now_ns));

@@ -1300,42 +1300,50 @@ void query_of(BaymaxPolicy& policy, ClientId client, std::uint64_t& seq, std::in
 // of queries that take 2.2 ms alone beside a training job (even their 10th percentile was 3.4-5.2 ms:
 // every query found training work ahead), a false alarm with a wrong bound suggested.
 TEST(BaymaxPolicy, ATightTargetIsJudgedByWhatTheJobsQueriesTakeOnTheirOwn) {
-  BaymaxPolicy policy(on_device(false, 5 * kMs));
-  (void)policy.client_registered(serve(kServe, 3 * kMs), 0);
-  (void)policy.client_registered(train(kTrainA), 0);
-  std::uint64_t seq = 0;
-  std::uint64_t train_seq = 0;
-  for (int k = 0; k < 10; ++k) {
-    // A best-effort 3-ms kernel, then two 1-ms kernels and a synchronisation; the first runs from 3
-    // ms (behind the 3 ms), the second after it: the query closes at 5 ms, 2 of them its own.
-    const std::int64_t t = k * 100 * kMs;
-    ++train_seq;
-    EXPECT_EQ(post(policy, kTrainA, Priority::low, op(train_seq), t, 3 * kMs), (Decisions{{kTrainA, train_seq}}));
-    (void)post(policy, kServe, Priority::high, op(++seq), t, kMs);
-    (void)post(policy, kServe, Priority::high, op(++seq), t + kMs / 10, kMs);
-    (void)post(policy, kServe, Priority::high, op(++seq, ipc::OpKind::sync), t + kMs / 5, 0);
-    (void)policy.op_completed({kTrainA, done(train_seq, t + 3 * kMs), t + 3 * kMs});
-    // Every other query's first kernel is seen done with the second, at 5 ms, as when the shim records
-    // one event after both: the 3 ms it waited are still the best-effort work's end.
-    const std::int64_t first_end = t + (k % 2 == 0 ? 4 : 5) * kMs;
-    (void)policy.op_completed({kServe, done(seq - 2, first_end), first_end});
-    (void)policy.op_completed({kServe, done(seq - 1, t + 5 * kMs), t + 5 * kMs});
+  // Three ways the wait is told, each for all of a policy's queries: the best-effort kernel's end
+  // seen first; the first kernel seen done only with the second, at 5 ms (as when the shim records
+  // one event after both), so the best-effort end tells the wait; and the best-effort end read only
+  // after the query closed, so the first kernel's own end less its 1 ms tells it. Never the 4.5 ms
+  // predicted ahead.
+  enum class Told { ahead_first, batched, ahead_late };
+  for (const Told told : {Told::ahead_first, Told::batched, Told::ahead_late}) {
+    SCOPED_TRACE(static_cast<int>(told));
+    BaymaxPolicy policy(on_device(false, 5 * kMs));
+    (void)policy.client_registered(serve(kServe, 3 * kMs), 0);
+    (void)policy.client_registered(train(kTrainA), 0);
+    std::uint64_t seq = 0, train_seq = 0;
+    for (int k = 0; k < 9; ++k) {
+      // A best-effort kernel predicted at 4.5 ms that runs 3, then two 1-ms kernels and a
+      // synchronisation; the first runs from 3 ms (behind the best-effort one), the second after
+      // it: the query closes at 5 ms, 2 of them its own.
+      const std::int64_t t = k * 100 * kMs;
+      ++train_seq;
+      EXPECT_EQ(post(policy, kTrainA, Priority::low, op(train_seq), t, 4 * kMs + kMs / 2), (Decisions{{kTrainA, train_seq}}));
+      (void)post(policy, kServe, Priority::high, op(++seq), t, kMs);
+      (void)post(policy, kServe, Priority::high, op(++seq), t + kMs / 10, kMs);
+      (void)post(policy, kServe, Priority::high, op(++seq, ipc::OpKind::sync), t + kMs / 5, 0);
+      if (told != Told::ahead_late) (void)policy.op_completed({kTrainA, done(train_seq, t + 3 * kMs), t + 3 * kMs});
+      const std::int64_t first_end = t + (told == Told::batched ? 5 : 4) * kMs;
+      (void)policy.op_completed({kServe, done(seq - 2, first_end), first_end});
+      (void)policy.op_completed({kServe, done(seq - 1, t + 5 * kMs), t + 5 * kMs});
+      if (told == Told::ahead_late) (void)policy.op_completed({kTrainA, done(train_seq, t + 3 * kMs), t + 6 * kMs});
+    }
+    EXPECT_EQ(policy.queries().expected_query_ns(kServe), 5 * kMs) << "the profile: the whole query";
+    EXPECT_EQ(policy.queries().own_query_ns(kServe), 2 * kMs);
+    const auto tight = policy.tight_targets(2 * 1000 * kMs);
+    ASSERT_EQ(tight.size(), 1u) << "1 ms of slack, the whole 5-ms bound of wait";
+    EXPECT_EQ(tight[0].expected_query_ns, 2 * kMs);
   }
-  EXPECT_EQ(policy.queries().expected_query_ns(kServe), 5 * kMs) << "the profile: the whole query";
-  EXPECT_EQ(policy.queries().own_query_ns(kServe), 2 * kMs);
   // Without the work ahead the same spans are the query's own: its first kernel ran 4 ms.
   BaymaxPolicy alone(on_device(false, 5 * kMs));
   (void)alone.client_registered(serve(kServe, 3 * kMs), 0);
-  seq = 0;
+  std::uint64_t seq = 0;
   (void)post(alone, kServe, Priority::high, op(++seq), 0, kMs);
   (void)post(alone, kServe, Priority::high, op(++seq), kMs / 10, kMs);
   (void)post(alone, kServe, Priority::high, op(++seq, ipc::OpKind::sync), kMs / 5, 0);
   (void)alone.op_completed({kServe, done(1, 4 * kMs), 4 * kMs});
   (void)alone.op_completed({kServe, done(2, 5 * kMs), 5 * kMs});
   EXPECT_EQ(alone.queries().own_query_ns(kServe), 5 * kMs);
-  const auto tight = policy.tight_targets(2 * 1000 * kMs);
-  ASSERT_EQ(tight.size(), 1u) << "1 ms of slack, the whole 5-ms bound of wait";
-  EXPECT_EQ(tight[0].expected_query_ns, 2 * kMs);
 }
 
 // On a device that runs kernels to their end, another high-priority process's query posted before

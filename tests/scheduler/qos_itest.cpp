@@ -364,6 +364,7 @@ TEST(Qos, ATargetTighterThanATimeSliceIsWarnedOfOnce) {
   EXPECT_EQ(status["policy_state"]["tight_targets"][0]["job"], "serve");
   EXPECT_EQ(status["policy_state"]["tight_targets"][0]["timeslice_ns"], 8 * kMs);
   const std::string warning = "serve's target of 10.000 ms leaves ";
+  std::this_thread::sleep_for(2500ms);  // two checks at least, not 5 s of them
   EXPECT_EQ(daemon.log().find(warning), std::string::npos) << "not logged before it stayed tight\n" << daemon.log();
   ASSERT_TRUE(eventually([&] { return daemon.log().find(warning) != std::string::npos; }, 15s)) << daemon.log();
   run_query(serve, 4, 3ms);
@@ -392,7 +393,9 @@ TEST(Qos, EachFurtherBestEffortProcessCountsASlice) {
   ASSERT_TRUE(eventually([&] { return job_named(daemon.status(), "serve").value("queries", 0) == 1; }, 5s))
       << daemon.status().dump(1);
   std::vector<std::unique_ptr<FakeClient>> trainers;
+  std::vector<std::uint64_t> posted;  // each trainer's latest seq
   const auto add_trainer = [&] {
+    posted.push_back(1);
     trainers.push_back(std::make_unique<FakeClient>(daemon.socket(), Priority::low, "train"));
     trainers.back()->name_kernel(1, "step");
     trainers.back()->post(FakeClient::kernel(1));  // working on device 0
@@ -401,6 +404,8 @@ TEST(Qos, EachFurtherBestEffortProcessCountsASlice) {
   ASSERT_TRUE(add_trainer());
   EXPECT_TRUE(daemon.status()["policy_state"]["tight_targets"].empty()) << daemon.status().dump(1);
   for (const int processes : {2, 3}) {
+    // Each trainer posts again: one that last posted over 10 s ago no longer counts.
+    for (std::size_t i = 0; i < trainers.size(); ++i) trainers[i]->post(FakeClient::kernel(++posted[i]));
     ASSERT_TRUE(add_trainer());
     nlohmann::json status;
     ASSERT_TRUE(eventually([&] {

@@ -58,7 +58,7 @@ struct Ticket {
   std::uint64_t primary_generation = 0;
   std::int64_t posted_ns = 0;   // when the real call was issued (after any wait for the grant)
   bool waited = false;          // held for the daemon's grant (not issued on credit)
-  CUevent start_event = nullptr;  // low priority, timed: recorded on its stream right before the call (completion_tracker.h)
+  CUevent start_event = nullptr;  // timed: recorded on its stream right before the call (completion_tracker.h)
   std::int64_t start_ns = 0;      // just before start_event was recorded
 };
 

@@ -259,7 +259,7 @@ class BaymaxPolicy final : public Policy {
   std::optional<PolicyState> state(std::int64_t now_ns) const override;
   std::optional<HeldHead> held_head(ClientId client) const override;
   // PolicyState::tight_targets at now_ns (the daemon warns of each once per job, device, target,
-  // slice and process count). A best-effort process counts on a device while it has compute work
+  // slice and process count, once the job has been tight on the device at every check for 5 s). A best-effort process counts on a device while it has compute work
   // there or posted some within kActiveProcessNs: one that posted once and went idle takes no slice.
   // A target shorter than the job's queries is one only once this many of them closed.
   static constexpr int kQueriesBeforeUnreachable = 8;
@@ -299,11 +299,15 @@ class BaymaxPolicy final : public Policy {
     double weight() const { return std::max(info.weight, 1e-3); }
     std::int64_t share_held_since_ns = -1;  // when its head was first held for its share (-1: not)
     std::int64_t hp_outstanding_ns = 0;  // high priority: predicted device time not yet completed
-    // High priority: predicted (point) device time posted in its open query, and learned over closed
-    // ones (0 before the first); tight_targets() takes it from the time before the query first waits,
-    // and counts another process's as ahead of a query on a run-to-end device.
+    // High priority: predicted device time posted in its open query, and learned over closed ones
+    // (0 before the first); tight_targets() takes it from the time before the query first waits.
     std::int64_t query_work_ns = 0;
     std::int64_t expected_query_work_ns = 0;
+    // The same of its compute work alone, by device, at the point prediction: tight_targets() counts
+    // another process's as ahead of a query on a run-to-end device (the upper estimate read an
+    // untrained gpuqosd's 4 ms of another job's kernels as 10 ms).
+    std::map<std::uint32_t, std::int64_t> query_compute_ns;
+    std::map<std::uint32_t, std::int64_t> expected_query_compute_ns;
     // High priority: its open query's first compute op on a run-to-end device, and the work of
     // other clients outstanding there when it was posted, to tell how long it waited behind that
     // work (note_waited_ahead): at most that work's predicted time, the end of the latest of it seen
@@ -314,6 +318,7 @@ class BaymaxPolicy final : public Policy {
       std::uint64_t seq = 0;
       std::int64_t posted_ns = 0;
       std::int64_t point_ns = 0;
+      std::uint32_t device = 0;
       std::int64_t ahead_ns = 0;  // others' predicted compute work outstanding there when it was posted
       std::vector<std::pair<ClientId, std::uint64_t>> ahead;  // that work: each client's latest seq then
       std::int64_t ahead_end_ns = 0;  // the latest end of that work seen (0: none yet)
