@@ -490,6 +490,22 @@ int run_masks() {
   return 0;
 }
 
+// Waits up to `polls` x 10 ms for a forked child, then kills it; says how it ended.
+void wait_for_child(pid_t child, int polls) {
+  int status = 0;
+  pid_t done = 0;
+  for (int i = 0; i < polls && (done = waitpid(child, &status, WNOHANG)) == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (done == 0) {
+    kill(child, SIGKILL);
+    waitpid(child, &status, 0);
+    std::printf("child hung\n");
+  } else {
+    std::printf("child %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+  }
+}
+
 int run_fork() {
   CHECK_CU(launch(10, nullptr));
   CHECK_CU(cuCtxSynchronize());
@@ -502,18 +518,7 @@ int run_fork() {
     gpuqos_query_end();
     std::exit(0);
   }
-  int status = 0;
-  pid_t done = 0;
-  for (int i = 0; i < 500 && (done = waitpid(child, &status, WNOHANG)) == 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  if (done == 0) {
-    kill(child, SIGKILL);
-    waitpid(child, &status, 0);
-    std::printf("child hung\n");
-  } else {
-    std::printf("child %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
-  }
+  wait_for_child(child, 500);
   CHECK_CU(launch(10, nullptr));
   CHECK_CU(cuCtxSynchronize());
   std::printf("fork ok\n");
@@ -534,18 +539,7 @@ int run_fork_first() {
     std::fflush(stdout);
     std::exit(0);
   }
-  int status = 0;
-  pid_t done = 0;
-  for (int i = 0; i < 1000 && (done = waitpid(child, &status, WNOHANG)) == 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  if (done == 0) {
-    kill(child, SIGKILL);
-    waitpid(child, &status, 0);
-    std::printf("child hung\n");
-  } else {
-    std::printf("child %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
-  }
+  wait_for_child(child, 1000);
   if (open_device() != 0) return 1;
   CHECK_CU(launch(10, nullptr));
   CHECK_CU(cuCtxSynchronize());
