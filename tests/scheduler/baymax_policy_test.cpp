@@ -1346,6 +1346,34 @@ TEST(BaymaxPolicy, ATightTargetIsJudgedByWhatTheJobsQueriesTakeOnTheirOwn) {
   EXPECT_EQ(alone.queries().own_query_ns(kServe), 5 * kMs);
 }
 
+// Only compute work on the op's own device is what it waits behind: a best-effort job's kernel on
+// another GPU that ends late (a review: one process training on two GPUs) does not tell the wait.
+TEST(BaymaxPolicy, AQuerysOwnTimeCountsOnlyWorkAheadOnItsDevice) {
+  BaymaxPolicy policy(on_device(false, 5 * kMs));
+  (void)policy.client_registered(serve(kServe, 3 * kMs), 0);
+  (void)policy.client_registered(train(kTrainA), 0);
+  std::uint64_t seq = 0, train_seq = 0;
+  for (int k = 0; k < 9; ++k) {
+    // As the test above (its batched way): the first kernel seen done at 5 ms with the second, the
+    // best-effort kernel on device 0 at 3 ms; and one of the same job on device 1 at 4.9 ms.
+    const std::int64_t t = k * 100 * kMs;
+    ipc::OpDescriptor elsewhere = op(++train_seq);
+    elsewhere.device = 1;
+    const std::uint64_t elsewhere_seq = train_seq;
+    (void)post(policy, kTrainA, Priority::low, elsewhere, t, kMs);
+    ++train_seq;
+    EXPECT_EQ(post(policy, kTrainA, Priority::low, op(train_seq), t, 4 * kMs + kMs / 2), (Decisions{{kTrainA, train_seq}}));
+    (void)post(policy, kServe, Priority::high, op(++seq), t, kMs);
+    (void)post(policy, kServe, Priority::high, op(++seq), t + kMs / 10, kMs);
+    (void)post(policy, kServe, Priority::high, op(++seq, ipc::OpKind::sync), t + kMs / 5, 0);
+    (void)policy.op_completed({kTrainA, done(train_seq, t + 3 * kMs), t + 3 * kMs});
+    (void)policy.op_completed({kTrainA, done(elsewhere_seq, t + 4 * kMs + 9 * kMs / 10), t + 4 * kMs + 9 * kMs / 10});
+    (void)policy.op_completed({kServe, done(seq - 2, t + 5 * kMs), t + 5 * kMs});
+    (void)policy.op_completed({kServe, done(seq - 1, t + 5 * kMs), t + 5 * kMs});
+  }
+  EXPECT_EQ(policy.queries().own_query_ns(kServe), 2 * kMs);
+}
+
 // On a device that runs kernels to their end, another high-priority process's query posted before
 // one runs first whatever the deadlines, so its work counts against the target too (a user test: a
 // job with an 8-ms target beside one whose queries are 4 ms of kernels missed it 5-6 % of the time
