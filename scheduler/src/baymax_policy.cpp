@@ -78,8 +78,7 @@ void BaymaxPolicy::note_waited_ahead(ClientId client, const ClientState& state) 
   // Not before the op's own end: the others' ends alone may be later than the query (work beside it,
   // not ahead; an explicit end mark closes a query before its op's completion is read: none then).
   if (!query || first.query_opened_ns != query->opened_ns || first.end_ns == 0) return;
-  std::int64_t waited = first.ahead_ns;
-  if (first.end_ns > 0) waited = std::min(waited, first.end_ns - first.point_ns - first.posted_ns);
+  std::int64_t waited = std::min(first.ahead_ns, first.end_ns - first.point_ns - first.posted_ns);
   if (first.ahead_end_ns > 0) waited = std::min(waited, first.ahead_end_ns - first.posted_ns);
   queries_.waited_ahead(client, waited);
 }

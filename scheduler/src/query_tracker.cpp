@@ -68,8 +68,7 @@ ClosedQuery QueryTracker::close(ClientId client, State& state, std::int64_t at_n
   // The profile is of the work, from its start: time waiting in the job's queue is not the query's to repeat.
   const std::int64_t started_ns = std::min(state.query.started_ns, closed_ns);
   learn(state.whole, std::max<std::int64_t>(1, closed_ns - started_ns));
-  if (state.recent_own.size() >= kOwnQueryWindow) state.recent_own.pop_front();
-  state.recent_own.push_back(std::max<std::int64_t>(1, closed_ns - started_ns - state.query.waited_ahead_ns));
+  state.recent_own.push(static_cast<float>(std::max<std::int64_t>(1, closed_ns - started_ns - state.query.waited_ahead_ns)));
   learn(state.whole_unblocked, std::max<std::int64_t>(1, next_block(started_ns) - started_ns));
   learn_count(state.whole_blocks, blocks_from(started_ns));
   ++state.closed_queries;
@@ -303,11 +302,7 @@ void QueryTracker::waited_ahead(ClientId client, std::int64_t wait_ns) {
 
 std::int64_t QueryTracker::own_query_ns(ClientId client) const {
   const auto it = clients_.find(client);
-  if (it == clients_.end() || it->second.recent_own.empty()) return 0;
-  std::vector<std::int64_t> own(it->second.recent_own.begin(), it->second.recent_own.end());
-  const auto middle = own.begin() + static_cast<std::ptrdiff_t>((own.size() - 1) / 2);  // the lower median
-  std::nth_element(own.begin(), middle, own.end());
-  return *middle;
+  return it == clients_.end() ? 0 : static_cast<std::int64_t>(it->second.recent_own.quantile(0.5));  // nearest rank
 }
 
 std::uint64_t QueryTracker::closed_queries(ClientId client) const {

@@ -1304,9 +1304,11 @@ TEST(BaymaxPolicy, ATightTargetIsJudgedByWhatTheJobsQueriesTakeOnTheirOwn) {
   // seen first; the first kernel seen done only with the second, at 5 ms (as when the shim records
   // one event after both), so the best-effort end tells the wait; and the best-effort end read only
   // after the query closed, so the first kernel's own end less its 1 ms tells it. Never the 4.5 ms
-  // predicted ahead.
-  enum class Told { ahead_first, batched, ahead_late };
-  for (const Told told : {Told::ahead_first, Told::batched, Told::ahead_late}) {
+  // predicted ahead. And batched beside a kernel of the same best-effort job on another GPU that
+  // ends at 4.9 ms: only compute work on the op's own device is what it waits behind (a review: one
+  // process training on two GPUs).
+  enum class Told { ahead_first, batched, ahead_late, batched_beside_another_gpu };
+  for (const Told told : {Told::ahead_first, Told::batched, Told::ahead_late, Told::batched_beside_another_gpu}) {
     SCOPED_TRACE(static_cast<int>(told));
     BaymaxPolicy policy(on_device(false, 5 * kMs));
     (void)policy.client_registered(serve(kServe, 3 * kMs), 0);
@@ -1317,13 +1319,21 @@ TEST(BaymaxPolicy, ATightTargetIsJudgedByWhatTheJobsQueriesTakeOnTheirOwn) {
       // synchronisation; the first runs from 3 ms (behind the best-effort one), the second after
       // it: the query closes at 5 ms, 2 of them its own.
       const std::int64_t t = k * 100 * kMs;
+      const bool beside = told == Told::batched_beside_another_gpu;
+      if (beside) {  // before the device-0 kernel: a lower seq of the job's, as any of its work ahead
+        ipc::OpDescriptor elsewhere = op(++train_seq);
+        elsewhere.device = 1;
+        (void)post(policy, kTrainA, Priority::low, elsewhere, t, kMs);
+      }
       ++train_seq;
       EXPECT_EQ(post(policy, kTrainA, Priority::low, op(train_seq), t, 4 * kMs + kMs / 2), (Decisions{{kTrainA, train_seq}}));
       (void)post(policy, kServe, Priority::high, op(++seq), t, kMs);
       (void)post(policy, kServe, Priority::high, op(++seq), t + kMs / 10, kMs);
       (void)post(policy, kServe, Priority::high, op(++seq, ipc::OpKind::sync), t + kMs / 5, 0);
       if (told != Told::ahead_late) (void)policy.op_completed({kTrainA, done(train_seq, t + 3 * kMs), t + 3 * kMs});
-      const std::int64_t first_end = t + (told == Told::batched ? 5 : 4) * kMs;
+      const std::int64_t elsewhere_end = t + 4 * kMs + 9 * kMs / 10;
+      if (beside) (void)policy.op_completed({kTrainA, done(train_seq - 1, elsewhere_end), elsewhere_end});
+      const std::int64_t first_end = t + (told == Told::batched || beside ? 5 : 4) * kMs;
       (void)policy.op_completed({kServe, done(seq - 2, first_end), first_end});
       (void)policy.op_completed({kServe, done(seq - 1, t + 5 * kMs), t + 5 * kMs});
       if (told == Told::ahead_late) (void)policy.op_completed({kTrainA, done(train_seq, t + 3 * kMs), t + 6 * kMs});
@@ -1344,34 +1354,6 @@ TEST(BaymaxPolicy, ATightTargetIsJudgedByWhatTheJobsQueriesTakeOnTheirOwn) {
   (void)alone.op_completed({kServe, done(1, 4 * kMs), 4 * kMs});
   (void)alone.op_completed({kServe, done(2, 5 * kMs), 5 * kMs});
   EXPECT_EQ(alone.queries().own_query_ns(kServe), 5 * kMs);
-}
-
-// Only compute work on the op's own device is what it waits behind: a best-effort job's kernel on
-// another GPU that ends late (a review: one process training on two GPUs) does not tell the wait.
-TEST(BaymaxPolicy, AQuerysOwnTimeCountsOnlyWorkAheadOnItsDevice) {
-  BaymaxPolicy policy(on_device(false, 5 * kMs));
-  (void)policy.client_registered(serve(kServe, 3 * kMs), 0);
-  (void)policy.client_registered(train(kTrainA), 0);
-  std::uint64_t seq = 0, train_seq = 0;
-  for (int k = 0; k < 9; ++k) {
-    // As the test above (its batched way): the first kernel seen done at 5 ms with the second, the
-    // best-effort kernel on device 0 at 3 ms; and one of the same job on device 1 at 4.9 ms.
-    const std::int64_t t = k * 100 * kMs;
-    ipc::OpDescriptor elsewhere = op(++train_seq);
-    elsewhere.device = 1;
-    const std::uint64_t elsewhere_seq = train_seq;
-    (void)post(policy, kTrainA, Priority::low, elsewhere, t, kMs);
-    ++train_seq;
-    EXPECT_EQ(post(policy, kTrainA, Priority::low, op(train_seq), t, 4 * kMs + kMs / 2), (Decisions{{kTrainA, train_seq}}));
-    (void)post(policy, kServe, Priority::high, op(++seq), t, kMs);
-    (void)post(policy, kServe, Priority::high, op(++seq), t + kMs / 10, kMs);
-    (void)post(policy, kServe, Priority::high, op(++seq, ipc::OpKind::sync), t + kMs / 5, 0);
-    (void)policy.op_completed({kTrainA, done(train_seq, t + 3 * kMs), t + 3 * kMs});
-    (void)policy.op_completed({kTrainA, done(elsewhere_seq, t + 4 * kMs + 9 * kMs / 10), t + 4 * kMs + 9 * kMs / 10});
-    (void)policy.op_completed({kServe, done(seq - 2, t + 5 * kMs), t + 5 * kMs});
-    (void)policy.op_completed({kServe, done(seq - 1, t + 5 * kMs), t + 5 * kMs});
-  }
-  EXPECT_EQ(policy.queries().own_query_ns(kServe), 2 * kMs);
 }
 
 // On a device that runs kernels to their end, another high-priority process's query posted before

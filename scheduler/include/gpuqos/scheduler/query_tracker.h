@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "gpuqos/ipc/descriptor.h"
+#include "gpuqos/predictor/recent_window.h"
 
 namespace gpuqos::scheduler {
 
@@ -81,7 +82,7 @@ class QueryTracker {
   // How many of a job's latest arrivals keep the wait its own queue gave them (queue_waits).
   static constexpr std::size_t kQueueWaitWindow = 1024;
   // How many of a client's latest closed queries own_query_ns() takes its median of.
-  static constexpr std::size_t kOwnQueryWindow = 64;
+  static constexpr std::uint32_t kOwnQueryWindow = 64;
   // Ops and marks are timed by the shim's stamp (posted_ns) unless it is older than this when read
   // and than the client's previous op.
   static constexpr std::int64_t kMaxStampLagNs = 1'000'000'000;
@@ -175,7 +176,7 @@ class QueryTracker {
     std::int64_t whole_unblocked = 0;     // profile: from its start to its first blocking point
     double whole_blocks = 0;              // profile: blocking points of a whole query
     std::uint64_t closed_queries = 0;     // queries closed so far
-    std::deque<std::int64_t> recent_own;  // the latest kOwnQueryWindow queries' own times, oldest first
+    predictor::RecentWindow recent_own{kOwnQueryWindow};  // the latest queries' own times (ns)
   };
   // Opens a query started at at_ns whose request arrived at arrived_ns (<= at_ns).
   void open(State& state, std::int64_t at_ns, std::int64_t arrived_ns, bool from_arrival);
