@@ -331,16 +331,20 @@ void BaymaxPolicy::learn(const std::vector<ClosedQuery>& closed) {
       expected = expected == 0 ? work : expected + (work - expected) / 8;
     };
     learn_work(state.expected_query_work_ns, state.query_work_ns);
-    state.query_work_ns = 0;
     for (auto& [device, expected] : state.expected_query_compute_ns) {
       learn_work(expected, state.query_compute_ns[device]);  // none there this time: 0
     }
     for (const auto& [device, work] : state.query_compute_ns) state.expected_query_compute_ns.try_emplace(device, work);
-    state.query_compute_ns.clear();
-    state.first_compute = {};
+    forget_query_work(state);
     if (!state.info.target_ns) continue;
     bound_.observe(query.client, query.latency_ns(), *state.info.target_ns, state.info.percentile);
   }
+}
+
+void BaymaxPolicy::forget_query_work(ClientState& state) {
+  state.query_work_ns = 0;
+  state.query_compute_ns.clear();
+  state.first_compute = {};
 }
 
 bool BaymaxPolicy::overdue(const OpenQuery& query, std::int64_t target_ns, std::int64_t now_ns) {
@@ -1220,7 +1224,12 @@ Decisions BaymaxPolicy::op_posted(const OpPosted& event) {
     const OpenQuery* before = queries_.open_query(event.client);
     const std::int64_t opened_before = before ? before->opened_ns : -1;
     const std::uint64_t ops_before = before ? before->ops : 0;
-    learn(queries_.posted(event.client, op, event.now_ns));
+    const std::vector<ClosedQuery> closed = queries_.posted(event.client, op, event.now_ns);
+    learn(closed);
+    if (const OpenQuery* after = queries_.open_query(event.client);
+        opened_before >= 0 && closed.empty() && (!after || after->opened_ns != opened_before)) {
+      forget_query_work(state);  // the job's first mark: the inferred query was not one
+    }
     // The point prediction: what a query's work takes, for tight_targets() to judge a target by (the
     // upper estimate read an untrained gpuqosd's 4 ms of another job's kernels as 10 ms ahead).
     const std::int64_t point = std::min(expected(event), p);
@@ -1295,7 +1304,9 @@ Decisions BaymaxPolicy::client_gone(ClientId client, std::int64_t now_ns) {
 }
 
 Decisions BaymaxPolicy::tick(std::int64_t now_ns) {
-  queries_.expire(now_ns, kStaleQueryNs);
+  for (const ClientId client : queries_.expire(now_ns, kStaleQueryNs)) {
+    if (auto it = clients_.find(client); it != clients_.end()) forget_query_work(it->second);
+  }
   std::vector<std::pair<ClientId, std::uint64_t>> stale;
   for (const auto& [key, flight] : in_flight_) {
     // Only a best-effort op holds its own client's next call; a high-priority one, however late,

@@ -1387,6 +1387,49 @@ TEST(BaymaxPolicy, AnotherHighPriorityProcesssQueryCountsInATightTargetOnAnInOrd
   EXPECT_TRUE(tight_beside(true, 0).empty()) << "a time-slicing device: 6 ms of slack, one 4-ms slice";
 }
 
+// What a query that closed unlearned had counted (abandoned when it stayed open 2 s without a post,
+// or dropped at the job's first mark: what was inferred before is not a query of the job's own) is
+// not the next query's: the other job's queries here are 4 ms of work after a 40-ms op that never
+// completed, and 4 ms is what counts ahead (the review of 13ae9fa: it counted the 40 ms in the
+// first query learned, and the 5 ms the queries take on their own stood in for it).
+TEST(BaymaxPolicy, AQueryThatClosedUnlearnedCountsInNoOtherQuerysWork) {
+  enum class Closed { expired, at_the_first_mark };
+  for (const Closed closed : {Closed::expired, Closed::at_the_first_mark}) {
+    SCOPED_TRACE(static_cast<int>(closed));
+    BaymaxPolicy policy(on_device(false, 5 * kMs));
+    (void)policy.client_registered(serve(kServe, 8 * kMs), 0);
+    (void)policy.client_registered(train(kTrainA), 0);
+    (void)policy.client_registered(serve(kServeB, 30 * kMs), 0);
+    std::uint64_t seq = 0, other_seq = 0;
+    (void)post(policy, kServeB, Priority::high, op(++other_seq), 0, 40 * kMs);  // its completion never comes
+    std::int64_t t = 0;
+    if (closed == Closed::expired) {
+      t = 3000 * kMs;
+      (void)policy.tick(t);
+    }
+    for (int k = 0; k < 3; ++k) {
+      const std::int64_t at = t + k * 100 * kMs;
+      query_of(policy, kServe, seq, at, kMs, 2 * kMs);
+      if (closed == Closed::expired) {
+        query_of(policy, kServeB, other_seq, at + 50 * kMs, 4 * kMs, 5 * kMs);
+        continue;
+      }
+      ipc::OpDescriptor begin = op(++other_seq, ipc::OpKind::query_begin);
+      begin.posted_ns = at + 50 * kMs;
+      (void)post(policy, kServeB, Priority::high, begin, at + 50 * kMs, 0);
+      const std::uint64_t work = ++other_seq;
+      (void)post(policy, kServeB, Priority::high, op(work), at + 50 * kMs, 4 * kMs);
+      (void)policy.op_completed({kServeB, done(work, at + 55 * kMs), at + 55 * kMs});
+      ipc::OpDescriptor end = op(++other_seq, ipc::OpKind::query_end);
+      end.posted_ns = at + 55 * kMs;
+      (void)post(policy, kServeB, Priority::high, end, at + 55 * kMs, 0);
+    }
+    const auto tight = policy.tight_targets(t + 1000 * kMs);
+    ASSERT_EQ(tight.size(), 1u) << "6 - 4 ms ahead = 2 ms of slack, under the 4 ms the bound costs";
+    EXPECT_EQ(tight[0].ahead_ns, 4 * kMs);
+  }
+}
+
 // Contexts take turns, so a query arriving while two best-effort processes have work waits for a
 // slice of each: a target needs a slice of slack per best-effort process on the device.
 TEST(BaymaxPolicy, ATightTargetCountsASliceForEachBestEffortProcessOnTheDevice) {

@@ -404,6 +404,10 @@ class BaymaxPolicy final : public Policy {
                bool priced_long = false);
   void retire(ClientId client, std::uint64_t seq, std::optional<std::int64_t> end_ns, std::int64_t now_ns);
   void learn(const std::vector<ClosedQuery>& closed);
+  // Drops what was counted of a client's open query that closed unlearned: abandoned by expire(), or
+  // by the job's first mark (what was inferred before it is not a query of the job's own). Its work
+  // would otherwise count in the next query's.
+  static void forget_query_work(ClientState& state);
   // The long-op budget's growth per ns of wall time on a device (0: nothing to ration), whether an
   // op is long there, and what it costs from the budget (0: not long, or nothing to pay).
   double long_op_rate(std::uint32_t device) const;
