@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "gpuqos/ipc/clock.h"
@@ -16,11 +17,7 @@ namespace {
 // A query still open this long after its latest op lost a completion (a shim that stopped
 // reporting them): it is abandoned, not counted. A client that leaves is forgotten at once.
 constexpr std::int64_t kAbandonQueryNs = 60'000'000'000;
-constexpr std::int64_t kTightCheckIntervalNs = 1'000'000'000;
-// A target logged as tight only once it has been at every check for this long: the first queries
-// after gpuqosd starts are judged by an untrained predictor (a user test's log said "its queries'
-// 3.493 ms" 1 s in, of queries that take 2.2 ms, and the status then listed nothing).
-constexpr std::int64_t kTightPersistNs = 5'000'000'000;
+constexpr std::int64_t kTightCheckIntervalNs = 1'000'000'000;  // TightTargetWatch counts checks
 
 }  // namespace
 
@@ -95,21 +92,19 @@ void Daemon::warn_tight_targets(std::int64_t now_ns) {
   tight_checked_ns_ = now_ns;
   const std::optional<PolicyState> state = policy_->state(now_ns);
   if (!state) return;
-  std::map<std::pair<std::string, std::uint32_t>, std::int64_t> still;
-  for (const PolicyState::TightTarget& tight : state->tight_targets) {
-    const auto since = tight_since_.find({tight.job, tight.device});
-    const std::int64_t since_ns = since == tight_since_.end() ? now_ns : since->second;
-    still.emplace(std::pair{tight.job, tight.device}, since_ns);
-    if (now_ns - since_ns < kTightPersistNs) continue;
+  std::vector<TightTargetWatch::Key> keys;
+  for (const PolicyState::TightTarget& tight : state->tight_targets) keys.emplace_back(tight.job, tight.device);
+  for (const TightTargetWatch::Key& key : tight_watch_.check(keys)) {
+    const auto tight = std::find_if(state->tight_targets.begin(), state->tight_targets.end(),
+                                    [&](const auto& t) { return t.job == key.first && t.device == key.second; });
     if (!tight_warned_
-             .emplace(tight.job, tight.device, tight.target_ns, tight.timeslice_ns,
-                      tight.backlog_bound_ns > 0 ? 0 : tight.be_processes,  // a run-to-end device: not counted
-                      tight.backlog_bound_ns)  // not the wait, which the profile moves
+             .emplace(tight->job, tight->device, tight->target_ns, tight->timeslice_ns,
+                      tight->backlog_bound_ns > 0 ? 0 : tight->be_processes,  // a run-to-end device: not counted
+                      tight->backlog_bound_ns)  // not the wait, which the profile moves
              .second)
       continue;
-    spdlog::warn("{}", tight_target_text(tight));
+    spdlog::warn("{}", tight_target_text(*tight));
   }
-  tight_since_ = std::move(still);  // one no longer tight starts again
   for (const std::string& job : state->overdue_jobs) {
     if (!overdue_warned_.insert(job).second) continue;
     spdlog::warn("job '{}': a query has been open for over {} times its target; best-effort work no longer waits for "

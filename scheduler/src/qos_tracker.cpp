@@ -359,4 +359,16 @@ std::vector<JobQosSnapshot> QosTracker::snapshot(const config::Config& config, s
   return jobs;
 }
 
+std::vector<TightTargetWatch::Key> TightTargetWatch::check(const std::vector<Key>& tight) {
+  constexpr std::uint32_t kKept = (1u << kChecks) - 1;
+  for (auto& [key, history] : history_) history = (history << 1) & kKept;
+  for (const Key& key : tight) history_[key] |= 1u;
+  std::erase_if(history_, [](const auto& entry) { return entry.second == 0; });
+  std::vector<Key> to_log;
+  for (const auto& [key, history] : history_) {
+    if ((history & 1u) != 0 && std::popcount(history) >= kLogAfter) to_log.push_back(key);
+  }
+  return to_log;
+}
+
 }  // namespace gpuqos::scheduler

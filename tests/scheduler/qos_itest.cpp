@@ -346,8 +346,9 @@ TEST(Qos, AHoldThatEndsAsTheHighPriorityJobLeavesSaysSo) {
 }
 
 // On a time-slicing device, a target that leaves less than one slice over the job's queries is
-// warned of, in the status at once and in gpuqosd's log once it has stayed tight for 5 s (the first
-// queries are judged by an untrained predictor), and only once (not again at every check).
+// warned of, in the status at once and in gpuqosd's log once it has been tight at 5 checks (one a
+// second; the first queries are judged by an untrained predictor), and only once (not again at every
+// check).
 TEST(Qos, ATargetTighterThanATimeSliceIsWarnedOfOnce) {
   TempDir dir("gpuqos-qos");
   DaemonProcess daemon({"--config", dir.write("gpuqosd.toml", baymax_serve_config("preemptive_device = true\n"
@@ -364,7 +365,7 @@ TEST(Qos, ATargetTighterThanATimeSliceIsWarnedOfOnce) {
   EXPECT_EQ(status["policy_state"]["tight_targets"][0]["job"], "serve");
   EXPECT_EQ(status["policy_state"]["tight_targets"][0]["timeslice_ns"], 8 * kMs);
   const std::string warning = "serve's target of 10.000 ms leaves ";
-  std::this_thread::sleep_for(2500ms);  // two checks at least, not 5 s of them
+  std::this_thread::sleep_for(2500ms);  // two checks at least, not 5 of them
   EXPECT_EQ(daemon.log().find(warning), std::string::npos) << "not logged before it stayed tight\n" << daemon.log();
   ASSERT_TRUE(eventually([&] { return daemon.log().find(warning) != std::string::npos; }, 15s)) << daemon.log();
   run_query(serve, 4, 3ms);

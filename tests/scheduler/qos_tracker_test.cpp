@@ -117,6 +117,43 @@ TEST(LatencyHistogram, NearestRank) {
   EXPECT_EQ(LatencyHistogram::rank_for(99, 0), 0u);
 }
 
+// A tight target is logged when tight now and at 5 of the last 10 checks: not at the first checks
+// (an untrained predictor), not for a blip, and for one that hovers at the threshold too (which
+// "tight at every check for 5 s" never logged). Each key is judged on its own.
+TEST(TightTargetWatch, LogsATargetTightNowAndAtHalfTheLastTenChecks) {
+  using Key = TightTargetWatch::Key;
+  const Key serve{"serve", 0}, other_gpu{"serve", 1};
+  const auto run = [](TightTargetWatch& watch, const std::string& pattern, const std::vector<Key>& keys) {
+    std::string logged;  // one character a check: 'L' logged, '.' not
+    for (const char tight : pattern) {
+      const auto log = watch.check(tight == 'x' ? keys : std::vector<Key>{});
+      EXPECT_TRUE(log.empty() || log == keys);
+      logged += log.empty() ? '.' : 'L';
+    }
+    return logged;
+  };
+  {
+    TightTargetWatch watch;
+    EXPECT_EQ(run(watch, "xxxxxxx", {serve}), "....LLL") << "tight from the start: at the 5th check";
+  }
+  {
+    TightTargetWatch watch;
+    EXPECT_EQ(run(watch, "xx.......xx", {serve}), "...........") << "two blips, nine checks apart";
+  }
+  {
+    TightTargetWatch watch;
+    EXPECT_EQ(run(watch, "x.x.x.x.x.x", {serve}), "........L.L") << "hovering: tight every other check";
+  }
+  {
+    TightTargetWatch watch;
+    EXPECT_EQ(run(watch, "xxxx..........xxxx", {serve}), "..................") << "forgotten after 10 checks";
+  }
+  TightTargetWatch watch;
+  EXPECT_EQ(run(watch, "xxxx", {serve, other_gpu}), "....");
+  EXPECT_EQ(run(watch, "x", {serve}), "L") << "serve on GPU 0 only";
+  EXPECT_EQ(watch.check({other_gpu}), std::vector<Key>{other_gpu}) << "its own history: 5 of the last 10";
+}
+
 TEST(QosTracker, CountsViolationsAndTellsWhetherTheJobMeetsItsTarget) {
   const config::Config config = config_with("serve", 6.0, 90.0);
   QosTracker tracker;

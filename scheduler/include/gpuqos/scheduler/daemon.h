@@ -311,8 +311,7 @@ class Daemon {
   // changes the target, the slice or the bound warns anew, and so does a further best-effort process
   // that makes a target tight on a time-slicing device (on a run-to-end one they are not counted).
   std::set<std::tuple<std::string, std::uint32_t, std::int64_t, std::int64_t, std::uint32_t, std::int64_t>> tight_warned_;
-  // (job, device) tight at every check since when: a target is logged once tight for kTightPersistNs.
-  std::map<std::pair<std::string, std::uint32_t>, std::int64_t> tight_since_;
+  TightTargetWatch tight_watch_;  // which tight targets have been tight long enough to log
 };
 
 }  // namespace gpuqos::scheduler

@@ -127,6 +127,26 @@ class CoveredTime {
 };
 
 // Grants and held best-effort work, counted by each Client and summed for the daemon.
+// Which tight targets (PolicyState::tight_targets, checked once a second) to log: a (job, device)
+// tight now and at kLogAfter of the last kChecks checks, this one included. Not at once: the first
+// queries after gpuqosd starts are judged by an untrained predictor (a user test's log said "its
+// queries' 3.493 ms" 1 s in, of queries that take 2.2 ms, and the status then listed nothing). Not
+// at every check in a row either: a target that hovers at the threshold (tight at one check, not at
+// the next) was then never logged, though the status listed it half the time.
+class TightTargetWatch {
+ public:
+  using Key = std::pair<std::string, std::uint32_t>;  // job, device
+  static constexpr int kChecks = 10;
+  static constexpr int kLogAfter = 5;
+
+  // The keys tight at this check, in any order; returns those to log (each may come again at later
+  // checks: the caller tells each once).
+  std::vector<Key> check(const std::vector<Key>& tight);
+
+ private:
+  std::map<Key, std::uint32_t> history_;  // bit k: tight k checks ago; a key with none is dropped
+};
+
 struct GrantCounters {
   std::uint64_t grants = 0;              // grant descriptors pushed to clients
   std::uint64_t ops_held = 0;            // GPU ops posted beyond the client's grant (they waited)
