@@ -69,6 +69,31 @@ CUresult classify(const void* dst, const void* src, std::size_t bytes, Direction
   return CUDA_SUCCESS;
 }
 
+// Submits a checked copy (`action`: its rows, `op`: its engine and bytes) and waits where the driver
+// would: synchronous copies, and async copies into pageable memory, return once the data is there.
+CUresult submit_copy(std::unique_lock<std::mutex>& lock, CUstream_st* stream, wire::WireOp op, HostAction action,
+                     bool async) {
+  const std::size_t bytes = action.bytes * action.height;
+  // A pageable source may be reused as soon as an async call returns: stage it now, as the
+  // real driver does through its staging buffers (rows contiguous).
+  if (async && op.pageable && op.engine == wire::WireEngine::h2d && !stream->capture) {
+    auto staged = std::make_shared<std::vector<unsigned char>>(bytes);
+    for (std::size_t row = 0; row < action.height; ++row) {
+      std::memcpy(staged->data() + row * action.bytes, static_cast<const unsigned char*>(action.src) + row * action.src_pitch,
+                  action.bytes);
+    }
+    action.staged = std::move(staged);
+  }
+  void* dst = action.dst;
+  const void* src = action.src;
+  std::uint64_t op_id = 0;
+  if (CUresult r = submit(stream, op, std::move(action), nullptr, {}, nullptr, &op_id); r != CUDA_SUCCESS) return r;
+  report_copy(op_id, *stream, dst, src, bytes, async);
+  bool wait = !async || (op.pageable && op.engine == wire::WireEngine::d2h);
+  if (!wait || stream->capture) return CUDA_SUCCESS;
+  return wait_op(lock, stream, stream->submitted);
+}
+
 CUresult do_copy(void* dst, const void* src, std::size_t bytes, CUstream hstream, bool async, bool per_thread,
               Direction want) {
   Driver& d = driver();
@@ -89,20 +114,63 @@ CUresult do_copy(void* dst, const void* src, std::size_t bytes, CUstream hstream
   action.dst = dst;
   action.src = src;
   action.bytes = bytes;
-  // A pageable source may be reused as soon as an async call returns: stage it now, as the
-  // real driver does through its staging buffers.
-  if (async && pageable && op.engine == wire::WireEngine::h2d && !stream->capture) {
-    auto staged = std::make_shared<std::vector<unsigned char>>(bytes);
-    std::memcpy(staged->data(), src, bytes);
-    action.staged = std::move(staged);
+  return submit_copy(lock, stream, op, std::move(action), async);
+}
+
+// A 2D copy (CUDA_MEMCPY2D): Height rows of WidthInBytes, each side from its (X, Y) at its pitch.
+// Host, device and unified sides; CUDA arrays are not modelled (CUDA_ERROR_NOT_SUPPORTED, said once).
+CUresult do_copy_2d(const CUDA_MEMCPY2D* copy, CUstream hstream, bool async, bool per_thread) {
+  if (!copy) return CUDA_ERROR_INVALID_VALUE;
+  if (copy->srcMemoryType == CU_MEMORYTYPE_ARRAY || copy->dstMemoryType == CU_MEMORYTYPE_ARRAY) {
+    log_once("cuMemcpy2D: CUDA arrays are not supported by simgpu");
+    return CUDA_ERROR_NOT_SUPPORTED;
   }
-  std::uint64_t op_id = 0;
-  if (CUresult r = submit(stream, op, std::move(action), nullptr, {}, nullptr, &op_id); r != CUDA_SUCCESS) return r;
-  report_copy(op_id, *stream, dst, src, bytes, async);
-  // Synchronous copies, and async copies into pageable memory, return once the data is there.
-  bool wait = !async || (pageable && op.engine == wire::WireEngine::d2h);
-  if (!wait || stream->capture) return CUDA_SUCCESS;
-  return wait_op(lock, stream, stream->submitted);
+  Driver& d = driver();
+  std::unique_lock lock(d.mu);
+  if (CUresult r = require_context(nullptr); r != CUDA_SUCCESS) return r;
+  CUstream_st* stream = resolve_stream(hstream, per_thread);
+  if (!stream) return CUDA_ERROR_INVALID_HANDLE;
+  const std::size_t width = copy->WidthInBytes, height = copy->Height;
+  if (width == 0 || height == 0) return CUDA_SUCCESS;
+  if (height > 1 && (copy->srcPitch < width || copy->dstPitch < width)) return CUDA_ERROR_INVALID_VALUE;
+  // One side: its first byte, and whether it lies in device memory (checked against its type).
+  struct Side {
+    unsigned char* first = nullptr;
+    bool device = false;
+  };
+  const auto side = [&](CUmemorytype type, const void* host, CUdeviceptr device, std::size_t x, std::size_t y,
+                        std::size_t pitch, Side* out) {
+    auto* base = type == CU_MEMORYTYPE_HOST ? static_cast<unsigned char*>(const_cast<void*>(host))
+                                            : reinterpret_cast<unsigned char*>(device);
+    if (!base) return false;
+    out->first = base + y * pitch + x;
+    out->device = find_allocation(addr(out->first), (height - 1) * pitch + width) != nullptr;
+    if (type == CU_MEMORYTYPE_DEVICE) return out->device;  // a device side is within one allocation
+    return type == CU_MEMORYTYPE_UNIFIED || (type == CU_MEMORYTYPE_HOST && !out->device);
+  };
+  Side src, dst;
+  if (!side(copy->srcMemoryType, copy->srcHost, copy->srcDevice, copy->srcXInBytes, copy->srcY, copy->srcPitch, &src) ||
+      !side(copy->dstMemoryType, copy->dstHost, copy->dstDevice, copy->dstXInBytes, copy->dstY, copy->dstPitch, &dst)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  wire::WireOp op{};
+  op.kind = wire::WireOpKind::copy;
+  op.bytes = width * height;
+  op.engine = dst.device && src.device ? wire::WireEngine::local
+              : dst.device             ? wire::WireEngine::h2d
+              : src.device             ? wire::WireEngine::d2h
+                                       : wire::WireEngine::local;  // host to host
+  if (op.engine == wire::WireEngine::h2d) op.pageable = !is_pinned(src.first, (height - 1) * copy->srcPitch + width);
+  if (op.engine == wire::WireEngine::d2h) op.pageable = !is_pinned(dst.first, (height - 1) * copy->dstPitch + width);
+  HostAction action;
+  action.kind = HostAction::Kind::copy;
+  action.dst = dst.first;
+  action.src = src.first;
+  action.bytes = width;
+  action.height = height;
+  action.pitch = copy->dstPitch;
+  action.src_pitch = copy->srcPitch;
+  return submit_copy(lock, stream, op, std::move(action), async);
 }
 
 CUresult do_fill(CUdeviceptr dst, std::size_t pitch, std::uint32_t value, unsigned element_size, std::size_t width,
@@ -159,6 +227,19 @@ SIMGPU_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
   }
   d.allocations[addr(p)] = {bytes, ctx->device};
   *dptr = addr(p);
+  return CUDA_SUCCESS;
+}
+
+// Rows padded to 512 bytes, as a GPU's pitched allocations are (its texture pitch alignment or more).
+SIMGPU_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t height,
+                                          unsigned int element_bytes) {
+  constexpr std::size_t kPitchAlignment = 512;
+  if (!dptr || !pitch || width == 0 || height == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (element_bytes != 4 && element_bytes != 8 && element_bytes != 16) return CUDA_ERROR_INVALID_VALUE;
+  const std::size_t padded = (width + kPitchAlignment - 1) / kPitchAlignment * kPitchAlignment;
+  if (padded < width || height > SIZE_MAX / padded) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = cuMemAlloc_v2(dptr, padded * height); r != CUDA_SUCCESS) return r;
+  *pitch = padded;
   return CUDA_SUCCESS;
 }
 
@@ -390,7 +471,20 @@ SIMGPU_EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr* pdptr, void* p,
     return do_fill(dst, pitch, v, 4, w, h, s, true, PT);                                                              \
   }
 
+#define SIMGPU_COPIES_2D(SUFFIX, ASYNC_SUFFIX, PT)                                                                 \
+  SIMGPU_EXPORT CUresult cuMemcpy2D_v2##SUFFIX(const CUDA_MEMCPY2D* copy) {                                          \
+    return do_copy_2d(copy, nullptr, false, PT);                                                                      \
+  }                                                                                                                  \
+  SIMGPU_EXPORT CUresult cuMemcpy2DUnaligned_v2##SUFFIX(const CUDA_MEMCPY2D* copy) {                                 \
+    return do_copy_2d(copy, nullptr, false, PT);                                                                      \
+  }                                                                                                                  \
+  SIMGPU_EXPORT CUresult cuMemcpy2DAsync_v2##ASYNC_SUFFIX(const CUDA_MEMCPY2D* copy, CUstream s) {                    \
+    return do_copy_2d(copy, s, true, PT);                                                                             \
+  }
+
 SIMGPU_COPIES(, false)
 SIMGPU_COPIES(_ptds, true)
+SIMGPU_COPIES_2D(, , false)
+SIMGPU_COPIES_2D(_ptds, _ptsz, true)
 SIMGPU_ASYNC_COPIES(, false)
 SIMGPU_ASYNC_COPIES(_ptsz, true)

@@ -70,9 +70,14 @@ CUctx_st*& current_context() {
 void HostAction::run() const {
   switch (kind) {
     case Kind::none: return;
-    case Kind::copy:
-      std::memmove(dst, staged ? staged->data() : src, bytes);
+    case Kind::copy: {
+      const auto* from = staged ? staged->data() : static_cast<const unsigned char*>(src);
+      const std::size_t from_pitch = staged ? bytes : src_pitch;
+      for (std::size_t row = 0; row < height; ++row) {
+        std::memmove(static_cast<unsigned char*>(dst) + row * pitch, from + row * from_pitch, bytes);
+      }
       return;
+    }
     case Kind::memset: {
       auto* base = static_cast<unsigned char*>(dst);
       std::size_t row_bytes = width * element_size;
@@ -253,8 +258,8 @@ bool device_only(const HostAction& action) {
     case HostAction::Kind::memset:
       return find_allocation(addr(action.dst), 1) != nullptr;
     case HostAction::Kind::copy:
-      return find_allocation(addr(action.dst), action.bytes) != nullptr &&
-             (action.staged || find_allocation(addr(action.src), action.bytes) != nullptr);
+      return find_allocation(addr(action.dst), action.copy_span(action.pitch)) != nullptr &&
+             (action.staged || find_allocation(addr(action.src), action.copy_span(action.src_pitch)) != nullptr);
     case HostAction::Kind::host_func:
       return false;
   }
@@ -264,7 +269,7 @@ bool device_only(const HostAction& action) {
 std::size_t bytes_of(const std::vector<HostAction>& actions) {
   std::size_t total = 0;
   for (const HostAction& action : actions) {
-    if (action.kind == HostAction::Kind::copy) total += action.bytes;
+    if (action.kind == HostAction::Kind::copy) total += action.bytes * action.height;
     if (action.kind == HostAction::Kind::memset) total += action.width * action.element_size * action.height;
   }
   return total;

@@ -102,12 +102,15 @@ struct HostAction {
   std::shared_ptr<std::vector<unsigned char>> staged;  // pageable source snapshot
   std::uint32_t value = 0;      // memset
   unsigned element_size = 1;    // memset: 1, 2 or 4
-  std::size_t pitch = 0;        // memset 2D: bytes between rows (0 = contiguous)
+  std::size_t pitch = 0;        // memset 2D and copy 2D: bytes between dst's rows (0 = contiguous)
   std::size_t width = 0;        // memset 2D: elements per row
-  std::size_t height = 1;
+  std::size_t height = 1;       // memset 2D and copy 2D: rows (a copy's are `bytes` long each)
+  std::size_t src_pitch = 0;    // copy 2D: bytes between src's rows (a staged copy's are contiguous)
   CUhostFn fn = nullptr;
   void* user_data = nullptr;
   void run() const;
+  // What a copy spans from its dst or src, given that side's pitch.
+  std::size_t copy_span(std::size_t row_pitch) const { return height <= 1 ? bytes : (height - 1) * row_pitch + bytes; }
 };
 
 // Host-side effects the mover thread applies, in completion order (Driver::moves).

@@ -310,6 +310,97 @@ void sync_copies_client(ClientLink& c) {
   CLIENT_CHECK(c, all_equal<std::uint8_t>(back.data() + 96, kCopyBytes - 96, 0xab));
 }
 
+// 2D copies: a 40 x 30 window of a host image into a pitched allocation (at its row 2, byte 8) and
+// back into another image, sync and async from pageable memory (staged: the source is overwritten
+// as soon as the call returns), device to device, and through unified addresses. The bytes outside
+// the window are never touched.
+void copies_2d_client(ClientLink& c) {
+  if (!open_device(c)) return;
+  constexpr std::size_t kWidth = 40, kHeight = 30, kImagePitch = 64, kImageBytes = kImagePitch * (kHeight + 4);
+  CUdeviceptr pitched = 0, other = 0;
+  std::size_t pitch = 0;
+  if (!CLIENT_OK(c, cuMemAllocPitch(&pitched, &pitch, kWidth + 8, kHeight + 2, 4)) ||
+      !CLIENT_OK(c, cuMemAlloc(&other, pitch * (kHeight + 2)))) {
+    return;
+  }
+  CLIENT_CHECK(c, pitch >= kWidth + 8 && pitch % 512 == 0);
+  CUstream stream = nullptr;
+  if (!CLIENT_OK(c, cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING))) return;
+  CLIENT_OK(c, cuMemsetD8(pitched, 0xee, pitch * (kHeight + 2)));
+  const auto source = pattern(kImageBytes, 4);
+  const auto copy_of = [&](CUmemorytype src_type, const void* src_host, CUdeviceptr src_device, std::size_t src_pitch,
+                           std::size_t src_x, std::size_t src_y, CUmemorytype dst_type, void* dst_host,
+                           CUdeviceptr dst_device, std::size_t dst_pitch, std::size_t dst_x, std::size_t dst_y) {
+    CUDA_MEMCPY2D copy{};
+    copy.srcMemoryType = src_type;
+    copy.srcHost = src_host;
+    copy.srcDevice = src_device;
+    copy.srcPitch = src_pitch;
+    copy.srcXInBytes = src_x;
+    copy.srcY = src_y;
+    copy.dstMemoryType = dst_type;
+    copy.dstHost = dst_host;
+    copy.dstDevice = dst_device;
+    copy.dstPitch = dst_pitch;
+    copy.dstXInBytes = dst_x;
+    copy.dstY = dst_y;
+    copy.WidthInBytes = kWidth;
+    copy.Height = kHeight;
+    return copy;
+  };
+  // The window of `image` at (x, y) holds the source's at (1, 1); everything else is `fill`.
+  const auto window_holds_source = [&](const std::vector<std::uint8_t>& image, std::size_t x, std::size_t y,
+                                       std::uint8_t fill) {
+    for (std::size_t row = 0; row < kHeight + 4; ++row) {
+      for (std::size_t col = 0; col < kImagePitch; ++col) {
+        const bool inside = row >= y && row < y + kHeight && col >= x && col < x + kWidth;
+        const std::uint8_t want = inside ? source[(row - y + 1) * kImagePitch + col - x + 1] : fill;
+        if (image[row * kImagePitch + col] != want) return false;
+      }
+    }
+    return true;
+  };
+  // Host (1, 1) -> device (8, 2), sync; device -> host (3, 2), sync.
+  auto in = copy_of(CU_MEMORYTYPE_HOST, source.data(), 0, kImagePitch, 1, 1, CU_MEMORYTYPE_DEVICE, nullptr, pitched, pitch, 8, 2);
+  CLIENT_OK(c, cuMemcpy2D(&in));
+  std::vector<std::uint8_t> back(kImageBytes, 0);
+  auto out = copy_of(CU_MEMORYTYPE_DEVICE, nullptr, pitched, pitch, 8, 2, CU_MEMORYTYPE_HOST, back.data(), 0, kImagePitch, 3, 2);
+  CLIENT_OK(c, cuMemcpy2D(&out));
+  CLIENT_CHECK(c, window_holds_source(back, 3, 2, 0));
+  std::vector<std::uint8_t> row_before(pitch);
+  CLIENT_OK(c, cuMemcpyDtoH(row_before.data(), pitched + pitch, pitch));
+  CLIENT_CHECK(c, all_equal<std::uint8_t>(row_before.data(), pitch, 0xee));  // row 1: outside the window
+  // Device -> device, then async from pageable memory overwritten at once, then unified addresses.
+  auto d2d = copy_of(CU_MEMORYTYPE_DEVICE, nullptr, pitched, pitch, 8, 2, CU_MEMORYTYPE_DEVICE, nullptr, other, pitch, 0, 0);
+  CLIENT_OK(c, cuMemcpy2DAsync(&d2d, stream));
+  std::vector<std::uint8_t> scratch = source;
+  auto staged = copy_of(CU_MEMORYTYPE_HOST, scratch.data(), 0, kImagePitch, 1, 1, CU_MEMORYTYPE_DEVICE, nullptr, pitched, pitch, 0, 0);
+  CLIENT_OK(c, cuMemcpy2DAsync(&staged, stream));
+  std::fill(scratch.begin(), scratch.end(), 0x55);
+  std::vector<std::uint8_t> via_unified(kImageBytes, 9);
+  auto unified = copy_of(CU_MEMORYTYPE_UNIFIED, nullptr, pitched, pitch, 0, 0, CU_MEMORYTYPE_UNIFIED, nullptr,
+                         reinterpret_cast<CUdeviceptr>(via_unified.data()), kImagePitch, 0, 0);
+  CLIENT_OK(c, cuMemcpy2DAsync(&unified, stream));
+  std::vector<std::uint8_t> via_d2d(kImageBytes, 9);
+  auto from_other = copy_of(CU_MEMORYTYPE_DEVICE, nullptr, other, pitch, 0, 0, CU_MEMORYTYPE_HOST, via_d2d.data(), 0, kImagePitch, 0, 0);
+  CLIENT_OK(c, cuMemcpy2DAsync(&from_other, stream));
+  CLIENT_OK(c, cuStreamSynchronize(stream));
+  CLIENT_CHECK(c, window_holds_source(via_unified, 0, 0, 9));
+  CLIENT_CHECK(c, window_holds_source(via_d2d, 0, 0, 9));
+  // Bad input: a pitch under the width, a device side outside its allocation, a CUDA array.
+  auto narrow = in;
+  narrow.dstPitch = kWidth - 1;
+  CLIENT_CHECK(c, cuMemcpy2D(&narrow) == CUDA_ERROR_INVALID_VALUE);
+  auto beyond = in;
+  beyond.dstY = kHeight;
+  CLIENT_CHECK(c, cuMemcpy2D(&beyond) == CUDA_ERROR_INVALID_VALUE);
+  auto array = in;
+  array.dstMemoryType = CU_MEMORYTYPE_ARRAY;
+  CLIENT_CHECK(c, cuMemcpy2D(&array) == CUDA_ERROR_NOT_SUPPORTED);
+  CUdeviceptr unused = 0;
+  CLIENT_CHECK(c, cuMemAllocPitch(&unused, &pitch, kWidth, kHeight, 3) == CUDA_ERROR_INVALID_VALUE);
+}
+
 void async_copies_client(ClientLink& c) {
   CUfunction spin = nullptr;
   if (!open_device(c) || !load_kernel(c, "spin", &spin)) return;
@@ -484,6 +575,13 @@ TEST_F(DriverItest, SyncCopiesAndMemsetsRoundTripBytes) {
   ClientProcess client(server().socket(), sync_copies_client);
   expect_clean(client.finish(), "client");
   EXPECT_GT(server().device_stat("copies_completed"), 8);
+}
+
+TEST_F(DriverItest, TwoDimensionalCopiesMoveTheirWindowOnly) {
+  start(profile("fifo"));
+  ClientProcess client(server().socket(), copies_2d_client);
+  expect_clean(client.finish(), "client");
+  EXPECT_GE(server().device_stat("copies_completed"), 7);
 }
 
 TEST_F(DriverItest, AsyncCopiesPinnedAndPageableRoundTripBytesInStreamOrder) {
