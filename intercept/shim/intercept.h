@@ -140,6 +140,60 @@ CUresult intercept_copy(Operation op, Dst dst, Src src, Count bytes, Rest... res
   return result;
 }
 
+// Whether a 2-D copy's device sides (device or unified memory) lie within their allocations, as
+// fits_allocation() tells; an array side is taken as not fitting (the driver checks it whole).
+template <class Copy>
+bool fits_allocations_2d(const Copy* copy) noexcept {
+  const auto fits = [&](CUmemorytype type, CUdeviceptr device, std::uint64_t x, std::uint64_t y, std::uint64_t pitch) {
+    if (type == CU_MEMORYTYPE_ARRAY) return false;
+    if (type != CU_MEMORYTYPE_DEVICE && type != CU_MEMORYTYPE_UNIFIED) return true;
+    const std::uint64_t span = (static_cast<std::uint64_t>(copy->Height) - 1) * pitch + copy->WidthInBytes;
+    return fits_allocation(static_cast<CUdeviceptr>(device + y * pitch + x), span);
+  };
+  return fits(copy->srcMemoryType, copy->srcDevice, copy->srcXInBytes, copy->srcY, copy->srcPitch) &&
+         fits(copy->dstMemoryType, copy->dstDevice, copy->dstXInBytes, copy->dstY, copy->dstPitch);
+}
+
+// The body of the 2-D copy hooks (a CUDA_MEMCPY2D[, stream]): as intercept_copy, a copy larger than
+// the gate's chunk size goes in bands of whole rows, each at most the chunk size (at least one row),
+// each a copy of its own from its first row (srcY and dstY moved on). A copy from or into a CUDA
+// array, or one whose device side overruns its allocation, goes whole, as do captured ones.
+template <HookId id, class Copy, class... Rest>
+CUresult intercept_copy_2d(Operation op, const Copy* copy, Rest... rest) noexcept {
+  const NoCancel no_cancel;  // first, as in intercept(); over the bands too
+  const auto real = real_function<id>();
+  if (!real) return missing_real_function(id);
+  stamp<id>(op);
+  Gate& g = gate();
+  const std::uint64_t chunk_bytes = g.copy_chunk_bytes();
+  if (chunk_bytes == 0 || !copy || op.captured || op.bytes <= chunk_bytes || copy->WidthInBytes == 0 ||
+      copy->Height < 2 || !fits_allocations_2d(copy)) {
+    const Ticket ticket = g.before(op);
+    const CUresult result = real(copy, rest...);
+    g.after(op, ticket, result);
+    return result;
+  }
+  const std::uint64_t width = copy->WidthInBytes, height = copy->Height;
+  const std::uint64_t band_rows = std::max<std::uint64_t>(1, chunk_bytes / width);
+  const std::uint64_t host_pitch = copy->srcMemoryType == CU_MEMORYTYPE_HOST ? copy->srcPitch : copy->dstPitch;
+  for (std::uint64_t done = 0; done < height; done += band_rows) {
+    Copy band = *copy;
+    band.Height = static_cast<decltype(band.Height)>(std::min(band_rows, height - done));
+    band.srcY = static_cast<decltype(band.srcY)>(copy->srcY + done);
+    band.dstY = static_cast<decltype(band.dstY)>(copy->dstY + done);
+    Operation part = op;
+    part.bytes = width * band.Height;
+    if (part.host_ptr) part.host_ptr = advanced(part.host_ptr, done * host_pitch);
+    if (part.src_ptr) part.src_ptr = advanced(part.src_ptr, done * copy->srcPitch);
+    if (part.dst_ptr) part.dst_ptr = advanced(part.dst_ptr, done * copy->dstPitch);
+    const Ticket ticket = g.before(part);
+    const CUresult result = real(&band, rest...);
+    g.after(part, ticket, result);
+    if (result != CUDA_SUCCESS) return result;
+  }
+  return CUDA_SUCCESS;
+}
+
 // ---- Describing arguments. Every pointer may be null or invalid in a bad call: the driver rejects
 // it after us, so we read through pointers only after a null check and never past a count.
 

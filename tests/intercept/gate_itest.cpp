@@ -1097,6 +1097,37 @@ TEST_F(GateTest, LowPriorityCopiesGoInChunksEachGrantedAndTheDataRoundTrips) {
   for (const auto& completion : client.completions) EXPECT_EQ(completion.status, 0) << completion.seq;
 }
 
+// A 2-D copy goes in bands of whole rows, each at most a chunk: 4,096 rows of 3,000 bytes (11.7 MiB)
+// in 4-MiB chunks are bands of 1,398, 1,398 and 1,300 rows, each way.
+TEST_F(GateTest, LowPriorityTwoDimensionalCopiesGoInBandsOfRowsAndTheDataRoundTrips) {
+  daemon_->set_copy_chunk_bytes(4 * kMiB);
+  start({"copies-2d", "3000", "4096"}, "low");
+  ASSERT_EQ(finish(), 0) << output_;
+  EXPECT_NE(output_.find("copies-2d ok"), std::string::npos) << output_;
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return !c.empty() && c[0].completions.size() >= 6; }));
+  const FakeClient client = daemon_->clients().at(0);
+  EXPECT_TRUE(client.problems.empty()) << client.problems.front();
+  const auto copies = copies_of(client.ops);
+  ASSERT_EQ(copies.size(), 6u) << "cuMemcpy2D and cuMemcpy2DAsync, three bands each";
+  const std::uint64_t rows[] = {1398, 1398, 1300};
+  for (std::size_t i = 0; i < copies.size(); ++i) {
+    EXPECT_EQ(copies[i].direction, i < 3 ? ipc::CopyDirection::h2d : ipc::CopyDirection::d2h) << i;
+    EXPECT_EQ(copies[i].bytes, 3000 * rows[i % 3]) << i;
+    EXPECT_EQ(copies[i].host_memory, ipc::HostMemory::pageable) << i;
+  }
+  for (const auto& completion : client.completions) EXPECT_EQ(completion.status, 0) << completion.seq;
+}
+
+TEST_F(GateTest, HighPriorityTwoDimensionalCopiesAreNeverSplit) {
+  daemon_->set_copy_chunk_bytes(4 * kMiB);
+  start({"copies-2d", "3000", "4096"}, "high");
+  ASSERT_EQ(finish(), 0) << output_;
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 3); }));
+  const auto whole = copies_of(daemon_->clients().at(0).ops);
+  ASSERT_EQ(whole.size(), 2u);
+  for (const auto& copy : whole) EXPECT_EQ(copy.bytes, 3000u * 4096u);
+}
+
 // A daemon asking for chunks smaller than ipc::kMinCopyChunkBytes gets that size: a 1-byte chunk
 // would cost a grant round trip per byte.
 TEST_F(GateTest, ATinyChunkSizeFromTheDaemonIsRaisedToTheMinimum) {

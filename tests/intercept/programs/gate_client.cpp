@@ -588,6 +588,37 @@ int run_copies(std::size_t bytes, std::size_t device_bytes) {
   return 0;
 }
 
+// A width x height image through a pitched allocation and back: cuMemcpy2D in, cuMemcpy2DAsync out.
+int run_copies_2d(std::size_t width, std::size_t height) {
+  std::vector<unsigned char> in(width * height), out(width * height, 0);
+  for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<unsigned char>(i * 131 + i / 4093 + 7);
+  CUdeviceptr device = 0;
+  std::size_t pitch = 0;
+  CUstream stream = nullptr;
+  CHECK_CU(cuMemAllocPitch(&device, &pitch, width, height, 4));
+  CHECK_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  CUDA_MEMCPY2D copy{};
+  copy.srcMemoryType = CU_MEMORYTYPE_HOST;
+  copy.srcHost = in.data();
+  copy.srcPitch = width;
+  copy.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  copy.dstDevice = device;
+  copy.dstPitch = pitch;
+  copy.WidthInBytes = width;
+  copy.Height = height;
+  CHECK_CU(cuMemcpy2D(&copy));
+  std::swap(copy.srcMemoryType, copy.dstMemoryType);
+  std::swap(copy.srcPitch, copy.dstPitch);
+  copy.srcDevice = device;
+  copy.srcHost = nullptr;
+  copy.dstHost = out.data();
+  CHECK_CU(cuMemcpy2DAsync(&copy, stream));
+  CHECK_CU(cuStreamSynchronize(stream));
+  CHECK(in == out);
+  std::printf("copies-2d ok\n");
+  return 0;
+}
+
 int run_reuse() {
   const char* daemon = std::getenv("GPUQOS_SOCKET");
   const char* which_env = std::getenv("GATE_REUSE");
@@ -710,6 +741,7 @@ int main(int argc, char** argv) {
   if (mode == "threads") return run_threads(arg(2, 4), arg(3, 20));
   if (mode == "bench") return run_bench(arg(2, 1000), argc > 3 && std::string(argv[3]) == "legacy");
   if (mode == "copies") return run_copies(arg(2, 1 << 20), arg(3, arg(2, 1 << 20)));
+  if (mode == "copies-2d") return run_copies_2d(arg(2, 3000), arg(3, 4096));
   if (mode == "contexts") return run_contexts(arg(2, 200));
   if (mode == "fork") return run_fork();
   if (mode == "reuse") return run_reuse();
