@@ -112,6 +112,7 @@ Decisions BaymaxPolicy::client_registered(const ClientInfo& info, std::int64_t n
   settle_long_budgets(now_ns);
   ClientState& state = state_of(info.client, info.priority);
   state.info = info;
+  state.registered_ns = now_ns;
   refresh_long_budgets(now_ns);
   return grant_ready(now_ns);
 }
@@ -1040,9 +1041,11 @@ void BaymaxPolicy::extend_credit(ClientId client, ClientState& state, Decisions&
   bool shared = !state.placed();  // on no device yet: it may be one with a high-priority job
   // A high-priority job on no device yet (registered, before its first GPU op) may come to this one:
   // the credit held then would go unasked ahead of its first query (the user test above: the first
-  // query of a job that joined running best-effort work met all of it).
-  shared = shared || std::any_of(clients_.begin(), clients_.end(), [](const auto& entry) {
-             return entry.second.info.priority == ipc::Priority::high && !entry.second.placed();
+  // query of a job that joined running best-effort work met all of it). For kUnplacedHighNs.
+  shared = shared || std::any_of(clients_.begin(), clients_.end(), [this](const auto& entry) {
+             const ClientState& other = entry.second;
+             return other.info.priority == ipc::Priority::high && !other.placed() &&
+                    last_now_ns_ - other.registered_ns < kUnplacedHighNs;
            });
   // Nor while another client waits there for a grant: credit would pass its op for as long as it is
   // renewed (a user test: a job whose first op came while another ran on credit waited 5 s, until

@@ -2742,6 +2742,35 @@ TEST(BaymaxPolicy, AClientRegisteredOnNoDeviceIsOnTheOneItsFirstOpNames) {
   EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(2), kMs, 20 * kMs).empty()) << "spent on credit";
 }
 
+// A high-priority process that only says its requests' arrivals (its forked workers do the GPU work)
+// never comes to a device: it keeps best-effort jobs off credit for kUnplacedHighNs after it
+// registered, not for as long as it runs (every best-effort op asked for its grant).
+TEST(BaymaxPolicy, AHighPriorityClientOnNoDeviceKeepsCreditOffOnlyForAWhile) {
+  BaymaxPolicy policy(options(50 * kMs, 8));
+  ClientInfo frontend = serve(kServe, 10 * kMs);
+  frontend.device = ClientInfo::kNoDevice;
+  (void)policy.client_registered(frontend, 0);
+  (void)policy.client_registered(train(kTrainA), 0);
+  std::uint64_t seq = 0;
+  for (const std::int64_t t : {std::int64_t{0}, BaymaxPolicy::kUnplacedHighNs - 2 * kMs}) {
+    (void)post(policy, kServe, Priority::high, arrival_at(++seq, t), t, 0);
+    const std::uint64_t own = seq;
+    EXPECT_EQ(post(policy, kTrainA, Priority::low, op(own), t, kMs), (Decisions{{kTrainA, own}}))
+        << t << ": granted, no credit";
+    (void)policy.op_completed({kTrainA, done(own, t + kMs), t + kMs});
+  }
+  const std::int64_t later = BaymaxPolicy::kUnplacedHighNs;
+  const Decisions credited = post(policy, kTrainA, Priority::low, op(seq + 1), later, kMs);
+  ASSERT_EQ(credited.size(), 2u) << "its op, and credit";
+  EXPECT_EQ(credited[0], (Grant{kTrainA, seq + 1}));
+  EXPECT_GT(credited[1].through_seq, seq + 1) << "credit: the frontend never came to a device";
+  // Once it is on the device: none again.
+  (void)post(policy, kServe, Priority::high, op(++seq), later + kMs, kMs);
+  const std::uint64_t next = credited[1].through_seq + 1;
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(next), later + 2 * kMs, kMs), (Decisions{{kTrainA, next}}))
+      << "granted as asked, no credit beside a high-priority job on the device";
+}
+
 // Idle for kStaleQueryNs (its job posts nothing more): abandoned, before it would be overdue (a
 // 600-ms target: 2.4 s).
 TEST(BaymaxPolicy, AnAbandonedQueryStopsHoldingBestEffortWork) {

@@ -243,6 +243,12 @@ class BaymaxPolicy final : public Policy {
   // while some of it completed (or it began) within this long: completions lost or late for longer
   // would hold best-effort work for as long as it runs.
   static constexpr std::int64_t kHpSilentNs = 1'000'000'000;
+  // A high-priority client on no device yet keeps best-effort jobs off credit (its first query could
+  // meet credit granted before it came) for this long after it registered, not for good: a process
+  // that only says its requests' arrivals while forked workers do its GPU work never comes to a
+  // device, and every best-effort op would ask for its grant (a round trip) for as long as it runs.
+  // Past it, a query of its arriving later meets at most the bound's worth of credit and backlog.
+  static constexpr std::int64_t kUnplacedHighNs = 10'000'000'000;
 
   explicit BaymaxPolicy(const PolicyOptions& options);
 
@@ -358,6 +364,7 @@ class BaymaxPolicy final : public Policy {
     std::set<std::uint32_t> devices;
     bool on(std::uint32_t device) const { return devices.empty() ? info.device == device : devices.contains(device); }
     bool placed() const { return !devices.empty() || info.device != ClientInfo::kNoDevice; }
+    std::int64_t registered_ns = 0;
     template <class F>
     void for_each_device(F&& f) const {  // each device it is on(), without building a set per call
       if (devices.empty()) {
