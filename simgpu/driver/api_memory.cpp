@@ -117,9 +117,22 @@ CUresult do_copy(void* dst, const void* src, std::size_t bytes, CUstream hstream
   return submit_copy(lock, stream, op, std::move(action), async);
 }
 
+// Whether [ptr, ptr + bytes) overlaps any device allocation (mu held).
+bool overlaps_allocation(std::uintptr_t ptr, std::size_t bytes) {
+  const auto& allocations = driver().allocations;
+  auto it = allocations.lower_bound(ptr + bytes);  // the first starting at or after the range's end
+  if (it == allocations.begin()) return false;
+  --it;
+  return it->first + it->second.bytes > ptr;
+}
+
 // A 2D copy (CUDA_MEMCPY2D): Height rows of WidthInBytes, each side from its (X, Y) at its pitch.
 // Host, device and unified sides; CUDA arrays are not modelled (CUDA_ERROR_NOT_SUPPORTED, said once).
+// As the driver: a pitch of more than rows need covers WidthInBytes + X and at most
+// CU_DEVICE_ATTRIBUTE_MAX_PITCH; a side that touches device memory lies within one allocation,
+// whatever its type says; anything that would wrap the address space is CUDA_ERROR_INVALID_VALUE.
 CUresult do_copy_2d(const CUDA_MEMCPY2D* copy, CUstream hstream, bool async, bool per_thread) {
+  constexpr std::size_t kMaxPitch = 2147483647;  // api_device.cpp's CU_DEVICE_ATTRIBUTE_MAX_PITCH
   if (!copy) return CUDA_ERROR_INVALID_VALUE;
   if (copy->srcMemoryType == CU_MEMORYTYPE_ARRAY || copy->dstMemoryType == CU_MEMORYTYPE_ARRAY) {
     log_once("cuMemcpy2D: CUDA arrays are not supported by simgpu");
@@ -132,21 +145,30 @@ CUresult do_copy_2d(const CUDA_MEMCPY2D* copy, CUstream hstream, bool async, boo
   if (!stream) return CUDA_ERROR_INVALID_HANDLE;
   const std::size_t width = copy->WidthInBytes, height = copy->Height;
   if (width == 0 || height == 0) return CUDA_SUCCESS;
-  if (height > 1 && (copy->srcPitch < width || copy->dstPitch < width)) return CUDA_ERROR_INVALID_VALUE;
-  // One side: its first byte, and whether it lies in device memory (checked against its type).
+  std::size_t total = 0;
+  if (__builtin_mul_overflow(width, height, &total)) return CUDA_ERROR_INVALID_VALUE;
+  // One side: its first byte, what it spans, and whether that is device memory (checked against its type).
   struct Side {
     unsigned char* first = nullptr;
+    std::size_t span = 0;
     bool device = false;
   };
   const auto side = [&](CUmemorytype type, const void* host, CUdeviceptr device, std::size_t x, std::size_t y,
                         std::size_t pitch, Side* out) {
-    auto* base = type == CU_MEMORYTYPE_HOST ? static_cast<unsigned char*>(const_cast<void*>(host))
-                                            : reinterpret_cast<unsigned char*>(device);
-    if (!base) return false;
-    out->first = base + y * pitch + x;
-    out->device = find_allocation(addr(out->first), (height - 1) * pitch + width) != nullptr;
-    if (type == CU_MEMORYTYPE_DEVICE) return out->device;  // a device side is within one allocation
-    return type == CU_MEMORYTYPE_UNIFIED || (type == CU_MEMORYTYPE_HOST && !out->device);
+    if (height > 1 && (pitch > kMaxPitch || pitch < width || pitch - width < x)) return false;
+    const std::uintptr_t base = type == CU_MEMORYTYPE_HOST ? addr(host) : static_cast<std::uintptr_t>(device);
+    std::size_t offset = 0, rows = 0, end = 0;
+    if (base == 0 || __builtin_mul_overflow(y, pitch, &offset) || __builtin_add_overflow(offset, x, &offset) ||
+        __builtin_mul_overflow(height - 1, pitch, &rows) || __builtin_add_overflow(rows, width, &out->span) ||
+        __builtin_add_overflow(base, offset, &end) || __builtin_add_overflow(end, out->span, &end)) {
+      return false;
+    }
+    out->first = reinterpret_cast<unsigned char*>(base + offset);
+    out->device = find_allocation(addr(out->first), 1) != nullptr;
+    if (out->device) {  // within one allocation, or nothing of it moves
+      return find_allocation(addr(out->first), out->span) != nullptr && type != CU_MEMORYTYPE_HOST;
+    }
+    return type != CU_MEMORYTYPE_DEVICE && !overlaps_allocation(addr(out->first), out->span);
   };
   Side src, dst;
   if (!side(copy->srcMemoryType, copy->srcHost, copy->srcDevice, copy->srcXInBytes, copy->srcY, copy->srcPitch, &src) ||
@@ -155,13 +177,13 @@ CUresult do_copy_2d(const CUDA_MEMCPY2D* copy, CUstream hstream, bool async, boo
   }
   wire::WireOp op{};
   op.kind = wire::WireOpKind::copy;
-  op.bytes = width * height;
+  op.bytes = total;
   op.engine = dst.device && src.device ? wire::WireEngine::local
               : dst.device             ? wire::WireEngine::h2d
               : src.device             ? wire::WireEngine::d2h
                                        : wire::WireEngine::local;  // host to host
-  if (op.engine == wire::WireEngine::h2d) op.pageable = !is_pinned(src.first, (height - 1) * copy->srcPitch + width);
-  if (op.engine == wire::WireEngine::d2h) op.pageable = !is_pinned(dst.first, (height - 1) * copy->dstPitch + width);
+  if (op.engine == wire::WireEngine::h2d) op.pageable = !is_pinned(src.first, src.span);
+  if (op.engine == wire::WireEngine::d2h) op.pageable = !is_pinned(dst.first, dst.span);
   HostAction action;
   action.kind = HostAction::Kind::copy;
   action.dst = dst.first;
@@ -208,7 +230,9 @@ void* ptr(CUdeviceptr p) { return reinterpret_cast<void*>(p); }
 
 }  // namespace
 
-SIMGPU_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
+// cuMemAlloc_v2's body, also cuMemAllocPitch_v2's: called by name through the PLT, a preloaded
+// library's cuMemAlloc_v2 (the gpuqos shim's hook) would see a second allocation inside the first.
+static CUresult allocate(CUdeviceptr* dptr, size_t bytes) {
   if (!dptr) return CUDA_ERROR_INVALID_VALUE;
   Driver& d = driver();
   std::unique_lock lock(d.mu);
@@ -230,6 +254,8 @@ SIMGPU_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
   return CUDA_SUCCESS;
 }
 
+SIMGPU_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) { return allocate(dptr, bytes); }
+
 // Rows padded to 512 bytes, as a GPU's pitched allocations are (its texture pitch alignment or more).
 SIMGPU_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t height,
                                           unsigned int element_bytes) {
@@ -238,7 +264,7 @@ SIMGPU_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size
   if (element_bytes != 4 && element_bytes != 8 && element_bytes != 16) return CUDA_ERROR_INVALID_VALUE;
   const std::size_t padded = (width + kPitchAlignment - 1) / kPitchAlignment * kPitchAlignment;
   if (padded < width || height > SIZE_MAX / padded) return CUDA_ERROR_INVALID_VALUE;
-  if (CUresult r = cuMemAlloc_v2(dptr, padded * height); r != CUDA_SUCCESS) return r;
+  if (CUresult r = allocate(dptr, padded * height); r != CUDA_SUCCESS) return r;
   *pitch = padded;
   return CUDA_SUCCESS;
 }

@@ -387,13 +387,36 @@ void copies_2d_client(ClientLink& c) {
   CLIENT_OK(c, cuStreamSynchronize(stream));
   CLIENT_CHECK(c, window_holds_source(via_unified, 0, 0, 9));
   CLIENT_CHECK(c, window_holds_source(via_d2d, 0, 0, 9));
-  // Bad input: a pitch under the width, a device side outside its allocation, a CUDA array.
+  // Bad input, refused before anything moves: a pitch under the width, or under the width plus X;
+  // a device side outside its allocation; a unified or host side that starts in an allocation and
+  // runs past its end (a review crashed the process with one); pitches and offsets that wrap the
+  // address space or pass the device's maximum pitch; a CUDA array.
   auto narrow = in;
   narrow.dstPitch = kWidth - 1;
   CLIENT_CHECK(c, cuMemcpy2D(&narrow) == CUDA_ERROR_INVALID_VALUE);
+  auto past_pitch = in;
+  past_pitch.dstXInBytes = pitch - kWidth + 1;
+  CLIENT_CHECK(c, cuMemcpy2D(&past_pitch) == CUDA_ERROR_INVALID_VALUE);
   auto beyond = in;
   beyond.dstY = kHeight;
   CLIENT_CHECK(c, cuMemcpy2D(&beyond) == CUDA_ERROR_INVALID_VALUE);
+  for (const CUmemorytype type : {CU_MEMORYTYPE_UNIFIED, CU_MEMORYTYPE_HOST}) {
+    auto overrun = in;
+    overrun.dstMemoryType = type;
+    overrun.dstHost = reinterpret_cast<void*>(pitched);
+    overrun.dstY = kHeight;
+    CLIENT_CHECK(c, cuMemcpy2D(&overrun) == CUDA_ERROR_INVALID_VALUE);
+  }
+  auto wrapping = in;
+  wrapping.dstPitch = std::size_t{1} << 63;
+  CLIENT_CHECK(c, cuMemcpy2D(&wrapping) == CUDA_ERROR_INVALID_VALUE);
+  wrapping.dstPitch = pitch;
+  wrapping.dstY = std::size_t{1} << 62;
+  CLIENT_CHECK(c, cuMemcpy2D(&wrapping) == CUDA_ERROR_INVALID_VALUE);
+  auto huge = in;
+  huge.Height = std::size_t{1} << 40;
+  huge.WidthInBytes = std::size_t{1} << 30;
+  CLIENT_CHECK(c, cuMemcpy2D(&huge) == CUDA_ERROR_INVALID_VALUE);
   auto array = in;
   array.dstMemoryType = CU_MEMORYTYPE_ARRAY;
   CLIENT_CHECK(c, cuMemcpy2D(&array) == CUDA_ERROR_NOT_SUPPORTED);
@@ -581,7 +604,7 @@ TEST_F(DriverItest, TwoDimensionalCopiesMoveTheirWindowOnly) {
   start(profile("fifo"));
   ClientProcess client(server().socket(), copies_2d_client);
   expect_clean(client.finish(), "client");
-  EXPECT_GE(server().device_stat("copies_completed"), 7);
+  EXPECT_EQ(server().device_stat("copies_completed"), 8) << "the memset and the seven good copies: no bad one reached the device";
 }
 
 TEST_F(DriverItest, AsyncCopiesPinnedAndPageableRoundTripBytesInStreamOrder) {
