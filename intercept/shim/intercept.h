@@ -140,12 +140,15 @@ CUresult intercept_copy(Operation op, Dst dst, Src src, Count bytes, Rest... res
   return result;
 }
 
-// Whether a 2-D copy's device sides (device or unified memory) lie within their allocations, as
-// fits_allocation() tells; an array side is taken as not fitting (the driver checks it whole).
+// Whether a 2-D copy may go in bands as it would go whole: each side's pitch covers WidthInBytes
+// plus its X (as the driver requires of a copy of more than one row; a band may be of one row,
+// which the driver would not check), and its device sides (device or unified memory) lie within
+// their allocations, as fits_allocation() tells. An array side goes whole (the driver checks it).
 template <class Copy>
 bool fits_allocations_2d(const Copy* copy) noexcept {
   const auto fits = [&](CUmemorytype type, CUdeviceptr device, std::uint64_t x, std::uint64_t y, std::uint64_t pitch) {
     if (type == CU_MEMORYTYPE_ARRAY) return false;
+    if (pitch < copy->WidthInBytes || pitch - copy->WidthInBytes < x) return false;
     if (type != CU_MEMORYTYPE_DEVICE && type != CU_MEMORYTYPE_UNIFIED) return true;
     const std::uint64_t span = (static_cast<std::uint64_t>(copy->Height) - 1) * pitch + copy->WidthInBytes;
     return fits_allocation(static_cast<CUdeviceptr>(device + y * pitch + x), span);
@@ -157,7 +160,8 @@ bool fits_allocations_2d(const Copy* copy) noexcept {
 // The body of the 2-D copy hooks (a CUDA_MEMCPY2D[, stream]): as intercept_copy, a copy larger than
 // the gate's chunk size goes in bands of whole rows, each at most the chunk size (at least one row),
 // each a copy of its own from its first row (srcY and dstY moved on). A copy from or into a CUDA
-// array, or one whose device side overruns its allocation, goes whole, as do captured ones.
+// array, one whose pitch is short of its width, or one whose device side overruns its allocation
+// goes whole (the driver refuses it whole), as do captured ones.
 template <HookId id, class Copy, class... Rest>
 CUresult intercept_copy_2d(Operation op, const Copy* copy, Rest... rest) noexcept {
   const NoCancel no_cancel;  // first, as in intercept(); over the bands too

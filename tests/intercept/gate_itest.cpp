@@ -1098,7 +1098,8 @@ TEST_F(GateTest, LowPriorityCopiesGoInChunksEachGrantedAndTheDataRoundTrips) {
 }
 
 // A 2-D copy goes in bands of whole rows, each at most a chunk: 4,096 rows of 3,000 bytes (11.7 MiB)
-// in 4-MiB chunks are bands of 1,398, 1,398 and 1,300 rows, each way.
+// in 4-MiB chunks are bands of 1,398, 1,398 and 1,300 rows, each way, each from its own first row
+// (the windows start at rows 3 and 2, bytes 8 and 4: the program checks every byte it gets back).
 TEST_F(GateTest, LowPriorityTwoDimensionalCopiesGoInBandsOfRowsAndTheDataRoundTrips) {
   daemon_->set_copy_chunk_bytes(4 * kMiB);
   start({"copies-2d", "3000", "4096"}, "low");
@@ -1126,6 +1127,20 @@ TEST_F(GateTest, HighPriorityTwoDimensionalCopiesAreNeverSplit) {
   const auto whole = copies_of(daemon_->clients().at(0).ops);
   ASSERT_EQ(whole.size(), 2u);
   for (const auto& copy : whole) EXPECT_EQ(copy.bytes, 3000u * 4096u);
+}
+
+// A pitch one byte short of the width, in rows of 5 MiB: the driver refuses the copy. In bands of
+// one row (each over the 4-MiB chunk) it would not check the pitch, and the rows would overlap: the
+// copy goes whole and fails as it would without the shim (a review found it succeeding).
+TEST_F(GateTest, ATwoDimensionalCopyWhosePitchIsShortOfItsWidthGoesWholeAndFails) {
+  daemon_->set_copy_chunk_bytes(4 * kMiB);
+  start({"copies-2d", std::to_string(5 * kMiB), "2", "narrow"}, "low");
+  ASSERT_EQ(finish(), 0) << output_;
+  EXPECT_NE(output_.find("narrow 1\n"), std::string::npos) << "CUDA_ERROR_INVALID_VALUE\n" << output_;
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return !c.empty() && !copies_of(c[0].ops).empty(); }));
+  const auto copies = copies_of(daemon_->clients().at(0).ops);
+  ASSERT_EQ(copies.size(), 1u);
+  EXPECT_EQ(copies[0].bytes, 10 * kMiB);
 }
 
 // A daemon asking for chunks smaller than ipc::kMinCopyChunkBytes gets that size: a 1-byte chunk
