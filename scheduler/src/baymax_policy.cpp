@@ -55,7 +55,7 @@ std::int64_t BaymaxPolicy::predicted(const OpPosted& event) const {
 
 void BaymaxPolicy::note_first_compute(ClientId client, ClientState& state, const OpenQuery& query,
                                       const ipc::OpDescriptor& op, std::int64_t point_ns) {
-  ClientState::FirstCompute first{query.opened_ns, op.seq, query.last_op_ns, point_ns};
+  ClientState::FirstCompute first{query.number, op.seq, query.last_op_ns, point_ns};
   first.device = op.device;
   // On a time-slicing device the op shares the slices instead: nothing counted as waited.
   if (!options_.baymax.preemptive(op.device)) {
@@ -77,7 +77,7 @@ void BaymaxPolicy::note_waited_ahead(ClientId client, const ClientState& state) 
   const OpenQuery* query = queries_.open_query(client);
   // Not before the op's own end: the others' ends alone may be later than the query (work beside it,
   // not ahead; an explicit end mark closes a query before its op's completion is read: none then).
-  if (!query || first.query_opened_ns != query->opened_ns || first.end_ns == 0) return;
+  if (!query || first.query != query->number || first.end_ns == 0) return;
   std::int64_t waited = std::min(first.ahead_ns, first.end_ns - first.point_ns - first.posted_ns);
   if (first.ahead_end_ns > 0) waited = std::min(waited, first.ahead_end_ns - first.posted_ns);
   queries_.waited_ahead(client, waited);
@@ -336,15 +336,30 @@ void BaymaxPolicy::learn(const std::vector<ClosedQuery>& closed) {
       learn_work(expected, state.query_compute_ns[device]);  // none there this time: 0
     }
     for (const auto& [device, work] : state.query_compute_ns) state.expected_query_compute_ns.try_emplace(device, work);
+    const std::int64_t next_work = state.next_query_work_ns;
+    auto next_compute = std::move(state.next_query_compute_ns);
     forget_query_work(state);
+    if (queries_.open_query(query.client)) {  // reopened for the work posted after the closing mark
+      state.query_work_ns = next_work;
+      state.query_compute_ns = std::move(next_compute);
+    }
     if (!state.info.target_ns) continue;
     bound_.observe(query.client, query.latency_ns(), *state.info.target_ns, state.info.percentile);
   }
 }
 
+std::int64_t BaymaxPolicy::expected_query_compute_ns(ClientId client, std::uint32_t device) const {
+  const auto it = clients_.find(client);
+  if (it == clients_.end()) return 0;
+  const auto work = it->second.expected_query_compute_ns.find(device);
+  return work == it->second.expected_query_compute_ns.end() ? 0 : work->second;
+}
+
 void BaymaxPolicy::forget_query_work(ClientState& state) {
   state.query_work_ns = 0;
   state.query_compute_ns.clear();
+  state.next_query_work_ns = 0;
+  state.next_query_compute_ns.clear();
   state.first_compute = {};
 }
 
@@ -1225,25 +1240,34 @@ Decisions BaymaxPolicy::op_posted(const OpPosted& event) {
   if (event.priority == ipc::Priority::high) {
     account(event.client, op, p, true, event.now_ns);
     const OpenQuery* before = queries_.open_query(event.client);
-    const std::int64_t opened_before = before ? before->opened_ns : -1;
+    const std::uint64_t query_before = before ? before->number : 0;
     const std::uint64_t ops_before = before ? before->ops : 0;
+    if (before && op.kind == ipc::OpKind::sync) {
+      // A later synchronisation is the open query's closing mark now: what was posted after the
+      // one before is its own again (QueryTracker counts it there).
+      state.query_work_ns += std::exchange(state.next_query_work_ns, 0);
+      for (const auto& [device, work] : state.next_query_compute_ns) state.query_compute_ns[device] += work;
+      state.next_query_compute_ns.clear();
+    }
     const std::vector<ClosedQuery> closed = queries_.posted(event.client, op, event.now_ns);
     learn(closed);
     if (const OpenQuery* after = queries_.open_query(event.client);
-        opened_before >= 0 && closed.empty() && (!after || after->opened_ns != opened_before)) {
+        query_before != 0 && closed.empty() && (!after || after->number != query_before)) {
       forget_query_work(state);  // the job's first mark: the inferred query was not one
     }
     // The point prediction: what a query's work takes, for tight_targets() to judge a target by (the
     // upper estimate read an untrained gpuqosd's 4 ms of another job's kernels as 10 ms ahead).
     const std::int64_t point = std::min(expected(event), p);
     if (const OpenQuery* query = queries_.open_query(event.client); query && engine_of(op)) {
-      state.query_work_ns += p;
-      if (engine_of(op) == Engine::compute) state.query_compute_ns[op.device] += point;
-      // The query's first compute op (counted in it: not one posted after its closing mark), whose
-      // completion tells how long it waited behind the work posted before it (at most that work's
-      // predicted time: with none ahead, a longer span is the op's own, the predictor short).
-      const bool counted = query->opened_ns != opened_before || query->ops != ops_before;
-      if (counted && engine_of(op) == Engine::compute && state.first_compute.query_opened_ns != query->opened_ns) {
+      // Counted in it: not one posted after its closing mark, which is the next query's.
+      const bool counted = query->number != query_before || query->ops != ops_before;
+      std::int64_t& work = counted ? state.query_work_ns : state.next_query_work_ns;
+      work += p;
+      if (engine_of(op) == Engine::compute) (counted ? state.query_compute_ns : state.next_query_compute_ns)[op.device] += point;
+      // The query's first compute op, whose completion tells how long it waited behind the work
+      // posted before it (at most that work's predicted time: with none ahead, a longer span is the
+      // op's own, the predictor short).
+      if (counted && engine_of(op) == Engine::compute && state.first_compute.query != query->number) {
         note_first_compute(event.client, state, *query, op, point);
       }
     }

@@ -37,6 +37,7 @@ bool blocks_host(const ipc::OpDescriptor& op) {
 void QueryTracker::open(State& state, std::int64_t at_ns, std::int64_t arrived_ns, bool from_arrival) {
   state.open = true;
   state.query = OpenQuery{std::min(arrived_ns, at_ns), at_ns, 0, at_ns, state.explicit_marks, 0, from_arrival};
+  state.query.number = ++state.opened_queries;
   state.op_times.clear();
   state.block_times.clear();
 }

@@ -1391,17 +1391,19 @@ TEST(BaymaxPolicy, AnotherHighPriorityProcesssQueryCountsInATightTargetOnAnInOrd
 // or dropped at the job's first mark: what was inferred before is not a query of the job's own) is
 // not the next query's: the other job's queries here are 4 ms of work after a 40-ms op that never
 // completed, and 4 ms is what counts ahead (the review of 13ae9fa: it counted the 40 ms in the
-// first query learned, and the 5 ms the queries take on their own stood in for it).
+// first query learned, and the 5 ms the queries take on their own stood in for it). Also when the
+// first mark is stamped with the inferred op's time, so the marked query opens at the same time
+// (a review: told apart by their opened_ns, nothing was dropped then).
 TEST(BaymaxPolicy, AQueryThatClosedUnlearnedCountsInNoOtherQuerysWork) {
-  enum class Closed { expired, at_the_first_mark };
-  for (const Closed closed : {Closed::expired, Closed::at_the_first_mark}) {
+  enum class Closed { expired, at_the_first_mark, at_a_first_mark_stamped_with_the_op };
+  for (const Closed closed : {Closed::expired, Closed::at_the_first_mark, Closed::at_a_first_mark_stamped_with_the_op}) {
     SCOPED_TRACE(static_cast<int>(closed));
     BaymaxPolicy policy(on_device(false, 5 * kMs));
     (void)policy.client_registered(serve(kServe, 8 * kMs), 0);
     (void)policy.client_registered(train(kTrainA), 0);
     (void)policy.client_registered(serve(kServeB, 30 * kMs), 0);
     std::uint64_t seq = 0, other_seq = 0;
-    (void)post(policy, kServeB, Priority::high, op(++other_seq), 0, 40 * kMs);  // its completion never comes
+    (void)post(policy, kServeB, Priority::high, op(++other_seq), kMs, 40 * kMs);  // its completion never comes
     std::int64_t t = 0;
     if (closed == Closed::expired) {
       t = 3000 * kMs;
@@ -1415,7 +1417,7 @@ TEST(BaymaxPolicy, AQueryThatClosedUnlearnedCountsInNoOtherQuerysWork) {
         continue;
       }
       ipc::OpDescriptor begin = op(++other_seq, ipc::OpKind::query_begin);
-      begin.posted_ns = at + 50 * kMs;
+      begin.posted_ns = k == 0 && closed == Closed::at_a_first_mark_stamped_with_the_op ? kMs : at + 50 * kMs;
       (void)post(policy, kServeB, Priority::high, begin, at + 50 * kMs, 0);
       const std::uint64_t work = ++other_seq;
       (void)post(policy, kServeB, Priority::high, op(work), at + 50 * kMs, 4 * kMs);
@@ -1427,6 +1429,26 @@ TEST(BaymaxPolicy, AQueryThatClosedUnlearnedCountsInNoOtherQuerysWork) {
     const auto tight = policy.tight_targets(t + 1000 * kMs);
     ASSERT_EQ(tight.size(), 1u) << "6 - 4 ms ahead = 2 ms of slack, under the 4 ms the bound costs";
     EXPECT_EQ(tight[0].ahead_ns, 4 * kMs);
+  }
+}
+
+// A job that posts its next query's work before its program waits for the current one's (a pipeline
+// two deep): what it posts after the closing synchronisation is the next query's, counted there
+// when it opens, not the current one's. Each query here is one 4-ms kernel; they were learned as
+// 8 ms, then nothing (the review of 5ebd9d0).
+TEST(BaymaxPolicy, WorkPostedAfterAQuerysClosingSyncCountsInTheNextQuery) {
+  BaymaxPolicy policy(on_device(false, 5 * kMs));
+  (void)policy.client_registered(serve(kServe, 30 * kMs), 0);
+  std::uint64_t seq = 0;
+  (void)post(policy, kServe, Priority::high, op(++seq), 0, 4 * kMs);
+  std::int64_t t = 0;
+  for (int k = 0; k < 4; ++k) {
+    const std::uint64_t running = seq;
+    (void)post(policy, kServe, Priority::high, op(++seq, ipc::OpKind::sync), t + kMs / 10, 0);
+    (void)post(policy, kServe, Priority::high, op(++seq), t + kMs / 5, 4 * kMs);  // the next query's
+    (void)policy.op_completed({kServe, done(running, t + 4 * kMs), t + 4 * kMs});
+    t += 4 * kMs;
+    EXPECT_EQ(policy.expected_query_compute_ns(kServe, 0), 4 * kMs) << k;
   }
 }
 

@@ -148,6 +148,14 @@ TEST(TightTargetWatch, LogsATargetTightNowAndAtHalfTheLastTenChecks) {
     TightTargetWatch watch;
     EXPECT_EQ(run(watch, "xxxx..........xxxx", {serve}), "..................") << "forgotten after 10 checks";
   }
+  {
+    TightTargetWatch watch;
+    EXPECT_EQ(run(watch, "xxxx.....x", {serve}), ".........L") << "the first check still in the window of 10";
+  }
+  {
+    TightTargetWatch watch;
+    EXPECT_EQ(run(watch, "xxxx......x", {serve}), "...........") << "the first check just out of it";
+  }
   TightTargetWatch watch;
   EXPECT_EQ(run(watch, "xxxx", {serve, other_gpu}), "....");
   EXPECT_EQ(run(watch, "x", {serve}), "L") << "serve on GPU 0 only";

@@ -277,6 +277,9 @@ class BaymaxPolicy final : public Policy {
   std::int64_t be_backlog_ns(std::uint32_t device, Engine engine, std::int64_t now_ns) const;
   std::size_t queued_ops() const;
   const QueryTracker& queries() const { return queries_; }
+  // A high-priority client's learned compute work per query on a device (the point prediction; 0:
+  // none learned), as tight_targets() counts it ahead of another job's query.
+  std::int64_t expected_query_compute_ns(ClientId client, std::uint32_t device) const;
   std::uint64_t adaptation_steps() const { return bound_.steps(); }
   // The long-op budget of a device (ns of cost a long best-effort op may spend), and its cap.
   double long_op_budget_ns(std::uint32_t device, std::int64_t now_ns) const;
@@ -314,13 +317,17 @@ class BaymaxPolicy final : public Policy {
     // untrained gpuqosd's 4 ms of another job's kernels as 10 ms).
     std::map<std::uint32_t, std::int64_t> query_compute_ns;
     std::map<std::uint32_t, std::int64_t> expected_query_compute_ns;
+    // The same of the work posted after the open query's closing synchronisation: the next query's
+    // (QueryTracker reopens one for it as the open one closes), counted there when it opens.
+    std::int64_t next_query_work_ns = 0;
+    std::map<std::uint32_t, std::int64_t> next_query_compute_ns;
     // High priority: its open query's first compute op on a run-to-end device, and the work of
     // other clients outstanding there when it was posted, to tell how long it waited behind that
     // work (note_waited_ahead): at most that work's predicted time, the end of the latest of it seen
     // done, and its own end less its predicted time (a high-priority op's end is late when the shim
     // recorded one event after several of its ops).
     struct FirstCompute {
-      std::int64_t query_opened_ns = -1;  // the query it is of
+      std::uint64_t query = 0;  // the OpenQuery::number of the query it is of (0: none)
       std::uint64_t seq = 0;
       std::int64_t posted_ns = 0;
       std::int64_t point_ns = 0;

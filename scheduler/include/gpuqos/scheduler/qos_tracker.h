@@ -126,7 +126,6 @@ class CoveredTime {
   std::int64_t forgotten_before_ns_ = std::numeric_limits<std::int64_t>::min();
 };
 
-// Grants and held best-effort work, counted by each Client and summed for the daemon.
 // Which tight targets (PolicyState::tight_targets, checked once a second) to log: a (job, device)
 // tight now and at kLogAfter of the last kChecks checks, this one included. Not at once: the first
 // queries after gpuqosd starts are judged by an untrained predictor (a user test's log said "its
@@ -147,6 +146,7 @@ class TightTargetWatch {
   std::map<Key, std::uint32_t> history_;  // bit k: tight k checks ago; a key with none is dropped
 };
 
+// Grants and held best-effort work, counted by each Client and summed for the daemon.
 struct GrantCounters {
   std::uint64_t grants = 0;              // grant descriptors pushed to clients
   std::uint64_t ops_held = 0;            // GPU ops posted beyond the client's grant (they waited)

@@ -66,6 +66,9 @@ struct OpenQuery {
   std::uint64_t closing_seq = 0;  // inferred: the sync mark that will close it (0: none yet)
   bool from_arrival = false;      // opened_ns is its request's arrival
   std::int64_t waited_ahead_ns = 0;  // its first compute op's wait behind work posted before it (waited_ahead)
+  // Which of the client's queries it is (1 for the first opened): a query dropped and another opened
+  // in one call can have the same opened_ns (a mark's time is held at the previous op's).
+  std::uint64_t number = 0;
 };
 
 class QueryTracker {
@@ -159,6 +162,7 @@ class QueryTracker {
     std::map<std::uint64_t, Posted> outstanding;  // GPU op seq -> when posted
     bool explicit_marks = false;
     bool open = false;
+    std::uint64_t opened_queries = 0;  // OpenQuery::number of the latest
     OpenQuery query;
     std::vector<std::int64_t> op_times;  // post time of each op of the open query (first kProfileOps)
     std::vector<std::int64_t> block_times;  // post times of the open query's blocking points
