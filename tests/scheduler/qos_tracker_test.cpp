@@ -132,29 +132,19 @@ TEST(TightTargetWatch, LogsATargetTightNowAndAtHalfTheLastTenChecks) {
     }
     return logged;
   };
-  {
+  struct Case {
+    const char* tight;   // one character a check: 'x' tight, '.' not
+    const char* logged;  // 'L' logged at that check
+    const char* why;
+  };
+  for (const Case& c : {Case{"xxxxxxx", "....LLL", "tight from the start: at the 5th check"},
+                        Case{"xx.......xx", "...........", "two blips, nine checks apart"},
+                        Case{"x.x.x.x.x.x", "........L.L", "hovering: tight every other check"},
+                        Case{"xxxx..........xxxx", "..................", "forgotten after 10 checks"},
+                        Case{"xxxx.....x", ".........L", "the first check still in the window of 10"},
+                        Case{"xxxx......x", "...........", "the first check just out of it"}}) {
     TightTargetWatch watch;
-    EXPECT_EQ(run(watch, "xxxxxxx", {serve}), "....LLL") << "tight from the start: at the 5th check";
-  }
-  {
-    TightTargetWatch watch;
-    EXPECT_EQ(run(watch, "xx.......xx", {serve}), "...........") << "two blips, nine checks apart";
-  }
-  {
-    TightTargetWatch watch;
-    EXPECT_EQ(run(watch, "x.x.x.x.x.x", {serve}), "........L.L") << "hovering: tight every other check";
-  }
-  {
-    TightTargetWatch watch;
-    EXPECT_EQ(run(watch, "xxxx..........xxxx", {serve}), "..................") << "forgotten after 10 checks";
-  }
-  {
-    TightTargetWatch watch;
-    EXPECT_EQ(run(watch, "xxxx.....x", {serve}), ".........L") << "the first check still in the window of 10";
-  }
-  {
-    TightTargetWatch watch;
-    EXPECT_EQ(run(watch, "xxxx......x", {serve}), "...........") << "the first check just out of it";
+    EXPECT_EQ(run(watch, c.tight, {serve}), c.logged) << c.why;
   }
   TightTargetWatch watch;
   EXPECT_EQ(run(watch, "xxxx", {serve, other_gpu}), "....");
