@@ -75,7 +75,8 @@ Pointer advanced(Pointer pointer, std::uint64_t bytes) noexcept {
 // Whether the `bytes` from `pointer` lie within one allocation, as far as the driver says. The driver
 // refuses a copy that overruns its allocation before moving a byte; chunks would move the ones
 // before the overrun, so such a copy goes whole. A host pointer, or an address the driver does not
-// describe (pageable memory in a unified copy), is taken as fitting.
+// describe (pageable memory in a unified copy), is taken as fitting unless its last byte is one the
+// driver describes (the range runs into an allocation).
 template <class Pointer>
 bool fits_allocation(Pointer pointer, std::uint64_t bytes) noexcept {
   if constexpr (std::is_pointer_v<Pointer>) {
@@ -86,9 +87,12 @@ bool fits_allocation(Pointer pointer, std::uint64_t bytes) noexcept {
     const auto address = static_cast<CUdeviceptr>(pointer);
     CUdeviceptr start = 0;
     std::size_t size = 0;
-    if (!get || get(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, address) != CUDA_SUCCESS ||
+    if (!get) return true;
+    if (get(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, address) != CUDA_SUCCESS ||
         get(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, address) != CUDA_SUCCESS) {
-      return true;
+      CUdeviceptr last = 0;
+      return bytes == 0 || (!__builtin_add_overflow(address, bytes - 1, &last) &&
+                            get(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, last) != CUDA_SUCCESS);
     }
     return address >= start && address - start <= size && bytes <= size - (address - start);
   }
@@ -141,17 +145,26 @@ CUresult intercept_copy(Operation op, Dst dst, Src src, Count bytes, Rest... res
 }
 
 // Whether a 2-D copy may go in bands as it would go whole: each side's pitch covers WidthInBytes
-// plus its X (as the driver requires of a copy of more than one row; a band may be of one row,
-// which the driver would not check), and its device sides (device or unified memory) lie within
-// their allocations, as fits_allocation() tells. An array side goes whole (the driver checks it).
+// plus its X and is at most the largest any GPU allows (CU_DEVICE_ATTRIBUTE_MAX_PITCH, 2^31 - 1: the
+// driver checks both of a copy of more than one row, and a band may be of one row, which it would
+// not check), nothing of it wraps the address space, and its device sides (device or unified memory)
+// lie within their allocations, as fits_allocation() tells. An array side goes whole (the driver
+// checks it).
 template <class Copy>
 bool fits_allocations_2d(const Copy* copy) noexcept {
+  constexpr std::uint64_t kMaxPitch = 2147483647;
   const auto fits = [&](CUmemorytype type, CUdeviceptr device, std::uint64_t x, std::uint64_t y, std::uint64_t pitch) {
     if (type == CU_MEMORYTYPE_ARRAY) return false;
-    if (pitch < copy->WidthInBytes || pitch - copy->WidthInBytes < x) return false;
+    if (pitch > kMaxPitch || pitch < copy->WidthInBytes || pitch - copy->WidthInBytes < x) return false;
     if (type != CU_MEMORYTYPE_DEVICE && type != CU_MEMORYTYPE_UNIFIED) return true;
-    const std::uint64_t span = (static_cast<std::uint64_t>(copy->Height) - 1) * pitch + copy->WidthInBytes;
-    return fits_allocation(static_cast<CUdeviceptr>(device + y * pitch + x), span);
+    std::uint64_t span = 0, first = 0;
+    if (__builtin_mul_overflow(static_cast<std::uint64_t>(copy->Height) - 1, pitch, &span) ||
+        __builtin_add_overflow(span, static_cast<std::uint64_t>(copy->WidthInBytes), &span) ||
+        __builtin_mul_overflow(y, pitch, &first) || __builtin_add_overflow(first, x, &first) ||
+        __builtin_add_overflow(first, static_cast<std::uint64_t>(device), &first)) {
+      return false;
+    }
+    return fits_allocation(static_cast<CUdeviceptr>(first), span);
   };
   return fits(copy->srcMemoryType, copy->srcDevice, copy->srcXInBytes, copy->srcY, copy->srcPitch) &&
          fits(copy->dstMemoryType, copy->dstDevice, copy->dstXInBytes, copy->dstY, copy->dstPitch);
