@@ -110,9 +110,11 @@ std::int64_t BaymaxPolicy::expected(const OpPosted& event) const {
 
 Decisions BaymaxPolicy::client_registered(const ClientInfo& info, std::int64_t now_ns) {
   settle_long_budgets(now_ns);
+  const bool known = clients_.contains(info.client);
   ClientState& state = state_of(info.client, info.priority);
+  // Registered again (a reload hands every client over anew): its kUnplacedHighNs runs from the first.
+  if (!known) state.registered_ns = now_ns;
   state.info = info;
-  state.registered_ns = now_ns;
   refresh_long_budgets(now_ns);
   return grant_ready(now_ns);
 }
@@ -336,12 +338,10 @@ void BaymaxPolicy::learn(const std::vector<ClosedQuery>& closed) {
       learn_work(expected, state.query_compute_ns[device]);  // none there this time: 0
     }
     for (const auto& [device, work] : state.query_compute_ns) state.expected_query_compute_ns.try_emplace(device, work);
-    const std::int64_t next_work = state.next_query_work_ns;
-    auto next_compute = std::move(state.next_query_compute_ns);
+    auto next = std::move(state.next_query_ops);
     forget_query_work(state);
     if (queries_.open_query(query.client)) {  // reopened for the work posted after the closing mark
-      state.query_work_ns = next_work;
-      state.query_compute_ns = std::move(next_compute);
+      for (const auto& [seq, op] : next) state.count_in_query(op);
     }
     if (!state.info.target_ns) continue;
     bound_.observe(query.client, query.latency_ns(), *state.info.target_ns, state.info.percentile);
@@ -358,8 +358,7 @@ std::int64_t BaymaxPolicy::expected_query_compute_ns(ClientId client, std::uint3
 void BaymaxPolicy::forget_query_work(ClientState& state) {
   state.query_work_ns = 0;
   state.query_compute_ns.clear();
-  state.next_query_work_ns = 0;
-  state.next_query_compute_ns.clear();
+  state.next_query_ops.clear();
   state.first_compute = {};
 }
 
@@ -407,6 +406,16 @@ std::int64_t BaymaxPolicy::others_hp_work_ns(std::uint32_t device) const {
     least_own = least_own < 0 ? own : std::min(least_own, own);
   }
   return least_own < 0 ? 0 : hp_work_on(device) - least_own;
+}
+
+double BaymaxPolicy::unspent_credit_ns(ClientId client, std::uint32_t device) const {
+  double unspent = 0;
+  for (const auto& [id, other] : clients_) {
+    if (id == client || other.info.priority != ipc::Priority::low || other.granted <= other.posted) continue;
+    if (other.placed() && !other.on(device)) continue;
+    unspent += static_cast<double>(other.granted - other.posted) * other.longest_recent_ns;
+  }
+  return unspent;
 }
 
 bool BaymaxPolicy::high_priority_on(std::uint32_t device) const {
@@ -884,7 +893,12 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
       // nearly all while the other's query ran; 0.1-0.3 % without the training).
       // A lone op still goes whatever its length (the long-op budget rations long ones): held for the
       // others' work, a guessed or long op would wait for as long as another job keeps work posted.
-      if (here.be_ops > 0 && backlog + others_hp_work_ns(op.device) + p > bound_.bound_ns()) return Hold::engine;
+      // Beside a high-priority job, credit the other best-effort clients still hold (given before it
+      // came to the device) goes unasked: it counts as theirs already.
+      const double credit = high_priority_on(op.device) ? unspent_credit_ns(client, op.device) : 0.0;
+      if (here.be_ops > 0 &&
+          static_cast<double>(backlog + others_hp_work_ns(op.device) + p) + credit > static_cast<double>(bound_.bound_ns()))
+        return Hold::engine;
     }
   } else {
     // Transfers between host and device are rationed; device-local work (memsets, copies within
@@ -1245,9 +1259,8 @@ Decisions BaymaxPolicy::op_posted(const OpPosted& event) {
     if (before && op.kind == ipc::OpKind::sync) {
       // A later synchronisation is the open query's closing mark now: what was posted after the
       // one before is its own again (QueryTracker counts it there).
-      state.query_work_ns += std::exchange(state.next_query_work_ns, 0);
-      for (const auto& [device, work] : state.next_query_compute_ns) state.query_compute_ns[device] += work;
-      state.next_query_compute_ns.clear();
+      for (const auto& [seq, next] : state.next_query_ops) state.count_in_query(next);
+      state.next_query_ops.clear();
     }
     const std::vector<ClosedQuery> closed = queries_.posted(event.client, op, event.now_ns);
     learn(closed);
@@ -1261,9 +1274,12 @@ Decisions BaymaxPolicy::op_posted(const OpPosted& event) {
     if (const OpenQuery* query = queries_.open_query(event.client); query && engine_of(op)) {
       // Counted in it: not one posted after its closing mark, which is the next query's.
       const bool counted = query->number != query_before || query->ops != ops_before;
-      std::int64_t& work = counted ? state.query_work_ns : state.next_query_work_ns;
-      work += p;
-      if (engine_of(op) == Engine::compute) (counted ? state.query_compute_ns : state.next_query_compute_ns)[op.device] += point;
+      const ClientState::NextOp work{p, op.device, engine_of(op) == Engine::compute ? std::max<std::int64_t>(1, point) : 0};
+      if (counted) {
+        state.count_in_query(work);
+      } else {
+        state.next_query_ops.insert_or_assign(op.seq, work);
+      }
       // The query's first compute op, whose completion tells how long it waited behind the work
       // posted before it (at most that work's predicted time: with none ahead, a longer span is the
       // op's own, the predictor short).
@@ -1302,6 +1318,8 @@ Decisions BaymaxPolicy::op_completed(const OpCompleted& event) {
   backlog_.complete(event.client, completion);
   auto it = clients_.find(event.client);
   if (it != clients_.end() && it->second.info.priority == ipc::Priority::high) {
+    // Done before its query closed: not in the one QueryTracker reopens.
+    it->second.next_query_ops.erase(completion.seq);
     learn(queries_.completed(event.client, completion, event.now_ns));
   }
   return grant_ready(event.now_ns);

@@ -1450,6 +1450,20 @@ TEST(BaymaxPolicy, WorkPostedAfterAQuerysClosingSyncCountsInTheNextQuery) {
     t += 4 * kMs;
     EXPECT_EQ(policy.expected_query_compute_ns(kServe, 0), 4 * kMs) << k;
   }
+  // Two posted after the closing sync, on other streams, one done before the query closes: QueryTracker
+  // reopens the next query for the other only, and only its work is counted there (a review).
+  BaymaxPolicy two(on_device(false, 5 * kMs));
+  (void)two.client_registered(serve(kServe, 30 * kMs), 0);
+  (void)post(two, kServe, Priority::high, op(1), 0, 4 * kMs);
+  (void)post(two, kServe, Priority::high, op(2, ipc::OpKind::sync), kMs / 10, 0);
+  (void)post(two, kServe, Priority::high, op(3), kMs / 5, 4 * kMs);
+  (void)post(two, kServe, Priority::high, op(4), kMs / 4, 4 * kMs);
+  (void)two.op_completed({kServe, done(3, 3 * kMs), 3 * kMs});
+  (void)two.op_completed({kServe, done(1, 4 * kMs), 4 * kMs});
+  EXPECT_EQ(two.expected_query_compute_ns(kServe, 0), 4 * kMs);
+  (void)post(two, kServe, Priority::high, op(5, ipc::OpKind::sync), 4 * kMs + kMs / 10, 0);
+  (void)two.op_completed({kServe, done(4, 8 * kMs), 8 * kMs});
+  EXPECT_EQ(two.expected_query_compute_ns(kServe, 0), 4 * kMs) << "the reopened query: op 4 alone";
 }
 
 // Contexts take turns, so a query arriving while two best-effort processes have work waits for a
@@ -2769,19 +2783,22 @@ TEST(BaymaxPolicy, AClientRegisteredOnNoDeviceIsOnTheOneItsFirstOpNames) {
 // registered, not for as long as it runs (every best-effort op asked for its grant).
 TEST(BaymaxPolicy, AHighPriorityClientOnNoDeviceKeepsCreditOffOnlyForAWhile) {
   BaymaxPolicy policy(options(50 * kMs, 8));
+  constexpr std::int64_t kRegistered = 1000 * kMs;
   ClientInfo frontend = serve(kServe, 10 * kMs);
   frontend.device = ClientInfo::kNoDevice;
-  (void)policy.client_registered(frontend, 0);
   (void)policy.client_registered(train(kTrainA), 0);
+  (void)policy.client_registered(frontend, kRegistered);
   std::uint64_t seq = 0;
-  for (const std::int64_t t : {std::int64_t{0}, BaymaxPolicy::kUnplacedHighNs - 2 * kMs}) {
+  for (const std::int64_t t : {kRegistered, kRegistered + BaymaxPolicy::kUnplacedHighNs - 2 * kMs}) {
     (void)post(policy, kServe, Priority::high, arrival_at(++seq, t), t, 0);
     const std::uint64_t own = seq;
     EXPECT_EQ(post(policy, kTrainA, Priority::low, op(own), t, kMs), (Decisions{{kTrainA, own}}))
         << t << ": granted, no credit";
     (void)policy.op_completed({kTrainA, done(own, t + kMs), t + kMs});
   }
-  const std::int64_t later = BaymaxPolicy::kUnplacedHighNs;
+  // A reload registers every client again: the frontend's time runs from its first registration.
+  (void)policy.client_registered(frontend, kRegistered + BaymaxPolicy::kUnplacedHighNs - kMs / 2);
+  const std::int64_t later = kRegistered + BaymaxPolicy::kUnplacedHighNs;
   const Decisions credited = post(policy, kTrainA, Priority::low, op(seq + 1), later, kMs);
   ASSERT_EQ(credited.size(), 2u) << "its op, and credit";
   EXPECT_EQ(credited[0], (Grant{kTrainA, seq + 1}));
@@ -2791,6 +2808,24 @@ TEST(BaymaxPolicy, AHighPriorityClientOnNoDeviceKeepsCreditOffOnlyForAWhile) {
   const std::uint64_t next = credited[1].through_seq + 1;
   EXPECT_EQ(post(policy, kTrainA, Priority::low, op(next), later + 2 * kMs, kMs), (Decisions{{kTrainA, next}}))
       << "granted as asked, no credit beside a high-priority job on the device";
+}
+
+// Credit goes unasked, so on a device that runs kernels to their end, once a high-priority job is
+// there, another client's grants keep the backlog and the credit held beside it within the bound
+// together: A's 8 ms of credit (given before the job came) and its 1-ms op in flight leave B one
+// 1-ms op of the 10-ms bound (a review: B was granted up to the bound and A's credit went on top,
+// twice the bound for the job's first query). With no such job: up to the bound, as before.
+TEST(BaymaxPolicy, CreditHeldByAnotherClientCountsInTheBacklogOnceAHighPriorityJobIsThere) {
+  for (const bool high : {true, false}) {
+    SCOPED_TRACE(high);
+    BaymaxPolicy policy(options(10 * kMs, 8));
+    (void)policy.client_registered(train(kTrainA), 0);
+    (void)policy.client_registered(train(kTrainB), 0);
+    EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 0, kMs), (Decisions{{kTrainA, 1}, {kTrainA, 9}}));
+    if (high) (void)policy.client_registered(serve(kServe, 1000 * kMs), 0);  // on device 0, no query yet
+    EXPECT_EQ(post(policy, kTrainB, Priority::low, op(1), 0, kMs), (Decisions{{kTrainB, 1}})) << "1 + 1 + 8 <= 10";
+    EXPECT_EQ(post(policy, kTrainB, Priority::low, op(2), 0, kMs).empty(), high) << "2 + 1 + 8 > 10";
+  }
 }
 
 // Idle for kStaleQueryNs (its job posts nothing more): abandoned, before it would be overdue (a

@@ -317,10 +317,19 @@ class BaymaxPolicy final : public Policy {
     // untrained gpuqosd's 4 ms of another job's kernels as 10 ms).
     std::map<std::uint32_t, std::int64_t> query_compute_ns;
     std::map<std::uint32_t, std::int64_t> expected_query_compute_ns;
-    // The same of the work posted after the open query's closing synchronisation: the next query's
-    // (QueryTracker reopens one for it as the open one closes), counted there when it opens.
-    std::int64_t next_query_work_ns = 0;
-    std::map<std::uint32_t, std::int64_t> next_query_compute_ns;
+    // The same of each op posted after the open query's closing synchronisation, by seq: the next
+    // query's (QueryTracker reopens one for those still outstanding as the open one closes), counted
+    // there when it opens; the open query's again at a later synchronisation (its closing mark now).
+    struct NextOp {
+      std::int64_t work_ns = 0;
+      std::uint32_t device = 0;
+      std::int64_t compute_ns = 0;  // 0: not compute
+    };
+    std::map<std::uint64_t, NextOp> next_query_ops;
+    void count_in_query(const NextOp& next) {
+      query_work_ns += next.work_ns;
+      if (next.compute_ns > 0) query_compute_ns[next.device] += next.compute_ns;
+    }
     // High priority: its open query's first compute op on a run-to-end device, and the work of
     // other clients outstanding there when it was posted, to tell how long it waited behind that
     // work (note_waited_ahead): at most that work's predicted time, the end of the latest of it seen
@@ -474,6 +483,12 @@ class BaymaxPolicy final : public Policy {
   std::int64_t hp_compute_on(const ClientState& state, std::uint32_t device) const;  // counted, as above
   std::int64_t hp_work_on(std::uint32_t device) const;
   std::int64_t others_hp_work_ns(std::uint32_t device) const;
+  // The predicted time of the credit best-effort clients other than `client` on the device (or on
+  // none yet) hold and have not spent: it goes unasked, so on a device that runs kernels to their
+  // end, once a high-priority job is there, it counts in the backlog a grant must keep within the
+  // bound (a review: credit given while no high-priority job was there, then spent beside grants up
+  // to the bound, made twice the bound for that job's first query).
+  double unspent_credit_ns(ClientId client, std::uint32_t device) const;
   // Whether a client other than `client` has an op queued (read, not granted) on the device.
   bool another_waits_on(ClientId client, std::uint32_t device) const;
   // How many best-effort clients share the bound's credit where `client` is (itself included), and
