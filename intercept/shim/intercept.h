@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 
 #include "shim.h"
@@ -156,6 +157,8 @@ bool fits_allocations_2d(const Copy* copy) noexcept {
   const auto fits = [&](CUmemorytype type, CUdeviceptr device, std::uint64_t x, std::uint64_t y, std::uint64_t pitch) {
     if (type == CU_MEMORYTYPE_ARRAY) return false;
     if (pitch > kMaxPitch || pitch < copy->WidthInBytes || pitch - copy->WidthInBytes < x) return false;
+    // A band's first row must fit the struct's field (32 bits in the legacy CUDA_MEMCPY2D_v1).
+    if (y + copy->Height - 1 > std::numeric_limits<std::remove_cvref_t<decltype(copy->srcY)>>::max()) return false;
     if (type != CU_MEMORYTYPE_DEVICE && type != CU_MEMORYTYPE_UNIFIED) return true;
     std::uint64_t span = 0, first = 0;
     if (__builtin_mul_overflow(static_cast<std::uint64_t>(copy->Height) - 1, pitch, &span) ||
