@@ -221,7 +221,8 @@ bool Session::wait_for_grant(std::uint64_t seq) noexcept {
   const auto slice = std::chrono::nanoseconds(kWaitSliceNs);
   while (granted_.load(std::memory_order_acquire) < seq) {
     if (!alive()) return false;
-    std::unique_lock pop(pop_mutex_, std::try_to_lock);
+    std::unique_lock pop(pop_mutex_, std::defer_lock);
+    if (!monitor_wants_pop_.load(std::memory_order_acquire)) (void)pop.try_lock();
     if (pop.owns_lock()) {  // this thread reads the grants ring for everyone
       drain_grants();
       if (granted_.load(std::memory_order_acquire) >= seq) break;
@@ -267,7 +268,12 @@ bool Session::watch(int timeout_ms) noexcept {
     // A gpuqosd shutting down says so with a detach grant before it hangs up: read it first, so the
     // reason is that, not the hang-up (a high-priority client, which never waits, reads it only here).
     // Blocking: a waiter holds the lock for at most one wait slice (5 ms), and may be reading it.
-    if (std::lock_guard pop(pop_mutex_); alive()) drain_grants();
+    monitor_wants_pop_.store(true, std::memory_order_release);
+    {
+      std::lock_guard pop(pop_mutex_);
+      monitor_wants_pop_.store(false, std::memory_order_release);
+      if (alive()) drain_grants();
+    }
     lose("gpuqosd closed the connection");
   } else if (ready > 0 && (socket.revents & POLLIN)) {
     std::array<char, 256> ignored;  // the daemon sends nothing after its reply; read what it sends

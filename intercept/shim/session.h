@@ -188,6 +188,10 @@ class Session {
   std::atomic<std::uint64_t> told_unscheduled_{0};  // bit d: device d told of as unscheduled
 
   std::mutex pop_mutex_;  // the grants ring's consumer side
+  // The monitor thread waits for pop_mutex_ (a hang-up seen): a waiter leaves it to it rather than
+  // take it again at once (std::mutex is not fair: under CPU pressure the monitor waited until the
+  // waiter gave up at the heartbeat limit, 100 ms, where a gpuqosd crash should release it at once).
+  std::atomic<bool> monitor_wants_pop_{false};
   std::atomic<std::uint64_t> granted_{0};
   std::atomic<std::uint64_t> full_ring_ops_{0};
   mutable std::mutex state_mutex_;
