@@ -49,6 +49,15 @@ void stamp(Operation& op) noexcept {
   op.captured = issued_into_capture(op);
 }
 
+// Ask the gate, call the driver, tell the gate: one operation (a whole call, or a chunk of one).
+template <class Real, class... Args>
+CUresult gated_call(Gate& g, const Operation& op, Real real, Args... args) noexcept {
+  const Ticket ticket = g.before(op);
+  const CUresult result = real(args...);
+  g.after(op, ticket, result);
+  return result;
+}
+
 // The body of every hook but the resolvers: describe, ask the gate, call the driver, tell the gate.
 template <HookId id, class... Args>
 CUresult intercept(Operation op, Args... args) noexcept {
@@ -56,11 +65,7 @@ CUresult intercept(Operation op, Args... args) noexcept {
   const auto real = real_function<id>();
   if (!real) return missing_real_function(id);
   stamp<id>(op);
-  Gate& g = gate();
-  const Ticket ticket = g.before(op);
-  const CUresult result = real(args...);
-  g.after(op, ticket, result);
-  return result;
+  return gated_call(gate(), op, real, args...);
 }
 
 // `pointer` (a host pointer or a device address) moved on by `bytes`.
@@ -99,6 +104,18 @@ bool fits_allocation(Pointer pointer, std::uint64_t bytes) noexcept {
   }
 }
 
+// The operation of a chunk of `op`: `bytes` of it, its host side `host_offset` bytes on and its
+// unified sides `src_offset` and `dst_offset` on.
+inline Operation chunk_of(const Operation& op, std::uint64_t bytes, std::uint64_t host_offset, std::uint64_t src_offset,
+                          std::uint64_t dst_offset) noexcept {
+  Operation part = op;
+  part.bytes = bytes;
+  if (part.host_ptr) part.host_ptr = advanced(part.host_ptr, host_offset);
+  if (part.src_ptr) part.src_ptr = advanced(part.src_ptr, src_offset);
+  if (part.dst_ptr) part.dst_ptr = advanced(part.dst_ptr, dst_offset);
+  return part;
+}
+
 // A 1-D copy too large for the gate's chunk size: one describe/ask/call/tell per chunk, with the
 // pointers moved on. The program sees one call: the first failure is returned and nothing after
 // it is issued. A gate that lost the daemon meanwhile lets the remaining chunks straight through.
@@ -109,14 +126,8 @@ CUresult intercept_in_chunks(Gate& g, const Operation& op, std::uint64_t chunk_b
   const std::uint64_t total = static_cast<std::uint64_t>(bytes);
   for (std::uint64_t done = 0; done < total; done += chunk_bytes) {
     const std::uint64_t part_bytes = std::min(chunk_bytes, total - done);
-    Operation part = op;
-    part.bytes = part_bytes;
-    if (part.host_ptr) part.host_ptr = advanced(part.host_ptr, done);
-    if (part.src_ptr) part.src_ptr = advanced(part.src_ptr, done);
-    if (part.dst_ptr) part.dst_ptr = advanced(part.dst_ptr, done);
-    const Ticket ticket = g.before(part);
-    const CUresult result = real(advanced(dst, done), advanced(src, done), static_cast<Count>(part_bytes), rest...);
-    g.after(part, ticket, result);
+    const CUresult result = gated_call(g, chunk_of(op, part_bytes, done, done, done), real, advanced(dst, done),
+                                       advanced(src, done), static_cast<Count>(part_bytes), rest...);
     if (result != CUDA_SUCCESS) return result;
   }
   return CUDA_SUCCESS;
@@ -139,10 +150,7 @@ CUresult intercept_copy(Operation op, Dst dst, Src src, Count bytes, Rest... res
       fits_allocation(dst, static_cast<std::uint64_t>(bytes)) && fits_allocation(src, static_cast<std::uint64_t>(bytes))) {
     return intercept_in_chunks<id>(g, op, chunk_bytes, dst, src, bytes, rest...);
   }
-  const Ticket ticket = g.before(op);
-  const CUresult result = real(dst, src, bytes, rest...);
-  g.after(op, ticket, result);
-  return result;
+  return gated_call(g, op, real, dst, src, bytes, rest...);
 }
 
 // Whether a 2-D copy may go in bands as it would go whole: each side's pitch covers WidthInBytes
@@ -188,10 +196,7 @@ CUresult intercept_copy_2d(Operation op, const Copy* copy, Rest... rest) noexcep
   const std::uint64_t chunk_bytes = g.copy_chunk_bytes();
   if (chunk_bytes == 0 || !copy || op.captured || op.bytes <= chunk_bytes || copy->WidthInBytes == 0 ||
       copy->Height < 2 || !fits_allocations_2d(copy)) {
-    const Ticket ticket = g.before(op);
-    const CUresult result = real(copy, rest...);
-    g.after(op, ticket, result);
-    return result;
+    return gated_call(g, op, real, copy, rest...);
   }
   const std::uint64_t width = copy->WidthInBytes, height = copy->Height;
   const std::uint64_t band_rows = std::max<std::uint64_t>(1, chunk_bytes / width);
@@ -201,14 +206,8 @@ CUresult intercept_copy_2d(Operation op, const Copy* copy, Rest... rest) noexcep
     band.Height = static_cast<decltype(band.Height)>(std::min(band_rows, height - done));
     band.srcY = static_cast<decltype(band.srcY)>(copy->srcY + done);
     band.dstY = static_cast<decltype(band.dstY)>(copy->dstY + done);
-    Operation part = op;
-    part.bytes = width * band.Height;
-    if (part.host_ptr) part.host_ptr = advanced(part.host_ptr, done * host_pitch);
-    if (part.src_ptr) part.src_ptr = advanced(part.src_ptr, done * copy->srcPitch);
-    if (part.dst_ptr) part.dst_ptr = advanced(part.dst_ptr, done * copy->dstPitch);
-    const Ticket ticket = g.before(part);
-    const CUresult result = real(&band, rest...);
-    g.after(part, ticket, result);
+    const Operation part = chunk_of(op, width * band.Height, done * host_pitch, done * copy->srcPitch, done * copy->dstPitch);
+    const CUresult result = gated_call(g, part, real, &band, rest...);
     if (result != CUDA_SUCCESS) return result;
   }
   return CUDA_SUCCESS;
