@@ -340,7 +340,8 @@ void BaymaxPolicy::learn(const std::vector<ClosedQuery>& closed) {
     for (const auto& [device, work] : state.query_compute_ns) state.expected_query_compute_ns.try_emplace(device, work);
     auto next = std::move(state.next_query_ops);
     forget_query_work(state);
-    if (queries_.open_query(query.client)) {  // reopened for the work posted after the closing mark
+    if (const OpenQuery* reopened = queries_.open_query(query.client)) {  // for the work posted after the closing mark
+      state.work_query = reopened->number;
       for (const auto& [seq, op] : next) state.count_in_query(op);
     }
     if (!state.info.target_ns) continue;
@@ -360,6 +361,7 @@ void BaymaxPolicy::forget_query_work(ClientState& state) {
   state.query_compute_ns.clear();
   state.next_query_ops.clear();
   state.first_compute = {};
+  state.work_query = 0;
 }
 
 bool BaymaxPolicy::overdue(const OpenQuery& query, std::int64_t target_ns, std::int64_t now_ns) {
@@ -411,9 +413,8 @@ std::int64_t BaymaxPolicy::others_hp_work_ns(std::uint32_t device) const {
 double BaymaxPolicy::unspent_credit_ns(ClientId client, std::uint32_t device) const {
   double unspent = 0;
   for (const auto& [id, other] : clients_) {
-    if (id == client || other.info.priority != ipc::Priority::low || other.granted <= other.posted) continue;
-    if (other.placed() && !other.on(device)) continue;
-    unspent += static_cast<double>(other.granted - other.posted) * other.longest_recent_ns;
+    if (id == client || other.info.priority != ipc::Priority::low || (other.placed() && !other.on(device))) continue;
+    unspent += other.unspent_credit_ns();
   }
   return unspent;
 }
@@ -707,9 +708,7 @@ BaymaxPolicy::CreditBeside BaymaxPolicy::credit_beside(ClientId client, const Cl
     state.for_each_device([&](std::uint32_t device) { beside = beside || other.on(device); });
     if (!beside) continue;
     ++beside_it.holders;
-    if (other.granted > other.posted) {
-      beside_it.unspent_ns += static_cast<double>(other.granted - other.posted) * other.longest_recent_ns;
-    }
+    beside_it.unspent_ns += other.unspent_credit_ns();
   }
   return beside_it;
 }
@@ -895,10 +894,11 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
       // others' work, a guessed or long op would wait for as long as another job keeps work posted.
       // Beside a high-priority job, credit the other best-effort clients still hold (given before it
       // came to the device) goes unasked: it counts as theirs already.
-      const double credit = high_priority_on(op.device) ? unspent_credit_ns(client, op.device) : 0.0;
-      if (here.be_ops > 0 &&
-          static_cast<double>(backlog + others_hp_work_ns(op.device) + p) + credit > static_cast<double>(bound_.bound_ns()))
-        return Hold::engine;
+      if (here.be_ops > 0) {
+        const double credit = high_priority_on(op.device) ? unspent_credit_ns(client, op.device) : 0.0;
+        if (static_cast<double>(backlog + others_hp_work_ns(op.device) + p) + credit > static_cast<double>(bound_.bound_ns()))
+          return Hold::engine;
+      }
     }
   } else {
     // Transfers between host and device are rationed; device-local work (memsets, copies within
@@ -1262,16 +1262,16 @@ Decisions BaymaxPolicy::op_posted(const OpPosted& event) {
       for (const auto& [seq, next] : state.next_query_ops) state.count_in_query(next);
       state.next_query_ops.clear();
     }
-    const std::vector<ClosedQuery> closed = queries_.posted(event.client, op, event.now_ns);
-    learn(closed);
-    if (const OpenQuery* after = queries_.open_query(event.client);
-        query_before != 0 && closed.empty() && (!after || after->number != query_before)) {
-      forget_query_work(state);  // the job's first mark: the inferred query was not one
-    }
+    learn(queries_.posted(event.client, op, event.now_ns));
     // The point prediction: what a query's work takes, for tight_targets() to judge a target by (the
     // upper estimate read an untrained gpuqosd's 4 ms of another job's kernels as 10 ms ahead).
     const std::int64_t point = std::min(expected(event), p);
-    if (const OpenQuery* query = queries_.open_query(event.client); query && engine_of(op)) {
+    const OpenQuery* query = queries_.open_query(event.client);
+    if (query && state.work_query != query->number) {  // what was counted is of a query that closed unlearned
+      forget_query_work(state);
+      state.work_query = query->number;
+    }
+    if (query && engine_of(op)) {
       // Counted in it: not one posted after its closing mark, which is the next query's.
       const bool counted = query->number != query_before || query->ops != ops_before;
       const ClientState::NextOp work{p, op.device, engine_of(op) == Engine::compute ? std::max<std::int64_t>(1, point) : 0};
@@ -1349,9 +1349,7 @@ Decisions BaymaxPolicy::client_gone(ClientId client, std::int64_t now_ns) {
 }
 
 Decisions BaymaxPolicy::tick(std::int64_t now_ns) {
-  for (const ClientId client : queries_.expire(now_ns, kStaleQueryNs)) {
-    if (auto it = clients_.find(client); it != clients_.end()) forget_query_work(it->second);
-  }
+  queries_.expire(now_ns, kStaleQueryNs);  // what its queries counted is dropped at the next (work_query)
   std::vector<std::pair<ClientId, std::uint64_t>> stale;
   for (const auto& [key, flight] : in_flight_) {
     // Only a best-effort op holds its own client's next call; a high-priority one, however late,

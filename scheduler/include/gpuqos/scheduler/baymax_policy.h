@@ -326,6 +326,10 @@ class BaymaxPolicy final : public Policy {
       std::int64_t compute_ns = 0;  // 0: not compute
     };
     std::map<std::uint64_t, NextOp> next_query_ops;
+    // The OpenQuery::number of the query all of the above is of (0: none): a query that closed
+    // unlearned (abandoned by expire(), or dropped at the job's first mark) leaves its work behind,
+    // and the next query's first op finds it of another number and starts afresh.
+    std::uint64_t work_query = 0;
     void count_in_query(const NextOp& next) {
       query_work_ns += next.work_ns;
       if (next.compute_ns > 0) query_compute_ns[next.device] += next.compute_ns;
@@ -359,6 +363,10 @@ class BaymaxPolicy final : public Policy {
     // ops it posts before a guessed one (a kernel the predictor does not know) is forgotten. Its
     // credit is sized by the first, and there is none while the second is not 0.
     double longest_recent_ns = 0;
+    // The predicted time of the credit it holds and has not spent, by the first.
+    double unspent_credit_ns() const {
+      return granted > posted ? static_cast<double>(granted - posted) * longest_recent_ns : 0.0;
+    }
     std::uint32_t guessed_within = 0;
     std::uint32_t guessed_as_bound = 0;  // its guessed ops counted as the bound so far (kGuessedBoundOps)
     // High priority: predicted compute time posted and not completed, by device, and since when it
@@ -427,9 +435,7 @@ class BaymaxPolicy final : public Policy {
                bool priced_long = false);
   void retire(ClientId client, std::uint64_t seq, std::optional<std::int64_t> end_ns, std::int64_t now_ns);
   void learn(const std::vector<ClosedQuery>& closed);
-  // Drops what was counted of a client's open query that closed unlearned: abandoned by expire(), or
-  // by the job's first mark (what was inferred before it is not a query of the job's own). Its work
-  // would otherwise count in the next query's.
+  // Drops what was counted of a client's queries (ClientState::work_query).
   static void forget_query_work(ClientState& state);
   // The long-op budget's growth per ns of wall time on a device (0: nothing to ration), whether an
   // op is long there, and what it costs from the budget (0: not long, or nothing to pay).
