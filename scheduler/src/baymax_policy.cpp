@@ -53,9 +53,11 @@ std::int64_t BaymaxPolicy::predicted(const OpPosted& event) const {
   return event.predicted_ns > 0 ? event.predicted_ns : placeholder_duration_ns(event.op);
 }
 
-void BaymaxPolicy::note_first_compute(ClientId client, ClientState& state, const OpenQuery& query,
-                                      const ipc::OpDescriptor& op, std::int64_t point_ns) {
-  ClientState::FirstCompute first{query.number, op.seq, query.last_op_ns, point_ns};
+BaymaxPolicy::ClientState::FirstCompute BaymaxPolicy::first_compute_of(ClientId client, std::uint64_t query,
+                                                                      const ipc::OpDescriptor& op,
+                                                                      std::int64_t posted_ns,
+                                                                      std::int64_t point_ns) const {
+  ClientState::FirstCompute first{query, op.seq, posted_ns, point_ns};
   first.device = op.device;
   // On a time-slicing device the op shares the slices instead: nothing counted as waited.
   if (!options_.baymax.preemptive(op.device)) {
@@ -69,7 +71,7 @@ void BaymaxPolicy::note_first_compute(ClientId client, ClientState& state, const
       }
     }
   }
-  state.first_compute = std::move(first);
+  return first;
 }
 
 void BaymaxPolicy::note_waited_ahead(ClientId client, const ClientState& state) {
@@ -89,17 +91,23 @@ void BaymaxPolicy::first_compute_completion(ClientId client, const ipc::Completi
   // retired: its device and engine are known while it is in flight).
   const auto flight = in_flight_.find({client, completion.seq});
   if (flight == in_flight_.end() || flight->second.engine != Engine::compute) return;
+  // The end of work a first compute op was posted behind: also of one posted after its query's
+  // closing synchronisation, whose query is yet to reopen.
+  const auto ahead_ended = [&](ClientState::FirstCompute& first) {
+    const auto ahead = std::find_if(first.ahead.begin(), first.ahead.end(), [&](const auto& a) { return a.first == client; });
+    if (ahead == first.ahead.end() || completion.seq > ahead->second || flight->second.device != first.device) return false;
+    first.ahead_end_ns = std::max(first.ahead_end_ns, completion.end_ns);
+    return true;
+  };
   for (auto& [id, state] : clients_) {
     ClientState::FirstCompute& first = state.first_compute;
+    if (id != client) ahead_ended(state.next_first_compute);
     if (id == client && first.seq == completion.seq && first.end_ns == 0) {
       first.end_ns = completion.status == 0 ? completion.end_ns : first.posted_ns + first.point_ns;  // failed: no wait
       note_waited_ahead(id, state);
       continue;
     }
-    const auto ahead = std::find_if(first.ahead.begin(), first.ahead.end(), [&](const auto& a) { return a.first == client; });
-    if (ahead == first.ahead.end() || completion.seq > ahead->second || flight->second.device != first.device) continue;
-    first.ahead_end_ns = std::max(first.ahead_end_ns, completion.end_ns);
-    note_waited_ahead(id, state);
+    if (ahead_ended(first)) note_waited_ahead(id, state);
   }
 }
 
@@ -339,10 +347,15 @@ void BaymaxPolicy::learn(const std::vector<ClosedQuery>& closed) {
     }
     for (const auto& [device, work] : state.query_compute_ns) state.expected_query_compute_ns.try_emplace(device, work);
     auto next = std::move(state.next_query_ops);
+    ClientState::FirstCompute next_first = std::move(state.next_first_compute);
     forget_query_work(state);
     if (const OpenQuery* reopened = queries_.open_query(query.client)) {  // for the work posted after the closing mark
       state.work_query = reopened->number;
       for (const auto& [seq, op] : next) state.count_in_query(op);
+      if (next_first.seq != 0) {
+        next_first.query = reopened->number;
+        state.first_compute = std::move(next_first);
+      }
     }
     if (!state.info.target_ns) continue;
     bound_.observe(query.client, query.latency_ns(), *state.info.target_ns, state.info.percentile);
@@ -361,6 +374,7 @@ void BaymaxPolicy::forget_query_work(ClientState& state) {
   state.query_compute_ns.clear();
   state.next_query_ops.clear();
   state.first_compute = {};
+  state.next_first_compute = {};
   state.work_query = 0;
 }
 
@@ -1261,6 +1275,11 @@ Decisions BaymaxPolicy::op_posted(const OpPosted& event) {
       // one before is its own again (QueryTracker counts it there).
       for (const auto& [seq, next] : state.next_query_ops) state.count_in_query(next);
       state.next_query_ops.clear();
+      if (state.next_first_compute.seq != 0 && state.first_compute.query != query_before) {
+        state.next_first_compute.query = query_before;  // the query had no compute op before its first close
+        state.first_compute = std::move(state.next_first_compute);
+      }
+      state.next_first_compute = {};
     }
     learn(queries_.posted(event.client, op, event.now_ns));
     // The point prediction: what a query's work takes, for tight_targets() to judge a target by (the
@@ -1279,12 +1298,15 @@ Decisions BaymaxPolicy::op_posted(const OpPosted& event) {
         state.count_in_query(work);
       } else {
         state.next_query_ops.insert_or_assign(op.seq, work);
+        if (engine_of(op) == Engine::compute && state.next_first_compute.seq == 0) {
+          state.next_first_compute = first_compute_of(event.client, 0, op, queries_.last_posted_ns(event.client), point);
+        }
       }
       // The query's first compute op, whose completion tells how long it waited behind the work
       // posted before it (at most that work's predicted time: with none ahead, a longer span is the
       // op's own, the predictor short).
       if (counted && engine_of(op) == Engine::compute && state.first_compute.query != query->number) {
-        note_first_compute(event.client, state, *query, op, point);
+        state.first_compute = first_compute_of(event.client, query->number, op, query->last_op_ns, point);
       }
     }
     return grant_ready(event.now_ns);
@@ -1320,6 +1342,7 @@ Decisions BaymaxPolicy::op_completed(const OpCompleted& event) {
   if (it != clients_.end() && it->second.info.priority == ipc::Priority::high) {
     // Done before its query closed: not in the one QueryTracker reopens.
     it->second.next_query_ops.erase(completion.seq);
+    if (it->second.next_first_compute.seq == completion.seq) it->second.next_first_compute = {};
     learn(queries_.completed(event.client, completion, event.now_ns));
   }
   return grant_ready(event.now_ns);

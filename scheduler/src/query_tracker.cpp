@@ -351,4 +351,9 @@ std::uint64_t QueryTracker::outstanding_ops(ClientId client) const {
   return it == clients_.end() ? 0 : it->second.outstanding.size();
 }
 
+std::int64_t QueryTracker::last_posted_ns(ClientId client) const {
+  auto it = clients_.find(client);
+  return it == clients_.end() ? 0 : it->second.last_posted_ns;
+}
+
 }  // namespace gpuqos::scheduler

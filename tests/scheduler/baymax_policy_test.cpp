@@ -1466,6 +1466,56 @@ TEST(BaymaxPolicy, WorkPostedAfterAQuerysClosingSyncCountsInTheNextQuery) {
   EXPECT_EQ(two.expected_query_compute_ns(kServe, 0), 4 * kMs) << "the reopened query: op 4 alone";
 }
 
+// The same pipeline's next query's first kernel, posted after the closing synchronisation behind a
+// best-effort kernel: what it waited behind that is not the query's own time. Each query here is one
+// 4-ms kernel that waits for the job's previous one and a best-effort one predicted at 4.5 ms that
+// runs 3: its own time is 4 ms of its 7.8 (it was 7.8 ms: the reopened query had no first compute
+// op, its one kernel posted before it reopened). And when that kernel is done before the query
+// closes it is of no query, nor what it waited behind.
+TEST(BaymaxPolicy, APipelinedQuerysFirstKernelPostedBeforeItReopenedTellsItsWait) {
+  BaymaxPolicy policy(on_device(false, 5 * kMs));
+  (void)policy.client_registered(serve(kServe, 30 * kMs), 0);
+  (void)policy.client_registered(train(kTrainA), 0);
+  std::uint64_t seq = 0, train_seq = 0;
+  (void)post(policy, kServe, Priority::high, op(++seq), 0, 4 * kMs);
+  for (int k = 0; k < 6; ++k) {
+    const std::int64_t t = k * 7 * kMs;
+    const std::uint64_t running = seq;
+    (void)post(policy, kServe, Priority::high, op(++seq, ipc::OpKind::sync), t + kMs / 10, 0);
+    ++train_seq;
+    EXPECT_EQ(post(policy, kTrainA, Priority::low, op(train_seq), t + 3 * kMs / 20, 4 * kMs + kMs / 2),
+              (Decisions{{kTrainA, train_seq}})) << k;
+    (void)post(policy, kServe, Priority::high, op(++seq), t + kMs / 5, 4 * kMs);  // the next query's
+    // The query closes and the next reopens; the next query's kernel ends at the next turn's 1 ms.
+    (void)policy.op_completed({kServe, done(running, t + kMs), t + kMs});
+    (void)policy.op_completed({kTrainA, done(train_seq, t + 4 * kMs), t + 4 * kMs});
+  }
+  EXPECT_EQ(policy.queries().closed_queries(kServe), 6u);
+  EXPECT_EQ(policy.queries().own_query_ns(kServe), 4 * kMs) << "five of 4 ms, the first of 1";
+
+  // Done before the close: the reopened query's first kernel is the next one posted in it, and the
+  // work ahead of it then is what it waited behind.
+  BaymaxPolicy early(on_device(false, 5 * kMs));
+  (void)early.client_registered(serve(kServe, 30 * kMs), 0);
+  (void)early.client_registered(train(kTrainA), 0);
+  (void)post(early, kServe, Priority::high, op(1), 0, 4 * kMs);
+  (void)post(early, kServe, Priority::high, op(2, ipc::OpKind::sync), kMs / 10, 0);
+  EXPECT_EQ(post(early, kTrainA, Priority::low, op(1), 3 * kMs / 20, 4 * kMs + kMs / 2), (Decisions{{kTrainA, 1}}));
+  (void)post(early, kServe, Priority::high, op(3), kMs / 5, 4 * kMs);  // on another stream: done first
+  (void)post(early, kServe, Priority::high, op(4), kMs / 4, kMs);
+  (void)early.op_completed({kTrainA, done(1, 3 * kMs), 3 * kMs});
+  (void)early.op_completed({kServe, done(3, 7 * kMs), 7 * kMs});
+  (void)early.op_completed({kServe, done(1, 8 * kMs), 8 * kMs});  // closes; reopens for op 4 alone
+  EXPECT_EQ(post(early, kTrainA, Priority::low, op(2), 8 * kMs, 4 * kMs + kMs / 2), (Decisions{{kTrainA, 2}}));
+  (void)post(early, kServe, Priority::high, op(5), 8 * kMs, kMs);
+  (void)early.op_completed({kServe, done(4, 9 * kMs), 9 * kMs});
+  (void)early.op_completed({kTrainA, done(2, 11 * kMs), 11 * kMs});
+  (void)early.op_completed({kServe, done(5, 12 * kMs), 12 * kMs});
+  const OpenQuery* reopened = early.queries().open_query(kServe);
+  ASSERT_NE(reopened, nullptr);
+  EXPECT_EQ(reopened->waited_ahead_ns, 3 * kMs) << "op 5 behind the best-effort kernel, from 8 to 11 ms";
+}
+
 // Contexts take turns, so a query arriving while two best-effort processes have work waits for a
 // slice of each: a target needs a slice of slack per best-effort process on the device.
 TEST(BaymaxPolicy, ATightTargetCountsASliceForEachBestEffortProcessOnTheDevice) {

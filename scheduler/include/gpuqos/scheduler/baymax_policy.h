@@ -351,6 +351,12 @@ class BaymaxPolicy final : public Policy {
       std::int64_t end_ns = 0;        // its own end (0: not yet)
     };
     FirstCompute first_compute;
+    // The first compute op posted after the open query's closing synchronisation, as first_compute
+    // (its query 0: none yet), noted when it is posted: it is the first compute op of the query
+    // QueryTracker reopens for it (or of the open one, if a later synchronisation closes that), and
+    // the work ahead of it is what was in flight then. Dropped when it completes before the close (it
+    // is of no query) or with the rest of the counted work (seq 0: none).
+    FirstCompute next_first_compute;
     // Best effort: predicted compute time granted and not completed, by device and stream (a
     // process's streams run side by side in its time slice: the bound on a preemptive device is per
     // stream).
@@ -422,10 +428,11 @@ class BaymaxPolicy final : public Policy {
   ClientState& state_of(ClientId client, ipc::Priority priority);
   std::int64_t predicted(const OpPosted& event) const;
   std::int64_t expected(const OpPosted& event) const;  // the point prediction, at most predicted()
-  // A high-priority client's query's first compute op, posted now: the work of the others it waits
-  // behind on a run-to-end device (ClientState::FirstCompute).
-  void note_first_compute(ClientId client, ClientState& state, const OpenQuery& query, const ipc::OpDescriptor& op,
-                          std::int64_t point_ns);
+  // A high-priority client's first compute op of query `query`, posted now (at posted_ns, as the
+  // query tracker took it): the work of the others it waits behind on a run-to-end device
+  // (ClientState::FirstCompute).
+  ClientState::FirstCompute first_compute_of(ClientId client, std::uint64_t query, const ipc::OpDescriptor& op,
+                                             std::int64_t posted_ns, std::int64_t point_ns) const;
   // Tells the query tracker how long the client's open query's first compute op waited, from what
   // is known of it so far.
   void note_waited_ahead(ClientId client, const ClientState& state);

@@ -152,6 +152,8 @@ class QueryTracker {
   // whenever they do, so a sum over them can be kept until it does.
   std::uint64_t queue_waits_kept(ClientId client) const;
   std::uint64_t outstanding_ops(ClientId client) const;
+  // When the client's latest op or mark was posted, as its profile takes it (0: none yet).
+  std::int64_t last_posted_ns(ClientId client) const;
 
  private:
   struct State {
