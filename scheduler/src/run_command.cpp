@@ -40,13 +40,15 @@ int exec_managed(const RunOptions& options, const std::optional<std::filesystem:
   if (options.job) ::setenv("GPUQOS_JOB", options.job->c_str(), 1);
   if (options.socket) ::setenv("GPUQOS_SOCKET", options.socket->c_str(), 1);
   if (shim) {
-    // ld.so splits LD_PRELOAD at spaces and colons and has no escape for them.
+    // ld.so splits LD_PRELOAD at spaces and colons and has no escape for them. The job runs all the
+    // same, unmanaged, as it does when the shim is missing: gpuqos is not the reason it does not run.
     if (shim->string().find_first_of(" :") != std::string::npos) {
       std::cerr << "gpuqos run: the shim's path " << shim->string()
-                << " has a space or a colon, which LD_PRELOAD cannot carry: install gpuqos elsewhere\n";
-      return 126;
+                << " has a space or a colon, which LD_PRELOAD cannot carry: the job runs unmanaged (install "
+                   "gpuqos elsewhere)\n";
+    } else {
+      ::setenv("LD_PRELOAD", preload_with(shim->string(), ::getenv("LD_PRELOAD")).c_str(), 1);
     }
-    ::setenv("LD_PRELOAD", preload_with(shim->string(), ::getenv("LD_PRELOAD")).c_str(), 1);
   }
   std::vector<char*> argv;
   for (const auto& word : options.command) argv.push_back(const_cast<char*>(word.c_str()));

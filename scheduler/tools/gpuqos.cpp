@@ -276,6 +276,11 @@ int main(int argc, char** argv) {
     return kUsageError;
   }
   // Made absolute here: the job may start in another directory than this command (cd in a shell -c).
+  // So is one the job would inherit.
+  if (const char* inherited = ::getenv("GPUQOS_SOCKET");
+      run_socket.empty() && inherited != nullptr && *inherited != '\0' && *inherited != '/') {
+    run_socket = inherited;
+  }
   if (!run_socket.empty()) run_options.socket = std::filesystem::absolute(run_socket).lexically_normal().string();
   if (const std::string problem = run_option_problem(run_options); !problem.empty()) {
     std::cerr << "gpuqos run: " << problem << "\n";

@@ -67,8 +67,16 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", gpuqos::tools::version_text("gpuqosd"));
   app.footer("The defaults shown are gpuqosd's without --config. With it, the config file's values replace them, "
              "and an option given here replaces the config's (examples/gpuqos.toml chooses baymax).");
-  app.add_option("--config", config_path, "TOML config file (examples/gpuqos.toml); the options below override it");
-  app.add_option("--check-config", check_path, "Validate a config file, print the settings that apply (defaults included), and exit (0: usable)");
+  // Given empty (an unset variable: --check-config "$CFG"), a path is a mistake, not "none": it
+  // started a daemon on the default socket with the default policy, which a check never returned from.
+  const CLI::Validator a_file{[](const std::string& path) {
+                                return path.empty() ? std::string("an empty path names no file") : std::string();
+                              },
+                              "FILE"};
+  app.add_option("--config", config_path, "TOML config file (examples/gpuqos.toml); the options below override it")
+      ->check(a_file);
+  app.add_option("--check-config", check_path, "Validate a config file, print the settings that apply (defaults included), and exit (0: usable)")
+      ->check(a_file);
   auto* socket = app.add_option("--socket", options.socket_path, "Unix socket clients register on")->capture_default_str();
   auto* policy = app.add_option("--policy", options.policy.name, "Scheduling policy (a config's [policy] name wins "
                                                                  "over this default)")

@@ -1651,6 +1651,14 @@ TEST(Cli, RunRefusesAJobNameOrSocketTheShimWouldNotTakeAndDurationsMustBeFinite)
   EXPECT_EQ(daemon.wait(5s), 2) << daemon.output();
   EXPECT_NE(daemon.output().find("must be a finite number in [0, "), std::string::npos) << daemon.output();
   EXPECT_NE(daemon.output().find("(got nan)"), std::string::npos) << daemon.output();
+  // An empty path (an unset variable) started a daemon on the default socket: a check never returned.
+  for (const std::string option : {"--check-config", "--config"}) {
+    ChildProcess empty({bin("gpuqosd"), "--socket", (dir.path() / "d.sock").string(), option, ""}, {},
+                       dir.path() / "empty.out");
+    EXPECT_EQ(empty.wait(5s), 2) << empty.output();
+    EXPECT_NE(empty.output().find(option + ": an empty path names no file"), std::string::npos) << empty.output();
+    EXPECT_FALSE(std::filesystem::exists(dir.path() / "d.sock")) << empty.output();
+  }
   for (const std::string option : {"--credit-ops", "--max-outstanding"}) {  // was "Could not convert"
     ChildProcess count({bin("gpuqosd"), "--socket", (dir.path() / "d.sock").string(), option, "-1"}, {},
                        dir.path() / "count.out");
@@ -1664,6 +1672,12 @@ TEST(Cli, RunRefusesAJobNameOrSocketTheShimWouldNotTakeAndDurationsMustBeFinite)
   EXPECT_EQ(relative.wait(5s), 0) << relative.output();
   EXPECT_NE(relative.output().find("[" + (std::filesystem::current_path() / "d.sock").string() + "]"), std::string::npos)
       << relative.output();
+  // So is one the job inherits (it was left relative: a `cd` in `sh -c` put it elsewhere).
+  ChildProcess inherited({bin("gpuqos"), "run", "--", "sh", "-c", "echo [$GPUQOS_SOCKET]"}, {{"GPUQOS_SOCKET", "e.sock"}},
+                         dir.path() / "out");
+  EXPECT_EQ(inherited.wait(5s), 0) << inherited.output();
+  EXPECT_NE(inherited.output().find("[" + (std::filesystem::current_path() / "e.sock").string() + "]"), std::string::npos)
+      << inherited.output();
 }
 
 TEST(Gpuqosd, CheckConfigAcceptsAFifoConfigAndPrintsWhatItSets) {

@@ -3,6 +3,12 @@
 
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "gpuqos/scheduler/run_command.h"
@@ -239,6 +245,33 @@ TEST(RunCommand, ShimGoesFirstInLdPreload) {
   EXPECT_EQ(preload_with("/s.so", "/a.so /b.so:/c.so"), "/s.so:/a.so:/b.so:/c.so");
   EXPECT_EQ(preload_with("/s.so", "/s.so:/a.so"), "/s.so:/a.so");
   EXPECT_EQ(shim_next_to("/opt/gpuqos/bin/gpuqos"), "/opt/gpuqos/lib/libgpuqos.so");
+}
+
+// A shim LD_PRELOAD cannot carry (a space in its path) leaves the job unmanaged, not unrun: it was
+// refused with 126, where a missing shim runs it.
+TEST(RunCommand, AShimPathLdPreloadCannotCarryRunsTheJobUnmanaged) {
+  const testing::TempDir dir;
+  const std::string out = (dir.path() / "out").string();
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0 || ::dup2(fd, STDOUT_FILENO) < 0 || ::dup2(fd, STDERR_FILENO) < 0) ::_exit(99);
+    ::unsetenv("LD_PRELOAD");
+    RunOptions options;
+    options.command = {"sh", "-c", "echo \"ran [${LD_PRELOAD-unset}]\""};
+    ::_exit(exec_managed(options, std::filesystem::path("/opt/my gpuqos/lib/libgpuqos.so")));
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  std::ifstream file(out);
+  const std::string text{std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};
+  EXPECT_NE(text.find("has a space or a colon, which LD_PRELOAD cannot carry: the job runs unmanaged"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("ran [unset]"), std::string::npos) << text;
 }
 
 }  // namespace
