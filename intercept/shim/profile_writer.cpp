@@ -89,6 +89,10 @@ bool ProfileWriter::open(const std::string& path, std::string_view job, int pid,
   if (struct stat target{}; ::stat(path.c_str(), &target) == 0 && S_ISDIR(target.st_mode)) {
     why = path + " is a directory, not a file to write";
     return false;
+  } else if (::stat(path.c_str(), &target) == 0 && !S_ISREG(target.st_mode)) {
+    // A FIFO nobody reads hung the process's exit in the records' write; a device is no profile.
+    why = path + " is not a regular file (a FIFO or a device): a profile is a file `gpuqos train` reads";
+    return false;
   }
   // A file of its own (O_EXCL: never through a link another user planted at the name in a shared
   // directory, nor over a killed process's records of the same pid): <path>.tmp.<pid>, or -1, -2...
@@ -170,9 +174,11 @@ bool ProfileWriter::commit(std::string& why) {
   }
   // Not through a link another user planted at the path (in a shared directory): a link of our
   // own user's is followed, as the user may have meant it.
-  int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644);
+  // Never blocked on (O_NONBLOCK: a FIFO or a device put there since open() is no profile, and goes
+  // beside below).
+  int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
   if (struct stat link{}; fd < 0 && errno == ELOOP && ::lstat(path_.c_str(), &link) == 0 && link.st_uid == ::geteuid()) {
-    fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NONBLOCK, 0644);
   } else if (fd < 0 && errno == ELOOP) {
     written_to_ = path_ + "." + std::to_string(pid_);  // beside it, as beside another tool's file
     const bool moved = std::rename(temp_path_.c_str(), written_to_.c_str()) == 0;
@@ -207,9 +213,10 @@ bool ProfileWriter::commit(std::string& why) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   struct stat target {};
-  const bool empty = ::fstat(fd, &target) == 0 && target.st_size == 0;
+  const bool regular = ::fstat(fd, &target) == 0 && S_ISREG(target.st_mode);
+  const bool empty = regular && target.st_size == 0;
   bool ok = false;
-  if (!lock_timed_out_ && (empty || (locked == 0 && is_profile(fd)))) {
+  if (regular && !lock_timed_out_ && (empty || (locked == 0 && is_profile(fd)))) {
     added_ = !empty;
     written_to_ = path_;
     ok = append_file(temp_path_, fd, added_);

@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -212,6 +213,27 @@ TEST(ProfileWriter, DiscardLeavesNothingAndABadDirectoryIsExplained) {
   EXPECT_FALSE(onto_a_directory.open(dir.path().string(), "job", 7, why));
   EXPECT_EQ(why, dir.path().string() + " is a directory, not a file to write");
   EXPECT_TRUE(fs::is_empty(dir.path()));
+}
+
+// A FIFO nobody reads at the profile's path hung the process at exit, writing the records into it
+// (an audit). Refused at open; one made there during the run gets the records beside it.
+TEST(ProfileWriter, AFifoAtThePathNeverBlocksTheProcess) {
+  gpuqos::testing::TempDir dir("profile-writer-test");
+  const fs::path path = dir.path() / "p.jsonl";
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  ProfileWriter refused;
+  std::string why;
+  EXPECT_FALSE(refused.open(path.string(), "job", 7, why));
+  EXPECT_EQ(why, path.string() + " is not a regular file (a FIFO or a device): a profile is a file `gpuqos train` reads");
+  fs::remove(path);
+  ProfileWriter writer;
+  ASSERT_TRUE(writer.open(path.string(), "job", 7, why)) << why;
+  for (int i = 0; i < 2000; ++i) writer.write_line(memset_line(5, 2, 3));  // more than a pipe holds
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  ASSERT_TRUE(writer.commit(why)) << why;
+  EXPECT_EQ(writer.written_to(), path.string() + ".7");
+  EXPECT_NE(read_file(path.string() + ".7").find("\"bytes\":5,"), std::string::npos);
+  EXPECT_TRUE(fs::is_fifo(path));
 }
 
 }  // namespace
