@@ -137,7 +137,19 @@ struct RoundTrip {
 };
 
 // `doorbell`: the socket an ok reply of 1.6 or later comes with (-1: none); the caller owns it.
-ipc::Result<ipc::HelloReply> exchange_hello(int fd, const Settings& settings, RoundTrip& trip, int& doorbell) {
+// The descriptors passed with the HelloReply, closed unless taken.
+struct PassedDescriptors {
+  std::vector<int> fds;
+  ~PassedDescriptors() {
+    for (const int fd : fds) {
+      if (fd >= 0) ::close(fd);
+    }
+  }
+  // The i-th, now the caller's (-1: none came).
+  int take(std::size_t i) { return i < fds.size() ? std::exchange(fds[i], -1) : -1; }
+};
+
+ipc::Result<ipc::HelloReply> exchange_hello(int fd, const Settings& settings, RoundTrip& trip, PassedDescriptors& passed) {
   const auto priority = settings.priority == Priority::high ? ipc::Priority::high : ipc::Priority::low;
   auto hello = ipc::make_hello(priority, 0, ipc::sanitize_job_name(settings.job));
   if (!hello) return ipc::Error{hello.error()};
@@ -145,7 +157,7 @@ ipc::Result<ipc::HelloReply> exchange_hello(int fd, const Settings& settings, Ro
   if (ipc::Status sent = ipc::send_record(fd, ipc::encode(hello.value())); !sent) return ipc::Error{sent.error()};
   if (!wait_for(fd, POLLIN, kReplyTimeoutMs)) return ipc::Error{"no answer to Hello within 1 s"};
   std::vector<std::byte> record;
-  if (ipc::Status received = ipc::receive_record(fd, record, doorbell); !received) return ipc::Error{received.error()};
+  if (ipc::Status received = ipc::receive_record(fd, record, passed.fds); !received) return ipc::Error{received.error()};
   trip.received_ns = ipc::monotonic_ns();
   return ipc::decode_hello_reply(record);
 }
@@ -199,8 +211,8 @@ Session::Opened Session::open(const Settings& settings, std::uint32_t id) {
     return opened;
   }
   RoundTrip trip;
-  SocketGuard doorbell;  // closed unless the session takes it
-  auto reply = exchange_hello(socket.fd, settings, trip, doorbell.fd);
+  PassedDescriptors passed;
+  auto reply = exchange_hello(socket.fd, settings, trip, passed);
   if (!reply) {
     opened.why = reply.error();
     return opened;
@@ -211,8 +223,12 @@ Session::Opened Session::open(const Settings& settings, std::uint32_t id) {
                  ": " + std::string(reply->message, ::strnlen(reply->message, sizeof reply->message));
     return opened;
   }
+  // From 1.10 the segment comes as a descriptor, before the doorbell; before, only the doorbell.
+  const bool segment_passed = reply->version_minor >= 10;
+  SocketGuard passed_segment{segment_passed ? passed.take(0) : -1};  // closed once mapped
+  SocketGuard doorbell{passed.take(segment_passed ? 1 : 0)};  // closed unless the session takes it
   const std::string name(reply->segment_name, ::strnlen(reply->segment_name, sizeof reply->segment_name));
-  auto segment = ipc::Segment::open(name);
+  auto segment = segment_passed ? ipc::Segment::open_passed(passed_segment.fd, name) : ipc::Segment::open(name);
   if (!segment) {
     opened.why = segment.error();
     return opened;

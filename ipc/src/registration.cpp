@@ -378,18 +378,26 @@ Status send_record(int fd, std::span<const std::byte> record) {
 }
 
 Status send_record(int fd, std::span<const std::byte> record, int passed_fd) {
+  return send_record(fd, record, std::span<const int>(&passed_fd, 1));
+}
+
+Status send_record(int fd, std::span<const std::byte> record, std::span<const int> passed_fds) {
+  if (passed_fds.empty() || passed_fds.size() > kMaxPassedDescriptors) {
+    return Error{"sendmsg: " + std::to_string(passed_fds.size()) + " descriptors (1 to " +
+                 std::to_string(kMaxPassedDescriptors) + " pass with a record)"};
+  }
   iovec io{const_cast<std::byte*>(record.data()), record.size()};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  alignas(cmsghdr) char control[CMSG_SPACE(kMaxPassedDescriptors * sizeof(int))] = {};
   msghdr message{};
   message.msg_iov = &io;
   message.msg_iovlen = 1;
   message.msg_control = control;
-  message.msg_controllen = sizeof control;
+  message.msg_controllen = CMSG_SPACE(passed_fds.size() * sizeof(int));
   cmsghdr* header = CMSG_FIRSTHDR(&message);
   header->cmsg_level = SOL_SOCKET;
   header->cmsg_type = SCM_RIGHTS;
-  header->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(header), &passed_fd, sizeof(int));
+  header->cmsg_len = CMSG_LEN(passed_fds.size() * sizeof(int));
+  std::memcpy(CMSG_DATA(header), passed_fds.data(), passed_fds.size() * sizeof(int));
   for (;;) {
     const ssize_t sent = ::sendmsg(fd, &message, MSG_NOSIGNAL);
     if (sent == static_cast<ssize_t>(record.size())) return {};
@@ -401,7 +409,7 @@ Status send_record(int fd, std::span<const std::byte> record, int passed_fd) {
 Status receive_record(int fd, std::vector<std::byte>& buffer) { return receive_record(fd, buffer, kMaxRecordBytes); }
 
 Status receive_record(int fd, std::vector<std::byte>& buffer, std::size_t max_bytes) {
-  return receive_record(fd, buffer, max_bytes, nullptr);
+  return receive_record(fd, buffer, max_bytes, static_cast<std::vector<int>*>(nullptr));
 }
 
 Status receive_record(int fd, std::vector<std::byte>& buffer, int& received_fd) {
@@ -409,16 +417,28 @@ Status receive_record(int fd, std::vector<std::byte>& buffer, int& received_fd) 
 }
 
 Status receive_record(int fd, std::vector<std::byte>& buffer, std::size_t max_bytes, int* received_fd) {
-  if (received_fd) *received_fd = -1;
+  std::vector<int> received;
+  Status status = receive_record(fd, buffer, max_bytes, received_fd ? &received : nullptr);
+  if (received_fd) *received_fd = received.empty() ? -1 : received.front();
+  for (std::size_t i = 1; i < received.size(); ++i) ::close(received[i]);
+  return status;
+}
+
+Status receive_record(int fd, std::vector<std::byte>& buffer, std::vector<int>& received_fds) {
+  return receive_record(fd, buffer, kMaxRecordBytes, &received_fds);
+}
+
+Status receive_record(int fd, std::vector<std::byte>& buffer, std::size_t max_bytes, std::vector<int>* received_fds) {
+  if (received_fds) received_fds->clear();
   buffer.resize(max_bytes);
   iovec io{buffer.data(), buffer.size()};
-  // Room for a few descriptors, so that a peer passing more than the one expected is seen (and its
-  // extra ones closed) rather than cut short.
-  alignas(cmsghdr) char control[CMSG_SPACE(4 * sizeof(int))] = {};
+  // Room for more descriptors than any record passes, so that a peer passing more than expected is
+  // seen (and its extra ones closed by the caller) rather than cut short.
+  alignas(cmsghdr) char control[CMSG_SPACE(2 * kMaxPassedDescriptors * sizeof(int))] = {};
   msghdr message{};
   message.msg_iov = &io;
   message.msg_iovlen = 1;
-  if (received_fd) {
+  if (received_fds) {
     message.msg_control = control;
     message.msg_controllen = sizeof control;
   }
@@ -430,18 +450,14 @@ Status receive_record(int fd, std::vector<std::byte>& buffer, std::size_t max_by
     buffer.clear();
     return Error{std::string("recv: ") + std::strerror(errno)};
   }
-  if (received_fd) {  // before any return: every descriptor that came is ours to keep or close
+  if (received_fds) {  // before any return: every descriptor that came is the caller's to keep or close
     for (cmsghdr* header = CMSG_FIRSTHDR(&message); header; header = CMSG_NXTHDR(&message, header)) {
       if (header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS) continue;
       const std::size_t count = (header->cmsg_len - CMSG_LEN(0)) / sizeof(int);
       for (std::size_t i = 0; i < count; ++i) {
         int passed = -1;
         std::memcpy(&passed, CMSG_DATA(header) + i * sizeof(int), sizeof(int));
-        if (*received_fd < 0) {
-          *received_fd = passed;
-        } else {
-          ::close(passed);
-        }
+        received_fds->push_back(passed);
       }
     }
   }
@@ -449,7 +465,7 @@ Status receive_record(int fd, std::vector<std::byte>& buffer, std::size_t max_by
     buffer.clear();
     return Error{"peer closed"};
   }
-  if (received_fd && (message.msg_flags & MSG_CTRUNC)) {  // a descriptor sent was lost (our limit)
+  if (received_fds && (message.msg_flags & MSG_CTRUNC)) {  // a descriptor sent was lost (our limit)
     buffer.clear();
     return Error{"a descriptor sent with the record was lost (the process's descriptor limit?)"};
   }

@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -102,6 +103,27 @@ void construct_layout(void* base, std::uint32_t client_uid, std::uint32_t client
   std::memcpy(base, &header, sizeof header);
 }
 
+// Reserves the segment's pages now: a segment only truncated is sparse, and /dev/shm (tmpfs) gives
+// each page at its first write. A full /dev/shm (a container's 64 MiB, filled by a data loader) then
+// killed the writer with SIGBUS: gpuqosd here, or a job's shim at its first use of a ring slot. A
+// memfd takes its pages from the same shmem. tmpfs's fallocate stops with EINTR at a signal (a stop
+// of gpuqosd): tried again, not refused.
+Status reserve_pages(int fd, const std::string& name) {
+  int error = 0;
+  while ((error = ::posix_fallocate(fd, 0, static_cast<off_t>(kSegmentBytes))) == EINTR) {
+  }
+  if (error == 0) return {};
+  return Error{"cannot reserve the " + std::to_string(kSegmentBytes / 1024) + " KiB of segment " + name +
+               " in shared memory: " + std::strerror(error)};
+}
+
+// A descriptor as Boost.Interprocess maps it: mapped_region takes any class that gives a mapping
+// handle, and shared_memory_object and file_mapping only open theirs by name (a memfd has none).
+struct PassedDescriptor {
+  int fd;
+  bip::mapping_handle_t get_mapping_handle() const noexcept { return bip::ipcdetail::mapping_handle_from_file_handle(fd); }
+};
+
 bool is_name_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
          c == '-';
@@ -181,17 +203,9 @@ Result<Segment> Segment::create(const std::string& name, std::uint32_t client_ui
       return Error{"segment " + name + ": " + handed.error()};
     }
     shm.truncate(static_cast<bip::offset_t>(kSegmentBytes));
-    // Its pages reserved now: a segment only truncated is sparse, and /dev/shm gives each page at its
-    // first write. A full /dev/shm (a container's 64 MiB, filled by a data loader) then killed the
-    // writer with SIGBUS: gpuqosd here, or a job's shim at its first use of a ring slot.
-    // tmpfs's fallocate stops with EINTR at a signal (a stop of gpuqosd): tried again, not refused.
-    int error = 0;
-    while ((error = ::posix_fallocate(shm.get_mapping_handle().handle, 0, static_cast<off_t>(kSegmentBytes))) == EINTR) {
-    }
-    if (error != 0) {
+    if (Status reserved = reserve_pages(shm.get_mapping_handle().handle, name); !reserved) {
       remove(name);
-      return Error{"cannot reserve the " + std::to_string(kSegmentBytes / 1024) + " KiB of segment " + name +
-                   " in /dev/shm: " + std::strerror(error)};
+      return Error{reserved.error()};
     }
     bip::mapped_region region(shm, bip::read_write);
     construct_layout(region.get_address(), client_uid, client_pid);
@@ -202,6 +216,35 @@ Result<Segment> Segment::create(const std::string& name, std::uint32_t client_ui
   } catch (...) {
     if (created) remove(name);
     return Error{"cannot create segment " + name + ": unknown error"};
+  }
+}
+
+Result<Segment> Segment::create_sealed(const std::string& name, std::uint32_t client_uid, std::uint32_t client_pid) {
+  if (Status valid = check_segment_name(name); !valid) return Error{valid.error()};
+  const int fd = ::memfd_create(name.c_str() + 1, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return Error{"cannot create segment " + name + ": memfd_create: " + std::strerror(errno)};
+  const auto fail = [&](const std::string& why) -> Result<Segment> {
+    ::close(fd);
+    return Error{"cannot create segment " + name + ": " + why};
+  };
+  if (::ftruncate(fd, static_cast<off_t>(kSegmentBytes)) != 0) return fail(std::string("ftruncate: ") + std::strerror(errno));
+  if (Status reserved = reserve_pages(fd, name); !reserved) {
+    ::close(fd);
+    return Error{reserved.error()};
+  }
+  if (::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    return fail(std::string("sealing its size: ") + std::strerror(errno));
+  }
+  try {
+    bip::mapped_region region(PassedDescriptor{fd}, bip::read_write, 0, kSegmentBytes);
+    construct_layout(region.get_address(), client_uid, client_pid);
+    Segment segment(name, std::move(region), /*guard=*/true);
+    segment.descriptor_ = fd;
+    return segment;
+  } catch (const std::exception& e) {
+    return fail(e.what());
+  } catch (...) {
+    return fail("unknown error");
   }
 }
 
@@ -225,6 +268,48 @@ Result<Segment> Segment::open(const std::string& name) {
   } catch (...) {
     return Error{"cannot open segment " + name + ": unknown error"};
   }
+}
+
+Result<Segment> Segment::open_passed(int fd, const std::string& name) {
+  struct stat file {};
+  if (fd < 0 || ::fstat(fd, &file) != 0 || !S_ISREG(file.st_mode)) {
+    return Error{"refusing segment " + name + ": the descriptor passed is not a shared memory file"};
+  }
+  const int seals = ::fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
+    return Error{"refusing segment " + name + ": its size is not sealed (it could be truncated under the mapping)"};
+  }
+  if (file.st_size < static_cast<off_t>(sizeof(SegmentHeader))) {
+    return Error{"segment " + name + " is smaller than its header (" + std::to_string(file.st_size) + " bytes)"};
+  }
+  try {
+    bip::mapped_region region(PassedDescriptor{fd}, bip::read_write, 0, static_cast<std::size_t>(file.st_size));
+    SegmentHeader header;
+    std::memcpy(&header, region.get_address(), sizeof header);
+    if (Status usable = check_header(header, region.get_size()); !usable) {
+      return Error{"refusing segment " + name + ": " + usable.error()};
+    }
+    return Segment(name, std::move(region), /*guard=*/false);
+  } catch (const std::exception& e) {
+    return Error{"cannot map segment " + name + ": " + e.what()};
+  } catch (...) {
+    return Error{"cannot map segment " + name + ": unknown error"};
+  }
+}
+
+Segment::~Segment() {
+  if (descriptor_ >= 0) ::close(descriptor_);
+}
+
+Segment& Segment::operator=(Segment&& other) noexcept {
+  if (this != &other) {
+    if (descriptor_ >= 0) ::close(descriptor_);
+    guard_ = std::move(other.guard_);  // the guard goes before the region it covers is replaced
+    region_ = std::move(other.region_);
+    name_ = std::move(other.name_);
+    descriptor_ = std::exchange(other.descriptor_, -1);
+  }
+  return *this;
 }
 
 bool Segment::remove(const std::string& name) noexcept {

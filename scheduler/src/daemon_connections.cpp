@@ -153,8 +153,13 @@ void Daemon::register_client(Pending& pending, const ipc::Hello& hello) {
     spdlog::warn("job '{}' pid {} uid {}: claims high priority, but {}: runs as low priority{}", job, peer.pid,
                  peer.uid, decision.why_lowered, hello.version_minor < 1 ? old_shim : "");
   }
+  // A shim of 1.10 or later is passed its segment as a sealed memfd: it maps it whatever /dev/shm it
+  // sees (a container's own), and no one can truncate it under its mapping. An older one opens a
+  // named segment in /dev/shm.
+  const bool passed_segment = hello.version_minor >= 10;
   const std::string name = ipc::segment_name(static_cast<std::uint32_t>(::getpid()), id, segment_nonce());
-  auto segment = ipc::Segment::create(name, peer.uid, static_cast<std::uint32_t>(peer.pid));
+  auto segment = passed_segment ? ipc::Segment::create_sealed(name, peer.uid, static_cast<std::uint32_t>(peer.pid))
+                                : ipc::Segment::create(name, peer.uid, static_cast<std::uint32_t>(peer.pid));
   if (!segment) {
     if (may_warn_of_peer(ipc::monotonic_ns(), peer.uid)) spdlog::error("job '{}' pid {}: {}", job, peer.pid, segment.error());
     auto reply = ipc::make_hello_reply(ipc::HelloStatus::refused, 0, "", "gpuqosd cannot create a segment",
@@ -198,9 +203,13 @@ void Daemon::register_client(Pending& pending, const ipc::Hello& hello) {
   }
   FileDescriptor doorbell(ends[0]);
   const FileDescriptor shim_end(ends[1]);  // ours closes once sent
+  const FileDescriptor segment_end(segment->take_descriptor());  // likewise (a passed segment's)
+  std::vector<int> passed;
+  if (segment_end.valid()) passed.push_back(segment_end.get());
+  if (doorbell.valid()) passed.push_back(shim_end.get());
   const std::vector<std::byte> encoded = ipc::encode(reply);
-  if (ipc::Status sent = doorbell.valid() ? ipc::send_record(pending.socket.get(), encoded, shim_end.get())
-                                          : ipc::send_record(pending.socket.get(), encoded);
+  if (ipc::Status sent = passed.empty() ? ipc::send_record(pending.socket.get(), encoded)
+                                        : ipc::send_record(pending.socket.get(), encoded, passed);
       !sent) {
     // A shim gives up on its Hello after a second (a stalled loop answers later): not a fault.
     if (!peer_stopped_waiting(sent)) {

@@ -182,7 +182,12 @@ class FakeDaemon {
     auto peer = ipc::peer_credentials(fd);
     static std::atomic<int> counter{0};
     const std::string name = "/gpuqos-fake-" + std::to_string(::getpid()) + "-" + std::to_string(++counter);
-    auto segment = ipc::Segment::create(name, peer->uid, static_cast<std::uint32_t>(peer->pid));
+    // As gpuqosd: a sealed memfd passed with the reply when both sides speak 1.10, else a named one.
+    const bool pass_segment = decoded && minor_ >= 10 && decoded->hello.version_minor >= 10;
+    auto segment = !peer ? ipc::Result<ipc::Segment>(ipc::Error{"no peer"})
+                   : pass_segment
+                       ? ipc::Segment::create_sealed(name, peer->uid, static_cast<std::uint32_t>(peer->pid))
+                       : ipc::Segment::create(name, peer->uid, static_cast<std::uint32_t>(peer->pid));
     if (!decoded || !peer || !segment) return void(::close(fd));
     if (refusals_left_ > 0) {
       --refusals_left_;
@@ -213,13 +218,14 @@ class FakeDaemon {
                                  : ipc::kHelloReplyBytesV1_7);
     }
     int doorbell[2] = {-1, -1};
+    std::vector<int> passed;
+    if (const int segment_fd = segment->take_descriptor(); segment_fd >= 0) passed.push_back(segment_fd);
     if (give_doorbells_ && minor_ >= 6 &&
         ::socketpair(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, doorbell) == 0) {
-      (void)ipc::send_record(fd, bytes, doorbell[1]);
-      ::close(doorbell[1]);
-    } else {
-      (void)ipc::send_record(fd, bytes);
+      passed.push_back(doorbell[1]);
     }
+    (void)(passed.empty() ? ipc::send_record(fd, bytes) : ipc::send_record(fd, bytes, passed));
+    for (const int sent : passed) ::close(sent);
     std::lock_guard lock(mutex_);
     clients_.push_back({.peer = peer.value(), .hello = decoded->hello, .registered_ns = ipc::monotonic_ns()});
     connections_.push_back({fd, doorbell[0], std::move(segment.value()), clients_.size() - 1});

@@ -68,7 +68,8 @@ class GateTest : public ::testing::Test {
   // Starts tests/programs/intercept_gate_client <args> under the shim with the given priority.
   ChildProcess& start(const std::vector<std::string>& args, const std::string& priority, bool with_shim = true,
                       const std::map<std::string, std::string>& more_env = {}) {
-    std::vector<std::string> argv = {kBuild + "/tests/programs/intercept_gate_client"};
+    std::vector<std::string> argv = wrapper_;
+    argv.push_back(kBuild + "/tests/programs/intercept_gate_client");
     argv.insert(argv.end(), args.begin(), args.end());
     std::map<std::string, std::string> env = {{"SIMGPU_SOCKET", simgpud_.socket()},
                                               {"LD_LIBRARY_PATH", kBuild + "/lib/simgpu"},
@@ -111,6 +112,7 @@ class GateTest : public ::testing::Test {
                            .catalog_json = kCatalog,
                            .dir_prefix = "gate-itest-simgpud"}};
   std::optional<FakeDaemon> daemon_;
+  std::vector<std::string> wrapper_;  // what start() runs the program under (nothing: straight)
   std::optional<ChildProcess> child_;  // declared last: stopped before the daemon goes
   std::string output_;
 
@@ -426,6 +428,29 @@ TEST_F(GateTest, ADaemonOlderThanOnePointThreeManagesEveryDevice) {
   ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 1); }));
   EXPECT_EQ(daemon_->clients().at(0).ops.at(0).kind, ipc::OpKind::kernel);
   ASSERT_EQ(finish(), 0) << output_;
+}
+
+// A job with a /dev/shm of its own (a container's, by default) maps its segment all the same: it is
+// passed as a descriptor (protocol 1.10). A named one was not there to open, and the job re-registered
+// every second, unmanaged for good (an audit).
+TEST_F(GateTest, AJobWithADevShmOfItsOwnIsManaged) {
+  if (::geteuid() != 0) GTEST_SKIP() << "a mount namespace of its own needs root";
+  if (!std::filesystem::exists("/usr/bin/unshare")) GTEST_SKIP() << "no /usr/bin/unshare (util-linux)";
+  ChildProcess probe({"/usr/bin/unshare", "-m", "/bin/sh", "-c", "mount -t tmpfs -o size=1m tmpfs /dev/shm"}, {},
+                     dir_.path() / "probe.txt");
+  if (probe.wait(10s).value_or(-1) != 0) GTEST_SKIP() << "no mount namespaces here: " << probe.output();
+  wrapper_ = {"/usr/bin/unshare", "-m", "/bin/sh", "-c", "mount -t tmpfs -o size=1m tmpfs /dev/shm && exec \"$0\" \"$@\""};
+  start({"timed", "20000"}, "low");
+  ASSERT_EQ(finish(), 0) << output_;
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 1); })) << output_;
+  EXPECT_EQ(daemon_->clients().size(), 1u) << "registered once";
+  EXPECT_EQ(output_.find("cannot open segment"), std::string::npos) << output_;
+  EXPECT_EQ(output_.find("unmanaged"), std::string::npos) << output_;
+  // A daemon older than 1.10 names its segment in the host's /dev/shm: not there for the job.
+  daemon_->speak_minor(9);
+  start({"timed", "20000"}, "low");
+  ASSERT_EQ(finish(), 0) << output_;
+  EXPECT_NE(output_.find("cannot open segment"), std::string::npos) << output_;
 }
 
 // A relative GPUQOS_SOCKET is the one from the directory the job started in, even when it moves

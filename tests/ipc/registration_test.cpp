@@ -426,6 +426,43 @@ TEST(Records, ADescriptorTravelsWithARecord) {
   ::close(sent_fd);
 }
 
+// Several descriptors travel in order (protocol 1.10: the segment, then the doorbell); more than
+// kMaxPassedDescriptors are not sent.
+TEST(Records, SeveralDescriptorsTravelInOrder) {
+  SocketPair pair;
+  const int first = ::eventfd(1, EFD_NONBLOCK | EFD_CLOEXEC), second = ::eventfd(2, EFD_NONBLOCK | EFD_CLOEXEC);
+  ASSERT_GE(first, 0);
+  ASSERT_GE(second, 0);
+  const int both[] = {first, second};
+  ASSERT_TRUE(send_record(pair.fds[0], encode(valid_hello()), both));
+  std::vector<std::byte> received;
+  std::vector<int> got;
+  Status status = receive_record(pair.fds[1], received, got);
+  ASSERT_TRUE(status) << status.error();
+  ASSERT_EQ(got.size(), 2u);
+  for (std::size_t i = 0; i < 2; ++i) {
+    std::uint64_t count = 0;
+    ASSERT_EQ(::read(got[i], &count, sizeof count), static_cast<ssize_t>(sizeof count));
+    EXPECT_EQ(count, i + 1) << "in the order sent";
+    ::close(got[i]);
+  }
+  const int five[] = {first, first, first, first, first};
+  EXPECT_FALSE(send_record(pair.fds[0], encode(valid_hello()), five));
+  EXPECT_FALSE(send_record(pair.fds[0], encode(valid_hello()), std::span<const int>()));
+  // One descriptor asked for, two came: the first is kept, the other closed.
+  ASSERT_TRUE(send_record(pair.fds[0], encode(valid_hello()), both));
+  int one = -1;
+  ASSERT_TRUE(receive_record(pair.fds[1], received, one));
+  const std::uint64_t seven = 7;
+  ASSERT_EQ(::write(one, &seven, sizeof seven), static_cast<ssize_t>(sizeof seven));
+  std::uint64_t count = 0;
+  ASSERT_EQ(::read(first, &count, sizeof count), static_cast<ssize_t>(sizeof count));
+  EXPECT_EQ(count, 7u) << "the one kept is the first";
+  ::close(one);
+  ::close(first);
+  ::close(second);
+}
+
 TEST(Records, AnOversizedRecordIsAnError) {
   SocketPair pair;
   std::vector<std::byte> huge(kMaxRecordBytes + 100, std::byte{1});

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -14,6 +15,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <filesystem>
 #include <stdexcept>
 #include <vector>
 #include <boost/interprocess/shared_memory_object.hpp>
@@ -65,6 +67,60 @@ Segment create_or_fail(const std::string& name) {
   auto created = Segment::create(name, ::getuid(), static_cast<std::uint32_t>(::getpid()));
   if (!created) throw std::runtime_error(created.error());
   return std::move(created).value();
+}
+
+// Protocol 1.10: a sealed memfd, mapped through the descriptor the daemon passes; nothing in /dev/shm.
+TEST(Segment, ASealedSegmentIsMappedThroughItsDescriptor) {
+  const std::string name = segment_name(static_cast<std::uint32_t>(::getpid()), 1, 0x5ea1);
+  auto daemon = Segment::create_sealed(name, ::getuid(), static_cast<std::uint32_t>(::getpid()));
+  ASSERT_TRUE(daemon) << daemon.error();
+  EXPECT_FALSE(std::filesystem::exists("/dev/shm" + name));
+  const int fd = daemon->take_descriptor();
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(daemon->take_descriptor(), -1) << "once";
+  EXPECT_EQ(::fcntl(fd, F_GET_SEALS), F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+  auto client = Segment::open_passed(fd, name);
+  ASSERT_TRUE(client) << client.error();
+  ::close(fd);  // the mapping does not need it
+  EXPECT_EQ(client->header().client_uid, ::getuid());
+  OpDescriptor op{};
+  op.seq = 1;
+  op.kind = OpKind::sync;
+  ASSERT_TRUE(client->ops().try_push(op));
+  OpDescriptor popped{};
+  ASSERT_TRUE(daemon->ops().try_pop(popped));
+  EXPECT_EQ(popped.seq, 1u);
+  EXPECT_EQ(Segment::create(name, ::getuid()).ok(), true) << "its name is free in /dev/shm";
+  Segment::remove(name);
+}
+
+// A passed descriptor that is not a sealed segment is refused, so the shim never maps memory that
+// can be truncated under it (SIGBUS in the job).
+TEST(Segment, APassedDescriptorThatIsNotASealedSegmentIsRefused) {
+  const std::string name = "/gpuqos-test-passed";
+  EXPECT_NE(Segment::open_passed(-1, name).error().find("not a shared memory file"), std::string::npos);
+  int pipe_ends[2];
+  ASSERT_EQ(::pipe(pipe_ends), 0);
+  EXPECT_NE(Segment::open_passed(pipe_ends[0], name).error().find("not a shared memory file"), std::string::npos);
+  ::close(pipe_ends[0]);
+  ::close(pipe_ends[1]);
+  // A good segment's bytes in a memfd whose size is not sealed.
+  auto sealed = Segment::create_sealed(name, ::getuid());
+  ASSERT_TRUE(sealed) << sealed.error();
+  const int unsealed = ::memfd_create("unsealed", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  ASSERT_GE(unsealed, 0);
+  ASSERT_EQ(::write(unsealed, &sealed->header(), kSegmentBytes), static_cast<ssize_t>(kSegmentBytes));
+  EXPECT_NE(Segment::open_passed(unsealed, name).error().find("its size is not sealed"), std::string::npos);
+  ASSERT_EQ(::fcntl(unsealed, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+  EXPECT_TRUE(Segment::open_passed(unsealed, name)) << "the same, sealed";
+  ::close(unsealed);
+  // Sealed, but not a segment of ours.
+  const int other = ::memfd_create("other", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  ASSERT_GE(other, 0);
+  ASSERT_EQ(::ftruncate(other, static_cast<off_t>(kSegmentBytes)), 0);
+  ASSERT_EQ(::fcntl(other, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+  EXPECT_NE(Segment::open_passed(other, name).error().find("bad magic"), std::string::npos);
+  ::close(other);
 }
 
 TEST(Segment, CreateThenOpenSharesTheRings) {

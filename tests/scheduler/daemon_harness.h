@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -43,6 +44,16 @@ bool eventually(Condition condition, std::chrono::milliseconds timeout = 2s) {
 }
 
 inline bool segment_exists(const std::string& name) { return std::filesystem::exists("/dev/shm" + name); }
+// A segment gpuqosd still has: named in /dev/shm, or a sealed memfd it maps (protocol 1.10).
+inline bool segment_held(pid_t daemon, const std::string& name) {
+  if (segment_exists(name)) return true;
+  std::ifstream maps("/proc/" + std::to_string(daemon) + "/maps");
+  const std::string memfd = "/memfd:" + name.substr(1) + " ";
+  for (std::string line; std::getline(maps, line);) {
+    if (line.find(memfd) != std::string::npos || line.ends_with(memfd.substr(0, memfd.size() - 1))) return true;
+  }
+  return false;
+}
 
 class DaemonProcess {
  public:
@@ -130,16 +141,23 @@ class FakeClient {
     hello.value().version_minor = minor;
     if (!ipc::send_record(socket_.get(), ipc::encode(hello.value()))) throw std::runtime_error("send hello");
     std::vector<std::byte> record;
-    int doorbell = -1;
-    if (!ipc::receive_record(socket_.get(), record, doorbell)) throw std::runtime_error("no hello reply");
-    doorbell_ = scheduler::FileDescriptor(doorbell);
+    std::vector<int> passed;
+    const ipc::Status received = ipc::receive_record(socket_.get(), record, passed);
+    // A shim of 1.10 or later is passed its segment first, then the doorbell; an older one the doorbell.
+    const bool segment_passed = minor >= 10;
+    segment_fd_ = scheduler::FileDescriptor(segment_passed && !passed.empty() ? passed[0] : -1);
+    const std::size_t doorbell_at = segment_passed ? 1 : 0;
+    doorbell_ = scheduler::FileDescriptor(passed.size() > doorbell_at ? passed[doorbell_at] : -1);
+    for (std::size_t i = doorbell_at + 1; i < passed.size(); ++i) ::close(passed[i]);
+    if (!received) throw std::runtime_error("no hello reply");
     auto reply = ipc::decode_hello_reply(record);
     if (!reply || reply->status != ipc::HelloStatus::ok) throw std::runtime_error("hello refused");
     reply_ = reply.value();
     client_number_ = reply->client_number;
     segment_name_ = reply->segment_name;
-    auto segment = ipc::Segment::open(segment_name_);
+    auto segment = segment_passed ? ipc::Segment::open_passed(segment_fd_.get(), segment_name_) : ipc::Segment::open(segment_name_);
     if (!segment) throw std::runtime_error(segment.error());
+    segment_passed_ = segment_passed;
     segment_.emplace(std::move(segment.value()));
   }
 
@@ -212,6 +230,10 @@ class FakeClient {
 
   ipc::Segment& segment() { return *segment_; }
   const std::string& segment_name() const { return segment_name_; }
+  // Passed as a sealed memfd (protocol 1.10), not named in /dev/shm.
+  bool segment_passed() const { return segment_passed_; }
+  // The descriptor it was passed (kept, where the shim closes it once mapped; -1: named).
+  int segment_fd() const { return segment_fd_.get(); }
   std::uint32_t client_number() const { return client_number_; }
   const ipc::HelloReply& reply() const { return reply_; }
   std::uint64_t granted_through() const { return granted_through_; }
@@ -225,6 +247,8 @@ class FakeClient {
   ipc::HelloReply reply_{};
   std::uint32_t client_number_ = 0;
   std::string segment_name_;
+  bool segment_passed_ = false;
+  scheduler::FileDescriptor segment_fd_;
   std::optional<ipc::Segment> segment_;
   std::uint64_t granted_through_ = 0;
   std::uint32_t last_flags_ = 0;

@@ -47,7 +47,9 @@ TEST(Daemon, RegistersAClientWithTheKernelsCredentials) {
   DaemonProcess daemon;
   FakeClient client(daemon.socket(), Priority::low, "trainer");
   EXPECT_EQ(client.client_number(), 1u);
-  EXPECT_TRUE(segment_exists(client.segment_name()));
+  EXPECT_TRUE(client.segment_passed());
+  EXPECT_FALSE(segment_exists(client.segment_name())) << "a sealed memfd: nothing in /dev/shm";
+  EXPECT_TRUE(segment_held(daemon.pid(), client.segment_name()));
   EXPECT_EQ(client.segment().header().client_pid, static_cast<std::uint32_t>(::getpid()));
   EXPECT_EQ(client.segment().header().client_uid, ::getuid());
   const auto entry = daemon.client_with_pid(::getpid());
@@ -1044,7 +1046,7 @@ TEST(Daemon, RefusesAnotherProtocolVersion) {
 // One misbehaving client is dropped while another keeps being granted.
 void expect_dropped_others_served(DaemonProcess& daemon, FakeClient& bad, FakeClient& good) {
   EXPECT_TRUE(bad.disconnected()) << daemon.log();
-  EXPECT_TRUE(eventually([&] { return !segment_exists(bad.segment_name()); }));
+  EXPECT_TRUE(eventually([&] { return !segment_held(daemon.pid(), bad.segment_name()); }));
   EXPECT_EQ(daemon.status()["clients"].size(), 1u);
   good.name_kernel(1, "k");
   good.post(FakeClient::kernel(1));
@@ -1064,10 +1066,12 @@ TEST(Daemon, DisconnectsAClientWhoseRingIsCorrupted) {
       << daemon.log();
 }
 
+// An older shim's (1.9) segment is named in /dev/shm.
 TEST(Daemon, DisconnectsAClientThatTruncatesItsSegment) {
   DaemonProcess daemon;
-  FakeClient bad(daemon.socket(), Priority::low, "bad");
+  FakeClient bad(daemon.socket(), Priority::low, "bad", 9);
   FakeClient good(daemon.socket(), Priority::low, "good");
+  ASSERT_FALSE(bad.segment_passed());
   // The client owns its segment's file: shrinking it would SIGBUS an unguarded daemon.
   const int fd = ::shm_open(bad.segment().name().c_str(), O_RDWR, 0);
   ASSERT_GE(fd, 0);
@@ -1077,6 +1081,28 @@ TEST(Daemon, DisconnectsAClientThatTruncatesItsSegment) {
   EXPECT_TRUE(daemon.process().running());
   EXPECT_NE(daemon.log().find("job 'bad' pid " + std::to_string(::getpid()) + ": segment truncated"), std::string::npos)
       << daemon.log();
+}
+
+// A shim of 1.10 is passed a sealed memfd: no one can truncate it, through any descriptor of it (the
+// shim closes its own once mapped; /proc/PID/fd reopens one as long as it is open), so neither the
+// daemon nor the job can be hit by a SIGBUS (an audit: truncating a named segment killed the job's
+// process).
+TEST(Daemon, APassedSegmentCannotBeTruncatedByAnyone) {
+  DaemonProcess daemon;
+  FakeClient client(daemon.socket(), Priority::low, "sealed");
+  ASSERT_TRUE(client.segment_passed());
+  ASSERT_GE(client.segment_fd(), 0);
+  EXPECT_NE(::ftruncate(client.segment_fd(), 0), 0);
+  EXPECT_EQ(errno, EPERM);
+  EXPECT_NE(::ftruncate(client.segment_fd(), static_cast<off_t>(2 * ipc::kSegmentBytes)), 0) << "nor grown";
+  const std::string reopened = "/proc/self/fd/" + std::to_string(client.segment_fd());  // a file of its own
+  const int fd = ::open(reopened.c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  EXPECT_NE(::ftruncate(fd, 0), 0);
+  ::close(fd);
+  client.name_kernel(1, "k");
+  client.post(FakeClient::kernel(1));
+  EXPECT_TRUE(client.wait_granted(1)) << daemon.log();
 }
 
 // A shim says which of its devices it runs unscheduled (protocol 1.9): kept for the status, at most
@@ -1349,7 +1375,7 @@ TEST(Daemon, ReclaimsAClientKilledWhileWaitingWithin100ms) {
   })) << daemon.status().dump(2);
   child.kill();
   const auto killed = std::chrono::steady_clock::now();
-  ASSERT_TRUE(eventually([&] { return !segment_exists(segment) && daemon.client_with_pid(pid).is_null(); }));
+  ASSERT_TRUE(eventually([&] { return !segment_held(daemon.pid(), segment) && daemon.client_with_pid(pid).is_null(); }));
   const auto reclaim = std::chrono::steady_clock::now() - killed;
   EXPECT_LT(reclaim, 100ms) << std::chrono::duration_cast<std::chrono::microseconds>(reclaim).count() << " us";
   holder.complete(1);
@@ -1394,7 +1420,7 @@ TEST(Daemon, ReclaimsAClientWhoseProcessExitedWhileAForkedChildHoldsItsSocket) {
   ASSERT_TRUE(eventually([&] { return daemon.client_with_pid(pid).is_object(); }));
   child.kill();  // the socket stays open in the grandchild: only the pidfd tells
   const auto killed = std::chrono::steady_clock::now();
-  ASSERT_TRUE(eventually([&] { return !segment_exists(segment) && daemon.client_with_pid(pid).is_null(); }))
+  ASSERT_TRUE(eventually([&] { return !segment_held(daemon.pid(), segment) && daemon.client_with_pid(pid).is_null(); }))
       << daemon.log();
   const auto reclaim = std::chrono::steady_clock::now() - killed;
   EXPECT_LT(reclaim, 100ms) << std::chrono::duration_cast<std::chrono::microseconds>(reclaim).count() << " us";
@@ -1423,14 +1449,16 @@ TEST(Daemon, SigtermReleasesWaitingClientsAndExitsCleanly) {
   EXPECT_TRUE(waiter.wait_granted(2, 100ms));
   EXPECT_EQ(waiter.last_flags() & ipc::kGrantDetach, ipc::kGrantDetach);
   EXPECT_FALSE(std::filesystem::exists(daemon->socket()));
-  EXPECT_FALSE(segment_exists(holder.segment_name()));
-  EXPECT_FALSE(segment_exists(waiter.segment_name()));
+  EXPECT_FALSE(segment_held(daemon->pid(), holder.segment_name()));
+  EXPECT_FALSE(segment_held(daemon->pid(), waiter.segment_name()));
 }
 
-// A SIGKILLed gpuqosd cannot remove its clients' segments; the next one to start does.
+// A SIGKILLed gpuqosd cannot remove its clients' named segments (an older shim's); the next one to
+// start does. (A sealed one goes with the last descriptor of it.)
 TEST(Daemon, AStartingDaemonRemovesTheSegmentsOfAKilledOne) {
   DaemonProcess killed;
-  FakeClient client(killed.socket(), Priority::low, "orphan");
+  FakeClient client(killed.socket(), Priority::low, "orphan", 9);
+  ASSERT_FALSE(client.segment_passed());
   killed.process().kill();
   ASSERT_TRUE(segment_exists(client.segment_name()));
   DaemonProcess next;

@@ -32,6 +32,11 @@
 //        ignores it, and a newer one takes all zero as not said); no record changes
 //   1.8  HelloReply appends managed_uuid_count, reserved2 and managed_uuids: GPUs the daemon
 //        schedules named by UUID (an older shim is sent every device instead)
+//   1.9  the shim's UnscheduledDevice record (sent only to a daemon of 1.9 or later)
+//   1.10 the segment as a descriptor: an ok HelloReply to a Hello of 1.10 or later passes a sealed
+//        memfd (segment.h, Segment::create_sealed) first and the doorbell, if any, second;
+//        segment_name is then the memfd's name, for messages (nothing in /dev/shm). An older shim
+//        gets a named segment and only the doorbell, as before; no record changes
 //
 // Everything the daemon receives is untrusted: decode_* validate every field and return the reason
 // for rejecting garbage. Who the client is (pid, uid, gid) comes from the kernel via
@@ -63,8 +68,9 @@ inline constexpr std::uint16_t kProtocolVersionMajor = 1;
 // managed_devices. 1.4: HelloReply's daemon_clock_ns. 1.5: OpDescriptor's sm_count. 1.6: the ops
 // ring's doorbell (a datagram socket with the HelloReply). 1.7: OpDescriptor's device_uuid. 1.8:
 // HelloReply's managed_uuids. 1.9: the shim's UnscheduledDevice record; a shim sends it only to a
-// daemon that says 1.9 or later (an older one drops a client for a record it does not know).
-inline constexpr std::uint16_t kProtocolVersionMinor = 9;
+// daemon that says 1.9 or later (an older one drops a client for a record it does not know). 1.10:
+// the segment passed as a sealed memfd.
+inline constexpr std::uint16_t kProtocolVersionMinor = 10;
 
 inline constexpr std::size_t kJobNameBytes = 64;        // with its NUL
 inline constexpr std::size_t kReplyMessageBytes = 128;  // with its NUL
@@ -297,6 +303,13 @@ Status receive_record(int fd, std::vector<std::byte>& buffer, std::size_t max_by
 Status send_record(int fd, std::span<const std::byte> record, int passed_fd);
 Status receive_record(int fd, std::vector<std::byte>& buffer, int& received_fd);
 Status receive_record(int fd, std::vector<std::byte>& buffer, std::size_t max_bytes, int* received_fd);
+
+// The same with 1 to kMaxPassedDescriptors descriptors passed along, in order. Received: every one
+// that came, in order; the caller owns them all (also when the record itself is an error).
+inline constexpr std::size_t kMaxPassedDescriptors = 4;
+Status send_record(int fd, std::span<const std::byte> record, std::span<const int> passed_fds);
+Status receive_record(int fd, std::vector<std::byte>& buffer, std::vector<int>& received_fds);
+Status receive_record(int fd, std::vector<std::byte>& buffer, std::size_t max_bytes, std::vector<int>* received_fds);
 
 // The peer of a connected Unix socket, as the kernel saw it when it connected (SO_PEERCRED).
 struct PeerCredentials {

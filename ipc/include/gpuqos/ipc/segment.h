@@ -1,7 +1,12 @@
 // The per-client shared-memory segment: one header that defines its layout, and the three rings.
 //
-// The daemon creates one segment per registered client (Segment::create), sends its name in the
-// HelloReply, and the shim maps it (Segment::open). Layout, fixed by the major version:
+// The daemon creates one segment per registered client and the shim maps it. For a shim of protocol
+// 1.10 or later it is a sealed memfd passed with the HelloReply (Segment::create_sealed,
+// Segment::open_passed): nothing in /dev/shm, so a job with a /dev/shm of its own (a container's)
+// maps it all the same, and its size is sealed, so no process holding it can truncate it under the
+// shim's mapping (a truncated segment killed the job with SIGBUS). An older shim gets a named
+// segment in /dev/shm (Segment::create, Segment::open) and its name in the HelloReply. Layout, fixed
+// by the major version:
 //
 //   [0, 256)                     SegmentHeader
 //   kOpsRingOffset               OpsRing          client -> daemon  OpDescriptor (posted work)
@@ -13,9 +18,12 @@
 // bytes, so it is accepted. The header is written once by the daemon before the name is sent;
 // afterwards only daemon_heartbeat_ns changes (through std::atomic_ref).
 //
-// Permissions: mode 0600, owned by the client's uid (the daemon, when it runs as root, fchowns
-// it), so only that user and root can map it. That user can also truncate it: the daemon's mapping
-// is covered by a BusGuard (bus_guard.h), so a truncation turns into faulted(), not a SIGBUS.
+// Permissions: a named segment is mode 0600, owned by the client's uid (the daemon, when it runs as
+// root, fchowns it), so only that user and root can map it. That user can also truncate it: the
+// daemon's mapping is covered by a BusGuard (bus_guard.h), so a truncation turns into faulted(), not
+// a SIGBUS. A sealed one is reached only through descriptors (the daemon's, the shim's, and
+// /proc/PID/fd of their processes), and cannot be truncated; the daemon's mapping is guarded all the
+// same.
 #pragma once
 
 #include <atomic>
@@ -133,11 +141,27 @@ class Segment {
   // another major version, another layout, or a segment smaller than its header says.
   static Result<Segment> open(const std::string& name);
 
+  // Daemon side (protocol 1.10): the same segment as a memfd called `name` (a name create() takes,
+  // for /proc/PID/fd and the logs), its size sealed (F_SEAL_SHRINK, F_SEAL_GROW, F_SEAL_SEAL).
+  // take_descriptor() gives the descriptor to pass to the client. On failure nothing is left behind.
+  // The client's uid and pid are for its header (diagnostics): the descriptor is what gives access.
+  static Result<Segment> create_sealed(const std::string& name, std::uint32_t client_uid, std::uint32_t client_pid = 0);
+  // Client side: maps a segment passed as `fd` (create_sealed's; the descriptor stays the caller's)
+  // and checks it as open() does; also refuses one that is not a regular file or whose size is not
+  // sealed against shrinking (it could be truncated under the mapping). `name` is for messages.
+  static Result<Segment> open_passed(int fd, const std::string& name);
+  // create_sealed's descriptor, once (-1 for any other segment, or after it was taken): the caller
+  // closes it once it is sent. The mapping does not need it.
+  int take_descriptor() noexcept { return std::exchange(descriptor_, -1); }
+  ~Segment();
+
   // Removes the name (mapped segments live on until unmapped). False if it did not exist.
   static bool remove(const std::string& name) noexcept;
 
-  Segment(Segment&&) noexcept = default;
-  Segment& operator=(Segment&&) noexcept = default;
+  Segment(Segment&& other) noexcept
+      : name_(std::move(other.name_)), region_(std::move(other.region_)), guard_(std::move(other.guard_)),
+        descriptor_(std::exchange(other.descriptor_, -1)) {}
+  Segment& operator=(Segment&& other) noexcept;
 
   const std::string& name() const noexcept { return name_; }
   std::size_t mapped_bytes() const noexcept { return region_.get_size(); }
@@ -171,6 +195,7 @@ class Segment {
   std::string name_;
   boost::interprocess::mapped_region region_;
   BusGuard guard_;  // after region_: unguarded before it is unmapped
+  int descriptor_ = -1;  // create_sealed's, until taken
 };
 
 }  // namespace gpuqos::ipc
