@@ -70,9 +70,11 @@ CUresult classify(const void* dst, const void* src, std::size_t bytes, Direction
 }
 
 // Submits a checked copy (`action`: its rows, `op`: its engine and bytes) and waits where the driver
-// would: synchronous copies, and async copies into pageable memory, return once the data is there.
+// would: synchronous copies, async copies into pageable memory, and async copies between host
+// memory (`host_only`: "fully synchronous with respect to the host", the driver API's notes) return
+// once the data is there.
 CUresult submit_copy(std::unique_lock<std::mutex>& lock, CUstream_st* stream, wire::WireOp op, HostAction action,
-                     bool async) {
+                     bool async, bool host_only) {
   const std::size_t bytes = action.bytes * action.height;
   // A pageable source may be reused as soon as an async call returns: stage it now, as the
   // real driver does through its staging buffers (rows contiguous).
@@ -89,7 +91,7 @@ CUresult submit_copy(std::unique_lock<std::mutex>& lock, CUstream_st* stream, wi
   std::uint64_t op_id = 0;
   if (CUresult r = submit(stream, op, std::move(action), nullptr, {}, nullptr, &op_id); r != CUDA_SUCCESS) return r;
   report_copy(op_id, *stream, dst, src, bytes, async);
-  bool wait = !async || (op.pageable && op.engine == wire::WireEngine::d2h);
+  bool wait = !async || host_only || (op.pageable && op.engine == wire::WireEngine::d2h);
   if (!wait || stream->capture) return CUDA_SUCCESS;
   return wait_op(lock, stream, stream->submitted);
 }
@@ -108,13 +110,15 @@ CUresult do_copy(void* dst, const void* src, std::size_t bytes, CUstream hstream
   bool pageable = false;
   if (CUresult r = classify(dst, src, bytes, want, &op.engine, &pageable); r != CUDA_SUCCESS) return r;
   op.pageable = pageable;
+  const bool host_only = op.engine == wire::WireEngine::local && find_allocation(addr(dst), bytes) == nullptr &&
+                         find_allocation(addr(src), bytes) == nullptr;
   op.bytes = bytes;
   HostAction action;
   action.kind = HostAction::Kind::copy;
   action.dst = dst;
   action.src = src;
   action.bytes = bytes;
-  return submit_copy(lock, stream, op, std::move(action), async);
+  return submit_copy(lock, stream, op, std::move(action), async, host_only);
 }
 
 // Whether [ptr, ptr + bytes) overlaps any device allocation (mu held).
@@ -192,7 +196,7 @@ CUresult do_copy_2d(const CUDA_MEMCPY2D* copy, CUstream hstream, bool async, boo
   action.height = height;
   action.pitch = copy->dstPitch;
   action.src_pitch = copy->srcPitch;
-  return submit_copy(lock, stream, op, std::move(action), async);
+  return submit_copy(lock, stream, op, std::move(action), async, !dst.device && !src.device);
 }
 
 CUresult do_fill(CUdeviceptr dst, std::size_t pitch, std::uint32_t value, unsigned element_size, std::size_t width,

@@ -456,6 +456,25 @@ void async_copies_client(ClientLink& c) {
   CLIENT_OK(c, cuMemcpyDtoHAsync(back.data(), b, kCopyBytes, stream));
   CLIENT_CHECK(c, back == expected);
 
+  // Host to host (unified addresses), 1-D and 2-D: synchronous whatever the call, as CUDA makes
+  // them, so the data is there when it returns, though a 20-ms kernel was queued before it.
+  auto host_source = pattern(kCopyBytes, 5);
+  std::vector<std::uint8_t> host_copy(kCopyBytes, 0);
+  CLIENT_OK(c, launch_spin(spin, 20'000, 1, stream));
+  CLIENT_OK(c, cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(host_copy.data()),
+                             reinterpret_cast<CUdeviceptr>(host_source.data()), kCopyBytes, stream));
+  CLIENT_CHECK(c, host_copy == host_source);
+  std::vector<std::uint8_t> host_rows(kCopyBytes, 0);
+  CUDA_MEMCPY2D rows{};
+  rows.srcMemoryType = rows.dstMemoryType = CU_MEMORYTYPE_HOST;
+  rows.srcHost = host_source.data();
+  rows.dstHost = host_rows.data();
+  rows.srcPitch = rows.dstPitch = rows.WidthInBytes = 1024;
+  rows.Height = kCopyBytes / 1024;
+  CLIENT_OK(c, launch_spin(spin, 20'000, 1, stream));
+  CLIENT_OK(c, cuMemcpy2DAsync(&rows, stream));
+  CLIENT_CHECK(c, host_rows == host_source);
+
   // Async memsets, read back through the same stream.
   CLIENT_OK(c, cuMemsetD8Async(b, 0x5a, kCopyBytes, stream));
   CLIENT_OK(c, cuMemsetD16Async(b + 8, 0xbeef, 4, stream));
