@@ -191,6 +191,53 @@ TEST(QosTracker, CountsViolationsAndTellsWhetherTheJobMeetsItsTarget) {
 // A job that begins to say its requests' arrivals mid-run: its latencies from then on count from
 // them (longer: they include the wait in the program's queue), so they start a histogram of their
 // own rather than mix with the ones measured from each query's first GPU op.
+// The verdict counts the queries over the target: the percentile's latency is its bucket's middle,
+// and a job 89 % over a p99 target just above that middle read "ok" (an audit). The latency shown
+// stays on the verdict's side of the target, within its bucket.
+TEST(QosTracker, TheVerdictCountsTheQueriesOverTheTarget) {
+  const std::size_t bucket = LatencyHistogram::bucket_of(20 * kMs);
+  const std::int64_t low = LatencyHistogram::bucket_low_ns(bucket), high = LatencyHistogram::bucket_high_ns(bucket);
+  const std::int64_t middle = low + (high - low) / 2;
+  ASSERT_GT(high - middle, 2);
+  for (const bool over : {true, false}) {
+    SCOPED_TRACE(over);
+    // Over: a target just above the bucket's middle, 89 queries just over it and 11 at the bucket's
+    // bottom. Under: a target just below the middle, 99 queries at it and one at the bucket's top.
+    const std::int64_t target = over ? middle + 1 : middle - 2;
+    QosTracker tracker;
+    tracker.client_seen(1, "serve", ipc::Priority::high, 0);
+    const config::Config config = config_with("serve", static_cast<double>(target) / kMs, 99.0);
+    const std::optional<std::int64_t> target_ns = QosTracker::target_of(config, "serve");
+    ASSERT_EQ(target_ns, target);
+    for (int i = 0; i < 100; ++i) {
+      const std::int64_t latency = over ? (i < 11 ? low : *target_ns + 1) : (i == 0 ? high : *target_ns);
+      tracker.query_closed(1, latency, target_ns, kMs);
+    }
+    const JobQosSnapshot serve = tracker.snapshot(config, 2 * kMs).at(0);
+    EXPECT_EQ(serve.violations, over ? 89u : 1u);
+    ASSERT_TRUE(serve.meets_target);
+    EXPECT_EQ(*serve.meets_target, !over);
+    EXPECT_GE(serve.at_percentile_ns, low);
+    EXPECT_LE(serve.at_percentile_ns, high);
+    if (over) {
+      EXPECT_GT(serve.at_percentile_ns, *target_ns);
+      EXPECT_GT(serve.p99_ns, *target_ns) << "the p99 column says the same";
+    } else {
+      EXPECT_LE(serve.at_percentile_ns, *target_ns);
+    }
+  }
+  // One query over in 100 meets p99; two do not.
+  QosTracker tracker;
+  tracker.client_seen(1, "serve", ipc::Priority::high, 0);
+  const config::Config config = config_with("serve", 10.0, 99.0);
+  for (int i = 0; i < 98; ++i) tracker.query_closed(1, 5 * kMs, 10 * kMs, kMs);
+  tracker.query_closed(1, 11 * kMs, 10 * kMs, kMs);
+  tracker.query_closed(1, 5 * kMs, 10 * kMs, kMs);
+  EXPECT_TRUE(*tracker.snapshot(config, 2 * kMs).at(0).meets_target);
+  tracker.query_closed(1, 11 * kMs, 10 * kMs, kMs);
+  EXPECT_FALSE(*tracker.snapshot(config, 2 * kMs).at(0).meets_target) << "101 queries: p99 is the 100th, 11 ms";
+}
+
 TEST(QosTracker, AJobThatBeginsToSayItsArrivalsStartsItsLatenciesOver) {
   const config::Config config = config_with("serve", 6.0, 99.0);
   QosTracker tracker;

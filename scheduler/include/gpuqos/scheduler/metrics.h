@@ -7,6 +7,7 @@
 //                                         queries of high-priority jobs since the daemon started
 //   gpuqos_query_target_seconds           gauge, label percentile: the job's target (config)
 //   gpuqos_query_meets_target             gauge 1/0: the latency at that percentile is within it
+//                                         (counted exactly: at most n - rank queries over it)
 //   gpuqos_query_violations_total         counter: queries longer than their target
 //   gpuqos_be_ops_completed_total         counter: best-effort GPU ops that ran
 //   gpuqos_be_device_seconds_total        counter: the time they were in flight (their spans' union)

@@ -184,7 +184,9 @@ struct JobQosSnapshot {
   std::array<std::uint64_t, LatencyHistogram::kLeBoundsNs.size()> at_most{};
   std::uint64_t violations = 0;       // queries longer than the target they were measured against
   double violation_fraction = 0;
-  std::optional<bool> meets_target;   // at_percentile_ns <= target; none without target or query
+  // At most n - rank(percentile) queries over the target (exact, where at_percentile_ns is a
+  // bucket's middle); none without target or query.
+  std::optional<bool> meets_target;
   std::uint64_t be_ops = 0;           // best-effort GPU ops completed (they ran)
   // The time they were in flight (CoveredTime: a job's overlapping spans count once), which on a
   // device other jobs share includes waiting behind their work (two jobs' shares can add up to
