@@ -1,6 +1,7 @@
 // parse_config and load_config_file: TOML text into a validated Config, or every problem found.
 #include "gpuqos/config/load.h"
 
+#include <filesystem>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <string_view>
@@ -154,6 +156,37 @@ std::optional<std::string> read_file(const std::filesystem::path& path, std::str
   return std::nullopt;
 }
 
+// What gpuqosd would refuse at the daemon's paths when it starts (or reloads), said with the key's
+// place: found only as the daemon began to serve, they had no line to point at, and --check-config
+// said "ok" (an audit). Relative paths are taken from this process's directory, as gpuqosd started
+// here would.
+void check_daemon_paths(Diagnostics& diagnostics, const toml::table& document, const DaemonConfig& daemon) {
+  const auto place = [&](std::string_view key) {
+    const toml::node* node = document.at_path(key).node();
+    return node != nullptr ? node->source().begin : toml::source_position{};
+  };
+  std::error_code error;
+  const std::filesystem::path store = daemon.profile_store;
+  if (!store.empty() && (std::filesystem::is_directory(store, error) || !store.has_filename())) {
+    diagnostics.error(place("daemon.profile_store"), "daemon.profile_store",
+                      "is a directory: give a file in it, e.g. " + (store / "gpuqosd.gqp").lexically_normal().string());
+  }
+  // The socket's directory is made if it is missing: only an existing file on the way stops that.
+  for (std::filesystem::path up = std::filesystem::path(daemon.socket_path).parent_path(); !up.empty();
+       up = up.parent_path()) {
+    const std::filesystem::file_status status = std::filesystem::status(up, error);
+    if (status.type() == std::filesystem::file_type::not_found) {
+      if (up == up.parent_path()) break;
+      continue;
+    }
+    if (!error && status.type() != std::filesystem::file_type::directory) {
+      diagnostics.error(place("daemon.socket"), "daemon.socket",
+                        up.string() + " is not a directory: the socket cannot be made under it");
+    }
+    break;
+  }
+}
+
 }  // namespace
 
 Result<Config> parse_config(std::string_view text, std::string_view source_name, LoadOptions options) {
@@ -167,6 +200,7 @@ Result<Config> parse_config(std::string_view text, std::string_view source_name,
     return Errors{diagnostics.messages()};
   }
   Config config = read_document(diagnostics, document);
+  if (options.for_gpuqosd) check_daemon_paths(diagnostics, document, config.daemon);
   if (options.for_gpuqosd && config.policy.name == PolicyName::none) {
     const toml::node* name = document.at_path("policy.name").node();
     diagnostics.error(name != nullptr ? name->source().begin : toml::source_position{}, "policy.name",

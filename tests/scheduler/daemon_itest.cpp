@@ -1751,6 +1751,31 @@ TEST(Gpuqosd, CheckConfigNamesFileLineColumnAndKey) {
   EXPECT_NE(check.output().find("policy.fifo.max_outstanding"), std::string::npos) << check.output();
 }
 
+// What gpuqosd refused only as it began to serve, with no line named, --check-config said "ok" to:
+// a profile store that is a directory, a socket under a file (an audit). Relative paths are this
+// directory's, as gpuqosd's started here.
+TEST(Gpuqosd, CheckConfigRefusesPathsTheDaemonCouldNotUse) {
+  TempDir dir;
+  const auto file = dir.path() / "paths.toml";
+  std::ofstream(dir.path() / "plain") << "a file\n";
+  std::ofstream(file) << "[daemon]\nprofile_store = \"" << dir.path().string() << "\"\nsocket = \""
+                      << (dir.path() / "plain" / "run" / "g.sock").string() << "\"\n";
+  ChildProcess check({bin("gpuqosd"), "--check-config", file.string()}, {}, dir.path() / "out");
+  EXPECT_EQ(check.wait(5s), 1) << check.output();
+  EXPECT_NE(check.output().find("paths.toml:2:17: daemon.profile_store: is a directory: give a file in it, e.g. " +
+                                (dir.path() / "gpuqosd.gqp").string()),
+            std::string::npos)
+      << check.output();
+  EXPECT_NE(check.output().find("paths.toml:3:10: daemon.socket: " + (dir.path() / "plain").string() +
+                                " is not a directory: the socket cannot be made under it"),
+            std::string::npos)
+      << check.output();
+  // A socket whose directories are yet to be made is fine: gpuqosd makes them.
+  std::ofstream(file) << "[daemon]\nsocket = \"" << (dir.path() / "new" / "run" / "g.sock").string() << "\"\n";
+  ChildProcess fine({bin("gpuqosd"), "--check-config", file.string()}, {}, dir.path() / "out");
+  EXPECT_EQ(fine.wait(5s), 0) << fine.output();
+}
+
 TEST(Gpuqosd, RefusesPolicyNoneWhichMeansNoDaemon) {
   TempDir dir;
   const auto file = dir.path() / "none.toml";
