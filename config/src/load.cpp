@@ -70,11 +70,34 @@ struct SyntaxPlace {
   std::string hint;
 };
 
+// '[' less ']' on a line, outside its strings and after any comment left out (a guide: a string
+// holding a quote of the other kind is read right; an escaped quote is not).
+int bracket_balance(std::string_view line) {
+  int balance = 0;
+  char quote = 0;
+  for (const char c : line) {
+    if (quote != 0) {
+      if (c == quote) quote = 0;
+    } else if (c == '"' || c == '\'') {
+      quote = c;
+    } else if (c == '#') {
+      break;
+    } else if (c == '[') {
+      ++balance;
+    } else if (c == ']') {
+      --balance;
+    }
+  }
+  return balance;
+}
+
 SyntaxPlace syntax_place(std::string_view text, std::uint32_t error_line) {
   if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);  // a UTF-8 byte order mark
   std::string table;
   std::map<std::string, int> arrays;  // [[name]] headers seen so far
   std::string_view open_string;       // the delimiter of a multi-line string the line is in, if any
+  std::string array_key;              // the key of an array still open at the end of a line
+  int array_depth = 0;                // ... and how many of its brackets are open
   std::uint32_t number = 0;
   for (std::size_t at = 0; at <= text.size() && ++number <= error_line;) {
     const std::size_t end = std::min(text.find('\n', at), text.size());
@@ -93,12 +116,33 @@ SyntaxPlace syntax_place(std::string_view text, std::uint32_t error_line) {
       if (number == error_line) return {};
       continue;
     }
+    // A header at the error (a table defined twice): its table is what the error is about.
+    const bool header = array_key.empty() && line.starts_with('[') && line.find(']') != std::string_view::npos;
+    if (number == error_line && header) {
+      return {line.starts_with("[[") ? std::string(detail::trim(line.substr(2, line.find("]]") - 2)))
+                                     : std::string(detail::trim(line.substr(1, line.find(']') - 1))),
+              ""};
+    }
+    // Within an array written over several lines: its key (brackets counted, strings in it not).
+    if (!array_key.empty()) {
+      if (number == error_line) return {array_key, ""};
+      array_depth += bracket_balance(line);
+      if (array_depth <= 0) array_key.clear();
+      continue;
+    }
     if (number < error_line) {
       if (line.starts_with("[[") && line.find("]]") != std::string_view::npos) {
         const std::string name(detail::trim(line.substr(2, line.find("]]") - 2)));
         table = name + "[" + std::to_string(arrays[name]++) + "]";
-      } else if (line.starts_with('[') && line.find(']') != std::string_view::npos) {
+      } else if (header) {
         table = std::string(detail::trim(line.substr(1, line.find(']') - 1)));
+      } else if (const std::size_t equals = line.find('='); equals != std::string_view::npos) {
+        const std::string_view key = detail::trim(line.substr(0, equals));
+        const int depth = bracket_balance(line.substr(equals + 1));
+        if (depth > 0 && !key.empty() && std::all_of(key.begin(), key.end(), is_key_char)) {
+          array_key = table.empty() ? std::string(key) : table + "." + std::string(key);
+          array_depth = depth;
+        }
       }
       continue;
     }
@@ -116,6 +160,7 @@ SyntaxPlace syntax_place(std::string_view text, std::uint32_t error_line) {
       place.hint = " (a bare word is no value: a string needs quotes, " + std::string(key) + " = \"" +
                    std::string(value) + "\"; a boolean is true or false)";
     }
+    if (place.hint.empty()) place.hint = detail::unit_hint(key, value);
     return place;
   }
   return {};

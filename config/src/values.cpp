@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <charconv>
 #include <cstdio>
 #include <vector>
@@ -218,6 +219,23 @@ std::string did_you_mean(std::string_view typed, std::span<const std::string_vie
     }
   }
   return best.empty() ? "" : " (did you mean " + quoted(best) + "?)";
+}
+
+std::string unit_hint(std::string_view key, std::string_view text) {
+  const std::size_t dot = key.rfind('.');
+  const std::string_view name = dot == std::string_view::npos ? key : key.substr(dot + 1);
+  if (!name.ends_with("_ms") && !name.ends_with("_s")) return "";
+  text = trim(text);
+  std::size_t digits = 0;
+  while (digits < text.size() && (std::isdigit(static_cast<unsigned char>(text[digits])) != 0 || text[digits] == '.')) {
+    ++digits;
+  }
+  const std::string_view unit = trim(text.substr(digits));
+  if (digits == 0 || unit.empty() ||
+      !std::all_of(unit.begin(), unit.end(), [](char c) { return std::isalpha(static_cast<unsigned char>(c)) != 0; })) {
+    return "";
+  }
+  return " (the unit is in the key's name: write " + std::string(name) + " = " + std::string(text.substr(0, digits)) + ")";
 }
 
 }  // namespace gpuqos::config::detail

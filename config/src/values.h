@@ -37,6 +37,10 @@ bool is_valid_job_name(std::string_view name) noexcept;
 // `text` without the spaces, tabs and carriage returns at either end.
 std::string_view trim(std::string_view text);
 
+// " (the unit is in the key's name: write target_ms = 20)" when `key` ends in _ms or _s and `text`
+// is a number with a unit after it ("20ms", "20 ms", "1.5s"), else "".
+std::string unit_hint(std::string_view key, std::string_view text);
+
 // " (did you mean \"policy\"?)" when one candidate is within a small edit distance, else "".
 std::string did_you_mean(std::string_view word, std::span<const std::string_view> candidates);
 

@@ -456,7 +456,17 @@ const std::vector<BadCase>& bad_cases() {
        "t.toml:3:13: daemon.log_level: invalid TOML: error while parsing key-value pair: cannot redefine existing "
        "string 'log_level'"},
       {"table_defined_twice", "[policy]\n[policy]\n",
-       "t.toml:2:1: invalid TOML: error while parsing table header: cannot redefine existing table 'policy'"},
+       "t.toml:2:1: policy: invalid TOML: error while parsing table header: cannot redefine existing table 'policy'"},
+      // An audit: an element of an array written over several lines was named by no key.
+      {"bad_element_of_a_multiline_array", "[devices]\nordinals = [\n  0, # the first [GPU]\n  x,\n]\n",
+       "t.toml:4:3: devices.ordinals: invalid TOML: error while parsing value: could not determine value type"},
+      // A unit written after a number: the key's name has it (an audit).
+      {"unit_after_a_number", "[[job]]\nname = \"serve\"\ntarget_ms = 20ms\n",
+       "t.toml:3:15: job[0].target_ms: invalid TOML: error while parsing decimal integer: expected digit, saw 'm' "
+       "(the unit is in the key's name: write target_ms = 20)"},
+      {"unit_in_a_string", "[[job]]\nname = \"serve\"\ntarget_ms = \"20 ms\"\n",
+       "t.toml:3:13: job[0].target_ms: must be a number (got a string) (the unit is in the key's name: write "
+       "target_ms = 20)"},
       {"unknown_section", "[polcy]\nname = \"fifo\"\n",
        "t.toml:1:2: polcy: unknown section (did you mean \"policy\"?)"},
       {"unknown_top_level_key", "verbose = true\n", "t.toml:1:1: verbose: unknown key"},
@@ -494,7 +504,8 @@ const std::vector<BadCase>& bad_cases() {
       {"nan_margin", "[policy.baymax]\nsafety_margin_ms = nan\n",
        "t.toml:2:20: policy.baymax.safety_margin_ms: must be a finite number (got nan)"},
       {"margin_as_string", "[policy.baymax]\nsafety_margin_ms = \"1ms\"\n",
-       "t.toml:2:20: policy.baymax.safety_margin_ms: must be a number (got a string)"},
+       "t.toml:2:20: policy.baymax.safety_margin_ms: must be a number (got a string) (the unit is in the key's "
+       "name: write safety_margin_ms = 1)"},
       {"negative_transfers", "[policy.baymax]\nmax_be_transfers = -2\n",
        "t.toml:2:20: policy.baymax.max_be_transfers: must be >= 0 (got -2)"},
       {"fractional_transfers", "[policy.baymax]\nmax_be_transfers = 1.5\n",
@@ -709,7 +720,8 @@ const std::vector<BadCase>& bad_cases() {
       {"negative_job_margin", "[[job]]\nname = \"a\"\nsafety_margin_ms = -1\n",
        "t.toml:3:20: job[0].safety_margin_ms: must be >= 0 (got -1)"},
       {"job_margin_as_string", "[[job]]\nname = \"a\"\nsafety_margin_ms = \"2ms\"\n",
-       "t.toml:3:20: job[0].safety_margin_ms: must be a number (got a string)"},
+       "t.toml:3:20: job[0].safety_margin_ms: must be a number (got a string) (the unit is in the key's name: "
+       "write safety_margin_ms = 2)"},
       {"bad_priority_class", "[[job]]\nname = \"a\"\nallowed_priority = \"medium\"\n",
        "t.toml:3:20: job[0].allowed_priority: must be one of \"low\", \"high\" (got \"medium\")"},
       {"job_as_single_table", "[job]\nname = \"a\"\n",
