@@ -1,6 +1,7 @@
 // The shim's one connection object: the settings read from the environment and the gate. Created
 // on first use, never destroyed (hooks may run in other threads and atexit handlers until the very
 // end); the gate is shut down when the library is unloaded or the process exits.
+#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <unistd.h>
@@ -105,6 +106,26 @@ void after_fork_in_child() noexcept {
   tried.store(false, std::memory_order_relaxed);
 }
 
+// Another copy of the shim, at another path, came first in the global scope (LD_PRELOAD naming two
+// installs, or `gpuqos run` of one install under another's LD_PRELOAD): both registered and posted
+// every op, the first's call reaching the second's hook as the driver (an audit). The first copy
+// manages the process; this one passes its calls through, and says so once.
+bool another_copy_manages() noexcept {
+  void* first = real_dlsym()(RTLD_DEFAULT, "gpuqosQueryBegin");
+  Dl_info theirs{}, ours{};
+  if (first == nullptr || ::dladdr(first, &theirs) == 0 ||
+      ::dladdr(reinterpret_cast<void*>(&another_copy_manages), &ours) == 0 || theirs.dli_fbase == ours.dli_fbase) {
+    return false;
+  }
+  try {
+    write_stderr("gpuqos[" + std::to_string(::getpid()) + "]: " + (theirs.dli_fname ? theirs.dli_fname : "?") +
+                 " manages this process; " + (ours.dli_fname ? ours.dli_fname : "?") +
+                 ", loaded as well, passes its calls through\n");
+  } catch (...) {
+  }
+  return true;
+}
+
 // The accessor: the only way to the connection object. `create` false: nullptr if none yet.
 Client* client(bool create = true) {
   Client* made = instance.load(std::memory_order_acquire);
@@ -115,7 +136,7 @@ Client* client(bool create = true) {
     static const bool handler = ::pthread_atfork(nullptr, nullptr, after_fork_in_child) == 0;
     (void)handler;
     try {
-      instance.store(new Client(), std::memory_order_release);
+      if (!another_copy_manages()) instance.store(new Client(), std::memory_order_release);
     } catch (...) {
       write_stderr("gpuqos: cannot start (out of memory?); running unmanaged\n");
     }

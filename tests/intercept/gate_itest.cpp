@@ -453,6 +453,23 @@ TEST_F(GateTest, AJobWithADevShmOfItsOwnIsManaged) {
   EXPECT_NE(output_.find("cannot open segment"), std::string::npos) << output_;
 }
 
+// Two copies of the shim at two paths (two installs): both registered and posted every op, the
+// first's call reaching the second's hook as the driver (an audit). The first manages; the second
+// passes through and says so.
+TEST_F(GateTest, ASecondCopyOfTheShimPassesItsCallsThrough) {
+  const auto other = dir_.path() / "other-install";
+  std::filesystem::create_directories(other);
+  std::filesystem::copy_file(kBuild + "/lib/libgpuqos.so", other / "libgpuqos.so");
+  const std::string first = kBuild + "/lib/libgpuqos.so", second = (other / "libgpuqos.so").string();
+  start({"timed", "20000"}, "low", true, {{"LD_PRELOAD", first + ":" + second}});
+  ASSERT_EQ(finish(), 0) << output_;
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 1); })) << output_;
+  EXPECT_EQ(daemon_->clients().size(), 1u) << output_;
+  EXPECT_NE(output_.find(first + " manages this process; " + second + ", loaded as well, passes its calls through"),
+            std::string::npos)
+      << output_;
+}
+
 // A relative GPUQOS_SOCKET is the one from the directory the job started in, even when it moves
 // before its first CUDA call (when the shim reads its settings).
 TEST_F(GateTest, ARelativeSocketIsTakenFromTheDirectoryTheJobStartedIn) {
