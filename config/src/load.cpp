@@ -70,14 +70,18 @@ struct SyntaxPlace {
   std::string hint;
 };
 
-// '[' less ']' on a line, outside its strings and after any comment left out (a guide: a string
-// holding a quote of the other kind is read right; an escaped quote is not).
+// '[' less ']' on a line, outside its strings (escapes in basic ones read) and before any comment.
 int bracket_balance(std::string_view line) {
   int balance = 0;
   char quote = 0;
-  for (const char c : line) {
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
     if (quote != 0) {
-      if (c == quote) quote = 0;
+      if (c == '\\' && quote == '"') {
+        ++i;  // an escape in a basic string: the next character is its
+      } else if (c == quote) {
+        quote = 0;
+      }
     } else if (c == '"' || c == '\'') {
       quote = c;
     } else if (c == '#') {
@@ -111,6 +115,12 @@ SyntaxPlace syntax_place(std::string_view text, std::uint32_t error_line) {
       if (next == std::string_view::npos) break;
       open_string = open_string.empty() ? line.substr(next, 3) : std::string_view();
       from = next + 3;
+    }
+    // A multi-line string within an array: its brackets are not counted, so the array's key is no
+    // longer known (no key is better than a wrong one for every later error).
+    if (!array_key.empty() && (in_string || line.find("\"\"\"") != std::string_view::npos ||
+                               line.find("'''") != std::string_view::npos)) {
+      array_key.clear();
     }
     if (in_string) {
       if (number == error_line) return {};
@@ -205,19 +215,23 @@ std::optional<std::string> read_file(const std::filesystem::path& path, std::str
 // place: found only as the daemon began to serve, they had no line to point at, and --check-config
 // said "ok" (an audit). Relative paths are taken from this process's directory, as gpuqosd started
 // here would.
-void check_daemon_paths(Diagnostics& diagnostics, const toml::table& document, const DaemonConfig& daemon) {
+void check_daemon_paths(Diagnostics& diagnostics, const toml::table& document, const DaemonConfig& daemon,
+                        LoadOptions options) {
   const auto place = [&](std::string_view key) {
     const toml::node* node = document.at_path(key).node();
     return node != nullptr ? node->source().begin : toml::source_position{};
   };
   std::error_code error;
   const std::filesystem::path store = daemon.profile_store;
-  if (!store.empty() && (std::filesystem::is_directory(store, error) || !store.has_filename())) {
+  if (options.check_store_path && !store.empty() &&
+      (std::filesystem::is_directory(store, error) || !store.has_filename())) {
     diagnostics.error(place("daemon.profile_store"), "daemon.profile_store",
                       "is a directory: give a file in it, e.g. " + (store / "gpuqosd.gqp").lexically_normal().string());
   }
   // The socket's directory is made if it is missing: only an existing file on the way stops that.
-  for (std::filesystem::path up = std::filesystem::path(daemon.socket_path).parent_path(); !up.empty();
+  for (std::filesystem::path up = options.check_socket_path ? std::filesystem::path(daemon.socket_path).parent_path()
+                                                            : std::filesystem::path();
+       !up.empty();
        up = up.parent_path()) {
     const std::filesystem::file_status status = std::filesystem::status(up, error);
     if (status.type() == std::filesystem::file_type::not_found) {
@@ -245,7 +259,7 @@ Result<Config> parse_config(std::string_view text, std::string_view source_name,
     return Errors{diagnostics.messages()};
   }
   Config config = read_document(diagnostics, document);
-  if (options.for_gpuqosd) check_daemon_paths(diagnostics, document, config.daemon);
+  check_daemon_paths(diagnostics, document, config.daemon, options);
   if (options.for_gpuqosd && config.policy.name == PolicyName::none) {
     const toml::node* name = document.at_path("policy.name").node();
     diagnostics.error(name != nullptr ? name->source().begin : toml::source_position{}, "policy.name",

@@ -224,18 +224,29 @@ std::string did_you_mean(std::string_view typed, std::span<const std::string_vie
 std::string unit_hint(std::string_view key, std::string_view text) {
   const std::size_t dot = key.rfind('.');
   const std::string_view name = dot == std::string_view::npos ? key : key.substr(dot + 1);
-  if (!name.ends_with("_ms") && !name.ends_with("_s")) return "";
+  const bool in_ms = name.ends_with("_ms");
+  if (!in_ms && !name.ends_with("_s")) return "";
   text = trim(text);
   std::size_t digits = 0;
   while (digits < text.size() && (std::isdigit(static_cast<unsigned char>(text[digits])) != 0 || text[digits] == '.')) {
     ++digits;
   }
   const std::string_view unit = trim(text.substr(digits));
-  if (digits == 0 || unit.empty() ||
-      !std::all_of(unit.begin(), unit.end(), [](char c) { return std::isalpha(static_cast<unsigned char>(c)) != 0; })) {
+  double number = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + digits, number);
+  if (digits == 0 || error != std::errc{} || end != text.data() + digits || unit.empty()) return "";
+  static constexpr std::pair<std::string_view, double> kUnitsNs[] = {
+      {"ns", 1}, {"us", 1e3}, {"\xC2\xB5s", 1e3}, {"ms", 1e6}, {"s", 1e9}, {"sec", 1e9}, {"min", 60e9}, {"h", 3600e9}};
+  const std::string in_key = in_ms ? "milliseconds" : "seconds";
+  for (const auto& [written, ns] : kUnitsNs) {
+    if (unit != written) continue;
+    return " (the unit is in the key's name, " + in_key + ": write " + std::string(name) + " = " +
+           format_number(number * ns / (in_ms ? 1e6 : 1e9)) + ")";
+  }
+  if (!std::all_of(unit.begin(), unit.end(), [](char c) { return std::isalpha(static_cast<unsigned char>(c)) != 0; })) {
     return "";
   }
-  return " (the unit is in the key's name: write " + std::string(name) + " = " + std::string(text.substr(0, digits)) + ")";
+  return " (the unit is in the key's name: a number of " + in_key + ")";
 }
 
 }  // namespace gpuqos::config::detail

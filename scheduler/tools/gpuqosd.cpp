@@ -35,7 +35,8 @@ void print_config_problems(const std::vector<std::string>& problems) {
 
 // --check-config FILE: 0 when this gpuqosd would start with it, 1 with every problem printed.
 int check_config(const std::string& path) {
-  auto loaded = gpuqos::config::load_config_file(path, {.for_gpuqosd = true});
+  auto loaded = gpuqos::config::load_config_file(
+      path, {.for_gpuqosd = true, .check_socket_path = true, .check_store_path = true});
   if (!loaded) {
     std::cerr << loaded.error() << "\n";
     return 1;
@@ -140,7 +141,10 @@ int main(int argc, char** argv) {
     given.metrics_listen = options.config.daemon.metrics_listen = address;
   }
   if (!config_path.empty()) {
-    auto loaded = gpuqos::config::load_config_file(config_path, {.for_gpuqosd = true});
+    // The paths the command line replaces are its to check (the daemon does, as it starts).
+    auto loaded = gpuqos::config::load_config_file(config_path, {.for_gpuqosd = true,
+                                                                 .check_socket_path = !given.socket_path,
+                                                                 .check_store_path = !given.store_path});
     if (!loaded) {
       print_config_problems(loaded.errors());
       return kUsageError;

@@ -15,6 +15,12 @@ namespace gpuqos::config {
 // reported with the file's other problems, in file order.
 struct LoadOptions {
   bool for_gpuqosd = false;
+  // gpuqosd about to start with the file (or --check-config): [daemon] socket and profile_store are
+  // also checked where they lead, as the daemon would find them (a store that is a directory, a
+  // socket under a file), each unless the command line replaces it. Not at a reload, which keeps
+  // both as they run.
+  bool check_socket_path = false;
+  bool check_store_path = false;
 };
 
 // Parses `text`; `source_name` (usually the file's path) starts every message. Keys not in the
