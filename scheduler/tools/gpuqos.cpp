@@ -1,5 +1,6 @@
 // gpuqos: the command-line tool. `gpuqos status` asks the daemon (`gpuqos top`: live); `gpuqos run`
 // starts a managed job; `gpuqos train` / `gpuqos eval` build and check the duration predictor's profile.
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -276,12 +277,15 @@ int main(int argc, char** argv) {
     return kUsageError;
   }
   // Made absolute here: the job may start in another directory than this command (cd in a shell -c).
-  // So is one the job would inherit.
+  if (!run_socket.empty()) run_options.socket = std::filesystem::absolute(run_socket).lexically_normal().string();
+  // So is one the job inherits, when the absolute path still fits a socket's (never refused: it is
+  // the shim's to take or say why not, as without gpuqos run).
   if (const char* inherited = ::getenv("GPUQOS_SOCKET");
       run_socket.empty() && inherited != nullptr && *inherited != '\0' && *inherited != '/') {
-    run_socket = inherited;
+    std::error_code error;
+    const std::string full = std::filesystem::absolute(inherited, error).lexically_normal().string();
+    if (!error && full.size() < sizeof(sockaddr_un::sun_path)) run_options.socket = full;
   }
-  if (!run_socket.empty()) run_options.socket = std::filesystem::absolute(run_socket).lexically_normal().string();
   if (const std::string problem = run_option_problem(run_options); !problem.empty()) {
     std::cerr << "gpuqos run: " << problem << "\n";
     return kUsageError;
