@@ -338,8 +338,10 @@ JobQosSnapshot QosTracker::snapshot_of(const std::string& name, const Job& job, 
       // Exact, from the count of queries over the target: the percentile's latency is a bucket's
       // middle, up to 1.6 % off, and a job 89 % over a p99 target at 1.002 x it read "ok" (an
       // audit). The target is met when at most n - rank queries are over it. The latencies shown
-      // at that percentile are kept on the side of the target the count says (still within their
-      // bucket), so the line never reads "OVER" beside a latency under the target, or the reverse.
+      // are kept on the side of the target the count says (each still within its bucket): met,
+      // none at or below the target's percentile is over the target; missed, none at or above it
+      // is under. So the line never reads "OVER" beside a latency under the target, nor the columns
+      // fall out of order.
       const std::uint64_t allowed = s.queries - LatencyHistogram::rank_for(s.percentile, s.queries);
       const bool meets = s.violations <= allowed;
       s.meets_target = meets;
@@ -349,7 +351,7 @@ JobQosSnapshot QosTracker::snapshot_of(const std::string& name, const Job& job, 
       side(s.at_percentile_ns);
       const std::pair<double, std::int64_t*> shown[] = {{50, &s.p50_ns}, {90, &s.p90_ns}, {99, &s.p99_ns}, {99.9, &s.p999_ns}};
       for (const auto& [percentile, latency] : shown) {
-        if (percentile == s.percentile) side(*latency);
+        if (meets ? percentile <= s.percentile : percentile >= s.percentile) side(*latency);
       }
     } else {
       s.meets_target = s.at_percentile_ns <= *s.target_ns;  // measured against another target

@@ -222,9 +222,14 @@ TEST(QosTracker, TheVerdictCountsTheQueriesOverTheTarget) {
     if (over) {
       EXPECT_GT(serve.at_percentile_ns, *target_ns);
       EXPECT_GT(serve.p99_ns, *target_ns) << "the p99 column says the same";
+      EXPECT_GT(serve.p999_ns, *target_ns) << "and the p99.9 (a review: its bucket's middle read under the target)";
     } else {
       EXPECT_LE(serve.at_percentile_ns, *target_ns);
+      EXPECT_LE(serve.p90_ns, *target_ns) << "and the p90, in the same bucket";
     }
+    EXPECT_LE(serve.p50_ns, serve.p90_ns);
+    EXPECT_LE(serve.p90_ns, serve.p99_ns);
+    EXPECT_LE(serve.p99_ns, serve.p999_ns);
   }
   // One query over in 100 meets p99; two do not.
   QosTracker tracker;
