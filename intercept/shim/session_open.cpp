@@ -136,8 +136,8 @@ struct RoundTrip {
   std::int64_t sent_ns = 0, received_ns = 0;
 };
 
-// `doorbell`: the socket an ok reply of 1.6 or later comes with (-1: none); the caller owns it.
-// The descriptors passed with the HelloReply, closed unless taken.
+// The descriptors passed with the HelloReply, closed unless taken: from a daemon of 1.10 or later
+// the segment and then the doorbell; from one of 1.6 to 1.9 the doorbell.
 struct PassedDescriptors {
   std::vector<int> fds;
   ~PassedDescriptors() {

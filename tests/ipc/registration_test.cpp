@@ -1,6 +1,9 @@
 // Tests of the registration records (round trips, garbage rejected), record I/O and SO_PEERCRED.
 #include "gpuqos/ipc/registration.h"
 
+#include <filesystem>
+#include <iterator>
+
 #include <gtest/gtest.h>
 #include <fcntl.h>
 #include <sys/eventfd.h>
@@ -450,9 +453,14 @@ TEST(Records, SeveralDescriptorsTravelInOrder) {
   EXPECT_FALSE(send_record(pair.fds[0], encode(valid_hello()), five));
   EXPECT_FALSE(send_record(pair.fds[0], encode(valid_hello()), std::span<const int>()));
   // One descriptor asked for, two came: the first is kept, the other closed.
+  const auto open_descriptors = [] {
+    return std::distance(std::filesystem::directory_iterator("/proc/self/fd"), std::filesystem::directory_iterator{});
+  };
   ASSERT_TRUE(send_record(pair.fds[0], encode(valid_hello()), both));
+  const auto before = open_descriptors();
   int one = -1;
   ASSERT_TRUE(receive_record(pair.fds[1], received, one));
+  EXPECT_EQ(open_descriptors(), before + 1) << "the second closed";
   const std::uint64_t seven = 7;
   ASSERT_EQ(::write(one, &seven, sizeof seven), static_cast<ssize_t>(sizeof seven));
   std::uint64_t count = 0;

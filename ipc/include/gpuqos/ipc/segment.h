@@ -21,9 +21,9 @@
 // Permissions: a named segment is mode 0600, owned by the client's uid (the daemon, when it runs as
 // root, fchowns it), so only that user and root can map it. That user can also truncate it: the
 // daemon's mapping is covered by a BusGuard (bus_guard.h), so a truncation turns into faulted(), not
-// a SIGBUS. A sealed one is reached only through descriptors (the daemon's, the shim's, and
-// /proc/PID/fd of their processes), and cannot be truncated; the daemon's mapping is guarded all the
-// same.
+// a SIGBUS. A sealed one has no name: it is reached through the descriptor passed with the reply
+// (the daemon and the shim close theirs once it is sent and mapped) and the mappings, and whoever
+// holds it cannot truncate it; the daemon's mapping is guarded all the same.
 #pragma once
 
 #include <atomic>
