@@ -248,53 +248,53 @@ Result<Segment> Segment::create_sealed(const std::string& name, std::uint32_t cl
   }
 }
 
-Result<Segment> Segment::open(const std::string& name) {
+// What a client maps: the name's segment or a passed one, kept when its header is one this build
+// understands. `map` may throw; what it throws is said as "cannot <verb> segment NAME: ...".
+template <class Map>
+Result<Segment> Segment::map_client_side(const std::string& name, const char* verb, Map map) {
   try {
+    auto region = map();
+    if (!region) return Error{region.error()};
+    SegmentHeader header;
+    std::memcpy(&header, region->get_address(), sizeof header);
+    if (Status usable = check_header(header, region->get_size()); !usable) {
+      return Error{"refusing segment " + name + ": " + usable.error()};
+    }
+    return Segment(name, std::move(region.value()), /*guard=*/false);
+  } catch (const std::exception& e) {
+    return Error{std::string("cannot ") + verb + " segment " + name + ": " + e.what()};
+  } catch (...) {
+    return Error{std::string("cannot ") + verb + " segment " + name + ": unknown error"};
+  }
+}
+
+Result<Segment> Segment::open(const std::string& name) {
+  return map_client_side(name, "open", [&]() -> Result<bip::mapped_region> {
     if (Status valid = check_segment_name(name); !valid) return Error{valid.error()};
     bip::shared_memory_object shm(bip::open_only, name.c_str(), bip::read_write);
     bip::offset_t size = 0;
     if (!shm.get_size(size) || size < static_cast<bip::offset_t>(sizeof(SegmentHeader))) {
       return Error{"segment " + name + " is smaller than its header (" + std::to_string(size) + " bytes)"};
     }
-    bip::mapped_region region(shm, bip::read_write);
-    SegmentHeader header;
-    std::memcpy(&header, region.get_address(), sizeof header);
-    if (Status usable = check_header(header, region.get_size()); !usable) {
-      return Error{"refusing segment " + name + ": " + usable.error()};
-    }
-    return Segment(name, std::move(region), /*guard=*/false);
-  } catch (const std::exception& e) {
-    return Error{"cannot open segment " + name + ": " + e.what()};
-  } catch (...) {
-    return Error{"cannot open segment " + name + ": unknown error"};
-  }
+    return bip::mapped_region(shm, bip::read_write);
+  });
 }
 
 Result<Segment> Segment::open_passed(int fd, const std::string& name) {
-  struct stat file {};
-  if (fd < 0 || ::fstat(fd, &file) != 0 || !S_ISREG(file.st_mode)) {
-    return Error{"refusing segment " + name + ": the descriptor passed is not a shared memory file"};
-  }
-  const int seals = ::fcntl(fd, F_GET_SEALS);
-  if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
-    return Error{"refusing segment " + name + ": its size is not sealed (it could be truncated under the mapping)"};
-  }
-  if (file.st_size < static_cast<off_t>(sizeof(SegmentHeader))) {
-    return Error{"segment " + name + " is smaller than its header (" + std::to_string(file.st_size) + " bytes)"};
-  }
-  try {
-    bip::mapped_region region(PassedDescriptor{fd}, bip::read_write, 0, static_cast<std::size_t>(file.st_size));
-    SegmentHeader header;
-    std::memcpy(&header, region.get_address(), sizeof header);
-    if (Status usable = check_header(header, region.get_size()); !usable) {
-      return Error{"refusing segment " + name + ": " + usable.error()};
+  return map_client_side(name, "map", [&]() -> Result<bip::mapped_region> {
+    struct stat file {};
+    if (fd < 0 || ::fstat(fd, &file) != 0 || !S_ISREG(file.st_mode)) {
+      return Error{"refusing segment " + name + ": the descriptor passed is not a shared memory file"};
     }
-    return Segment(name, std::move(region), /*guard=*/false);
-  } catch (const std::exception& e) {
-    return Error{"cannot map segment " + name + ": " + e.what()};
-  } catch (...) {
-    return Error{"cannot map segment " + name + ": unknown error"};
-  }
+    const int seals = ::fcntl(fd, F_GET_SEALS);
+    if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
+      return Error{"refusing segment " + name + ": its size is not sealed (it could be truncated under the mapping)"};
+    }
+    if (file.st_size < static_cast<off_t>(sizeof(SegmentHeader))) {
+      return Error{"segment " + name + " is smaller than its header (" + std::to_string(file.st_size) + " bytes)"};
+    }
+    return bip::mapped_region(PassedDescriptor{fd}, bip::read_write, 0, static_cast<std::size_t>(file.st_size));
+  });
 }
 
 Segment::~Segment() {

@@ -187,6 +187,9 @@ class Segment {
     if (guard) guard_ = BusGuard(region_.get_address(), region_.get_size());
   }
 
+  template <class Map>
+  static Result<Segment> map_client_side(const std::string& name, const char* verb, Map map);
+
   template <class Ring>
   Ring& at(std::uint64_t offset) noexcept {
     return *std::launder(reinterpret_cast<Ring*>(static_cast<std::byte*>(region_.get_address()) + offset));
