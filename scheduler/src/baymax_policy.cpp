@@ -101,7 +101,9 @@ void BaymaxPolicy::first_compute_completion(ClientId client, const ipc::Completi
   };
   for (auto& [id, state] : clients_) {
     ClientState::FirstCompute& first = state.first_compute;
-    if (id != client) ahead_ended(state.next_first_compute);
+    if (id != client) {
+      for (auto& [seq, candidate] : state.next_first_compute) ahead_ended(candidate);
+    }
     if (id == client && first.seq == completion.seq && first.end_ns == 0) {
       first.end_ns = completion.status == 0 ? completion.end_ns : first.posted_ns + first.point_ns;  // failed: no wait
       note_waited_ahead(id, state);
@@ -347,7 +349,7 @@ void BaymaxPolicy::learn(const std::vector<ClosedQuery>& closed) {
     }
     for (const auto& [device, work] : state.query_compute_ns) state.expected_query_compute_ns.try_emplace(device, work);
     auto next = std::move(state.next_query_ops);
-    ClientState::FirstCompute next_first = std::move(state.next_first_compute);
+    ClientState::FirstCompute next_first = state.take_next_first_compute(0);
     forget_query_work(state);
     if (const OpenQuery* reopened = queries_.open_query(query.client)) {  // for the work posted after the closing mark
       state.work_query = reopened->number;
@@ -374,7 +376,7 @@ void BaymaxPolicy::forget_query_work(ClientState& state) {
   state.query_compute_ns.clear();
   state.next_query_ops.clear();
   state.first_compute = {};
-  state.next_first_compute = {};
+  state.next_first_compute.clear();
   state.work_query = 0;
 }
 
@@ -1275,11 +1277,10 @@ Decisions BaymaxPolicy::op_posted(const OpPosted& event) {
       // one before is its own again (QueryTracker counts it there).
       for (const auto& [seq, next] : state.next_query_ops) state.count_in_query(next);
       state.next_query_ops.clear();
-      if (state.next_first_compute.seq != 0 && state.first_compute.query != query_before) {
-        state.next_first_compute.query = query_before;  // the query had no compute op before its first close
-        state.first_compute = std::move(state.next_first_compute);
+      ClientState::FirstCompute next_first = state.take_next_first_compute(query_before);
+      if (next_first.seq != 0 && state.first_compute.query != query_before) {
+        state.first_compute = std::move(next_first);  // the query had no compute op before its first close
       }
-      state.next_first_compute = {};
     }
     learn(queries_.posted(event.client, op, event.now_ns));
     // The point prediction: what a query's work takes, for tight_targets() to judge a target by (the
@@ -1298,8 +1299,9 @@ Decisions BaymaxPolicy::op_posted(const OpPosted& event) {
         state.count_in_query(work);
       } else {
         state.next_query_ops.insert_or_assign(op.seq, work);
-        if (engine_of(op) == Engine::compute && state.next_first_compute.seq == 0) {
-          state.next_first_compute = first_compute_of(event.client, 0, op, queries_.last_posted_ns(event.client), point);
+        if (engine_of(op) == Engine::compute && state.next_first_compute.size() < ClientState::kMaxNextFirstCompute) {
+          state.next_first_compute.emplace(op.seq,
+                                           first_compute_of(event.client, 0, op, queries_.last_posted_ns(event.client), point));
         }
       }
       // The query's first compute op, whose completion tells how long it waited behind the work
@@ -1342,7 +1344,7 @@ Decisions BaymaxPolicy::op_completed(const OpCompleted& event) {
   if (it != clients_.end() && it->second.info.priority == ipc::Priority::high) {
     // Done before its query closed: not in the one QueryTracker reopens.
     it->second.next_query_ops.erase(completion.seq);
-    if (it->second.next_first_compute.seq == completion.seq) it->second.next_first_compute = {};
+    it->second.next_first_compute.erase(completion.seq);
     learn(queries_.completed(event.client, completion, event.now_ns));
   }
   return grant_ready(event.now_ns);

@@ -351,12 +351,24 @@ class BaymaxPolicy final : public Policy {
       std::int64_t end_ns = 0;        // its own end (0: not yet)
     };
     FirstCompute first_compute;
-    // The first compute op posted after the open query's closing synchronisation, as first_compute
-    // (its query 0: none yet), noted when it is posted: it is the first compute op of the query
-    // QueryTracker reopens for it (or of the open one, if a later synchronisation closes that), and
-    // the work ahead of it is what was in flight then. Dropped when it completes before the close (it
-    // is of no query) or with the rest of the counted work (seq 0: none).
-    FirstCompute next_first_compute;
+    // The compute ops posted after the open query's closing synchronisation, as first_compute (their
+    // query 0: none yet), noted when posted, by seq (the first kMaxNextFirstCompute of them): the
+    // earliest one still outstanding is the first compute op of the query QueryTracker reopens for
+    // them (or of the open one, if a later synchronisation closes that), and the work ahead of it
+    // is what was in flight as it was posted. One that completes before the close is of no query
+    // and is dropped; all go with the rest of the counted work.
+    static constexpr std::size_t kMaxNextFirstCompute = 16;
+    std::map<std::uint64_t, FirstCompute> next_first_compute;
+    // The earliest of next_first_compute, taken out as query `query`'s first compute op (none: seq 0).
+    FirstCompute take_next_first_compute(std::uint64_t query) {
+      FirstCompute first;
+      if (!next_first_compute.empty()) {
+        first = std::move(next_first_compute.begin()->second);
+        first.query = query;
+      }
+      next_first_compute.clear();
+      return first;
+    }
     // Best effort: predicted compute time granted and not completed, by device and stream (a
     // process's streams run side by side in its time slice: the bound on a preemptive device is per
     // stream).
