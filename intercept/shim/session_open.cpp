@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <utility>
@@ -229,6 +230,15 @@ Session::Opened Session::open(const Settings& settings, std::uint32_t id) {
   SocketGuard doorbell{passed.take(segment_passed ? 1 : 0)};  // closed unless the session takes it
   const std::string name(reply->segment_name, ::strnlen(reply->segment_name, sizeof reply->segment_name));
   auto segment = segment_passed ? ipc::Segment::open_passed(passed_segment.fd, name) : ipc::Segment::open(name);
+  if (std::error_code error; !segment && !segment_passed && !std::filesystem::exists("/dev/shm" + name, error)) {
+    // A named segment not found where gpuqosd made it: this process has a /dev/shm of its own (a
+    // container's), and will not find the next one either. Asked again less and less often, as a
+    // refusal (it re-registered every second, unmanaged for good).
+    opened.refused = true;
+    opened.why = segment.error() + " (does this process have a /dev/shm of its own? gpuqosd 1.10 or later passes "
+                                   "the segment instead of naming it)";
+    return opened;
+  }
   if (!segment) {
     opened.why = segment.error();
     return opened;
