@@ -1189,6 +1189,20 @@ TEST_F(GateTest, ATwoDimensionalCopyWhosePitchIsShortOfItsWidthGoesWholeAndFails
   EXPECT_EQ(copies[0].bytes, 10 * kMiB);
 }
 
+// A host pitch over the largest a GPU allows: the driver refuses the copy whole (it checks the pitch
+// of a copy of more than one row), but would take each band of one row; so it goes whole and fails,
+// nothing moved.
+TEST_F(GateTest, ATwoDimensionalCopyWhosePitchIsOverTheMaximumGoesWholeAndFails) {
+  daemon_->set_copy_chunk_bytes(4 * kMiB);
+  start({"copies-2d", std::to_string(5 * kMiB), "2", "wide"}, "low");
+  ASSERT_EQ(finish(), 0) << output_;
+  EXPECT_NE(output_.find("wide 1\n"), std::string::npos) << "CUDA_ERROR_INVALID_VALUE\n" << output_;
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return !c.empty() && !copies_of(c[0].ops).empty(); }));
+  const auto copies = copies_of(daemon_->clients().at(0).ops);
+  ASSERT_EQ(copies.size(), 1u);
+  EXPECT_EQ(copies[0].bytes, 10 * kMiB);
+}
+
 // A daemon asking for chunks smaller than ipc::kMinCopyChunkBytes gets that size: a 1-byte chunk
 // would cost a grant round trip per byte.
 TEST_F(GateTest, ATinyChunkSizeFromTheDaemonIsRaisedToTheMinimum) {

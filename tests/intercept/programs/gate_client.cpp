@@ -70,6 +70,7 @@
 #include <cuda.h>
 #include <dirent.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/un.h>
@@ -591,8 +592,9 @@ int run_copies(std::size_t bytes, std::size_t device_bytes) {
 // A width x height window of a host image (from its byte 8 of row 3) into a pitched allocation (at
 // byte 4 of row 2) and back into another image at the same place: cuMemcpy2D in, cuMemcpy2DAsync
 // out. `narrow`: the copy in says a pitch one byte short of its width, which the driver refuses
-// (printed as "narrow <result>").
-int run_copies_2d(std::size_t width, std::size_t height, bool narrow) {
+// (printed as "narrow <result>"). `wide`: its host side's pitch is one byte over the largest a GPU
+// allows (2^31 - 1), from a reservation of that much that nothing touches ("wide <result>").
+int run_copies_2d(std::size_t width, std::size_t height, bool narrow, bool wide) {
   constexpr std::size_t kX = 8, kY = 3;
   const std::size_t image_pitch = width + 2 * kX, image_bytes = image_pitch * (height + 2 * kY);
   std::vector<unsigned char> in(image_bytes), out(image_bytes, 0);
@@ -617,6 +619,18 @@ int run_copies_2d(std::size_t width, std::size_t height, bool narrow) {
   copy.Height = height;
   if (narrow) {
     std::printf("narrow %d\n", static_cast<int>(cuMemcpy2D(&copy)));
+    return 0;
+  }
+  if (wide) {
+    copy.srcPitch = std::size_t{1} << 31;
+    copy.srcXInBytes = 0;
+    copy.srcY = 0;
+    const std::size_t reserved = (height - 1) * copy.srcPitch + width;
+    void* far = ::mmap(nullptr, reserved, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    CHECK(far != MAP_FAILED);
+    copy.srcHost = far;
+    std::printf("wide %d\n", static_cast<int>(cuMemcpy2D(&copy)));
+    ::munmap(far, reserved);
     return 0;
   }
   CHECK_CU(cuMemcpy2D(&copy));
@@ -761,7 +775,10 @@ int main(int argc, char** argv) {
   if (mode == "threads") return run_threads(arg(2, 4), arg(3, 20));
   if (mode == "bench") return run_bench(arg(2, 1000), argc > 3 && std::string(argv[3]) == "legacy");
   if (mode == "copies") return run_copies(arg(2, 1 << 20), arg(3, arg(2, 1 << 20)));
-  if (mode == "copies-2d") return run_copies_2d(arg(2, 3000), arg(3, 4096), argc > 4 && std::string(argv[4]) == "narrow");
+  if (mode == "copies-2d") {
+    const std::string how = argc > 4 ? argv[4] : "";
+    return run_copies_2d(arg(2, 3000), arg(3, 4096), how == "narrow", how == "wide");
+  }
   if (mode == "contexts") return run_contexts(arg(2, 200));
   if (mode == "fork") return run_fork();
   if (mode == "reuse") return run_reuse();
