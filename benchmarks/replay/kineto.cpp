@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
+#include "gpuqos/replay/json_text.h"
 #include "gpuqos/replay/kernel_names.h"
 #include "gpuqos/replay/text_file.h"
 
@@ -74,7 +75,7 @@ struct Context {
 // Microseconds (integer or fractional) to integer ns; rejects non-numbers, NaN and infinities.
 std::int64_t us_to_ns(const json& value, const char* field, const Context& ctx) {
   if (value.is_number_integer()) return value.get<std::int64_t>() * 1000;
-  if (!value.is_number()) ctx.fail(std::string("\"") + field + "\" is not a number: " + value.dump());
+  if (!value.is_number()) ctx.fail(std::string("\"") + field + "\" is not a number: " + json_text(value));
   const double us = value.get<double>();
   if (!std::isfinite(us)) ctx.fail(std::string("\"") + field + "\" is not finite");
   return std::llround(us * 1000.0);
@@ -88,7 +89,7 @@ std::array<std::uint32_t, 3> dim3_arg(const json& args, const char* key, const C
   for (std::size_t i = 0; i < it->size(); ++i) {
     const json& v = (*it)[i];
     if (!v.is_number_integer() || v.get<std::int64_t>() < 1 || v.get<std::int64_t>() > 0xffffffffLL)
-      ctx.fail(std::string("args.") + key + "[" + std::to_string(i) + "] is not a positive integer: " + v.dump());
+      ctx.fail(std::string("args.") + key + "[" + std::to_string(i) + "] is not a positive integer: " + json_text(v));
     dims[i] = v.get<std::uint32_t>();
   }
   return dims;
@@ -111,7 +112,7 @@ std::uint64_t byte_count(const json& args, const std::string& name, const Contex
   const auto b = args.find("bytes");
   if (b != args.end()) {
     if (!b->is_number() || b->get<double>() < 0 || !std::isfinite(b->get<double>()))
-      ctx.fail("args.bytes is not a non-negative number: " + b->dump());
+      ctx.fail("args.bytes is not a non-negative number: " + json_text(*b));
     return b->is_number_integer() ? b->get<std::uint64_t>() : static_cast<std::uint64_t>(b->get<double>());
   }
   if (auto from_name = bytes_from_name(name)) return *from_name;
@@ -142,7 +143,7 @@ RawOp read_gpu_op(const json& e, OpKind kind, const Context& base) {
   if (!e.contains("ts")) ctx.fail("no \"ts\"");
   raw.start_abs_ns = us_to_ns(e["ts"], "ts", ctx);
   raw.op.duration_ns = us_to_ns(e["dur"], "dur", ctx);
-  if (raw.op.duration_ns < 0) ctx.fail("negative \"dur\": " + e["dur"].dump());
+  if (raw.op.duration_ns < 0) ctx.fail("negative \"dur\": " + json_text(e["dur"]));
   raw.op.start_ns = raw.start_abs_ns;
   raw.op.kind = kind;
   static const json kNoArgs = json::object();

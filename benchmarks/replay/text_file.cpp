@@ -6,7 +6,6 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 
 namespace gpuqos::replay {
 
@@ -16,7 +15,11 @@ bool is_gzip(const std::string& data) {
   return data.size() >= 2 && static_cast<unsigned char>(data[0]) == 0x1f && static_cast<unsigned char>(data[1]) == 0x8b;
 }
 
-std::string gunzip(const std::string& data, const std::string& name) {
+std::string too_large(const std::string& name, std::uint64_t max_bytes, const char* what) {
+  return name + ": " + what + " more than " + std::to_string(max_bytes >> 20) + " MiB: not a profile or trace this reads";
+}
+
+std::string gunzip(const std::string& data, const std::string& name, std::uint64_t max_bytes) {
   z_stream zs{};
   if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK) throw FileError(name + ": cannot initialise zlib");
   zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
@@ -40,6 +43,10 @@ std::string gunzip(const std::string& data, const std::string& name) {
       throw FileError(name + ": corrupt gzip data (" + why + ")");
     }
     out.append(buffer, sizeof buffer - zs.avail_out);
+    if (out.size() > max_bytes) {
+      inflateEnd(&zs);
+      throw FileError(too_large(name, max_bytes, "inflates to"));
+    }
   }
   inflateEnd(&zs);
   return out;
@@ -47,17 +54,25 @@ std::string gunzip(const std::string& data, const std::string& name) {
 
 }  // namespace
 
-std::string read_text_file(const std::filesystem::path& path) {
+std::string read_text_file(const std::filesystem::path& path, std::uint64_t max_bytes) {
+  std::error_code error;
+  const auto type = std::filesystem::status(path, error).type();
+  if (type == std::filesystem::file_type::character || type == std::filesystem::file_type::block) {
+    throw FileError(path.string() + ": is a device, not a file");
+  }
   errno = 0;
   std::ifstream in(path, std::ios::binary);
   if (!in) {  // the reason (no permission, no such file) is the open's errno, which ifstream keeps
     const int why = errno;
     throw FileError(path.string() + ": cannot open for reading" + (why != 0 ? std::string(" (") + std::strerror(why) + ")" : ""));
   }
-  std::ostringstream content;
-  content << in.rdbuf();
-  std::string data = std::move(content).str();
-  return is_gzip(data) ? gunzip(data, path.string()) : data;
+  std::string data;
+  char buffer[1 << 16];
+  while (in.read(buffer, sizeof buffer) || in.gcount() > 0) {
+    data.append(buffer, static_cast<std::size_t>(in.gcount()));
+    if (data.size() > max_bytes) throw FileError(too_large(path.string(), max_bytes, "holds"));
+  }
+  return is_gzip(data) ? gunzip(data, path.string(), max_bytes) : data;
 }
 
 }  // namespace gpuqos::replay

@@ -32,7 +32,7 @@ std::uint32_t count(const json& j, const char* key) {
   constexpr std::int64_t kMaxCount = std::int64_t{1} << 20;
   const json& value = j.at(key);
   if (!value.is_number_integer() || value.get<std::int64_t>() < 0 || value.get<std::int64_t>() > kMaxCount) {
-    throw ProfileError(std::string("config.") + key + " = " + value.dump() + " is not a count in 0.." +
+    throw ProfileError(std::string("config.") + key + " = " + (value.is_structured() ? std::string(value.is_array() ? "an array" : "an object") : value.dump()) + " is not a count in 0.." +
                        std::to_string(kMaxCount));
   }
   return static_cast<std::uint32_t>(value.get<std::int64_t>());

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "read_util.h"
+#include "gpuqos/replay/json_text.h"
 
 namespace gpuqos::predictor {
 
@@ -31,7 +32,7 @@ const json& field(const json& record, const char* key) {
 std::uint64_t count_field(const json& record, const char* key, std::uint64_t max) {
   const json& v = field(record, key);
   if (!v.is_number_unsigned() || v.get<std::uint64_t>() > max)
-    throw LineError{std::string("\"") + key + "\" must be an integer in [0, " + std::to_string(max) + "], got " + v.dump()};
+    throw LineError{std::string("\"") + key + "\" must be an integer in [0, " + std::to_string(max) + "], got " + replay::json_text(v)};
   return v.get<std::uint64_t>();
 }
 
@@ -41,7 +42,7 @@ std::array<std::uint32_t, 3> dims_field(const json& record, const char* key) {
   if (!v.is_array() || v.empty() || v.size() > 3) throw LineError{std::string("\"") + key + "\" must be an array of 1 to 3 positive integers"};
   for (std::size_t i = 0; i < v.size(); ++i) {
     if (!v[i].is_number_unsigned() || v[i].get<std::uint64_t>() == 0 || v[i].get<std::uint64_t>() > 0xffffffffULL)
-      throw LineError{std::string("\"") + key + "\"[" + std::to_string(i) + "] must be a positive 32-bit integer, got " + v[i].dump()};
+      throw LineError{std::string("\"") + key + "\"[" + std::to_string(i) + "] must be a positive 32-bit integer, got " + replay::json_text(v[i])};
     dims[i] = v[i].get<std::uint32_t>();
   }
   return dims;
@@ -76,7 +77,7 @@ KernelSample kernel_of(const json& r) {
     const json& args = r["args"];
     if (!args.is_array() || args.size() > kMaxArgs) throw LineError{"\"args\" must be an array of at most 8 unsigned integers"};
     for (std::size_t i = 0; i < args.size(); ++i) {
-      if (!args[i].is_number_unsigned()) throw LineError{"\"args\"[" + std::to_string(i) + "] must be an unsigned integer, got " + args[i].dump()};
+      if (!args[i].is_number_unsigned()) throw LineError{"\"args\"[" + std::to_string(i) + "] must be an unsigned integer, got " + replay::json_text(args[i])};
       k.shape.args[i] = args[i].get<std::uint64_t>();
     }
     k.shape.arg_count = std::uint8_t(args.size());
@@ -94,7 +95,7 @@ Enum enum_field(const json& r, const char* key, const std::array<const char*, N>
     if (v.is_string() && v.get_ref<const std::string&>() == names[i]) return Enum(i);
   std::string expected;
   for (const char* n : names) expected += std::string(expected.empty() ? "" : "|") + "\"" + n + "\"";
-  throw LineError{std::string("\"") + key + "\" must be " + expected + ", got " + v.dump()};
+  throw LineError{std::string("\"") + key + "\" must be " + expected + ", got " + replay::json_text(v)};
 }
 
 CopySample copy_of(const json& r, bool memset) {
@@ -121,7 +122,7 @@ void read_record(const json& r, SampleSet& out, ReadReport& report) {
     out.copies.push_back(copy_of(r, kind == "memset"));
     ++report.copies;
   } else {
-    throw LineError{"unknown \"kind\" " + kind.dump() + " (expected \"kernel\", \"copy\" or \"memset\")"};
+    throw LineError{"unknown \"kind\" " + replay::json_text(kind) + " (expected \"kernel\", \"copy\" or \"memset\")"};
   }
 }
 
@@ -137,7 +138,7 @@ std::string check_header(const std::string& line, const std::string& source) {
     return source + ":1: not a gpuqos profile: the first line must be {\"format\":\"gpuqos-profile\",\"version\":1}";
   const json version = header.value("version", json());
   if (version != kProfileVersion)
-    return source + ":1: unsupported gpuqos-profile version " + version.dump() + " (this build reads version 1)";
+    return source + ":1: unsupported gpuqos-profile version " + replay::json_text(version) + " (this build reads version 1)";
   return "";
 }
 

@@ -5,6 +5,7 @@
 #include <zlib.h>
 
 #include "gpuqos/replay/kineto.h"
+#include "gpuqos/replay/text_file.h"
 #include "gpuqos/testing/temp_dir.h"
 
 namespace gpuqos::replay {
@@ -193,6 +194,40 @@ TEST(KinetoConverter, BadInputNamesFileAndEvent) {
   EXPECT_THAT(error_of(R"J({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 1,
                            "args": {"grid": [0, 1, 1]}}]})J"),
               HasSubstr("args.grid[0] is not a positive integer"));
+}
+
+// A value nested 200,000 deep: its message names its kind, where dump() recursed once a level and
+// crashed the process (an audit: gpuqos train, eval and gpuqosd on such a line).
+TEST(KinetoConverter, ADeeplyNestedValueIsNamedNotPrinted) {
+  const std::string deep = std::string(200'000, '[') + std::string(200'000, ']');
+  EXPECT_THAT(error_of(R"J({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": )J" + deep + "}]}"),
+              HasSubstr("\"dur\" is not a number: an array of 1"));
+}
+
+// A device, or more than the limit as read or as inflated, is refused with the file's name: /dev/zero
+// and a gzip of a billion spaces grew without end (an audit).
+TEST(TextFile, DevicesAndFilesOverTheLimitAreRefused) {
+  const gpuqos::testing::TempDir dir;
+  const auto error_of_file = [](const std::filesystem::path& path, std::uint64_t limit) -> std::string {
+    try {
+      (void)read_text_file(path, limit);
+    } catch (const FileError& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_EQ(error_of_file("/dev/zero", kMaxTextFileBytes), "/dev/zero: is a device, not a file");
+  const auto big = dir.write("big.json", std::string(3 << 20, ' '));
+  EXPECT_THAT(error_of_file(big, 2 << 20), HasSubstr("big.json: holds more than 2 MiB"));
+  EXPECT_EQ(read_text_file(big, 3 << 20).size(), std::size_t{3} << 20) << "at the limit: read";
+  const auto bomb = dir.path() / "bomb.json.gz";
+  gzFile gz = gzopen(bomb.c_str(), "wb9");
+  ASSERT_NE(gz, nullptr);
+  const std::string spaces(1 << 20, ' ');
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(gzwrite(gz, spaces.data(), static_cast<unsigned>(spaces.size())), 1 << 20);
+  gzclose(gz);
+  EXPECT_LT(std::filesystem::file_size(bomb), 64u * 1024);
+  EXPECT_THAT(error_of_file(bomb, 2 << 20), HasSubstr("bomb.json.gz: inflates to more than 2 MiB"));
 }
 
 TEST(KinetoConverter, MissingOrCorruptFilesAreErrors) {

@@ -76,6 +76,18 @@ TEST(ProfileReader, EachBadLineIsSkippedWithItsNumberAndReason) {
   EXPECT_EQ(out.copies[0].copy.host_memory, HostMemory::none);  // host_memory may be left out
 }
 
+// A value nested 200,000 deep in a line: named by its kind, where dump() recursed once a level and
+// crashed gpuqos train and eval (an audit).
+TEST(ProfileReader, ADeeplyNestedValueIsNamedNotPrinted) {
+  SampleSet out;
+  const std::string deep = std::string(200'000, '[') + std::string(200'000, ']');
+  const ReadReport r = read(kHeader + R"({"kind":)" + deep + "}\n" +
+                                R"({"kind":"copy","direction":"h2d","bytes":4,"start_ns":0,"end_ns":1})" "\n", out);
+  EXPECT_EQ(r.copies, 1u);
+  ASSERT_EQ(r.messages.size(), 1u);
+  EXPECT_THAT(r.messages[0], HasSubstr("p.jsonl:2: unknown \"kind\" an array of 1"));
+}
+
 // A user test: training on a profile of the benchmark printed 20 lines of "end_ns (X) is not after
 // start_ns (X)" and "... and 1852 more", where a Kineto trace's same ops get one line. An op that
 // took no time by the clock is counted in one line, ahead of the file's real problems.
