@@ -7,6 +7,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstdlib>
 #include <cerrno>
@@ -149,12 +150,21 @@ std::optional<std::string> foreign_file(const std::filesystem::path& path) {
   in.read(head, sizeof head);
   const auto got = static_cast<std::size_t>(in.gcount());
   if (got == 0 || std::memcmp(head, kMagic, std::min(got, sizeof kMagic)) == 0) return std::nullopt;
+  // A store with a few bits of its magic flipped is a damaged store (moved aside and started anew),
+  // not another tool's file: one flipped bit stopped gpuqosd at boot, called "another format" (an
+  // audit). Another format's first bytes are many bits away from "GPUQOSPF".
+  int flipped = 0;
+  for (std::size_t i = 0; i < std::min(got, sizeof kMagic); ++i) {
+    flipped += std::popcount(static_cast<unsigned>(static_cast<unsigned char>(head[i] ^ kMagic[i])));
+  }
+  if (got >= sizeof kMagic && flipped <= 3) return std::nullopt;
   const std::string_view text(head, got);
   if (text.starts_with("{\"format\":\"gpuqos-profile\"")) {
     return "a gpuqos profile of measurements (`gpuqos train --from " + path.string() + " --out STORE` makes a store)";
   }
   const auto first = text.find_first_not_of(" \t\r\n");
-  if (first != std::string_view::npos && (text[first] == '{' || text[first] == '[')) return std::string("JSON text");
+  if (first != std::string_view::npos && text[first] == '{') return std::string("JSON text");
+  if (first != std::string_view::npos && text[first] == '[') return std::string("JSON or TOML text");
   const bool printable = std::all_of(text.begin(), text.end(), [](char c) {
     return c == '\n' || c == '\t' || c == '\r' || static_cast<unsigned char>(c) >= 0x20;
   });

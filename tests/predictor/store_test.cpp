@@ -138,13 +138,17 @@ TEST(Store, AFileThatIsPlainlyNotAStoreIsToldApartFromADamagedOne) {
       {"profile.jsonl", "{\"format\":\"gpuqos-profile\",\"version\":1}\n{\"kind\":\"copy\"}\n",
        "a gpuqos profile of measurements (`gpuqos train --from"},
       {"workload.json", "  {\"ops\": []}", "JSON text"},
-      {"config.toml", "[policy]\nname = \"baymax\"\n", "text"},
+      {"config.toml", "[policy]\nname = \"baymax\"\n", "JSON or TOML text"},
       {"junk.bin", std::string("\x7f""ELF\x02\x01\x01\0\0\0", 10), "a file of another format"},
       {"store.gqp", store, std::nullopt},
       {"truncated.gqp", store.substr(0, 20), std::nullopt},
       {"short.gqp", "GPUQ", std::nullopt},  // a store cut short inside its magic
       {"corrupt.gqp", "GPUQOSPF but then garbage", std::nullopt},
       {"empty.gqp", "", std::nullopt},
+      // A store with one bit of its magic flipped is a damaged store, not another format (an audit:
+      // gpuqosd refused to start over it).
+      {"flipped.gqp", std::string(1, static_cast<char>(store[0] ^ 1)) + store.substr(1), std::nullopt},
+      {"three_flipped.gqp", "FQUQOSPG" + store.substr(8), std::nullopt},
   };
   for (const auto& c : cases) {
     const auto path = dir.write(c.name, c.content);
