@@ -39,6 +39,12 @@ int run_eval(const EvalOptions& options, std::ostream& out, std::ostream& err) {
   SampleSet train, test;
   if (!detail::load_inputs(options.train, read_options, train, err) || !detail::load_inputs(options.test, read_options, test, err))
     return 1;
+  // A model trained on nothing scores only the predictor's defaults: said, not scored as if trained
+  // (an audit: a header-only --train file exited 0 with figures).
+  if (train.kernels.empty() && train.copies.empty()) {
+    err << "gpuqos eval: the --train files hold no measurements: there is nothing to train a model on\n";
+    return 1;
+  }
   // More folds than measurements leaves folds empty: nothing to learn from them, and a huge K only
   // spins through empty folds for ever.
   if (const std::size_t rows = train.kernels.size() + train.copies.size(); options.cv_folds &&

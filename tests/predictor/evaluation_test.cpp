@@ -121,6 +121,22 @@ TEST(Commands, UsageAndInputErrors) {
   EXPECT_THAT(err.str(), HasSubstr("--cv needs at least 2 folds (got 0)"));
 }
 
+// A --train file with a header and no measurement: said, not scored as a model trained on nothing
+// (an audit: it exited 0 with figures for the predictor's defaults).
+TEST(Commands, EvalRefusesTrainingFilesWithoutMeasurements) {
+  const testing::TempDir dir;
+  const auto empty = dir.write("empty.jsonl", "{\"format\":\"gpuqos-profile\",\"version\":1}\n");
+  const auto test = dir.write("test.jsonl", "{\"format\":\"gpuqos-profile\",\"version\":1}\n"
+                                            R"({"kind":"copy","direction":"h2d","bytes":4,"start_ns":0,"end_ns":9})" "\n");
+  std::ostringstream out, err;
+  EvalOptions eval;
+  eval.train = {empty.string()};
+  eval.test = {test.string()};
+  EXPECT_EQ(run_eval(eval, out, err), 1) << err.str();
+  EXPECT_THAT(err.str(), HasSubstr("the --train files hold no measurements"));
+  EXPECT_EQ(out.str(), "");
+}
+
 // --out naming a --from file would replace the measurements with the store: refused.
 TEST(Commands, TrainRefusesToWriteOverItsInput) {
   const testing::TempDir dir;
