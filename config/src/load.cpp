@@ -126,13 +126,14 @@ SyntaxPlace syntax_place(std::string_view text, std::uint32_t error_line) {
       if (number == error_line) return {};
       continue;
     }
-    // A header at the error (a table defined twice): its table is what the error is about.
+    // A header's table ("[[job]]": job, "[policy.fifo]": policy.fifo). At the error (a table defined
+    // twice) it is what the error is about.
     const bool header = array_key.empty() && line.starts_with('[') && line.find(']') != std::string_view::npos;
-    if (number == error_line && header) {
-      return {line.starts_with("[[") ? std::string(detail::trim(line.substr(2, line.find("]]") - 2)))
-                                     : std::string(detail::trim(line.substr(1, line.find(']') - 1))),
-              ""};
-    }
+    const bool array_header = header && line.starts_with("[[") && line.find("]]") != std::string_view::npos;
+    const std::string name = array_header ? std::string(detail::trim(line.substr(2, line.find("]]") - 2)))
+                             : header     ? std::string(detail::trim(line.substr(1, line.find(']') - 1)))
+                                          : std::string();
+    if (number == error_line && header) return {name, ""};
     // Within an array written over several lines: its key (brackets counted, strings in it not).
     if (!array_key.empty()) {
       if (number == error_line) return {array_key, ""};
@@ -141,11 +142,10 @@ SyntaxPlace syntax_place(std::string_view text, std::uint32_t error_line) {
       continue;
     }
     if (number < error_line) {
-      if (line.starts_with("[[") && line.find("]]") != std::string_view::npos) {
-        const std::string name(detail::trim(line.substr(2, line.find("]]") - 2)));
+      if (array_header) {
         table = name + "[" + std::to_string(arrays[name]++) + "]";
       } else if (header) {
-        table = std::string(detail::trim(line.substr(1, line.find(']') - 1)));
+        table = name;
       } else if (const std::size_t equals = line.find('='); equals != std::string_view::npos) {
         const std::string_view key = detail::trim(line.substr(0, equals));
         const int depth = bracket_balance(line.substr(equals + 1));

@@ -97,9 +97,11 @@ std::optional<double> Section::number(std::string_view key) {
   const toml::node* node = find(key);
   if (node == nullptr) return std::nullopt;
   if (const auto* integer = node->as_integer()) return static_cast<double>(integer->get());
-  if (const auto* text = node->as_string(); text != nullptr && !unit_hint(key, text->get()).empty()) {
-    error(key, "must be a number (got a string)" + unit_hint(key, text->get()));
-    return std::nullopt;
+  if (const auto* text = node->as_string()) {
+    if (const std::string hint = unit_hint(key, text->get()); !hint.empty()) {
+      error(key, "must be a number (got a string)" + hint);
+      return std::nullopt;
+    }
   }
   if (!expect(key, *node, toml::node_type::floating_point, "a number")) return std::nullopt;
   const double value = node->as_floating_point()->get();
