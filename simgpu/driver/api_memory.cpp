@@ -75,14 +75,17 @@ CUresult classify(const void* dst, const void* src, std::size_t bytes, Direction
 // once the data is there.
 CUresult submit_copy(std::unique_lock<std::mutex>& lock, CUstream_st* stream, wire::WireOp op, HostAction action,
                      bool async, bool host_only) {
-  const std::size_t bytes = action.bytes * action.height;
+  const std::size_t bytes = action.bytes * action.height * action.depth;
   // A pageable source may be reused as soon as an async call returns: stage it now, as the
-  // real driver does through its staging buffers (rows contiguous).
+  // real driver does through its staging buffers (rows contiguous, slice after slice).
   if (async && op.pageable && op.engine == wire::WireEngine::h2d && !stream->capture) {
     auto staged = std::make_shared<std::vector<unsigned char>>(bytes);
-    for (std::size_t row = 0; row < action.height; ++row) {
-      std::memcpy(staged->data() + row * action.bytes, static_cast<const unsigned char*>(action.src) + row * action.src_pitch,
-                  action.bytes);
+    for (std::size_t slice = 0; slice < action.depth; ++slice) {
+      const auto* from = static_cast<const unsigned char*>(action.src) + slice * action.src_slice_pitch;
+      unsigned char* into = staged->data() + slice * action.height * action.bytes;
+      for (std::size_t row = 0; row < action.height; ++row) {
+        std::memcpy(into + row * action.bytes, from + row * action.src_pitch, action.bytes);
+      }
     }
     action.staged = std::move(staged);
   }
@@ -130,55 +133,68 @@ bool overlaps_allocation(std::uintptr_t ptr, std::size_t bytes) {
   return it->first + it->second.bytes > ptr;
 }
 
-// A 2D copy (CUDA_MEMCPY2D): Height rows of WidthInBytes, each side from its (X, Y) at its pitch.
-// Host, device and unified sides; CUDA arrays are not modelled (CUDA_ERROR_NOT_SUPPORTED, said once).
-// As the driver: a pitch of more than rows need covers WidthInBytes + X and at most
-// CU_DEVICE_ATTRIBUTE_MAX_PITCH; a side that touches device memory lies within one allocation,
+// One side of a 2D or 3D copy as the call gives it: its memory, its first byte's (X, Y, Z), its
+// pitch and (3D) the rows of each of its slices.
+struct PitchedSide {
+  CUmemorytype type{};
+  const void* host = nullptr;
+  CUdeviceptr device = 0;
+  std::size_t x = 0, y = 0, z = 0, pitch = 0, slice_rows = 0;
+};
+
+// A 2D or 3D copy: Depth slices of Height rows of WidthInBytes, each side from its (X, Y, Z) at its
+// pitch, its slices slice_rows rows apart. Host, device and unified sides (CUDA arrays are refused
+// before). As the driver: a pitch of more than one row's need covers WidthInBytes + X and is at
+// most CU_DEVICE_ATTRIBUTE_MAX_PITCH; a slice height, where given (it must be for more than one
+// slice), covers Height + Y; a side that touches device memory lies within one allocation,
 // whatever its type says; anything that would wrap the address space is CUDA_ERROR_INVALID_VALUE.
-CUresult do_copy_2d(const CUDA_MEMCPY2D* copy, CUstream hstream, bool async, bool per_thread) {
+CUresult do_copy_pitched(const PitchedSide& from, const PitchedSide& to, std::size_t width, std::size_t height,
+                         std::size_t depth, CUstream hstream, bool async, bool per_thread) {
   constexpr std::size_t kMaxPitch = 2147483647;  // api_device.cpp's CU_DEVICE_ATTRIBUTE_MAX_PITCH
-  if (!copy) return CUDA_ERROR_INVALID_VALUE;
-  if (copy->srcMemoryType == CU_MEMORYTYPE_ARRAY || copy->dstMemoryType == CU_MEMORYTYPE_ARRAY) {
-    log_once("cuMemcpy2D: CUDA arrays are not supported by simgpu");
-    return CUDA_ERROR_NOT_SUPPORTED;
-  }
   Driver& d = driver();
   std::unique_lock lock(d.mu);
   if (CUresult r = require_context(nullptr); r != CUDA_SUCCESS) return r;
   CUstream_st* stream = resolve_stream(hstream, per_thread);
   if (!stream) return CUDA_ERROR_INVALID_HANDLE;
-  const std::size_t width = copy->WidthInBytes, height = copy->Height;
-  if (width == 0 || height == 0) return CUDA_SUCCESS;
+  if (width == 0 || height == 0 || depth == 0) return CUDA_SUCCESS;
   std::size_t total = 0;
-  if (__builtin_mul_overflow(width, height, &total)) return CUDA_ERROR_INVALID_VALUE;
-  // One side: its first byte, what it spans, and whether that is device memory (checked against its type).
+  if (__builtin_mul_overflow(width, height, &total) || __builtin_mul_overflow(total, depth, &total)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  // One side: its first byte, what it spans, the bytes between its slices, and whether it is device
+  // memory (checked against its type).
   struct Side {
     unsigned char* first = nullptr;
-    std::size_t span = 0;
+    std::size_t span = 0, slice_pitch = 0;
     bool device = false;
   };
-  const auto side = [&](CUmemorytype type, const void* host, CUdeviceptr device, std::size_t x, std::size_t y,
-                        std::size_t pitch, Side* out) {
-    if (height > 1 && (pitch > kMaxPitch || pitch < width || pitch - width < x)) return false;
-    const std::uintptr_t base = type == CU_MEMORYTYPE_HOST ? addr(host) : static_cast<std::uintptr_t>(device);
+  const auto side = [&](const PitchedSide& given, Side* out) {
+    const std::size_t pitch = given.pitch;
+    if ((height > 1 || depth > 1) && (pitch > kMaxPitch || pitch < width || pitch - width < given.x)) return false;
+    if ((depth > 1 || given.slice_rows != 0) && (given.slice_rows < height || given.slice_rows - height < given.y)) {
+      return false;
+    }
+    const std::uintptr_t base = given.type == CU_MEMORYTYPE_HOST ? addr(given.host) : static_cast<std::uintptr_t>(given.device);
     std::size_t offset = 0, rows = 0, end = 0;
-    if (base == 0 || __builtin_mul_overflow(y, pitch, &offset) || __builtin_add_overflow(offset, x, &offset) ||
-        __builtin_mul_overflow(height - 1, pitch, &rows) || __builtin_add_overflow(rows, width, &out->span) ||
-        __builtin_add_overflow(base, offset, &end) || __builtin_add_overflow(end, out->span, &end)) {
+    if (base == 0 || __builtin_mul_overflow(given.slice_rows, pitch, &out->slice_pitch) ||
+        __builtin_mul_overflow(given.z, out->slice_pitch, &offset) ||
+        __builtin_mul_overflow(given.y, pitch, &rows) || __builtin_add_overflow(offset, rows, &offset) ||
+        __builtin_add_overflow(offset, given.x, &offset) ||
+        __builtin_mul_overflow(depth - 1, out->slice_pitch, &out->span) ||
+        __builtin_mul_overflow(height - 1, pitch, &rows) || __builtin_add_overflow(out->span, rows, &out->span) ||
+        __builtin_add_overflow(out->span, width, &out->span) || __builtin_add_overflow(base, offset, &end) ||
+        __builtin_add_overflow(end, out->span, &end)) {
       return false;
     }
     out->first = reinterpret_cast<unsigned char*>(base + offset);
     out->device = find_allocation(addr(out->first), 1) != nullptr;
     if (out->device) {  // within one allocation, or nothing of it moves
-      return find_allocation(addr(out->first), out->span) != nullptr && type != CU_MEMORYTYPE_HOST;
+      return find_allocation(addr(out->first), out->span) != nullptr && given.type != CU_MEMORYTYPE_HOST;
     }
-    return type != CU_MEMORYTYPE_DEVICE && !overlaps_allocation(addr(out->first), out->span);
+    return given.type != CU_MEMORYTYPE_DEVICE && !overlaps_allocation(addr(out->first), out->span);
   };
   Side src, dst;
-  if (!side(copy->srcMemoryType, copy->srcHost, copy->srcDevice, copy->srcXInBytes, copy->srcY, copy->srcPitch, &src) ||
-      !side(copy->dstMemoryType, copy->dstHost, copy->dstDevice, copy->dstXInBytes, copy->dstY, copy->dstPitch, &dst)) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
+  if (!side(from, &src) || !side(to, &dst)) return CUDA_ERROR_INVALID_VALUE;
   wire::WireOp op{};
   op.kind = wire::WireOpKind::copy;
   op.bytes = total;
@@ -194,9 +210,42 @@ CUresult do_copy_2d(const CUDA_MEMCPY2D* copy, CUstream hstream, bool async, boo
   action.src = src.first;
   action.bytes = width;
   action.height = height;
-  action.pitch = copy->dstPitch;
-  action.src_pitch = copy->srcPitch;
+  action.pitch = to.pitch;
+  action.src_pitch = from.pitch;
+  action.depth = depth;
+  action.slice_pitch = dst.slice_pitch;
+  action.src_slice_pitch = src.slice_pitch;
   return submit_copy(lock, stream, op, std::move(action), async, !dst.device && !src.device);
+}
+
+// A 2D copy (CUDA_MEMCPY2D): one slice. CUDA arrays are not modelled (CUDA_ERROR_NOT_SUPPORTED, said once).
+CUresult do_copy_2d(const CUDA_MEMCPY2D* copy, CUstream hstream, bool async, bool per_thread) {
+  if (!copy) return CUDA_ERROR_INVALID_VALUE;
+  if (copy->srcMemoryType == CU_MEMORYTYPE_ARRAY || copy->dstMemoryType == CU_MEMORYTYPE_ARRAY) {
+    log_once("cuMemcpy2D: CUDA arrays are not supported by simgpu");
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  const PitchedSide from{copy->srcMemoryType, copy->srcHost, copy->srcDevice, copy->srcXInBytes, copy->srcY, 0,
+                         copy->srcPitch, 0};
+  const PitchedSide to{copy->dstMemoryType, copy->dstHost, copy->dstDevice, copy->dstXInBytes, copy->dstY, 0,
+                       copy->dstPitch, 0};
+  return do_copy_pitched(from, to, copy->WidthInBytes, copy->Height, 1, hstream, async, per_thread);
+}
+
+// A 3D copy (CUDA_MEMCPY3D): Depth slices, each side's srcHeight/dstHeight rows apart. As the
+// driver, the LODs must be 0 and the reserved pointers null; CUDA arrays are not modelled.
+CUresult do_copy_3d(const CUDA_MEMCPY3D* copy, CUstream hstream, bool async, bool per_thread) {
+  if (!copy) return CUDA_ERROR_INVALID_VALUE;
+  if (copy->srcMemoryType == CU_MEMORYTYPE_ARRAY || copy->dstMemoryType == CU_MEMORYTYPE_ARRAY) {
+    log_once("cuMemcpy3D: CUDA arrays are not supported by simgpu");
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  if (copy->srcLOD != 0 || copy->dstLOD != 0 || copy->reserved0 || copy->reserved1) return CUDA_ERROR_INVALID_VALUE;
+  const PitchedSide from{copy->srcMemoryType, copy->srcHost, copy->srcDevice, copy->srcXInBytes, copy->srcY,
+                         copy->srcZ,          copy->srcPitch, copy->srcHeight};
+  const PitchedSide to{copy->dstMemoryType, copy->dstHost, copy->dstDevice, copy->dstXInBytes, copy->dstY,
+                       copy->dstZ,          copy->dstPitch, copy->dstHeight};
+  return do_copy_pitched(from, to, copy->WidthInBytes, copy->Height, copy->Depth, hstream, async, per_thread);
 }
 
 CUresult do_fill(CUdeviceptr dst, std::size_t pitch, std::uint32_t value, unsigned element_size, std::size_t width,
@@ -514,7 +563,17 @@ SIMGPU_EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr* pdptr, void* p,
 
 SIMGPU_COPIES(, false)
 SIMGPU_COPIES(_ptds, true)
+#define SIMGPU_COPIES_3D(SUFFIX, ASYNC_SUFFIX, PT)                                                                 \
+  SIMGPU_EXPORT CUresult cuMemcpy3D_v2##SUFFIX(const CUDA_MEMCPY3D* copy) {                                          \
+    return do_copy_3d(copy, nullptr, false, PT);                                                                      \
+  }                                                                                                                  \
+  SIMGPU_EXPORT CUresult cuMemcpy3DAsync_v2##ASYNC_SUFFIX(const CUDA_MEMCPY3D* copy, CUstream s) {                    \
+    return do_copy_3d(copy, s, true, PT);                                                                             \
+  }
+
 SIMGPU_COPIES_2D(, , false)
 SIMGPU_COPIES_2D(_ptds, _ptsz, true)
+SIMGPU_COPIES_3D(, , false)
+SIMGPU_COPIES_3D(_ptds, _ptsz, true)
 SIMGPU_ASYNC_COPIES(, false)
 SIMGPU_ASYNC_COPIES(_ptsz, true)

@@ -73,8 +73,12 @@ void HostAction::run() const {
     case Kind::copy: {
       const auto* from = staged ? staged->data() : static_cast<const unsigned char*>(src);
       const std::size_t from_pitch = staged ? bytes : src_pitch;
-      for (std::size_t row = 0; row < height; ++row) {
-        std::memmove(static_cast<unsigned char*>(dst) + row * pitch, from + row * from_pitch, bytes);
+      const std::size_t from_slice_pitch = staged ? bytes * height : src_slice_pitch;
+      for (std::size_t slice = 0; slice < depth; ++slice) {
+        auto* into = static_cast<unsigned char*>(dst) + slice * slice_pitch;
+        for (std::size_t row = 0; row < height; ++row) {
+          std::memmove(into + row * pitch, from + slice * from_slice_pitch + row * from_pitch, bytes);
+        }
       }
       return;
     }
@@ -258,8 +262,9 @@ bool device_only(const HostAction& action) {
     case HostAction::Kind::memset:
       return find_allocation(addr(action.dst), 1) != nullptr;
     case HostAction::Kind::copy:
-      return find_allocation(addr(action.dst), action.copy_span(action.pitch)) != nullptr &&
-             (action.staged || find_allocation(addr(action.src), action.copy_span(action.src_pitch)) != nullptr);
+      return find_allocation(addr(action.dst), action.copy_span(action.pitch, action.slice_pitch)) != nullptr &&
+             (action.staged ||
+              find_allocation(addr(action.src), action.copy_span(action.src_pitch, action.src_slice_pitch)) != nullptr);
     case HostAction::Kind::host_func:
       return false;
   }
@@ -269,7 +274,7 @@ bool device_only(const HostAction& action) {
 std::size_t bytes_of(const std::vector<HostAction>& actions) {
   std::size_t total = 0;
   for (const HostAction& action : actions) {
-    if (action.kind == HostAction::Kind::copy) total += action.bytes * action.height;
+    if (action.kind == HostAction::Kind::copy) total += action.bytes * action.height * action.depth;
     if (action.kind == HostAction::Kind::memset) total += action.width * action.element_size * action.height;
   }
   return total;

@@ -106,11 +106,16 @@ struct HostAction {
   std::size_t width = 0;        // memset 2D: elements per row
   std::size_t height = 1;       // memset 2D and copy 2D: rows (a copy's are `bytes` long each)
   std::size_t src_pitch = 0;    // copy 2D: bytes between src's rows (a staged copy's are contiguous)
+  std::size_t depth = 1;        // copy 3D: slices of `height` rows
+  std::size_t slice_pitch = 0;  // copy 3D: bytes between dst's slices
+  std::size_t src_slice_pitch = 0;  // copy 3D: bytes between src's slices (a staged copy's are contiguous)
   CUhostFn fn = nullptr;
   void* user_data = nullptr;
   void run() const;
-  // What a copy spans from its dst or src, given that side's pitch.
-  std::size_t copy_span(std::size_t row_pitch) const { return height <= 1 ? bytes : (height - 1) * row_pitch + bytes; }
+  // What a copy spans from its dst or src, given that side's row and slice pitches.
+  std::size_t copy_span(std::size_t row_pitch, std::size_t slice_pitch_of_side) const {
+    return (depth - 1) * slice_pitch_of_side + (height <= 1 ? bytes : (height - 1) * row_pitch + bytes);
+  }
 };
 
 // Host-side effects the mover thread applies, in completion order (Driver::moves).

@@ -424,6 +424,124 @@ void copies_2d_client(ClientLink& c) {
   CLIENT_CHECK(c, cuMemAllocPitch(&unused, &pitch, kWidth, kHeight, 3) == CUDA_ERROR_INVALID_VALUE);
 }
 
+// 3D copies: a 40 x 12 x 4 box of a host volume (48-byte rows, 20-row slices; from (3, 2, 1)) into a
+// pitched allocation of 16-row slices (at (8, 1, 1)) and back out of it the same ways as the 2D
+// copies above; only the box moves. Then the calls the driver refuses whole.
+void copies_3d_client(ClientLink& c) {
+  if (!open_device(c)) return;
+  constexpr std::size_t kWidth = 40, kHeight = 12, kDepth = 4;
+  constexpr std::size_t kPitch = 48, kRows = 20, kSlices = 6, kVolumeBytes = kPitch * kRows * kSlices;
+  constexpr std::size_t kDeviceRows = 16;
+  CUdeviceptr pitched = 0, other = 0;
+  std::size_t pitch = 0;
+  if (!CLIENT_OK(c, cuMemAllocPitch(&pitched, &pitch, kWidth + 8, kDeviceRows * kSlices, 4)) ||
+      !CLIENT_OK(c, cuMemAlloc(&other, pitch * kHeight * kDepth))) {
+    return;
+  }
+  CUstream stream = nullptr;
+  if (!CLIENT_OK(c, cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING))) return;
+  CLIENT_OK(c, cuMemsetD8(pitched, 0xee, pitch * kDeviceRows * kSlices));
+  const auto source = pattern(kVolumeBytes, 6);
+  struct Place {
+    CUmemorytype type;
+    const void* host;
+    CUdeviceptr device;
+    std::size_t pitch, rows, x, y, z;
+  };
+  const auto copy_of = [&](const Place& from, const Place& to) {
+    CUDA_MEMCPY3D copy{};
+    copy.srcMemoryType = from.type;
+    copy.srcHost = from.host;
+    copy.srcDevice = from.device;
+    copy.srcPitch = from.pitch;
+    copy.srcHeight = from.rows;
+    copy.srcXInBytes = from.x;
+    copy.srcY = from.y;
+    copy.srcZ = from.z;
+    copy.dstMemoryType = to.type;
+    copy.dstHost = const_cast<void*>(to.host);
+    copy.dstDevice = to.device;
+    copy.dstPitch = to.pitch;
+    copy.dstHeight = to.rows;
+    copy.dstXInBytes = to.x;
+    copy.dstY = to.y;
+    copy.dstZ = to.z;
+    copy.WidthInBytes = kWidth;
+    copy.Height = kHeight;
+    copy.Depth = kDepth;
+    return copy;
+  };
+  // `volume` holds the source's box at the source's own place; everything else is `fill`.
+  const auto box_holds_source = [&](const std::vector<std::uint8_t>& volume, std::uint8_t fill) {
+    for (std::size_t i = 0; i < kVolumeBytes; ++i) {
+      const std::size_t z = i / (kPitch * kRows), y = i / kPitch % kRows, x = i % kPitch;
+      const bool inside = z >= 1 && z < 1 + kDepth && y >= 2 && y < 2 + kHeight && x >= 3 && x < 3 + kWidth;
+      if (volume[i] != (inside ? source[i] : fill)) return false;
+    }
+    return true;
+  };
+  const Place host_source{CU_MEMORYTYPE_HOST, source.data(), 0, kPitch, kRows, 3, 2, 1};
+  const Place device_box{CU_MEMORYTYPE_DEVICE, nullptr, pitched, pitch, kDeviceRows, 8, 1, 1};
+  // Host -> device, sync; device -> host, sync.
+  auto in = copy_of(host_source, device_box);
+  CLIENT_OK(c, cuMemcpy3D(&in));
+  std::vector<std::uint8_t> back(kVolumeBytes, 0);
+  auto out = copy_of(device_box, {CU_MEMORYTYPE_HOST, back.data(), 0, kPitch, kRows, 3, 2, 1});
+  CLIENT_OK(c, cuMemcpy3D(&out));
+  CLIENT_CHECK(c, box_holds_source(back, 0));
+  std::vector<std::uint8_t> slice_before(pitch * kDeviceRows);
+  CLIENT_OK(c, cuMemcpyDtoH(slice_before.data(), pitched, slice_before.size()));
+  CLIENT_CHECK(c, all_equal<std::uint8_t>(slice_before.data(), slice_before.size(), 0xee));  // slice 0: outside the box
+  // Device -> device (into slices of exactly the copy's height), async from pageable memory
+  // overwritten at once, then unified addresses.
+  const Place device_other{CU_MEMORYTYPE_DEVICE, nullptr, other, pitch, kHeight, 0, 0, 0};
+  auto d2d = copy_of(device_box, device_other);
+  CLIENT_OK(c, cuMemcpy3DAsync(&d2d, stream));
+  std::vector<std::uint8_t> scratch = source;
+  auto staged = copy_of({CU_MEMORYTYPE_HOST, scratch.data(), 0, kPitch, kRows, 3, 2, 1}, device_box);
+  CLIENT_OK(c, cuMemcpy3DAsync(&staged, stream));
+  std::fill(scratch.begin(), scratch.end(), 0x55);
+  std::vector<std::uint8_t> via_unified(kVolumeBytes, 9), via_d2d(kVolumeBytes, 9);
+  const Place unified_box{CU_MEMORYTYPE_UNIFIED, nullptr, pitched, pitch, kDeviceRows, 8, 1, 1};
+  const Place unified_host{CU_MEMORYTYPE_UNIFIED, nullptr, reinterpret_cast<CUdeviceptr>(via_unified.data()), kPitch, kRows, 3, 2, 1};
+  auto unified = copy_of(unified_box, unified_host);
+  CLIENT_OK(c, cuMemcpy3DAsync(&unified, stream));
+  auto from_other = copy_of(device_other, {CU_MEMORYTYPE_HOST, via_d2d.data(), 0, kPitch, kRows, 3, 2, 1});
+  CLIENT_OK(c, cuMemcpy3DAsync(&from_other, stream));
+  CLIENT_OK(c, cuStreamSynchronize(stream));
+  CLIENT_CHECK(c, box_holds_source(via_unified, 9));
+  CLIENT_CHECK(c, box_holds_source(via_d2d, 9));
+  // One slice needs no slice height.
+  auto one_slice = in;
+  one_slice.Depth = 1;
+  one_slice.dstHeight = 0;
+  CLIENT_OK(c, cuMemcpy3D(&one_slice));
+  // Bad input, refused before anything moves: a pitch under the width; slices shorter than the
+  // copy's rows from its Y; a box past its allocation; a level of detail or a reserved pointer;
+  // slice heights that wrap the address space; a CUDA array.
+  auto narrow = in;
+  narrow.dstPitch = kWidth - 1;
+  CLIENT_CHECK(c, cuMemcpy3D(&narrow) == CUDA_ERROR_INVALID_VALUE);
+  auto overlapping = in;
+  overlapping.dstHeight = kHeight;  // + dstY 1: each slice's last row would be the next one's first
+  CLIENT_CHECK(c, cuMemcpy3D(&overlapping) == CUDA_ERROR_INVALID_VALUE);
+  auto beyond = in;
+  beyond.dstZ = kSlices - kDepth + 1;
+  CLIENT_CHECK(c, cuMemcpy3D(&beyond) == CUDA_ERROR_INVALID_VALUE);
+  auto detail = in;
+  detail.srcLOD = 1;
+  CLIENT_CHECK(c, cuMemcpy3D(&detail) == CUDA_ERROR_INVALID_VALUE);
+  auto reserved = in;
+  reserved.reserved0 = &reserved;
+  CLIENT_CHECK(c, cuMemcpy3D(&reserved) == CUDA_ERROR_INVALID_VALUE);
+  auto wrapping = in;
+  wrapping.dstHeight = std::size_t{1} << 62;
+  CLIENT_CHECK(c, cuMemcpy3D(&wrapping) == CUDA_ERROR_INVALID_VALUE);
+  auto array = in;
+  array.srcMemoryType = CU_MEMORYTYPE_ARRAY;
+  CLIENT_CHECK(c, cuMemcpy3D(&array) == CUDA_ERROR_NOT_SUPPORTED);
+}
+
 void async_copies_client(ClientLink& c) {
   CUfunction spin = nullptr;
   if (!open_device(c) || !load_kernel(c, "spin", &spin)) return;
@@ -624,6 +742,14 @@ TEST_F(DriverItest, TwoDimensionalCopiesMoveTheirWindowOnly) {
   ClientProcess client(server().socket(), copies_2d_client);
   expect_clean(client.finish(), "client");
   EXPECT_EQ(server().device_stat("copies_completed"), 8) << "the memset and the seven good copies: no bad one reached the device";
+}
+
+TEST_F(DriverItest, ThreeDimensionalCopiesMoveTheirBoxOnly) {
+  start(profile("fifo"));
+  ClientProcess client(server().socket(), copies_3d_client);
+  expect_clean(client.finish(), "client");
+  EXPECT_EQ(server().device_stat("copies_completed"), 9)
+      << "the memset, the seven good 3D copies and one DtoH: no bad one reached the device";
 }
 
 TEST_F(DriverItest, AsyncCopiesPinnedAndPageableRoundTripBytesInStreamOrder) {
