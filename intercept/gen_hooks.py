@@ -10,8 +10,8 @@ version rule in cuda_symbols.py). Outputs, in <out>/:
 
 A hook body describes the call as an Operation from its parameters (by name, the names NVIDIA's
 headers use) and hands it to gpuqos::intercept::intercept<HookId>, which gates and forwards it (1-D
-copies: intercept_copy<HookId>, and 2-D copies intercept_copy_2d<HookId>, which may also split the copy
-into chunks).
+copies: intercept_copy<HookId>, and 2-D and 3-D copies intercept_copy_pitched<HookId>, which may also
+split the copy into chunks).
 """
 import argparse
 import os
@@ -128,9 +128,13 @@ def is_linear_copy(category, params):
             and names[3:] in ([], ["hStream"]))
 
 
-def is_2d_copy(category, params):
-    """A 2-D copy, (pCopy[, hStream]) of a CUDA_MEMCPY2D: one the shim may split into bands of rows."""
-    return category == "copy" and len(params) in (1, 2) and "CUDA_MEMCPY2D" in params[0][0]
+def is_pitched_copy(category, params):
+    """A 2-D or 3-D copy, (pCopy[, hStream]) of a CUDA_MEMCPY2D or CUDA_MEMCPY3D (not a peer's, whose
+    sides are in two contexts): one the shim may split into bands of rows or slices."""
+    if category != "copy" or len(params) not in (1, 2):
+        return False
+    struct = params[0][0]
+    return "CUDA_MEMCPY2D" in struct or ("CUDA_MEMCPY3D" in struct and "PEER" not in struct)
 
 
 def hook_definition(category, version):
@@ -143,7 +147,7 @@ def hook_definition(category, version):
     else:
         init = ", ".join(f".{field} = {value}" for field, value in describe(category, version.symbol, params))
         body = ("intercept_copy" if is_linear_copy(category, params)
-                else "intercept_copy_2d" if is_2d_copy(category, params) else "intercept")
+                else "intercept_copy_pitched" if is_pitched_copy(category, params) else "intercept")
         call_args = f"{', ' if args else ''}{args}"
         lines.append(f"  return {body}<HookId::hook_{version.symbol}>(Operation{{{init}}}{call_args});")
     lines.append("}")

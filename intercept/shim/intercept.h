@@ -153,62 +153,148 @@ CUresult intercept_copy(Operation op, Dst dst, Src src, Count bytes, Rest... res
   return gated_call(g, op, real, dst, src, bytes, rest...);
 }
 
-// Whether a 2-D copy may go in bands as it would go whole: each side's pitch covers WidthInBytes
-// plus its X and is at most the largest any GPU allows (CU_DEVICE_ATTRIBUTE_MAX_PITCH, 2^31 - 1: the
-// driver checks both of a copy of more than one row, and a band may be of one row, which it would
-// not check), nothing of it wraps the address space, and its device sides (device or unified memory)
-// lie within their allocations, as fits_allocation() tells. An array side goes whole (the driver
-// checks it).
+// A 3-D copy's struct (CUDA_MEMCPY3D, legacy and _v2); a 2-D one is one slice with no Z.
 template <class Copy>
-bool fits_allocations_2d(const Copy* copy) noexcept {
+concept ThreeDimensionalCopy = requires(const Copy& copy) {
+  copy.Depth;
+  copy.srcZ;
+  copy.srcHeight;
+};
+
+// A side of a 2-D or 3-D copy: its memory, base address, first byte's (X, Y, Z), pitch and rows per
+// slice (0 for a 2-D copy, which has one slice).
+struct PitchedSide {
+  CUmemorytype type;
+  CUdeviceptr device;
+  std::uint64_t x, y, z, pitch, rows;
+};
+template <class Copy>
+PitchedSide source_side(const Copy& copy) noexcept {
+  if constexpr (ThreeDimensionalCopy<Copy>) {
+    return {copy.srcMemoryType, copy.srcDevice, copy.srcXInBytes, copy.srcY, copy.srcZ, copy.srcPitch, copy.srcHeight};
+  } else {
+    return {copy.srcMemoryType, copy.srcDevice, copy.srcXInBytes, copy.srcY, 0, copy.srcPitch, 0};
+  }
+}
+template <class Copy>
+PitchedSide destination_side(const Copy& copy) noexcept {
+  if constexpr (ThreeDimensionalCopy<Copy>) {
+    return {copy.dstMemoryType, copy.dstDevice, copy.dstXInBytes, copy.dstY, copy.dstZ, copy.dstPitch, copy.dstHeight};
+  } else {
+    return {copy.dstMemoryType, copy.dstDevice, copy.dstXInBytes, copy.dstY, 0, copy.dstPitch, 0};
+  }
+}
+template <class Copy>
+std::uint64_t depth_of(const Copy& copy) noexcept {
+  if constexpr (ThreeDimensionalCopy<Copy>) {
+    return copy.Depth;
+  } else {
+    return 1;
+  }
+}
+
+// The offset from a side's first byte of row `row` of slice `slice` of the copy (no overflow: the
+// whole copy's span was checked).
+inline std::uint64_t pitched_offset(const PitchedSide& side, std::uint64_t slice, std::uint64_t row) noexcept {
+  return (slice * side.rows + row) * side.pitch;
+}
+
+// Whether a 2-D or 3-D copy may go in bands as it would go whole: each side's pitch covers
+// WidthInBytes plus its X and is at most the largest any GPU allows (CU_DEVICE_ATTRIBUTE_MAX_PITCH,
+// 2^31 - 1: the driver checks it, and a band may be of one row, which it would not check); each
+// side's slice height, where given (more than one slice needs it), covers Height plus its Y (the
+// driver checks that too, and a band of one slice needs none); a 3-D copy's levels of detail are 0
+// and its reserved pointers null; nothing of it wraps the address space; a band's first row and
+// slice fit the struct's fields (32 bits in the legacy structs); and its device sides (device or
+// unified memory) lie within their allocations, as fits_allocation() tells. An array side goes
+// whole (the driver checks it).
+template <class Copy>
+bool fits_allocations_pitched(const Copy* copy) noexcept {
   constexpr std::uint64_t kMaxPitch = 2147483647;
-  const auto fits = [&](CUmemorytype type, CUdeviceptr device, std::uint64_t x, std::uint64_t y, std::uint64_t pitch) {
-    if (type == CU_MEMORYTYPE_ARRAY) return false;
-    if (pitch > kMaxPitch || pitch < copy->WidthInBytes || pitch - copy->WidthInBytes < x) return false;
-    // A band's first row must fit the struct's field (32 bits in the legacy CUDA_MEMCPY2D_v1).
-    if (y + copy->Height - 1 > std::numeric_limits<std::remove_cvref_t<decltype(copy->srcY)>>::max()) return false;
-    if (type != CU_MEMORYTYPE_DEVICE && type != CU_MEMORYTYPE_UNIFIED) return true;
-    std::uint64_t span = 0, first = 0;
-    if (__builtin_mul_overflow(static_cast<std::uint64_t>(copy->Height) - 1, pitch, &span) ||
-        __builtin_add_overflow(span, static_cast<std::uint64_t>(copy->WidthInBytes), &span) ||
-        __builtin_mul_overflow(y, pitch, &first) || __builtin_add_overflow(first, x, &first) ||
-        __builtin_add_overflow(first, static_cast<std::uint64_t>(device), &first)) {
+  using Field = std::remove_cvref_t<decltype(copy->srcY)>;
+  const std::uint64_t width = copy->WidthInBytes, height = copy->Height, depth = depth_of(*copy);
+  if constexpr (ThreeDimensionalCopy<Copy>) {
+    if (copy->srcLOD != 0 || copy->dstLOD != 0 || copy->reserved0 != nullptr || copy->reserved1 != nullptr) return false;
+  }
+  const auto fits = [&](const PitchedSide& side) {
+    if (side.type == CU_MEMORYTYPE_ARRAY) return false;
+    if (side.pitch > kMaxPitch || side.pitch < width || side.pitch - width < side.x) return false;
+    if ((depth > 1 || side.rows != 0) && (side.rows < height || side.rows - height < side.y)) return false;
+    std::uint64_t last_row = 0, last_slice = 0;
+    if (__builtin_add_overflow(side.y, height - 1, &last_row) || last_row > std::numeric_limits<Field>::max() ||
+        __builtin_add_overflow(side.z, depth - 1, &last_slice) || last_slice > std::numeric_limits<Field>::max()) {
+      return false;
+    }
+    if (side.type != CU_MEMORYTYPE_DEVICE && side.type != CU_MEMORYTYPE_UNIFIED) return true;
+    std::uint64_t span = 0, rows = 0, first = 0;
+    if (__builtin_mul_overflow(depth - 1, side.rows, &rows) || __builtin_add_overflow(rows, height - 1, &rows) ||
+        __builtin_mul_overflow(rows, side.pitch, &span) || __builtin_add_overflow(span, width, &span) ||
+        __builtin_mul_overflow(side.z, side.rows, &first) || __builtin_add_overflow(first, side.y, &first) ||
+        __builtin_mul_overflow(first, side.pitch, &first) || __builtin_add_overflow(first, side.x, &first) ||
+        __builtin_add_overflow(first, static_cast<std::uint64_t>(side.device), &first)) {
       return false;
     }
     return fits_allocation(static_cast<CUdeviceptr>(first), span);
   };
-  return fits(copy->srcMemoryType, copy->srcDevice, copy->srcXInBytes, copy->srcY, copy->srcPitch) &&
-         fits(copy->dstMemoryType, copy->dstDevice, copy->dstXInBytes, copy->dstY, copy->dstPitch);
+  return fits(source_side(*copy)) && fits(destination_side(*copy));
 }
 
-// The body of the 2-D copy hooks (a CUDA_MEMCPY2D[, stream]): as intercept_copy, a copy larger than
-// the gate's chunk size goes in bands of whole rows, each at most the chunk size (at least one row),
-// each a copy of its own from its first row (srcY and dstY moved on). A copy from or into a CUDA
-// array, one whose pitch is short of its width, or one whose device side overruns its allocation
-// goes whole (the driver refuses it whole), as do captured ones.
+// The body of the 2-D and 3-D copy hooks (a CUDA_MEMCPY2D or CUDA_MEMCPY3D[, stream]): as
+// intercept_copy, a copy larger than the gate's chunk size goes in bands, each at most the chunk
+// size and a copy of its own from its first row and slice (srcY/dstY and srcZ/dstZ moved on): slabs
+// of whole slices when a slice fits a chunk, else bands of whole rows of one slice (at least one
+// row). A copy from or into a CUDA array, one whose pitch or slice height is short of what it
+// copies, or one whose device side overruns its allocation goes whole (the driver refuses it
+// whole), as do captured ones.
 template <HookId id, class Copy, class... Rest>
-CUresult intercept_copy_2d(Operation op, const Copy* copy, Rest... rest) noexcept {
+CUresult intercept_copy_pitched(Operation op, const Copy* copy, Rest... rest) noexcept {
   const NoCancel no_cancel;  // first, as in intercept(); over the bands too
   const auto real = real_function<id>();
   if (!real) return missing_real_function(id);
   stamp<id>(op);
   Gate& g = gate();
   const std::uint64_t chunk_bytes = g.copy_chunk_bytes();
-  if (chunk_bytes == 0 || !copy || op.captured || op.bytes <= chunk_bytes || copy->WidthInBytes == 0 ||
-      copy->Height < 2 || !fits_allocations_2d(copy)) {
+  std::uint64_t slice_bytes = 0, total = 0;
+  if (chunk_bytes == 0 || !copy || op.captured || copy->WidthInBytes == 0 || copy->Height == 0 ||
+      depth_of(*copy) == 0 || __builtin_mul_overflow(copy->WidthInBytes, copy->Height, &slice_bytes) ||
+      __builtin_mul_overflow(slice_bytes, depth_of(*copy), &total) || total <= chunk_bytes ||
+      copy->Height * depth_of(*copy) < 2 || !fits_allocations_pitched(copy)) {
     return gated_call(g, op, real, copy, rest...);
   }
-  const std::uint64_t width = copy->WidthInBytes, height = copy->Height;
-  const std::uint64_t band_rows = std::max<std::uint64_t>(1, chunk_bytes / width);
-  const std::uint64_t host_pitch = copy->srcMemoryType == CU_MEMORYTYPE_HOST ? copy->srcPitch : copy->dstPitch;
-  for (std::uint64_t done = 0; done < height; done += band_rows) {
+  const std::uint64_t width = copy->WidthInBytes, height = copy->Height, depth = depth_of(*copy);
+  const PitchedSide src = source_side(*copy), dst = destination_side(*copy);
+  const PitchedSide& host = src.type == CU_MEMORYTYPE_HOST ? src : dst;
+  // One band: `slices` slices from slice `slice`, each `rows` rows from row `row`.
+  const auto band_of = [&](std::uint64_t slice, std::uint64_t slices, std::uint64_t row, std::uint64_t rows) {
     Copy band = *copy;
-    band.Height = static_cast<decltype(band.Height)>(std::min(band_rows, height - done));
-    band.srcY = static_cast<decltype(band.srcY)>(copy->srcY + done);
-    band.dstY = static_cast<decltype(band.dstY)>(copy->dstY + done);
-    const Operation part = chunk_of(op, width * band.Height, done * host_pitch, done * copy->srcPitch, done * copy->dstPitch);
-    const CUresult result = gated_call(g, part, real, &band, rest...);
-    if (result != CUDA_SUCCESS) return result;
+    band.Height = static_cast<decltype(band.Height)>(rows);
+    band.srcY = static_cast<decltype(band.srcY)>(src.y + row);
+    band.dstY = static_cast<decltype(band.dstY)>(dst.y + row);
+    if constexpr (ThreeDimensionalCopy<Copy>) {
+      band.Depth = static_cast<decltype(band.Depth)>(slices);
+      band.srcZ = static_cast<decltype(band.srcZ)>(src.z + slice);
+      band.dstZ = static_cast<decltype(band.dstZ)>(dst.z + slice);
+    }
+    const Operation part = chunk_of(op, width * rows * slices, pitched_offset(host, slice, row),
+                                    pitched_offset(src, slice, row), pitched_offset(dst, slice, row));
+    return gated_call(g, part, real, &band, rest...);
+  };
+  if (depth > 1 && slice_bytes <= chunk_bytes) {
+    const std::uint64_t slab = chunk_bytes / slice_bytes;
+    for (std::uint64_t slice = 0; slice < depth; slice += slab) {
+      if (const CUresult result = band_of(slice, std::min(slab, depth - slice), 0, height); result != CUDA_SUCCESS) {
+        return result;
+      }
+    }
+    return CUDA_SUCCESS;
+  }
+  const std::uint64_t band_rows = std::max<std::uint64_t>(1, chunk_bytes / width);
+  for (std::uint64_t slice = 0; slice < depth; ++slice) {
+    for (std::uint64_t row = 0; row < height; row += band_rows) {
+      if (const CUresult result = band_of(slice, 1, row, std::min(band_rows, height - row)); result != CUDA_SUCCESS) {
+        return result;
+      }
+    }
   }
   return CUDA_SUCCESS;
 }

@@ -1194,6 +1194,67 @@ TEST_F(GateTest, ATwoDimensionalCopyTheDriverRefusesGoesWholeAndFails) {
   }
 }
 
+// A 3-D copy whose slices fit a chunk goes in slabs of whole slices: 12 slices of 400 rows of 3,000
+// bytes (1.2 MB each, 14.4 MB) in 4-MiB chunks are slabs of 3 slices, each way. One whose slices do
+// not goes slice by slice in bands of whole rows: 2 slices of 2,000 rows (6 MB each) are bands of
+// 1,398 and 602 rows, each slice, each way. Each band starts at its own first row and slice (the
+// boxes start at (8, 3, 1) and (4, 2, 1): the program checks every byte it gets back).
+TEST_F(GateTest, LowPriorityThreeDimensionalCopiesGoInSlabsOrBandsAndTheDataRoundTrips) {
+  daemon_->set_copy_chunk_bytes(4 * kMiB);
+  struct Case {
+    const char* height;
+    const char* depth;
+    std::vector<std::uint64_t> bands;  // bytes of each band, one way
+  };
+  const std::vector<Case> cases = {
+      {"400", "12", {3 * 1'200'000, 3 * 1'200'000, 3 * 1'200'000, 3 * 1'200'000}},
+      {"2000", "2", {3000 * 1398, 3000 * 602, 3000 * 1398, 3000 * 602}},
+  };
+  std::size_t client = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.height);
+    start({"copies-3d", "3000", c.height, c.depth}, "low");
+    ASSERT_EQ(finish(), 0) << output_;
+    EXPECT_NE(output_.find("copies-3d ok"), std::string::npos) << output_;
+    const std::size_t bands = c.bands.size();
+    ASSERT_TRUE(daemon_->wait_until(
+        [&](const Clients& all) { return all.size() > client && all[client].completions.size() >= 2 * bands; }));
+    const FakeClient seen = daemon_->clients().at(client++);
+    EXPECT_TRUE(seen.problems.empty()) << seen.problems.front();
+    const auto copies = copies_of(seen.ops);
+    ASSERT_EQ(copies.size(), 2 * bands) << "cuMemcpy3D and cuMemcpy3DAsync, in bands each";
+    for (std::size_t i = 0; i < copies.size(); ++i) {
+      EXPECT_EQ(copies[i].direction, i < bands ? ipc::CopyDirection::h2d : ipc::CopyDirection::d2h) << i;
+      EXPECT_EQ(copies[i].bytes, c.bands[i % bands]) << i;
+    }
+    for (const auto& completion : seen.completions) EXPECT_EQ(completion.status, 0) << completion.seq;
+  }
+}
+
+TEST_F(GateTest, HighPriorityThreeDimensionalCopiesAreNeverSplit) {
+  daemon_->set_copy_chunk_bytes(4 * kMiB);
+  start({"copies-3d", "3000", "400", "12"}, "high");
+  ASSERT_EQ(finish(), 0) << output_;
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 3); }));
+  const auto whole = copies_of(daemon_->clients().at(0).ops);
+  ASSERT_EQ(whole.size(), 2u);
+  for (const auto& copy : whole) EXPECT_EQ(copy.bytes, 3000u * 400u * 12u);
+}
+
+// A 3-D copy whose device slices are shorter than its rows from its Y: the driver refuses it whole,
+// so it goes whole and fails, nothing moved. Its bands of one slice each would each need no slice
+// height, and all but the last would pass.
+TEST_F(GateTest, AThreeDimensionalCopyTheDriverRefusesGoesWholeAndFails) {
+  daemon_->set_copy_chunk_bytes(4 * kMiB);
+  start({"copies-3d", "3000", "2000", "2", "short"}, "low");
+  ASSERT_EQ(finish(), 0) << output_;
+  EXPECT_NE(output_.find("short 1\n"), std::string::npos) << "CUDA_ERROR_INVALID_VALUE\n" << output_;
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return !c.empty() && !copies_of(c[0].ops).empty(); }));
+  const auto copies = copies_of(daemon_->clients().at(0).ops);
+  ASSERT_EQ(copies.size(), 1u);
+  EXPECT_EQ(copies[0].bytes, 3000u * 2000u * 2u);
+}
+
 // A daemon asking for chunks smaller than ipc::kMinCopyChunkBytes gets that size: a 1-byte chunk
 // would cost a grant round trip per byte.
 TEST_F(GateTest, ATinyChunkSizeFromTheDaemonIsRaisedToTheMinimum) {

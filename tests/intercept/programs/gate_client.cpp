@@ -653,6 +653,65 @@ int run_copies_2d(std::size_t width, std::size_t height, bool narrow, bool wide)
   return 0;
 }
 
+// A width x height x depth box of a host volume (from byte 8 of row 3 of slice 1; rows of width + 16
+// bytes, slices of height + 6 rows) into a pitched allocation (at byte 4 of row 2 of slice 1, slices
+// of height + 2 rows) and back into another volume at the same place: cuMemcpy3D in,
+// cuMemcpy3DAsync out; the program checks every byte it gets back. `short`: the copy in says device
+// slices one row short of its rows from its Y, which the driver refuses ("short <result>").
+int run_copies_3d(std::size_t width, std::size_t height, std::size_t depth, bool short_slices) {
+  constexpr std::size_t kX = 8, kY = 3, kZ = 1;
+  const std::size_t pitch_in = width + 2 * kX, rows_in = height + 2 * kY, slices_in = depth + 2 * kZ;
+  const std::size_t volume_bytes = pitch_in * rows_in * slices_in, device_rows = height + 2;
+  std::vector<unsigned char> in(volume_bytes), out(volume_bytes, 0);
+  for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<unsigned char>(i * 131 + i / 4093 + 7);
+  CUdeviceptr device = 0;
+  std::size_t pitch = 0;
+  CUstream stream = nullptr;
+  CHECK_CU(cuMemAllocPitch(&device, &pitch, width + 4, device_rows * (depth + 1), 4));
+  CHECK_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  CUDA_MEMCPY3D copy{};
+  copy.srcMemoryType = CU_MEMORYTYPE_HOST;
+  copy.srcHost = in.data();
+  copy.srcPitch = pitch_in;
+  copy.srcHeight = rows_in;
+  copy.srcXInBytes = kX;
+  copy.srcY = kY;
+  copy.srcZ = kZ;
+  copy.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  copy.dstDevice = device;
+  copy.dstPitch = pitch;
+  copy.dstHeight = short_slices ? device_rows - 1 : device_rows;
+  copy.dstXInBytes = 4;
+  copy.dstY = 2;
+  copy.dstZ = 1;
+  copy.WidthInBytes = width;
+  copy.Height = height;
+  copy.Depth = depth;
+  if (short_slices) {
+    std::printf("short %d\n", static_cast<int>(cuMemcpy3D(&copy)));
+    return 0;
+  }
+  CHECK_CU(cuMemcpy3D(&copy));
+  std::swap(copy.srcMemoryType, copy.dstMemoryType);
+  std::swap(copy.srcPitch, copy.dstPitch);
+  std::swap(copy.srcHeight, copy.dstHeight);
+  std::swap(copy.srcXInBytes, copy.dstXInBytes);
+  std::swap(copy.srcY, copy.dstY);
+  std::swap(copy.srcZ, copy.dstZ);
+  copy.srcDevice = device;
+  copy.srcHost = nullptr;
+  copy.dstHost = out.data();
+  CHECK_CU(cuMemcpy3DAsync(&copy, stream));
+  CHECK_CU(cuStreamSynchronize(stream));
+  for (std::size_t i = 0; i < volume_bytes; ++i) {
+    const std::size_t slice = i / (pitch_in * rows_in), row = i / pitch_in % rows_in, col = i % pitch_in;
+    const bool inside = slice >= kZ && slice < kZ + depth && row >= kY && row < kY + height && col >= kX && col < kX + width;
+    CHECK(out[i] == (inside ? in[i] : 0));
+  }
+  std::printf("copies-3d ok\n");
+  return 0;
+}
+
 int run_reuse() {
   const char* daemon = std::getenv("GPUQOS_SOCKET");
   const char* which_env = std::getenv("GATE_REUSE");
@@ -779,6 +838,9 @@ int main(int argc, char** argv) {
     const std::string how = argc > 4 ? argv[4] : "";
     return run_copies_2d(arg(2, 3000), arg(3, 4096), how == "narrow", how == "wide");
   }
+  if (mode == "copies-3d") {
+    return run_copies_3d(arg(2, 3000), arg(3, 400), arg(4, 12), argc > 5 && std::string(argv[5]) == "short");
+  }
   if (mode == "contexts") return run_contexts(arg(2, 200));
   if (mode == "fork") return run_fork();
   if (mode == "reuse") return run_reuse();
@@ -791,7 +853,7 @@ int main(int argc, char** argv) {
   if (mode == "signals") return run_signals();
   if (mode == "cancel") return run_cancel(arg(2, 300));
   if (mode == "masks") return run_masks();
-  std::printf("usage: %s ops|signals|cancel|masks|unified|marks|dropped|timed|loop|threads|bench|copies|contexts|fork|reuse|destroy|release-beside|green|legacy-two|burst|queue\n",
+  std::printf("usage: %s ops|signals|cancel|masks|unified|marks|dropped|timed|loop|threads|bench|copies|copies-2d|copies-3d|contexts|fork|reuse|destroy|release-beside|green|legacy-two|burst|queue\n",
               argv[0]);
   return 2;
 }
