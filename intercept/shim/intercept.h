@@ -161,27 +161,31 @@ concept ThreeDimensionalCopy = requires(const Copy& copy) {
   copy.srcHeight;
 };
 
-// A side of a 2-D or 3-D copy: its memory, base address, first byte's (X, Y, Z), pitch and rows per
-// slice (0 for a 2-D copy, which has one slice).
+// A side of a 2-D or 3-D copy: its memory, base address (the host pointer's for host memory), first
+// byte's (X, Y, Z), pitch and rows per slice (0 for a 2-D copy, which has one slice).
 struct PitchedSide {
   CUmemorytype type;
-  CUdeviceptr device;
-  std::uint64_t x, y, z, pitch, rows;
+  std::uint64_t base, x, y, z, pitch, rows;
 };
+inline std::uint64_t side_base(CUmemorytype type, const void* host, std::uint64_t device) noexcept {
+  return type == CU_MEMORYTYPE_HOST ? reinterpret_cast<std::uintptr_t>(host) : device;
+}
 template <class Copy>
 PitchedSide source_side(const Copy& copy) noexcept {
+  const std::uint64_t base = side_base(copy.srcMemoryType, copy.srcHost, copy.srcDevice);
   if constexpr (ThreeDimensionalCopy<Copy>) {
-    return {copy.srcMemoryType, copy.srcDevice, copy.srcXInBytes, copy.srcY, copy.srcZ, copy.srcPitch, copy.srcHeight};
+    return {copy.srcMemoryType, base, copy.srcXInBytes, copy.srcY, copy.srcZ, copy.srcPitch, copy.srcHeight};
   } else {
-    return {copy.srcMemoryType, copy.srcDevice, copy.srcXInBytes, copy.srcY, 0, copy.srcPitch, 0};
+    return {copy.srcMemoryType, base, copy.srcXInBytes, copy.srcY, 0, copy.srcPitch, 0};
   }
 }
 template <class Copy>
 PitchedSide destination_side(const Copy& copy) noexcept {
+  const std::uint64_t base = side_base(copy.dstMemoryType, copy.dstHost, copy.dstDevice);
   if constexpr (ThreeDimensionalCopy<Copy>) {
-    return {copy.dstMemoryType, copy.dstDevice, copy.dstXInBytes, copy.dstY, copy.dstZ, copy.dstPitch, copy.dstHeight};
+    return {copy.dstMemoryType, base, copy.dstXInBytes, copy.dstY, copy.dstZ, copy.dstPitch, copy.dstHeight};
   } else {
-    return {copy.dstMemoryType, copy.dstDevice, copy.dstXInBytes, copy.dstY, 0, copy.dstPitch, 0};
+    return {copy.dstMemoryType, base, copy.dstXInBytes, copy.dstY, 0, copy.dstPitch, 0};
   }
 }
 template <class Copy>
@@ -204,10 +208,10 @@ inline std::uint64_t pitched_offset(const PitchedSide& side, std::uint64_t slice
 // 2^31 - 1: the driver checks it, and a band may be of one row, which it would not check); each
 // side's slice height, where given (more than one slice needs it), covers Height plus its Y (the
 // driver checks that too, and a band of one slice needs none); a 3-D copy's levels of detail are 0
-// and its reserved pointers null; nothing of it wraps the address space; a band's first row and
-// slice fit the struct's fields (32 bits in the legacy structs); and its device sides (device or
-// unified memory) lie within their allocations, as fits_allocation() tells. An array side goes
-// whole (the driver checks it).
+// and its reserved pointers null; nothing of either side wraps the address space; a band's first
+// row and slice fit the struct's fields (32 bits in the legacy structs); and each side lies within
+// its allocation, or a host side that is none runs into none, as fits_allocation() tells. An array
+// side goes whole (the driver checks it).
 template <class Copy>
 bool fits_allocations_pitched(const Copy* copy) noexcept {
   constexpr std::uint64_t kMaxPitch = 2147483647;
@@ -225,15 +229,16 @@ bool fits_allocations_pitched(const Copy* copy) noexcept {
         __builtin_add_overflow(side.z, depth - 1, &last_slice) || last_slice > std::numeric_limits<Field>::max()) {
       return false;
     }
-    if (side.type != CU_MEMORYTYPE_DEVICE && side.type != CU_MEMORYTYPE_UNIFIED) return true;
-    std::uint64_t span = 0, rows = 0, first = 0;
+    std::uint64_t span = 0, rows = 0, first = 0, end = 0;
     if (__builtin_mul_overflow(depth - 1, side.rows, &rows) || __builtin_add_overflow(rows, height - 1, &rows) ||
         __builtin_mul_overflow(rows, side.pitch, &span) || __builtin_add_overflow(span, width, &span) ||
         __builtin_mul_overflow(side.z, side.rows, &first) || __builtin_add_overflow(first, side.y, &first) ||
         __builtin_mul_overflow(first, side.pitch, &first) || __builtin_add_overflow(first, side.x, &first) ||
-        __builtin_add_overflow(first, static_cast<std::uint64_t>(side.device), &first)) {
+        __builtin_add_overflow(first, side.base, &first) || __builtin_add_overflow(first, span, &end)) {
       return false;
     }
+    // A host side is an address too: one the driver describes (page-locked) must fit its range, and
+    // pageable memory must not run into a device allocation (the driver refuses either whole).
     return fits_allocation(static_cast<CUdeviceptr>(first), span);
   };
   return fits(source_side(*copy)) && fits(destination_side(*copy));

@@ -1198,7 +1198,7 @@ TEST_F(GateTest, ATwoDimensionalCopyTheDriverRefusesGoesWholeAndFails) {
 // bytes (1.2 MB each, 14.4 MB) in 4-MiB chunks are slabs of 3 slices, each way. One whose slices do
 // not goes slice by slice in bands of whole rows: 2 slices of 2,000 rows (6 MB each) are bands of
 // 1,398 and 602 rows, each slice, each way. Each band starts at its own first row and slice (the
-// boxes start at (8, 3, 1) and (4, 2, 1): the program checks every byte it gets back).
+// boxes start at (8, 3, 1) and (4, 2, 2): the program checks every byte it gets back).
 TEST_F(GateTest, LowPriorityThreeDimensionalCopiesGoInSlabsOrBandsAndTheDataRoundTrips) {
   daemon_->set_copy_chunk_bytes(4 * kMiB);
   struct Case {
@@ -1226,6 +1226,7 @@ TEST_F(GateTest, LowPriorityThreeDimensionalCopiesGoInSlabsOrBandsAndTheDataRoun
     for (std::size_t i = 0; i < copies.size(); ++i) {
       EXPECT_EQ(copies[i].direction, i < bands ? ipc::CopyDirection::h2d : ipc::CopyDirection::d2h) << i;
       EXPECT_EQ(copies[i].bytes, c.bands[i % bands]) << i;
+      EXPECT_EQ(copies[i].host_memory, ipc::HostMemory::pageable) << i;
     }
     for (const auto& completion : seen.completions) EXPECT_EQ(completion.status, 0) << completion.seq;
   }
@@ -1242,8 +1243,8 @@ TEST_F(GateTest, HighPriorityThreeDimensionalCopiesAreNeverSplit) {
 }
 
 // A 3-D copy whose device slices are shorter than its rows from its Y: the driver refuses it whole,
-// so it goes whole and fails, nothing moved. Its bands of one slice each would each need no slice
-// height, and all but the last would pass.
+// so it goes whole and fails, nothing moved. In bands of rows of one slice, the first band of each
+// slice would pass the check and move its rows.
 TEST_F(GateTest, AThreeDimensionalCopyTheDriverRefusesGoesWholeAndFails) {
   daemon_->set_copy_chunk_bytes(4 * kMiB);
   start({"copies-3d", "3000", "2000", "2", "short"}, "low");

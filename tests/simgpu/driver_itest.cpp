@@ -370,10 +370,12 @@ void copies_2d_client(ClientLink& c) {
   std::vector<std::uint8_t> row_before(pitch);
   CLIENT_OK(c, cuMemcpyDtoH(row_before.data(), pitched + pitch, pitch));
   CLIENT_CHECK(c, all_equal<std::uint8_t>(row_before.data(), pitch, 0xee));  // row 1: outside the window
-  // Device -> device, then async from pageable memory overwritten at once, then unified addresses.
+  // Device -> device, then async from pageable memory overwritten at once (a pattern of its own,
+  // read back below), then unified addresses.
   auto d2d = copy_of(CU_MEMORYTYPE_DEVICE, nullptr, pitched, pitch, 8, 2, CU_MEMORYTYPE_DEVICE, nullptr, other, pitch, 0, 0);
   CLIENT_OK(c, cuMemcpy2DAsync(&d2d, stream));
   std::vector<std::uint8_t> scratch = source;
+  for (std::uint8_t& byte : scratch) byte ^= 0x5a;
   auto staged = copy_of(CU_MEMORYTYPE_HOST, scratch.data(), 0, kImagePitch, 1, 1, CU_MEMORYTYPE_DEVICE, nullptr, pitched, pitch, 0, 0);
   CLIENT_OK(c, cuMemcpy2DAsync(&staged, stream));
   std::fill(scratch.begin(), scratch.end(), 0x55);
@@ -385,7 +387,8 @@ void copies_2d_client(ClientLink& c) {
   auto from_other = copy_of(CU_MEMORYTYPE_DEVICE, nullptr, other, pitch, 0, 0, CU_MEMORYTYPE_HOST, via_d2d.data(), 0, kImagePitch, 0, 0);
   CLIENT_OK(c, cuMemcpy2DAsync(&from_other, stream));
   CLIENT_OK(c, cuStreamSynchronize(stream));
-  CLIENT_CHECK(c, window_holds_source(via_unified, 0, 0, 9));
+  for (std::uint8_t& byte : via_unified) byte ^= 0x5a;  // the staged pattern back to the source's
+  CLIENT_CHECK(c, window_holds_source(via_unified, 0, 0, std::uint8_t{9 ^ 0x5a}));
   CLIENT_CHECK(c, window_holds_source(via_d2d, 0, 0, 9));
   // Bad input, refused before anything moves: a pitch under the width, or under the width plus X;
   // a device side outside its allocation; a unified or host side that starts in an allocation and
@@ -493,11 +496,12 @@ void copies_3d_client(ClientLink& c) {
   CLIENT_OK(c, cuMemcpyDtoH(slice_before.data(), pitched, slice_before.size()));
   CLIENT_CHECK(c, all_equal<std::uint8_t>(slice_before.data(), slice_before.size(), 0xee));  // slice 0: outside the box
   // Device -> device (into slices of exactly the copy's height), async from pageable memory
-  // overwritten at once, then unified addresses.
+  // overwritten at once (a pattern of its own, read back below), then unified addresses.
   const Place device_other{CU_MEMORYTYPE_DEVICE, nullptr, other, pitch, kHeight, 0, 0, 0};
   auto d2d = copy_of(device_box, device_other);
   CLIENT_OK(c, cuMemcpy3DAsync(&d2d, stream));
   std::vector<std::uint8_t> scratch = source;
+  for (std::uint8_t& byte : scratch) byte ^= 0x5a;
   auto staged = copy_of({CU_MEMORYTYPE_HOST, scratch.data(), 0, kPitch, kRows, 3, 2, 1}, device_box);
   CLIENT_OK(c, cuMemcpy3DAsync(&staged, stream));
   std::fill(scratch.begin(), scratch.end(), 0x55);
@@ -509,7 +513,8 @@ void copies_3d_client(ClientLink& c) {
   auto from_other = copy_of(device_other, {CU_MEMORYTYPE_HOST, via_d2d.data(), 0, kPitch, kRows, 3, 2, 1});
   CLIENT_OK(c, cuMemcpy3DAsync(&from_other, stream));
   CLIENT_OK(c, cuStreamSynchronize(stream));
-  CLIENT_CHECK(c, box_holds_source(via_unified, 9));
+  for (std::uint8_t& byte : via_unified) byte ^= 0x5a;  // the staged pattern back to the source's
+  CLIENT_CHECK(c, box_holds_source(via_unified, std::uint8_t{9 ^ 0x5a}));
   CLIENT_CHECK(c, box_holds_source(via_d2d, 9));
   // One slice needs no slice height.
   auto one_slice = in;

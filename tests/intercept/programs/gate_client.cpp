@@ -654,7 +654,7 @@ int run_copies_2d(std::size_t width, std::size_t height, bool narrow, bool wide)
 }
 
 // A width x height x depth box of a host volume (from byte 8 of row 3 of slice 1; rows of width + 16
-// bytes, slices of height + 6 rows) into a pitched allocation (at byte 4 of row 2 of slice 1, slices
+// bytes, slices of height + 6 rows) into a pitched allocation (at byte 4 of row 2 of slice 2, slices
 // of height + 2 rows) and back into another volume at the same place: cuMemcpy3D in,
 // cuMemcpy3DAsync out; the program checks every byte it gets back. `short`: the copy in says device
 // slices one row short of its rows from its Y, which the driver refuses ("short <result>").
@@ -667,7 +667,7 @@ int run_copies_3d(std::size_t width, std::size_t height, std::size_t depth, bool
   CUdeviceptr device = 0;
   std::size_t pitch = 0;
   CUstream stream = nullptr;
-  CHECK_CU(cuMemAllocPitch(&device, &pitch, width + 4, device_rows * (depth + 1), 4));
+  CHECK_CU(cuMemAllocPitch(&device, &pitch, width + 4, device_rows * (depth + 2), 4));
   CHECK_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
   CUDA_MEMCPY3D copy{};
   copy.srcMemoryType = CU_MEMORYTYPE_HOST;
@@ -683,7 +683,7 @@ int run_copies_3d(std::size_t width, std::size_t height, std::size_t depth, bool
   copy.dstHeight = short_slices ? device_rows - 1 : device_rows;
   copy.dstXInBytes = 4;
   copy.dstY = 2;
-  copy.dstZ = 1;
+  copy.dstZ = 2;
   copy.WidthInBytes = width;
   copy.Height = height;
   copy.Depth = depth;
