@@ -19,6 +19,10 @@ needs more than one kernel per iteration. So, within the model's simplifications
 one seeded 4000-s run: a few percent of sampling noise), recsys can make about `bound` of its
 standalone rate at most, and the mix's `BE % of ideal` (the mean of the two jobs' fractions over
 1 - LC busy) is at most (1 + bound) / 2 over it, with ResNet-50 at its standalone rate.
+A benchmark cell is not a 4000-s run: its p99 is the fifth-worst of about 470 queries, which a
+single kernel meeting a burst of arrivals decides. So a second bound asks more: the rate at which
+at least 90 % of the runs' consecutive stretches of a cell's queries (the baymax cell's count, else
+450) keep their own p99 within the target, as a policy must for the cell to pass run after run.
 Prints one row per fifo load; the same seed gives the same numbers. A load whose LC misses its
 target even with no kernel at all gets a rate of 0.
 """
@@ -30,7 +34,7 @@ import sys
 
 
 def simulate(rate_per_s, host_ms, device_ms, kernel_ms, gap_ms, seconds, seed):
-    """LC latencies (ms) and recsys kernels started, for one gap."""
+    """LC latencies (ms, in arrival order) and recsys kernels started, for one gap."""
     rnd = random.Random(seed)
     latencies, kernels = [], 0
     lc_free = device_free = last_end = 0.0
@@ -45,30 +49,46 @@ def simulate(rate_per_s, host_ms, device_ms, kernel_ms, gap_ms, seconds, seed):
         begin = max(t, lc_free)
         lc_free = max(begin + host_ms, device_free) + device_ms
         latencies.append(lc_free - t)
-    latencies.sort()
     return latencies, kernels
 
 
 def p99(latencies):
     """Nearest rank, as benchmarks/replay/measurements.cpp takes it."""
-    return latencies[max(0, math.ceil(0.99 * len(latencies)) - 1)]
+    ordered = sorted(latencies)
+    return ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)]
 
 
-def best_rate(rate_per_s, target_ms, host_ms, device_ms, kernel_ms, seconds=4000, seed=1):
-    """The most kernels per second whose simulated p99 stays within target_ms (bisection on the gap)."""
+def cells_meeting(latencies, target_ms, cell_queries):
+    """The share of the run's consecutive stretches of cell_queries queries whose own p99 is within target_ms."""
+    cells = [latencies[i:i + cell_queries] for i in range(0, len(latencies) - cell_queries + 1, cell_queries)]
+    if not cells:
+        return 1.0 if p99(latencies) <= target_ms else 0.0
+    return sum(p99(cell) <= target_ms for cell in cells) / len(cells)
+
+
+def best_rate(rate_per_s, target_ms, host_ms, device_ms, kernel_ms, seconds=4000, seed=1, cell_queries=None,
+              confidence=0.9):
+    """The most kernels per second whose simulated p99 stays within target_ms (bisection on the gap), and
+    that p99. With cell_queries: whose stretches of that many queries keep their own p99 within it in at
+    least `confidence` of them."""
+    def meets(latencies):
+        if cell_queries is None:
+            return p99(latencies) <= target_ms
+        return cells_meeting(latencies, target_ms, cell_queries) >= confidence
+
     low, high = 0.0, seconds * 1000.0  # gap ms: 0 may miss; the whole run: no kernel at all
     latencies, _ = simulate(rate_per_s, host_ms, device_ms, kernel_ms, high, seconds, seed)
-    if p99(latencies) > target_ms:
+    if not meets(latencies):
         return 0.0, p99(latencies)  # the LC misses on its own
     latencies, _ = simulate(rate_per_s, host_ms, device_ms, kernel_ms, low, seconds, seed)
-    if p99(latencies) <= target_ms:
+    if meets(latencies):
         high = low
     for _ in range(40):
         if high - low < 1.0:
             break
         mid = (low + high) / 2
         latencies, _ = simulate(rate_per_s, host_ms, device_ms, kernel_ms, mid, seconds, seed)
-        if p99(latencies) <= target_ms:
+        if meets(latencies):
             high = mid
         else:
             low = mid
@@ -96,17 +116,26 @@ def main():
     print(f"LC query: {host_ms:.2f} ms host, then {device_ms:.2f} ms device; recsys's longest kernel {kernel_ms:.1f} ms; "
           f"recsys alone {recsys['iterations_per_s']:.2f} it/s (time scale {scale:g})")
     print("| lc_load | rate (/s) | target (ms) | recsys kernels/s at most | recsys % of standalone at most | "
-          "simulated p99 (ms) | mix BE % of ideal at most | baymax measured |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "simulated p99 (ms) | mix BE % of ideal at most | cell queries | recsys % at most, 90 % of cells | "
+          "mix BE % of ideal at most, 90 % of cells | baymax measured |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for lc in sorted((s for s in standalone if s["kind"] == "lc" and s["device_mode"] == "fifo"), key=lambda s: s["lc_load"]):
-        rate, p99_ms = best_rate(lc["rate_per_s"], lc["target_ms"], host_ms, device_ms, kernel_ms)
-        bound = min(1.0, rate / recsys["iterations_per_s"])
-        ideal = (1 + bound) / 2 / (1 - lc["lc_gpu_busy_fraction"])
-        measured = next((c["be_fraction_of_ideal"] for c in results["cells"]
-                         if c["policy"] == "baymax" and c["device_mode"] == "fifo" and c["lc_load"] == lc["lc_load"]
-                         and c["be_mix"] == "resnet+recsys" and c.get("status") == "ok"), None)
-        print(f"| {lc['lc_load']:.2f} | {lc['rate_per_s']:.1f} | {lc['target_ms']:.2f} | {rate:.2f} | {100 * bound:.0f} % | "
-              f"{p99_ms:.1f} | {100 * ideal:.0f} % | {'n/a' if measured is None else f'{100 * measured:.0f} %'} |")
+        cell = next((c for c in results["cells"]
+                     if c["policy"] == "baymax" and c["device_mode"] == "fifo" and c["lc_load"] == lc["lc_load"]
+                     and c["be_mix"] == "resnet+recsys" and c.get("status") == "ok"), None)
+        cell_queries = cell["lc_queries"] if cell and cell.get("lc_queries") else 450
+        row = [f"{lc['lc_load']:.2f}", f"{lc['rate_per_s']:.1f}", f"{lc['target_ms']:.2f}"]
+        for stretch in (None, cell_queries):
+            rate, p99_ms = best_rate(lc["rate_per_s"], lc["target_ms"], host_ms, device_ms, kernel_ms,
+                                     cell_queries=stretch)
+            bound = min(1.0, rate / recsys["iterations_per_s"])
+            ideal = (1 + bound) / 2 / (1 - lc["lc_gpu_busy_fraction"])
+            if stretch is None:
+                row += [f"{rate:.2f}", f"{100 * bound:.0f} %", f"{p99_ms:.1f}", f"{100 * ideal:.0f} %"]
+            else:
+                row += [str(stretch), f"{100 * bound:.0f} %", f"{100 * ideal:.0f} %"]
+        row.append("n/a" if cell is None else f"{100 * cell['be_fraction_of_ideal']:.0f} %")
+        print("| " + " | ".join(row) + " |")
 
 
 if __name__ == "__main__":
