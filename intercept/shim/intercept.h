@@ -172,21 +172,17 @@ inline std::uint64_t side_base(CUmemorytype type, const void* host, std::uint64_
 }
 template <class Copy>
 PitchedSide source_side(const Copy& copy) noexcept {
-  const std::uint64_t base = side_base(copy.srcMemoryType, copy.srcHost, copy.srcDevice);
-  if constexpr (ThreeDimensionalCopy<Copy>) {
-    return {copy.srcMemoryType, base, copy.srcXInBytes, copy.srcY, copy.srcZ, copy.srcPitch, copy.srcHeight};
-  } else {
-    return {copy.srcMemoryType, base, copy.srcXInBytes, copy.srcY, 0, copy.srcPitch, 0};
-  }
+  PitchedSide side{copy.srcMemoryType, side_base(copy.srcMemoryType, copy.srcHost, copy.srcDevice),
+                   copy.srcXInBytes,   copy.srcY, 0, copy.srcPitch, 0};
+  if constexpr (ThreeDimensionalCopy<Copy>) side.z = copy.srcZ, side.rows = copy.srcHeight;
+  return side;
 }
 template <class Copy>
 PitchedSide destination_side(const Copy& copy) noexcept {
-  const std::uint64_t base = side_base(copy.dstMemoryType, copy.dstHost, copy.dstDevice);
-  if constexpr (ThreeDimensionalCopy<Copy>) {
-    return {copy.dstMemoryType, base, copy.dstXInBytes, copy.dstY, copy.dstZ, copy.dstPitch, copy.dstHeight};
-  } else {
-    return {copy.dstMemoryType, base, copy.dstXInBytes, copy.dstY, 0, copy.dstPitch, 0};
-  }
+  PitchedSide side{copy.dstMemoryType, side_base(copy.dstMemoryType, copy.dstHost, copy.dstDevice),
+                   copy.dstXInBytes,   copy.dstY, 0, copy.dstPitch, 0};
+  if constexpr (ThreeDimensionalCopy<Copy>) side.z = copy.dstZ, side.rows = copy.dstHeight;
+  return side;
 }
 template <class Copy>
 std::uint64_t depth_of(const Copy& copy) noexcept {
