@@ -580,6 +580,9 @@ void BaymaxPolicy::charge_overrun(const InFlight& done, std::int64_t own_ns, std
   // (an op whose durations at one shape are bimodal): the budget pays for what it ran over the
   // threshold, measured. One priced as long paid its upper estimate already.
   if (done.high || done.priced_long || done.engine != Engine::compute || own_ns <= 0) return;
+  // It ran after its grant: a span said to be longer (a client's garbage; an audit put the budget
+  // in full debt with one completion spanning the node's uptime) is charged only that long.
+  own_ns = std::min(own_ns, std::max<std::int64_t>(0, now_ns - done.since_ns));
   // Granted as a short op, whether or not a request was in the system: the bound's price.
   debit_long_budget(done.device, own_ns - long_op_threshold_ns(), now_ns);
 }

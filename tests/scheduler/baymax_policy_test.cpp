@@ -885,6 +885,20 @@ TEST(BaymaxPolicy, AShortOpThatRanLongPaysWhatItRanOverAtItsCompletion) {
   EXPECT_NEAR(unmeasured.long_op_budget_ns(0, 21 * kS), 105.0 * kMs, 1.0) << "a second report of it: retired";
 }
 
+// A completion is the client's word: one whose span is longer than the time since its op was granted
+// (garbage, or a client lying) is charged only for that time, not for the span it claims.
+TEST(BaymaxPolicy, AnOverrunIsChargedAtMostTheTimeSinceTheGrant) {
+  constexpr std::int64_t kS = 1'000 * kMs;
+  BaymaxPolicy policy(options(5 * kMs));
+  (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
+  const std::int64_t granted = 20 * kS;
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), granted, 3 * kMs), (Decisions{{kTrainA, 1}}));
+  const std::int64_t end = granted + 85 * kMs;
+  (void)policy.op_completed(OpCompleted{kTrainA, done(1, end), end, 3'600 * kS});
+  EXPECT_NEAR(policy.long_op_budget_ns(0, end), 100.0 * kMs + 0.005 * 85 * kMs - 80.0 * kMs, 1.0)
+      << "85 ms since the grant: 80 over the bound, not an hour";
+}
+
 // An op taken for stuck (in flight far longer than predicted) is retired so that its client is not
 // stalled; if it was running all along, its completion still charges what it ran over.
 TEST(BaymaxPolicy, AnOpRetiredAsStuckStillPaysItsOverrunWhenItCompletes) {
