@@ -72,8 +72,9 @@ std::string Daemon::accept_op(Client& client, const ArrivedOp& arrived) {
   }
   const DurationLearner::Estimate estimate =
       op.kind == ipc::OpKind::kernel
-          ? learner_->posted(client.identity().id, op, client.kernel_names().at(op.kernel_id))
-          : learner_->posted(client.identity().id, op, op.kind == ipc::OpKind::graph ? "graph:" + client.identity().job : "");
+          ? learner_->posted(client.identity().id, op, client.kernel_names().at(op.kernel_id), arrived.arrived_ns)
+          : learner_->posted(client.identity().id, op, op.kind == ipc::OpKind::graph ? "graph:" + client.identity().job : "",
+                             arrived.arrived_ns);
   // Every op, mark, grant and completion at trace level, timed by the monotonic clock the shim stamps
   // with: what a policy decided, and when, can be read back against a job's own timings.
   spdlog::trace("{}: posted {} kind {} device {} stamp {} read {} expected {} upper {} direction {}", client.tag(),
@@ -145,7 +146,8 @@ std::string Daemon::drain_completions(Client& client, std::int64_t now_ns) {
     }
     client.count_completion();
     spdlog::trace("{}: done {} start {} end {} read {}", client.tag(), c.seq, c.start_ns, c.end_ns, read_ns);
-    const std::int64_t own_ns = learner_->completed(client.identity().id, c, numbered_policy_.baymax.preemptive_devices);
+    const std::int64_t own_ns =
+        learner_->completed(client.identity().id, c, numbered_policy_.baymax.preemptive_devices, read_ns);
     qos_completed(client, c, read_ns);  // its end is at most read_ns (checked above)
     apply(policy_->op_completed(OpCompleted{client.identity().id, c, now_ns, own_ns}));
   }

@@ -135,7 +135,7 @@ std::optional<DurationLearner::SmCountNote> DurationLearner::device_sm_count(std
 }
 
 DurationLearner::Estimate DurationLearner::posted(std::uint32_t client, const ipc::OpDescriptor& op,
-                                                  std::string kernel_name) {
+                                                  std::string kernel_name, std::int64_t arrived_ns) {
   if (!is_timed_work(op.kind)) return {};
   const predictor::Prediction prediction = predictor_.predict(predictor::features_of(op, kernel_name));
   if (!remembered_.empty() && remembered_.size() >= options_.max_remembered_ops) {
@@ -143,7 +143,7 @@ DurationLearner::Estimate DurationLearner::posted(std::uint32_t client, const ip
                                        [](const auto& a, const auto& b) { return a.second < b.second; });
     forget(remembered_.lower_bound({most->first, 0}));  // its oldest: seqs rise
   }
-  if (remembered_.insert_or_assign({client, op.seq}, Remembered{op, std::move(kernel_name), predictor_.epoch()}).second) {
+  if (remembered_.insert_or_assign({client, op.seq}, Remembered{op, std::move(kernel_name), predictor_.epoch(), arrived_ns}).second) {
     ++remembered_per_client_[client];
   }
   if (prediction.model == predictor::ModelUsed::none) return {};
@@ -159,7 +159,7 @@ DurationLearner::Estimate DurationLearner::posted(std::uint32_t client, const ip
 }
 
 std::int64_t DurationLearner::completed(std::uint32_t client, const ipc::CompletionDescriptor& completion,
-                                        std::uint64_t time_sliced_devices) {
+                                        std::uint64_t time_sliced_devices, std::int64_t read_ns) {
   const auto it = remembered_.find({client, completion.seq});
   if (it == remembered_.end()) {
     ++counts_.unknown;
@@ -167,6 +167,12 @@ std::int64_t DurationLearner::completed(std::uint32_t client, const ipc::Complet
   }
   const Remembered remembered = std::move(it->second);
   forget(it);
+  // One that cannot be the op's, timed or not, neither teaches nor counts against the others'.
+  const std::int64_t duration_ns = completion.end_ns - completion.start_ns;
+  if (!plausible(remembered, duration_ns, read_ns)) {
+    ++counts_.rejected;
+    return 0;
+  }
   // Every completion's span counts against the others', timed or not: a coarse one also ran.
   const bool in_order = !ipc::device_in(time_sliced_devices, remembered.op.device);
   const Overlap overlap = in_order && completion.status == 0
@@ -188,7 +194,6 @@ std::int64_t DurationLearner::completed(std::uint32_t client, const ipc::Complet
     ++counts_.shared;
     return own_ns;
   }
-  const std::int64_t duration_ns = completion.end_ns - completion.start_ns;
   const predictor::OpFeatures features = predictor::features_of(remembered.op, remembered.kernel_name);
   if (completion.status != 0 || !predictor_.observe(features, static_cast<double>(duration_ns))) {
     ++counts_.rejected;
@@ -196,6 +201,12 @@ std::int64_t DurationLearner::completed(std::uint32_t client, const ipc::Complet
   }
   ++counts_.learned;
   return own_ns;
+}
+
+bool DurationLearner::plausible(const Remembered& remembered, std::int64_t duration_ns, std::int64_t read_ns) {
+  if (duration_ns > kMaxLearnedNs) return false;
+  if (read_ns <= 0 || remembered.arrived_ns <= 0) return true;
+  return duration_ns <= read_ns - (remembered.arrived_ns - kMaxPostLagNs);
 }
 
 DurationLearner::Overlap DurationLearner::overlaps(std::uint32_t client, const ipc::OpDescriptor& op,

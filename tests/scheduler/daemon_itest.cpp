@@ -561,7 +561,7 @@ TEST(Daemon, LearnsFromExactCompletionsAndSavesTheStoreAtExit) {
     high.name_kernel(1, "gemm");
     for (std::uint64_t seq = 1; seq <= 21; ++seq) high.post(FakeClient::kernel(seq));
     for (std::uint64_t seq = 1; seq <= 20; ++seq) high.complete(seq, 1'000'000, 1'050'000);  // 50 us each
-    high.complete(21, 1'000'000, 9'000'000, ipc::kCompletionCoarse);  // a batch's time: not learned
+    high.complete(21, 1'000'000, 1'040'000, ipc::kCompletionCoarse);  // a batch's time: not learned
     ASSERT_TRUE(eventually([&] { return daemon.status()["predictor"]["learned"] == 20; })) << daemon.status().dump(1);
     // Another client's op whose span overlaps those: it waited behind them, not learned.
     FakeClient low(daemon.socket(), Priority::low, "train");

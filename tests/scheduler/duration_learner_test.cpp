@@ -468,5 +468,37 @@ TEST(DurationLearner, OpsThatTakeNoEngineTimeArePredictedZero) {
   EXPECT_EQ(learner.posted(7, sync, "").upper_ns, 0);
 }
 
+// A completion is its client's word, and one predictor serves every job: a span longer than the op
+// can have run (from kMaxPostLagNs before gpuqosd read its post to the completion's reading), or over
+// kMaxLearnedNs, teaches nothing and gives no own time; one that fits is learned as before.
+TEST(DurationLearner, ASpanLongerThanTheOpCanHaveRunIsNotLearned) {
+  constexpr std::int64_t kArrived = 5'000'000'000;
+  DurationLearner learner = make_learner();
+  ipc::OpDescriptor op = kernel(1, 64);
+  op.posted_ns = 1;  // the shim's stamp: not trusted
+  (void)learner.posted(7, op, "k", kArrived);
+  // Read 10 ms after gpuqosd read its post, it claims an hour.
+  EXPECT_EQ(learner.completed(7, exact(1, 3'600'000'000'000, 1), 0, kArrived + 10'000'000), 0);
+  EXPECT_EQ(learner.counts().rejected, 1u);
+  // 1.2 s, read 100 ms after the post was: over the 1.1 s it can have run.
+  op.seq = 2;
+  (void)learner.posted(7, op, "k", kArrived);
+  EXPECT_EQ(learner.completed(7, exact(2, 1'200'000'000, kArrived - 1'100'000'000), 0, kArrived + 100'000'000), 0);
+  EXPECT_EQ(learner.counts().rejected, 2u);
+  // Over kMaxLearnedNs whatever the times say (none said: a caller that knows none).
+  op.seq = 3;
+  (void)learner.posted(7, op, "k");
+  EXPECT_EQ(learner.completed(7, exact(3, DurationLearner::kMaxLearnedNs + 1)), 0);
+  EXPECT_EQ(learner.counts().rejected, 3u);
+  EXPECT_EQ(learner.counts().learned, 0u);
+  // One that fits: 1 s, read 100 ms after the post was.
+  op.seq = 4;
+  (void)learner.posted(7, op, "k", kArrived);
+  EXPECT_EQ(learner.completed(7, exact(4, 1'000'000'000, kArrived - 900'000'000), 0, kArrived + 100'000'000),
+            1'000'000'000);
+  EXPECT_EQ(learner.counts().learned, 1u);
+  EXPECT_EQ(learner.counts().rejected, 3u);
+}
+
 }  // namespace
 }  // namespace gpuqos::scheduler

@@ -448,6 +448,9 @@ TEST(Qos, TwoHighPriorityJobsAreProtectedEarliestDeadlineFirst) {
     teacher.post(FakeClient::kernel(1, 1));
     teacher.post(FakeClient::kernel(2, 2));
     ASSERT_TRUE(teacher.wait_granted(2));
+    // A span can only be learned if the op can have run that long: at most from a second before
+    // gpuqosd read its post (DurationLearner::kMaxPostLagNs).
+    std::this_thread::sleep_for(600ms);
     const std::int64_t now = ipc::monotonic_ns();
     teacher.complete(1, now - 1'520 * kMs, now - 20 * kMs);
     teacher.complete(2, now - 20 * kMs, now);

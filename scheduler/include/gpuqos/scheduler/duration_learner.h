@@ -50,7 +50,7 @@ class DurationLearner {
     std::uint64_t coarse = 0;      // completions not learned: batch-timed
     std::uint64_t shared = 0;      // completions not learned: another client's op ran on the engine meanwhile
     std::uint64_t unknown = 0;     // completions of ops not remembered (or not GPU work)
-    std::uint64_t rejected = 0;    // failed ops, or durations the predictor refused
+    std::uint64_t rejected = 0;    // failed ops, spans that cannot be the op's, or durations the predictor refused
     std::uint64_t saves = 0;
   };
 
@@ -79,8 +79,10 @@ class DurationLearner {
     std::string text;
   };
   std::optional<SmCountNote> device_sm_count(std::uint32_t device, std::uint32_t sm_count);
-  // Remembers the op; returns the predictor's estimates of its device time (0: no model knows it).
-  Estimate posted(std::uint32_t client, const ipc::OpDescriptor& op, std::string kernel_name);
+  // Remembers the op, read by gpuqosd at arrived_ns (0: not said); returns the predictor's
+  // estimates of its device time (0: no model knows it).
+  Estimate posted(std::uint32_t client, const ipc::OpDescriptor& op, std::string kernel_name,
+                  std::int64_t arrived_ns = 0);
   // `time_sliced_devices` (an ipc::device_in mask): devices that time-slice processes' work, where
   // an overlapping span is learned (see the top of this file). Returns the op's own device time on a
   // device that runs work in order (exact, ran): from the latest end within its span of the spans
@@ -88,8 +90,18 @@ class DurationLearner {
   // before it began before its end and ended after it (ran alongside it), on a time-slicing device,
   // or for a coarse or failed one.
   // Whether or not a model took the op.
+  // A completion is its client's word, and one predictor serves every job: a span longer than
+  // kMaxLearnedNs (the policy's horizon for an op in flight, BaymaxPolicy::kStaleOpNs), or longer
+  // than the op can have run, is neither learned (counted rejected) nor counted against other
+  // clients' spans, and gives no own time. The op ran after its post, and gpuqosd reads a post
+  // within kMaxPostLagNs of it (its loop stalls far less; the shim's own stamp is not trusted), so
+  // it ran at most from kMaxPostLagNs before gpuqosd read it (arrived_ns) to read_ns, when gpuqosd
+  // read the completion. An audit taught a shared kernel 21,548 s with such spans, so another
+  // job's ops of it were rationed as long for good.
+  static constexpr std::int64_t kMaxLearnedNs = 10'000'000'000;
+  static constexpr std::int64_t kMaxPostLagNs = 1'000'000'000;
   std::int64_t completed(std::uint32_t client, const ipc::CompletionDescriptor& completion,
-                         std::uint64_t time_sliced_devices = 0);
+                         std::uint64_t time_sliced_devices = 0, std::int64_t read_ns = 0);
   void client_gone(std::uint32_t client);
 
   // Advances the predictor's epochs (one a minute: a kernel name unobserved for an hour may give its
@@ -121,6 +133,7 @@ class DurationLearner {
     ipc::OpDescriptor op;
     std::string kernel_name;
     std::uint64_t epoch = 0;  // the predictor's when it was posted
+    std::int64_t arrived_ns = 0;  // when gpuqosd read it (0: not said)
   };
 
   using RememberedOps = std::map<std::pair<std::uint32_t, std::uint64_t>, Remembered>;  // (client, seq)
@@ -136,6 +149,8 @@ class DurationLearner {
     bool concurrent = false;        // a span that began before this one ended and ended after it
     std::int64_t ran_from_ns = 0;   // the latest end within this span of the others (0: none)
   };
+  // Whether an exact span of duration_ns can be the remembered op's (completed()).
+  static bool plausible(const Remembered& remembered, std::int64_t duration_ns, std::int64_t read_ns);
   // Which spans read so far on the op's engine overlap [start, end]; records this one.
   Overlap overlaps(std::uint32_t client, const ipc::OpDescriptor& op, std::int64_t start_ns, std::int64_t end_ns);
 
