@@ -71,6 +71,8 @@ void Client::posted(const ipc::OpDescriptor& op, std::int64_t now_ns) {
   }
   if (high_priority() || op.seq <= granted_through_) {
     granted_ops_ += work;  // never held, or issued on credit
+  } else if (!work && !ungranted_.empty() && !ungranted_.back().work) {
+    ungranted_.back().seq = op.seq;  // marks in a row: one entry, released with the latest (policy.h)
   } else {
     ungranted_.push_back(Ungranted{op.seq, now_ns, work});
     ungranted_work_ += work;

@@ -20,7 +20,7 @@ Decisions FifoPolicy::op_posted(const OpPosted& event) {
     if (queue_.empty()) extend_credit(event.client, decisions);
     return decisions;
   }
-  queue_.push_back(Queued{event.client, event.op});
+  push_coalescing_marks(queue_, Queued{event.client, event.op});
   Decisions decisions = grant_ready(event.now_ns);
   if (queue_.empty()) extend_credit(event.client, decisions);
   return decisions;

@@ -11,7 +11,7 @@ Decisions PriorityPolicy::op_posted(const OpPosted& event) {
     if (engine_of(event.op)) high_in_flight_.emplace(std::pair{event.client, event.op.seq}, event.now_ns);
     return {};
   }
-  queue_.push_back(Queued{event.client, event.op});
+  push_coalescing_marks(queue_, Queued{event.client, event.op});
   return grant_ready();
 }
 

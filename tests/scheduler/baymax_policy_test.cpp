@@ -885,6 +885,25 @@ TEST(BaymaxPolicy, AShortOpThatRanLongPaysWhatItRanOverAtItsCompletion) {
   EXPECT_NEAR(unmeasured.long_op_budget_ns(0, 21 * kS), 105.0 * kMs, 1.0) << "a second report of it: retired";
 }
 
+// Marks in a row behind a held op are one queue entry (push_coalescing_marks, policy.h); the grant
+// that releases the op releases them through the latest.
+TEST(BaymaxPolicy, MarksBehindAHeldOpGoWithItThroughTheLatest) {
+  BaymaxPolicy policy(options(5 * kMs));
+  (void)policy.client_registered(serve(kServe, 100 * kMs), 0);  // no credit beside it
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 0, 3 * kMs), (Decisions{{kTrainA, 1}}));
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(2), 0, 3 * kMs).empty()) << "3 + 3 > 5: the bound";
+  for (std::uint64_t seq = 3; seq <= 500; ++seq) {
+    EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(seq, ipc::OpKind::sync), 0, 0).empty());
+  }
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(501), 0, 3 * kMs).empty());
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(502, ipc::OpKind::sync), 0, 0).empty());
+  EXPECT_EQ(policy.op_completed(OpCompleted{kTrainA, done(1, 3 * kMs), 3 * kMs, 0}),
+            (Decisions{{kTrainA, 2}, {kTrainA, 500}}))
+      << "op 2 and the marks behind it; op 501 waits for op 2";
+  EXPECT_EQ(policy.op_completed(OpCompleted{kTrainA, done(2, 6 * kMs), 6 * kMs, 0}),
+            (Decisions{{kTrainA, 501}, {kTrainA, 502}}));
+}
+
 // A completion is the client's word: one whose span is longer than the time since its op was granted
 // (garbage, or a client lying) is charged only for that time, not for the span it claims.
 TEST(BaymaxPolicy, AnOverrunIsChargedAtMostTheTimeSinceTheGrant) {

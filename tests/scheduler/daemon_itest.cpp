@@ -1210,6 +1210,50 @@ TEST(Daemon, DisconnectsALowPriorityClientThatPostsWithoutWaitingForItsGrants) {
   expect_dropped_others_served(daemon, bad, good);
 }
 
+// gpuqosd's resident memory in bytes (VmRSS), 0 when it cannot be read.
+std::size_t resident_bytes(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.starts_with("VmRSS:")) return std::stoull(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
+// Marks are posted without waiting for grants (a thread looping on cuStreamSynchronize while
+// another's launch is held): marks in a row behind a held op take one entry, not one each. An audit
+// grew gpuqosd by 250 MB with a million of them from one client, and a user may hold hundreds of
+// connections. Past kMaxUngrantedPosts of them the client stays, and the grant that releases the
+// op releases them all.
+TEST(Daemon, MarksPostedBehindAHeldOpTakeNoMemoryEach) {
+  DaemonProcess daemon({"--max-outstanding", "1"});
+  FakeClient low(daemon.socket(), Priority::low, "loop");
+  low.name_kernel(1, "k");
+  low.post(FakeClient::kernel(1));
+  ASSERT_TRUE(low.wait_granted(1));
+  low.post(FakeClient::kernel(2));  // held: op 1 holds the one slot
+  ASSERT_TRUE(eventually([&] { return daemon.status()["clients"][0]["state"] == "waiting"; }));
+  const std::size_t before = resident_bytes(daemon.pid());
+  ASSERT_GT(before, 0u);
+  const std::uint64_t last = 2 + scheduler::Daemon::kMaxUngrantedPosts + 1000;
+  for (std::uint64_t seq = 3; seq <= last;) {
+    ipc::OpDescriptor sync{};
+    sync.seq = seq;
+    sync.posted_ns = 1;
+    sync.kind = ipc::OpKind::sync;
+    if (low.segment().ops().try_push(sync)) {
+      ++seq;
+    } else {
+      ASSERT_FALSE(low.disconnected(0ms)) << "at seq " << seq << "\n" << daemon.log();
+      std::this_thread::sleep_for(100us);
+    }
+  }
+  ASSERT_TRUE(eventually([&] { return daemon.status()["clients"][0]["last_seq"] == last; }, 30s)) << daemon.log();
+  EXPECT_FALSE(low.disconnected(0ms)) << daemon.log();
+  EXPECT_LT(resident_bytes(daemon.pid()), before + (32u << 20)) << "a million marks held: under 32 MiB more";
+  low.complete(1);
+  EXPECT_TRUE(low.wait_granted(last)) << "op 2 and every mark behind it";
+}
+
 TEST(Daemon, DisconnectsAClientThatRegistersTooManyKernelNames) {
   DaemonProcess daemon;
   FakeClient bad(daemon.socket(), Priority::low, "bad");

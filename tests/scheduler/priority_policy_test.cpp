@@ -41,6 +41,26 @@ TEST(PriorityPolicy, HoldsBestEffortWhileHighPriorityWorkIsOnTheDevice) {
   EXPECT_EQ(policy.queued_ops(), 0u);
 }
 
+// Marks in a row of one client behind its held op are one queue entry (push_coalescing_marks):
+// a thread looping on synchronisations posts them without waiting. Another client's entry between
+// them keeps them apart, and the grant releases each client through its latest.
+TEST(PriorityPolicy, MarksInARowOfOneClientAreOneQueueEntry) {
+  PriorityPolicy policy;
+  (void)policy.op_posted({kServe, Priority::high, op(1), 1'000});
+  EXPECT_TRUE(policy.op_posted({kTrainA, Priority::low, op(1), 1'100}).empty());
+  for (std::uint64_t seq = 2; seq <= 1'000; ++seq) {
+    EXPECT_TRUE(policy.op_posted({kTrainA, Priority::low, op(seq, ipc::OpKind::sync), 1'100}).empty());
+  }
+  EXPECT_EQ(policy.queued_ops(), 2u) << "the op and one entry for 999 marks";
+  EXPECT_TRUE(policy.op_posted({kTrainB, Priority::low, op(1, ipc::OpKind::sync), 1'200}).empty());
+  EXPECT_TRUE(policy.op_posted({kTrainA, Priority::low, op(1'001, ipc::OpKind::query_end), 1'300}).empty());
+  EXPECT_EQ(policy.queued_ops(), 4u) << "kTrainB's mark keeps kTrainA's apart";
+  const Decisions granted = policy.op_completed({kServe, done(1), 1'400});
+  ASSERT_FALSE(granted.empty());
+  EXPECT_EQ(granted.back(), (Grant{kTrainA, 1'001}));
+  EXPECT_EQ(policy.queued_ops(), 0u);
+}
+
 TEST(PriorityPolicy, MarksOfTheHighPriorityJobHoldNothing) {
   PriorityPolicy policy;
   EXPECT_TRUE(policy.op_posted({kServe, Priority::high, op(1, ipc::OpKind::sync), 1'000}).empty());
