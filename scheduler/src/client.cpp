@@ -34,13 +34,14 @@ Client::Client(ClientIdentity identity, FileDescriptor socket, ipc::Segment segm
       doorbell_(std::move(doorbell)),
       waiter_(doorbell_.valid() ? nullptr : std::make_unique<OpsWaiter>(segment_.ops(), wake_fd)) {}
 
-std::vector<ArrivedOp> Client::take_ops(std::int64_t now_ns) {
-  if (waiter_) return waiter_->take();
+std::vector<ArrivedOp> Client::take_ops(std::int64_t now_ns, std::size_t most) {
+  if (waiter_) return waiter_->take(most);
   std::vector<ArrivedOp> ops;
   ipc::OpDescriptor op;
   // At most what a waiter would queue: a client that posts faster than the loop takes finds its
   // ring full, as with a waiter.
-  while (ops.size() < OpsWaiter::kMaxQueuedOps && segment_.ops().try_pop(op)) ops.push_back(ArrivedOp{op, now_ns});
+  most = std::min(most, OpsWaiter::kMaxQueuedOps);
+  while (ops.size() < most && segment_.ops().try_pop(op)) ops.push_back(ArrivedOp{op, now_ns});
   return ops;
 }
 

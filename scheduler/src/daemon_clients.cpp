@@ -19,8 +19,14 @@ namespace gpuqos::scheduler {
 // Ops of all clients go to the policy in the order the waiters popped them, then completions.
 void Daemon::drain_all(std::int64_t now_ns) {
   std::vector<std::pair<ClientId, ArrivedOp>> arrivals;
-  for (auto& [id, client] : clients_) {
-    for (const ArrivedOp& arrived : client->take_ops(now_ns)) arrivals.emplace_back(id, arrived);
+  const std::vector<ClientId> ops_order = clients_in_turn(next_ops_client_);
+  for (const ClientId id : ops_order) {
+    const std::size_t room = std::min(kOpsPerPass, kOpsPerPassInAll - arrivals.size());
+    for (const ArrivedOp& arrived : clients_.at(id)->take_ops(now_ns, room)) arrivals.emplace_back(id, arrived);
+    if (arrivals.size() >= kOpsPerPassInAll) {
+      next_ops_client_ = id + 1;
+      break;
+    }
   }
   std::stable_sort(arrivals.begin(), arrivals.end(),
                    [](const auto& a, const auto& b) { return a.second.arrived_ns < b.second.arrived_ns; });
@@ -32,13 +38,30 @@ void Daemon::drain_all(std::int64_t now_ns) {
     if (broken.contains(id)) continue;
     if (std::string why = accept_op(*clients_.at(id), arrived); !why.empty()) broken.emplace(id, std::move(why));
   }
-  for (auto& [id, client] : clients_) {
+  // Completions in turns: from where the last pass that ran out of time stopped.
+  const std::int64_t started_ns = ipc::monotonic_ns();
+  for (const ClientId id : clients_in_turn(next_completions_client_)) {
     if (broken.contains(id)) continue;
-    std::string why = client->ops_corrupted() ? "ops ring corrupted (impossible indices)" : "";
-    if (why.empty()) why = drain_completions(*client, now_ns);
+    Client& client = *clients_.at(id);
+    std::string why = client.ops_corrupted() ? "ops ring corrupted (impossible indices)" : "";
+    if (why.empty()) why = drain_completions(client, now_ns);
     if (!why.empty()) broken.emplace(id, std::move(why));
+    if (ipc::monotonic_ns() - started_ns > kCompletionPassBudgetNs) {
+      next_completions_client_ = id + 1;
+      break;
+    }
   }
   for (const auto& [id, why] : broken) drop_client(id, why, true);
+}
+
+// Every client, from the first numbered `from` or above, then from the first.
+std::vector<ClientId> Daemon::clients_in_turn(ClientId from) const {
+  const auto first = clients_.lower_bound(from);
+  std::vector<ClientId> order;
+  order.reserve(clients_.size());
+  for (auto it = first; it != clients_.end(); ++it) order.push_back(it->first);
+  for (auto it = clients_.begin(); it != first; ++it) order.push_back(it->first);
+  return order;
 }
 
 // The one place a client's ops are validated before anything looks at them.
@@ -123,10 +146,12 @@ void Daemon::apply_device_settings() {
   if (policy_->reconfigure(numbered)) numbered_policy_ = std::move(numbered);
 }
 
-std::string Daemon::drain_completions(Client& client, std::int64_t now_ns) {
+std::string Daemon::drain_completions(Client& client, std::int64_t now_ns, std::size_t most) {
   auto& deferred = client.deferred_completions();
   ipc::CompletionDescriptor completion;
-  while (deferred.size() < ipc::kCompletionsRingCapacity && client.segment().completions().try_pop(completion)) {
+  for (std::size_t read = 0; read < most && deferred.size() < ipc::kCompletionsRingCapacity &&
+                             client.segment().completions().try_pop(completion);
+       ++read) {
     deferred.push_back(completion);
   }
   if (client.segment().completions().corrupted()) return "completions ring corrupted (impossible indices)";
@@ -178,16 +203,16 @@ void Daemon::apply(const Decisions& decisions) {
 
 // A client that left on its own (hang-up, exit) may have pushed its last ops and completions just
 // before: account them, so its final numbers are whole. Not for a client dropped for misbehaving.
+// At most a pass's worth of each, as for a client that stays: a shim leaves a few; clients leaving
+// together with full rings (an audit) made one pass take 285 ms, past the shims' heartbeat limit.
 void Daemon::settle_departed(Client& client) {
   client.stop_ops_thread();  // from here the loop is the ops ring's only consumer
   const std::int64_t now = ipc::monotonic_ns();
-  for (const ArrivedOp& arrived : client.take_ops(now)) {
-    if (!accept_op(client, arrived).empty()) return;
-  }
-  // At most one ring's worth: a client that left its socket but still pushes cannot keep us here.
+  std::vector<ArrivedOp> ops = client.take_ops(now, kOpsPerPass);
   ipc::OpDescriptor op;
-  for (std::uint32_t n = 0; n < ipc::kOpsRingCapacity && client.segment().ops().try_pop(op); ++n) {
-    if (!accept_op(client, ArrivedOp{op, now}).empty()) return;
+  while (ops.size() < kOpsPerPass && client.segment().ops().try_pop(op)) ops.push_back(ArrivedOp{op, now});
+  for (const ArrivedOp& arrived : ops) {
+    if (!accept_op(client, arrived).empty()) return;
   }
   drain_completions(client, now);
 }

@@ -14,12 +14,13 @@ OpsWaiter::OpsWaiter(ipc::OpsRing& ring, int wake_fd) : ring_(ring), wake_fd_(wa
   thread_ = std::thread([this] { run(); });
 }
 
-std::vector<ArrivedOp> OpsWaiter::take() {
+std::vector<ArrivedOp> OpsWaiter::take(std::size_t most) {
   std::vector<ArrivedOp> ops;
   {
     std::lock_guard lock(mutex_);
-    ops.assign(queue_.begin(), queue_.end());
-    queue_.clear();
+    const auto end = queue_.begin() + static_cast<std::ptrdiff_t>(std::min(most, queue_.size()));
+    ops.assign(queue_.begin(), end);
+    queue_.erase(queue_.begin(), end);
   }
   space_.notify_one();
   return ops;

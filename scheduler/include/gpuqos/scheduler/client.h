@@ -51,9 +51,9 @@ class Client {
   int pidfd() const { return pidfd_.get(); }
   ipc::Segment& segment() { return segment_; }
   const std::string& segment_name() const { return segment_.name(); }
-  // The ops that arrived since the last call, oldest first: popped now (doorbell) and stamped
-  // now_ns, or as the OpsWaiter popped and stamped them.
-  std::vector<ArrivedOp> take_ops(std::int64_t now_ns);
+  // At most `most` of the ops that arrived since the last call, oldest first: popped now (doorbell)
+  // and stamped now_ns, or as the OpsWaiter popped and stamped them.
+  std::vector<ArrivedOp> take_ops(std::int64_t now_ns, std::size_t most = OpsWaiter::kMaxQueuedOps);
   bool ops_corrupted();
   // Stops the OpsWaiter (if any): from then on the loop is the ops ring's only consumer.
   void stop_ops_thread();

@@ -72,6 +72,19 @@ class Daemon {
   static constexpr std::int64_t kTickNs = 10'000'000;
   // A connection that sends neither a hello nor a control request within this is closed.
   static constexpr std::int64_t kFirstRecordTimeoutNs = 2'000'000'000;
+  // Completions read from one client in one pass of the loop, and the time one pass may spend on
+  // completions before it leaves the remaining clients' for the next (which starts with them): each
+  // costs the learner and the policy some 15 us, and four clients flooding them (an audit) made
+  // 105-ms passes, so every shim took gpuqosd for gone. An honest busy client completes some 15 ops
+  // in a 10-ms tick.
+  static constexpr std::size_t kCompletionsPerPass = 256;
+  static constexpr std::int64_t kCompletionPassBudgetNs = 5'000'000;
+  // Likewise ops: at most this many from one client in one pass, and this many in all, taken in
+  // turns (an op costs the predictor and the policy about as much; ops that arrived at once from
+  // four clients also made a pass of over 100 ms). A shim's query or a training step's burst posts
+  // far fewer between two passes.
+  static constexpr std::size_t kOpsPerPass = 256;
+  static constexpr std::size_t kOpsPerPassInAll = 1024;
   // A completion whose op has not arrived within this is a protocol violation.
   static constexpr std::int64_t kDeferredCompletionLimitNs = 1'000'000'000;
   // A low-priority client with more ops and marks waiting for their grants than this posts without
@@ -152,7 +165,9 @@ class Daemon {
   std::string note_unscheduled_device(Client& client, const std::vector<std::byte>& record);
   // The policy's per-device settings by gpuqosd's device numbers, applied when they changed.
   void apply_device_settings();
-  std::string drain_completions(Client& client, std::int64_t now_ns);
+  std::vector<ClientId> clients_in_turn(ClientId from) const;
+  // Reads at most `most` new completions (beside those waiting for their ops) and accounts them.
+  std::string drain_completions(Client& client, std::int64_t now_ns, std::size_t most = kCompletionsPerPass);
   void apply(const Decisions& decisions);
   void settle_departed(Client& client);
   void drop_client(ClientId id, const std::string& reason, bool as_error);
@@ -238,6 +253,8 @@ class Daemon {
   void tell_stall(std::int64_t now_ns);
   std::int64_t stall_told_ns_ = 0;
   std::uint64_t stalls_untold_ = 0;
+  ClientId next_completions_client_ = 0;  // where the next pass starts reading completions
+  ClientId next_ops_client_ = 0;          // and ops
   std::int64_t longest_work_ns_ = 0;  // the longest pass of the loop between two waits, since the last heartbeat
   bool doorbell_rang_ = false;               // in this batch of events: drain once after it
   std::uint32_t next_client_number_ = 1;

@@ -42,8 +42,9 @@ class OpsWaiter {
   OpsWaiter(const OpsWaiter&) = delete;
   OpsWaiter& operator=(const OpsWaiter&) = delete;
 
-  // Loop thread: everything popped so far, oldest first.
-  std::vector<ArrivedOp> take();
+  // Loop thread: the oldest `most` popped so far, oldest first (the rest stay for the next call,
+  // which a tick makes if no new op wakes the loop).
+  std::vector<ArrivedOp> take(std::size_t most = kMaxQueuedOps);
   // True once the ring's indices were found impossible; the thread has then stopped.
   bool corrupted() const noexcept { return corrupted_.load(std::memory_order_acquire); }
   // Ends the thread (within about kSleepNs). Afterwards the caller may pop the ring itself.
