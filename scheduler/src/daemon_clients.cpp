@@ -115,7 +115,8 @@ std::string Daemon::renumber_device(const Client& client, ipc::OpDescriptor& op)
   const std::uint32_t ordinal = op.device;
   const bool work = op.kind == ipc::OpKind::kernel || op.kind == ipc::OpKind::copy ||
                     op.kind == ipc::OpKind::memset || op.kind == ipc::OpKind::graph;
-  const DeviceTable::Renumbered where = devices_.renumber(client.identity().id, ordinal, uuid, work);
+  const DeviceTable::Renumbered where =
+      devices_.renumber(client.identity().id, ordinal, uuid, work, client.identity().peer.uid);
   if (!where.error.empty()) return "device UUIDs: " + where.error;
   if (!where.note.empty()) spdlog::warn("{} ({})", where.note, client.tag());
   op.device = where.device;

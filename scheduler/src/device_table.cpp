@@ -32,7 +32,19 @@ void DeviceTable::use(ClientId client, std::uint32_t number) {
   if (const auto it = by_number_.find(number); it != by_number_.end()) ++by_uuid_.at(it->second).clients;
 }
 
-DeviceTable::Renumbered DeviceTable::renumber(ClientId client, std::uint32_t ordinal, const Uuid& uuid, bool work) {
+std::size_t DeviceTable::gpus_of_user(std::uint32_t uid) const {
+  std::set<std::uint32_t> numbers;
+  for (const auto& [client, ordinals] : said_) {
+    const auto user = uid_of_.find(client);
+    if (user == uid_of_.end() || user->second != uid) continue;
+    for (const auto& [ordinal, said] : ordinals) numbers.insert(said.device);
+  }
+  return numbers.size();
+}
+
+DeviceTable::Renumbered DeviceTable::renumber(ClientId client, std::uint32_t ordinal, const Uuid& uuid, bool work,
+                                              std::uint32_t uid) {
+  uid_of_.emplace(client, uid);
   auto& said = said_[client];
   const auto known = said.find(ordinal);
   if (said_nothing(uuid)) {
@@ -59,10 +71,12 @@ DeviceTable::Renumbered DeviceTable::renumber(ClientId client, std::uint32_t ord
     out.settings_moved = true;
   }
   if (device == by_uuid_.end()) {
+    if (gpus_of_user(uid) >= kMaxGpusPerUser) {
+      return {.error = fmt::format("its user's processes name more than {} GPUs", kMaxGpusPerUser)};
+    }
     const std::optional<std::uint32_t> number = free_number(ordinal);
     if (!number) {
-      if (!told_full_) {
-        told_full_ = true;
+      if (told_full_.size() < kMaxToldFull && told_full_.insert(uuid).second) {
         out.note = fmt::format("{} GPUs in use: {} is taken as device {}, as its job calls it, and shares its "
                                "numbers with the GPU that has it", ipc::kMaxDevices, uuid_text(uuid), ordinal);
       }
@@ -89,6 +103,7 @@ DeviceTable::Renumbered DeviceTable::renumber(ClientId client, std::uint32_t ord
 
 void DeviceTable::client_gone(ClientId client) {
   said_.erase(client);
+  uid_of_.erase(client);
   told_no_uuid_.erase(client);
   const auto used = used_.find(client);
   if (used == used_.end()) return;

@@ -70,18 +70,41 @@ TEST(DeviceTable, AClientThatChangesAnOrdinalsUuidIsBroken) {
 
 TEST(DeviceTable, AFullTableReusesTheNumberOfAGpuNoClientUses) {
   DeviceTable table;
-  for (std::uint8_t n = 0; n < ipc::kMaxDevices; ++n) EXPECT_EQ(table.renumber(n, 0, gpu(n)).device, n);
+  for (std::uint8_t n = 0; n < ipc::kMaxDevices; ++n) {
+    EXPECT_EQ(table.renumber(n, 0, gpu(n), true, /*uid=*/n).device, n) << "each of another user";
+  }
   const auto full = table.renumber(100, 2, gpu(200));
   EXPECT_EQ(full.device, 2u) << "no number free: its ordinal";
   EXPECT_FALSE(full.added);
   EXPECT_NE(full.note.find("64 GPUs in use"), std::string::npos) << full.note;
-  EXPECT_TRUE(table.renumber(101, 2, gpu(201)).note.empty()) << "said once";
+  EXPECT_TRUE(table.renumber(101, 2, gpu(200)).note.empty()) << "said once for that GPU";
+  EXPECT_NE(table.renumber(101, 3, gpu(201)).note.find("64 GPUs in use"), std::string::npos)
+      << "and once for another: one GPU's line does not use up another's";
   table.client_gone(5);
   const auto reused = table.renumber(100, 2, gpu(200));
   EXPECT_EQ(reused.device, 5u) << "GPU 5's only client left";
   EXPECT_TRUE(reused.added);
   EXPECT_NE(reused.note.find("which no job uses"), std::string::npos) << reused.note;
   EXPECT_EQ(table.renumber(102, 1, gpu(5)).device, 1u) << "GPU 5 again, every number in use: by its ordinal";
+}
+
+// One user's processes together name at most kMaxGpusPerUser GPUs: an audit filled all 64 numbers
+// with made-up UUIDs from four connections of one user, each within kMaxGpusPerClient. GPUs already
+// in the table (another user's, or this user's own) cost nothing more.
+TEST(DeviceTable, OneUsersClientsTogetherNameAtMostItsShareOfGpus) {
+  DeviceTable table;
+  constexpr std::uint32_t kUser = 1000;
+  for (std::uint8_t n = 0; n < DeviceTable::kMaxGpusPerUser; ++n) {
+    EXPECT_TRUE(table.renumber(1 + n / 8, n % 8, gpu(n), true, kUser).error.empty()) << int{n};
+  }
+  const auto over = table.renumber(3, 0, gpu(100), true, kUser);
+  EXPECT_EQ(over.error, "its user's processes name more than 16 GPUs");
+  EXPECT_EQ(table.devices().size(), DeviceTable::kMaxGpusPerUser);
+  EXPECT_TRUE(table.renumber(3, 0, gpu(2), true, kUser).error.empty()) << "a GPU its user already names";
+  EXPECT_TRUE(table.renumber(4, 0, gpu(100), true, kUser + 1).error.empty()) << "another user's";
+  EXPECT_TRUE(table.renumber(3, 1, gpu(100), true, kUser).error.empty()) << "now in the table";
+  table.client_gone(1);
+  EXPECT_TRUE(table.renumber(5, 0, gpu(101), true, kUser).error.empty()) << "client 1's eight GPUs are not named now";
 }
 
 TEST(DeviceTable, AGoneClientsGpusKeepTheirNumbers) {

@@ -17,7 +17,10 @@
 // every number is in use it is numbered by its ordinal (said once). A client that says two UUIDs
 // for one ordinal is broken (a process's ordinals do not change while it runs), and so is one that
 // names more than kMaxGpusPerClient GPUs, which would crowd the table (a process sees 16 at most on
-// today's nodes, and one MIG instance).
+// today's nodes, and one MIG instance). So is one whose user's clients together would name more
+// than kMaxGpusPerUser (an audit filled all 64 numbers with made-up UUIDs from four connections, and
+// a real GPU then shared the number of another job's). A GPU that finds the table full is said once
+// per UUID (at most kMaxToldFull of them), not once for all.
 //
 // Per-device settings ([policy.baymax] preemptive_device and timeslice_ms) given by ordinal, each
 // job's numbering, are a GPU's by the ordinal its first job called it (config_ordinal), and by the
@@ -50,6 +53,8 @@ class DeviceTable {
   };
 
   static constexpr std::size_t kMaxGpusPerClient = 16;
+  static constexpr std::size_t kMaxGpusPerUser = 16;
+  static constexpr std::size_t kMaxToldFull = 64;
 
   struct Renumbered {
     std::uint32_t device = 0;     // gpuqosd's number
@@ -61,7 +66,9 @@ class DeviceTable {
 
   // Where an op of client on its `ordinal` runs, by the UUID it said (all zero: none said). `work`:
   // a GPU op (kernel, copy, memset, graph), not a mark.
-  Renumbered renumber(ClientId client, std::uint32_t ordinal, const Uuid& uuid, bool work = true);
+  // `uid`: the client's user (its peer credentials).
+  Renumbered renumber(ClientId client, std::uint32_t ordinal, const Uuid& uuid, bool work = true,
+                      std::uint32_t uid = 0);
   // Its ordinals are forgotten, and the GPUs it used lose a user.
   void client_gone(ClientId client);
 
@@ -89,7 +96,10 @@ class DeviceTable {
   std::map<ClientId, std::map<std::uint32_t, Said>> said_;   // client -> ordinal -> what it said
   std::map<ClientId, std::set<std::uint32_t>> used_;         // client -> numbers it counts in
   std::set<ClientId> told_no_uuid_;                          // clients told their ops say none
-  bool told_full_ = false;
+  std::map<ClientId, std::uint32_t> uid_of_;                 // client -> its user
+  std::set<Uuid> told_full_;                                 // GPUs told the table was full for them
+  // The GPUs the clients of `uid` name (gpuqosd's numbers).
+  std::size_t gpus_of_user(std::uint32_t uid) const;
 };
 
 }  // namespace gpuqos::scheduler
