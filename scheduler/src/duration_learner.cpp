@@ -167,16 +167,20 @@ std::int64_t DurationLearner::completed(std::uint32_t client, const ipc::Complet
   }
   const Remembered remembered = std::move(it->second);
   forget(it);
-  // One that cannot be the op's, timed or not, neither teaches nor counts against the others'.
+  // A span that cannot be the op's teaches nothing, but the op ran: from no earlier than it can
+  // have started, its span still counts against the others' and gives its own time (a review: an
+  // honest 11-s kernel was otherwise charged no overrun, and the op queued behind it was learned
+  // with its wait).
   const std::int64_t duration_ns = completion.end_ns - completion.start_ns;
-  if (!plausible(remembered, duration_ns, read_ns)) {
-    ++counts_.rejected;
-    return 0;
+  const bool learnable = plausible(remembered, duration_ns, read_ns);
+  std::int64_t start_ns = completion.start_ns;
+  if (read_ns > 0 && remembered.arrived_ns > 0) {
+    start_ns = std::min(completion.end_ns, std::max(start_ns, remembered.arrived_ns - kMaxPostLagNs));
   }
   // Every completion's span counts against the others', timed or not: a coarse one also ran.
   const bool in_order = !ipc::device_in(time_sliced_devices, remembered.op.device);
   const Overlap overlap = in_order && completion.status == 0
-                             ? overlaps(client, remembered.op, completion.start_ns, completion.end_ns)
+                             ? overlaps(client, remembered.op, start_ns, completion.end_ns)
                              : Overlap{};
   const bool shared = overlap.another;
   if (completion.flags & ipc::kCompletionCoarse) {
@@ -188,10 +192,14 @@ std::int64_t DurationLearner::completed(std::uint32_t client, const ipc::Complet
   // such end. None when a span read before it ran alongside it (began before its end, ended after).
   const std::int64_t own_ns =
       in_order && completion.status == 0 && !overlap.concurrent
-          ? completion.end_ns - std::max(completion.start_ns, overlap.ran_from_ns)
+          ? completion.end_ns - std::max(start_ns, overlap.ran_from_ns)
           : 0;
   if (shared) {
     ++counts_.shared;
+    return own_ns;
+  }
+  if (!learnable) {
+    ++counts_.rejected;
     return own_ns;
   }
   const predictor::OpFeatures features = predictor::features_of(remembered.op, remembered.kernel_name);

@@ -560,14 +560,16 @@ TEST(Daemon, LearnsFromExactCompletionsAndSavesTheStoreAtExit) {
     FakeClient high(daemon.socket(), Priority::high, "serve");
     high.name_kernel(1, "gemm");
     for (std::uint64_t seq = 1; seq <= 21; ++seq) high.post(FakeClient::kernel(seq));
-    for (std::uint64_t seq = 1; seq <= 20; ++seq) high.complete(seq, 1'000'000, 1'050'000);  // 50 us each
-    high.complete(21, 1'000'000, 1'040'000, ipc::kCompletionCoarse);  // a batch's time: not learned
+    // Spans as a shim reports them: after the ops were posted, before they are read.
+    const std::int64_t base = ipc::monotonic_ns() - 10'000'000;
+    for (std::uint64_t seq = 1; seq <= 20; ++seq) high.complete(seq, base, base + 50'000);  // 50 us each
+    high.complete(21, base, base + 40'000, ipc::kCompletionCoarse);  // a batch's time: not learned
     ASSERT_TRUE(eventually([&] { return daemon.status()["predictor"]["learned"] == 20; })) << daemon.status().dump(1);
     // Another client's op whose span overlaps those: it waited behind them, not learned.
     FakeClient low(daemon.socket(), Priority::low, "train");
     low.post(FakeClient::kernel(1));
     ASSERT_TRUE(low.wait_granted(1));
-    low.complete(1, 1'000'000, 1'200'000);
+    low.complete(1, base, base + 200'000);
     ASSERT_TRUE(eventually([&] { return daemon.status()["predictor"]["shared"] == 1; })) << daemon.status().dump(1);
     const auto predictor = daemon.status()["predictor"];
     EXPECT_EQ(predictor["learned"], 20);
@@ -1208,6 +1210,24 @@ TEST(Daemon, DisconnectsALowPriorityClientThatPostsWithoutWaitingForItsGrants) {
       << daemon.log();
   FakeClient good(daemon.socket(), Priority::low, "good");  // the slot the bad one held is free again
   expect_dropped_others_served(daemon, bad, good);
+}
+
+// A completion read before its op waits for it, at most kDeferredCompletionLimitNs without one of
+// them going through: a client whose ops keep coming is not a protocol violator because some of its
+// completions are always ahead (a review: one posting 15,000 ops a second beside clients flooding
+// ops was dropped). Here eight completions come first and their ops one every 250 ms, over 2 s.
+TEST(Daemon, CompletionsAheadOfOpsThatKeepComingAreKept) {
+  DaemonProcess daemon;
+  FakeClient fast(daemon.socket(), Priority::high, "fast");
+  fast.name_kernel(1, "k");
+  const std::int64_t now = ipc::monotonic_ns();
+  for (std::uint64_t seq = 1; seq <= 8; ++seq) fast.complete(seq, now - 2'000'000, now - 1'000'000);
+  for (std::uint64_t seq = 1; seq <= 8; ++seq) {
+    std::this_thread::sleep_for(250ms);
+    fast.post(FakeClient::kernel(seq));
+  }
+  EXPECT_TRUE(eventually([&] { return daemon.status()["clients"][0]["ops"]["completed"] == 8; }, 2s)) << daemon.log();
+  EXPECT_FALSE(fast.disconnected(0ms)) << daemon.log();
 }
 
 // gpuqosd's resident memory in bytes (VmRSS), 0 when it cannot be read.

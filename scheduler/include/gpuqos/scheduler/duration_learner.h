@@ -92,12 +92,12 @@ class DurationLearner {
   // Whether or not a model took the op.
   // A completion is its client's word, and one predictor serves every job: a span longer than
   // kMaxLearnedNs (the policy's horizon for an op in flight, BaymaxPolicy::kStaleOpNs), or longer
-  // than the op can have run, is neither learned (counted rejected) nor counted against other
-  // clients' spans, and gives no own time. The op ran after its post, and gpuqosd reads a post
-  // within kMaxPostLagNs of it (its loop stalls far less; the shim's own stamp is not trusted), so
-  // it ran at most from kMaxPostLagNs before gpuqosd read it (arrived_ns) to read_ns, when gpuqosd
-  // read the completion. An audit taught a shared kernel 21,548 s with such spans, so another
-  // job's ops of it were rationed as long for good.
+  // than the op can have run, is not learned (counted rejected). The op ran after its post, and
+  // gpuqosd reads a post within kMaxPostLagNs of it (its loop stalls far less; the shim's own stamp
+  // is not trusted), so it ran at most from kMaxPostLagNs before gpuqosd read it (arrived_ns) to
+  // read_ns, when gpuqosd read the completion: from there the span still counts against the other
+  // clients' and gives the op's own time. An audit taught a shared kernel 21,548 s with such spans,
+  // so another job's ops of it were rationed as long for good.
   static constexpr std::int64_t kMaxLearnedNs = 10'000'000'000;
   static constexpr std::int64_t kMaxPostLagNs = 1'000'000'000;
   std::int64_t completed(std::uint32_t client, const ipc::CompletionDescriptor& completion,
