@@ -172,8 +172,7 @@ std::string Daemon::drain_completions(Client& client, std::int64_t now_ns, std::
     }
     client.count_completion();
     spdlog::trace("{}: done {} start {} end {} read {}", client.tag(), c.seq, c.start_ns, c.end_ns, read_ns);
-    const std::int64_t own_ns =
-        learner_->completed(client.identity().id, c, numbered_policy_.baymax.preemptive_devices, read_ns);
+    const std::int64_t own_ns = learner_->completed(client.identity().id, c, numbered_policy_.baymax.preemptive_devices);
     qos_completed(client, c, read_ns);  // its end is at most read_ns (checked above)
     apply(policy_->op_completed(OpCompleted{client.identity().id, c, now_ns, own_ns}));
   }

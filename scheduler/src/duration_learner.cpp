@@ -159,7 +159,7 @@ DurationLearner::Estimate DurationLearner::posted(std::uint32_t client, const ip
 }
 
 std::int64_t DurationLearner::completed(std::uint32_t client, const ipc::CompletionDescriptor& completion,
-                                        std::uint64_t time_sliced_devices, std::int64_t read_ns) {
+                                        std::uint64_t time_sliced_devices) {
   const auto it = remembered_.find({client, completion.seq});
   if (it == remembered_.end()) {
     ++counts_.unknown;
@@ -171,12 +171,12 @@ std::int64_t DurationLearner::completed(std::uint32_t client, const ipc::Complet
   // have started, its span still counts against the others' and gives its own time (a review: an
   // honest 11-s kernel was otherwise charged no overrun, and the op queued behind it was learned
   // with its wait).
-  const std::int64_t duration_ns = completion.end_ns - completion.start_ns;
-  const bool learnable = plausible(remembered, duration_ns, read_ns);
   std::int64_t start_ns = completion.start_ns;
-  if (read_ns > 0 && remembered.arrived_ns > 0) {
+  if (remembered.arrived_ns > 0) {
     start_ns = std::min(completion.end_ns, std::max(start_ns, remembered.arrived_ns - kMaxPostLagNs));
   }
+  const std::int64_t duration_ns = completion.end_ns - completion.start_ns;
+  const bool learnable = start_ns == completion.start_ns && duration_ns <= kMaxLearnedNs;
   // Every completion's span counts against the others', timed or not: a coarse one also ran.
   const bool in_order = !ipc::device_in(time_sliced_devices, remembered.op.device);
   const Overlap overlap = in_order && completion.status == 0
@@ -209,12 +209,6 @@ std::int64_t DurationLearner::completed(std::uint32_t client, const ipc::Complet
   }
   ++counts_.learned;
   return own_ns;
-}
-
-bool DurationLearner::plausible(const Remembered& remembered, std::int64_t duration_ns, std::int64_t read_ns) {
-  if (duration_ns > kMaxLearnedNs) return false;
-  if (read_ns <= 0 || remembered.arrived_ns <= 0) return true;
-  return duration_ns <= read_ns - (remembered.arrived_ns - kMaxPostLagNs);
 }
 
 DurationLearner::Overlap DurationLearner::overlaps(std::uint32_t client, const ipc::OpDescriptor& op,

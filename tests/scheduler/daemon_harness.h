@@ -202,6 +202,12 @@ class FakeClient {
     }
     return rang_;
   }
+  // An exact completion of an op that ran duration_ns and ended just now, as a shim reports one
+  // (gpuqosd learns no span that begins before its op can have started).
+  bool complete_just_now(std::uint64_t seq, std::int64_t duration_ns) {
+    const std::int64_t end = ipc::monotonic_ns();
+    return complete(seq, end - duration_ns, end);
+  }
   // Pops grants until one covers seq; false after timeout.
   bool wait_granted(std::uint64_t seq, std::chrono::milliseconds timeout = 2s) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;

@@ -212,13 +212,13 @@ TEST(Daemon, BestEffortWorkOnAnotherGpuIsNotHeldBackForAHighPriorityJob) {
   train.post(kernel_on_gpu(1, 0, 2));
   ASSERT_TRUE(train.wait_granted(1));
   EXPECT_FALSE(train.wait_granted(2, 100ms)) << "a kernel it does not know yet: no credit";
-  train.complete(1, 1'000, 201'000);  // 0.2 ms
+  train.complete_just_now(1, 200'000);  // 0.2 ms
   ASSERT_TRUE(eventually([&] { return daemon.status()["clients"][1]["ops"]["completed"] == 1; }));
   constexpr std::uint64_t kLearning = scheduler::BaymaxPolicy::kGuessedMemoryOps + 1;
   for (std::uint64_t seq = 2; seq <= kLearning; ++seq) {
     train.post(kernel_on_gpu(seq, 0, 2));
     ASSERT_TRUE(train.wait_granted(seq)) << seq;
-    train.complete(seq, 1'000, 201'000);
+    train.complete_just_now(seq, 200'000);
   }
   EXPECT_TRUE(train.wait_granted(kLearning + 1)) << "credit: no high-priority job on its GPU";
   FakeClient beside(daemon.socket(), Priority::low, "beside");
@@ -603,7 +603,7 @@ void learn_one_kernel_and_stop(DaemonProcess& daemon) {
     FakeClient high(daemon.socket(), Priority::high, "serve");
     high.name_kernel(1, "gemm");
     for (std::uint64_t seq = 1; seq <= 20; ++seq) high.post(FakeClient::kernel(seq));
-    for (std::uint64_t seq = 1; seq <= 20; ++seq) high.complete(seq, 1'000'000, 1'050'000);
+    for (std::uint64_t seq = 1; seq <= 20; ++seq) high.complete_just_now(seq, 50'000);
     ASSERT_TRUE(eventually([&] { return daemon.status()["predictor"]["learned"] == 20; })) << daemon.status().dump(1);
   }
   EXPECT_EQ(daemon.process().terminate(5s), 0) << daemon.log();
@@ -726,7 +726,7 @@ TEST(Daemon, ASecondDaemonOnTheSameStoreSavesBesideIt) {
     FakeClient high(second->socket(), Priority::high, "serve");
     high.name_kernel(1, "gemm");
     for (std::uint64_t seq = 1; seq <= 20; ++seq) high.post(FakeClient::kernel(seq));
-    for (std::uint64_t seq = 1; seq <= 20; ++seq) high.complete(seq, 1'000'000, 1'050'000);
+    for (std::uint64_t seq = 1; seq <= 20; ++seq) high.complete_just_now(seq, 50'000);
     ASSERT_TRUE(eventually([&] { return second->status()["predictor"]["learned"] == 20; })) << second->status().dump(1);
   }
   second->process().stop();

@@ -468,10 +468,10 @@ TEST(DurationLearner, OpsThatTakeNoEngineTimeArePredictedZero) {
   EXPECT_EQ(learner.posted(7, sync, "").upper_ns, 0);
 }
 
-// A completion is its client's word, and one predictor serves every job: a span longer than the op
-// can have run (from kMaxPostLagNs before gpuqosd read its post to the completion's reading), or over
-// kMaxLearnedNs, teaches nothing. The op still ran: its own time counts from no earlier than it can
-// have started. One that fits is learned as before.
+// A completion is its client's word, and one predictor serves every job: a span that begins before
+// its op can have started (kMaxPostLagNs before gpuqosd read its post), or over kMaxLearnedNs,
+// teaches nothing. The op still ran: its own time counts from no earlier than it can have started.
+// One that fits is learned as before.
 TEST(DurationLearner, ASpanLongerThanTheOpCanHaveRunIsNotLearned) {
   constexpr std::int64_t kArrived = 5'000'000'000'000;  // gpuqosd read the post 5,000 s after boot
   constexpr std::int64_t kS = 1'000'000'000;
@@ -479,29 +479,29 @@ TEST(DurationLearner, ASpanLongerThanTheOpCanHaveRunIsNotLearned) {
   ipc::OpDescriptor op = kernel(1, 64);
   op.posted_ns = 1;  // the shim's stamp: not trusted
   (void)learner.posted(7, op, "k", kArrived);
-  // Read 10 ms after gpuqosd read its post, it claims an hour: it ran 1.01 s at most.
+  // Ending 10 ms after gpuqosd read its post, it claims an hour: it ran 1.01 s at most.
   const std::int64_t read = kArrived + 10'000'000;
-  EXPECT_EQ(learner.completed(7, exact(1, 3'600 * kS, read - 3'600 * kS), 0, read), kS + 10'000'000);
+  EXPECT_EQ(learner.completed(7, exact(1, 3'600 * kS, read - 3'600 * kS)), kS + 10'000'000);
   EXPECT_EQ(learner.counts().rejected, 1u);
-  // 1.2 s, read 100 ms after the post was: over the 1.1 s it can have run.
+  // 1.2 s, ending 100 ms after the post was read: begun before it can have started.
   op.seq = 2;
   op.device = 2;  // alone on its device: no other span ends inside this one
   (void)learner.posted(7, op, "k", kArrived);
-  EXPECT_EQ(learner.completed(7, exact(2, 1'200'000'000, kArrived - 1'100'000'000), 0, kArrived + 100'000'000),
+  EXPECT_EQ(learner.completed(7, exact(2, 1'200'000'000, kArrived - 1'100'000'000)),
             1'100'000'000);
   EXPECT_EQ(learner.counts().rejected, 2u);
-  // Over kMaxLearnedNs whatever the times say (none said: a caller that knows none); it ran so long.
+  // Over kMaxLearnedNs whatever the times say (no reading said: a caller that knows none); it ran so long.
   op.seq = 3;
   op.device = 3;  // alone on its device: no other span ends inside this one
   (void)learner.posted(7, op, "k");
   EXPECT_EQ(learner.completed(7, exact(3, DurationLearner::kMaxLearnedNs + 1)), DurationLearner::kMaxLearnedNs + 1);
   EXPECT_EQ(learner.counts().rejected, 3u);
   EXPECT_EQ(learner.counts().learned, 0u);
-  // One that fits: 1 s, read 100 ms after the post was.
+  // One that fits: 1 s, from 0.9 s before the post was read.
   op.seq = 4;
   op.device = 4;  // alone on its device: no other span ends inside this one
   (void)learner.posted(7, op, "k", kArrived);
-  EXPECT_EQ(learner.completed(7, exact(4, kS, kArrived - 900'000'000), 0, kArrived + 100'000'000), kS);
+  EXPECT_EQ(learner.completed(7, exact(4, kS, kArrived - 900'000'000)), kS);
   EXPECT_EQ(learner.counts().learned, 1u);
   EXPECT_EQ(learner.counts().rejected, 3u);
 }
@@ -515,11 +515,10 @@ TEST(DurationLearner, AnUnlearnedLongSpanStillCountsAgainstTheOthers) {
   ipc::OpDescriptor longest = kernel(1, 64);
   (void)learner.posted(1, longest, "long", arrived);
   (void)learner.posted(2, kernel(1, 64), "short", arrived + 8 * kS);
-  const std::int64_t end = arrived + 11 * kS;
-  EXPECT_EQ(learner.completed(1, exact(1, 11 * kS, arrived), 0, end), 11 * kS) << "not learned, but it ran";
+  EXPECT_EQ(learner.completed(1, exact(1, 11 * kS, arrived)), 11 * kS) << "not learned, but it ran";
   EXPECT_EQ(learner.counts().rejected, 1u);
   // Client 2's 2-ms kernel, posted at 8 s, waited for the long one to end at 11 s.
-  EXPECT_EQ(learner.completed(2, exact(1, 3 * kS + 2'000'000, arrived + 8 * kS), 0, end + 2'000'000), 2'000'000);
+  EXPECT_EQ(learner.completed(2, exact(1, 3 * kS + 2'000'000, arrived + 8 * kS)), 2'000'000);
   EXPECT_EQ(learner.counts().shared, 1u);
   EXPECT_EQ(learner.counts().learned, 0u);
 }

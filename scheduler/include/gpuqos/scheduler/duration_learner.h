@@ -91,17 +91,18 @@ class DurationLearner {
   // or for a coarse or failed one.
   // Whether or not a model took the op.
   // A completion is its client's word, and one predictor serves every job: a span longer than
-  // kMaxLearnedNs (the policy's horizon for an op in flight, BaymaxPolicy::kStaleOpNs), or longer
-  // than the op can have run, is not learned (counted rejected). The op ran after its post, and
-  // gpuqosd reads a post within kMaxPostLagNs of it (its loop stalls far less; the shim's own stamp
-  // is not trusted), so it ran at most from kMaxPostLagNs before gpuqosd read it (arrived_ns) to
-  // read_ns, when gpuqosd read the completion: from there the span still counts against the other
-  // clients' and gives the op's own time. An audit taught a shared kernel 21,548 s with such spans,
-  // so another job's ops of it were rationed as long for good.
+  // kMaxLearnedNs (the policy's horizon for an op in flight, BaymaxPolicy::kStaleOpNs), or one that
+  // begins before its op can have started, is not learned (counted rejected). The op ran after its
+  // post, and gpuqosd reads a post within kMaxPostLagNs of it (its loop stalls far less; the shim's
+  // own stamp is not trusted), so it began no earlier than kMaxPostLagNs before gpuqosd read it
+  // (posted()'s arrived_ns; the daemon has checked that it ended before it was read): from there
+  // the span still counts against the other clients' and gives the op's own time. An audit taught a
+  // shared kernel 21,548 s with spans of hours, so another job's ops of it were rationed as long
+  // for good.
   static constexpr std::int64_t kMaxLearnedNs = 10'000'000'000;
   static constexpr std::int64_t kMaxPostLagNs = 1'000'000'000;
   std::int64_t completed(std::uint32_t client, const ipc::CompletionDescriptor& completion,
-                         std::uint64_t time_sliced_devices = 0, std::int64_t read_ns = 0);
+                         std::uint64_t time_sliced_devices = 0);
   void client_gone(std::uint32_t client);
 
   // Advances the predictor's epochs (one a minute: a kernel name unobserved for an hour may give its
@@ -149,8 +150,6 @@ class DurationLearner {
     bool concurrent = false;        // a span that began before this one ended and ended after it
     std::int64_t ran_from_ns = 0;   // the latest end within this span of the others (0: none)
   };
-  // Whether an exact span of duration_ns can be the remembered op's (completed()).
-  static bool plausible(const Remembered& remembered, std::int64_t duration_ns, std::int64_t read_ns);
   // Which spans read so far on the op's engine overlap [start, end]; records this one.
   Overlap overlaps(std::uint32_t client, const ipc::OpDescriptor& op, std::int64_t start_ns, std::int64_t end_ns);
 
