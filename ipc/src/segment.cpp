@@ -209,7 +209,7 @@ Result<Segment> Segment::create(const std::string& name, std::uint32_t client_ui
     }
     bip::mapped_region region(shm, bip::read_write);
     construct_layout(region.get_address(), client_uid, client_pid);
-    return Segment(name, std::move(region), /*guard=*/true);
+    return Segment(name, std::move(region), /*guard=*/true, /*named=*/true);
   } catch (const std::exception& e) {
     if (created) remove(name);
     return Error{"cannot create segment " + name + ": " + e.what()};
@@ -238,7 +238,7 @@ Result<Segment> Segment::create_sealed(const std::string& name, std::uint32_t cl
   try {
     bip::mapped_region region(PassedDescriptor{fd}, bip::read_write, 0, kSegmentBytes);
     construct_layout(region.get_address(), client_uid, client_pid);
-    Segment segment(name, std::move(region), /*guard=*/true);
+    Segment segment(name, std::move(region), /*guard=*/true, /*named=*/false);
     segment.descriptor_ = fd;
     return segment;
   } catch (const std::exception& e) {
@@ -251,7 +251,7 @@ Result<Segment> Segment::create_sealed(const std::string& name, std::uint32_t cl
 // What a client maps: the name's segment or a passed one, kept when its header is one this build
 // understands. `map` may throw; what it throws is said as "cannot <verb> segment NAME: ...".
 template <class Map>
-Result<Segment> Segment::map_client_side(const std::string& name, const char* verb, Map map) {
+Result<Segment> Segment::map_client_side(const std::string& name, const char* verb, bool named, Map map) {
   try {
     auto region = map();
     if (!region) return Error{region.error()};
@@ -260,7 +260,7 @@ Result<Segment> Segment::map_client_side(const std::string& name, const char* ve
     if (Status usable = check_header(header, region->get_size()); !usable) {
       return Error{"refusing segment " + name + ": " + usable.error()};
     }
-    return Segment(name, std::move(region.value()), /*guard=*/false);
+    return Segment(name, std::move(region.value()), /*guard=*/false, named);
   } catch (const std::exception& e) {
     return Error{std::string("cannot ") + verb + " segment " + name + ": " + e.what()};
   } catch (...) {
@@ -269,7 +269,7 @@ Result<Segment> Segment::map_client_side(const std::string& name, const char* ve
 }
 
 Result<Segment> Segment::open(const std::string& name) {
-  return map_client_side(name, "open", [&]() -> Result<bip::mapped_region> {
+  return map_client_side(name, "open", /*named=*/true, [&]() -> Result<bip::mapped_region> {
     if (Status valid = check_segment_name(name); !valid) return Error{valid.error()};
     bip::shared_memory_object shm(bip::open_only, name.c_str(), bip::read_write);
     bip::offset_t size = 0;
@@ -281,7 +281,7 @@ Result<Segment> Segment::open(const std::string& name) {
 }
 
 Result<Segment> Segment::open_passed(int fd, const std::string& name) {
-  return map_client_side(name, "map", [&]() -> Result<bip::mapped_region> {
+  return map_client_side(name, "map", /*named=*/false, [&]() -> Result<bip::mapped_region> {
     struct stat file {};
     if (fd < 0 || ::fstat(fd, &file) != 0 || !S_ISREG(file.st_mode)) {
       return Error{"refusing segment " + name + ": the descriptor passed is not a shared memory file"};
@@ -308,6 +308,7 @@ Segment& Segment::operator=(Segment&& other) noexcept {
     region_ = std::move(other.region_);
     name_ = std::move(other.name_);
     descriptor_ = std::exchange(other.descriptor_, -1);
+    named_ = std::exchange(other.named_, false);
   }
   return *this;
 }

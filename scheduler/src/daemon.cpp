@@ -136,7 +136,7 @@ Daemon::Daemon(DaemonOptions options) : options_(std::move(options)) {}
 
 Daemon::~Daemon() {
   // Normally drain_and_release() already did this; on an early failure nothing must be left.
-  for (auto& [id, client] : clients_) ipc::Segment::remove(client->segment().name());
+  for (auto& [id, client] : clients_) client->segment().remove_name();
   clients_.clear();
   if (listener_.valid()) unlink_own_socket();
 }

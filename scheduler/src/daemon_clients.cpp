@@ -236,7 +236,7 @@ void Daemon::drop_client(ClientId id, const std::string& reason, bool as_error) 
     spdlog::log(level, "{}: {}: disconnected ({} posted, {} granted, {} completed)", client.tag(), reason,
                 client.posted_ops(), client.granted_ops(), client.completed_ops());
   }
-  ipc::Segment::remove(client.segment_name());  // first: nothing new can map it
+  client.segment().remove_name();  // first: nothing new can map it
   ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, client.socket_fd(), nullptr);
   // The shim holds the doorbell too: closing ours would leave it registered in the epoll set.
   if (client.doorbell_fd() >= 0) ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, client.doorbell_fd(), nullptr);
@@ -287,7 +287,7 @@ void Daemon::drain_and_release() {
         spdlog::info("{}: released through seq {} (was {}), detached", client->tag(), last_seq, before);
       }
     }
-    ipc::Segment::remove(client->segment_name());
+    client->segment().remove_name();
   }
   clients_.clear();
   told_holds_.clear();

@@ -219,7 +219,7 @@ void Daemon::register_client(Pending& pending, const ipc::Hello& hello) {
                    "it registers again",
                    job, peer.pid);
     }
-    ipc::Segment::remove(name);
+    if (!passed_segment) ipc::Segment::remove(name);  // a passed one's name is only a label
     return;
   }
   ClientIdentity identity{id, peer, job, decision.effective, hello.device, hello.priority};
@@ -229,7 +229,7 @@ void Daemon::register_client(Pending& pending, const ipc::Hello& hello) {
                                       wake_.get(), std::move(doorbell));
   } catch (const std::exception& e) {
     spdlog::warn("job '{}' pid {}: cannot serve it: {}", job, peer.pid, e.what());
-    ipc::Segment::remove(name);
+    if (!passed_segment) ipc::Segment::remove(name);  // a passed one's name is only a label
     return;
   }
   watch(client->socket_fd(), id, EPOLLIN | EPOLLRDHUP);

@@ -94,6 +94,29 @@ TEST(Segment, ASealedSegmentIsMappedThroughItsDescriptor) {
   Segment::remove(name);
 }
 
+// A sealed segment's name is only a label: removing "its" name must not unlink a named segment
+// that has the same one (the daemon removes each client's name when the client goes).
+TEST(Segment, OnlyANamedSegmentRemovesItsName) {
+  ScopedSegmentName name;
+  Segment named = create_or_fail(name.get());
+  auto sealed = Segment::create_sealed(name.get(), ::getuid());
+  ASSERT_TRUE(sealed) << sealed.error();
+  const int fd = sealed->take_descriptor();
+  auto passed = Segment::open_passed(fd, name.get());
+  ::close(fd);
+  ASSERT_TRUE(passed) << passed.error();
+  EXPECT_FALSE(sealed->remove_name());
+  EXPECT_FALSE(passed->remove_name());
+  Segment moved = std::move(sealed.value());
+  EXPECT_FALSE(moved.remove_name()) << "a moved sealed segment is still unnamed";
+  EXPECT_TRUE(Segment::open(name.get())) << "the named segment is still there";
+  auto opened = Segment::open(name.get());
+  ASSERT_TRUE(opened) << opened.error();
+  EXPECT_TRUE(opened->remove_name());
+  EXPECT_FALSE(Segment::open(name.get())) << "removed";
+  EXPECT_FALSE(named.remove_name()) << "already gone";
+}
+
 // A passed descriptor that is not a sealed segment is refused, so the shim never maps memory that
 // can be truncated under it (SIGBUS in the job).
 TEST(Segment, APassedDescriptorThatIsNotASealedSegmentIsRefused) {

@@ -157,10 +157,13 @@ class Segment {
 
   // Removes the name (mapped segments live on until unmapped). False if it did not exist.
   static bool remove(const std::string& name) noexcept;
+  // Removes this segment's name, if it has one: a sealed segment's (create_sealed, open_passed) is
+  // only a label, and another segment may have it. False if nothing was removed.
+  bool remove_name() const noexcept { return named_ && remove(name_); }
 
   Segment(Segment&& other) noexcept
       : name_(std::move(other.name_)), region_(std::move(other.region_)), guard_(std::move(other.guard_)),
-        descriptor_(std::exchange(other.descriptor_, -1)) {}
+        descriptor_(std::exchange(other.descriptor_, -1)), named_(std::exchange(other.named_, false)) {}
   Segment& operator=(Segment&& other) noexcept;
 
   const std::string& name() const noexcept { return name_; }
@@ -182,13 +185,13 @@ class Segment {
   }
 
  private:
-  Segment(std::string name, boost::interprocess::mapped_region region, bool guard) noexcept
-      : name_(std::move(name)), region_(std::move(region)) {
+  Segment(std::string name, boost::interprocess::mapped_region region, bool guard, bool named) noexcept
+      : name_(std::move(name)), region_(std::move(region)), named_(named) {
     if (guard) guard_ = BusGuard(region_.get_address(), region_.get_size());
   }
 
   template <class Map>
-  static Result<Segment> map_client_side(const std::string& name, const char* verb, Map map);
+  static Result<Segment> map_client_side(const std::string& name, const char* verb, bool named, Map map);
 
   template <class Ring>
   Ring& at(std::uint64_t offset) noexcept {
@@ -199,6 +202,7 @@ class Segment {
   boost::interprocess::mapped_region region_;
   BusGuard guard_;  // after region_: unguarded before it is unmapped
   int descriptor_ = -1;  // create_sealed's, until taken
+  bool named_ = false;   // reached by its name (create, open), not a passed descriptor
 };
 
 }  // namespace gpuqos::ipc
