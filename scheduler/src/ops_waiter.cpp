@@ -16,13 +16,16 @@ OpsWaiter::OpsWaiter(ipc::OpsRing& ring, int wake_fd) : ring_(ring), wake_fd_(wa
 
 std::vector<ArrivedOp> OpsWaiter::take(std::size_t most) {
   std::vector<ArrivedOp> ops;
+  bool left = false;
   {
     std::lock_guard lock(mutex_);
     const auto end = queue_.begin() + static_cast<std::ptrdiff_t>(std::min(most, queue_.size()));
     ops.assign(queue_.begin(), end);
     queue_.erase(queue_.begin(), end);
+    left = !queue_.empty();
   }
   space_.notify_one();
+  if (left) signal_loop();  // the rest go in the loop's next pass, not at its next tick
   return ops;
 }
 

@@ -42,8 +42,8 @@ class OpsWaiter {
   OpsWaiter(const OpsWaiter&) = delete;
   OpsWaiter& operator=(const OpsWaiter&) = delete;
 
-  // Loop thread: the oldest `most` popped so far, oldest first (the rest stay for the next call,
-  // which a tick makes if no new op wakes the loop).
+  // Loop thread: the oldest `most` popped so far, oldest first. Ops left over stay for the next
+  // call, and the loop is woken again for them (else they would wait for its next tick).
   std::vector<ArrivedOp> take(std::size_t most = kMaxQueuedOps);
   // True once the ring's indices were found impossible; the thread has then stopped.
   bool corrupted() const noexcept { return corrupted_.load(std::memory_order_acquire); }
