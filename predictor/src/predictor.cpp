@@ -87,6 +87,12 @@ const KernelModel* Predictor::kernel(std::string_view name) const {
   return it == kernels_.end() ? nullptr : &it->second.model;
 }
 
+std::optional<std::uint64_t> Predictor::last_observed_epoch(std::string_view name) const {
+  const auto it = kernels_.find(name);
+  if (it == kernels_.end()) return std::nullopt;
+  return it->second.last_epoch;
+}
+
 std::vector<std::string> Predictor::kernel_names() const {
   std::vector<std::string> names;
   names.reserve(kernels_.size());

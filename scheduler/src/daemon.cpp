@@ -503,6 +503,13 @@ void Daemon::heartbeat_and_tick(std::int64_t now_ns) {
   tell_unsaid_peer_warnings(now_ns);
   check_socket_path(now_ns);
   if (auto error = learner_->tick(now_ns)) spdlog::warn("predictor: {}", *error);
+  for (const std::uint32_t uid : learner_->take_crowded_users()) {
+    const predictor::Predictor& predictor = learner_->predictor();
+    spdlog::warn("predictor: the jobs of uid {} use {} kernel names they brought into the predictor's table ({} of "
+                 "{} names used), a quarter of it or more: their new kernel names are not learned (predicted by the "
+                 "default) until some of theirs have been unused for an hour",
+                 uid, learner_->names_brought_in_by(uid), predictor.kernel_count(), predictor.config().max_kernels);
+  }
   tell_long_holds(now_ns);
   qos_tick(now_ns);
 }

@@ -243,6 +243,7 @@ void Daemon::register_client(Pending& pending, const ipc::Hello& hello) {
   }
   warn_if_target_unprotected(client->identity(), info);
   warn_if_high_unlisted(client->identity(), info);
+  learner_->client_user(id, peer.uid);
   clients_.emplace(id, std::move(client));
   apply(policy_->client_registered(info, ipc::monotonic_ns()));
 }

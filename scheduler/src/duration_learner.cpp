@@ -203,12 +203,79 @@ std::int64_t DurationLearner::completed(std::uint32_t client, const ipc::Complet
     return own_ns;
   }
   const predictor::OpFeatures features = predictor::features_of(remembered.op, remembered.kernel_name);
-  if (completion.status != 0 || !predictor_.observe(features, static_cast<double>(duration_ns))) {
+  const bool is_kernel = features.op_class == predictor::OpClass::kernel;
+  const std::optional<std::uint64_t> last_epoch =
+      is_kernel ? predictor_.last_observed_epoch(features.kernel.name) : std::nullopt;
+  const bool new_name = is_kernel && !last_epoch;
+  if (completion.status != 0 || (new_name && !may_bring_in_name(client)) ||
+      !predictor_.observe(features, static_cast<double>(duration_ns))) {
     ++counts_.rejected;
     return own_ns;
   }
+  if (new_name) {
+    brought_in_name(client, remembered.kernel_name);
+  } else if (last_epoch && predictor_.epoch() - *last_epoch >= predictor::Predictor::kIdleEpochs) {
+    name_in_use_again(remembered.kernel_name);
+  }
   ++counts_.learned;
   return own_ns;
+}
+
+void DurationLearner::client_user(std::uint32_t client, std::uint32_t uid) { client_uids_[client] = uid; }
+
+bool DurationLearner::may_bring_in_name(std::uint32_t client) {
+  const auto user = client_uids_.find(client);
+  if (user == client_uids_.end()) return true;
+  const std::size_t table = predictor_.config().max_kernels;
+  const std::size_t share = std::max<std::size_t>(1, table / 4);
+  if (names_brought_in_by(user->second) < share || predictor_.kernel_count() + share < table) return true;
+  if (crowded_said_.insert(user->second).second) crowded_unsaid_.push_back(user->second);
+  return false;
+}
+
+void DurationLearner::brought_in_name(std::uint32_t client, std::string name) {
+  const auto user = client_uids_.find(client);
+  if (user == client_uids_.end()) return;
+  const auto [it, added] = name_brought_by_.try_emplace(std::move(name), BroughtIn{user->second});
+  if (!added) {  // the predictor evicted it since the last epoch, and it is new again
+    uncount(it->second);
+    it->second = BroughtIn{user->second};
+  }
+  ++names_per_user_[user->second];
+}
+
+void DurationLearner::uncount(const BroughtIn& name) {
+  if (!name.counted) return;
+  const auto count = names_per_user_.find(name.uid);
+  if (count != names_per_user_.end() && --count->second == 0) names_per_user_.erase(count);
+}
+
+void DurationLearner::name_in_use_again(std::string_view name) {
+  const auto it = name_brought_by_.find(name);
+  if (it == name_brought_by_.end() || it->second.counted) return;
+  it->second.counted = true;
+  ++names_per_user_[it->second.uid];
+}
+
+std::vector<std::uint32_t> DurationLearner::take_crowded_users() { return std::exchange(crowded_unsaid_, {}); }
+
+void DurationLearner::age_brought_in_names() {
+  const std::uint64_t epoch = predictor_.epoch();
+  for (auto it = name_brought_by_.begin(); it != name_brought_by_.end();) {
+    const std::optional<std::uint64_t> last = predictor_.last_observed_epoch(it->first);
+    if (!last) {  // evicted: another user may bring it in again
+      uncount(it->second);
+      it = name_brought_by_.erase(it);
+      continue;
+    }
+    if (epoch - *last >= predictor::Predictor::kIdleEpochs) {
+      uncount(it->second);
+      it->second.counted = false;
+    }
+    ++it;
+  }
+  const std::size_t share = std::max<std::size_t>(1, predictor_.config().max_kernels / 4);
+  std::erase_if(crowded_said_, [&](std::uint32_t uid) { return names_brought_in_by(uid) < share; });
 }
 
 DurationLearner::Overlap DurationLearner::overlaps(std::uint32_t client, const ipc::OpDescriptor& op,
@@ -242,6 +309,7 @@ DurationLearner::Overlap DurationLearner::overlaps(std::uint32_t client, const i
 void DurationLearner::client_gone(std::uint32_t client) {
   remembered_.erase(remembered_.lower_bound({client, 0}), remembered_.upper_bound({client, UINT64_MAX}));
   remembered_per_client_.erase(client);
+  client_uids_.erase(client);  // the names it brought in stay its user's until they go idle
 }
 
 void DurationLearner::forget(RememberedOps::iterator it) {
@@ -261,6 +329,7 @@ std::optional<std::string> DurationLearner::tick(std::int64_t now_ns) {
       if (epoch - it->second.epoch >= kForgetAfterEpochs) forget(it);
       it = next;
     }
+    age_brought_in_names();
   }
   if (options_.save_interval_ns <= 0 || now_ns - last_save_ns_ < options_.save_interval_ns) return std::nullopt;
   last_save_ns_ = now_ns;

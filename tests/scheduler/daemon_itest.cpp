@@ -552,6 +552,32 @@ TEST(Daemon, CountsSynchronisationsAndQueryMarksApartFromWork) {
   EXPECT_EQ(client["state"], "running");
 }
 
+// One user's jobs bring at most a quarter of the predictor's kernel-name table into a table three
+// quarters full (DurationLearner::client_user): gpuqosd says whose clients they are, and says once
+// that the user's new names are no longer learned.
+TEST(Daemon, OneUsersMadeUpKernelNamesLeaveAQuarterOfTheTable) {
+  DaemonProcess daemon;
+  FakeClient flooder(daemon.socket(), Priority::high, "flood");  // high: its ops go without a grant
+  constexpr std::uint32_t kNames = 3100;
+  for (std::uint32_t id = 1; id <= kNames; ++id) flooder.name_kernel(id, "made-up-" + std::to_string(id));
+  for (std::uint32_t first = 1; first <= kNames; first += 500) {
+    const std::uint32_t last = std::min(kNames, first + 499);
+    for (std::uint32_t id = first; id <= last; ++id) flooder.post(FakeClient::kernel(id, id));
+    ASSERT_TRUE(eventually([&] { return daemon.status()["clients"][0]["ops"]["posted"] == last; }))
+        << daemon.status().dump(1);
+    for (std::uint32_t id = first; id <= last; ++id) flooder.complete_just_now(id, 1'000);
+    ASSERT_TRUE(eventually([&] { return daemon.status()["clients"][0]["ops"]["completed"] == last; }))
+        << daemon.status().dump(1);
+  }
+  const auto predictor = daemon.status()["predictor"];
+  EXPECT_EQ(predictor["kernels"], 3072) << predictor.dump(1);
+  EXPECT_EQ(predictor["learned"], 3072);
+  const std::string said = "predictor: the jobs of uid " + std::to_string(::getuid()) + " use 3072 kernel names";
+  const std::string log = daemon.log();
+  ASSERT_NE(log.find(said), std::string::npos) << log;
+  EXPECT_EQ(log.find(said, log.find(said) + 1), std::string::npos) << "said once";
+}
+
 TEST(Daemon, LearnsFromExactCompletionsAndSavesTheStoreAtExit) {
   TempDir dir("gpuqosd-store");
   const std::string store = (dir.path() / "profile.gqp").string();

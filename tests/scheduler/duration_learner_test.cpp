@@ -143,6 +143,60 @@ TEST(DurationLearner, ForgetsOpsWhoseCompletionsNeverCameAfterTenMinutes) {
   EXPECT_EQ(learner.counts().learned, 2u) << "posted at minute 9: six minutes old";
 }
 
+// One user's jobs may bring new kernel names into the shared table only while they use less than a
+// quarter of it or it is less than three quarters full: made-up names from one user leave a quarter
+// for the others' kernels. Names idle for an hour no longer count against their user, until used
+// again.
+TEST(DurationLearner, OneUserBringsAtMostAQuarterOfTheKernelNamesIntoAFullTable) {
+  constexpr std::int64_t kMinute = DurationLearner::kEpochNs;
+  std::optional<std::string> warning;
+  DurationLearner learner({}, 0, warning);
+  const std::size_t table = learner.predictor().config().max_kernels;
+  learner.client_user(1, 1000);  // the flooder
+  learner.client_user(2, 1000);  // another client of the same user
+  learner.client_user(3, 2000);  // another user
+  learner.client_user(4, 3000);  // a third
+  std::uint64_t seq = 0;
+  const auto learn = [&](std::uint32_t client, const std::string& name) {
+    const std::uint64_t learned = learner.counts().learned;
+    learner.posted(client, kernel(++seq, 64), name);
+    // Spans one after another: none overlaps another client's, which would not be learned.
+    learner.completed(client, exact(seq, 100'000, static_cast<std::int64_t>(seq) * 200'000));
+    return learner.counts().learned > learned;
+  };
+  std::size_t taken = 0;
+  for (std::size_t i = 0; i < table; ++i) taken += learn(i % 2 == 0 ? 1 : 2, "junk" + std::to_string(i));
+  EXPECT_EQ(taken, table * 3 / 4) << "the table three quarters full, all of it one user's";
+  EXPECT_EQ(learner.names_brought_in_by(1000), table * 3 / 4);
+  EXPECT_EQ(learner.take_crowded_users(), std::vector<std::uint32_t>{1000u});
+  EXPECT_TRUE(learner.take_crowded_users().empty()) << "said once";
+  EXPECT_TRUE(learn(1, "junk0")) << "a name it brought in is still learned";
+  for (std::size_t i = 0; i < table / 4; ++i) ASSERT_TRUE(learn(3, "real" + std::to_string(i))) << i;
+  EXPECT_EQ(learner.predictor().kernel_count(), table);
+  EXPECT_EQ(learner.names_brought_in_by(2000), table / 4);
+  EXPECT_FALSE(learn(3, "real-more")) << "its quarter, in a full table";
+  EXPECT_EQ(learner.take_crowded_users(), std::vector<std::uint32_t>{2000u});
+  EXPECT_FALSE(learn(4, "third")) << "under its share, but full with nothing idle: the predictor's own limit";
+  EXPECT_TRUE(learner.take_crowded_users().empty()) << "not for its share";
+  // An hour on, the second user's names are kept in use; the flooder's went idle.
+  for (std::int64_t minute = 1; minute <= 61; ++minute) {
+    (void)learner.tick(minute * kMinute);
+    for (std::size_t i = 0; i < table / 4; ++i) learn(3, "real" + std::to_string(i));
+  }
+  EXPECT_EQ(learner.names_brought_in_by(1000), 0u) << "idle names no longer count";
+  EXPECT_EQ(learner.names_brought_in_by(2000), table / 4);
+  EXPECT_TRUE(learn(4, "third")) << "an idle name gave its place";
+  // Used again, the flooder's idle names count again: they cannot be reused to take the quarter.
+  for (std::size_t i = 1; i <= table / 4; ++i) ASSERT_TRUE(learn(1, "junk" + std::to_string(i))) << i;
+  EXPECT_EQ(learner.names_brought_in_by(1000), table / 4);
+  EXPECT_FALSE(learn(1, "new-after-an-hour"));
+  EXPECT_EQ(learner.take_crowded_users(), std::vector<std::uint32_t>{1000u}) << "said again: it was back under";
+  // A client whose user is not said is not held to a share.
+  learner.client_gone(1);
+  EXPECT_TRUE(learn(1, "unsaid"));
+  EXPECT_EQ(learner.names_brought_in_by(1000), table / 4);
+}
+
 TEST(DurationLearner, LearnsExactCompletionsAndNotCoarseOnes) {
   DurationLearner learner = make_learner();
   std::uint64_t seq = 0;

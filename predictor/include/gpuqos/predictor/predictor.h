@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -59,6 +60,8 @@ class Predictor {
   std::size_t kernel_count() const { return kernels_.size(); }
   std::size_t stored_samples() const;  // kNN samples over all names
   const KernelModel* kernel(std::string_view name) const;
+  // The epoch of a learned name's latest observation (none: the name is not learned).
+  std::optional<std::uint64_t> last_observed_epoch(std::string_view name) const;
   const CopyModel& copies() const { return copies_; }
   std::vector<std::string> kernel_names() const;  // sorted
 

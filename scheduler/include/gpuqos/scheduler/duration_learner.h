@@ -26,7 +26,9 @@
 #include <set>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
+#include <vector>
 
 #include "gpuqos/ipc/descriptor.h"
 #include "gpuqos/predictor/predictor.h"
@@ -105,6 +107,24 @@ class DurationLearner {
                          std::uint64_t time_sliced_devices = 0);
   void client_gone(std::uint32_t client);
 
+  // Whose a client is: its user's uid. The predictor's kernel-name table (config max_kernels, 4,096)
+  // is every job's, and a name stays in it until it has been idle for an hour. So one user's
+  // clients may bring new names into it only while they hold less than a quarter of it (names they
+  // brought in and that are not idle), or while it is less than three quarters full: whatever one
+  // user makes up, a quarter of the table stays for the others' new kernels (an audit filled it with
+  // 4,100 made-up names, and every later job's kernels stayed guessed for the hour). A name over
+  // the share is not learned (counted rejected); its ops keep the global default. A client whose
+  // user is not said is not held to it.
+  void client_user(std::uint32_t client, std::uint32_t uid);
+  // Users whose new names stopped being learned for their share since the last call: each is in it
+  // once, and again only after it was back under its share.
+  std::vector<std::uint32_t> take_crowded_users();
+  // The names a user's clients brought in that are in use (not idle).
+  std::size_t names_brought_in_by(std::uint32_t uid) const {
+    const auto it = names_per_user_.find(uid);
+    return it == names_per_user_.end() ? 0 : it->second;
+  }
+
   // Advances the predictor's epochs (one a minute: a kernel name unobserved for an hour may give its
   // place in a full table to a new one, predictor.h), forgets the ops posted kForgetAfterEpochs or
   // more epochs ago that never completed (their completions were lost: the shim drops one it has
@@ -154,6 +174,15 @@ class DurationLearner {
   Overlap overlaps(std::uint32_t client, const ipc::OpDescriptor& op, std::int64_t start_ns, std::int64_t end_ns);
 
   void forget(RememberedOps::iterator it);
+  // Whether `client` may bring a new kernel name into the predictor (client_user); the record of one
+  // it brought in; a recorded name used again after it was idle counts again; at each epoch, idle
+  // names stop counting and the predictor's evicted ones leave the record.
+  bool may_bring_in_name(std::uint32_t client);
+  void brought_in_name(std::uint32_t client, std::string name);
+  void name_in_use_again(std::string_view name);
+  void age_brought_in_names();
+  struct BroughtIn;
+  void uncount(const BroughtIn& name);
 
   Options options_;
   bool save_blocked_ = false;  // set by load() while predictor_ is built: declared before it
@@ -184,6 +213,16 @@ class DurationLearner {
   std::set<std::pair<std::uint32_t, std::uint32_t>> sm_count_noted_;
   static constexpr std::size_t kMaxSmCountNotes = 64;
   bool sm_count_adopted_ = false;
+  std::map<std::uint32_t, std::uint32_t> client_uids_;
+  struct BroughtIn {
+    std::uint32_t uid = 0;
+    bool counted = true;  // in use: not idle (the predictor's kIdleEpochs)
+  };
+  // The names users brought in, until the predictor evicts them (at most its table).
+  std::map<std::string, BroughtIn, std::less<>> name_brought_by_;
+  std::map<std::uint32_t, std::size_t> names_per_user_;
+  std::set<std::uint32_t> crowded_said_;         // said by take_crowded_users, still over its share
+  std::vector<std::uint32_t> crowded_unsaid_;
 };
 
 }  // namespace gpuqos::scheduler
