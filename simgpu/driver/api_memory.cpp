@@ -283,15 +283,10 @@ void* ptr(CUdeviceptr p) { return reinterpret_cast<void*>(p); }
 
 }  // namespace
 
-// cuMemAlloc_v2's body, also cuMemAllocPitch_v2's: called by name through the PLT, a preloaded
-// library's cuMemAlloc_v2 (the gpuqos shim's hook) would see a second allocation inside the first.
-static CUresult allocate(CUdeviceptr* dptr, size_t bytes) {
-  if (!dptr) return CUDA_ERROR_INVALID_VALUE;
+// An allocation of `bytes` on `ctx`'s device (mu held as `lock`).
+static CUresult allocate_locked(std::unique_lock<std::mutex>& lock, CUdeviceptr* dptr, size_t bytes, CUctx_st* ctx) {
+  if (!dptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   Driver& d = driver();
-  std::unique_lock lock(d.mu);
-  CUctx_st* ctx = nullptr;
-  if (CUresult r = require_context(&ctx); r != CUDA_SUCCESS) return r;
-  if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   wire::MemAlloc msg{0, d.wire_device(ctx->device), 0, bytes};
   auto reply = d.request(lock, wire::MsgType::mem_alloc, &msg, sizeof msg, &msg.request);
   if (!reply) return CUDA_ERROR_DEVICE_UNAVAILABLE;
@@ -305,6 +300,17 @@ static CUresult allocate(CUdeviceptr* dptr, size_t bytes) {
   d.allocations[addr(p)] = {bytes, ctx->device};
   *dptr = addr(p);
   return CUDA_SUCCESS;
+}
+
+// cuMemAlloc_v2's body, also cuMemAllocPitch_v2's: called by name through the PLT, a preloaded
+// library's cuMemAlloc_v2 (the gpuqos shim's hook) would see a second allocation inside the first.
+static CUresult allocate(CUdeviceptr* dptr, size_t bytes) {
+  if (!dptr) return CUDA_ERROR_INVALID_VALUE;
+  Driver& d = driver();
+  std::unique_lock lock(d.mu);
+  CUctx_st* ctx = nullptr;
+  if (CUresult r = require_context(&ctx); r != CUDA_SUCCESS) return r;
+  return allocate_locked(lock, dptr, bytes, ctx);
 }
 
 SIMGPU_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) { return allocate(dptr, bytes); }
@@ -322,11 +328,9 @@ SIMGPU_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size
   return CUDA_SUCCESS;
 }
 
-SIMGPU_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
+// cuMemFree_v2's body, also cuMemFreeAsync's (mu held as `lock`).
+static CUresult release_locked(std::unique_lock<std::mutex>& lock, CUdeviceptr dptr) {
   Driver& d = driver();
-  std::unique_lock lock(d.mu);
-  if (!d.initialized()) return CUDA_ERROR_NOT_INITIALIZED;
-  if (dptr == 0) return CUDA_SUCCESS;
   auto it = d.allocations.find(dptr);
   if (it == d.allocations.end()) return CUDA_ERROR_INVALID_VALUE;
   DeviceMemory mem = it->second;
@@ -343,6 +347,54 @@ SIMGPU_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
   d.request(lock, wire::MsgType::mem_info, &barrier, sizeof barrier, &barrier.request);
   return CUDA_SUCCESS;
 }
+
+SIMGPU_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
+  Driver& d = driver();
+  std::unique_lock lock(d.mu);
+  if (!d.initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (dptr == 0) return CUDA_SUCCESS;
+  return release_locked(lock, dptr);
+}
+
+// Stream-ordered allocation (CUDA 11.2; what the runtime's cudaMallocAsync and cudaFreeAsync call),
+// from the default pool of the stream's device. The memory is the program's only from the call's
+// place in the stream on, so simgpu allocates it at the call. A free is checked at the call, then
+// waits, as cuMemFree does, for the queued copies and memsets that use the memory and frees it,
+// where the real driver returns at once and frees it in stream order: a program whose queued work
+// on that memory waits for something its host does only after the free (a host function waiting
+// for a flag) would hang here and not on a GPU. Not in a stream capture (a graph's allocation nodes
+// are not simulated): CUDA_ERROR_NOT_SUPPORTED. Pools (cuMemPool*) are not simulated either, and
+// CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED reads 0.
+static CUresult stream_ordered(CUstream hstream, bool per_thread, CUstream_st** stream) {
+  Driver& d = driver();
+  if (!d.initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  const bool default_stream = hstream == nullptr || hstream == CU_STREAM_LEGACY || hstream == CU_STREAM_PER_THREAD;
+  if (default_stream) {
+    if (CUresult r = require_context(nullptr); r != CUDA_SUCCESS) return r;
+  }
+  *stream = resolve_stream(hstream, per_thread);
+  if (!*stream || !d.contexts.contains((*stream)->ctx)) return CUDA_ERROR_INVALID_HANDLE;
+  return (*stream)->capture ? CUDA_ERROR_NOT_SUPPORTED : CUDA_SUCCESS;
+}
+
+#define SIMGPU_STREAM_ORDERED_ALLOCATION(SUFFIX, PT)                                                     \
+  SIMGPU_EXPORT CUresult cuMemAllocAsync##SUFFIX(CUdeviceptr* dptr, size_t bytes, CUstream s) {         \
+    Driver& d = driver();                                                                                 \
+    std::unique_lock lock(d.mu);                                                                          \
+    CUstream_st* stream = nullptr;                                                                        \
+    if (CUresult r = stream_ordered(s, PT, &stream); r != CUDA_SUCCESS) return r;                         \
+    return allocate_locked(lock, dptr, bytes, stream->ctx);                                               \
+  }                                                                                                       \
+  SIMGPU_EXPORT CUresult cuMemFreeAsync##SUFFIX(CUdeviceptr dptr, CUstream s) {                          \
+    Driver& d = driver();                                                                                 \
+    std::unique_lock lock(d.mu);                                                                          \
+    CUstream_st* stream = nullptr;                                                                        \
+    if (CUresult r = stream_ordered(s, PT, &stream); r != CUDA_SUCCESS) return r;                         \
+    return dptr == 0 ? CUDA_ERROR_INVALID_VALUE : release_locked(lock, dptr);                             \
+  }
+
+SIMGPU_STREAM_ORDERED_ALLOCATION(, false)
+SIMGPU_STREAM_ORDERED_ALLOCATION(_ptsz, true)
 
 SIMGPU_EXPORT CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
   Driver& d = driver();

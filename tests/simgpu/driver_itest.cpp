@@ -757,6 +757,45 @@ TEST_F(DriverItest, ThreeDimensionalCopiesMoveTheirBoxOnly) {
       << "the memset, the seven good 3D copies and one DtoH: no bad one reached the device";
 }
 
+// Stream-ordered allocation: memory from cuMemAllocAsync holds data copied in and out on its
+// stream, counts in the device's memory until cuMemFreeAsync, and is refused in a capture; a free
+// of memory that is not an allocation is refused.
+TEST_F(DriverItest, StreamOrderedAllocationsHoldDataUntilFreedAsync) {
+  start(profile("fifo"));
+  ClientProcess client(server().socket(), [](ClientLink& c) {
+    if (!open_device(c)) return;
+    CUstream stream = nullptr;
+    if (!CLIENT_OK(c, cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING))) return;
+    std::size_t free_before = 0, free_after = 0, total = 0;
+    CLIENT_OK(c, cuMemGetInfo(&free_before, &total));
+    CUdeviceptr p = 0;
+    if (!CLIENT_OK(c, cuMemAllocAsync(&p, kMiB, stream))) return;
+    CLIENT_OK(c, cuMemGetInfo(&free_after, &total));
+    CLIENT_CHECK(c, free_before - free_after == kMiB);
+    const auto source = pattern(kMiB, 9);
+    std::vector<std::uint8_t> back(kMiB, 0);
+    CLIENT_OK(c, cuMemcpyHtoDAsync(p, source.data(), kMiB, stream));
+    CLIENT_OK(c, cuMemcpyDtoHAsync(back.data(), p, kMiB, stream));
+    CLIENT_OK(c, cuMemFreeAsync(p, stream));
+    CLIENT_OK(c, cuStreamSynchronize(stream));
+    CLIENT_CHECK(c, back == source);
+    CLIENT_OK(c, cuMemGetInfo(&free_after, &total));
+    CLIENT_CHECK(c, free_after == free_before);
+    CLIENT_CU(c, cuMemFreeAsync(p, stream), CUDA_ERROR_INVALID_VALUE);  // freed already
+    CLIENT_CU(c, cuMemFreeAsync(0, stream), CUDA_ERROR_INVALID_VALUE);
+    CLIENT_CU(c, cuMemAllocAsync(nullptr, kMiB, stream), CUDA_ERROR_INVALID_VALUE);
+    CLIENT_CU(c, cuMemAllocAsync(&p, 0, stream), CUDA_ERROR_INVALID_VALUE);
+    CLIENT_OK(c, cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CLIENT_CU(c, cuMemAllocAsync(&p, kMiB, stream), CUDA_ERROR_NOT_SUPPORTED);
+    CUgraph graph = nullptr;
+    CLIENT_OK(c, cuStreamEndCapture(stream, &graph));
+    if (graph) CLIENT_OK(c, cuGraphDestroy(graph));
+  });
+  expect_clean(client.finish(), "client");
+  EXPECT_EQ(server().device_stat("memory_used_bytes"), 0);
+  EXPECT_EQ(server().device_stat("copies_completed"), 2);
+}
+
 TEST_F(DriverItest, AsyncCopiesPinnedAndPageableRoundTripBytesInStreamOrder) {
   start(profile("fifo"));
   ClientProcess client(server().socket(), async_copies_client);
@@ -1190,6 +1229,37 @@ void report_identity(ClientLink& c, int ordinal) {
   char bus[32] = {};
   CLIENT_OK(c, cuDeviceGetPCIBusId(bus, sizeof bus, ordinal));
   c.report("bus" + std::to_string(ordinal), bus);
+}
+
+// From the pool of the stream's device, whichever context is current; and a stream of another
+// device's context is enough, with no context current.
+TEST_F(DriverItest, AStreamOrderedAllocationIsOnItsStreamsDevice) {
+  start(kTwoDeviceProfile);
+  ClientProcess client(server().socket(), [](ClientLink& c) {
+    if (!CLIENT_OK(c, cuInit(0))) return;
+    CUcontext zero = nullptr, one = nullptr;
+    CUstream on_one = nullptr;
+    if (!CLIENT_OK(c, cuCtxCreate(&zero, nullptr, 0, 0)) || !CLIENT_OK(c, cuCtxCreate(&one, nullptr, 0, 1)) ||
+        !CLIENT_OK(c, cuStreamCreate(&on_one, CU_STREAM_NON_BLOCKING)) || !CLIENT_OK(c, cuCtxPopCurrent(&one))) {
+      return;
+    }
+    CUdeviceptr p = 0, q = 0;
+    if (!CLIENT_OK(c, cuMemAllocAsync(&p, 32 * kMiB, on_one))) return;  // device 0's context is current
+    CUcontext none = nullptr;
+    CLIENT_OK(c, cuCtxPopCurrent(&none));
+    CLIENT_OK(c, cuMemAllocAsync(&q, 16 * kMiB, on_one));  // none is
+    CLIENT_CU(c, cuMemAllocAsync(&q, kMiB, nullptr), CUDA_ERROR_INVALID_CONTEXT);
+    c.ready();
+    c.wait_go();
+    CLIENT_OK(c, cuMemFreeAsync(p, on_one));
+    CLIENT_OK(c, cuMemFreeAsync(q, on_one));
+  });
+  ASSERT_TRUE(client.wait_ready());
+  EXPECT_EQ(server().device_stat("memory_used_bytes", 1), static_cast<std::int64_t>(48 * kMiB));
+  EXPECT_EQ(server().device_stat("memory_used_bytes", 0), 0);
+  client.go();
+  expect_clean(client.finish(), "client");
+  EXPECT_EQ(server().device_stat("memory_used_bytes", 1), 0);
 }
 
 // As the CUDA driver does, the process sees the devices CUDA_VISIBLE_DEVICES names, in its order:
