@@ -1327,11 +1327,7 @@ Decisions BaymaxPolicy::op_posted(const OpPosted& event) {
     return grant_ready(event.now_ns);
   }
   if (is_transfer(op)) ++state.transfers_queued[op.device];
-  if (!engine_of(op) && !state.queue.empty() && !engine_of(state.queue.back().op)) {
-    state.queue.back() = Queued{op, p, expected(event)};  // marks in a row (push_coalescing_marks, policy.h)
-  } else {
-    state.queue.push_back(Queued{op, p, expected(event)});
-  }
+  push_coalescing_marks(state.queue, Queued{op, p, expected(event)}, [](const Queued&) { return true; });
   return grant_ready(event.now_ns);
 }
 

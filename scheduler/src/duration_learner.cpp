@@ -226,9 +226,9 @@ void DurationLearner::client_user(std::uint32_t client, std::uint32_t uid) { cli
 bool DurationLearner::may_bring_in_name(std::uint32_t client) {
   const auto user = client_uids_.find(client);
   if (user == client_uids_.end()) return true;
-  const std::size_t table = predictor_.config().max_kernels;
-  const std::size_t share = std::max<std::size_t>(1, table / 4);
-  if (names_brought_in_by(user->second) < share || predictor_.kernel_count() + share < table) return true;
+  const std::size_t share = name_share();
+  if (names_brought_in_by(user->second) < share || predictor_.kernel_count() + share < predictor_.config().max_kernels)
+    return true;
   if (crowded_said_.insert(user->second).second) crowded_unsaid_.push_back(user->second);
   return false;
 }
@@ -274,8 +274,7 @@ void DurationLearner::age_brought_in_names() {
     }
     ++it;
   }
-  const std::size_t share = std::max<std::size_t>(1, predictor_.config().max_kernels / 4);
-  std::erase_if(crowded_said_, [&](std::uint32_t uid) { return names_brought_in_by(uid) < share; });
+  std::erase_if(crowded_said_, [&](std::uint32_t uid) { return names_brought_in_by(uid) < name_share(); });
 }
 
 DurationLearner::Overlap DurationLearner::overlaps(std::uint32_t client, const ipc::OpDescriptor& op,

@@ -20,6 +20,7 @@
 // poll's sighting of its end minus its device time, so it sits late by the poll's lateness.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -181,7 +182,12 @@ class DurationLearner {
   void brought_in_name(std::uint32_t client, std::string name);
   void name_in_use_again(std::string_view name);
   void age_brought_in_names();
-  struct BroughtIn;
+  // A user's share of the kernel-name table, and the room left for the others (a quarter of it).
+  std::size_t name_share() const { return std::max<std::size_t>(1, predictor_.config().max_kernels / 4); }
+  struct BroughtIn {
+    std::uint32_t uid = 0;
+    bool counted = true;  // in use: not idle (the predictor's kIdleEpochs)
+  };
   void uncount(const BroughtIn& name);
 
   Options options_;
@@ -214,10 +220,6 @@ class DurationLearner {
   static constexpr std::size_t kMaxSmCountNotes = 64;
   bool sm_count_adopted_ = false;
   std::map<std::uint32_t, std::uint32_t> client_uids_;
-  struct BroughtIn {
-    std::uint32_t uid = 0;
-    bool counted = true;  // in use: not idle (the predictor's kIdleEpochs)
-  };
   // The names users brought in, until the predictor evicts them (at most its table).
   std::map<std::string, BroughtIn, std::less<>> name_brought_by_;
   std::map<std::uint32_t, std::size_t> names_per_user_;

@@ -233,14 +233,21 @@ class Policy {
 // no engine) right behind the same client's mark replaces it. Marks are posted without waiting (a
 // thread looping on cuStreamSynchronize while another's launch is held) and take no engine: granting
 // the later grants both, and queued one by one they grew gpuqosd by 250 MB per client (an audit:
-// a million marks behind one held op). `Entry` has `client` and `op`.
-template <class Entry, class Queue>
-void push_coalescing_marks(Queue& queue, Entry entry) {
-  if (!engine_of(entry.op) && !queue.empty() && queue.back().client == entry.client && !engine_of(queue.back().op)) {
+// a million marks behind one held op). `Entry` has `op`; `same_client(back)` says whether the
+// queue's last entry is the same client's (a queue of one client's entries: always).
+template <class Queue, class Entry, class SameClient>
+void push_coalescing_marks(Queue& queue, Entry entry, SameClient same_client) {
+  if (!engine_of(entry.op) && !queue.empty() && !engine_of(queue.back().op) && same_client(queue.back())) {
     queue.back() = std::move(entry);
     return;
   }
   queue.push_back(std::move(entry));
+}
+// The same for a queue of every client's entries: `Entry` also has `client`.
+template <class Entry, class Queue>
+void push_coalescing_marks(Queue& queue, Entry entry) {
+  const auto client = entry.client;
+  push_coalescing_marks(queue, std::move(entry), [client](const Entry& back) { return back.client == client; });
 }
 
 // The policy called options.name, or nullptr when there is none by that name.
