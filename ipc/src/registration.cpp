@@ -364,6 +364,8 @@ std::string connect_failure(const std::string& path, int error) {
     hint = "no gpuqosd serves " + path + ": a socket left by one that died?";
   } else if (error == EACCES) {
     hint = "this user may not open " + path + " or a directory above it";
+  } else if (error == EAGAIN) {
+    hint = std::string(kConnectQueueFull) + " at " + path + " is full: it is stopped, or too busy to accept";
   }
   return std::string("connect: ") + std::strerror(error) + (hint.empty() ? "" : " (" + hint + ")");
 }

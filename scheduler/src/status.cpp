@@ -19,6 +19,8 @@
 namespace gpuqos::scheduler {
 namespace {
 
+constexpr const char* kNoAnswerWithin = "gpuqosd did not answer within ";
+
 nlohmann::json client_json(const ClientStatus& c) {
   nlohmann::json j = {{"client", c.client},
           {"pid", c.pid},
@@ -478,6 +480,10 @@ std::string render_status_table(const nlohmann::json& status) {
   return out.str();
 }
 
+bool status_error_is_stall(const std::string& error) {
+  return error.starts_with(kNoAnswerWithin) || error.find(ipc::kConnectQueueFull) != std::string::npos;
+}
+
 std::string status_error_text(const std::string& error, const std::string& socket_path) {
   if (error.find(socket_path) != std::string::npos) return error;
   return error + " (socket " + socket_path + "; is gpuqosd running?)";
@@ -510,7 +516,7 @@ ipc::Result<std::string> request_status(const std::string& socket_path, int quit
     }
   }
   if (ready == 0) {
-    return ipc::Error{"gpuqosd did not answer within " + std::to_string(kAnswerWithinS) + " s (stopped, or too busy?)"};
+    return ipc::Error{std::string(kNoAnswerWithin) + std::to_string(kAnswerWithinS) + " s (stopped, or too busy?)"};
   }
   if (ipc::Status got = ipc::receive_record(socket->get(), record, ipc::kMaxControlRecordBytes); !got) {
     return ipc::Error{"no answer from gpuqosd: " + got.error()};

@@ -219,6 +219,13 @@ std::string render_top_frame(const nlohmann::json& status, const TopOptions& opt
   return title + render_status_table(status);
 }
 
+std::string render_top_stall(const std::string& error, std::int64_t since_answer_ns, const TopOptions& options) {
+  char line[96];
+  std::snprintf(line, sizeof line, "gpuqos top: no answer from gpuqosd for %.0f s; asking again every %g s\n",
+                static_cast<double>(since_answer_ns) / 1e9, options.interval_s);
+  return line + error + "\n";
+}
+
 int run_top(const TopOptions& given, std::ostream& out, std::ostream& err, bool clear_screen) {
   std::optional<QuitWatch> watch;
   TopOptions options = given;
@@ -228,19 +235,27 @@ int run_top(const TopOptions& given, std::ostream& out, std::ostream& err, bool 
     watch.emplace(clear_screen && ::isatty(STDIN_FILENO) == 1 && ::tcgetpgrp(STDIN_FILENO) == ::getpgrp());
     options.keys = watch->reads_keys();
   }
+  std::int64_t last_answer_ns = 0;
   for (bool first = true;; first = false) {
     bool quit = false;  // Ctrl-C while a stopped gpuqosd keeps the answer: quit now, not in 5 s
     auto text = watch ? request_status(options.socket, watch->fd(), [&] { return quit = watch->quits(); })
                       : request_status(options.socket);
     if (quit) return 0;
-    if (!text) {
+    // A gpuqosd that answered and then stops answering (stopped, or its loop stalled) is waited for,
+    // said in the frame: it runs again where it left off. One that is gone ends top.
+    if (!text && (first || !status_error_is_stall(text.error()))) {
       err << "gpuqos top: " << (first ? "" : "gpuqosd went away: ") << status_error_text(text.error(), options.socket)
           << "\n";
       return 1;
     }
+    const std::int64_t now_ns = ipc::monotonic_ns();
+    if (text) {
+      last_answer_ns = now_ns;
+    }
     std::string frame;
     try {
-      frame = render_top_frame(nlohmann::json::parse(text.value()), options);
+      frame = text ? render_top_frame(nlohmann::json::parse(text.value()), options)
+                   : render_top_stall(text.error(), now_ns - last_answer_ns, options);
     } catch (const nlohmann::json::exception& e) {
       err << "gpuqos top: unexpected answer from gpuqosd: " << e.what() << "\n";
       return 1;

@@ -42,7 +42,10 @@ ipc::Status clear_stale_socket(const std::string& path) {
   struct stat info{};
   if (::lstat(path.c_str(), &info) != 0) return {};  // nothing there
   if (!S_ISSOCK(info.st_mode)) return ipc::Error{path + " exists and is not a socket"};
-  if (connect_unix(path)) return ipc::Error{"another gpuqosd is already serving " + path};
+  // A daemon whose queue of new connections is full (stopped, or flooded) still serves it.
+  if (int error = 0; connect_unix(path, &error) || error == EAGAIN) {
+    return ipc::Error{"another gpuqosd is already serving " + path};
+  }
   if (::unlink(path.c_str()) != 0 && errno != ENOENT) return system_error("cannot remove stale socket " + path);
   return {};
 }
@@ -167,14 +170,23 @@ ipc::Result<FileDescriptor> lock_beside(const std::string& path, bool read_only_
   return fd;
 }
 
-ipc::Result<FileDescriptor> connect_unix(const std::string& path) {
+ipc::Result<FileDescriptor> connect_unix(const std::string& path, int* connect_error) {
   auto address = address_of(path);
   if (!address) return ipc::Error{address.error()};
-  FileDescriptor fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  // Connected without blocking: a blocking connect to a daemon whose queue of connections not yet
+  // accepted is full waits until it accepts one, for ever while it is stopped (a user test: shims
+  // asking again each second filled a stopped gpuqosd's queue, and then `gpuqos status` hung, and
+  // `gpuqos top`, its SIGINT and SIGTERM read on a signalfd, could be ended only by SIGKILL). On a
+  // Unix socket that queue is the only wait: EAGAIN says it is full, and nothing is connected.
+  FileDescriptor fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd.valid()) return system_error("socket");
   if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&address.value()), sizeof(sockaddr_un)) != 0) {
-    return ipc::Error{ipc::connect_failure(path, errno)};
+    const int error = errno;
+    if (connect_error != nullptr) *connect_error = error;
+    return ipc::Error{ipc::connect_failure(path, error)};
   }
+  const int flags = ::fcntl(fd.get(), F_GETFL);
+  if (flags < 0 || ::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK) != 0) return system_error("fcntl");
   return fd;
 }
 

@@ -770,6 +770,27 @@ TEST(Cli, TopQuitsAtOnceWhileAStoppedDaemonKeepsItsAnswer) {
   EXPECT_EQ(top.output().find("went away"), std::string::npos) << top.output();
 }
 
+// A review: top quit with "gpuqosd went away" at the first answer a stopped gpuqosd did not give,
+// though a stopped or stalled gpuqosd runs again where it left off. It now says for how long it has
+// not answered and draws the table again once it does.
+TEST(Cli, TopWaitsForAStoppedDaemonAndGoesOnWhenItRunsAgain) {
+  DaemonProcess daemon;
+  ChildProcess top({bin("gpuqos"), "top", "--interval", "0.05", "--socket", daemon.socket()}, {},
+                   daemon.dir() / "top.out");
+  ASSERT_TRUE(eventually([&] { return top.output().find("gpuqos top at") != std::string::npos; }, 10s)) << top.output();
+  ASSERT_EQ(::kill(daemon.pid(), SIGSTOP), 0);
+  const bool said = eventually([&] { return top.output().find("no answer from gpuqosd for") != std::string::npos; }, 15s);
+  ::kill(daemon.pid(), SIGCONT);
+  ASSERT_TRUE(said) << top.output();
+  EXPECT_TRUE(top.running()) << top.output();
+  const auto stalled_at = top.output().rfind("no answer from gpuqosd for");
+  EXPECT_NE(top.output().find("did not answer within 5 s", stalled_at), std::string::npos) << top.output();
+  EXPECT_TRUE(eventually([&] { return top.output().find("gpuqos top at", stalled_at) != std::string::npos; }, 10s))
+      << "no frame after it ran again\n" << top.output();
+  EXPECT_EQ(top.terminate(5s), 0) << top.output();
+  EXPECT_EQ(top.output().find("went away"), std::string::npos) << top.output();
+}
+
 // `command` run on a new pseudo-terminal (its stdin, stdout and stderr, and its controlling
 // terminal): what it writes is collected, keys are typed at it, and the terminal's settings can be
 // read as the command leaves them. `Leader::command`: the command leads the terminal's session, as

@@ -7,7 +7,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <cstring>
 #include <fstream>
+#include <future>
 #include <iterator>
 #include <sstream>
 
@@ -38,6 +43,47 @@ TEST(Status, ADaemonThatNeverAnswersIsSaidToHaveTimedOut) {
   const auto answer = request_status(path);
   ASSERT_FALSE(answer);
   EXPECT_EQ(answer.error(), "gpuqosd did not answer within 5 s (stopped, or too busy?)");
+}
+
+// A review: a stopped gpuqosd's queue of connections not yet accepted fills (its jobs' shims ask
+// again each second), and a blocking connect then waited for ever, in `gpuqos status` and in
+// `gpuqos top`, which only SIGKILL could end. The connect now fails at once, said to be a stall.
+TEST(Status, ADaemonWhoseConnectionQueueIsFullIsAStallNotAHang) {
+  const testing::TempDir dir("status-full");
+  const std::string path = (dir.path() / "gpuqosd.sock").string();
+  FileDescriptor listener(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::snprintf(address.sun_path, sizeof address.sun_path, "%s", path.c_str());
+  ASSERT_EQ(::bind(listener.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address), 0);
+  ASSERT_EQ(::listen(listener.get(), 0), 0);
+  std::vector<FileDescriptor> queued;  // never accepted
+  for (;;) {
+    FileDescriptor fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
+      ASSERT_EQ(errno, EAGAIN) << std::strerror(errno);
+      break;
+    }
+    queued.push_back(std::move(fd));
+    ASSERT_LT(queued.size(), 64u) << "the queue never filled";
+  }
+  auto asked = std::async(std::launch::async, [&] { return request_status(path); });
+  if (asked.wait_for(std::chrono::seconds(3)) != std::future_status::ready) {
+    listener.reset();  // wakes the blocked connect, so the test ends
+    asked.wait();
+    FAIL() << "request_status waited for the full queue";
+  }
+  const auto answer = asked.get();
+  ASSERT_FALSE(answer);
+  EXPECT_NE(answer.error().find("gpuqosd's queue of new connections at " + path + " is full"), std::string::npos)
+      << answer.error();
+  EXPECT_TRUE(status_error_is_stall(answer.error())) << answer.error();
+  EXPECT_TRUE(status_error_is_stall("gpuqosd did not answer within 5 s (stopped, or too busy?)"));
+  EXPECT_FALSE(status_error_is_stall(ipc::connect_failure(path + ".none", ENOENT)));
+  // A second gpuqosd on the path takes the full queue as a daemon there, not a stale socket.
+  auto second = listen_unix(path);
+  ASSERT_FALSE(second);
+  EXPECT_EQ(second.error(), "another gpuqosd is already serving " + path);
 }
 
 // A user test: only the log said whether the endpoint served or was retrying a port in use.

@@ -285,7 +285,10 @@ Result<ControlReply> decode_control_reply(std::span<const std::byte> record);
 // Why connecting to gpuqosd's socket at `path` failed with errno `error`, for a user:
 // "connect: Connection refused (... is not a socket: ...)". The errno alone misleads (a regular
 // file or a directory there also reads "Connection refused").
+// EAGAIN (a daemon whose queue of connections not yet accepted is full: stopped, or flooded) says
+// kConnectQueueFull in its text.
 std::string connect_failure(const std::string& path, int error);
+inline constexpr const char* kConnectQueueFull = "gpuqosd's queue of new connections";
 
 // Sends one record (MSG_NOSIGNAL, EINTR retried).
 Status send_record(int fd, std::span<const std::byte> record);

@@ -182,5 +182,8 @@ ipc::Result<std::string> request_status(const std::string& socket_path, int quit
 // request_status's error for a user: with " (socket PATH; is gpuqosd running?)" unless it already
 // says what is at the path (ipc::connect_failure does).
 std::string status_error_text(const std::string& error, const std::string& socket_path);
+// Whether request_status's error is a daemon that is there but does not answer (stopped, or its loop
+// stalled): no answer in time, or its queue of new connections full.
+bool status_error_is_stall(const std::string& error);
 
 }  // namespace gpuqos::scheduler

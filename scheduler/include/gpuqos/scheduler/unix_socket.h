@@ -63,8 +63,9 @@ ipc::Result<FileDescriptor> lock_beside(const std::string& path, bool read_only_
 // recorded there does not run.
 std::string held_by(const std::string& lock_path);
 
-// A blocking, close-on-exec connection to path.
-ipc::Result<FileDescriptor> connect_unix(const std::string& path);
+// A blocking, close-on-exec connection to path, made without waiting: a daemon that does not accept
+// (its queue of new connections full) is an error at once. connect_error: connect's errno on failure.
+ipc::Result<FileDescriptor> connect_unix(const std::string& path, int* connect_error = nullptr);
 
 enum class ReadOutcome { record, would_block, closed, error };
 
