@@ -30,15 +30,20 @@ JobSpec lc_job_spec(const QosRig& rig, double time_scale, std::uint64_t seed, st
 JobSpec be_job_spec(const QosRig& rig, const Workload& workload, const std::string& job, double time_scale,
                     bool thread_per_stream);
 
+// What BenchRuns::begin throws once the user asked to stop: the runs made so far are reported.
+struct Interrupted : std::runtime_error {
+  Interrupted() : std::runtime_error("interrupted") {}
+};
+
 // Contract: one thread; `interrupted` is set by a signal handler.
 class BenchRuns {
  public:
   BenchRuns(QosRig& rig, const std::atomic<bool>& interrupted, std::size_t total)
       : rig_(rig), interrupted_(interrupted), total_(total) {}
 
-  // Prints the next run's progress line; throws std::runtime_error once interrupted.
+  // Prints the next run's progress line; throws Interrupted once interrupted.
   void begin(const std::string& name) {
-    if (interrupted_) throw std::runtime_error("interrupted");
+    if (interrupted_) throw Interrupted();
     ++done_;
     std::cerr << "gpuqos-bench: [" << done_ << "/" << total_ << "] " << name << " ..." << std::flush;
   }

@@ -24,17 +24,22 @@ class Experiment {
         runs_(rig, interrupted,
               o.device_modes.size() * (2 + o.loads.size() + be_used_.size() + shared_mixes_.size()) + cells_.size()) {}
 
+  // Interrupted (SIGINT, SIGTERM): what was measured up to then.
   Results run() {
-    for (const std::string& mode : o_.device_modes) {
-      rig_.start_device(mode);
-      const Calibration& calibration = results_.calibrations.emplace_back(calibrate(mode));
-      for (double load : o_.loads) results_.standalone_lc.push_back(standalone_lc(mode, load, calibration));
-      for (const Workload& be : be_used_) results_.standalone_be.push_back(standalone_be(mode, be));
-      for (const std::string& mix : shared_mixes_) results_.standalone_mixes.push_back(standalone_mix(mode, mix));
-      train_predictor(mode);
-      for (const Cell& cell : cells_) {
-        if (cell.device_mode == mode) results_.cells.push_back(run_cell(cell));
+    try {
+      for (const std::string& mode : o_.device_modes) {
+        rig_.start_device(mode);
+        const Calibration& calibration = results_.calibrations.emplace_back(calibrate(mode));
+        for (double load : o_.loads) results_.standalone_lc.push_back(standalone_lc(mode, load, calibration));
+        for (const Workload& be : be_used_) results_.standalone_be.push_back(standalone_be(mode, be));
+        for (const std::string& mix : shared_mixes_) results_.standalone_mixes.push_back(standalone_mix(mode, mix));
+        train_predictor(mode);
+        for (const Cell& cell : cells_) {
+          if (cell.device_mode == mode) results_.cells.push_back(run_cell(cell));
+        }
       }
+    } catch (const Interrupted&) {
+      results_.interrupted = true;
     }
     return results_;
   }
@@ -162,7 +167,9 @@ class Experiment {
       m.gpu_busy_fraction = compute_busy_fraction(out.window_begin, out.window_end);
     });
     if (!status.ok) return failed_cell(cell, *reference, status);
-    return evaluate_cell(cell, m, *reference, results_.standalone_be, results_.standalone_mixes);
+    CellResult result = evaluate_cell(cell, m, *reference, results_.standalone_be, results_.standalone_mixes);
+    result.status = status;  // ok, with its caveat if any
+    return result;
   }
 
   QosRig& rig_;

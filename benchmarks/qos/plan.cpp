@@ -2,6 +2,7 @@
 #include "plan.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 #include <stdexcept>
@@ -68,11 +69,17 @@ void validate(const Options& o) {
   }
   if (o.be_mixes.empty()) throw std::invalid_argument("--be-mixes: empty");
   for (const auto& mix : o.be_mixes) mix_workloads(mix);
-  if (!(o.target_factor > 0)) throw std::invalid_argument("--target-factor must be positive");
+  if (!(o.target_factor > 0) || !std::isfinite(o.target_factor)) {
+    throw std::invalid_argument("--target-factor must be a positive number");
+  }
   check_members({o.daemon_target}, kDaemonTargets, "--daemon-target");
   if (!o.daemon_log_level.empty()) check_members({o.daemon_log_level}, kDaemonLogLevels, "--daemon-log-level");
-  if (o.lc_margin_ms && !(*o.lc_margin_ms >= 0)) throw std::invalid_argument("--lc-margin-ms must be >= 0");
-  if (!(o.duration_s > 0) || !(o.time_scale > 0)) throw std::invalid_argument("--duration and --time-scale must be positive");
+  if (o.lc_margin_ms && !(*o.lc_margin_ms >= 0 && std::isfinite(*o.lc_margin_ms))) {
+    throw std::invalid_argument("--lc-margin-ms must be a number >= 0");
+  }
+  if (!(o.duration_s > 0) || !(o.time_scale > 0) || !std::isfinite(o.duration_s) || !std::isfinite(o.time_scale)) {
+    throw std::invalid_argument("--duration and --time-scale must be positive numbers");
+  }
 }
 
 std::optional<double> lc_margin_ms(const Options& o) {

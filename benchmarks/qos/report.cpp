@@ -21,11 +21,16 @@ std::string percent(double fraction) { return fixed(100.0 * fraction, 0) + " %";
 json status_json(const Status& s) {
   json j = {{"status", s.ok ? "ok" : "failed"}};
   if (!s.ok) j.update({{"reason", s.reason}, {"log", s.log_path}, {"log_tail", s.log_tail}});
+  if (s.ok && !s.caveat.empty()) j["caveat"] = s.caveat;
   return j;
 }
 
+// A run that went: "ok", or "ok, but " what makes its figures not entirely the policy's.
+std::string run_text(const Status& s) { return s.caveat.empty() ? std::string("ok") : "ok, but " + s.caveat; }
+
 json lc_json(const LcStats& lc) {
-  return {{"lc_queries", lc.queries}, {"lc_mean_ms", lc.mean_ms}, {"lc_p50_ms", lc.p50_ms}, {"lc_p99_ms", lc.p99_ms}};
+  return {{"lc_queries", lc.queries}, {"lc_unserved", lc.unserved}, {"lc_mean_ms", lc.mean_ms},
+          {"lc_p50_ms", lc.p50_ms},     {"lc_p99_ms", lc.p99_ms}};
 }
 
 json cell_json(const CellResult& c) {
@@ -110,9 +115,9 @@ json standalone_json(const Results& r) {
 std::string standalone_table(const Results& r) {
   std::string md =
       "| device mode | run | lc_load | rate (/s) | LC p50 (ms) | LC p99 (ms) | LC mean (ms) | lc_load measured | "
-      "LC GPU busy | target (ms) | BE it/s | status |\n"
+      "LC GPU busy | target (ms) | BE it/s | run |\n"
       "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n";
-  const auto status = [](const Status& s) { return s.ok ? std::string("ok") : "failed: " + s.reason; };
+  const auto status = [](const Status& s) { return s.ok ? run_text(s) : "failed: " + s.reason; };
   for (const Calibration& c : r.calibrations) {
     md += "| " + c.device_mode + " | LC closed loop | | | " + fixed(c.lc.p50_ms, 2) + " | " + fixed(c.lc.p99_ms, 2) +
           " | " + fixed(c.lc.mean_ms, 2) + " | | | | | " + status(c.status) + " |\n";
@@ -158,9 +163,10 @@ std::string cell_row(const CellResult& c) {
   return row + fixed(c.lc.p50_ms, 2) + " | " + fixed(c.lc.p99_ms, 2) + " | " + interval_text(c.lc_p99_ci95) + " | " +
          fixed(c.target_ms, 2) + " | " +
          fixed(c.target_ms > 0 ? c.lc.p99_ms / c.target_ms : 0.0, 2) + " | " + percent(c.violation_fraction) + " | " +
-         std::to_string(c.lc.queries) + " | " + rates + " | " + fractions + " | " + percent(c.be_fraction_of_ideal) +
+         std::to_string(c.lc.queries) + (c.lc.unserved ? " (" + std::to_string(c.lc.unserved) + " unserved)" : "") +
+         " | " + rates + " | " + fractions + " | " + percent(c.be_fraction_of_ideal) +
          " | " + (c.be_fraction_of_ideal_together ? percent(*c.be_fraction_of_ideal_together) : "n/a") + " | " +
-         percent(c.gpu_busy_fraction) + " | ok |\n";
+         percent(c.gpu_busy_fraction) + " | " + run_text(c.status) + " |\n";
 }
 
 }  // namespace
@@ -168,7 +174,9 @@ std::string cell_row(const CellResult& c) {
 json results_json(const Results& results, const json& config) {
   json cells = json::array();
   for (const CellResult& c : results.cells) cells.push_back(cell_json(c));
-  return {{"benchmark", "gpuqos-bench qos"}, {"config", config}, {"standalone", standalone_json(results)}, {"cells", cells}};
+  json out = {{"benchmark", "gpuqos-bench qos"}, {"config", config}, {"standalone", standalone_json(results)}, {"cells", cells}};
+  if (results.interrupted) out["interrupted"] = true;  // the runs after these were not made
+  return out;
 }
 
 std::string results_markdown(const Results& results, double time_scale) {
@@ -176,10 +184,11 @@ std::string results_markdown(const Results& results, double time_scale) {
                    standalone_table(results) + "\nCells (BE columns list the mix's jobs in order)\n\n" +
                    "| policy | device mode | lc_load | BE mix | LC p50 (ms) | LC p99 (ms) | p99 95 % CI (ms) | target (ms) | "
                    "p99/target | violations | queries | BE it/s | BE % of standalone | BE % of ideal | "
-                   "BE % of ideal (mix alone) | GPU busy | status |\n"
+                   "BE % of ideal (mix alone) | GPU busy | run |\n"
                    "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
                    "| ---: | --- |\n";
   for (const CellResult& c : results.cells) md += cell_row(c);
+  if (results.interrupted) md += "\nInterrupted: the runs after these were not made.\n";
   return md;
 }
 

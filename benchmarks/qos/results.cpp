@@ -61,12 +61,29 @@ LcStats lc_stats(const nlohmann::json& result) {
   s.p50_ms = summary.at("p50_ms").get<double>();
   s.p99_ms = summary.at("p99_ms").get<double>();
   s.latency_ms = result.at("latency_ms").get<std::vector<double>>();
+  // Requests that arrived in the run and were never served count with their wait (a lower bound):
+  // the summary's count and percentiles take them too.
+  for (double ms : result.value("unserved_ms", std::vector<double>{})) s.latency_ms.push_back(ms);
+  s.unserved = summary.value("unserved", std::uint64_t{0});
   return s;
 }
 
 BeRun be_run(const std::string& job, const nlohmann::json& result) {
   const nlohmann::json& summary = result.at("summary");
   return {job, summary.at("count").get<std::uint64_t>(), summary.at("iterations_per_s").get<double>()};
+}
+
+std::size_t failed_runs(const Results& results) {
+  std::size_t failed = 0;
+  const auto count = [&failed](const auto& runs) {
+    for (const auto& run : runs) failed += run.status.ok ? 0 : 1;
+  };
+  count(results.calibrations);
+  count(results.standalone_lc);
+  count(results.standalone_be);
+  count(results.standalone_mixes);
+  count(results.cells);
+  return failed;
 }
 
 }  // namespace gpuqos::qos

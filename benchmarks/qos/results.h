@@ -20,13 +20,17 @@ struct Status {
   std::string reason;    // one line, for the table
   std::string log_path;  // the log that explains it
   std::string log_tail;  // its last lines
+  // ok, but not entirely what it measures: a job fell open (ran unmanaged a while, having lost
+  // gpuqosd), or gpuqosd's loop stalled past the shims' heartbeat limit. One line; "" when neither.
+  std::string caveat;
 };
 
 // The latency-critical replayer's figures of one run (ms).
 struct LcStats {
   std::uint64_t queries = 0;
   double mean_ms = 0, p50_ms = 0, p99_ms = 0;
-  std::vector<double> latency_ms;  // every query, arrival to completion
+  std::vector<double> latency_ms;  // every query, arrival to completion (unserved: to the run's end)
+  std::uint64_t unserved = 0;      // of `queries`, arrived and never served (their wait, a lower bound)
 };
 
 // One best-effort job's throughput in one run.
@@ -115,7 +119,11 @@ struct Results {
   std::vector<StandaloneBe> standalone_be;
   std::vector<StandaloneMix> standalone_mixes;
   std::vector<CellResult> cells;
+  bool interrupted = false;  // stopped by the user: the runs after the last ones here were not made
 };
+
+// The runs that failed: references (calibration, standalone LC, BE jobs and mixes) and cells.
+std::size_t failed_runs(const Results& results);
 
 // The cell's figures from its measurement and the standalone runs of its device mode and load.
 // A BE job without a usable standalone throughput gets fraction 0 (and the reference's status says why);

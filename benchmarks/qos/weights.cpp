@@ -30,8 +30,18 @@ class WeightsBench {
   WeightsBench(QosRig& rig, const WeightsOptions& o, const std::atomic<bool>& interrupted)
       : rig_(rig), o_(o), runs_(rig, interrupted, o.device_modes.size() * 6) {}
 
+  // Interrupted (SIGINT, SIGTERM): the runs made until then.
   std::vector<WeightsRun> run() {
     std::vector<WeightsRun> runs;
+    try {
+      run_modes(runs);
+    } catch (const Interrupted&) {
+    }
+    return runs;
+  }
+
+ private:
+  void run_modes(std::vector<WeightsRun>& runs) {
     for (const std::string& mode : o_.device_modes) {
       rig_.start_device(mode);
       LcStats closed;
@@ -57,10 +67,8 @@ class WeightsBench {
         }
       }
     }
-    return runs;
   }
 
- private:
   WeightsRun pair_run(WeightsRun r, double rate) {
     char name[128];
     std::snprintf(name, sizeof name, "weights-%s-%s-1-%g", r.device_mode.c_str(), r.with_lc ? "lc" : "nolc", r.weight_b);

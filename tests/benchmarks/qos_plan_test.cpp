@@ -2,6 +2,8 @@
 // (qos.json records, the table, log tails), and gpuqos-bench weights' config and table.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "gpuqos/config/load.h"
 #include "plan.h"
 #include "report.h"
@@ -55,7 +57,20 @@ TEST(QosPlan, QuickKeepsWhatTheUserGave) {
   EXPECT_EQ(lc_margin_ms(o), 0.0) << "as given";
   o.lc_margin_ms = -1;
   EXPECT_THROW(validate(o), std::invalid_argument);
+  o.lc_margin_ms = std::numeric_limits<double>::infinity();
+  EXPECT_THROW(validate(o), std::invalid_argument);
   o.lc_margin_ms.reset();
+  // A review: --duration inf passed, and every replayer then refused it (and duration_cast of it
+  // is undefined).
+  for (double Options::*number : {&Options::duration_s, &Options::time_scale, &Options::target_factor}) {
+    const double kept = o.*number;
+    o.*number = std::numeric_limits<double>::infinity();
+    EXPECT_THROW(validate(o), std::invalid_argument);
+    o.*number = std::numeric_limits<double>::quiet_NaN();
+    EXPECT_THROW(validate(o), std::invalid_argument);
+    o.*number = kept;
+  }
+  EXPECT_NO_THROW(validate(o));
   o.daemon_target = "service";
   EXPECT_FALSE(lc_margin_ms(o)) << "service targets: the policy's margin";
   o.daemon_log_level = "trace";
@@ -218,6 +233,21 @@ TEST(QosReport, FailedCellsKeepTheirReasonAndNoFigures) {
             std::string::npos);
   EXPECT_NE(md.find("| 75 % | 90 % |"), std::string::npos) << "of the ideal, and of it with the mix alone as reference";
   EXPECT_NE(md.find("| 75 % | n/a |"), std::string::npos);
+  // A run that went but not entirely as the policy's (a review: a job that fell open still read "ok").
+  r.cells[0].status.caveat = "lc ran unmanaged 1 time(s)";
+  EXPECT_NE(results_markdown(r, 4.0).find("| ok, but lc ran unmanaged 1 time(s) |"), std::string::npos);
+  EXPECT_EQ(results_json(r, {})["cells"][0]["caveat"], "lc ran unmanaged 1 time(s)");
+  EXPECT_EQ(failed_runs(r), 1u) << "a caveat is not a failure";
+  r.cells[0].status.caveat.clear();
+  // What the exit code is made of (a review: it was 0 with every cell failed).
+  EXPECT_EQ(failed_runs(r), 1u) << "the failed cell";
+  r.standalone_mixes.at(0).status.ok = false;
+  EXPECT_EQ(failed_runs(r), 2u) << "a failed reference counts too";
+  EXPECT_FALSE(j.contains("interrupted"));
+  EXPECT_EQ(md.find("Interrupted"), std::string::npos);
+  r.interrupted = true;
+  EXPECT_EQ(results_json(r, {})["interrupted"], true);
+  EXPECT_NE(results_markdown(r, 4.0).find("Interrupted: the runs after these were not made."), std::string::npos);
 }
 
 TEST(QosReport, TailLines) {

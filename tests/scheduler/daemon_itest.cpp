@@ -21,6 +21,7 @@
 #include <sstream>
 
 #include "daemon_harness.h"
+#include "gpuqos/testing/gpuqos_programs.h"
 #include "gpuqos/testing/ready_child.h"
 #include "gpuqos/scheduler/baymax_policy.h"
 #include "gpuqos/testing/text.h"
@@ -427,7 +428,7 @@ TEST(Daemon, AHeldOpsWaitEndsWhereItsShimStoppedWaitingForAStalledLoop) {
   const std::int64_t max_ns = grants["held_wait_ns_max"];
   EXPECT_GT(max_ns, 50'000'000);
   EXPECT_LT(max_ns, 400'000'000) << "the stall counted as a wait for the grant";
-  EXPECT_TRUE(eventually([&] { return daemon.log().find("gpuqosd's loop stalled for ") != std::string::npos; }))
+  EXPECT_TRUE(eventually([&] { return daemon.log().find(kDaemonStalledMark) != std::string::npos; }))
       << "the operator is told why the jobs ran unscheduled\n" << daemon.log();
   EXPECT_NE(daemon.log().find(" ms, over the shims' 100 ms heartbeat limit: its 2 client(s) ran"), std::string::npos)
       << daemon.log();

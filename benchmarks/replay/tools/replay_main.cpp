@@ -106,13 +106,24 @@ class ArrivalAnnouncer {
 
 // Latency-critical: each query replays the workload once; one query at a time, in arrival order.
 // --mark-queries brackets each with gpuqos/query.h's marks (no-ops without the shim).
+// Open loop with a duration: the requests that arrived before its end are served after it too (a
+// review: they were dropped, and they are the slowest), for at most as long again; any still
+// waiting then are `unserved`, their latency counted as their wait so far (a lower bound).
 json run_queries(CudaReplayer& replayer, const Options& o, const StopRule& stop) {
-  std::vector<double> latency_ms, service_ms, device_ms;
+  std::vector<double> latency_ms, service_ms, device_ms, unserved_ms;
   PoissonArrivals arrivals(o.closed_loop ? 1.0 : o.rate_per_s, o.seed);
   Clock::time_point arrival = stop.begin;
   std::optional<ArrivalAnnouncer> announcer;
   if (o.mark_queries && !o.closed_loop) announcer.emplace(o, arrival);
-  while (!stop.done(latency_ms.size(), Clock::now())) {
+  const bool drains = !o.closed_loop && stop.duration_s.has_value();
+  const auto span = drains ? std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(*stop.duration_s))
+                           : Clock::duration::zero();
+  const Clock::time_point end = stop.begin + span;
+  const auto more = [&] {
+    if (!stop.done(latency_ms.size(), Clock::now())) return true;
+    return drains && arrival < end && Clock::now() < end + span && !(stop.count && latency_ms.size() >= *stop.count);
+  };
+  while (more()) {
     std::this_thread::sleep_until(arrival);
     if (announcer) announcer->wait_said(latency_ms.size() + 1);
     if (o.mark_queries) gpuqos_query_begin();
@@ -127,13 +138,21 @@ json run_queries(CudaReplayer& replayer, const Options& o, const StopRule& stop)
     arrival = o.closed_loop ? done : next_arrival(arrival, arrivals);
   }
   announcer.reset();
-  const double wall_s = ms_between(stop.begin, Clock::now()) / 1000.0;
-  json summary = summary_json(summarize(latency_ms));
+  const Clock::time_point stopped = Clock::now();
+  for (; drains && arrival < end; arrival = next_arrival(arrival, arrivals)) {
+    unserved_ms.push_back(ms_between(arrival, stopped));
+  }
+  const double wall_s = ms_between(stop.begin, stopped) / 1000.0;
+  std::vector<double> all_ms = latency_ms;
+  all_ms.insert(all_ms.end(), unserved_ms.begin(), unserved_ms.end());
+  json summary = summary_json(summarize(all_ms));
+  summary["unserved"] = unserved_ms.size();
   summary["throughput_per_s"] = static_cast<double>(latency_ms.size()) / wall_s;
   summary["wall_s"] = wall_s;
   summary["service"] = summary_json(summarize(service_ms));
   summary["device"] = summary_json(summarize(device_ms));
-  return {{"latency_ms", latency_ms}, {"service_ms", service_ms}, {"device_ms", device_ms}, {"summary", summary}};
+  return {{"latency_ms", latency_ms}, {"unserved_ms", unserved_ms}, {"service_ms", service_ms},
+          {"device_ms", device_ms},   {"summary", summary}};
 }
 
 // Best-effort: iterations back to back, each timed by events and by the wall clock.

@@ -19,6 +19,10 @@ namespace gpuqos::testing {
 // What the shim logs (GPUQOS_LOG=info) once gpuqosd manages the process: without it in a job's
 // output, the job ran unmanaged (fail-open) and its figures are not gpuqos's.
 inline constexpr const char* kShimRegisteredMark = "registered with gpuqosd";
+// The shim's line when it falls open to the driver (lost gpuqosd, or could not reach it), and
+// gpuqosd's when its loop stalled past the shims' heartbeat limit (so they fell open).
+inline constexpr const char* kShimUnmanagedMark = "; running unmanaged";
+inline constexpr const char* kDaemonStalledMark = "gpuqosd's loop stalled for ";
 
 // <build>/bin/<name>.
 inline std::filesystem::path build_program(const std::string& name) {
