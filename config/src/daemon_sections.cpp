@@ -1,6 +1,9 @@
 // [daemon], [devices] and [access]: the daemon's own settings and who may do what.
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string_view>
 #include <limits>
 
 #include "names.h"
@@ -13,10 +16,34 @@ namespace {
 constexpr std::size_t kMaxSocketPathBytes = 107;  // sockaddr_un::sun_path, with its NUL
 constexpr std::int64_t kMaxId = std::numeric_limits<std::uint32_t>::max() - 1;  // (uid_t)-1 is "no id"
 
+// A path with a NUL or another control character: the system cuts it at the NUL (a review's
+// "/tmp/x\u0000y" passed --check-config, and gpuqosd made /tmp/x.lock and then said "/tmp/x y exists
+// and is not a socket" with no place in the file), and the others are typos no file name means.
+std::optional<std::string> control_character_in(std::string_view path) {
+  for (std::size_t i = 0; i < path.size(); ++i) {
+    const auto c = static_cast<unsigned char>(path[i]);
+    if (c < 0x20 || c == 0x7f) {
+      char code[8];
+      std::snprintf(code, sizeof code, "U+%04X", c);
+      return "must not contain control characters (" + std::string(code) + " at byte " + std::to_string(i) + ")";
+    }
+  }
+  return std::nullopt;
+}
+
+void read_path(Section& section, std::string_view key, std::string& out) {
+  auto path = section.string(key);
+  if (!path) return;
+  if (auto why = control_character_in(*path)) return section.error(key, *why);
+  out = std::move(*path);
+}
+
 void read_socket(Section& section, std::string& out) {
   auto path = section.string("socket");
   if (!path) return;
-  if (path->empty()) {
+  if (auto why = control_character_in(*path)) {
+    section.error("socket", *why);
+  } else if (path->empty()) {
     section.error("socket", "must not be empty");
   } else if (path->size() > kMaxSocketPathBytes) {
     section.error("socket", "must be at most " + std::to_string(kMaxSocketPathBytes) +
@@ -46,7 +73,7 @@ void read_daemon(Diagnostics& diagnostics, const toml::table& table, DaemonConfi
   read_socket(section, out.socket_path);
   read_choice(section, "log_level", kLogLevelNames, out.log_level);
   read_listen(section, out.metrics_listen);
-  read_string(section, "profile_store", out.profile_store);
+  read_path(section, "profile_store", out.profile_store);
   read_number_up_to(section, "profile_save_interval_s", Bound::at_least, 0, std::numeric_limits<std::uint32_t>::max(),
                     out.profile_save_interval_s);
 }

@@ -13,9 +13,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <vector>
 
 #include "names.h"
 #include "section.h"
@@ -246,10 +248,99 @@ void check_daemon_paths(Diagnostics& diagnostics, const toml::table& document, c
   }
 }
 
+// toml++ reads a dotted key by recursion, a level per part, and its nesting limit does not count
+// them: a key of 50,000 parts overflowed the stack (a review: `gpuqosd --check-config` and a SIGHUP
+// reload died with SIGSEGV, the running config lost and nothing logged). No key of gpuqosd's has more
+// than three parts, so a key or table header of more than kMaxKeyParts is refused before toml++
+// reads the text. The scan knows strings (escapes, multi-line ones), comments, inline tables and
+// arrays, so a dot in a value or a quoted key is no part.
+constexpr int kMaxKeyParts = 16;
+
+struct DeepKey {
+  toml::source_position where;  // the key's first character
+  std::string start;            // its first characters, for the message
+};
+
+std::optional<DeepKey> deep_key(std::string_view text) {
+  enum class Open { inline_table, array };
+  std::vector<Open> open;  // the inline tables and arrays of a value not yet closed
+  bool in_key = true;      // reading a key or a table header, not a value
+  int dots = 0;
+  bool key_seen = false;  // its first character (the place said)
+  toml::source_position at{1, 1}, key_at{1, 1};
+  std::size_t key_from = 0;
+  const auto start_key = [&] {
+    in_key = true;
+    dots = 0;
+    key_seen = false;
+  };
+  const auto step = [&](char c) {
+    if (c == '\n') {
+      ++at.line;
+      at.column = 1;
+    } else {
+      ++at.column;
+    }
+  };
+  for (std::size_t i = 0; i < text.size();) {
+    const char c = text[i];
+    if (in_key && !key_seen && c != ' ' && c != '\t' && c != '\r' && c != '\n' && c != '#') {
+      key_seen = true;
+      key_at = at;
+      key_from = i;
+    }
+    if (c == '"' || c == '\'') {
+      const std::size_t quotes = text.substr(i, 3) == std::string(3, c) ? 3 : 1;
+      const std::string_view close = text.substr(i, quotes);
+      for (std::size_t k = 0; k < quotes; ++k) step(text[i++]);
+      while (i < text.size() && text.substr(i, quotes) != close) {
+        if (c == '"' && text[i] == '\\' && i + 1 < text.size()) step(text[i++]);
+        step(text[i++]);
+      }
+      for (std::size_t k = 0; k < quotes && i < text.size(); ++k) step(text[i++]);
+      continue;
+    }
+    if (c == '#') {
+      while (i < text.size() && text[i] != '\n') step(text[i++]);
+      continue;
+    }
+    step(text[i++]);
+    if (c == '\n') {
+      if (open.empty()) start_key();
+    } else if (in_key) {
+      if (c == '.' && ++dots >= kMaxKeyParts) return DeepKey{key_at, std::string(text.substr(key_from, 40))};
+      if (c == '=') in_key = false;
+      if (c == '}' && !open.empty() && open.back() == Open::inline_table) {
+        open.pop_back();  // an empty inline table, or a trailing comma
+        in_key = false;
+      }
+    } else if (c == '{') {
+      open.push_back(Open::inline_table);
+      start_key();
+    } else if (c == '[') {
+      open.push_back(Open::array);
+    } else if ((c == ']' || c == '}') && !open.empty()) {
+      open.pop_back();
+    } else if (c == ',' && !open.empty() && open.back() == Open::inline_table) {
+      start_key();
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 Result<Config> parse_config(std::string_view text, std::string_view source_name, LoadOptions options) {
   Diagnostics diagnostics(source_name);
+  if (const std::optional<DeepKey> deep = deep_key(text)) {
+    std::string key(detail::trim(deep->start));
+    key = key.substr(0, std::min(key.find_first_of(" \t\r\n="), key.size())) + "...";
+    diagnostics.error(deep->where, key,
+                      "a key of more than " + std::to_string(kMaxKeyParts) +
+                          " dotted parts (gpuqosd's have at most three): not read, a longer one could overflow the "
+                          "parser's stack");
+    return Errors{diagnostics.messages()};
+  }
   toml::table document;
   try {
     document = toml::parse(text, source_name);

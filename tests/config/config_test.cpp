@@ -430,6 +430,12 @@ struct BadCase {
 };
 
 std::string repeat(char c, std::size_t n) { return std::string(n, c); }
+// "a.a.....a": a dotted key of `parts` parts.
+std::string deep_key(std::size_t parts) {
+  std::string key = "a";
+  for (std::size_t i = 1; i < parts; ++i) key += ".a";
+  return key;
+}
 
 const std::vector<BadCase>& bad_cases() {
   static const std::vector<BadCase> cases = {
@@ -633,6 +639,23 @@ const std::vector<BadCase>& bad_cases() {
        "(got "
        "\"INFO\") (did you mean \"info\"?)"},
       {"empty_socket", "[daemon]\nsocket = \"\"\n", "t.toml:2:10: daemon.socket: must not be empty"},
+      // A review: the path was cut at the NUL, --check-config passed, and gpuqosd failed with no place.
+      {"socket_with_nul", "[daemon]\nsocket = \"/tmp/x\\u0000y\"\n",
+       "t.toml:2:10: daemon.socket: must not contain control characters (U+0000 at byte 6)"},
+      {"profile_store_with_newline", "[daemon]\nprofile_store = \"/var/lib/gpuqos/p\\n.gqp\"\n",
+       "t.toml:2:17: daemon.profile_store: must not contain control characters (U+000A at byte 17)"},
+      // A review: toml++ recurses once per dotted part, and 50,000 overflowed the stack (SIGSEGV, on a
+      // SIGHUP reload too): refused before it parses, wherever the key is.
+      {"deep_dotted_header", "[policy]\nname = \"fifo\"\n[" + deep_key(20000) + "]\n",
+       "t.toml:3:1: [a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a...: a key of more than 16 dotted parts (gpuqosd's have "
+       "at most three): not read, a longer one could overflow the parser's stack"},
+      {"deep_dotted_key", "x = 1 # a.b.c\n  " + deep_key(17) + " = 2\n",
+       "t.toml:2:3: a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a...: a key of more than 16 dotted parts (gpuqosd's have "
+       "at most three): not read, a longer one could overflow the parser's stack"},
+      {"deep_dotted_key_in_an_inline_table", "x = [1.5, { b = \"a.b.c.d.e.f.g.h.i.j.k.l.m.n.o.p.q.r\", " +
+                                                deep_key(17) + " = 1 }]\n",
+       "t.toml:1:56: a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a...: a key of more than 16 dotted parts (gpuqosd's "
+       "have at most three): not read, a longer one could overflow the parser's stack"},
       {"socket_too_long", "[daemon]\nsocket = \"/" + repeat('s', 110) + "\"\n",
        "t.toml:2:10: daemon.socket: must be at most 107 bytes (a Unix socket path; got 111)"},
       {"listen_without_port", "[daemon]\nmetrics_listen = \"9400\"\n",
