@@ -209,7 +209,15 @@ Result<Segment> Segment::create(const std::string& name, std::uint32_t client_ui
     }
     bip::mapped_region region(shm, bip::read_write);
     construct_layout(region.get_address(), client_uid, client_pid);
-    return Segment(name, std::move(region), /*guard=*/true, /*named=*/true);
+    Segment segment(name, std::move(region), /*guard=*/true, /*named=*/true);
+    // Its client may truncate it (a sealed one it cannot): unguarded, our next access would be a
+    // SIGBUS, which a review reached past the guard's table with a few thousand clients.
+    if (!segment.guard_.guarded()) {
+      remove(name);
+      return Error{"cannot create segment " + name + ": " + std::to_string(BusGuard::kMaxGuardedRanges) +
+                   " segments its clients could truncate are mapped already, each guarded against SIGBUS"};
+    }
+    return segment;
   } catch (const std::exception& e) {
     if (created) remove(name);
     return Error{"cannot create segment " + name + ": " + e.what()};

@@ -20,6 +20,7 @@
 #include <vector>
 #include <boost/interprocess/shared_memory_object.hpp>
 
+#include "gpuqos/ipc/bus_guard.h"
 #include "gpuqos/ipc/clock.h"
 
 namespace gpuqos::ipc {
@@ -115,6 +116,30 @@ TEST(Segment, OnlyANamedSegmentRemovesItsName) {
   EXPECT_TRUE(opened->remove_name());
   EXPECT_FALSE(Segment::open(name.get())) << "removed";
   EXPECT_FALSE(named.remove_name()) << "already gone";
+}
+
+// A review: past the SIGBUS guard's table a named segment (its client may truncate it) was mapped
+// unguarded, and a truncation then killed gpuqosd. It is refused instead, its name removed; a sealed
+// one, which cannot shrink, needs no guard.
+TEST(Segment, ANamedSegmentThatCannotBeGuardedIsRefused) {
+  std::vector<char> memory(BusGuard::kMaxGuardedRanges);
+  std::vector<BusGuard> taken;
+  taken.reserve(BusGuard::kMaxGuardedRanges);
+  for (std::size_t i = 0; i < BusGuard::kMaxGuardedRanges; ++i) {
+    taken.emplace_back(&memory[i], 1);
+    if (!taken.back().guarded()) taken.pop_back();  // slots other tests' segments hold
+  }
+  ASSERT_FALSE(BusGuard(memory.data(), 1).guarded()) << "the table is full";
+  ScopedSegmentName name;
+  auto named = Segment::create(name.get(), ::getuid());
+  ASSERT_FALSE(named);
+  EXPECT_NE(named.error().find("segments its clients could truncate are mapped already"), std::string::npos)
+      << named.error();
+  EXPECT_FALSE(Segment::open(name.get())) << "its name was removed";
+  EXPECT_TRUE(Segment::create_sealed(name.get(), ::getuid())) << "a sealed one needs no guard";
+  taken.pop_back();
+  auto now = Segment::create(name.get(), ::getuid());
+  EXPECT_TRUE(now) << "a slot is free again: " << (now ? "" : now.error());
 }
 
 // A passed descriptor that is not a sealed segment is refused, so the shim never maps memory that
