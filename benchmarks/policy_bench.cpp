@@ -7,6 +7,7 @@
 // held_long_op_tick/<arrivals>: a tick (the daemon's idle wake-up; any event prices the head the
 //   same way) with the job's <arrivals> requests said; 0: a job that never says them (the bound's
 //   price, no waits read). Compare the rows of one run.
+// tick_in_flight/<ops>: a tick with <ops> high-priority ops in flight, none stale yet.
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -73,6 +74,26 @@ void held_long_op_tick(benchmark::State& state) {
   state.counters["waits"] = static_cast<double>(policy.queries().queue_waits(kServe).size());
 }
 BENCHMARK(held_long_op_tick)->Arg(0)->Arg(16)->Arg(1024);
+
+// tick_in_flight/<ops>: a tick with <ops> high-priority kernels in flight that never complete (a
+// review's clients posted millions; the tick walked them all, 350 ms a tick). Ticks look only at
+// the ops that are stale, so the rows should cost about the same.
+void tick_in_flight(benchmark::State& state) {
+  PolicyOptions options;
+  options.name = "baymax";
+  BaymaxPolicy policy(options);
+  (void)policy.client_registered(ClientInfo{kServe, "serve", Priority::high, 0, 100 * kMs, 99.0, 1.0}, 0);
+  std::int64_t now = 0;
+  for (std::int64_t seq = 1; seq <= state.range(0); ++seq) {
+    (void)policy.op_posted(OpPosted{kServe, Priority::high, descriptor(static_cast<std::uint64_t>(seq), OpKind::kernel, now),
+                                    now, kMs});
+  }
+  for (auto _ : state) {
+    now += 100;  // far from their kStaleOpNs
+    benchmark::DoNotOptimize(policy.tick(now));
+  }
+}
+BENCHMARK(tick_in_flight)->Arg(16)->Arg(100'000);
 
 }  // namespace
 

@@ -133,10 +133,10 @@ void BaymaxPolicy::account(ClientId client, const ipc::OpDescriptor& op, std::in
                            std::int64_t now_ns, bool priced_long) {
   const auto engine = engine_of(op);
   if (!engine) return;
-  if (!in_flight_
-           .try_emplace({client, op.seq}, InFlight{op.device, *engine, op.stream, predicted_ns, now_ns, high, priced_long})
-           .second)
-    return;
+  const auto [placed, fresh] =
+      in_flight_.try_emplace({client, op.seq}, InFlight{op.device, *engine, op.stream, predicted_ns, now_ns, high, priced_long});
+  if (!fresh) return;
+  by_stale_at_.emplace(stale_at_ns(placed->second), placed->first);
   EngineState& state = engines_[{op.device, *engine}];
   if (high) {
     ++state.hp_ops;
@@ -160,6 +160,7 @@ void BaymaxPolicy::retire(ClientId client, std::uint64_t seq, std::optional<std:
   auto it = in_flight_.find({client, seq});
   if (it == in_flight_.end()) return;
   const InFlight done = it->second;
+  by_stale_at_.erase({stale_at_ns(done), it->first});
   in_flight_.erase(it);
   EngineState& state = engines_[{done.device, done.engine}];
   if (done.high) {
@@ -1355,8 +1356,8 @@ Decisions BaymaxPolicy::op_completed(const OpCompleted& event) {
 
 Decisions BaymaxPolicy::client_gone(ClientId client, std::int64_t now_ns) {
   std::vector<std::uint64_t> seqs;
-  for (const auto& [key, flight] : in_flight_) {
-    if (key.first == client) seqs.push_back(key.second);
+  for (auto it = in_flight_.lower_bound({client, 0}); it != in_flight_.end() && it->first.first == client; ++it) {
+    seqs.push_back(it->first.second);
   }
   for (std::uint64_t seq : seqs) retire(client, seq, std::nullopt, now_ns);
   retired_.erase(retired_.lower_bound({client, 0}),
@@ -1376,15 +1377,18 @@ Decisions BaymaxPolicy::client_gone(ClientId client, std::int64_t now_ns) {
   return grant_ready(now_ns);
 }
 
+// Only a best-effort op holds its own client's next call; a high-priority one, however late, still
+// keeps best-effort work off its engine until kStaleOpNs.
+std::int64_t BaymaxPolicy::stale_at_ns(const InFlight& flight) {
+  const std::int64_t stuck_ns = std::max(kStuckOpNs, kStuckFactor * std::min(flight.predicted_ns, kStaleOpNs));
+  return flight.since_ns + (flight.high ? kStaleOpNs : std::min(kStaleOpNs, stuck_ns));
+}
+
 Decisions BaymaxPolicy::tick(std::int64_t now_ns) {
   queries_.expire(now_ns, kStaleQueryNs);  // what its queries counted is dropped at the next (work_query)
   std::vector<std::pair<ClientId, std::uint64_t>> stale;
-  for (const auto& [key, flight] : in_flight_) {
-    // Only a best-effort op holds its own client's next call; a high-priority one, however late,
-    // still keeps best-effort work off its engine until kStaleOpNs.
-    const std::int64_t stuck_ns = std::max(kStuckOpNs, kStuckFactor * std::min(flight.predicted_ns, kStaleOpNs));
-    if (now_ns - flight.since_ns > (flight.high ? kStaleOpNs : std::min(kStaleOpNs, stuck_ns))) stale.push_back(key);
-  }
+  for (auto it = by_stale_at_.begin(); it != by_stale_at_.end() && it->first < now_ns; ++it) stale.push_back(it->second);
+  std::sort(stale.begin(), stale.end());  // retired in the order of their clients and seqs, as ever
   for (const auto& key : stale) {
     const InFlight& flight = in_flight_.at(key);
     if (!flight.high && flight.engine == Engine::compute && !flight.priced_long) {

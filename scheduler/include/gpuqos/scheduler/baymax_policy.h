@@ -593,6 +593,11 @@ class BaymaxPolicy final : public Policy {
   QueryTracker queries_;
   std::map<ClientId, ClientState> clients_;
   std::map<std::pair<ClientId, std::uint64_t>, InFlight> in_flight_;
+  // in_flight_ by when each becomes stale (stale_at_ns), so a tick looks only at those that are: a
+  // review's high-priority clients that never reported completions left millions in flight, and the
+  // tick's walk over all of them stalled the loop 350 ms every 10 ms.
+  std::set<std::pair<std::int64_t, std::pair<ClientId, std::uint64_t>>> by_stale_at_;
+  static std::int64_t stale_at_ns(const InFlight& flight);
   // Fair queueing and the share hold by job (all its processes together), by device: predicted
   // compute ns granted there / weight, and its value at the start of the job's latest grant there.
   // A job's processes are ordered among themselves by their own (ClientState::vtime).
