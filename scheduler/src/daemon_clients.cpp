@@ -77,9 +77,13 @@ std::string Daemon::accept_op(Client& client, const ArrivedOp& arrived) {
   if (std::string why = renumber_device(client, op); !why.empty()) return why;
   if (op.kind == ipc::OpKind::kernel && !client.kernel_names().contains(op.kernel_id)) {
     // Its name was sent before the op, so it is already queued on the socket.
-    if (std::string why = read_client_socket(client); !why.empty()) return why;
+    if (std::string why = read_client_socket(client, op.kernel_id); !why.empty()) return why;
     if (!client.kernel_names().contains(op.kernel_id)) {
-      spdlog::warn("{}: op {} uses kernel {} whose name was never sent", client.tag(), op.seq, op.kernel_id);
+      // Said once a while per user: a client posting a new unnamed kernel each time wrote 65,536 lines
+      // (6.9 MB) in a second in a review.
+      if (may_warn_of_peer(ipc::monotonic_ns(), client.identity().peer.uid)) {
+        spdlog::warn("{}: op {} uses kernel {} whose name was never sent", client.tag(), op.seq, op.kernel_id);
+      }
       if (std::string why = add_kernel_name(client, op.kernel_id, "kernel-" + std::to_string(op.kernel_id));
           !why.empty()) {
         return why;

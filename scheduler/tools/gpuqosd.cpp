@@ -1,5 +1,7 @@
 // gpuqosd: the gpuqos daemon. Parses its command line (and config file), sets up logging and runs
 // the Daemon loop. Options given on the command line win over the config file's.
+#include <signal.h>
+
 #include <CLI/CLI.hpp>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -60,6 +62,14 @@ int check_config(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A reload asked for while gpuqosd starts (parsing its config, loading a large profile store)
+  // waits for its signalfd, which Daemon::setup makes with SIGHUP in this mask: SIGHUP's default
+  // action ended it silently (a review: a `systemctl reload` 150 ms into a start, exit 129, an empty
+  // log). SIGTERM and SIGINT still end a start at once, as asked.
+  sigset_t reload;
+  sigemptyset(&reload);
+  sigaddset(&reload, SIGHUP);
+  ::pthread_sigmask(SIG_BLOCK, &reload, nullptr);
   gpuqos::scheduler::DaemonOptions options;
   std::string config_path, check_path;
   std::string log_level = "info";
