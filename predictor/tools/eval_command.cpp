@@ -1,4 +1,5 @@
 // `gpuqos eval`: accuracy on held-out measurements (test files, K-fold CV, or a work split).
+#include <cstdio>
 #include <sstream>
 
 #include "eval_report.h"
@@ -17,7 +18,12 @@ std::string check(const EvalOptions& o) {
   if (o.train.empty()) return "no --train files";
   if (modes != 1) return "give exactly one of --test FILE..., --cv K or --split-by-work FRACTION";
   if (o.cv_folds && *o.cv_folds < 2) return "--cv needs at least 2 folds (got " + std::to_string(*o.cv_folds) + ")";
-  if (o.split_by_work && !(*o.split_by_work > 0 && *o.split_by_work < 1)) return "--split-by-work needs a fraction in (0, 1)";
+  if (o.split_by_work && !(*o.split_by_work > 0 && *o.split_by_work < 1)) {
+    // Said with its alias: the README spells it --extrapolate.
+    char got[32];
+    std::snprintf(got, sizeof got, "%g", *o.split_by_work);
+    return "--split-by-work (--extrapolate) needs a fraction in (0, 1) (got " + std::string(got) + ")";
+  }
   if (o.sms == 0) return "--sms must be positive";
   return "";
 }
@@ -37,7 +43,8 @@ int run_eval(const EvalOptions& options, std::ostream& out, std::ostream& err) {
   }
   const ReadOptions read_options{options.csv_args};
   SampleSet train, test;
-  if (!detail::load_inputs(options.train, read_options, train, err) || !detail::load_inputs(options.test, read_options, test, err))
+  if (!detail::load_inputs(options.train, read_options, train, err, "gpuqos eval") ||
+      !detail::load_inputs(options.test, read_options, test, err, "gpuqos eval"))
     return 1;
   // A model trained on nothing scores only the predictor's defaults: said, not scored as if trained
   // (an audit: a header-only --train file exited 0 with figures).

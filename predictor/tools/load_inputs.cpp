@@ -21,7 +21,8 @@ std::optional<std::string> same_file_among(const std::string& file, const std::v
   return std::nullopt;
 }
 
-bool load_inputs(const std::vector<std::string>& files, const ReadOptions& options, SampleSet& out, std::ostream& err) {
+bool load_inputs(const std::vector<std::string>& files, const ReadOptions& options, SampleSet& out, std::ostream& err,
+                 const std::string& command) {
   bool ok = true;
   std::vector<std::string> read;
   for (const std::string& file : files) {  // a killed process's records, not given: said, not read unasked
@@ -35,13 +36,13 @@ bool load_inputs(const std::vector<std::string>& files, const ReadOptions& optio
   for (const std::string& file : files) {
     // Given twice (or a link to one given): its measurements would count twice.
     if (const auto same = same_file_among(file, read)) {
-      err << "warning: " << file << " is the same file as " << *same << ": read once\n";
+      err << command << ": warning: " << file << " is the same file as " << *same << ": read once\n";
       continue;
     }
     read.push_back(file);
     const ReadReport report = read_measurements(file, options, out);
     if (report.failed) {
-      err << "error: " << (report.messages.empty() ? file + ": unreadable" : report.messages.front()) << "\n";
+      err << command << ": " << (report.messages.empty() ? file + ": unreadable" : report.messages.front()) << "\n";
       ok = false;
       continue;
     }

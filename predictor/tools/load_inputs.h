@@ -16,6 +16,7 @@ std::optional<std::string> same_file_among(const std::string& file, const std::v
 
 // False when a file could not be read at all (its reason is printed); bad rows are only reported.
 // A file given twice is read once (a warning says so).
-bool load_inputs(const std::vector<std::string>& files, const ReadOptions& options, SampleSet& out, std::ostream& err);
+bool load_inputs(const std::vector<std::string>& files, const ReadOptions& options, SampleSet& out, std::ostream& err,
+                 const std::string& command);
 
 }  // namespace gpuqos::predictor::detail

@@ -104,7 +104,7 @@ int run_train(const TrainOptions& options, std::ostream& out, std::ostream& err)
     return kUsageError;
   }
   SampleSet samples;
-  if (!detail::load_inputs(options.inputs, ReadOptions{options.csv_args}, samples, err)) return 1;
+  if (!detail::load_inputs(options.inputs, ReadOptions{options.csv_args}, samples, err, "gpuqos train")) return 1;
   if (samples.kernels.empty() && samples.copies.empty()) {
     err << "gpuqos train: no usable measurements in the input files\n";
     return 1;

@@ -109,7 +109,7 @@ TEST(Commands, UsageAndInputErrors) {
   missing.train = {"/nonexistent/a.csv"};
   missing.cv_folds = 5;
   EXPECT_EQ(run_eval(missing, out, err), 1);
-  EXPECT_THAT(err.str(), HasSubstr("/nonexistent/a.csv"));
+  EXPECT_THAT(err.str(), HasSubstr("gpuqos eval: /nonexistent/a.csv")) << "said by the command, as its others are";
   EXPECT_EQ(run_train(TrainOptions{{}, "p", {}, 108}, out, err), 2);
   EvalOptions no_folds;
   no_folds.train = {"a.csv"};
@@ -119,6 +119,15 @@ TEST(Commands, UsageAndInputErrors) {
   no_folds.cv_folds = 0;  // given as 0: said as such, not taken for no mode at all
   EXPECT_EQ(run_eval(no_folds, out, err), 2);
   EXPECT_THAT(err.str(), HasSubstr("--cv needs at least 2 folds (got 0)"));
+  // A review: --extrapolate 1.5, the README's spelling, was answered about --split-by-work alone.
+  EvalOptions split;
+  split.train = {"a.csv"};
+  split.split_by_work = 1.5;
+  EXPECT_EQ(run_eval(split, out, err), 2);
+  EXPECT_THAT(err.str(), HasSubstr("--split-by-work (--extrapolate) needs a fraction in (0, 1) (got 1.5)"));
+  std::ostringstream train_err;
+  EXPECT_EQ(run_train(TrainOptions{{"/nonexistent/t.jsonl"}, "p", {}, 108}, out, train_err), 1);
+  EXPECT_THAT(train_err.str(), HasSubstr("gpuqos train: /nonexistent/t.jsonl"));
 }
 
 // A --train file with a header and no measurement: said, not scored as a model trained on nothing
