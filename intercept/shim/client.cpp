@@ -4,6 +4,8 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -50,12 +52,40 @@ std::atomic<bool> told_forked{false};
 // parent's connection object alone and makes its own at its first call, and registers itself.
 std::atomic<bool> cuda_used{false};
 
-void write_stderr(const std::string& line) {
+// One line on the program's stderr, which must never be what ends the program. A stderr whose
+// reader has gone (`job 2>&1 >/dev/null | head`, a closed log pipe) makes write raise SIGPIPE,
+// whose default action kills the process (exit 141) where the job without gpuqos runs on. So
+// SIGPIPE is blocked on this thread for the write, and the one a failed write raised (EPIPE) is
+// taken back before the mask is restored; one already pending is the program's, and left to it.
+// Only async-signal-safe calls; errno is as the caller left it.
+void write_stderr(const std::string& line) noexcept {
+  const int saved_errno = errno;
+  sigset_t sigpipe_only, previous_mask, pending;
+  ::sigemptyset(&sigpipe_only);
+  ::sigaddset(&sigpipe_only, SIGPIPE);
+  const bool blocked = ::pthread_sigmask(SIG_BLOCK, &sigpipe_only, &previous_mask) == 0;
+  const bool already_pending = ::sigpending(&pending) == 0 && ::sigismember(&pending, SIGPIPE) == 1;
+  bool broken_pipe = false;
   for (std::size_t done = 0; done < line.size();) {
     const ssize_t n = ::write(STDERR_FILENO, line.data() + done, line.size() - done);
-    if (n <= 0 && errno != EINTR) return;
-    if (n > 0) done += static_cast<std::size_t>(n);
+    if (n > 0) {
+      done += static_cast<std::size_t>(n);
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else {
+      broken_pipe = n < 0 && errno == EPIPE;
+      break;
+    }
   }
+  if (blocked) {
+    if (broken_pipe && !already_pending) {
+      const timespec no_wait{};
+      while (::sigtimedwait(&sigpipe_only, nullptr, &no_wait) < 0 && errno == EINTR) {
+      }
+    }
+    ::pthread_sigmask(SIG_SETMASK, &previous_mask, nullptr);
+  }
+  errno = saved_errno;
 }
 
 class Client {

@@ -1,12 +1,20 @@
 // libgpuqos.so under real CUDA programs on simgpu: every call is seen by the shim whether the
 // program calls the driver by name, through cuGetProcAddress or through dlopen + dlsym; with no
-// driver at all the hooks fail cleanly.
+// driver at all the hooks fail cleanly; a stderr nobody reads never ends the program.
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -50,6 +58,60 @@ std::map<std::string, long> read_counts(const std::filesystem::path& path) {
     }
   }
   return counts;
+}
+
+// Runs `argv` with the current environment plus `env`, stdout to `output` and stderr a pipe whose
+// reader has gone, SIGPIPE at its default action (whatever this test's is): what a job run as
+// `job 2>&1 >/dev/null | head` meets once head has exited. Its exit code, 128 + signal when a
+// signal ended it (-1: it could not be started, or did not finish in 60 s and was killed).
+int run_with_stderr_a_broken_pipe(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+                                  const std::filesystem::path& output) {
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry = *e;
+    if (!env.contains(entry.substr(0, entry.find('=')))) env_strings.push_back(entry);
+  }
+  for (const auto& [key, value] : env) env_strings.push_back(key + "=" + value);
+  std::vector<char*> args, envp;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+
+  int pipe_ends[2];
+  if (::pipe2(pipe_ends, O_CLOEXEC) != 0) return -1;
+  ::close(pipe_ends[0]);  // no reader from the start: every write to the pipe fails with EPIPE
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, output.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, pipe_ends[1], STDERR_FILENO);
+  posix_spawnattr_t attributes;
+  posix_spawnattr_init(&attributes);
+  sigset_t sigpipe_only, none;
+  sigemptyset(&sigpipe_only);
+  sigaddset(&sigpipe_only, SIGPIPE);
+  sigemptyset(&none);
+  posix_spawnattr_setsigdefault(&attributes, &sigpipe_only);
+  posix_spawnattr_setsigmask(&attributes, &none);
+  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+  pid_t pid = -1;
+  const int spawned = posix_spawn(&pid, args[0], &actions, &attributes, args.data(), envp.data());
+  posix_spawnattr_destroy(&attributes);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(pipe_ends[1]);
+  if (spawned != 0) return -1;
+
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  int status = 0;
+  while (::waitpid(pid, &status, WNOHANG) != pid) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 class ShimTest : public ::testing::Test {
@@ -192,6 +254,27 @@ TEST_F(ShimTest, ABadLogLevelIsSaidOnceAndOffSilencesEvenBadSettings) {
       << output_;
   EXPECT_EQ(occurrences(output_, "gpuqos["), 0u) << output_;
   EXPECT_EQ(counts().at("launch"), 4);
+}
+
+// The shim's warnings go to the job's stderr from the job's own threads. Where nobody reads that
+// stderr any more (`job 2>&1 >/dev/null | head`), writing one raised SIGPIPE and its default
+// action killed a job that runs to the end without gpuqos (a user's exit 141). Here the first
+// CUDA call finds no gpuqosd and says so, and its word fails with EPIPE: the job runs on.
+TEST_F(ShimTest, AWarningToAStderrNobodyReadsNeverKillsTheProgram) {
+  const std::vector<std::string> argv = {kBuild + "/tests/programs/intercept_linked_client", "direct"};
+  std::map<std::string, std::string> env = {{"SIMGPU_SOCKET", simgpud_.socket()},
+                                            {"LD_LIBRARY_PATH", kBuild + "/lib/simgpu"},
+                                            {"GPUQOS_SOCKET", (dir_.path() / "no-gpuqosd.sock").string()},
+                                            {"GPUQOS_DEBUG_COUNTS", counts_path_.string()}};
+  const auto output = dir_.path() / "output.txt";
+  ASSERT_EQ(run_with_stderr_a_broken_pipe(argv, env, output), 0) << "the program alone, without the shim";
+  env["LD_PRELOAD"] = kShim;
+  EXPECT_EQ(run_with_stderr_a_broken_pipe(argv, env, output), 0) << "141: killed by SIGPIPE";
+  std::ostringstream stdout_text;
+  stdout_text << std::ifstream(output).rdbuf();
+  EXPECT_NE(stdout_text.str().find("direct ok"), std::string::npos) << stdout_text.str();
+  const auto c = counts();  // written as the shim unloads: none when the program was killed
+  EXPECT_EQ(c.contains("launch") ? c.at("launch") : -1, 4) << "the shim saw the job's work and passed it through";
 }
 
 }  // namespace
