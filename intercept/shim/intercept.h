@@ -133,12 +133,26 @@ CUresult intercept_in_chunks(Gate& g, const Operation& op, std::uint64_t chunk_b
   return CUDA_SUCCESS;
 }
 
+// Whether an async copy's stream has nothing queued (cuStreamQuery: done). Chunks are granted one
+// after another, each once the one before is done (one best-effort transfer in flight, say), so the
+// call returns only when all but its last chunk ran: onto a stream with work queued it waited for
+// that work, and onto one waiting for something the program does after the call, about 2 s a chunk
+// (gpuqosd's limit for a stuck op; a review). Such a copy goes whole, as the program asked.
+inline bool stream_is_idle(const Operation& op) noexcept {
+  using StreamQuery = CUresult (*)(CUstream);
+  const auto query = driver<StreamQuery>(DriverHelper::stream_query);
+  if (query == nullptr) return false;
+  return query(op.stream == nullptr && op.per_thread ? CU_STREAM_PER_THREAD : op.stream) == CUDA_SUCCESS;
+}
+
 // The body of the 1-D copy hooks (dst, src, ByteCount[, stream]: cuMemcpyHtoD/DtoH/DtoD, cuMemcpy
 // and their Async, _v2 and per-thread forms): intercept<>, except that a copy larger than the
-// gate's chunk size (low priority under a daemon that asks for it) goes in chunks. Launches never
+// gate's chunk size (low priority under a daemon that asks for it) goes in chunks: a synchronous
+// one always, an async one only onto a stream with nothing queued (stream_is_idle). Launches never
 // come here, so the check costs them nothing; a high-priority copy pays one relaxed load.
 template <HookId id, class Dst, class Src, class Count, class... Rest>
 CUresult intercept_copy(Operation op, Dst dst, Src src, Count bytes, Rest... rest) noexcept {
+  constexpr bool kAsync = sizeof...(Rest) > 0;  // its stream, the one argument after ByteCount
   const NoCancel no_cancel;  // first, as in intercept(); over the chunks too
   const auto real = real_function<id>();
   if (!real) return missing_real_function(id);
@@ -147,7 +161,8 @@ CUresult intercept_copy(Operation op, Dst dst, Src src, Count bytes, Rest... res
   const std::uint64_t chunk_bytes = g.copy_chunk_bytes();
   // Captured copies only record a graph node: one node, as the program asked.
   if (chunk_bytes != 0 && static_cast<std::uint64_t>(bytes) > chunk_bytes && !op.captured &&
-      fits_allocation(dst, static_cast<std::uint64_t>(bytes)) && fits_allocation(src, static_cast<std::uint64_t>(bytes))) {
+      fits_allocation(dst, static_cast<std::uint64_t>(bytes)) && fits_allocation(src, static_cast<std::uint64_t>(bytes)) &&
+      (!kAsync || stream_is_idle(op))) {
     return intercept_in_chunks<id>(g, op, chunk_bytes, dst, src, bytes, rest...);
   }
   return gated_call(g, op, real, dst, src, bytes, rest...);
@@ -246,7 +261,7 @@ bool fits_allocations_pitched(const Copy* copy) noexcept {
 // of whole slices when a slice fits a chunk, else bands of whole rows of one slice (at least one
 // row). A copy from or into a CUDA array, one whose pitch or slice height is short of what it
 // copies, or one whose device side overruns its allocation goes whole (the driver refuses it
-// whole), as do captured ones.
+// whole), as do captured ones and async ones onto a stream with work queued (stream_is_idle).
 template <HookId id, class Copy, class... Rest>
 CUresult intercept_copy_pitched(Operation op, const Copy* copy, Rest... rest) noexcept {
   const NoCancel no_cancel;  // first, as in intercept(); over the bands too
@@ -259,7 +274,8 @@ CUresult intercept_copy_pitched(Operation op, const Copy* copy, Rest... rest) no
   if (chunk_bytes == 0 || !copy || op.captured || copy->WidthInBytes == 0 || copy->Height == 0 ||
       depth_of(*copy) == 0 || __builtin_mul_overflow(copy->WidthInBytes, copy->Height, &slice_bytes) ||
       __builtin_mul_overflow(slice_bytes, depth_of(*copy), &total) || total <= chunk_bytes ||
-      copy->Height * depth_of(*copy) < 2 || !fits_allocations_pitched(copy)) {
+      copy->Height * depth_of(*copy) < 2 || !fits_allocations_pitched(copy) ||
+      (sizeof...(Rest) > 0 && !stream_is_idle(op))) {  // an async one onto queued work: whole
     return gated_call(g, op, real, copy, rest...);
   }
   const std::uint64_t width = copy->WidthInBytes, height = copy->Height, depth = depth_of(*copy);

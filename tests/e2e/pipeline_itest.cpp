@@ -475,4 +475,31 @@ TEST(Pipeline, BestEffortCopiesGoInChunksOfTheConfiguredSizeAndHighPriorityOnesD
   EXPECT_EQ(high.wait(kFinish), 0) << high.output();
 }
 
+// A review: a best-effort async copy goes in chunks, each granted once the one before is done (the
+// example config's one best-effort transfer in flight), so the call returned only when the work
+// queued ahead of it on its stream was done, and a stream waiting on something the program does
+// after the call held it about 2 s a chunk (the daemon's stuck-op limit). A copy onto a stream with
+// work still queued goes whole, as the program asked: it returns at once.
+TEST(Pipeline, AnAsyncBestEffortCopyBehindQueuedWorkReturnsAtOnce) {
+  gpuqos::testing::TempDir config_dir("e2e-behind-config");
+  const auto config = config_dir.write("gpuqosd.toml",
+                                       "[policy]\nname = \"baymax\"\n[policy.baymax]\ncopy_chunk_bytes = \"4MiB\"\n"
+                                       "max_be_transfers = 1\n");
+  PipelineRig rig({"--config", config.string()});
+  rig.gpuqosd().start();
+  ChildProcess& low = rig.start({.job = "be-behind", .hold = true},
+                                PipelineRig::client({"behind", std::to_string(16 << 20), "3000000"}));
+  ASSERT_TRUE(eventually([&] { return holding(low) || !low.running(); }, kFinish)) << low.output();
+  const std::string out = low.output();
+  ASSERT_NE(out.find("behind ok"), std::string::npos) << out << rig.logs();
+  const auto at = out.find("returned in ");
+  ASSERT_NE(at, std::string::npos) << out;
+  const double ms = std::atof(out.c_str() + at + std::string("returned in ").size());
+  EXPECT_LT(ms, 1000.0) << "the call waited for the 3-s kernel queued ahead of it\n" << out << rig.logs();
+  const json be = settled(rig, "be-behind", 3);
+  EXPECT_EQ(ops(be, "posted"), 3u) << "the kernel and two whole copies\n" << be.dump();
+  rig.release("be-behind");
+  EXPECT_EQ(low.wait(kFinish), 0) << low.output();
+}
+
 }  // namespace

@@ -7,6 +7,8 @@
 //   pair <us>              spin(us) on two streams at once, then synchronise both
 //   copies <bytes>         one cuMemcpyHtoD of <bytes> (pageable), then cuMemcpyDtoH back; every byte
 //                          checked (the shim may split each into chunks: the data must not tell)
+//   behind <bytes> <us>    spin(us) on a stream, then cuMemcpyHtoDAsync of <bytes> (pinned) on it
+//                          ("returned in <ms> ms": how long the async call took), then back; checked
 // Prints "ops <n>" (the operations it issued) and "<mode> ok"; releases its primary context last.
 #include <cuda.h>
 
@@ -14,6 +16,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -143,13 +146,39 @@ int run_copies(std::size_t bytes) {
   return 0;
 }
 
+int run_behind(std::size_t bytes, std::uint64_t duration_us) {
+  CUstream stream = nullptr;
+  CHECK_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  void* in = nullptr;
+  void* out = nullptr;
+  CHECK_CU(cuMemAllocHost(&in, bytes));
+  CHECK_CU(cuMemAllocHost(&out, bytes));
+  auto* up = static_cast<unsigned char*>(in);
+  for (std::size_t i = 0; i < bytes; ++i) up[i] = static_cast<unsigned char>(i * 131 + i / 4093 + 7);
+  CUdeviceptr device = 0;
+  CHECK_CU(cuMemAlloc(&device, bytes));
+  CHECK_CU(spin(duration_us, stream));
+  const auto called = std::chrono::steady_clock::now();
+  CHECK_CU(cuMemcpyHtoDAsync(device, in, bytes, stream));
+  const auto returned = std::chrono::steady_clock::now();
+  std::printf("returned in %.1f ms\n", std::chrono::duration<double, std::milli>(returned - called).count());
+  CHECK_CU(cuMemcpyDtoHAsync(out, device, bytes, stream));
+  CHECK_CU(cuStreamSynchronize(stream));
+  CHECK(std::memcmp(in, out, bytes) == 0);
+  std::printf("ops 3\nbehind ok\n");
+  return 0;
+}
+
 int run(const std::string& mode, int argc, char** argv) {
   const auto arg = [&](int i, long fallback) { return argc > i ? std::atol(argv[i]) : fallback; };
   if (mode == "streams") return run_streams(static_cast<int>(arg(2, 10)), static_cast<std::uint64_t>(arg(3, 200)));
   if (mode == "loop") return run_loop(static_cast<int>(arg(2, 10)), static_cast<std::uint64_t>(arg(3, 1000)));
   if (mode == "pair") return run_pair(static_cast<std::uint64_t>(arg(2, 1000)));
   if (mode == "copies") return run_copies(static_cast<std::size_t>(arg(2, 1 << 20)));
-  std::printf("usage: %s streams|loop|pair|copies ...\n", argv[0]);
+  if (mode == "behind") {
+    return run_behind(static_cast<std::size_t>(arg(2, 16 << 20)), static_cast<std::uint64_t>(arg(3, 1'000'000)));
+  }
+  std::printf("usage: %s streams|loop|pair|copies|behind ...\n", argv[0]);
   return 2;
 }
 

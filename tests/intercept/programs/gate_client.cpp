@@ -22,7 +22,7 @@
 //                   "bench p50_ns p99_ns mean_ns" of the cuLaunchKernel call
 //   copies <bytes> <device bytes>
 //                   cuMemcpyHtoD of <bytes> into a buffer of <device bytes> ("htod <result>"); if it
-//                   worked, cuMemcpyDtoDAsync to a second buffer, cuMemcpyAsync (unified) back to the
+//                   worked, cuMemcpyDtoDAsync to a second buffer, synchronise, cuMemcpyAsync (unified) back to the
 //                   host, synchronise, and every byte checked ("copies ok")
 //   contexts <n>    n times: launch spin(0) on a stream of a second context, make the first current again and
 //                   cuCtxSynchronize; "switched <k>": how often the current context was not the first
@@ -582,6 +582,8 @@ int run_copies(std::size_t bytes, std::size_t device_bytes) {
   std::printf("htod %d\n", static_cast<int>(htod));
   if (htod != CUDA_SUCCESS) return 3;
   CHECK_CU(cuMemcpyDtoDAsync(b, a, bytes, stream));
+  // Drained first: an async copy onto a stream with work queued goes whole (intercept.h).
+  CHECK_CU(cuStreamSynchronize(stream));
   CHECK_CU(cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(out.data()), b, bytes, stream));
   CHECK_CU(cuStreamSynchronize(stream));
   CHECK(in == out);
