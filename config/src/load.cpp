@@ -297,7 +297,14 @@ std::optional<DeepKey> deep_key(std::string_view text) {
         if (c == '"' && text[i] == '\\' && i + 1 < text.size()) step(text[i++]);
         step(text[i++]);
       }
-      for (std::size_t k = 0; k < quotes && i < text.size(); ++k) step(text[i++]);
+      // A multi-line string may end in one or two quotes of its own before its closing three (the
+      // TOML spec's `""""This," she said, ...""""`): the whole run closes it (a review found the
+      // scan out of step after one, and past the check again).
+      std::size_t run = 0;
+      while (i < text.size() && text[i] == c && run < (quotes == 3 ? 5u : 1u)) {
+        step(text[i++]);
+        ++run;
+      }
       continue;
     }
     if (c == '#') {
@@ -334,7 +341,9 @@ Result<Config> parse_config(std::string_view text, std::string_view source_name,
   Diagnostics diagnostics(source_name);
   if (const std::optional<DeepKey> deep = deep_key(text)) {
     std::string key(detail::trim(deep->start));
-    key = key.substr(0, std::min(key.find_first_of(" \t\r\n="), key.size())) + "...";
+    key = key.substr(0, std::min(key.find_first_of(" \t\r\n="), key.size()));
+    while (key.ends_with('.')) key.pop_back();
+    key += "...";
     diagnostics.error(deep->where, key,
                       "a key of more than " + std::to_string(kMaxKeyParts) +
                           " dotted parts (gpuqosd's have at most three): not read, a longer one could overflow the "

@@ -148,6 +148,31 @@ job = [ { name = "a", percentile = 99.5 }, { name = "b", percentile = "75" } ]
   EXPECT_EQ(config.jobs[1].percentile, 75.0);
 }
 
+// What the scan for deep dotted keys must not take for a key: dots in strings of every form (ones
+// that end in quotes of their own too), comments, values and quoted keys. toml++ reads the whole
+// file: the errors are the config's own, at its last lines too.
+TEST(ConfigLoad, DotsInStringsCommentsAndValuesAreNoKeyParts) {
+  const std::string dots = "a.b.c.d.e.f.g.h.i.j.k.l.m.n.o.p.q.r";
+  const auto result = parse_config("# " + dots + " = 1\n"
+                                   "[[job]]\n"
+                                   "name = \"\"\"\"" + dots + "\"\"\"\"  # \"\"\"\n"
+                                   "percentile = 99.9\n"
+                                   "[[job]]\n"
+                                   "name = \'\'\'\n" + dots + " = 1\n\'\'\'\n"
+                                   "[[job]]\n"
+                                   "name = \"x\\\"" + dots + " = \\\"\"\n"
+                                   "[policy]\n"
+                                   "\"" + dots + "\" = 1.5e3\n",
+                                   "t.toml");
+  ASSERT_FALSE(result.ok());
+  const std::vector<std::string> expected = {
+      "t.toml:3:8: job[0].name: must be 1 to 63 of A-Z a-z 0-9 . _ - (got \"\\\"" + dots + "\\\"\")",
+      "t.toml:6:8: job[1].name: must be 1 to 63 of A-Z a-z 0-9 . _ - (got \"" + dots + " = 1\\n\")",
+      "t.toml:10:8: job[2].name: must be 1 to 63 of A-Z a-z 0-9 . _ - (got \"x\\\"" + dots + " = \\\"\")",
+      "t.toml:12:1: policy.\"" + dots + "\": unknown key"};
+  EXPECT_EQ(result.errors(), expected);
+}
+
 TEST(ConfigLoad, ChunkSizesAndListenAddresses) {
   EXPECT_EQ(parse_ok("[policy.baymax]\ncopy_chunk_bytes = 0").policy.baymax.copy_chunk_bytes, 0u);
   EXPECT_EQ(parse_ok("[policy.baymax]\ncopy_chunk_bytes = \"64KiB\"").policy.baymax.copy_chunk_bytes, 65536u);
@@ -651,6 +676,15 @@ const std::vector<BadCase>& bad_cases() {
        "at most three): not read, a longer one could overflow the parser's stack"},
       {"deep_dotted_key", "x = 1 # a.b.c\n  " + deep_key(17) + " = 2\n",
        "t.toml:2:3: a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a...: a key of more than 16 dotted parts (gpuqosd's have "
+       "at most three): not read, a longer one could overflow the parser's stack"},
+      // The spec's multi-line strings that end in quotes of their own, before the key: the scan
+      // stays in step (a review: it lost it, and the crash was back).
+      {"deep_dotted_key_after_strings_ending_in_quotes",
+       "s = \"\"\"\"This,\" she said, \"is just a pointless statement.\"\"\"\"\n"
+       "l = \'\'\'\'That,\' she said, \'is still pointless.\'\'\'\'\n"
+       "e = \"\"\"\"\"\"\n"
+       "q = \"\"\"two\"\"\"\"\"\n" + deep_key(20000) + " = 1\n",
+       "t.toml:5:1: a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a...: a key of more than 16 dotted parts (gpuqosd's have "
        "at most three): not read, a longer one could overflow the parser's stack"},
       {"deep_dotted_key_in_an_inline_table", "x = [1.5, { b = \"a.b.c.d.e.f.g.h.i.j.k.l.m.n.o.p.q.r\", " +
                                                 deep_key(17) + " = 1 }]\n",
