@@ -119,9 +119,11 @@ json run_queries(CudaReplayer& replayer, const Options& o, const StopRule& stop)
   const auto span = drains ? std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(*stop.duration_s))
                            : Clock::duration::zero();
   const Clock::time_point end = stop.begin + span;
+  const auto counted = [&] { return stop.count && latency_ms.size() >= *stop.count; };
   const auto more = [&] {
+    if (drains && arrival >= end) return false;  // one arriving after the run is not the run's (a review)
     if (!stop.done(latency_ms.size(), Clock::now())) return true;
-    return drains && arrival < end && Clock::now() < end + span && !(stop.count && latency_ms.size() >= *stop.count);
+    return drains && Clock::now() < end + span && !counted();
   };
   while (more()) {
     std::this_thread::sleep_until(arrival);
@@ -139,7 +141,8 @@ json run_queries(CudaReplayer& replayer, const Options& o, const StopRule& stop)
   }
   announcer.reset();
   const Clock::time_point stopped = Clock::now();
-  for (; drains && arrival < end; arrival = next_arrival(arrival, arrivals)) {
+  // Stopped by --queries, none is left waiting; by the clock, those that came by then and by the end.
+  for (; drains && !counted() && arrival < std::min(end, stopped); arrival = next_arrival(arrival, arrivals)) {
     unserved_ms.push_back(ms_between(arrival, stopped));
   }
   const double wall_s = ms_between(stop.begin, stopped) / 1000.0;
