@@ -229,6 +229,7 @@ void Daemon::settle_departed(Client& client) {
 }
 
 void Daemon::drop_client(ClientId id, const std::string& reason, bool as_error) {
+  pass_status_text_.reset();  // what a status made earlier in this pass showed changes
   auto it = clients_.find(id);
   if (it == clients_.end()) return;
   Client& client = *it->second;

@@ -131,6 +131,7 @@ void Daemon::on_first_record(Pending& pending, const std::vector<std::byte>& rec
 }
 
 void Daemon::register_client(Pending& pending, const ipc::Hello& hello) {
+  pass_status_text_.reset();  // what a status made earlier in this pass showed changes
   if (stopping_) return;
   const ClientId id = next_client_number_++;
   const ipc::PeerCredentials& peer = pending.peer;
@@ -324,7 +325,11 @@ void Daemon::answer_control(Pending& pending, const std::vector<std::byte>& reco
 std::string Daemon::read_client_socket(Client& client, std::optional<std::uint32_t> until_kernel) {
   std::vector<std::byte> record;
   std::string error;
-  for (int read = 0; read < kRecordsPerRead; ++read) {
+  if (client.records_pass != loop_pass_) {
+    client.records_pass = loop_pass_;
+    client.records_read = 0;
+  }
+  for (; client.records_read < kRecordsPerRead; ++client.records_read) {
     if (until_kernel && client.kernel_names().contains(*until_kernel)) return {};
     switch (read_record_nonblocking(client.socket_fd(), record, ipc::kMaxRecordBytes, error)) {
       case ReadOutcome::would_block: return {};

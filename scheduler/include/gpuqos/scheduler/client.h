@@ -120,6 +120,9 @@ class Client {
   std::unordered_map<std::uint32_t, std::string>& kernel_names() { return kernel_names_; }
   std::size_t kernel_name_count() const { return kernel_names_.size(); }
   std::size_t kernel_name_bytes = 0;  // the names' lengths summed (Daemon::add_kernel_name keeps it)
+  // Records read from its socket in the daemon's loop pass `records_pass` (Daemon::read_client_socket).
+  std::uint64_t records_pass = 0;
+  int records_read = 0;
   // Completions popped before the op they name reached the loop (the waiter still held it).
   std::vector<ipc::CompletionDescriptor>& deferred_completions() { return deferred_completions_; }
   std::int64_t deferred_since_ns = 0;

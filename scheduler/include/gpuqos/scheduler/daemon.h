@@ -150,10 +150,11 @@ class Daemon {
   void on_first_record(Pending& pending, const std::vector<std::byte>& record);
   void register_client(Pending& pending, const ipc::Hello& hello);
   void answer_control(Pending& pending, const std::vector<std::byte>& record);
-  // Reads the records queued on the client's socket, at most kRecordsPerRead (the socket stays
-  // readable for the next pass: a client whose processes refill it as fast as it is read must not
-  // hold the loop past the shims' heartbeat limit, as a review's did for 2 s), and with
-  // `until_kernel` only until that kernel's name came; why the client must go, or empty.
+  // Reads the records queued on the client's socket, at most kRecordsPerRead a pass of the loop
+  // over all its calls (the socket stays readable for the next pass: a client whose processes refill
+  // it as fast as it is read must not hold the loop past the shims' heartbeat limit, as a review's
+  // did for 2 s, nor by posting ops of kernels it never names), and with `until_kernel` only until
+  // that kernel's name came; why the client must go, or empty.
   static constexpr int kRecordsPerRead = 256;
   std::string read_client_socket(Client& client, std::optional<std::uint32_t> until_kernel = std::nullopt);
   void expire_pending(std::int64_t now_ns);
@@ -302,8 +303,10 @@ class Daemon {
                           true};
   // The uid of a peer with no credentials: ~0 (no user has it).
   bool may_warn_of_peer(std::int64_t now_ns, uid_t uid) { return peer_warnings_.take(now_ns, uid); }
-  // The status answer of this pass of the loop (answer_control), made by its first request.
+  // The status answer of this pass of the loop (answer_control), made by its first request and
+  // dropped when anything it shows may change (a client comes or goes, a reload).
   std::optional<std::string> pass_status_text_;
+  std::uint64_t loop_pass_ = 0;  // counts the loop's passes (read_client_socket's budget)
   // `last`: gpuqosd stops, and the counts of its last window are said now rather than lost.
   void tell_unsaid_peer_warnings(std::int64_t now_ns, bool last = false) {
     peer_warnings_.roll(now_ns, last);
