@@ -67,6 +67,8 @@ void CompletionTracker::track(std::shared_ptr<Session> session, const Ticket& ti
       // - the legacy default stream: it synchronises with every blocking stream, so an event
       //   recorded there later, by another thread, would order the program's later work behind work
       //   it never waited for (a deadlock if that work waits on the host; an invalidated capture).
+      // (So only a named stream's op is deferred: record_deferred() takes its key for the handle,
+      // which a per-thread default stream's key is not.)
       const bool default_stream = op.stream == nullptr || op.stream == CU_STREAM_LEGACY || op.stream == CU_STREAM_PER_THREAD;
       if (record_inline || default_stream) {
         record(pending, op.stream);

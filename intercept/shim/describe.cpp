@@ -1,6 +1,7 @@
 // describe(): the kind, shape, sizes and arguments of one operation, for its descriptor.
 #include "describe.h"
 
+#include <atomic>
 #include <cstring>
 
 #include "gpuqos/ipc/clock.h"
@@ -88,8 +89,22 @@ bool describe_copy(const Operation& op, ipc::OpDescriptor& out) {
 
 }  // namespace
 
+std::uint64_t per_thread_stream_key() noexcept {
+  // Serials from 1, set apart by bit 63: no user-space address has it (a CUstream is one), nor do
+  // the special handles 0, 1 (CU_STREAM_LEGACY) and 2 (CU_STREAM_PER_THREAD). A serial, not the
+  // thread's id: an id comes back for a later thread while ops of the earlier one may be pending.
+  static std::atomic<std::uint64_t> next_serial{1};
+  thread_local const std::uint64_t key =
+      kPerThreadStreamKeyBit | next_serial.fetch_add(1, std::memory_order_relaxed);
+  return key;
+}
+
 std::uint64_t stream_key(const Operation& op) noexcept {
-  if (op.stream == nullptr && op.per_thread) return reinterpret_cast<std::uint64_t>(CU_STREAM_PER_THREAD);
+  // Every thread's per-thread default stream is a stream of its own (as CU_STREAM_PER_THREAD is a
+  // different stream on each thread): one key for all of them queued every thread's ops in one
+  // FIFO, so one thread's long op hid the others' finished ones from gpuqosd, which kept them in
+  // flight (holding the other threads' best-effort copies) and charged them to one stream's bound.
+  if ((op.stream == nullptr && op.per_thread) || op.stream == CU_STREAM_PER_THREAD) return per_thread_stream_key();
   return reinterpret_cast<std::uint64_t>(op.stream);
 }
 

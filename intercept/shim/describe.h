@@ -16,9 +16,15 @@
 
 namespace gpuqos::intercept {
 
-// The stream value the descriptor carries: the handle, or CU_STREAM_PER_THREAD for the per-thread
-// default stream of a _ptsz/_ptds call.
+// The stream value the descriptor carries (and the completion tracker queues by): the handle, or
+// for the per-thread default stream (a null stream of a _ptsz/_ptds call, or CU_STREAM_PER_THREAD
+// named) the calling thread's per_thread_stream_key(). The legacy default stream keeps its handle
+// (0, or CU_STREAM_LEGACY). A key with kPerThreadStreamKeyBit is no handle: never pass it to the driver.
 std::uint64_t stream_key(const Operation& op) noexcept;
+
+// The calling thread's per-thread default stream: a serial of its own, with kPerThreadStreamKeyBit.
+inline constexpr std::uint64_t kPerThreadStreamKeyBit = std::uint64_t{1} << 63;
+std::uint64_t per_thread_stream_key() noexcept;
 
 // Fills everything but seq for a launch, graph launch, copy or memset on `device`. Kernel
 // arguments are read through op.kernel_params; host memory is pinned when the driver says so

@@ -502,4 +502,40 @@ TEST(Pipeline, AnAsyncBestEffortCopyBehindQueuedWorkReturnsAtOnce) {
   EXPECT_EQ(low.wait(kFinish), 0) << low.output();
 }
 
+// Each thread's per-thread default stream is a stream of its own, to gpuqosd too: one thread's
+// long memset there must not keep another thread's finished copy in flight (best-effort copies go
+// max_be_transfers at a time), so that thread's next copy is granted at once. Both ways of naming
+// the stream: NULL in a _ptsz call, and CU_STREAM_PER_THREAD.
+TEST(Pipeline, PerThreadDefaultStreamsOfTwoThreadsAreTrackedApart) {
+  gpuqos::testing::TempDir config_dir("e2e-per-thread-config");
+  const auto config = config_dir.write(
+      "gpuqosd.toml", "[policy]\nname = \"baymax\"\n[policy.baymax]\nmax_be_transfers = 1\n");
+  // Memsets at 10 MB/s: 48 MiB take about 5 s of device time (a bound robust on a slow machine).
+  PipelineRig rig({"--config", config.string()}, "name = \"e2e gpu\"\nsms = 8\nd2d_gbps = 0.01\n");
+  rig.gpuqosd().start();
+  // A high-priority job on the device, idle: best-effort jobs then get no credit (grants ahead of
+  // their posts, which would let the copy go unasked), every op asks gpuqosd.
+  ChildProcess& resident = rig.start({.job = "resident", .priority = "high", .hold = true}, PipelineRig::client({"copies", "4096"}));
+  ASSERT_TRUE(eventually([&] { return holding(resident) || !resident.running(); }, kFinish)) << resident.output();
+  ASSERT_TRUE(holding(resident)) << resident.output() << rig.logs();
+  constexpr std::int64_t kMemsetMs = 5000;
+  const std::string memset_bytes = std::to_string(48 << 20), copy_bytes = std::to_string(1 << 20);
+  for (const std::string naming : {"null", "handle"}) {
+    SCOPED_TRACE(naming);
+    const std::vector<std::string> command = {gpuqos::testing::build_path("tests/programs/e2e_per_thread_streams"),
+                                              naming, memset_bytes, copy_bytes};
+    ChildProcess& program = rig.start({.job = "per-thread-" + naming}, command);
+    ASSERT_EQ(program.wait(kFinish), 0) << program.output() << rig.logs();
+    const std::string output = program.output();
+    ASSERT_NE(output.find("per-thread ok"), std::string::npos) << output;
+    // The copy did not wait for the memset: the call returned while it still ran, well before its end.
+    EXPECT_EQ(last_value(output, "memset running"), 1) << output << rig.logs();
+    // (gpuqosd takes a best-effort op for done 2 s after it began, whatever the shim said.)
+    EXPECT_LT(last_value(output, "second copy call ms"), kMemsetMs / 5) << output << rig.logs();
+    EXPECT_GE(last_value(output, "second copy call ms"), 0) << output;
+  }
+  rig.release("resident");
+  EXPECT_EQ(resident.wait(kFinish), 0) << resident.output();
+}
+
 }  // namespace

@@ -14,3 +14,10 @@ set_target_properties(e2e_hold_at_release PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${
 target_include_directories(e2e_hold_at_release PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
 target_link_libraries(e2e_hold_at_release PRIVATE ${CMAKE_DL_LIBS})
 gpuqos_warnings(e2e_hold_at_release)
+
+# per_thread_streams: two threads on their per-thread default streams (every call a _ptsz/_ptds form).
+add_executable(e2e_per_thread_streams ${CMAKE_CURRENT_LIST_DIR}/programs/per_thread_streams.cpp)
+set_target_properties(e2e_per_thread_streams PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests/programs)
+target_include_directories(e2e_per_thread_streams PRIVATE ${CUDAToolkit_INCLUDE_DIRS} ${PROJECT_SOURCE_DIR}/tests/common)
+target_link_libraries(e2e_per_thread_streams PRIVATE CUDA::cuda_driver Threads::Threads)
+gpuqos_warnings(e2e_per_thread_streams)

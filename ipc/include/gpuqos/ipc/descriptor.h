@@ -47,7 +47,8 @@ inline constexpr std::uint32_t kMaxScalarArgs = 8;
 // three whole cache lines keep neighbouring ring slots from sharing a line.
 struct OpDescriptor {
   std::uint64_t seq;            // per client, strictly increasing from 1
-  std::uint64_t stream;         // opaque CUstream handle value (0: legacy default stream)
+  std::uint64_t stream;         // opaque stream id: the CUstream handle value (0: legacy default
+                                // stream), or with bit 63 set one thread's per-thread default stream
   std::int64_t posted_ns;       // CLOCK_MONOTONIC when the program made the call
   std::uint64_t bytes;          // copy, memset: bytes moved or set
   std::uint32_t device;         // CUDA device ordinal
