@@ -15,6 +15,7 @@ namespace gpuqos::intercept {
 namespace {
 
 using CtxGetCurrent = CUresult (*)(CUcontext*);
+using CtxGetId = CUresult (*)(CUcontext, unsigned long long*);
 using PrimaryCtxGetState = CUresult (*)(CUdevice, unsigned int*, int*);
 using PrimaryCtxRetain = CUresult (*)(CUcontext*, CUdevice);
 using PrimaryCtxRelease = CUresult (*)(CUdevice);
@@ -36,6 +37,14 @@ bool primary_active(CUdevice device) noexcept {
   return get_state && get_state(device, &flags, &active) == CUDA_SUCCESS && active != 0;
 }
 
+// cuCtxGetId (CUDA 12.0): no two contexts of the process have the same id, where a handle comes back
+// (a primary context made again after its last release often has its old one). 0: not said.
+std::uint64_t context_id(CUcontext context) noexcept {
+  const auto get_id = driver<CtxGetId>(DriverHelper::ctx_get_id);
+  unsigned long long id = 0;
+  return context && get_id && get_id(context, &id) == CUDA_SUCCESS ? id : 0;
+}
+
 // Lifetime calls by what they end, whichever ABI (the one before _v2 or _v2) the program called.
 bool destroys_stream(HookId hook) noexcept {
   return hook == HookId::hook_cuStreamDestroy || hook == HookId::hook_cuStreamDestroy_v2;
@@ -44,6 +53,12 @@ bool destroys_context(HookId hook) noexcept {
   return hook == HookId::hook_cuCtxDestroy || hook == HookId::hook_cuCtxDestroy_v2;
 }
 bool destroys_green_context(HookId hook) noexcept { return hook == HookId::hook_cuGreenCtxDestroy; }
+bool resets_primary(HookId hook) noexcept {
+  return hook == HookId::hook_cuDevicePrimaryCtxReset || hook == HookId::hook_cuDevicePrimaryCtxReset_v2;
+}
+bool releases_primary(HookId hook) noexcept {
+  return hook == HookId::hook_cuDevicePrimaryCtxRelease || hook == HookId::hook_cuDevicePrimaryCtxRelease_v2;
+}
 
 // The context a lifetime call may end (before the call): cuCtxDestroy's, or the device's primary
 // context: the handle the program's own retain returned (`known`, from the context hook), else one
@@ -59,24 +74,37 @@ bool destroys_green_context(HookId hook) noexcept { return hook == HookId::hook_
 struct EndingContext {
   CUcontext context = nullptr;  // null and not unknown: none ends
   bool unknown = false;
+  std::uint64_t id = 0;  // a release's: the context's cuCtxGetId (0: not said)
 };
 EndingContext ending_context(const Operation& op, CUcontext known) noexcept {
   if (destroys_context(op.hook)) return {op.context};
   if (destroys_green_context(op.hook)) return {nullptr, true};
   if (!primary_active(op.device)) return {};
-  if (known) return {known};
+  const bool release = releases_primary(op.hook);
+  if (known) return {known, false, release ? context_id(known) : 0};
   const auto retain = driver<PrimaryCtxRetain>(DriverHelper::primary_ctx_retain);
-  const auto release = driver<PrimaryCtxRelease>(DriverHelper::primary_ctx_release);
+  const auto release_ours = driver<PrimaryCtxRelease>(DriverHelper::primary_ctx_release);
   CUcontext context = nullptr;
-  if (!retain || !release || retain(&context, op.device) != CUDA_SUCCESS) return {nullptr, true};
-  release(op.device);
-  return {context};
+  if (!retain || !release_ours || retain(&context, op.device) != CUDA_SUCCESS) return {nullptr, true};
+  const std::uint64_t id = release ? context_id(context) : 0;
+  release_ours(op.device);
+  return {context, false, id};
 }
 
-// After the call: whether it may have ended the context. A release ends the primary one only at its
-// last, but another thread may retain it again at once (often with the same handle), so any release
-// counts: its ops are then reported early, which is safe; querying a dead event is not.
-bool context_gone(CUresult result) noexcept { return result == CUDA_SUCCESS; }
+// After the call (`result`): whether it may have ended the context. A destruction or a reset that
+// succeeded did. A release ends the primary one only at its last, and most do not (a program's
+// retain and release pairs while its own reference holds it): one that did not is told by the
+// device's primary context being still active and still the same context, by its id. Not by the
+// active flag alone: another thread may retain it again at once, often with the same handle, a new
+// context whose events are not the old one's. Without an id (a driver before CUDA 12.0), any
+// release counts: its ops are then reported early and their events leaked, which is safe; querying
+// a dead event is not. Asked of the handle only while the primary context is active: the primary
+// context keeps its handle when made again, and a driver refuses a handle it does not know.
+bool context_gone(const Operation& op, const Ticket& ticket, CUresult result) noexcept {
+  if (result != CUDA_SUCCESS) return false;
+  if (!releases_primary(op.hook) || ticket.context_id == 0) return true;
+  return !primary_active(op.device) || context_id(ticket.context) != ticket.context_id;
+}
 
 }  // namespace
 
@@ -479,6 +507,7 @@ Ticket DaemonGate::before(const Operation& op) noexcept {
     Ticket ending;
     ending.context = named.context;
     ending.any_context = named.unknown;
+    ending.context_id = named.id;
     ending.posted_ns = ipc::monotonic_ns();
     completions_.context_ending(ending.context, ending.posted_ns, ending.any_context);
     completions_.drop_event_pool(/*destroy_events=*/true);
@@ -519,18 +548,18 @@ void DaemonGate::after(const Operation& op, Ticket ticket, CUresult result) noex
     if (destroys_green_context(op.hook) && result == CUDA_SUCCESS) {
       primaries_.released_on_some_device();
     } else if (!destroys_context(op.hook) && result == CUDA_SUCCESS) {  // a primary context's release or reset
-      const bool reset = op.hook == HookId::hook_cuDevicePrimaryCtxReset || op.hook == HookId::hook_cuDevicePrimaryCtxReset_v2;
-      primaries_.ended(op.device, !reset && primary_active(op.device));
+      primaries_.ended(op.device, !resets_primary(op.hook) && primary_active(op.device));
     }
     // Pooled events of a context not named may have died with it: forgotten (leaked, not used).
     if (!ticket.context) completions_.drop_event_pool(/*destroy_events=*/false);
+    const bool gone = context_gone(op, ticket, result);
     // So may its device be: a later context given its handle may be of another device.
     if (ticket.any_context) {
       devices_.forget_all();
-    } else if (ticket.context && context_gone(result)) {
+    } else if (ticket.context && gone) {
       devices_.forget(ticket.context);
     }
-    completions_.context_ended(ticket.context, ticket.posted_ns, context_gone(result), ticket.any_context);
+    completions_.context_ended(ticket.context, ticket.posted_ns, gone, ticket.any_context);
     return;
   }
   if (ticket.seq == 0) return;

@@ -30,7 +30,7 @@ constexpr std::array<const char*, kDriverHelperCount> kHelperNames = {
     "cuEventQuery",        "cuCtxSetCurrent",          "cuThreadExchangeStreamCaptureMode",
     "cuDevicePrimaryCtxGetState", "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRelease_v2",
     "cuDeviceGetAttribute",        "cuEventElapsedTime_v2",        "cuEventElapsedTime",  "cuDeviceGetCount",
-    "cuDeviceGetUuid_v2",          "cuDeviceGetUuid",              "cuStreamQuery"};
+    "cuDeviceGetUuid_v2",          "cuDeviceGetUuid",              "cuStreamQuery",        "cuCtxGetId"};
 
 // The driver's definition of `name`, or nullptr.
 void* look_up(const char* name) {

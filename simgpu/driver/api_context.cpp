@@ -191,6 +191,19 @@ SIMGPU_EXPORT CUresult cuCtxGetDevice(CUdevice* device) {
   return CUDA_SUCCESS;
 }
 
+// As the real driver's (CUDA 12.0): an id no other context of the process ever has, a primary
+// context made again after its last release included; a null ctx is the current context.
+SIMGPU_EXPORT CUresult cuCtxGetId(CUcontext ctx, unsigned long long* ctx_id) {
+  if (!ctx_id) return CUDA_ERROR_INVALID_VALUE;
+  Driver& d = driver();
+  if (!d.initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  std::lock_guard lock(d.mu);
+  if (!ctx && require_context(&ctx) != CUDA_SUCCESS) return CUDA_ERROR_INVALID_CONTEXT;
+  if (!d.contexts.contains(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+  *ctx_id = ctx->id;
+  return CUDA_SUCCESS;
+}
+
 SIMGPU_EXPORT CUresult cuCtxGetFlags(unsigned int* flags) {
   if (!flags) return CUDA_ERROR_INVALID_VALUE;
   Driver& d = driver();

@@ -538,4 +538,38 @@ TEST(Pipeline, PerThreadDefaultStreamsOfTwoThreadsAreTrackedApart) {
   EXPECT_EQ(resident.wait(kFinish), 0) << resident.output();
 }
 
+// A release of the primary context that is not its last does not end it: its work in flight is
+// not reported done (nor its events forgotten) until the device has run it.
+TEST(Pipeline, ARetainAndReleasePairWhileWorkRunsDoesNotReportItDone) {
+  PipelineRig rig;
+  rig.gpuqosd().start();
+  // High priority: gpuqosd takes its op for done only after 10 s (a best-effort one after 2).
+  ChildProcess& program = rig.start({.job = "release-pair", .priority = "high", .hold = true},
+                                    PipelineRig::client({"release", "4000000"}));  // a 4-s kernel
+  ASSERT_TRUE(eventually([&] {
+    return program.output().find("released while running") != std::string::npos || !program.running();
+  }, kFinish)) << program.output();
+  ASSERT_NE(program.output().find("released while running"), std::string::npos) << program.output() << rig.logs();
+  // For a second after the release (the kernel runs three more): posted, not completed.
+  const auto until = std::chrono::steady_clock::now() + 1s;
+  bool seen = false;
+  while (std::chrono::steady_clock::now() < until) {
+    const json client = rig.gpuqosd().client("release-pair");
+    if (!client.is_null() && ops(client, "posted") == 1) {
+      seen = true;
+      EXPECT_EQ(ops(client, "completed"), 0u) << "reported done while it ran\n" << client.dump();
+      if (ops(client, "completed") != 0) break;
+    }
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_TRUE(seen) << rig.gpuqosd().status().dump(1);
+  ASSERT_TRUE(eventually([&] { return holding(program) || !program.running(); }, kFinish)) << program.output();
+  ASSERT_NE(program.output().find("release ok"), std::string::npos) << program.output() << rig.logs();
+  // Once the kernel ended, its completion came from its event, as any other.
+  const json client = settled(rig, "release-pair", 1);
+  EXPECT_EQ(ops(client, "completed"), 1u) << client.dump();
+  rig.release("release-pair");
+  EXPECT_EQ(program.wait(kFinish), 0) << program.output();
+}
+
 }  // namespace

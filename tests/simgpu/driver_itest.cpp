@@ -1332,6 +1332,9 @@ TEST_F(DriverItest, PrimaryContextsAndTheContextStack) {
     CLIENT_CHECK(c, again == primary);
     CLIENT_OK(c, cuCtxGetCurrent(&current));
     CLIENT_CHECK(c, current == nullptr);  // retaining does not make it current
+    unsigned long long first_id = 0, made_again_id = 0;
+    CLIENT_CU(c, cuCtxGetId(nullptr, &first_id), CUDA_ERROR_INVALID_CONTEXT);  // none current
+    CLIENT_OK(c, cuCtxGetId(primary, &first_id));
     CLIENT_OK(c, cuDevicePrimaryCtxRelease(0));
     CLIENT_OK(c, cuDevicePrimaryCtxGetState(0, &flags, &active));
     CLIENT_CHECK(c, active == 1);  // one reference left
@@ -1339,6 +1342,11 @@ TEST_F(DriverItest, PrimaryContextsAndTheContextStack) {
     CLIENT_OK(c, cuDevicePrimaryCtxGetState(0, &flags, &active));
     CLIENT_CHECK(c, active == 0);
     CLIENT_CHECK(c, cuCtxSetCurrent(primary) != CUDA_SUCCESS);  // released for good
+    // Made again, it is another context: an id of its own (a handle may come back, an id never).
+    CLIENT_OK(c, cuDevicePrimaryCtxRetain(&again, 0));
+    CLIENT_OK(c, cuCtxGetId(again, &made_again_id));
+    CLIENT_CHECK(c, made_again_id != first_id);
+    CLIENT_OK(c, cuDevicePrimaryCtxRelease(0));
 
     // Created contexts stack per thread.
     CUcontext zero = nullptr, one = nullptr, popped = nullptr;

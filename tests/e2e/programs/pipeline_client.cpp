@@ -9,6 +9,9 @@
 //                          checked (the shim may split each into chunks: the data must not tell)
 //   behind <bytes> <us>    spin(us) on a stream, then cuMemcpyHtoDAsync of <bytes> (pinned) on it
 //                          ("returned in <ms> ms": how long the async call took), then back; checked
+//   release <us>           spin(us) on a stream inside a retain and release of the primary context
+//                          (a helper's reference: the program's own still holds it), released while
+//                          the kernel runs ("released while running"), then synchronised
 // Prints "ops <n>" (the operations it issued) and "<mode> ok"; releases its primary context last.
 #include <cuda.h>
 
@@ -169,6 +172,21 @@ int run_behind(std::size_t bytes, std::uint64_t duration_us) {
   return 0;
 }
 
+int run_release(std::uint64_t duration_us) {
+  CUstream stream = nullptr;
+  CHECK_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  CUcontext helper = nullptr;
+  CHECK_CU(cuDevicePrimaryCtxRetain(&helper, g_device));
+  CHECK_CU(spin(duration_us, stream));
+  CHECK_CU(cuDevicePrimaryCtxRelease(g_device));  // not the last reference: the context lives on
+  CHECK(cuStreamQuery(stream) == CUDA_ERROR_NOT_READY);
+  std::printf("released while running\n");
+  CHECK_CU(cuStreamSynchronize(stream));
+  CHECK_CU(cuStreamDestroy(stream));
+  std::printf("ops 1\nrelease ok\n");
+  return 0;
+}
+
 int run(const std::string& mode, int argc, char** argv) {
   const auto arg = [&](int i, long fallback) { return argc > i ? std::atol(argv[i]) : fallback; };
   if (mode == "streams") return run_streams(static_cast<int>(arg(2, 10)), static_cast<std::uint64_t>(arg(3, 200)));
@@ -178,7 +196,8 @@ int run(const std::string& mode, int argc, char** argv) {
   if (mode == "behind") {
     return run_behind(static_cast<std::size_t>(arg(2, 16 << 20)), static_cast<std::uint64_t>(arg(3, 1'000'000)));
   }
-  std::printf("usage: %s streams|loop|pair|copies|behind ...\n", argv[0]);
+  if (mode == "release") return run_release(static_cast<std::uint64_t>(arg(2, 1000)));
+  std::printf("usage: %s streams|loop|pair|copies|behind|release ...\n", argv[0]);
   return 2;
 }
 

@@ -53,6 +53,9 @@ struct Ticket {
   CUcontext context = nullptr;  // current when it was posted: completion events are made there
   // A lifetime call: the context it may end (context above) could not be named, so it may be any.
   bool any_context = false;
+  // A primary context's release: cuCtxGetId of the context it may end, before it (0: unknown). The
+  // release ended it unless the device's primary context is still this one after it.
+  std::uint64_t context_id = 0;
   // A primary context's retain (the context hook): how many releases and resets had succeeded on
   // its device when it began (a handle it returns after another one did is not remembered).
   std::uint64_t primary_generation = 0;
