@@ -8,6 +8,7 @@
 //   same way) with the job's <arrivals> requests said; 0: a job that never says them (the bound's
 //   price, no waits read). Compare the rows of one run.
 // tick_in_flight/<ops>: a tick with <ops> high-priority ops in flight, none stale yet.
+// query_beside_in_flight/<ops>: a query of one job while another has <ops> kernels in flight.
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -94,6 +95,31 @@ void tick_in_flight(benchmark::State& state) {
   }
 }
 BENCHMARK(tick_in_flight)->Arg(16)->Arg(100'000);
+
+// query_beside_in_flight/<ops>: a query (its begin and first kernel, then its end) of one
+// high-priority job while another has <ops> kernels in flight that never complete, on a device that
+// runs kernels to their end: its first kernel reads what is ahead of it, a sum per client.
+void query_beside_in_flight(benchmark::State& state) {
+  PolicyOptions options;
+  options.name = "baymax";
+  BaymaxPolicy policy(options);
+  constexpr ClientId kFlood = 3;
+  (void)policy.client_registered(ClientInfo{kServe, "serve", Priority::high, 0, 100 * kMs, 99.0, 1.0}, 0);
+  (void)policy.client_registered(ClientInfo{kFlood, "flood", Priority::high, 0, std::nullopt, 99.0, 1.0}, 0);
+  std::int64_t now = 0;
+  for (std::int64_t seq = 1; seq <= state.range(0); ++seq) {
+    (void)policy.op_posted(OpPosted{kFlood, Priority::high, descriptor(static_cast<std::uint64_t>(seq), OpKind::kernel, now),
+                                    now, kMs});
+  }
+  std::uint64_t seq = 0;
+  for (auto _ : state) {
+    now += 100;
+    benchmark::DoNotOptimize(policy.op_posted(OpPosted{kServe, Priority::high, descriptor(++seq, OpKind::query_begin, now), now, 0}));
+    benchmark::DoNotOptimize(policy.op_posted(OpPosted{kServe, Priority::high, descriptor(++seq, OpKind::kernel, now), now, kMs}));
+    benchmark::DoNotOptimize(policy.op_posted(OpPosted{kServe, Priority::high, descriptor(++seq, OpKind::query_end, now), now, 0}));
+  }
+}
+BENCHMARK(query_beside_in_flight)->Arg(16)->Arg(100'000);
 
 }  // namespace
 

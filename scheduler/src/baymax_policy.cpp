@@ -61,13 +61,11 @@ BaymaxPolicy::ClientState::FirstCompute BaymaxPolicy::first_compute_of(ClientId 
   first.device = op.device;
   // On a time-slicing device the op shares the slices instead: nothing counted as waited.
   if (!options_.baymax.preemptive(op.device)) {
-    for (const auto& [key, flight] : in_flight_) {
-      if (key.first == client || flight.device != op.device || flight.engine != Engine::compute) continue;
-      first.ahead_ns += flight.predicted_ns;
-      if (first.ahead.empty() || first.ahead.back().first != key.first) {
-        first.ahead.emplace_back(key.first, key.second);
-      } else {
-        first.ahead.back().second = key.second;  // in seq order within a client
+    if (const auto device = compute_in_flight_.find(op.device); device != compute_in_flight_.end()) {
+      for (const auto& [other, tally] : device->second) {
+        if (other == client) continue;
+        first.ahead_ns += tally.predicted_ns;
+        first.ahead.emplace_back(other, *tally.seqs.rbegin());  // its last in flight
       }
     }
   }
@@ -137,6 +135,11 @@ void BaymaxPolicy::account(ClientId client, const ipc::OpDescriptor& op, std::in
       in_flight_.try_emplace({client, op.seq}, InFlight{op.device, *engine, op.stream, predicted_ns, now_ns, high, priced_long});
   if (!fresh) return;
   by_stale_at_.emplace(stale_at_ns(placed->second), placed->first);
+  if (*engine == Engine::compute) {
+    ComputeInFlight& tally = compute_in_flight_[op.device][client];
+    tally.predicted_ns += predicted_ns;
+    tally.seqs.insert(op.seq);
+  }
   EngineState& state = engines_[{op.device, *engine}];
   if (high) {
     ++state.hp_ops;
@@ -161,6 +164,15 @@ void BaymaxPolicy::retire(ClientId client, std::uint64_t seq, std::optional<std:
   if (it == in_flight_.end()) return;
   const InFlight done = it->second;
   by_stale_at_.erase({stale_at_ns(done), it->first});
+  if (done.engine == Engine::compute) {
+    auto& by_client = compute_in_flight_[done.device];
+    if (auto tally = by_client.find(client); tally != by_client.end()) {
+      tally->second.predicted_ns -= done.predicted_ns;
+      tally->second.seqs.erase(seq);
+      if (tally->second.seqs.empty()) by_client.erase(tally);
+    }
+    if (by_client.empty()) compute_in_flight_.erase(done.device);
+  }
   in_flight_.erase(it);
   EngineState& state = engines_[{done.device, done.engine}];
   if (done.high) {

@@ -597,6 +597,13 @@ class BaymaxPolicy final : public Policy {
   // review's high-priority clients that never reported completions left millions in flight, and the
   // tick's walk over all of them stalled the loop 350 ms every 10 ms.
   std::set<std::pair<std::int64_t, std::pair<ClientId, std::uint64_t>>> by_stale_at_;
+  // The compute ops in flight by device and client, their predicted ns summed and their seqs, so a
+  // query's first compute op (first_compute_of) reads a sum per client, not every op in flight.
+  struct ComputeInFlight {
+    std::int64_t predicted_ns = 0;
+    std::set<std::uint64_t> seqs;
+  };
+  std::map<std::uint32_t, std::map<ClientId, ComputeInFlight>> compute_in_flight_;
   static std::int64_t stale_at_ns(const InFlight& flight);
   // Fair queueing and the share hold by job (all its processes together), by device: predicted
   // compute ns granted there / weight, and its value at the start of the job's latest grant there.
