@@ -100,6 +100,14 @@ class SimgpuRig {
 
 double relative_error(double measured, double expected) { return std::abs(measured - expected) / expected; }
 
+// How many requests the replayer's open loop (rate, seed) makes arrive in its first duration_s.
+std::size_t arrivals_before(double rate_per_s, std::uint64_t seed, double duration_s) {
+  std::size_t arrived = 0;
+  PoissonArrivals arrivals(rate_per_s, seed);
+  for (double at_s = 0; at_s < duration_s; at_s += arrivals.next_gap_s()) ++arrived;
+  return arrived;
+}
+
 // An iteration that is not a number is said plainly, before the trace is read (it said only
 // "stoul"; "-1" became iteration 18446744073709551615).
 TEST(Trace2Workload, AnIterationThatIsNotANumberIsSaidPlainly) {
@@ -173,9 +181,7 @@ TEST(Replay, EveryRequestThatArrivedIsServedOrCountedUnserved) {
   constexpr double kRate = 600, kDurationS = 0.5;
   const json results = rig.replay("bert", {"--mode", "lc", "--rate", std::to_string(kRate), "--duration",
                                            std::to_string(kDurationS), "--seed", "7"});
-  std::size_t arrived = 0;
-  PoissonArrivals arrivals(kRate, 7);
-  for (double at_s = 0; at_s < kDurationS; at_s += arrivals.next_gap_s()) ++arrived;
+  const std::size_t arrived = arrivals_before(kRate, 7, kDurationS);
   const std::size_t served = results.at("latency_ms").size();
   const std::size_t unserved = results.at("unserved_ms").size();
   EXPECT_EQ(served + unserved, arrived) << served << " served, " << unserved << " unserved";
@@ -204,10 +210,7 @@ TEST(Replay, OnlyRequestsThatArrivedInTheRunAreCounted) {
   constexpr double kRate = 4, kDurationS = 2;
   const json idle = rig.replay("bert", {"--mode", "lc", "--rate", std::to_string(kRate), "--duration",
                                         std::to_string(kDurationS), "--seed", "3"});
-  std::size_t arrived = 0;
-  PoissonArrivals arrivals(kRate, 3);
-  for (double at_s = 0; at_s < kDurationS; at_s += arrivals.next_gap_s()) ++arrived;
-  EXPECT_EQ(idle.at("latency_ms").size() + idle.at("unserved_ms").size(), arrived);
+  EXPECT_EQ(idle.at("latency_ms").size() + idle.at("unserved_ms").size(), arrivals_before(kRate, 3, kDurationS));
 }
 
 TEST(ReplayFidelity, ResNetIterationTimeMatchesTrace) {

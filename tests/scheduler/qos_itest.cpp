@@ -754,11 +754,19 @@ TEST(Cli, TopRefreshesUntilItIsToldToStop) {
 
 // A user test: with gpuqosd stopped, Ctrl-C in top took 4.7 s (the wait for the answer did not
 // watch the quit signals) and ended in "gpuqosd went away" with exit 1.
-TEST(Cli, TopQuitsAtOnceWhileAStoppedDaemonKeepsItsAnswer) {
+// `gpuqos top` every 50 ms on a gpuqosd of its own; drew() once its first frame is out.
+struct TopOfADaemon {
   DaemonProcess daemon;
-  ChildProcess top({bin("gpuqos"), "top", "--interval", "0.05", "--socket", daemon.socket()}, {},
-                   daemon.dir() / "top.out");
-  ASSERT_TRUE(eventually([&] { return top.output().find("gpuqos top at") != std::string::npos; }, 10s)) << top.output();
+  ChildProcess top{{bin("gpuqos"), "top", "--interval", "0.05", "--socket", daemon.socket()}, {}, daemon.dir() / "top.out"};
+  bool drew() {
+    return eventually([&] { return top.output().find("gpuqos top at") != std::string::npos; }, 10s);
+  }
+};
+
+TEST(Cli, TopQuitsAtOnceWhileAStoppedDaemonKeepsItsAnswer) {
+  TopOfADaemon watched;
+  auto& [daemon, top] = watched;
+  ASSERT_TRUE(watched.drew()) << top.output();
   ASSERT_EQ(::kill(daemon.pid(), SIGSTOP), 0);
   std::this_thread::sleep_for(300ms);  // top's next request is waiting for the answer
   const auto asked = std::chrono::steady_clock::now();
@@ -774,10 +782,9 @@ TEST(Cli, TopQuitsAtOnceWhileAStoppedDaemonKeepsItsAnswer) {
 // though a stopped or stalled gpuqosd runs again where it left off. It now says for how long it has
 // not answered and draws the table again once it does.
 TEST(Cli, TopWaitsForAStoppedDaemonAndGoesOnWhenItRunsAgain) {
-  DaemonProcess daemon;
-  ChildProcess top({bin("gpuqos"), "top", "--interval", "0.05", "--socket", daemon.socket()}, {},
-                   daemon.dir() / "top.out");
-  ASSERT_TRUE(eventually([&] { return top.output().find("gpuqos top at") != std::string::npos; }, 10s)) << top.output();
+  TopOfADaemon watched;
+  auto& [daemon, top] = watched;
+  ASSERT_TRUE(watched.drew()) << top.output();
   ASSERT_EQ(::kill(daemon.pid(), SIGSTOP), 0);
   const bool said = eventually([&] { return top.output().find("no answer from gpuqosd for") != std::string::npos; }, 15s);
   ::kill(daemon.pid(), SIGCONT);
