@@ -422,6 +422,21 @@ TEST(Daemon, AClientFloodingItsSocketDoesNotHoldTheLoop) {
   EXPECT_TRUE(granted) << "the loop was held reading the flood\n" << daemon.log();
 }
 
+// A review: a client posting a new unnamed kernel with each op wrote a warning line each (65,536
+// in a second). The line is under the per-user warning budget; the ops still go, named kernel-<id>.
+TEST(Daemon, OpsOfKernelsNeverNamedAreWarnedOfWithinTheBudget) {
+  DaemonProcess daemon({"--policy", "fifo"});
+  FakeClient client(daemon.socket(), Priority::low, "unnamed");
+  constexpr std::uint64_t kOps = 200;
+  for (std::uint64_t seq = 1; seq <= kOps; ++seq) {
+    client.post(FakeClient::kernel(seq, static_cast<std::uint32_t>(seq)));
+    ASSERT_TRUE(client.wait_granted(seq)) << daemon.log();
+  }
+  const std::size_t said = occurrences(daemon.log(), "whose name was never sent");
+  EXPECT_GE(said, 1u) << daemon.log();
+  EXPECT_LE(said, static_cast<std::size_t>(scheduler::Daemon::kPeerWarningsPerWindow)) << daemon.log();
+}
+
 // Status requests that arrive together are answered from one status made for them all (a review
 // queued 64, an epoll batch, each made anew: 300 ms of the loop with 400 clients). Each still gets
 // the whole answer, the one of that moment.
