@@ -20,6 +20,7 @@ namespace gpuqos::scheduler {
 namespace {
 
 constexpr const char* kNoAnswerWithin = "gpuqosd did not answer within ";
+constexpr const char* kCannotReach = "cannot reach gpuqosd: ";
 
 nlohmann::json client_json(const ClientStatus& c) {
   nlohmann::json j = {{"client", c.client},
@@ -485,13 +486,15 @@ bool status_error_is_stall(const std::string& error) {
 }
 
 std::string status_error_text(const std::string& error, const std::string& socket_path) {
-  if (error.find(socket_path) != std::string::npos) return error;
+  // The hint only when nothing answered the connect (one that timed out did connect), and the error
+  // does not already say what is at the path.
+  if (!error.starts_with(kCannotReach) || error.find(socket_path) != std::string::npos) return error;
   return error + " (socket " + socket_path + "; is gpuqosd running?)";
 }
 
 ipc::Result<std::string> request_status(const std::string& socket_path, int quit_fd, const std::function<bool()>& quits) {
   auto socket = connect_unix(socket_path);
-  if (!socket) return ipc::Error{"cannot reach gpuqosd: " + socket.error()};
+  if (!socket) return ipc::Error{std::string(kCannotReach) + socket.error()};
   constexpr int kAnswerWithinS = 5;
   const timeval timeout{kAnswerWithinS, 0};  // a daemon that never answers must not hang the CLI
   ::setsockopt(socket->get(), SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);

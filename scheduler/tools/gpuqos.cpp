@@ -34,10 +34,7 @@ int written(const char* command) {
 int show_status(const std::string& socket, bool json) {
   auto text = gpuqos::scheduler::request_status(socket);
   if (!text) {
-    // The hint only when nothing answered the connect: one that timed out did connect.
-    const bool unreached = text.error().starts_with("cannot reach gpuqosd");
-    std::cerr << "gpuqos status: " << (unreached ? gpuqos::scheduler::status_error_text(text.error(), socket) : text.error())
-              << "\n";
+    std::cerr << "gpuqos status: " << gpuqos::scheduler::status_error_text(text.error(), socket) << "\n";
     return 1;
   }
   if (json) {

@@ -86,6 +86,20 @@ TEST(Status, ADaemonWhoseConnectionQueueIsFullIsAStallNotAHang) {
   EXPECT_EQ(second.error(), "another gpuqosd is already serving " + path);
 }
 
+// The "is gpuqosd running?" hint goes only with an error that could not connect and does not say
+// what is at the path: `gpuqos status` and `gpuqos top` both use it (a review: top put it on a
+// timeout, where gpuqosd had connected).
+TEST(Status, TheIsItRunningHintIsOnlyForAConnectThatFailedUnexplained) {
+  const std::string path = "/run/gpuqos/gpuqosd.sock";
+  EXPECT_EQ(status_error_text("cannot reach gpuqosd: connect: Permission denied", path),
+            "cannot reach gpuqosd: connect: Permission denied (socket " + path + "; is gpuqosd running?)");
+  const std::string said = "cannot reach gpuqosd: " + ipc::connect_failure(path, ENOENT);
+  EXPECT_EQ(status_error_text(said, path), said) << "it names the path already";
+  const std::string timeout = "gpuqosd did not answer within 5 s (stopped, or too busy?)";
+  EXPECT_EQ(status_error_text(timeout, path), timeout);
+  EXPECT_EQ(status_error_text("gpuqosd refused: x", path), "gpuqosd refused: x");
+}
+
 // A user test: only the log said whether the endpoint served or was retrying a port in use.
 TEST(Status, TheMetricsEndpointIsSaidServingOrNot) {
   DaemonStatus status = status_with(0);

@@ -179,8 +179,9 @@ int job_column_width(const nlohmann::json& rows);
 // anything quits), and on true stops waiting.
 ipc::Result<std::string> request_status(const std::string& socket_path, int quit_fd = -1,
                                         const std::function<bool()>& quits = {});
-// request_status's error for a user: with " (socket PATH; is gpuqosd running?)" unless it already
-// says what is at the path (ipc::connect_failure does).
+// request_status's error for a user: one that could not connect with " (socket PATH; is gpuqosd
+// running?)" unless it already says what is at the path (ipc::connect_failure does); any other
+// (gpuqosd connected and did not answer, or refused) as it is.
 std::string status_error_text(const std::string& error, const std::string& socket_path);
 // Whether request_status's error is a daemon that is there but does not answer (stopped, or its loop
 // stalled): no answer in time, or its queue of new connections full.
