@@ -11,6 +11,7 @@
 
 #include "gpuqos/simgpu/profile.h"
 #include "gpuqos/testing/gpuqos_programs.h"
+#include "gpuqos/testing/text.h"
 #include "report.h"
 
 namespace gpuqos::qos {
@@ -66,12 +67,6 @@ simgpu::DeviceProfile bench_device() {
 std::string device_sms() { return std::to_string(bench_device().sms); }
 
 bool contains(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
-
-std::size_t occurrences(const std::string& text, const std::string& needle) {
-  std::size_t n = 0;
-  for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + needle.size())) ++n;
-  return n;
-}
 
 void add_caveat(Status& status, const std::string& text) {
   status.caveat += (status.caveat.empty() ? "" : "; ") + text;
@@ -270,7 +265,7 @@ RunOutcome QosRig::run_jobs(const std::string& run_name, const std::vector<JobSp
     if (!daemon->running() && outcome.status.ok) outcome.status = failed("gpuqosd died during the run", log_file(run_name + "-gpuqosd"));
     daemon->stop();
     keep_predictor_store(run_name);
-    if (const std::size_t stalls = occurrences(read_file(log_file(run_name + "-gpuqosd")), testing::kDaemonStalledMark)) {
+    if (const std::size_t stalls = testing::occurrences(read_file(log_file(run_name + "-gpuqosd")), testing::kDaemonStalledMark)) {
       add_caveat(outcome.status, "gpuqosd's loop stalled past the heartbeat limit " + std::to_string(stalls) + " time(s)");
     }
   }
@@ -286,7 +281,7 @@ RunOutcome QosRig::run_jobs(const std::string& run_name, const std::vector<JobSp
     } else {
       job.result = nlohmann::json::parse(read_file(results[i]), nullptr, false);
       if (job.result.is_discarded()) status = failed(jobs[i].name + " wrote no readable result", logs[i]);
-      const std::size_t fell_open = managed ? occurrences(read_file(logs[i]), testing::kShimUnmanagedMark) : 0;
+      const std::size_t fell_open = managed ? testing::occurrences(read_file(logs[i]), testing::kShimUnmanagedMark) : 0;
       if (fell_open > 0) add_caveat(outcome.status, jobs[i].name + " ran unmanaged " + std::to_string(fell_open) + " time(s)");
     }
     if (!status.ok) job.result = nullptr;
