@@ -42,7 +42,7 @@ std::string driver_name_of(CUfunction function) {
 }  // namespace
 
 std::uint32_t KernelRegistry::id_for_locked(std::string_view name) {
-  std::string key(name.substr(0, ipc::kMaxKernelNameBytes));
+  std::string key = ipc::wire_kernel_name(name);  // gpuqosd refuses a record of other bytes
   if (const auto it = ids_.find(key); it != ids_.end()) return it->second;
   names_.push_back(key);
   const auto id = static_cast<std::uint32_t>(names_.size());

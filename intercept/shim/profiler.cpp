@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 
+#include "gpuqos/ipc/registration.h"
 #include "shim.h"
 
 namespace gpuqos::intercept {
@@ -214,7 +215,7 @@ void Profiler::on_record(const CUpti_Activity* record) {
       const auto& r = *reinterpret_cast<const CUpti_ActivityKernel10*>(record);
       timing.kind = ipc::OpKind::kernel;
       timing.start_ns = r.start, timing.end_ns = r.end;
-      timing.cupti_name = r.name ? r.name : "";
+      timing.cupti_name = r.name ? ipc::wire_kernel_name(r.name) : "";  // as the registry's names
       correlation = r.correlationId;
       break;
     }

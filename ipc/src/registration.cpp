@@ -140,6 +140,23 @@ HelloReply make_hello_reply(HelloStatus status, std::uint32_t client_number, std
 std::vector<std::byte> encode(const Hello& hello) { return bytes_of(hello); }
 std::vector<std::byte> encode(const HelloReply& reply) { return bytes_of(reply); }
 
+std::string wire_kernel_name(std::string_view name) {
+  std::string out;
+  out.reserve(std::min<std::size_t>(name.size(), kMaxKernelNameBytes));
+  for (const char c : name) {
+    if (printable(c) && c != '\\') {
+      out += c;
+    } else {
+      constexpr char kHex[] = "0123456789abcdef";
+      const auto byte = static_cast<unsigned char>(c);
+      out += {'\\', 'x', kHex[byte >> 4], kHex[byte & 0xf]};
+    }
+    if (out.size() >= kMaxKernelNameBytes) break;
+  }
+  out.resize(std::min<std::size_t>(out.size(), kMaxKernelNameBytes));
+  return out;
+}
+
 Result<std::vector<std::byte>> encode_kernel_name(std::uint32_t kernel_id, std::string_view name) {
   if (kernel_id == 0) return Error{"kernel id 0 is reserved"};
   if (name.empty() || name.size() > kMaxKernelNameBytes) return Error{"kernel name must be 1..4096 bytes"};

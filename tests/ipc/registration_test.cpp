@@ -325,6 +325,26 @@ TEST(KernelName, GarbageIsRejected) {
   EXPECT_EQ(record_kind(std::span(record).first(2)), RecordKind::unknown);
 }
 
+TEST(KernelName, AnyNameIsSentAsPrintableBytesThatStayDistinct) {
+  EXPECT_EQ(wire_kernel_name("_Z6matmulPfS_S_i"), "_Z6matmulPfS_S_i");  // what every mangled name is
+  EXPECT_EQ(wire_kernel_name("operator() const"), "operator() const");
+  // UTF-8 identifiers, control bytes and the escape character itself.
+  EXPECT_EQ(wire_kernel_name("\xd1\x8f\xd0\xb4\xd1\x80\xd0\xbe"), "\\xd1\\x8f\\xd0\\xb4\\xd1\\x80\\xd0\\xbe");
+  EXPECT_EQ(wire_kernel_name(std::string("a\0b\tc\x7f", 6)), "a\\x00b\\x09c\\x7f");
+  EXPECT_EQ(wire_kernel_name("a\\x41"), "a\\x5cx41");
+  EXPECT_NE(wire_kernel_name("a\\x41"), wire_kernel_name("a\x41"));
+  // Each is a record gpuqosd takes (before, a byte of 0x80 and up cost the job its registration).
+  for (const std::string name : {"\xd1\x8f\xd0\xb4\xd1\x80\xd0\xbe", "k\xff", "\x01"}) {
+    auto decoded = decode_kernel_name(encode_kernel_name(3, wire_kernel_name(name)).value());
+    ASSERT_TRUE(decoded) << decoded.error();
+    EXPECT_EQ(decoded->name, wire_kernel_name(name));
+  }
+  EXPECT_FALSE(decode_kernel_name(encode_kernel_name(3, "k\xff").value())) << "the raw bytes are still refused";
+  // Cut to the record's limit, escapes counted.
+  EXPECT_EQ(wire_kernel_name(std::string(kMaxKernelNameBytes + 10, 'k')).size(), kMaxKernelNameBytes);
+  EXPECT_EQ(wire_kernel_name(std::string(kMaxKernelNameBytes, '\xe9')).size(), kMaxKernelNameBytes);
+}
+
 TEST(UnscheduledDevice, RoundTripsAndRefusesGarbage) {
   const std::array<std::uint8_t, 16> uuid{0x49, 0x82, 0x1f, 0x9d, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 0xaa};
   std::vector<std::byte> record = encode_unscheduled_device(3, uuid);

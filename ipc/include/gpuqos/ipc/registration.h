@@ -266,6 +266,12 @@ std::vector<std::string> managed_uuids(const HelloReply& reply);
 // other bytes become '_', cut to 63 bytes, "job" if empty. gpuqosd applies it to every Hello's name.
 std::string sanitize_job_name(std::string_view name);
 
+// A kernel name as KernelName records carry it: printable ASCII. Each byte outside it, and '\\', is
+// written \xHH, so distinct names stay distinct (C++ allows UTF-8 identifiers, and a mangled name
+// keeps them); cut to kMaxKernelNameBytes. The shim names kernels this way, in its records and its
+// profiles alike, so what gpuqosd learns from one matches the other.
+std::string wire_kernel_name(std::string_view name);
+
 std::vector<std::byte> encode(const Hello& hello);
 std::vector<std::byte> encode(const HelloReply& reply);
 Result<std::vector<std::byte>> encode_kernel_name(std::uint32_t kernel_id, std::string_view name);
