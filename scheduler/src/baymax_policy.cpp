@@ -135,6 +135,9 @@ void BaymaxPolicy::account(ClientId client, const ipc::OpDescriptor& op, std::in
       in_flight_.try_emplace({client, op.seq}, InFlight{op.device, *engine, op.stream, predicted_ns, now_ns, high, priced_long});
   if (!fresh) return;
   by_stale_at_.emplace(stale_at_ns(placed->second), placed->first);
+  if (++clients_[client].in_flight_ops > kMaxInFlightPerClient) {
+    retire(client, in_flight_.lower_bound({client, 0})->first.second, std::nullopt, now_ns);  // its oldest
+  }
   if (*engine == Engine::compute) {
     ComputeInFlight& tally = compute_in_flight_[op.device][client];
     tally.predicted_ns += predicted_ns;
@@ -174,6 +177,7 @@ void BaymaxPolicy::retire(ClientId client, std::uint64_t seq, std::optional<std:
     if (by_client.empty()) compute_in_flight_.erase(done.device);
   }
   in_flight_.erase(it);
+  if (auto c = clients_.find(client); c != clients_.end() && c->second.in_flight_ops > 0) --c->second.in_flight_ops;
   EngineState& state = engines_[{done.device, done.engine}];
   if (done.high) {
     --state.hp_ops;
@@ -1364,6 +1368,11 @@ Decisions BaymaxPolicy::op_completed(const OpCompleted& event) {
     learn(queries_.completed(event.client, completion, event.now_ns));
   }
   return grant_ready(event.now_ns);
+}
+
+std::size_t BaymaxPolicy::in_flight_ops(ClientId client) const {
+  const auto it = clients_.find(client);
+  return it == clients_.end() ? 0 : it->second.in_flight_ops;
 }
 
 Decisions BaymaxPolicy::client_gone(ClientId client, std::int64_t now_ns) {

@@ -8,7 +8,10 @@ namespace gpuqos::scheduler {
 Decisions PriorityPolicy::op_posted(const OpPosted& event) {
   if (event.priority == ipc::Priority::high) {
     backlog_.account(event.client, event.op, placeholder_duration_ns(event.op));
-    if (engine_of(event.op)) high_in_flight_.emplace(std::pair{event.client, event.op.seq}, event.now_ns);
+    if (!engine_of(event.op)) return {};
+    auto& ops = high_in_flight_[event.client];
+    ops.emplace(event.op.seq, event.now_ns);
+    if (ops.size() > EngineBacklog::kMaxTrackedOpsPerClient) ops.erase(ops.begin());
     return {};
   }
   push_coalescing_marks(queue_, Queued{event.client, event.op});
@@ -17,20 +20,33 @@ Decisions PriorityPolicy::op_posted(const OpPosted& event) {
 
 Decisions PriorityPolicy::op_completed(const OpCompleted& event) {
   backlog_.complete(event.client, event.completion);
-  high_in_flight_.erase({event.client, event.completion.seq});
+  if (auto ops = high_in_flight_.find(event.client); ops != high_in_flight_.end()) {
+    ops->second.erase(event.completion.seq);
+    if (ops->second.empty()) high_in_flight_.erase(ops);
+  }
   return grant_ready();
 }
 
 Decisions PriorityPolicy::client_gone(ClientId client, std::int64_t /*now_ns*/) {
   std::erase_if(queue_, [client](const Queued& queued) { return queued.client == client; });
-  std::erase_if(high_in_flight_, [client](const auto& entry) { return entry.first.first == client; });
+  high_in_flight_.erase(client);
   backlog_.drop_client(client);
   return grant_ready();
 }
 
 Decisions PriorityPolicy::tick(std::int64_t now_ns) {
-  std::erase_if(high_in_flight_, [now_ns](const auto& entry) { return now_ns - entry.second > kStaleHighNs; });
+  for (auto client = high_in_flight_.begin(); client != high_in_flight_.end();) {
+    auto& ops = client->second;  // in seq order, and so in the order posted: only the stale are walked
+    while (!ops.empty() && now_ns - ops.begin()->second > kStaleHighNs) ops.erase(ops.begin());
+    client = ops.empty() ? high_in_flight_.erase(client) : std::next(client);
+  }
   return grant_ready();
+}
+
+std::size_t PriorityPolicy::high_priority_in_flight() const {
+  std::size_t count = 0;
+  for (const auto& [client, ops] : high_in_flight_) count += ops.size();
+  return count;
 }
 
 Decisions PriorityPolicy::grant_ready() {

@@ -177,6 +177,7 @@ std::vector<ClosedQuery> QueryTracker::posted(ClientId client, const ipc::OpDesc
   }
   if (!engine_of(op)) return closed;
   state.outstanding.emplace(op.seq, State::Posted{at_ns, blocks_host(op)});
+  if (state.outstanding.size() > kMaxOutstandingOps) state.outstanding.erase(state.outstanding.begin());
   if (state.explicit_marks) {
     if (!state.open) return closed;  // work outside any marked query
   } else if (!state.open) {

@@ -2148,6 +2148,24 @@ TEST(BaymaxPolicy, AHighPriorityOpIsNotTakenAsStuck) {
   EXPECT_EQ(policy.tick(BaymaxPolicy::kStaleOpNs + 1), (Decisions{{kTrainA, 1}}));
 }
 
+// Nothing of a high-priority client is held, so one that never reports completions could keep
+// millions of ops in flight for kStaleOpNs each. Past kMaxInFlightPerClient its oldest is retired.
+TEST(BaymaxPolicy, AClientsOpsInFlightAreBoundedInCount) {
+  constexpr std::uint64_t kMax = BaymaxPolicy::kMaxInFlightPerClient;
+  BaymaxPolicy policy(options());
+  (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
+  for (std::uint64_t seq = 1; seq <= kMax + 1; ++seq) {
+    (void)post(policy, kServe, Priority::high, copy(seq, ipc::CopyDirection::h2d), kMs, kMs);
+  }
+  EXPECT_EQ(policy.in_flight_ops(kServe), kMax);
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, copy(1, ipc::CopyDirection::h2d), kMs, kMs).empty())
+      << "high-priority copies in flight in the same direction";
+  Decisions last;
+  for (std::uint64_t seq = 2; seq <= kMax + 1; ++seq) last = policy.op_completed({kServe, done(seq, 2 * kMs), 2 * kMs});
+  EXPECT_EQ(last, (Decisions{{kTrainA, 1}})) << "copy 1 was retired at the cap: none left in flight";
+  EXPECT_EQ(policy.in_flight_ops(kServe), 0u);
+}
+
 TEST(BaymaxPolicy, AQuerysCopySlipsBetweenTheChunksOfABestEffortCopy) {
   BaymaxPolicy policy(options());
   (void)policy.client_registered(serve(kServe, 100 * kMs), 0);

@@ -20,7 +20,7 @@ ipc::OpDescriptor op(std::uint64_t seq, ipc::OpKind kind = ipc::OpKind::kernel) 
 
 ipc::CompletionDescriptor done(std::uint64_t seq) { return ipc::CompletionDescriptor{seq, 10, 20, 0, 0}; }
 
-constexpr ClientId kServe = 1, kTrainA = 2, kTrainB = 3;
+constexpr ClientId kServe = 1, kTrainA = 2, kTrainB = 3, kServeB = 4;
 
 TEST(PriorityPolicy, BestEffortFlowsWhileNoQueryRuns) {
   PriorityPolicy policy;
@@ -81,6 +81,21 @@ TEST(PriorityPolicy, ALostCompletionStopsBlockingAfterTheStaleLimit) {
   EXPECT_TRUE(policy.op_posted({kTrainA, Priority::low, op(1), 2'000}).empty());
   EXPECT_TRUE(policy.tick(1'000 + PriorityPolicy::kStaleHighNs).empty()) << "not yet stale";
   EXPECT_EQ(policy.tick(1'001 + PriorityPolicy::kStaleHighNs), (Decisions{{kTrainA, 1}}));
+}
+
+// A high-priority client that never reports completions could keep millions of ops in flight for
+// kStaleHighNs, each tick walking them all: past EngineBacklog::kMaxTrackedOpsPerClient its oldest goes.
+TEST(PriorityPolicy, AClientsOpsInFlightAreBoundedInCountAndTheStaleOnesGoByTick) {
+  constexpr std::uint64_t kMax = EngineBacklog::kMaxTrackedOpsPerClient;
+  PriorityPolicy policy;
+  for (std::uint64_t seq = 1; seq <= kMax + 1; ++seq) (void)policy.op_posted({kServe, Priority::high, op(seq), 1'000});
+  (void)policy.op_posted({kServeB, Priority::high, op(1), 5'000});
+  EXPECT_EQ(policy.high_priority_in_flight(), kMax + 1);
+  EXPECT_TRUE(policy.op_posted({kTrainA, Priority::low, op(1), 6'000}).empty());
+  for (std::uint64_t seq = 2; seq <= kMax + 1; ++seq) EXPECT_TRUE(policy.op_completed({kServe, done(seq), 7'000}).empty());
+  EXPECT_EQ(policy.high_priority_in_flight(), 1u) << "op 1 went at the cap; kServeB's op is left";
+  EXPECT_TRUE(policy.tick(5'000 + PriorityPolicy::kStaleHighNs).empty());
+  EXPECT_EQ(policy.tick(5'001 + PriorityPolicy::kStaleHighNs), (Decisions{{kTrainA, 1}}));
 }
 
 TEST(PriorityPolicy, BacklogCountsBothClasses) {

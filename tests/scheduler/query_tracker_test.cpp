@@ -540,6 +540,20 @@ TEST(QueryTracker, OpsWhoseCompletionsWereLostAreForgottenAfterTheLostAge) {
   EXPECT_EQ(inferred.outstanding_ops(kServe), 0u);
 }
 
+// A client that never reports completions is bounded by count too, not only by kLostCompletionNs: it
+// could post millions of ops within it. Its oldest are forgotten, and a query still closes.
+TEST(QueryTracker, AClientsOutstandingOpsAreBoundedInCount) {
+  constexpr std::size_t kMax = QueryTracker::kMaxOutstandingOps;
+  QueryTracker tracker;
+  for (std::uint64_t seq = 1; seq <= kMax + 100; ++seq) (void)tracker.posted(kServe, op(seq), 1 * kMs);
+  EXPECT_EQ(tracker.outstanding_ops(kServe), kMax);
+  (void)tracker.posted(kServe, op(kMax + 101, ipc::OpKind::sync), 2 * kMs);
+  std::vector<ClosedQuery> closed;
+  for (std::uint64_t seq = 101; seq <= kMax + 100; ++seq) closed = tracker.completed(kServe, done(seq, 3 * kMs), 3 * kMs);
+  ASSERT_EQ(closed.size(), 1u) << "ops 1..100 were forgotten: the query drained with the rest";
+  EXPECT_EQ(tracker.outstanding_ops(kServe), 0u);
+}
+
 TEST(QueryTracker, MarksAndUnknownCompletionsOfOtherClientsAreIgnored) {
   QueryTracker tracker;
   EXPECT_TRUE(tracker.completed(7, done(1, kMs), kMs).empty());

@@ -249,6 +249,11 @@ class BaymaxPolicy final : public Policy {
   // device, and every best-effort op would ask for its grant (a round trip) for as long as it runs.
   // Past it, a query of its arriving later meets at most the bound's worth of credit and backlog.
   static constexpr std::int64_t kUnplacedHighNs = 10'000'000'000;
+  // Ops in flight per client: beyond this, its oldest is retired unmeasured, as a stale one. A real
+  // device blocks a program's launches with a few thousand queued; a high-priority client that never
+  // reports completions (nothing of it is held) would otherwise grow the daemon by every op it posts
+  // within kStaleOpNs.
+  static constexpr std::size_t kMaxInFlightPerClient = EngineBacklog::kMaxTrackedOpsPerClient;
 
   explicit BaymaxPolicy(const PolicyOptions& options);
 
@@ -280,6 +285,7 @@ class BaymaxPolicy final : public Policy {
   // A high-priority client's learned compute work per query on a device (the point prediction; 0:
   // none learned), as tight_targets() counts it ahead of another job's query.
   std::int64_t expected_query_compute_ns(ClientId client, std::uint32_t device) const;
+  std::size_t in_flight_ops(ClientId client) const;
   std::uint64_t adaptation_steps() const { return bound_.steps(); }
   // The long-op budget of a device (ns of cost a long best-effort op may spend), and its cap.
   double long_op_budget_ns(std::uint32_t device, std::int64_t now_ns) const;
@@ -308,6 +314,7 @@ class BaymaxPolicy final : public Policy {
     double weight() const { return std::max(info.weight, 1e-3); }
     std::int64_t share_held_since_ns = -1;  // when its head was first held for its share (-1: not)
     std::int64_t hp_outstanding_ns = 0;  // high priority: predicted device time not yet completed
+    std::size_t in_flight_ops = 0;       // its entries in in_flight_
     // High priority: predicted device time posted in its open query, and learned over closed ones
     // (0 before the first); tight_targets() takes it from the time before the query first waits.
     std::int64_t query_work_ns = 0;

@@ -30,7 +30,7 @@ class PriorityPolicy final : public Policy {
   bool reconfigure(const PolicyOptions& options) override { return options.name == name(); }
 
   std::size_t queued_ops() const { return queue_.size(); }
-  std::size_t high_priority_in_flight() const { return high_in_flight_.size(); }
+  std::size_t high_priority_in_flight() const;
 
  private:
   struct Queued {
@@ -40,7 +40,11 @@ class PriorityPolicy final : public Policy {
   Decisions grant_ready();
 
   std::deque<Queued> queue_;  // low-priority ops, arrival order
-  std::map<std::pair<ClientId, std::uint64_t>, std::int64_t> high_in_flight_;  // -> posted at (daemon clock)
+  // By client, seq -> posted at (daemon clock); no empty inner map. Beyond
+  // EngineBacklog::kMaxTrackedOpsPerClient of a client, its oldest is dropped as stale: nothing of it
+  // is held, so one that never reports completions would grow the daemon by all it posts in
+  // kStaleHighNs, and every tick walked them.
+  std::map<ClientId, std::map<std::uint64_t, std::int64_t>> high_in_flight_;
   EngineBacklog backlog_;
 };
 

@@ -100,6 +100,10 @@ class QueryTracker {
   // lost) and abandons, with nothing learned, each query whose latest op is older than max_age_ns
   // or that waited on such an op (inferred boundaries); returns the clients whose query it abandoned.
   static constexpr std::int64_t kLostCompletionNs = 10'000'000'000;
+  // Ops outstanding per client: beyond this, the oldest is forgotten as lost. A real device blocks a
+  // program's launches with a few thousand queued; a client that never reports completions would
+  // otherwise grow the daemon by every op it posts within kLostCompletionNs.
+  static constexpr std::size_t kMaxOutstandingOps = 1 << 16;
   std::vector<ClientId> expire(std::int64_t now_ns, std::int64_t max_age_ns);
 
   // The client's open query, or nullptr.
