@@ -28,7 +28,7 @@ DIRECTIONS = [("Peer", "peer"), ("HtoD", "host_to_device"), ("HtoA", "host_to_de
 # Operation's fields in declaration order (C++20 designated initializers must follow it).
 FIELD_ORDER = ["stream", "per_thread", "function", "kernel", "grid", "block", "shared_mem_bytes",
                "kernel_params", "graph_exec", "bytes", "direction", "event", "context", "device", "device_ptr",
-               "src_ptr", "dst_ptr", "host_ptr", "out_handle", "name"]
+               "src_ptr", "dst_ptr", "host_ptr", "out_handle", "name", "module"]
 
 
 def split_params(params):
@@ -102,10 +102,11 @@ def describe(category, symbol, params):
         for name, field in (("hEvent", "event"), ("ctx", "context"), ("dev", "device")):
             if name in names:
                 f[field] = name
-    elif category == "naming":
-        out = next(n for n, t in names.items() if t.endswith("*") and n != "name")
-        f["out_handle"] = out
-        for name, field in (("name", "name"), ("kernel", "kernel")):
+    elif category == "naming":  # a getter writes a handle; an unload has none
+        out = next((n for n, t in names.items() if t.endswith("*") and n != "name"), None)
+        if out:
+            f["out_handle"] = out
+        for name, field in (("name", "name"), ("kernel", "kernel"), ("hmod", "module"), ("library", "module")):
             if name in names:
                 f[field] = name
     elif category == "alloc":

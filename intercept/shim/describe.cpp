@@ -129,12 +129,16 @@ bool describe(const Operation& op, std::uint32_t device, std::int64_t posted_ns,
 
 void learn_kernel_name(const Operation& op, KernelRegistry& kernels) noexcept {
   try {
+    if (op.hook == HookId::hook_cuModuleUnload || op.hook == HookId::hook_cuLibraryUnload) {
+      kernels.forget_module(op.module);
+      return;
+    }
     if (!op.out_handle) return;
     const void* handle = *static_cast<void* const*>(op.out_handle);  // CUfunction* or CUkernel*
     if (op.hook == HookId::hook_cuKernelGetFunction) {
       kernels.alias(handle, op.kernel);
     } else if (op.name) {
-      kernels.name_handle(handle, op.name);
+      kernels.name_handle(handle, op.name, op.module);
     }
   } catch (...) {  // unnamed: launches ask the driver for the name instead
   }

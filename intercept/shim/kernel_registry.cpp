@@ -50,12 +50,11 @@ std::uint32_t KernelRegistry::id_for_locked(std::string_view name) {
   return id;
 }
 
-void KernelRegistry::name_handle(const void* handle, std::string_view name) {
+void KernelRegistry::name_handle(const void* handle, std::string_view name, const void* module) {
   if (!handle || name.empty()) return;
   std::unique_lock lock(mutex_);
-  KernelLaunchInfo& info = handles_[handle];
-  info = KernelLaunchInfo{};  // a handle value may be reused for another kernel after an unload
-  info.id = id_for_locked(name);
+  // A handle value may be reused for another kernel after an unload: all of it is new.
+  handles_[handle] = Handle{.info = KernelLaunchInfo{.id = id_for_locked(name)}, .module = module};
 }
 
 void KernelRegistry::alias(const void* function, const void* kernel) {
@@ -63,14 +62,21 @@ void KernelRegistry::alias(const void* function, const void* kernel) {
   std::unique_lock lock(mutex_);
   const auto it = handles_.find(kernel);
   if (it == handles_.end()) return;
-  handles_[function] = KernelLaunchInfo{.id = it->second.id};
+  handles_[function] = Handle{.info = KernelLaunchInfo{.id = it->second.info.id}, .module = it->second.module};
+}
+
+void KernelRegistry::forget_module(const void* module) {
+  std::unique_lock lock(mutex_);
+  std::erase_if(handles_, [module](const auto& entry) {
+    return entry.second.module == module || entry.second.module == nullptr;
+  });
 }
 
 KernelLaunchInfo KernelRegistry::launch_info(CUfunction function) {
   {
     std::shared_lock lock(mutex_);
     const auto it = handles_.find(function);
-    if (it != handles_.end() && it->second.layout_known) return it->second;
+    if (it != handles_.end() && it->second.info.layout_known) return it->second.info;
   }
   // First launch of this handle: ask the driver without holding the lock.
   KernelLaunchInfo info;
@@ -81,7 +87,7 @@ KernelLaunchInfo KernelRegistry::launch_info(CUfunction function) {
     if (!handles_.contains(function)) name = driver_name_of(function);
   }
   std::unique_lock lock(mutex_);
-  KernelLaunchInfo& stored = handles_[function];
+  KernelLaunchInfo& stored = handles_[function].info;
   info.id = stored.id ? stored.id : id_for_locked(name.empty() ? driver_name_of(function) : name);
   stored = info;
   return info;

@@ -29,10 +29,14 @@ struct KernelLaunchInfo {
 // Thread-safe; lives as long as the process (ids survive re-registrations with the daemon).
 class KernelRegistry {
  public:
-  // Naming hooks: `handle` (a CUfunction or CUkernel) is the kernel `name`. Names share one id.
-  void name_handle(const void* handle, std::string_view name);
+  // Naming hooks: `handle` (a CUfunction or CUkernel) is the kernel `name`, got from `module` (a
+  // CUmodule or CUlibrary). Names share one id.
+  void name_handle(const void* handle, std::string_view name, const void* module);
   // cuKernelGetFunction: `function` is the same kernel as `kernel` (if that one is known).
   void alias(const void* function, const void* kernel);
+  // `module` was unloaded: its handles, and every handle first seen at a launch (of no module
+  // known), may be given again to other kernels. Forgotten: their next launch asks the driver.
+  void forget_module(const void* module);
   // A launch of `function`. A function never seen being named gets its name from the driver
   // (cuFuncGetName) or "unnamed": the daemon refuses kernel id 0, so every launch has an id.
   KernelLaunchInfo launch_info(CUfunction function);
@@ -42,8 +46,13 @@ class KernelRegistry {
  private:
   std::uint32_t id_for_locked(std::string_view name);
 
+  struct Handle {
+    KernelLaunchInfo info;
+    const void* module = nullptr;  // nullptr: first seen at a launch
+  };
+
   mutable std::shared_mutex mutex_;
-  std::unordered_map<const void*, KernelLaunchInfo> handles_;
+  std::unordered_map<const void*, Handle> handles_;
   std::unordered_map<std::string, std::uint32_t> ids_;
   std::vector<std::string> names_;  // names_[id - 1]
 };

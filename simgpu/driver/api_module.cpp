@@ -134,6 +134,32 @@ SIMGPU_EXPORT CUresult cuModuleGetFunction(CUfunction* hfunc, CUmodule hmod, con
   return get_function_locked(lock, hmod, name, hfunc);
 }
 
+SIMGPU_EXPORT CUresult cuModuleGetFunctionCount(unsigned int* count, CUmodule mod) {
+  if (!count) return CUDA_ERROR_INVALID_VALUE;
+  Driver& d = driver();
+  if (!d.initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  std::lock_guard lock(d.mu);
+  if (!d.modules.contains(mod)) return CUDA_ERROR_INVALID_HANDLE;
+  *count = static_cast<unsigned int>(mod->image.kernels.size());
+  return CUDA_SUCCESS;
+}
+
+// The module's kernels in image order, each as cuModuleGetFunction would give it.
+SIMGPU_EXPORT CUresult cuModuleEnumerateFunctions(CUfunction* functions, unsigned int count, CUmodule mod) {
+  if (!functions) return CUDA_ERROR_INVALID_VALUE;
+  Driver& d = driver();
+  if (!d.initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  std::unique_lock lock(d.mu);
+  if (!d.modules.contains(mod)) return CUDA_ERROR_INVALID_HANDLE;
+  if (count > mod->image.kernels.size()) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<std::string> names;
+  for (unsigned int i = 0; i < count; ++i) names.push_back(mod->image.kernels[i].name);
+  for (unsigned int i = 0; i < count; ++i) {
+    if (CUresult r = get_function_locked(lock, mod, names[i].c_str(), &functions[i]); r != CUDA_SUCCESS) return r;
+  }
+  return CUDA_SUCCESS;
+}
+
 SIMGPU_EXPORT CUresult cuLibraryLoadData(CUlibrary* library, const void* code, CUjit_option*, void**, unsigned int,
                                          CUlibraryOption*, void**, unsigned int) {
   if (!library || !code) return CUDA_ERROR_INVALID_VALUE;

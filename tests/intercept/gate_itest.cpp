@@ -408,6 +408,28 @@ TEST_F(GateTest, ADescriptorOfOursThatTheProgramClosedAndReusedIsLeftAlone) {
   }
 }
 
+TEST_F(GateTest, AKernelHandleGivenAgainAfterAnUnloadIsDescribedAsItsNewKernel) {
+  start({"reload"}, "high");
+  ASSERT_EQ(finish(), 0) << output_;
+  ASSERT_NE(output_.find("reload ok"), std::string::npos) << output_;
+  // glibc's allocator gives simgpu's freed function back to the next one: the case under test.
+  EXPECT_NE(output_.find("handle reused 1"), std::string::npos) << "the handle was not reused: nothing tested\n" << output_;
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 4); }));
+  const FakeClient client = daemon_->clients().at(0);
+  std::vector<ipc::OpDescriptor> kernels;
+  for (const ipc::OpDescriptor& op : client.ops) {
+    if (op.kind == ipc::OpKind::kernel) kernels.push_back(op);
+  }
+  ASSERT_EQ(kernels.size(), 2u);
+  EXPECT_EQ(client.names.at(kernels[0].kernel_id), "wide");
+  EXPECT_EQ(kernels[0].arg_count, 4u);
+  EXPECT_EQ(kernels[0].args[3], 4u);
+  EXPECT_EQ(client.names.at(kernels[1].kernel_id), "narrow");
+  EXPECT_EQ(kernels[1].arg_count, 1u) << "read with the unloaded kernel's layout";
+  EXPECT_EQ(kernels[1].args[0], 7u);
+  EXPECT_EQ(kernels[1].param_bytes, 8u);
+}
+
 // The UnscheduledDevice record is new in 1.9: an older daemon would drop a client for a record it
 // does not know, so it is never sent one.
 TEST_F(GateTest, ADaemonOlderThanOnePointNineIsNotToldOfUnscheduledDevices) {

@@ -335,6 +335,35 @@ int run_release_beside() {
   return 0;
 }
 
+// A kernel's handle, freed by an unload, given again to another kernel through a getter the shim
+// does not hook (cuModuleEnumerateFunctions): its launches are the new kernel's, with its layout
+// (the old one's would read parameters past the program's array).
+int run_reload() {
+  constexpr const char* kWide = ".version 7.0\n.target sm_70\n.address_size 64\n"
+                                ".visible .entry wide(.param .u64 a, .param .u64 b, .param .u64 c, .param .u64 d) { ret; }\n";
+  constexpr const char* kNarrow = ".version 7.0\n.target sm_70\n.address_size 64\n"
+                                  ".visible .entry narrow(.param .u64 a) { ret; }\n";
+  CUmodule module = nullptr;
+  CUfunction wide = nullptr, narrow = nullptr;
+  CHECK_CU(cuModuleLoadData(&module, kWide));
+  CHECK_CU(cuModuleEnumerateFunctions(&wide, 1, module));
+  std::uint64_t a = 1, b = 2, c = 3, d = 4;
+  void* four[] = {&a, &b, &c, &d};
+  CHECK_CU(cuLaunchKernel(wide, 1, 1, 1, 32, 1, 1, 0, nullptr, four, nullptr));
+  CHECK_CU(cuCtxSynchronize());
+  CHECK_CU(cuModuleUnload(module));
+  CHECK_CU(cuModuleLoadData(&module, kNarrow));
+  CHECK_CU(cuModuleEnumerateFunctions(&narrow, 1, module));
+  std::printf("handle reused %d\n", narrow == wide ? 1 : 0);
+  std::uint64_t x = 7;
+  void* one[] = {&x};
+  CHECK_CU(cuLaunchKernel(narrow, 1, 1, 1, 32, 1, 1, 0, nullptr, one, nullptr));
+  CHECK_CU(cuCtxSynchronize());
+  CHECK_CU(cuModuleUnload(module));
+  std::printf("reload ok\n");
+  return 0;
+}
+
 int run_green() {
   CUdevice device = 0;
   CHECK_CU(cuCtxGetDevice(&device));
@@ -849,13 +878,14 @@ int main(int argc, char** argv) {
   if (mode == "destroy") return run_destroy(argc > 2 && std::string(argv[2]) == "legacy");
   if (mode == "release-beside") return run_release_beside();
   if (mode == "green") return run_green();
+  if (mode == "reload") return run_reload();
   if (mode == "legacy-two") return run_legacy_two();
   if (mode == "burst") return run_burst(arg(2, 3));
   if (mode == "queue") return run_queue(arg(2, 30), arg(3, 100));
   if (mode == "signals") return run_signals();
   if (mode == "cancel") return run_cancel(arg(2, 300));
   if (mode == "masks") return run_masks();
-  std::printf("usage: %s ops|signals|cancel|masks|unified|marks|dropped|timed|loop|threads|bench|copies|copies-2d|copies-3d|contexts|fork|reuse|destroy|release-beside|green|legacy-two|burst|queue\n",
+  std::printf("usage: %s ops|signals|cancel|masks|unified|marks|dropped|timed|loop|threads|bench|copies|copies-2d|copies-3d|contexts|fork|reuse|destroy|release-beside|green|reload|legacy-two|burst|queue\n",
               argv[0]);
   return 2;
 }

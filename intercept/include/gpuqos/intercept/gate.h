@@ -39,6 +39,7 @@ struct Operation {
   const void* host_ptr = nullptr;    // copy: the host side of a host<->device copy (pinned or not?)
   void* out_handle = nullptr;        // naming, alloc, context: where the driver writes the result (read in after())
   const char* name = nullptr;        // naming: the kernel's name
+  const void* module = nullptr;      // naming: the CUmodule or CUlibrary got from, or unloaded
   HookId hook{};                     // set by the hook
   Category category{};
   // Issued into a capturing stream: it only records a graph node and runs when the graph is
