@@ -195,35 +195,36 @@ Status check_segment_name(std::string_view name) {
 Result<Segment> Segment::create(const std::string& name, std::uint32_t client_uid, std::uint32_t client_pid) {
   if (Status valid = check_segment_name(name); !valid) return Error{valid.error()};
   bool created = false;
+  const auto fail = [&](const std::string& why) -> Result<Segment> {
+    if (created) remove(name);
+    return Error{why};
+  };
   try {
+    // Sized, mapped at its full size, guarded and laid out while it is still this user's, and only
+    // then handed to the client: a client that truncated it during the set-up (a review's, watching
+    // /dev/shm with inotify) made the mapping short, so the layout was written past it, or the
+    // first write a SIGBUS before the guard was set, and gpuqosd died. Its own user (a gpuqosd that
+    // is not root) can open it all along: the guard is set before the first write for that.
     bip::shared_memory_object shm(bip::create_only, name.c_str(), bip::read_write, bip::permissions(kSegmentMode));
     created = true;
-    if (Status handed = hand_to_client(shm, client_uid); !handed) {
-      remove(name);
-      return Error{"segment " + name + ": " + handed.error()};
-    }
     shm.truncate(static_cast<bip::offset_t>(kSegmentBytes));
-    if (Status reserved = reserve_pages(shm.get_mapping_handle().handle, name); !reserved) {
-      remove(name);
-      return Error{reserved.error()};
-    }
-    bip::mapped_region region(shm, bip::read_write);
-    construct_layout(region.get_address(), client_uid, client_pid);
+    if (Status reserved = reserve_pages(shm.get_mapping_handle().handle, name); !reserved) return fail(reserved.error());
+    bip::mapped_region region(shm, bip::read_write, 0, kSegmentBytes);
     Segment segment(name, std::move(region), /*guard=*/true, /*named=*/true);
     // Its client may truncate it (a sealed one it cannot): unguarded, our next access would be a
     // SIGBUS, which a review reached past the guard's table with a few thousand clients.
     if (!segment.guard_.guarded()) {
-      remove(name);
-      return Error{"cannot create segment " + name + ": " + std::to_string(BusGuard::kMaxGuardedRanges) +
-                   " segments its clients could truncate are mapped already, each guarded against SIGBUS"};
+      return fail("cannot create segment " + name + ": " + std::to_string(BusGuard::kMaxGuardedRanges) +
+                  " segments its clients could truncate are mapped already, each guarded against SIGBUS");
     }
+    construct_layout(segment.region_.get_address(), client_uid, client_pid);
+    if (segment.guard_.faulted()) return fail("cannot create segment " + name + ": it was truncated while being set up");
+    if (Status handed = hand_to_client(shm, client_uid); !handed) return fail("segment " + name + ": " + handed.error());
     return segment;
   } catch (const std::exception& e) {
-    if (created) remove(name);
-    return Error{"cannot create segment " + name + ": " + e.what()};
+    return fail("cannot create segment " + name + ": " + e.what());
   } catch (...) {
-    if (created) remove(name);
-    return Error{"cannot create segment " + name + ": unknown error"};
+    return fail("cannot create segment " + name + ": unknown error");
   }
 }
 
@@ -245,8 +246,8 @@ Result<Segment> Segment::create_sealed(const std::string& name, std::uint32_t cl
   }
   try {
     bip::mapped_region region(PassedDescriptor{fd}, bip::read_write, 0, kSegmentBytes);
-    construct_layout(region.get_address(), client_uid, client_pid);
     Segment segment(name, std::move(region), /*guard=*/true, /*named=*/false);
+    construct_layout(segment.region_.get_address(), client_uid, client_pid);
     segment.descriptor_ = fd;
     return segment;
   } catch (const std::exception& e) {

@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,6 +18,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <stdexcept>
+#include <string_view>
+#include <thread>
 #include <vector>
 #include <boost/interprocess/shared_memory_object.hpp>
 
@@ -224,6 +227,66 @@ TEST(Segment, RootGivesTheSegmentToTheClientsUser) {
   EXPECT_EQ(info.st_uid, kClientUid);
   EXPECT_EQ(info.st_mode & 0777, 0600u);
   EXPECT_EQ(created->header().client_uid, kClientUid);
+}
+
+// A client that can open its named segment (root gives it the file; a gpuqosd that is not root
+// shares its user) may truncate it while gpuqosd sets it up. A review's client did, with inotify on
+// /dev/shm, and the layout was written past a short mapping (SIGSEGV) or before the guard (SIGBUS).
+// Here the truncating thread is the creator's own user: it can open the file from its creation on.
+TEST(Segment, ASegmentTruncatedWhileBeingSetUpNeverCrashesItsCreator) {
+  const std::string prefix = "gpuqos-test-" + std::to_string(::getpid()) + "-race-";
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    if (!install_bus_guard()) ::_exit(3);
+    const int watch = ::inotify_init1(IN_NONBLOCK);
+    if (watch < 0 || ::inotify_add_watch(watch, "/dev/shm", IN_CREATE) < 0) ::_exit(4);
+    std::atomic<bool> done{false};
+    std::thread truncator([&] {
+      alignas(inotify_event) char events[4096];
+      while (!done.load()) {
+        const ssize_t got = ::read(watch, events, sizeof events);
+        if (got <= 0) {
+          std::this_thread::sleep_for(std::chrono::microseconds(100));
+          continue;
+        }
+        for (char* at = events; at < events + got;) {
+          const auto* event = reinterpret_cast<const inotify_event*>(at);
+          if (event->len > 0 && std::string_view(event->name).starts_with(prefix)) {
+            const int fd = ::open(("/dev/shm/" + std::string(event->name)).c_str(), O_RDWR);
+            for (int i = 0; fd >= 0 && i < 2000; ++i) (void)::ftruncate(fd, 4096);
+            if (fd >= 0) ::close(fd);
+          }
+          at += sizeof(inotify_event) + event->len;
+        }
+      }
+    });
+    int created = 0, refused = 0;
+    for (int i = 0; i < 300; ++i) {
+      const std::string name = "/" + prefix + std::to_string(i);
+      auto segment = Segment::create(name, ::getuid(), static_cast<std::uint32_t>(::getpid()));
+      if (segment) {
+        ++created;
+        segment->publish_heartbeat(1);  // as gpuqosd writes it next: guarded, whatever the file's size
+      } else if (segment.error().find(name) == std::string::npos) {
+        ::_exit(5);  // a reason that does not name the segment
+      } else {
+        ++refused;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      Segment::remove(name);
+    }
+    done = true;
+    truncator.join();
+    std::printf("created %d refused %d\n", created, refused);
+    std::fflush(stdout);
+    ::_exit(created + refused == 300 ? 0 : 6);
+  }
+  ChildProcess child(pid);
+  EXPECT_EQ(child.wait(), 0) << "the creating process died (-1: by a signal) or a create failed without its name";
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
+    if (entry.path().filename().string().starts_with(prefix)) std::filesystem::remove(entry.path());
+  }
 }
 
 TEST(Segment, HeartbeatIsSeenByTheOtherMapping) {
