@@ -117,6 +117,21 @@ class SpscRing {
     return sleep_until_ready(consumer_waiting_, timeout_ns, [this] { return !empty(); });
   }
 
+  // The same, also ending once `cancel` is set and wake_consumer() called after it.
+  bool wait_for_items(std::int64_t timeout_ns, const std::atomic<bool>& cancel) noexcept {
+    return sleep_until_ready(consumer_waiting_, timeout_ns,
+                             [&] { return !empty() || cancel.load(std::memory_order_relaxed); });
+  }
+
+  // Another thread of the consumer's process, after setting the `cancel` of the consumer's wait:
+  // ends that wait, whether it sleeps already or is about to. Clearing the word makes a sleep that
+  // has not begun return at once; the fences order it with the sleeper's check of `cancel`.
+  void wake_consumer() noexcept {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    consumer_waiting_.store(0, std::memory_order_relaxed);
+    Futex::wake(&consumer_waiting_, 1);
+  }
+
   // Producer: sleeps until a slot is free, as wait_for_items.
   bool wait_for_space(std::int64_t timeout_ns) noexcept {
     return sleep_until_ready(producer_waiting_, timeout_ns, [this] { return !full(); });

@@ -33,7 +33,7 @@ class OpsWaiter {
   // The queue holds at most this many ops; beyond it the thread stops popping, so a client that
   // posts faster than the daemon takes finds its ring full, as it would without the thread.
   static constexpr std::size_t kMaxQueuedOps = ipc::kOpsRingCapacity;
-  // How long one sleep lasts: bounds how long stop() takes.
+  // How long one sleep lasts (stop() wakes it).
   static constexpr std::int64_t kSleepNs = 10'000'000;
 
   // ring must outlive this object; wake_fd is an eventfd the loop polls.
@@ -47,7 +47,7 @@ class OpsWaiter {
   std::vector<ArrivedOp> take(std::size_t most = kMaxQueuedOps);
   // True once the ring's indices were found impossible; the thread has then stopped.
   bool corrupted() const noexcept { return corrupted_.load(std::memory_order_acquire); }
-  // Ends the thread (within about kSleepNs). Afterwards the caller may pop the ring itself.
+  // Ends the thread at once (its sleep is woken). Afterwards the caller may pop the ring itself.
   void stop();
 
  private:
