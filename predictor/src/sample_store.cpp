@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "code_scan.h"
 
@@ -22,7 +23,9 @@ std::uint32_t SampleStore::record(const LaunchShape& shape, float log2_ns) {
   const std::uint64_t hash = shape_hash(shape);
   if (auto it = slot_of_shape_.find(hash); it != slot_of_shape_.end() && samples_[it->second].shape == shape) {
     Sample& s = samples_[it->second];
-    s.count += 1;
+    // Saturates: a shape launched 2^32 times (10 days at 5,000 a second) wrapped to 0 and divided
+    // by it, and the NaN made the next saved store one that no load accepts.
+    if (s.count < std::numeric_limits<std::uint32_t>::max()) s.count += 1;
     s.log2_ns += (log2_ns - s.log2_ns) / float(std::min<std::uint32_t>(s.count, 8));
     return it->second;
   }

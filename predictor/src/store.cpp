@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <bit>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cerrno>
 #include <cstdio>
@@ -75,10 +76,38 @@ LoadedProfile empty(const PredictorConfig& config, const std::string& source, co
           kind == Problem::access};
 }
 
+// Whether every number in `j` is finite; if not, `where` is the path of the first that is not.
+bool all_finite(const nlohmann::json& j, std::string& where) {
+  if (j.is_number_float()) return std::isfinite(j.get<double>());
+  if (j.is_array()) {
+    for (std::size_t i = 0; i < j.size(); ++i) {
+      if (!all_finite(j[i], where)) {
+        where = "[" + std::to_string(i) + "]" + where;
+        return false;
+      }
+    }
+  } else if (j.is_object()) {
+    for (const auto& [key, value] : j.items()) {
+      if (!all_finite(value, where)) {
+        where = "." + key + where;
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 std::string encode_profile(const Predictor& predictor) {
-  const std::string json_text = detail::state_to_json(predictor.state()).dump();
+  const nlohmann::json state = detail::state_to_json(predictor.state());
+  // nlohmann writes a NaN or an infinity as null, which no load accepts: a store saved so would
+  // replace a good one with one that starts every later gpuqosd with an empty model.
+  if (std::string where; !all_finite(state, where)) {
+    throw std::runtime_error("not saved: " + where.substr(where.starts_with('.') ? 1 : 0) +
+                             " is not a finite number (the model holds a fault; the file is left as it was)");
+  }
+  const std::string json_text = state.dump();
   uLongf compressed_bytes = compressBound(uLong(json_text.size()));
   std::string body(compressed_bytes, '\0');
   if (compress2(reinterpret_cast<Bytef*>(body.data()), &compressed_bytes, reinterpret_cast<const Bytef*>(json_text.data()),
@@ -310,6 +339,12 @@ std::optional<std::string> save_profile(const Predictor& predictor, const std::f
     const std::string reason = std::strerror(ok ? errno : saved_errno);
     ::unlink(temp.c_str());
     return path.string() + ": cannot write: " + reason;
+  }
+  // The rename is the directory's to keep: without this, a power loss may leave the old store.
+  const std::filesystem::path directory = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  if (const int dir = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dir >= 0) {
+    ::fsync(dir);
+    ::close(dir);
   }
   return std::nullopt;
 }

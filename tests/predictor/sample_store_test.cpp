@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "gpuqos/predictor/sample_store.h"
 
@@ -71,6 +72,19 @@ TEST(SampleStore, RestoreRebuildsTheIndex) {
   const auto near = copy.nearest(knn_point(shape_mn(3, 3)), 1);
   EXPECT_EQ(near.distance[0], 0.0f);
   EXPECT_FLOAT_EQ(copy.sample(near.slot[0]).log2_ns, 3.0f);
+}
+
+// A sample's count is saved and restored, so it runs on across gpuqosd's restarts: at 2^32 it
+// wrapped to 0, the mean divided by it, and the NaN made the next saved store unloadable.
+TEST(SampleStore, ASamplesCountSaturatesRatherThanWrapping) {
+  constexpr std::uint32_t kMax = std::numeric_limits<std::uint32_t>::max();
+  SampleStore store(8, 108);
+  store.restore({{shape_mn(4, 4), 10.0f, kMax}}, 0);
+  ASSERT_EQ(store.sample(0).count, kMax);
+  store.record(shape_mn(4, 4), 12.0f);
+  EXPECT_EQ(store.sample(0).count, kMax);
+  EXPECT_TRUE(std::isfinite(store.sample(0).log2_ns));
+  EXPECT_NEAR(store.sample(0).log2_ns, 10.25f, 1e-5) << "weighted as the 8th and later are";
 }
 
 }  // namespace

@@ -2,12 +2,14 @@
 // or invalid files give an empty model and a warning saying why; saving replaces atomically.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -240,6 +242,25 @@ TEST(Store, AFileWithUnusableContentIsUnreadableOneThatCannotBeReadIsInaccessibl
   ASSERT_EQ(save_profile(trained(), path), std::nullopt);
   const LoadedProfile good = load_profile(path, PredictorConfig{.sm_count = 80});
   EXPECT_FALSE(good.unreadable || good.inaccessible);
+}
+
+// A model holding a NaN or an infinity (a fault: no load accepts one) is not saved over a good
+// store: nlohmann wrote it as null, and every later gpuqosd started with an empty model.
+TEST(Store, AModelWithANonFiniteNumberIsNotSavedOverAGoodStore) {
+  const testing::TempDir dir;
+  const auto path = dir.path() / "profile.gqp";
+  ASSERT_EQ(save_profile(trained(), path), std::nullopt);
+  const std::string good = read_file(path);
+  for (const double fault : {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
+    Predictor::State state = trained().state();
+    state.global_log2_ns.mean = fault;
+    const auto error = save_profile(Predictor::restore(state), path);
+    ASSERT_TRUE(error.has_value());
+    EXPECT_THAT(*error, HasSubstr("global_log2_ns"));
+    EXPECT_THAT(*error, HasSubstr("is not a finite number"));
+    EXPECT_EQ(read_file(path), good) << "the good store is left as it was";
+  }
+  EXPECT_FALSE(load_profile(path, PredictorConfig{.sm_count = 80}).unreadable);
 }
 
 TEST(Store, SaveReplacesAtomicallyAndLeavesNoTemporaries) {
