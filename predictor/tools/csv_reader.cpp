@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 
+#include "gpuqos/ipc/registration.h"
 #include "read_util.h"
 
 namespace gpuqos::predictor {
@@ -96,13 +97,20 @@ std::optional<KernelSample> parse_row(const Record& r, const Columns& c, const R
     return std::nullopt;
   };
   KernelSample s;
-  s.name = std::string(detail::trim(r.fields[c.name]));
+  // As the shim names kernels to gpuqosd (bytes outside printable ASCII escaped), so what is
+  // trained from another tool's CSV is found by the name gpuqosd sees; nor can a byte that is not
+  // UTF-8 (a Latin-1 export) reach the JSON of the store or of eval --json.
+  s.name = ipc::wire_kernel_name(detail::trim(r.fields[c.name]));
   if (s.name.empty()) return bad("column 'Kernel Name' is empty");
   const auto latency = detail::parse_double(r.fields[c.latency]);
   if (!latency) return bad("column 'Latency': '" + r.fields[c.latency] + "' is not a number");
   if (!std::isfinite(*latency) || *latency <= 0)
     return bad("column 'Latency': duration must be a positive finite number of ms, got '" + r.fields[c.latency] + "'");
   s.duration_ns = *latency * 1e6;
+  // Below a nanosecond is no measurement, and its reciprocal overflowed the regressions' sums
+  // (a review's 1e-300 ms: the store written held nulls that no load accepts).
+  if (s.duration_ns < detail::kMinDurationNs)
+    return bad("column 'Latency': " + r.fields[c.latency] + " ms is shorter than a nanosecond: not a measurement");
   if (!(s.duration_ns <= detail::kMaxDurationNs))
     return bad("column 'Latency': " + r.fields[c.latency] + " ms is " + detail::kTooLong);
   for (std::size_t d = 0; d < 6; ++d) {

@@ -35,7 +35,7 @@ std::string eval_json(const EvalResult& result, const std::string& mode) {
   for (const auto& [name, s] : result.per_copy_class) j["per_copy_class"][name] = summary_json(s);
   j["answered_by"] = result.answered_by;
   j["candidates"] = result.candidates;
-  return j.dump(2);
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);  // never abort on a name's bytes
 }
 
 void print_eval_text(const EvalResult& result, const std::string& mode, bool per_kernel, std::ostream& out) {

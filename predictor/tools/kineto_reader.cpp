@@ -2,6 +2,7 @@
 // with grid, block, shared memory and duration (no scalar args: traces do not record them),
 // copies with bytes, direction and host memory kind, memsets.
 #include "gpuqos/replay/kineto.h"
+#include "gpuqos/ipc/registration.h"
 #include "read_util.h"
 
 namespace gpuqos::predictor {
@@ -45,7 +46,8 @@ ReadReport read_kineto_text(const std::string& text, const std::string& source, 
       continue;
     }
     if (op.kind == replay::OpKind::kernel) {
-      KernelSample k{workload.kernels[std::size_t(op.kernel)].name, {}, double(op.duration_ns)};
+      // Named as the shim names kernels to gpuqosd (bytes outside printable ASCII escaped).
+      KernelSample k{ipc::wire_kernel_name(workload.kernels[std::size_t(op.kernel)].name), {}, double(op.duration_ns)};
       k.shape.grid = op.grid;
       k.shape.block = op.block;
       k.shape.shared_bytes = op.shared_bytes;

@@ -30,6 +30,7 @@ inline ReadReport fail(ReadReport report, const std::string& message) {
 // clock, and it would swamp every model it trained (a CSV latency of 1e308 ms was read as infinity,
 // trained, and made eval's errors NaN).
 inline constexpr double kMaxDurationNs = 3.6e12;
+inline constexpr double kMinDurationNs = 1.0;
 inline constexpr const char* kTooLong = "longer than an hour: not a measurement of one op";
 
 std::string_view trim(std::string_view text);

@@ -54,12 +54,13 @@ TEST(CsvReader, EachBadRowIsSkippedWithItsReason) {
                            "a,0.5,k,4,1,6,256,1,1,x,6,-27,21,390\n"     // 9
                            "a,0.5,k,4,1,6,256,1.5,1,x,6,27,21,390\n"    // 10
                            "a,1e308,k,4,1,6,256,1,1,x,6,27,21,390\n"    // 11: infinite once in ns
-                           "a,0.5,\"k,4,1,6,256,1,1,x,6,27,21,390\n";   // 12: never closed
+                           "a,1e-300,k,4,1,6,256,1,1,x,6,27,21,390\n"  // 12: under a nanosecond
+                           "a,0.5,\"k,4,1,6,256,1,1,x,6,27,21,390\n";   // 13: never closed
   const ReadReport r = read(text, out);
   EXPECT_FALSE(r.failed);
   EXPECT_EQ(r.kernels, 1u);
-  EXPECT_EQ(r.skipped, 10u);
-  ASSERT_EQ(r.messages.size(), 10u);
+  EXPECT_EQ(r.skipped, 11u);
+  ASSERT_EQ(r.messages.size(), 11u);
   EXPECT_THAT(r.messages[0], HasSubstr("t.csv:3: column 'Latency': 'abc' is not a number"));
   EXPECT_THAT(r.messages[1], HasSubstr("t.csv:4: column 'Latency': duration must be a positive finite number of ms, got 'nan'"));
   EXPECT_THAT(r.messages[2], HasSubstr("t.csv:5: column 'Latency': duration must be a positive finite"));
@@ -69,7 +70,18 @@ TEST(CsvReader, EachBadRowIsSkippedWithItsReason) {
   EXPECT_THAT(r.messages[6], HasSubstr("t.csv:9: column 'M': '-27' is not a non-negative integer"));
   EXPECT_THAT(r.messages[7], HasSubstr("t.csv:10: column 'Block y': '1.5' is not a positive integer"));
   EXPECT_THAT(r.messages[8], HasSubstr("t.csv:11: column 'Latency': 1e308 ms is longer than an hour"));
-  EXPECT_THAT(r.messages[9], HasSubstr("t.csv:12: unterminated quoted field"));
+  EXPECT_THAT(r.messages[9], HasSubstr("t.csv:12: column 'Latency': 1e-300 ms is shorter than a nanosecond"));
+  EXPECT_THAT(r.messages[10], HasSubstr("t.csv:13: unterminated quoted field"));
+}
+
+// Named as the shim names kernels to gpuqosd, so a model trained from another tool's table is
+// found: bytes outside printable ASCII escaped. A Latin-1 name (not UTF-8) aborted eval --json.
+TEST(CsvReader, KernelNamesAreEscapedAsTheShimSendsThem) {
+  SampleSet out;
+  const ReadReport r = read(std::string(kHeader) + "a,0.5,caf\xe9_k\xd1\x8f,4,1,6,256,1,1,x,6,27,21,390\n", out);
+  EXPECT_EQ(r.kernels, 1u);
+  ASSERT_EQ(out.kernels.size(), 1u);
+  EXPECT_EQ(out.kernels[0].name, "caf\\xe9_k\\xd1\\x8f");
 }
 
 TEST(CsvReader, MessagesAreBoundedButEveryRowCounted) {
