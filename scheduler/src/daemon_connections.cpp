@@ -133,7 +133,10 @@ void Daemon::on_first_record(Pending& pending, const std::vector<std::byte>& rec
 void Daemon::register_client(Pending& pending, const ipc::Hello& hello) {
   pass_status_text_.reset();  // what a status made earlier in this pass showed changes
   if (stopping_) return;
-  const ClientId id = next_client_number_++;
+  // Numbers wrap after 2^32 registrations (a loop of them gets there in days): one still in use
+  // (a client's epoll tokens, its segment's name, the policy's state of it) is never given twice.
+  ClientId id = next_client_number_++;
+  while (id == 0 || clients_.contains(id)) id = next_client_number_++;
   const ipc::PeerCredentials& peer = pending.peer;
   // The shim sends only names of the job-name rule; another client may send any printable bytes,
   // which the tables, the log and [[job]] entries cannot carry (a user test's 'sp ace=1,y="2"\\'
