@@ -32,8 +32,8 @@ constexpr std::array<const char*, kDriverHelperCount> kHelperNames = {
     "cuDeviceGetAttribute",        "cuEventElapsedTime_v2",        "cuEventElapsedTime",  "cuDeviceGetCount",
     "cuDeviceGetUuid_v2",          "cuDeviceGetUuid",              "cuStreamQuery",        "cuCtxGetId"};
 
-// The driver's definition of `name`, or nullptr.
-void* look_up(const char* name) {
+// The driver's definition of `name`, or nullptr; `no_driver`: none is loaded, nor could be.
+void* look_up(const char* name, bool& no_driver) {
   DlsymFunction real = real_dlsym();
   // 1. The next definition after libgpuqos.so in the global scope: libcuda when the program links it
   //    or dlopen()ed it RTLD_GLOBAL (or another interposer after us, which then chains to libcuda).
@@ -45,6 +45,7 @@ void* look_up(const char* name) {
   // 3. Load it ourselves: a hook reached through dlsym(RTLD_DEFAULT) before the program loaded the
   //    driver. Fails when this machine has no driver (or no simgpu on LD_LIBRARY_PATH).
   if (!driver) driver = dlopen(kDriverSoname, RTLD_LAZY);
+  no_driver = driver == nullptr;
   if (!driver) return nullptr;
   // Fails when this driver is older than the entry point (a symbol of a newer CUDA). The handle is
   // kept open on purpose: the function must stay valid for the life of the process.
@@ -55,7 +56,22 @@ void* look_up(const char* name) {
 void* resolve(std::atomic<void*>& slot, const char* name, bool report_missing = true) {
   void* fn = slot.load(std::memory_order_acquire);
   if (fn == nullptr) {
-    void* found = look_up(name);
+    bool no_driver = false;
+    void* found = look_up(name, no_driver);
+    if (no_driver) {
+      // Not cached: the program may load the driver later, by a path its soname does not find (a
+      // compat directory). Cached, a hook reached before then failed for the life of the process,
+      // and a query mark made before (the helpers it resolves) left every op of the job unposted.
+      static std::atomic<bool> said{false};
+      if (report_missing && !said.exchange(true)) {
+        try {
+          log_message(LogLevel::error, std::string("no CUDA driver is loaded, and ") + kDriverSoname +
+                                           " cannot be loaded: calls to " + name + " and the like fail until one is");
+        } catch (...) {  // out of memory for the message: the error code still tells
+        }
+      }
+      return nullptr;
+    }
     fn = found ? found : kMissing;
     void* expected = nullptr;
     if (slot.compare_exchange_strong(expected, fn, std::memory_order_acq_rel) && !found && report_missing) {

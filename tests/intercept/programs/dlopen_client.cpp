@@ -2,13 +2,15 @@
 // runtime does) and looks each entry point up with dlsym. `dlsym` runs kernels and copies that way;
 // `absent` expects no driver at all and calls hooks found with dlsym(RTLD_DEFAULT), which must fail
 // cleanly with CUDA_ERROR_NOT_INITIALIZED; `handles` looks a hooked name up on the handles of two
-// other libraries beside this program (test_wrapper.cpp, test_linked.cpp).
+// other libraries beside this program (test_wrapper.cpp, test_linked.cpp); `late` loads the driver
+// by its path after a hook was reached without one.
 #include <cuda.h>
 #include <dlfcn.h>
 
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -116,6 +118,39 @@ int run_absent() {
   return 0;
 }
 
+// No driver on the library path at first: a hook reached then fails cleanly; once the program has
+// loaded the driver by its path (a compat directory), the same functions work, the hook too.
+int run_late(const char* driver_path) {
+  CHECK(driver_path != nullptr);
+  CHECK(dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL) == nullptr);
+  auto hooked_memset = symbol<decltype(cuMemsetD8_v2)>(RTLD_DEFAULT, "cuMemsetD8_v2");
+  CHECK(hooked_memset != nullptr);
+  CHECK(hooked_memset(0, 1, 64) == CUDA_ERROR_NOT_INITIALIZED);
+  void* driver = dlopen(driver_path, RTLD_NOW | RTLD_LOCAL);
+  CHECK(driver != nullptr);
+  auto init = symbol<decltype(cuInit)>(driver, "cuInit");
+  auto device_get = symbol<decltype(cuDeviceGet)>(driver, "cuDeviceGet");
+  auto retain = symbol<decltype(cuDevicePrimaryCtxRetain)>(driver, "cuDevicePrimaryCtxRetain");
+  auto set_current = symbol<decltype(cuCtxSetCurrent)>(driver, "cuCtxSetCurrent");
+  auto alloc = symbol<decltype(cuMemAlloc_v2)>(driver, "cuMemAlloc_v2");
+  auto memset = symbol<decltype(cuMemsetD8_v2)>(driver, "cuMemsetD8_v2");
+  auto synchronize = symbol<decltype(cuCtxSynchronize)>(driver, "cuCtxSynchronize");
+  CHECK(init && device_get && retain && set_current && alloc && memset && synchronize);
+  CUdevice device = 0;
+  CUcontext context = nullptr;
+  CUdeviceptr buffer = 0;
+  CHECK_CU(init(0));
+  CHECK_CU(device_get(&device, 0));
+  CHECK_CU(retain(&context, device));
+  CHECK_CU(set_current(context));
+  CHECK_CU(alloc(&buffer, 64));
+  CHECK_CU(memset(buffer, 1, 64));
+  CHECK_CU(hooked_memset(buffer, 2, 64));
+  CHECK_CU(synchronize());
+  std::printf("late ok\n");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -123,6 +158,7 @@ int main(int argc, char** argv) {
   if (mode == "dlsym") return run_dlsym();
   if (mode == "absent") return run_absent();
   if (mode == "handles") return run_handles();
-  std::printf("usage: %s dlsym|absent|handles\n", argv[0]);
+  if (mode == "late") return run_late(std::getenv("DRIVER_PATH"));
+  std::printf("usage: %s dlsym|absent|handles|late\n", argv[0]);
   return 2;
 }
