@@ -268,6 +268,14 @@ void CompletionTracker::stop() noexcept {
     record_deferred(batch);
     for (Pending& pending : batch) by_stream_[{pending.context, pending.stream}].push_back(std::move(pending));
     poll_streams();
+    // What still runs is said done now (coarse: nothing learns its time). Never said, gpuqosd
+    // counted it in flight until its stuck limit, and a best-effort copy an exit handler made
+    // after this waited 2 s for its grant (a review's repro).
+    const std::int64_t now = ipc::monotonic_ns();
+    for (auto& [stream, queue] : by_stream_) {
+      for (Pending& pending : queue) report(pending, now, /*coarse=*/true);
+    }
+    by_stream_.clear();
   } catch (...) {
   }
 }

@@ -430,6 +430,24 @@ TEST_F(GateTest, AKernelHandleGivenAgainAfterAnUnloadIsDescribedAsItsNewKernel) 
   EXPECT_EQ(kernels[1].param_bytes, 8u);
 }
 
+// The completion tracker stops at exit; what still ran then was never reported, so gpuqosd counted
+// it in flight until its stuck limit, and a best-effort call in a later exit handler waited 2 s
+// for its grant. It is reported done (coarse: nothing learns its time) when the tracker stops.
+TEST_F(GateTest, WorkStillRunningWhenTheTrackerStopsAtExitIsReported) {
+  start({"exit-running"}, "high");
+  ASSERT_EQ(finish(), 0) << output_;
+  EXPECT_NE(output_.find("exit copy 0"), std::string::npos) << output_;
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return !c.empty() && c[0].hung_up; }));
+  const FakeClient client = daemon_->clients().at(0);
+  const auto kernel = std::find_if(client.ops.begin(), client.ops.end(),
+                                   [](const ipc::OpDescriptor& op) { return op.kind == ipc::OpKind::kernel; });
+  ASSERT_NE(kernel, client.ops.end());
+  const auto completion = std::find_if(client.completions.begin(), client.completions.end(),
+                                       [&](const ipc::CompletionDescriptor& c) { return c.seq == kernel->seq; });
+  ASSERT_NE(completion, client.completions.end()) << "the kernel running at exit was never reported";
+  EXPECT_EQ(completion->flags & ipc::kCompletionCoarse, ipc::kCompletionCoarse);
+}
+
 // The UnscheduledDevice record is new in 1.9: an older daemon would drop a client for a record it
 // does not know, so it is never sent one.
 TEST_F(GateTest, ADaemonOlderThanOnePointNineIsNotToldOfUnscheduledDevices) {

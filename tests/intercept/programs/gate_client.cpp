@@ -364,6 +364,25 @@ int run_reload() {
   return 0;
 }
 
+// A kernel still running when main returns. The shim's completion tracker stops in its exit
+// handler (registered at the first op); one the program registered before that runs after it,
+// and copies.
+CUdeviceptr g_exit_buffer = 0;
+
+int run_exit_running() {
+  std::atexit([] {
+    char host[64];
+    std::printf("exit copy %d\n", static_cast<int>(cuMemcpyDtoH(host, g_exit_buffer, sizeof host)));
+    std::fflush(stdout);
+  });
+  CHECK_CU(cuMemAlloc(&g_exit_buffer, 64));
+  CUstream stream = nullptr;
+  CHECK_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  CHECK_CU(launch_spin(g_spin, 300'000, stream));
+  std::printf("returning\n");
+  return 0;
+}
+
 int run_green() {
   CUdevice device = 0;
   CHECK_CU(cuCtxGetDevice(&device));
@@ -879,13 +898,14 @@ int main(int argc, char** argv) {
   if (mode == "release-beside") return run_release_beside();
   if (mode == "green") return run_green();
   if (mode == "reload") return run_reload();
+  if (mode == "exit-running") return run_exit_running();
   if (mode == "legacy-two") return run_legacy_two();
   if (mode == "burst") return run_burst(arg(2, 3));
   if (mode == "queue") return run_queue(arg(2, 30), arg(3, 100));
   if (mode == "signals") return run_signals();
   if (mode == "cancel") return run_cancel(arg(2, 300));
   if (mode == "masks") return run_masks();
-  std::printf("usage: %s ops|signals|cancel|masks|unified|marks|dropped|timed|loop|threads|bench|copies|copies-2d|copies-3d|contexts|fork|reuse|destroy|release-beside|green|reload|legacy-two|burst|queue\n",
+  std::printf("usage: %s ops|signals|cancel|masks|unified|marks|dropped|timed|loop|threads|bench|copies|copies-2d|copies-3d|contexts|fork|reuse|destroy|release-beside|green|reload|exit-running|legacy-two|burst|queue\n",
               argv[0]);
   return 2;
 }
