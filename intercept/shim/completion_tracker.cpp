@@ -126,10 +126,16 @@ void CompletionTracker::record_deferred_now() noexcept {
     std::lock_guard turn(record_mutex_);  // waits for the thread's own turn to finish recording
     {
       std::lock_guard lock(mutex_);
-      if (!started_) return;
+      if (!started_ || incoming_.empty()) return;
       batch.swap(incoming_);
     }
-    record_deferred(batch);
+    {
+      // On a program's thread, which may be capturing a graph or beside one that is: its event
+      // records (on the legacy stream too) must not invalidate the capture, as the completion
+      // thread's do not.
+      const RelaxedCaptureMode relaxed;
+      record_deferred(batch);
+    }
     std::lock_guard lock(mutex_);
     incoming_.insert(incoming_.begin(), std::make_move_iterator(batch.begin()), std::make_move_iterator(batch.end()));
   } catch (...) {  // out of memory: those completions are lost

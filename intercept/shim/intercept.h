@@ -142,15 +142,10 @@ CUresult intercept_in_chunks(Gate& g, const Operation& op, std::uint64_t chunk_b
 // another captures a graph, it is a "potentially unsafe" call that would invalidate the capture.
 inline bool stream_is_idle(const Operation& op) noexcept {
   using StreamQuery = CUresult (*)(CUstream);
-  using ExchangeMode = CUresult (*)(CUstreamCaptureMode*);
   const auto query = driver<StreamQuery>(DriverHelper::stream_query);
-  const auto exchange = driver<ExchangeMode>(DriverHelper::thread_exchange_stream_capture_mode);
-  if (query == nullptr || exchange == nullptr) return false;
-  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-  if (exchange(&mode) != CUDA_SUCCESS) return false;
-  const CUresult result = query(op.stream == nullptr && op.per_thread ? CU_STREAM_PER_THREAD : op.stream);
-  exchange(&mode);  // the thread's own mode back
-  return result == CUDA_SUCCESS;
+  if (query == nullptr) return false;
+  const RelaxedCaptureMode relaxed;
+  return relaxed.active() && query(op.stream == nullptr && op.per_thread ? CU_STREAM_PER_THREAD : op.stream) == CUDA_SUCCESS;
 }
 
 // The body of the 1-D copy hooks (dst, src, ByteCount[, stream]: cuMemcpyHtoD/DtoH/DtoD, cuMemcpy

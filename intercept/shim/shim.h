@@ -98,6 +98,29 @@ Function driver(DriverHelper helper) noexcept {
   return reinterpret_cast<Function>(driver_helper(helper));
 }
 
+// This thread in relaxed stream-capture mode while the object lives (`active`: it is; false when the
+// driver cannot say). In the default (global) mode, the shim's own event and query calls made on a
+// program's thread are "potentially unsafe" while this thread or another captures a graph, and
+// would invalidate the capture.
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode() noexcept
+      : exchange_(driver<PFN_cuThreadExchangeStreamCaptureMode_v10010>(DriverHelper::thread_exchange_stream_capture_mode)) {
+    active_ = exchange_ != nullptr && exchange_(&mode_) == CUDA_SUCCESS;
+  }
+  ~RelaxedCaptureMode() {
+    if (active_) exchange_(&mode_);  // the thread's own mode back
+  }
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+  bool active() const noexcept { return active_; }
+
+ private:
+  PFN_cuThreadExchangeStreamCaptureMode_v10010 exchange_;
+  CUstreamCaptureMode mode_ = CU_STREAM_CAPTURE_MODE_RELAXED;
+  bool active_ = false;
+};
+
 // dlsym.cpp: glibc's dlsym (ours answers hooks, so the shim must never call plain dlsym).
 using DlsymFunction = void* (*)(void*, const char*);
 DlsymFunction real_dlsym() noexcept;
