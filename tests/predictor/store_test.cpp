@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -199,10 +200,10 @@ TEST(Store, InvalidContent) {
   const nlohmann::json good = body_of(encode_profile(trained()));
   nlohmann::json bad = good;
   bad["config"]["knn_max_distance"] = nullptr;  // what a NaN becomes in JSON
-  expect_empty(decode_profile(envelope(bad.dump()), "p", {}), "config.knn_max_distance: not a finite number");
+  expect_empty(decode_profile(envelope(bad.dump()), "p", {}), "config.knn_max_distance: null is not a finite number");
   bad = good;
   bad["kernels"][0]["samples"][0][0] = {0, 1, 1};
-  expect_empty(decode_profile(envelope(bad.dump()), "p", {}), "zero grid or block dimension");
+  expect_empty(decode_profile(envelope(bad.dump()), "p", {}), "grid[0]: 0 is not an integer in 1..4294967295");
   bad = good;
   bad["copies"]["classes"].erase(0);
   expect_empty(decode_profile(envelope(bad.dump()), "p", {}), "copies: expected 12 class lines");
@@ -220,9 +221,61 @@ TEST(Store, ImplausibleSizesAreRefusedBeforeAllocating) {
   expect_empty(decode_profile(bytes, "p", {}), "implausible body size 4294967295");
   nlohmann::json bad = body_of(encode_profile(trained()));
   bad["config"]["stats_window"] = -1;
-  expect_empty(decode_profile(envelope(bad.dump()), "p", {}), "config.stats_window = -1 is not a count in 0..1048576");
+  expect_empty(decode_profile(envelope(bad.dump()), "p", {}), "config.stats_window: -1 is not an integer in 1..1048576");
   bad["config"]["stats_window"] = 1.5;
-  expect_empty(decode_profile(envelope(bad.dump()), "p", {}), "config.stats_window = 1.5 is not a count");
+  expect_empty(decode_profile(envelope(bad.dump()), "p", {}), "config.stats_window: 1.5 is not an integer");
+}
+
+// A review: values the loader passed became inf on conversion (a log2 duration of 1e39, a finite
+// double, as a float; exp2 of 1e300 as a prediction), or made LogMoments::add divide by zero (a
+// global count of -1). Such a store predicted inf and its next save wrote null, which the load
+// after refused: the whole store was lost.
+TEST(Store, ValuesThatWouldBecomeInfiniteAreRefusedWithTheirPlace) {
+  const nlohmann::json good = body_of(encode_profile(trained()));
+  nlohmann::json bad = good;
+  bad["kernels"][0]["samples"][2][4] = 1e39;
+  expect_empty(decode_profile(envelope(bad.dump()), "p", {}),
+               "p: invalid content: kernels[0] \"gemm\" samples[2] log2_ns: 1e+39 is not the log2 of a duration (-1074..1023)");
+  bad = good;
+  bad["kernels"][1]["recent_log2_ns"][5] = 1e39;
+  expect_empty(decode_profile(envelope(bad.dump()), "p", {}), "kernels[1] \"small\" recent_log2_ns[5]: 1e+39 is not the log2");
+  bad = good;
+  bad["copies"]["classes"][0]["residuals"] = {1e39};
+  expect_empty(decode_profile(envelope(bad.dump()), "p", {}), "copies.classes[0] residuals[0]: 1e+39 is not the log2");
+  bad = good;
+  bad["global_log2_ns"][1] = 1e300;
+  expect_empty(decode_profile(envelope(bad.dump()), "p", {}), "global_log2_ns[1]: 1e+300 is not the log2 of a duration");
+  bad = good;
+  bad["global_log2_ns"][0] = -1;
+  expect_empty(decode_profile(envelope(bad.dump()), "p", {}), "global_log2_ns[0]: -1 is not a count");
+}
+
+// A review: a grid of ["a",1,1] said only "type must be number, but is string", [1e20,1,1] "zero
+// grid or block dimension" (an undefined conversion), and [-1,1,1] or observations -5 loaded as
+// 4294967295. Each is refused, naming where it is.
+TEST(Store, InvalidContentNamesWhereItIs) {
+  const nlohmann::json good = body_of(encode_profile(trained()));
+  const auto refused = [&good](const std::function<void(nlohmann::json&)>& change, const std::string& why) {
+    nlohmann::json bad = good;
+    change(bad);
+    expect_empty(decode_profile(envelope(bad.dump()), "p", {}), "p: invalid content: " + why + "; starting with an empty model");
+  };
+  refused([](auto& b) { b["kernels"][0]["samples"][3][0] = {"a", 1, 1}; },
+          "kernels[0] \"gemm\" samples[3] grid[0]: \"a\" is not an integer in 1..4294967295");
+  refused([](auto& b) { b["kernels"][0]["samples"][3][0] = {1e20, 1, 1}; },
+          "kernels[0] \"gemm\" samples[3] grid[0]: 1e+20 is not an integer in 1..4294967295");
+  refused([](auto& b) { b["kernels"][0]["samples"][3][1] = {256, -1, 1}; },
+          "kernels[0] \"gemm\" samples[3] block[1]: -1 is not an integer in 1..4294967295");
+  refused([](auto& b) { b["kernels"][0]["samples"][3][3] = {64, 2.5}; },
+          "kernels[0] \"gemm\" samples[3] args[1]: 2.5 is not an integer in 0..18446744073709551615");
+  refused([](auto& b) { b["kernels"][1]["observations"] = -5; },
+          "kernels[1] \"small\" observations: -5 is not an integer in 0..18446744073709551615");
+  refused([](auto& b) { b["kernels"][1].erase("sums"); }, "kernels[1] \"small\": key 'sums' not found");
+  refused([](auto& b) { b["kernels"] = 5; }, "kernels: 5 is not an array");
+  refused([](auto& b) { b["copies"]["classes"][0]["sizes"] = {{5}}; },
+          "copies.classes[0] sizes[0]: expected [bytes, [log2 durations]]");
+  refused([](auto& b) { b["copies"]["directions"][1]["sizes"] = {{-4096, {12.0}}}; },
+          "copies.directions[1] sizes[0][0]: -4096 is not an integer in 0..18446744073709551615");
 }
 
 // What gpuqosd may do with the file: move aside one whose content is unusable; leave alone one it
