@@ -26,8 +26,9 @@ json config_to_json(const PredictorConfig& c) {
           {"default_copy_bytes_per_ns", c.default_copy_bytes_per_ns}};
 }
 
-// A count of the config, at least `min`: get<uint32_t> would wrap -1 to 4294967295 (and a window
-// that size reserves 16 GiB), so it is bounded.
+// A count of the config, at least `min`. get<uint32_t> would wrap -1 to 4294967295; 2^20 keeps a
+// count sane, and the memory bounds (max_kernels, max_samples_per_kernel, stats_window) are then
+// cut to the loader's own (decode_profile).
 std::uint32_t count(const json& j, const char* key, std::uint32_t min) {
   constexpr std::uint64_t kMaxCount = std::uint64_t{1} << 20;
   return std::uint32_t(integer(j.at(key), std::string("config.") + key, min, kMaxCount));
@@ -37,7 +38,8 @@ PredictorConfig config_from_json(const json& j) {
   PredictorConfig c;
   c.sm_count = count(j, "sm_count", 1);
   c.max_samples_per_kernel = count(j, "max_samples_per_kernel", 1);
-  c.max_kernels = count(j, "max_kernels", 0);
+  // 0 would drop every kernel of the store and learn none: nothing a trained store can hold.
+  c.max_kernels = count(j, "max_kernels", 1);
   c.stats_window = count(j, "stats_window", 1);
   c.score_window = count(j, "score_window", 0);
   c.min_scored = count(j, "min_scored", 0);

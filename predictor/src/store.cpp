@@ -68,6 +68,33 @@ std::string inflate_body(std::string_view body, std::uint64_t json_bytes, std::s
   return text;
 }
 
+// A store's memory bounds are the loader's to set (gpuqosd's memory, not the trainer's): a store
+// that allows more is cut to the loader's limits, not refused, and what that drops is said once.
+// Returns the warning, if anything was dropped.
+std::optional<std::string> limit_to(Predictor::State& state, const PredictorConfig& loader, const std::string& source) {
+  PredictorConfig& c = state.config;
+  c.max_kernels = std::min(c.max_kernels, loader.max_kernels);
+  c.max_samples_per_kernel = std::min(c.max_samples_per_kernel, loader.max_samples_per_kernel);
+  c.stats_window = std::min(c.stats_window, loader.stats_window);
+  const std::size_t names_over = state.kernels.size() > c.max_kernels ? state.kernels.size() - c.max_kernels : 0;
+  std::size_t shapes_over = 0;
+  for (std::size_t i = 0; i < state.kernels.size() - names_over; ++i) {
+    const std::size_t shapes = state.kernels[i].second.samples.size();
+    shapes_over += shapes > c.max_samples_per_kernel ? shapes - c.max_samples_per_kernel : 0;
+  }
+  if (names_over == 0 && shapes_over == 0) return std::nullopt;
+  std::string dropped;
+  if (names_over > 0) {
+    dropped = std::to_string(names_over) + (names_over == 1 ? " kernel name" : " kernel names") + " beyond max_kernels (" +
+              std::to_string(c.max_kernels) + ")";
+  }
+  if (shapes_over > 0) {
+    dropped += (dropped.empty() ? "" : " and ") + std::to_string(shapes_over) + (shapes_over == 1 ? " shape" : " shapes") +
+               " beyond max_samples_per_kernel (" + std::to_string(c.max_samples_per_kernel) + ")";
+  }
+  return source + ": dropped " + dropped + "; the rest of the store is loaded";
+}
+
 enum class Problem { content, access, missing };
 
 LoadedProfile empty(const PredictorConfig& config, const std::string& source, const std::string& problem,
@@ -141,7 +168,9 @@ LoadedProfile decode_profile(std::string_view bytes, const std::string& source, 
   const std::string text = inflate_body(body, get_le(bytes, 24, 8), error);
   if (!error.empty()) return empty(config, source, error);
   try {
-    return LoadedProfile{Predictor::restore(detail::state_from_json(nlohmann::json::parse(text))), std::nullopt};
+    Predictor::State state = detail::state_from_json(nlohmann::json::parse(text));
+    std::optional<std::string> warning = limit_to(state, config, source);
+    return LoadedProfile{Predictor::restore(state), std::move(warning)};
   } catch (const std::bad_alloc&) {
     return empty(config, source, "too large to load (out of memory)", Problem::access);
   } catch (const std::exception& e) {

@@ -278,6 +278,36 @@ TEST(Store, InvalidContentNamesWhereItIs) {
           "copies.directions[1] sizes[0][0]: -4096 is not an integer in 0..18446744073709551615");
 }
 
+// A review: a store's config allowed max_samples_per_kernel and stats_window up to 2^20, and each
+// kernel's sample store allocates its capacity (a 14 KB store took 3.3 GB); max_kernels 0 dropped
+// every kernel silently and learned none after. The memory bounds are cut to the loader's, 0 is
+// refused, and what the cut drops is said.
+TEST(Store, AStoresMemoryBoundsAreCutToTheLoadersAndWhatThatDropsIsSaid) {
+  const Predictor original = trained();
+  nlohmann::json big = body_of(encode_profile(original));
+  for (const char* key : {"max_samples_per_kernel", "max_kernels", "stats_window"}) big["config"][key] = 1 << 20;
+  const LoadedProfile loaded = decode_profile(envelope(big.dump()), "p", {});
+  EXPECT_EQ(loaded.warning, std::nullopt);
+  EXPECT_EQ(loaded.predictor.config().max_samples_per_kernel, 256u);
+  EXPECT_EQ(loaded.predictor.config().max_kernels, 4096u);
+  EXPECT_EQ(loaded.predictor.config().stats_window, 64u);
+  EXPECT_EQ(loaded.predictor.stored_samples(), original.stored_samples());
+
+  nlohmann::json none = body_of(encode_profile(original));
+  none["config"]["max_kernels"] = 0;
+  expect_empty(decode_profile(envelope(none.dump()), "p", {}), "config.max_kernels: 0 is not an integer in 1..1048576");
+
+  const std::string bytes = encode_profile(original);
+  const LoadedProfile one = decode_profile(bytes, "p", PredictorConfig{.max_kernels = 1});
+  EXPECT_EQ(one.warning, "p: dropped 1 kernel name beyond max_kernels (1); the rest of the store is loaded");
+  EXPECT_FALSE(one.unreadable);
+  EXPECT_EQ(one.predictor.kernel_names(), std::vector<std::string>{"gemm"});
+  const LoadedProfile few = decode_profile(bytes, "p", PredictorConfig{.max_samples_per_kernel = 10});
+  const std::size_t over = original.kernel("gemm")->store().size() + original.kernel("small")->store().size() - 20;
+  EXPECT_EQ(few.warning, "p: dropped " + std::to_string(over) + " shapes beyond max_samples_per_kernel (10); the rest of the store is loaded");
+  EXPECT_EQ(few.predictor.stored_samples(), 20u);
+}
+
 // What gpuqosd may do with the file: move aside one whose content is unusable; leave alone one it
 // cannot read at all (it may be fine); a missing one is neither.
 TEST(Store, AFileWithUnusableContentIsUnreadableOneThatCannotBeReadIsInaccessible) {

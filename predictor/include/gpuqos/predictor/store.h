@@ -38,6 +38,8 @@ struct LoadedProfile {
 // `config` is used when the profile cannot be used; a loaded profile keeps the configuration it was
 // trained with, its sm_count included (`gpuqos train --sms`): the loader has no device to compare it
 // with (gpuqosd learns of devices only through its clients), so a difference is not its to judge.
+// Its memory bounds (max_kernels, max_samples_per_kernel, stats_window) are the loader's to set:
+// they are cut to `config`'s, and what that drops is counted in the warning (the rest is loaded).
 LoadedProfile load_profile(const std::filesystem::path& path, const PredictorConfig& config);
 // What the file at `path` is when it is plainly not a predictor store, whole or damaged: a regular,
 // non-empty file that does not start as every store does (a measurement profile, a trace, a config).
