@@ -7,6 +7,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <chrono>
 #include <cmath>
@@ -26,7 +27,14 @@ namespace {
 
 constexpr char kMagic[8] = {'G', 'P', 'U', 'Q', 'O', 'S', 'P', 'F'};
 constexpr std::size_t kHeaderBytes = 40;
-constexpr std::uint64_t kMaxJsonBytes = std::uint64_t{1} << 32;  // refuse to inflate beyond 4 GiB
+// The largest store the default limits allow, max_kernels (4,096) names of max_samples_per_kernel
+// (256) shapes, with every number at its longest (8 args of 20 digits, 10-digit dimensions, 17-digit
+// floats) and names of 4 KiB, is 356 MB of JSON (one of 4,096 typical names: 84 MB). A body that
+// inflates beyond 512 MiB is not a store, and is refused before its buffer is zero-filled (4 GiB
+// was allowed: 1032 times a 4 MB file).
+constexpr std::uint64_t kMaxJsonBytes = std::uint64_t{512} << 20;
+// A store nests 6 deep (body, copies, classes, line, sizes, size).
+constexpr int kMaxJsonDepth = 16;
 // zlib inflates at most about 1032:1: a header claiming more is garbage (it is outside the CRC),
 // and believing it would allocate the claim before inflating fails.
 constexpr std::uint64_t kMaxInflation = 1032;
@@ -54,7 +62,12 @@ std::uint32_t crc_of(std::string_view data) {
 
 // The JSON text of a body, or an error.
 std::string inflate_body(std::string_view body, std::uint64_t json_bytes, std::string& error) {
-  if (json_bytes > kMaxJsonBytes || json_bytes > body.size() * kMaxInflation + 64) {
+  if (json_bytes > kMaxJsonBytes) {
+    error = "the header says " + std::to_string(json_bytes) + " bytes of JSON, more than a store can hold (" +
+            std::to_string(kMaxJsonBytes) + ")";
+    return "";
+  }
+  if (json_bytes > body.size() * kMaxInflation + 64) {
     error = "implausible body size " + std::to_string(json_bytes);
     return "";
   }
@@ -66,6 +79,48 @@ std::string inflate_body(std::string_view body, std::uint64_t json_bytes, std::s
     return "";
   }
   return text;
+}
+
+// What a body may hold for a loader of `config`, with room to spare: parse() builds the whole tree,
+// 16 bytes or more a value, before anything is checked (a 261 KB file of 256 MiB of "[0,0,..."
+// took 4.46 GB and 19 s in gpuqosd's start), so a body beyond what a store of the loader's own
+// limits holds (it would be cut to them anyway) is refused while it is parsed.
+struct JsonLimits {
+  // Its kernels' samples (21 values each), windows and sums (~460 a kernel): 1.6 times the 23.9
+  // million values of a full store at the default limits.
+  std::uint64_t values;
+  // The longest array or object of a store is its kernel list, a kernel's samples or a window (the
+  // rest hold at most ~200): that file's single array took 1.5 GB and 8 s before the count of values
+  // stopped it, 0.7 s and the inflated text's 267 MB with this.
+  std::uint64_t elements;
+};
+
+JsonLimits json_limits(const PredictorConfig& config) {
+  const std::uint64_t per_kernel = std::uint64_t{config.max_samples_per_kernel} * 32 + std::uint64_t{config.stats_window} * 4 + 1024;
+  const std::uint64_t longest = std::max({config.max_kernels, config.max_samples_per_kernel, config.stats_window, 1024u});
+  return {std::uint64_t{config.max_kernels} * per_kernel + (std::uint64_t{1} << 16), 2 * longest};
+}
+
+nlohmann::json parse_bounded(const std::string& text, const PredictorConfig& config) {
+  using Event = nlohmann::json::parse_event_t;
+  const JsonLimits limits = json_limits(config);
+  std::uint64_t values = 0;
+  std::array<std::uint64_t, kMaxJsonDepth + 2> elements{};  // of the array or object open at each depth
+  return nlohmann::json::parse(text, [&](int depth, Event event, const nlohmann::json&) {
+    if (depth > kMaxJsonDepth) throw detail::ProfileError("nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+    if (event != Event::value && event != Event::array_start && event != Event::object_start) return true;
+    if (++values > limits.values) {
+      throw detail::ProfileError("more than " + std::to_string(limits.values) + " JSON values, more than a store of max_kernels " +
+                                 std::to_string(config.max_kernels) + " and max_samples_per_kernel " +
+                                 std::to_string(config.max_samples_per_kernel) + " holds");
+    }
+    if (++elements[std::size_t(depth)] > limits.elements) {
+      throw detail::ProfileError("an array or object of more than " + std::to_string(limits.elements) +
+                                 " elements, more than any of a store holds");
+    }
+    if (event != Event::value) elements[std::size_t(depth) + 1] = 0;
+    return true;
+  });
 }
 
 // A store's memory bounds are the loader's to set (gpuqosd's memory, not the trainer's): a store
@@ -168,7 +223,7 @@ LoadedProfile decode_profile(std::string_view bytes, const std::string& source, 
   const std::string text = inflate_body(body, get_le(bytes, 24, 8), error);
   if (!error.empty()) return empty(config, source, error);
   try {
-    Predictor::State state = detail::state_from_json(nlohmann::json::parse(text));
+    Predictor::State state = detail::state_from_json(parse_bounded(text, config));
     std::optional<std::string> warning = limit_to(state, config, source);
     return LoadedProfile{Predictor::restore(state), std::move(warning)};
   } catch (const std::bad_alloc&) {

@@ -218,7 +218,7 @@ TEST(Store, InvalidContent) {
 TEST(Store, ImplausibleSizesAreRefusedBeforeAllocating) {
   std::string bytes = encode_profile(trained());
   for (int i = 0; i < 8; ++i) bytes[24 + std::size_t(i)] = char(i < 4 ? 0xff : 0);  // 4 GiB - 1 of JSON
-  expect_empty(decode_profile(bytes, "p", {}), "implausible body size 4294967295");
+  expect_empty(decode_profile(bytes, "p", {}), "the header says 4294967295 bytes of JSON, more than a store can hold");
   nlohmann::json bad = body_of(encode_profile(trained()));
   bad["config"]["stats_window"] = -1;
   expect_empty(decode_profile(envelope(bad.dump()), "p", {}), "config.stats_window: -1 is not an integer in 1..1048576");
@@ -306,6 +306,44 @@ TEST(Store, AStoresMemoryBoundsAreCutToTheLoadersAndWhatThatDropsIsSaid) {
   const std::size_t over = original.kernel("gemm")->store().size() + original.kernel("small")->store().size() - 20;
   EXPECT_EQ(few.warning, "p: dropped " + std::to_string(over) + " shapes beyond max_samples_per_kernel (10); the rest of the store is loaded");
   EXPECT_EQ(few.predictor.stored_samples(), 20u);
+}
+
+// A well-formed envelope whose header claims `json_bytes` of JSON for `body`.
+std::string claiming(std::string body, std::uint64_t json_bytes) {
+  std::string out = envelope("{}");
+  out.resize(40);
+  for (int i = 0; i < 8; ++i) out[16 + std::size_t(i)] = char((body.size() >> (8 * i)) & 0xff);
+  for (int i = 0; i < 8; ++i) out[24 + std::size_t(i)] = char((json_bytes >> (8 * i)) & 0xff);
+  const auto crc = crc32(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(body.data()), uInt(body.size()));
+  for (int i = 0; i < 4; ++i) out[32 + std::size_t(i)] = char((crc >> (8 * i)) & 0xff);
+  return out + body;
+}
+
+// A review: a 261 KB file inflated to 256 MiB of "[0,0,...", and parse() built all of it (4.46 GB,
+// 19 s in gpuqosd's start) before anything was checked. A body is refused beyond what the largest
+// store inflates to (356 MB), and its parse past what a store of the loader's limits holds.
+TEST(Store, ABodyLargerThanAnyStoreIsRefusedBeforeItIsBuilt) {
+  const std::string compressed = encode_profile(trained()).substr(40);
+  std::string body;
+  while (body.size() < 600'000) body += compressed;  // enough that 1032:1 allows the claim
+  expect_empty(decode_profile(claiming(body, (std::uint64_t{512} << 20) + 1), "p", {}),
+               "the header says 536870913 bytes of JSON, more than a store can hold (536870912)");
+
+  std::string zeros = "[0";
+  for (int i = 0; i < 10'000; ++i) zeros += ",0";
+  zeros += "]";
+  expect_empty(decode_profile(envelope(zeros), "p", {}),
+               "p: invalid content: an array or object of more than 8192 elements, more than any of a store holds");
+  std::string thousand = "[0";
+  for (int i = 1; i < 1000; ++i) thousand += ",0";
+  thousand += "]";
+  std::string arrays = "[" + thousand;
+  for (int i = 1; i < 80; ++i) arrays += "," + thousand;  // 80,081 values, in arrays none too long
+  arrays += "]";
+  const PredictorConfig small{.max_samples_per_kernel = 1, .max_kernels = 1, .stats_window = 1};
+  expect_empty(decode_profile(envelope(arrays), "p", small),
+               "p: invalid content: more than 66596 JSON values, more than a store of max_kernels 1 and max_samples_per_kernel 1 holds");
+  expect_empty(decode_profile(envelope(std::string(100, '[') + std::string(100, ']')), "p", {}), "nested deeper than 16 levels");
 }
 
 // What gpuqosd may do with the file: move aside one whose content is unusable; leave alone one it
