@@ -74,10 +74,16 @@ std::string inflate_body(std::string_view body, std::uint64_t json_bytes, std::s
   std::string text(json_bytes, '\0');
   uLongf length = uLongf(json_bytes);
   const int rc = uncompress(reinterpret_cast<Bytef*>(text.data()), &length, reinterpret_cast<const Bytef*>(body.data()), uLong(body.size()));
-  if (rc != Z_OK || length != json_bytes) {
+  // The JSON length is outside the CRC: a body that inflates to another length than it says is
+  // told as such, not as a zlib failure (a length one too large inflated fine: "zlib error 0").
+  if (rc == Z_BUF_ERROR) {
+    error = "the body inflates to more than the " + std::to_string(json_bytes) + " bytes of JSON the header says";
+  } else if (rc != Z_OK) {
     error = "corrupt compressed body (zlib error " + std::to_string(rc) + ")";
-    return "";
+  } else if (length != json_bytes) {
+    error = "the header says " + std::to_string(json_bytes) + " bytes of JSON, the body inflates to " + std::to_string(length);
   }
+  if (!error.empty()) return "";
   return text;
 }
 
@@ -318,6 +324,18 @@ std::filesystem::path real_directory_of(const std::filesystem::path& path) {
   return error ? std::filesystem::path() : directory;
 }
 
+// The directory a link of this user's or root's points into, when that directory does not exist.
+std::optional<std::filesystem::path> missing_directory_of_link(const std::filesystem::path& link, const struct stat& info) {
+  if (info.st_uid != ::geteuid() && info.st_uid != 0) return std::nullopt;
+  std::error_code error;
+  const std::filesystem::path next = std::filesystem::read_symlink(link, error);
+  if (error || next.empty()) return std::nullopt;
+  const std::filesystem::path named = next.is_absolute() ? next : link.parent_path() / next;
+  const std::filesystem::path directory = named.has_parent_path() ? named.parent_path() : std::filesystem::path(".");
+  if (std::filesystem::exists(directory, error) || error) return std::nullopt;
+  return directory;
+}
+
 }  // namespace
 
 std::filesystem::path save_target(const std::filesystem::path& path) {
@@ -346,6 +364,11 @@ std::optional<std::string> why_not_saved_over(const std::filesystem::path& targe
     struct stat followed{};
     if (::stat(target.c_str(), &followed) != 0 && errno == ELOOP) {  // a loop, or a chain the kernel gives up on
       return target.string() + ": too many levels of symbolic links (a loop?): nothing is saved over it";
+    }
+    // A link of ours to a file in a directory not made yet: save_target() could not resolve where
+    // it points, which is what the user has to fix (it is no other user's link).
+    if (const auto missing = missing_directory_of_link(target, info)) {
+      return target.string() + " is a link to a file in " + missing->string() + ", which does not exist: nothing is saved over it";
     }
     return target.string() +
            " is a link that is not followed (another user's, or into a directory other users can change): "

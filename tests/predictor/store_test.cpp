@@ -346,6 +346,16 @@ TEST(Store, ABodyLargerThanAnyStoreIsRefusedBeforeItIsBuilt) {
   expect_empty(decode_profile(envelope(std::string(100, '[') + std::string(100, ']')), "p", {}), "nested deeper than 16 levels");
 }
 
+// A review: a JSON length one too large said "corrupt compressed body (zlib error 0)".
+TEST(Store, AJsonLengthTheBodyDoesNotInflateToIsToldAsSuch) {
+  const std::string text = body_of(encode_profile(trained())).dump();
+  const std::string body = envelope(text).substr(40);
+  expect_empty(decode_profile(claiming(body, text.size() + 1), "p", {}),
+               "the header says " + std::to_string(text.size() + 1) + " bytes of JSON, the body inflates to " + std::to_string(text.size()));
+  expect_empty(decode_profile(claiming(body, text.size() - 1), "p", {}),
+               "the body inflates to more than the " + std::to_string(text.size() - 1) + " bytes of JSON the header says");
+}
+
 // What gpuqosd may do with the file: move aside one whose content is unusable; leave alone one it
 // cannot read at all (it may be fine); a missing one is neither.
 TEST(Store, AFileWithUnusableContentIsUnreadableOneThatCannotBeReadIsInaccessible) {
@@ -504,6 +514,17 @@ TEST(Store, SaveWritesWhereTheUsersOwnLinkPointsAndKeepsTheModeItReplaces) {
   ASSERT_EQ(save_profile(p, dangling), std::nullopt);
   EXPECT_TRUE(std::filesystem::is_symlink(dangling));
   EXPECT_EQ(read_file(dir.path() / "models" / "v4.gqp"), encode_profile(p));
+}
+
+// A review: a link of the user's own to a store in a directory not made yet was refused as "a link
+// that is not followed (another user's, ...)"; the reason is the missing directory.
+TEST(Store, ALinkIntoADirectoryThatDoesNotExistSaysSo) {
+  const testing::TempDir dir;
+  const auto link = dir.path() / "current.gqp";
+  std::filesystem::create_symlink("models/v3.gqp", link);
+  EXPECT_EQ(save_profile(trained(), link),
+            link.string() + " is a link to a file in " + (dir.path() / "models").string() + ", which does not exist: nothing is saved over it");
+  EXPECT_TRUE(std::filesystem::is_symlink(link));
 }
 
 TEST(Store, SaveRefusesWhatIsNotARegularFileAndWhatIsReadOnly) {
