@@ -30,13 +30,26 @@ std::string object_of(void* fn) {
   return dladdr(fn, &info) != 0 && info.dli_fname ? info.dli_fname : "?";
 }
 
-int run_dlsym() {
-  void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  CHECK(driver != nullptr);
+// Device 0's primary context made current, through the driver's handle.
+int open_primary(void* driver) {
   auto init = symbol<decltype(cuInit)>(driver, "cuInit");
   auto device_get = symbol<decltype(cuDeviceGet)>(driver, "cuDeviceGet");
   auto retain = symbol<decltype(cuDevicePrimaryCtxRetain)>(driver, "cuDevicePrimaryCtxRetain");
   auto set_current = symbol<decltype(cuCtxSetCurrent)>(driver, "cuCtxSetCurrent");
+  CHECK(init && device_get && retain && set_current);
+  CUdevice device = 0;
+  CUcontext context = nullptr;
+  CHECK_CU(init(0));
+  CHECK_CU(device_get(&device, 0));
+  CHECK_CU(retain(&context, device));
+  CHECK_CU(set_current(context));
+  return 0;
+}
+
+int run_dlsym() {
+  void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  CHECK(driver != nullptr);
+  auto init = symbol<decltype(cuInit)>(driver, "cuInit");
   auto load = symbol<decltype(cuModuleLoadData)>(driver, "cuModuleLoadData");
   auto get_function = symbol<decltype(cuModuleGetFunction)>(driver, "cuModuleGetFunction");
   auto launch = symbol<decltype(cuLaunchKernel)>(driver, "cuLaunchKernel");
@@ -45,21 +58,15 @@ int run_dlsym() {
   auto to_device = symbol<decltype(cuMemcpyHtoD_v2)>(driver, "cuMemcpyHtoD_v2");
   auto to_host = symbol<decltype(cuMemcpyDtoH_v2)>(driver, "cuMemcpyDtoH_v2");
   auto synchronize = symbol<decltype(cuCtxSynchronize)>(driver, "cuCtxSynchronize");
-  CHECK(init && device_get && retain && set_current && load && get_function && launch && alloc && free &&
-        to_device && to_host && synchronize);
+  CHECK(init && load && get_function && launch && alloc && free && to_device && to_host && synchronize);
   // Hooked names answer the shim's hooks, the others the driver's functions.
   CHECK(object_of(reinterpret_cast<void*>(launch)).find("libgpuqos.so") != std::string::npos);
   CHECK(object_of(reinterpret_cast<void*>(init)).find("libcuda.so") != std::string::npos);
   CHECK(dlsym(driver, "cuNoSuchEntryPoint") == nullptr && dlerror() != nullptr);
 
-  CUdevice device = 0;
-  CUcontext context = nullptr;
   CUmodule module = nullptr;
   CUfunction spin = nullptr;
-  CHECK_CU(init(0));
-  CHECK_CU(device_get(&device, 0));
-  CHECK_CU(retain(&context, device));
-  CHECK_CU(set_current(context));
+  if (open_primary(driver) != 0) return 1;
   CHECK_CU(load(&module, kPtx));
   CHECK_CU(get_function(&spin, module, "spin"));
   std::uint64_t duration_us = 20;
@@ -128,21 +135,12 @@ int run_late(const char* driver_path) {
   CHECK(hooked_memset(0, 1, 64) == CUDA_ERROR_NOT_INITIALIZED);
   void* driver = dlopen(driver_path, RTLD_NOW | RTLD_LOCAL);
   CHECK(driver != nullptr);
-  auto init = symbol<decltype(cuInit)>(driver, "cuInit");
-  auto device_get = symbol<decltype(cuDeviceGet)>(driver, "cuDeviceGet");
-  auto retain = symbol<decltype(cuDevicePrimaryCtxRetain)>(driver, "cuDevicePrimaryCtxRetain");
-  auto set_current = symbol<decltype(cuCtxSetCurrent)>(driver, "cuCtxSetCurrent");
   auto alloc = symbol<decltype(cuMemAlloc_v2)>(driver, "cuMemAlloc_v2");
   auto memset = symbol<decltype(cuMemsetD8_v2)>(driver, "cuMemsetD8_v2");
   auto synchronize = symbol<decltype(cuCtxSynchronize)>(driver, "cuCtxSynchronize");
-  CHECK(init && device_get && retain && set_current && alloc && memset && synchronize);
-  CUdevice device = 0;
-  CUcontext context = nullptr;
+  CHECK(alloc && memset && synchronize);
+  if (open_primary(driver) != 0) return 1;
   CUdeviceptr buffer = 0;
-  CHECK_CU(init(0));
-  CHECK_CU(device_get(&device, 0));
-  CHECK_CU(retain(&context, device));
-  CHECK_CU(set_current(context));
   CHECK_CU(alloc(&buffer, 64));
   CHECK_CU(memset(buffer, 1, 64));
   CHECK_CU(hooked_memset(buffer, 2, 64));
