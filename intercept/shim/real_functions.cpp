@@ -4,9 +4,11 @@
 // could re-enter a hook on this thread, which a once-flag would deadlock. Two threads racing on an
 // empty slot both look it up and store the same answer: harmless.
 #include <dlfcn.h>
+#include <link.h>
 
 #include <array>
 #include <atomic>
+#include <cstddef>
 #include <string>
 
 #include "shim.h"
@@ -32,6 +34,26 @@ constexpr std::array<const char*, kDriverHelperCount> kHelperNames = {
     "cuDeviceGetAttribute",        "cuEventElapsedTime_v2",        "cuEventElapsedTime",  "cuDeviceGetCount",
     "cuDeviceGetUuid_v2",          "cuDeviceGetUuid",              "cuStreamQuery",        "cuCtxGetId"};
 
+// How many objects the dynamic loader has loaded so far (glibc's dlpi_adds; 0 if it cannot say).
+// One object is read: the count is the process's, the same in each.
+unsigned long long loads_so_far() noexcept {
+  unsigned long long adds = 0;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, std::size_t size, void* out) {
+        if (size >= offsetof(dl_phdr_info, dlpi_adds) + sizeof info->dlpi_adds) {
+          *static_cast<unsigned long long*>(out) = info->dlpi_adds;
+        }
+        return 1;
+      },
+      &adds);
+  return adds;
+}
+
+// The loads_so_far() at which a lookup last found no driver (0: none did). Until the program loads
+// something more, another lookup would find none again: it is not made. A failed dlopen searches
+// the library path (about 10 opens, 75 us a query mark before CUDA was loaded, in a review).
+std::atomic<unsigned long long> no_driver_at_loads{0};
+
 // The driver's definition of `name`, or nullptr; `no_driver`: none is loaded, nor could be.
 void* look_up(const char* name, bool& no_driver) {
   DlsymFunction real = real_dlsym();
@@ -56,9 +78,12 @@ void* look_up(const char* name, bool& no_driver) {
 void* resolve(std::atomic<void*>& slot, const char* name, bool report_missing = true) {
   void* fn = slot.load(std::memory_order_acquire);
   if (fn == nullptr) {
+    const unsigned long long loads = loads_so_far();
+    if (loads != 0 && no_driver_at_loads.load(std::memory_order_relaxed) == loads) return nullptr;
     bool no_driver = false;
     void* found = look_up(name, no_driver);
     if (no_driver) {
+      no_driver_at_loads.store(loads, std::memory_order_relaxed);
       // Not cached: the program may load the driver later, by a path its soname does not find (a
       // compat directory). Cached, a hook reached before then failed for the life of the process,
       // and a query mark made before (the helpers it resolves) left every op of the job unposted.
