@@ -279,14 +279,17 @@ void CompletionTracker::stop() noexcept {
     // after this waited 2 s for its grant (a review's repro).
     const std::int64_t now = ipc::monotonic_ns();
     for (auto& [stream, queue] : by_stream_) {
-      for (Pending& pending : queue) report(pending, now, /*coarse=*/true);
+      // Not waited on: thousands in flight beside a gpuqosd that reads slowly would hold the exit
+      // 10 ms each for room in the ring. One dropped is taken as stale by gpuqosd, as before.
+      for (Pending& pending : queue) report(pending, now, /*coarse=*/true, 0, /*may_wait=*/false);
     }
     by_stream_.clear();
   } catch (...) {
   }
 }
 
-void CompletionTracker::report(Pending& pending, std::int64_t end_ns, bool coarse, std::int64_t device_ns) noexcept {
+void CompletionTracker::report(Pending& pending, std::int64_t end_ns, bool coarse, std::int64_t device_ns,
+                               bool may_wait) noexcept {
   if (!pending.session || !pending.session->alive()) return;
   // The thread's, but after stop() any thread's (and stop()'s own): the ring has one producer.
   std::lock_guard lock(report_mutex_);
@@ -316,7 +319,7 @@ void CompletionTracker::report(Pending& pending, std::int64_t end_ns, bool coars
   completion.flags = coarse ? ipc::kCompletionCoarse : ipc::kCompletionExact;
   if (ran) last_end = end_ns;
   for (int attempt = 0; attempt < 100 && !pending.session->push_completion(completion); ++attempt) {
-    if (!pending.session->alive()) return;
+    if (!may_wait || !pending.session->alive()) return;
     std::this_thread::sleep_for(std::chrono::microseconds(100));  // the daemon drains the ring
   }
 }

@@ -142,7 +142,9 @@ class CompletionTracker {
   void run() noexcept;
   bool poll_streams() noexcept;  // reports what finished; true if anything did
   // `device_ns`: its time on the device (> 0), from the events around it; 0: none known.
-  void report(Pending& pending, std::int64_t end_ns, bool coarse = false, std::int64_t device_ns = 0) noexcept;
+  // `may_wait`: a full completions ring is waited on for up to 10 ms (else the report is dropped).
+  void report(Pending& pending, std::int64_t end_ns, bool coarse = false, std::int64_t device_ns = 0,
+              bool may_wait = true) noexcept;
   // The device time between `done`'s start event and its event, both finished (0: none); pools the
   // start event.
   std::int64_t time_on_device(Pending& done) noexcept;
