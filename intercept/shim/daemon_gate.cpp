@@ -553,6 +553,10 @@ void DaemonGate::after(const Operation& op, Ticket ticket, CUresult result) noex
     // Pooled events of a context not named may have died with it: forgotten (leaked, not used).
     if (!ticket.context) completions_.drop_event_pool(/*destroy_events=*/false);
     const bool gone = context_gone(op, ticket, result);
+    // Its modules' functions went with it: their handles may be given again to other kernels. Not
+    // on a release told as gone without an id (a driver before 12.0, which also cannot name a
+    // kernel again): most releases end nothing, and the names would be lost.
+    if (gone && (!releases_primary(op.hook) || ticket.context_id != 0)) kernels_.forget_context_bound();
     // So may its device be: a later context given its handle may be of another device.
     if (ticket.any_context) {
       devices_.forget_all();

@@ -130,7 +130,7 @@ bool describe(const Operation& op, std::uint32_t device, std::int64_t posted_ns,
 void learn_kernel_name(const Operation& op, KernelRegistry& kernels) noexcept {
   try {
     if (op.hook == HookId::hook_cuModuleUnload || op.hook == HookId::hook_cuLibraryUnload) {
-      kernels.forget_module(op.module);
+      kernels.forget_module(op.module, op.hook == HookId::hook_cuLibraryUnload);
       return;
     }
     if (!op.out_handle) return;
@@ -138,7 +138,7 @@ void learn_kernel_name(const Operation& op, KernelRegistry& kernels) noexcept {
     if (op.hook == HookId::hook_cuKernelGetFunction) {
       kernels.alias(handle, op.kernel);
     } else if (op.name) {
-      kernels.name_handle(handle, op.name, op.module);
+      kernels.name_handle(handle, op.name, op.module, op.hook == HookId::hook_cuLibraryGetKernel);
     }
   } catch (...) {  // unnamed: launches ask the driver for the name instead
   }

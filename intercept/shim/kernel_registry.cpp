@@ -50,11 +50,11 @@ std::uint32_t KernelRegistry::id_for_locked(std::string_view name) {
   return id;
 }
 
-void KernelRegistry::name_handle(const void* handle, std::string_view name, const void* module) {
+void KernelRegistry::name_handle(const void* handle, std::string_view name, const void* module, bool of_library) {
   if (!handle || name.empty()) return;
   std::unique_lock lock(mutex_);
   // A handle value may be reused for another kernel after an unload: all of it is new.
-  handles_[handle] = Handle{.info = KernelLaunchInfo{.id = id_for_locked(name)}, .module = module};
+  handles_[handle] = Handle{.info = KernelLaunchInfo{.id = id_for_locked(name)}, .module = module, .of_library = of_library};
 }
 
 void KernelRegistry::alias(const void* function, const void* kernel) {
@@ -65,11 +65,17 @@ void KernelRegistry::alias(const void* function, const void* kernel) {
   handles_[function] = Handle{.info = KernelLaunchInfo{.id = it->second.info.id}, .module = it->second.module};
 }
 
-void KernelRegistry::forget_module(const void* module) {
+void KernelRegistry::forget_module(const void* module, bool library) {
   std::unique_lock lock(mutex_);
-  std::erase_if(handles_, [module](const auto& entry) {
-    return entry.second.module == module || entry.second.module == nullptr;
+  std::erase_if(handles_, [module, library](const auto& entry) {
+    const Handle& handle = entry.second;
+    return handle.module == module || handle.module == nullptr || (library && !handle.of_library);
   });
+}
+
+void KernelRegistry::forget_context_bound() {
+  std::unique_lock lock(mutex_);
+  std::erase_if(handles_, [](const auto& entry) { return !entry.second.of_library; });
 }
 
 KernelLaunchInfo KernelRegistry::launch_info(CUfunction function) {

@@ -30,13 +30,18 @@ struct KernelLaunchInfo {
 class KernelRegistry {
  public:
   // Naming hooks: `handle` (a CUfunction or CUkernel) is the kernel `name`, got from `module` (a
-  // CUmodule or CUlibrary). Names share one id.
-  void name_handle(const void* handle, std::string_view name, const void* module);
+  // CUmodule or CUlibrary); a CUkernel (`of_library`) outlives contexts. Names share one id.
+  void name_handle(const void* handle, std::string_view name, const void* module, bool of_library);
   // cuKernelGetFunction: `function` is the same kernel as `kernel` (if that one is known).
   void alias(const void* function, const void* kernel);
   // `module` was unloaded: its handles, and every handle first seen at a launch (of no module
-  // known), may be given again to other kernels. Forgotten: their next launch asks the driver.
-  void forget_module(const void* module);
+  // known), may be given again to other kernels. Forgotten: their next launch asks the driver. A
+  // library's unload also frees the modules cuLibraryGetModule gave (their functions were named
+  // by the module): every handle but another library's kernels goes then.
+  void forget_module(const void* module, bool library);
+  // A context ended: the functions of its modules went with it (a cuCtxDestroy or a primary
+  // context's reset unloads them without an unload call). Every handle but the CUkernels goes.
+  void forget_context_bound();
   // A launch of `function`. A function never seen being named gets its name from the driver
   // (cuFuncGetName) or "unnamed": the daemon refuses kernel id 0, so every launch has an id.
   KernelLaunchInfo launch_info(CUfunction function);
@@ -49,6 +54,7 @@ class KernelRegistry {
   struct Handle {
     KernelLaunchInfo info;
     const void* module = nullptr;  // nullptr: first seen at a launch
+    bool of_library = false;       // a CUkernel of cuLibraryGetKernel (not bound to a context)
   };
 
   mutable std::shared_mutex mutex_;

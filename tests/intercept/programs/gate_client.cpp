@@ -335,23 +335,33 @@ int run_release_beside() {
   return 0;
 }
 
-// A kernel's handle, freed by an unload, given again to another kernel through a getter the shim
-// does not hook (cuModuleEnumerateFunctions): its launches are the new kernel's, with its layout
-// (the old one's would read parameters past the program's array).
-int run_reload() {
+// A kernel's handle, freed by an unload (`destroy`: by its context's destruction), given again to
+// another kernel through a getter the shim does not hook (cuModuleEnumerateFunctions): its
+// launches are the new kernel's, with its layout (the old one's would read parameters past the
+// program's array).
+int run_reload(bool destroy) {
   constexpr const char* kWide = ".version 7.0\n.target sm_70\n.address_size 64\n"
                                 ".visible .entry wide(.param .u64 a, .param .u64 b, .param .u64 c, .param .u64 d) { ret; }\n";
   constexpr const char* kNarrow = ".version 7.0\n.target sm_70\n.address_size 64\n"
                                   ".visible .entry narrow(.param .u64 a) { ret; }\n";
   CUmodule module = nullptr;
   CUfunction wide = nullptr, narrow = nullptr;
+  CUcontext own = nullptr;
+  CUdevice device = 0;
+  CHECK_CU(cuCtxGetDevice(&device));
+  if (destroy) CHECK_CU(cuCtxCreate(&own, nullptr, 0, device));
   CHECK_CU(cuModuleLoadData(&module, kWide));
   CHECK_CU(cuModuleEnumerateFunctions(&wide, 1, module));
   std::uint64_t a = 1, b = 2, c = 3, d = 4;
   void* four[] = {&a, &b, &c, &d};
   CHECK_CU(cuLaunchKernel(wide, 1, 1, 1, 32, 1, 1, 0, nullptr, four, nullptr));
   CHECK_CU(cuCtxSynchronize());
-  CHECK_CU(cuModuleUnload(module));
+  if (destroy) {
+    CHECK_CU(cuCtxDestroy(own));
+    CHECK_CU(cuCtxCreate(&own, nullptr, 0, device));
+  } else {
+    CHECK_CU(cuModuleUnload(module));
+  }
   CHECK_CU(cuModuleLoadData(&module, kNarrow));
   CHECK_CU(cuModuleEnumerateFunctions(&narrow, 1, module));
   std::printf("handle reused %d\n", narrow == wide ? 1 : 0);
@@ -897,7 +907,7 @@ int main(int argc, char** argv) {
   if (mode == "destroy") return run_destroy(argc > 2 && std::string(argv[2]) == "legacy");
   if (mode == "release-beside") return run_release_beside();
   if (mode == "green") return run_green();
-  if (mode == "reload") return run_reload();
+  if (mode == "reload") return run_reload(argc > 2 && std::string(argv[2]) == "destroy");
   if (mode == "exit-running") return run_exit_running();
   if (mode == "legacy-two") return run_legacy_two();
   if (mode == "burst") return run_burst(arg(2, 3));
