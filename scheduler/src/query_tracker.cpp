@@ -2,6 +2,7 @@
 #include "gpuqos/scheduler/query_tracker.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "gpuqos/scheduler/engine_backlog.h"
 
@@ -177,7 +178,10 @@ std::vector<ClosedQuery> QueryTracker::posted(ClientId client, const ipc::OpDesc
   }
   if (!engine_of(op)) return closed;
   state.outstanding.emplace(op.seq, State::Posted{at_ns, blocks_host(op)});
-  if (state.outstanding.size() > kMaxOutstandingOps) state.outstanding.erase(state.outstanding.begin());
+  if (state.outstanding.size() > kMaxOutstandingOps) {
+    state.outstanding.erase(state.outstanding.begin());
+    state.lost_by_cap = true;  // as a lost completion: an inferred query is abandoned at expire()
+  }
   if (state.explicit_marks) {
     if (!state.open) return closed;  // work outside any marked query
   } else if (!state.open) {
@@ -217,7 +221,7 @@ std::vector<ClientId> QueryTracker::expire(std::int64_t now_ns, std::int64_t max
     // Not before kLostCompletionNs: an op may legitimately run a while (an NCCL kernel waiting for
     // its peers, a long copy on a side stream) while the job keeps posting.
     const std::int64_t lost_ns = std::max(max_age_ns, kLostCompletionNs);
-    bool lost = false;
+    bool lost = std::exchange(state.lost_by_cap, false);
     while (!state.outstanding.empty() && now_ns - state.outstanding.begin()->second.at_ns > lost_ns) {
       state.outstanding.erase(state.outstanding.begin());  // seqs rise with their post times
       lost = true;

@@ -552,6 +552,12 @@ TEST(QueryTracker, AClientsOutstandingOpsAreBoundedInCount) {
   for (std::uint64_t seq = 101; seq <= kMax + 100; ++seq) closed = tracker.completed(kServe, done(seq, 3 * kMs), 3 * kMs);
   ASSERT_EQ(closed.size(), 1u) << "ops 1..100 were forgotten: the query drained with the rest";
   EXPECT_EQ(tracker.outstanding_ops(kServe), 0u);
+  // Before it drains, an inferred query that lost an op so is abandoned at the next expire, as one
+  // whose completion was lost: its latency would be learned without that op.
+  QueryTracker open;
+  for (std::uint64_t seq = 1; seq <= kMax + 1; ++seq) (void)open.posted(kServe, op(seq), 1 * kMs);
+  EXPECT_EQ(open.expire(2 * kMs, 1'000 * kMs), std::vector<ClientId>{kServe});
+  EXPECT_EQ(open.open_query(kServe), nullptr);
 }
 
 TEST(QueryTracker, MarksAndUnknownCompletionsOfOtherClientsAreIgnored) {

@@ -166,6 +166,7 @@ class QueryTracker {
       bool blocks;  // a blocking point (a pageable copy)
     };
     std::map<std::uint64_t, Posted> outstanding;  // GPU op seq -> when posted
+    bool lost_by_cap = false;  // an op of `outstanding` was forgotten past kMaxOutstandingOps
     bool explicit_marks = false;
     bool open = false;
     std::uint64_t opened_queries = 0;  // OpenQuery::number of the latest
