@@ -274,7 +274,17 @@ int main(int argc, char** argv) {
     return kUsageError;
   }
   // Made absolute here: the job may start in another directory than this command (cd in a shell -c).
-  if (!run_socket.empty()) run_options.socket = std::filesystem::absolute(run_socket).lexically_normal().string();
+  // A relative path in a directory that was removed has no absolute form (it aborted gpuqos run).
+  if (!run_socket.empty()) {
+    std::error_code error;
+    const std::filesystem::path full = std::filesystem::absolute(run_socket, error);
+    if (error) {
+      std::cerr << "gpuqos run: --socket " << run_socket << ": cannot make it absolute (" << error.message()
+                << "); give an absolute path\n";
+      return kUsageError;
+    }
+    run_options.socket = full.lexically_normal().string();
+  }
   // So is one the job inherits, when the absolute path still fits a socket's (never refused: it is
   // the shim's to take or say why not, as without gpuqos run).
   if (const char* inherited = ::getenv("GPUQOS_SOCKET");

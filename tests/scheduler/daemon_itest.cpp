@@ -1874,6 +1874,15 @@ TEST(Cli, RunRefusesAJobNameOrSocketTheShimWouldNotTakeAndDurationsMustBeFinite)
                         dir.path() / "out");
   EXPECT_EQ(too_long.wait(5s), 0) << too_long.output();
   EXPECT_NE(too_long.output().find("[" + deep + "]"), std::string::npos) << too_long.output();
+  // A relative --socket from a directory that was removed has no absolute form: said, not an abort
+  // (a review: terminate, exit 134).
+  const std::string gone = (dir.path() / "gone").string();
+  ChildProcess removed({"/bin/sh", "-c", "mkdir \"$1\" && cd \"$1\" && rmdir \"$1\" && exec \"$2\" run --socket d.sock -- true",
+                        "sh", gone, bin("gpuqos")},
+                       {}, dir.path() / "out");
+  EXPECT_EQ(removed.wait(5s), 2) << removed.output();
+  EXPECT_NE(removed.output().find("gpuqos run: --socket d.sock: cannot make it absolute"), std::string::npos)
+      << removed.output();
 }
 
 TEST(Gpuqosd, CheckConfigAcceptsAFifoConfigAndPrintsWhatItSets) {
