@@ -395,8 +395,54 @@ std::optional<std::string> why_not_saved_over(const std::filesystem::path& targe
   return std::nullopt;
 }
 
+namespace {
+
+FileIdentity identity_from(const struct stat& info) {
+  return {true, static_cast<std::uint64_t>(info.st_dev), static_cast<std::uint64_t>(info.st_ino),
+          static_cast<std::uint64_t>(info.st_size),
+          static_cast<std::int64_t>(info.st_mtim.tv_sec) * 1'000'000'000 + info.st_mtim.tv_nsec};
+}
+
+// Puts `temp` at `path` if what is there is still `expected` (by device and inode), in one step
+// with the check: gpuqosd's store and a `gpuqos train --out` of the same path (a review: a store
+// trained between gpuqosd's check and its rename was replaced, silently). Errors as rename's, and
+// EEXIST when it was another file (then `temp` is left and `path` as it was).
+int replace_if_still(const std::string& temp, const std::filesystem::path& path, const FileIdentity& expected) {
+  if (!expected.exists) return ::renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE);
+  if (::renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, path.c_str(), RENAME_EXCHANGE) != 0) {
+    // No exchange on this file system: checked just before, as before (a window of a rename's
+    // length). The store gone: a new one is written.
+    if (errno != EINVAL && errno != ENOSYS && errno != ENOENT) return -1;
+    const FileIdentity there = identity_of(path);
+    if (there.exists && (there.device != expected.device || there.inode != expected.inode)) {
+      errno = EEXIST;
+      return -1;
+    }
+    return ::rename(temp.c_str(), path.c_str());
+  }
+  struct stat old{};  // the file swapped out, now at `temp`
+  if (::lstat(temp.c_str(), &old) == 0 && static_cast<std::uint64_t>(old.st_dev) == expected.device &&
+      static_cast<std::uint64_t>(old.st_ino) == expected.inode) {
+    ::unlink(temp.c_str());
+    return 0;
+  }
+  // Another's: swapped back (ours is at `temp` again).
+  ::renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, path.c_str(), RENAME_EXCHANGE);
+  errno = EEXIST;
+  return -1;
+}
+
+}  // namespace
+
+FileIdentity identity_of(const std::filesystem::path& path) {
+  struct stat info{};
+  if (path.empty() || ::stat(path.c_str(), &info) != 0) return {};
+  return identity_from(info);
+}
+
 std::optional<std::string> save_profile(const Predictor& predictor, const std::filesystem::path& given, SaveAs as,
-                                        const std::filesystem::path& readable_as) {
+                                        const std::filesystem::path& readable_as, const FileIdentity* only_over,
+                                        FileIdentity* saved_as) {
   const std::filesystem::path path = as == SaveAs::store ? save_target(given) : given;
   if (as == SaveAs::store) {
     if (auto why = why_not_saved_over(path)) return why;
@@ -441,12 +487,17 @@ std::optional<std::string> save_profile(const Predictor& predictor, const std::f
   }
   const bool ok = written == bytes.size() && ::fsync(fd) == 0;
   const int saved_errno = errno;
+  struct stat saved{};
+  const bool stated = ::fstat(fd, &saved) == 0;
   ::close(fd);
-  if (!ok || ::rename(temp.c_str(), path.c_str()) != 0) {
-    const std::string reason = std::strerror(ok ? errno : saved_errno);
+  const int renamed = !ok ? -1 : only_over ? replace_if_still(temp, path, *only_over) : ::rename(temp.c_str(), path.c_str());
+  if (renamed != 0) {
+    const int rename_errno = errno;
     ::unlink(temp.c_str());
-    return path.string() + ": cannot write: " + reason;
+    if (ok && only_over && rename_errno == EEXIST) return std::string(kStoreChanged);
+    return path.string() + ": cannot write: " + std::strerror(ok ? rename_errno : saved_errno);
   }
+  if (saved_as) *saved_as = stated ? identity_from(saved) : identity_of(path);
   // The rename is the directory's to keep: without this, a power loss may leave the old store.
   const std::filesystem::path directory = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
   if (const int dir = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dir >= 0) {

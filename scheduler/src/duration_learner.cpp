@@ -100,15 +100,7 @@ DurationLearner::DurationLearner(Options options, std::int64_t now_ns, std::opti
       predictor_(load(options_.store_path, options_.saves_beside, warning, save_blocked_, from_store_)),
       last_save_ns_(now_ns),
       epoch_began_ns_(now_ns),
-      store_identity_(identity_of(options_.store_path)) {}
-
-DurationLearner::FileIdentity DurationLearner::identity_of(const std::string& path) {
-  struct stat info{};
-  if (path.empty() || ::stat(path.c_str(), &info) != 0) return {};
-  return {true, static_cast<std::uint64_t>(info.st_dev), static_cast<std::uint64_t>(info.st_ino),
-          static_cast<std::uint64_t>(info.st_size),
-          static_cast<std::int64_t>(info.st_mtim.tv_sec) * 1'000'000'000 + info.st_mtim.tv_nsec};
-}
+      store_identity_(predictor::identity_of(options_.store_path)) {}
 
 std::optional<DurationLearner::SmCountNote> DurationLearner::device_sm_count(std::uint32_t device, std::uint32_t sm_count) {
   if (sm_count == 0) return std::nullopt;
@@ -346,29 +338,39 @@ std::optional<std::string> DurationLearner::save() {
     why_beside = options_.store_path + " could not be read, or moved aside (it may be good, so it stays)";
   } else if (auto refused = predictor::why_not_saved_over(options_.store_path)) {
     why_beside = std::move(*refused);
-  } else if (identity_of(options_.store_path) != store_identity_) {
-    // Written by someone else since (a retrained store, another gpuqosd): theirs stays.
-    why_beside = options_.store_path +
-                 " changed since this gpuqosd read it (gpuqos train --out, or another gpuqosd on the same store): "
-                 "not overwritten";
+  } else if (predictor::identity_of(options_.store_path) != store_identity_) {
+    why_beside = changed_since_read();
   }
-  if (options_.saves_beside || !why_beside.empty()) {
-    const std::string beside = beside_path();
-    if (auto error = predictor::save_profile(predictor_, beside, predictor::SaveAs::own_file, options_.store_path)) {
-      return error;
+  // Replaced only if it is still the file this gpuqosd read or wrote last, checked in the same step
+  // as the replacement (a store trained in between was replaced, in a review).
+  if (!options_.saves_beside && why_beside.empty()) {
+    const auto error = predictor::save_profile(predictor_, options_.store_path, predictor::SaveAs::store, {},
+                                               &store_identity_, &store_identity_);
+    if (!error) {
+      told_beside_.clear();  // the store could be replaced again (made writable)
+      learned_at_last_save_ = counts_.learned;
+      ++counts_.saves;
+      return std::nullopt;
     }
-    learned_at_last_save_ = counts_.learned;
-    ++counts_.saves;
-    // Said once a reason, not at every save: another gpuqosd's store is said at start.
-    if (options_.saves_beside || std::exchange(told_beside_, why_beside) == why_beside) return std::nullopt;
-    return why_beside + "; what this one learned is saved to " + beside;
+    if (*error != predictor::kStoreChanged) return error;
+    why_beside = changed_since_read();
   }
-  if (auto error = predictor::save_profile(predictor_, options_.store_path)) return error;
-  told_beside_.clear();  // the store could be replaced again (made writable)
-  store_identity_ = identity_of(options_.store_path);
+  const std::string beside = beside_path();
+  if (auto error = predictor::save_profile(predictor_, beside, predictor::SaveAs::own_file, options_.store_path)) {
+    return error;
+  }
   learned_at_last_save_ = counts_.learned;
   ++counts_.saves;
-  return std::nullopt;
+  // Said once a reason, not at every save: another gpuqosd's store is said at start.
+  if (options_.saves_beside || std::exchange(told_beside_, why_beside) == why_beside) return std::nullopt;
+  return why_beside + "; what this one learned is saved to " + beside;
+}
+
+// Written by someone else since (a retrained store, another gpuqosd): theirs stays.
+std::string DurationLearner::changed_since_read() const {
+  return options_.store_path +
+         " changed since this gpuqosd read it (gpuqos train --out, or another gpuqosd on the same store): "
+         "not overwritten";
 }
 
 std::string DurationLearner::beside_path() const {

@@ -394,6 +394,35 @@ TEST(Store, AModelWithANonFiniteNumberIsNotSavedOverAGoodStore) {
   EXPECT_FALSE(load_profile(path, PredictorConfig{.sm_count = 80}).unreadable);
 }
 
+// gpuqosd saves over its store only if it is still the file it read or last wrote, checked in the
+// same step as the replacement: a store trained between its check and its rename (gpuqos train
+// --out) was replaced, silently (a review).
+TEST(Store, ASaveOverAStoreReplacesOnlyTheFileItWasToldOf) {
+  const testing::TempDir dir;
+  const auto path = dir.path() / "store.gqp";
+  ASSERT_EQ(save_profile(trained(), path), std::nullopt);
+  const FileIdentity read = identity_of(path);
+  ASSERT_TRUE(read.exists);
+  ASSERT_EQ(save_profile(Predictor(), path), std::nullopt);  // another writer, since
+  const std::string theirs = read_file(path);
+  const auto changed = save_profile(trained(), path, SaveAs::store, {}, &read);
+  ASSERT_TRUE(changed.has_value());
+  EXPECT_EQ(*changed, kStoreChanged);
+  EXPECT_EQ(read_file(path), theirs) << "theirs stays";
+  const FileIdentity now = identity_of(path);
+  FileIdentity saved;
+  ASSERT_EQ(save_profile(trained(), path, SaveAs::store, {}, &now, &saved), std::nullopt);
+  EXPECT_EQ(read_file(path), encode_profile(trained()));
+  EXPECT_EQ(saved, identity_of(path)) << "the file saved, as it is at the path";
+  // Told there was none: one there is another's; none there is written.
+  const FileIdentity none;
+  EXPECT_EQ(save_profile(Predictor(), path, SaveAs::store, {}, &none).value_or(""), kStoreChanged);
+  EXPECT_EQ(save_profile(Predictor(), dir.path() / "new.gqp", SaveAs::store, {}, &none), std::nullopt);
+  std::size_t files = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator(dir.path())) ++files;
+  EXPECT_EQ(files, 2u) << "no temporary left";
+}
+
 TEST(Store, SaveReplacesAtomicallyAndLeavesNoTemporaries) {
   const testing::TempDir dir;
   const auto path = dir.path() / "profile.gqp";

@@ -12,6 +12,7 @@
 // over the target, so a reader sees the old or the new profile, never a partial one.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -66,12 +67,28 @@ enum class SaveAs {
              // whatever is at that name is replaced (a link or a read-only file planted there too)
 };
 
+// Which file is at a path (none: exists false), to tell whether someone else wrote it since.
+struct FileIdentity {
+  bool exists = false;
+  std::uint64_t device = 0, inode = 0, size = 0;
+  std::int64_t mtime_ns = 0;
+  bool operator==(const FileIdentity&) const = default;
+};
+FileIdentity identity_of(const std::filesystem::path& path);
+
+// save_profile's error when `only_over` was not the file at the target any more: nothing replaced.
+inline constexpr std::string_view kStoreChanged = "written by someone else since it was read";
+
 // Saves atomically (a temporary file beside the target, fsynced and renamed over it). A store
 // replaced keeps its mode and group, and its owner when root saves, in a directory only root and
 // the saver can change. A new file is 0644, or, with `readable_as` (the store an own file is saved
 // beside), readable by no one who cannot read that file. The error, or nullopt on success.
+// `only_over`: the file the target must still be (by device and inode; or none), checked in the
+// same step as the replacement (an exchange of the two names, swapped back when it was another),
+// else kStoreChanged; `saved_as`: the file saved, as it was at the target on success.
 std::optional<std::string> save_profile(const Predictor& predictor, const std::filesystem::path& path,
-                                        SaveAs as = SaveAs::store, const std::filesystem::path& readable_as = {});
+                                        SaveAs as = SaveAs::store, const std::filesystem::path& readable_as = {},
+                                        const FileIdentity* only_over = nullptr, FileIdentity* saved_as = nullptr);
 
 // Removes what saves cut short left beside `path` (save_profile's temporary files, whose random
 // names no later save reuses): regular files of this user named `<path>.tmp.*`, at least an hour

@@ -33,6 +33,7 @@
 
 #include "gpuqos/ipc/descriptor.h"
 #include "gpuqos/predictor/predictor.h"
+#include "gpuqos/predictor/store.h"
 
 namespace gpuqos::scheduler {
 
@@ -203,15 +204,9 @@ class DurationLearner {
   std::uint64_t learned_at_last_save_ = 0;
   // The store file as this daemon last read or wrote it (none: there was none): a save finds out
   // whether someone else wrote it since.
-  struct FileIdentity {
-    bool exists = false;
-    std::uint64_t device = 0, inode = 0, size = 0;
-    std::int64_t mtime_ns = 0;
-    bool operator==(const FileIdentity&) const = default;
-  };
-  static FileIdentity identity_of(const std::string& path);
-  FileIdentity store_identity_;
+  predictor::FileIdentity store_identity_;
   std::string beside_path() const;
+  std::string changed_since_read() const;
   Counts counts_;
   std::map<std::uint32_t, std::uint32_t> device_sm_counts_;  // as the latest op of each device said
   // (device, count) pairs said once: device ordinals are each process's own (CUDA_VISIBLE_DEVICES,
