@@ -187,8 +187,8 @@ bool all_finite(const nlohmann::json& j, std::string& where) {
 
 }  // namespace
 
-std::string encode_profile(const Predictor& predictor) {
-  const nlohmann::json state = detail::state_to_json(predictor.state());
+std::string encode_profile(const Predictor::State& predictor_state) {
+  const nlohmann::json state = detail::state_to_json(predictor_state);
   // nlohmann writes a NaN or an infinity as null, which no load accepts: a store saved so would
   // replace a good one with one that starts every later gpuqosd with an empty model.
   if (std::string where; !all_finite(state, where)) {
@@ -440,7 +440,7 @@ FileIdentity identity_of(const std::filesystem::path& path) {
   return identity_from(info);
 }
 
-std::optional<std::string> save_profile(const Predictor& predictor, const std::filesystem::path& given, SaveAs as,
+std::optional<std::string> save_profile(const Predictor::State& state, const std::filesystem::path& given, SaveAs as,
                                         const std::filesystem::path& readable_as, const FileIdentity* only_over,
                                         FileIdentity* saved_as) {
   const std::filesystem::path path = as == SaveAs::store ? save_target(given) : given;
@@ -449,7 +449,7 @@ std::optional<std::string> save_profile(const Predictor& predictor, const std::f
   }
   std::string bytes;
   try {
-    bytes = encode_profile(predictor);
+    bytes = encode_profile(state);
   } catch (const std::exception& e) {
     return path.string() + ": " + e.what();
   }

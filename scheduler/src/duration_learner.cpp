@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -322,48 +323,88 @@ std::optional<std::string> DurationLearner::tick(std::int64_t now_ns) {
     }
     age_brought_in_names();
   }
-  if (options_.save_interval_ns <= 0 || now_ns - last_save_ns_ < options_.save_interval_ns) return std::nullopt;
+  std::optional<std::string> said = finish_saving(false);
+  if (options_.save_interval_ns <= 0 || now_ns - last_save_ns_ < options_.save_interval_ns) return said;
+  if (saving()) return said;  // one at a time: the next tick's turn
   last_save_ns_ = now_ns;
-  return save();  // nothing new: nothing written
+  if (options_.store_path.empty() || !unsaved()) return said;  // nothing new: nothing written
+  saving_ = std::async(std::launch::async, [task = save_task()] { return write(task); });
+  return said;
 }
 
 std::optional<std::string> DurationLearner::save() {
-  if (options_.store_path.empty() || !unsaved()) return std::nullopt;
+  std::optional<std::string> said = finish_saving(true);
+  if (options_.store_path.empty() || !unsaved()) return said;
+  std::optional<std::string> now = apply(write(save_task()));
+  if (!said) return now;
+  return now ? *said + "; " + *now : said;
+}
+
+std::optional<std::string> DurationLearner::finish_saving(bool wait) {
+  if (!saving_.valid()) return std::nullopt;
+  if (!wait && saving_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return std::nullopt;
+  try {
+    return apply(saving_.get());
+  } catch (const std::exception& e) {  // bad_alloc: nothing is lost, the next save tries again
+    return options_.store_path + ": not saved: " + e.what();
+  }
+}
+
+DurationLearner::SaveTask DurationLearner::save_task() const {
+  return SaveTask{predictor_.state(), options_.store_path, beside_path(), changed_since_read(), options_.saves_beside,
+                  save_blocked_,      store_identity_,     counts_.learned};
+}
+
+DurationLearner::SaveOutcome DurationLearner::write(const SaveTask& task) {
+  SaveOutcome outcome;
+  outcome.learned = task.learned;
   struct stat there{};
-  const bool special = ::stat(options_.store_path.c_str(), &there) == 0 && !S_ISREG(there.st_mode);
-  if (save_blocked_ && special) return std::nullopt;  // /dev/null, a FIFO: nothing is saved (said at start)
+  const bool special = ::stat(task.store_path.c_str(), &there) == 0 && !S_ISREG(there.st_mode);
+  if (task.blocked && special) return outcome;  // /dev/null, a FIFO: nothing is saved (said at start)
   // Why this save goes beside the store ("": it replaces the store).
   std::string why_beside;
-  if (save_blocked_) {
-    why_beside = options_.store_path + " could not be read, or moved aside (it may be good, so it stays)";
-  } else if (auto refused = predictor::why_not_saved_over(options_.store_path)) {
+  if (task.blocked) {
+    why_beside = task.store_path + " could not be read, or moved aside (it may be good, so it stays)";
+  } else if (auto refused = predictor::why_not_saved_over(task.store_path)) {
     why_beside = std::move(*refused);
-  } else if (predictor::identity_of(options_.store_path) != store_identity_) {
-    why_beside = changed_since_read();
+  } else if (predictor::identity_of(task.store_path) != task.store_identity) {
+    why_beside = task.changed_since_read;
   }
   // Replaced only if it is still the file this gpuqosd read or wrote last, checked in the same step
   // as the replacement (a store trained in between was replaced, in a review).
-  if (!options_.saves_beside && why_beside.empty()) {
-    const auto error = predictor::save_profile(predictor_, options_.store_path, predictor::SaveAs::store, {},
-                                               &store_identity_, &store_identity_);
+  if (!task.saves_beside && why_beside.empty()) {
+    const auto error = predictor::save_profile(task.state, task.store_path, predictor::SaveAs::store, {},
+                                               &task.store_identity, &outcome.store_identity);
     if (!error) {
-      told_beside_.clear();  // the store could be replaced again (made writable)
-      learned_at_last_save_ = counts_.learned;
-      ++counts_.saves;
-      return std::nullopt;
+      outcome.saved = outcome.over_store = true;
+      return outcome;
     }
-    if (*error != predictor::kStoreChanged) return error;
-    why_beside = changed_since_read();
+    if (*error != predictor::kStoreChanged) {
+      outcome.error = error;
+      return outcome;
+    }
+    why_beside = task.changed_since_read;
   }
-  const std::string beside = beside_path();
-  if (auto error = predictor::save_profile(predictor_, beside, predictor::SaveAs::own_file, options_.store_path)) {
-    return error;
-  }
-  learned_at_last_save_ = counts_.learned;
+  outcome.error = predictor::save_profile(task.state, task.beside_path, predictor::SaveAs::own_file, task.store_path);
+  outcome.saved = !outcome.error;
+  outcome.why_beside = std::move(why_beside);
+  return outcome;
+}
+
+std::optional<std::string> DurationLearner::apply(SaveOutcome outcome) {
+  if (outcome.error || !outcome.saved) return outcome.error;
+  learned_at_last_save_ = outcome.learned;
   ++counts_.saves;
+  if (outcome.over_store) {
+    store_identity_ = outcome.store_identity;
+    told_beside_.clear();  // the store could be replaced again (made writable)
+    return std::nullopt;
+  }
   // Said once a reason, not at every save: another gpuqosd's store is said at start.
-  if (options_.saves_beside || std::exchange(told_beside_, why_beside) == why_beside) return std::nullopt;
-  return why_beside + "; what this one learned is saved to " + beside;
+  if (options_.saves_beside || std::exchange(told_beside_, outcome.why_beside) == outcome.why_beside) {
+    return std::nullopt;
+  }
+  return outcome.why_beside + "; what this one learned is saved to " + beside_path();
 }
 
 // Written by someone else since (a retrained store, another gpuqosd): theirs stays.

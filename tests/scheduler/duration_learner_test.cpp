@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "gpuqos/predictor/features.h"
 #include "gpuqos/predictor/store.h"
@@ -471,6 +472,61 @@ TEST(DurationLearner, ASaveNeverReplacesAStoreWrittenSinceOrWithNothingNew) {
   EXPECT_NE(said->find(beside), std::string::npos) << *said;
   EXPECT_EQ(content(path), "a store trained meanwhile");
   EXPECT_EQ(predictor::load_profile(beside, {}).predictor.kernel_count(), 1u);
+}
+
+// gpuqosd's periodic save is written on a thread of its own. A store of 512 kernels of 64 shapes
+// each took 0.5 s to encode and write, all of it inside the tick, on gpuqosd's loop: every grant
+// and heartbeat waited, past the 100 ms after which jobs run unmanaged. Now the tick returns with
+// the save under way, learning goes on meanwhile, and what was learned after the state was taken
+// is left for the next save.
+TEST(DurationLearner, APeriodicSaveIsWrittenWhileTheLearnerGoesOn) {
+  const testing::TempDir dir;
+  const auto path = dir.path() / "profile.gqp";
+  {
+    predictor::Predictor seed;
+    for (std::uint32_t grid = 1; grid <= 64; ++grid) {
+      predictor::KernelFeatures features{"seed", {}};
+      features.shape.grid = {grid, 1, 1};
+      features.shape.block = {128, 1, 1};
+      seed.observe(features, 1000.0 * grid);
+    }
+    predictor::Predictor::State state = seed.state();
+    ASSERT_EQ(state.kernels.size(), 1u);
+    const auto one = state.kernels[0].second;
+    state.kernels.clear();
+    for (int k = 0; k < 512; ++k) state.kernels.emplace_back("kernel_" + std::to_string(k), one);
+    ASSERT_EQ(predictor::save_profile(predictor::Predictor::restore(state), path), std::nullopt);
+  }
+  constexpr std::int64_t kInterval = 60'000'000'000;
+  std::optional<std::string> warning;
+  DurationLearner learner({.store_path = path.string(), .save_interval_ns = kInterval}, 0, warning);
+  ASSERT_FALSE(warning.has_value()) << *warning;
+  ASSERT_EQ(learner.predictor().kernel_count(), 512u);
+  learner.posted(7, kernel(1, 64), "k");
+  learner.completed(7, exact(1, 100'000));
+  const predictor::FileIdentity read = predictor::identity_of(path);
+
+  EXPECT_EQ(learner.tick(kInterval), std::nullopt);
+  EXPECT_TRUE(learner.saving());
+  EXPECT_TRUE(predictor::identity_of(path) == read) << "the tick returned before the store was written";
+  learner.posted(7, kernel(2, 32), "k");
+  learner.completed(7, exact(2, 50'000));
+  EXPECT_EQ(learner.counts().learned, 2u) << "learning goes on while it saves";
+
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  std::int64_t now_ns = kInterval;
+  while (learner.saving() && std::chrono::steady_clock::now() < deadline) {
+    EXPECT_EQ(learner.tick(now_ns += 10'000'000), std::nullopt);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_FALSE(learner.saving());
+  EXPECT_EQ(learner.counts().saves, 1u);
+  EXPECT_FALSE(predictor::identity_of(path) == read) << "replaced";
+  EXPECT_EQ(predictor::load_profile(path, {}).predictor.kernel_count(), 513u);
+  EXPECT_TRUE(learner.unsaved()) << "the completion learned after the state was taken";
+  EXPECT_EQ(learner.save(), std::nullopt);
+  EXPECT_EQ(learner.counts().saves, 2u);
+  EXPECT_FALSE(learner.unsaved());
 }
 
 // A store in a directory that is not there yet: the directory is made at start, so the save at exit

@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <deque>
+#include <future>
 #include <map>
 #include <set>
 #include <optional>
@@ -131,7 +132,11 @@ class DurationLearner {
   // place in a full table to a new one, predictor.h), forgets the ops posted kForgetAfterEpochs or
   // more epochs ago that never completed (their completions were lost: the shim drops one it has
   // no memory or ring space for; one that comes after all is counted unknown), and saves when the
-  // interval has passed; the error, if the save failed.
+  // interval has passed. The save's files are written on a thread of its own, from a state taken
+  // here: encoding and writing took 0.5 s for 512 kernels of 64 shapes each (9 s for a full
+  // table), which on gpuqosd's loop stalled every grant and heartbeat that long, past the 100 ms
+  // after which jobs run unmanaged; taking the state takes 9 ms (110 ms). What the last save said
+  // (its error, or why it went beside the store), once it is done; one save at a time.
   static constexpr std::int64_t kEpochNs = 60'000'000'000;
   static constexpr std::uint64_t kForgetAfterEpochs = 10;
   std::optional<std::string> tick(std::int64_t now_ns);
@@ -140,8 +145,10 @@ class DurationLearner {
   // another gpuqosd on the same file), one it could not read, and one that is read-only are not
   // overwritten: this daemon's model goes to `<store>.gpuqosd-<pid>` beside it, and the returned
   // text says so (once a reason). A store path that is not a regular file (/dev/null) gets nothing.
+  // Waits for a save under way first. For the exit, and tests.
   std::optional<std::string> save();
   bool unsaved() const { return counts_.learned != learned_at_last_save_; }
+  bool saving() const { return saving_.valid(); }
 
   const predictor::Predictor& predictor() const { return predictor_; }
   const Counts& counts() const { return counts_; }
@@ -207,6 +214,28 @@ class DurationLearner {
   predictor::FileIdentity store_identity_;
   std::string beside_path() const;
   std::string changed_since_read() const;
+  // A save: what it is given on the loop thread, what it found on its own.
+  struct SaveTask {
+    predictor::Predictor::State state;
+    std::string store_path, beside_path, changed_since_read;
+    bool saves_beside = false, blocked = false;
+    predictor::FileIdentity store_identity;
+    std::uint64_t learned = 0;  // counts_.learned when the state was taken
+  };
+  struct SaveOutcome {
+    std::optional<std::string> error;
+    bool saved = false;          // else skipped (a special file) or failed
+    bool over_store = false;     // replaced the store, now store_identity
+    predictor::FileIdentity store_identity;
+    std::string why_beside;      // saved beside the store: why
+    std::uint64_t learned = 0;
+  };
+  SaveTask save_task() const;
+  static SaveOutcome write(const SaveTask& task);
+  std::optional<std::string> apply(SaveOutcome outcome);
+  // The save under way, if done (or `wait`): what apply() said of it.
+  std::optional<std::string> finish_saving(bool wait);
+  std::future<SaveOutcome> saving_;
   Counts counts_;
   std::map<std::uint32_t, std::uint32_t> device_sm_counts_;  // as the latest op of each device said
   // (device, count) pairs said once: device ordinals are each process's own (CUDA_VISIBLE_DEVICES,
