@@ -189,6 +189,11 @@ ipc::Result<std::unique_ptr<Daemon>> Daemon::create(DaemonOptions options) {
     return ipc::Error{"the profile store " + store + " is a directory: give a file in it, e.g. " +
                       (std::filesystem::path(store) / "gpuqosd.gqp").lexically_normal().string()};
   }
+  // The socket path first: a gpuqosd that cannot serve it (another one does) starts nothing and
+  // leaves the store as it is (it moved an unreadable one aside before it found out).
+  auto socket_lock = lock_socket_path(daemon->options_.socket_path);
+  if (!socket_lock) return ipc::Error{socket_lock.error()};
+  daemon->socket_lock_ = std::move(socket_lock.value());
   // Locked before the store is read: a store another gpuqosd holds is never moved aside or saved over.
   const std::optional<std::string> holder = store.empty() ? std::nullopt : daemon->lock_store();
   daemon->options_.learning.saves_beside = holder.has_value();
@@ -284,10 +289,7 @@ ipc::Status Daemon::setup() {
   if (!signals_.valid() || !timer_.valid() || !wake_.valid() || !epoll_.valid()) return system_error("event descriptors");
   const itimerspec period{{0, kTickNs}, {0, kTickNs}};
   if (::timerfd_settime(timer_.get(), 0, &period, nullptr) != 0) return system_error("timerfd_settime");
-  auto lock = lock_socket_path(options_.socket_path);
-  if (!lock) return ipc::Error{lock.error()};
-  socket_lock_ = std::move(lock.value());
-  auto listener = listen_unix(options_.socket_path);
+  auto listener = listen_unix(options_.socket_path);  // socket_lock_ held since create()
   if (!listener) return ipc::Error{listener.error()};
   listener_ = std::move(listener.value());
   note_socket_identity();

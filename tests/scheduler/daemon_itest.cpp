@@ -577,6 +577,25 @@ TEST(Daemon, ASecondDaemonOnTheSamePathIsRefusedAndARemovedSocketIsServedAgain) 
       << fourth.output();
 }
 
+// A gpuqosd that cannot serve its socket path (another one does) leaves its store as it was: it
+// used to read it first, and move one it could not use aside, before it found the path taken.
+TEST(Daemon, ADaemonRefusedItsSocketLeavesItsStoreAlone) {
+  DaemonProcess daemon;
+  const auto store = daemon.dir() / "newer.gqp";
+  std::ofstream(store, std::ios::binary) << "GPUQOSPF from a newer gpuqos";
+  ChildProcess second({bin("gpuqosd"), "--socket", daemon.socket(), "--profile-store", store.string()}, {},
+                      daemon.dir() / "second.log");
+  EXPECT_EQ(second.wait(10s), 1) << second.output();
+  EXPECT_NE(second.output().find("another gpuqosd (pid " + std::to_string(daemon.pid()) + ") holds"), std::string::npos)
+      << second.output();
+  EXPECT_EQ(second.output().find("moved aside"), std::string::npos) << second.output();
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(daemon.dir())) names.push_back(entry.path().filename());
+  EXPECT_TRUE(std::filesystem::exists(store));
+  EXPECT_EQ(std::count_if(names.begin(), names.end(), [](const std::string& n) { return n.starts_with("newer.gqp."); }), 0)
+      << "nothing beside it: no lock, nothing moved aside";
+}
+
 TEST(Daemon, AccountsHighPriorityOpsWithoutGrants) {
   DaemonProcess daemon({"--max-outstanding", "1"});
   FakeClient high(daemon.socket(), Priority::high, "serve");
