@@ -674,13 +674,6 @@ bool BaymaxPolicy::uses_device(ClientId client, std::uint32_t device, std::int64
   return total > 0 && now_ns - oldest <= kShareOverrun * total + kShareSlackNs;
 }
 
-bool BaymaxPolicy::has_in_flight_on(ClientId client, std::uint32_t device) const {
-  for (auto it = in_flight_.lower_bound({client, 0}); it != in_flight_.end() && it->first.first == client; ++it) {
-    if (it->second.device == device) return true;
-  }
-  return false;
-}
-
 double BaymaxPolicy::job_vtime(const ClientState& state, std::uint32_t device) const {
   const auto it = job_shares_.find({state.info.job, device});
   return it == job_shares_.end() ? 0 : it->second.vtime;
@@ -749,13 +742,19 @@ BaymaxPolicy::CreditBeside BaymaxPolicy::credit_beside(ClientId client, const Cl
   return beside_it;
 }
 
+bool BaymaxPolicy::has_compute_work(ClientId client, const ClientState& state, std::uint32_t device) const {
+  if (const auto queued = state.compute_queued.find(device); queued != state.compute_queued.end() && queued->second > 0) {
+    return true;
+  }
+  const auto here = compute_in_flight_.find(device);
+  return here != compute_in_flight_.end() && here->second.contains(client);
+}
+
 void BaymaxPolicy::restart_if_idle(ClientId client, ClientState& state, std::uint32_t device) {
-  if (!state.queue.empty() || has_in_flight_on(client, device)) return;
+  if (has_compute_work(client, state, device)) return;
   // Its job, when none of its processes has work there either: at the least start of the latest
   // grants of the other jobs busy there.
-  const auto busy_here = [&](ClientId id, const ClientState& other) {
-    return (!other.queue.empty() && other.queue.front().op.device == device) || has_in_flight_on(id, device);
-  };
+  const auto busy_here = [&](ClientId id, const ClientState& other) { return has_compute_work(id, other, device); };
   bool job_busy = false;
   std::optional<double> least_job;
   for (const auto& [id, other] : clients_) {
@@ -784,8 +783,7 @@ void BaymaxPolicy::restart_if_idle(ClientId client, ClientState& state, std::uin
   std::optional<double> least;
   for (const auto& [id, other] : clients_) {
     if (id == client || other.info.priority != ipc::Priority::low || other.info.job != state.info.job) continue;
-    const bool queued_here = !other.queue.empty() && other.queue.front().op.device == device;
-    if (!queued_here && !has_in_flight_on(id, device)) continue;
+    if (!has_compute_work(id, other, device)) continue;
     const auto start = other.last_start.find(device);
     const double at = start == other.last_start.end() ? other.vtime_on(device) : start->second;
     least = std::min(least.value_or(at), at);
@@ -1228,7 +1226,10 @@ Decisions BaymaxPolicy::grant_ready(std::int64_t now_ns) {
     if (engine_of(next.op)) {
       const bool priced_long = spend_long_budget(next, now_ns);
       account(chosen, next.op, next.predicted_ns, false, now_ns, priced_long);
-      if (engine_of(next.op) == Engine::compute) charge_share(state, next.op.device, next.point_ns());
+      if (engine_of(next.op) == Engine::compute) {
+        --state.compute_queued[next.op.device];
+        charge_share(state, next.op.device, next.point_ns());
+      }
       if (is_transfer(next.op)) {
         --state.transfers_queued[next.op.device];
         charge_transfer_share(state, next.op.device, next.point_ns());
@@ -1344,6 +1345,7 @@ Decisions BaymaxPolicy::op_posted(const OpPosted& event) {
     return grant_ready(event.now_ns);
   }
   if (is_transfer(op)) ++state.transfers_queued[op.device];
+  if (engine_of(op) == Engine::compute) ++state.compute_queued[op.device];
   push_coalescing_marks(state.queue, Queued{op, p, expected(event)}, [](const Queued&) { return true; });
   return grant_ready(event.now_ns);
 }

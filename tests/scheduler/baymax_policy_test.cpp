@@ -2386,6 +2386,50 @@ TEST(BaymaxPolicy, KernelsOfAJobThatWasIdleStartAgainFromTheDevicesTime) {
   idle_jobs_start_again_from_the_devices_time(true);
 }
 
+// A job back from idle restarts its compute clock however its step begins. One whose step began
+// with an upload, still in flight at its first kernel, kept its old clock, and took every grant
+// until it had made up its idle time: in a review, the other job ran nothing for 10 s after 5 s idle.
+TEST(BaymaxPolicy, AJobBackFromIdleWithAnUploadInFlightStartsLevel) {
+  BaymaxPolicy policy(options(kMs));
+  (void)policy.client_registered(serve(kServe, 100 * kMs), 0);  // no query open: the bound alone
+  (void)policy.client_registered(be_job(kTrainA, "a"), 0);
+  (void)policy.client_registered(be_job(kTrainB, "b"), 0);
+  std::int64_t now = 0;
+  std::map<ClientId, std::uint64_t> posted, done_through;
+  std::deque<std::pair<ClientId, std::uint64_t>> running;  // 1-ms kernels, run in grant order
+  std::map<ClientId, int> ran;
+  const auto apply = [&](const Decisions& decisions) {
+    for (const Grant& g : decisions) running.emplace_back(g.client, g.through_seq);
+  };
+  // `count` kernels run, the active clients keeping two posted beyond those done.
+  const auto run = [&](const std::vector<ClientId>& active, int count) {
+    ran.clear();
+    for (int i = 0; i < count; ++i) {
+      for (ClientId c : active) {
+        while (posted[c] < done_through[c] + 2) apply(post(policy, c, Priority::low, op(++posted[c]), now, kMs));
+      }
+      if (running.empty()) break;
+      const auto [client, seq] = running.front();
+      running.pop_front();
+      now += kMs;
+      done_through[client] = seq;
+      ++ran[client];
+      apply(policy.op_completed({client, done(seq, now), now}));
+    }
+  };
+  run({kTrainA, kTrainB}, 40);
+  run({kTrainA}, 20);  // b's last ones
+  ASSERT_TRUE(running.empty() || running.front().first == kTrainA);
+  run({kTrainA}, 200);  // b idle
+  // b comes back: an upload, granted and still in flight, then its kernels.
+  ipc::OpDescriptor upload = copy(++posted[kTrainB], ipc::CopyDirection::h2d);
+  const Decisions upload_grant = post(policy, kTrainB, Priority::low, upload, now, 5 * kMs);
+  ASSERT_EQ(upload_grant, (Decisions{{kTrainB, posted[kTrainB]}}));
+  done_through[kTrainB] = posted[kTrainB];  // the kernels are counted from here
+  run({kTrainA, kTrainB}, 100);
+  EXPECT_NEAR(ran[kTrainA], ran[kTrainB], 6) << ran[kTrainA] << " vs " << ran[kTrainB];
+}
+
 // Best-effort processes (two by default), each with one op waiting for its grant at all times (a
 // program whose launch is held posts its next one when it returns), 4-ms kernels, on a device that
 // either time-slices their work (each process with work runs at 1 / processes of the device) or

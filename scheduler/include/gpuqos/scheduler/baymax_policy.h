@@ -406,6 +406,7 @@ class BaymaxPolicy final : public Policy {
     // queued, by device.
     std::map<std::uint32_t, double> transfer_vtime;
     std::map<std::uint32_t, std::uint32_t> transfers_queued;
+    std::map<std::uint32_t, std::uint32_t> compute_queued;  // likewise its compute ops
     // The devices it has posted GPU work on. A process registers with device 0 whatever it uses
     // (the shim has no context yet), so a job is on the devices its work says, and on its
     // registration's device only until its first op (on none with ClientInfo::kNoDevice, as
@@ -534,7 +535,6 @@ class BaymaxPolicy final : public Policy {
   // Work that is may be waiting for something a held op would do (a collective's other rank, an
   // event of another job): counting it could hold that op until the stuck-op retirement.
   bool uses_device(ClientId client, std::uint32_t device, std::int64_t now_ns) const;
-  bool has_in_flight_on(ClientId client, std::uint32_t device) const;
   // Start-time fair queueing of compute work: a grant of p (the point prediction) on device
   // advances the client's virtual time there by p / weight. A client with nothing queued and
   // nothing in flight on device first starts again at the least start of the latest grants of the
@@ -542,6 +542,10 @@ class BaymaxPolicy final : public Policy {
   // grant (idle time earns nothing), or where it was if that is later.
   void charge_share(ClientState& state, std::uint32_t device, std::int64_t p);
   void restart_if_idle(ClientId client, ClientState& state, std::uint32_t device);
+  // Compute work of the client's on the device, queued or in flight. What it has on other engines
+  // does not count: a step that begins with an upload, still in flight at its first kernel, kept the
+  // clock of a job back from idle, which then took every grant for twice its idle time.
+  bool has_compute_work(ClientId client, const ClientState& state, std::uint32_t device) const;
   // The same for best-effort transfers (both directions together, as the transfer limit rations
   // them), kept apart from compute: transfer heads are ordered by it, so the limit's slots go by
   // weight rather than to whichever job keeps a transfer queued (before, ties of compute time went
