@@ -41,6 +41,36 @@ TEST(PriorityPolicy, HoldsBestEffortWhileHighPriorityWorkIsOnTheDevice) {
   EXPECT_EQ(policy.queued_ops(), 0u);
 }
 
+// Best-effort work waits only for high-priority work on its own device: it waited for any
+// device's, so an inference job on one GPU held back training on every other (0 grants in a second,
+// in a review). A client's ops still go in its order: one held holds its later ones.
+TEST(PriorityPolicy, HoldsBestEffortOnlyForItsOwnDevicesHighPriorityWork) {
+  const auto on = [](std::uint32_t device, std::uint64_t seq) {
+    ipc::OpDescriptor d = op(seq);
+    d.device = device;
+    return d;
+  };
+  PriorityPolicy policy;
+  EXPECT_TRUE(policy.op_posted({kServe, Priority::high, on(1, 1), 1'000}).empty());
+  EXPECT_EQ(policy.op_posted({kTrainA, Priority::low, on(0, 1), 1'100}), (Decisions{{kTrainA, 1}}))
+      << "device 0 has no high-priority work";
+  EXPECT_TRUE(policy.op_posted({kTrainB, Priority::low, on(1, 1), 1'200}).empty());
+  EXPECT_TRUE(policy.op_posted({kTrainB, Priority::low, on(0, 2), 1'300}).empty()) << "behind its own held op";
+  EXPECT_EQ(policy.op_posted({kTrainA, Priority::low, on(0, 2), 1'400}), (Decisions{{kTrainA, 2}}))
+      << "another client's held op holds nothing of this one";
+  EXPECT_EQ(policy.queued_ops(), 2u);
+  EXPECT_EQ(policy.op_completed({kServe, done(1), 1'500}), (Decisions{{kTrainB, 1}, {kTrainB, 2}}));
+  EXPECT_EQ(policy.queued_ops(), 0u);
+  // Also when the high-priority client goes, or its op goes stale.
+  (void)policy.op_posted({kServe, Priority::high, on(1, 2), 2'000});
+  EXPECT_TRUE(policy.op_posted({kTrainB, Priority::low, on(1, 3), 2'100}).empty());
+  EXPECT_EQ(policy.client_gone(kServe, 2'200), (Decisions{{kTrainB, 3}}));
+  (void)policy.op_posted({kServeB, Priority::high, on(1, 1), 3'000});
+  EXPECT_TRUE(policy.op_posted({kTrainB, Priority::low, on(1, 4), 3'100}).empty());
+  EXPECT_EQ(policy.tick(3'000 + PriorityPolicy::kStaleHighNs + 1), (Decisions{{kTrainB, 4}}));
+  EXPECT_EQ(policy.high_priority_in_flight(), 0u);
+}
+
 // Marks in a row of one client behind its held op are one queue entry (push_coalescing_marks):
 // a thread looping on synchronisations posts them without waiting. Another client's entry between
 // them keeps them apart, and the grant releases each client through its latest.

@@ -1,6 +1,6 @@
 // priority: the naive answer to co-location. High-priority ops are accounted and never held;
-// low-priority ops are granted in arrival order, but only while no high-priority work is on the
-// device (posted and not yet completed). No prediction, no credit: best-effort work already granted
+// low-priority ops are granted in arrival order, but only while no high-priority work is on their
+// device (posted and not yet completed); a client's ops go in its order, so one held holds its later ones. No prediction, no credit: best-effort work already granted
 // keeps running when a query arrives, which is the problem the baymax policy solves.
 //
 // A high-priority op whose completion never arrives (a shim that lost its completion thread) stops
@@ -44,7 +44,15 @@ class PriorityPolicy final : public Policy {
   // EngineBacklog::kMaxTrackedOpsPerClient of a client, its oldest is dropped as stale: nothing of it
   // is held, so one that never reports completions would grow the daemon by all it posts in
   // kStaleHighNs, and every tick walked them.
-  std::map<ClientId, std::map<std::uint64_t, std::int64_t>> high_in_flight_;
+  struct HighOp {
+    std::int64_t posted_ns = 0;  // daemon clock
+    std::uint32_t device = 0;
+  };
+  std::map<ClientId, std::map<std::uint64_t, HighOp>> high_in_flight_;
+  // The same counted by device: best-effort work waits only for its own device's (it waited for any
+  // device's: an inference job on one GPU held back training on every other).
+  std::map<std::uint32_t, std::size_t> high_on_device_;
+  void forget_high(std::map<std::uint64_t, HighOp>::iterator op, std::map<std::uint64_t, HighOp>& ops);
   EngineBacklog backlog_;
 };
 
