@@ -159,7 +159,7 @@ void BaymaxPolicy::account(ClientId client, const ipc::OpDescriptor& op, std::in
     ++state.be_ops;
     if (*engine == Engine::compute) clients_[client].be_compute_ns[{op.device, op.stream}] += predicted_ns;
   }
-  backlog_.account(client, op, predicted_ns);
+  backlog_.account(client, op, predicted_ns, now_ns);
 }
 
 void BaymaxPolicy::retire(ClientId client, std::uint64_t seq, std::optional<std::int64_t> end_ns, std::int64_t now_ns) {
@@ -1408,6 +1408,7 @@ std::int64_t BaymaxPolicy::stale_at_ns(const InFlight& flight) {
 }
 
 Decisions BaymaxPolicy::tick(std::int64_t now_ns) {
+  backlog_.expire(now_ns);
   queries_.expire(now_ns, kStaleQueryNs);  // what its queries counted is dropped at the next (work_query)
   std::vector<std::pair<ClientId, std::uint64_t>> stale;
   for (auto it = by_stale_at_.begin(); it != by_stale_at_.end() && it->first < now_ns; ++it) stale.push_back(it->second);

@@ -1,6 +1,9 @@
 // Engine backlog bookkeeping and the placeholder duration prediction.
 #include "gpuqos/scheduler/engine_backlog.h"
 
+#include <algorithm>
+#include <limits>
+
 namespace gpuqos::scheduler {
 
 const char* engine_name(Engine engine) {
@@ -45,11 +48,12 @@ EngineLoad& EngineBacklog::slot(std::uint32_t device, Engine engine) {
   return it->second[static_cast<std::size_t>(engine)];
 }
 
-void EngineBacklog::account(std::uint32_t client, const ipc::OpDescriptor& op, std::int64_t predicted_ns) {
+void EngineBacklog::account(std::uint32_t client, const ipc::OpDescriptor& op, std::int64_t predicted_ns,
+                            std::int64_t now_ns) {
   const auto engine = engine_of(op);
   if (!engine) return;
   auto& entries = outstanding_[client];
-  if (!entries.try_emplace(op.seq, Entry{op.device, *engine, predicted_ns}).second) return;
+  if (!entries.try_emplace(op.seq, Entry{op.device, *engine, predicted_ns, now_ns}).second) return;
   EngineLoad& load = slot(op.device, *engine);
   ++load.outstanding_ops;
   load.backlog_ns += predicted_ns;
@@ -73,9 +77,27 @@ bool EngineBacklog::complete(std::uint32_t client, const ipc::CompletionDescript
   retire(entry->second);
   EngineLoad& load = slot(entry->second.device, entry->second.engine);
   ++load.completed_ops;
-  load.completed_device_ns += completion.end_ns - completion.start_ns;
+  // A client's word: a span of days from a start of 0 passes validation, and thousands of them
+  // overflowed the sum (undefined, then negative in the status).
+  const std::int64_t span = std::max<std::int64_t>(0, completion.end_ns - completion.start_ns);
+  load.completed_device_ns = span > std::numeric_limits<std::int64_t>::max() - load.completed_device_ns
+                                 ? std::numeric_limits<std::int64_t>::max()
+                                 : load.completed_device_ns + span;
   entries->second.erase(entry);
+  if (entries->second.empty()) outstanding_.erase(entries);
   return true;
+}
+
+void EngineBacklog::expire(std::int64_t now_ns) {
+  for (auto client = outstanding_.begin(); client != outstanding_.end();) {
+    auto& entries = client->second;  // in seq order, and so in the order accounted
+    while (!entries.empty() && now_ns - entries.begin()->second.accounted_ns >= kLostAfterNs) {
+      retire(entries.begin()->second);
+      ++slot(entries.begin()->second.device, entries.begin()->second.engine).lost_ops;
+      entries.erase(entries.begin());
+    }
+    client = entries.empty() ? outstanding_.erase(client) : std::next(client);
+  }
 }
 
 void EngineBacklog::drop_client(std::uint32_t client) {

@@ -9,7 +9,7 @@ namespace gpuqos::scheduler {
 
 Decisions FifoPolicy::op_posted(const OpPosted& event) {
   if (event.priority == ipc::Priority::high) {
-    backlog_.account(event.client, event.op, placeholder_duration_ns(event.op));
+    backlog_.account(event.client, event.op, placeholder_duration_ns(event.op), event.now_ns);
     return {};
   }
   ClientSeqs& seqs = seqs_[event.client];
@@ -44,6 +44,7 @@ Decisions FifoPolicy::client_gone(ClientId client, std::int64_t now_ns) {
 
 Decisions FifoPolicy::tick(std::int64_t now_ns) {
   std::erase_if(in_flight_, [now_ns](const auto& op) { return now_ns - op.second > kStuckOpNs; });
+  backlog_.expire(now_ns);
   return grant_ready(now_ns);
 }
 
@@ -55,7 +56,7 @@ bool FifoPolicy::reconfigure(const PolicyOptions& options) {
 }
 
 void FifoPolicy::admit(ClientId client, const ipc::OpDescriptor& op, std::int64_t now_ns) {
-  backlog_.account(client, op, placeholder_duration_ns(op));
+  backlog_.account(client, op, placeholder_duration_ns(op), now_ns);
   // Only work that occupies an engine holds a slot: sync and query marks have no completion.
   if (max_outstanding_ops_ != 0 && engine_of(op)) in_flight_.emplace(std::pair{client, op.seq}, now_ns);
 }

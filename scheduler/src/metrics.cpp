@@ -201,6 +201,11 @@ void daemon_families(const DaemonStatus& status, std::ostringstream& out) {
     outstanding.sample(static_cast<double>(load.outstanding_ops),
                        {{"device", std::to_string(load.device)}, {"engine", engine_name(load.engine)}});
   }
+  Family lost(out, "gpuqos_engine_lost_ops_total", "counter",
+              "Ops accounted on an engine whose completion never came (retired unmeasured after 10 s).");
+  for (const auto& load : status.backlog) {
+    lost.sample(static_cast<double>(load.lost_ops), {{"device", std::to_string(load.device)}, {"engine", engine_name(load.engine)}});
+  }
   std::size_t high = 0;
   for (const auto& client : status.clients) high += client.priority == ipc::Priority::high;
   Family(out, "gpuqos_clients", "gauge", "Connected clients by the priority they run at.")

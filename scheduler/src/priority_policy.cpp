@@ -8,7 +8,7 @@ namespace gpuqos::scheduler {
 
 Decisions PriorityPolicy::op_posted(const OpPosted& event) {
   if (event.priority == ipc::Priority::high) {
-    backlog_.account(event.client, event.op, placeholder_duration_ns(event.op));
+    backlog_.account(event.client, event.op, placeholder_duration_ns(event.op), event.now_ns);
     if (!engine_of(event.op)) return {};
     auto& ops = high_in_flight_[event.client];
     if (ops.emplace(event.op.seq, HighOp{event.now_ns, event.op.device}).second) ++high_on_device_[event.op.device];
@@ -16,7 +16,7 @@ Decisions PriorityPolicy::op_posted(const OpPosted& event) {
     return {};
   }
   push_coalescing_marks(queue_, Queued{event.client, event.op});
-  return grant_ready();
+  return grant_ready(event.now_ns);
 }
 
 Decisions PriorityPolicy::op_completed(const OpCompleted& event) {
@@ -25,7 +25,7 @@ Decisions PriorityPolicy::op_completed(const OpCompleted& event) {
     if (const auto op = ops->second.find(event.completion.seq); op != ops->second.end()) forget_high(op, ops->second);
     if (ops->second.empty()) high_in_flight_.erase(ops);
   }
-  return grant_ready();
+  return grant_ready(event.now_ns);
 }
 
 void PriorityPolicy::forget_high(std::map<std::uint64_t, HighOp>::iterator op, std::map<std::uint64_t, HighOp>& ops) {
@@ -35,14 +35,14 @@ void PriorityPolicy::forget_high(std::map<std::uint64_t, HighOp>::iterator op, s
   ops.erase(op);
 }
 
-Decisions PriorityPolicy::client_gone(ClientId client, std::int64_t /*now_ns*/) {
+Decisions PriorityPolicy::client_gone(ClientId client, std::int64_t now_ns) {
   std::erase_if(queue_, [client](const Queued& queued) { return queued.client == client; });
   if (auto ops = high_in_flight_.find(client); ops != high_in_flight_.end()) {
     while (!ops->second.empty()) forget_high(ops->second.begin(), ops->second);
     high_in_flight_.erase(ops);
   }
   backlog_.drop_client(client);
-  return grant_ready();
+  return grant_ready(now_ns);
 }
 
 Decisions PriorityPolicy::tick(std::int64_t now_ns) {
@@ -51,7 +51,8 @@ Decisions PriorityPolicy::tick(std::int64_t now_ns) {
     while (!ops.empty() && now_ns - ops.begin()->second.posted_ns > kStaleHighNs) forget_high(ops.begin(), ops);
     client = ops.empty() ? high_in_flight_.erase(client) : std::next(client);
   }
-  return grant_ready();
+  backlog_.expire(now_ns);
+  return grant_ready(now_ns);
 }
 
 std::size_t PriorityPolicy::high_priority_in_flight() const {
@@ -60,11 +61,11 @@ std::size_t PriorityPolicy::high_priority_in_flight() const {
   return count;
 }
 
-Decisions PriorityPolicy::grant_ready() {
+Decisions PriorityPolicy::grant_ready(std::int64_t now_ns) {
   Decisions decisions;
   if (high_on_device_.empty()) {  // the common case, without a walk
     for (const Queued& next : queue_) {
-      backlog_.account(next.client, next.op, placeholder_duration_ns(next.op));
+      backlog_.account(next.client, next.op, placeholder_duration_ns(next.op), now_ns);
       decisions.push_back(Grant{next.client, next.op.seq});
     }
     queue_.clear();
@@ -78,7 +79,7 @@ Decisions PriorityPolicy::grant_ready() {
       kept.push_back(std::move(next));
       continue;
     }
-    backlog_.account(next.client, next.op, placeholder_duration_ns(next.op));
+    backlog_.account(next.client, next.op, placeholder_duration_ns(next.op), now_ns);
     decisions.push_back(Grant{next.client, next.op.seq});
   }
   queue_ = std::move(kept);

@@ -59,7 +59,8 @@ nlohmann::json backlog_json(const EngineLoad& load) {
           {"outstanding_ops", load.outstanding_ops},
           {"backlog_ns", load.backlog_ns},
           {"completed_ops", load.completed_ops},
-          {"completed_device_ns", load.completed_device_ns}};
+          {"completed_device_ns", load.completed_device_ns},
+          {"lost_ops", load.lost_ops}};
 }
 
 nlohmann::json policy_state_json(const PolicyState& state) {
@@ -431,7 +432,11 @@ std::string render_status_table(const nlohmann::json& status) {
   for (const auto& load : status.at("backlog")) {
     out << "  device " << load.at("device") << " " << load.at("engine").get<std::string>() << ": "
         << load.at("outstanding_ops") << " outstanding ops, backlog " << milliseconds(load.at("backlog_ns"))
-        << " ms, " << load.at("completed_ops") << " completed\n";
+        << " ms, " << load.at("completed_ops") << " completed";
+    if (const auto lost = load.value("lost_ops", std::uint64_t{0}); lost > 0) {
+      out << ", " << lost << " lost (no completion in " << EngineBacklog::kLostAfterNs / 1'000'000'000 << " s)";
+    }
+    out << "\n";
   }
   if (status.contains("policy_state")) out << render_policy_state(status);
   out << render_jobs_table(status);

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 namespace gpuqos::scheduler {
 namespace {
 
@@ -193,10 +195,56 @@ TEST(FifoPolicy, ClientGoneDropsItsOpsAndFreesItsSlot) {
 
 TEST(EngineBacklog, RetiresTheOldestBeyondItsBound) {
   EngineBacklog backlog;
-  for (std::uint64_t seq = 1; seq <= EngineBacklog::kMaxTrackedOpsPerClient + 10; ++seq) backlog.account(1, kernel(seq), 1);
+  for (std::uint64_t seq = 1; seq <= EngineBacklog::kMaxTrackedOpsPerClient + 10; ++seq) backlog.account(1, kernel(seq), 1, 0);
   EXPECT_EQ(backlog.load(0, Engine::compute).outstanding_ops, EngineBacklog::kMaxTrackedOpsPerClient);
   EXPECT_FALSE(backlog.complete(1, done(1, 0, 1)));
   EXPECT_TRUE(backlog.complete(1, done(EngineBacklog::kMaxTrackedOpsPerClient + 10, 0, 1)));
+}
+
+// An op whose completion never came is retired as lost kLostAfterNs after it was accounted, by
+// every policy's tick: status and metrics went on showing it outstanding (and its predicted time as
+// backlog) until its client left, long after the policy had let it go.
+TEST(EngineBacklog, AnOpWhoseCompletionNeverCameIsCountedLostByEveryPolicysTick) {
+  constexpr std::int64_t kLost = EngineBacklog::kLostAfterNs;
+  for (const char* name : {"fifo", "priority", "baymax"}) {
+    SCOPED_TRACE(name);
+    PolicyOptions options{name, 0};
+    auto policy = make_policy(options);
+    ASSERT_TRUE(policy);
+    (void)policy->client_registered(ClientInfo{1, "train", Priority::low, 0, std::nullopt, 99.0, 1.0}, 0);
+    (void)policy->op_posted({1, Priority::low, kernel(1), 1'000});
+    (void)policy->op_posted({1, Priority::low, kernel(2), 2'000});
+    (void)policy->op_completed({1, done(2, 2'000, 3'000), 3'000});
+    (void)policy->op_posted({1, Priority::low, kernel(3), kLost});
+    ASSERT_EQ(policy->backlog().load(0, Engine::compute).outstanding_ops, 2u);
+    (void)policy->tick(kLost + 999);
+    EXPECT_EQ(policy->backlog().load(0, Engine::compute).outstanding_ops, 2u) << "not yet";
+    (void)policy->tick(kLost + 1'000);
+    const EngineLoad load = policy->backlog().load(0, Engine::compute);
+    EXPECT_EQ(load.outstanding_ops, 1u) << "the first, lost";
+    EXPECT_EQ(load.lost_ops, 1u);
+    EXPECT_EQ(load.completed_ops, 1u);
+    EXPECT_TRUE(policy->op_completed({1, done(3, kLost, kLost + 2'000), kLost + 2'000}).empty());
+    EXPECT_EQ(policy->backlog().load(0, Engine::compute).outstanding_ops, 0u);
+    EXPECT_EQ(policy->backlog().load(0, Engine::compute).backlog_ns, 0);
+  }
+}
+
+// Spans are a client's word: a start of 0 and an end days later pass validation, and thousands of
+// them overflowed the sum of device time (negative in the status). It saturates; a span that ends
+// before it starts counts nothing.
+TEST(EngineBacklog, CompletedDeviceTimeSaturatesAndNeverGoesBack) {
+  EngineBacklog backlog;
+  constexpr std::int64_t kTwelveDays = 12LL * 86'400 * 1'000'000'000;
+  for (std::uint64_t seq = 1; seq <= 9'000; ++seq) {
+    backlog.account(7, kernel(seq), 1'000, 0);
+    ASSERT_TRUE(backlog.complete(7, done(seq, 0, kTwelveDays)));
+  }
+  EXPECT_EQ(backlog.load(0, Engine::compute).completed_device_ns, std::numeric_limits<std::int64_t>::max());
+  EngineBacklog backwards;
+  backwards.account(7, kernel(1), 1'000, 0);
+  ASSERT_TRUE(backwards.complete(7, done(1, 5'000, 1'000)));
+  EXPECT_EQ(backwards.load(0, Engine::compute).completed_device_ns, 0);
 }
 
 TEST(MakePolicy, KnowsFifoPriorityAndBaymax) {

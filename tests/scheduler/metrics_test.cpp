@@ -17,7 +17,7 @@ constexpr std::int64_t kMs = 1'000'000;
 DaemonStatus sample_status() {
   DaemonStatus status;
   status.uptime_ns = 12'500 * kMs;
-  status.backlog = {EngineLoad{0, Engine::compute, 3, 4 * kMs, 10, 20 * kMs}, EngineLoad{1, Engine::h2d, 1, kMs / 2, 0, 0}};
+  status.backlog = {EngineLoad{0, Engine::compute, 3, 4 * kMs, 10, 20 * kMs, 2}, EngineLoad{1, Engine::h2d, 1, kMs / 2, 0, 0}};
   status.devices = {DeviceStatus{1, "GPU-5053021f-f19c-8f3e-af75-ba138af7d608", 0, 2, true, 2'000'000},
                     DeviceStatus{2, "GPU-8601f82c-036c-8858-b907-c46eb6bf5f92", 2, 1, false, 2'000'000}};
   ClientStatus high, low;
@@ -98,7 +98,7 @@ TEST(Metrics, EveryLineFollowsTheTextFormatAndEveryFamilyIsTypedOnceBeforeItsSam
        {"gpuqos_query_latency_seconds", "gpuqos_query_target_seconds", "gpuqos_query_violations_total",
         "gpuqos_be_ops_completed_total", "gpuqos_be_device_seconds_total", "gpuqos_grants_total",
         "gpuqos_ops_held_total", "gpuqos_grant_wait_seconds_total", "gpuqos_device_info", "gpuqos_engine_backlog_seconds",
-        "gpuqos_engine_outstanding_ops", "gpuqos_clients", "gpuqos_be_held_seconds_total"}) {
+        "gpuqos_engine_outstanding_ops", "gpuqos_engine_lost_ops_total", "gpuqos_clients", "gpuqos_be_held_seconds_total"}) {
     EXPECT_TRUE(typed.contains(family)) << family;
   }
 }
@@ -149,6 +149,7 @@ TEST(Metrics, BestEffortGrantsEnginesAndClients) {
   EXPECT_EQ(text.find("gpuqos_be_held_seconds_total{job_name=\"serve\""), std::string::npos) << "no hold times: none";
   EXPECT_TRUE(has_line(text, "gpuqos_engine_backlog_seconds{device=\"0\",engine=\"compute\"} 0.004")) << text;
   EXPECT_TRUE(has_line(text, "gpuqos_engine_outstanding_ops{device=\"1\",engine=\"h2d\"} 1")) << text;
+  EXPECT_TRUE(has_line(text, "gpuqos_engine_lost_ops_total{device=\"0\",engine=\"compute\"} 2")) << text;
   EXPECT_TRUE(has_line(text, "gpuqos_device_info{device=\"1\",uuid=\"GPU-5053021f-f19c-8f3e-af75-ba138af7d608\","
                              "ordinal=\"0\"} 1"))
       << "which GPU a device label names\n" << text;

@@ -141,6 +141,14 @@ TEST(Status, JsonCarriesEveryField) {
   EXPECT_EQ(json["daemon"]["policy"], "fifo");
   EXPECT_EQ(json["daemon"]["uptime_ns"], 5'000'000'000);
   EXPECT_EQ(json["backlog"][0]["engine"], "h2d");
+  EXPECT_EQ(json["backlog"][0]["lost_ops"], 0);
+  EXPECT_NE(render_status_table(json).find("  device 0 h2d: 1 outstanding ops, backlog 0.000 ms, 2 completed\n"),
+            std::string::npos)
+      << render_status_table(json);
+  DaemonStatus lossy = status_with(1);
+  lossy.backlog[0].lost_ops = 3;
+  const std::string lossy_table = render_status_table(nlohmann::json::parse(bounded_status_text(lossy)));
+  EXPECT_NE(lossy_table.find("2 completed, 3 lost (no completion in 10 s)\n"), std::string::npos) << lossy_table;
   const auto& client = json["clients"][0];
   EXPECT_EQ(client["pid"], 100);
   EXPECT_EQ(client["job"], "job-0");

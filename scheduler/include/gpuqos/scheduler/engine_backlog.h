@@ -34,7 +34,8 @@ struct EngineLoad {
   std::uint64_t outstanding_ops = 0;
   std::int64_t backlog_ns = 0;            // predicted time of the outstanding ops
   std::uint64_t completed_ops = 0;
-  std::int64_t completed_device_ns = 0;   // measured (end - start) of the completed ops
+  std::int64_t completed_device_ns = 0;   // measured (end - start) of the completed ops (saturates)
+  std::uint64_t lost_ops = 0;             // retired unmeasured by expire()
 };
 
 class EngineBacklog {
@@ -43,14 +44,21 @@ class EngineBacklog {
   // completions must not grow the daemon without bound).
   static constexpr std::size_t kMaxTrackedOpsPerClient = 1 << 16;
 
-  // Accounts op (seq of client) on its engine; ops without an engine are ignored.
-  void account(std::uint32_t client, const ipc::OpDescriptor& op, std::int64_t predicted_ns);
+  // Accounts op (seq of client) on its engine at now_ns; ops without an engine are ignored.
+  void account(std::uint32_t client, const ipc::OpDescriptor& op, std::int64_t predicted_ns, std::int64_t now_ns);
 
   // Retires a completed op. False when it was not accounted (never, already, or without engine).
   bool complete(std::uint32_t client, const ipc::CompletionDescriptor& completion);
 
   // Retires everything of the client without measuring it.
   void drop_client(std::uint32_t client);
+
+  // An op accounted kLostAfterNs ago or more whose completion never came (the shim drops one it has
+  // no ring space for) is retired unmeasured, counted lost, by the policies' ticks: the status and
+  // the metrics went on showing it outstanding, and its predicted time as backlog, until its client
+  // left (the policies themselves had long let it go). BaymaxPolicy::kStaleOpNs.
+  static constexpr std::int64_t kLostAfterNs = 10'000'000'000;
+  void expire(std::int64_t now_ns);
 
   // Every (device, engine) that has seen work, ordered by device then engine.
   std::vector<EngineLoad> loads() const;
@@ -61,6 +69,7 @@ class EngineBacklog {
     std::uint32_t device;
     Engine engine;
     std::int64_t predicted_ns;
+    std::int64_t accounted_ns;
   };
   void retire(const Entry& entry);
   EngineLoad& slot(std::uint32_t device, Engine engine);

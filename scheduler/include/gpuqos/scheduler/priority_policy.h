@@ -37,7 +37,7 @@ class PriorityPolicy final : public Policy {
     ClientId client;
     ipc::OpDescriptor op;
   };
-  Decisions grant_ready();
+  Decisions grant_ready(std::int64_t now_ns);
 
   std::deque<Queued> queue_;  // low-priority ops, arrival order
   // By client, seq -> posted at (daemon clock); no empty inner map. Beyond
