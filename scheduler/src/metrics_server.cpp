@@ -486,22 +486,39 @@ ipc::Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const config::L
   // SO_REUSEADDR only, not SO_REUSEPORT (with which a second gpuqosd on the same port would bind
   // too and the kernel split the scrapes between them): a restart may bind beside its
   // predecessor's closing connections, a second listener may not.
-  for (const tcp::endpoint& endpoint : endpoints) {
+  const auto listen_on = [&](const tcp::endpoint& endpoint) -> beast::error_code {
     auto& listener = *server.listeners.emplace_back(std::make_unique<Server::Listener>(server.io, endpoint.protocol()));
     tcp::acceptor& acceptor = listener.acceptor;
     // Opened by hand for SOCK_CLOEXEC, which asio's open() does not set.
     // Non-blocking too: accept() takes a connection only once the wait says one is there, and
     // one reset meanwhile must not block the server's thread.
     const int fd = ::socket(endpoint.protocol().family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0) return failed(endpoint, beast::error_code(errno, beast::system_category()));
+    if (fd < 0) return beast::error_code(errno, beast::system_category());
     if (acceptor.assign(endpoint.protocol(), fd, ec); ec) {
       ::close(fd);
-      return failed(endpoint, ec);
+      return ec;
     }
-    if (acceptor.set_option(asio::socket_base::reuse_address(true), ec); ec) return failed(endpoint, ec);
-    if (acceptor.bind(endpoint, ec); ec) return failed(endpoint, ec);
-    if (acceptor.listen(asio::socket_base::max_listen_connections, ec); ec) return failed(endpoint, ec);
+    if (acceptor.set_option(asio::socket_base::reuse_address(true), ec); ec) return ec;
+    if (acceptor.bind(endpoint, ec); ec) return ec;
+    acceptor.listen(asio::socket_base::max_listen_connections, ec);
+    return ec;
+  };
+  // A name's address that this host does not have (`localhost`'s ::1 with IPv6 disabled, as
+  // /etc/hosts lists it by default) is left out while another of its addresses serves: it kept
+  // the endpoint down for good, retried every 5 s. Any other failure fails the whole name.
+  std::optional<std::pair<tcp::endpoint, beast::error_code>> first_absent;
+  for (const tcp::endpoint& endpoint : endpoints) {
+    const beast::error_code error = listen_on(endpoint);
+    if (!error) continue;
+    const bool absent = error == beast::error_code(EADDRNOTAVAIL, beast::system_category()) ||
+                        error == beast::error_code(EAFNOSUPPORT, beast::system_category());
+    if (!absent || endpoints.size() == 1) return failed(endpoint, error);
+    server.listeners.pop_back();
+    spdlog::warn("metrics: {} ({}) is left out: {}", config::to_string(address), endpoint.address().to_string(),
+                 error.message());
+    if (!first_absent) first_absent.emplace(endpoint, error);
   }
+  if (server.listeners.empty()) return failed(first_absent->first, first_absent->second);
   for (const auto& listener : server.listeners) server.accept(*listener);
   metrics->thread_ = std::thread([&server] {
     for (;;) {

@@ -434,6 +434,38 @@ TEST(MetricsServer, ANameIsListenedOnAtEachOfItsAddresses) {
   expect_served(testing::receive_all(v6), "gpuqos_up 1");
 }
 
+// A name with an address this host does not have (`localhost` listed with ::1, as /etc/hosts has
+// it by default, on a host with IPv6 disabled) is served at its others: the address it lacks kept
+// the whole endpoint down for good. A name with no address it has still fails, naming it.
+TEST(MetricsServer, ANamesAddressThisHostLacksIsLeftOutWhileAnotherServes) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to give a child its own /etc/hosts";
+  const std::string hosts = "/tmp/gpuqos-test-hosts-" + std::to_string(::getpid());
+  {
+    std::ofstream out(hosts);
+    out << "2001:db8::1 gpuqos-half\n127.0.0.1 gpuqos-half\n2001:db8::2 gpuqos-none\n";  // 2001:db8::/32: documentation
+  }
+  const std::uint16_t port = testing::free_port();
+  testing::ReadyChild child([&] {
+    if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        ::mount(hosts.c_str(), "/etc/hosts", nullptr, MS_BIND, nullptr) != 0) {
+      return false;
+    }
+    const auto none = MetricsServer::start(config::ListenAddress{"gpuqos-none", port});
+    if (none || none.error().find("cannot listen on gpuqos-none:" + std::to_string(port) + " (2001:db8::2): ") ==
+                    std::string::npos) {
+      return false;
+    }
+    auto started = MetricsServer::start(config::ListenAddress{"gpuqos-half", port});
+    if (!started) return false;
+    started.value()->publish("gpuqos_up 1\n", ipc::monotonic_ns() + 3'600'000'000'000);  // fresh for an hour
+    (void)started.value().release();  // serves until the child is killed
+    return true;
+  });
+  std::filesystem::remove(hosts);
+  ASSERT_TRUE(child.ready()) << "the child could not start a server on gpuqos-half (or started one on gpuqos-none)";
+  expect_served(testing::http_get(port, "/metrics"), "gpuqos_up 1");
+}
+
 // HEAD says what GET would carry without the body; a request's headers past the limit are refused.
 // A link-local address's interface that is not there: said by name. (Asio takes an unknown name for
 // index 0, which the bind refused as "Invalid argument".)
