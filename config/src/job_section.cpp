@@ -56,7 +56,7 @@ bool read_job(Section& section, JobConfig& job) {
   read_ms(section, "target_ms", Bound::at_least, kMinPositiveMs, target_ms);
   if (target_ms > 0) job.target_ms = target_ms;
   read_percentile(section, job);
-  read_number(section, "weight", Bound::at_least, kMinWeight, job.weight);
+  read_number_up_to(section, "weight", Bound::at_least, kMinWeight, kMaxWeight, job.weight);
   if (section.find("safety_margin_ms") != nullptr) {
     double margin_ms = -1;  // left so when the value is refused (the error is reported)
     read_ms(section, "safety_margin_ms", Bound::at_least, 0, margin_ms);

@@ -30,6 +30,9 @@ inline constexpr double kMaxMs = 3'600'000;
 inline constexpr double kMinPositiveMs = 0.001;
 // The smallest job weight: the policy divides by it, and clamps anything smaller to it.
 inline constexpr double kMinWeight = 0.001;
+// The largest: a weight of 1e308 passed, and the policy's share cost divided by it was 0, so that
+// job never fell behind its share and always went first.
+inline constexpr double kMaxWeight = 1'000'000;
 
 // read_number, and at most `maximum`: "must be <= <maximum><note> (got ...)", `note` like " (an hour)".
 void read_number_up_to(Section& section, std::string_view key, Bound bound, double minimum, double maximum,

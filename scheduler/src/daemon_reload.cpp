@@ -220,8 +220,15 @@ void Daemon::reload_failed(const std::string& path, const std::string& error) {
   if (problems.size() <= 1) {
     spdlog::error("reload of {} failed, keeping the running config: {}", path, error);
   } else {
+    // At most kLoggedProblems lines: a megabyte of the wrong file logged 110,000 (gpuqosd
+    // --check-config prints them all).
+    constexpr std::size_t kLoggedProblems = 100;
     spdlog::error("reload of {} failed, keeping the running config: {} problems:", path, problems.size());
-    for (const std::string& problem : problems) spdlog::error("  {}", problem);
+    for (std::size_t i = 0; i < problems.size() && i < kLoggedProblems; ++i) spdlog::error("  {}", problems[i]);
+    if (problems.size() > kLoggedProblems) {
+      spdlog::error("  ... and {} more (gpuqosd --check-config {} lists them all)", problems.size() - kLoggedProblems,
+                    path);
+    }
   }
   config_status_.last_reload_ok = false;
   config_status_.last_reload_unix_s = static_cast<std::int64_t>(std::time(nullptr));

@@ -792,6 +792,7 @@ const std::vector<BadCase>& bad_cases() {
       {"tiny_weight", "[[job]]\nname = \"a\"\nweight = 1e-6\n", "t.toml:3:10: job[0].weight: must be >= 0.001 (got 1e-06)"},
       {"negative_weight", "[[job]]\nname = \"a\"\nweight = -1.5\n",
        "t.toml:3:10: job[0].weight: must be >= 0.001 (got -1.5)"},
+      {"huge_weight", "[[job]]\nname = \"a\"\nweight = 1e308\n", "t.toml:3:10: job[0].weight: must be <= 1e+06 (got 1e+308)"},
       {"negative_job_margin", "[[job]]\nname = \"a\"\nsafety_margin_ms = -1\n",
        "t.toml:3:20: job[0].safety_margin_ms: must be >= 0 (got -1)"},
       {"job_margin_as_string", "[[job]]\nname = \"a\"\nsafety_margin_ms = \"2ms\"\n",

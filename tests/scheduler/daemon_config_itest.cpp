@@ -382,6 +382,17 @@ TEST(Reload, TheStatusSaysWhetherTheLastReloadWasAppliedAndAnEmptiedFileIsWarned
   const std::string kept = daemon->status()["daemon"]["config"]["last_reload_error"];
   EXPECT_EQ(std::count(kept.begin(), kept.end(), '\n'), 8) << kept;
   EXPECT_TRUE(kept.ends_with("\n... and 2 more")) << kept;
+  // And the log the first 100 (a megabyte of the wrong file logged 110,000 lines).
+  std::string lots = fifo(1);
+  for (int i = 0; i < 150; ++i) lots += "[[job]]\nname = \"k" + std::to_string(i) + "\"\ntarget_ms = -1.0\n";
+  ASSERT_TRUE(daemon.reload(lots, failed + ": 150 problems:")) << daemon->log();
+  ASSERT_TRUE(eventually([&] { return daemon->log().find(" more (gpuqosd --check-config") != std::string::npos; }))
+      << daemon->log();
+  EXPECT_NE(daemon->log().find("  ... and 50 more (gpuqosd --check-config " + daemon.file().string() + " lists them all)"),
+            std::string::npos)
+      << daemon->log();
+  EXPECT_NE(daemon->log().find("job[99].target_ms"), std::string::npos);
+  EXPECT_EQ(daemon->log().find("job[100].target_ms"), std::string::npos);
 
   ASSERT_TRUE(daemon.reload("", "config reloaded from")) << daemon->log();
   EXPECT_NE(daemon->log().find("it names no [[job]], the running config named 1: every latency target"), std::string::npos)
