@@ -148,6 +148,8 @@ void BaymaxPolicy::account(ClientId client, const ipc::OpDescriptor& op, std::in
     ++state.hp_ops;
     ClientState& owner = clients_[client];
     owner.hp_outstanding_ns += predicted_ns;
+    if (owner.hp_ops_in_flight++ == 0) owner.hp_since_ns = now_ns;
+    ++owner.hp_ops_on[{op.device, *engine}];
     if (*engine == Engine::compute) {
       ClientState::HpCompute& tally = owner.hp_compute[op.device];
       if (tally.ns == 0) tally.since_ns = now_ns;
@@ -183,6 +185,11 @@ void BaymaxPolicy::retire(ClientId client, std::uint64_t seq, std::optional<std:
     --state.hp_ops;
     if (auto c = clients_.find(client); c != clients_.end()) {
       c->second.hp_outstanding_ns -= done.predicted_ns;
+      if (c->second.hp_ops_in_flight > 0) --c->second.hp_ops_in_flight;
+      c->second.hp_since_ns = now_ns;  // it moves
+      if (auto on = c->second.hp_ops_on.find({done.device, done.engine}); on != c->second.hp_ops_on.end() && --on->second == 0) {
+        c->second.hp_ops_on.erase(on);
+      }
       if (done.engine == Engine::compute) {
         if (auto tally = c->second.hp_compute.find(done.device); tally != c->second.hp_compute.end()) {
           if ((tally->second.ns -= done.predicted_ns) <= 0) {
@@ -422,6 +429,17 @@ std::int64_t BaymaxPolicy::hp_compute_on(const ClientState& state, std::uint32_t
   // Nothing of it completed for kHpSilentNs: its completions are lost or late (a shim that reports
   // none, a full ring), and its predicted work would hold best-effort work for as long as it runs.
   return last_now_ns_ - tally->second.since_ns > kHpSilentNs ? 0 : tally->second.ns;
+}
+
+bool BaymaxPolicy::hp_silent(const ClientState& state) const {
+  return state.hp_ops_in_flight > 0 && last_now_ns_ - state.hp_since_ns > kHpSilentNs;
+}
+
+bool BaymaxPolicy::live_hp_ops_on(std::uint32_t device, Engine engine) const {
+  return std::any_of(clients_.begin(), clients_.end(), [&](const auto& entry) {
+    const ClientState& state = entry.second;
+    return state.info.priority == ipc::Priority::high && state.hp_ops_on.contains({device, engine}) && !hp_silent(state);
+  });
 }
 
 std::int64_t BaymaxPolicy::hp_work_on(std::uint32_t device) const {
@@ -943,7 +961,7 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
     if (is_transfer(op) && options_.baymax.max_be_transfers != 0 && copies >= options_.baymax.max_be_transfers)
       return Hold::engine;
     if (*engine == Engine::local && here.be_ops > 0 && backlog + p > bound_.bound_ns()) return Hold::engine;
-    if (here.hp_ops > 0) return Hold::engine;
+    if (here.hp_ops > 0 && live_hp_ops_on(op.device, *engine)) return Hold::engine;
   }
   // Each query to protect: its deadline, the time its job still needs for it (its own posted work
   // included), the time best-effort work may use without delaying it, and its job's posted device
@@ -963,7 +981,8 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
   for (const auto& [id, state] : clients_) {
     if (state.info.priority != ipc::Priority::high || !state.on(op.device) || !state.info.target_ns) continue;
     const std::int64_t target = *state.info.target_ns;
-    std::int64_t need = state.hp_outstanding_ns, idle = 0;
+    const std::int64_t outstanding = hp_outstanding_live(state);
+    std::int64_t need = outstanding, idle = 0;
     const bool profiled = queries_.expected_query_ns(id) > 0;
     double blocks = profiled ? 0 : std::numeric_limits<double>::infinity();
     const OpenQuery* query = queries_.open_query(id);
@@ -976,14 +995,14 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
       // The best-effort work ahead, this op included, delays the query only by what of it is still
       // running when its program next waits; until then the device also has the query's own
       // outstanding work to do, so only the rest of that time is idle for best-effort work.
-      idle = std::max<std::int64_t>(0, queries_.expected_unblocked_ns(id, now_ns) - state.hp_outstanding_ns);
+      idle = std::max<std::int64_t>(0, queries_.expected_unblocked_ns(id, now_ns) - outstanding);
       if (profiled) blocks = queries_.expected_blocking_points(id);
       // A job that says its arrivals: at most the bound of delay per query, as for one arriving later
       // (baymax_policy.h).
       std::int64_t deadline = query->opened_ns + target;
       if (profiled && queries_.says_arrivals(id))
         deadline = std::min(deadline, query->started_ns + queries_.expected_query_ns(id) + query_allowance_ns(id));
-      queries.push_back(Protected{deadline, need, idle, state.hp_outstanding_ns, blocks, margin_of(state), id, false});
+      queries.push_back(Protected{deadline, need, idle, outstanding, blocks, margin_of(state), id, false});
     }
     // Requests waiting in the job's own queue start when the ones before them are done (so what
     // delays the open query delays them by as much), and each then takes a whole query's time.

@@ -201,6 +201,34 @@ TEST(BaymaxPolicy, AnotherHighPriorityJobsPostedWorkIsAheadOnAnInOrderDevice) {
   EXPECT_EQ(open.op_completed({kServeB, done(1, 2 * kMs), 2 * kMs}), (Decisions{{kTrainA, 1}}));
 }
 
+// A high-priority client none of whose work has moved for kHpSilentNs (its completions lost: a full
+// ring, a shim that reports none) holds best-effort work on no engine, and its outstanding work
+// counts ahead of no query. Its copies held every best-effort transfer until each went stale at
+// 10 s, and one posted every 500 ms held them for good (a review: still held after 60 s).
+TEST(BaymaxPolicy, ASilentHighPriorityJobsCopiesHoldNoTransferForLong) {
+  BaymaxPolicy policy(options(5 * kMs));
+  (void)policy.client_registered(serve(kServe, 20 * kMs), 0);
+  (void)policy.client_registered(train(kTrainA), 0);
+  std::uint64_t seq = 0;
+  (void)post(policy, kServe, Priority::high, copy(++seq, ipc::CopyDirection::h2d), kMs, 10'000);
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, copy(1, ipc::CopyDirection::h2d), kMs, kMs / 2).empty())
+      << "a high-priority upload is on the engine";
+  EXPECT_EQ(policy.held_head(kTrainA)->reason, HoldReason::transfer);
+  std::int64_t granted_at = -1;
+  for (std::int64_t now = kMs; now < 5'000 * kMs && granted_at < 0; now += 10 * kMs) {
+    if ((now - kMs) % (500 * kMs) == 0) (void)post(policy, kServe, Priority::high, copy(++seq, ipc::CopyDirection::h2d), now, 10'000);
+    if (!policy.tick(now).empty()) granted_at = now;
+  }
+  EXPECT_GT(granted_at, BaymaxPolicy::kHpSilentNs) << "held while the job's work may still move";
+  EXPECT_LE(granted_at, BaymaxPolicy::kHpSilentNs + 20 * kMs) << "granted once none of it moved for a second";
+  // A completion: it moves again, and its next upload holds the next transfer.
+  const std::int64_t now = granted_at + kMs;
+  (void)policy.op_completed({kTrainA, done(1, now), now});
+  (void)policy.op_completed({kServe, done(seq, now), now});
+  (void)post(policy, kServe, Priority::high, copy(++seq, ipc::CopyDirection::h2d), now, 10'000);
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, copy(2, ipc::CopyDirection::h2d), now, kMs / 2).empty());
+}
+
 TEST(BaymaxPolicy, NoCreditWhileAHighPriorityJobShareTheDevice) {
   BaymaxPolicy policy(options(5 * kMs, 8));
   (void)policy.client_registered(serve(kServe, 10 * kMs), 0);
@@ -2136,16 +2164,20 @@ TEST(BaymaxPolicy, AnOpStuckFarPastItsPredictionStopsHoldingItsClient) {
   EXPECT_EQ(policy.tick(t0 + 3'200 * kMs + 1), (Decisions{{kTrainB, 2}}));
 }
 
-// A high-priority op, however late, keeps best-effort work off its engine until kStaleOpNs: being
-// late is no sign of being stuck behind its own host, since nothing of it is ever held.
-TEST(BaymaxPolicy, AHighPriorityOpIsNotTakenAsStuck) {
+// A high-priority op keeps best-effort work off its engine for as long as its job's work moves, not
+// by the best-effort rule for stuck ops (kStuckOpNs: nothing of it is ever held behind its own
+// host). Since 2026-12-01 not until kStaleOpNs either: once none of its job's work has moved for
+// kHpSilentNs, its completions are taken as lost (ASilentHighPriorityJobsCopiesHoldNoTransferForLong).
+TEST(BaymaxPolicy, AHighPriorityOpHoldsItsEngineWhileItsJobsWorkMoves) {
   BaymaxPolicy policy(options());
   (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
   (void)post(policy, kServe, Priority::high, copy(1, ipc::CopyDirection::h2d), 0, kMs);
+  (void)post(policy, kServe, Priority::high, op(2), 0, kMs);
   EXPECT_TRUE(post(policy, kTrainA, Priority::low, copy(1, ipc::CopyDirection::h2d), 0, kMs).empty())
       << "a high-priority copy in flight in the same direction";
-  EXPECT_TRUE(policy.tick(BaymaxPolicy::kStuckOpNs + 1).empty());
-  EXPECT_EQ(policy.tick(BaymaxPolicy::kStaleOpNs + 1), (Decisions{{kTrainA, 1}}));
+  EXPECT_TRUE(policy.op_completed({kServe, done(2, 900 * kMs), 900 * kMs}).empty()) << "its kernel: it moves";
+  EXPECT_TRUE(policy.tick(900 * kMs + BaymaxPolicy::kHpSilentNs).empty()) << "a second after it last moved, not before";
+  EXPECT_EQ(policy.tick(900 * kMs + BaymaxPolicy::kHpSilentNs + 1), (Decisions{{kTrainA, 1}}));
 }
 
 // Nothing of a high-priority client is held, so one that never reports completions could keep

@@ -401,6 +401,11 @@ class BaymaxPolicy final : public Policy {
       std::int64_t since_ns = 0;
     };
     std::map<std::uint32_t, HpCompute> hp_compute;
+    // High priority: its ops in flight on each engine, and since when none of them has moved
+    // (posted onto nothing, or one of them completed), over all engines: hp_silent.
+    std::map<std::pair<std::uint32_t, Engine>, std::uint32_t> hp_ops_on;
+    std::uint32_t hp_ops_in_flight = 0;
+    std::int64_t hp_since_ns = 0;
     std::map<std::uint32_t, std::int64_t> compute_posted_ns;  // best effort: its latest compute op, by device
     // Best effort: its transfers' virtual time among its job's processes, and how many it has
     // queued, by device.
@@ -514,6 +519,13 @@ class BaymaxPolicy final : public Policy {
   // the own work of a client with a target (what its next query would wait for on a device that
   // runs kernels to their end).
   std::int64_t hp_compute_on(const ClientState& state, std::uint32_t device) const;  // counted, as above
+  // Likewise for all of a high-priority client's work (kHpSilentNs): silent, its copies and memsets hold no
+  // best-effort op on their engine, and its outstanding work is not counted ahead of its queries
+  // nor of other jobs' (a lost completion of a 4-KB upload held every best-effort transfer until
+  // the op went stale at 10 s; one posted every 500 ms held them for good).
+  bool hp_silent(const ClientState& state) const;
+  std::int64_t hp_outstanding_live(const ClientState& state) const { return hp_silent(state) ? 0 : state.hp_outstanding_ns; }
+  bool live_hp_ops_on(std::uint32_t device, Engine engine) const;
   std::int64_t hp_work_on(std::uint32_t device) const;
   std::int64_t others_hp_work_ns(std::uint32_t device) const;
   // The predicted time of the credit best-effort clients other than `client` on the device (or on
