@@ -40,10 +40,17 @@ bool AdaptiveBound::observe(ClientId client, std::int64_t latency_ns, std::int64
   std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(index), sorted.end());
   const double tail = static_cast<double>(sorted[index]);
   const double target = static_cast<double>(target_ns);
+  window.verdict = tail > kTighten * target ? Verdict::tighten : tail < kLoosen * target ? Verdict::loosen : Verdict::hold;
+  window.checked_at = ++checks_;
+  const bool others_loosen = std::all_of(windows_.begin(), windows_.end(), [&](const auto& entry) {
+    const Window& other = entry.second;
+    return entry.first == client || other.verdict == Verdict::none || other.verdict == Verdict::loosen ||
+           checks_ - other.checked_at > kStaleChecks;
+  });
   std::int64_t next = bound_ns_;
-  if (tail > kTighten * target) {
+  if (window.verdict == Verdict::tighten) {
     next = std::max(min_ns_, bound_ns_ - step_ns_);
-  } else if (tail < kLoosen * target) {
+  } else if (window.verdict == Verdict::loosen && others_loosen) {
     next = std::min(max_ns_, bound_ns_ + step_ns_);
   }
   if (next == bound_ns_) return false;

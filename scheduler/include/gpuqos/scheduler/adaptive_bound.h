@@ -3,7 +3,11 @@
 // The rule: each job with a target keeps its last kWindow query latencies. After every kEvery
 // queries of a job, its tail (the latency at its percentile over the window) is compared with its
 // target: above kTighten x target, the bound drops one step; below kLoosen x target, it rises one
-// step; in between it stays. Always within [min, max]. With adaptation off the bound is fixed.
+// step, but only when every other job's latest verdict (from its last kStaleChecks checks of any
+// job) also says rise; in between it stays. So with several jobs the bound serves the one nearest
+// its target: a job meeting its target easily and querying ten times as often out-voted one 2.3x
+// over it, and held the bound at its maximum. Always within [min, max]. With adaptation off the
+// bound is fixed.
 //
 // Why it converges: if a job's tail grows with the bound (more best-effort work queued ahead of a
 // query delays it more), steps move the bound towards the band where the tail lies between
@@ -27,6 +31,7 @@ class AdaptiveBound {
   static constexpr std::size_t kEvery = 16;
   static constexpr double kTighten = 0.9;
   static constexpr double kLoosen = 0.6;
+  static constexpr std::uint64_t kStaleChecks = 64;
 
   explicit AdaptiveBound(const BaymaxOptions& options) { configure(options); }
   // New parameters: the bound restarts from options.be_backlog_bound_ns (clamped); history stays.
@@ -41,11 +46,15 @@ class AdaptiveBound {
   std::uint64_t steps() const { return steps_; }
 
  private:
+  enum class Verdict { none, tighten, hold, loosen };
   struct Window {
     std::vector<std::int64_t> latencies;  // ring of the last kWindow
     std::size_t next = 0;
     std::size_t since_check = 0;
+    Verdict verdict = Verdict::none;  // at its latest check,
+    std::uint64_t checked_at = 0;     // the checks_ count then
   };
+  std::uint64_t checks_ = 0;  // of all jobs
   bool enabled_ = false;
   std::int64_t configured_ns_ = -1;  // options.be_backlog_bound_ns as last configured (-1: never)
   std::int64_t bound_ns_ = 0, min_ns_ = 0, max_ns_ = 0, step_ns_ = 0;
