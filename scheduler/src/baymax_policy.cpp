@@ -123,6 +123,7 @@ Decisions BaymaxPolicy::client_registered(const ClientInfo& info, std::int64_t n
   // Registered again (a reload hands every client over anew): its kUnplacedHighNs runs from the first.
   if (!known) state.registered_ns = now_ns;
   state.info = info;
+  state.job_share.clear();  // its job may be another
   refresh_long_budgets(now_ns);
   return grant_ready(now_ns);
 }
@@ -693,8 +694,11 @@ bool BaymaxPolicy::uses_device(ClientId client, std::uint32_t device, std::int64
 }
 
 double BaymaxPolicy::job_vtime(const ClientState& state, std::uint32_t device) const {
+  if (const auto cached = state.job_share.find(device); cached != state.job_share.end()) return cached->second->vtime;
   const auto it = job_shares_.find({state.info.job, device});
-  return it == job_shares_.end() ? 0 : it->second.vtime;
+  if (it == job_shares_.end()) return 0;
+  state.job_share.emplace(device, &it->second);
+  return it->second.vtime;
 }
 
 double BaymaxPolicy::weight_per_process(const ClientState& state, std::uint32_t device) const {
