@@ -387,6 +387,21 @@ TEST(MetricsServer, AScrapeInProgressAtStopGetsTheNewestFigures) {
   expect_served(testing::receive_all(peer), "gpuqos_up 7");
 }
 
+// In a child: a mount namespace of its own, with `hosts` over /etc/hosts (needs root).
+bool use_hosts_file(const std::string& hosts) {
+  return ::unshare(CLONE_NEWNS) == 0 && ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0 &&
+         ::mount(hosts.c_str(), "/etc/hosts", nullptr, MS_BIND, nullptr) == 0;
+}
+
+// In a child: a server on host:port that answers "gpuqos_up 1" until the child is killed.
+bool serve_up(const std::string& host, std::uint16_t port) {
+  auto started = MetricsServer::start(config::ListenAddress{host, port});
+  if (!started) return false;
+  started.value()->publish("gpuqos_up 1\n", ipc::monotonic_ns() + 3'600'000'000'000);  // fresh for an hour
+  (void)started.value().release();
+  return true;
+}
+
 // A name with several addresses is listened on at each (as nginx does): a scrape of 127.0.0.1 and
 // one of ::1 both reach a server started on a name that /etc/hosts gives both. The name is the
 // child's own: it runs the server with a private /etc/hosts bind-mounted over the system's.
@@ -407,17 +422,7 @@ TEST(MetricsServer, ANameIsListenedOnAtEachOfItsAddresses) {
     out << "127.0.0.1 gpuqos-both\n::1 gpuqos-both\n";
   }
   const std::uint16_t port = testing::free_port();
-  testing::ReadyChild child([&] {
-    if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
-        ::mount(hosts.c_str(), "/etc/hosts", nullptr, MS_BIND, nullptr) != 0) {
-      return false;
-    }
-    auto started = MetricsServer::start(config::ListenAddress{"gpuqos-both", port});
-    if (!started) return false;
-    started.value()->publish("gpuqos_up 1\n", ipc::monotonic_ns() + 3'600'000'000'000);  // fresh for an hour
-    (void)started.value().release();  // serves until the child is killed
-    return true;
-  });
+  testing::ReadyChild child([&] { return use_hosts_file(hosts) && serve_up("gpuqos-both", port); });
   std::filesystem::remove(hosts);
   ASSERT_TRUE(child.ready()) << "the child could not start a server on gpuqos-both";
 
@@ -446,20 +451,12 @@ TEST(MetricsServer, ANamesAddressThisHostLacksIsLeftOutWhileAnotherServes) {
   }
   const std::uint16_t port = testing::free_port();
   testing::ReadyChild child([&] {
-    if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
-        ::mount(hosts.c_str(), "/etc/hosts", nullptr, MS_BIND, nullptr) != 0) {
-      return false;
-    }
+    if (!use_hosts_file(hosts)) return false;
     const auto none = MetricsServer::start(config::ListenAddress{"gpuqos-none", port});
-    if (none || none.error().find("cannot listen on gpuqos-none:" + std::to_string(port) + " (2001:db8::2): ") ==
-                    std::string::npos) {
-      return false;
-    }
-    auto started = MetricsServer::start(config::ListenAddress{"gpuqos-half", port});
-    if (!started) return false;
-    started.value()->publish("gpuqos_up 1\n", ipc::monotonic_ns() + 3'600'000'000'000);  // fresh for an hour
-    (void)started.value().release();  // serves until the child is killed
-    return true;
+    return !none &&
+           none.error().find("cannot listen on gpuqos-none:" + std::to_string(port) + " (2001:db8::2): ") !=
+               std::string::npos &&
+           serve_up("gpuqos-half", port);
   });
   std::filesystem::remove(hosts);
   ASSERT_TRUE(child.ready()) << "the child could not start a server on gpuqos-half (or started one on gpuqos-none)";
