@@ -253,16 +253,45 @@ void CompletionTracker::nudge() noexcept {
   wake_.notify_one();
 }
 
+namespace {
+
+// Takes `lock` by `deadline`, or says it could not (it may be this thread's own, interrupted).
+template <class Lock>
+bool lock_by(Lock& lock, std::chrono::steady_clock::time_point deadline) noexcept {
+  while (!lock.try_lock()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return true;
+}
+
+}  // namespace
+
 void CompletionTracker::stop() noexcept {
+  if (exiting_.exchange(true)) return;
+  const auto deadline = std::chrono::steady_clock::now() + kExitWait;
   {
-    std::lock_guard lock(mutex_);
-    if (stopping_) return;
+    std::unique_lock lock(mutex_, std::defer_lock);
+    if (!lock_by(lock, deadline)) return;  // the thread waits behind it too, touching nothing
     stopping_ = true;
   }
   wake_.notify_all();
   if (!thread_.joinable() || thread_.get_id() == std::this_thread::get_id()) return;
+  while (!ended_.load() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  if (!ended_.load()) {  // in the driver, behind a lock an interrupted call of the program holds
+    abandoned_.store(true);  // or slow: it makes no driver call it has not begun
+    thread_.detach();
+    return;
+  }
   thread_.join();
-  // The program is exiting, usually right after a synchronisation: report what has finished.
+}
+
+// The thread's last turn, at stop(): the program is exiting, usually right after a synchronisation,
+// so what has finished is reported as such. On this thread, not stop()'s: these are driver calls,
+// which block for good when the program's call that exit() interrupted holds the driver's lock.
+void CompletionTracker::final_reports() noexcept {
   std::vector<Pending> batch;
   try {
     std::lock_guard poll_turn(poll_mutex_);  // a context may be ending
@@ -274,6 +303,7 @@ void CompletionTracker::stop() noexcept {
     record_deferred(batch);
     for (Pending& pending : batch) by_stream_[{pending.context, pending.stream}].push_back(std::move(pending));
     poll_streams();
+    if (abandoned_.load()) return;  // the process goes on exiting without this thread
     // What still runs is said done now (coarse: nothing learns its time). Never said, gpuqosd
     // counted it in flight until its stuck limit, and a best-effort copy an exit handler made
     // after this waited 2 s for its grant (a review's repro).
@@ -357,7 +387,7 @@ bool CompletionTracker::poll_streams() noexcept {
   const auto query = driver<EventQuery>(DriverHelper::event_query);
   const std::vector<Ending> ending = ending_contexts();
   bool any = false;
-  for (auto it = by_stream_.begin(); it != by_stream_.end();) {
+  for (auto it = by_stream_.begin(); it != by_stream_.end() && !abandoned_.load(std::memory_order_relaxed);) {
     auto& queue = it->second;
     while (!queue.empty()) {
       // A covered op is done when the first event after it on its stream is.
@@ -408,6 +438,10 @@ bool CompletionTracker::poll_streams() noexcept {
 }
 
 void CompletionTracker::run() noexcept {
+  struct Ended {
+    std::atomic<bool>& flag;
+    ~Ended() { flag.store(true); }
+  } ended{ended_};
   // Our event calls must not invalidate a graph capture the program runs on another thread in the
   // default (global) mode: this thread makes potentially unsafe calls only in relaxed mode.
   if (const auto exchange = driver<ExchangeCaptureMode>(DriverHelper::thread_exchange_stream_capture_mode)) {
@@ -417,6 +451,7 @@ void CompletionTracker::run() noexcept {
   auto sleep = kFirstPollSleep;
   std::vector<Pending> batch;
   for (;;) {
+    bool stopped = false;
     {
       std::unique_lock lock(mutex_);
       if (by_stream_.empty()) {  // only this sleep is woken by track(): a timed one ends by itself
@@ -428,8 +463,12 @@ void CompletionTracker::run() noexcept {
       }
       if (nudged_) sleep = kFirstPollSleep;
       nudged_ = false;
-      if (stopping_) return;
+      stopped = stopping_;
       if (!incoming_.empty()) sleep = kFirstPollSleep;
+    }
+    if (stopped) {
+      final_reports();
+      return;
     }
     try {
       // The whole turn: a context ender then finds every op of its context in incoming_ or by_stream_,

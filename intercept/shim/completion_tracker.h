@@ -44,6 +44,8 @@
 
 #include <cuda.h>
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -103,6 +105,13 @@ class CompletionTracker {
   void nudge() noexcept;
 
   // Stops the thread (at exit, before the driver tears down); later ops are reported at once.
+  // It runs from an atexit handler, which exit() in a signal handler runs while this very thread
+  // may be inside a hook (holding a lock of ours) or inside the driver (holding one of the
+  // driver's, which the completion thread then waits for): it waits kExitWait at most, in all,
+  // and what it could not have by then is left (unreported: gpuqosd takes those ops as stale), the
+  // thread to end with the process. It joined that thread without a limit: a program that exits
+  // from its Ctrl-C handler hung at exit in 8 runs of 150.
+  static constexpr std::chrono::milliseconds kExitWait{250};
   void stop() noexcept;
 
  private:
@@ -140,6 +149,7 @@ class CompletionTracker {
   static bool is_ending(const std::vector<Ending>& ending, const Pending& pending) noexcept;
   void enqueue(Pending pending) noexcept;
   void run() noexcept;
+  void final_reports() noexcept;
   bool poll_streams() noexcept;  // reports what finished; true if anything did
   // `device_ns`: its time on the device (> 0), from the events around it; 0: none known.
   // `may_wait`: a full completions ring is waited on for up to 10 ms (else the report is dropped).
@@ -158,6 +168,9 @@ class CompletionTracker {
   std::unordered_map<CUcontext, std::vector<CUevent>> free_events_;
   std::vector<Ending> ending_;  // contexts a call may be ending now (one entry per call)
   bool started_ = false, stopping_ = false, idle_ = false, nudged_ = false;
+  std::atomic<bool> exiting_{false};  // stop() began (read without mutex_, which it may not get)
+  std::atomic<bool> ended_{false};    // run() returned
+  std::atomic<bool> abandoned_{false};  // stop() gave up waiting for it: no more driver calls
   std::thread thread_;
 
   // The thread's own (a context ender, under poll_mutex_, only forgets the events in it).

@@ -178,7 +178,7 @@ bool DaemonGate::try_register(bool at_start) noexcept {
       copy_chunk_bytes_.store(opened.session->copy_chunk_bytes(), std::memory_order_relaxed);
       managed_devices_.store(opened.session->managed_devices(), std::memory_order_relaxed);
       managed_by_uuid_.store(!opened.session->managed_uuids().empty(), std::memory_order_relaxed);
-      session_.store(std::move(opened.session));
+      set_session(std::move(opened.session));
       return true;
     }
     const bool first_refusal = opened.refused && refused_retry_.count() == 0;
@@ -227,7 +227,7 @@ void DaemonGate::monitor() noexcept {
       copy_chunk_bytes_.store(0, std::memory_order_relaxed);
       managed_devices_.store(ipc::kAllDevices, std::memory_order_relaxed);
       managed_by_uuid_.store(false, std::memory_order_relaxed);
-      session_.store(nullptr);
+      set_session(nullptr);
       session.reset();
     }
     if (refused_retry_.count() > 0) retry = refused_retry_;
@@ -579,12 +579,25 @@ void DaemonGate::after(const Operation& op, Ticket ticket, CUresult result) noex
   }
 }
 
+void DaemonGate::set_session(std::shared_ptr<Session> session) noexcept {
+  {
+    std::lock_guard lock(exit_view_mutex_);
+    exit_view_ = session;
+  }
+  session_.store(std::move(session));
+}
+
 void DaemonGate::shutdown() noexcept {
   // A loss a waiter found just before the program ended, which the monitor had no time to say.
-  if (const std::shared_ptr<Session> session = session_.load(); session && !session->alive() && session->take_loss_to_tell()) {
-    try {
-      log_(LogLevel::warn, "lost gpuqosd (" + session->lost_reason() + "); running unmanaged");
-    } catch (...) {  // out of memory for the message
+  // Nothing here may wait for what a call interrupted by an exit() holds: said if it can be.
+  std::shared_ptr<Session> session;
+  if (std::unique_lock lock(exit_view_mutex_, std::try_to_lock); lock.owns_lock()) session = exit_view_;
+  if (session && !session->alive()) {
+    if (const auto why = session->lost_reason_if_free(); why && session->take_loss_to_tell()) {
+      try {
+        log_(LogLevel::warn, "lost gpuqosd (" + *why + "); running unmanaged");
+      } catch (...) {  // out of memory for the message
+      }
     }
   }
   completions_.stop();

@@ -129,6 +129,13 @@ class DaemonGate final : public Gate {
   std::mutex stop_mutex_;
   std::condition_variable stop_cv_;
   bool stopping_ = false;
+
+  // session_ again, for shutdown() alone: an atomic shared_ptr's load spins on a lock of its own,
+  // which a thread interrupted inside a load holds for good when its signal handler calls exit()
+  // (the exit then spun forever in shutdown(), 1 run in 400). Set with session_, read by try_lock.
+  std::mutex exit_view_mutex_;
+  std::shared_ptr<Session> exit_view_;
+  void set_session(std::shared_ptr<Session> session) noexcept;
 };
 
 }  // namespace gpuqos::intercept

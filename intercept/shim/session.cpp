@@ -125,6 +125,15 @@ std::string Session::lost_reason() const {
   return lost_reason_;
 }
 
+std::optional<std::string> Session::lost_reason_if_free() const noexcept {
+  try {
+    std::unique_lock lock(state_mutex_, std::try_to_lock);
+    if (lock.owns_lock()) return lost_reason_;
+  } catch (...) {  // out of memory for the copy
+  }
+  return std::nullopt;
+}
+
 bool Session::send_or_lose(std::span<const std::byte> record, const char* what) noexcept {
   // The socket is non-blocking: a full send buffer means the daemon stopped reading.
   for (int attempt = 0; attempt < 20; ++attempt) {

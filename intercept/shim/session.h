@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -128,6 +129,8 @@ class Session {
   // Marks the session lost (first reason wins), releases every waiter, hangs up.
   void lose(std::string_view why) noexcept;
   std::string lost_reason() const;
+  // The same unless its lock is taken (at exit, by a call exit() interrupted): nullopt.
+  std::optional<std::string> lost_reason_if_free() const noexcept;
 
  private:
   // Whether the daemon's heartbeat is fresh; if not (stale, or from the future: garbage, a clock

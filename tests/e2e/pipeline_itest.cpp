@@ -173,6 +173,26 @@ TEST(Pipeline, LowPriorityDataRoundTripsInStreamOrderUnderContention) {
   EXPECT_EQ(high.wait(kFinish), 0) << high.output();
 }
 
+// A program whose signal handler calls exit() (a Ctrl-C handler that "exits cleanly") while its main
+// thread is inside a hook or the driver: the shim's exit handlers must not wait for a lock or a
+// thread the interrupted call holds. Before, 8 runs of 150 hung: the interrupted call held the
+// driver's lock, and the exit handler joined the completion thread, which waited for that lock in
+// cuEventQuery. (The same program against the fake daemon of gate_itest did not hang in 240 runs.)
+TEST(Pipeline, ExitFromASignalHandlerDuringHooksNeverHangs) {
+  PipelineRig rig({"--policy", "baymax"});
+  rig.gpuqosd().start();
+  const std::string program = gpuqos::testing::build_path("tests/programs/intercept_gate_client");
+  int hung = 0, runs = 0;
+  for (long after_us = 1'000; after_us <= 60'000 && hung == 0; after_us += 500, ++runs) {
+    ChildProcess& run = rig.start({.job = "exit-" + std::to_string(after_us), .launch = Launch::ld_preload},
+                                  {program, "exit-in-handler", std::to_string(after_us)});
+    const int code = run.wait(10s).value_or(-1);
+    EXPECT_EQ(code, 3) << "exit after " << after_us << " us\n" << run.output();
+    hung += code == -1;
+  }
+  EXPECT_EQ(hung, 0) << "of " << runs << " runs";
+}
+
 TEST(Pipeline, NoDaemonAtStartRunsUnmanagedWithOneWarning) {
   PipelineRig rig;  // gpuqosd never started: nothing listens on its socket
   ChildProcess& program = rig.start({.job = "alone"}, PipelineRig::client({"streams", "5", "100"}));

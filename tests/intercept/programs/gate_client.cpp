@@ -485,6 +485,31 @@ int run_signals() {
   return result;
 }
 
+// A program whose signal handler calls exit() (not async-signal-safe, and common: a Ctrl-C handler
+// that "exits cleanly"): the timer fires after `after_us` while the main thread launches, copies and
+// synchronises in a loop, inside the shim's hooks more often than not. Exits 3 from the handler.
+int run_exit_in_handler(long after_us) {
+  struct sigaction action {};
+  action.sa_handler = [](int) { std::exit(3); };
+  sigemptyset(&action.sa_mask);
+  CHECK(sigaction(SIGALRM, &action, nullptr) == 0);
+  constexpr std::size_t kBytes = 4096;
+  std::vector<unsigned char> host(kBytes, 3);
+  CUdeviceptr device = 0;
+  CUstream stream = nullptr;
+  CHECK_CU(cuMemAlloc(&device, kBytes));
+  CHECK_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  const itimerval once{{0, 0}, {after_us / 1'000'000, after_us % 1'000'000}};
+  CHECK(setitimer(ITIMER_REAL, &once, nullptr) == 0);
+  for (;;) {
+    CHECK_CU(cuMemcpyHtoDAsync(device, host.data(), kBytes, stream));
+    CHECK_CU(launch(5, stream));
+    CHECK_CU(cuStreamSynchronize(stream));
+    CHECK_CU(launch(5, nullptr));
+    CHECK_CU(cuCtxSynchronize());
+  }
+}
+
 int run_cancel(long after_ms) {
   CUcontext context = nullptr;
   CHECK_CU(cuCtxGetCurrent(&context));
@@ -914,6 +939,7 @@ int main(int argc, char** argv) {
   if (mode == "queue") return run_queue(arg(2, 30), arg(3, 100));
   if (mode == "signals") return run_signals();
   if (mode == "cancel") return run_cancel(arg(2, 300));
+  if (mode == "exit-in-handler") return run_exit_in_handler(arg(2, 20000));
   if (mode == "masks") return run_masks();
   std::printf("usage: %s ops|signals|cancel|masks|unified|marks|dropped|timed|loop|threads|bench|copies|copies-2d|copies-3d|contexts|fork|reuse|destroy|release-beside|green|reload|exit-running|legacy-two|burst|queue\n",
               argv[0]);
