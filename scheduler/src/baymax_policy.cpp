@@ -137,7 +137,7 @@ void BaymaxPolicy::account(ClientId client, const ipc::OpDescriptor& op, std::in
   if (!fresh) return;
   by_stale_at_.emplace(stale_at_ns(placed->second), placed->first);
   if (++clients_[client].in_flight_ops > kMaxInFlightPerClient) {
-    retire(client, in_flight_.lower_bound({client, 0})->first.second, std::nullopt, now_ns);  // its oldest
+    retire(client, in_flight_.lower_bound({client, 0})->first.second, std::nullopt, now_ns, false);  // its oldest
   }
   if (*engine == Engine::compute) {
     ComputeInFlight& tally = compute_in_flight_[op.device][client];
@@ -165,7 +165,8 @@ void BaymaxPolicy::account(ClientId client, const ipc::OpDescriptor& op, std::in
   backlog_.account(client, op, predicted_ns, now_ns);
 }
 
-void BaymaxPolicy::retire(ClientId client, std::uint64_t seq, std::optional<std::int64_t> end_ns, std::int64_t now_ns) {
+void BaymaxPolicy::retire(ClientId client, std::uint64_t seq, std::optional<std::int64_t> end_ns, std::int64_t now_ns,
+                          bool completed) {
   auto it = in_flight_.find({client, seq});
   if (it == in_flight_.end()) return;
   const InFlight done = it->second;
@@ -187,7 +188,9 @@ void BaymaxPolicy::retire(ClientId client, std::uint64_t seq, std::optional<std:
     if (auto c = clients_.find(client); c != clients_.end()) {
       c->second.hp_outstanding_ns -= done.predicted_ns;
       if (c->second.hp_ops_in_flight > 0) --c->second.hp_ops_in_flight;
-      c->second.hp_since_ns = now_ns;  // it moves
+      // It moves, when an op of it completed: one retired stale or at the cap says nothing of it (a
+      // silent job posting on held transfers again for good once its first op went stale).
+      if (completed) c->second.hp_since_ns = now_ns;
       if (auto on = c->second.hp_ops_on.find({done.device, done.engine}); on != c->second.hp_ops_on.end() && --on->second == 0) {
         c->second.hp_ops_on.erase(on);
       }
@@ -195,7 +198,7 @@ void BaymaxPolicy::retire(ClientId client, std::uint64_t seq, std::optional<std:
         if (auto tally = c->second.hp_compute.find(done.device); tally != c->second.hp_compute.end()) {
           if ((tally->second.ns -= done.predicted_ns) <= 0) {
             c->second.hp_compute.erase(tally);
-          } else {
+          } else if (completed) {
             tally->second.since_ns = now_ns;  // it moves: counted from here
           }
         }
@@ -1383,7 +1386,7 @@ Decisions BaymaxPolicy::op_completed(const OpCompleted& event) {
   }
   first_compute_completion(event.client, completion);  // while it is in flight
   retire(event.client, completion.seq, completion.end_ns > 0 ? std::optional(completion.end_ns) : std::nullopt,
-         event.now_ns);
+         event.now_ns, true);
   backlog_.complete(event.client, completion);
   auto it = clients_.find(event.client);
   if (it != clients_.end() && it->second.info.priority == ipc::Priority::high) {
@@ -1405,7 +1408,7 @@ Decisions BaymaxPolicy::client_gone(ClientId client, std::int64_t now_ns) {
   for (auto it = in_flight_.lower_bound({client, 0}); it != in_flight_.end() && it->first.first == client; ++it) {
     seqs.push_back(it->first.second);
   }
-  for (std::uint64_t seq : seqs) retire(client, seq, std::nullopt, now_ns);
+  for (std::uint64_t seq : seqs) retire(client, seq, std::nullopt, now_ns, false);
   retired_.erase(retired_.lower_bound({client, 0}),
                  retired_.upper_bound({client, std::numeric_limits<std::uint64_t>::max()}));
   queries_.client_gone(client);
@@ -1446,7 +1449,7 @@ Decisions BaymaxPolicy::tick(std::int64_t now_ns) {
         }));
       }
     }
-    retire(key.first, key.second, std::nullopt, now_ns);
+    retire(key.first, key.second, std::nullopt, now_ns, false);
   }
   return grant_ready(now_ns);
 }

@@ -256,6 +256,9 @@ class BaymaxPolicy final : public Policy {
   static constexpr std::size_t kMaxInFlightPerClient = EngineBacklog::kMaxTrackedOpsPerClient;
 
   explicit BaymaxPolicy(const PolicyOptions& options);
+  // Not copied: a copy's ClientState::job_share would point into the original's job_shares_.
+  BaymaxPolicy(const BaymaxPolicy&) = delete;
+  BaymaxPolicy& operator=(const BaymaxPolicy&) = delete;
 
   std::string_view name() const override { return "baymax"; }
   Decisions client_registered(const ClientInfo& info, std::int64_t now_ns) override;
@@ -470,7 +473,8 @@ class BaymaxPolicy final : public Policy {
   void first_compute_completion(ClientId client, const ipc::CompletionDescriptor& completion);
   void account(ClientId client, const ipc::OpDescriptor& op, std::int64_t predicted_ns, bool high, std::int64_t now_ns,
                bool priced_long = false);
-  void retire(ClientId client, std::uint64_t seq, std::optional<std::int64_t> end_ns, std::int64_t now_ns);
+  // `completed`: by its completion (its job's work moved), not stale, at the cap or with its client.
+  void retire(ClientId client, std::uint64_t seq, std::optional<std::int64_t> end_ns, std::int64_t now_ns, bool completed);
   void learn(const std::vector<ClosedQuery>& closed);
   // Drops what was counted of a client's queries (ClientState::work_query).
   static void forget_query_work(ClientState& state);
