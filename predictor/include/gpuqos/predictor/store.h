@@ -87,8 +87,8 @@ inline constexpr std::string_view kStoreChanged = "written by someone else since
 // same step as the replacement (an exchange of the two names, swapped back when it was another),
 // else kStoreChanged; `saved_as`: the file saved, as it was at the target on success.
 // A state taken from the predictor (Predictor::state) may be saved on another thread while the
-// predictor goes on learning: gpuqosd's periodic save (the encoding alone takes 0.5 s for 512
-// kernels of 64 shapes each, 9 s for a full table).
+// predictor goes on learning: gpuqosd's periodic save (encoding and writing take 0.3-0.5 s for 512
+// kernels of 64 shapes each, 8-26 s for a full table).
 std::optional<std::string> save_profile(const Predictor::State& state, const std::filesystem::path& path,
                                         SaveAs as = SaveAs::store, const std::filesystem::path& readable_as = {},
                                         const FileIdentity* only_over = nullptr, FileIdentity* saved_as = nullptr);

@@ -132,11 +132,12 @@ class DurationLearner {
   // place in a full table to a new one, predictor.h), forgets the ops posted kForgetAfterEpochs or
   // more epochs ago that never completed (their completions were lost: the shim drops one it has
   // no memory or ring space for; one that comes after all is counted unknown), and saves when the
-  // interval has passed. The save's files are written on a thread of its own, from a state taken
-  // here: encoding and writing took 0.5 s for 512 kernels of 64 shapes each (9 s for a full
-  // table), which on gpuqosd's loop stalled every grant and heartbeat that long, past the 100 ms
-  // after which jobs run unmanaged; taking the state takes 9 ms (110 ms). What the last save said
-  // (its error, or why it went beside the store), once it is done; one save at a time.
+  // interval has passed. The save's files are written on a thread of its own (SCHED_BATCH, nice
+  // 19), from a state taken here: encoding and writing took 0.3-0.5 s for 512 kernels of 64 shapes
+  // each (8-26 s for a full table), which on gpuqosd's loop stalled every grant and heartbeat that
+  // long, past the 100 ms after which jobs run unmanaged; the tick now takes 2-6 ms (38-52 ms),
+  // copying the state. What the last save said (its error, or why it went beside the store, or
+  // that no thread could be had: tried again at the next interval), once it is done; one at a time.
   static constexpr std::int64_t kEpochNs = 60'000'000'000;
   static constexpr std::uint64_t kForgetAfterEpochs = 10;
   std::optional<std::string> tick(std::int64_t now_ns);
