@@ -138,14 +138,28 @@ CUresult intercept_in_chunks(Gate& g, const Operation& op, std::uint64_t chunk_b
 // call returns only when all but its last chunk ran: onto a stream with work queued it waited for
 // that work, and onto one waiting for something the program does after the call, about 2 s a chunk
 // (gpuqosd's limit for a stuck op; a review). Such a copy goes whole, as the program asked.
-// The query is made in relaxed capture mode: in the default (global) one, while this thread or
-// another captures a graph, it is a "potentially unsafe" call that would invalidate the capture.
+// CUDA's implicit synchronisation counts too: a blocking stream (created without
+// CU_STREAM_NON_BLOCKING) and the per-thread default stream wait for the legacy default stream's
+// work, so they are idle only when it is too; the legacy stream waits for every blocking stream's,
+// which no query can see, so it never is (a review: a 64-MiB copy onto a blocking stream behind a
+// legacy host function took 30 s, 0.0 ms without the shim).
+// The queries are made in relaxed capture mode: in the default (global) one, while this thread or
+// another captures a graph, they are "potentially unsafe" calls that would invalidate the capture.
 inline bool stream_is_idle(const Operation& op) noexcept {
   using StreamQuery = CUresult (*)(CUstream);
+  using StreamGetFlags = CUresult (*)(CUstream, unsigned int*);
   const auto query = driver<StreamQuery>(DriverHelper::stream_query);
   if (query == nullptr) return false;
+  const bool per_thread = op.stream == CU_STREAM_PER_THREAD || (op.stream == nullptr && op.per_thread);
+  if (!per_thread && (op.stream == nullptr || op.stream == CU_STREAM_LEGACY)) return false;
+  const CUstream stream = per_thread ? CU_STREAM_PER_THREAD : op.stream;
   const RelaxedCaptureMode relaxed;
-  return relaxed.active() && query(op.stream == nullptr && op.per_thread ? CU_STREAM_PER_THREAD : op.stream) == CUDA_SUCCESS;
+  if (!relaxed.active() || query(stream) != CUDA_SUCCESS) return false;
+  unsigned int flags = 0;
+  const auto get_flags = driver<StreamGetFlags>(DriverHelper::stream_get_flags);
+  const bool non_blocking = !per_thread && get_flags && get_flags(stream, &flags) == CUDA_SUCCESS &&
+                            (flags & CU_STREAM_NON_BLOCKING) != 0;
+  return non_blocking || query(CU_STREAM_LEGACY) == CUDA_SUCCESS;
 }
 
 // The body of the 1-D copy hooks (dst, src, ByteCount[, stream]: cuMemcpyHtoD/DtoH/DtoD, cuMemcpy

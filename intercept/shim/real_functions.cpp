@@ -32,7 +32,8 @@ constexpr std::array<const char*, kDriverHelperCount> kHelperNames = {
     "cuEventQuery",        "cuCtxSetCurrent",          "cuThreadExchangeStreamCaptureMode",
     "cuDevicePrimaryCtxGetState", "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRelease_v2",
     "cuDeviceGetAttribute",        "cuEventElapsedTime_v2",        "cuEventElapsedTime",  "cuDeviceGetCount",
-    "cuDeviceGetUuid_v2",          "cuDeviceGetUuid",              "cuStreamQuery",        "cuCtxGetId"};
+    "cuDeviceGetUuid_v2",          "cuDeviceGetUuid",              "cuStreamQuery",        "cuCtxGetId",
+    "cuStreamGetFlags"};
 
 // How many objects the dynamic loader has loaded so far (glibc's dlpi_adds; 0 if it cannot say).
 // One object is read: the count is the process's, the same in each.

@@ -87,9 +87,9 @@ enum class DriverHelper {
   event_record_ptsz, event_query, ctx_set_current, thread_exchange_stream_capture_mode,
   primary_ctx_get_state, primary_ctx_retain, primary_ctx_release, device_get_attribute,
   event_elapsed_time_v2, event_elapsed_time, device_get_count, device_get_uuid_v2, device_get_uuid, stream_query,
-  ctx_get_id,
+  ctx_get_id, stream_get_flags,
 };
-inline constexpr std::size_t kDriverHelperCount = 26;
+inline constexpr std::size_t kDriverHelperCount = 27;
 void* driver_helper(DriverHelper helper) noexcept;
 
 // The helper as its driver function type: driver<PFN_cuEventRecord>(DriverHelper::event_record).

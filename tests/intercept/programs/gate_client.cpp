@@ -79,6 +79,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdint>
@@ -674,6 +675,37 @@ int run_copies(std::size_t bytes, std::size_t device_bytes) {
   return 0;
 }
 
+// An async copy of `bytes` onto a stream that looks idle but waits, by CUDA's implicit
+// synchronisation, for the legacy default stream, whose host function waits for what the program
+// does after the call. `how`: "blocking" (a stream created with flags 0), "per-thread" (the
+// per-thread default stream) or "legacy" (the legacy stream itself, behind a blocking stream's host
+// function). Prints the call's time ("call_ms <ms>"); a copy the shim splits waits for each chunk's
+// grant, which waits for the chunk before: behind the host function, gpuqosd's stuck limit (2 s).
+int run_copy_behind_legacy(std::size_t bytes, const std::string& how) {
+  static std::atomic<int> go{0};
+  const auto wait_for_go = [](void*) {
+    for (int i = 0; i < 20'000 && go.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  };
+  std::vector<unsigned char> in(bytes), out(bytes, 0);
+  for (std::size_t i = 0; i < bytes; ++i) in[i] = static_cast<unsigned char>(i * 131 + i / 4093 + 7);
+  CUdeviceptr device = 0;
+  CUstream blocking = nullptr;
+  CHECK_CU(cuMemAlloc(&device, bytes));
+  CHECK_CU(cuStreamCreate(&blocking, 0));
+  const bool legacy = how == "legacy";
+  CHECK_CU(cuLaunchHostFunc(legacy ? blocking : CU_STREAM_LEGACY, wait_for_go, nullptr));
+  const CUstream target = how == "blocking" ? blocking : how == "per-thread" ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
+  const long long before = now_ns();
+  CHECK_CU(cuMemcpyHtoDAsync(device, in.data(), bytes, target));
+  std::printf("call_ms %lld\n", (now_ns() - before) / 1'000'000);
+  go.store(1);
+  CHECK_CU(cuCtxSynchronize());
+  CHECK_CU(cuMemcpyDtoH(out.data(), device, bytes));
+  CHECK(in == out);
+  std::printf("copy behind legacy ok\n");
+  return 0;
+}
+
 // A width x height window of a host image (from its byte 8 of row 3) into a pitched allocation (at
 // byte 4 of row 2) and back into another image at the same place: cuMemcpy2D in, cuMemcpy2DAsync
 // out. `narrow`: the copy in says a pitch one byte short of its width, which the driver refuses
@@ -940,6 +972,7 @@ int main(int argc, char** argv) {
   if (mode == "signals") return run_signals();
   if (mode == "cancel") return run_cancel(arg(2, 300));
   if (mode == "exit-in-handler") return run_exit_in_handler(arg(2, 20000));
+  if (mode == "copy-behind-legacy") return run_copy_behind_legacy(arg(2, 32 << 20), argc > 3 ? argv[3] : "blocking");
   if (mode == "masks") return run_masks();
   std::printf("usage: %s ops|signals|cancel|masks|unified|marks|dropped|timed|loop|threads|bench|copies|copies-2d|copies-3d|contexts|fork|reuse|destroy|release-beside|green|reload|exit-running|legacy-two|burst|queue\n",
               argv[0]);
