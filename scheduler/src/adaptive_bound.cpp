@@ -41,11 +41,13 @@ bool AdaptiveBound::observe(ClientId client, std::int64_t latency_ns, std::int64
   const double tail = static_cast<double>(sorted[index]);
   const double target = static_cast<double>(target_ns);
   window.verdict = tail > kTighten * target ? Verdict::tighten : tail < kLoosen * target ? Verdict::loosen : Verdict::hold;
-  window.checked_at = ++checks_;
+  ++checks_;
+  if (window.checked_at > 0) window.gap = checks_ - window.checked_at;
+  window.checked_at = checks_;
   const bool others_loosen = std::all_of(windows_.begin(), windows_.end(), [&](const auto& entry) {
     const Window& other = entry.second;
     return entry.first == client || other.verdict == Verdict::none || other.verdict == Verdict::loosen ||
-           checks_ - other.checked_at > kStaleChecks;
+           checks_ - other.checked_at > std::max(kStaleChecks, kStaleGaps * other.gap);
   });
   std::int64_t next = bound_ns_;
   if (window.verdict == Verdict::tighten) {

@@ -83,23 +83,44 @@ TEST(AdaptiveBound, ConvergesIntoTheBandWhereTheTailMeetsTheTarget) {
 // 4 ms whatever the bound) queries ten times as often as B (target 10 ms, 3 ms + the bound, as
 // above). A's verdicts to loosen out-voted B's to tighten: the bound went to its 20-ms maximum and
 // B's tail stayed at 2.3x its target. Now A's alone never raise it, and it settles in B's band.
+// Also when the easy jobs together check 70 times as often as B: a verdict was stale after 64
+// checks of any job, so B's always was, and the bound went to its maximum (a review; now a job's
+// verdict lasts four of its own intervals between checks).
 TEST(AdaptiveBound, WithSeveralJobsTheOneNearestItsTargetHoldsTheBound) {
+  for (const int easy_per_b : {10, 70}) {
+    SCOPED_TRACE(std::to_string(easy_per_b) + " easy queries per query of B");
+    AdaptiveBound bound(adaptive(10 * kMs));
+    std::mt19937_64 rng(7);
+    std::uniform_real_distribution<double> ahead(0.0, 1.0);
+    std::int64_t low = 20 * kMs, high = 0;
+    for (int i = 0; i < 5000; ++i) {
+      for (int a = 0; a < easy_per_b; ++a) (void)bound.observe(10 + a % 7, 4 * kMs, 100 * kMs, 99);
+      const auto latency = 3 * kMs + static_cast<std::int64_t>(ahead(rng) * static_cast<double>(bound.bound_ns()));
+      (void)bound.observe(2, latency, 10 * kMs, 99);
+      if (i >= 3000) {
+        low = std::min(low, bound.bound_ns());
+        high = std::max(high, bound.bound_ns());
+      }
+    }
+    EXPECT_GE(low, 3 * kMs);
+    EXPECT_LE(high, 6 * kMs) << "B's band, where its tail meets its target";
+  }
+}
+
+// B gone (forgotten), or silent for four of its intervals: the easy job's verdicts raise it again.
+TEST(AdaptiveBound, AJobGoneOrSilentNoLongerHoldsTheBoundDown) {
   AdaptiveBound bound(adaptive(10 * kMs));
   std::mt19937_64 rng(7);
   std::uniform_real_distribution<double> ahead(0.0, 1.0);
-  std::int64_t low = 20 * kMs, high = 0;
-  for (int i = 0; i < 5000; ++i) {
+  for (int i = 0; i < 3000; ++i) {
     for (int a = 0; a < 10; ++a) (void)bound.observe(1, 4 * kMs, 100 * kMs, 99);
     const auto latency = 3 * kMs + static_cast<std::int64_t>(ahead(rng) * static_cast<double>(bound.bound_ns()));
     (void)bound.observe(2, latency, 10 * kMs, 99);
-    if (i >= 3000) {
-      low = std::min(low, bound.bound_ns());
-      high = std::max(high, bound.bound_ns());
-    }
   }
-  EXPECT_GE(low, 3 * kMs);
-  EXPECT_LE(high, 6 * kMs) << "B's band, where its tail meets its target";
-  // B gone (forgotten), or silent past kStaleChecks of A's: A's verdicts raise it again.
+  ASSERT_LE(bound.bound_ns(), 6 * kMs);
+  AdaptiveBound silent = bound;  // B stops querying without leaving
+  for (int i = 0; i < 100 * static_cast<int>(AdaptiveBound::kEvery); ++i) (void)silent.observe(1, 4 * kMs, 100 * kMs, 99);
+  EXPECT_EQ(silent.bound_ns(), 20 * kMs);
   bound.forget(2);
   for (int i = 0; i < 100 * static_cast<int>(AdaptiveBound::kEvery); ++i) (void)bound.observe(1, 4 * kMs, 100 * kMs, 99);
   EXPECT_EQ(bound.bound_ns(), 20 * kMs);

@@ -3,8 +3,10 @@
 // The rule: each job with a target keeps its last kWindow query latencies. After every kEvery
 // queries of a job, its tail (the latency at its percentile over the window) is compared with its
 // target: above kTighten x target, the bound drops one step; below kLoosen x target, it rises one
-// step, but only when every other job's latest verdict (from its last kStaleChecks checks of any
-// job) also says rise; in between it stays. So with several jobs the bound serves the one nearest
+// step, but only when every other job's latest verdict also says rise, or is stale: older than
+// kStaleGaps of that job's own intervals between checks (at least kStaleChecks checks of any job:
+// a job that stopped querying without leaving must not hold the bound down for good, and one that
+// queries seldom must not lose its say to busier ones); in between it stays. So with several jobs the bound serves the one nearest
 // its target: a job meeting its target easily and querying ten times as often out-voted one 2.3x
 // over it, and held the bound at its maximum. Always within [min, max]. With adaptation off the
 // bound is fixed.
@@ -32,6 +34,7 @@ class AdaptiveBound {
   static constexpr double kTighten = 0.9;
   static constexpr double kLoosen = 0.6;
   static constexpr std::uint64_t kStaleChecks = 64;
+  static constexpr std::uint64_t kStaleGaps = 4;
 
   explicit AdaptiveBound(const BaymaxOptions& options) { configure(options); }
   // New parameters: the bound restarts from options.be_backlog_bound_ns (clamped); history stays.
@@ -52,7 +55,8 @@ class AdaptiveBound {
     std::size_t next = 0;
     std::size_t since_check = 0;
     Verdict verdict = Verdict::none;  // at its latest check,
-    std::uint64_t checked_at = 0;     // the checks_ count then
+    std::uint64_t checked_at = 0;     // the checks_ count then,
+    std::uint64_t gap = 0;            // and since the check before (0: none yet)
   };
   std::uint64_t checks_ = 0;  // of all jobs
   bool enabled_ = false;
