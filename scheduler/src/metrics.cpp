@@ -202,7 +202,7 @@ void daemon_families(const DaemonStatus& status, std::ostringstream& out) {
                        {{"device", std::to_string(load.device)}, {"engine", engine_name(load.engine)}});
   }
   Family lost(out, "gpuqos_engine_lost_ops_total", "counter",
-              "Ops accounted on an engine whose completion never came (retired unmeasured after 10 s).");
+              "Ops accounted on an engine whose completion had not come 10 s later (retired unmeasured; one that comes after is not counted).");
   for (const auto& load : status.backlog) {
     lost.sample(static_cast<double>(load.lost_ops), {{"device", std::to_string(load.device)}, {"engine", engine_name(load.engine)}});
   }

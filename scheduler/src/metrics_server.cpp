@@ -506,19 +506,22 @@ ipc::Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const config::L
   // A name's address that this host does not have (`localhost`'s ::1 with IPv6 disabled, as
   // /etc/hosts lists it by default) is left out while another of its addresses serves: it kept
   // the endpoint down for good, retried every 5 s. Any other failure fails the whole name.
-  std::optional<std::pair<tcp::endpoint, beast::error_code>> first_absent;
+  // Said once the endpoint serves, not at each failed try (every 5 s).
+  std::vector<std::pair<tcp::endpoint, beast::error_code>> absent;
   for (const tcp::endpoint& endpoint : endpoints) {
     const beast::error_code error = listen_on(endpoint);
     if (!error) continue;
-    const bool absent = error == beast::error_code(EADDRNOTAVAIL, beast::system_category()) ||
-                        error == beast::error_code(EAFNOSUPPORT, beast::system_category());
-    if (!absent || endpoints.size() == 1) return failed(endpoint, error);
+    const bool lacking = error == beast::error_code(EADDRNOTAVAIL, beast::system_category()) ||
+                         error == beast::error_code(EAFNOSUPPORT, beast::system_category());
+    if (!lacking || endpoints.size() == 1) return failed(endpoint, error);
     server.listeners.pop_back();
-    spdlog::warn("metrics: {} ({}) is left out: {}", config::to_string(address), endpoint.address().to_string(),
-                 error.message());
-    if (!first_absent) first_absent.emplace(endpoint, error);
+    absent.emplace_back(endpoint, error);
   }
-  if (server.listeners.empty()) return failed(first_absent->first, first_absent->second);
+  if (server.listeners.empty()) return failed(absent.front().first, absent.front().second);
+  for (const auto& [endpoint, error] : absent) {
+    spdlog::warn("metrics: {} is served without its address {}: {}", config::to_string(address),
+                 endpoint.address().to_string(), error.message());
+  }
   for (const auto& listener : server.listeners) server.accept(*listener);
   metrics->thread_ = std::thread([&server] {
     for (;;) {

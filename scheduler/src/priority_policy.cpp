@@ -74,7 +74,9 @@ Decisions PriorityPolicy::grant_ready(std::int64_t now_ns) {
   std::set<ClientId> held;  // a client's ops are granted in its order
   std::deque<Queued> kept;
   for (Queued& next : queue_) {
-    if (held.contains(next.client) || high_on_device_.contains(next.op.device)) {
+    // Marks occupy no device (a mark from a thread without a context says device 0): only a
+    // client's own held op before them holds them.
+    if (held.contains(next.client) || (engine_of(next.op) && high_on_device_.contains(next.op.device))) {
       held.insert(next.client);
       kept.push_back(std::move(next));
       continue;

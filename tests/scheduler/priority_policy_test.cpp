@@ -69,6 +69,13 @@ TEST(PriorityPolicy, HoldsBestEffortOnlyForItsOwnDevicesHighPriorityWork) {
   EXPECT_TRUE(policy.op_posted({kTrainB, Priority::low, on(1, 4), 3'100}).empty());
   EXPECT_EQ(policy.tick(3'000 + PriorityPolicy::kStaleHighNs + 1), (Decisions{{kTrainB, 4}}));
   EXPECT_EQ(policy.high_priority_in_flight(), 0u);
+  // A mark occupies no device (one from a thread without a context says device 0): it holds
+  // nothing of its client's later work elsewhere.
+  const std::int64_t later = 3'000 + PriorityPolicy::kStaleHighNs + 10;
+  (void)policy.op_posted({kServe, Priority::high, on(0, 3), later});
+  ipc::OpDescriptor mark = op(5, ipc::OpKind::query_end);
+  EXPECT_EQ(policy.op_posted({kTrainB, Priority::low, mark, later}), (Decisions{{kTrainB, 5}}));
+  EXPECT_EQ(policy.op_posted({kTrainB, Priority::low, on(1, 6), later}), (Decisions{{kTrainB, 6}}));
 }
 
 // Marks in a row of one client behind its held op are one queue entry (push_coalescing_marks):
