@@ -80,7 +80,8 @@ TEST(PriorityPolicy, HoldsBestEffortOnlyForItsOwnDevicesHighPriorityWork) {
 
 // Marks in a row of one client behind its held op are one queue entry (push_coalescing_marks):
 // a thread looping on synchronisations posts them without waiting. Another client's entry between
-// them keeps them apart, and the grant releases each client through its latest.
+// them keeps them apart, and the grant releases each client through its latest. A mark with
+// nothing of its client held goes at once.
 TEST(PriorityPolicy, MarksInARowOfOneClientAreOneQueueEntry) {
   PriorityPolicy policy;
   (void)policy.op_posted({kServe, Priority::high, op(1), 1'000});
@@ -89,9 +90,11 @@ TEST(PriorityPolicy, MarksInARowOfOneClientAreOneQueueEntry) {
     EXPECT_TRUE(policy.op_posted({kTrainA, Priority::low, op(seq, ipc::OpKind::sync), 1'100}).empty());
   }
   EXPECT_EQ(policy.queued_ops(), 2u) << "the op and one entry for 999 marks";
-  EXPECT_TRUE(policy.op_posted({kTrainB, Priority::low, op(1, ipc::OpKind::sync), 1'200}).empty());
+  EXPECT_EQ(policy.op_posted({kTrainB, Priority::low, op(1, ipc::OpKind::sync), 1'200}), (Decisions{{kTrainB, 1}}))
+      << "a mark with nothing of its client held: it occupies no device";
+  EXPECT_TRUE(policy.op_posted({kTrainB, Priority::low, op(2), 1'250}).empty());
   EXPECT_TRUE(policy.op_posted({kTrainA, Priority::low, op(1'001, ipc::OpKind::query_end), 1'300}).empty());
-  EXPECT_EQ(policy.queued_ops(), 4u) << "kTrainB's mark keeps kTrainA's apart";
+  EXPECT_EQ(policy.queued_ops(), 4u) << "kTrainB's kernel keeps kTrainA's marks apart";
   const Decisions granted = policy.op_completed({kServe, done(1), 1'400});
   ASSERT_FALSE(granted.empty());
   EXPECT_EQ(granted.back(), (Grant{kTrainA, 1'001}));
