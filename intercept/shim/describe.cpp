@@ -57,6 +57,27 @@ bool classify_unified(const Operation& op, ipc::OpDescriptor& out) {
   return true;
 }
 
+// A 2-D/3-D copy with one CU_MEMORYTYPE_UNIFIED side (its pointer in src_ptr or dst_ptr) and one of
+// a declared type: the host's (host_ptr) or the device's. Both were posted as device-to-device, so
+// a real PCIe transfer took no transfer slot and did not wait for a high-priority one (a review).
+// False for a host-to-host copy.
+bool classify_half_unified(const Operation& op, ipc::OpDescriptor& out) {
+  const bool unified_src = op.src_ptr != 0;
+  const Residence unified = residence_of(unified_src ? op.src_ptr : op.dst_ptr);
+  const bool unified_host = unified != Residence::device, other_host = op.host_ptr != nullptr;
+  const bool src_host = unified_src ? unified_host : other_host, dst_host = unified_src ? other_host : unified_host;
+  if (src_host && dst_host) return false;
+  if (!src_host && !dst_host) {
+    out.direction = ipc::CopyDirection::d2d;
+    return true;
+  }
+  out.direction = src_host ? ipc::CopyDirection::h2d : ipc::CopyDirection::d2h;
+  const bool host_is_unified = unified_src == src_host;  // the unified side is the host side
+  out.host_memory = host_is_unified ? (unified == Residence::pinned_host ? ipc::HostMemory::pinned : ipc::HostMemory::pageable)
+                                    : host_memory_of(op.host_ptr);
+  return true;
+}
+
 void describe_kernel(const Operation& op, KernelRegistry& kernels, ipc::OpDescriptor& out) {
   out.kind = ipc::OpKind::kernel;
   const KernelLaunchInfo info = kernels.launch_info(op.function);
@@ -78,6 +99,7 @@ bool describe_copy(const Operation& op, ipc::OpDescriptor& out) {
     case CopyDirection::host_to_host: return false;
     case CopyDirection::unknown:
       if (op.src_ptr != 0 && op.dst_ptr != 0) return classify_unified(op, out);
+      if (op.src_ptr != 0 || op.dst_ptr != 0) return classify_half_unified(op, out);
       out.direction = ipc::CopyDirection::d2d;  // array batches and the like: nothing to classify
       return true;
     // Peer copies run on the copy engines like device-to-device ones.

@@ -199,6 +199,27 @@ TEST_F(GateTest, ClassifiesUnifiedAddressCopiesByTheirPointers) {
   EXPECT_EQ(client.ops[2].host_memory, ipc::HostMemory::none);
 }
 
+// A 2-D copy with one unified side is classified by that side's pointer and the other's declared
+// type: such copies were all posted as device-to-device, so PCIe transfers took no transfer slot
+// and did not wait for a high-priority one (a review).
+TEST_F(GateTest, ClassifiesCopiesWithOneUnifiedSideByThatSidesPointer) {
+  start({"unified-2d"}, "high");
+  ASSERT_EQ(finish(), 0) << output_;
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 5); }));
+  const FakeClient client = daemon_->clients().at(0);
+  ASSERT_EQ(client.ops.size(), 5u) << "the host-to-host copy is not posted";
+  EXPECT_EQ(client.ops[0].direction, ipc::CopyDirection::d2h);
+  EXPECT_EQ(client.ops[0].host_memory, ipc::HostMemory::pageable);
+  EXPECT_EQ(client.ops[1].direction, ipc::CopyDirection::h2d);
+  EXPECT_EQ(client.ops[1].host_memory, ipc::HostMemory::pinned);
+  EXPECT_EQ(client.ops[2].direction, ipc::CopyDirection::h2d);
+  EXPECT_EQ(client.ops[2].host_memory, ipc::HostMemory::pinned);
+  EXPECT_EQ(client.ops[3].direction, ipc::CopyDirection::d2d);
+  EXPECT_EQ(client.ops[3].host_memory, ipc::HostMemory::none);
+  EXPECT_EQ(client.ops[4].kind, ipc::OpKind::sync);
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(client.ops[i].bytes, 256u) << i;
+}
+
 TEST_F(GateTest, PostsSynchronisationsAndExplicitQueryMarksWithoutHolding) {
   daemon_->set_auto_grant(false);
   start({"marks"}, "low");

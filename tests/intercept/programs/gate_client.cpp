@@ -2,6 +2,7 @@
 // under libgpuqos.so on simgpu. Prints CLOCK_MONOTONIC times so the test can compare them with
 // what its fake daemon did:
 //   ops             one of each posted kind (copy h2d, kernel, memset, copy d2h, graph) + a captured launch
+//   unified-2d      cuMemcpy2D with one CU_MEMORYTYPE_UNIFIED side (run_unified_2d)
 //   unified         cuMemcpy / cuMemcpyAsync with unified addresses: pinned->device, device->pageable,
 //                   device->device, pageable->pageable (host to host: not GPU work)
 //   marks           gpuqos_query_arrived (from a thread with no context), gpuqos_query_begin, launch
@@ -634,6 +635,43 @@ int run_fork_first() {
 
 }  // namespace
 
+// 2-D copies with one CU_MEMORYTYPE_UNIFIED side and one of a declared type: device -> pageable
+// host, pinned host -> device, pinned (unified) -> device, device -> device (unified), pageable
+// (unified) -> host (not posted: host to host); then a synchronisation.
+int run_unified_2d() {
+  constexpr std::size_t kWidth = 64, kHeight = 4, kBytes = kWidth * kHeight;
+  std::vector<unsigned char> pageable(kBytes, 5), other(kBytes, 0);
+  void* pinned = nullptr;
+  CUdeviceptr device = 0, device2 = 0;
+  CHECK_CU(cuMemAllocHost(&pinned, kBytes));
+  CHECK_CU(cuMemAlloc(&device, kBytes));
+  CHECK_CU(cuMemAlloc(&device2, kBytes));
+  const auto address = [](const void* p) { return reinterpret_cast<CUdeviceptr>(p); };
+  const auto copy_2d = [&](CUmemorytype src_type, CUdeviceptr src, const void* src_host, CUmemorytype dst_type,
+                           CUdeviceptr dst, void* dst_host) {
+    CUDA_MEMCPY2D copy{};
+    copy.srcMemoryType = src_type;
+    copy.srcDevice = src;
+    copy.srcHost = src_host;
+    copy.srcPitch = kWidth;
+    copy.dstMemoryType = dst_type;
+    copy.dstDevice = dst;
+    copy.dstHost = dst_host;
+    copy.dstPitch = kWidth;
+    copy.WidthInBytes = kWidth;
+    copy.Height = kHeight;
+    return cuMemcpy2D(&copy);
+  };
+  CHECK_CU(copy_2d(CU_MEMORYTYPE_UNIFIED, device, nullptr, CU_MEMORYTYPE_HOST, 0, pageable.data()));
+  CHECK_CU(copy_2d(CU_MEMORYTYPE_HOST, 0, pinned, CU_MEMORYTYPE_UNIFIED, device, nullptr));
+  CHECK_CU(copy_2d(CU_MEMORYTYPE_UNIFIED, address(pinned), nullptr, CU_MEMORYTYPE_DEVICE, device2, nullptr));
+  CHECK_CU(copy_2d(CU_MEMORYTYPE_DEVICE, device, nullptr, CU_MEMORYTYPE_UNIFIED, device2, nullptr));
+  CHECK_CU(copy_2d(CU_MEMORYTYPE_UNIFIED, address(pageable.data()), nullptr, CU_MEMORYTYPE_HOST, 0, other.data()));
+  CHECK_CU(cuCtxSynchronize());
+  std::printf("unified 2d ok\n");
+  return 0;
+}
+
 int run_unified() {
   constexpr std::size_t kBytes = 8192;
   std::vector<unsigned char> pageable(kBytes, 5), other(kBytes, 0);
@@ -942,6 +980,7 @@ int main(int argc, char** argv) {
   if (open_device() != 0) return 1;
   if (mode == "ops") return run_ops();
   if (mode == "unified") return run_unified();
+  if (mode == "unified-2d") return run_unified_2d();
   if (mode == "marks") return run_marks();
   if (mode == "dropped") return run_dropped();
   if (mode == "flood") return run_flood(arg(2, 2000), arg(3, 200), arg(4, 0));
