@@ -136,6 +136,9 @@ void BaymaxPolicy::account(ClientId client, const ipc::OpDescriptor& op, std::in
       in_flight_.try_emplace({client, op.seq}, InFlight{op.device, *engine, op.stream, predicted_ns, now_ns, high, priced_long});
   if (!fresh) return;
   by_stale_at_.emplace(stale_at_ns(placed->second), placed->first);
+  if (!high && (*engine == Engine::h2d || *engine == Engine::d2h)) {
+    be_transfer_slots_.emplace(op.device, slot_free_at_ns(placed->second), client, op.seq);
+  }
   if (++clients_[client].in_flight_ops > kMaxInFlightPerClient) {
     retire(client, in_flight_.lower_bound({client, 0})->first.second, std::nullopt, now_ns, false);  // its oldest
   }
@@ -171,6 +174,9 @@ void BaymaxPolicy::retire(ClientId client, std::uint64_t seq, std::optional<std:
   if (it == in_flight_.end()) return;
   const InFlight done = it->second;
   by_stale_at_.erase({stale_at_ns(done), it->first});
+  if (!done.high && (done.engine == Engine::h2d || done.engine == Engine::d2h)) {
+    be_transfer_slots_.erase({done.device, slot_free_at_ns(done), client, seq});
+  }
   if (done.engine == Engine::compute) {
     auto& by_client = compute_in_flight_[done.device];
     if (auto tally = by_client.find(client); tally != by_client.end()) {
@@ -964,7 +970,7 @@ BaymaxPolicy::Hold BaymaxPolicy::hold_of(ClientId client, const Queued& queued, 
     // device memory) is not, but its backlog is bounded, as on a device that runs kernels to their
     // end (a query's own memset or copy shares the engine with it). Both wait for a high-priority
     // op on their engine.
-    const std::uint32_t copies = state_at(Engine::h2d).be_ops + state_at(Engine::d2h).be_ops;
+    const std::uint32_t copies = transfer_slots_taken(op.device, now_ns);
     if (is_transfer(op) && options_.baymax.max_be_transfers != 0 && copies >= options_.baymax.max_be_transfers)
       return Hold::engine;
     if (*engine == Engine::local && here.be_ops > 0 && backlog + p > bound_.bound_ns()) return Hold::engine;
@@ -1428,6 +1434,17 @@ Decisions BaymaxPolicy::client_gone(ClientId client, std::int64_t now_ns) {
 
 // Only a best-effort op holds its own client's next call; a high-priority one, however late, still
 // keeps best-effort work off its engine until kStaleOpNs.
+std::int64_t BaymaxPolicy::slot_free_at_ns(const InFlight& flight) {
+  const std::int64_t hold_ns = std::clamp(kSlotFactor * std::min(flight.predicted_ns, kStaleOpNs), kSlotFloorNs, kStuckOpNs);
+  return flight.since_ns + hold_ns;
+}
+
+std::uint32_t BaymaxPolicy::transfer_slots_taken(std::uint32_t device, std::int64_t now_ns) const {
+  const auto from = be_transfer_slots_.lower_bound({device, now_ns + 1, 0, 0});  // free at now: free
+  const auto to = be_transfer_slots_.lower_bound({device + 1, std::numeric_limits<std::int64_t>::min(), 0, 0});
+  return static_cast<std::uint32_t>(std::distance(from, to));
+}
+
 std::int64_t BaymaxPolicy::stale_at_ns(const InFlight& flight) {
   const std::int64_t stuck_ns = std::max(kStuckOpNs, kStuckFactor * std::min(flight.predicted_ns, kStaleOpNs));
   return flight.since_ns + (flight.high ? kStaleOpNs : std::min(kStaleOpNs, stuck_ns));

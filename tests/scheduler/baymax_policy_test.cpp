@@ -2166,14 +2166,19 @@ TEST(BaymaxPolicy, AtMostMaxBestEffortTransfersAtOnce) {
 
 // A copy stuck on the device behind something its host must do (a stream wait on a flag the program
 // writes after its next call) holds that next call through the transfer limit, and the program with
-// it. Taken as stuck once in flight kStuckFactor x its prediction, at least kStuckOpNs: a 2-s stall
-// rather than one until kStaleOpNs.
+// it. Its transfer slot is free once it has been in flight kSlotFactor x its prediction, at least
+// kSlotFloorNs (since 2026-12-01; before, only once taken as stuck, at least kStuckOpNs: a 2-s stall).
+// Another op is taken as stuck once in flight kStuckFactor x its prediction, at least kStuckOpNs,
+// rather than at kStaleOpNs.
 TEST(BaymaxPolicy, AnOpStuckFarPastItsPredictionStopsHoldingItsClient) {
   BaymaxPolicy policy(options());
   EXPECT_EQ(post(policy, kTrainA, Priority::low, copy(1, ipc::CopyDirection::h2d), 0, kMs), (Decisions{{kTrainA, 1}}));
   EXPECT_TRUE(post(policy, kTrainA, Priority::low, copy(2, ipc::CopyDirection::h2d), kMs, kMs).empty());
-  EXPECT_TRUE(policy.tick(BaymaxPolicy::kStuckOpNs).empty()) << "not yet";
-  EXPECT_EQ(policy.tick(BaymaxPolicy::kStuckOpNs + 1), (Decisions{{kTrainA, 2}}));
+  EXPECT_TRUE(policy.tick(BaymaxPolicy::kSlotFloorNs - 1).empty()) << "not yet";
+  EXPECT_EQ(policy.tick(BaymaxPolicy::kSlotFloorNs), (Decisions{{kTrainA, 2}}));
+  // Another job's transfer waits for neither: both slots' holders overran theirs.
+  EXPECT_EQ(post(policy, kTrainC, Priority::low, copy(1, ipc::CopyDirection::h2d), 2 * BaymaxPolicy::kSlotFloorNs, kMs),
+            (Decisions{{kTrainC, 1}}));
   // A long op is given its prediction's worth: 200 ms predicted, stuck only after 3.2 s.
   const std::int64_t t0 = BaymaxPolicy::kStuckOpNs + 1;
   EXPECT_EQ(post(policy, kTrainB, Priority::low, op(1), t0, 200 * kMs), (Decisions{{kTrainB, 1}}));

@@ -206,6 +206,10 @@ class BaymaxPolicy final : public Policy {
   // program until kStaleOpNs.
   static constexpr std::int64_t kStuckOpNs = 2'000'000'000;
   static constexpr std::int64_t kStuckFactor = 16;
+  // A best-effort transfer in flight holds its transfer slot (max_be_transfers) for this many times
+  // its predicted time, at least kSlotFloorNs, at most kStuckOpNs; past it, it runs on unrationed.
+  static constexpr std::int64_t kSlotFactor = 4;
+  static constexpr std::int64_t kSlotFloorNs = 50'000'000;
   static constexpr std::int64_t kDeadlineHoldNs = 100'000'000;
   static constexpr std::int64_t kLongOpWaitNs = 1'000'000'000;  // a long op's wait for no query in the system
   static constexpr std::int64_t kTailWindowNs = 60'000'000'000;
@@ -629,6 +633,13 @@ class BaymaxPolicy final : public Policy {
   // review's high-priority clients that never reported completions left millions in flight, and the
   // tick's walk over all of them stalled the loop 350 ms every 10 ms.
   std::set<std::pair<std::int64_t, std::pair<ClientId, std::uint64_t>>> by_stale_at_;
+  // Best-effort transfers in flight, by device and the time they stop holding a transfer slot
+  // (slot_free_at_ns): a granted copy may wait on its stream behind its own program's work (a kernel,
+  // a host function), and held the one slot until the stuck limit, 2 s, while every other job's
+  // transfers waited (2,008 ms for a copy onto another, idle stream, in a review).
+  std::set<std::tuple<std::uint32_t, std::int64_t, ClientId, std::uint64_t>> be_transfer_slots_;
+  static std::int64_t slot_free_at_ns(const InFlight& flight);
+  std::uint32_t transfer_slots_taken(std::uint32_t device, std::int64_t now_ns) const;
   // The compute ops in flight by device and client, their predicted ns summed and their seqs, so a
   // query's first compute op (first_compute_of) reads a sum per client, not every op in flight.
   struct ComputeInFlight {
