@@ -152,7 +152,7 @@ void BaymaxPolicy::account(ClientId client, const ipc::OpDescriptor& op, std::in
     ++state.hp_ops;
     ClientState& owner = clients_[client];
     owner.hp_outstanding_ns += predicted_ns;
-    if (owner.hp_ops_in_flight++ == 0) owner.hp_since_ns = now_ns;
+    if (owner.hp_ops_on.empty()) owner.hp_since_ns = now_ns;  // posted onto nothing
     ++owner.hp_ops_on[{op.device, *engine}];
     if (*engine == Engine::compute) {
       ClientState::HpCompute& tally = owner.hp_compute[op.device];
@@ -193,7 +193,6 @@ void BaymaxPolicy::retire(ClientId client, std::uint64_t seq, std::optional<std:
     --state.hp_ops;
     if (auto c = clients_.find(client); c != clients_.end()) {
       c->second.hp_outstanding_ns -= done.predicted_ns;
-      if (c->second.hp_ops_in_flight > 0) --c->second.hp_ops_in_flight;
       // It moves, when an op of it completed: one retired stale or at the cap says nothing of it (a
       // silent job posting on held transfers again for good once its first op went stale).
       if (completed) c->second.hp_since_ns = now_ns;
@@ -442,7 +441,7 @@ std::int64_t BaymaxPolicy::hp_compute_on(const ClientState& state, std::uint32_t
 }
 
 bool BaymaxPolicy::hp_silent(const ClientState& state) const {
-  return state.hp_ops_in_flight > 0 && last_now_ns_ - state.hp_since_ns > kHpSilentNs;
+  return !state.hp_ops_on.empty() && last_now_ns_ - state.hp_since_ns > kHpSilentNs;
 }
 
 bool BaymaxPolicy::live_hp_ops_on(std::uint32_t device, Engine engine) const {

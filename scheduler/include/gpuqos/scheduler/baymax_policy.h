@@ -409,10 +409,9 @@ class BaymaxPolicy final : public Policy {
       std::int64_t since_ns = 0;
     };
     std::map<std::uint32_t, HpCompute> hp_compute;
-    // High priority: its ops in flight on each engine, and since when none of them has moved
+    // High priority: its ops in flight on each engine (none: no entry), and since when none has moved
     // (posted onto nothing, or one of them completed), over all engines: hp_silent.
     std::map<std::pair<std::uint32_t, Engine>, std::uint32_t> hp_ops_on;
-    std::uint32_t hp_ops_in_flight = 0;
     std::int64_t hp_since_ns = 0;
     std::map<std::uint32_t, std::int64_t> compute_posted_ns;  // best effort: its latest compute op, by device
     // Best effort: its transfers' virtual time among its job's processes, and how many it has
