@@ -111,6 +111,21 @@ bool describe_copy(const Operation& op, ipc::OpDescriptor& out) {
 
 }  // namespace
 
+bool crosses_host_link(const Operation& op) noexcept {
+  switch (op.direction) {
+    case CopyDirection::host_to_device:
+    case CopyDirection::device_to_host: return true;
+    case CopyDirection::unknown: {
+      ipc::OpDescriptor out{};
+      const bool gpu_work = op.src_ptr != 0 && op.dst_ptr != 0 ? classify_unified(op, out)
+                            : op.src_ptr != 0 || op.dst_ptr != 0 ? classify_half_unified(op, out)
+                                                                 : false;
+      return gpu_work && (out.direction == ipc::CopyDirection::h2d || out.direction == ipc::CopyDirection::d2h);
+    }
+    default: return false;
+  }
+}
+
 std::uint64_t per_thread_stream_key() noexcept {
   // Serials from 1, set apart by bit 63: no user-space address has it (a CUstream is one), nor do
   // the special handles 0, 1 (CU_STREAM_LEGACY) and 2 (CU_STREAM_PER_THREAD). A serial, not the

@@ -33,6 +33,14 @@ std::uint64_t per_thread_stream_key() noexcept;
 bool describe(const Operation& op, std::uint32_t device, std::int64_t posted_ns, KernelRegistry& kernels,
               ipc::OpDescriptor& out);
 
+// Whether a copy moves bytes between host and device memory, as describe() would post it (h2d or
+// d2h): only those are split into chunks. Chunks are there so a query's transfer can slip in
+// between on PCIe; a copy within device memory (or between GPUs) runs at the device's bandwidth
+// (a 367-MB device-to-device copy is well under a millisecond on an A100), so in 4-MiB chunks it
+// only made the call wait for a grant per chunk: the whole copy on a real GPU, where a synchronous
+// device-to-device copy does not make the host wait.
+bool crosses_host_link(const Operation& op) noexcept;
+
 // A naming call returned (cuModuleGetFunction, cuLibraryGetKernel, cuKernelGetFunction...): remember
 // the name of the handle it wrote, so launches of it carry the kernel's identity.
 void learn_kernel_name(const Operation& op, KernelRegistry& kernels) noexcept;

@@ -19,6 +19,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "describe.h"
 #include "shim.h"
 
 #define GPUQOS_HOOK_EXPORT __attribute__((visibility("default")))
@@ -163,10 +164,11 @@ inline bool stream_is_idle(const Operation& op) noexcept {
 }
 
 // The body of the 1-D copy hooks (dst, src, ByteCount[, stream]: cuMemcpyHtoD/DtoH/DtoD, cuMemcpy
-// and their Async, _v2 and per-thread forms): intercept<>, except that a copy larger than the
-// gate's chunk size (low priority under a daemon that asks for it) goes in chunks: a synchronous
-// one always, an async one only onto a stream with nothing queued (stream_is_idle). Launches never
-// come here, so the check costs them nothing; a high-priority copy pays one relaxed load.
+// and their Async, _v2 and per-thread forms): intercept<>, except that a copy between host and
+// device memory (crosses_host_link) larger than the gate's chunk size (low priority under a daemon
+// that asks for it) goes in chunks: a synchronous one always, an async one only onto a stream with
+// nothing queued (stream_is_idle). Launches never come here, so the check costs them nothing; a
+// high-priority copy pays one relaxed load.
 template <HookId id, class Dst, class Src, class Count, class... Rest>
 CUresult intercept_copy(Operation op, Dst dst, Src src, Count bytes, Rest... rest) noexcept {
   constexpr bool kAsync = sizeof...(Rest) > 0;  // its stream, the one argument after ByteCount
@@ -177,7 +179,7 @@ CUresult intercept_copy(Operation op, Dst dst, Src src, Count bytes, Rest... res
   Gate& g = gate();
   const std::uint64_t chunk_bytes = g.copy_chunk_bytes();
   // Captured copies only record a graph node: one node, as the program asked.
-  if (chunk_bytes != 0 && static_cast<std::uint64_t>(bytes) > chunk_bytes && !op.captured &&
+  if (chunk_bytes != 0 && static_cast<std::uint64_t>(bytes) > chunk_bytes && !op.captured && crosses_host_link(op) &&
       fits_allocation(dst, static_cast<std::uint64_t>(bytes)) && fits_allocation(src, static_cast<std::uint64_t>(bytes)) &&
       (!kAsync || stream_is_idle(op))) {
     return intercept_in_chunks<id>(g, op, chunk_bytes, dst, src, bytes, rest...);
@@ -276,7 +278,8 @@ bool fits_allocations_pitched(const Copy* copy) noexcept {
 // intercept_copy, a copy larger than the gate's chunk size goes in bands, each at most the chunk
 // size and a copy of its own from its first row and slice (srcY/dstY and srcZ/dstZ moved on): slabs
 // of whole slices when a slice fits a chunk, else bands of whole rows of one slice (at least one
-// row). A copy from or into a CUDA array, one whose pitch or slice height is short of what it
+// row). Only a copy between host and device memory is split (crosses_host_link). A copy from or
+// into a CUDA array, one whose pitch or slice height is short of what it
 // copies, or one whose device side overruns its allocation goes whole (the driver refuses it
 // whole), as do captured ones and async ones onto a stream with work queued (stream_is_idle).
 template <HookId id, class Copy, class... Rest>
@@ -291,7 +294,7 @@ CUresult intercept_copy_pitched(Operation op, const Copy* copy, Rest... rest) no
   if (chunk_bytes == 0 || !copy || op.captured || copy->WidthInBytes == 0 || copy->Height == 0 ||
       depth_of(*copy) == 0 || __builtin_mul_overflow(copy->WidthInBytes, copy->Height, &slice_bytes) ||
       __builtin_mul_overflow(slice_bytes, depth_of(*copy), &total) || total <= chunk_bytes ||
-      copy->Height * depth_of(*copy) < 2 || !fits_allocations_pitched(copy) ||
+      copy->Height * depth_of(*copy) < 2 || !crosses_host_link(op) || !fits_allocations_pitched(copy) ||
       (sizeof...(Rest) > 0 && !stream_is_idle(op))) {  // an async one onto queued work: whole
     return gated_call(g, op, real, copy, rest...);
   }

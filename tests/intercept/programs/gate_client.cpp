@@ -706,6 +706,9 @@ int run_copies(std::size_t bytes, std::size_t device_bytes) {
   CHECK_CU(cuMemcpyDtoDAsync(b, a, bytes, stream));
   // Drained first: an async copy onto a stream with work queued goes whole (intercept.h).
   CHECK_CU(cuStreamSynchronize(stream));
+  // Within device memory, synchronous and unified (b to a, then a back to b: the same bytes).
+  CHECK_CU(cuMemcpyDtoD(a, b, bytes));
+  CHECK_CU(cuMemcpy(b, a, bytes));
   CHECK_CU(cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(out.data()), b, bytes, stream));
   CHECK_CU(cuStreamSynchronize(stream));
   CHECK(in == out);
@@ -789,11 +792,25 @@ int run_copies_2d(std::size_t width, std::size_t height, bool narrow, bool wide)
     return 0;
   }
   CHECK_CU(cuMemcpy2D(&copy));
+  // The whole pitched image onto a twin within device memory, and back from the twin.
+  CUdeviceptr twin = 0;
+  std::size_t twin_pitch = 0;
+  CHECK_CU(cuMemAllocPitch(&twin, &twin_pitch, width + 4, height + 2, 4));
+  CUDA_MEMCPY2D within{};
+  within.srcMemoryType = within.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  within.srcDevice = device;
+  within.srcPitch = pitch;
+  within.dstDevice = twin;
+  within.dstPitch = twin_pitch;
+  within.WidthInBytes = width + 4;
+  within.Height = height + 2;
+  CHECK_CU(cuMemcpy2D(&within));
+  copy.dstPitch = twin_pitch;
   std::swap(copy.srcMemoryType, copy.dstMemoryType);
   std::swap(copy.srcPitch, copy.dstPitch);
   std::swap(copy.srcXInBytes, copy.dstXInBytes);
   std::swap(copy.srcY, copy.dstY);
-  copy.srcDevice = device;
+  copy.srcDevice = twin;
   copy.srcHost = nullptr;
   copy.dstHost = out.data();
   CHECK_CU(cuMemcpy2DAsync(&copy, stream));
