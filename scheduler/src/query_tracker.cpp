@@ -84,18 +84,24 @@ ClosedQuery QueryTracker::close(ClientId client, State& state, std::int64_t at_n
 }
 
 void QueryTracker::maybe_close(ClientId client, State& state, std::int64_t at_ns, std::vector<ClosedQuery>& closed) {
-  if (!state.open || state.explicit_marks || state.query.closing_seq == 0) return;
-  const std::uint64_t mark = state.query.closing_seq;
-  if (!state.outstanding.empty() && state.outstanding.begin()->first < mark) return;
-  closed.push_back(close(client, state, at_ns));
-  if (state.outstanding.empty()) return;
-  // Work posted after the mark belongs to the next query, open since its first op.
-  open(state, state.outstanding.begin()->second.at_ns);
-  for (const auto& [seq, posted] : state.outstanding) {
-    ++state.query.ops;
-    state.query.last_op_ns = posted.at_ns;
-    if (state.op_times.size() < kProfileOps) state.op_times.push_back(posted.at_ns);
-    if (posted.blocks && state.block_times.size() < kProfileOps) state.block_times.push_back(posted.at_ns);
+  while (state.open && !state.explicit_marks && state.query.closing_seq != 0) {
+    const std::uint64_t mark = state.query.closing_seq;
+    if (!state.outstanding.empty() && state.outstanding.begin()->first < mark) return;
+    closed.push_back(close(client, state, at_ns));
+    if (state.later.empty()) return;
+    // Work posted after the mark is the next query, open since its first op (done or not), closed
+    // by the first sync after it: perhaps drained already, hence the loop.
+    const State::Later next = state.later.front();
+    state.later.pop_front();
+    open(state, next.first_op_ns);
+    state.query.ops = next.ops;
+    state.query.last_op_ns = next.last_op_ns;
+    state.query.closing_seq = next.sync_seq;
+    for (auto it = state.outstanding.upper_bound(mark);
+         it != state.outstanding.end() && (next.sync_seq == 0 || it->first < next.sync_seq); ++it) {
+      if (state.op_times.size() < kProfileOps) state.op_times.push_back(it->second.at_ns);
+      if (it->second.blocks && state.block_times.size() < kProfileOps) state.block_times.push_back(it->second.at_ns);
+    }
   }
 }
 
@@ -104,6 +110,7 @@ void QueryTracker::switch_to_marks(State& state) {
   // Whatever was inferred so far is not a query of the job's own.
   state.explicit_marks = true;
   state.open = false;
+  state.later.clear();
 }
 
 std::vector<ClosedQuery> QueryTracker::posted(ClientId client, const ipc::OpDescriptor& op, std::int64_t now_ns) {
@@ -169,8 +176,15 @@ std::vector<ClosedQuery> QueryTracker::posted(ClientId client, const ipc::OpDesc
       return closed;
     case ipc::OpKind::sync:
       if (state.open && (state.explicit_marks || state.query.closing_seq == 0)) note_blocking(state, op, at_ns);
+      // The first sync closes the query once the work posted before it is done; a later one does
+      // not move that mark (a review: a server syncing two streams by turns, requests in flight on
+      // both, always had work below a mark that moved on, so its queries merged or never closed).
       if (state.open && !state.explicit_marks) {
-        state.query.closing_seq = op.seq;
+        if (state.query.closing_seq == 0) {
+          state.query.closing_seq = op.seq;
+        } else if (!state.later.empty() && state.later.back().sync_seq == 0) {
+          state.later.back().sync_seq = op.seq;  // a later query's (a sync with no op since the last: none)
+        }
         maybe_close(client, state, at_ns, closed);
       }
       return closed;
@@ -187,7 +201,18 @@ std::vector<ClosedQuery> QueryTracker::posted(ClientId client, const ipc::OpDesc
   } else if (!state.open) {
     open(state, at_ns);
   } else if (state.query.closing_seq != 0) {
-    return closed;  // after the closing mark: counted into the next query when this one closes
+    // After the closing mark: a later query's, opened when this one closes. Past kMaxLater of them
+    // the newest takes in what follows (queries merge, rather than memory grow).
+    if (state.later.empty() || state.later.back().sync_seq != 0) {
+      if (state.later.size() < kMaxLater) {
+        state.later.push_back(State::Later{at_ns, at_ns});
+      } else {
+        state.later.back().sync_seq = 0;
+      }
+    }
+    ++state.later.back().ops;
+    state.later.back().last_op_ns = at_ns;
+    return closed;
   }
   ++state.query.ops;
   state.query.last_op_ns = at_ns;
@@ -226,11 +251,13 @@ std::vector<ClientId> QueryTracker::expire(std::int64_t now_ns, std::int64_t max
       state.outstanding.erase(state.outstanding.begin());  // seqs rise with their post times
       lost = true;
     }
-    const bool idle = now_ns - state.query.last_op_ns > max_age_ns;
+    // Idle: nothing posted for max_age_ns, the next query's ops (after the closing mark) included.
+    const bool idle = now_ns - std::max(state.query.last_op_ns, state.last_posted_ns) > max_age_ns;
     // A marked query closes at its end mark whatever is outstanding: a lost op does not hold it.
     if (!state.open || !(idle || (lost && !state.explicit_marks))) continue;
     state.open = false;
     state.query = {};
+    state.later.clear();
     state.op_times.clear();
     state.outstanding.clear();
     expired.push_back(client);

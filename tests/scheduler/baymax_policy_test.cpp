@@ -1291,19 +1291,21 @@ TEST(BaymaxPolicy, ATargetWithLessThanASliceOfSlackIsReportedTight) {
 // time as slack over the job's expected query. With adaptation the bound can tighten: only a target that even its least
 // (min_backlog_bound) does not fit is tight.
 TEST(BaymaxPolicy, OnARunToEndDeviceATargetWithLessSlackThanTheBoundsWaitIsReportedTight) {
-  // One query of 10 ms that first waits for the device `unblocked` after its start.
+  // One query of 10 ms that first waits for the device `unblocked` after its start. Marked: an
+  // inferred query closes at its first synchronisation once the work before it is done.
   const auto tight_after_one_query = [](const PolicyOptions& o, std::int64_t target, std::int64_t unblocked) {
     BaymaxPolicy policy(o);
     (void)policy.client_registered(serve(kServe, target), 0);
     (void)policy.client_registered(train(kTrainA), 0);
-    (void)post(policy, kServe, Priority::high, op(1), 0, kMs);
-    (void)post(policy, kServe, Priority::high, op(2, ipc::OpKind::sync), unblocked, 0);
-    (void)post(policy, kServe, Priority::high, op(3), unblocked, kMs);
-    (void)post(policy, kServe, Priority::high, op(4, ipc::OpKind::sync), 10 * kMs, 0);
-    (void)policy.op_completed({kServe, done(1, unblocked), unblocked});
+    (void)post(policy, kServe, Priority::high, op(1, ipc::OpKind::query_begin), 0, 0);
+    (void)post(policy, kServe, Priority::high, op(2), 0, kMs);
+    (void)post(policy, kServe, Priority::high, op(3, ipc::OpKind::sync), unblocked, 0);
+    (void)post(policy, kServe, Priority::high, op(4), unblocked, kMs);
+    (void)policy.op_completed({kServe, done(2, unblocked), unblocked});
     EXPECT_TRUE(policy.tight_targets(100 * kMs).empty()) << "no query closed yet";
-    (void)policy.op_completed({kServe, done(3, 10 * kMs), 10 * kMs});
-    (void)post(policy, kServe, Priority::high, op(5), 100 * kMs, kMs);
+    (void)policy.op_completed({kServe, done(4, 10 * kMs), 10 * kMs});
+    (void)post(policy, kServe, Priority::high, op(5, ipc::OpKind::query_end), 10 * kMs, 0);
+    (void)post(policy, kServe, Priority::high, op(6), 100 * kMs, kMs);
     EXPECT_EQ(policy.queries().expected_query_unblocked_ns(kServe), unblocked);
     return policy.tight_targets(100 * kMs);
   };

@@ -104,6 +104,100 @@ TEST(QueryTracker, WorkPostedAfterTheClosingSyncStartsTheNextQuery) {
   EXPECT_EQ(tracker.open_query(kServe)->ops, 1u);
 }
 
+// A server with a request in flight on each of two streams, syncing them by turns: each query
+// closes once the work posted before its first sync is done. The mark moved on with every later
+// sync (a review): some op below it was always outstanding, so no query closed until the job
+// paused, and the idle rule then dropped the busy job's query unrecorded.
+TEST(QueryTracker, ALaterSyncDoesNotMoveTheClosingMark) {
+  QueryTracker tracker;
+  (void)tracker.posted(kServe, op(1), 0);                         // request 1 on stream A
+  (void)tracker.posted(kServe, op(2), 1 * kMs);                   // request 2 on stream B
+  (void)tracker.posted(kServe, op(3, ipc::OpKind::sync), 2 * kMs);  // sync A
+  (void)tracker.posted(kServe, op(4), 3 * kMs);                   // request 3 on stream A
+  (void)tracker.posted(kServe, op(5, ipc::OpKind::sync), 4 * kMs);  // sync B
+  EXPECT_TRUE(tracker.completed(kServe, done(1, 5 * kMs), 5 * kMs).empty()) << "op 2 is before the first sync";
+  const auto first = tracker.completed(kServe, done(2, 6 * kMs), 6 * kMs);
+  ASSERT_EQ(first.size(), 1u) << "everything before the first sync is done";
+  EXPECT_EQ(first[0].latency_ns(), 6 * kMs);
+  EXPECT_EQ(first[0].ops, 2u);
+  ASSERT_NE(tracker.open_query(kServe), nullptr) << "request 3 is the next query";
+  EXPECT_EQ(tracker.open_query(kServe)->opened_ns, 3 * kMs);
+  EXPECT_EQ(tracker.open_query(kServe)->closing_seq, 5u) << "closed by the first sync after the mark";
+  const auto second = tracker.completed(kServe, done(4, 8 * kMs), 8 * kMs);
+  ASSERT_EQ(second.size(), 1u);
+  EXPECT_EQ(second[0].latency_ns(), 5 * kMs);
+  EXPECT_EQ(tracker.open_query(kServe), nullptr);
+}
+
+// The next query's sync may be drained already when the one before closes: both close at once.
+TEST(QueryTracker, TheNextQuerysSyncDrainedAlreadyClosesItToo) {
+  QueryTracker tracker;
+  (void)tracker.posted(kServe, op(1), 0);
+  (void)tracker.posted(kServe, op(2, ipc::OpKind::sync), 1 * kMs);
+  (void)tracker.posted(kServe, op(3), 2 * kMs);
+  (void)tracker.posted(kServe, op(4, ipc::OpKind::sync), 3 * kMs);
+  (void)tracker.posted(kServe, op(5), 4 * kMs);  // a third request, not synced yet
+  EXPECT_TRUE(tracker.completed(kServe, done(3, 5 * kMs), 5 * kMs).empty());
+  const auto both = tracker.completed(kServe, done(1, 6 * kMs), 6 * kMs);
+  ASSERT_EQ(both.size(), 2u);
+  EXPECT_EQ(both[0].opened_ns, 0);
+  EXPECT_EQ(both[1].opened_ns, 2 * kMs);
+  ASSERT_NE(tracker.open_query(kServe), nullptr);
+  EXPECT_EQ(tracker.open_query(kServe)->opened_ns, 4 * kMs);
+  EXPECT_EQ(tracker.open_query(kServe)->closing_seq, 0u);
+}
+
+// The next request's work done before the query ahead of it closed is still that request's query,
+// open since its first op (it was lost: the next query opened only with the next op posted).
+TEST(QueryTracker, WorkAfterTheMarkDoneBeforeTheCloseIsStillTheNextQuery) {
+  QueryTracker tracker;
+  (void)tracker.posted(kServe, op(1), 0);
+  (void)tracker.posted(kServe, op(2, ipc::OpKind::sync), 1 * kMs);
+  (void)tracker.posted(kServe, op(3), 2 * kMs);
+  (void)tracker.posted(kServe, op(4, ipc::OpKind::sync), 2 * kMs);
+  (void)tracker.posted(kServe, op(5, ipc::OpKind::sync), 2 * kMs);  // no op since the last: no query
+  EXPECT_TRUE(tracker.completed(kServe, done(3, 3 * kMs), 3 * kMs).empty());
+  const auto both = tracker.completed(kServe, done(1, 4 * kMs), 4 * kMs);
+  ASSERT_EQ(both.size(), 2u);
+  EXPECT_EQ(both[1].opened_ns, 2 * kMs);
+  EXPECT_EQ(both[1].ops, 1u);
+  EXPECT_EQ(tracker.open_query(kServe), nullptr);
+}
+
+// Past QueryTracker::kMaxLater requests behind the open query's mark the newest takes in the rest.
+TEST(QueryTracker, QueriesBehindTheMarkAreBounded) {
+  QueryTracker tracker;
+  (void)tracker.posted(kServe, op(1), 0);
+  std::uint64_t seq = 1;
+  for (std::size_t i = 0; i < QueryTracker::kMaxLater + 10; ++i) {
+    (void)tracker.posted(kServe, op(++seq, ipc::OpKind::sync), static_cast<std::int64_t>(i) * kMs);
+    (void)tracker.posted(kServe, op(++seq), static_cast<std::int64_t>(i) * kMs);
+  }
+  (void)tracker.posted(kServe, op(++seq, ipc::OpKind::sync), 100 * kMs);
+  std::size_t closed = tracker.completed(kServe, done(1, 101 * kMs), 101 * kMs).size();
+  for (std::uint64_t s = 3; s < seq; s += 2) closed += tracker.completed(kServe, done(s, 102 * kMs), 102 * kMs).size();
+  EXPECT_EQ(closed, 1 + QueryTracker::kMaxLater);
+  EXPECT_EQ(tracker.open_query(kServe), nullptr);
+}
+
+// A query whose closing sync waits for a long op is not idle while its job goes on posting the next
+// query's work: the idle rule dropped it 2 s after the mark (a review).
+TEST(QueryTracker, AQueryWaitingOnItsMarkIsNotIdleWhileTheJobPosts) {
+  constexpr std::int64_t kAge = 2'000 * kMs;
+  QueryTracker tracker;
+  (void)tracker.posted(kServe, op(1), 0);  // a 5-s op
+  (void)tracker.posted(kServe, op(2, ipc::OpKind::sync), 1 * kMs);
+  std::uint64_t seq = 2;
+  for (std::int64_t t = 100 * kMs; t < 5'000 * kMs; t += 100 * kMs) {
+    (void)tracker.posted(kServe, op(++seq), t);  // other threads' work, after the mark
+    (void)tracker.completed(kServe, done(seq, t + 10), t + 10);
+    EXPECT_TRUE(tracker.expire(t + 20, kAge).empty()) << t;
+  }
+  const auto closed = tracker.completed(kServe, done(1, 5'000 * kMs), 5'000 * kMs);
+  ASSERT_EQ(closed.size(), 1u) << "recorded, not dropped";
+  EXPECT_EQ(closed[0].latency_ns(), 5'000 * kMs);
+}
+
 TEST(QueryTracker, ExplicitMarksReplaceInference) {
   QueryTracker tracker;
   (void)tracker.posted(kServe, op(1, ipc::OpKind::query_begin), 1 * kMs);

@@ -78,6 +78,9 @@ class QueryTracker {
   // a queue that long has missed every target already, and the policy checks each waiting request
   // at every decision).
   static constexpr std::size_t kMaxArrivals = 256;
+  // Inferred queries kept posted behind the open one's closing mark (a pipelined server's requests
+  // in flight); past it the newest takes in the rest.
+  static constexpr std::size_t kMaxLater = 64;
   // The arrival rate of a job that says its arrivals: the mean gap over its last kRateWindow
   // query_arrived marks, once it has said kMinRateArrivals.
   static constexpr std::size_t kRateWindow = 64;
@@ -171,6 +174,13 @@ class QueryTracker {
     bool open = false;
     std::uint64_t opened_queries = 0;  // OpenQuery::number of the latest
     OpenQuery query;
+    // Inferred: the queries posted after the open one's closing mark, oldest first, each up to the
+    // first sync after its first op (sync_seq 0: none yet, only the newest).
+    struct Later {
+      std::int64_t first_op_ns = 0, last_op_ns = 0;
+      std::uint64_t ops = 0, sync_seq = 0;
+    };
+    std::deque<Later> later;
     std::vector<std::int64_t> op_times;  // post time of each op of the open query (first kProfileOps)
     std::vector<std::int64_t> block_times;  // post times of the open query's blocking points
     std::deque<std::int64_t> arrivals;     // requests that arrived and have not begun, oldest first
