@@ -433,6 +433,22 @@ static bool waits_for_work(HookId hook) noexcept {
   }
 }
 
+void DaemonGate::post_sync_mark(std::uint64_t stream) noexcept {
+  ipc::OpDescriptor mark{};
+  mark.kind = ipc::OpKind::sync;
+  mark.stream = stream;
+  mark.posted_ns = ipc::monotonic_ns();
+  post_mark(mark);
+}
+
+void DaemonGate::synchronous_copy_returned(const Operation& op) noexcept {
+  // Into host memory only: a synchronous copy from the host may return before its DMA is done,
+  // and starts a request far more often than it ends one; one within the device does not wait.
+  if (op.category != Category::copy || posted_copy_direction(op) != ipc::CopyDirection::d2h) return;
+  post_sync_mark(stream_key(op));  // the legacy stream's key, or the thread's per-thread one
+  completions_.nudge();
+}
+
 void DaemonGate::post_mark(ipc::OpDescriptor descriptor) noexcept {
   std::shared_ptr<Session> session = session_.load();
   if (!session || !session->alive()) return;
@@ -517,11 +533,7 @@ Ticket DaemonGate::before(const Operation& op) noexcept {
     // The program is about to wait: where an inferred query closes. stream 0 = the whole context
     // (cuEventSynchronize also reports 0: which stream recorded the event is not tracked).
     const bool on_stream = op.hook == HookId::hook_cuStreamSynchronize || op.hook == HookId::hook_cuStreamSynchronize_ptsz;
-    ipc::OpDescriptor mark{};
-    mark.kind = ipc::OpKind::sync;
-    mark.stream = on_stream ? stream_key(op) : 0;
-    mark.posted_ns = ipc::monotonic_ns();
-    post_mark(mark);
+    post_sync_mark(on_stream ? stream_key(op) : 0);
     completions_.record_deferred_now();  // off the launch path, before the wait: done when it returns
     return {};
   }

@@ -44,6 +44,9 @@ class DaemonGate final : public Gate {
   void after(const Operation& op, Ticket ticket, CUresult result) noexcept override;
   void shutdown() noexcept override;
   void mark_query(QueryMark mark) noexcept override;
+  // A synchronous copy into host memory: a sync mark, as a synchronisation's (a review: a job that
+  // ended each request with cuMemcpyDtoH, the runtime's plain cudaMemcpy, never closed a query).
+  void synchronous_copy_returned(const Operation& op) noexcept override;
   // The registration's chunk size at low priority; 0 at high priority, while unmanaged and on a
   // device the daemon does not manage (its copies go whole, straight to the driver).
   std::uint64_t copy_chunk_bytes() const noexcept override;
@@ -55,6 +58,8 @@ class DaemonGate final : public Gate {
   Ticket post(const Operation& op, const std::shared_ptr<Session>& session) noexcept;
   // A synchronisation or query mark: posted, never held, never tracked for completion.
   void post_mark(ipc::OpDescriptor descriptor) noexcept;
+  // A sync mark: the program waits (or waited) for its work here, where an inferred query closes.
+  void post_sync_mark(std::uint64_t stream) noexcept;
   bool try_register(bool at_start) noexcept;
   void monitor() noexcept;
   // Once per process, at the first op on a device the daemon does not manage: which it does, and

@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <optional>
 
 #include "gpuqos/ipc/clock.h"
 #include "shim.h"
@@ -111,19 +112,25 @@ bool describe_copy(const Operation& op, ipc::OpDescriptor& out) {
 
 }  // namespace
 
-bool crosses_host_link(const Operation& op) noexcept {
+std::optional<ipc::CopyDirection> posted_copy_direction(const Operation& op) noexcept {
   switch (op.direction) {
-    case CopyDirection::host_to_device:
-    case CopyDirection::device_to_host: return true;
+    case CopyDirection::host_to_device: return ipc::CopyDirection::h2d;
+    case CopyDirection::device_to_host: return ipc::CopyDirection::d2h;
+    case CopyDirection::host_to_host: return std::nullopt;
     case CopyDirection::unknown: {
       ipc::OpDescriptor out{};
-      const bool gpu_work = op.src_ptr != 0 && op.dst_ptr != 0 ? classify_unified(op, out)
-                            : op.src_ptr != 0 || op.dst_ptr != 0 ? classify_half_unified(op, out)
-                                                                 : false;
-      return gpu_work && (out.direction == ipc::CopyDirection::h2d || out.direction == ipc::CopyDirection::d2h);
+      out.direction = ipc::CopyDirection::d2d;  // array batches and the like: nothing to classify
+      if (op.src_ptr != 0 && op.dst_ptr != 0 && !classify_unified(op, out)) return std::nullopt;
+      if ((op.src_ptr != 0) != (op.dst_ptr != 0) && !classify_half_unified(op, out)) return std::nullopt;
+      return out.direction;
     }
-    default: return false;
+    default: return ipc::CopyDirection::d2d;
   }
+}
+
+bool crosses_host_link(const Operation& op) noexcept {
+  const auto direction = posted_copy_direction(op);
+  return direction == ipc::CopyDirection::h2d || direction == ipc::CopyDirection::d2h;
 }
 
 std::uint64_t per_thread_stream_key() noexcept {

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -40,6 +41,10 @@ bool describe(const Operation& op, std::uint32_t device, std::int64_t posted_ns,
 // only made the call wait for a grant per chunk: the whole copy on a real GPU, where a synchronous
 // device-to-device copy does not make the host wait.
 bool crosses_host_link(const Operation& op) noexcept;
+
+// A copy's direction as describe() posts it (d2d for device-local and peer copies; none for a
+// host-to-host copy, which is not posted).
+std::optional<ipc::CopyDirection> posted_copy_direction(const Operation& op) noexcept;
 
 // A naming call returned (cuModuleGetFunction, cuLibraryGetKernel, cuKernelGetFunction...): remember
 // the name of the handle it wrote, so launches of it carry the kernel's identity.

@@ -167,8 +167,9 @@ inline bool stream_is_idle(const Operation& op) noexcept {
 // and their Async, _v2 and per-thread forms): intercept<>, except that a copy between host and
 // device memory (crosses_host_link) larger than the gate's chunk size (low priority under a daemon
 // that asks for it) goes in chunks: a synchronous one always, an async one only onto a stream with
-// nothing queued (stream_is_idle). Launches never come here, so the check costs them nothing; a
-// high-priority copy pays one relaxed load.
+// nothing queued (stream_is_idle). A synchronous copy that succeeded is told to the gate when it
+// returns (Gate::synchronous_copy_returned). Launches never come here, so the check costs them
+// nothing; a high-priority copy pays one relaxed load.
 template <HookId id, class Dst, class Src, class Count, class... Rest>
 CUresult intercept_copy(Operation op, Dst dst, Src src, Count bytes, Rest... rest) noexcept {
   constexpr bool kAsync = sizeof...(Rest) > 0;  // its stream, the one argument after ByteCount
@@ -179,12 +180,14 @@ CUresult intercept_copy(Operation op, Dst dst, Src src, Count bytes, Rest... res
   Gate& g = gate();
   const std::uint64_t chunk_bytes = g.copy_chunk_bytes();
   // Captured copies only record a graph node: one node, as the program asked.
-  if (chunk_bytes != 0 && static_cast<std::uint64_t>(bytes) > chunk_bytes && !op.captured && crosses_host_link(op) &&
-      fits_allocation(dst, static_cast<std::uint64_t>(bytes)) && fits_allocation(src, static_cast<std::uint64_t>(bytes)) &&
-      (!kAsync || stream_is_idle(op))) {
-    return intercept_in_chunks<id>(g, op, chunk_bytes, dst, src, bytes, rest...);
-  }
-  return gated_call(g, op, real, dst, src, bytes, rest...);
+  const CUresult result =
+      chunk_bytes != 0 && static_cast<std::uint64_t>(bytes) > chunk_bytes && !op.captured && crosses_host_link(op) &&
+              fits_allocation(dst, static_cast<std::uint64_t>(bytes)) &&
+              fits_allocation(src, static_cast<std::uint64_t>(bytes)) && (!kAsync || stream_is_idle(op))
+          ? intercept_in_chunks<id>(g, op, chunk_bytes, dst, src, bytes, rest...)
+          : gated_call(g, op, real, dst, src, bytes, rest...);
+  if (!kAsync && result == CUDA_SUCCESS) g.synchronous_copy_returned(op);
+  return result;
 }
 
 // A 3-D copy's struct (CUDA_MEMCPY3D, legacy and _v2); a 2-D one is one slice with no Z.
@@ -274,7 +277,7 @@ bool fits_allocations_pitched(const Copy* copy) noexcept {
   return fits(source_side(*copy)) && fits(destination_side(*copy));
 }
 
-// The body of the 2-D and 3-D copy hooks (a CUDA_MEMCPY2D or CUDA_MEMCPY3D[, stream]): as
+// A 2-D or 3-D copy (a CUDA_MEMCPY2D or CUDA_MEMCPY3D[, stream]) through the gate: as
 // intercept_copy, a copy larger than the gate's chunk size goes in bands, each at most the chunk
 // size and a copy of its own from its first row and slice (srcY/dstY and srcZ/dstZ moved on): slabs
 // of whole slices when a slice fits a chunk, else bands of whole rows of one slice (at least one
@@ -283,12 +286,8 @@ bool fits_allocations_pitched(const Copy* copy) noexcept {
 // copies, or one whose device side overruns its allocation goes whole (the driver refuses it
 // whole), as do captured ones and async ones onto a stream with work queued (stream_is_idle).
 template <HookId id, class Copy, class... Rest>
-CUresult intercept_copy_pitched(Operation op, const Copy* copy, Rest... rest) noexcept {
-  const NoCancel no_cancel;  // first, as in intercept(); over the bands too
+CUresult copy_pitched_in_bands(Gate& g, const Operation& op, const Copy* copy, Rest... rest) noexcept {
   const auto real = real_function<id>();
-  if (!real) return missing_real_function(id);
-  stamp<id>(op);
-  Gate& g = gate();
   const std::uint64_t chunk_bytes = g.copy_chunk_bytes();
   std::uint64_t slice_bytes = 0, total = 0;
   if (chunk_bytes == 0 || !copy || op.captured || copy->WidthInBytes == 0 || copy->Height == 0 ||
@@ -334,6 +333,19 @@ CUresult intercept_copy_pitched(Operation op, const Copy* copy, Rest... rest) no
     }
   }
   return CUDA_SUCCESS;
+}
+
+// The body of the 2-D and 3-D copy hooks: copy_pitched_in_bands, and as intercept_copy, the gate
+// told of a synchronous one that returned.
+template <HookId id, class Copy, class... Rest>
+CUresult intercept_copy_pitched(Operation op, const Copy* copy, Rest... rest) noexcept {
+  const NoCancel no_cancel;  // first, as in intercept(); over the bands too
+  if (!real_function<id>()) return missing_real_function(id);
+  stamp<id>(op);
+  Gate& g = gate();
+  const CUresult result = copy_pitched_in_bands<id>(g, op, copy, rest...);
+  if (sizeof...(Rest) == 0 && result == CUDA_SUCCESS) g.synchronous_copy_returned(op);
+  return result;
 }
 
 // ---- Describing arguments. Every pointer may be null or invalid in a bad call: the driver rejects

@@ -32,6 +32,7 @@ class ProfilingGate final : public Gate {
   // Writes the profile (if the exit handler has not yet), then shuts the inner gate down.
   void shutdown() noexcept override;
   void mark_query(QueryMark mark) noexcept override { inner_.mark_query(mark); }
+  void synchronous_copy_returned(const Operation& op) noexcept override { inner_.synchronous_copy_returned(op); }
   std::uint64_t copy_chunk_bytes() const noexcept override { return inner_.copy_chunk_bytes(); }
 
   Profiler& profiler() noexcept { return profiler_; }

@@ -518,6 +518,32 @@ TEST(Pipeline, BestEffortCopiesGoInChunksOfTheConfiguredSizeAndHighPriorityOnesD
   EXPECT_EQ(high.wait(kFinish), 0) << high.output();
 }
 
+// A job whose requests end with a synchronous download (the runtime's plain cudaMemcpy) calls no
+// synchronisation: its queries never closed, and status showed none (a review). The download is one.
+TEST(Pipeline, ARequestEndingWithASynchronousDownloadIsAQuery) {
+  gpuqos::testing::TempDir config_dir("e2e-copy-back-config");
+  const auto config = config_dir.write(
+      "gpuqosd.toml", "[policy]\nname = \"baymax\"\n[[job]]\nname = \"serve-copy\"\ntarget_ms = 1000.0\n");
+  PipelineRig rig({"--config", config.string()});
+  rig.gpuqosd().start();
+  ChildProcess& serve = rig.start({.job = "serve-copy", .priority = "high", .hold = true},
+                                  PipelineRig::client({"copy-back", "12", "2000"}));
+  ASSERT_TRUE(eventually([&] { return holding(serve) || !serve.running(); }, kFinish)) << serve.output();
+  ASSERT_NE(serve.output().find("copy-back ok"), std::string::npos) << serve.output() << rig.logs();
+  json job;
+  ASSERT_TRUE(eventually([&] {
+    const json status = rig.gpuqosd().status();
+    for (const json& j : status["jobs"]) {
+      if (j["job"] == "serve-copy") job = j;
+    }
+    return job.is_object() && job.value("queries", 0) >= 12;
+  }, 10s)) << job.dump(1) << rig.logs();
+  EXPECT_EQ(job["queries"], 12) << "one per request: each opens at its upload, closes at its download\n" << job.dump(1);
+  EXPECT_GT(job["p50_ms"].get<double>(), 1.9) << "the 2-ms kernel is in each\n" << job.dump(1);
+  rig.release("serve-copy");
+  EXPECT_EQ(serve.wait(kFinish), 0) << serve.output();
+}
+
 // A review: a best-effort async copy goes in chunks, each granted once the one before is done (the
 // example config's one best-effort transfer in flight), so the call returned only when the work
 // queued ahead of it on its stream was done, and a stream waiting on something the program does

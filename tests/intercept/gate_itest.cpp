@@ -183,6 +183,34 @@ TEST_F(GateTest, RegistersAndPostsEveryOpWithItsShapeAndCompletion) {
   EXPECT_GE(done[2].end_ns - client.ops[1].posted_ns, 1'500'000);  // the 1.5 ms kernel ran before its end
 }
 
+// A synchronous copy into host memory returns done, as a synchronisation does: a sync mark follows
+// it, where an inferred query closes (a review: a job ending each request with cuMemcpyDtoH never
+// closed one). Not after an upload or a copy within the device; after all of a chunked download.
+TEST_F(GateTest, ASynchronousDownloadIsFollowedByASyncMark) {
+  using ipc::OpKind;
+  start({"sync-download"}, "high");
+  ASSERT_EQ(finish(), 0) << output_;
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 8); }));
+  std::vector<OpKind> kinds;
+  for (const auto& op : daemon_->clients().at(0).ops) kinds.push_back(op.kind);
+  const std::vector<OpKind> expected = {OpKind::copy, OpKind::copy, OpKind::sync, OpKind::copy,
+                                        OpKind::sync, OpKind::copy, OpKind::sync, OpKind::copy};
+  EXPECT_EQ(kinds, expected) << "up; down, mark; unified down, mark; 2-D down, mark; within the device";
+
+  constexpr std::uint64_t kMiB = 1 << 20;
+  daemon_->set_copy_chunk_bytes(4 * kMiB);
+  start({"sync-download", std::to_string(10 * kMiB)}, "low");
+  ASSERT_EQ(finish(), 0) << output_;
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return c.size() == 2 && c[1].ops.size() >= 14; }));
+  kinds.clear();
+  for (const auto& op : daemon_->clients().at(1).ops) kinds.push_back(op.kind);
+  const std::vector<OpKind> chunked = {OpKind::copy, OpKind::copy, OpKind::copy,                  // up
+                                       OpKind::copy, OpKind::copy, OpKind::copy, OpKind::sync,    // down
+                                       OpKind::copy, OpKind::copy, OpKind::copy, OpKind::sync,    // unified
+                                       OpKind::copy, OpKind::sync, OpKind::copy};                 // 2-D, d2d
+  EXPECT_EQ(kinds, chunked) << "one mark after each whole download";
+}
+
 TEST_F(GateTest, ClassifiesUnifiedAddressCopiesByTheirPointers) {
   start({"unified"}, "high");
   ASSERT_EQ(finish(), 0) << output_;
@@ -205,19 +233,20 @@ TEST_F(GateTest, ClassifiesUnifiedAddressCopiesByTheirPointers) {
 TEST_F(GateTest, ClassifiesCopiesWithOneUnifiedSideByThatSidesPointer) {
   start({"unified-2d"}, "high");
   ASSERT_EQ(finish(), 0) << output_;
-  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 5); }));
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 6); }));
   const FakeClient client = daemon_->clients().at(0);
-  ASSERT_EQ(client.ops.size(), 5u) << "the host-to-host copy is not posted";
+  ASSERT_EQ(client.ops.size(), 6u) << "the host-to-host copy is not posted";
   EXPECT_EQ(client.ops[0].direction, ipc::CopyDirection::d2h);
   EXPECT_EQ(client.ops[0].host_memory, ipc::HostMemory::pageable);
-  EXPECT_EQ(client.ops[1].direction, ipc::CopyDirection::h2d);
-  EXPECT_EQ(client.ops[1].host_memory, ipc::HostMemory::pinned);
+  EXPECT_EQ(client.ops[1].kind, ipc::OpKind::sync) << "a synchronous download returned";
   EXPECT_EQ(client.ops[2].direction, ipc::CopyDirection::h2d);
   EXPECT_EQ(client.ops[2].host_memory, ipc::HostMemory::pinned);
-  EXPECT_EQ(client.ops[3].direction, ipc::CopyDirection::d2d);
-  EXPECT_EQ(client.ops[3].host_memory, ipc::HostMemory::none);
-  EXPECT_EQ(client.ops[4].kind, ipc::OpKind::sync);
-  for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(client.ops[i].bytes, 256u) << i;
+  EXPECT_EQ(client.ops[3].direction, ipc::CopyDirection::h2d);
+  EXPECT_EQ(client.ops[3].host_memory, ipc::HostMemory::pinned);
+  EXPECT_EQ(client.ops[4].direction, ipc::CopyDirection::d2d);
+  EXPECT_EQ(client.ops[4].host_memory, ipc::HostMemory::none);
+  EXPECT_EQ(client.ops[5].kind, ipc::OpKind::sync);
+  for (const std::size_t i : {0, 2, 3, 4}) EXPECT_EQ(client.ops[i].bytes, 256u) << i;
 }
 
 TEST_F(GateTest, PostsSynchronisationsAndExplicitQueryMarksWithoutHolding) {

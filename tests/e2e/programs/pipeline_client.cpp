@@ -123,6 +123,23 @@ int run_loop(int count, std::uint64_t duration_us) {
   return 0;
 }
 
+// `count` requests, each a synchronous upload, a kernel of duration_us on the legacy stream and a
+// synchronous download: the runtime's plain cudaMemcpy loop, which never calls a synchronisation.
+int run_copy_back(int count, std::uint64_t duration_us) {
+  constexpr std::size_t kBytes = 4096;
+  std::vector<unsigned char> host(kBytes, 1);
+  CUdeviceptr device = 0;
+  CHECK_CU(cuMemAlloc(&device, kBytes));
+  for (int i = 0; i < count; ++i) {
+    CHECK_CU(cuMemcpyHtoD(device, host.data(), kBytes));
+    CHECK_CU(spin(duration_us, nullptr));
+    CHECK_CU(cuMemcpyDtoH(host.data(), device, kBytes));
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::printf("copy-back ok\n");
+  return 0;
+}
+
 int run_pair(std::uint64_t duration_us) {
   CUstream first = nullptr, second = nullptr;
   CHECK_CU(cuStreamCreate(&first, CU_STREAM_NON_BLOCKING));
@@ -192,6 +209,7 @@ int run(const std::string& mode, int argc, char** argv) {
   if (mode == "streams") return run_streams(static_cast<int>(arg(2, 10)), static_cast<std::uint64_t>(arg(3, 200)));
   if (mode == "loop") return run_loop(static_cast<int>(arg(2, 10)), static_cast<std::uint64_t>(arg(3, 1000)));
   if (mode == "pair") return run_pair(static_cast<std::uint64_t>(arg(2, 1000)));
+  if (mode == "copy-back") return run_copy_back(static_cast<int>(arg(2, 10)), static_cast<std::uint64_t>(arg(3, 1000)));
   if (mode == "copies") return run_copies(static_cast<std::size_t>(arg(2, 1 << 20)));
   if (mode == "behind") {
     return run_behind(static_cast<std::size_t>(arg(2, 16 << 20)), static_cast<std::uint64_t>(arg(3, 1'000'000)));

@@ -672,6 +672,32 @@ int run_unified_2d() {
   return 0;
 }
 
+// Synchronous copies of `bytes`: up, down, down through unified addresses, down in 2-D (one row),
+// and within the device. Each download returns done, as a synchronisation does.
+int run_sync_download(std::size_t bytes) {
+  std::vector<unsigned char> host(bytes, 9);
+  CUdeviceptr device = 0, device2 = 0;
+  CHECK_CU(cuMemAlloc(&device, bytes));
+  CHECK_CU(cuMemAlloc(&device2, bytes));
+  CHECK_CU(cuMemcpyHtoD(device, host.data(), bytes));
+  CHECK_CU(cuMemcpyDtoH(host.data(), device, bytes));
+  CHECK_CU(cuMemcpy(reinterpret_cast<CUdeviceptr>(host.data()), device, bytes));
+  CUDA_MEMCPY2D row{};
+  row.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+  row.srcDevice = device;
+  row.srcPitch = bytes;
+  row.dstMemoryType = CU_MEMORYTYPE_HOST;
+  row.dstHost = host.data();
+  row.dstPitch = bytes;
+  row.WidthInBytes = bytes;
+  row.Height = 1;
+  CHECK_CU(cuMemcpy2D(&row));
+  CHECK_CU(cuMemcpyDtoD(device2, device, bytes));
+  CHECK(host[bytes - 1] == 9);
+  std::printf("sync-download ok\n");
+  return 0;
+}
+
 int run_unified() {
   constexpr std::size_t kBytes = 8192;
   std::vector<unsigned char> pageable(kBytes, 5), other(kBytes, 0);
@@ -1006,6 +1032,7 @@ int main(int argc, char** argv) {
   if (mode == "loop") return run_loop(arg(2, 10), arg(3, 1000));
   if (mode == "threads") return run_threads(arg(2, 4), arg(3, 20));
   if (mode == "bench") return run_bench(arg(2, 1000), argc > 3 && std::string(argv[3]) == "legacy");
+  if (mode == "sync-download") return run_sync_download(arg(2, 4096));
   if (mode == "copies") return run_copies(arg(2, 1 << 20), arg(3, arg(2, 1 << 20)));
   if (mode == "copies-2d") {
     const std::string how = argc > 4 ? argv[4] : "";

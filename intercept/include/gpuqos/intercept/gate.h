@@ -93,6 +93,11 @@ class Gate {
   enum class QueryMark { arrived, begin, end, dropped };
   virtual void mark_query(QueryMark /*mark*/) noexcept {}
 
+  // A synchronous copy (all of it, chunks and all) returned CUDA_SUCCESS: the program waited for it
+  // as at a synchronisation when it copied into host memory (the driver returns only once such a
+  // copy is done). Called by the copy hooks only. The default does nothing.
+  virtual void synchronous_copy_returned(const Operation& /*op*/) noexcept {}
+
   // Asked by the 1-D copy hooks (and only by them) before a copy: a copy larger than this is issued
   // as chunks of at most this many bytes, each one operation of its own through before() and
   // after(), so the daemon can let other work in between. 0: never split (the default; what a
