@@ -26,17 +26,20 @@ target_link_libraries(intercept_future_driver PRIVATE ${CMAKE_DL_LIBS})
 add_dependencies(intercept_linked_client intercept_future_driver)
 # gpuqos/query.h as users build it, C99 and C++17, strict warnings as errors (a user test: `gcc
 # -pedantic` warned of dlsym's cast, which fails a -Werror build); run without the shim, no-ops.
-foreach(language c cpp)
-  add_executable(intercept_query_marks_${language} ${CMAKE_CURRENT_LIST_DIR}/programs/query_marks.${language})
-  set_target_properties(intercept_query_marks_${language} PROPERTIES RUNTIME_OUTPUT_DIRECTORY
+# `first_c` includes it before any libc header, in a POSIX (not GNU) program.
+foreach(file query_marks.c query_marks.cpp query_marks_first.c)
+  string(REPLACE "." "_" name ${file})
+  string(REPLACE "query_marks_" "" variant ${name})
+  add_executable(intercept_query_marks_${variant} ${CMAKE_CURRENT_LIST_DIR}/programs/${file})
+  set_target_properties(intercept_query_marks_${variant} PROPERTIES RUNTIME_OUTPUT_DIRECTORY
                         ${CMAKE_BINARY_DIR}/tests/programs C_STANDARD 99 C_EXTENSIONS OFF CXX_STANDARD 17
                         CXX_EXTENSIONS OFF)
-  target_include_directories(intercept_query_marks_${language} PRIVATE ${PROJECT_SOURCE_DIR}/intercept/include)
-  target_compile_options(intercept_query_marks_${language} PRIVATE -Wall -Wextra -Wpedantic -Werror
+  target_include_directories(intercept_query_marks_${variant} PRIVATE ${PROJECT_SOURCE_DIR}/intercept/include)
+  target_compile_options(intercept_query_marks_${variant} PRIVATE -Wall -Wextra -Wpedantic -Werror
                          $<$<COMPILE_LANGUAGE:CXX>:-Wold-style-cast>)
-  target_link_libraries(intercept_query_marks_${language} PRIVATE ${CMAKE_DL_LIBS})
-  add_test(NAME intercept.QueryMarksBuildCleanAndAreNoOpsWithoutTheShim_${language}
-           COMMAND intercept_query_marks_${language})
-  set_tests_properties(intercept.QueryMarksBuildCleanAndAreNoOpsWithoutTheShim_${language} PROPERTIES
+  target_link_libraries(intercept_query_marks_${variant} PRIVATE ${CMAKE_DL_LIBS})
+  add_test(NAME intercept.QueryMarksBuildCleanAndAreNoOpsWithoutTheShim_${variant}
+           COMMAND intercept_query_marks_${variant})
+  set_tests_properties(intercept.QueryMarksBuildCleanAndAreNoOpsWithoutTheShim_${variant} PROPERTIES
                        LABELS unit PASS_REGULAR_EXPRESSION "marks ok")
 endforeach()

@@ -1,8 +1,11 @@
 /* gpuqos/query.h: explicit query boundaries for a latency-critical job.
  *
  * gpuqosd infers a query by default: it opens with the first GPU operation after the job's work
- * drained and closes at the synchronisation that drains it. A job whose queries overlap, or that
- * never synchronises, says where each query begins and ends instead:
+ * drained (or after the open query's first synchronisation) and closes once the work posted before
+ * its first synchronisation is done (cuCtxSynchronize, cuStreamSynchronize, cuEventSynchronize, or
+ * a synchronous copy into host memory). A job that never synchronises (it polls with
+ * cuStreamQuery), or whose requests synchronise more than once each (each synchronisation would
+ * close a query), says where each query begins and ends instead:
  *
  *     #include <gpuqos/query.h>
  *     gpuqos_query_begin();
@@ -31,7 +34,11 @@
  * (examples/gpuqos.toml).
  * A gpuqosd older than protocol 1.2 gets no arrivals: its queries run from their begin.
  *
- * Header only, C and C++, nothing to link; any thread, with or without a CUDA context, but not a
+ * Marked queries are one at a time per process: a gpuqos_query_begin() while one is open is ignored
+ * (its request counts as begun), so a process serving several requests at once on several threads
+ * has only the first of them measured and protected until it ends.
+ *
+ * Header only, C99 and C++, nothing to link (glibc before 2.34: -ldl); any thread, with or without a CUDA context, but not a
  * signal handler (they take a lock). Without libgpuqos.so in the process all four calls are no-ops
  * (one failed symbol lookup, cached); with it they post a mark to the daemon and return without
  * waiting for the daemon (at most for another thread of the process posting at the same moment);
@@ -41,12 +48,10 @@
 #ifndef GPUQOS_QUERY_H
 #define GPUQOS_QUERY_H
 
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE /* RTLD_DEFAULT */
-#endif
 #include <dlfcn.h>
-#ifndef RTLD_DEFAULT /* glibc before 2.34 declares it only for _GNU_SOURCE, which a libc header included
-                        earlier may have settled without it: glibc's own value */
+#ifndef RTLD_DEFAULT /* glibc declares it only for _GNU_SOURCE, which is the program's to choose (a
+                        review: defining it here changed strerror_r and more in the rest of a C
+                        file): glibc's own value */
 #define RTLD_DEFAULT ((void*)0)
 #endif
 
