@@ -46,7 +46,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <limits>
@@ -61,6 +60,24 @@
 #include "session.h"
 
 namespace gpuqos::intercept {
+
+// Wakes the completion thread without a lock: a futex word it waits on. A condition variable's
+// notify takes a lock inside glibc, and exit() from a signal handler that interrupted one left it
+// held: the exit's stop() then waited for it for good (1 hang in about 1,200 runs of a program that
+// exits from its SIGALRM handler, under load). A futex wake holds nothing in user space, and needs
+// no descriptor (one the program may close, and give to a file of its own).
+class Waker {
+ public:
+  // Taken before the waiter lets go of what it checked (its mutex): a wake after it ends the wait.
+  std::uint32_t ticket() const noexcept { return word_.load(std::memory_order_acquire); }
+  // Never blocks, takes no lock (async-signal-safe).
+  void wake() noexcept;
+  // Until a wake after `ticket` was taken, or `timeout`.
+  void wait(std::uint32_t ticket, std::chrono::nanoseconds timeout) noexcept;
+
+ private:
+  std::atomic<std::uint32_t> word_{0};
+};
 
 class CompletionTracker {
  public:
@@ -163,7 +180,7 @@ class CompletionTracker {
   std::mutex mutex_;
   std::mutex report_mutex_;  // report(): last_end_ns_ and the completions ring's one producer
   std::mutex poll_mutex_;    // the thread's turn (record, move, poll); a context ender waits for it
-  std::condition_variable wake_;
+  Waker waker_;
   std::vector<Pending> incoming_;
   std::unordered_map<CUcontext, std::vector<CUevent>> free_events_;
   std::vector<Ending> ending_;  // contexts a call may be ending now (one entry per call)
