@@ -28,7 +28,10 @@ void Daemon::qos_query_closed(const Client& client, const ClosedQuery& query, st
                            : query.marked     ? LatencyFrom::begin
                                               : LatencyFrom::first_op;
   const QosTracker::StartedOver over = qos_.query_closed(who.id, query.latency_ns(), target, now_ns, from);
-  if (over.dropped > 0 && over.target_changed) {
+  if (over.left_out) {
+    spdlog::debug("{}: a query measured from {} left out: the latencies of job '{}' run from {}", client.tag(),
+                  latency_from_name(from), who.job, latency_from_name(over.from));
+  } else if (over.dropped > 0 && over.target_changed) {
     log_target_changed(who.job, target, over);
   } else if (over.dropped > 0) {
     spdlog::info("{}: {} from now on: the latencies of job '{}' count from {}, and the {} queries measured otherwise "
@@ -63,16 +66,19 @@ void Daemon::qos_completed(const Client& client, const ipc::CompletionDescriptor
 }
 
 void Daemon::qos_client_gone(const Client& client) {
-  queries_.client_gone(client.identity().id);
-  qos_.client_left(client.identity().id, client.grant_counters(), ipc::monotonic_ns());
+  const std::int64_t now_ns = ipc::monotonic_ns();
+  if (queries_.client_gone(client.identity().id)) qos_.query_abandoned(client.identity().id, now_ns);
+  qos_.client_left(client.identity().id, client.grant_counters(), now_ns);
 }
 
 void Daemon::qos_tick(std::int64_t now_ns) {
   for (const ClientId id : queries_.expire(now_ns, kAbandonQueryNs)) {
+    qos_.query_abandoned(id, now_ns);
     auto client = clients_.find(id);
     if (client != clients_.end()) {
-      spdlog::debug("{}: query open for over {} s without its completions, not counted", client->second->tag(),
-                   kAbandonQueryNs / 1'000'000'000);
+      spdlog::info("{}: a query open for over {} s with nothing posted, or waiting on a completion that never came, "
+                   "is abandoned (counted, not in the latencies)",
+                   client->second->tag(), kAbandonQueryNs / 1'000'000'000);
     }
   }
   const config::ListenAddress& wanted = options_.config.daemon.metrics_listen;

@@ -95,6 +95,11 @@ void query_families(const DaemonStatus& status, std::ostringstream& out) {
   for (const auto& job : status.jobs) {
     if (tracks_queries(job)) violations.sample(static_cast<double>(job.violations), {{"job_name", job.job}});
   }
+  Family abandoned(out, "gpuqos_query_abandoned_total", "counter",
+                   "Queries that never closed (their process left, or gpuqosd gave up on them): not in the latencies.");
+  for (const auto& job : status.jobs) {
+    if (tracks_queries(job)) abandoned.sample(static_cast<double>(job.abandoned), {{"job_name", job.job}});
+  }
 }
 
 void best_effort_families(const DaemonStatus& status, std::ostringstream& out) {

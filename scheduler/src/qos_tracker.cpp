@@ -258,6 +258,14 @@ QosTracker::StartedOver QosTracker::query_closed(ClientId client, std::int64_t l
   Job* job = job_of(client, now_ns);
   if (job == nullptr) return {};
   StartedOver over;
+  // An inferred query of a job whose latencies run from its marks: another process of the job does
+  // not mark (a review: it was recorded among them, as if of their kind). A marked one whose arrival
+  // was lost (measured from its begin in a job that says arrivals) stays: a lower bound of its kind.
+  if (from == LatencyFrom::first_op && job->from != LatencyFrom::first_op) {
+    over.left_out = true;
+    over.from = job->from;
+    return over;
+  }
   const bool measured_otherwise = from > job->from;  // not one histogram
   const bool other_target = job->latency.count() > 0 && job->measured_target_ns != target_ns;
   if (measured_otherwise || other_target) over = start_over(*job, /*target_changed=*/!measured_otherwise);
@@ -267,6 +275,10 @@ QosTracker::StartedOver QosTracker::query_closed(ClientId client, std::int64_t l
   job->latency.record(latency_ns);
   if (target_ns && latency_ns > *target_ns) ++job->violations;
   return over;
+}
+
+void QosTracker::query_abandoned(ClientId client, std::int64_t now_ns) {
+  if (Job* job = job_of(client, now_ns)) ++job->abandoned;
 }
 
 QosTracker::StartedOver QosTracker::start_over(Job& job, bool target_changed) {
@@ -332,6 +344,7 @@ JobQosSnapshot QosTracker::snapshot_of(const std::string& name, const Job& job, 
   s.at_percentile_ns = h.percentile_ns(s.percentile);
   for (std::size_t i = 0; i < s.at_most.size(); ++i) s.at_most[i] = h.count_at_most(i);
   s.violations = job.violations;
+  s.abandoned = job.abandoned;
   s.violation_fraction = s.queries == 0 ? 0.0 : static_cast<double>(job.violations) / static_cast<double>(s.queries);
   if (s.target_ns && s.queries > 0) {
     if (job.measured_target_ns == s.target_ns) {

@@ -234,7 +234,13 @@ std::vector<ClosedQuery> QueryTracker::completed(ClientId client, const ipc::Com
   return closed;
 }
 
-void QueryTracker::client_gone(ClientId client) { clients_.erase(client); }
+bool QueryTracker::client_gone(ClientId client) {
+  const auto it = clients_.find(client);
+  if (it == clients_.end()) return false;
+  const bool open = it->second.open;
+  clients_.erase(it);
+  return open;
+}
 
 std::vector<ClientId> QueryTracker::expire(std::int64_t now_ns, std::int64_t max_age_ns) {
   std::vector<ClientId> expired;

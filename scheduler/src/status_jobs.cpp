@@ -36,7 +36,7 @@ std::string short_ms(double value_ms) {
 // "ok    p99 3.9 ms / target 6.0 ms  (2 over, 0.13%)", "OVER  p99 ...", "no target", "p99 - / target
 // 6.0 ms". The verdict first: a terminal narrower than the row (127 columns with a violation count)
 // cuts its end, and `gpuqos top` on 100 columns showed "p99 7.9 ms / target " (a user test).
-std::string verdict(const nlohmann::json& job) {
+std::string latency_verdict(const nlohmann::json& job) {
   if (job.at("target_ms").is_null()) return "no target";
   const std::string at = "p" + format("%g", job.at("percentile").get<double>());
   const std::string target = "target " + short_ms(job.at("target_ms").get<double>()) + " ms";
@@ -49,6 +49,13 @@ std::string verdict(const nlohmann::json& job) {
             format("%.2f", 100 * job.at("violation_fraction").get<double>()) + "%)";
   }
   return text;
+}
+
+// The latency verdict, and the queries that never closed, if any (a daemon before 2026-12-01 does
+// not say them).
+std::string verdict(const nlohmann::json& job) {
+  const auto abandoned = job.contains("abandoned_queries") ? job.at("abandoned_queries").get<std::uint64_t>() : 0;
+  return latency_verdict(job) + (abandoned > 0 ? "  (" + std::to_string(abandoned) + " abandoned)" : "");
 }
 
 // `marked`: the jobs gpuqosd says mark their requests' arrivals (baymax's policy state).
@@ -182,6 +189,7 @@ nlohmann::json job_json(const JobQosSnapshot& job) {
                          {"percentile", job.percentile},
                          {"weight", job.weight},
                          {"queries", job.queries},
+                         {"abandoned_queries", job.abandoned},
                          {"latency_from", latency_from_name(job.latency_from)},
                          {"mean_ms", ms(job.mean_ns)},
                          {"p50_ms", ms(job.p50_ns)},

@@ -38,6 +38,7 @@ DaemonStatus sample_status() {
   serve.p99_ns = 5 * kMs;
   serve.p999_ns = 7 * kMs;
   serve.violations = 1;
+  serve.abandoned = 2;
   serve.meets_target = false;
   serve.at_most = {0, 0, 0, 0, 10, 190, 199, 199, 199, 199, 199, 199, 199, 199, 199, 199};  // one over 10 s
   JobQosSnapshot train;
@@ -96,7 +97,7 @@ TEST(Metrics, EveryLineFollowsTheTextFormatAndEveryFamilyIsTypedOnceBeforeItsSam
   }
   for (const char* family :
        {"gpuqos_query_latency_seconds", "gpuqos_query_target_seconds", "gpuqos_query_violations_total",
-        "gpuqos_be_ops_completed_total", "gpuqos_be_device_seconds_total", "gpuqos_grants_total",
+        "gpuqos_query_abandoned_total", "gpuqos_be_ops_completed_total", "gpuqos_be_device_seconds_total", "gpuqos_grants_total",
         "gpuqos_ops_held_total", "gpuqos_grant_wait_seconds_total", "gpuqos_device_info", "gpuqos_engine_backlog_seconds",
         "gpuqos_engine_outstanding_ops", "gpuqos_engine_lost_ops_total", "gpuqos_clients", "gpuqos_be_held_seconds_total"}) {
     EXPECT_TRUE(typed.contains(family)) << family;
@@ -116,6 +117,7 @@ TEST(Metrics, QueryLatencyIsASummaryInSeconds) {
   EXPECT_TRUE(has_line(text, "gpuqos_query_target_seconds{job_name=\"serve\",percentile=\"99.9\"} 0.006")) << text;
   EXPECT_TRUE(has_line(text, "gpuqos_query_meets_target{job_name=\"serve\"} 0")) << text;
   EXPECT_TRUE(has_line(text, "gpuqos_query_violations_total{job_name=\"serve\"} 1")) << text;
+  EXPECT_TRUE(has_line(text, "gpuqos_query_abandoned_total{job_name=\"serve\"} 2")) << text;
   EXPECT_EQ(text.find("gpuqos_query_target_seconds{job_name=\"fresh\""), std::string::npos) << "it has no target";
 }
 

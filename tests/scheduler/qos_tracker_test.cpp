@@ -254,12 +254,38 @@ TEST(QosTracker, AJobThatBeginsToSayItsArrivalsStartsItsLatenciesOver) {
   EXPECT_FALSE(over.target_changed);
   EXPECT_EQ(over.from, LatencyFrom::arrival);
   EXPECT_EQ(tracker.query_closed(1, 5 * kMs, 6 * kMs, 30 * kMs, LatencyFrom::arrival).dropped, 0u) << "once";
-  EXPECT_EQ(tracker.query_closed(1, 2 * kMs, 6 * kMs, 40 * kMs).dropped, 0u) << "a query that says none: kept";
+  EXPECT_EQ(tracker.query_closed(1, 2 * kMs, 6 * kMs, 40 * kMs, LatencyFrom::begin).dropped, 0u)
+      << "a marked query whose arrival was lost: kept";
   const auto jobs = tracker.snapshot(config, 50 * kMs);
   ASSERT_EQ(jobs.size(), 1u);
   EXPECT_EQ(jobs[0].queries, 3u);
   EXPECT_EQ(jobs[0].violations, 0u) << "the one over was measured the other way";
   EXPECT_EQ(jobs[0].max_ns, 5 * kMs);
+}
+
+// A query measured from an earlier point than the job's latencies run from (another process of the
+// job does not mark) is left out, not recorded among them as if it were of their kind (a review);
+// queries that never closed are counted apart, and kept when the latencies start over.
+TEST(QosTracker, AQueryOfAnEarlierKindIsLeftOutAndAbandonedOnesAreCounted) {
+  const config::Config config = config_with("serve", 6.0, 99.0);
+  QosTracker tracker;
+  tracker.client_seen(1, "serve", ipc::Priority::high, 0);
+  tracker.client_seen(2, "serve", ipc::Priority::high, 0);
+  (void)tracker.query_closed(1, 4 * kMs, 6 * kMs, 1 * kMs, LatencyFrom::begin);
+  const QosTracker::StartedOver first_op = tracker.query_closed(2, 30 * kMs, 6 * kMs, 2 * kMs);
+  EXPECT_TRUE(first_op.left_out);
+  EXPECT_EQ(first_op.from, LatencyFrom::begin);
+  tracker.query_abandoned(2, 3 * kMs);
+  tracker.query_abandoned(1, 4 * kMs);
+  auto jobs = tracker.snapshot(config, 5 * kMs);
+  ASSERT_EQ(jobs.size(), 1u);
+  EXPECT_EQ(jobs[0].queries, 1u);
+  EXPECT_EQ(jobs[0].violations, 0u) << "the 30-ms first-op latency is not among the begin ones";
+  EXPECT_EQ(jobs[0].abandoned, 2u);
+  (void)tracker.query_closed(1, 4 * kMs, 6 * kMs, 6 * kMs, LatencyFrom::arrival);  // starts over
+  jobs = tracker.snapshot(config, 7 * kMs);
+  EXPECT_EQ(jobs[0].queries, 1u);
+  EXPECT_EQ(jobs[0].abandoned, 2u);
 }
 
 // A job that begins to mark its queries: its latencies run from each begin (host time before its

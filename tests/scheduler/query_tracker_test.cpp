@@ -594,6 +594,17 @@ TEST(QueryTracker, TheBlockingPointCountRisesAtOnceAndFallsSlowly) {
   EXPECT_DOUBLE_EQ(tracker.expected_blocking_points(kServe), 3 - 2.0 / 16) << "after the first op: the same";
 }
 
+TEST(QueryTracker, AClientGoneSaysWhetherAQueryOfItWasOpen) {
+  QueryTracker tracker;
+  EXPECT_FALSE(tracker.client_gone(kServe)) << "never seen";
+  (void)tracker.posted(kServe, op(1), 0);
+  EXPECT_TRUE(tracker.client_gone(kServe));
+  (void)tracker.posted(kServe, op(1), 0);
+  (void)tracker.posted(kServe, op(2, ipc::OpKind::sync), 0);
+  ASSERT_EQ(tracker.completed(kServe, done(1, kMs), kMs).size(), 1u);
+  EXPECT_FALSE(tracker.client_gone(kServe)) << "its query closed";
+}
+
 TEST(QueryTracker, AQueryWhoseCompletionsNeverComeExpires) {
   QueryTracker tracker;
   (void)tracker.posted(kServe, op(1), 0);

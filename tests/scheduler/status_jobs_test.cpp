@@ -114,6 +114,21 @@ TEST(StatusJobs, TableShowsLatencyAgainstTarget) {
   EXPECT_EQ(table.find("BUSY"), std::string::npos) << "no best-effort job\n" << table;
 }
 
+// Queries that never closed are said beside the verdict, and in the JSON (a review: a job whose
+// queries hung or whose processes died mid-query read "ok" with nothing else to tell).
+TEST(StatusJobs, AbandonedQueriesAreShown) {
+  JobQosSnapshot job = serve(3'900'000, true);
+  job.abandoned = 2;
+  const auto json = nlohmann::json::parse(bounded_status_text(with_jobs({job})));
+  EXPECT_EQ(json["jobs"][0]["abandoned_queries"], 2);
+  const std::string table = render_status_table(json);
+  EXPECT_NE(table.find("ok    p99 3.9 ms / target 6.0 ms  (2 abandoned)\n"), std::string::npos) << table;
+  job.target_ns.reset();
+  job.queries = 0;
+  const std::string untargeted = render_status_table(nlohmann::json::parse(bounded_status_text(with_jobs({job}))));
+  EXPECT_NE(untargeted.find("no target  (2 abandoned)\n"), std::string::npos) << untargeted;
+}
+
 TEST(StatusJobs, AnOlderDaemonsJsonWithoutJobsStillRenders) {
   auto json = nlohmann::json::parse(bounded_status_text(with_jobs({})));
   json.erase("jobs");

@@ -184,6 +184,10 @@ struct JobQosSnapshot {
   std::array<std::uint64_t, LatencyHistogram::kLeBoundsNs.size()> at_most{};
   std::uint64_t violations = 0;       // queries longer than the target they were measured against
   double violation_fraction = 0;
+  // Queries that never closed: open when their process left, or abandoned by gpuqosd (a query open
+  // with nothing posted for kAbandonQueryNs, or waiting on a completion that never came). Not in the
+  // latencies: their ends are not known. Not cleared when the latencies start over.
+  std::uint64_t abandoned = 0;
   // At most n - rank(percentile) queries over the target (exact, where at_percentile_ns is a
   // bucket's middle); none without target or query.
   std::optional<bool> meets_target;
@@ -218,9 +222,14 @@ class QosTracker {
     bool target_changed = false;              // else: the job began to measure from `from`
     std::optional<std::int64_t> old_target_ns;  // the target they were measured against
     LatencyFrom from = LatencyFrom::first_op;  // what its latencies run from now
+    // This query was inferred (from its first op) while the job's latencies run from its marks
+    // (another process of the job does not mark): left out, not mixed in.
+    bool left_out = false;
   };
   StartedOver query_closed(ClientId client, std::int64_t latency_ns, std::optional<std::int64_t> target_ns,
                            std::int64_t now_ns, LatencyFrom from = LatencyFrom::first_op);
+  // A query of the client's job ended without closing (its process left, or it was abandoned).
+  void query_abandoned(ClientId client, std::int64_t now_ns);
   // A reload: each job whose target in `config` is not the one its latencies were measured against
   // starts over now (not at its next query, so the status never sets old violations against the new
   // target). What each dropped, by job.
@@ -248,6 +257,7 @@ class QosTracker {
     std::int64_t last_active_ns = 0;
     LatencyHistogram latency;
     std::uint64_t violations = 0;
+    std::uint64_t abandoned = 0;
     LatencyFrom from = LatencyFrom::first_op;  // what its latencies run from
     std::optional<std::int64_t> measured_target_ns;  // the target its latencies were measured against
     std::uint64_t be_ops = 0;

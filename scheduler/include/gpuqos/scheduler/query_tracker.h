@@ -98,7 +98,8 @@ class QueryTracker {
   // Every completion of such a client's ops.
   std::vector<ClosedQuery> completed(ClientId client, const ipc::CompletionDescriptor& completion,
                                      std::int64_t now_ns);
-  void client_gone(ClientId client);
+  // Forgets the client; true when a query of it was open (it ends unrecorded).
+  bool client_gone(ClientId client);
   // Forgets ops outstanding longer than max_age_ns and kLostCompletionNs (their completions were
   // lost) and abandons, with nothing learned, each query whose latest op is older than max_age_ns
   // or that waited on such an op (inferred boundaries); returns the clients whose query it abandoned.
