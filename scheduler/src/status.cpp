@@ -8,10 +8,12 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <map>
 #include <sstream>
+#include <utility>
 
 #include "gpuqos/ipc/clock.h"
 #include "gpuqos/scheduler/unix_socket.h"
@@ -103,6 +105,11 @@ nlohmann::json policy_state_json(const PolicyState& state) {
           {"marked_jobs", std::move(marked)}};
 }
 
+// object[key] as an int64 (json_integer: a float out of range is refused, not cast).
+std::int64_t int64_at(const nlohmann::json& object, const char* key) {
+  return json_integer<std::int64_t>(object.at(key), key);
+}
+
 std::string milliseconds(std::int64_t ns) {
   char text[32];
   std::snprintf(text, sizeof text, "%.3f", static_cast<double>(ns) / 1e6);
@@ -137,6 +144,42 @@ std::string local_time_text(std::int64_t unix_s) {
 }
 
 }  // namespace
+
+template <class T>
+T json_integer(const nlohmann::json& value, std::string_view name, T min) {
+  using Limits = std::numeric_limits<T>;
+  if (value.is_number_unsigned()) {
+    if (const auto n = value.get<std::uint64_t>(); std::cmp_greater_equal(n, min) && std::cmp_less_equal(n, Limits::max())) {
+      return static_cast<T>(n);
+    }
+  } else if (value.is_number_integer()) {
+    if (const auto n = value.get<std::int64_t>(); std::cmp_greater_equal(n, min) && std::cmp_less_equal(n, Limits::max())) {
+      return static_cast<T>(n);
+    }
+  } else if (value.is_number_float()) {
+    // T's max + 1 is a power of two, exact as a double (T's max itself is not, for 64 bits).
+    const double d = value.get<double>();
+    if (std::isfinite(d) && d == std::trunc(d) && d >= static_cast<double>(min) && d < std::ldexp(1.0, Limits::digits)) {
+      return static_cast<T>(d);
+    }
+  }
+  throw nlohmann::json::type_error::create(
+      302, std::string(name) + " is " + value.dump() + ", not an integer from " + std::to_string(min) + " to " +
+               std::to_string(Limits::max()), &value);
+}
+
+template <class T>
+T json_integer_or(const nlohmann::json& object, const char* key, T absent) {
+  const auto it = object.find(key);
+  return it == object.end() ? absent : json_integer<T>(*it, key);
+}
+
+template std::int64_t json_integer(const nlohmann::json&, std::string_view, std::int64_t);
+template std::uint64_t json_integer(const nlohmann::json&, std::string_view, std::uint64_t);
+template std::uint32_t json_integer(const nlohmann::json&, std::string_view, std::uint32_t);
+template std::int64_t json_integer_or(const nlohmann::json&, const char*, std::int64_t);
+template std::uint64_t json_integer_or(const nlohmann::json&, const char*, std::uint64_t);
+template std::uint32_t json_integer_or(const nlohmann::json&, const char*, std::uint32_t);
 
 nlohmann::json to_json(const DaemonStatus& status) {
   nlohmann::json json = {{"version", 2},
@@ -263,52 +306,51 @@ std::string bounded_status_text(const DaemonStatus& status, std::size_t max_byte
 std::string render_policy_state(const nlohmann::json& status) {
   std::ostringstream out;
   const auto& state = status.at("policy_state");
-  out << "  best-effort bound " << milliseconds(state.at("backlog_bound_ns").get<std::int64_t>()) << " ms ("
+  out << "  best-effort bound " << milliseconds(int64_at(state, "backlog_bound_ns")) << " ms ("
       << state.at("adaptation_steps") << " adaptation steps)";
   // (Absent from a daemon older than idle_bound_factor.)
-  if (const auto idle = state.value("idle_stream_bound_ns", std::int64_t{0}); idle > 0)
+  if (const auto idle = json_integer_or(state, "idle_stream_bound_ns", std::int64_t{0}); idle > 0)
     out << ", " << milliseconds(idle) << " ms per stream with no query in the system";
   for (const auto& budget : state.at("long_op_budget")) {
     out << ", device " << budget.at("device") << " long-op budget "
-        << milliseconds(budget.at("level_ns").get<std::int64_t>()) << " of "
-        << milliseconds(budget.at("cap_ns").get<std::int64_t>()) << " ms";
+        << milliseconds(int64_at(budget, "level_ns")) << " of " << milliseconds(int64_at(budget, "cap_ns")) << " ms";
   }
   out << "\n";
   std::string granted;
   for (const auto& job : status.value("jobs", nlohmann::json::array())) {
     const auto& be = job.at("be");
     // Only what is outstanding: a job whose work all completed (one that left, too) has nothing here.
-    if (!be.contains("outstanding_ns") || be.at("outstanding_ns").get<std::int64_t>() <= 0) continue;
-    granted += (granted.empty() ? "" : ", ") + job.at("job").get<std::string>() + " " +
-               milliseconds(be.at("outstanding_ns").get<std::int64_t>()) + " ms";
+    const std::int64_t outstanding_ns = json_integer_or(be, "outstanding_ns", std::int64_t{0});
+    if (outstanding_ns <= 0) continue;
+    granted += (granted.empty() ? "" : ", ") + job.at("job").get<std::string>() + " " + milliseconds(outstanding_ns) + " ms";
   }
   if (!granted.empty()) out << "  granted, not completed: " << granted << "\n";
   // (Absent from a daemon older than counting it.)
   std::string idle;
   for (const auto& device : state.value("idle_held", nlohmann::json::array())) {
     idle += (idle.empty() ? "" : ", ") + std::string("device ") + device.at("device").dump() + " " +
-            milliseconds(device.at("held_ns").get<std::int64_t>()) + " ms";
+            milliseconds(int64_at(device, "held_ns")) + " ms";
   }
   if (!idle.empty()) out << "  idle while best-effort compute was held: " << idle << "\n";
   // (Absent from a daemon older than the arrival rate's cap.)
   for (const auto& marked : state.value("marked_jobs", nlohmann::json::array())) {
-    const auto gap = marked.at("mean_arrival_gap_ns").get<std::int64_t>();
+    const auto gap = int64_at(marked, "mean_arrival_gap_ns");
     out << "  " << marked.at("job").get<std::string>() << " says its arrivals: "
         << (gap > 0 ? "one every " + milliseconds(gap) + " ms (mean of its latest arrivals, at most 64)" : "too few yet for a rate")
-        << "; a query may run " << milliseconds(marked.at("query_allowance_ns").get<std::int64_t>())
+        << "; a query may run " << milliseconds(int64_at(marked, "query_allowance_ns"))
         << " ms past its own time (the margin included)\n";
   }
   // (Absent from a daemon older than the check.)
   for (const auto& tight : state.value("tight_targets", nlohmann::json::array())) {
-    // be_processes: absent from a daemon older than counting them, which compared one slice.
-    const PolicyState::TightTarget t{tight.at("job").get<std::string>(), tight.at("device").get<std::uint32_t>(),
-                                     tight.at("target_ns").get<std::int64_t>(),
-                                     tight.at("expected_query_ns").get<std::int64_t>(),
-                                     tight.at("timeslice_ns").get<std::int64_t>(),
-                                     tight.value("be_processes", std::uint32_t{1}),
-                                     tight.value("backlog_bound_ns", std::int64_t{0}),
-                                     tight.value("backlog_wait_ns", std::int64_t{0}),
-                                     tight.value("ahead_ns", std::int64_t{0})};
+    // be_processes: absent from a daemon older than counting them, which compared one slice. No
+    // time of a target is negative: one that is makes no warning worth reading.
+    const auto duration = [&](const char* key) { return json_integer<std::int64_t>(tight.at(key), key, 0); };
+    const auto duration_or_0 = [&](const char* key) { return tight.contains(key) ? duration(key) : 0; };
+    const PolicyState::TightTarget t{tight.at("job").get<std::string>(), json_integer<std::uint32_t>(tight.at("device"), "device"),
+                                     duration("target_ns"), duration("expected_query_ns"), duration("timeslice_ns"),
+                                     json_integer_or(tight, "be_processes", std::uint32_t{1}),
+                                     duration_or_0("backlog_bound_ns"), duration_or_0("backlog_wait_ns"),
+                                     duration_or_0("ahead_ns")};
     out << "  warning: " << tight_target_text(t) << "\n";
   }
   // A user test: this was in the JSON and the log only.
@@ -370,14 +412,14 @@ std::string tight_target_text(const PolicyState::TightTarget& t) {
 std::string render_status_table(const nlohmann::json& status) {
   std::ostringstream out;
   const auto& daemon = status.at("daemon");
-  out << "gpuqosd pid " << daemon.at("pid").get<std::int64_t>() << ", up "
-      << uptime_text(daemon.at("uptime_ns").get<std::int64_t>()) << ", policy "
+  out << "gpuqosd pid " << int64_at(daemon, "pid") << ", up " << uptime_text(int64_at(daemon, "uptime_ns")) << ", policy "
       << daemon.at("policy").get<std::string>() << ", socket " << daemon.at("socket").get<std::string>() << "\n";
   if (daemon.contains("config")) {
     const auto& config = daemon.at("config");
-    out << "  config " << config.value("path", "") << ", read " << local_time_text(config.value("loaded_unix_s", std::int64_t{0}));
+    const std::int64_t loaded_unix_s = json_integer_or(config, "loaded_unix_s", std::int64_t{0});
+    out << "  config " << config.value("path", "") << ", read " << local_time_text(loaded_unix_s);
     if (!config.value("last_reload_ok", true)) {
-      out << "; the reload at " << local_time_text(config.value("last_reload_unix_s", std::int64_t{0}))
+      out << "; the reload at " << local_time_text(json_integer_or(config, "last_reload_unix_s", std::int64_t{0}))
           << " FAILED and was not applied: ";
       const std::string error = config.value("last_reload_error", "");
       const auto more = std::count(error.begin(), error.end(), '\n');
@@ -386,7 +428,7 @@ std::string render_status_table(const nlohmann::json& status) {
     }
     if (const std::string kept = config.value("needs_restart", ""); !kept.empty()) {
       // The config read then, not the file: a later reload that failed may have changed it back.
-      out << "; the config read at " << local_time_text(config.value("loaded_unix_s", std::int64_t{0})) << " changes "
+      out << "; the config read at " << local_time_text(loaded_unix_s) << " changes "
           << kept << ", which only a restart applies";
     }
     out << "\n";
@@ -401,7 +443,7 @@ std::string render_status_table(const nlohmann::json& status) {
     const nlohmann::json retry = metrics.value("retry_s", nlohmann::json());
     if (!error.empty() && !listen.empty()) {
       out << "  metrics: NOT serving: " << error;
-      if (retry.is_number_integer()) out << " (trying again every " << retry.get<std::int64_t>() << " s)";
+      if (retry.is_number_integer()) out << " (trying again every " << json_integer<std::int64_t>(retry, "retry_s") << " s)";
       if (!serving.empty()) out << "; still serving http://" << serving << "/metrics";
       out << "\n";
     } else if (!serving.empty()) {
@@ -415,7 +457,7 @@ std::string render_status_table(const nlohmann::json& status) {
     out << ", " << device.at("clients") << " client(s)";
     if (status.at("daemon").value("policy", "") == "baymax" && device.contains("preemptive")) {
       out << (device.at("preemptive").get<bool>()
-                  ? ", time-slicing (" + milliseconds(device.value("timeslice_ns", std::int64_t{0})) + " ms slices)"
+                  ? ", time-slicing (" + milliseconds(json_integer_or(device, "timeslice_ns", std::int64_t{0})) + " ms slices)"
                   : ", runs kernels to their end");
     }
     out << "\n";
@@ -431,9 +473,9 @@ std::string render_status_table(const nlohmann::json& status) {
   }
   for (const auto& load : status.at("backlog")) {
     out << "  device " << load.at("device") << " " << load.at("engine").get<std::string>() << ": "
-        << load.at("outstanding_ops") << " outstanding ops, backlog " << milliseconds(load.at("backlog_ns"))
+        << load.at("outstanding_ops") << " outstanding ops, backlog " << milliseconds(int64_at(load, "backlog_ns"))
         << " ms, " << load.at("completed_ops") << " completed";
-    if (const auto lost = load.value("lost_ops", std::uint64_t{0}); lost > 0) {
+    if (const auto lost = json_integer_or(load, "lost_ops", std::uint64_t{0}); lost > 0) {
       out << ", " << lost << " lost (no completion in " << EngineBacklog::kLostAfterNs / 1'000'000'000 << " s)";
     }
     out << "\n";
@@ -461,13 +503,13 @@ std::string render_status_table(const nlohmann::json& status) {
       lowered = true;
     }
     std::snprintf(line, sizeof line, "%-8lld %-6u %-*s %-4s %-7s %-8s %10llu %10llu %10llu %12s\n",
-                  static_cast<long long>(c.at("pid").get<std::int64_t>()), c.at("uid").get<unsigned>(), width,
+                  static_cast<long long>(int64_at(c, "pid")), json_integer<std::uint32_t>(c.at("uid"), "uid"), width,
                   c.at("job").get<std::string>().c_str(), prio.c_str(),
                   devices.empty() ? "-" : devices.c_str(), c.at("state").get<std::string>().c_str(),
-                  static_cast<unsigned long long>(ops.at("posted").get<std::uint64_t>()),
-                  static_cast<unsigned long long>(ops.at("granted").get<std::uint64_t>()),
-                  static_cast<unsigned long long>(ops.at("completed").get<std::uint64_t>()),
-                  milliseconds(c.at("current_wait_ns").get<std::int64_t>()).c_str());
+                  static_cast<unsigned long long>(json_integer<std::uint64_t>(ops.at("posted"), "posted")),
+                  static_cast<unsigned long long>(json_integer<std::uint64_t>(ops.at("granted"), "granted")),
+                  static_cast<unsigned long long>(json_integer<std::uint64_t>(ops.at("completed"), "completed")),
+                  milliseconds(int64_at(c, "current_wait_ns")).c_str());
     out << line;
     for (const auto& u : c.value("unscheduled_devices", nlohmann::json::array())) {
       const std::string uuid = u.value("uuid", "");
@@ -477,7 +519,7 @@ std::string render_status_table(const nlohmann::json& status) {
     if (c.contains("held_at")) {
       const auto& held = c.at("held_at");
       out << "         held at op " << held.at("seq") << ", " << held.at("op").get<std::string>() << " (predicted "
-          << milliseconds(held.at("expected_ns")) << " ms, up to " << milliseconds(held.at("predicted_ns"))
+          << milliseconds(int64_at(held, "expected_ns")) << " ms, up to " << milliseconds(int64_at(held, "predicted_ns"))
           << " ms), by " << held.at("held_by").get<std::string>() << "\n";
     }
   }

@@ -41,7 +41,9 @@
 #include <cstdint>
 #include <optional>
 #include <functional>
+#include <limits>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -157,8 +159,19 @@ nlohmann::json to_json(const DaemonStatus& status);
 // "clients_omitted" and "jobs_omitted"), from whichever list is longer, until it fits.
 std::string bounded_status_text(const DaemonStatus& status, std::size_t max_bytes = ipc::kMaxControlTextBytes);
 
-// The table `gpuqos status` prints (and `gpuqos top` refreshes).
+// The table `gpuqos status` prints (and `gpuqos top` refreshes). Throws nlohmann::json::exception
+// on an answer it cannot read (a field missing, of another type, or out of range).
 std::string render_status_table(const nlohmann::json& status);
+// An integer field of the daemon's answer (`name` says which, for the message) as T: an integer in
+// [min, T's max], or a float that is exactly one (an answer is any JSON); anything else throws
+// nlohmann::json::type_error. Every integer the tables read goes through it: nlohmann's own get<T>
+// converts a float with a cast, undefined behaviour for one out of T's range (a review's 1e300).
+// Defined for std::int64_t, std::uint64_t and std::uint32_t.
+template <class T>
+T json_integer(const nlohmann::json& value, std::string_view name, T min = std::numeric_limits<T>::lowest());
+// The same for object[key], `absent` when the object has no such key (an older daemon's answer).
+template <class T>
+T json_integer_or(const nlohmann::json& object, const char* key, T absent);
 // Its lines about the policy's state: the bound, the long-op budgets, each best-effort job's granted
 // work not completed, a warning per tight target (status must have "policy_state").
 std::string render_policy_state(const nlohmann::json& status);
