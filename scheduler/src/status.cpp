@@ -110,11 +110,12 @@ std::int64_t int64_at(const nlohmann::json& object, const char* key) {
   return json_integer<std::int64_t>(object.at(key), key);
 }
 
-std::string milliseconds(std::int64_t ns) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.3f", static_cast<double>(ns) / 1e6);
+std::string milliseconds(double ns) {
+  char text[64];  // a product of a daemon's figures runs to 29 digits
+  std::snprintf(text, sizeof text, "%.3f", ns / 1e6);
   return text;
 }
+std::string milliseconds(std::int64_t ns) { return milliseconds(static_cast<double>(ns)); }
 
 // How long a daemon has been up, as a person reads it: "42.5 s", "3 min 21 s", "5 h 07 min", "2 d 3 h".
 std::string uptime_text(std::int64_t ns) {
@@ -362,35 +363,40 @@ std::string render_policy_state(const nlohmann::json& status) {
 }
 
 std::string tight_target_text(const PolicyState::TightTarget& t) {
+  // Sums and products in double: the figures come from the daemon's JSON too (`gpuqos status`), any
+  // int64 there, and in int64 they overflow (a review: a target of INT64_MAX over queries of
+  // -INT64_MAX). A double is exact for times under 104 days, far past any target.
+  const auto ns = [](std::int64_t value) { return static_cast<double>(value); };
+  const double slices_ns = ns(t.timeslice_ns) * std::max<std::uint32_t>(1, t.be_processes);
   if (t.target_ns < t.expected_query_ns) {
     // Not a question of the bound or the slices: no policy meets it, and baymax holds best-effort
     // work on the device for as long as each query is open, to make it as little late as it can.
     // What the target needs over the queries for the bound's or the slices' warning to stay quiet.
-    const std::int64_t wait = t.backlog_bound_ns > 0 ? t.backlog_wait_ns : t.timeslice_ns * std::max<std::uint32_t>(1, t.be_processes);
+    const double wait_ns = t.backlog_bound_ns > 0 ? ns(t.backlog_wait_ns) : slices_ns;
     return t.job + "'s target of " + milliseconds(t.target_ns) + " ms is shorter than its queries take when nothing delays them (about " +
            milliseconds(t.expected_query_ns) + " ms): it cannot be met, and best-effort work on device " +
            std::to_string(t.device) + " is held while each of its queries is open (raise the target to " +
-           milliseconds(t.expected_query_ns + wait) + " ms or more)";
+           milliseconds(ns(t.expected_query_ns) + wait_ns) + " ms or more)";
   }
   const std::string device = "device " + std::to_string(t.device);
   // Another high-priority process's query ahead (a run-to-end device): time the target needs too.
   const std::string ahead = t.ahead_ns > 0 ? " and the " + milliseconds(t.ahead_ns) +
                                                  " ms of another high-priority process's query that can run ahead of one"
                                            : "";
-  const std::int64_t slack = t.target_ns - t.expected_query_ns - t.ahead_ns;
+  const double slack = ns(t.target_ns) - ns(t.expected_query_ns) - ns(t.ahead_ns);
   if (slack < 0) {
     // The figures are measured beside best-effort work and err long: "can", not "will".
     return t.job + "'s target of " + milliseconds(t.target_ns) + " ms leaves no time over its queries' " +
            milliseconds(t.expected_query_ns) + " ms" + ahead + " on " + device +
            " (which runs kernels to their end): a query arriving behind such a query and any best-effort work can "
-           "miss it (raise the target to " + milliseconds(t.expected_query_ns + t.ahead_ns + t.backlog_wait_ns) +
+           "miss it (raise the target to " + milliseconds(ns(t.expected_query_ns) + ns(t.ahead_ns) + ns(t.backlog_wait_ns)) +
            " ms or more, run the jobs on different GPUs, or expect those misses)";
   }
   const std::string head = t.job + "'s target of " + milliseconds(t.target_ns) + " ms leaves " + milliseconds(slack) +
                            " ms over its queries' " + milliseconds(t.expected_query_ns) + " ms" + ahead + ", less than ";
   if (t.backlog_bound_ns > 0) {
     // The bound that would fit: the slack plus what drains before the query first waits.
-    const std::int64_t fits = slack + (t.backlog_bound_ns - t.backlog_wait_ns);
+    const double fits = slack + (ns(t.backlog_bound_ns) - ns(t.backlog_wait_ns));
     return head + milliseconds(t.backlog_wait_ns) + " ms, what a query arriving behind best-effort work on " + device +
            " (which runs kernels to their end) can wait for: the best-effort backlog bound of " +
            milliseconds(t.backlog_bound_ns) + " ms less the time its queries run before they first wait for the "
@@ -405,7 +411,7 @@ std::string tight_target_text(const PolicyState::TightTarget& t) {
   }
   const std::string n = std::to_string(t.be_processes);
   return head + n + " of " + device + "'s time slices of " + milliseconds(t.timeslice_ns) + " ms (" +
-         milliseconds(t.timeslice_ns * t.be_processes) + " ms, one for each of its " + n +
+         milliseconds(slices_ns) + " ms, one for each of its " + n +
          " best-effort processes): a query arriving while their work runs waits for a slice of each" + advice;
 }
 

@@ -322,6 +322,36 @@ TEST(StatusJobs, ATightTargetIsWarnedOf) {
   EXPECT_EQ(render_status_table(nlohmann::json::parse(bounded_status_text(status))).find("warning"), std::string::npos);
 }
 
+// A review: the warning's sums and products were int64, and a daemon's answer (or its own figures)
+// overflowed them, undefined behaviour that printed a wrapped figure. They are in double now.
+TEST(StatusJobs, ATightTargetsFiguresDoNotOverflow) {
+  constexpr std::int64_t kMax = INT64_MAX;
+  const std::string wide = tight_target_text({"serve", 0, kMax, -kMax, 8 * kMs, 1});
+  EXPECT_NE(wide.find("serve's target of 9223372036854.775 ms leaves 18446744073709.551 ms over its queries' "
+                      "-9223372036854.775 ms"),
+            std::string::npos)
+      << wide;
+  const std::string slices = tight_target_text({"serve", 1, 10 * kMs, 8 * kMs, 9'223'372'036'854'775'000, 3});
+  EXPECT_NE(slices.find("3 of device 1's time slices of 9223372036854.775 ms (27670116110564.324 ms, one for each"),
+            std::string::npos)
+      << slices;
+  const std::string unreachable = tight_target_text({"serve", 1, 10 * kMs, kMax, kMax, 3});
+  EXPECT_NE(unreachable.find("(raise the target to 36893488147419.102 ms or more)"), std::string::npos) << unreachable;
+  PolicyState::TightTarget bound{"serve", 0, kMax, 0, 0, 1, kMax, -kMax, 0};
+  EXPECT_NE(tight_target_text(bound).find("bring the bound under 27670116110564.328 ms"), std::string::npos)
+      << tight_target_text(bound);
+  bound = {"serve", 0, 0, 0, 0, 1, kMax, kMax, kMax};
+  EXPECT_NE(tight_target_text(bound).find("(raise the target to 18446744073709.551 ms or more"), std::string::npos)
+      << tight_target_text(bound);
+  // From an answer, a negative time is refused as unexpected rather than warned of.
+  DaemonStatus status = with_jobs({serve(3'900'000, true)});
+  status.policy_state = PolicyState{4'500'000, 0, {}, {}};
+  status.policy_state->tight_targets = {{"serve", 1, 23'600'000, 15'800'000, 8 * kMs, 1}};
+  auto json = nlohmann::json::parse(bounded_status_text(status));
+  json["policy_state"]["tight_targets"][0]["expected_query_ns"] = -kMax;
+  EXPECT_THROW(render_status_table(json), nlohmann::json::type_error);
+}
+
 // On a device that runs kernels to their end the warning is about the backlog bound, and says how
 // low it must go; its JSON entry carries the bound, which a time-slicing device's leaves out.
 TEST(StatusJobs, ATightTargetOnARunToEndDeviceNamesTheBound) {
