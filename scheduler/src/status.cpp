@@ -267,6 +267,33 @@ void order_clients_for_a_cut(nlohmann::json& clients) {
   clients = std::move(ordered);
 }
 
+// The answer when even the cut status does not fit (its strings too long: a reload's error of
+// thousands of lines): the daemon's line and the counts, and why there is nothing more. A text
+// over the record's limit is not sent at all (encode_control_reply refuses it), and `gpuqos status`
+// could only say "peer closed".
+std::string status_too_large_text(const DaemonStatus& status, std::size_t bytes, std::size_t max_bytes) {
+  nlohmann::json json = {{"version", 2},
+                         {"daemon",
+                          {{"pid", status.pid},
+                           {"uptime_ns", status.uptime_ns},
+                           {"policy", status.policy},
+                           {"socket", status.socket}}},
+                         {"backlog", nlohmann::json::array()},
+                         {"clients", nlohmann::json::array()},
+                         {"clients_omitted", status.clients.size()},
+                         {"jobs", nlohmann::json::array()},
+                         {"jobs_omitted", status.jobs.size()},
+                         {"truncated", "the status (" + std::to_string(bytes) + " bytes) does not fit one answer (" +
+                                           std::to_string(max_bytes) + " bytes): only the daemon's line is shown"}};
+  std::string text = dump(json);
+  if (text.size() > max_bytes) {  // only with a max_bytes far below the record's (a test's)
+    json["daemon"]["socket"] = "";
+    json["truncated"] = "the status does not fit one answer";
+    text = dump(json);
+  }
+  return text;
+}
+
 }  // namespace
 
 std::string bounded_status_text(const DaemonStatus& status, std::size_t max_bytes) {
@@ -274,34 +301,49 @@ std::string bounded_status_text(const DaemonStatus& status, std::size_t max_byte
   std::string text = dump(json);
   if (text.size() <= max_bytes) return text;
   order_clients_for_a_cut(json["clients"]);
-  // What each entry takes (with its comma), so the cut is worked out without dumping again: entries
-  // come off the end of whichever list takes more room (clients on a tie) until the rest fits.
+  // The lists a cut shortens, each counted in "<name>_omitted" beside it. What each entry takes (with
+  // its comma), so the cut is worked out without dumping again: entries come off the end of whichever
+  // list takes most room (the earlier one on a tie) until the rest fits. (A review: 520 tight targets
+  // did not fit, and only clients and jobs were cut.) Objects are maps: `parent` stays valid while
+  // the counts are added.
   struct List {
+    nlohmann::json* parent;
     const char* name;
     std::vector<std::size_t> bytes;
     std::size_t total = 0;
     std::size_t kept = 0;
   };
-  std::array<List, 2> lists{List{"clients"}, List{"jobs"}};
-  for (List& list : lists) {
-    for (const auto& entry : json[list.name]) list.total += list.bytes.emplace_back(dump(entry).size() + 1);
+  std::vector<List> lists;
+  const auto add = [&](nlohmann::json& parent, const char* name) {
+    if (!parent.contains(name)) return;
+    List& list = lists.emplace_back(List{&parent, name, {}});
+    for (const auto& entry : parent[name]) list.total += list.bytes.emplace_back(dump(entry).size() + 1);
     list.kept = list.bytes.size();
+  };
+  for (const char* name : {"clients", "jobs", "backlog", "devices"}) add(json, name);
+  if (json.contains("policy_state")) {
+    for (const char* name : {"tight_targets", "marked_jobs", "overdue_jobs", "idle_held", "long_op_budget"}) {
+      add(json["policy_state"], name);
+    }
   }
-  constexpr std::size_t kOmittedCountsBytes = 64;  // ,"clients_omitted":N,"jobs_omitted":N
-  std::size_t size = text.size() + kOmittedCountsBytes;
-  while (size > max_bytes && (lists[0].kept > 0 || lists[1].kept > 0)) {
-    List& longer = lists[0].total >= lists[1].total ? lists[0] : lists[1];
-    const std::size_t bytes = longer.bytes[--longer.kept];
-    longer.total -= bytes;
+  constexpr std::size_t kOmittedCountBytes = 48;  // ,"long_op_budget_omitted":18446744073709551615
+  std::size_t size = text.size() + kOmittedCountBytes * lists.size();
+  for (;;) {
+    const auto longest = std::max_element(lists.begin(), lists.end(),
+                                          [](const List& a, const List& b) { return a.total < b.total; });
+    if (size <= max_bytes || longest == lists.end() || longest->kept == 0) break;
+    const std::size_t bytes = longest->bytes[--longest->kept];
+    longest->total -= bytes;
     size -= bytes;
   }
   for (const List& list : lists) {
-    nlohmann::json& entries = json[list.name];
+    nlohmann::json& entries = (*list.parent)[list.name];
     if (list.kept == entries.size()) continue;
-    json[std::string(list.name) + "_omitted"] = entries.size() - list.kept;
+    (*list.parent)[std::string(list.name) + "_omitted"] = entries.size() - list.kept;
     entries.erase(entries.begin() + static_cast<std::ptrdiff_t>(list.kept), entries.end());
   }
-  return dump(json);
+  std::string cut = dump(json);
+  return cut.size() <= max_bytes ? cut : status_too_large_text(status, text.size(), max_bytes);
 }
 
 std::string render_policy_state(const nlohmann::json& status) {
@@ -358,6 +400,14 @@ std::string render_policy_state(const nlohmann::json& status) {
   for (const auto& job : state.value("overdue_jobs", nlohmann::json::array())) {
     out << "  warning: job " << job.get<std::string>() << " has a query open for over "
         << PolicyState::kOverdueTargets << " times its target: best-effort work no longer waits for it\n";
+  }
+  // What a status too long for one answer left out (bounded_status_text).
+  for (const auto& [list, what] : {std::pair{"long_op_budget", "long-op budgets"}, {"idle_held", "devices' idle times"},
+                                   {"marked_jobs", "jobs that mark arrivals"}, {"tight_targets", "tight-target warnings"},
+                                   {"overdue_jobs", "overdue-query warnings"}}) {
+    if (const auto omitted = json_integer_or(state, (std::string(list) + "_omitted").c_str(), std::uint64_t{0}); omitted > 0) {
+      out << "  (" << omitted << " more " << what << " not shown)\n";
+    }
   }
   return out.str();
 }
@@ -420,6 +470,9 @@ std::string render_status_table(const nlohmann::json& status) {
   const auto& daemon = status.at("daemon");
   out << "gpuqosd pid " << int64_at(daemon, "pid") << ", up " << uptime_text(int64_at(daemon, "uptime_ns")) << ", policy "
       << daemon.at("policy").get<std::string>() << ", socket " << daemon.at("socket").get<std::string>() << "\n";
+  if (const auto truncated = status.find("truncated"); truncated != status.end()) {
+    out << "  status cut short: " << truncated->get<std::string>() << "\n";
+  }
   if (daemon.contains("config")) {
     const auto& config = daemon.at("config");
     const std::int64_t loaded_unix_s = json_integer_or(config, "loaded_unix_s", std::int64_t{0});
@@ -468,6 +521,9 @@ std::string render_status_table(const nlohmann::json& status) {
     }
     out << "\n";
   }
+  if (const auto omitted = json_integer_or(status, "devices_omitted", std::uint64_t{0}); omitted > 0) {
+    out << "  (" << omitted << " more devices not shown)\n";
+  }
   // GPUs its clients run unscheduled, by UUID ("" when a driver could not say), with their clients.
   std::map<std::string, int> unscheduled;
   for (const auto& c : status.at("clients")) {
@@ -485,6 +541,9 @@ std::string render_status_table(const nlohmann::json& status) {
       out << ", " << lost << " lost (no completion in " << EngineBacklog::kLostAfterNs / 1'000'000'000 << " s)";
     }
     out << "\n";
+  }
+  if (const auto omitted = json_integer_or(status, "backlog_omitted", std::uint64_t{0}); omitted > 0) {
+    out << "  (" << omitted << " more engines' backlogs not shown)\n";
   }
   if (status.contains("policy_state")) out << render_policy_state(status);
   out << render_jobs_table(status);

@@ -399,6 +399,57 @@ TEST(StatusJobs, ManyJobsAndClientsAreCutToFitOneRecord) {
   EXPECT_NE(render_status_table(json).find("more jobs not shown"), std::string::npos);
 }
 
+// A review: 520 tight targets made a status of 67,972 bytes, which only the clients and jobs were
+// cut from; the record could not be encoded, and gpuqosd closed the connection without an answer
+// ("no answer from gpuqosd: peer closed"). Every list of the status is cut now, each counted.
+TEST(StatusJobs, AStatusOfManyTightTargetsIsCutToFitOneRecord) {
+  DaemonStatus status = with_jobs({serve(3'900'000, true)});
+  status.policy_state = PolicyState{4'500'000, 0, {}, {}};
+  for (std::uint32_t i = 0; i < 520; ++i) {
+    status.policy_state->tight_targets.push_back(
+        {"job-with-a-long-name-" + std::to_string(i), i % 64, 23'600'000, 15'800'000, 8 * kMs, 1});
+  }
+  for (std::uint32_t i = 0; i < 64; ++i) status.backlog.push_back(EngineLoad{i, Engine::compute, 1, 10, 2, 20});
+  const std::string text = bounded_status_text(status);
+  EXPECT_LE(text.size(), ipc::kMaxControlTextBytes);
+  const auto json = nlohmann::json::parse(text);
+  const auto& state = json["policy_state"];
+  ASSERT_TRUE(state.contains("tight_targets_omitted")) << text.size();
+  EXPECT_EQ(state["tight_targets"].size() + state["tight_targets_omitted"].get<std::size_t>(), 520u);
+  EXPECT_EQ(state["tight_targets"][0]["job"], "job-with-a-long-name-0") << "cut from the end";
+  EXPECT_EQ(json["backlog"].size(), 64u) << "the shorter lists are left whole";
+  EXPECT_FALSE(json.contains("backlog_omitted"));
+  const std::string table = render_status_table(json);
+  EXPECT_NE(table.find("  (" + std::to_string(state["tight_targets_omitted"].get<std::size_t>()) +
+                       " more tight-target warnings not shown)\n"),
+            std::string::npos)
+      << table;
+  // Far less room: every list gives way, each said.
+  const auto small = nlohmann::json::parse(bounded_status_text(status, 4096));
+  EXPECT_GT(small["backlog_omitted"].get<std::size_t>(), 0u);
+  const std::string small_table = render_status_table(small);
+  EXPECT_NE(small_table.find(" more engines' backlogs not shown)\n"), std::string::npos) << small_table;
+}
+
+// What no cut of the lists makes fit (a reload's error of 70,000 bytes) is still an answer: the
+// daemon's line and why there is nothing more, never a text the record cannot hold.
+TEST(StatusJobs, AStatusThatNoCutFitsIsAnsweredWithTheDaemonsLine) {
+  DaemonStatus status = with_jobs({serve(3'900'000, true), train()});
+  status.config = ConfigStatus{"/etc/gpuqos.toml", 1'700'000'000, false, 1'700'000'100, std::string(70'000, 'e')};
+  const std::string text = bounded_status_text(status);
+  EXPECT_LE(text.size(), ipc::kMaxControlTextBytes);
+  const auto json = nlohmann::json::parse(text);
+  EXPECT_EQ(json["jobs_omitted"], 2);
+  const std::string table = render_status_table(json);
+  EXPECT_NE(table.find("gpuqosd pid 42, up 5.0 s, policy baymax, socket /tmp/s.sock\n  status cut short: the status ("),
+            std::string::npos)
+      << table;
+  EXPECT_NE(table.find("does not fit one answer (65520 bytes): only the daemon's line is shown\n"), std::string::npos)
+      << table;
+  EXPECT_NE(table.find("(2 more jobs not shown)"), std::string::npos) << table;
+  EXPECT_LE(bounded_status_text(status, 1024).size(), 1024u);
+}
+
 // A user test: on a 20-column terminal top's frames (lines of up to 169 characters) wrapped and
 // scrolled, so only their bottom was on the screen.
 TEST(StatusJobs, TopFitsItsFrameToTheWindow) {

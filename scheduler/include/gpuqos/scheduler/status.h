@@ -29,9 +29,13 @@
 //    "policy_state" (only from a policy that keeps one):{"backlog_bound_ns",
 //                    "idle_stream_bound_ns" (0: none),"adaptation_steps",
 //                    "idle_held":[{"device","held_ns"}] (compute idle while best-effort compute held),
-//                    "long_op_budget":[{"device","level_ns","cap_ns"}]}}
+//                    "long_op_budget":[{"device","level_ns","cap_ns"}],
+//                    "tight_targets":[...],"marked_jobs":[...],"overdue_jobs":[job names]},
+//    "truncated": why (only when even the cut status did not fit: then only "daemon" holds anything)}
 // and in such a policy's best-effort jobs' "be": "outstanding_ns" (granted compute work not completed,
-// predicted).
+// predicted). A status too long for one record is cut: entries come off the end of whichever list
+// takes most room (clients, jobs, backlog, devices, and policy_state's lists), each counted in
+// "<list>_omitted" beside it ("clients_omitted", "policy_state"."tight_targets_omitted", ...).
 // Jobs (status_jobs.cpp) are what the daemon has seen work from, by name, kept across reconnects:
 // latencies are of the high-priority queries since the daemon started; "be" counts the completions of
 // its best-effort clients (ops_per_s and busy_share over the last 5 s).
@@ -155,8 +159,9 @@ struct DaemonStatus {
 
 nlohmann::json to_json(const DaemonStatus& status);
 
-// The JSON text, at most max_bytes: clients and jobs are left off the end (counted in
-// "clients_omitted" and "jobs_omitted"), from whichever list is longer, until it fits.
+// The JSON text, at most max_bytes (at least 1 KiB): entries are left off the end of its lists
+// (counted in "<list>_omitted"), from whichever list is longest, until it fits; when even that does
+// not fit, only the daemon's line and "truncated" (a request always gets a valid answer).
 std::string bounded_status_text(const DaemonStatus& status, std::size_t max_bytes = ipc::kMaxControlTextBytes);
 
 // The table `gpuqos status` prints (and `gpuqos top` refreshes). Throws nlohmann::json::exception
