@@ -1680,6 +1680,47 @@ TEST(Cli, StatusJsonDescribesTheDaemonAndItsClients) {
   EXPECT_NE(table.output().find("resnet-serve"), std::string::npos) << table.output();
 }
 
+// A review: `gpuqos status --json` passed any answer through with exit 0. Not JSON is said and
+// fails, with --json and without; JSON the table cannot read (an integer out of range) fails
+// naming the field.
+TEST(Cli, StatusSaysAnAnswerThatIsNotJsonOrCannotBeRead) {
+  const auto status = [](const FakeControlDaemon& daemon, std::vector<std::string> args) {
+    std::vector<std::string> argv = {bin("gpuqos"), "status", "--socket", daemon.socket()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto cli = std::make_unique<ChildProcess>(argv, std::map<std::string, std::string>{},
+                                              std::filesystem::path(daemon.socket()).parent_path() / "cli.out");
+    const auto code = cli->wait(10s);
+    return std::pair{code, cli->output()};
+  };
+  {
+    FakeControlDaemon garbage("<html>not a status</html>");
+    for (const auto& args : {std::vector<std::string>{"--json"}, std::vector<std::string>{}}) {
+      const auto [code, output] = status(garbage, args);
+      EXPECT_EQ(code, 1) << output;
+      EXPECT_EQ(output, "gpuqos status: the daemon's answer is not JSON\n");
+    }
+  }
+  {
+    FakeControlDaemon array("[1, 2]");
+    const auto [code, output] = status(array, {"--json"});
+    EXPECT_EQ(code, 1) << output;
+    EXPECT_EQ(output, "gpuqos status: the daemon's answer is not a JSON object\n");
+  }
+  nlohmann::json bogus = nlohmann::json::parse(scheduler::bounded_status_text(
+      scheduler::DaemonStatus{42, 5'000'000'000, "fifo", "/tmp/s.sock", {scheduler::EngineLoad{0, scheduler::Engine::h2d, 1, 10, 2, 20}}, {}}));
+  bogus["backlog"][0]["backlog_ns"] = 1e300;
+  FakeControlDaemon out_of_range(bogus.dump());
+  auto [code, output] = status(out_of_range, {});
+  EXPECT_EQ(code, 1) << output;
+  EXPECT_NE(output.find("gpuqos status: unexpected answer from gpuqosd: [json.exception.type_error.302] backlog_ns is "
+                        "1e+300, not an integer"),
+            std::string::npos)
+      << output;
+  std::tie(code, output) = status(out_of_range, {"--json"});
+  EXPECT_EQ(code, 0) << "--json passes JSON on as it is: " << output;
+  EXPECT_EQ(output, bogus.dump() + "\n");
+}
+
 TEST(Cli, StatusWithoutDaemonFails) {
   TempDir dir;
   ChildProcess cli({bin("gpuqos"), "status", "--socket", (dir.path() / "none.sock").string()}, {}, dir.path() / "out");
