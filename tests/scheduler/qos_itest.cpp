@@ -800,7 +800,8 @@ TEST(Cli, TopWaitsForAStoppedDaemonAndGoesOnWhenItRunsAgain) {
 
 // `command` run on a new pseudo-terminal (its stdin, stdout and stderr, and its controlling
 // terminal): what it writes is collected, keys are typed at it, and the terminal's settings can be
-// read as the command leaves them. `Leader::command`: the command leads the terminal's session, as
+// read as the command leaves them; `window` is its size (0 x 0: none), which resize() changes as a
+// terminal emulator does (the kernel sends SIGWINCH to its foreground). `Leader::command`: the command leads the terminal's session, as
 // under `ssh -t host CMD` (its process group is orphaned, so the kernel discards a Ctrl-Z). With
 // `Leader::shell` a stand-in for an interactive shell leads it and runs the command in a process
 // group of its own in the foreground, as job control does: it takes the foreground back when the
@@ -809,8 +810,8 @@ TEST(Cli, TopWaitsForAStoppedDaemonAndGoesOnWhenItRunsAgain) {
 class OnATerminal {
  public:
   enum class Leader { command, shell };
-  OnATerminal(const std::vector<std::string>& command, Leader leader) {
-    if (::openpty(&master_, &terminal_, nullptr, nullptr, nullptr) != 0) throw std::runtime_error("openpty failed");
+  OnATerminal(const std::vector<std::string>& command, Leader leader, winsize window = {}) {
+    if (::openpty(&master_, &terminal_, nullptr, nullptr, &window) != 0) throw std::runtime_error("openpty failed");
     std::vector<char*> argv;
     for (const auto& word : command) argv.push_back(const_cast<char*>(word.c_str()));
     argv.push_back(nullptr);
@@ -902,6 +903,10 @@ class OnATerminal {
     const std::lock_guard lock(mutex_);
     return output_;
   }
+  bool resize(unsigned short columns, unsigned short rows) {
+    const winsize window{rows, columns, 0, 0};
+    return ::ioctl(master_, TIOCSWINSZ, &window) == 0;
+  }
   bool type(std::string_view keys) { return ::write(master_, keys.data(), keys.size()) == static_cast<ssize_t>(keys.size()); }
   // The terminal's local flags (ICANON, ECHO...).
   tcflag_t local_flags() const {
@@ -992,6 +997,32 @@ TEST(Cli, TopOnATerminalQuitsOnQAndGivesTheTerminalBack) {
   ASSERT_EQ(::kill(top.pid(), SIGCONT), 0);
   EXPECT_EQ(top.wait(5s), 0) << top.output();
   EXPECT_EQ(top.local_flags() & kLineEcho, kLineEcho) << "given back at the end";
+}
+
+// A review: on a window no taller than the frame top's last row ended in a newline, which scrolled
+// the title line (the only one saying how to quit) off the top; and a resized window stayed mangled
+// until the next frame, up to --interval later. The last row has no newline now, and a resize
+// draws the frame again at once, at the new size.
+TEST(Cli, TopOnATerminalKeepsItsTitleAndRedrawsWhenResized) {
+  DaemonProcess daemon;
+  OnATerminal top({bin("gpuqos"), "top", "--interval", "600", "--socket", daemon.socket()}, OnATerminal::Leader::shell,
+                  winsize{3, 200, 0, 0});
+  const auto frames = [&] { return occurrences(top.output(), "gpuqos top at"); };
+  ASSERT_TRUE(top.pid() > 0 && eventually([&] { return top.output().find("taller window shows them)") != std::string::npos; },
+                                          10s))
+      << top.output();
+  std::this_thread::sleep_for(200ms);
+  EXPECT_TRUE(top.output().ends_with("more lines: a taller window shows them)")) << "no newline after the last row:\n"
+                                                                                 << top.output();
+  EXPECT_EQ(frames(), 1u) << top.output();
+  ASSERT_TRUE(top.resize(200, 40));
+  EXPECT_TRUE(eventually([&] { return frames() == 2; }, 5s)) << "drawn again at the new size\n" << top.output();
+  EXPECT_TRUE(eventually([&] { return top.output().ends_with("no clients connected"); }, 5s)) << top.output();
+  const std::string redrawn = top.output().substr(top.output().rfind("gpuqos top at"));
+  EXPECT_EQ(redrawn.find("more lines"), std::string::npos) << redrawn;
+  ASSERT_TRUE(top.type("q"));
+  EXPECT_EQ(top.wait(5s), 0) << top.output();
+  EXPECT_TRUE(top.output().ends_with("no clients connected\r\n")) << "the prompt goes below the frame";
 }
 
 // A review: top that leads its terminal's session (`ssh -t host gpuqos top`) has an orphaned

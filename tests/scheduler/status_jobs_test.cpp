@@ -456,9 +456,12 @@ TEST(StatusJobs, TopFitsItsFrameToTheWindow) {
   const std::string frame = "title line\nab\n0123456789abc\nlast\n";
   EXPECT_EQ(fit_to_terminal(frame, 0, 0), frame) << "no window: as it is";
   EXPECT_EQ(fit_to_terminal(frame, 5, 0), "title\nab\n01234\nlast\n");
-  EXPECT_EQ(fit_to_terminal(frame, 0, 4), frame) << "exactly the height";
-  EXPECT_EQ(fit_to_terminal(frame, 0, 3), "title line\nab\n(2 more lines: a taller window shows them)\n");
-  EXPECT_EQ(fit_to_terminal(frame, 8, 2), "title li\n(3 more \n");
+  // A review: a newline after the window's last row scrolled the title line off the top. The last
+  // line has none on a window of any height.
+  EXPECT_EQ(fit_to_terminal(frame, 0, 4), "title line\nab\n0123456789abc\nlast") << "exactly the height";
+  EXPECT_EQ(fit_to_terminal(frame, 0, 10), "title line\nab\n0123456789abc\nlast");
+  EXPECT_EQ(fit_to_terminal(frame, 0, 3), "title line\nab\n(2 more lines: a taller window shows them)");
+  EXPECT_EQ(fit_to_terminal(frame, 8, 2), "title li\n(3 more ");
   EXPECT_EQ(fit_to_terminal("p99 \u2264 5 \u00b5s\n", 5, 0), "p99 \u2264\n") << "cut by characters, not bytes";
   EXPECT_EQ(fit_to_terminal("\u00b5s \u00b5s\n", 4, 0), "\u00b5s \u00b5\n");
   EXPECT_EQ(fit_to_terminal("", 10, 10), "");

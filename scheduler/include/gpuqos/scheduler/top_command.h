@@ -21,7 +21,8 @@ struct TopOptions {
 };
 
 // Asks the daemon every interval and prints a frame to `out`, preceded by the ANSI clear-screen
-// codes and fitted to stdout's window (fit_to_terminal) when clear_screen (a terminal). Ends on
+// codes and fitted to stdout's window (fit_to_terminal) when clear_screen (a terminal), and drawn
+// again at once when the window is resized (SIGWINCH). Ends on
 // SIGINT or SIGTERM (exit code 0), on q, Ctrl-\ or a hangup when stdin is a terminal as well (read a
 // key at a time meanwhile, its settings given back at the end and while Ctrl-Z stops top), or after
 // one frame with once; when the daemon cannot be reached, says so on `err` and returns 1. A daemon
@@ -36,8 +37,9 @@ std::string render_top_frame(const nlohmann::json& status, const TopOptions& opt
 std::string render_top_stall(const std::string& error, std::int64_t since_answer_ns, const TopOptions& options);
 
 // `frame` cut to a terminal of `columns` x `rows` (0: no limit), as run_top draws it on one: each
-// line cut at the width (a wrapped line pushes the frame's top off the screen), and past the height
-// the last row says how many lines are not shown.
+// line cut at the width (a wrapped line pushes the frame's top off the screen), past the height the
+// last row says how many lines are not shown, and with `rows` the last line has no newline (one
+// after the window's last row scrolls the title line off the screen).
 std::string fit_to_terminal(std::string_view frame, int columns, int rows);
 
 }  // namespace gpuqos::scheduler
