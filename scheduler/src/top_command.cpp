@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "gpuqos/ipc/clock.h"
+#include "gpuqos/scheduler/frame_writer.h"
 #include "gpuqos/scheduler/status.h"
 
 namespace gpuqos::scheduler {
@@ -162,6 +163,7 @@ enum class Waited { elapsed, quit, resized };
 
 // Waits until until_ns (monotonic), or less when something that quits, or a resized window, comes first.
 Waited wait_until(QuitWatch& watch, std::int64_t until_ns) {
+  if (watch.take_resized()) return Waited::resized;  // while a frame was written
   for (std::int64_t left_ns = until_ns - ipc::monotonic_ns(); left_ns > 0; left_ns = until_ns - ipc::monotonic_ns()) {
     pollfd watched{watch.fd(), POLLIN, 0};
     const int ready = ::poll(&watched, watch.fd() >= 0 ? 1 : 0, static_cast<int>((left_ns + 999'999) / 1'000'000));
@@ -243,7 +245,7 @@ std::string render_top_stall(const std::string& error, std::int64_t since_answer
   return line + error + "\n";
 }
 
-int run_top(const TopOptions& given, std::ostream& out, std::ostream& err, bool clear_screen) {
+int run_top(const TopOptions& given, int out_fd, std::ostream& err, bool clear_screen) {
   std::optional<QuitWatch> watch;
   TopOptions options = given;
   if (!options.once) {
@@ -252,8 +254,10 @@ int run_top(const TopOptions& given, std::ostream& out, std::ostream& err, bool 
     watch.emplace(clear_screen && ::isatty(STDIN_FILENO) == 1 && ::tcgetpgrp(STDIN_FILENO) == ::getpgrp(), clear_screen);
     options.keys = watch->reads_keys();
   }
+  FrameWriter out(out_fd);
   std::string frame;  // the latest, before fit_to_terminal: what a resized window redraws
-  // Draws `frame`, fitted to the window's size now on a terminal; false when it cannot be written.
+  // Draws `frame`, fitted to the window's size now on a terminal: all of it, or quit (while the
+  // output takes nothing, as a quit signal or key comes), or failed (said).
   const auto draw = [&](bool first) {
     if (watch) watch->take_resized();  // this draw is at the new size
     std::string shown = frame;
@@ -263,18 +267,19 @@ int run_top(const TopOptions& given, std::ostream& out, std::ostream& err, bool 
     } else if (!first) {
       shown.insert(0, "\n");
     }
-    out << shown << std::flush;
-    if (out) return true;
-    // A closed pipe with SIGPIPE ignored, a full disk: nobody sees the frames.
-    err << "gpuqos top: cannot write its output (a closed pipe, or a full disk?)\n";
-    return false;
+    const auto wrote = watch ? out.write(shown, watch->fd(), [&] { return watch->quits(); }) : out.write(shown);
+    if (wrote == FrameWriter::Wrote::failed) {  // a closed pipe with SIGPIPE ignored, a full disk: nobody sees it
+      err << "gpuqos top: cannot write its output (a closed pipe, or a full disk?)\n";
+    }
+    return wrote;
   };
   // On a terminal the last row has no newline (fit_to_terminal): one at the end puts the shell's
   // prompt below the frame, not after its last line.
   const auto done = [&](int code) {
-    if (clear_screen && !frame.empty()) out << "\n" << std::flush;
+    if (clear_screen && !frame.empty()) out.write_now("\n");
     return code;
   };
+  const auto not_drawn = [&](FrameWriter::Wrote wrote) { return wrote == FrameWriter::Wrote::quit ? done(0) : 1; };
   std::int64_t last_answer_ns = 0;
   for (bool first = true;; first = false) {
     bool quit = false;  // Ctrl-C while a stopped gpuqosd keeps the answer: quit now, not in 5 s
@@ -299,12 +304,13 @@ int run_top(const TopOptions& given, std::ostream& out, std::ostream& err, bool 
       err << "gpuqos top: unexpected answer from gpuqosd: " << e.what() << "\n";
       return done(1);
     }
-    if (!draw(first)) return 1;
+    if (const auto wrote = draw(first); wrote != FrameWriter::Wrote::all) return not_drawn(wrote);
     if (options.once) return done(0);
     const std::int64_t until_ns = ipc::monotonic_ns() + interval_ns(options.interval_s);
     for (Waited waited; (waited = wait_until(*watch, until_ns)) != Waited::elapsed;) {
       if (waited == Waited::quit) return done(0);
-      if (!draw(false)) return 1;  // resized: the same frame at the new size, at once
+      // Resized: the same frame at the new size, at once.
+      if (const auto wrote = draw(false); wrote != FrameWriter::Wrote::all) return not_drawn(wrote);
     }
   }
 }

@@ -266,7 +266,7 @@ int main(int argc, char** argv) {
     return code == 0 ? 0 : kUsageError;
   }
   if (status->parsed()) return show_status(socket, json);
-  if (top->parsed()) return gpuqos::scheduler::run_top(top_options, std::cout, std::cerr, ::isatty(STDOUT_FILENO) == 1);
+  if (top->parsed()) return gpuqos::scheduler::run_top(top_options, STDOUT_FILENO, std::cerr, ::isatty(STDOUT_FILENO) == 1);
   if (train->parsed()) return gpuqos::predictor::run_train(train_options, std::cout, std::cerr);
   if (eval->parsed()) return gpuqos::predictor::run_eval(eval_options, std::cout, std::cerr);
   if (run->count("--priority") > 0) run_options.priority = priority;

@@ -1045,6 +1045,30 @@ TEST(Cli, TopThatLeadsItsTerminalIsNotStoppedByCtrlZ) {
   EXPECT_EQ(top.local_flags() & TOSTOP, TOSTOP) << "only what top changed is given back";
 }
 
+// A review: `gpuqos top > fifo` with a reader that never reads blocked in its write with SIGTERM
+// and SIGINT blocked (they are read on a signalfd), so neither could end it. It waits for the
+// output in poll() with them now, and quits through its normal path (exit 0).
+TEST(Cli, TopQuitsWhileItsOutputTakesNothing) {
+  DaemonProcess daemon;
+  for (const int signal : {SIGTERM, SIGINT}) {
+    const std::filesystem::path fifo = daemon.dir() / ("frames-" + std::to_string(signal));
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    scheduler::FileDescriptor reader(::open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));  // never read
+    ASSERT_TRUE(reader.valid());
+    ::fcntl(reader.get(), F_SETPIPE_SZ, 4096);  // full after a few frames
+    ChildProcess top({"/bin/sh", "-c", "exec \"$0\" top --interval 0.01 --socket \"$1\" > \"$2\"", bin("gpuqos"),
+                      daemon.socket(), fifo.string()},
+                     {}, daemon.dir() / "top.err");
+    int queued = 0;
+    ASSERT_TRUE(eventually([&] { return ::ioctl(reader.get(), FIONREAD, &queued) == 0 && queued >= 4096; }, 10s))
+        << queued << " bytes; " << top.output();
+    std::this_thread::sleep_for(100ms);  // its next frame is waiting for room
+    ASSERT_TRUE(top.running()) << top.output();
+    ::kill(top.pid(), signal);
+    EXPECT_EQ(top.wait(5s), 0) << "signal " << signal << ": " << top.output();
+  }
+}
+
 // A user test: `top` wrote frames into a closed pipe for ever when SIGPIPE was ignored (systemd's
 // default), and `status > /dev/full` exited 0 with nothing written.
 TEST(Cli, StatusAndTopSayWhenTheirOutputCannotBeWritten) {

@@ -20,7 +20,8 @@ struct TopOptions {
   bool keys = false;        // the title offers q (run_top sets it when it reads the terminal's keys)
 };
 
-// Asks the daemon every interval and prints a frame to `out`, preceded by the ANSI clear-screen
+// Asks the daemon every interval and writes a frame to `out_fd` (FrameWriter: a quit ends top also
+// while the output takes nothing), preceded by the ANSI clear-screen
 // codes and fitted to stdout's window (fit_to_terminal) when clear_screen (a terminal), and drawn
 // again at once when the window is resized (SIGWINCH). Ends on
 // SIGINT or SIGTERM (exit code 0), on q, Ctrl-\ or a hangup when stdin is a terminal as well (read a
@@ -28,7 +29,7 @@ struct TopOptions {
 // one frame with once; when the daemon cannot be reached, says so on `err` and returns 1. A daemon
 // that answered once and then does not answer (stopped, or stalled) is asked again each interval,
 // each frame saying for how long it has not answered (render_top_stall); one that is gone ends it.
-int run_top(const TopOptions& options, std::ostream& out, std::ostream& err, bool clear_screen);
+int run_top(const TopOptions& options, int out_fd, std::ostream& err, bool clear_screen);
 
 // One frame: a title line, then render_status_table(status).
 std::string render_top_frame(const nlohmann::json& status, const TopOptions& options);
