@@ -239,10 +239,11 @@ std::string render_top_frame(const nlohmann::json& status, const TopOptions& opt
 }
 
 std::string render_top_stall(const std::string& error, std::int64_t since_answer_ns, const TopOptions& options) {
-  char line[96];
-  std::snprintf(line, sizeof line, "gpuqos top: no answer from gpuqosd for %.0f s; asking again every %g s\n",
-                static_cast<double>(since_answer_ns) / 1e9, options.interval_s);
-  return line + error + "\n";
+  char line[160];
+  std::snprintf(line, sizeof line, "gpuqos top: %s for %.0f s; asking again every %g s (%s quits)\n",
+                status_error_is_stall(error) ? "no answer from gpuqosd" : "gpuqosd not reachable",
+                static_cast<double>(since_answer_ns) / 1e9, options.interval_s, options.keys ? "q or Ctrl-C" : "Ctrl-C");
+  return line + status_error_text(error, options.socket) + "\n";
 }
 
 int run_top(const TopOptions& given, int out_fd, std::ostream& err, bool clear_screen) {
@@ -286,11 +287,12 @@ int run_top(const TopOptions& given, int out_fd, std::ostream& err, bool clear_s
     auto text = watch ? request_status(options.socket, watch->fd(), [&] { return quit = watch->quits(); })
                       : request_status(options.socket);
     if (quit) return done(0);
-    // A gpuqosd that answered and then stops answering (stopped, or its loop stalled) is waited for,
-    // said in the frame: it runs again where it left off. One that is gone ends top.
-    if (!text && (first || !status_error_is_stall(text.error()))) {
-      err << "gpuqos top: " << (first ? "" : "gpuqosd went away: ") << status_error_text(text.error(), options.socket)
-          << "\n";
+    // Before a first answer an error ends top: no gpuqosd there, or the wrong socket. After one,
+    // any error is waited out, said in the frame, until q or Ctrl-C: a stopped or stalled gpuqosd
+    // runs again where it left off, and a restarted one answers again once its socket is back (a
+    // review: a restart's 2-s gap ended every open top).
+    if (!text && first) {
+      err << "gpuqos top: " << status_error_text(text.error(), options.socket) << "\n";
       return done(1);
     }
     const std::int64_t now_ns = ipc::monotonic_ns();

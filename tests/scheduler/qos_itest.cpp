@@ -798,6 +798,27 @@ TEST(Cli, TopWaitsForAStoppedDaemonAndGoesOnWhenItRunsAgain) {
   EXPECT_EQ(top.output().find("went away"), std::string::npos) << top.output();
 }
 
+// A review: after its first frame top quit on any error that was not a stall, a restarted gpuqosd's
+// too (its socket gone, then refusing, for the 2 s a restart takes), so a restart ended every
+// open top. It says gpuqosd is not reachable and goes on once it answers again.
+TEST(Cli, TopWaitsThroughADaemonRestart) {
+  TopOfADaemon watched;
+  auto& [daemon, top] = watched;
+  ASSERT_TRUE(watched.drew()) << top.output();
+  daemon.process().kill();  // a crash: the socket is left, and refuses connections
+  ASSERT_TRUE(eventually([&] { return top.output().find("gpuqosd not reachable for") != std::string::npos; }, 10s))
+      << top.output();
+  const auto gone_at = top.output().find("gpuqosd not reachable for");
+  EXPECT_NE(top.output().find("(Ctrl-C quits)\ncannot reach gpuqosd: ", gone_at), std::string::npos) << top.output();
+  std::filesystem::remove(daemon.socket());  // the window where no socket is there at all
+  std::this_thread::sleep_for(200ms);
+  ASSERT_TRUE(top.running()) << top.output();
+  ChildProcess restarted({bin("gpuqosd"), "--socket", daemon.socket()}, {}, daemon.dir() / "restarted.log");
+  EXPECT_TRUE(eventually([&] { return top.output().find("gpuqos top at", gone_at) != std::string::npos; }, 10s))
+      << "no frame after the restart\n" << top.output();
+  EXPECT_EQ(top.terminate(5s), 0) << top.output();
+}
+
 // `command` run on a new pseudo-terminal (its stdin, stdout and stderr, and its controlling
 // terminal): what it writes is collected, keys are typed at it, and the terminal's settings can be
 // read as the command leaves them; `window` is its size (0 x 0: none), which resize() changes as a
