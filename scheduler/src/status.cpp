@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <map>
 #include <sstream>
@@ -23,6 +24,17 @@ namespace {
 
 constexpr const char* kNoAnswerWithin = "gpuqosd did not answer within ";
 constexpr const char* kCannotReach = "cannot reach gpuqosd: ";
+
+// An error of a connection gpuqosd closed without answering, with what that can mean: it closes
+// one at once past the connections one user may hold, which read as a bare "Connection reset by
+// peer" (a review).
+std::string closed_without_an_answer(std::string error) {
+  if (error.ends_with("peer closed") || error.ends_with(std::strerror(ECONNRESET)) || error.ends_with(std::strerror(EPIPE))) {
+    error += " (gpuqosd closed the connection without an answer: it is stopping, or it refused the connection "
+             "because this user holds as many as one user may: gpuqosd --max-connections-per-user)";
+  }
+  return error;
+}
 
 nlohmann::json client_json(const ClientStatus& c) {
   nlohmann::json j = {{"client", c.client},
@@ -611,7 +623,7 @@ ipc::Result<std::string> request_status(const std::string& socket_path, int quit
   const timeval timeout{kAnswerWithinS, 0};  // a daemon that never answers must not hang the CLI
   ::setsockopt(socket->get(), SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
   if (ipc::Status sent = ipc::send_record(socket->get(), ipc::encode_control_request(ipc::ControlKind::status)); !sent) {
-    return ipc::Error{sent.error()};
+    return ipc::Error{closed_without_an_answer("cannot ask gpuqosd: " + sent.error())};
   }
   std::vector<std::byte> record;
   pollfd watched[2] = {{socket->get(), POLLIN, 0}, {quit_fd, POLLIN, 0}};
@@ -634,7 +646,7 @@ ipc::Result<std::string> request_status(const std::string& socket_path, int quit
     return ipc::Error{std::string(kNoAnswerWithin) + std::to_string(kAnswerWithinS) + " s (stopped, or too busy?)"};
   }
   if (ipc::Status got = ipc::receive_record(socket->get(), record, ipc::kMaxControlRecordBytes); !got) {
-    return ipc::Error{"no answer from gpuqosd: " + got.error()};
+    return ipc::Error{closed_without_an_answer("no answer from gpuqosd: " + got.error())};
   }
   auto reply = ipc::decode_control_reply(record);
   if (!reply) return ipc::Error{reply.error()};
