@@ -65,17 +65,16 @@ void Daemon::accept_connections() {
       if (may_warn_of_peer(now_ns, static_cast<uid_t>(-1))) spdlog::warn("connection without peer credentials: {}", peer.error());
       continue;
     }
-    if (connections_of(peer->uid) >= connection_cap_) {
-      if (may_warn_of_peer(now_ns, peer->uid)) {
-        spdlog::warn("pid {} uid {}: refused: the user has {} connections to gpuqosd, the most one user may hold "
-                     "(a job of that many processes, or a user flooding the socket; --max-connections-per-user)",
-                     peer->pid, peer->uid, connection_cap_);
-      }
+    const bool over_cap = connections_of(peer->uid) >= connection_cap_;
+    if (over_cap && std::cmp_greater_equal(std::count_if(pending_.begin(), pending_.end(),
+                                                         [](const auto& entry) { return entry.second.over_cap; }),
+                                           kOverCapPending)) {
+      warn_over_cap(peer.value(), now_ns);
       continue;  // closed: its shim runs unmanaged and asks again later
     }
     const std::uint64_t token = tokens::kPendingBase + next_pending_token_++;
     watch(socket.get(), token, EPOLLIN | EPOLLRDHUP);
-    pending_.emplace(token, Pending{std::move(socket), peer.value(), now_ns});
+    pending_.emplace(token, Pending{std::move(socket), peer.value(), now_ns, over_cap});
   }
 }
 
@@ -99,9 +98,20 @@ void Daemon::on_pending_readable(std::uint64_t token, std::uint32_t events) {
   pending_.erase(token);  // registered clients moved their socket out; everything else closes here
 }
 
+void Daemon::warn_over_cap(const ipc::PeerCredentials& peer, std::int64_t now_ns) {
+  if (!may_warn_of_peer(now_ns, peer.uid)) return;
+  spdlog::warn("pid {} uid {}: refused: the user has {} connections to gpuqosd, the most one user may hold "
+               "(a job of that many processes, or a user flooding the socket; --max-connections-per-user)",
+               peer.pid, peer.uid, connection_cap_);
+}
+
 void Daemon::on_first_record(Pending& pending, const std::vector<std::byte>& record) {
   const pid_t pid = pending.peer.pid;
-  switch (ipc::record_kind(record)) {
+  const ipc::RecordKind kind = ipc::record_kind(record);
+  if (pending.over_cap && kind != ipc::RecordKind::control_request) {
+    return warn_over_cap(pending.peer, ipc::monotonic_ns());  // closed: as at the accept, past kOverCapPending
+  }
+  switch (kind) {
     case ipc::RecordKind::control_request: return answer_control(pending, record);
     case ipc::RecordKind::hello: break;
     default:
@@ -402,8 +412,9 @@ std::size_t Daemon::connection_cap_for(std::uint64_t descriptor_limit) {
 }
 
 std::size_t Daemon::connections_of(uid_t uid) const {
-  const auto pending = std::count_if(pending_.begin(), pending_.end(),
-                                     [uid](const auto& entry) { return entry.second.peer.uid == uid; });
+  const auto pending = std::count_if(pending_.begin(), pending_.end(), [uid](const auto& entry) {
+    return entry.second.peer.uid == uid && !entry.second.over_cap;
+  });
   const auto registered = std::count_if(clients_.begin(), clients_.end(), [uid](const auto& entry) {
     return entry.second->identity().peer.uid == uid;
   });

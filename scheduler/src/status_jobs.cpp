@@ -22,6 +22,11 @@ double rounded(double value, int decimals) {
   return std::round(value * scale) / scale;
 }
 
+// object[key], a count (json_integer: a float out of range is refused, not cast).
+std::uint64_t count_at(const nlohmann::json& object, const char* key) {
+  return json_integer<std::uint64_t>(object.at(key), key);
+}
+
 std::string format(const char* pattern, double value) {
   char text[64];
   std::snprintf(text, sizeof text, pattern, value);
@@ -40,10 +45,10 @@ std::string latency_verdict(const nlohmann::json& job) {
   if (job.at("target_ms").is_null()) return "no target";
   const std::string at = "p" + format("%g", job.at("percentile").get<double>());
   const std::string target = "target " + short_ms(job.at("target_ms").get<double>()) + " ms";
-  if (job.at("queries").get<std::uint64_t>() == 0) return at + " - / " + target;
+  if (count_at(job, "queries") == 0) return at + " - / " + target;
   std::string text = std::string(job.at("meets_target").get<bool>() ? "ok  " : "OVER") + "  " + at + " " +
                      short_ms(job.at("percentile_ms").get<double>()) + " ms / " + target;
-  const auto violations = job.at("violations").get<std::uint64_t>();
+  const auto violations = count_at(job, "violations");
   if (violations > 0) {
     text += "  (" + std::to_string(violations) + " over, " +
             format("%.2f", 100 * job.at("violation_fraction").get<double>()) + "%)";
@@ -66,7 +71,7 @@ void query_rows(const nlohmann::json& jobs, const std::vector<std::string>& mark
   // The shown jobs, by what their latencies run from: first GPU op, begin mark, arrival.
   std::array<std::string, 3> measured;
   for (const auto& job : jobs) {
-    if (job.at("priority") != "high" && job.at("queries").get<std::uint64_t>() == 0) continue;
+    if (job.at("priority") != "high" && count_at(job, "queries") == 0) continue;
     const std::string name = job.at("job").get<std::string>();
     // How its latencies were measured (a daemon older than this field: whether it says arrivals now).
     const std::string from = job.contains("latency_from") && job.at("latency_from").is_string()
@@ -83,7 +88,7 @@ void query_rows(const nlohmann::json& jobs, const std::vector<std::string>& mark
     }
     std::snprintf(line, sizeof line, "%-*s %-4s %8llu %9.3f %9.3f %9.3f %9.3f  %s\n", width,
                   job.at("job").get<std::string>().c_str(), job.at("priority").get<std::string>().c_str(),
-                  static_cast<unsigned long long>(job.at("queries").get<std::uint64_t>()),
+                  static_cast<unsigned long long>(count_at(job, "queries")),
                   job.at("p50_ms").get<double>(), job.at("p90_ms").get<double>(), job.at("p99_ms").get<double>(),
                   job.at("p999_ms").get<double>(), verdict(job).c_str());
     out << line;
@@ -143,7 +148,7 @@ void best_effort_rows(const nlohmann::json& jobs, std::ostringstream& out) {
   const int width = job_column_width(jobs);
   for (const auto& job : jobs) {
     const auto& be = job.at("be");
-    if (job.at("priority") != "low" && be.at("ops").get<std::uint64_t>() == 0) continue;
+    if (job.at("priority") != "low" && count_at(be, "ops") == 0) continue;
     if (!header) {
       std::snprintf(line, sizeof line, "%-*s %-4s %6s %10s %12s %10s %7s  %s\n", width, "JOB", "PRIO", "WEIGHT", "OPS",
                     "DEVICE_MS", "OPS/S", "BUSY", "HELD_MOST_BY");
@@ -159,7 +164,7 @@ void best_effort_rows(const nlohmann::json& jobs, std::ostringstream& out) {
         weight != job.end() && weight->is_number() ? format("%.3g", weight->get<double>()) : std::string("-");
     std::snprintf(line, sizeof line, "%-*s %-4s %6s %10llu %12.3f %10.1f %6.1f%%  %s\n", width,
                   job.at("job").get<std::string>().c_str(), priority.c_str(), weight_text.c_str(),
-                  static_cast<unsigned long long>(be.at("ops").get<std::uint64_t>()),
+                  static_cast<unsigned long long>(count_at(be, "ops")),
                   be.at("device_ms").get<double>(), be.at("ops_per_s").get<double>(),
                   100 * be.at("busy_share").get<double>(), top_reason(be).c_str());
     out << line;
@@ -226,8 +231,9 @@ std::string render_jobs_table(const nlohmann::json& status) {
   if (status.contains("grants")) {
     const auto& grants = status.at("grants");
     out << "  grants: " << grants.at("issued") << " issued, " << grants.at("ops_held") << " ops waited for a grant, "
-        << short_ms(ms(grants.at("held_wait_ns_total").get<std::int64_t>())) << " ms in all, at most "
-        << short_ms(ms(grants.at("held_wait_ns_max").get<std::int64_t>())) << " ms\n";
+        << short_ms(ms(json_integer<std::int64_t>(grants.at("held_wait_ns_total"), "held_wait_ns_total")))
+        << " ms in all, at most "
+        << short_ms(ms(json_integer<std::int64_t>(grants.at("held_wait_ns_max"), "held_wait_ns_max"))) << " ms\n";
     std::string line;
     for (const auto& [name, ns] : held_reasons(grants)) {
       line += (line.empty() ? "" : ", ") + std::string(name) + " " + short_ms(ns / 1e6) + " ms";

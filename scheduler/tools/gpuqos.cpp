@@ -37,19 +37,21 @@ int show_status(const std::string& socket, bool json) {
     std::cerr << "gpuqos status: " << gpuqos::scheduler::status_error_text(text.error(), socket) << "\n";
     return 1;
   }
-  if (json) {
-    std::cout << text.value() << "\n";
-    return written("gpuqos status");
-  }
+  // Checked with --json too: a script reading it must not get garbage and a success (a review).
   auto parsed = nlohmann::json::parse(text.value(), nullptr, false);
-  if (parsed.is_discarded()) {
-    std::cerr << "gpuqos status: the daemon's answer is not JSON\n";
+  if (parsed.is_discarded() || !parsed.is_object()) {
+    std::cerr << "gpuqos status: the daemon's answer is not " << (parsed.is_discarded() ? "JSON" : "a JSON object")
+              << "\n";
     return 1;
+  }
+  if (json) {
+    std::cout << text.value() << "\n";  // as the daemon wrote it
+    return written("gpuqos status");
   }
   try {
     std::cout << gpuqos::scheduler::render_status_table(parsed);
   } catch (const nlohmann::json::exception& e) {
-    std::cerr << "gpuqos status: unexpected answer: " << e.what() << "\n";
+    std::cerr << "gpuqos status: unexpected answer from gpuqosd: " << e.what() << "\n";
     return 1;
   }
   return written("gpuqos status");
@@ -264,7 +266,7 @@ int main(int argc, char** argv) {
     return code == 0 ? 0 : kUsageError;
   }
   if (status->parsed()) return show_status(socket, json);
-  if (top->parsed()) return gpuqos::scheduler::run_top(top_options, std::cout, std::cerr, ::isatty(STDOUT_FILENO) == 1);
+  if (top->parsed()) return gpuqos::scheduler::run_top(top_options, STDOUT_FILENO, std::cerr, ::isatty(STDOUT_FILENO) == 1);
   if (train->parsed()) return gpuqos::predictor::run_train(train_options, std::cout, std::cerr);
   if (eval->parsed()) return gpuqos::predictor::run_eval(eval_options, std::cout, std::cerr);
   if (run->count("--priority") > 0) run_options.priority = priority;

@@ -2,11 +2,13 @@
 // its destructor) and a fake client written with ipc alone (no CUDA, no shim).
 #pragma once
 
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -258,6 +260,49 @@ class FakeClient {
   std::optional<ipc::Segment> segment_;
   std::uint64_t granted_through_ = 0;
   std::uint32_t last_flags_ = 0;
+};
+
+// A stand-in gpuqosd on a socket of its own that answers every control request with `text` (status
+// ok): what a broken daemon, or one of another build, may say to the CLI. Its thread ends and its
+// socket goes with it, even when a test fails.
+class FakeControlDaemon {
+ public:
+  explicit FakeControlDaemon(std::string text)
+      : dir_("fake-gpuqosd"), socket_((dir_.path() / "gpuqosd.sock").string()), text_(std::move(text)) {
+    auto listening = scheduler::listen_unix(socket_);
+    if (!listening) throw std::runtime_error(listening.error());
+    listener_ = std::move(listening.value());
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~FakeControlDaemon() {
+    stop_ = true;
+    thread_.join();
+  }
+  FakeControlDaemon(const FakeControlDaemon&) = delete;
+  FakeControlDaemon& operator=(const FakeControlDaemon&) = delete;
+
+  const std::string& socket() const { return socket_; }
+
+ private:
+  void serve() {
+    while (!stop_) {
+      pollfd listener{listener_.get(), POLLIN, 0};
+      if (::poll(&listener, 1, 20) <= 0) continue;
+      scheduler::FileDescriptor peer(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+      std::vector<std::byte> record;
+      if (!peer.valid() || !ipc::receive_record(peer.get(), record)) continue;
+      if (auto reply = ipc::encode_control_reply(ipc::ControlStatus::ok, text_)) {
+        [[maybe_unused]] const auto sent = ipc::send_record(peer.get(), reply.value());
+      }
+    }
+  }
+
+  TempDir dir_;
+  std::string socket_;
+  std::string text_;
+  scheduler::FileDescriptor listener_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
 };
 
 // Two low-priority clients of a gpuqosd that grants one op at a time (--max-outstanding 1): the

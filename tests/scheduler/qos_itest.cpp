@@ -798,9 +798,31 @@ TEST(Cli, TopWaitsForAStoppedDaemonAndGoesOnWhenItRunsAgain) {
   EXPECT_EQ(top.output().find("went away"), std::string::npos) << top.output();
 }
 
+// A review: after its first frame top quit on any error that was not a stall, a restarted gpuqosd's
+// too (its socket gone, then refusing, for the 2 s a restart takes), so a restart ended every
+// open top. It says gpuqosd is not reachable and goes on once it answers again.
+TEST(Cli, TopWaitsThroughADaemonRestart) {
+  TopOfADaemon watched;
+  auto& [daemon, top] = watched;
+  ASSERT_TRUE(watched.drew()) << top.output();
+  daemon.process().kill();  // a crash: the socket is left, and refuses connections
+  ASSERT_TRUE(eventually([&] { return top.output().find("gpuqosd not reachable for") != std::string::npos; }, 10s))
+      << top.output();
+  const auto gone_at = top.output().find("gpuqosd not reachable for");
+  EXPECT_NE(top.output().find("(Ctrl-C quits)\ncannot reach gpuqosd: ", gone_at), std::string::npos) << top.output();
+  std::filesystem::remove(daemon.socket());  // the window where no socket is there at all
+  std::this_thread::sleep_for(200ms);
+  ASSERT_TRUE(top.running()) << top.output();
+  ChildProcess restarted({bin("gpuqosd"), "--socket", daemon.socket()}, {}, daemon.dir() / "restarted.log");
+  EXPECT_TRUE(eventually([&] { return top.output().find("gpuqos top at", gone_at) != std::string::npos; }, 10s))
+      << "no frame after the restart\n" << top.output();
+  EXPECT_EQ(top.terminate(5s), 0) << top.output();
+}
+
 // `command` run on a new pseudo-terminal (its stdin, stdout and stderr, and its controlling
 // terminal): what it writes is collected, keys are typed at it, and the terminal's settings can be
-// read as the command leaves them. `Leader::command`: the command leads the terminal's session, as
+// read as the command leaves them; `window` is its size (0 x 0: none), which resize() changes as a
+// terminal emulator does (the kernel sends SIGWINCH to its foreground). `Leader::command`: the command leads the terminal's session, as
 // under `ssh -t host CMD` (its process group is orphaned, so the kernel discards a Ctrl-Z). With
 // `Leader::shell` a stand-in for an interactive shell leads it and runs the command in a process
 // group of its own in the foreground, as job control does: it takes the foreground back when the
@@ -809,8 +831,8 @@ TEST(Cli, TopWaitsForAStoppedDaemonAndGoesOnWhenItRunsAgain) {
 class OnATerminal {
  public:
   enum class Leader { command, shell };
-  OnATerminal(const std::vector<std::string>& command, Leader leader) {
-    if (::openpty(&master_, &terminal_, nullptr, nullptr, nullptr) != 0) throw std::runtime_error("openpty failed");
+  OnATerminal(const std::vector<std::string>& command, Leader leader, winsize window = {}) {
+    if (::openpty(&master_, &terminal_, nullptr, nullptr, &window) != 0) throw std::runtime_error("openpty failed");
     std::vector<char*> argv;
     for (const auto& word : command) argv.push_back(const_cast<char*>(word.c_str()));
     argv.push_back(nullptr);
@@ -901,6 +923,10 @@ class OnATerminal {
   std::string output() const {
     const std::lock_guard lock(mutex_);
     return output_;
+  }
+  bool resize(unsigned short columns, unsigned short rows) {
+    const winsize window{rows, columns, 0, 0};
+    return ::ioctl(master_, TIOCSWINSZ, &window) == 0;
   }
   bool type(std::string_view keys) { return ::write(master_, keys.data(), keys.size()) == static_cast<ssize_t>(keys.size()); }
   // The terminal's local flags (ICANON, ECHO...).
@@ -994,6 +1020,32 @@ TEST(Cli, TopOnATerminalQuitsOnQAndGivesTheTerminalBack) {
   EXPECT_EQ(top.local_flags() & kLineEcho, kLineEcho) << "given back at the end";
 }
 
+// A review: on a window no taller than the frame top's last row ended in a newline, which scrolled
+// the title line (the only one saying how to quit) off the top; and a resized window stayed mangled
+// until the next frame, up to --interval later. The last row has no newline now, and a resize
+// draws the frame again at once, at the new size.
+TEST(Cli, TopOnATerminalKeepsItsTitleAndRedrawsWhenResized) {
+  DaemonProcess daemon;
+  OnATerminal top({bin("gpuqos"), "top", "--interval", "600", "--socket", daemon.socket()}, OnATerminal::Leader::shell,
+                  winsize{3, 200, 0, 0});
+  const auto frames = [&] { return occurrences(top.output(), "gpuqos top at"); };
+  ASSERT_TRUE(top.pid() > 0 && eventually([&] { return top.output().find("taller window shows them)") != std::string::npos; },
+                                          10s))
+      << top.output();
+  std::this_thread::sleep_for(200ms);
+  EXPECT_TRUE(top.output().ends_with("more lines: a taller window shows them)")) << "no newline after the last row:\n"
+                                                                                 << top.output();
+  EXPECT_EQ(frames(), 1u) << top.output();
+  ASSERT_TRUE(top.resize(200, 40));
+  EXPECT_TRUE(eventually([&] { return frames() == 2; }, 5s)) << "drawn again at the new size\n" << top.output();
+  EXPECT_TRUE(eventually([&] { return top.output().ends_with("no clients connected"); }, 5s)) << top.output();
+  const std::string redrawn = top.output().substr(top.output().rfind("gpuqos top at"));
+  EXPECT_EQ(redrawn.find("more lines"), std::string::npos) << redrawn;
+  ASSERT_TRUE(top.type("q"));
+  EXPECT_EQ(top.wait(5s), 0) << top.output();
+  EXPECT_TRUE(top.output().ends_with("no clients connected\r\n")) << "the prompt goes below the frame";
+}
+
 // A review: top that leads its terminal's session (`ssh -t host gpuqos top`) has an orphaned
 // process group, so nothing could continue it once stopped; Ctrl-Z there stops nothing, and q
 // still quits. A setting changed meanwhile by someone else stays changed.
@@ -1012,6 +1064,30 @@ TEST(Cli, TopThatLeadsItsTerminalIsNotStoppedByCtrlZ) {
   EXPECT_EQ(top.wait(5s), 0) << top.output();
   EXPECT_EQ(top.local_flags() & kLineEcho, kLineEcho);
   EXPECT_EQ(top.local_flags() & TOSTOP, TOSTOP) << "only what top changed is given back";
+}
+
+// A review: `gpuqos top > fifo` with a reader that never reads blocked in its write with SIGTERM
+// and SIGINT blocked (they are read on a signalfd), so neither could end it. It waits for the
+// output in poll() with them now, and quits through its normal path (exit 0).
+TEST(Cli, TopQuitsWhileItsOutputTakesNothing) {
+  DaemonProcess daemon;
+  for (const int signal : {SIGTERM, SIGINT}) {
+    const std::filesystem::path fifo = daemon.dir() / ("frames-" + std::to_string(signal));
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    scheduler::FileDescriptor reader(::open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));  // never read
+    ASSERT_TRUE(reader.valid());
+    ::fcntl(reader.get(), F_SETPIPE_SZ, 4096);  // full after a few frames
+    ChildProcess top({"/bin/sh", "-c", "exec \"$0\" top --interval 0.01 --socket \"$1\" > \"$2\"", bin("gpuqos"),
+                      daemon.socket(), fifo.string()},
+                     {}, daemon.dir() / "top.err");
+    int queued = 0;
+    ASSERT_TRUE(eventually([&] { return ::ioctl(reader.get(), FIONREAD, &queued) == 0 && queued >= 4096; }, 10s))
+        << queued << " bytes; " << top.output();
+    std::this_thread::sleep_for(100ms);  // its next frame is waiting for room
+    ASSERT_TRUE(top.running()) << top.output();
+    ::kill(top.pid(), signal);
+    EXPECT_EQ(top.wait(5s), 0) << "signal " << signal << ": " << top.output();
+  }
 }
 
 // A user test: `top` wrote frames into a closed pipe for ever when SIGPIPE was ignored (systemd's

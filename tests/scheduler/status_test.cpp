@@ -10,6 +10,8 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <future>
@@ -306,6 +308,58 @@ TEST(Status, ACutKeepsHighPriorityClientsAndEveryUsersFirst) {
   EXPECT_EQ(kept[6]["uid"], 1000);
   EXPECT_EQ(kept[1]["client"], 1) << "in client order within a user";
   EXPECT_EQ(kept[4]["client"], 2);
+}
+
+// A review: nlohmann's get<int64_t> casts a float, undefined behaviour for one out of range (a
+// daemon's answer is any JSON: 1e300 as a backlog printed garbage, or crashed under UBSan). Every
+// integer a table reads must be one, in range; a float that is exactly one is still taken.
+TEST(Status, AnIntegerFieldOutOfRangeIsAnUnexpectedAnswerNotACast) {
+  DaemonStatus status = status_with(1);
+  status.config = ConfigStatus{"/etc/gpuqos.toml", 1'700'000'000};
+  status.jobs.push_back(JobQosSnapshot{});
+  status.jobs.back().job = "train";
+  status.jobs.back().be_ops = 3;
+  const nlohmann::json good = nlohmann::json::parse(bounded_status_text(status));
+  ASSERT_NO_THROW(render_status_table(good));
+  const auto error_of = [&](const nlohmann::json::json_pointer& field, const nlohmann::json& value) {
+    nlohmann::json bad = good;
+    bad[field] = value;
+    try {
+      render_status_table(bad);
+    } catch (const nlohmann::json::type_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(error_of("/backlog/0/backlog_ns"_json_pointer, 1e300),
+            "[json.exception.type_error.302] backlog_ns is 1e+300, not an integer from -9223372036854775808 to "
+            "9223372036854775807");
+  EXPECT_EQ(error_of("/clients/0/uid"_json_pointer, 1e300),
+            "[json.exception.type_error.302] uid is 1e+300, not an integer from 0 to 4294967295");
+  EXPECT_NE(error_of("/clients/0/uid"_json_pointer, -1).find("uid is -1, not an integer"), std::string::npos);
+  EXPECT_NE(error_of("/daemon/config/loaded_unix_s"_json_pointer, 1e300).find("loaded_unix_s is 1e+300"), std::string::npos);
+  EXPECT_NE(error_of("/daemon/uptime_ns"_json_pointer, 1e300).find("uptime_ns is 1e+300"), std::string::npos);
+  EXPECT_NE(error_of("/daemon/uptime_ns"_json_pointer, 9.3e18).find("uptime_ns is 9.3e+18"), std::string::npos)
+      << "just past the int64 range";
+  EXPECT_NE(error_of("/daemon/uptime_ns"_json_pointer, 2.5).find("uptime_ns is 2.5"), std::string::npos);
+  EXPECT_NE(error_of("/jobs/0/be/ops"_json_pointer, -1.5e300).find("ops is -1.5e+300"), std::string::npos);
+  EXPECT_NE(error_of("/clients/0/ops/posted"_json_pointer, "3").find("posted is \"3\""), std::string::npos);
+  EXPECT_NE(error_of("/clients/0/current_wait_ns"_json_pointer, nullptr).find("current_wait_ns is null"),
+            std::string::npos);
+  EXPECT_NE(error_of("/grants/held_wait_ns_max"_json_pointer, 1e19).find("held_wait_ns_max is 1e+19"), std::string::npos);
+  // A float that is an integer in range is one (a JSON writer may well print 5e9).
+  nlohmann::json whole = good;
+  whole["daemon"]["uptime_ns"] = 5e9;
+  whole["backlog"][0]["backlog_ns"] = -2e6;
+  const std::string table = render_status_table(whole);
+  EXPECT_NE(table.find(", up 5.0 s,"), std::string::npos) << table;
+  EXPECT_NE(table.find("backlog -2.000 ms"), std::string::npos) << table;
+  EXPECT_EQ(json_integer<std::uint64_t>(nlohmann::json(18446744073709551615ull), "n"), 18446744073709551615ull);
+  EXPECT_EQ(json_integer<std::int64_t>(nlohmann::json(-9.223372036854775808e18), "n"), INT64_MIN);
+  EXPECT_THROW(json_integer<std::int64_t>(nlohmann::json(9.223372036854775808e18), "n"), nlohmann::json::type_error);
+  EXPECT_THROW(json_integer<std::uint64_t>(nlohmann::json(1.8446744073709551616e19), "n"), nlohmann::json::type_error);
+  EXPECT_THROW(json_integer<std::int64_t>(nlohmann::json(std::nan("")), "n"), nlohmann::json::type_error);
+  EXPECT_THROW(json_integer<std::int64_t>(nlohmann::json(18446744073709551615ull), "n"), nlohmann::json::type_error);
 }
 
 TEST(RunCommand, ShimGoesFirstInLdPreload) {

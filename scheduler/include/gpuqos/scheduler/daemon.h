@@ -111,9 +111,14 @@ class Daemon {
   // account, gpuqosd ran out of descriptors, and no other user's job could register. At most
   // kMaxConnectionsPerUser (far more than the CUDA processes of any job), and at most a quarter of
   // the descriptors gpuqosd may open (a client holds three: its socket, doorbell and pidfd), at
-  // least kMinConnectionsPerUser; beyond it a connection is closed at once.
+  // least kMinConnectionsPerUser. Beyond it a connection may still ask for the status (it is
+  // answered and closed in one pass, and holds nothing): up to kOverCapPending such connections,
+  // of all users, wait for their first record, and one that is not a control request is closed
+  // (a review: a user at the cap could not run `gpuqos status`, which read "Connection reset by
+  // peer"); past those a connection is closed at once.
   static constexpr std::size_t kMaxConnectionsPerUser = 512;
   static constexpr std::size_t kMinConnectionsPerUser = 8;
+  static constexpr std::size_t kOverCapPending = 8;
   static std::size_t connection_cap_for(std::uint64_t descriptor_limit);
   // What a connection's peer makes gpuqosd warn of before it registers (garbage, a refusal, the
   // limit above) is said at most kPeerWarningsPerWindow times a window; the rest are counted and
@@ -132,6 +137,7 @@ class Daemon {
     FileDescriptor socket;
     ipc::PeerCredentials peer;
     std::int64_t accepted_ns = 0;
+    bool over_cap = false;  // its user held connection_cap_ then: only a control request is answered
   };
 
   explicit Daemon(DaemonOptions options);
@@ -266,7 +272,8 @@ class Daemon {
   std::uint64_t next_pending_token_ = 0;
   std::map<std::uint64_t, Pending> pending_;
   std::map<ClientId, std::unique_ptr<Client>> clients_;
-  std::size_t connections_of(uid_t uid) const;  // pending and registered
+  std::size_t connections_of(uid_t uid) const;  // pending (not over the cap) and registered
+  void warn_over_cap(const ipc::PeerCredentials& peer, std::int64_t now_ns);
   // Names kernel `id` of `client` within the limits above; why not, or "".
   std::string add_kernel_name(Client& client, std::uint32_t id, std::string name);
   std::map<uid_t, std::size_t> kernel_name_bytes_by_user_;

@@ -29,9 +29,13 @@
 //    "policy_state" (only from a policy that keeps one):{"backlog_bound_ns",
 //                    "idle_stream_bound_ns" (0: none),"adaptation_steps",
 //                    "idle_held":[{"device","held_ns"}] (compute idle while best-effort compute held),
-//                    "long_op_budget":[{"device","level_ns","cap_ns"}]}}
+//                    "long_op_budget":[{"device","level_ns","cap_ns"}],
+//                    "tight_targets":[...],"marked_jobs":[...],"overdue_jobs":[job names]},
+//    "truncated": why (only when even the cut status did not fit: then only "daemon" holds anything)}
 // and in such a policy's best-effort jobs' "be": "outstanding_ns" (granted compute work not completed,
-// predicted).
+// predicted). A status too long for one record is cut: entries come off the end of whichever list
+// takes most room (clients, jobs, backlog, devices, and policy_state's lists), each counted in
+// "<list>_omitted" beside it ("clients_omitted", "policy_state"."tight_targets_omitted", ...).
 // Jobs (status_jobs.cpp) are what the daemon has seen work from, by name, kept across reconnects:
 // latencies are of the high-priority queries since the daemon started; "be" counts the completions of
 // its best-effort clients (ops_per_s and busy_share over the last 5 s).
@@ -41,7 +45,9 @@
 #include <cstdint>
 #include <optional>
 #include <functional>
+#include <limits>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -153,12 +159,24 @@ struct DaemonStatus {
 
 nlohmann::json to_json(const DaemonStatus& status);
 
-// The JSON text, at most max_bytes: clients and jobs are left off the end (counted in
-// "clients_omitted" and "jobs_omitted"), from whichever list is longer, until it fits.
+// The JSON text, at most max_bytes (at least 1 KiB): entries are left off the end of its lists
+// (counted in "<list>_omitted"), from whichever list is longest, until it fits; when even that does
+// not fit, only the daemon's line and "truncated" (a request always gets a valid answer).
 std::string bounded_status_text(const DaemonStatus& status, std::size_t max_bytes = ipc::kMaxControlTextBytes);
 
-// The table `gpuqos status` prints (and `gpuqos top` refreshes).
+// The table `gpuqos status` prints (and `gpuqos top` refreshes). Throws nlohmann::json::exception
+// on an answer it cannot read (a field missing, of another type, or out of range).
 std::string render_status_table(const nlohmann::json& status);
+// An integer field of the daemon's answer (`name` says which, for the message) as T: an integer in
+// [min, T's max], or a float that is exactly one (an answer is any JSON); anything else throws
+// nlohmann::json::type_error. Every integer the tables read goes through it: nlohmann's own get<T>
+// converts a float with a cast, undefined behaviour for one out of T's range (a review's 1e300).
+// Defined for std::int64_t, std::uint64_t and std::uint32_t.
+template <class T>
+T json_integer(const nlohmann::json& value, std::string_view name, T min = std::numeric_limits<T>::lowest());
+// The same for object[key], `absent` when the object has no such key (an older daemon's answer).
+template <class T>
+T json_integer_or(const nlohmann::json& object, const char* key, T absent);
 // Its lines about the policy's state: the bound, the long-op budgets, each best-effort job's granted
 // work not completed, a warning per tight target (status must have "policy_state").
 std::string render_policy_state(const nlohmann::json& status);

@@ -69,6 +69,9 @@ class ChildProcess {
     return std::nullopt;
   }
 
+  // Its pid while it runs (to signal it), -1 once reaped.
+  pid_t pid() const { return pid_; }
+
   // False once it has exited (it is then reaped).
   bool running() { return pid_ > 0 && !try_reap(); }
 
