@@ -59,7 +59,7 @@ std::string latency_verdict(const nlohmann::json& job) {
 // The latency verdict, and the queries that never closed, if any (a daemon before 2026-12-01 does
 // not say them).
 std::string verdict(const nlohmann::json& job) {
-  const auto abandoned = job.contains("abandoned_queries") ? job.at("abandoned_queries").get<std::uint64_t>() : 0;
+  const auto abandoned = job.contains("abandoned_queries") ? count_at(job, "abandoned_queries") : 0;
   return latency_verdict(job) + (abandoned > 0 ? "  (" + std::to_string(abandoned) + " abandoned)" : "");
 }
 

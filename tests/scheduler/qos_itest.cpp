@@ -1080,10 +1080,16 @@ TEST(Cli, TopQuitsWhileItsOutputTakesNothing) {
     ChildProcess top({"/bin/sh", "-c", "exec \"$0\" top --interval 0.01 --socket \"$1\" > \"$2\"", bin("gpuqos"),
                       daemon.socket(), fifo.string()},
                      {}, daemon.dir() / "top.err");
+    // Full: frames at 10 ms stop adding bytes (a pipe takes a write of at most 4096 bytes whole or
+    // not at all, so "full" can be a few bytes short of 4096).
     int queued = 0;
-    ASSERT_TRUE(eventually([&] { return ::ioctl(reader.get(), FIONREAD, &queued) == 0 && queued >= 4096; }, 10s))
-        << queued << " bytes; " << top.output();
-    std::this_thread::sleep_for(100ms);  // its next frame is waiting for room
+    const auto full = [&] {
+      int before = -1;
+      if (::ioctl(reader.get(), FIONREAD, &before) != 0 || before < 1024) return false;
+      std::this_thread::sleep_for(200ms);  // 20 frames' time
+      return ::ioctl(reader.get(), FIONREAD, &queued) == 0 && queued == before;
+    };
+    ASSERT_TRUE(eventually(full, 10s)) << queued << " bytes; " << top.output();
     ASSERT_TRUE(top.running()) << top.output();
     ::kill(top.pid(), signal);
     EXPECT_EQ(top.wait(5s), 0) << "signal " << signal << ": " << top.output();
