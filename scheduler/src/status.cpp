@@ -194,13 +194,17 @@ template std::int64_t json_integer_or(const nlohmann::json&, const char*, std::i
 template std::uint64_t json_integer_or(const nlohmann::json&, const char*, std::uint64_t);
 template std::uint32_t json_integer_or(const nlohmann::json&, const char*, std::uint32_t);
 
+namespace {
+
+nlohmann::json daemon_json(const DaemonStatus& status) {
+  return {{"pid", status.pid}, {"uptime_ns", status.uptime_ns}, {"policy", status.policy}, {"socket", status.socket}};
+}
+
+}  // namespace
+
 nlohmann::json to_json(const DaemonStatus& status) {
   nlohmann::json json = {{"version", 2},
-                         {"daemon",
-                          {{"pid", status.pid},
-                           {"uptime_ns", status.uptime_ns},
-                           {"policy", status.policy},
-                           {"socket", status.socket}}},
+                         {"daemon", daemon_json(status)},
                          {"predictor",
                           {{"store", status.predictor.store},
                            {"kernels", status.predictor.kernels},
@@ -285,11 +289,7 @@ void order_clients_for_a_cut(nlohmann::json& clients) {
 // could only say "peer closed".
 std::string status_too_large_text(const DaemonStatus& status, std::size_t bytes, std::size_t max_bytes) {
   nlohmann::json json = {{"version", 2},
-                         {"daemon",
-                          {{"pid", status.pid},
-                           {"uptime_ns", status.uptime_ns},
-                           {"policy", status.policy},
-                           {"socket", status.socket}}},
+                         {"daemon", daemon_json(status)},
                          {"backlog", nlohmann::json::array()},
                          {"clients", nlohmann::json::array()},
                          {"clients_omitted", status.clients.size()},
