@@ -36,13 +36,20 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-// Set by SIGINT/SIGTERM: the run stops before its next measurement and cleans up (the children of
-// the current one get a terminal's SIGINT themselves; a SIGTERM lets the current run finish).
+// Set by SIGINT/SIGTERM/SIGHUP: the run stops before its next measurement and cleans up (the
+// children of the current one get a terminal's SIGINT themselves; a SIGTERM lets the current run
+// finish). SIGHUP, a closed terminal, too: by default it killed the bench before it stopped its
+// children or removed its socket dir, and gpuqosd, which blocks SIGHUP for its reload, lived on.
 std::atomic<bool> interrupted{false};
 static_assert(std::atomic<bool>::is_always_lock_free);
 
 void on_stop_signal(int) { interrupted = true; }
+void handle_stop_signals() {
+  for (const int stop : {SIGINT, SIGTERM, SIGHUP}) std::signal(stop, on_stop_signal);
+}
 constexpr int kInterruptedExit = 130;  // as a shell reports a job SIGINT ended
+// The bench's own helpers (plots, fifo_bound.py) die with it too, as the rig's children do.
+constexpr auto kWithBench = testing::Lifetime::dies_with_parent;
 
 struct Cli {
   Options options;
@@ -87,7 +94,7 @@ void plot(const fs::path& out_dir) {
     if (!fs::exists(python.front())) continue;
     std::vector<std::string> argv = python;
     argv.insert(argv.end(), {script.string(), (out_dir / "qos.json").string()});
-    testing::ChildProcess child(argv, {}, log);
+    testing::ChildProcess child(argv, {}, log, testing::OutputMode::truncate, kWithBench);
     const auto code = child.wait(std::chrono::minutes(2));
     if (code == 0) {
       std::cerr << "gpuqos-bench: plots: " << tail_lines(child.output(), 2);
@@ -113,7 +120,8 @@ void fifo_bound(const Options& o, const fs::path& out_dir) {
   const fs::path script = fs::path(GPUQOS_SOURCE_DIR) / "benchmarks" / "qos" / "fifo_bound.py";
   const fs::path log = out_dir / "logs" / "fifo_bound.log";
   try {
-    testing::ChildProcess child({"/usr/bin/env", "python3", script.string(), out_dir.string()}, {}, log);
+    testing::ChildProcess child({"/usr/bin/env", "python3", script.string(), out_dir.string()}, {}, log,
+                                testing::OutputMode::truncate, kWithBench);
     const std::optional<int> code = child.wait(std::chrono::minutes(2));
     if (code != 0) {
       std::cerr << "gpuqos-bench: warning: fifo_bound.py " << (code ? "failed" : "timed out after 2 min") << " ("
@@ -136,8 +144,7 @@ void fifo_bound(const Options& o, const fs::path& out_dir) {
 int run(const Cli& cli) {
   const Options& o = cli.options;
   const auto start = std::chrono::steady_clock::now();
-  std::signal(SIGINT, on_stop_signal);
-  std::signal(SIGTERM, on_stop_signal);
+  handle_stop_signals();
   const fs::path out_dir = fs::absolute(o.out_dir);
   QosRig rig(out_dir, o.time_scale);
   rig.keep_device_data(o.keep_device_data);
@@ -166,8 +173,7 @@ int run(const Cli& cli) {
 }
 
 int weights_bench(const std::string& traces_dir, const WeightsOptions& w) {
-  std::signal(SIGINT, on_stop_signal);
-  std::signal(SIGTERM, on_stop_signal);
+  handle_stop_signals();
   const auto start = std::chrono::steady_clock::now();
   WeightsOptions options = w;
   options.out_dir = fs::absolute(w.out_dir).string();
