@@ -54,9 +54,11 @@ constexpr auto kWithBench = testing::Lifetime::dies_with_parent;
 struct Cli {
   Options options;
   std::string traces_dir = (fs::path(GPUQOS_SOURCE_DIR) / ".." / "shared" / "traces").lexically_normal().string();
+  std::vector<std::string> removed_env;  // testing::remove_inherited_gpu_env()
 };
 
-json config_json(const Options& o, const std::string& traces_dir, double wall_s) {
+json config_json(const Options& o, const Cli& cli, double wall_s) {
+  const std::string& traces_dir = cli.traces_dir;
   json workloads = json::array();
   workloads.push_back({{"job", lc_workload().job}, {"trace", lc_workload().trace}, {"iteration", lc_workload().iteration}});
   for (const Workload& w : be_workloads_used(o)) workloads.push_back({{"job", w.job}, {"trace", w.trace}, {"iteration", w.iteration}});
@@ -77,6 +79,7 @@ json config_json(const Options& o, const std::string& traces_dir, double wall_s)
                       {"bound_by_slices", o.baymax.bound_by_slices},
                       {"idle_bound_factor", o.baymax.idle_bound_factor},
                       {"times_scaled_by", o.time_scale}}},
+          {"removed_env", cli.removed_env},
           {"wall_s", wall_s}};
 }
 
@@ -156,7 +159,7 @@ int run(const Cli& cli) {
   const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   const std::string markdown = results_markdown(results, o.time_scale);
-  std::ofstream(out_dir / "qos.json") << results_json(results, config_json(o, cli.traces_dir, wall_s)).dump(2) << "\n";
+  std::ofstream(out_dir / "qos.json") << results_json(results, config_json(o, cli, wall_s)).dump(2) << "\n";
   std::ofstream(out_dir / "qos.md") << markdown;
   std::cout << "\n" << markdown << std::flush;
   plot(out_dir);
@@ -198,6 +201,10 @@ int weights_bench(const std::string& traces_dir, const WeightsOptions& w) {
 int main(int argc, char** argv) {
   using namespace gpuqos::qos;
   Cli cli;
+  // Before anything runs: the user's LD_PRELOAD, GPUQOS_*, SIMGPU_* and CUDA_* must not reach
+  // simgpud, gpuqosd or the replayers (an installed shim, a GPUQOS_PROFILE, fault injection); the
+  // rig sets what each child needs. qos.json and weights.json name what was removed.
+  cli.removed_env = gpuqos::testing::remove_inherited_gpu_env();
   Options& o = cli.options;
   CLI::App app{"gpuqos-bench: gpuqos's benchmarks on simgpu."};
   app.require_subcommand(1);
@@ -280,6 +287,7 @@ int main(int argc, char** argv) {
     baymax.timeslice_ms = device_timeslice_ms();  // the device's own, as an operator sets it
     baymax.device_timeslice_ms.clear();           // one simulated device: its slice is that one
     if (weights->parsed()) {
+      w.removed_env = cli.removed_env;
       w.baymax = baymax;
       w.baymax_source = baymax_from;
       return gpuqos::qos::weights_bench(cli.traces_dir, w);

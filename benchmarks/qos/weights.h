@@ -31,6 +31,7 @@ struct WeightsOptions {
   double target_factor = 1.5;  // gpuqosd's target: this x the closed-loop p50 (the grid's `service`)
   std::uint64_t seed = 1;
   bool keep_device_data = false;  // QosRig::keep_device_data
+  std::vector<std::string> removed_env;  // inherited variables the children do not get (qos_main.cpp)
   config::BaymaxConfig baymax;
   std::string baymax_source = "built-in defaults";
 };

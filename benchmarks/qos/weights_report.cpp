@@ -49,7 +49,8 @@ json weights_json(const std::vector<WeightsRun>& runs, const WeightsOptions& o) 
   }
   return {{"config", {{"device_modes", o.device_modes}, {"weight", o.weight}, {"lc_load", o.lc_load},
                       {"duration_s", o.duration_s}, {"time_scale", o.time_scale}, {"target_factor", o.target_factor},
-                      {"seed", o.seed}, {"keep_device_data", o.keep_device_data}, {"baymax_from", o.baymax_source}}},
+                      {"seed", o.seed}, {"keep_device_data", o.keep_device_data}, {"baymax_from", o.baymax_source},
+                      {"removed_env", o.removed_env}}},
           {"runs", records}};
 }
 

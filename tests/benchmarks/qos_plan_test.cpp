@@ -173,7 +173,11 @@ TEST(WeightsReport, EachRunShowsBothThroughputsAndTheirRatio) {
   const std::string md = weights_markdown({even, weighted, failed}, 4.0);
   EXPECT_NE(md.find("| timeslice | yes | 1:4.00 | 0.40 | 1.60 | 4.00 | 90 % | 30.0 |"), std::string::npos) << md;
   EXPECT_NE(md.find("| fifo | no | 1:4.00 | failed: gpuqosd did not start |"), std::string::npos) << md;
-  const nlohmann::json json = weights_json({even, weighted, failed}, WeightsOptions{});
+  WeightsOptions options;
+  options.removed_env = {"CUDA_VISIBLE_DEVICES", "LD_PRELOAD"};
+  const nlohmann::json json = weights_json({even, weighted, failed}, options);
+  EXPECT_EQ(json["config"]["removed_env"], nlohmann::json({"CUDA_VISIBLE_DEVICES", "LD_PRELOAD"}))
+      << "what the children did not inherit is part of the setup";
   ASSERT_EQ(json["runs"].size(), 3u);
   EXPECT_DOUBLE_EQ(json["runs"][1]["b_over_a"].get<double>(), 4.0);
   EXPECT_EQ(json["runs"][1]["b_iterations"], 32);
