@@ -25,6 +25,7 @@
 #include "experiment.h"
 #include "gpuqos/config/load.h"
 #include "gpuqos/testing/gpuqos_programs.h"
+#include "output_dir.h"
 #include "plan.h"
 #include "qos_rig.h"
 #include "report.h"
@@ -113,13 +114,13 @@ void plot(const fs::path& out_dir) {
 
 // With the fifo device mode and a mix with recsys in the grid: what benchmarks/qos/fifo_bound.py
 // says any policy could give recsys there while the LC keeps its p99 (the reach of the 80 % bar),
-// appended to qos.md and printed.
-void fifo_bound(const Options& o, const fs::path& out_dir) {
-  if (interrupted) return;  // partial results; and the user asked to stop
+// as a section for qos.md and the output; "" when there is none.
+std::string fifo_bound(const Options& o, const fs::path& out_dir) {
+  if (interrupted) return "";  // partial results; and the user asked to stop
   const bool fifo = std::find(o.device_modes.begin(), o.device_modes.end(), "fifo") != o.device_modes.end();
   const bool recsys = std::any_of(o.be_mixes.begin(), o.be_mixes.end(),
                                   [](const std::string& mix) { return mix.find("recsys") != std::string::npos; });
-  if (!fifo || !recsys) return;
+  if (!fifo || !recsys) return "";
   const fs::path script = fs::path(GPUQOS_SOURCE_DIR) / "benchmarks" / "qos" / "fifo_bound.py";
   const fs::path log = out_dir / "logs" / "fifo_bound.log";
   try {
@@ -130,19 +131,40 @@ void fifo_bound(const Options& o, const fs::path& out_dir) {
       std::cerr << "gpuqos-bench: warning: fifo_bound.py " << (code ? "failed" : "timed out after 2 min") << " ("
                 << log.string() << "):\n"
                 << tail_lines(child.output(), 10);
-      return;
+      return "";
     }
-    const std::string section =
-        "\nWhat any policy could give recsys beside the LC on the fifo device, by the model in "
-        "benchmarks/qos/fifo_bound.py (an upper estimate: ResNet-50 and recsys's other kernels left out), over "
-        "a long run and in 90 % of cells of the cell's queries\n\n" +
-        child.output();
-    std::ofstream(out_dir / "qos.md", std::ios::app) << section;
-    std::cout << section << std::flush;
+    return "\nWhat any policy could give recsys beside the LC on the fifo device, by the model in "
+           "benchmarks/qos/fifo_bound.py (an upper estimate: ResNet-50 and recsys's other kernels left out), over "
+           "a long run and in 90 % of cells of the cell's queries\n\n" +
+           child.output();
   } catch (const std::exception& e) {
     std::cerr << "gpuqos-bench: warning: fifo_bound.py: " << e.what() << "\n";
+    return "";
   }
 }
+
+// Removes the results an earlier run left in `out_dir`, saying so: if this run ends early or
+// fails, its numbers must not pass for this one's.
+void clear_previous_results(const fs::path& out_dir, const std::vector<std::string>& files, const std::string& extension) {
+  const std::vector<std::string> removed = remove_previous_results(out_dir, files, extension);
+  if (removed.empty()) return;
+  std::cerr << "gpuqos-bench: removed the previous run's";
+  for (const std::string& name : removed) std::cerr << " " << name;
+  std::cerr << " from " << out_dir.string() << "\n";
+}
+
+// Writes `text` whole to `path`; false, having said why, when it cannot (a full disk).
+bool write_result(const fs::path& path, const std::string& text) {
+  try {
+    write_file_whole(path, text);
+    return true;
+  } catch (const std::exception& e) {
+    std::cerr << "gpuqos-bench: " << e.what() << "\n";
+    return false;
+  }
+}
+
+constexpr int kNotWrittenExit = 1;  // the results are not on disk: whatever was measured is lost
 
 int run(const Cli& cli) {
   const Options& o = cli.options;
@@ -150,6 +172,7 @@ int run(const Cli& cli) {
   handle_stop_signals();
   const fs::path out_dir = fs::absolute(o.out_dir);
   QosRig rig(out_dir, o.time_scale);
+  clear_previous_results(out_dir, {"qos.json", "qos.md"}, ".png");
   rig.keep_device_data(o.keep_device_data);
   rig.daemon_log_level(o.daemon_log_level);
   std::cerr << "gpuqos-bench: converting traces from " << cli.traces_dir << " into " << (out_dir / "workloads").string() << "\n";
@@ -159,11 +182,18 @@ int run(const Cli& cli) {
   const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   const std::string markdown = results_markdown(results, o.time_scale);
-  std::ofstream(out_dir / "qos.json") << results_json(results, config_json(o, cli, wall_s)).dump(2) << "\n";
-  std::ofstream(out_dir / "qos.md") << markdown;
   std::cout << "\n" << markdown << std::flush;
+  const bool json_written = write_result(out_dir / "qos.json", json_text(results_json(results, config_json(o, cli, wall_s))));
+  const bool written = write_result(out_dir / "qos.md", markdown) && json_written;
+  if (!written) {
+    std::cerr << "gpuqos-bench: the results were not written to " << out_dir.string() << "\n";
+    return kNotWrittenExit;
+  }
   plot(out_dir);
-  fifo_bound(o, out_dir);
+  if (const std::string bound = fifo_bound(o, out_dir); !bound.empty()) {
+    std::cout << bound << std::flush;
+    if (!write_result(out_dir / "qos.md", markdown + bound)) return kNotWrittenExit;
+  }
   std::size_t failed_cells = 0;
   for (const CellResult& c : results.cells) failed_cells += c.status.ok ? 0 : 1;
   const std::size_t failed = failed_runs(results);
@@ -180,7 +210,9 @@ int weights_bench(const std::string& traces_dir, const WeightsOptions& w) {
   const auto start = std::chrono::steady_clock::now();
   WeightsOptions options = w;
   options.out_dir = fs::absolute(w.out_dir).string();
-  QosRig rig(options.out_dir, options.time_scale);
+  const fs::path out_dir(options.out_dir);
+  QosRig rig(out_dir, options.time_scale);
+  clear_previous_results(out_dir, {"weights.json", "weights.md"}, "");
   rig.keep_device_data(options.keep_device_data);
   rig.convert(lc_workload(), traces_dir);
   for (const Workload& be : be_workloads()) {
@@ -188,10 +220,17 @@ int weights_bench(const std::string& traces_dir, const WeightsOptions& w) {
   }
   const std::vector<WeightsRun> runs = run_weights(rig, options, interrupted);
   const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const std::string markdown = weights_markdown(runs, options.weight);
+  std::cout << "\n" << markdown << std::flush;
+  const bool json_written = write_result(out_dir / "weights.json", json_text(weights_json(runs, options)));
+  if (!(write_result(out_dir / "weights.md", markdown) && json_written)) {
+    std::cerr << "gpuqos-bench: the results were not written to " << out_dir.string() << "\n";
+    return kNotWrittenExit;
+  }
   const auto failed = std::count_if(runs.begin(), runs.end(), [](const WeightsRun& r) { return !r.status.ok; });
   std::cerr << "gpuqos-bench: " << runs.size() - static_cast<std::size_t>(failed) << " of " << runs.size()
             << " runs ok" << (interrupted ? "; interrupted, the rest not run" : "") << "; wrote "
-            << (fs::path(options.out_dir) / "weights.json").string() << " and weights.md in " << wall_s << " s\n";
+            << (out_dir / "weights.json").string() << " and weights.md in " << wall_s << " s\n";
   return interrupted ? kInterruptedExit : failed > 0 ? 1 : 0;
 }
 

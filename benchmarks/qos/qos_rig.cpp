@@ -93,7 +93,7 @@ Status failed(const std::string& reason, const fs::path& log) {
 }
 
 QosRig::QosRig(const fs::path& out_dir, double time_scale)
-    : out_(out_dir), time_scale_(time_scale), sockets_("gpuqos-bench") {
+    : out_(out_dir), time_scale_(time_scale), out_lock_(out_dir), sockets_("gpuqos-bench") {
   for (const char* sub : {"workloads", "logs", "runs", "configs", "profiles"}) fs::create_directories(out_ / sub);
 }
 

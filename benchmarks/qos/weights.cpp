@@ -105,13 +105,7 @@ class WeightsBench {
 }  // namespace
 
 std::vector<WeightsRun> run_weights(QosRig& rig, const WeightsOptions& options, const std::atomic<bool>& interrupted) {
-  std::vector<WeightsRun> runs = WeightsBench(rig, options, interrupted).run();
-  const fs::path out(options.out_dir);
-  const std::string md = weights_markdown(runs, options.weight);
-  std::ofstream(out / "weights.json") << weights_json(runs, options).dump(2) << "\n";
-  std::ofstream(out / "weights.md") << md;
-  std::cout << "\n" << md << std::flush;
-  return runs;
+  return WeightsBench(rig, options, interrupted).run();
 }
 
 }  // namespace gpuqos::qos

@@ -55,9 +55,9 @@ double share_ratio(const WeightsRun& run);
 std::string weights_markdown(const std::vector<WeightsRun>& runs, double weight);
 nlohmann::json weights_json(const std::vector<WeightsRun>& runs, const WeightsOptions& options);
 
-// Runs the pairs in every device mode, writes <out>/weights.json and weights.md and prints the
-// table. Contract: `rig` has converted the LC workload and ResNet-50's. Throws std::runtime_error
-// before the next run once `interrupted` is set.
+// Runs the pairs in every device mode (the caller writes weights.json and weights.md). Contract:
+// `rig` has converted the LC workload and ResNet-50's. Once `interrupted` is set, returns the runs
+// made before it.
 std::vector<WeightsRun> run_weights(QosRig& rig, const WeightsOptions& options, const std::atomic<bool>& interrupted);
 
 }  // namespace gpuqos::qos
