@@ -30,42 +30,67 @@ class WeightsBench {
   WeightsBench(QosRig& rig, const WeightsOptions& o, const std::atomic<bool>& interrupted)
       : rig_(rig), o_(o), runs_(rig, interrupted, o.device_modes.size() * 6) {}
 
-  // Interrupted (SIGINT, SIGTERM): the runs made until then.
+  // Interrupted (SIGINT, SIGTERM, SIGHUP): the runs made until then. A mode that cannot go on (its
+  // simgpud does not come up) has its runs not made yet recorded as failed, and the next mode runs.
   std::vector<WeightsRun> run() {
     std::vector<WeightsRun> runs;
-    try {
-      run_modes(runs);
-    } catch (const Interrupted&) {
+    for (const std::string& mode : o_.device_modes) {
+      try {
+        run_mode(mode, runs);
+      } catch (const Interrupted&) {
+        break;
+      } catch (const std::exception& e) {
+        fail_rest_of_mode(mode, status_of(e), runs);
+      }
     }
     return runs;
   }
 
  private:
-  void run_modes(std::vector<WeightsRun>& runs) {
-    for (const std::string& mode : o_.device_modes) {
-      rig_.start_device(mode);
-      LcStats closed;
-      const Status calibrated = runs_.measure("calibrate-" + mode, {lc_job(std::nullopt)}, std::nullopt, o_.calibration_s,
-                                              [&](const RunOutcome& out) { closed = lc_stats(out.jobs.at(0).result); });
-      // The predictor store every run of the mode starts from, as in the grid: the LC and one copy
-      // together, profiled.
-      runs_.train("weights-train-" + mode, {lc_job(std::nullopt), be_job(kJobA)}, o_.duration_s / 2,
-                  rig_.out_dir() / "profiles" / ("weights-predictor-" + mode + ".gqp"));
-      const bool lc = calibrated.ok && closed.mean_ms > 0;
-      const double rate = lc ? arrival_rate_per_s(o_.lc_load, closed.mean_ms) : 0;
-      const double target = lc ? target_ms(o_.target_factor, closed.p50_ms) : 0;
-      for (const bool with_lc : {true, false}) {
-        for (const double weight_b : {1.0, o_.weight}) {
-          WeightsRun r{mode, with_lc, weight_b, with_lc ? target : 0, std::nullopt, {}, {}, 0, {}};
-          if (with_lc && !lc) {
-            runs_.skip();
-            r.status = {false, "no closed-loop calibration in this mode", calibrated.log_path, calibrated.log_tail};
-            runs.push_back(std::move(r));
-            continue;
-          }
-          runs.push_back(pair_run(std::move(r), rate));
-        }
+  // The mode's four runs, in the order run_mode makes them.
+  std::vector<WeightsRun> mode_runs(const std::string& mode, double target) const {
+    std::vector<WeightsRun> runs;
+    for (const bool with_lc : {true, false}) {
+      for (const double weight_b : {1.0, o_.weight}) {
+        runs.push_back({mode, with_lc, weight_b, with_lc ? target : 0, std::nullopt, {}, {}, 0, {}});
       }
+    }
+    return runs;
+  }
+
+  void fail_rest_of_mode(const std::string& mode, Status error, std::vector<WeightsRun>& runs) {
+    error.reason = "device mode " + mode + " stopped: " + error.reason;
+    std::cerr << "\ngpuqos-bench: " << error.reason << (error.log_tail.empty() ? "" : "\n" + error.log_tail) << "\n";
+    std::size_t made = 0;
+    for (const WeightsRun& r : runs) made += r.device_mode == mode ? 1 : 0;
+    std::vector<WeightsRun> planned = mode_runs(mode, 0);
+    for (std::size_t i = made; i < planned.size(); ++i) {
+      runs_.skip();
+      planned[i].status = error;
+      runs.push_back(std::move(planned[i]));
+    }
+  }
+
+  void run_mode(const std::string& mode, std::vector<WeightsRun>& runs) {
+    rig_.start_device(mode);
+    LcStats closed;
+    const Status calibrated = runs_.measure("calibrate-" + mode, {lc_job(std::nullopt)}, std::nullopt, o_.calibration_s,
+                                            [&](const RunOutcome& out) { closed = lc_stats(out.jobs.at(0).result); });
+    // The predictor store every run of the mode starts from, as in the grid: the LC and one copy
+    // together, profiled.
+    runs_.train("weights-train-" + mode, {lc_job(std::nullopt), be_job(kJobA)}, o_.duration_s / 2,
+                rig_.out_dir() / "profiles" / ("weights-predictor-" + mode + ".gqp"));
+    const bool lc = calibrated.ok && closed.mean_ms > 0;
+    const double rate = lc ? arrival_rate_per_s(o_.lc_load, closed.mean_ms) : 0;
+    const double target = lc ? target_ms(o_.target_factor, closed.p50_ms) : 0;
+    for (WeightsRun& r : mode_runs(mode, target)) {
+      if (r.with_lc && !lc) {
+        runs_.skip();
+        r.status = {false, "no closed-loop calibration in this mode", calibrated.log_path, calibrated.log_tail};
+        runs.push_back(std::move(r));
+        continue;
+      }
+      runs.push_back(pair_run(std::move(r), rate));
     }
   }
 
