@@ -66,9 +66,10 @@ class BenchRuns {
   void skip() { ++done_; }
 
   // Profiles `jobs` together and trains the predictor store every later gpuqosd of the rig starts
-  // from, as a user would before deploying; when that fails they start untrained, and it says so.
-  void train(const std::string& name, const std::vector<JobSpec>& jobs, double duration_s,
-             const std::filesystem::path& store) {
+  // from, as a user would before deploying; when that fails they start untrained, and the status
+  // says so (the caller keeps it: the runs after it are caveated).
+  Status train(const std::string& name, const std::vector<JobSpec>& jobs, double duration_s,
+               const std::filesystem::path& store) {
     begin(name);
     Status status;
     try {
@@ -79,6 +80,7 @@ class BenchRuns {
     rig_.use_predictor_store(status.ok ? std::optional(store) : std::nullopt);
     if (!status.ok) status.reason += "; the runs after it start from an untrained predictor";
     end(status);
+    return status;
   }
 
   // Runs the jobs and hands the outcome to `use`, which may throw on a result it cannot read; the

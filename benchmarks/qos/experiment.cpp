@@ -97,6 +97,10 @@ class Experiment {
       s.status = error;
       results_.standalone_mixes.push_back(s);
     }
+    if (missing(results_.trainings, any)) {
+      runs_.skip();
+      results_.trainings.push_back({mode, error});
+    }
     for (const Cell& cell : cells_) {
       const auto recorded = [&](const CellResult& c) { return same_cell(c.cell, cell); };
       if (cell.device_mode != mode || std::any_of(results_.cells.begin(), results_.cells.end(), recorded)) continue;
@@ -138,7 +142,9 @@ class Experiment {
   void train_predictor(const std::string& mode) {
     std::vector<JobSpec> jobs{lc_job(std::nullopt)};
     for (const Workload& w : be_used_) jobs.push_back(be_job(w));
-    runs_.train("train-" + mode, jobs, o_.duration_s, rig_.out_dir() / "profiles" / ("predictor-" + mode + ".gqp"));
+    const Status status =
+        runs_.train("train-" + mode, jobs, o_.duration_s, rig_.out_dir() / "profiles" / ("predictor-" + mode + ".gqp"));
+    results_.trainings.push_back({mode, status});
   }
 
   StandaloneLc standalone_lc(const std::string& mode, double load, const Calibration& calibration) {
@@ -234,6 +240,7 @@ class Experiment {
     if (!status.ok) return failed_cell(cell, *reference, status);
     CellResult result = evaluate_cell(cell, m, *reference, results_.standalone_be, results_.standalone_mixes);
     result.status = status;  // ok, with its caveat if any
+    add_caveat(result.status, untrained_caveat(cell, results_.trainings));
     return result;
   }
 

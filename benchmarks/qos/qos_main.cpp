@@ -198,7 +198,8 @@ int run(const Cli& cli) {
   for (const CellResult& c : results.cells) failed_cells += c.status.ok ? 0 : 1;
   const std::size_t failed = failed_runs(results);
   std::cerr << "gpuqos-bench: " << results.cells.size() - failed_cells << " of " << results.cells.size()
-            << " cells ran" << (failed > failed_cells ? ", " + std::to_string(failed - failed_cells) + " reference runs failed" : "")
+            << " cells ran"
+            << (failed > failed_cells ? ", " + std::to_string(failed - failed_cells) + " reference runs or trainings failed" : "")
             << (results.interrupted ? "; interrupted, the rest not run" : "") << "; wrote " << (out_dir / "qos.json").string()
             << " and qos.md in " << wall_s << " s\n";
   // A script (or the demo) must see a run that did not measure everything it was asked to.
@@ -218,19 +219,23 @@ int weights_bench(const std::string& traces_dir, const WeightsOptions& w) {
   for (const Workload& be : be_workloads()) {
     if (be.key == "resnet") rig.convert(be, traces_dir);
   }
-  const std::vector<WeightsRun> runs = run_weights(rig, options, interrupted);
+  const WeightsResults results = run_weights(rig, options, interrupted);
+  const std::vector<WeightsRun>& runs = results.runs;
   const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const std::string markdown = weights_markdown(runs, options.weight);
+  const std::string markdown = weights_markdown(results, options.weight);
   std::cout << "\n" << markdown << std::flush;
-  const bool json_written = write_result(out_dir / "weights.json", json_text(weights_json(runs, options)));
+  const bool json_written = write_result(out_dir / "weights.json", json_text(weights_json(results, options)));
   if (!(write_result(out_dir / "weights.md", markdown) && json_written)) {
     std::cerr << "gpuqos-bench: the results were not written to " << out_dir.string() << "\n";
     return kNotWrittenExit;
   }
-  const auto failed = std::count_if(runs.begin(), runs.end(), [](const WeightsRun& r) { return !r.status.ok; });
-  std::cerr << "gpuqos-bench: " << runs.size() - static_cast<std::size_t>(failed) << " of " << runs.size()
-            << " runs ok" << (interrupted ? "; interrupted, the rest not run" : "") << "; wrote "
-            << (out_dir / "weights.json").string() << " and weights.md in " << wall_s << " s\n";
+  const std::size_t failed_pairs =
+      static_cast<std::size_t>(std::count_if(runs.begin(), runs.end(), [](const WeightsRun& r) { return !r.status.ok; }));
+  const std::size_t failed = failed_runs(results);
+  std::cerr << "gpuqos-bench: " << runs.size() - failed_pairs << " of " << runs.size() << " runs ok"
+            << (failed > failed_pairs ? ", " + std::to_string(failed - failed_pairs) + " predictor trainings failed" : "")
+            << (interrupted ? "; interrupted, the rest not run" : "") << "; wrote " << (out_dir / "weights.json").string()
+            << " and weights.md in " << wall_s << " s\n";
   return interrupted ? kInterruptedExit : failed > 0 ? 1 : 0;
 }
 

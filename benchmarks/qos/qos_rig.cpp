@@ -74,10 +74,6 @@ std::string device_sms() { return std::to_string(bench_device().sms); }
 
 bool contains(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
 
-void add_caveat(Status& status, const std::string& text) {
-  status.caveat += (status.caveat.empty() ? "" : "; ") + text;
-}
-
 void sleep_until(Clock::time_point t) { std::this_thread::sleep_until(t); }
 
 Clock::time_point after(Clock::time_point t, double seconds) {

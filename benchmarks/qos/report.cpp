@@ -132,6 +132,9 @@ std::string standalone_table(const Results& r) {
     md += "| " + s.device_mode + " | " + s.job + " alone | | | | | | | | | " + fixed(s.run.iterations_per_s, 2) +
           " | " + status(s.status) + " |\n";
   }
+  for (const Training& t : r.trainings) {
+    md += "| " + t.device_mode + " | predictor training | | | | | | | | | | " + status(t.status) + " |\n";
+  }
   for (const StandaloneMix& s : r.standalone_mixes) {
     std::string rates;
     for (const BeRun& run : s.runs) rates += (rates.empty() ? "" : ", ") + fixed(run.iterations_per_s, 2);
@@ -169,12 +172,23 @@ std::string cell_row(const CellResult& c) {
          percent(c.gpu_busy_fraction) + " | " + run_text(c.status) + " |\n";
 }
 
+json training_json(const std::vector<Training>& trainings) {
+  json all = json::array();
+  for (const Training& t : trainings) {
+    json j = {{"device_mode", t.device_mode}};
+    j.update(status_json(t.status));
+    all.push_back(j);
+  }
+  return all;
+}
+
 }  // namespace
 
 json results_json(const Results& results, const json& config) {
   json cells = json::array();
   for (const CellResult& c : results.cells) cells.push_back(cell_json(c));
-  json out = {{"benchmark", "gpuqos-bench qos"}, {"config", config}, {"standalone", standalone_json(results)}, {"cells", cells}};
+  json out = {{"benchmark", "gpuqos-bench qos"}, {"config", config}, {"standalone", standalone_json(results)},
+              {"training", training_json(results.trainings)}, {"cells", cells}};
   if (results.interrupted) out["interrupted"] = true;  // the runs after these were not made
   return out;
 }

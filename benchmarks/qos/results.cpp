@@ -7,6 +7,21 @@
 
 namespace gpuqos::qos {
 
+void add_caveat(Status& status, const std::string& text) {
+  if (text.empty()) return;
+  status.caveat += (status.caveat.empty() ? "" : "; ") + text;
+}
+
+std::string untrained_caveat(const Cell& cell, const std::vector<Training>& trainings) {
+  if (cell.policy == "none") return "";
+  for (const Training& t : trainings) {
+    if (t.device_mode == cell.device_mode && !t.status.ok) {
+      return "gpuqosd started from an untrained predictor (train-" + cell.device_mode + " failed)";
+    }
+  }
+  return "";
+}
+
 CellResult evaluate_cell(const Cell& cell, const CellMeasurement& measured, const StandaloneLc& lc_reference,
                          const std::vector<StandaloneBe>& be_references,
                          const std::vector<StandaloneMix>& mix_references) {
@@ -82,6 +97,7 @@ std::size_t failed_runs(const Results& results) {
   count(results.standalone_lc);
   count(results.standalone_be);
   count(results.standalone_mixes);
+  count(results.trainings);
   count(results.cells);
   return failed;
 }

@@ -25,6 +25,9 @@ struct Status {
   std::string caveat;
 };
 
+// Appends `text` ("" adds nothing) to the status's caveat, "; " between.
+void add_caveat(Status& status, const std::string& text);
+
 // The latency-critical replayer's figures of one run (ms).
 struct LcStats {
   std::uint64_t queries = 0;
@@ -79,6 +82,18 @@ struct StandaloneMix {
   Status status;
 };
 
+// A device mode's predictor training: the CUPTI-profiled run of its jobs and `gpuqos train`. When it
+// failed, every gpuqosd of the mode started from an untrained predictor (baymax then holds
+// best-effort work on wild upper estimates): its cells ran, but not as a user would deploy them.
+struct Training {
+  std::string device_mode;
+  Status status;
+};
+
+// The caveat of a cell under gpuqosd whose mode's training failed; "" for `none` (no gpuqosd) and
+// when the training went (or is not in `trainings`).
+std::string untrained_caveat(const Cell& cell, const std::vector<Training>& trainings);
+
 // What a cell's processes reported, before any reference is applied.
 struct CellMeasurement {
   LcStats lc;
@@ -118,11 +133,13 @@ struct Results {
   std::vector<StandaloneLc> standalone_lc;
   std::vector<StandaloneBe> standalone_be;
   std::vector<StandaloneMix> standalone_mixes;
+  std::vector<Training> trainings;
   std::vector<CellResult> cells;
   bool interrupted = false;  // stopped by the user: the runs after the last ones here were not made
 };
 
-// The runs that failed: references (calibration, standalone LC, BE jobs and mixes) and cells.
+// The runs that failed: references (calibration, standalone LC, BE jobs and mixes), the predictor
+// trainings and cells.
 std::size_t failed_runs(const Results& results);
 
 // The cell's figures from its measurement and the standalone runs of its device mode and load.

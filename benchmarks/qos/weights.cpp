@@ -1,6 +1,7 @@
 // gpuqos-bench weights (weights.h).
 #include "weights.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -32,18 +33,17 @@ class WeightsBench {
 
   // Interrupted (SIGINT, SIGTERM, SIGHUP): the runs made until then. A mode that cannot go on (its
   // simgpud does not come up) has its runs not made yet recorded as failed, and the next mode runs.
-  std::vector<WeightsRun> run() {
-    std::vector<WeightsRun> runs;
+  WeightsResults run() {
     for (const std::string& mode : o_.device_modes) {
       try {
-        run_mode(mode, runs);
+        run_mode(mode, results_.runs);
       } catch (const Interrupted&) {
         break;
       } catch (const std::exception& e) {
-        fail_rest_of_mode(mode, status_of(e), runs);
+        fail_rest_of_mode(mode, status_of(e), results_.runs);
       }
     }
-    return runs;
+    return results_;
   }
 
  private:
@@ -61,6 +61,10 @@ class WeightsBench {
   void fail_rest_of_mode(const std::string& mode, Status error, std::vector<WeightsRun>& runs) {
     error.reason = "device mode " + mode + " stopped: " + error.reason;
     std::cerr << "\ngpuqos-bench: " << error.reason << (error.log_tail.empty() ? "" : "\n" + error.log_tail) << "\n";
+    const auto trained = [&](const Training& t) { return t.device_mode == mode; };
+    if (std::none_of(results_.trainings.begin(), results_.trainings.end(), trained)) {
+      results_.trainings.push_back({mode, error});
+    }
     std::size_t made = 0;
     for (const WeightsRun& r : runs) made += r.device_mode == mode ? 1 : 0;
     std::vector<WeightsRun> planned = mode_runs(mode, 0);
@@ -78,8 +82,9 @@ class WeightsBench {
                                             [&](const RunOutcome& out) { closed = lc_stats(out.jobs.at(0).result); });
     // The predictor store every run of the mode starts from, as in the grid: the LC and one copy
     // together, profiled.
-    runs_.train("weights-train-" + mode, {lc_job(std::nullopt), be_job(kJobA)}, o_.duration_s / 2,
-                rig_.out_dir() / "profiles" / ("weights-predictor-" + mode + ".gqp"));
+    const Status trained = runs_.train("weights-train-" + mode, {lc_job(std::nullopt), be_job(kJobA)}, o_.duration_s / 2,
+                                       rig_.out_dir() / "profiles" / ("weights-predictor-" + mode + ".gqp"));
+    results_.trainings.push_back({mode, trained});
     const bool lc = calibrated.ok && closed.mean_ms > 0;
     const double rate = lc ? arrival_rate_per_s(o_.lc_load, closed.mean_ms) : 0;
     const double target = lc ? target_ms(o_.target_factor, closed.p50_ms) : 0;
@@ -114,6 +119,11 @@ class WeightsBench {
       r.b = be_run(kJobB, out.jobs.at(first_be + 1).result);
       r.gpu_busy_fraction = compute_busy_fraction(out.window_begin, out.window_end);
     });
+    for (const Training& t : results_.trainings) {
+      if (r.status.ok && t.device_mode == r.device_mode && !t.status.ok) {
+        add_caveat(r.status, "gpuqosd started from an untrained predictor (weights-train-" + r.device_mode + " failed)");
+      }
+    }
     return r;
   }
 
@@ -125,11 +135,12 @@ class WeightsBench {
   QosRig& rig_;
   const WeightsOptions& o_;
   BenchRuns runs_;
+  WeightsResults results_;
 };
 
 }  // namespace
 
-std::vector<WeightsRun> run_weights(QosRig& rig, const WeightsOptions& options, const std::atomic<bool>& interrupted) {
+WeightsResults run_weights(QosRig& rig, const WeightsOptions& options, const std::atomic<bool>& interrupted) {
   return WeightsBench(rig, options, interrupted).run();
 }
 

@@ -48,16 +48,25 @@ struct WeightsRun {
   Status status;
 };
 
+// Everything `gpuqos-bench weights` measured.
+struct WeightsResults {
+  std::vector<WeightsRun> runs;
+  std::vector<Training> trainings;  // one per device mode reached
+};
+
 // b's iterations per second over a's (0 when a made none).
 double share_ratio(const WeightsRun& run);
 
-// The table (one row per run) and the JSON record of each run. Pure.
-std::string weights_markdown(const std::vector<WeightsRun>& runs, double weight);
-nlohmann::json weights_json(const std::vector<WeightsRun>& runs, const WeightsOptions& options);
+// The runs that failed, the predictor trainings among them.
+std::size_t failed_runs(const WeightsResults& results);
+
+// The table (one row per run, a failed training below it) and the JSON record of each run. Pure.
+std::string weights_markdown(const WeightsResults& results, double weight);
+nlohmann::json weights_json(const WeightsResults& results, const WeightsOptions& options);
 
 // Runs the pairs in every device mode (the caller writes weights.json and weights.md). Contract:
 // `rig` has converted the LC workload and ResNet-50's. Once `interrupted` is set, returns the runs
 // made before it.
-std::vector<WeightsRun> run_weights(QosRig& rig, const WeightsOptions& options, const std::atomic<bool>& interrupted);
+WeightsResults run_weights(QosRig& rig, const WeightsOptions& options, const std::atomic<bool>& interrupted);
 
 }  // namespace gpuqos::qos

@@ -39,6 +39,8 @@ TEST(QosExperiment, ADeviceThatDoesNotComeUpFailsItsModesRunsAndTheRestGoOn) {
   ASSERT_EQ(results.standalone_lc.size(), 2u);
   ASSERT_EQ(results.standalone_be.size(), 4u);
   ASSERT_EQ(results.standalone_mixes.size(), 2u);
+  ASSERT_EQ(results.trainings.size(), 2u) << "each mode's predictor training, not made, is failed too";
+  EXPECT_FALSE(results.trainings[1].status.ok);
   ASSERT_EQ(results.cells.size(), 4u);
   const Status& calibration = results.calibrations[0].status;
   EXPECT_FALSE(calibration.ok);
@@ -49,7 +51,7 @@ TEST(QosExperiment, ADeviceThatDoesNotComeUpFailsItsModesRunsAndTheRestGoOn) {
     EXPECT_FALSE(cell.status.ok);
     EXPECT_TRUE(mentions(cell.status, "simgpud (" + cell.cell.device_mode + ") did not come up")) << cell.status.reason;
   }
-  EXPECT_EQ(failed_runs(results), 2u * (1 + 1 + 2 + 1 + 2)) << "every run of both modes counts as failed";
+  EXPECT_EQ(failed_runs(results), 2u * (1 + 1 + 2 + 1 + 1 + 2)) << "every run of both modes counts as failed";
 }
 
 TEST(QosExperiment, ARunWhoseDeviceCannotRestartFailsAloneWithoutThrowing) {

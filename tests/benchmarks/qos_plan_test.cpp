@@ -170,12 +170,13 @@ TEST(WeightsReport, EachRunShowsBothThroughputsAndTheirRatio) {
   WeightsRun failed{"fifo", false, 4.0, 0, std::nullopt, {}, {}, 0, {false, "gpuqosd did not start", "", ""}};
   EXPECT_DOUBLE_EQ(share_ratio(weighted), 4.0);
   EXPECT_EQ(share_ratio(failed), 0.0) << "no throughput: no ratio, not a division by zero";
-  const std::string md = weights_markdown({even, weighted, failed}, 4.0);
-  EXPECT_NE(md.find("| timeslice | yes | 1:4.00 | 0.40 | 1.60 | 4.00 | 90 % | 30.0 |"), std::string::npos) << md;
+  const WeightsResults results{{even, weighted, failed}, {}};
+  const std::string md = weights_markdown(results, 4.0);
+  EXPECT_NE(md.find("| timeslice | yes | 1:4.00 | 0.40 | 1.60 | 4.00 | 90 % | 30.0 | ok |"), std::string::npos) << md;
   EXPECT_NE(md.find("| fifo | no | 1:4.00 | failed: gpuqosd did not start |"), std::string::npos) << md;
   WeightsOptions options;
   options.removed_env = {"CUDA_VISIBLE_DEVICES", "LD_PRELOAD"};
-  const nlohmann::json json = weights_json({even, weighted, failed}, options);
+  const nlohmann::json json = weights_json(results, options);
   EXPECT_EQ(json["config"]["removed_env"], nlohmann::json({"CUDA_VISIBLE_DEVICES", "LD_PRELOAD"}))
       << "what the children did not inherit is part of the setup";
   ASSERT_EQ(json["runs"].size(), 3u);
@@ -183,6 +184,62 @@ TEST(WeightsReport, EachRunShowsBothThroughputsAndTheirRatio) {
   EXPECT_EQ(json["runs"][1]["b_iterations"], 32);
   EXPECT_FALSE(json["runs"][2]["ok"].get<bool>());
   EXPECT_FALSE(json["runs"][2].contains("b_over_a"));
+}
+
+TEST(WeightsReport, AFailedTrainingIsRecordedAndCaveatsTheRunsAfterIt) {
+  // A review: a failed training left every run of the mode on an untrained predictor and the
+  // report said nothing; weights.json had no record of it and the exit code ignored it.
+  WeightsRun run{"fifo", true, 4.0, 23.5, LcStats{100, 10, 9, 30, {}}, {"resnet-a", 8, 0.4}, {"resnet-b", 32, 1.6}, 0.9, {}};
+  run.status.caveat = "gpuqosd started from an untrained predictor (weights-train-fifo failed)";
+  const WeightsResults results{{run}, {{"fifo", {false, "gpuqos train exited with 1", "/x/train.log", "no samples\n"}},
+                                      {"timeslice", {}}}};
+  EXPECT_EQ(failed_runs(results), 1u) << "the training, though every pair ran";
+  const std::string md = weights_markdown(results, 4.0);
+  EXPECT_NE(md.find("| 30.0 | ok, but gpuqosd started from an untrained predictor (weights-train-fifo failed) |"),
+            std::string::npos) << md;
+  EXPECT_NE(md.find("Predictor training (fifo) failed: gpuqos train exited with 1"), std::string::npos) << md;
+  EXPECT_EQ(md.find("Predictor training (timeslice)"), std::string::npos) << "one that went is not news";
+  const nlohmann::json json = weights_json(results, WeightsOptions{});
+  ASSERT_EQ(json["training"].size(), 2u);
+  EXPECT_EQ(json["training"][0]["device_mode"], "fifo");
+  EXPECT_FALSE(json["training"][0]["ok"].get<bool>());
+  EXPECT_EQ(json["training"][0]["reason"], "gpuqos train exited with 1");
+  EXPECT_TRUE(json["training"][1]["ok"].get<bool>());
+  EXPECT_EQ(json["runs"][0]["caveat"], "gpuqosd started from an untrained predictor (weights-train-fifo failed)");
+}
+
+TEST(QosReport, AFailedTrainingIsAFailedRunAndCaveatsItsModesCells) {
+  // A review: when `gpuqos train` failed, the cells of the mode ran on an untrained predictor
+  // (baymax holding best-effort work on wild upper estimates) and read "ok", and qos.json, qos.md
+  // and the exit code all passed over it.
+  Results r;
+  r.trainings = {{"fifo", {false, "gpuqos train exited with 1", "/x/train-fifo.log", "no samples\n"}},
+                 {"timeslice", {}}};
+  const Cell baymax{"baymax", "fifo", 0.4, "resnet"};
+  EXPECT_EQ(untrained_caveat(baymax, r.trainings), "gpuqosd started from an untrained predictor (train-fifo failed)");
+  EXPECT_EQ(untrained_caveat({"none", "fifo", 0.4, "resnet"}, r.trainings), "") << "no gpuqosd: no predictor";
+  EXPECT_EQ(untrained_caveat({"baymax", "timeslice", 0.4, "resnet"}, r.trainings), "") << "its training went";
+  EXPECT_EQ(untrained_caveat({"baymax", "mps", 0.4, "resnet"}, r.trainings), "") << "no training recorded";
+  Status caveated;
+  add_caveat(caveated, "lc ran unmanaged 1 time(s)");
+  add_caveat(caveated, "");
+  add_caveat(caveated, untrained_caveat(baymax, r.trainings));
+  EXPECT_TRUE(caveated.ok);
+  EXPECT_EQ(caveated.caveat,
+            "lc ran unmanaged 1 time(s); gpuqosd started from an untrained predictor (train-fifo failed)");
+
+  EXPECT_EQ(failed_runs(r), 1u) << "the failed training counts, the one that went does not";
+  const nlohmann::json j = results_json(r, {});
+  ASSERT_EQ(j.at("training").size(), 2u);
+  EXPECT_EQ(j["training"][0]["device_mode"], "fifo");
+  EXPECT_EQ(j["training"][0]["status"], "failed");
+  EXPECT_EQ(j["training"][0]["reason"], "gpuqos train exited with 1");
+  EXPECT_EQ(j["training"][0]["log"], "/x/train-fifo.log");
+  EXPECT_EQ(j["training"][1]["status"], "ok");
+  const std::string md = results_markdown(r, 4.0);
+  EXPECT_NE(md.find("| fifo | predictor training | | | | | | | | | | failed: gpuqos train exited with 1 |"),
+            std::string::npos) << md;
+  EXPECT_NE(md.find("| timeslice | predictor training | | | | | | | | | | ok |"), std::string::npos) << md;
 }
 
 TEST(QosReport, FailedCellsKeepTheirReasonAndNoFigures) {
