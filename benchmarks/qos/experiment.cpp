@@ -239,7 +239,9 @@ class Experiment {
     });
     if (!status.ok) return failed_cell(cell, *reference, status);
     CellResult result = evaluate_cell(cell, m, *reference, results_.standalone_be, results_.standalone_mixes);
+    const std::string missing_references = result.status.caveat;
     result.status = status;  // ok, with its caveat if any
+    add_caveat(result.status, missing_references);
     add_caveat(result.status, untrained_caveat(cell, results_.trainings));
     return result;
   }

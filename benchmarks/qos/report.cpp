@@ -18,6 +18,16 @@ using nlohmann::json;
 
 std::string percent(double fraction) { return fixed(100.0 * fraction, 0) + " %"; }
 
+// A figure that may have no reference to rest on: null, never 0, when it has none.
+json or_null(const std::optional<double>& value) { return value ? json(*value) : json(nullptr); }
+std::string percent_or_na(const std::optional<double>& fraction) { return fraction ? percent(*fraction) : "n/a"; }
+
+// The LC's p99 over the cell's target; none without a target (its reference gave none).
+std::optional<double> p99_over_target(const CellResult& c) {
+  if (!(c.target_ms > 0)) return std::nullopt;
+  return c.lc.p99_ms / c.target_ms;
+}
+
 json status_json(const Status& s) {
   json j = {{"status", s.ok ? "ok" : "failed"}};
   if (!s.ok) j.update({{"reason", s.reason}, {"log", s.log_path}, {"log_tail", s.log_tail}});
@@ -45,23 +55,21 @@ json cell_json(const CellResult& c) {
     return j;
   }
   j.update(lc_json(c.lc));
-  j["p99_over_target"] = c.target_ms > 0 ? c.lc.p99_ms / c.target_ms : 0.0;
-  const auto end = [](const std::optional<double>& ms) { return ms ? json(*ms) : json(nullptr); };
-  j["lc_p99_ci95_ms"] = json::array({end(c.lc_p99_ci95.low), end(c.lc_p99_ci95.high)});
+  j["p99_over_target"] = or_null(p99_over_target(c));
+  j["lc_p99_ci95_ms"] = json::array({or_null(c.lc_p99_ci95.low), or_null(c.lc_p99_ci95.high)});
   j["violation_fraction"] = c.violation_fraction;
   j["be"] = json::array();
   for (const BeJobResult& be : c.be) {
     j["be"].push_back({{"job", be.run.job},
                        {"iterations", be.run.iterations},
                        {"iterations_per_s", be.run.iterations_per_s},
-                       {"standalone_iterations_per_s", be.standalone_iterations_per_s},
-                       {"fraction_of_standalone", be.fraction_of_standalone},
-                       {"mix_alone_iterations_per_s", be.mix_alone_iterations_per_s},
-                       {"fraction_of_mix_alone", be.fraction_of_mix_alone}});
+                       {"standalone_iterations_per_s", or_null(be.standalone_iterations_per_s)},
+                       {"fraction_of_standalone", or_null(be.fraction_of_standalone)},
+                       {"mix_alone_iterations_per_s", or_null(be.mix_alone_iterations_per_s)},
+                       {"fraction_of_mix_alone", or_null(be.fraction_of_mix_alone)}});
   }
-  j["be_fraction_of_ideal"] = c.be_fraction_of_ideal;
-  j["be_fraction_of_ideal_together"] =
-      c.be_fraction_of_ideal_together ? json(*c.be_fraction_of_ideal_together) : json(nullptr);
+  j["be_fraction_of_ideal"] = or_null(c.be_fraction_of_ideal);
+  j["be_fraction_of_ideal_together"] = or_null(c.be_fraction_of_ideal_together);
   j["gpu_busy_fraction"] = c.gpu_busy_fraction;
   return j;
 }
@@ -161,14 +169,14 @@ std::string cell_row(const CellResult& c) {
   for (const BeJobResult& be : c.be) {
     const std::string sep = rates.empty() ? "" : ", ";
     rates += sep + fixed(be.run.iterations_per_s, 2);
-    fractions += sep + percent(be.fraction_of_standalone);
+    fractions += sep + percent_or_na(be.fraction_of_standalone);
   }
   return row + fixed(c.lc.p50_ms, 2) + " | " + fixed(c.lc.p99_ms, 2) + " | " + interval_text(c.lc_p99_ci95) + " | " +
          fixed(c.target_ms, 2) + " | " +
-         fixed(c.target_ms > 0 ? c.lc.p99_ms / c.target_ms : 0.0, 2) + " | " + percent(c.violation_fraction) + " | " +
+         (p99_over_target(c) ? fixed(*p99_over_target(c), 2) : "n/a") + " | " + percent(c.violation_fraction) + " | " +
          std::to_string(c.lc.queries) + (c.lc.unserved ? " (" + std::to_string(c.lc.unserved) + " unserved)" : "") +
-         " | " + rates + " | " + fractions + " | " + percent(c.be_fraction_of_ideal) +
-         " | " + (c.be_fraction_of_ideal_together ? percent(*c.be_fraction_of_ideal_together) : "n/a") + " | " +
+         " | " + rates + " | " + fractions + " | " + percent_or_na(c.be_fraction_of_ideal) + " | " +
+         percent_or_na(c.be_fraction_of_ideal_together) + " | " +
          percent(c.gpu_busy_fraction) + " | " + run_text(c.status) + " |\n";
 }
 

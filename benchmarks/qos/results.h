@@ -101,12 +101,14 @@ struct CellMeasurement {
   double gpu_busy_fraction = 0;
 };
 
+// A BE job's throughput in a cell against its references. A reference that is missing, failed or
+// made no iteration gives none (JSON null, "n/a"), never 0 or a ratio to 0; the cell's caveat says which.
 struct BeJobResult {
   BeRun run;
-  double standalone_iterations_per_s = 0;
-  double fraction_of_standalone = 0;
-  double mix_alone_iterations_per_s = 0;  // beside the mix's other jobs, no LC (one-job mix: standalone)
-  double fraction_of_mix_alone = 0;
+  std::optional<double> standalone_iterations_per_s;
+  std::optional<double> fraction_of_standalone;
+  std::optional<double> mix_alone_iterations_per_s;  // beside the mix's other jobs, no LC (one-job mix: standalone)
+  std::optional<double> fraction_of_mix_alone;
 };
 
 struct CellResult {
@@ -118,7 +120,7 @@ struct CellResult {
   QuantileInterval lc_p99_ci95;          // where the LC's true p99 lies, at 95 % (ends none: too few queries)
   double lc_gpu_busy_standalone = 0;     // the reference's, which sets the ideal leftover
   std::vector<BeJobResult> be;
-  double be_fraction_of_ideal = 0;
+  std::optional<double> be_fraction_of_ideal;  // none when a job has no usable standalone reference
   // The same with each job's throughput in the mix alone as its reference: of the GPU time the LC
   // leaves idle, the share the mix got of what it gets with the whole GPU. Two BE jobs that each
   // keep the GPU busy alone cannot both run at their standalone rate, LC or not. None when a job
@@ -143,9 +145,10 @@ struct Results {
 std::size_t failed_runs(const Results& results);
 
 // The cell's figures from its measurement and the standalone runs of its device mode and load.
-// A BE job without a usable standalone throughput gets fraction 0 (and the reference's status says why);
-// one of a mix without a usable run of the mix alone gets fraction 0 of it, and the cell no
-// be_fraction_of_ideal_together.
+// A BE job without a usable standalone throughput has no fraction of it, and the cell no
+// be_fraction_of_ideal; one of a mix without a usable run of the mix alone has no fraction of it,
+// and the cell no be_fraction_of_ideal_together. The status is ok, its caveat naming each
+// reference that is missing or failed (the caller adds the run's own with add_caveat).
 CellResult evaluate_cell(const Cell& cell, const CellMeasurement& measured, const StandaloneLc& lc_reference,
                          const std::vector<StandaloneBe>& be_references,
                          const std::vector<StandaloneMix>& mix_references);

@@ -54,8 +54,8 @@ struct WeightsResults {
   std::vector<Training> trainings;  // one per device mode reached
 };
 
-// b's iterations per second over a's (0 when a made none).
-double share_ratio(const WeightsRun& run);
+// b's iterations per second over a's; none when a made none (a ratio to nothing is no figure).
+std::optional<double> share_ratio(const WeightsRun& run);
 
 // The runs that failed, the predictor trainings among them.
 std::size_t failed_runs(const WeightsResults& results);

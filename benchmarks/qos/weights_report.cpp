@@ -6,8 +6,9 @@ namespace gpuqos::qos {
 
 using nlohmann::json;
 
-double share_ratio(const WeightsRun& run) {
-  return run.a.iterations_per_s > 0 ? run.b.iterations_per_s / run.a.iterations_per_s : 0;
+std::optional<double> share_ratio(const WeightsRun& run) {
+  if (!(run.a.iterations_per_s > 0)) return std::nullopt;
+  return run.b.iterations_per_s / run.a.iterations_per_s;
 }
 
 std::size_t failed_runs(const WeightsResults& results) {
@@ -32,8 +33,9 @@ std::string weights_markdown(const WeightsResults& results, double weight) {
       md += "failed: " + r.status.reason + " | | | | | |\n";
       continue;
     }
-    md += fixed(r.a.iterations_per_s, 2) + " | " + fixed(r.b.iterations_per_s, 2) + " | " + fixed(share_ratio(r), 2) +
-          " | " + fixed(100 * r.gpu_busy_fraction, 0) + " % | " +
+    const std::optional<double> ratio = share_ratio(r);
+    md += fixed(r.a.iterations_per_s, 2) + " | " + fixed(r.b.iterations_per_s, 2) + " | " +
+          (ratio ? fixed(*ratio, 2) : "n/a") + " | " + fixed(100 * r.gpu_busy_fraction, 0) + " % | " +
           (r.lc ? fixed(r.lc->p99_ms, 1) : std::string("-")) + " | " +
           (r.status.caveat.empty() ? std::string("ok") : "ok, but " + r.status.caveat) + " |\n";
   }
@@ -54,7 +56,7 @@ json weights_json(const WeightsResults& results, const WeightsOptions& o) {
       if (!r.status.caveat.empty()) record["caveat"] = r.status.caveat;
       record.update({{"a_iterations_per_s", r.a.iterations_per_s}, {"b_iterations_per_s", r.b.iterations_per_s},
                      {"a_iterations", r.a.iterations}, {"b_iterations", r.b.iterations},
-                     {"b_over_a", share_ratio(r)}, {"gpu_busy_fraction", r.gpu_busy_fraction}});
+                     {"b_over_a", share_ratio(r) ? json(*share_ratio(r)) : json(nullptr)}, {"gpu_busy_fraction", r.gpu_busy_fraction}});
       if (r.lc) record.update({{"lc_p99_ms", r.lc->p99_ms}, {"lc_queries", r.lc->queries}, {"target_ms", r.target_ms}});
     }
     records.push_back(std::move(record));

@@ -168,8 +168,8 @@ TEST(WeightsReport, EachRunShowsBothThroughputsAndTheirRatio) {
   weighted.a = {"resnet-a", 8, 0.4};
   weighted.b = {"resnet-b", 32, 1.6};
   WeightsRun failed{"fifo", false, 4.0, 0, std::nullopt, {}, {}, 0, {false, "gpuqosd did not start", "", ""}};
-  EXPECT_DOUBLE_EQ(share_ratio(weighted), 4.0);
-  EXPECT_EQ(share_ratio(failed), 0.0) << "no throughput: no ratio, not a division by zero";
+  EXPECT_DOUBLE_EQ(share_ratio(weighted).value(), 4.0);
+  EXPECT_FALSE(share_ratio(failed)) << "no throughput: no ratio, not 0 nor a division by zero";
   const WeightsResults results{{even, weighted, failed}, {}};
   const std::string md = weights_markdown(results, 4.0);
   EXPECT_NE(md.find("| timeslice | yes | 1:4.00 | 0.40 | 1.60 | 4.00 | 90 % | 30.0 | ok |"), std::string::npos) << md;
@@ -184,6 +184,13 @@ TEST(WeightsReport, EachRunShowsBothThroughputsAndTheirRatio) {
   EXPECT_EQ(json["runs"][1]["b_iterations"], 32);
   EXPECT_FALSE(json["runs"][2]["ok"].get<bool>());
   EXPECT_FALSE(json["runs"][2].contains("b_over_a"));
+
+  // A review: a's throughput of 0 made b/a 0, as if b had been starved.
+  WeightsRun starved = even;
+  starved.a = {"resnet-a", 0, 0.0};
+  const WeightsResults one{{starved}, {}};
+  EXPECT_NE(weights_markdown(one, 4.0).find("| 0.00 | 1.05 | n/a | 90 % |"), std::string::npos) << weights_markdown(one, 4.0);
+  EXPECT_TRUE(weights_json(one, options)["runs"][0]["b_over_a"].is_null());
 }
 
 TEST(WeightsReport, AFailedTrainingIsRecordedAndCaveatsTheRunsAfterIt) {
@@ -309,6 +316,39 @@ TEST(QosReport, FailedCellsKeepTheirReasonAndNoFigures) {
   r.interrupted = true;
   EXPECT_EQ(results_json(r, {})["interrupted"], true);
   EXPECT_NE(results_markdown(r, 4.0).find("Interrupted: the runs after these were not made."), std::string::npos);
+}
+
+TEST(QosReport, AFigureWithoutItsReferenceIsNullAndNaNotZero) {
+  // A review: a BE job whose standalone run failed was reported at 0 % of it, and the cell's BE %
+  // of ideal computed over that 0; a cell without a target had p99/target 0.
+  CellResult c;
+  c.cell = {"baymax", "fifo", 0.4, "resnet+recsys"};
+  c.target_ms = 30;
+  c.lc.p99_ms = 45;
+  c.be = {{{"resnet-train", 10, 1.2}, 2.0, 0.6, 1.5, 0.8}, {{"recsys-train", 3, 0.3}, {}, {}, 0.5, 0.6}};
+  c.be_fraction_of_ideal_together = 0.875;
+  c.status.caveat = "no BE % of standalone or of ideal: recsys-train alone failed: recsys replayer crashed";
+  Results r;
+  r.cells = {c};
+  const nlohmann::json j = results_json(r, {});
+  const nlohmann::json& cell = j.at("cells").at(0);
+  EXPECT_EQ(cell["status"], "ok");
+  EXPECT_EQ(cell["caveat"], c.status.caveat);
+  EXPECT_TRUE(cell["be_fraction_of_ideal"].is_null()) << cell.dump();
+  EXPECT_TRUE(cell["be"][1]["standalone_iterations_per_s"].is_null());
+  EXPECT_TRUE(cell["be"][1]["fraction_of_standalone"].is_null());
+  EXPECT_DOUBLE_EQ(cell["be"][1]["fraction_of_mix_alone"].get<double>(), 0.6);
+  EXPECT_DOUBLE_EQ(cell["be"][0]["fraction_of_standalone"].get<double>(), 0.6);
+  EXPECT_DOUBLE_EQ(cell["be_fraction_of_ideal_together"].get<double>(), 0.875);
+  const std::string md = results_markdown(r, 4.0);
+  EXPECT_NE(md.find("| 1.20, 0.30 | 60 %, n/a | n/a | 88 % |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| ok, but no BE % of standalone or of ideal: recsys-train alone failed: recsys replayer crashed |"),
+            std::string::npos)
+      << md;
+
+  r.cells[0].target_ms = 0;  // no target to hold the p99 to
+  EXPECT_TRUE(results_json(r, {})["cells"][0]["p99_over_target"].is_null());
+  EXPECT_NE(results_markdown(r, 4.0).find("| 0.00 | n/a | 0 % |"), std::string::npos) << results_markdown(r, 4.0);
 }
 
 TEST(QosReport, TailLines) {
