@@ -105,8 +105,7 @@ class Experiment {
       const auto recorded = [&](const CellResult& c) { return same_cell(c.cell, cell); };
       if (cell.device_mode != mode || std::any_of(results_.cells.begin(), results_.cells.end(), recorded)) continue;
       runs_.skip();
-      const StandaloneLc* reference = lc_reference(cell);
-      results_.cells.push_back(failed_cell(cell, reference ? *reference : StandaloneLc{}, error));
+      results_.cells.push_back(failed_cell(cell, lc_reference_or_none(cell), error));
     }
   }
 
@@ -213,12 +212,21 @@ class Experiment {
     return nullptr;
   }
 
+  // The cell's standalone LC run, or a failed one when it was not made: its zeros are no target.
+  StandaloneLc lc_reference_or_none(const Cell& cell) const {
+    if (const StandaloneLc* reference = lc_reference(cell)) return *reference;
+    StandaloneLc none;
+    none.status = {false, "not run", "", ""};
+    return none;
+  }
+
   CellResult run_cell(const Cell& cell) {
     const StandaloneLc* reference = lc_reference(cell);
     if (reference == nullptr || !reference->status.ok) {
       runs_.skip();
-      return failed_cell(cell, reference ? *reference : StandaloneLc{},
-                         {false, "no standalone LC reference at this load and mode", "", ""});
+      const std::string why = reference ? ": it failed: " + reference->status.reason : "";
+      return failed_cell(cell, lc_reference_or_none(cell),
+                         {false, "no standalone LC reference at this load and mode" + why, "", ""});
     }
     const std::string name = cell_name(cell);
     std::vector<JobSpec> jobs{lc_job(reference->rate_per_s)};

@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <optional>
+#include <vector>
 
 namespace gpuqos::qos {
 
@@ -38,15 +39,29 @@ json status_json(const Status& s) {
 // A run that went: "ok", or "ok, but " what makes its figures not entirely the policy's.
 std::string run_text(const Status& s) { return s.caveat.empty() ? std::string("ok") : "ok, but " + s.caveat; }
 
-json lc_json(const LcStats& lc) {
-  return {{"lc_queries", lc.queries}, {"lc_unserved", lc.unserved}, {"lc_mean_ms", lc.mean_ms},
-          {"lc_p50_ms", lc.p50_ms},     {"lc_p99_ms", lc.p99_ms}};
+// A figure a run measured: null when the run failed, whose figures are not zeros but none.
+json measured(const Status& s, json value) { return s.ok ? std::move(value) : json(nullptr); }
+std::string measured_text(const Status& s, const std::string& text) { return s.ok ? text : ""; }
+
+json lc_json(const LcStats& lc, const Status& s) {
+  return {{"lc_queries", measured(s, lc.queries)}, {"lc_unserved", measured(s, lc.unserved)},
+          {"lc_mean_ms", measured(s, lc.mean_ms)},  {"lc_p50_ms", measured(s, lc.p50_ms)},
+          {"lc_p99_ms", measured(s, lc.p99_ms)}};
 }
 
+// A figure fixed before the run (an arrival rate): null when there is none (0: its calibration failed).
+json planned(double value) { return value > 0 ? json(value) : json(nullptr); }
+
 json cell_json(const CellResult& c) {
-  json j = {{"policy", c.cell.policy},       {"device_mode", c.cell.device_mode}, {"lc_load", c.cell.lc_load},
-            {"be_mix", c.cell.be_mix},       {"rate_per_s", c.rate_per_s},        {"target_ms", c.target_ms},
-            {"lc_gpu_busy_fraction_standalone", c.lc_gpu_busy_standalone}};
+  // The figures of its standalone LC reference: null when that failed or was not made.
+  const Status reference = c.lc_reference ? Status{} : Status{false, "", "", ""};
+  json j = {{"policy", c.cell.policy},
+            {"device_mode", c.cell.device_mode},
+            {"lc_load", c.cell.lc_load},
+            {"be_mix", c.cell.be_mix},
+            {"rate_per_s", measured(reference, c.rate_per_s)},
+            {"target_ms", measured(reference, c.target_ms)},
+            {"lc_gpu_busy_fraction_standalone", measured(reference, c.lc_gpu_busy_standalone)}};
   j.update(status_json(c.status));
   if (!c.status.ok) {
     for (const char* key : {"lc_p50_ms", "lc_p99_ms", "lc_p99_ci95_ms", "violation_fraction", "be_fraction_of_ideal",
@@ -54,7 +69,7 @@ json cell_json(const CellResult& c) {
       j[key] = nullptr;
     return j;
   }
-  j.update(lc_json(c.lc));
+  j.update(lc_json(c.lc, c.status));
   j["p99_over_target"] = or_null(p99_over_target(c));
   j["lc_p99_ci95_ms"] = json::array({or_null(c.lc_p99_ci95.low), or_null(c.lc_p99_ci95.high)});
   j["violation_fraction"] = c.violation_fraction;
@@ -78,7 +93,7 @@ json standalone_json(const Results& r) {
   json all = json::array();
   for (const Calibration& c : r.calibrations) {
     json j = {{"kind", "lc_calibration"}, {"device_mode", c.device_mode}, {"closed_loop", true}};
-    j.update(lc_json(c.lc));
+    j.update(lc_json(c.lc, c.status));
     j.update(status_json(c.status));
     all.push_back(j);
   }
@@ -86,11 +101,11 @@ json standalone_json(const Results& r) {
     json j = {{"kind", "lc"},
               {"device_mode", s.device_mode},
               {"lc_load", s.lc_load},
-              {"rate_per_s", s.rate_per_s},
-              {"lc_load_measured", s.lc_load_measured},
-              {"lc_gpu_busy_fraction", s.gpu_busy_fraction},
-              {"target_ms", s.target_ms}};
-    j.update(lc_json(s.lc));
+              {"rate_per_s", planned(s.rate_per_s)},
+              {"lc_load_measured", measured(s.status, s.lc_load_measured)},
+              {"lc_gpu_busy_fraction", measured(s.status, s.gpu_busy_fraction)},
+              {"target_ms", measured(s.status, s.target_ms)}};
+    j.update(lc_json(s.lc, s.status));
     j.update(status_json(s.status));
     all.push_back(j);
   }
@@ -98,26 +113,35 @@ json standalone_json(const Results& r) {
     json j = {{"kind", "be"},
               {"device_mode", s.device_mode},
               {"job", s.job},
-              {"iterations", s.run.iterations},
-              {"iterations_per_s", s.run.iterations_per_s},
-              {"gpu_busy_fraction", s.gpu_busy_fraction}};
+              {"iterations", measured(s.status, s.run.iterations)},
+              {"iterations_per_s", measured(s.status, s.run.iterations_per_s)},
+              {"gpu_busy_fraction", measured(s.status, s.gpu_busy_fraction)}};
     j.update(status_json(s.status));
     all.push_back(j);
   }
   for (const StandaloneMix& s : r.standalone_mixes) {
     json jobs = json::array();
     for (const BeRun& run : s.runs) {
-      jobs.push_back({{"job", run.job}, {"iterations", run.iterations}, {"iterations_per_s", run.iterations_per_s}});
+      jobs.push_back({{"job", run.job},
+                      {"iterations", measured(s.status, run.iterations)},
+                      {"iterations_per_s", measured(s.status, run.iterations_per_s)}});
     }
     json j = {{"kind", "be_mix"},
               {"device_mode", s.device_mode},
               {"be_mix", s.be_mix},
               {"be", jobs},
-              {"gpu_busy_fraction", s.gpu_busy_fraction}};
+              {"gpu_busy_fraction", measured(s.status, s.gpu_busy_fraction)}};
     j.update(status_json(s.status));
     all.push_back(j);
   }
   return all;
+}
+
+// One table row; an empty cell shows as "| |".
+std::string row_of(const std::vector<std::string>& cells) {
+  std::string row = "|";
+  for (const std::string& cell : cells) row += cell.empty() ? " |" : " " + cell + " |";
+  return row + "\n";
 }
 
 std::string standalone_table(const Results& r) {
@@ -126,28 +150,33 @@ std::string standalone_table(const Results& r) {
       "LC GPU busy | target (ms) | BE it/s | run |\n"
       "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n";
   const auto status = [](const Status& s) { return s.ok ? run_text(s) : "failed: " + s.reason; };
+  // A failed run's figures are blank: it measured nothing, not zeros.
   for (const Calibration& c : r.calibrations) {
-    md += "| " + c.device_mode + " | LC closed loop | | | " + fixed(c.lc.p50_ms, 2) + " | " + fixed(c.lc.p99_ms, 2) +
-          " | " + fixed(c.lc.mean_ms, 2) + " | | | | | " + status(c.status) + " |\n";
+    const Status& s = c.status;
+    md += row_of({c.device_mode, "LC closed loop", "", "", measured_text(s, fixed(c.lc.p50_ms, 2)),
+                  measured_text(s, fixed(c.lc.p99_ms, 2)), measured_text(s, fixed(c.lc.mean_ms, 2)), "", "", "", "",
+                  status(s)});
   }
-  for (const StandaloneLc& s : r.standalone_lc) {
-    md += "| " + s.device_mode + " | LC alone | " + fixed(s.lc_load, 2) + " | " + fixed(s.rate_per_s, 1) + " | " +
-          fixed(s.lc.p50_ms, 2) + " | " + fixed(s.lc.p99_ms, 2) + " | " + fixed(s.lc.mean_ms, 2) + " | " +
-          fixed(s.lc_load_measured, 2) + " | " + percent(s.gpu_busy_fraction) + " | " + fixed(s.target_ms, 2) +
-          " | | " + status(s.status) + " |\n";
+  for (const StandaloneLc& l : r.standalone_lc) {
+    const Status& s = l.status;
+    md += row_of({l.device_mode, "LC alone", fixed(l.lc_load, 2), l.rate_per_s > 0 ? fixed(l.rate_per_s, 1) : "",
+                  measured_text(s, fixed(l.lc.p50_ms, 2)), measured_text(s, fixed(l.lc.p99_ms, 2)),
+                  measured_text(s, fixed(l.lc.mean_ms, 2)), measured_text(s, fixed(l.lc_load_measured, 2)),
+                  measured_text(s, percent(l.gpu_busy_fraction)), measured_text(s, fixed(l.target_ms, 2)), "",
+                  status(s)});
   }
-  for (const StandaloneBe& s : r.standalone_be) {
-    md += "| " + s.device_mode + " | " + s.job + " alone | | | | | | | | | " + fixed(s.run.iterations_per_s, 2) +
-          " | " + status(s.status) + " |\n";
+  for (const StandaloneBe& b : r.standalone_be) {
+    md += row_of({b.device_mode, b.job + " alone", "", "", "", "", "", "", "", "",
+                  measured_text(b.status, fixed(b.run.iterations_per_s, 2)), status(b.status)});
   }
   for (const Training& t : r.trainings) {
-    md += "| " + t.device_mode + " | predictor training | | | | | | | | | | " + status(t.status) + " |\n";
+    md += row_of({t.device_mode, "predictor training", "", "", "", "", "", "", "", "", "", status(t.status)});
   }
-  for (const StandaloneMix& s : r.standalone_mixes) {
+  for (const StandaloneMix& m : r.standalone_mixes) {
     std::string rates;
-    for (const BeRun& run : s.runs) rates += (rates.empty() ? "" : ", ") + fixed(run.iterations_per_s, 2);
-    md += "| " + s.device_mode + " | " + s.be_mix + " alone together | | | | | | | | | " + rates + " | " +
-          status(s.status) + " |\n";
+    for (const BeRun& run : m.runs) rates += (rates.empty() ? "" : ", ") + fixed(run.iterations_per_s, 2);
+    md += row_of({m.device_mode, m.be_mix + " alone together", "", "", "", "", "", "", "", "",
+                  measured_text(m.status, rates), status(m.status)});
   }
   return md;
 }
@@ -161,10 +190,13 @@ std::string interval_text(const QuantileInterval& interval) {
 }
 
 std::string cell_row(const CellResult& c) {
-  std::string row = "| " + c.cell.policy + " | " + c.cell.device_mode + " | " + fixed(c.cell.lc_load, 2) + " | " +
-                    c.cell.be_mix + " | ";
-  if (!c.status.ok)
-    return row + "| | | " + fixed(c.target_ms, 2) + " | | | | | | | | | failed: " + c.status.reason + " |\n";
+  if (!c.status.ok) {  // the target (when its reference gave one) under its own column
+    return row_of({c.cell.policy, c.cell.device_mode, fixed(c.cell.lc_load, 2), c.cell.be_mix, "", "", "",
+                   c.lc_reference ? fixed(c.target_ms, 2) : "", "", "", "", "", "", "", "", "",
+                   "failed: " + c.status.reason});
+  }
+  const std::string row = "| " + c.cell.policy + " | " + c.cell.device_mode + " | " + fixed(c.cell.lc_load, 2) +
+                          " | " + c.cell.be_mix + " | ";
   std::string rates, fractions;
   for (const BeJobResult& be : c.be) {
     const std::string sep = rates.empty() ? "" : ", ";

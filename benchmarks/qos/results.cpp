@@ -101,9 +101,12 @@ CellResult evaluate_cell(const Cell& cell, const CellMeasurement& measured, cons
 CellResult failed_cell(const Cell& cell, const StandaloneLc& lc_reference, Status status) {
   CellResult r;
   r.cell = cell;
-  r.rate_per_s = lc_reference.rate_per_s;
-  r.target_ms = lc_reference.target_ms;
-  r.lc_gpu_busy_standalone = lc_reference.gpu_busy_fraction;
+  r.lc_reference = lc_reference.status.ok;
+  if (r.lc_reference) {
+    r.rate_per_s = lc_reference.rate_per_s;
+    r.target_ms = lc_reference.target_ms;
+    r.lc_gpu_busy_standalone = lc_reference.gpu_busy_fraction;
+  }
   r.status = std::move(status);
   return r;
 }

@@ -113,6 +113,9 @@ struct BeJobResult {
 
 struct CellResult {
   Cell cell;
+  // Whether its standalone LC reference went: rate_per_s, target_ms and lc_gpu_busy_standalone are
+  // its figures only then (qos.json: null otherwise, not 0).
+  bool lc_reference = false;
   double rate_per_s = 0;
   double target_ms = 0;
   LcStats lc;
@@ -153,7 +156,7 @@ CellResult evaluate_cell(const Cell& cell, const CellMeasurement& measured, cons
                          const std::vector<StandaloneBe>& be_references,
                          const std::vector<StandaloneMix>& mix_references);
 
-// A failed cell: the grid coordinates, target and reason, no figures.
+// A failed cell: the grid coordinates, target (when `lc_reference` went) and reason, no figures.
 CellResult failed_cell(const Cell& cell, const StandaloneLc& lc_reference, Status status);
 
 // A replayer's result (gpuqos-replay --out): the LC's figures and every latency, or a best-effort

@@ -253,6 +253,7 @@ TEST(QosReport, FailedCellsKeepTheirReasonAndNoFigures) {
   Results r;
   CellResult ok;
   ok.cell = {"fifo", "fifo", 0.4, "resnet"};
+  ok.lc_reference = true;
   ok.target_ms = 30;
   ok.lc.p99_ms = 45;
   ok.violation_fraction = 0.25;
@@ -349,6 +350,84 @@ TEST(QosReport, AFigureWithoutItsReferenceIsNullAndNaNotZero) {
   r.cells[0].target_ms = 0;  // no target to hold the p99 to
   EXPECT_TRUE(results_json(r, {})["cells"][0]["p99_over_target"].is_null());
   EXPECT_NE(results_markdown(r, 4.0).find("| 0.00 | n/a | 0 % |"), std::string::npos) << results_markdown(r, 4.0);
+}
+
+TEST(QosReport, AFailedReferenceRunHasNoFiguresNotZeros) {
+  // A review: a failed calibration, standalone LC, BE or mix run was reported with 0 ms, 0 it/s and
+  // a 0 target, in qos.md and qos.json alike, and so was each cell that rested on a failed one.
+  const Status crashed{false, "replayer crashed", "/x/alone.log", "tail\n"};
+  Results r;
+  r.calibrations = {{"fifo", {}, crashed}};
+  StandaloneLc lc;
+  lc.device_mode = "fifo";
+  lc.lc_load = 0.4;
+  lc.rate_per_s = 25;  // set before the run: the planned rate
+  lc.status = crashed;
+  StandaloneLc uncalibrated = lc;
+  uncalibrated.lc_load = 0.6;
+  uncalibrated.rate_per_s = 0;  // no calibration: no rate
+  r.standalone_lc = {lc, uncalibrated};
+  StandaloneBe be;
+  be.device_mode = "fifo";
+  be.job = "recsys-train";
+  be.status = crashed;
+  r.standalone_be = {be};
+  StandaloneMix mix;
+  mix.device_mode = "fifo";
+  mix.be_mix = "resnet+recsys";
+  mix.runs = {{"resnet-train", 0, 0.0}};  // read before it failed
+  mix.status = crashed;
+  r.standalone_mixes = {mix};
+  r.cells = {failed_cell({"baymax", "fifo", 0.4, "resnet"}, lc, {false, "no standalone LC reference", "", ""})};
+
+  const nlohmann::json j = results_json(r, {});
+  const nlohmann::json& standalone = j.at("standalone");
+  ASSERT_EQ(standalone.size(), 5u);
+  for (const nlohmann::json& record : standalone) {
+    EXPECT_EQ(record["status"], "failed");
+    EXPECT_EQ(record["reason"], "replayer crashed");
+    for (const char* key : {"lc_p50_ms", "lc_p99_ms", "lc_mean_ms", "lc_queries", "lc_unserved", "target_ms",
+                            "lc_load_measured", "lc_gpu_busy_fraction", "iterations", "iterations_per_s",
+                            "gpu_busy_fraction"}) {
+      if (record.contains(key)) {
+        EXPECT_TRUE(record[key].is_null()) << key << " of " << record.dump();
+      }
+    }
+  }
+  EXPECT_DOUBLE_EQ(standalone[1]["rate_per_s"].get<double>(), 25.0) << "planned, not measured";
+  EXPECT_TRUE(standalone[2]["rate_per_s"].is_null()) << "no calibration: no rate";
+  EXPECT_EQ(standalone[1]["lc_load"], 0.4);
+  EXPECT_TRUE(standalone[4]["be"][0]["iterations_per_s"].is_null());
+  const nlohmann::json& cell = j.at("cells").at(0);
+  for (const char* key : {"target_ms", "rate_per_s", "lc_gpu_busy_fraction_standalone"}) {
+    EXPECT_TRUE(cell[key].is_null()) << key << ": its reference failed";
+  }
+
+  const std::string md = results_markdown(r, 4.0);
+  EXPECT_NE(md.find("| fifo | LC closed loop | | | | | | | | | | failed: replayer crashed |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| fifo | LC alone | 0.40 | 25.0 | | | | | | | | failed: replayer crashed |"), std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| fifo | LC alone | 0.60 | | | | | | | | | failed: replayer crashed |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| fifo | recsys-train alone | | | | | | | | | | failed: replayer crashed |"), std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| fifo | resnet+recsys alone together | | | | | | | | | | failed: replayer crashed |"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| baymax | fifo | 0.40 | resnet | | | | | | | | | | | | | failed: no standalone LC reference |"),
+            std::string::npos)
+      << md;
+  EXPECT_EQ(md.find("0.00 |"), std::string::npos) << "no zero stands for a figure not measured\n" << md;
+
+  // The same cell beside a reference that went keeps its target.
+  lc.status = {};
+  lc.target_ms = 30;
+  r.cells = {failed_cell({"baymax", "fifo", 0.4, "resnet"}, lc, {false, "gpuqosd exited at startup", "", ""})};
+  EXPECT_DOUBLE_EQ(results_json(r, {})["cells"][0]["target_ms"].get<double>(), 30.0);
+  EXPECT_NE(results_markdown(r, 4.0).find("| baymax | fifo | 0.40 | resnet | | | | 30.00 | | | | | | | | | failed: gpuqosd "
+                                         "exited at startup |"),
+            std::string::npos)
+      << "in the target column (it stood under the CI's)\n"
+      << results_markdown(r, 4.0);
 }
 
 TEST(QosReport, TailLines) {
