@@ -66,6 +66,12 @@ std::string json_text(const nlohmann::json& document) {
   return document.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
+std::string valid_utf8(const std::string& text) {
+  // dump() with `replace` is nlohmann's UTF-8 decoder; parsing its output back undoes the escaping.
+  return nlohmann::json::parse(nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace))
+      .get<std::string>();
+}
+
 void write_file_whole(const fs::path& path, const std::string& text) {
   const fs::path temp = path.parent_path() / ("." + path.filename().string() + ".tmp");
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

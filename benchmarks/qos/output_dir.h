@@ -35,6 +35,10 @@ std::vector<std::string> remove_previous_results(const std::filesystem::path& di
 // where nlohmann's dump() throws (type_error 316): a report must not be lost to one odd byte.
 std::string json_text(const nlohmann::json& document);
 
+// `text` with every byte that is not part of valid UTF-8 replaced by U+FFFD, the rest as it was: a
+// table (qos.md) quotes reasons and log lines of child processes, which may hold any bytes.
+std::string valid_utf8(const std::string& text);
+
 // Writes `text` to a temp file beside `path`, flushes it to disk and renames it over `path`: a
 // reader sees the old file or the whole new one, never an empty or cut one. Throws
 // std::runtime_error naming `path` and the reason (a full disk) when it cannot; the old file is

@@ -191,8 +191,8 @@ int run(const Cli& cli) {
   }
   plot(out_dir);
   if (const std::string bound = fifo_bound(o, out_dir); !bound.empty()) {
-    std::cout << bound << std::flush;
-    if (!write_result(out_dir / "qos.md", markdown + bound)) return kNotWrittenExit;
+    std::cout << valid_utf8(bound) << std::flush;  // the script's output, whatever its bytes
+    if (!write_result(out_dir / "qos.md", valid_utf8(markdown + bound))) return kNotWrittenExit;
   }
   std::size_t failed_cells = 0;
   for (const CellResult& c : results.cells) failed_cells += c.status.ok ? 0 : 1;

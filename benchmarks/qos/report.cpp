@@ -5,6 +5,8 @@
 #include <optional>
 #include <vector>
 
+#include "output_dir.h"
+
 namespace gpuqos::qos {
 
 std::string fixed(double value, int decimals) {
@@ -243,7 +245,7 @@ std::string results_markdown(const Results& results, double time_scale) {
                    "| ---: | --- |\n";
   for (const CellResult& c : results.cells) md += cell_row(c);
   if (results.interrupted) md += "\nInterrupted: the runs after these were not made.\n";
-  return md;
+  return valid_utf8(md);
 }
 
 std::string tail_lines(const std::string& text, std::size_t lines) {

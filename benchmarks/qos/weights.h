@@ -60,7 +60,8 @@ std::optional<double> share_ratio(const WeightsRun& run);
 // The runs that failed, the predictor trainings among them.
 std::size_t failed_runs(const WeightsResults& results);
 
-// The table (one row per run, a failed training below it) and the JSON record of each run. Pure.
+// The table (one row per run, a failed training below it; valid UTF-8, as results_markdown) and the
+// JSON record of each run (dump it with json_text). Pure.
 std::string weights_markdown(const WeightsResults& results, double weight);
 nlohmann::json weights_json(const WeightsResults& results, const WeightsOptions& options);
 

@@ -1,4 +1,5 @@
 // gpuqos-bench weights' table and JSON (weights.h). Pure.
+#include "output_dir.h"
 #include "report.h"
 #include "weights.h"
 
@@ -42,7 +43,7 @@ std::string weights_markdown(const WeightsResults& results, double weight) {
   for (const Training& t : results.trainings) {
     if (!t.status.ok) md += "\nPredictor training (" + t.device_mode + ") failed: " + t.status.reason + "\n";
   }
-  return md;
+  return valid_utf8(md);
 }
 
 json weights_json(const WeightsResults& results, const WeightsOptions& o) {

@@ -19,6 +19,7 @@
 #include "gpuqos/config/load.h"
 #include "gpuqos/testing/child_process.h"
 #include "gpuqos/testing/temp_dir.h"
+#include "output_dir.h"
 #include "qos_rig.h"
 #include "report.h"
 
@@ -102,7 +103,7 @@ TEST(QosBaymax, ShortColocationKeepsTheQueryTailWhileBestEffortProgresses) {
   // benchmarks/qos/trace_misses.py reads this log back (its own tests use a made-up one): the cell's
   // three slowest requests, each with what ResNet-50 had on the device while it waited, and where
   // ResNet-50's time went with a request in the system and without.
-  std::ofstream(out.path() / "qos.json") << results_json(results, nlohmann::json::object()).dump();
+  std::ofstream(out.path() / "qos.json") << json_text(results_json(results, nlohmann::json::object()));
   const auto printed = out.path() / "trace_misses.txt";
   testing::ChildProcess misses({GPUQOS_PYTHON, (std::filesystem::path(GPUQOS_SOURCE_DIR) / "benchmarks" / "qos" /
                                                 "trace_misses.py").string(),

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "gpuqos/config/load.h"
+#include "output_dir.h"
 #include "plan.h"
 #include "report.h"
 #include "weights.h"
@@ -428,6 +429,51 @@ TEST(QosReport, AFailedReferenceRunHasNoFiguresNotZeros) {
             std::string::npos)
       << "in the target column (it stood under the CI's)\n"
       << results_markdown(r, 4.0);
+}
+
+// Whether `text` is valid UTF-8: nlohmann's strict dump() throws type_error 316 where it is not.
+bool is_utf8(const std::string& text) {
+  try {
+    (void)nlohmann::json(text).dump();
+    return true;
+  } catch (const nlohmann::json::type_error&) {
+    return false;
+  }
+}
+
+TEST(QosReport, BytesThatAreNotUtf8InAReasonLeaveEveryResultTextValid) {
+  // A review: a reason or log tail holds a child's bytes as they came; nlohmann's dump() throws
+  // type_error 316 on them (losing qos.json), and qos.md took them as they were.
+  const std::string bad = "simgpud: \xff\xfe at \xc3(";
+  ASSERT_FALSE(is_utf8(bad));
+  const std::string replaced = "simgpud: \xef\xbf\xbd\xef\xbf\xbd at \xef\xbf\xbd(";
+  EXPECT_EQ(valid_utf8(bad), replaced);
+  EXPECT_EQ(valid_utf8("≥ 40.50–47.25 ok"), "≥ 40.50–47.25 ok") << "valid text is kept as it is";
+
+  Results r;
+  r.trainings = {{"fifo", {false, "gpuqos train: " + bad, "/x/\xff.log", bad}}};
+  CellResult cell;
+  cell.cell = {"baymax", "fifo", 0.4, "resnet"};
+  cell.status = {false, bad, "/x/cell.log", "last line " + bad + "\n"};
+  r.cells = {cell};
+  EXPECT_THROW((void)results_json(r, {}).dump(2), nlohmann::json::type_error) << "what json_text must spare";
+  std::string text;
+  ASSERT_NO_THROW(text = json_text(results_json(r, {})));
+  ASSERT_TRUE(is_utf8(text));
+  const nlohmann::json parsed = nlohmann::json::parse(text);
+  EXPECT_EQ(parsed["cells"][0]["reason"], replaced);
+  EXPECT_EQ(parsed["training"][0]["log_tail"], replaced);
+  const std::string md = results_markdown(r, 4.0);
+  EXPECT_TRUE(is_utf8(md)) << "qos.md";
+  EXPECT_NE(md.find("failed: " + replaced + " |"), std::string::npos) << md;
+  EXPECT_NE(md.find("failed: gpuqos train: " + replaced + " |"), std::string::npos) << md;
+
+  WeightsRun run{"fifo", false, 4.0, 0, std::nullopt, {}, {}, 0, {false, bad, "", ""}};
+  const WeightsResults weights{{run}, {{"fifo", {false, bad, "", ""}}}};
+  EXPECT_TRUE(is_utf8(weights_markdown(weights, 4.0))) << "weights.md";
+  std::string weights_text;
+  ASSERT_NO_THROW(weights_text = json_text(weights_json(weights, WeightsOptions{})));
+  EXPECT_EQ(nlohmann::json::parse(weights_text)["runs"][0]["reason"], replaced);
 }
 
 TEST(QosReport, TailLines) {
