@@ -5,6 +5,15 @@
 
 namespace gpuqos::qos {
 
+Status status_of(const std::exception& error) {
+  const std::string what = error.what();
+  const std::size_t line_end = what.find('\n');
+  if (line_end == std::string::npos) return {false, what, "", ""};
+  std::string reason = what.substr(0, line_end);
+  if (reason.ends_with(':')) reason.pop_back();  // "... did not come up (log):" before the tail
+  return {false, reason, "", what.substr(line_end + 1)};
+}
+
 std::string number(double value) {
   std::ostringstream s;
   s.precision(10);

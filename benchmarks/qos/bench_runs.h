@@ -35,6 +35,10 @@ struct Interrupted : std::runtime_error {
   Interrupted() : std::runtime_error("interrupted") {}
 };
 
+// A failed status from what the rig threw: its first line the reason, the rest (a log's tail,
+// as QosRig's messages end) the tail.
+Status status_of(const std::exception& error);
+
 // Contract: one thread; `interrupted` is set by a signal handler.
 class BenchRuns {
  public:
@@ -54,30 +58,45 @@ class BenchRuns {
       return;
     }
     std::cerr << " FAILED: " << status.reason;
-    if (!status.log_path.empty()) std::cerr << " (" << status.log_path << "), its last lines:\n" << status.log_tail;
+    if (!status.log_path.empty()) std::cerr << " (" << status.log_path << ")";
+    if (!status.log_tail.empty()) std::cerr << ", its last lines:\n" << status.log_tail;
     std::cerr << "\n";
   }
   // A run that is not made (a reference is missing): counted, not run.
   void skip() { ++done_; }
 
   // Profiles `jobs` together and trains the predictor store every later gpuqosd of the rig starts
-  // from, as a user would before deploying; when that fails they start untrained, and it says so.
-  void train(const std::string& name, const std::vector<JobSpec>& jobs, double duration_s,
-             const std::filesystem::path& store) {
+  // from, as a user would before deploying; when that fails they start untrained, and the status
+  // says so (the caller keeps it: the runs after it are caveated).
+  Status train(const std::string& name, const std::vector<JobSpec>& jobs, double duration_s,
+               const std::filesystem::path& store) {
     begin(name);
-    Status status = rig_.train_predictor(name, jobs, duration_s, store);
+    Status status;
+    try {
+      status = rig_.train_predictor(name, jobs, duration_s, store);
+    } catch (const std::exception& e) {  // as in measure()
+      status = status_of(e);
+    }
     rig_.use_predictor_store(status.ok ? std::optional(store) : std::nullopt);
     if (!status.ok) status.reason += "; the runs after it start from an untrained predictor";
     end(status);
+    return status;
   }
 
   // Runs the jobs and hands the outcome to `use`, which may throw on a result it cannot read; the
-  // returned status says whether both went well.
+  // returned status says whether both went well. Throws only Interrupted.
   template <typename Use>
   Status measure(const std::string& name, const std::vector<JobSpec>& jobs,
                  const std::optional<std::filesystem::path>& config, double duration_s, Use use) {
     begin(name);
-    RunOutcome outcome = rig_.run(name, jobs, config, duration_s);
+    RunOutcome outcome;
+    try {
+      outcome = rig_.run(name, jobs, config, duration_s);
+    } catch (const std::exception& e) {
+      // simgpud did not come back after a crash, or a process could not be started: this run
+      // failed, and with it only this run (the next may restart the device), not every result.
+      outcome.status = status_of(e);
+    }
     if (outcome.status.ok) {
       try {
         use(outcome);

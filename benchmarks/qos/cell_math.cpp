@@ -73,13 +73,14 @@ QuantileInterval quantile_interval(std::span<const double> values, double q, dou
   return interval;
 }
 
-double fraction_of_standalone(double measured, double standalone) {
-  return standalone > 0 ? measured / standalone : 0.0;
+std::optional<double> fraction_of_standalone(double measured, double standalone) {
+  if (!(standalone > 0)) return std::nullopt;
+  return measured / standalone;
 }
 
-double be_fraction_of_ideal(std::span<const double> fractions_of_standalone, double lc_busy_fraction) {
+std::optional<double> be_fraction_of_ideal(std::span<const double> fractions_of_standalone, double lc_busy_fraction) {
   const double leftover = 1.0 - lc_busy_fraction;
-  if (fractions_of_standalone.empty() || leftover <= 0) return 0.0;
+  if (fractions_of_standalone.empty() || !(leftover > 0)) return std::nullopt;
   const double mean = std::accumulate(fractions_of_standalone.begin(), fractions_of_standalone.end(), 0.0) /
                       static_cast<double>(fractions_of_standalone.size());
   return mean / leftover;

@@ -52,12 +52,13 @@ struct QuantileInterval {
 };
 QuantileInterval quantile_interval(std::span<const double> values, double q, double confidence);
 
-// measured / standalone; 0 when the standalone figure is not positive.
-double fraction_of_standalone(double measured, double standalone);
+// measured / standalone; none when the standalone figure is not positive (a missing or failed
+// reference): a ratio to nothing is no figure, not 0.
+std::optional<double> fraction_of_standalone(double measured, double standalone);
 
 // How much of the GPU time the latency-critical job leaves idle the best-effort jobs got: the mean
 // over the BE jobs of their fraction of standalone throughput, divided by the ideal leftover
-// (1 - the LC's standalone GPU busy fraction). 1.0: all of it; 0 when no BE job or no leftover.
-double be_fraction_of_ideal(std::span<const double> fractions_of_standalone, double lc_busy_fraction);
+// (1 - the LC's standalone GPU busy fraction). 1.0: all of it; none when no BE job or no leftover.
+std::optional<double> be_fraction_of_ideal(std::span<const double> fractions_of_standalone, double lc_busy_fraction);
 
 }  // namespace gpuqos::qos

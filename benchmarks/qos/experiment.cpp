@@ -1,7 +1,9 @@
 // run_experiment: the standalone references and the cells, one device mode at a time (experiment.h).
 #include "experiment.h"
 
+#include <algorithm>
 #include <fstream>
+#include <iostream>
 #include <stdexcept>
 
 #include "bench_runs.h"
@@ -24,27 +26,93 @@ class Experiment {
         runs_(rig, interrupted,
               o.device_modes.size() * (2 + o.loads.size() + be_used_.size() + shared_mixes_.size()) + cells_.size()) {}
 
-  // Interrupted (SIGINT, SIGTERM): what was measured up to then.
+  // Interrupted (SIGINT, SIGTERM, SIGHUP): what was measured up to then. A mode that cannot go on
+  // (its simgpud does not come up) has its runs not yet made recorded as failed with the reason,
+  // and the next mode runs: one error must not lose every result.
   Results run() {
-    try {
-      for (const std::string& mode : o_.device_modes) {
-        rig_.start_device(mode);
-        const Calibration& calibration = results_.calibrations.emplace_back(calibrate(mode));
-        for (double load : o_.loads) results_.standalone_lc.push_back(standalone_lc(mode, load, calibration));
-        for (const Workload& be : be_used_) results_.standalone_be.push_back(standalone_be(mode, be));
-        for (const std::string& mix : shared_mixes_) results_.standalone_mixes.push_back(standalone_mix(mode, mix));
-        train_predictor(mode);
-        for (const Cell& cell : cells_) {
-          if (cell.device_mode == mode) results_.cells.push_back(run_cell(cell));
-        }
+    for (const std::string& mode : o_.device_modes) {
+      try {
+        run_mode(mode);
+      } catch (const Interrupted&) {
+        results_.interrupted = true;
+        break;
+      } catch (const std::exception& e) {
+        fail_rest_of_mode(mode, status_of(e));
       }
-    } catch (const Interrupted&) {
-      results_.interrupted = true;
     }
     return results_;
   }
 
  private:
+  void run_mode(const std::string& mode) {
+    rig_.start_device(mode);
+    const Calibration& calibration = results_.calibrations.emplace_back(calibrate(mode));
+    for (double load : o_.loads) results_.standalone_lc.push_back(standalone_lc(mode, load, calibration));
+    for (const Workload& be : be_used_) results_.standalone_be.push_back(standalone_be(mode, be));
+    for (const std::string& mix : shared_mixes_) results_.standalone_mixes.push_back(standalone_mix(mode, mix));
+    train_predictor(mode);
+    for (const Cell& cell : cells_) {
+      if (cell.device_mode == mode) results_.cells.push_back(run_cell(cell));
+    }
+  }
+
+  // Records every run of `mode` not recorded yet as failed with `error`, so the report shows the
+  // whole grid and the exit code counts them.
+  void fail_rest_of_mode(const std::string& mode, Status error) {
+    error.reason = "device mode " + mode + " stopped: " + error.reason;
+    std::cerr << "\ngpuqos-bench: " << error.reason << (error.log_tail.empty() ? "" : "\n" + error.log_tail) << "\n";
+    const auto missing = [&](const auto& records, const auto& same) {
+      return std::none_of(records.begin(), records.end(),
+                          [&](const auto& r) { return r.device_mode == mode && same(r); });
+    };
+    const auto any = [](const auto&) { return true; };
+    if (missing(results_.calibrations, any)) {
+      runs_.skip();
+      results_.calibrations.push_back({mode, {}, error});
+    }
+    for (double load : o_.loads) {
+      if (!missing(results_.standalone_lc, [&](const StandaloneLc& s) { return s.lc_load == load; })) continue;
+      runs_.skip();
+      StandaloneLc s;
+      s.device_mode = mode;
+      s.lc_load = load;
+      s.status = error;
+      results_.standalone_lc.push_back(s);
+    }
+    for (const Workload& w : be_used_) {
+      if (!missing(results_.standalone_be, [&](const StandaloneBe& s) { return s.job == w.job; })) continue;
+      runs_.skip();
+      StandaloneBe s;
+      s.device_mode = mode;
+      s.job = w.job;
+      s.status = error;
+      results_.standalone_be.push_back(s);
+    }
+    for (const std::string& mix : shared_mixes_) {
+      if (!missing(results_.standalone_mixes, [&](const StandaloneMix& s) { return s.be_mix == mix; })) continue;
+      runs_.skip();
+      StandaloneMix s;
+      s.device_mode = mode;
+      s.be_mix = mix;
+      s.status = error;
+      results_.standalone_mixes.push_back(s);
+    }
+    if (missing(results_.trainings, any)) {
+      runs_.skip();
+      results_.trainings.push_back({mode, error});
+    }
+    for (const Cell& cell : cells_) {
+      const auto recorded = [&](const CellResult& c) { return same_cell(c.cell, cell); };
+      if (cell.device_mode != mode || std::any_of(results_.cells.begin(), results_.cells.end(), recorded)) continue;
+      runs_.skip();
+      results_.cells.push_back(failed_cell(cell, lc_reference_or_none(cell), error));
+    }
+  }
+
+  static bool same_cell(const Cell& a, const Cell& b) {
+    return a.policy == b.policy && a.device_mode == b.device_mode && a.lc_load == b.lc_load && a.be_mix == b.be_mix;
+  }
+
   // The LC replayer: Poisson arrivals at `rate_per_s`, or closed loop without one. With
   // --daemon-target end-to-end it marks its queries (gpuqos/query.h) as a server that queues
   // requests would: gpuqosd then measures and protects the latency the cells are judged by.
@@ -73,7 +141,9 @@ class Experiment {
   void train_predictor(const std::string& mode) {
     std::vector<JobSpec> jobs{lc_job(std::nullopt)};
     for (const Workload& w : be_used_) jobs.push_back(be_job(w));
-    runs_.train("train-" + mode, jobs, o_.duration_s, rig_.out_dir() / "profiles" / ("predictor-" + mode + ".gqp"));
+    const Status status =
+        runs_.train("train-" + mode, jobs, o_.duration_s, rig_.out_dir() / "profiles" / ("predictor-" + mode + ".gqp"));
+    results_.trainings.push_back({mode, status});
   }
 
   StandaloneLc standalone_lc(const std::string& mode, double load, const Calibration& calibration) {
@@ -142,12 +212,21 @@ class Experiment {
     return nullptr;
   }
 
+  // The cell's standalone LC run, or a failed one when it was not made: its zeros are no target.
+  StandaloneLc lc_reference_or_none(const Cell& cell) const {
+    if (const StandaloneLc* reference = lc_reference(cell)) return *reference;
+    StandaloneLc none;
+    none.status = {false, "not run", "", ""};
+    return none;
+  }
+
   CellResult run_cell(const Cell& cell) {
     const StandaloneLc* reference = lc_reference(cell);
     if (reference == nullptr || !reference->status.ok) {
       runs_.skip();
-      return failed_cell(cell, reference ? *reference : StandaloneLc{},
-                         {false, "no standalone LC reference at this load and mode", "", ""});
+      const std::string why = reference ? ": it failed: " + reference->status.reason : "";
+      return failed_cell(cell, lc_reference_or_none(cell),
+                         {false, "no standalone LC reference at this load and mode" + why, "", ""});
     }
     const std::string name = cell_name(cell);
     std::vector<JobSpec> jobs{lc_job(reference->rate_per_s)};
@@ -168,7 +247,10 @@ class Experiment {
     });
     if (!status.ok) return failed_cell(cell, *reference, status);
     CellResult result = evaluate_cell(cell, m, *reference, results_.standalone_be, results_.standalone_mixes);
+    const std::string missing_references = result.status.caveat;
     result.status = status;  // ok, with its caveat if any
+    add_caveat(result.status, missing_references);
+    add_caveat(result.status, untrained_caveat(cell, results_.trainings));
     return result;
   }
 

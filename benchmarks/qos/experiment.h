@@ -12,7 +12,9 @@
 namespace gpuqos::qos {
 
 // Contract: `rig` has converted the LC workload and every BE workload the options' mixes use.
-// Throws std::runtime_error before the next run once `interrupted` is set (by a signal handler).
+// Once `interrupted` is set (by a signal handler) it returns before the next run, with what was
+// measured and Results::interrupted. Does not throw for a failed run or device mode: those are
+// failed records.
 Results run_experiment(QosRig& rig, const Options& options, const std::atomic<bool>& interrupted);
 
 }  // namespace gpuqos::qos

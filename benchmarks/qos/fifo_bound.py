@@ -24,7 +24,9 @@ single kernel meeting a burst of arrivals decides. So a second bound asks more: 
 at least 90 % of the runs' consecutive stretches of a cell's queries (the baymax cell's count, else
 450) keep their own p99 within the target, as a policy must for the cell to pass run after run.
 Prints one row per fifo load; the same seed gives the same numbers. A load whose LC misses its
-target even with no kernel at all gets a rate of 0.
+target even with no kernel at all gets a rate of 0. A load whose standalone LC run failed (or gave
+no rate, target or idle time) has a row saying so; without the calibration or recsys alone, one line
+says why there is no bound.
 """
 import json
 import math
@@ -96,6 +98,66 @@ def best_rate(rate_per_s, target_ms, host_ms, device_ms, kernel_ms, seconds=4000
     return kernels / seconds, p99(latencies)
 
 
+def unusable(record, what, *keys):
+    """Why `record` (a qos.json standalone record) gives no figures to divide by; None when it does. A
+    failed run has null figures (zeros in an older qos.json): either is no reference."""
+    if record is None:
+        return f"{what} was not run"
+    if record.get("status", "ok") != "ok":
+        return f"{what} failed: {record.get('reason', '')}"
+    for key in keys:
+        if not isinstance(record.get(key), (int, float)) or record[key] <= 0:
+            return f"{what} has no {key}"
+    return None
+
+
+def bound_table(results, device_ms, kernel_ms, seconds=4000):
+    """The table's lines for the fifo loads of `results` (qos.json). A load whose references cannot give a
+    bound (a failed or missing run, a zero or null figure) has a row saying so instead of numbers; without
+    the calibration or recsys alone there is one line saying so and no table."""
+    scale = results["config"]["time_scale"]
+    standalone = results["standalone"]
+    calibration = next((s for s in standalone if s["kind"] == "lc_calibration" and s["device_mode"] == "fifo"), None)
+    recsys = next((s for s in standalone
+                   if s["kind"] == "be" and s["job"] == "recsys-train" and s["device_mode"] == "fifo"), None)
+    why = (unusable(calibration, "the LC's closed-loop calibration (fifo)", "lc_mean_ms")
+           or unusable(recsys, "recsys alone (fifo)", "iterations_per_s"))
+    if why:
+        return [f"No bound: {why}."]
+    host_ms = calibration["lc_mean_ms"] - device_ms
+    lines = [f"LC query: {host_ms:.2f} ms host, then {device_ms:.2f} ms device; recsys's longest kernel {kernel_ms:.1f} ms; "
+             f"recsys alone {recsys['iterations_per_s']:.2f} it/s (time scale {scale:g})",
+             "| lc_load | rate (/s) | target (ms) | recsys kernels/s at most | recsys % of standalone at most | "
+             "simulated p99 (ms) | mix BE % of ideal at most | cell queries | recsys % at most, 90 % of cells | "
+             "mix BE % of ideal at most, 90 % of cells | baymax measured |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for lc in sorted((s for s in standalone if s["kind"] == "lc" and s["device_mode"] == "fifo"), key=lambda s: s["lc_load"]):
+        why = unusable(lc, "the LC alone at this load", "rate_per_s", "target_ms")
+        if why is None and not (isinstance(lc.get("lc_gpu_busy_fraction"), (int, float)) and lc["lc_gpu_busy_fraction"] < 1):
+            why = "the LC alone at this load left the GPU no idle time"
+        if why:
+            lines.append(f"| {lc['lc_load']:.2f} | skipped: {why} |" + " |" * 9)
+            continue
+        cell = next((c for c in results["cells"]
+                     if c["policy"] == "baymax" and c["device_mode"] == "fifo" and c["lc_load"] == lc["lc_load"]
+                     and c["be_mix"] == "resnet+recsys" and c.get("status") == "ok"), None)
+        cell_queries = cell["lc_queries"] if cell and cell.get("lc_queries") else 450
+        row = [f"{lc['lc_load']:.2f}", f"{lc['rate_per_s']:.1f}", f"{lc['target_ms']:.2f}"]
+        for stretch in (None, cell_queries):
+            rate, p99_ms = best_rate(lc["rate_per_s"], lc["target_ms"], host_ms, device_ms, kernel_ms,
+                                     seconds=seconds, cell_queries=stretch)
+            bound = min(1.0, rate / recsys["iterations_per_s"])
+            ideal = (1 + bound) / 2 / (1 - lc["lc_gpu_busy_fraction"])
+            if stretch is None:
+                row += [f"{rate:.2f}", f"{100 * bound:.0f} %", f"{p99_ms:.1f}", f"{100 * ideal:.0f} %"]
+            else:
+                row += [str(stretch), f"{100 * bound:.0f} %", f"{100 * ideal:.0f} %"]
+        measured = cell.get("be_fraction_of_ideal") if cell else None
+        row.append("n/a" if measured is None else f"{100 * measured:.0f} %")
+        lines.append("| " + " | ".join(row) + " |")
+    return lines
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
@@ -109,33 +171,7 @@ def main():
             workloads[name] = json.load(f)
     device_ms = workloads["bert"]["busy_ns"] / len(workloads["bert"]["iterations"]) * scale / 1e6
     kernel_ms = max(op["duration_ns"] for op in workloads["recsys"]["ops"] if op["kind"] == "kernel") * scale / 1e6
-    standalone = results["standalone"]
-    calibration = next(s for s in standalone if s["kind"] == "lc_calibration" and s["device_mode"] == "fifo")
-    host_ms = calibration["lc_mean_ms"] - device_ms
-    recsys = next(s for s in standalone if s["kind"] == "be" and s["job"] == "recsys-train" and s["device_mode"] == "fifo")
-    print(f"LC query: {host_ms:.2f} ms host, then {device_ms:.2f} ms device; recsys's longest kernel {kernel_ms:.1f} ms; "
-          f"recsys alone {recsys['iterations_per_s']:.2f} it/s (time scale {scale:g})")
-    print("| lc_load | rate (/s) | target (ms) | recsys kernels/s at most | recsys % of standalone at most | "
-          "simulated p99 (ms) | mix BE % of ideal at most | cell queries | recsys % at most, 90 % of cells | "
-          "mix BE % of ideal at most, 90 % of cells | baymax measured |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for lc in sorted((s for s in standalone if s["kind"] == "lc" and s["device_mode"] == "fifo"), key=lambda s: s["lc_load"]):
-        cell = next((c for c in results["cells"]
-                     if c["policy"] == "baymax" and c["device_mode"] == "fifo" and c["lc_load"] == lc["lc_load"]
-                     and c["be_mix"] == "resnet+recsys" and c.get("status") == "ok"), None)
-        cell_queries = cell["lc_queries"] if cell and cell.get("lc_queries") else 450
-        row = [f"{lc['lc_load']:.2f}", f"{lc['rate_per_s']:.1f}", f"{lc['target_ms']:.2f}"]
-        for stretch in (None, cell_queries):
-            rate, p99_ms = best_rate(lc["rate_per_s"], lc["target_ms"], host_ms, device_ms, kernel_ms,
-                                     cell_queries=stretch)
-            bound = min(1.0, rate / recsys["iterations_per_s"])
-            ideal = (1 + bound) / 2 / (1 - lc["lc_gpu_busy_fraction"])
-            if stretch is None:
-                row += [f"{rate:.2f}", f"{100 * bound:.0f} %", f"{p99_ms:.1f}", f"{100 * ideal:.0f} %"]
-            else:
-                row += [str(stretch), f"{100 * bound:.0f} %", f"{100 * ideal:.0f} %"]
-        row.append("n/a" if cell is None else f"{100 * cell['be_fraction_of_ideal']:.0f} %")
-        print("| " + " | ".join(row) + " |")
+    print("\n".join(bound_table(results, device_ms, kernel_ms)))
 
 
 if __name__ == "__main__":

@@ -32,13 +32,14 @@ def groups_and_policies(cells):
 
 
 def bar_chart(cells, value, ylabel, title, reference, path, interval=None):
-    """interval(cell): (low, high) around value(cell), either None when the cell cannot give it."""
+    """interval(cell): (low, high) around value(cell), either None when the cell cannot give it. A cell
+    whose value is None (a figure without its reference: null in qos.json) is marked "n/a", not drawn as 0."""
     groups, policies = groups_and_policies(cells)
     by_key = {(c["device_mode"], c["lc_load"], c["be_mix"], c["policy"]): c for c in cells}
     width = 0.8 / max(len(policies), 1)
     fig, ax = plt.subplots(figsize=(min(16, max(7.5, 0.3 * len(groups) * len(policies) + 2)), 5))
     for i, policy in enumerate(policies):
-        xs, ys, ends, failed_xs = [], [], [], []
+        xs, ys, ends, failed_xs, missing_xs = [], [], [], [], []
         for g, group in enumerate(groups):
             cell = by_key.get(group + (policy,))
             x = g + (i - (len(policies) - 1) / 2) * width
@@ -46,6 +47,9 @@ def bar_chart(cells, value, ylabel, title, reference, path, interval=None):
                 continue
             if cell["status"] != "ok":
                 failed_xs.append(x)
+                continue
+            if value(cell) is None:
+                missing_xs.append(x)
                 continue
             xs.append(x)
             ys.append(value(cell))
@@ -59,6 +63,8 @@ def bar_chart(cells, value, ylabel, title, reference, path, interval=None):
                 ax.plot(x, y, marker="^", color="black", markersize=4)
         for x in failed_xs:
             ax.text(x, 0.02, "failed", rotation=90, ha="center", va="bottom", fontsize=8, color=color)
+        for x in missing_xs:
+            ax.text(x, 0.02, "n/a", rotation=90, ha="center", va="bottom", fontsize=8, color=color)
     ax.axhline(reference, color="black", linestyle="--", linewidth=1)
     ax.set_xlim(-0.5, len(groups) - 0.5)
     ax.set_xticks(range(len(groups)))
@@ -87,10 +93,10 @@ def main():
         ends = c.get("lc_p99_ci95_ms") or [None, None]  # absent from an older qos.json
         return tuple(None if e is None or not c["target_ms"] else e / c["target_ms"] for e in ends)
 
-    bar_chart(cells, lambda c: c["lc_p99_ms"] / c["target_ms"] if c["target_ms"] else 0,
+    bar_chart(cells, lambda c: c["lc_p99_ms"] / c["target_ms"] if c["target_ms"] else None,
               "LC p99 / target", f"LC p99 / target (<= 1 meets it; simgpu time scale {scale})\n"
               "lines: the p99's 95 % interval; ^: no upper end from this few queries", 1.0, p99, p99_interval)
-    bar_chart(cells, lambda c: c["be_fraction_of_ideal"], "BE fraction of ideal",
+    bar_chart(cells, lambda c: c.get("be_fraction_of_ideal"), "BE fraction of ideal",
               "BE throughput / what the LC leaves idle (1 = all of it)", 1.0, be)
     print(f"wrote {p99}\nwrote {be}")
     return 0

@@ -25,6 +25,7 @@
 #include "experiment.h"
 #include "gpuqos/config/load.h"
 #include "gpuqos/testing/gpuqos_programs.h"
+#include "output_dir.h"
 #include "plan.h"
 #include "qos_rig.h"
 #include "report.h"
@@ -36,20 +37,29 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-// Set by SIGINT/SIGTERM: the run stops before its next measurement and cleans up (the children of
-// the current one get a terminal's SIGINT themselves; a SIGTERM lets the current run finish).
+// Set by SIGINT/SIGTERM/SIGHUP: the run stops before its next measurement and cleans up (the
+// children of the current one get a terminal's SIGINT themselves; a SIGTERM lets the current run
+// finish). SIGHUP, a closed terminal, too: by default it killed the bench before it stopped its
+// children or removed its socket dir, and gpuqosd, which blocks SIGHUP for its reload, lived on.
 std::atomic<bool> interrupted{false};
 static_assert(std::atomic<bool>::is_always_lock_free);
 
 void on_stop_signal(int) { interrupted = true; }
+void handle_stop_signals() {
+  for (const int stop : {SIGINT, SIGTERM, SIGHUP}) std::signal(stop, on_stop_signal);
+}
 constexpr int kInterruptedExit = 130;  // as a shell reports a job SIGINT ended
+// The bench's own helpers (plots, fifo_bound.py) die with it too, as the rig's children do.
+constexpr auto kWithBench = testing::Lifetime::dies_with_parent;
 
 struct Cli {
   Options options;
   std::string traces_dir = (fs::path(GPUQOS_SOURCE_DIR) / ".." / "shared" / "traces").lexically_normal().string();
+  std::vector<std::string> removed_env;  // testing::remove_inherited_gpu_env()
 };
 
-json config_json(const Options& o, const std::string& traces_dir, double wall_s) {
+json config_json(const Options& o, const Cli& cli, double wall_s) {
+  const std::string& traces_dir = cli.traces_dir;
   json workloads = json::array();
   workloads.push_back({{"job", lc_workload().job}, {"trace", lc_workload().trace}, {"iteration", lc_workload().iteration}});
   for (const Workload& w : be_workloads_used(o)) workloads.push_back({{"job", w.job}, {"trace", w.trace}, {"iteration", w.iteration}});
@@ -70,6 +80,7 @@ json config_json(const Options& o, const std::string& traces_dir, double wall_s)
                       {"bound_by_slices", o.baymax.bound_by_slices},
                       {"idle_bound_factor", o.baymax.idle_bound_factor},
                       {"times_scaled_by", o.time_scale}}},
+          {"removed_env", cli.removed_env},
           {"wall_s", wall_s}};
 }
 
@@ -87,7 +98,7 @@ void plot(const fs::path& out_dir) {
     if (!fs::exists(python.front())) continue;
     std::vector<std::string> argv = python;
     argv.insert(argv.end(), {script.string(), (out_dir / "qos.json").string()});
-    testing::ChildProcess child(argv, {}, log);
+    testing::ChildProcess child(argv, {}, log, testing::OutputMode::truncate, kWithBench);
     const auto code = child.wait(std::chrono::minutes(2));
     if (code == 0) {
       std::cerr << "gpuqos-bench: plots: " << tail_lines(child.output(), 2);
@@ -103,43 +114,65 @@ void plot(const fs::path& out_dir) {
 
 // With the fifo device mode and a mix with recsys in the grid: what benchmarks/qos/fifo_bound.py
 // says any policy could give recsys there while the LC keeps its p99 (the reach of the 80 % bar),
-// appended to qos.md and printed.
-void fifo_bound(const Options& o, const fs::path& out_dir) {
-  if (interrupted) return;  // partial results; and the user asked to stop
+// as a section for qos.md and the output; "" when there is none.
+std::string fifo_bound(const Options& o, const fs::path& out_dir) {
+  if (interrupted) return "";  // partial results; and the user asked to stop
   const bool fifo = std::find(o.device_modes.begin(), o.device_modes.end(), "fifo") != o.device_modes.end();
   const bool recsys = std::any_of(o.be_mixes.begin(), o.be_mixes.end(),
                                   [](const std::string& mix) { return mix.find("recsys") != std::string::npos; });
-  if (!fifo || !recsys) return;
+  if (!fifo || !recsys) return "";
   const fs::path script = fs::path(GPUQOS_SOURCE_DIR) / "benchmarks" / "qos" / "fifo_bound.py";
   const fs::path log = out_dir / "logs" / "fifo_bound.log";
   try {
-    testing::ChildProcess child({"/usr/bin/env", "python3", script.string(), out_dir.string()}, {}, log);
+    testing::ChildProcess child({"/usr/bin/env", "python3", script.string(), out_dir.string()}, {}, log,
+                                testing::OutputMode::truncate, kWithBench);
     const std::optional<int> code = child.wait(std::chrono::minutes(2));
     if (code != 0) {
       std::cerr << "gpuqos-bench: warning: fifo_bound.py " << (code ? "failed" : "timed out after 2 min") << " ("
                 << log.string() << "):\n"
                 << tail_lines(child.output(), 10);
-      return;
+      return "";
     }
-    const std::string section =
-        "\nWhat any policy could give recsys beside the LC on the fifo device, by the model in "
-        "benchmarks/qos/fifo_bound.py (an upper estimate: ResNet-50 and recsys's other kernels left out), over "
-        "a long run and in 90 % of cells of the cell's queries\n\n" +
-        child.output();
-    std::ofstream(out_dir / "qos.md", std::ios::app) << section;
-    std::cout << section << std::flush;
+    return "\nWhat any policy could give recsys beside the LC on the fifo device, by the model in "
+           "benchmarks/qos/fifo_bound.py (an upper estimate: ResNet-50 and recsys's other kernels left out), over "
+           "a long run and in 90 % of cells of the cell's queries\n\n" +
+           child.output();
   } catch (const std::exception& e) {
     std::cerr << "gpuqos-bench: warning: fifo_bound.py: " << e.what() << "\n";
+    return "";
   }
 }
+
+// Removes the results an earlier run left in `out_dir`, saying so: if this run ends early or
+// fails, its numbers must not pass for this one's.
+void clear_previous_results(const fs::path& out_dir, const std::vector<std::string>& files, const std::string& extension) {
+  const std::vector<std::string> removed = remove_previous_results(out_dir, files, extension);
+  if (removed.empty()) return;
+  std::cerr << "gpuqos-bench: removed the previous run's";
+  for (const std::string& name : removed) std::cerr << " " << name;
+  std::cerr << " from " << out_dir.string() << "\n";
+}
+
+// Writes `text` whole to `path`; false, having said why, when it cannot (a full disk).
+bool write_result(const fs::path& path, const std::string& text) {
+  try {
+    write_file_whole(path, text);
+    return true;
+  } catch (const std::exception& e) {
+    std::cerr << "gpuqos-bench: " << e.what() << "\n";
+    return false;
+  }
+}
+
+constexpr int kNotWrittenExit = 1;  // the results are not on disk: whatever was measured is lost
 
 int run(const Cli& cli) {
   const Options& o = cli.options;
   const auto start = std::chrono::steady_clock::now();
-  std::signal(SIGINT, on_stop_signal);
-  std::signal(SIGTERM, on_stop_signal);
+  handle_stop_signals();
   const fs::path out_dir = fs::absolute(o.out_dir);
   QosRig rig(out_dir, o.time_scale);
+  clear_previous_results(out_dir, {"qos.json", "qos.md"}, ".png");
   rig.keep_device_data(o.keep_device_data);
   rig.daemon_log_level(o.daemon_log_level);
   std::cerr << "gpuqos-bench: converting traces from " << cli.traces_dir << " into " << (out_dir / "workloads").string() << "\n";
@@ -149,16 +182,24 @@ int run(const Cli& cli) {
   const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   const std::string markdown = results_markdown(results, o.time_scale);
-  std::ofstream(out_dir / "qos.json") << results_json(results, config_json(o, cli.traces_dir, wall_s)).dump(2) << "\n";
-  std::ofstream(out_dir / "qos.md") << markdown;
   std::cout << "\n" << markdown << std::flush;
+  const bool json_written = write_result(out_dir / "qos.json", json_text(results_json(results, config_json(o, cli, wall_s))));
+  const bool written = write_result(out_dir / "qos.md", markdown) && json_written;
+  if (!written) {
+    std::cerr << "gpuqos-bench: the results were not written to " << out_dir.string() << "\n";
+    return kNotWrittenExit;
+  }
   plot(out_dir);
-  fifo_bound(o, out_dir);
+  if (const std::string bound = fifo_bound(o, out_dir); !bound.empty()) {
+    std::cout << valid_utf8(bound) << std::flush;  // the script's output, whatever its bytes
+    if (!write_result(out_dir / "qos.md", valid_utf8(markdown + bound))) return kNotWrittenExit;
+  }
   std::size_t failed_cells = 0;
   for (const CellResult& c : results.cells) failed_cells += c.status.ok ? 0 : 1;
   const std::size_t failed = failed_runs(results);
   std::cerr << "gpuqos-bench: " << results.cells.size() - failed_cells << " of " << results.cells.size()
-            << " cells ran" << (failed > failed_cells ? ", " + std::to_string(failed - failed_cells) + " reference runs failed" : "")
+            << " cells ran"
+            << (failed > failed_cells ? ", " + std::to_string(failed - failed_cells) + " reference runs or trainings failed" : "")
             << (results.interrupted ? "; interrupted, the rest not run" : "") << "; wrote " << (out_dir / "qos.json").string()
             << " and qos.md in " << wall_s << " s\n";
   // A script (or the demo) must see a run that did not measure everything it was asked to.
@@ -166,23 +207,35 @@ int run(const Cli& cli) {
 }
 
 int weights_bench(const std::string& traces_dir, const WeightsOptions& w) {
-  std::signal(SIGINT, on_stop_signal);
-  std::signal(SIGTERM, on_stop_signal);
+  handle_stop_signals();
   const auto start = std::chrono::steady_clock::now();
   WeightsOptions options = w;
   options.out_dir = fs::absolute(w.out_dir).string();
-  QosRig rig(options.out_dir, options.time_scale);
+  const fs::path out_dir(options.out_dir);
+  QosRig rig(out_dir, options.time_scale);
+  clear_previous_results(out_dir, {"weights.json", "weights.md"}, "");
   rig.keep_device_data(options.keep_device_data);
   rig.convert(lc_workload(), traces_dir);
   for (const Workload& be : be_workloads()) {
     if (be.key == "resnet") rig.convert(be, traces_dir);
   }
-  const std::vector<WeightsRun> runs = run_weights(rig, options, interrupted);
+  const WeightsResults results = run_weights(rig, options, interrupted);
+  const std::vector<WeightsRun>& runs = results.runs;
   const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const auto failed = std::count_if(runs.begin(), runs.end(), [](const WeightsRun& r) { return !r.status.ok; });
-  std::cerr << "gpuqos-bench: " << runs.size() - static_cast<std::size_t>(failed) << " of " << runs.size()
-            << " runs ok" << (interrupted ? "; interrupted, the rest not run" : "") << "; wrote "
-            << (fs::path(options.out_dir) / "weights.json").string() << " and weights.md in " << wall_s << " s\n";
+  const std::string markdown = weights_markdown(results, options.weight);
+  std::cout << "\n" << markdown << std::flush;
+  const bool json_written = write_result(out_dir / "weights.json", json_text(weights_json(results, options)));
+  if (!(write_result(out_dir / "weights.md", markdown) && json_written)) {
+    std::cerr << "gpuqos-bench: the results were not written to " << out_dir.string() << "\n";
+    return kNotWrittenExit;
+  }
+  const std::size_t failed_pairs =
+      static_cast<std::size_t>(std::count_if(runs.begin(), runs.end(), [](const WeightsRun& r) { return !r.status.ok; }));
+  const std::size_t failed = failed_runs(results);
+  std::cerr << "gpuqos-bench: " << runs.size() - failed_pairs << " of " << runs.size() << " runs ok"
+            << (failed > failed_pairs ? ", " + std::to_string(failed - failed_pairs) + " predictor trainings failed" : "")
+            << (interrupted ? "; interrupted, the rest not run" : "") << "; wrote " << (out_dir / "weights.json").string()
+            << " and weights.md in " << wall_s << " s\n";
   return interrupted ? kInterruptedExit : failed > 0 ? 1 : 0;
 }
 
@@ -192,6 +245,10 @@ int weights_bench(const std::string& traces_dir, const WeightsOptions& w) {
 int main(int argc, char** argv) {
   using namespace gpuqos::qos;
   Cli cli;
+  // Before anything runs: the user's LD_PRELOAD, GPUQOS_*, SIMGPU_* and CUDA_* must not reach
+  // simgpud, gpuqosd or the replayers (an installed shim, a GPUQOS_PROFILE, fault injection); the
+  // rig sets what each child needs. qos.json and weights.json name what was removed.
+  cli.removed_env = gpuqos::testing::remove_inherited_gpu_env();
   Options& o = cli.options;
   CLI::App app{"gpuqos-bench: gpuqos's benchmarks on simgpu."};
   app.require_subcommand(1);
@@ -274,6 +331,7 @@ int main(int argc, char** argv) {
     baymax.timeslice_ms = device_timeslice_ms();  // the device's own, as an operator sets it
     baymax.device_timeslice_ms.clear();           // one simulated device: its slice is that one
     if (weights->parsed()) {
+      w.removed_env = cli.removed_env;
       w.baymax = baymax;
       w.baymax_source = baymax_from;
       return gpuqos::qos::weights_bench(cli.traces_dir, w);

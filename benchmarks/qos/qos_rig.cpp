@@ -22,6 +22,12 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 using testing::build_program;
 using testing::ChildProcess;
+using testing::OutputMode;
+
+// Every child dies with the bench, also when the bench is killed without cleaning up (SIGKILL, a
+// crash): otherwise gpuqosd, which blocks SIGHUP for its reload, would run on as an orphan. The rig
+// runs on the bench's main thread, as Lifetime::dies_with_parent needs.
+constexpr auto kWithBench = testing::Lifetime::dies_with_parent;
 
 constexpr std::size_t kTailLines = 15;
 constexpr auto kDaemonStartTimeout = 10s;
@@ -68,10 +74,6 @@ std::string device_sms() { return std::to_string(bench_device().sms); }
 
 bool contains(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
 
-void add_caveat(Status& status, const std::string& text) {
-  status.caveat += (status.caveat.empty() ? "" : "; ") + text;
-}
-
 void sleep_until(Clock::time_point t) { std::this_thread::sleep_until(t); }
 
 Clock::time_point after(Clock::time_point t, double seconds) {
@@ -87,7 +89,7 @@ Status failed(const std::string& reason, const fs::path& log) {
 }
 
 QosRig::QosRig(const fs::path& out_dir, double time_scale)
-    : out_(out_dir), time_scale_(time_scale), sockets_("gpuqos-bench") {
+    : out_(out_dir), time_scale_(time_scale), out_lock_(out_dir), sockets_("gpuqos-bench") {
   for (const char* sub : {"workloads", "logs", "runs", "configs", "profiles"}) fs::create_directories(out_ / sub);
 }
 
@@ -101,7 +103,7 @@ void QosRig::convert(const Workload& workload, const fs::path& traces_dir) {
   ChildProcess converter({build_program("gpuqos-trace2workload").string(), "--trace", (traces_dir / workload.trace).string(),
                           "--out", workload_file(workload).string(), "--catalog", catalog.string(), "--iteration",
                           workload.iteration},
-                         {}, log);
+                         {}, log, OutputMode::truncate, kWithBench);
   if (converter.wait(300s) != 0) {
     throw std::runtime_error("gpuqos-trace2workload failed on " + workload.trace + " (" + log.string() + "):\n" +
                              tail_lines(read_file(log), kTailLines));
@@ -112,10 +114,10 @@ void QosRig::convert(const Workload& workload, const fs::path& traces_dir) {
 void QosRig::start_device(const std::string& compute_mode) {
   stop_device();
   compute_mode_ = compute_mode;
-  launch_device(testing::OutputMode::truncate);
+  launch_device(OutputMode::truncate);
 }
 
-void QosRig::launch_device(testing::OutputMode log_mode) {
+void QosRig::launch_device(OutputMode log_mode) {
   const fs::path profile = out_ / "profiles" / ("simgpu-" + compute_mode_ + ".toml");
   std::ofstream(profile) << device_profile(compute_mode_, time_scale_);
   simgpu_socket_ = (sockets_.path() / ("simgpu-" + compute_mode_ + ".sock")).string();
@@ -125,7 +127,7 @@ void QosRig::launch_device(testing::OutputMode log_mode) {
                                 profile.string(), "--time-scale", number(time_scale_), "--log-level", "warn"};
   for (const fs::path& catalog : catalogs_) argv.insert(argv.end(), {"--catalog", catalog.string()});
   const fs::path log = log_file("simgpud-" + compute_mode_);
-  simgpud_.emplace(argv, std::map<std::string, std::string>{}, log, log_mode);
+  simgpud_.emplace(argv, std::map<std::string, std::string>{}, log, log_mode, kWithBench);
   if (testing::wait_until_serving(*simgpud_, simgpu_socket_, kDaemonStartTimeout) != testing::DaemonStartup::serving) {
     throw std::runtime_error("simgpud (" + compute_mode_ + ") did not come up (" + log.string() + "):\n" +
                              tail_lines(read_file(log), kTailLines));
@@ -139,14 +141,16 @@ void QosRig::stop_device() {
 
 DeviceSample QosRig::sample_device(const std::string& name) const {
   const fs::path answer = out_ / "logs" / (name + ".json");
-  ChildProcess stat({build_program("simgpu-stat").string(), "--socket", simgpu_socket_}, {}, answer);
+  ChildProcess stat({build_program("simgpu-stat").string(), "--socket", simgpu_socket_}, {}, answer, OutputMode::truncate,
+                    kWithBench);
   if (stat.wait(10s) != 0) throw std::runtime_error("simgpu-stat failed: " + tail_lines(read_file(answer), kTailLines));
   return parse_device_sample(nlohmann::json::parse(read_file(answer)));
 }
 
 void QosRig::save_daemon_status(const std::string& run_name, const std::string& socket) const {
   const fs::path answer = out_ / "logs" / (run_name + "-gpuqosd-status.json");
-  ChildProcess status({build_program("gpuqos").string(), "status", "--json", "--socket", socket}, {}, answer);
+  ChildProcess status({build_program("gpuqos").string(), "status", "--json", "--socket", socket}, {}, answer,
+                      OutputMode::truncate, kWithBench);
   if (status.wait(10s) != 0) std::cerr << "gpuqos-bench: " << run_name << ": no gpuqosd status (" << answer.string() << ")\n";
 }
 
@@ -175,7 +179,7 @@ bool QosRig::start_gpuqosd(const std::string& run_name, const fs::path& config, 
     }
     argv.insert(argv.end(), {"--profile-store", copy.string()});
   }
-  daemon.emplace(argv, std::map<std::string, std::string>{}, log);
+  daemon.emplace(argv, std::map<std::string, std::string>{}, log, OutputMode::truncate, kWithBench);
   switch (testing::wait_until_serving(*daemon, socket, kDaemonStartTimeout)) {
     case testing::DaemonStartup::serving: return true;
     case testing::DaemonStartup::exited: status = failed("gpuqosd exited at startup", log); break;
@@ -197,7 +201,7 @@ Status QosRig::train_predictor(const std::string& run_name, const std::vector<Jo
                                 device_sms(), "--from"};
   for (const JobSpec& job : jobs) argv.push_back((profiles / (run_name + "-" + job.name + ".jsonl")).string());
   const fs::path log = log_file(run_name + "-train");
-  ChildProcess train(argv, {}, log);
+  ChildProcess train(argv, {}, log, OutputMode::truncate, kWithBench);
   if (train.wait(300s) != 0) return failed("gpuqos train failed", log);
   return {};
 }
@@ -214,7 +218,7 @@ RunOutcome QosRig::run_jobs(const std::string& run_name, const std::vector<JobSp
   if (simgpud_ && !simgpud_->running()) {  // a crashed device must not fail every later run too
     std::cerr << "gpuqos-bench: simgpud (" << compute_mode_ << ") had exited; restarting it (see "
               << log_file("simgpud-" + compute_mode_).string() << ")\n";
-    launch_device(testing::OutputMode::append);
+    launch_device(OutputMode::append);
   }
   const bool managed = gpuqosd_config.has_value();
   const std::string gpuqosd_socket = (sockets_.path() / "gpuqosd.sock").string();
@@ -241,7 +245,7 @@ RunOutcome QosRig::run_jobs(const std::string& run_name, const std::vector<JobSp
     }
     std::error_code ignored;
     fs::remove(results.back(), ignored);  // a result left by an earlier run must not pass for this one's
-    children.push_back(std::make_unique<ChildProcess>(argv, env, logs.back()));
+    children.push_back(std::make_unique<ChildProcess>(argv, env, logs.back(), OutputMode::truncate, kWithBench));
   }
 
   // The window: after every replayer has set up (module load, buffers), before the first stops.

@@ -15,6 +15,7 @@
 #include "cell_math.h"
 #include "gpuqos/testing/child_process.h"
 #include "gpuqos/testing/temp_dir.h"
+#include "output_dir.h"
 #include "plan.h"
 #include "results.h"
 
@@ -47,6 +48,7 @@ struct RunOutcome {
 // removes the socket dir, also when a run threw.
 class QosRig {
  public:
+  // Holds out_dir's OutDirLock while it lives: throws when another bench writes there.
   QosRig(const std::filesystem::path& out_dir, double time_scale);
   ~QosRig();
   QosRig(const QosRig&) = delete;
@@ -106,6 +108,7 @@ class QosRig {
 
   std::filesystem::path out_;
   double time_scale_;
+  OutDirLock out_lock_;
   testing::TempDir sockets_;  // short paths: a Unix socket path has at most 107 bytes
   std::vector<std::filesystem::path> catalogs_;
   std::string compute_mode_;

@@ -13,7 +13,8 @@ namespace gpuqos::qos {
 // `config` is copied into the document as is (options, time scale, wall time).
 nlohmann::json results_json(const Results& results, const nlohmann::json& config);
 
-// Two tables: the standalone references, then one row per cell.
+// Two tables: the standalone references, then one row per cell. Valid UTF-8 whatever bytes the
+// reasons hold (invalid ones become U+FFFD).
 std::string results_markdown(const Results& results, double time_scale);
 
 // `value` with `decimals` digits after the point, as the tables print numbers.

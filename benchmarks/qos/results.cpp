@@ -7,6 +7,44 @@
 
 namespace gpuqos::qos {
 
+void add_caveat(Status& status, const std::string& text) {
+  if (text.empty()) return;
+  status.caveat += (status.caveat.empty() ? "" : "; ") + text;
+}
+
+std::string untrained_caveat(const Cell& cell, const std::vector<Training>& trainings) {
+  if (cell.policy == "none") return "";
+  for (const Training& t : trainings) {
+    if (t.device_mode == cell.device_mode && !t.status.ok) {
+      return "gpuqosd started from an untrained predictor (train-" + cell.device_mode + " failed)";
+    }
+  }
+  return "";
+}
+
+namespace {
+
+// The record `matches` picks, one that went first: a failed one only says why there is none.
+template <typename Reference, typename Matches>
+const Reference* find_reference(const std::vector<Reference>& records, Matches matches) {
+  const Reference* found = nullptr;
+  for (const Reference& r : records) {
+    if (matches(r) && (found == nullptr || (r.status.ok && !found->status.ok))) found = &r;
+  }
+  return found;
+}
+
+// Why a reference gives no throughput to divide by: "" when it does.
+template <typename Reference>
+std::string unusable(const Reference* reference, const std::string& run, double iterations_per_s) {
+  if (reference == nullptr) return run + " was not run";
+  if (!reference->status.ok) return run + " failed: " + reference->status.reason;
+  if (!(iterations_per_s > 0)) return run + " made no iteration";
+  return "";
+}
+
+}  // namespace
+
 CellResult evaluate_cell(const Cell& cell, const CellMeasurement& measured, const StandaloneLc& lc_reference,
                          const std::vector<StandaloneBe>& be_references,
                          const std::vector<StandaloneMix>& mix_references) {
@@ -15,40 +53,60 @@ CellResult evaluate_cell(const Cell& cell, const CellMeasurement& measured, cons
   r.violation_fraction = violation_fraction(measured.lc.latency_ms, r.target_ms);
   if (!measured.lc.latency_ms.empty()) r.lc_p99_ci95 = quantile_interval(measured.lc.latency_ms, 0.99, 0.95);
   r.gpu_busy_fraction = measured.gpu_busy_fraction;
-  const auto mix_alone = std::find_if(mix_references.begin(), mix_references.end(), [&](const StandaloneMix& s) {
-    return s.be_mix == cell.be_mix && s.device_mode == cell.device_mode && s.status.ok;
+  const bool mixed = measured.be.size() > 1;
+  const StandaloneMix* mix = find_reference(mix_references, [&](const StandaloneMix& s) {
+    return s.be_mix == cell.be_mix && s.device_mode == cell.device_mode;
   });
+  const std::vector<BeRun> no_runs;
   std::vector<double> fractions, together;
-  bool every_reference = true;
   for (const BeRun& run : measured.be) {
-    const auto ref = std::find_if(be_references.begin(), be_references.end(), [&](const StandaloneBe& s) {
-      return s.job == run.job && s.device_mode == cell.device_mode && s.status.ok;
+    const StandaloneBe* alone = find_reference(be_references, [&](const StandaloneBe& s) {
+      return s.job == run.job && s.device_mode == cell.device_mode;
     });
-    const double standalone = ref == be_references.end() ? 0.0 : ref->run.iterations_per_s;
-    double beside_others = measured.be.size() == 1 ? standalone : 0.0;
-    if (measured.be.size() > 1 && mix_alone != mix_references.end()) {
-      const auto mine = std::find_if(mix_alone->runs.begin(), mix_alone->runs.end(),
-                                     [&](const BeRun& alone) { return alone.job == run.job; });
-      if (mine != mix_alone->runs.end()) beside_others = mine->iterations_per_s;
+    BeJobResult result{run, {}, {}, {}, {}};
+    const double standalone = alone ? alone->run.iterations_per_s : 0.0;
+    if (const std::string why = unusable(alone, run.job + " alone", standalone); why.empty()) {
+      result.standalone_iterations_per_s = standalone;
+      result.fraction_of_standalone = fraction_of_standalone(run.iterations_per_s, standalone);
+    } else {
+      add_caveat(r.status, "no BE % of standalone or of ideal: " + why);
     }
-    const double fraction = fraction_of_standalone(run.iterations_per_s, standalone);
-    const double of_mix = fraction_of_standalone(run.iterations_per_s, beside_others);
-    every_reference = every_reference && beside_others > 0;
-    r.be.push_back({run, standalone, fraction, beside_others, of_mix});
-    fractions.push_back(fraction);
-    together.push_back(of_mix);
+    // Beside the mix's other jobs, no LC: a one-job mix's is its standalone run.
+    std::optional<double> beside_others = result.standalone_iterations_per_s;
+    if (mixed) {
+      double rate = 0;  // 0: no record of it in the mix alone
+      for (const BeRun& a : mix ? mix->runs : no_runs) {
+        if (a.job == run.job) rate = a.iterations_per_s;
+      }
+      const std::string why = unusable(mix, cell.be_mix + " alone together", rate);
+      beside_others = why.empty() ? std::optional(rate) : std::nullopt;
+      if (!why.empty()) add_caveat(r.status, "no BE % of ideal (mix alone) for " + run.job + ": " + why);
+    }
+    result.mix_alone_iterations_per_s = beside_others;
+    if (beside_others) result.fraction_of_mix_alone = fraction_of_standalone(run.iterations_per_s, *beside_others);
+    if (result.fraction_of_standalone) fractions.push_back(*result.fraction_of_standalone);
+    if (result.fraction_of_mix_alone) together.push_back(*result.fraction_of_mix_alone);
+    r.be.push_back(result);
   }
-  r.be_fraction_of_ideal = be_fraction_of_ideal(fractions, r.lc_gpu_busy_standalone);
-  if (every_reference) r.be_fraction_of_ideal_together = be_fraction_of_ideal(together, r.lc_gpu_busy_standalone);
+  // Only when every job has its reference: a mean over some of them is not the mix's figure.
+  const std::size_t jobs = measured.be.size();
+  if (fractions.size() == jobs) r.be_fraction_of_ideal = be_fraction_of_ideal(fractions, r.lc_gpu_busy_standalone);
+  if (together.size() == jobs) r.be_fraction_of_ideal_together = be_fraction_of_ideal(together, r.lc_gpu_busy_standalone);
+  if (!measured.be.empty() && !(r.lc_gpu_busy_standalone < 1.0)) {
+    add_caveat(r.status, "no BE % of ideal: the LC alone left the GPU no idle time");
+  }
   return r;
 }
 
 CellResult failed_cell(const Cell& cell, const StandaloneLc& lc_reference, Status status) {
   CellResult r;
   r.cell = cell;
-  r.rate_per_s = lc_reference.rate_per_s;
-  r.target_ms = lc_reference.target_ms;
-  r.lc_gpu_busy_standalone = lc_reference.gpu_busy_fraction;
+  r.lc_reference = lc_reference.status.ok;
+  if (r.lc_reference) {
+    r.rate_per_s = lc_reference.rate_per_s;
+    r.target_ms = lc_reference.target_ms;
+    r.lc_gpu_busy_standalone = lc_reference.gpu_busy_fraction;
+  }
   r.status = std::move(status);
   return r;
 }
@@ -82,6 +140,7 @@ std::size_t failed_runs(const Results& results) {
   count(results.standalone_lc);
   count(results.standalone_be);
   count(results.standalone_mixes);
+  count(results.trainings);
   count(results.cells);
   return failed;
 }

@@ -25,6 +25,9 @@ struct Status {
   std::string caveat;
 };
 
+// Appends `text` ("" adds nothing) to the status's caveat, "; " between.
+void add_caveat(Status& status, const std::string& text);
+
 // The latency-critical replayer's figures of one run (ms).
 struct LcStats {
   std::uint64_t queries = 0;
@@ -79,6 +82,18 @@ struct StandaloneMix {
   Status status;
 };
 
+// A device mode's predictor training: the CUPTI-profiled run of its jobs and `gpuqos train`. When it
+// failed, every gpuqosd of the mode started from an untrained predictor (baymax then holds
+// best-effort work on wild upper estimates): its cells ran, but not as a user would deploy them.
+struct Training {
+  std::string device_mode;
+  Status status;
+};
+
+// The caveat of a cell under gpuqosd whose mode's training failed; "" for `none` (no gpuqosd) and
+// when the training went (or is not in `trainings`).
+std::string untrained_caveat(const Cell& cell, const std::vector<Training>& trainings);
+
 // What a cell's processes reported, before any reference is applied.
 struct CellMeasurement {
   LcStats lc;
@@ -86,16 +101,21 @@ struct CellMeasurement {
   double gpu_busy_fraction = 0;
 };
 
+// A BE job's throughput in a cell against its references. A reference that is missing, failed or
+// made no iteration gives none (JSON null, "n/a"), never 0 or a ratio to 0; the cell's caveat says which.
 struct BeJobResult {
   BeRun run;
-  double standalone_iterations_per_s = 0;
-  double fraction_of_standalone = 0;
-  double mix_alone_iterations_per_s = 0;  // beside the mix's other jobs, no LC (one-job mix: standalone)
-  double fraction_of_mix_alone = 0;
+  std::optional<double> standalone_iterations_per_s;
+  std::optional<double> fraction_of_standalone;
+  std::optional<double> mix_alone_iterations_per_s;  // beside the mix's other jobs, no LC (one-job mix: standalone)
+  std::optional<double> fraction_of_mix_alone;
 };
 
 struct CellResult {
   Cell cell;
+  // Whether its standalone LC reference went: rate_per_s, target_ms and lc_gpu_busy_standalone are
+  // its figures only then (qos.json: null otherwise, not 0).
+  bool lc_reference = false;
   double rate_per_s = 0;
   double target_ms = 0;
   LcStats lc;
@@ -103,7 +123,7 @@ struct CellResult {
   QuantileInterval lc_p99_ci95;          // where the LC's true p99 lies, at 95 % (ends none: too few queries)
   double lc_gpu_busy_standalone = 0;     // the reference's, which sets the ideal leftover
   std::vector<BeJobResult> be;
-  double be_fraction_of_ideal = 0;
+  std::optional<double> be_fraction_of_ideal;  // none when a job has no usable standalone reference
   // The same with each job's throughput in the mix alone as its reference: of the GPU time the LC
   // leaves idle, the share the mix got of what it gets with the whole GPU. Two BE jobs that each
   // keep the GPU busy alone cannot both run at their standalone rate, LC or not. None when a job
@@ -118,22 +138,25 @@ struct Results {
   std::vector<StandaloneLc> standalone_lc;
   std::vector<StandaloneBe> standalone_be;
   std::vector<StandaloneMix> standalone_mixes;
+  std::vector<Training> trainings;
   std::vector<CellResult> cells;
   bool interrupted = false;  // stopped by the user: the runs after the last ones here were not made
 };
 
-// The runs that failed: references (calibration, standalone LC, BE jobs and mixes) and cells.
+// The runs that failed: references (calibration, standalone LC, BE jobs and mixes), the predictor
+// trainings and cells.
 std::size_t failed_runs(const Results& results);
 
 // The cell's figures from its measurement and the standalone runs of its device mode and load.
-// A BE job without a usable standalone throughput gets fraction 0 (and the reference's status says why);
-// one of a mix without a usable run of the mix alone gets fraction 0 of it, and the cell no
-// be_fraction_of_ideal_together.
+// A BE job without a usable standalone throughput has no fraction of it, and the cell no
+// be_fraction_of_ideal; one of a mix without a usable run of the mix alone has no fraction of it,
+// and the cell no be_fraction_of_ideal_together. The status is ok, its caveat naming each
+// reference that is missing or failed (the caller adds the run's own with add_caveat).
 CellResult evaluate_cell(const Cell& cell, const CellMeasurement& measured, const StandaloneLc& lc_reference,
                          const std::vector<StandaloneBe>& be_references,
                          const std::vector<StandaloneMix>& mix_references);
 
-// A failed cell: the grid coordinates, target and reason, no figures.
+// A failed cell: the grid coordinates, target (when `lc_reference` went) and reason, no figures.
 CellResult failed_cell(const Cell& cell, const StandaloneLc& lc_reference, Status status);
 
 // A replayer's result (gpuqos-replay --out): the LC's figures and every latency, or a best-effort

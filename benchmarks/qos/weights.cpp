@@ -1,6 +1,7 @@
 // gpuqos-bench weights (weights.h).
 #include "weights.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -30,42 +31,71 @@ class WeightsBench {
   WeightsBench(QosRig& rig, const WeightsOptions& o, const std::atomic<bool>& interrupted)
       : rig_(rig), o_(o), runs_(rig, interrupted, o.device_modes.size() * 6) {}
 
-  // Interrupted (SIGINT, SIGTERM): the runs made until then.
-  std::vector<WeightsRun> run() {
+  // Interrupted (SIGINT, SIGTERM, SIGHUP): the runs made until then. A mode that cannot go on (its
+  // simgpud does not come up) has its runs not made yet recorded as failed, and the next mode runs.
+  WeightsResults run() {
+    for (const std::string& mode : o_.device_modes) {
+      try {
+        run_mode(mode, results_.runs);
+      } catch (const Interrupted&) {
+        break;
+      } catch (const std::exception& e) {
+        fail_rest_of_mode(mode, status_of(e), results_.runs);
+      }
+    }
+    return results_;
+  }
+
+ private:
+  // The mode's four runs, in the order run_mode makes them.
+  std::vector<WeightsRun> mode_runs(const std::string& mode, double target) const {
     std::vector<WeightsRun> runs;
-    try {
-      run_modes(runs);
-    } catch (const Interrupted&) {
+    for (const bool with_lc : {true, false}) {
+      for (const double weight_b : {1.0, o_.weight}) {
+        runs.push_back({mode, with_lc, weight_b, with_lc ? target : 0, std::nullopt, {}, {}, 0, {}});
+      }
     }
     return runs;
   }
 
- private:
-  void run_modes(std::vector<WeightsRun>& runs) {
-    for (const std::string& mode : o_.device_modes) {
-      rig_.start_device(mode);
-      LcStats closed;
-      const Status calibrated = runs_.measure("calibrate-" + mode, {lc_job(std::nullopt)}, std::nullopt, o_.calibration_s,
-                                              [&](const RunOutcome& out) { closed = lc_stats(out.jobs.at(0).result); });
-      // The predictor store every run of the mode starts from, as in the grid: the LC and one copy
-      // together, profiled.
-      runs_.train("weights-train-" + mode, {lc_job(std::nullopt), be_job(kJobA)}, o_.duration_s / 2,
-                  rig_.out_dir() / "profiles" / ("weights-predictor-" + mode + ".gqp"));
-      const bool lc = calibrated.ok && closed.mean_ms > 0;
-      const double rate = lc ? arrival_rate_per_s(o_.lc_load, closed.mean_ms) : 0;
-      const double target = lc ? target_ms(o_.target_factor, closed.p50_ms) : 0;
-      for (const bool with_lc : {true, false}) {
-        for (const double weight_b : {1.0, o_.weight}) {
-          WeightsRun r{mode, with_lc, weight_b, with_lc ? target : 0, std::nullopt, {}, {}, 0, {}};
-          if (with_lc && !lc) {
-            runs_.skip();
-            r.status = {false, "no closed-loop calibration in this mode", calibrated.log_path, calibrated.log_tail};
-            runs.push_back(std::move(r));
-            continue;
-          }
-          runs.push_back(pair_run(std::move(r), rate));
-        }
+  void fail_rest_of_mode(const std::string& mode, Status error, std::vector<WeightsRun>& runs) {
+    error.reason = "device mode " + mode + " stopped: " + error.reason;
+    std::cerr << "\ngpuqos-bench: " << error.reason << (error.log_tail.empty() ? "" : "\n" + error.log_tail) << "\n";
+    const auto trained = [&](const Training& t) { return t.device_mode == mode; };
+    if (std::none_of(results_.trainings.begin(), results_.trainings.end(), trained)) {
+      results_.trainings.push_back({mode, error});
+    }
+    std::size_t made = 0;
+    for (const WeightsRun& r : runs) made += r.device_mode == mode ? 1 : 0;
+    std::vector<WeightsRun> planned = mode_runs(mode, 0);
+    for (std::size_t i = made; i < planned.size(); ++i) {
+      runs_.skip();
+      planned[i].status = error;
+      runs.push_back(std::move(planned[i]));
+    }
+  }
+
+  void run_mode(const std::string& mode, std::vector<WeightsRun>& runs) {
+    rig_.start_device(mode);
+    LcStats closed;
+    const Status calibrated = runs_.measure("calibrate-" + mode, {lc_job(std::nullopt)}, std::nullopt, o_.calibration_s,
+                                            [&](const RunOutcome& out) { closed = lc_stats(out.jobs.at(0).result); });
+    // The predictor store every run of the mode starts from, as in the grid: the LC and one copy
+    // together, profiled.
+    const Status trained = runs_.train("weights-train-" + mode, {lc_job(std::nullopt), be_job(kJobA)}, o_.duration_s / 2,
+                                       rig_.out_dir() / "profiles" / ("weights-predictor-" + mode + ".gqp"));
+    results_.trainings.push_back({mode, trained});
+    const bool lc = calibrated.ok && closed.mean_ms > 0;
+    const double rate = lc ? arrival_rate_per_s(o_.lc_load, closed.mean_ms) : 0;
+    const double target = lc ? target_ms(o_.target_factor, closed.p50_ms) : 0;
+    for (WeightsRun& r : mode_runs(mode, target)) {
+      if (r.with_lc && !lc) {
+        runs_.skip();
+        r.status = {false, "no closed-loop calibration in this mode", calibrated.log_path, calibrated.log_tail};
+        runs.push_back(std::move(r));
+        continue;
       }
+      runs.push_back(pair_run(std::move(r), rate));
     }
   }
 
@@ -89,6 +119,11 @@ class WeightsBench {
       r.b = be_run(kJobB, out.jobs.at(first_be + 1).result);
       r.gpu_busy_fraction = compute_busy_fraction(out.window_begin, out.window_end);
     });
+    for (const Training& t : results_.trainings) {
+      if (r.status.ok && t.device_mode == r.device_mode && !t.status.ok) {
+        add_caveat(r.status, "gpuqosd started from an untrained predictor (weights-train-" + r.device_mode + " failed)");
+      }
+    }
     return r;
   }
 
@@ -100,18 +135,13 @@ class WeightsBench {
   QosRig& rig_;
   const WeightsOptions& o_;
   BenchRuns runs_;
+  WeightsResults results_;
 };
 
 }  // namespace
 
-std::vector<WeightsRun> run_weights(QosRig& rig, const WeightsOptions& options, const std::atomic<bool>& interrupted) {
-  std::vector<WeightsRun> runs = WeightsBench(rig, options, interrupted).run();
-  const fs::path out(options.out_dir);
-  const std::string md = weights_markdown(runs, options.weight);
-  std::ofstream(out / "weights.json") << weights_json(runs, options).dump(2) << "\n";
-  std::ofstream(out / "weights.md") << md;
-  std::cout << "\n" << md << std::flush;
-  return runs;
+WeightsResults run_weights(QosRig& rig, const WeightsOptions& options, const std::atomic<bool>& interrupted) {
+  return WeightsBench(rig, options, interrupted).run();
 }
 
 }  // namespace gpuqos::qos

@@ -31,6 +31,7 @@ struct WeightsOptions {
   double target_factor = 1.5;  // gpuqosd's target: this x the closed-loop p50 (the grid's `service`)
   std::uint64_t seed = 1;
   bool keep_device_data = false;  // QosRig::keep_device_data
+  std::vector<std::string> removed_env;  // inherited variables the children do not get (qos_main.cpp)
   config::BaymaxConfig baymax;
   std::string baymax_source = "built-in defaults";
 };
@@ -47,16 +48,26 @@ struct WeightsRun {
   Status status;
 };
 
-// b's iterations per second over a's (0 when a made none).
-double share_ratio(const WeightsRun& run);
+// Everything `gpuqos-bench weights` measured.
+struct WeightsResults {
+  std::vector<WeightsRun> runs;
+  std::vector<Training> trainings;  // one per device mode reached
+};
 
-// The table (one row per run) and the JSON record of each run. Pure.
-std::string weights_markdown(const std::vector<WeightsRun>& runs, double weight);
-nlohmann::json weights_json(const std::vector<WeightsRun>& runs, const WeightsOptions& options);
+// b's iterations per second over a's; none when a made none (a ratio to nothing is no figure).
+std::optional<double> share_ratio(const WeightsRun& run);
 
-// Runs the pairs in every device mode, writes <out>/weights.json and weights.md and prints the
-// table. Contract: `rig` has converted the LC workload and ResNet-50's. Throws std::runtime_error
-// before the next run once `interrupted` is set.
-std::vector<WeightsRun> run_weights(QosRig& rig, const WeightsOptions& options, const std::atomic<bool>& interrupted);
+// The runs that failed, the predictor trainings among them.
+std::size_t failed_runs(const WeightsResults& results);
+
+// The table (one row per run, a failed training below it; valid UTF-8, as results_markdown) and the
+// JSON record of each run (dump it with json_text). Pure.
+std::string weights_markdown(const WeightsResults& results, double weight);
+nlohmann::json weights_json(const WeightsResults& results, const WeightsOptions& options);
+
+// Runs the pairs in every device mode (the caller writes weights.json and weights.md). Contract:
+// `rig` has converted the LC workload and ResNet-50's. Once `interrupted` is set, returns the runs
+// made before it.
+WeightsResults run_weights(QosRig& rig, const WeightsOptions& options, const std::atomic<bool>& interrupted);
 
 }  // namespace gpuqos::qos

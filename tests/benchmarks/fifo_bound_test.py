@@ -1,6 +1,10 @@
 """Tests of benchmarks/qos/fifo_bound.py, the model that bounds recsys's share on a fifo device."""
+import copy
+import json
 import os
+import subprocess
 import sys
+import tempfile
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "qos"))
@@ -79,6 +83,84 @@ class CellBound(unittest.TestCase):
         per_cell, _ = fifo_bound.best_rate(12.6, 64.4, 14.6, 1.24, 97.1, seconds=2000, cell_queries=470)
         self.assertGreater(per_cell, 0.0)
         self.assertLess(per_cell, 0.8 * long_run)
+
+
+def results_folder(directory, results):
+    """A gpuqos-bench results folder holding `results` as qos.json and the two workloads the model reads
+    (BERT: 1.24 ms of device work per query at time scale 4; recsys: a 97.1-ms kernel)."""
+    os.makedirs(os.path.join(directory, "workloads"))
+    with open(os.path.join(directory, "qos.json"), "w") as f:
+        json.dump(results, f)
+    with open(os.path.join(directory, "workloads", "bert.json"), "w") as f:
+        json.dump({"busy_ns": 310000, "iterations": [{}]}, f)
+    with open(os.path.join(directory, "workloads", "recsys.json"), "w") as f:
+        json.dump({"ops": [{"kind": "kernel", "duration_ns": 24275000}, {"kind": "copy", "duration_ns": 1}]}, f)
+
+
+GOOD = {
+    "config": {"time_scale": 4},
+    "standalone": [
+        {"kind": "lc_calibration", "device_mode": "fifo", "status": "ok", "lc_mean_ms": 15.84},
+        {"kind": "be", "device_mode": "fifo", "job": "recsys-train", "status": "ok", "iterations_per_s": 1.0},
+        {"kind": "lc", "device_mode": "fifo", "lc_load": 0.2, "status": "ok", "rate_per_s": 12.6,
+         "target_ms": 64.4, "lc_gpu_busy_fraction": 0.05},
+    ],
+    "cells": [],
+}
+
+
+class ReferencesThatFailed(unittest.TestCase):
+    """A review: a failed or missing reference (null figures, or zeros in an older qos.json) made the
+    script die with ZeroDivisionError (recsys at 0 it/s; a rate of 0 into expovariate) or TypeError,
+    and qos.md lost the section. It must say which reference is missing and go on."""
+
+    def run_script(self, results):
+        with tempfile.TemporaryDirectory() as directory:
+            results_folder(directory, results)
+            script = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "qos", "fifo_bound.py")
+            done = subprocess.run([sys.executable, script, directory], capture_output=True, text=True, timeout=120)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertNotIn("Traceback", done.stderr)
+        return done.stdout
+
+    def test_recsys_alone_at_zero_or_failed_gives_no_bound_and_says_why(self):
+        for recsys, why in (({"status": "ok", "iterations_per_s": 0.0}, "recsys alone (fifo) has no iterations_per_s"),
+                            ({"status": "failed", "reason": "crashed", "iterations_per_s": None},
+                             "recsys alone (fifo) failed: crashed")):
+            results = copy.deepcopy(GOOD)
+            results["standalone"][1].update(recsys)
+            self.assertEqual(self.run_script(results).strip(), f"No bound: {why}.")
+
+    def test_a_missing_calibration_gives_no_bound(self):
+        results = copy.deepcopy(GOOD)
+        del results["standalone"][0]
+        self.assertIn("No bound: the LC's closed-loop calibration (fifo) was not run.", self.run_script(results))
+
+    def test_a_failed_or_zero_lc_reference_skips_its_load_only(self):
+        results = copy.deepcopy(GOOD)
+        results["standalone"] += [
+            {"kind": "lc", "device_mode": "fifo", "lc_load": 0.4, "status": "failed", "reason": "replayer crashed",
+             "rate_per_s": 25.2, "target_ms": None, "lc_gpu_busy_fraction": None},
+            {"kind": "lc", "device_mode": "fifo", "lc_load": 0.6, "status": "ok", "rate_per_s": 0.0,
+             "target_ms": 0.0, "lc_gpu_busy_fraction": 0.0},
+            {"kind": "lc", "device_mode": "fifo", "lc_load": 0.8, "status": "ok", "rate_per_s": 50.0,
+             "target_ms": 90.0, "lc_gpu_busy_fraction": 1.0},
+        ]
+        # The measured baymax cell with no BE % of ideal (its reference failed): n/a, not a crash.
+        results["cells"] = [{"policy": "baymax", "device_mode": "fifo", "lc_load": 0.2, "be_mix": "resnet+recsys",
+                             "status": "ok", "lc_queries": 470, "be_fraction_of_ideal": None}]
+        lines = fifo_bound.bound_table(results, 1.24, 97.1, seconds=300)
+        rows = [line for line in lines if line.startswith("| 0.")]
+        self.assertEqual(len(rows), 4, lines)
+        self.assertTrue(rows[0].startswith("| 0.20 | 12.6 | 64.40 | "), rows[0])
+        self.assertIn(" | 470 | ", rows[0])  # the cell's query count
+        self.assertTrue(rows[0].endswith(" | n/a |"), rows[0])
+        self.assertEqual(rows[1], "| 0.40 | skipped: the LC alone at this load failed: replayer crashed |" + " |" * 9)
+        self.assertIn("| 0.60 | skipped: the LC alone at this load has no rate_per_s |", rows[2])
+        self.assertIn("| 0.80 | skipped: the LC alone at this load left the GPU no idle time |", rows[3])
+        for row in rows:
+            self.assertEqual(row.count("|"), 12, row)  # the header's 11 columns
+        self.assertIn("| 0.40 | skipped: the LC alone at this load failed", self.run_script(results))
 
 
 if __name__ == "__main__":

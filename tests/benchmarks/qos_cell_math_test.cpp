@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <stdexcept>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "cell_math.h"
@@ -53,16 +55,17 @@ TEST(QosCellMath, BusyFractionFromTwoStatAnswers) {
 }
 
 TEST(QosCellMath, BeFractionOfIdealIsMeanShareOverLeftover) {
-  EXPECT_DOUBLE_EQ(fraction_of_standalone(1.5, 2.0), 0.75);
-  EXPECT_DOUBLE_EQ(fraction_of_standalone(1.5, 0.0), 0.0);
+  EXPECT_DOUBLE_EQ(fraction_of_standalone(1.5, 2.0).value(), 0.75);
+  // A review: a missing or failed reference (0 it/s) gave 0 %, read as a BE job starved.
+  EXPECT_FALSE(fraction_of_standalone(1.5, 0.0)) << "no reference: no figure, not 0";
   // The LC keeps the GPU busy 20 %: 80 % is left; a BE job at 60 % of standalone got 75 % of that.
   const std::vector<double> one{0.6};
-  EXPECT_DOUBLE_EQ(be_fraction_of_ideal(one, 0.2), 0.75);
+  EXPECT_DOUBLE_EQ(be_fraction_of_ideal(one, 0.2).value(), 0.75);
   // A mix: the mean over its jobs, (0.6 + 0.2) / 2 = 0.4, over the same leftover.
   const std::vector<double> mix{0.6, 0.2};
-  EXPECT_DOUBLE_EQ(be_fraction_of_ideal(mix, 0.2), 0.5);
-  EXPECT_DOUBLE_EQ(be_fraction_of_ideal({}, 0.2), 0.0);
-  EXPECT_DOUBLE_EQ(be_fraction_of_ideal(one, 1.0), 0.0);  // no leftover at all
+  EXPECT_DOUBLE_EQ(be_fraction_of_ideal(mix, 0.2).value(), 0.5);
+  EXPECT_FALSE(be_fraction_of_ideal({}, 0.2));
+  EXPECT_FALSE(be_fraction_of_ideal(one, 1.0)) << "no leftover at all: no share of it";
 }
 
 // Values 1..n in shuffled order: the interval's ends are the order statistics' ranks. The median's
@@ -143,13 +146,14 @@ TEST(QosCellMath, EvaluateCellAgainstItsReferences) {
   EXPECT_EQ(r.lc_p99_ci95.low, 31.0);
   EXPECT_FALSE(r.lc_p99_ci95.high) << "4 queries cannot bound a p99 from above";
   ASSERT_EQ(r.be.size(), 2u);
-  EXPECT_DOUBLE_EQ(r.be[0].fraction_of_standalone, 0.6);
-  EXPECT_DOUBLE_EQ(r.be[1].standalone_iterations_per_s, 0.5);
-  EXPECT_DOUBLE_EQ(r.be[1].fraction_of_standalone, 0.2);
-  EXPECT_DOUBLE_EQ(r.be_fraction_of_ideal, 0.5);  // (0.6 + 0.2) / 2 / (1 - 0.2)
-  EXPECT_DOUBLE_EQ(r.be[0].mix_alone_iterations_per_s, 1.5);
-  EXPECT_DOUBLE_EQ(r.be[0].fraction_of_mix_alone, 0.8);
-  EXPECT_DOUBLE_EQ(r.be[1].fraction_of_mix_alone, 0.25);
+  EXPECT_EQ(r.status.caveat, "") << "every reference there";
+  EXPECT_DOUBLE_EQ(r.be[0].fraction_of_standalone.value(), 0.6);
+  EXPECT_DOUBLE_EQ(r.be[1].standalone_iterations_per_s.value(), 0.5);
+  EXPECT_DOUBLE_EQ(r.be[1].fraction_of_standalone.value(), 0.2);
+  EXPECT_DOUBLE_EQ(r.be_fraction_of_ideal.value(), 0.5);  // (0.6 + 0.2) / 2 / (1 - 0.2)
+  EXPECT_DOUBLE_EQ(r.be[0].mix_alone_iterations_per_s.value(), 1.5);
+  EXPECT_DOUBLE_EQ(r.be[0].fraction_of_mix_alone.value(), 0.8);
+  EXPECT_DOUBLE_EQ(r.be[1].fraction_of_mix_alone.value(), 0.25);
   ASSERT_TRUE(r.be_fraction_of_ideal_together);
   EXPECT_DOUBLE_EQ(*r.be_fraction_of_ideal_together, 0.65625);  // (0.8 + 0.25) / 2 / (1 - 0.2)
   EXPECT_DOUBLE_EQ(r.gpu_busy_fraction, 0.9);
@@ -158,13 +162,48 @@ TEST(QosCellMath, EvaluateCellAgainstItsReferences) {
   CellMeasurement one = m;
   one.be.resize(1);
   const CellResult single = evaluate_cell({"priority", "fifo", 0.4, "resnet"}, one, lc_reference, be_references, {});
-  EXPECT_DOUBLE_EQ(single.be[0].mix_alone_iterations_per_s, 2.0);
+  EXPECT_DOUBLE_EQ(single.be[0].mix_alone_iterations_per_s.value(), 2.0);
   ASSERT_TRUE(single.be_fraction_of_ideal_together);
-  EXPECT_DOUBLE_EQ(*single.be_fraction_of_ideal_together, single.be_fraction_of_ideal);
-  // No usable run of the mix alone: no figure, rather than a made-up one.
+  EXPECT_DOUBLE_EQ(*single.be_fraction_of_ideal_together, single.be_fraction_of_ideal.value());
+  // No usable run of the mix alone: no figure, rather than a made-up one, and the cell says why.
   const CellResult missing = evaluate_cell(cell, m, lc_reference, be_references, {mix_references[1]});
-  EXPECT_DOUBLE_EQ(missing.be[0].fraction_of_mix_alone, 0.0);
+  EXPECT_FALSE(missing.be[0].fraction_of_mix_alone);
+  EXPECT_FALSE(missing.be[0].mix_alone_iterations_per_s);
   EXPECT_FALSE(missing.be_fraction_of_ideal_together);
+  EXPECT_TRUE(missing.status.ok);
+  EXPECT_NE(missing.status.caveat.find("no BE % of ideal (mix alone) for resnet-train: resnet+recsys alone together "
+                                       "failed: crashed"),
+            std::string::npos)
+      << missing.status.caveat;
+  EXPECT_DOUBLE_EQ(missing.be_fraction_of_ideal.value(), 0.5) << "the standalone references are there";
+
+  // A review: a BE job whose standalone run failed (or is missing, or made nothing) got 0 % of it,
+  // and pulled the cell's BE % of ideal down to a number computed from a zero reference.
+  std::vector<StandaloneBe> failed_recsys = be_references;
+  failed_recsys[2].run.iterations_per_s = 0;
+  failed_recsys[2].status = {false, "recsys replayer crashed", "/x/alone.log", "tail"};
+  for (const auto& [references, why] :
+       std::vector<std::pair<std::vector<StandaloneBe>, std::string>>{
+           {failed_recsys, "recsys-train alone failed: recsys replayer crashed"},
+           {{be_references[0], be_references[1]}, "recsys-train alone was not run"},
+           {{be_references[0], be_references[1], StandaloneBe{"fifo", "recsys-train", {}, 0, {}}},
+            "recsys-train alone made no iteration"}}) {
+    const CellResult unreferenced = evaluate_cell(cell, m, lc_reference, references, mix_references);
+    EXPECT_TRUE(unreferenced.status.ok) << why;
+    EXPECT_EQ(unreferenced.status.caveat, "no BE % of standalone or of ideal: " + why);
+    EXPECT_FALSE(unreferenced.be[1].standalone_iterations_per_s) << why;
+    EXPECT_FALSE(unreferenced.be[1].fraction_of_standalone) << why;
+    EXPECT_FALSE(unreferenced.be_fraction_of_ideal) << "not a mean over the jobs that have one: " << why;
+    EXPECT_DOUBLE_EQ(unreferenced.be[0].fraction_of_standalone.value(), 0.6) << "resnet's reference is there";
+    EXPECT_DOUBLE_EQ(unreferenced.be_fraction_of_ideal_together.value(), 0.65625) << "the mix alone is there";
+  }
+  // The LC alone kept the GPU busy throughout: no idle time to have a share of.
+  StandaloneLc busy = lc_reference;
+  busy.gpu_busy_fraction = 1.0;
+  const CellResult no_leftover = evaluate_cell(cell, m, busy, be_references, mix_references);
+  EXPECT_FALSE(no_leftover.be_fraction_of_ideal);
+  EXPECT_FALSE(no_leftover.be_fraction_of_ideal_together);
+  EXPECT_EQ(no_leftover.status.caveat, "no BE % of ideal: the LC alone left the GPU no idle time");
 
   const CellResult f = failed_cell(cell, lc_reference, {false, "gpuqosd exited at startup", "x.log", "tail"});
   EXPECT_FALSE(f.status.ok);

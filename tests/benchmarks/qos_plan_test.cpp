@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "gpuqos/config/load.h"
+#include "output_dir.h"
 #include "plan.h"
 #include "report.h"
 #include "weights.h"
@@ -168,23 +169,92 @@ TEST(WeightsReport, EachRunShowsBothThroughputsAndTheirRatio) {
   weighted.a = {"resnet-a", 8, 0.4};
   weighted.b = {"resnet-b", 32, 1.6};
   WeightsRun failed{"fifo", false, 4.0, 0, std::nullopt, {}, {}, 0, {false, "gpuqosd did not start", "", ""}};
-  EXPECT_DOUBLE_EQ(share_ratio(weighted), 4.0);
-  EXPECT_EQ(share_ratio(failed), 0.0) << "no throughput: no ratio, not a division by zero";
-  const std::string md = weights_markdown({even, weighted, failed}, 4.0);
-  EXPECT_NE(md.find("| timeslice | yes | 1:4.00 | 0.40 | 1.60 | 4.00 | 90 % | 30.0 |"), std::string::npos) << md;
+  EXPECT_DOUBLE_EQ(share_ratio(weighted).value(), 4.0);
+  EXPECT_FALSE(share_ratio(failed)) << "no throughput: no ratio, not 0 nor a division by zero";
+  const WeightsResults results{{even, weighted, failed}, {}};
+  const std::string md = weights_markdown(results, 4.0);
+  EXPECT_NE(md.find("| timeslice | yes | 1:4.00 | 0.40 | 1.60 | 4.00 | 90 % | 30.0 | ok |"), std::string::npos) << md;
   EXPECT_NE(md.find("| fifo | no | 1:4.00 | failed: gpuqosd did not start |"), std::string::npos) << md;
-  const nlohmann::json json = weights_json({even, weighted, failed}, WeightsOptions{});
+  WeightsOptions options;
+  options.removed_env = {"CUDA_VISIBLE_DEVICES", "LD_PRELOAD"};
+  const nlohmann::json json = weights_json(results, options);
+  EXPECT_EQ(json["config"]["removed_env"], nlohmann::json({"CUDA_VISIBLE_DEVICES", "LD_PRELOAD"}))
+      << "what the children did not inherit is part of the setup";
   ASSERT_EQ(json["runs"].size(), 3u);
   EXPECT_DOUBLE_EQ(json["runs"][1]["b_over_a"].get<double>(), 4.0);
   EXPECT_EQ(json["runs"][1]["b_iterations"], 32);
   EXPECT_FALSE(json["runs"][2]["ok"].get<bool>());
   EXPECT_FALSE(json["runs"][2].contains("b_over_a"));
+
+  // A review: a's throughput of 0 made b/a 0, as if b had been starved.
+  WeightsRun starved = even;
+  starved.a = {"resnet-a", 0, 0.0};
+  const WeightsResults one{{starved}, {}};
+  EXPECT_NE(weights_markdown(one, 4.0).find("| 0.00 | 1.05 | n/a | 90 % |"), std::string::npos) << weights_markdown(one, 4.0);
+  EXPECT_TRUE(weights_json(one, options)["runs"][0]["b_over_a"].is_null());
+}
+
+TEST(WeightsReport, AFailedTrainingIsRecordedAndCaveatsTheRunsAfterIt) {
+  // A review: a failed training left every run of the mode on an untrained predictor and the
+  // report said nothing; weights.json had no record of it and the exit code ignored it.
+  WeightsRun run{"fifo", true, 4.0, 23.5, LcStats{100, 10, 9, 30, {}}, {"resnet-a", 8, 0.4}, {"resnet-b", 32, 1.6}, 0.9, {}};
+  run.status.caveat = "gpuqosd started from an untrained predictor (weights-train-fifo failed)";
+  const WeightsResults results{{run}, {{"fifo", {false, "gpuqos train exited with 1", "/x/train.log", "no samples\n"}},
+                                      {"timeslice", {}}}};
+  EXPECT_EQ(failed_runs(results), 1u) << "the training, though every pair ran";
+  const std::string md = weights_markdown(results, 4.0);
+  EXPECT_NE(md.find("| 30.0 | ok, but gpuqosd started from an untrained predictor (weights-train-fifo failed) |"),
+            std::string::npos) << md;
+  EXPECT_NE(md.find("Predictor training (fifo) failed: gpuqos train exited with 1"), std::string::npos) << md;
+  EXPECT_EQ(md.find("Predictor training (timeslice)"), std::string::npos) << "one that went is not news";
+  const nlohmann::json json = weights_json(results, WeightsOptions{});
+  ASSERT_EQ(json["training"].size(), 2u);
+  EXPECT_EQ(json["training"][0]["device_mode"], "fifo");
+  EXPECT_FALSE(json["training"][0]["ok"].get<bool>());
+  EXPECT_EQ(json["training"][0]["reason"], "gpuqos train exited with 1");
+  EXPECT_TRUE(json["training"][1]["ok"].get<bool>());
+  EXPECT_EQ(json["runs"][0]["caveat"], "gpuqosd started from an untrained predictor (weights-train-fifo failed)");
+}
+
+TEST(QosReport, AFailedTrainingIsAFailedRunAndCaveatsItsModesCells) {
+  // A review: when `gpuqos train` failed, the cells of the mode ran on an untrained predictor
+  // (baymax holding best-effort work on wild upper estimates) and read "ok", and qos.json, qos.md
+  // and the exit code all passed over it.
+  Results r;
+  r.trainings = {{"fifo", {false, "gpuqos train exited with 1", "/x/train-fifo.log", "no samples\n"}},
+                 {"timeslice", {}}};
+  const Cell baymax{"baymax", "fifo", 0.4, "resnet"};
+  EXPECT_EQ(untrained_caveat(baymax, r.trainings), "gpuqosd started from an untrained predictor (train-fifo failed)");
+  EXPECT_EQ(untrained_caveat({"none", "fifo", 0.4, "resnet"}, r.trainings), "") << "no gpuqosd: no predictor";
+  EXPECT_EQ(untrained_caveat({"baymax", "timeslice", 0.4, "resnet"}, r.trainings), "") << "its training went";
+  EXPECT_EQ(untrained_caveat({"baymax", "mps", 0.4, "resnet"}, r.trainings), "") << "no training recorded";
+  Status caveated;
+  add_caveat(caveated, "lc ran unmanaged 1 time(s)");
+  add_caveat(caveated, "");
+  add_caveat(caveated, untrained_caveat(baymax, r.trainings));
+  EXPECT_TRUE(caveated.ok);
+  EXPECT_EQ(caveated.caveat,
+            "lc ran unmanaged 1 time(s); gpuqosd started from an untrained predictor (train-fifo failed)");
+
+  EXPECT_EQ(failed_runs(r), 1u) << "the failed training counts, the one that went does not";
+  const nlohmann::json j = results_json(r, {});
+  ASSERT_EQ(j.at("training").size(), 2u);
+  EXPECT_EQ(j["training"][0]["device_mode"], "fifo");
+  EXPECT_EQ(j["training"][0]["status"], "failed");
+  EXPECT_EQ(j["training"][0]["reason"], "gpuqos train exited with 1");
+  EXPECT_EQ(j["training"][0]["log"], "/x/train-fifo.log");
+  EXPECT_EQ(j["training"][1]["status"], "ok");
+  const std::string md = results_markdown(r, 4.0);
+  EXPECT_NE(md.find("| fifo | predictor training | | | | | | | | | | failed: gpuqos train exited with 1 |"),
+            std::string::npos) << md;
+  EXPECT_NE(md.find("| timeslice | predictor training | | | | | | | | | | ok |"), std::string::npos) << md;
 }
 
 TEST(QosReport, FailedCellsKeepTheirReasonAndNoFigures) {
   Results r;
   CellResult ok;
   ok.cell = {"fifo", "fifo", 0.4, "resnet"};
+  ok.lc_reference = true;
   ok.target_ms = 30;
   ok.lc.p99_ms = 45;
   ok.violation_fraction = 0.25;
@@ -248,6 +318,162 @@ TEST(QosReport, FailedCellsKeepTheirReasonAndNoFigures) {
   r.interrupted = true;
   EXPECT_EQ(results_json(r, {})["interrupted"], true);
   EXPECT_NE(results_markdown(r, 4.0).find("Interrupted: the runs after these were not made."), std::string::npos);
+}
+
+TEST(QosReport, AFigureWithoutItsReferenceIsNullAndNaNotZero) {
+  // A review: a BE job whose standalone run failed was reported at 0 % of it, and the cell's BE %
+  // of ideal computed over that 0; a cell without a target had p99/target 0.
+  CellResult c;
+  c.cell = {"baymax", "fifo", 0.4, "resnet+recsys"};
+  c.target_ms = 30;
+  c.lc.p99_ms = 45;
+  c.be = {{{"resnet-train", 10, 1.2}, 2.0, 0.6, 1.5, 0.8}, {{"recsys-train", 3, 0.3}, {}, {}, 0.5, 0.6}};
+  c.be_fraction_of_ideal_together = 0.875;
+  c.status.caveat = "no BE % of standalone or of ideal: recsys-train alone failed: recsys replayer crashed";
+  Results r;
+  r.cells = {c};
+  const nlohmann::json j = results_json(r, {});
+  const nlohmann::json& cell = j.at("cells").at(0);
+  EXPECT_EQ(cell["status"], "ok");
+  EXPECT_EQ(cell["caveat"], c.status.caveat);
+  EXPECT_TRUE(cell["be_fraction_of_ideal"].is_null()) << cell.dump();
+  EXPECT_TRUE(cell["be"][1]["standalone_iterations_per_s"].is_null());
+  EXPECT_TRUE(cell["be"][1]["fraction_of_standalone"].is_null());
+  EXPECT_DOUBLE_EQ(cell["be"][1]["fraction_of_mix_alone"].get<double>(), 0.6);
+  EXPECT_DOUBLE_EQ(cell["be"][0]["fraction_of_standalone"].get<double>(), 0.6);
+  EXPECT_DOUBLE_EQ(cell["be_fraction_of_ideal_together"].get<double>(), 0.875);
+  const std::string md = results_markdown(r, 4.0);
+  EXPECT_NE(md.find("| 1.20, 0.30 | 60 %, n/a | n/a | 88 % |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| ok, but no BE % of standalone or of ideal: recsys-train alone failed: recsys replayer crashed |"),
+            std::string::npos)
+      << md;
+
+  r.cells[0].target_ms = 0;  // no target to hold the p99 to
+  EXPECT_TRUE(results_json(r, {})["cells"][0]["p99_over_target"].is_null());
+  EXPECT_NE(results_markdown(r, 4.0).find("| 0.00 | n/a | 0 % |"), std::string::npos) << results_markdown(r, 4.0);
+}
+
+TEST(QosReport, AFailedReferenceRunHasNoFiguresNotZeros) {
+  // A review: a failed calibration, standalone LC, BE or mix run was reported with 0 ms, 0 it/s and
+  // a 0 target, in qos.md and qos.json alike, and so was each cell that rested on a failed one.
+  const Status crashed{false, "replayer crashed", "/x/alone.log", "tail\n"};
+  Results r;
+  r.calibrations = {{"fifo", {}, crashed}};
+  StandaloneLc lc;
+  lc.device_mode = "fifo";
+  lc.lc_load = 0.4;
+  lc.rate_per_s = 25;  // set before the run: the planned rate
+  lc.status = crashed;
+  StandaloneLc uncalibrated = lc;
+  uncalibrated.lc_load = 0.6;
+  uncalibrated.rate_per_s = 0;  // no calibration: no rate
+  r.standalone_lc = {lc, uncalibrated};
+  StandaloneBe be;
+  be.device_mode = "fifo";
+  be.job = "recsys-train";
+  be.status = crashed;
+  r.standalone_be = {be};
+  StandaloneMix mix;
+  mix.device_mode = "fifo";
+  mix.be_mix = "resnet+recsys";
+  mix.runs = {{"resnet-train", 0, 0.0}};  // read before it failed
+  mix.status = crashed;
+  r.standalone_mixes = {mix};
+  r.cells = {failed_cell({"baymax", "fifo", 0.4, "resnet"}, lc, {false, "no standalone LC reference", "", ""})};
+
+  const nlohmann::json j = results_json(r, {});
+  const nlohmann::json& standalone = j.at("standalone");
+  ASSERT_EQ(standalone.size(), 5u);
+  for (const nlohmann::json& record : standalone) {
+    EXPECT_EQ(record["status"], "failed");
+    EXPECT_EQ(record["reason"], "replayer crashed");
+    for (const char* key : {"lc_p50_ms", "lc_p99_ms", "lc_mean_ms", "lc_queries", "lc_unserved", "target_ms",
+                            "lc_load_measured", "lc_gpu_busy_fraction", "iterations", "iterations_per_s",
+                            "gpu_busy_fraction"}) {
+      if (record.contains(key)) {
+        EXPECT_TRUE(record[key].is_null()) << key << " of " << record.dump();
+      }
+    }
+  }
+  EXPECT_DOUBLE_EQ(standalone[1]["rate_per_s"].get<double>(), 25.0) << "planned, not measured";
+  EXPECT_TRUE(standalone[2]["rate_per_s"].is_null()) << "no calibration: no rate";
+  EXPECT_EQ(standalone[1]["lc_load"], 0.4);
+  EXPECT_TRUE(standalone[4]["be"][0]["iterations_per_s"].is_null());
+  const nlohmann::json& cell = j.at("cells").at(0);
+  for (const char* key : {"target_ms", "rate_per_s", "lc_gpu_busy_fraction_standalone"}) {
+    EXPECT_TRUE(cell[key].is_null()) << key << ": its reference failed";
+  }
+
+  const std::string md = results_markdown(r, 4.0);
+  EXPECT_NE(md.find("| fifo | LC closed loop | | | | | | | | | | failed: replayer crashed |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| fifo | LC alone | 0.40 | 25.0 | | | | | | | | failed: replayer crashed |"), std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| fifo | LC alone | 0.60 | | | | | | | | | failed: replayer crashed |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| fifo | recsys-train alone | | | | | | | | | | failed: replayer crashed |"), std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| fifo | resnet+recsys alone together | | | | | | | | | | failed: replayer crashed |"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| baymax | fifo | 0.40 | resnet | | | | | | | | | | | | | failed: no standalone LC reference |"),
+            std::string::npos)
+      << md;
+  EXPECT_EQ(md.find("0.00 |"), std::string::npos) << "no zero stands for a figure not measured\n" << md;
+
+  // The same cell beside a reference that went keeps its target.
+  lc.status = {};
+  lc.target_ms = 30;
+  r.cells = {failed_cell({"baymax", "fifo", 0.4, "resnet"}, lc, {false, "gpuqosd exited at startup", "", ""})};
+  EXPECT_DOUBLE_EQ(results_json(r, {})["cells"][0]["target_ms"].get<double>(), 30.0);
+  EXPECT_NE(results_markdown(r, 4.0).find("| baymax | fifo | 0.40 | resnet | | | | 30.00 | | | | | | | | | failed: gpuqosd "
+                                         "exited at startup |"),
+            std::string::npos)
+      << "in the target column (it stood under the CI's)\n"
+      << results_markdown(r, 4.0);
+}
+
+// Whether `text` is valid UTF-8: nlohmann's strict dump() throws type_error 316 where it is not.
+bool is_utf8(const std::string& text) {
+  try {
+    (void)nlohmann::json(text).dump();
+    return true;
+  } catch (const nlohmann::json::type_error&) {
+    return false;
+  }
+}
+
+TEST(QosReport, BytesThatAreNotUtf8InAReasonLeaveEveryResultTextValid) {
+  // A review: a reason or log tail holds a child's bytes as they came; nlohmann's dump() throws
+  // type_error 316 on them (losing qos.json), and qos.md took them as they were.
+  const std::string bad = "simgpud: \xff\xfe at \xc3(";
+  ASSERT_FALSE(is_utf8(bad));
+  const std::string replaced = "simgpud: \xef\xbf\xbd\xef\xbf\xbd at \xef\xbf\xbd(";
+  EXPECT_EQ(valid_utf8(bad), replaced);
+  EXPECT_EQ(valid_utf8("≥ 40.50–47.25 ok"), "≥ 40.50–47.25 ok") << "valid text is kept as it is";
+
+  Results r;
+  r.trainings = {{"fifo", {false, "gpuqos train: " + bad, "/x/\xff.log", bad}}};
+  CellResult cell;
+  cell.cell = {"baymax", "fifo", 0.4, "resnet"};
+  cell.status = {false, bad, "/x/cell.log", "last line " + bad + "\n"};
+  r.cells = {cell};
+  EXPECT_THROW((void)results_json(r, {}).dump(2), nlohmann::json::type_error) << "what json_text must spare";
+  std::string text;
+  ASSERT_NO_THROW(text = json_text(results_json(r, {})));
+  ASSERT_TRUE(is_utf8(text));
+  const nlohmann::json parsed = nlohmann::json::parse(text);
+  EXPECT_EQ(parsed["cells"][0]["reason"], replaced);
+  EXPECT_EQ(parsed["training"][0]["log_tail"], replaced);
+  const std::string md = results_markdown(r, 4.0);
+  EXPECT_TRUE(is_utf8(md)) << "qos.md";
+  EXPECT_NE(md.find("failed: " + replaced + " |"), std::string::npos) << md;
+  EXPECT_NE(md.find("failed: gpuqos train: " + replaced + " |"), std::string::npos) << md;
+
+  WeightsRun run{"fifo", false, 4.0, 0, std::nullopt, {}, {}, 0, {false, bad, "", ""}};
+  const WeightsResults weights{{run}, {{"fifo", {false, bad, "", ""}}}};
+  EXPECT_TRUE(is_utf8(weights_markdown(weights, 4.0))) << "weights.md";
+  std::string weights_text;
+  ASSERT_NO_THROW(weights_text = json_text(weights_json(weights, WeightsOptions{})));
+  EXPECT_EQ(nlohmann::json::parse(weights_text)["runs"][0]["reason"], replaced);
 }
 
 TEST(QosReport, TailLines) {

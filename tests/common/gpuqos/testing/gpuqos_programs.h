@@ -4,6 +4,9 @@
 // start processes the same way. Needs GPUQOS_BUILD_DIR defined by the including target.
 #pragma once
 
+#include <stdlib.h>
+
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <map>
@@ -34,6 +37,29 @@ inline std::filesystem::path build_program(const std::string& name) {
 inline std::map<std::string, std::string> simgpu_client_env(const std::string& simgpu_socket) {
   return {{"LD_LIBRARY_PATH", (std::filesystem::path(GPUQOS_BUILD_DIR) / "lib" / "simgpu").string()},
           {"SIMGPU_SOCKET", simgpu_socket}};
+}
+
+// Removes from this process's environment, so from every child started after, what would change
+// or break a benchmark's programs when inherited from the user's shell: LD_PRELOAD (an installed
+// libgpuqos.so would wrap simgpud, gpuqosd and every replayer), GPUQOS_* (an exported
+// GPUQOS_PROFILE or GPUQOS_SOCKET), SIMGPU_* (fault injection such as SIMGPU_FAIL_*, another
+// SIMGPU_SOCKET) and CUDA_* (CUDA_VISIBLE_DEVICES and the like). The benchmark then sets what it
+// means to set, per child. Returns the names removed, sorted, for its report.
+// Contract: call before any thread starts (unsetenv is not thread-safe).
+inline std::vector<std::string> remove_inherited_gpu_env() {
+  std::vector<std::string> names;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry = *e;
+    const std::string name = entry.substr(0, entry.find('='));
+    for (const char* prefix : {"GPUQOS_", "SIMGPU_", "CUDA_"}) {
+      if (name.starts_with(prefix)) names.push_back(name);
+    }
+    if (name == "LD_PRELOAD") names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  for (const std::string& name : names) ::unsetenv(name.c_str());
+  return names;
 }
 
 // `argv` run the documented way under gpuqosd: `gpuqos run --priority P --socket S --job J -- argv`
