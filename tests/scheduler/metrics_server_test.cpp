@@ -341,7 +341,9 @@ TEST(MetricsServer, AHostNameIsLookedUpAndAFailedLookupFailsTheStartPromptly) {
 
   const auto start = std::chrono::steady_clock::now();
   const auto nowhere = MetricsServer::start(config::ListenAddress{"no-such-host.invalid", port});
-  EXPECT_LT(since(start), 0.09) << "the start waited on the lookup past the loop's heartbeat";
+  // The wait is bounded at 50 ms; a name server's timeout is seconds. Not 90 ms, as it was: under
+  // ctest -j2 on two cores the thread's start alone took that once.
+  EXPECT_LT(since(start), 1.0) << "the start waited on the lookup, not on its bound";
   ASSERT_FALSE(nowhere);
   EXPECT_EQ(nowhere.error().rfind("cannot listen on no-such-host.invalid:" + std::to_string(port) + ": ", 0), 0u)
       << nowhere.error();
