@@ -31,6 +31,10 @@ void Daemon::qos_query_closed(const Client& client, const ClosedQuery& query, st
   if (over.left_out) {
     spdlog::debug("{}: a query measured from {} left out: the latencies of job '{}' run from {}", client.tag(),
                   latency_from_name(from), who.job, latency_from_name(over.from));
+  } else if (over.back_to_first_op) {
+    spdlog::info("{}: no process of job '{}' marks its queries now: its latencies count from each query's first "
+                 "op again, and the {} marked queries before are left out of its percentiles",
+                 client.tag(), who.job, over.dropped);
   } else if (over.dropped > 0 && over.target_changed) {
     log_target_changed(who.job, target, over);
   } else if (over.dropped > 0) {

@@ -5,6 +5,7 @@
 #include <bit>
 #include <cmath>
 #include <tuple>
+#include <utility>
 
 namespace gpuqos::scheduler {
 namespace {
@@ -194,7 +195,7 @@ QosTracker::Job& QosTracker::add_job(const std::string& name, std::int64_t now_n
   return job;
 }
 
-QosTracker::Job* QosTracker::job_of(ClientId client, std::int64_t now_ns) {
+QosTracker::Job* QosTracker::job_of(ClientId client, std::int64_t now_ns, Activity activity) {
   auto state = clients_.find(client);
   if (state == clients_.end()) return nullptr;
   auto it = jobs_.find(state->second.job);
@@ -204,9 +205,12 @@ QosTracker::Job* QosTracker::job_of(ClientId client, std::int64_t now_ns) {
   } else {  // dropped while this client was connected: start it again
     job = &add_job(state->second.job, now_ns);
     job->priority = priority_of_job(state->second.job);
-    for (const auto& [id, other] : clients_) job->clients += other.job == state->second.job;
+    for (const auto& [id, other] : clients_) {
+      job->clients += other.job == state->second.job;
+      job->marking_clients += other.job == state->second.job && other.marks;
+    }
   }
-  job->last_active_ns = now_ns;
+  if (activity == Activity::active) job->last_active_ns = now_ns;
   return job;
 }
 
@@ -227,9 +231,11 @@ void QosTracker::client_left(ClientId client, const GrantCounters& counters, std
   auto state = clients_.find(client);
   if (state == clients_.end()) return;
   const std::string job = state->second.job;
+  const bool marked = state->second.marks;
   clients_.erase(state);
   if (auto it = jobs_.find(job); it != jobs_.end()) {
     if (it->second.clients > 0) --it->second.clients;
+    if (marked && it->second.marking_clients > 0) --it->second.marking_clients;
     it->second.last_active_ns = now_ns;
     // Its priority is its remaining processes' (high if any is); with none left it keeps the last.
     if (it->second.clients > 0) it->second.priority = priority_of_job(job);
@@ -257,14 +263,23 @@ QosTracker::StartedOver QosTracker::query_closed(ClientId client, std::int64_t l
                                                  LatencyFrom from) {
   Job* job = job_of(client, now_ns);
   if (job == nullptr) return {};
+  ClientState& state = clients_.at(client);  // job_of found it
+  if (from != LatencyFrom::first_op && !std::exchange(state.marks, true)) ++job->marking_clients;
   StartedOver over;
   // An inferred query of a job whose latencies run from its marks: another process of the job does
   // not mark (a review: it was recorded among them, as if of their kind). A marked one whose arrival
   // was lost (measured from its begin in a job that says arrivals) stays: a lower bound of its kind.
   if (from == LatencyFrom::first_op && job->from != LatencyFrom::first_op) {
-    over.left_out = true;
-    over.from = job->from;
-    return over;
+    if (job->marking_clients > 0) {
+      over.left_out = true;
+      over.from = job->from;
+      return over;
+    }
+    // No process of the job marks now (a review: once one had, the job's inferred queries were left
+    // out for good, after a restart without marks too): they are what there is to measure.
+    over = start_over(*job, /*target_changed=*/false);
+    over.back_to_first_op = true;
+    job->from = LatencyFrom::first_op;
   }
   const bool measured_otherwise = from > job->from;  // not one histogram
   const bool other_target = job->latency.count() > 0 && job->measured_target_ns != target_ns;
@@ -277,8 +292,8 @@ QosTracker::StartedOver QosTracker::query_closed(ClientId client, std::int64_t l
   return over;
 }
 
-void QosTracker::query_abandoned(ClientId client, std::int64_t now_ns) {
-  if (Job* job = job_of(client, now_ns)) ++job->abandoned;
+void QosTracker::query_abandoned(ClientId client, std::int64_t now_ns, std::uint64_t queries) {
+  if (Job* job = job_of(client, now_ns, Activity::not_active)) job->abandoned += queries;
 }
 
 QosTracker::StartedOver QosTracker::start_over(Job& job, bool target_changed) {

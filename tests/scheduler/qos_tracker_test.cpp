@@ -288,6 +288,50 @@ TEST(QosTracker, AQueryOfAnEarlierKindIsLeftOutAndAbandonedOnesAreCounted) {
   EXPECT_EQ(jobs[0].abandoned, 2u);
 }
 
+// Once no connected process of the job marks, its inferred queries are what there is to measure:
+// its latencies start over from first ops (a review: they were left out for good once any process
+// had marked, after a restart without marks too), and a process marking again takes them back.
+TEST(QosTracker, AJobsInferredQueriesCountAgainOnceNoProcessOfItMarks) {
+  const config::Config config = config_with("serve", 6.0, 99.0);
+  QosTracker tracker;
+  tracker.client_seen(1, "serve", ipc::Priority::high, 0);
+  tracker.client_seen(2, "serve", ipc::Priority::high, 0);
+  (void)tracker.query_closed(1, 4 * kMs, 6 * kMs, 1 * kMs, LatencyFrom::begin);
+  EXPECT_TRUE(tracker.query_closed(2, 5 * kMs, 6 * kMs, 2 * kMs).left_out) << "process 1 marks, and is connected";
+  tracker.client_left(1, {}, 3 * kMs);
+  const QosTracker::StartedOver over = tracker.query_closed(2, 7 * kMs, 6 * kMs, 4 * kMs);
+  EXPECT_FALSE(over.left_out);
+  EXPECT_TRUE(over.back_to_first_op);
+  EXPECT_EQ(over.dropped, 1u) << "the marked one";
+  EXPECT_EQ(over.from, LatencyFrom::first_op);
+  auto jobs = tracker.snapshot(config, 5 * kMs);
+  ASSERT_EQ(jobs.size(), 1u);
+  EXPECT_EQ(jobs[0].latency_from, LatencyFrom::first_op);
+  EXPECT_EQ(jobs[0].queries, 1u);
+  EXPECT_EQ(jobs[0].violations, 1u) << "the 7-ms one";
+  EXPECT_FALSE(tracker.query_closed(2, 5 * kMs, 6 * kMs, 6 * kMs).back_to_first_op) << "once";
+  tracker.client_seen(3, "serve", ipc::Priority::high, 7 * kMs);
+  EXPECT_EQ(tracker.query_closed(3, 3 * kMs, 6 * kMs, 8 * kMs, LatencyFrom::begin).dropped, 2u);
+  EXPECT_TRUE(tracker.query_closed(2, 5 * kMs, 6 * kMs, 9 * kMs).left_out);
+  jobs = tracker.snapshot(config, 10 * kMs);
+  EXPECT_EQ(jobs[0].latency_from, LatencyFrom::begin);
+  EXPECT_EQ(jobs[0].queries, 1u);
+}
+
+// A query given up on is no activity of its job: an idle job abandoned after a minute of silence
+// stays idle since its latest event (a review: the abandonment made it look just active).
+TEST(QosTracker, AnAbandonedQueryIsNotActivity) {
+  constexpr std::int64_t kS = 1'000 * kMs;
+  const config::Config config = config_with("serve", 6.0, 99.0);
+  QosTracker tracker;
+  tracker.client_seen(1, "serve", ipc::Priority::high, 1 * kS);
+  tracker.query_abandoned(1, 61 * kS, 3);
+  const auto jobs = tracker.snapshot(config, 62 * kS);
+  ASSERT_EQ(jobs.size(), 1u);
+  EXPECT_EQ(jobs[0].abandoned, 3u);
+  EXPECT_EQ(jobs[0].idle_ns, 61 * kS);
+}
+
 // A job that begins to mark its queries: its latencies run from each begin (host time before its
 // first GPU op included), one histogram of their own; then from its arrivals, another.
 TEST(QosTracker, AJobThatBeginsToMarkItsQueriesStartsItsLatenciesOverAndSaysSo) {

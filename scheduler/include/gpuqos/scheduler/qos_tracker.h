@@ -223,13 +223,18 @@ class QosTracker {
     std::optional<std::int64_t> old_target_ns;  // the target they were measured against
     LatencyFrom from = LatencyFrom::first_op;  // what its latencies run from now
     // This query was inferred (from its first op) while the job's latencies run from its marks
-    // (another process of the job does not mark): left out, not mixed in.
+    // (another process of the job, still connected, marks its queries): left out, not mixed in.
     bool left_out = false;
+    // An inferred query of a job whose latencies ran from its marks, no process of it marking any
+    // more (the one that did left): its latencies start over from first ops (`dropped`: the marked).
+    bool back_to_first_op = false;
   };
   StartedOver query_closed(ClientId client, std::int64_t latency_ns, std::optional<std::int64_t> target_ns,
                            std::int64_t now_ns, LatencyFrom from = LatencyFrom::first_op);
-  // A query of the client's job ended without closing (its process left, or it was abandoned).
-  void query_abandoned(ClientId client, std::int64_t now_ns);
+  // `queries` queries of the client's job ended without closing (its process left, or gpuqosd gave
+  // up on them). Not activity: the job's last-active time stays (a query given up on after a
+  // minute of silence would make an idle job look busy).
+  void query_abandoned(ClientId client, std::int64_t now_ns, std::uint64_t queries = 1);
   // A reload: each job whose target in `config` is not the one its latencies were measured against
   // starts over now (not at its next query, so the status never sets old violations against the new
   // target). What each dropped, by job.
@@ -259,6 +264,7 @@ class QosTracker {
     std::uint64_t violations = 0;
     std::uint64_t abandoned = 0;
     LatencyFrom from = LatencyFrom::first_op;  // what its latencies run from
+    std::uint32_t marking_clients = 0;         // connected clients that have closed a marked query
     std::optional<std::int64_t> measured_target_ns;  // the target its latencies were measured against
     std::uint64_t be_ops = 0;
     std::int64_t be_device_ns = 0;
@@ -268,10 +274,12 @@ class QosTracker {
   struct ClientState {
     std::string job;
     ipc::Priority priority = ipc::Priority::low;
+    bool marks = false;  // it has closed a query measured from its marks (counted in marking_clients)
   };
-  // The client's job (created again if it was dropped), marked active at now_ns; nullptr for a
-  // client never seen.
-  Job* job_of(ClientId client, std::int64_t now_ns);
+  enum class Activity { active, not_active };
+  // The client's job (created again if it was dropped), marked active at now_ns unless said not to
+  // be; nullptr for a client never seen.
+  Job* job_of(ClientId client, std::int64_t now_ns, Activity activity = Activity::active);
   Job& add_job(const std::string& name, std::int64_t now_ns);
   // Empties the job's histogram and violations; what they held.
   static StartedOver start_over(Job& job, bool target_changed);
