@@ -14,8 +14,9 @@
 namespace gpuqos::scheduler {
 namespace {
 
-// A query still open this long after its latest op lost a completion (a shim that stopped
-// reporting them): it is abandoned, not counted. A client that leaves is forgotten at once.
+// A query still open this long after its latest op, or that lost a completion (a shim that stopped
+// reporting them), is abandoned: counted apart, not in the latencies. So are those of a client
+// that leaves mid-query (QueryTracker::client_gone says which were queries).
 constexpr std::int64_t kAbandonQueryNs = 60'000'000'000;
 constexpr std::int64_t kTightCheckIntervalNs = 1'000'000'000;  // TightTargetWatch counts checks
 
@@ -71,18 +72,21 @@ void Daemon::qos_completed(const Client& client, const ipc::CompletionDescriptor
 
 void Daemon::qos_client_gone(const Client& client) {
   const std::int64_t now_ns = ipc::monotonic_ns();
-  if (queries_.client_gone(client.identity().id)) qos_.query_abandoned(client.identity().id, now_ns);
+  if (const std::uint64_t open = queries_.client_gone(client.identity().id); open > 0) {
+    qos_.query_abandoned(client.identity().id, now_ns, open);
+  }
   qos_.client_left(client.identity().id, client.grant_counters(), now_ns);
 }
 
 void Daemon::qos_tick(std::int64_t now_ns) {
-  for (const ClientId id : queries_.expire(now_ns, kAbandonQueryNs)) {
-    qos_.query_abandoned(id, now_ns);
-    auto client = clients_.find(id);
+  for (const AbandonedQueries& gone : queries_.expire(now_ns, kAbandonQueryNs)) {
+    qos_.query_abandoned(gone.client, now_ns, gone.queries);
+    auto client = clients_.find(gone.client);
     if (client != clients_.end()) {
-      spdlog::info("{}: a query open for over {} s with nothing posted, or waiting on a completion that never came, "
-                   "is abandoned (counted, not in the latencies)",
-                   client->second->tag(), kAbandonQueryNs / 1'000'000'000);
+      spdlog::info("{}: {} open for over {} s with nothing posted, or waiting on a completion that never came, "
+                   "abandoned (counted, not in the latencies)",
+                   client->second->tag(), gone.queries == 1 ? std::string("a query") : fmt::format("{} queries", gone.queries),
+                   kAbandonQueryNs / 1'000'000'000);
     }
   }
   const config::ListenAddress& wanted = options_.config.daemon.metrics_listen;

@@ -234,16 +234,27 @@ std::vector<ClosedQuery> QueryTracker::completed(ClientId client, const ipc::Com
   return closed;
 }
 
-bool QueryTracker::client_gone(ClientId client) {
-  const auto it = clients_.find(client);
-  if (it == clients_.end()) return false;
-  const bool open = it->second.open;
-  clients_.erase(it);
-  return open;
+std::uint64_t QueryTracker::unfinished_queries(const State& state) {
+  if (!state.open) return 0;
+  if (state.query.marked) return 1;
+  // Inferred: a query is work the program waited for. Work it posted and never synchronised (the
+  // async tail of a program that exits, or that went quiet) was no request (a review: a clean exit
+  // counted one abandoned query).
+  const auto synced = std::count_if(state.later.begin(), state.later.end(),
+                                    [](const State::Later& later) { return later.sync_seq != 0; });
+  return (state.query.closing_seq != 0 ? 1 : 0) + static_cast<std::uint64_t>(synced);
 }
 
-std::vector<ClientId> QueryTracker::expire(std::int64_t now_ns, std::int64_t max_age_ns) {
-  std::vector<ClientId> expired;
+std::uint64_t QueryTracker::client_gone(ClientId client) {
+  const auto it = clients_.find(client);
+  if (it == clients_.end()) return 0;
+  const std::uint64_t unfinished = unfinished_queries(it->second);
+  clients_.erase(it);
+  return unfinished;
+}
+
+std::vector<AbandonedQueries> QueryTracker::expire(std::int64_t now_ns, std::int64_t max_age_ns) {
+  std::vector<AbandonedQueries> expired;
   for (auto& [client, state] : clients_) {
     // A request that never began (the job dropped it, or the begin mark was lost in a full ring).
     std::erase_if(state.arrivals, [&](std::int64_t t) { return now_ns - t > max_age_ns; });
@@ -261,12 +272,14 @@ std::vector<ClientId> QueryTracker::expire(std::int64_t now_ns, std::int64_t max
     const bool idle = now_ns - std::max(state.query.last_op_ns, state.last_posted_ns) > max_age_ns;
     // A marked query closes at its end mark whatever is outstanding: a lost op does not hold it.
     if (!state.open || !(idle || (lost && !state.explicit_marks))) continue;
+    if (const std::uint64_t unfinished = unfinished_queries(state); unfinished > 0) {
+      expired.push_back({client, unfinished});
+    }
     state.open = false;
     state.query = {};
     state.later.clear();
     state.op_times.clear();
     state.outstanding.clear();
-    expired.push_back(client);
   }
   return expired;
 }

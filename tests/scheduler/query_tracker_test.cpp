@@ -594,22 +594,43 @@ TEST(QueryTracker, TheBlockingPointCountRisesAtOnceAndFallsSlowly) {
   EXPECT_DOUBLE_EQ(tracker.expected_blocking_points(kServe), 3 - 2.0 / 16) << "after the first op: the same";
 }
 
-TEST(QueryTracker, AClientGoneSaysWhetherAQueryOfItWasOpen) {
+// A client gone ends its unfinished queries: an open marked one, and inferred ones the program had
+// synchronised on. Work it posted and never waited for (the async tail of a program that exits) is
+// no request: a review found a clean exit counted as an abandoned query.
+TEST(QueryTracker, AClientGoneCountsTheQueriesItLeftUnfinished) {
   QueryTracker tracker;
-  EXPECT_FALSE(tracker.client_gone(kServe)) << "never seen";
+  EXPECT_EQ(tracker.client_gone(kServe), 0u) << "never seen";
   (void)tracker.posted(kServe, op(1), 0);
-  EXPECT_TRUE(tracker.client_gone(kServe));
+  EXPECT_EQ(tracker.client_gone(kServe), 0u) << "never synchronised on";
+  (void)tracker.posted(kServe, op(1), 0);
+  (void)tracker.posted(kServe, op(2, ipc::OpKind::sync), 0);
+  EXPECT_EQ(tracker.client_gone(kServe), 1u) << "waited for, not drained";
+  (void)tracker.posted(kServe, op(1), 0);
+  (void)tracker.posted(kServe, op(2, ipc::OpKind::sync), 0);
+  (void)tracker.posted(kServe, op(3), 0);
+  (void)tracker.posted(kServe, op(4, ipc::OpKind::sync), 0);
+  (void)tracker.posted(kServe, op(5), 0);
+  EXPECT_EQ(tracker.client_gone(kServe), 2u) << "the open one and the one behind its mark; not op 5";
+  (void)tracker.posted(kServe, begin(1, 0), 0);
+  (void)tracker.posted(kServe, op(2), 0);
+  EXPECT_EQ(tracker.client_gone(kServe), 1u) << "a marked query open";
   (void)tracker.posted(kServe, op(1), 0);
   (void)tracker.posted(kServe, op(2, ipc::OpKind::sync), 0);
   ASSERT_EQ(tracker.completed(kServe, done(1, kMs), kMs).size(), 1u);
-  EXPECT_FALSE(tracker.client_gone(kServe)) << "its query closed";
+  EXPECT_EQ(tracker.client_gone(kServe), 0u) << "its query closed";
 }
 
 TEST(QueryTracker, AQueryWhoseCompletionsNeverComeExpires) {
   QueryTracker tracker;
   (void)tracker.posted(kServe, op(1), 0);
+  (void)tracker.posted(kServe, op(2, ipc::OpKind::sync), 0);
   EXPECT_TRUE(tracker.expire(1 * kMs, 2 * kMs).empty());
-  EXPECT_EQ(tracker.expire(3 * kMs, 2 * kMs), std::vector<ClientId>{kServe});
+  EXPECT_EQ(tracker.expire(3 * kMs, 2 * kMs), (std::vector<AbandonedQueries>{{kServe, 1}}));
+  EXPECT_EQ(tracker.open_query(kServe), nullptr);
+  EXPECT_EQ(tracker.outstanding_ops(kServe), 0u);
+  // Work never synchronised on is forgotten the same way, and not counted: it was no request.
+  (void)tracker.posted(kServe, op(3), 4 * kMs);
+  EXPECT_TRUE(tracker.expire(7 * kMs, 2 * kMs).empty());
   EXPECT_EQ(tracker.open_query(kServe), nullptr);
   EXPECT_EQ(tracker.outstanding_ops(kServe), 0u);
 }
@@ -640,7 +661,7 @@ TEST(QueryTracker, OpsWhoseCompletionsWereLostAreForgottenAfterTheLostAge) {
     EXPECT_TRUE(inferred.expire(t + 20, kAge).empty()) << "a long op, not a lost one, until " << kLost;
   }
   (void)inferred.posted(kServe, op(++seq), kLost + kMs);
-  EXPECT_EQ(inferred.expire(kLost + kMs, kAge), std::vector<ClientId>{kServe});
+  EXPECT_TRUE(inferred.expire(kLost + kMs, kAge).empty()) << "forgotten; not counted, never synchronised on";
   EXPECT_EQ(inferred.open_query(kServe), nullptr);
   EXPECT_EQ(inferred.outstanding_ops(kServe), 0u);
 }
@@ -661,7 +682,8 @@ TEST(QueryTracker, AClientsOutstandingOpsAreBoundedInCount) {
   // whose completion was lost: its latency would be learned without that op.
   QueryTracker open;
   for (std::uint64_t seq = 1; seq <= kMax + 1; ++seq) (void)open.posted(kServe, op(seq), 1 * kMs);
-  EXPECT_EQ(open.expire(2 * kMs, 1'000 * kMs), std::vector<ClientId>{kServe});
+  (void)open.posted(kServe, op(kMax + 2, ipc::OpKind::sync), 1 * kMs);
+  EXPECT_EQ(open.expire(2 * kMs, 1'000 * kMs), (std::vector<AbandonedQueries>{{kServe, 1}}));
   EXPECT_EQ(open.open_query(kServe), nullptr);
 }
 

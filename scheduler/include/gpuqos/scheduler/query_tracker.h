@@ -71,6 +71,13 @@ struct OpenQuery {
   std::uint64_t number = 0;
 };
 
+// Queries of a client that ended without closing (QueryTracker::expire).
+struct AbandonedQueries {
+  ClientId client = 0;
+  std::uint64_t queries = 0;
+  bool operator==(const AbandonedQueries&) const = default;
+};
+
 class QueryTracker {
  public:
   static constexpr std::size_t kProfileOps = 4096;
@@ -98,17 +105,20 @@ class QueryTracker {
   // Every completion of such a client's ops.
   std::vector<ClosedQuery> completed(ClientId client, const ipc::CompletionDescriptor& completion,
                                      std::int64_t now_ns);
-  // Forgets the client; true when a query of it was open (it ends unrecorded).
-  bool client_gone(ClientId client);
+  // Forgets the client; returns how many of its queries end unrecorded: an open marked query, or
+  // inferred ones the program had synchronised on (the open one and those kept behind its mark).
+  // An inferred query it never synchronised on (the async tail of a program that exits) is none.
+  std::uint64_t client_gone(ClientId client);
   // Forgets ops outstanding longer than max_age_ns and kLostCompletionNs (their completions were
   // lost) and abandons, with nothing learned, each query whose latest op is older than max_age_ns
-  // or that waited on such an op (inferred boundaries); returns the clients whose query it abandoned.
+  // or that waited on such an op (inferred boundaries); returns the clients with queries it
+  // abandoned, counted as client_gone counts them.
   static constexpr std::int64_t kLostCompletionNs = 10'000'000'000;
   // Ops outstanding per client: beyond this, the oldest is forgotten as lost. A real device blocks a
   // program's launches with a few thousand queued; a client that never reports completions would
   // otherwise grow the daemon by every op it posts within kLostCompletionNs.
   static constexpr std::size_t kMaxOutstandingOps = 1 << 16;
-  std::vector<ClientId> expire(std::int64_t now_ns, std::int64_t max_age_ns);
+  std::vector<AbandonedQueries> expire(std::int64_t now_ns, std::int64_t max_age_ns);
 
   // The client's open query, or nullptr.
   const OpenQuery* open_query(ClientId client) const;
@@ -204,6 +214,8 @@ class QueryTracker {
   void open(State& state, std::int64_t at_ns, std::int64_t arrived_ns, bool from_arrival);
   void open(State& state, std::int64_t at_ns) { open(state, at_ns, at_ns, false); }
   static void switch_to_marks(State& state);
+  // The open queries that end unrecorded if the client's state is dropped now (client_gone).
+  static std::uint64_t unfinished_queries(const State& state);
   std::int64_t expected_from(ClientId client, std::int64_t now_ns, std::vector<std::int64_t> State::*after_op,
                              std::int64_t State::*whole) const;
   // Records `op` as a blocking point of the open query when it is one.
