@@ -98,7 +98,10 @@ void query_families(const DaemonStatus& status, std::ostringstream& out) {
   Family abandoned(out, "gpuqos_query_abandoned_total", "counter",
                    "Queries that never closed (their process left, or gpuqosd gave up on them): not in the latencies.");
   for (const auto& job : status.jobs) {
-    if (tracks_queries(job)) abandoned.sample(static_cast<double>(job.abandoned), {{"job_name", job.job}});
+    // Also a job whose last process left mid-query: it is low now, and has no closed query to show.
+    if (tracks_queries(job) || job.abandoned > 0) {
+      abandoned.sample(static_cast<double>(job.abandoned), {{"job_name", job.job}});
+    }
   }
 }
 

@@ -121,6 +121,22 @@ TEST(Metrics, QueryLatencyIsASummaryInSeconds) {
   EXPECT_EQ(text.find("gpuqos_query_target_seconds{job_name=\"fresh\""), std::string::npos) << "it has no target";
 }
 
+// A job whose high-priority process left mid-query while a low one of it stays is low, with no
+// query closed: its abandoned query is still exported (a review: the family skipped it).
+TEST(Metrics, AbandonedQueriesOfAJobNowLowAreExported) {
+  DaemonStatus status = sample_status();
+  JobQosSnapshot left;
+  left.job = "left";
+  left.priority = ipc::Priority::low;
+  left.abandoned = 1;
+  status.jobs.push_back(left);
+  const std::string text = render_metrics(status);
+  EXPECT_TRUE(has_line(text, "gpuqos_query_abandoned_total{job_name=\"left\"} 1")) << text;
+  EXPECT_EQ(text.find("gpuqos_query_violations_total{job_name=\"left\"}"), std::string::npos)
+      << "nothing else of its queries to show\n" << text;
+  EXPECT_EQ(text.find("gpuqos_query_abandoned_total{job_name=\"tr"), std::string::npos) << "none abandoned\n" << text;
+}
+
 // And as a histogram of fixed bounds (cumulative, `le` in seconds, then +Inf), which Prometheus can
 // sum across daemons and take histogram_quantile of; a summary's quantiles cannot be aggregated.
 TEST(Metrics, QueryLatencyIsAlsoAHistogram) {
