@@ -23,7 +23,10 @@ import argparse
 import json
 import math
 import os
+import sys
 import tomllib
+
+import fifo_bound
 
 LONG_OP_MAX_LOAD = 0.9   # BaymaxPolicy::kLongOpMaxLoad
 COUNT_SIGMAS = 2.0       # BaymaxPolicy::kLongOpCountSigmas
@@ -122,40 +125,56 @@ def job_margin(config_path, job):
     return config["policy"]["baymax"]["safety_margin_ms"]
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("dir")
-    parser.add_argument("--length-ms", type=float, action="append", help="the op's length (repeatable)")
-    args = parser.parse_args()
-    with open(os.path.join(args.dir, "qos.json")) as f:
+def price_table(directory, lengths):
+    """The table's lines for the fifo loads of DIR's qos.json. A load whose LC reference failed, has no
+    target or rate (null in qos.json), or whose run file is missing has a row saying so instead."""
+    with open(os.path.join(directory, "qos.json")) as f:
         results = json.load(f)
-    lengths = args.length_ms
     if not lengths:
-        with open(os.path.join(args.dir, "workloads", "recsys.json")) as f:
+        with open(os.path.join(directory, "workloads", "recsys.json")) as f:
             recsys = json.load(f)
         scale = results["config"]["time_scale"]
         lengths = [max(op["duration_ns"] for op in recsys["ops"] if op["kind"] == "kernel") * scale / 1e6]
-    print("| lc_load | target (ms) | whole (ms) | arrivals off by (ms) | op (ms) | gpuqosd m | replay mean | "
-          "replay sd | replay p95 | replay p99 | replay max | gpuqosd prices |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    lines = ["| lc_load | target (ms) | whole (ms) | arrivals off by (ms) | op (ms) | gpuqosd m | replay mean | "
+             "replay sd | replay p95 | replay p99 | replay max | gpuqosd prices |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for lc in sorted((s for s in results["standalone"] if s["kind"] == "lc" and s["device_mode"] == "fifo"),
                      key=lambda s: s["lc_load"]):
         load = f"{lc['lc_load']:.2f}"
-        with open(os.path.join(args.dir, "runs", f"alone-fifo-lc-{load}-bert-infer.json")) as f:
+        why = fifo_bound.unusable(lc, "the LC alone at this load", "rate_per_s", "target_ms")
+        run_path = os.path.join(directory, "runs", f"alone-fifo-lc-{load}-bert-infer.json")
+        if why is None and not os.path.exists(run_path):
+            why = f"{os.path.relpath(run_path, directory)} is missing"
+        if why:
+            lines.append(f"| {load} | skipped: {why} |" + " |" * 10)
+            continue
+        with open(run_path) as f:
             run = json.load(f)
         arrived = arrivals(run["config"]["rate_per_s"], run["config"]["seed"], len(run["latency_ms"]))
         off = max(abs(f - a - latency) for f, a, latency in
                   zip(finishes(arrived, run["service_ms"]), arrived, run["latency_ms"]))
         whole = sum(run["service_ms"]) / len(run["service_ms"])
-        margin = job_margin(os.path.join(args.dir, "configs", f"baymax-fifo-{load}-resnet+recsys.toml"), "bert-infer")
+        margin = job_margin(os.path.join(directory, "configs", f"baymax-fifo-{load}-resnet+recsys.toml"), "bert-infer")
         target = lc["target_ms"]
         for length in lengths:
             m = gpuqosd_count(arrived, whole, target, margin, length)
             mean, sd, p95, p99, most = summary(replay_counts(arrived, whole, target - margin, length))
             gpuqosd = "bound" if m is None else f"{m:.2f}"
             priced = "bound" if m is None else f"{priced_count(m):.2f}"
-            print(f"| {load} | {target:.1f} | {whole:.1f} | {off:.1f} | {length:.1f} | {gpuqosd} | {mean:.2f} | "
-                  f"{sd:.2f} | {p95} | {p99} | {most} | {priced} |")
+            lines.append(f"| {load} | {target:.1f} | {whole:.1f} | {off:.1f} | {length:.1f} | {gpuqosd} | {mean:.2f} | "
+                         f"{sd:.2f} | {p95} | {p99} | {most} | {priced} |")
+    return lines
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("dir")
+    parser.add_argument("--length-ms", type=float, action="append", help="the op's length (repeatable)")
+    args = parser.parse_args()
+    try:
+        print("\n".join(price_table(args.dir, args.length_ms)))
+    except (OSError, ValueError, KeyError) as e:
+        sys.exit(f"long_op_price.py: {args.dir}: {e}")
 
 
 if __name__ == "__main__":
