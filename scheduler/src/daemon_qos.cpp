@@ -34,8 +34,11 @@ void Daemon::qos_query_closed(const Client& client, const ClosedQuery& query, st
                   latency_from_name(from), who.job, latency_from_name(over.from));
   } else if (over.back_to_first_op) {
     spdlog::info("{}: no process of job '{}' marks its queries now: its latencies count from each query's first "
-                 "op again, and the {} marked queries before are left out of its percentiles",
-                 client.tag(), who.job, over.dropped);
+                 "op again{}",
+                 client.tag(), who.job,
+                 over.dropped > 0 ? fmt::format(", and the {} marked queries before are left out of its percentiles",
+                                                over.dropped)
+                                  : std::string());
   } else if (over.dropped > 0 && over.target_changed) {
     log_target_changed(who.job, target, over);
   } else if (over.dropped > 0) {
@@ -61,6 +64,9 @@ void Daemon::qos_posted(const Client& client, const ipc::OpDescriptor& op, std::
   const ClientIdentity& who = client.identity();
   qos_.client_seen(who.id, who.job, who.priority, now_ns);
   if (!client.high_priority()) return;
+  // Said at its first mark, not at its first marked query's end: a restarted server's first query
+  // is still open when a process of its job that does not mark closes one (a review).
+  if (op.kind == ipc::OpKind::query_begin || op.kind == ipc::OpKind::query_arrived) qos_.client_marks(who.id, now_ns);
   for (const ClosedQuery& query : queries_.posted(who.id, op, now_ns)) qos_query_closed(client, query, now_ns);
 }
 

@@ -98,7 +98,8 @@ void query_families(const DaemonStatus& status, std::ostringstream& out) {
   Family abandoned(out, "gpuqos_query_abandoned_total", "counter",
                    "Queries that never closed (their process left, or gpuqosd gave up on them): not in the latencies.");
   for (const auto& job : status.jobs) {
-    // Also a job whose last process left mid-query: it is low now, and has no closed query to show.
+    // Also a job whose high-priority process left mid-query while a low one of it stays: it is low
+    // now, and may have no closed query to show.
     if (tracks_queries(job) || job.abandoned > 0) {
       abandoned.sample(static_cast<double>(job.abandoned), {{"job_name", job.job}});
     }

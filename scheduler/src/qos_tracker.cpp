@@ -203,14 +203,19 @@ QosTracker::Job* QosTracker::job_of(ClientId client, std::int64_t now_ns, Activi
   if (it != jobs_.end()) {
     job = &it->second;
   } else {  // dropped while this client was connected: start it again
-    job = &add_job(state->second.job, now_ns);
-    job->priority = priority_of_job(state->second.job);
-    for (const auto& [id, other] : clients_) {
-      job->clients += other.job == state->second.job;
-      job->marking_clients += other.job == state->second.job && other.marks;
-    }
+    job = &restart_job(state->second.job, now_ns);
   }
   if (activity == Activity::active) job->last_active_ns = now_ns;
+  return job;
+}
+
+QosTracker::Job& QosTracker::restart_job(const std::string& name, std::int64_t now_ns) {
+  Job& job = add_job(name, now_ns);
+  job.priority = priority_of_job(name);
+  for (const auto& [id, other] : clients_) {
+    job.clients += other.job == name;
+    job.marking_clients += other.job == name && other.marks;
+  }
   return job;
 }
 
@@ -218,12 +223,23 @@ void QosTracker::client_seen(ClientId client, const std::string& job, ipc::Prior
   if (job_of(client, now_ns) != nullptr) return;
   clients_.emplace(client, ClientState{job, priority});
   auto it = jobs_.find(job);
-  Job& entry = it != jobs_.end() ? it->second : add_job(job, now_ns);
+  if (it == jobs_.end()) {  // new, or dropped while other processes of it were connected (a review)
+    restart_job(job, now_ns);
+    return;
+  }
   // Processes of one job name at both priorities (a server and its warm-up client, say): the job is
   // high while any of its connected processes is, so its queries are not shown as a low job's.
-  entry.priority = priority_of_job(job);
-  ++entry.clients;
-  entry.last_active_ns = now_ns;
+  it->second.priority = priority_of_job(job);
+  ++it->second.clients;
+  it->second.last_active_ns = now_ns;
+}
+
+void QosTracker::client_marks(ClientId client, std::int64_t now_ns) {
+  auto state = clients_.find(client);
+  if (state == clients_.end() || state->second.marks) return;
+  Job* job = job_of(client, now_ns);
+  state->second.marks = true;
+  ++job->marking_clients;
 }
 
 void QosTracker::client_left(ClientId client, const GrantCounters& counters, std::int64_t now_ns) {

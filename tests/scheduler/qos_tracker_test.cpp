@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <string>
+#include <vector>
 
 namespace gpuqos::scheduler {
 namespace {
@@ -316,6 +318,46 @@ TEST(QosTracker, AJobsInferredQueriesCountAgainOnceNoProcessOfItMarks) {
   jobs = tracker.snapshot(config, 10 * kMs);
   EXPECT_EQ(jobs[0].latency_from, LatencyFrom::begin);
   EXPECT_EQ(jobs[0].queries, 1u);
+}
+
+// A marking process says so at its first mark: a restarted server's first query is still open when
+// a process of its job that does not mark closes one, which dropped the job's marked latencies (a
+// review).
+TEST(QosTracker, AProcessMarksFromItsFirstMarkNotItsFirstMarkedQuery) {
+  const config::Config config = config_with("serve", 6.0, 99.0);
+  QosTracker tracker;
+  tracker.client_seen(1, "serve", ipc::Priority::high, 0);
+  tracker.client_seen(2, "serve", ipc::Priority::high, 0);
+  (void)tracker.query_closed(1, 4 * kMs, 6 * kMs, 1 * kMs, LatencyFrom::begin);
+  tracker.client_left(1, {}, 2 * kMs);  // restarted: its successor has begun, not ended, a query
+  tracker.client_seen(3, "serve", ipc::Priority::high, 3 * kMs);
+  tracker.client_marks(3, 3 * kMs);
+  EXPECT_TRUE(tracker.query_closed(2, 5 * kMs, 6 * kMs, 4 * kMs).left_out);
+  const auto jobs = tracker.snapshot(config, 5 * kMs);
+  EXPECT_EQ(jobs.at(0).latency_from, LatencyFrom::begin);
+  EXPECT_EQ(jobs.at(0).queries, 1u) << "the marked one kept";
+}
+
+// The job's entry dropped (kMaxJobs) while processes of it are connected: made again, it counts
+// those that mark, whether a known one or a new process brings it back (a review: a new one's
+// entry counted no marking process, and its inferred queries flipped the job's latencies).
+TEST(QosTracker, AJobMadeAgainCountsItsMarkingProcesses) {
+  for (const bool by_new_process : {false, true}) {
+    SCOPED_TRACE(by_new_process ? "made again by a new process" : "made again by a known one");
+    const config::Config config = config_with("serve", 6.0, 99.0);
+    QosTracker tracker;
+    tracker.client_seen(1, "serve", ipc::Priority::high, 0);
+    tracker.client_marks(1, 0);
+    if (!by_new_process) tracker.client_seen(2, "serve", ipc::Priority::high, 0);
+    for (std::uint32_t i = 0; i < QosTracker::kMaxJobs; ++i) {  // connected, all newer: serve goes
+      tracker.client_seen(100 + i, "batch-" + std::to_string(i), ipc::Priority::low, 1 * kMs);
+    }
+    const std::vector<JobQosSnapshot> jobs = tracker.snapshot(config, 2 * kMs);
+    ASSERT_TRUE(std::none_of(jobs.begin(), jobs.end(), [](const JobQosSnapshot& job) { return job.job == "serve"; }));
+    if (by_new_process) tracker.client_seen(2, "serve", ipc::Priority::high, 3 * kMs);
+    (void)tracker.query_closed(1, 4 * kMs, 6 * kMs, 4 * kMs, LatencyFrom::begin);
+    EXPECT_TRUE(tracker.query_closed(2, 5 * kMs, 6 * kMs, 5 * kMs).left_out) << "process 1 marks";
+  }
 }
 
 // A query given up on is no activity of its job: an idle job abandoned after a minute of silence

@@ -209,6 +209,9 @@ class QosTracker {
 
   // The client (of job `job`, running as `priority`) posted; the first call registers it.
   void client_seen(ClientId client, const std::string& job, ipc::Priority priority, std::int64_t now_ns);
+  // The client posted a query_begin or query_arrived mark: it marks its queries, so while it is
+  // connected its job's inferred queries (another process's) are left out (query_closed).
+  void client_marks(ClientId client, std::int64_t now_ns);
   // The client is gone; its grant counters are kept in the daemon-wide total.
   void client_left(ClientId client, const GrantCounters& counters, std::int64_t now_ns);
   // A query of the client's job closed after latency_ns (measured from `from`); target_ns: the
@@ -264,7 +267,7 @@ class QosTracker {
     std::uint64_t violations = 0;
     std::uint64_t abandoned = 0;
     LatencyFrom from = LatencyFrom::first_op;  // what its latencies run from
-    std::uint32_t marking_clients = 0;         // connected clients that have closed a marked query
+    std::uint32_t marking_clients = 0;         // connected clients that mark (ClientState::marks)
     std::optional<std::int64_t> measured_target_ns;  // the target its latencies were measured against
     std::uint64_t be_ops = 0;
     std::int64_t be_device_ns = 0;
@@ -274,13 +277,15 @@ class QosTracker {
   struct ClientState {
     std::string job;
     ipc::Priority priority = ipc::Priority::low;
-    bool marks = false;  // it has closed a query measured from its marks (counted in marking_clients)
+    bool marks = false;  // it posted a begin or arrived mark, or closed a marked query (marking_clients)
   };
   enum class Activity { active, not_active };
   // The client's job (created again if it was dropped), marked active at now_ns unless said not to
   // be; nullptr for a client never seen.
   Job* job_of(ClientId client, std::int64_t now_ns, Activity activity = Activity::active);
   Job& add_job(const std::string& name, std::int64_t now_ns);
+  // add_job for a job whose processes may be connected already (it was dropped): counts them.
+  Job& restart_job(const std::string& name, std::int64_t now_ns);
   // Empties the job's histogram and violations; what they held.
   static StartedOver start_over(Job& job, bool target_changed);
   // High if any connected process of `job` is (clients_), else low.
