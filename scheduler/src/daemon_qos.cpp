@@ -16,7 +16,8 @@ namespace {
 
 // A query still open this long after its latest op, or that lost a completion (a shim that stopped
 // reporting them), is abandoned: counted apart, not in the latencies. So are those of a client
-// that leaves mid-query (QueryTracker::client_gone says which were queries).
+// that leaves mid-query. Inferred work the program never synchronised on is dropped uncounted:
+// it was no request (QueryTracker::unfinished_queries).
 constexpr std::int64_t kAbandonQueryNs = 60'000'000'000;
 constexpr std::int64_t kTightCheckIntervalNs = 1'000'000'000;  // TightTargetWatch counts checks
 

@@ -184,6 +184,7 @@ std::vector<ClosedQuery> QueryTracker::posted(ClientId client, const ipc::OpDesc
           state.query.closing_seq = op.seq;
         } else if (!state.later.empty() && state.later.back().sync_seq == 0) {
           state.later.back().sync_seq = op.seq;  // a later query's (a sync with no op since the last: none)
+          state.later.back().synced = true;
         }
         maybe_close(client, state, at_ns, closed);
       }
@@ -207,7 +208,7 @@ std::vector<ClosedQuery> QueryTracker::posted(ClientId client, const ipc::OpDesc
       if (state.later.size() < kMaxLater) {
         state.later.push_back(State::Later{at_ns, at_ns});
       } else {
-        state.later.back().sync_seq = 0;
+        state.later.back().sync_seq = 0;  // it stays a query waited for (synced), though open again
       }
     }
     ++state.later.back().ops;
@@ -241,7 +242,7 @@ std::uint64_t QueryTracker::unfinished_queries(const State& state) {
   // async tail of a program that exits, or that went quiet) was no request (a review: a clean exit
   // counted one abandoned query).
   const auto synced = std::count_if(state.later.begin(), state.later.end(),
-                                    [](const State::Later& later) { return later.sync_seq != 0; });
+                                    [](const State::Later& later) { return later.synced; });
   return (state.query.closing_seq != 0 ? 1 : 0) + static_cast<std::uint64_t>(synced);
 }
 

@@ -611,6 +611,14 @@ TEST(QueryTracker, AClientGoneCountsTheQueriesItLeftUnfinished) {
   (void)tracker.posted(kServe, op(4, ipc::OpKind::sync), 0);
   (void)tracker.posted(kServe, op(5), 0);
   EXPECT_EQ(tracker.client_gone(kServe), 2u) << "the open one and the one behind its mark; not op 5";
+  // Past kMaxLater behind the mark, the newest takes in what follows: still a query waited for.
+  std::uint64_t seq = 1;
+  (void)tracker.posted(kServe, op(seq), 0);
+  for (std::size_t i = 0; i < QueryTracker::kMaxLater + 2; ++i) {
+    (void)tracker.posted(kServe, op(++seq, ipc::OpKind::sync), 0);
+    (void)tracker.posted(kServe, op(++seq), 0);
+  }
+  EXPECT_EQ(tracker.client_gone(kServe), 1 + QueryTracker::kMaxLater) << "a review: the newest was not counted";
   (void)tracker.posted(kServe, begin(1, 0), 0);
   (void)tracker.posted(kServe, op(2), 0);
   EXPECT_EQ(tracker.client_gone(kServe), 1u) << "a marked query open";

@@ -190,6 +190,7 @@ class QueryTracker {
     struct Later {
       std::int64_t first_op_ns = 0, last_op_ns = 0;
       std::uint64_t ops = 0, sync_seq = 0;
+      bool synced = false;  // a sync came (past kMaxLater its sync_seq is cleared: it takes in more)
     };
     std::deque<Later> later;
     std::vector<std::int64_t> op_times;  // post time of each op of the open query (first kProfileOps)
