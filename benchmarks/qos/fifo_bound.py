@@ -98,6 +98,11 @@ def best_rate(rate_per_s, target_ms, host_ms, device_ms, kernel_ms, seconds=4000
     return kernels / seconds, p99(latencies)
 
 
+def table_text(text):
+    """`text` as one markdown table cell: a reason may quote a log, with '|' and line breaks."""
+    return " ".join(str(text).replace("|", "\\|").split())
+
+
 def unusable(record, what, *keys):
     """Why `record` (a qos.json standalone record) gives no figures to divide by; None when it does. A
     failed run has null figures (zeros in an older qos.json): either is no reference."""
@@ -136,7 +141,7 @@ def bound_table(results, device_ms, kernel_ms, seconds=4000):
         if why is None and not (isinstance(lc.get("lc_gpu_busy_fraction"), (int, float)) and lc["lc_gpu_busy_fraction"] < 1):
             why = "the LC alone at this load left the GPU no idle time"
         if why:
-            lines.append(f"| {lc['lc_load']:.2f} | skipped: {why} |" + " |" * 9)
+            lines.append(f"| {lc['lc_load']:.2f} | skipped: {table_text(why)} |" + " |" * 9)
             continue
         cell = next((c for c in results["cells"]
                      if c["policy"] == "baymax" and c["device_mode"] == "fifo" and c["lc_load"] == lc["lc_load"]

@@ -143,10 +143,12 @@ def price_table(directory, lengths):
         load = f"{lc['lc_load']:.2f}"
         why = fifo_bound.unusable(lc, "the LC alone at this load", "rate_per_s", "target_ms")
         run_path = os.path.join(directory, "runs", f"alone-fifo-lc-{load}-bert-infer.json")
-        if why is None and not os.path.exists(run_path):
-            why = f"{os.path.relpath(run_path, directory)} is missing"
+        config_path = os.path.join(directory, "configs", f"baymax-fifo-{load}-resnet+recsys.toml")
+        for path in (run_path, config_path):
+            if why is None and not os.path.exists(path):
+                why = f"{os.path.relpath(path, directory)} is missing"
         if why:
-            lines.append(f"| {load} | skipped: {why} |" + " |" * 10)
+            lines.append(f"| {load} | skipped: {fifo_bound.table_text(why)} |" + " |" * 10)
             continue
         with open(run_path) as f:
             run = json.load(f)
@@ -154,7 +156,7 @@ def price_table(directory, lengths):
         off = max(abs(f - a - latency) for f, a, latency in
                   zip(finishes(arrived, run["service_ms"]), arrived, run["latency_ms"]))
         whole = sum(run["service_ms"]) / len(run["service_ms"])
-        margin = job_margin(os.path.join(directory, "configs", f"baymax-fifo-{load}-resnet+recsys.toml"), "bert-infer")
+        margin = job_margin(config_path, "bert-infer")
         target = lc["target_ms"]
         for length in lengths:
             m = gpuqosd_count(arrived, whole, target, margin, length)

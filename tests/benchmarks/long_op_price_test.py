@@ -90,11 +90,12 @@ def results_dir(d, standalone):
     with open(os.path.join(d, "qos.json"), "w") as f:
         json.dump({"config": {"time_scale": 1.0}, "standalone": standalone, "cells": []}, f)
     for record in standalone:
-        if record.get("status") == "ok" and record.get("lc_load") == 0.4:
-            load = f"{record['lc_load']:.2f}"
+        load = f"{record['lc_load']:.2f}"
+        if record.get("status") == "ok" and load in ("0.40", "0.80"):
             with open(os.path.join(d, "runs", f"alone-fifo-lc-{load}-bert-infer.json"), "w") as f:
                 json.dump({"config": {"rate_per_s": 25.0, "seed": 1}, "latency_ms": [8.0] * 100,
                            "service_ms": [8.0] * 100}, f)
+        if record.get("status") == "ok" and load == "0.40":  # 0.80's config is missing
             with open(os.path.join(d, "configs", f"baymax-fifo-{load}-resnet+recsys.toml"), "w") as f:
                 f.write("[policy.baymax]\nsafety_margin_ms = 1.0\n")
 
@@ -102,18 +103,19 @@ def results_dir(d, standalone):
 class Table(unittest.TestCase):
     def test_a_load_without_a_usable_reference_is_a_row_saying_why(self):
         def lc(load, status="ok", target=100.0, rate=25.0):
-            return {"kind": "lc", "device_mode": "fifo", "lc_load": load, "status": status, "reason": "simgpud died",
-                    "target_ms": target, "rate_per_s": rate}
+            return {"kind": "lc", "device_mode": "fifo", "lc_load": load, "status": status,
+                    "reason": "simgpud died\nlog | tail", "target_ms": target, "rate_per_s": rate}
         with tempfile.TemporaryDirectory() as d:
-            results_dir(d, [lc(0.2, status="failed", target=None, rate=None), lc(0.4), lc(0.6)])
+            results_dir(d, [lc(0.2, status="failed", target=None, rate=None), lc(0.4), lc(0.6), lc(0.8)])
             lines = lop.price_table(d, [100.0])
-        self.assertEqual(len(lines), 5, lines)
-        self.assertTrue(lines[2].startswith("| 0.20 | skipped: the LC alone at this load failed: simgpud died |"),
-                        lines[2])
+        self.assertEqual(len(lines), 6, lines)
+        self.assertEqual(lines[2], "| 0.20 | skipped: the LC alone at this load failed: simgpud died log \\| tail |"
+                         + " |" * 10, "one row, its reason's '|' escaped")
         self.assertTrue(lines[3].startswith("| 0.40 | 100.0 | 8.0 |"), lines[3])
         self.assertEqual(lines[3].count("|"), lines[0].count("|"))
         self.assertIn("| 0.60 | skipped: runs/alone-fifo-lc-0.60-bert-infer.json is missing |", lines[4])
         self.assertEqual(lines[4].count("|"), lines[0].count("|"))
+        self.assertIn("| 0.80 | skipped: configs/baymax-fifo-0.80-resnet+recsys.toml is missing |", lines[5])
 
 
 if __name__ == "__main__":
