@@ -70,33 +70,24 @@ class Experiment {
       runs_.skip();
       results_.calibrations.push_back({mode, {}, error});
     }
-    for (double load : o_.loads) {
-      if (!missing(results_.standalone_lc, [&](const StandaloneLc& s) { return s.lc_load == load; })) continue;
-      runs_.skip();
-      StandaloneLc s;
-      s.device_mode = mode;
-      s.lc_load = load;
-      s.status = error;
-      results_.standalone_lc.push_back(s);
-    }
-    for (const Workload& w : be_used_) {
-      if (!missing(results_.standalone_be, [&](const StandaloneBe& s) { return s.job == w.job; })) continue;
-      runs_.skip();
-      StandaloneBe s;
-      s.device_mode = mode;
-      s.job = w.job;
-      s.status = error;
-      results_.standalone_be.push_back(s);
-    }
-    for (const std::string& mix : shared_mixes_) {
-      if (!missing(results_.standalone_mixes, [&](const StandaloneMix& s) { return s.be_mix == mix; })) continue;
-      runs_.skip();
-      StandaloneMix s;
-      s.device_mode = mode;
-      s.be_mix = mix;
-      s.status = error;
-      results_.standalone_mixes.push_back(s);
-    }
+    // A failed record of the mode for each value of `field` it has none of.
+    const auto fail_each = [&]<typename Record, typename Field>(std::vector<Record>& records, Field Record::*field,
+                                                              const auto& values) {
+      for (const auto& value : values) {
+        if (!missing(records, [&](const Record& r) { return r.*field == value; })) continue;
+        runs_.skip();
+        Record record;
+        record.device_mode = mode;
+        record.*field = value;
+        record.status = error;
+        records.push_back(record);
+      }
+    };
+    fail_each(results_.standalone_lc, &StandaloneLc::lc_load, o_.loads);
+    std::vector<std::string> be_jobs;
+    for (const Workload& w : be_used_) be_jobs.push_back(w.job);
+    fail_each(results_.standalone_be, &StandaloneBe::job, be_jobs);
+    fail_each(results_.standalone_mixes, &StandaloneMix::be_mix, shared_mixes_);
     if (missing(results_.trainings, any)) {
       runs_.skip();
       results_.trainings.push_back({mode, error});
