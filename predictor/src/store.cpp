@@ -239,6 +239,16 @@ LoadedProfile decode_profile(std::string_view bytes, const std::string& source, 
   }
 }
 
+namespace {
+
+FileIdentity identity_from(const struct stat& info) {
+  return {true, static_cast<std::uint64_t>(info.st_dev), static_cast<std::uint64_t>(info.st_ino),
+          static_cast<std::uint64_t>(info.st_size),
+          static_cast<std::int64_t>(info.st_mtim.tv_sec) * 1'000'000'000 + info.st_mtim.tv_nsec};
+}
+
+}  // namespace
+
 LoadedProfile load_profile(const std::filesystem::path& path, const PredictorConfig& config) {
   // A directory, a FIFO or /dev/zero would read as garbage, block, or never end.
   std::error_code error;
@@ -249,16 +259,43 @@ LoadedProfile load_profile(const std::filesystem::path& path, const PredictorCon
   if (const auto size = std::filesystem::file_size(path, error); !error && size > kMaxFileBytes) {
     return empty(config, path.string(), "implausibly large (" + std::to_string(size) + " bytes)", Problem::access);
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  // Read through one descriptor, whose identity is the file's: a store renamed over the path while
+  // this one was read (`gpuqos train --out`) is then not taken for the one read (a review: the
+  // next save replaced the new store with the old model, silently). O_NONBLOCK: a FIFO put there
+  // since the check above does not block the open.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
     const bool missing = errno == ENOENT;
     return empty(config, path.string(), missing ? "no such file" : std::string("cannot open: ") + std::strerror(errno),
                  missing ? Problem::missing : Problem::access);
   }
-  std::ostringstream contents;
-  contents << in.rdbuf();
-  if (in.bad()) return empty(config, path.string(), "read error", Problem::access);
-  return decode_profile(contents.str(), path.string(), config);
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat info{};
+  if (::fstat(fd, &info) != 0) return empty(config, path.string(), std::string("cannot stat: ") + std::strerror(errno), Problem::access);
+  if (!S_ISREG(info.st_mode)) return empty(config, path.string(), "not a regular file", Problem::access);
+  std::string contents;
+  try {
+    char chunk[1 << 16];
+    for (;;) {
+      const ssize_t got = ::read(fd, chunk, sizeof chunk);
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0) return empty(config, path.string(), std::string("read error: ") + std::strerror(errno), Problem::access);
+      if (got == 0) break;
+      contents.append(chunk, static_cast<std::size_t>(got));
+      if (contents.size() > kMaxFileBytes) {
+        return empty(config, path.string(), "implausibly large (over " + std::to_string(kMaxFileBytes) + " bytes)",
+                     Problem::access);
+      }
+    }
+  } catch (const std::bad_alloc&) {
+    return empty(config, path.string(), "too large to load (out of memory)", Problem::access);
+  }
+  LoadedProfile loaded = decode_profile(contents, path.string(), config);
+  loaded.identity = identity_from(info);
+  return loaded;
 }
 
 std::optional<std::string> foreign_file(const std::filesystem::path& path) {
@@ -396,12 +433,6 @@ std::optional<std::string> why_not_saved_over(const std::filesystem::path& targe
 }
 
 namespace {
-
-FileIdentity identity_from(const struct stat& info) {
-  return {true, static_cast<std::uint64_t>(info.st_dev), static_cast<std::uint64_t>(info.st_ino),
-          static_cast<std::uint64_t>(info.st_size),
-          static_cast<std::int64_t>(info.st_mtim.tv_sec) * 1'000'000'000 + info.st_mtim.tv_nsec};
-}
 
 // Puts `temp` at `path` if what is there is still `expected` (by device and inode), in one step
 // with the check: gpuqosd's store and a `gpuqos train --out` of the same path (a review: a store

@@ -58,7 +58,7 @@ void ensure_directory_of(const std::string& path, std::optional<std::string>& wa
 // at all (permissions, I/O) may be fine: it stays. Either way, if it is still there, `blocked` says
 // not to save over it. Another gpuqosd's store (`anothers`) is never moved.
 predictor::Predictor load(const std::string& path, bool anothers, std::optional<std::string>& warning, bool& blocked,
-                          bool& from_store) {
+                          bool& from_store, predictor::FileIdentity& identity) {
   if (path.empty()) return predictor::Predictor();
   std::error_code exists_error;
   const bool existed = std::filesystem::exists(path, exists_error);
@@ -67,6 +67,7 @@ predictor::Predictor load(const std::string& path, bool anothers, std::optional<
   // A store not made yet is a first start, not a problem (gpuqosd says so at info).
   if (!existed && !exists_error && !loaded.inaccessible) loaded.warning.reset();
   warning = std::move(loaded.warning);
+  identity = loaded.identity;  // the file read, not what is at the path by now
   const auto beside = [&path] { return path + ".gpuqosd-" + std::to_string(::getpid()); };
   if (loaded.inaccessible) {
     blocked = true;
@@ -84,6 +85,7 @@ predictor::Predictor load(const std::string& path, bool anothers, std::optional<
       blocked = true;
       *warning += "; it cannot be moved aside (" + error.message() + "), so nothing learned will be saved over it";
     } else {
+      identity = {};
       *warning += "; moved aside to " + aside + ", a new profile will be saved in its place";
     }
   }
@@ -101,10 +103,9 @@ predictor::Predictor load(const std::string& path, bool anothers, std::optional<
 
 DurationLearner::DurationLearner(Options options, std::int64_t now_ns, std::optional<std::string>& warning)
     : options_(std::move(options)),
-      predictor_(load(options_.store_path, options_.saves_beside, warning, save_blocked_, from_store_)),
+      predictor_(load(options_.store_path, options_.saves_beside, warning, save_blocked_, from_store_, store_identity_)),
       last_save_ns_(now_ns),
-      epoch_began_ns_(now_ns),
-      store_identity_(predictor::identity_of(options_.store_path)) {}
+      epoch_began_ns_(now_ns) {}
 
 std::optional<DurationLearner::SmCountNote> DurationLearner::device_sm_count(std::uint32_t device, std::uint32_t sm_count) {
   if (sm_count == 0) return std::nullopt;

@@ -25,6 +25,14 @@ namespace gpuqos::predictor {
 
 inline constexpr std::uint32_t kProfileFileVersion = 1;
 
+// Which file is at a path (none: exists false), to tell whether someone else wrote it since.
+struct FileIdentity {
+  bool exists = false;
+  std::uint64_t device = 0, inode = 0, size = 0;
+  std::int64_t mtime_ns = 0;
+  bool operator==(const FileIdentity&) const = default;
+};
+
 struct LoadedProfile {
   Predictor predictor;
   std::optional<std::string> warning;  // set when the profile was not (entirely) used
@@ -34,6 +42,9 @@ struct LoadedProfile {
   // A file is there and could not be read at all (no permission, a read error, out of memory, not a
   // regular file): it may be perfectly good, so it must be neither saved over nor moved.
   bool inaccessible = false;
+  // The file the bytes were read from (load_profile: taken from the open file, so a file renamed
+  // over the path while it was read is not taken for the one read); none when nothing was read.
+  FileIdentity identity;
 };
 
 // `config` is used when the profile cannot be used; a loaded profile keeps the configuration it was
@@ -67,13 +78,6 @@ enum class SaveAs {
              // whatever is at that name is replaced (a link or a read-only file planted there too)
 };
 
-// Which file is at a path (none: exists false), to tell whether someone else wrote it since.
-struct FileIdentity {
-  bool exists = false;
-  std::uint64_t device = 0, inode = 0, size = 0;
-  std::int64_t mtime_ns = 0;
-  bool operator==(const FileIdentity&) const = default;
-};
 FileIdentity identity_of(const std::filesystem::path& path);
 
 // save_profile's error when `only_over` was not the file at the target any more: nothing replaced.

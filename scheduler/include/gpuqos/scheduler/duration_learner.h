@@ -202,6 +202,9 @@ class DurationLearner {
   Options options_;
   bool save_blocked_ = false;  // set by load() while predictor_ is built: declared before it
   bool from_store_ = false;    // likewise: a store was loaded, which says what the predictor counts waves by
+  // The store file as this daemon last read (set by load(), likewise) or wrote it (none: there was
+  // none): a save finds out whether someone else wrote it since.
+  predictor::FileIdentity store_identity_;
   predictor::Predictor predictor_;
   RememberedOps remembered_;
   std::map<std::uint32_t, std::size_t> remembered_per_client_;
@@ -210,9 +213,6 @@ class DurationLearner {
   std::int64_t last_save_ns_ = 0;
   std::int64_t epoch_began_ns_ = 0;
   std::uint64_t learned_at_last_save_ = 0;
-  // The store file as this daemon last read or wrote it (none: there was none): a save finds out
-  // whether someone else wrote it since.
-  predictor::FileIdentity store_identity_;
   std::string beside_path() const;
   std::string changed_since_read() const;
   // A save: what it is given on the loop thread, what it found on its own.
