@@ -141,7 +141,10 @@ json score_to_json(const ModelScore& score) { return {score.mean_abs_log2_error,
 
 ModelScore score_from_json(const json& value) {
   if (!value.is_array() || value.size() != 2) throw ProfileError("score: expected [mean_abs_log2_error, count]");
-  return {finite(value[0], "score", 0), integer(value[1], "score", 0, UINT64_MAX, 1)};
+  const double mean = finite(value[0], "score", 0);
+  // A mean error below 0 would make its candidate the best for good.
+  if (mean < 0) throw ProfileError("score[0]: " + value[0].dump() + " is not a mean error (>= 0)");
+  return {mean, integer(value[1], "score", 0, UINT64_MAX, 1)};
 }
 
 json kernel_to_json(const std::string& name, const KernelModel::State& s) {

@@ -48,6 +48,11 @@ PredictorConfig config_from_json(const json& j) {
   c.regression_decay = finite(j.at("regression_decay"), "config.regression_decay");
   c.default_kernel_ns = finite(j.at("default_kernel_ns"), "config.default_kernel_ns");
   c.default_copy_latency_ns = finite(j.at("default_copy_latency_ns"), "config.default_copy_latency_ns");
+  // What an op never seen is predicted to take: 0 or less made every such op look free.
+  for (const auto& [key, value] : {std::pair{"default_kernel_ns", c.default_kernel_ns},
+                                   std::pair{"default_copy_latency_ns", c.default_copy_latency_ns}}) {
+    if (!(value > 0)) throw ProfileError(std::string("config.") + key + ": " + j.at(key).dump() + " is not a duration (> 0 ns)");
+  }
   const json& bytes_per_ns = j.at("default_copy_bytes_per_ns");
   if (!bytes_per_ns.is_array() || bytes_per_ns.size() != kCopyDirectionCount)
     throw ProfileError("config.default_copy_bytes_per_ns: expected " + std::to_string(kCopyDirectionCount) + " numbers");

@@ -278,6 +278,32 @@ TEST(Store, InvalidContentNamesWhereItIs) {
           "copies.directions[1] sizes[0][0]: -4096 is not an integer in 0..18446744073709551615");
 }
 
+// A review: a score's count of 2^64 - 1 loaded, wrapped to 0 at the next observation and made the
+// mean NaN, and every save after was refused ("not a finite number"); a negative mean error pinned
+// its candidate as the best, and a default duration of 0 or less made every op never seen free.
+TEST(Store, ScoresAndDefaultsAreBoundedAndAFullCountSaturates) {
+  const nlohmann::json good = body_of(encode_profile(trained()));
+  ASSERT_TRUE(good["kernels"][0]["scores"].is_object() && !good["kernels"][0]["scores"].empty());
+  const std::string candidate = good["kernels"][0]["scores"].begin().key();
+  nlohmann::json full = good;
+  full["kernels"][0]["scores"][candidate][1] = std::numeric_limits<std::uint64_t>::max();
+  LoadedProfile loaded = decode_profile(envelope(full.dump()), "p", {});
+  ASSERT_EQ(loaded.warning, std::nullopt);
+  loaded.predictor.observe(KernelFeatures{"gemm", shape(40, 80)}, 3100.0);
+  const LoadedProfile again = decode_profile(encode_profile(loaded.predictor), "p", {});
+  EXPECT_EQ(again.warning, std::nullopt) << "saved and loaded after the observation";
+
+  nlohmann::json bad = good;
+  bad["kernels"][0]["scores"][candidate][0] = -0.5;
+  expect_empty(decode_profile(envelope(bad.dump()), "p", {}),
+               "kernels[0] \"gemm\" scores \"" + candidate + "\" score[0]: -0.5 is not a mean error (>= 0)");
+  for (const char* key : {"default_kernel_ns", "default_copy_latency_ns"}) {
+    bad = good;
+    bad["config"][key] = 0.0;
+    expect_empty(decode_profile(envelope(bad.dump()), "p", {}), std::string("config.") + key + ": 0.0 is not a duration (> 0 ns)");
+  }
+}
+
 // A review: a store's config allowed max_samples_per_kernel and stats_window up to 2^20, and each
 // kernel's sample store allocates its capacity (a 14 KB store took 3.3 GB); max_kernels 0 dropped
 // every kernel silently and learned none after. The memory bounds are cut to the loader's, 0 is
