@@ -97,6 +97,29 @@ TEST(Commands, TrainWritesAProfileAndEvalPrintsJson) {
   EXPECT_LT(j["kernels"]["median_ape"].get<double>(), 0.05);
 }
 
+// More kernel names than a store holds: the most measured are kept and what is left out is said (a
+// review: the shuffle decided which names the predictor refused, silently, exit 0).
+TEST(Commands, TrainKeepsTheMostMeasuredNamesAStoreHoldsAndSaysWhatItLeftOut) {
+  const testing::TempDir dir;
+  constexpr int kMax = 4096;  // PredictorConfig::max_kernels
+  std::string csv = "Latency,Kernel Name,Grid x,Grid y,Grid z,Block x,Block y,Block z\n";
+  for (int i = 0; i < kMax + 4; ++i) {
+    for (int row = 0; row < (i < kMax ? 2 : 1); ++row) csv += "0.01,n" + std::to_string(i) + ",1,1,1,128,1,1\n";
+  }
+  const auto table = dir.write("t.csv", csv);
+  std::ostringstream out, err;
+  ASSERT_EQ(run_train(TrainOptions{{table.string()}, (dir.path() / "p.gqp").string(), {}, 108}, out, err), 0)
+      << err.str();
+  EXPECT_THAT(err.str(), HasSubstr("4100 kernel names, more than a store holds (4096): the 4 least measured (4 "
+                                   "measurements, at most 1 each) are left out"));
+  const LoadedProfile loaded = load_profile(dir.path() / "p.gqp", {});
+  ASSERT_EQ(loaded.warning, std::nullopt);
+  EXPECT_EQ(loaded.predictor.kernel_count(), std::size_t{kMax});
+  int missing = 0;
+  for (int i = 0; i < kMax; ++i) missing += loaded.predictor.kernel("n" + std::to_string(i)) == nullptr;
+  EXPECT_EQ(missing, 0) << "names measured twice left out for names measured once";
+}
+
 TEST(Commands, UsageAndInputErrors) {
   std::ostringstream out, err;
   EvalOptions both;
