@@ -40,14 +40,23 @@ int exec_managed(const RunOptions& options, const std::optional<std::filesystem:
   if (options.job) ::setenv("GPUQOS_JOB", options.job->c_str(), 1);
   if (options.socket) ::setenv("GPUQOS_SOCKET", options.socket->c_str(), 1);
   if (shim) {
-    // ld.so splits LD_PRELOAD at spaces and colons and has no escape for them. The job runs all the
-    // same, unmanaged, as it does when the shim is missing: gpuqos is not the reason it does not run.
-    if (shim->string().find_first_of(" :") != std::string::npos) {
-      std::cerr << "gpuqos run: the shim's path " << shim->string()
-                << " has a space or a colon, which LD_PRELOAD cannot carry: the job runs unmanaged (install "
-                   "gpuqos elsewhere)\n";
+    // ld.so splits LD_PRELOAD at spaces and colons and has no escape for them. A path with spaces
+    // (a clone in "~/My Projects") is preloaded by name from its folder, put first on the library
+    // path, which ld.so splits at colons and semicolons only (a review: such a clone ran every job
+    // unmanaged, the benchmark's too). A colon or semicolon no variable can carry: the job runs all
+    // the same, unmanaged, as it does when the shim is missing: gpuqos is not the reason it does not run.
+    const std::string path = shim->string();
+    if (path.find_first_of(":;") != std::string::npos) {
+      std::cerr << "gpuqos run: the shim's path " << path
+                << " has a colon or a semicolon, which LD_PRELOAD and LD_LIBRARY_PATH cannot carry: the job runs "
+                   "unmanaged (install gpuqos elsewhere)\n";
+    } else if (path.find(' ') != std::string::npos) {
+      const char* libraries = ::getenv("LD_LIBRARY_PATH");
+      const std::string folder = shim->parent_path().string();
+      ::setenv("LD_LIBRARY_PATH", (libraries && *libraries ? folder + ":" + libraries : folder).c_str(), 1);
+      ::setenv("LD_PRELOAD", preload_with(shim->filename().string(), ::getenv("LD_PRELOAD")).c_str(), 1);
     } else {
-      ::setenv("LD_PRELOAD", preload_with(shim->string(), ::getenv("LD_PRELOAD")).c_str(), 1);
+      ::setenv("LD_PRELOAD", preload_with(path, ::getenv("LD_PRELOAD")).c_str(), 1);
     }
   }
   std::vector<char*> argv;

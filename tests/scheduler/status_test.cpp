@@ -13,10 +13,13 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <future>
 #include <iterator>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "gpuqos/scheduler/run_command.h"
 #include "gpuqos/scheduler/unix_socket.h"
@@ -369,31 +372,62 @@ TEST(RunCommand, ShimGoesFirstInLdPreload) {
   EXPECT_EQ(shim_next_to("/opt/gpuqos/bin/gpuqos"), "/opt/gpuqos/lib/libgpuqos.so");
 }
 
-// A shim LD_PRELOAD cannot carry (a space in its path) leaves the job unmanaged, not unrun: it was
-// refused with 126, where a missing shim runs it.
-TEST(RunCommand, AShimPathLdPreloadCannotCarryRunsTheJobUnmanaged) {
+// What exec_managed's command printed (stdout and stderr) and its exit code, run in a child with
+// LD_PRELOAD and LD_LIBRARY_PATH unset.
+std::pair<std::string, int> run_managed(const std::vector<std::string>& command, const std::filesystem::path& shim) {
   const testing::TempDir dir;
   const std::string out = (dir.path() / "out").string();
   const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
+  if (child < 0) return {"fork failed", -1};
   if (child == 0) {
     const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
     if (fd < 0 || ::dup2(fd, STDOUT_FILENO) < 0 || ::dup2(fd, STDERR_FILENO) < 0) ::_exit(99);
     ::unsetenv("LD_PRELOAD");
+    ::unsetenv("LD_LIBRARY_PATH");
     RunOptions options;
-    options.command = {"sh", "-c", "echo \"ran [${LD_PRELOAD-unset}]\""};
-    ::_exit(exec_managed(options, std::filesystem::path("/opt/my gpuqos/lib/libgpuqos.so")));
+    options.command = command;
+    ::_exit(exec_managed(options, shim));
   }
   int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0);
+  if (::waitpid(child, &status, 0) != child || !WIFEXITED(status)) return {"no exit", -1};
   std::ifstream file(out);
-  const std::string text{std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};
-  EXPECT_NE(text.find("has a space or a colon, which LD_PRELOAD cannot carry: the job runs unmanaged"),
+  return {std::string{std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()}, WEXITSTATUS(status)};
+}
+
+// A shim LD_PRELOAD cannot carry (a colon in its path) leaves the job unmanaged, not unrun: it was
+// refused with 126, where a missing shim runs it.
+TEST(RunCommand, AShimPathNoVariableCanCarryRunsTheJobUnmanaged) {
+  const auto [text, code] = run_managed({"sh", "-c", "echo \"ran [${LD_PRELOAD-unset}]\""},
+                                        "/opt/gpuqos:2/lib/libgpuqos.so");
+  EXPECT_EQ(code, 0);
+  EXPECT_NE(text.find("has a colon or a semicolon, which LD_PRELOAD and LD_LIBRARY_PATH cannot carry: the job "
+                      "runs unmanaged"),
             std::string::npos)
       << text;
   EXPECT_NE(text.find("ran [unset]"), std::string::npos) << text;
+}
+
+// A shim in a folder whose path has a space (a clone in "~/My Projects") is loaded, by name from its
+// folder put first on the library path (a review: it ran every job unmanaged). Shown with a real
+// library copied there under the shim's name, found in the job's own memory map.
+TEST(RunCommand, AShimInAFolderWithASpaceIsLoaded) {
+  std::filesystem::path library;
+  for (const char* candidate : {"/lib/x86_64-linux-gnu/libz.so.1", "/usr/lib/x86_64-linux-gnu/libz.so.1",
+                                "/lib/aarch64-linux-gnu/libz.so.1", "/usr/lib64/libz.so.1", "/lib64/libz.so.1"}) {
+    if (std::filesystem::exists(candidate)) library = candidate;
+  }
+  if (library.empty()) GTEST_SKIP() << "no libz.so.1 to stand in for the shim";
+  const testing::TempDir dir;
+  const std::filesystem::path folder = dir.path() / "my gpuqos" / "lib";
+  std::filesystem::create_directories(folder);
+  std::filesystem::copy_file(library, folder / "libgpuqos.so");
+  const auto [text, code] = run_managed(
+      {"sh", "-c", "echo \"[$LD_PRELOAD] [$LD_LIBRARY_PATH]\"; grep -c 'my gpuqos/lib/libgpuqos.so' /proc/$$/maps"},
+      folder / "libgpuqos.so");
+  EXPECT_EQ(code, 0) << text;
+  EXPECT_NE(text.find("[libgpuqos.so] [" + folder.string() + "]"), std::string::npos) << text;
+  EXPECT_EQ(text.find("cannot"), std::string::npos) << text;
+  EXPECT_EQ(text.find("\n0\n"), std::string::npos) << "not in the job's memory map:\n" << text;
 }
 
 }  // namespace

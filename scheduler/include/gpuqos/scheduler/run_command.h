@@ -22,7 +22,8 @@ std::filesystem::path shim_next_to(const std::filesystem::path& executable);
 std::string preload_with(const std::string& shim, const char* existing);
 
 // Sets GPUQOS_PRIORITY, GPUQOS_JOB, GPUQOS_SOCKET (each given; an unset priority only where the
-// environment has none or an empty one, to low) and LD_PRELOAD (when shim is set) in this process's environment and
+// environment has none or an empty one, to low) and LD_PRELOAD (when shim is set; a shim whose path
+// has spaces by name, its folder first in LD_LIBRARY_PATH) in this process's environment and
 // execvp's the command. Returns only when exec failed: the exit code
 // a shell would give (127 not found, 126 otherwise), after printing why to stderr.
 int exec_managed(const RunOptions& options, const std::optional<std::filesystem::path>& shim);
