@@ -52,7 +52,12 @@ traces=$(cd "$traces" && pwd)
 build=${DEMO_BUILD_DIR:-$root/build}
 bin=$build/bin
 
-[[ ${DEMO_SKIP_BUILD:-0} == 1 ]] || scripts/build.sh
+if [[ ${DEMO_SKIP_BUILD:-0} == 1 ]]; then
+  [[ -x $bin/gpuqos-bench ]] || { echo "scripts/demo.sh: DEMO_SKIP_BUILD=1 but there is no build at $build" >&2; exit 1; }
+else
+  [[ $build == "$root/build" ]] || { echo "scripts/demo.sh: DEMO_BUILD_DIR is run from, not built: set DEMO_SKIP_BUILD=1 with it" >&2; exit 1; }
+  scripts/build.sh
+fi
 
 if [[ $what == quick ]]; then
   exec "$bin/gpuqos-bench" qos --quick --traces "$traces" --out "${out_dir:-$root/results/qos}"
@@ -82,6 +87,11 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
+# A signal ends the script through exit, so the EXIT trap runs (bash runs it on exit, not on every
+# deadly signal: a SIGTERM from timeout or a cancelled CI job left the temp dir behind).
+trap 'exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
 
 export SIMGPU_SOCKET=$tmp/simgpu.sock
 export LD_LIBRARY_PATH=$build/lib/simgpu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -89,7 +99,7 @@ export LD_LIBRARY_PATH=$build/lib/simgpu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 simgpud_pid=$!
 for _ in $(seq 500); do
   [[ -S $SIMGPU_SOCKET ]] && break
-  kill -0 "$simgpud_pid" 2>/dev/null || { cat "$tmp/simgpud.log"; exit 1; }
+  kill -0 "$simgpud_pid" 2>/dev/null || { echo "demo: simgpud exited at start:" >&2; cat "$tmp/simgpud.log"; exit 1; }
   sleep 0.02
 done
 [[ -S $SIMGPU_SOCKET ]] || { echo "demo: simgpud did not start" >&2; cat "$tmp/simgpud.log"; exit 1; }

@@ -10,22 +10,8 @@ packages=(
   libtomlplusplus-dev libcli11-dev nlohmann-json3-dev zlib1g-dev
 )
 
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  echo "install-deps: installing ${missing[*]}"
-  sudo_cmd=()
-  [[ $(id -u) -ne 0 ]] && sudo_cmd=(sudo)
-  export DEBIAN_FRONTEND=noninteractive
-  "${sudo_cmd[@]}" apt-get update -q
-  "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
-else
-  echo "install-deps: all ${#packages[@]} packages present"
-fi
-
 # The CUDA toolkit is not a Debian package here: it must already be installed (headers, cupti, the libcuda stub).
+# Checked first: without it nothing builds, so nothing is downloaded for it.
 cuda_root=${CUDAToolkit_ROOT:-/usr/local/cuda}
 if [[ ! -f "$cuda_root/include/cuda.h" ]]; then
   echo "install-deps: no CUDA toolkit at '$cuda_root' (cuda.h not found)." >&2
@@ -38,3 +24,26 @@ if [[ -z "$version" || "$version" -lt 12000 ]]; then
   exit 1
 fi
 echo "install-deps: CUDA toolkit $((version / 1000)).$((version % 1000 / 10)) at $cuda_root"
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "install-deps: installing ${missing[*]}"
+  sudo_cmd=()
+  if [[ $(id -u) -ne 0 ]]; then
+    if ! command -v sudo >/dev/null; then
+      echo "install-deps: installing packages needs root, and there is no sudo here: run this as root" >&2
+      echo "  (apt-get install ${missing[*]})" >&2
+      exit 1
+    fi
+    sudo_cmd=(sudo)
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -q
+  "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+  echo "install-deps: all ${#packages[@]} packages present"
+fi
+

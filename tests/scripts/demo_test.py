@@ -1,8 +1,10 @@
 """Tests of scripts/demo.sh's command line: what it hands gpuqos-bench, with a stand-in for it."""
 import os
+import signal
 import stat
 import subprocess
 import tempfile
+import time
 import unittest
 
 ROOT = os.path.realpath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -81,6 +83,56 @@ class DemoCommandLine(unittest.TestCase):
         self.assertEqual(done.returncode, 1)
         self.assertIn(f"no traces folder at {missing} (GPUQOS_TRACES names it)", done.stderr)
         self.assertFalse(os.path.exists(self.args_file), "the benchmark did not run")
+
+
+    def test_a_build_it_cannot_use_is_refused_before_anything_runs(self):
+        env = dict(os.environ, DEMO_SKIP_BUILD="1", DEMO_BUILD_DIR=os.path.join(self.dir, "nothing"),
+                   GPUQOS_TRACES=self.traces)
+        done = subprocess.run(["bash", DEMO], env=env, cwd=self.dir, capture_output=True, text=True, timeout=60)
+        self.assertEqual(done.returncode, 1)
+        self.assertIn("DEMO_SKIP_BUILD=1 but there is no build at " + os.path.join(self.dir, "nothing"), done.stderr)
+        env = dict(os.environ, DEMO_BUILD_DIR=os.path.join(self.tmp.name, "build"), GPUQOS_TRACES=self.traces)
+        done = subprocess.run(["bash", DEMO], env=env, cwd=self.dir, capture_output=True, text=True, timeout=60)
+        self.assertEqual(done.returncode, 1)
+        self.assertIn("DEMO_BUILD_DIR is run from, not built: set DEMO_SKIP_BUILD=1 with it", done.stderr)
+        self.assertFalse(os.path.exists(self.args_file), "the benchmark did not run")
+
+    def stand_in(self, name, text):
+        path = os.path.join(self.tmp.name, "build", "bin", name)
+        with open(path, "w") as f:
+            f.write("#!/bin/sh\n" + text + "\n")
+        os.chmod(path, os.stat(path).st_mode | stat.S_IXUSR)
+
+    def test_fidelity_cleans_up_when_terminated(self):
+        # SIGTERM to the whole group (timeout, a cancelled CI job) while a replay runs: bash ran the
+        # EXIT trap on SIGINT but not always on SIGTERM, and left its temp dir behind (a review).
+        started = os.path.join(self.dir, "replay-started")
+        self.stand_in("gpuqos-trace2workload", "exit 0")
+        self.stand_in("simgpud", 'exec python3 -c "import socket, sys, time; s = socket.socket(socket.AF_UNIX); '
+                                 's.bind(sys.argv[1]); time.sleep(60)" "$2"')
+        self.stand_in("simgpu-stat", "echo {}")
+        self.stand_in("gpuqos-replay", f'touch "{started}"; sleep 60')
+        temp_root = os.path.join(self.dir, "tmp")
+        os.makedirs(temp_root)
+        env = dict(os.environ, DEMO_SKIP_BUILD="1", DEMO_BUILD_DIR=os.path.join(self.tmp.name, "build"),
+                   GPUQOS_TRACES=self.traces, TMPDIR=temp_root)
+        demo = subprocess.Popen(["bash", DEMO, "fidelity", "--out", os.path.join(self.dir, "w")], env=env,
+                                cwd=self.dir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                start_new_session=True)
+        try:
+            deadline = time.monotonic() + 30
+            while not os.path.exists(started) and time.monotonic() < deadline and demo.poll() is None:
+                time.sleep(0.05)
+            self.assertTrue(os.path.exists(started), demo.stderr.read().decode() if demo.poll() is not None else "")
+            self.assertEqual(len(os.listdir(temp_root)), 1, "its temp dir, while it runs")
+            os.killpg(demo.pid, signal.SIGTERM)
+            self.assertEqual(demo.wait(timeout=30), 143)
+        finally:
+            if demo.poll() is None:
+                os.killpg(demo.pid, signal.SIGKILL)
+                demo.wait()
+            demo.stderr.close()
+        self.assertEqual(os.listdir(temp_root), [], "the temp dir is removed")
 
 
 if __name__ == "__main__":
