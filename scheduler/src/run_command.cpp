@@ -2,6 +2,7 @@
 #include "gpuqos/scheduler/run_command.h"
 
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -27,6 +28,33 @@ std::string preload_with(const std::string& shim, const char* existing) {
     if (entry != shim) result += ":" + entry;
   }
   return result;
+}
+
+namespace {
+
+// The file execvp would run for `program`: as given with a slash, else the first executable file of
+// that name on PATH; empty when there is none.
+std::filesystem::path resolve_program(const std::string& program) {
+  if (program.find('/') != std::string::npos) return program;
+  const char* path = ::getenv("PATH");
+  std::istringstream folders(path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin");
+  for (std::string folder; std::getline(folders, folder, ':');) {
+    const std::filesystem::path candidate = std::filesystem::path(folder.empty() ? "." : folder) / program;
+    struct stat info{};
+    if (::stat(candidate.c_str(), &info) == 0 && S_ISREG(info.st_mode) && ::access(candidate.c_str(), X_OK) == 0) {
+      return candidate;
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+bool runs_set_id(const std::string& program) {
+  const std::filesystem::path file = resolve_program(program);
+  struct stat info{};
+  return !file.empty() && ::stat(file.c_str(), &info) == 0 && S_ISREG(info.st_mode) &&
+         (info.st_mode & (S_ISUID | S_ISGID)) != 0;
 }
 
 int exec_managed(const RunOptions& options, const std::optional<std::filesystem::path>& shim) {
@@ -58,6 +86,15 @@ int exec_managed(const RunOptions& options, const std::optional<std::filesystem:
     } else {
       ::setenv("LD_PRELOAD", preload_with(path, ::getenv("LD_PRELOAD")).c_str(), 1);
     }
+  }
+  // A set-user-ID or set-group-ID program (sudo, su, pkexec) that changes who runs it gets no
+  // LD_PRELOAD path from the loader, and sudo and su reset the environment besides: the job would
+  // run unmanaged without a word (a review). It runs; the user is told.
+  if (shim && !options.command.empty() && runs_set_id(options.command.front())) {
+    std::cerr << "gpuqos run: " << options.command.front()
+              << " is set-user-ID or set-group-ID: the loader does not preload the shim into a program that "
+                 "changes who it runs as, and sudo and su reset the environment, so the job may run unmanaged "
+                 "(run gpuqos run inside it instead: sudo -u USER gpuqos run ...)\n";
   }
   std::vector<char*> argv;
   for (const auto& word : options.command) argv.push_back(const_cast<char*>(word.c_str()));

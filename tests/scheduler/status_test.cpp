@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,6 +19,7 @@
 #include <future>
 #include <iterator>
 #include <sstream>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -428,6 +430,31 @@ TEST(RunCommand, AShimInAFolderWithASpaceIsLoaded) {
   EXPECT_NE(text.find("[libgpuqos.so] [" + folder.string() + "]"), std::string::npos) << text;
   EXPECT_EQ(text.find("cannot"), std::string::npos) << text;
   EXPECT_EQ(text.find("\n0\n"), std::string::npos) << "not in the job's memory map:\n" << text;
+}
+
+// A set-user-ID program (sudo, su) gets no LD_PRELOAD path from the loader when it changes who it
+// runs as: the job runs, and the user is told it may run unmanaged (a review: not a word before).
+TEST(RunCommand, ASetIdProgramIsRunWithAWarning) {
+  const testing::TempDir dir;
+  const std::filesystem::path program = dir.path() / "escalate";
+  {
+    std::ofstream file(program);
+    file << "#!/bin/sh\necho ran\n";
+  }
+  ::chmod(program.c_str(), 0755);
+  EXPECT_FALSE(runs_set_id(program.string()));
+  auto [text, code] = run_managed({program.string()}, "/opt/gpuqos/lib/libgpuqos.so");
+  EXPECT_EQ(code, 0);
+  EXPECT_NE(text.find("ran\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("set-user-ID"), std::string::npos) << "no warning for a plain program: " << text;
+  ASSERT_EQ(::chmod(program.c_str(), 04755), 0);
+  EXPECT_TRUE(runs_set_id(program.string()));
+  std::tie(text, code) = run_managed({program.string()}, "/opt/gpuqos/lib/libgpuqos.so");
+  EXPECT_EQ(code, 0);
+  EXPECT_NE(text.find("is set-user-ID or set-group-ID: the loader does not preload the shim"), std::string::npos) << text;
+  EXPECT_NE(text.find("ran\n"), std::string::npos) << text;
+  EXPECT_FALSE(runs_set_id("no-such-program-anywhere"));
+  EXPECT_FALSE(runs_set_id("sh")) << "found on PATH, not set-ID";
 }
 
 }  // namespace
