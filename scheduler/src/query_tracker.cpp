@@ -39,6 +39,7 @@ void QueryTracker::open(State& state, std::int64_t at_ns, std::int64_t arrived_n
   state.open = true;
   state.query = OpenQuery{std::min(arrived_ns, at_ns), at_ns, 0, at_ns, state.explicit_marks, 0, from_arrival};
   state.query.number = ++state.opened_queries;
+  state.open_synced = false;
   state.op_times.clear();
   state.block_times.clear();
 }
@@ -97,6 +98,7 @@ void QueryTracker::maybe_close(ClientId client, State& state, std::int64_t at_ns
     state.query.ops = next.ops;
     state.query.last_op_ns = next.last_op_ns;
     state.query.closing_seq = next.sync_seq;
+    state.open_synced = next.synced;  // past kMaxLater its sync_seq was cleared: still waited for
     for (auto it = state.outstanding.upper_bound(mark);
          it != state.outstanding.end() && (next.sync_seq == 0 || it->first < next.sync_seq); ++it) {
       if (state.op_times.size() < kProfileOps) state.op_times.push_back(it->second.at_ns);
@@ -243,7 +245,7 @@ std::uint64_t QueryTracker::unfinished_queries(const State& state) {
   // counted one abandoned query).
   const auto synced = std::count_if(state.later.begin(), state.later.end(),
                                     [](const State::Later& later) { return later.synced; });
-  return (state.query.closing_seq != 0 ? 1 : 0) + static_cast<std::uint64_t>(synced);
+  return (state.query.closing_seq != 0 || state.open_synced ? 1 : 0) + static_cast<std::uint64_t>(synced);
 }
 
 std::uint64_t QueryTracker::client_gone(ClientId client) {

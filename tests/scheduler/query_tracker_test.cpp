@@ -619,6 +619,18 @@ TEST(QueryTracker, AClientGoneCountsTheQueriesItLeftUnfinished) {
     (void)tracker.posted(kServe, op(++seq), 0);
   }
   EXPECT_EQ(tracker.client_gone(kServe), 1 + QueryTracker::kMaxLater) << "a review: the newest was not counted";
+  // Nor once the queries before it closed and it is the open one, its sync_seq still cleared.
+  seq = 1;
+  (void)tracker.posted(kServe, op(seq), 0);
+  for (std::size_t i = 0; i < QueryTracker::kMaxLater + 2; ++i) {
+    (void)tracker.posted(kServe, op(++seq, ipc::OpKind::sync), 0);
+    (void)tracker.posted(kServe, op(++seq), 0);
+  }
+  std::size_t closed = tracker.completed(kServe, done(1, kMs), kMs).size();
+  for (std::uint64_t s = 3; s + 2 < seq; s += 2) closed += tracker.completed(kServe, done(s, kMs), kMs).size();
+  EXPECT_EQ(closed, QueryTracker::kMaxLater) << "the open one and all behind it but the newest";
+  ASSERT_NE(tracker.open_query(kServe), nullptr);
+  EXPECT_EQ(tracker.client_gone(kServe), 1u) << "the newest, open now: waited for";
   (void)tracker.posted(kServe, begin(1, 0), 0);
   (void)tracker.posted(kServe, op(2), 0);
   EXPECT_EQ(tracker.client_gone(kServe), 1u) << "a marked query open";

@@ -193,6 +193,7 @@ class QueryTracker {
       bool synced = false;  // a sync came (past kMaxLater its sync_seq is cleared: it takes in more)
     };
     std::deque<Later> later;
+    bool open_synced = false;  // the open query came from a Later that was synced (Later::synced)
     std::vector<std::int64_t> op_times;  // post time of each op of the open query (first kProfileOps)
     std::vector<std::int64_t> block_times;  // post times of the open query's blocking points
     std::deque<std::int64_t> arrivals;     // requests that arrived and have not begun, oldest first
