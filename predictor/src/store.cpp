@@ -262,8 +262,10 @@ LoadedProfile load_profile(const std::filesystem::path& path, const PredictorCon
   // Read through one descriptor, whose identity is the file's: a store renamed over the path while
   // this one was read (`gpuqos train --out`) is then not taken for the one read (a review: the
   // next save replaced the new store with the old model, silently). O_NONBLOCK: a FIFO put there
-  // since the check above does not block the open.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  // since the check above does not block the open; but a file under another's write lease (Samba,
+  // an NFS delegation) then says EWOULDBLOCK, so that one is opened again, waiting for the lease.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (fd < 0 && errno == EWOULDBLOCK) fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
   if (fd < 0) {
     const bool missing = errno == ENOENT;
     return empty(config, path.string(), missing ? "no such file" : std::string("cannot open: ") + std::strerror(errno),
