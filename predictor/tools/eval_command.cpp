@@ -62,6 +62,10 @@ int run_eval(const EvalOptions& options, std::ostream& out, std::ostream& err) {
   }
   EvalSettings settings;
   settings.config.sm_count = options.sms;
+  // As gpuqos train does, so both model the same names.
+  if (const auto left_out = keep_most_measured_names(train, settings.config.max_kernels)) {
+    err << "gpuqos eval: warning: " << *left_out << "\n";
+  }
   settings.min_copy_bytes = options.min_copy_bytes;
   EvalResult result;
   std::ostringstream mode;

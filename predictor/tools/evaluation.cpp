@@ -4,6 +4,11 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
 
 #include "gpuqos/predictor/shape_features.h"
 
@@ -82,6 +87,24 @@ ErrorSummary summarize_errors(std::vector<double> apes) {
   s.p90_ape = nearest_rank(0.9);
   s.mape = std::accumulate(apes.begin(), apes.end(), 0.0) / double(apes.size());
   return s;
+}
+
+std::optional<std::string> keep_most_measured_names(SampleSet& samples, std::size_t max_kernels) {
+  std::unordered_map<std::string, std::size_t> counts;
+  for (const KernelSample& k : samples.kernels) ++counts[k.name];
+  if (counts.size() <= max_kernels) return std::nullopt;
+  std::vector<std::pair<std::string, std::size_t>> names(counts.begin(), counts.end());
+  std::sort(names.begin(), names.end(), [](const auto& a, const auto& b) {
+    return a.second != b.second ? a.second > b.second : a.first < b.first;
+  });
+  std::unordered_set<std::string> kept;
+  for (std::size_t i = 0; i < max_kernels; ++i) kept.insert(names[i].first);
+  const std::size_t before = samples.kernels.size();
+  std::erase_if(samples.kernels, [&](const KernelSample& k) { return !kept.contains(k.name); });
+  return std::to_string(names.size()) + " kernel names, more than a store holds (" + std::to_string(max_kernels) +
+         "): the " + std::to_string(names.size() - max_kernels) + " least measured (" +
+         std::to_string(before - samples.kernels.size()) + " measurements, at most " +
+         std::to_string(names[max_kernels].second) + " each) are left out and will be predicted by the default";
 }
 
 Predictor train_predictor(const SampleSet& samples, const PredictorConfig& config, std::uint64_t seed) {

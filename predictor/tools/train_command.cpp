@@ -1,17 +1,11 @@
 // `gpuqos train`: learn a profile from measurement files and save it.
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <string>
-#include <unordered_map>
-#include <unordered_set>
-#include <utility>
-#include <vector>
 
 #include "gpuqos/predictor/candidates.h"
 #include "gpuqos/predictor/commands.h"
@@ -25,26 +19,6 @@ namespace {
 
 constexpr int kUsageError = 2;
 
-// The store holds at most max_kernels names, and the predictor refuses a name past them: which ones
-// made it depended on the shuffle, silently (a review: 104 of 4,200 names left out, exit 0). The
-// most measured are kept; what is left out is said.
-void keep_most_measured_names(SampleSet& samples, std::size_t max_kernels, std::ostream& err) {
-  std::unordered_map<std::string, std::size_t> counts;
-  for (const KernelSample& k : samples.kernels) ++counts[k.name];
-  if (counts.size() <= max_kernels) return;
-  std::vector<std::pair<std::string, std::size_t>> names(counts.begin(), counts.end());
-  std::sort(names.begin(), names.end(), [](const auto& a, const auto& b) {
-    return a.second != b.second ? a.second > b.second : a.first < b.first;
-  });
-  std::unordered_set<std::string> kept;
-  for (std::size_t i = 0; i < max_kernels; ++i) kept.insert(names[i].first);
-  const std::size_t before = samples.kernels.size();
-  std::erase_if(samples.kernels, [&](const KernelSample& k) { return !kept.contains(k.name); });
-  err << "gpuqos train: " << names.size() << " kernel names, more than a store holds (" << max_kernels << "): the "
-      << names.size() - max_kernels << " least measured (" << before - samples.kernels.size()
-      << " measurements, at most " << names[max_kernels].second << " each) are left out and will be predicted "
-      << "by the default\n";
-}
 
 void print_kernels(const Predictor& predictor, std::ostream& out) {
   out << "kernels: " << predictor.kernel_count() << " names, " << predictor.stored_samples() << " stored shapes\n";
@@ -138,7 +112,7 @@ int run_train(const TrainOptions& options, std::ostream& out, std::ostream& err)
   }
   PredictorConfig config;
   config.sm_count = options.sms;
-  keep_most_measured_names(samples, config.max_kernels, err);
+  if (const auto left_out = keep_most_measured_names(samples, config.max_kernels)) err << "gpuqos train: " << *left_out << "\n";
   const Predictor predictor = train_predictor(samples, config, 1);
   if (const auto error = save_profile(predictor, options.out)) {
     err << "gpuqos train: " << *error << "\n";

@@ -118,6 +118,13 @@ TEST(Commands, TrainKeepsTheMostMeasuredNamesAStoreHoldsAndSaysWhatItLeftOut) {
   int missing = 0;
   for (int i = 0; i < kMax; ++i) missing += loaded.predictor.kernel("n" + std::to_string(i)) == nullptr;
   EXPECT_EQ(missing, 0) << "names measured twice left out for names measured once";
+  std::ostringstream eval_out, eval_err;
+  EvalOptions eval;
+  eval.train = {table.string()};
+  eval.cv_folds = 2;
+  ASSERT_EQ(run_eval(eval, eval_out, eval_err), 0) << eval_err.str();
+  EXPECT_THAT(eval_err.str(), HasSubstr("gpuqos eval: warning: 4100 kernel names, more than a store holds (4096)"))
+      << "eval models the names train does";
 }
 
 TEST(Commands, UsageAndInputErrors) {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -37,6 +38,11 @@ struct EvalSettings {
   std::uint64_t min_copy_bytes = 0;  // copies smaller than this are trained on but not scored
   std::uint64_t seed = 1;            // training order and fold assignment
 };
+
+// A store holds at most max_kernels names, and the predictor refuses a name past them, so which made
+// it would depend on the training order (a review: silently). Keeps the kernel samples of the
+// max_kernels most measured names (ties by name); what it left out, said, or nullopt.
+std::optional<std::string> keep_most_measured_names(SampleSet& samples, std::size_t max_kernels);
 
 // A predictor that observed every sample once, in a shuffled (seeded) order.
 Predictor train_predictor(const SampleSet& samples, const PredictorConfig& config, std::uint64_t seed);
