@@ -128,7 +128,7 @@ def bound_table(results, device_ms, kernel_ms, seconds=4000):
     why = (unusable(calibration, "the LC's closed-loop calibration (fifo)", "lc_mean_ms")
            or unusable(recsys, "recsys alone (fifo)", "iterations_per_s"))
     if why:
-        return [f"No bound: {why}."]
+        return [f"No bound: {table_text(why)}."]
     host_ms = calibration["lc_mean_ms"] - device_ms
     lines = [f"LC query: {host_ms:.2f} ms host, then {device_ms:.2f} ms device; recsys's longest kernel {kernel_ms:.1f} ms; "
              f"recsys alone {recsys['iterations_per_s']:.2f} it/s (time scale {scale:g})",
