@@ -52,10 +52,19 @@ traces=$(cd "$traces" && pwd)
 build=${DEMO_BUILD_DIR:-$root/build}
 bin=$build/bin
 
-if [[ ${DEMO_SKIP_BUILD:-0} == 1 ]]; then
-  [[ -x $bin/gpuqos-bench ]] || { echo "scripts/demo.sh: DEMO_SKIP_BUILD=1 but there is no build at $build" >&2; exit 1; }
+if [[ $what == fidelity ]]; then
+  needed=(gpuqos-trace2workload simgpud simgpu-stat gpuqos-replay)
 else
-  [[ $build == "$root/build" ]] || { echo "scripts/demo.sh: DEMO_BUILD_DIR is run from, not built: set DEMO_SKIP_BUILD=1 with it" >&2; exit 1; }
+  needed=(gpuqos-bench)
+fi
+if [[ ${DEMO_SKIP_BUILD:-0} == 1 ]]; then
+  for program in "${needed[@]}"; do
+    [[ -x $bin/$program ]] || { echo "scripts/demo.sh: DEMO_SKIP_BUILD=1 but $bin/$program is not there" >&2; exit 1; }
+  done
+elif [[ $(realpath -m "$build") != "$(realpath -m "$root/build")" ]]; then
+  echo "scripts/demo.sh: DEMO_BUILD_DIR is run from, not built: set DEMO_SKIP_BUILD=1 with it" >&2
+  exit 1
+else
   scripts/build.sh
 fi
 
@@ -99,7 +108,7 @@ export LD_LIBRARY_PATH=$build/lib/simgpu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 simgpud_pid=$!
 for _ in $(seq 500); do
   [[ -S $SIMGPU_SOCKET ]] && break
-  kill -0 "$simgpud_pid" 2>/dev/null || { echo "demo: simgpud exited at start:" >&2; cat "$tmp/simgpud.log"; exit 1; }
+  kill -0 "$simgpud_pid" 2>/dev/null || { echo "demo: simgpud exited at start:" >&2; cat "$tmp/simgpud.log" >&2; exit 1; }
   sleep 0.02
 done
 [[ -S $SIMGPU_SOCKET ]] || { echo "demo: simgpud did not start" >&2; cat "$tmp/simgpud.log"; exit 1; }

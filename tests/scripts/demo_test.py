@@ -90,12 +90,38 @@ class DemoCommandLine(unittest.TestCase):
                    GPUQOS_TRACES=self.traces)
         done = subprocess.run(["bash", DEMO], env=env, cwd=self.dir, capture_output=True, text=True, timeout=60)
         self.assertEqual(done.returncode, 1)
-        self.assertIn("DEMO_SKIP_BUILD=1 but there is no build at " + os.path.join(self.dir, "nothing"), done.stderr)
+        self.assertIn("DEMO_SKIP_BUILD=1 but " + os.path.join(self.dir, "nothing", "bin", "gpuqos-bench") + " is not there",
+                      done.stderr)
+        # fidelity needs the replay's programs, not the benchmark (a review: only gpuqos-bench was checked)
+        done = self.run_demo("fidelity")
+        self.assertEqual(done.returncode, 1)
+        self.assertIn("gpuqos-trace2workload is not there", done.stderr)
         env = dict(os.environ, DEMO_BUILD_DIR=os.path.join(self.tmp.name, "build"), GPUQOS_TRACES=self.traces)
         done = subprocess.run(["bash", DEMO], env=env, cwd=self.dir, capture_output=True, text=True, timeout=60)
         self.assertEqual(done.returncode, 1)
         self.assertIn("DEMO_BUILD_DIR is run from, not built: set DEMO_SKIP_BUILD=1 with it", done.stderr)
         self.assertFalse(os.path.exists(self.args_file), "the benchmark did not run")
+        # The default tree named otherwise is the default tree: built as usual (a stand-in build.sh here).
+        repo = os.path.join(self.dir, "repo")
+        os.makedirs(os.path.join(repo, "scripts"))
+        os.makedirs(os.path.join(repo, "build", "bin"))
+        with open(os.path.join(repo, "scripts", "demo.sh"), "w") as f, open(DEMO) as original:
+            f.write(original.read())
+        with open(os.path.join(repo, "scripts", "build.sh"), "w") as f:
+            f.write(f'#!/bin/sh\ntouch "{self.dir}/built"\n')
+        os.chmod(os.path.join(repo, "scripts", "build.sh"), 0o755)
+        bench = os.path.join(repo, "build", "bin", "gpuqos-bench")
+        with open(bench, "w") as f:
+            f.write(f'#!/bin/sh\nprintf "%s\\n" "$@" > "{self.args_file}"\n')
+        os.chmod(bench, 0o755)
+        for named in ("build", "build/", os.path.join(repo, "build")):
+            env = dict(os.environ, DEMO_BUILD_DIR=named, GPUQOS_TRACES=self.traces)
+            env.pop("DEMO_SKIP_BUILD", None)
+            done = subprocess.run(["bash", os.path.join(repo, "scripts", "demo.sh")], env=env, cwd=self.dir,
+                                  capture_output=True, text=True, timeout=60)
+            self.assertEqual(done.returncode, 0, (named, done.stderr))
+            self.assertTrue(os.path.exists(os.path.join(self.dir, "built")), named)
+            os.unlink(os.path.join(self.dir, "built"))
 
     def stand_in(self, name, text):
         path = os.path.join(self.tmp.name, "build", "bin", name)
