@@ -6,10 +6,15 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <sstream>
+#include <string>
+#include <vector>
 
 namespace gpuqos::scheduler {
 
@@ -48,6 +53,47 @@ std::filesystem::path resolve_program(const std::string& program) {
   return {};
 }
 
+// FNV-1a: a name for the link that is the same for one shim path in every build.
+std::string path_hash(const std::string& text) {
+  std::uint64_t hash = 14695981039346656037ull;
+  for (const unsigned char c : text) hash = (hash ^ c) * 1099511628211ull;
+  char out[17];
+  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(hash));
+  return out;
+}
+
+// An absolute path without spaces, colons or semicolons that leads to `shim`: a link to it in a
+// folder only this user can change ($XDG_RUNTIME_DIR/gpuqos-UID, else /tmp/gpuqos-UID), made once
+// and reused; nullopt when no such folder can be had.
+std::optional<std::string> plain_link_to(const std::filesystem::path& shim) {
+  const uid_t uid = ::geteuid();
+  std::vector<std::string> bases;
+  if (const char* runtime = ::getenv("XDG_RUNTIME_DIR"); runtime != nullptr && *runtime == '/') bases.emplace_back(runtime);
+  bases.emplace_back("/tmp");
+  for (const std::string& base : bases) {
+    const std::string folder = base + "/gpuqos-" + std::to_string(uid);
+    if (folder.find_first_of(" :;") != std::string::npos) continue;
+    if (::mkdir(folder.c_str(), 0700) != 0 && errno != EEXIST) continue;
+    // Another user's folder, or one others may write to, could swap the link for their library.
+    struct stat info{};
+    if (::lstat(folder.c_str(), &info) != 0 || !S_ISDIR(info.st_mode) || info.st_uid != uid || (info.st_mode & 077) != 0) {
+      continue;
+    }
+    const std::string link = folder + "/libgpuqos-" + path_hash(shim.string()) + ".so";
+    std::error_code error;
+    if (std::filesystem::read_symlink(link, error) == shim && !error) return link;
+    const std::string temp = link + ".new-" + std::to_string(::getpid());
+    ::unlink(temp.c_str());
+    if (::symlink(shim.c_str(), temp.c_str()) != 0) continue;
+    if (::rename(temp.c_str(), link.c_str()) != 0) {
+      ::unlink(temp.c_str());
+      continue;
+    }
+    return link;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 bool runs_set_id(const std::string& program) {
@@ -68,24 +114,24 @@ int exec_managed(const RunOptions& options, const std::optional<std::filesystem:
   if (options.job) ::setenv("GPUQOS_JOB", options.job->c_str(), 1);
   if (options.socket) ::setenv("GPUQOS_SOCKET", options.socket->c_str(), 1);
   if (shim) {
-    // ld.so splits LD_PRELOAD at spaces and colons and has no escape for them. A path with spaces
-    // (a clone in "~/My Projects") is preloaded by name from its folder, put first on the library
-    // path, which ld.so splits at colons and semicolons only (a review: such a clone ran every job
-    // unmanaged, the benchmark's too). A colon or semicolon no variable can carry: the job runs all
-    // the same, unmanaged, as it does when the shim is missing: gpuqos is not the reason it does not run.
-    const std::string path = shim->string();
-    if (path.find_first_of(":;") != std::string::npos) {
-      std::cerr << "gpuqos run: the shim's path " << path
-                << " has a colon or a semicolon, which LD_PRELOAD and LD_LIBRARY_PATH cannot carry: the job runs "
-                   "unmanaged (install gpuqos elsewhere)\n";
-    } else if (path.find(' ') != std::string::npos) {
-      const char* libraries = ::getenv("LD_LIBRARY_PATH");
-      const std::string folder = shim->parent_path().string();
-      ::setenv("LD_LIBRARY_PATH", (libraries && *libraries ? folder + ":" + libraries : folder).c_str(), 1);
-      ::setenv("LD_PRELOAD", preload_with(shim->filename().string(), ::getenv("LD_PRELOAD")).c_str(), 1);
-    } else {
-      ::setenv("LD_PRELOAD", preload_with(path, ::getenv("LD_PRELOAD")).c_str(), 1);
+    // ld.so splits LD_PRELOAD at spaces and colons and has no escape for them. A shim whose path has
+    // one (a clone in "~/My Projects") is preloaded through a link to it whose path has none (a
+    // review: such a clone ran every job unmanaged, the benchmark's too). Not by name from a folder
+    // put on LD_LIBRARY_PATH: every other library there would come first for the whole job, and a
+    // set-ID child (sudo, ping), which looks names up only in the system's folders, would print a
+    // loader error each time. Without a link the job runs all the same, unmanaged, as it does when
+    // the shim is missing: gpuqos is not the reason it does not run.
+    std::optional<std::string> path = shim->string();
+    if (path->find_first_of(" :") != std::string::npos) {
+      path = plain_link_to(std::filesystem::absolute(*shim));
+      if (!path) {
+        std::cerr << "gpuqos run: the shim's path " << shim->string()
+                  << " has a space or a colon, which LD_PRELOAD cannot carry, and no link to it could be made in "
+                     "$XDG_RUNTIME_DIR/gpuqos-UID or /tmp/gpuqos-UID: the job runs unmanaged (install gpuqos "
+                     "elsewhere)\n";
+      }
     }
+    if (path) ::setenv("LD_PRELOAD", preload_with(*path, ::getenv("LD_PRELOAD")).c_str(), 1);
   }
   // A set-user-ID or set-group-ID program (sudo, su, pkexec) that changes who runs it gets no
   // LD_PRELOAD path from the loader, and sudo and su reset the environment besides: the job would

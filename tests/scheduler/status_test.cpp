@@ -375,8 +375,9 @@ TEST(RunCommand, ShimGoesFirstInLdPreload) {
 }
 
 // What exec_managed's command printed (stdout and stderr) and its exit code, run in a child with
-// LD_PRELOAD and LD_LIBRARY_PATH unset.
-std::pair<std::string, int> run_managed(const std::vector<std::string>& command, const std::filesystem::path& shim) {
+// LD_PRELOAD and LD_LIBRARY_PATH unset and `env` set.
+std::pair<std::string, int> run_managed(const std::vector<std::string>& command, const std::filesystem::path& shim,
+                                        const std::vector<std::pair<std::string, std::string>>& env = {}) {
   const testing::TempDir dir;
   const std::string out = (dir.path() / "out").string();
   const pid_t child = ::fork();
@@ -386,6 +387,7 @@ std::pair<std::string, int> run_managed(const std::vector<std::string>& command,
     if (fd < 0 || ::dup2(fd, STDOUT_FILENO) < 0 || ::dup2(fd, STDERR_FILENO) < 0) ::_exit(99);
     ::unsetenv("LD_PRELOAD");
     ::unsetenv("LD_LIBRARY_PATH");
+    for (const auto& [name, value] : env) ::setenv(name.c_str(), value.c_str(), 1);
     RunOptions options;
     options.command = command;
     ::_exit(exec_managed(options, shim));
@@ -396,40 +398,63 @@ std::pair<std::string, int> run_managed(const std::vector<std::string>& command,
   return {std::string{std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()}, WEXITSTATUS(status)};
 }
 
-// A shim LD_PRELOAD cannot carry (a colon in its path) leaves the job unmanaged, not unrun: it was
-// refused with 126, where a missing shim runs it.
-TEST(RunCommand, AShimPathNoVariableCanCarryRunsTheJobUnmanaged) {
-  const auto [text, code] = run_managed({"sh", "-c", "echo \"ran [${LD_PRELOAD-unset}]\""},
-                                        "/opt/gpuqos:2/lib/libgpuqos.so");
-  EXPECT_EQ(code, 0);
-  EXPECT_NE(text.find("has a colon or a semicolon, which LD_PRELOAD and LD_LIBRARY_PATH cannot carry: the job "
-                      "runs unmanaged"),
-            std::string::npos)
-      << text;
-  EXPECT_NE(text.find("ran [unset]"), std::string::npos) << text;
-}
-
-// A shim in a folder whose path has a space (a clone in "~/My Projects") is loaded, by name from its
-// folder put first on the library path (a review: it ran every job unmanaged). Shown with a real
-// library copied there under the shim's name, found in the job's own memory map.
-TEST(RunCommand, AShimInAFolderWithASpaceIsLoaded) {
-  std::filesystem::path library;
+// A real library to stand in for the shim (libz: no constructor, nothing it does at load).
+std::filesystem::path stand_in_library() {
   for (const char* candidate : {"/lib/x86_64-linux-gnu/libz.so.1", "/usr/lib/x86_64-linux-gnu/libz.so.1",
                                 "/lib/aarch64-linux-gnu/libz.so.1", "/usr/lib64/libz.so.1", "/lib64/libz.so.1"}) {
-    if (std::filesystem::exists(candidate)) library = candidate;
+    if (std::filesystem::exists(candidate)) return candidate;
   }
+  return {};
+}
+
+// A shim in a folder whose path has a space (a clone in "~/My Projects") or a colon, which LD_PRELOAD
+// cannot carry, is loaded through a link to it in a folder of the user's own (a review: it ran every
+// job unmanaged). Shown with a real library copied there under the shim's name, found in the job's
+// memory map; the link is reused, and one in a folder others could change is not used.
+TEST(RunCommand, AShimWhosePathHasASpaceOrColonIsLoadedThroughALink) {
+  const std::filesystem::path library = stand_in_library();
   if (library.empty()) GTEST_SKIP() << "no libz.so.1 to stand in for the shim";
   const testing::TempDir dir;
-  const std::filesystem::path folder = dir.path() / "my gpuqos" / "lib";
-  std::filesystem::create_directories(folder);
-  std::filesystem::copy_file(library, folder / "libgpuqos.so");
-  const auto [text, code] = run_managed(
-      {"sh", "-c", "echo \"[$LD_PRELOAD] [$LD_LIBRARY_PATH]\"; grep -c 'my gpuqos/lib/libgpuqos.so' /proc/$$/maps"},
-      folder / "libgpuqos.so");
+  const std::filesystem::path runtime = dir.path() / "runtime";
+  std::filesystem::create_directories(runtime);
+  const std::string links = (runtime / ("gpuqos-" + std::to_string(::geteuid()))).string();
+  for (const char* name : {"my gpuqos", "gpuqos:2"}) {
+    SCOPED_TRACE(name);
+    const std::filesystem::path folder = dir.path() / name / "lib";
+    std::filesystem::create_directories(folder);
+    std::filesystem::copy_file(library, folder / "libgpuqos.so");
+    for (int run = 0; run < 2; ++run) {  // the second reuses the link
+      const auto [text, code] = run_managed(
+          {"sh", "-c", "echo \"[$LD_PRELOAD] [${LD_LIBRARY_PATH-unset}]\"; grep -c '" + std::string(name) +
+                           "/lib/libgpuqos.so' /proc/$$/maps"},
+          folder / "libgpuqos.so", {{"XDG_RUNTIME_DIR", runtime.string()}});
+      EXPECT_EQ(code, 0) << text;
+      EXPECT_EQ(text.find("cannot"), std::string::npos) << text;
+      const auto open = text.find('['), close = text.find(']');
+      ASSERT_TRUE(open != std::string::npos && close != std::string::npos) << text;
+      const std::string preload = text.substr(open + 1, close - open - 1);
+      EXPECT_EQ(preload.rfind(links + "/libgpuqos-", 0), 0u) << text;
+      EXPECT_EQ(preload.find_first_of(" :"), std::string::npos) << text;
+      EXPECT_EQ(std::filesystem::read_symlink(preload), folder / "libgpuqos.so");
+      EXPECT_NE(text.find("[unset]"), std::string::npos) << "the library path is left alone: " << text;
+    }
+  }
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(links), std::filesystem::directory_iterator()), 2)
+      << "one link a shim, no leftovers";
+  // A links folder others may write to could have its link swapped: not used (the next, /tmp, is).
+  const testing::TempDir open_runtime;
+  const std::string open_links = (open_runtime.path() / ("gpuqos-" + std::to_string(::geteuid()))).string();
+  ASSERT_EQ(::mkdir(open_links.c_str(), 0700), 0);
+  ASSERT_EQ(::chmod(open_links.c_str(), 0777), 0);
+  const auto [text, code] = run_managed({"sh", "-c", "echo \"[$LD_PRELOAD]\""}, dir.path() / "my gpuqos" / "lib" / "libgpuqos.so",
+                                        {{"XDG_RUNTIME_DIR", open_runtime.path().string()}});
   EXPECT_EQ(code, 0) << text;
-  EXPECT_NE(text.find("[libgpuqos.so] [" + folder.string() + "]"), std::string::npos) << text;
-  EXPECT_EQ(text.find("cannot"), std::string::npos) << text;
-  EXPECT_EQ(text.find("\n0\n"), std::string::npos) << "not in the job's memory map:\n" << text;
+  EXPECT_EQ(text.find(open_links), std::string::npos) << text;
+  const auto open = text.find('['), close = text.find(']');
+  ASSERT_TRUE(open != std::string::npos && close != std::string::npos) << text;
+  const std::string preload = text.substr(open + 1, close - open - 1);
+  EXPECT_EQ(preload.rfind("/tmp/gpuqos-", 0), 0u) << text;
+  ::unlink(preload.c_str());  // the test's own, beside any the user has there
 }
 
 // A set-user-ID program (sudo, su) gets no LD_PRELOAD path from the loader when it changes who it

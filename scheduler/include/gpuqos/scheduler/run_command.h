@@ -26,7 +26,8 @@ bool runs_set_id(const std::string& program);
 
 // Sets GPUQOS_PRIORITY, GPUQOS_JOB, GPUQOS_SOCKET (each given; an unset priority only where the
 // environment has none or an empty one, to low) and LD_PRELOAD (when shim is set; a shim whose path
-// has spaces by name, its folder first in LD_LIBRARY_PATH) in this process's environment and
+// has a space or colon through a link to it in $XDG_RUNTIME_DIR/gpuqos-UID or /tmp/gpuqos-UID) in
+// this process's environment and
 // execvp's the command. Returns only when exec failed: the exit code
 // a shell would give (127 not found, 126 otherwise), after printing why to stderr. A set-user-ID or
 // set-group-ID command is run with a warning that it may run unmanaged.
