@@ -265,15 +265,22 @@ TEST(QosTracker, AJobThatBeginsToSayItsArrivalsStartsItsLatenciesOver) {
   EXPECT_EQ(jobs[0].max_ns, 5 * kMs);
 }
 
+// Job "serve" of two high-priority processes: 1 marks its queries (one of 4 ms closed at 1 ms), 2
+// does not.
+QosTracker job_of_two_processes_one_marking() {
+  QosTracker tracker;
+  tracker.client_seen(1, "serve", ipc::Priority::high, 0);
+  tracker.client_seen(2, "serve", ipc::Priority::high, 0);
+  (void)tracker.query_closed(1, 4 * kMs, 6 * kMs, 1 * kMs, LatencyFrom::begin);
+  return tracker;
+}
+
 // A query measured from an earlier point than the job's latencies run from (another process of the
 // job does not mark) is left out, not recorded among them as if it were of their kind (a review);
 // queries that never closed are counted apart, and kept when the latencies start over.
 TEST(QosTracker, AQueryOfAnEarlierKindIsLeftOutAndAbandonedOnesAreCounted) {
   const config::Config config = config_with("serve", 6.0, 99.0);
-  QosTracker tracker;
-  tracker.client_seen(1, "serve", ipc::Priority::high, 0);
-  tracker.client_seen(2, "serve", ipc::Priority::high, 0);
-  (void)tracker.query_closed(1, 4 * kMs, 6 * kMs, 1 * kMs, LatencyFrom::begin);
+  QosTracker tracker = job_of_two_processes_one_marking();
   const QosTracker::StartedOver first_op = tracker.query_closed(2, 30 * kMs, 6 * kMs, 2 * kMs);
   EXPECT_TRUE(first_op.left_out);
   EXPECT_EQ(first_op.from, LatencyFrom::begin);
@@ -295,10 +302,7 @@ TEST(QosTracker, AQueryOfAnEarlierKindIsLeftOutAndAbandonedOnesAreCounted) {
 // had marked, after a restart without marks too), and a process marking again takes them back.
 TEST(QosTracker, AJobsInferredQueriesCountAgainOnceNoProcessOfItMarks) {
   const config::Config config = config_with("serve", 6.0, 99.0);
-  QosTracker tracker;
-  tracker.client_seen(1, "serve", ipc::Priority::high, 0);
-  tracker.client_seen(2, "serve", ipc::Priority::high, 0);
-  (void)tracker.query_closed(1, 4 * kMs, 6 * kMs, 1 * kMs, LatencyFrom::begin);
+  QosTracker tracker = job_of_two_processes_one_marking();
   EXPECT_TRUE(tracker.query_closed(2, 5 * kMs, 6 * kMs, 2 * kMs).left_out) << "process 1 marks, and is connected";
   tracker.client_left(1, {}, 3 * kMs);
   const QosTracker::StartedOver over = tracker.query_closed(2, 7 * kMs, 6 * kMs, 4 * kMs);
@@ -325,10 +329,7 @@ TEST(QosTracker, AJobsInferredQueriesCountAgainOnceNoProcessOfItMarks) {
 // review).
 TEST(QosTracker, AProcessMarksFromItsFirstMarkNotItsFirstMarkedQuery) {
   const config::Config config = config_with("serve", 6.0, 99.0);
-  QosTracker tracker;
-  tracker.client_seen(1, "serve", ipc::Priority::high, 0);
-  tracker.client_seen(2, "serve", ipc::Priority::high, 0);
-  (void)tracker.query_closed(1, 4 * kMs, 6 * kMs, 1 * kMs, LatencyFrom::begin);
+  QosTracker tracker = job_of_two_processes_one_marking();
   tracker.client_left(1, {}, 2 * kMs);  // restarted: its successor has begun, not ended, a query
   tracker.client_seen(3, "serve", ipc::Priority::high, 3 * kMs);
   tracker.client_marks(3, 3 * kMs);
