@@ -5,7 +5,6 @@
 #include <bit>
 #include <cmath>
 #include <tuple>
-#include <utility>
 
 namespace gpuqos::scheduler {
 namespace {
@@ -212,10 +211,7 @@ QosTracker::Job* QosTracker::job_of(ClientId client, std::int64_t now_ns, Activi
 QosTracker::Job& QosTracker::restart_job(const std::string& name, std::int64_t now_ns) {
   Job& job = add_job(name, now_ns);
   job.priority = priority_of_job(name);
-  for (const auto& [id, other] : clients_) {
-    job.clients += other.job == name;
-    job.marking_clients += other.job == name && other.marks;
-  }
+  for (const auto& [id, other] : clients_) job.clients += other.job == name;
   return job;
 }
 
@@ -235,11 +231,7 @@ void QosTracker::client_seen(ClientId client, const std::string& job, ipc::Prior
 }
 
 void QosTracker::client_marks(ClientId client, std::int64_t now_ns) {
-  auto state = clients_.find(client);
-  if (state == clients_.end() || state->second.marks) return;
-  Job* job = job_of(client, now_ns);
-  state->second.marks = true;
-  ++job->marking_clients;
+  if (job_of(client, now_ns) != nullptr) clients_.at(client).marks = true;
 }
 
 void QosTracker::client_left(ClientId client, const GrantCounters& counters, std::int64_t now_ns) {
@@ -247,15 +239,18 @@ void QosTracker::client_left(ClientId client, const GrantCounters& counters, std
   auto state = clients_.find(client);
   if (state == clients_.end()) return;
   const std::string job = state->second.job;
-  const bool marked = state->second.marks;
   clients_.erase(state);
   if (auto it = jobs_.find(job); it != jobs_.end()) {
     if (it->second.clients > 0) --it->second.clients;
-    if (marked && it->second.marking_clients > 0) --it->second.marking_clients;
     it->second.last_active_ns = now_ns;
     // Its priority is its remaining processes' (high if any is); with none left it keeps the last.
     if (it->second.clients > 0) it->second.priority = priority_of_job(job);
   }
+}
+
+bool QosTracker::any_client_marks(const std::string& job) const {
+  return std::any_of(clients_.begin(), clients_.end(),
+                     [&](const auto& entry) { return entry.second.job == job && entry.second.marks; });
 }
 
 ipc::Priority QosTracker::priority_of_job(const std::string& job) const {
@@ -280,13 +275,13 @@ QosTracker::StartedOver QosTracker::query_closed(ClientId client, std::int64_t l
   Job* job = job_of(client, now_ns);
   if (job == nullptr) return {};
   ClientState& state = clients_.at(client);  // job_of found it
-  if (from != LatencyFrom::first_op && !std::exchange(state.marks, true)) ++job->marking_clients;
+  if (from != LatencyFrom::first_op) state.marks = true;
   StartedOver over;
   // An inferred query of a job whose latencies run from its marks: another process of the job does
   // not mark (a review: it was recorded among them, as if of their kind). A marked one whose arrival
   // was lost (measured from its begin in a job that says arrivals) stays: a lower bound of its kind.
   if (from == LatencyFrom::first_op && job->from != LatencyFrom::first_op) {
-    if (job->marking_clients > 0) {
+    if (any_client_marks(state.job)) {
       over.left_out = true;
       over.from = job->from;
       return over;

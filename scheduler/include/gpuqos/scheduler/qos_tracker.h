@@ -267,7 +267,6 @@ class QosTracker {
     std::uint64_t violations = 0;
     std::uint64_t abandoned = 0;
     LatencyFrom from = LatencyFrom::first_op;  // what its latencies run from
-    std::uint32_t marking_clients = 0;         // connected clients that mark (ClientState::marks)
     std::optional<std::int64_t> measured_target_ns;  // the target its latencies were measured against
     std::uint64_t be_ops = 0;
     std::int64_t be_device_ns = 0;
@@ -277,7 +276,7 @@ class QosTracker {
   struct ClientState {
     std::string job;
     ipc::Priority priority = ipc::Priority::low;
-    bool marks = false;  // it posted a begin or arrived mark, or closed a marked query (marking_clients)
+    bool marks = false;  // it posted a begin or arrived mark, or closed a marked query
   };
   enum class Activity { active, not_active };
   // The client's job (created again if it was dropped), marked active at now_ns unless said not to
@@ -288,6 +287,9 @@ class QosTracker {
   Job& restart_job(const std::string& name, std::int64_t now_ns);
   // Empties the job's histogram and violations; what they held.
   static StartedOver start_over(Job& job, bool target_changed);
+  // Does a connected process of `job` mark its queries (clients_)? Asked only of an inferred query
+  // of a job whose latencies run from marks: a scan, not a count to keep in step.
+  bool any_client_marks(const std::string& job) const;
   // High if any connected process of `job` is (clients_), else low.
   ipc::Priority priority_of_job(const std::string& job) const;
   JobQosSnapshot snapshot_of(const std::string& name, const Job& job, const config::Config& config,
