@@ -250,20 +250,11 @@ FileIdentity identity_from(const struct stat& info) {
 }  // namespace
 
 LoadedProfile load_profile(const std::filesystem::path& path, const PredictorConfig& config) {
-  // A directory, a FIFO or /dev/zero would read as garbage, block, or never end.
-  std::error_code error;
-  const auto status = std::filesystem::status(path, error);
-  if (!error && std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
-    return empty(config, path.string(), "not a regular file", Problem::access);
-  }
-  if (const auto size = std::filesystem::file_size(path, error); !error && size > kMaxFileBytes) {
-    return empty(config, path.string(), "implausibly large (" + std::to_string(size) + " bytes)", Problem::access);
-  }
   // Read through one descriptor, whose identity is the file's: a store renamed over the path while
   // this one was read (`gpuqos train --out`) is then not taken for the one read (a review: the
-  // next save replaced the new store with the old model, silently). O_NONBLOCK: a FIFO put there
-  // since the check above does not block the open; but a file under another's write lease (Samba,
-  // an NFS delegation) then says EWOULDBLOCK, so that one is opened again, waiting for the lease.
+  // next save replaced the new store with the old model, silently); what the file is is checked on
+  // it too. O_NONBLOCK: a FIFO does not block the open; but a file under another's write lease
+  // (Samba, an NFS delegation) then says EWOULDBLOCK, so that one is opened again, waiting.
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
   if (fd < 0 && errno == EWOULDBLOCK) fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
   if (fd < 0) {
@@ -277,7 +268,11 @@ LoadedProfile load_profile(const std::filesystem::path& path, const PredictorCon
   } closer{fd};
   struct stat info{};
   if (::fstat(fd, &info) != 0) return empty(config, path.string(), std::string("cannot stat: ") + std::strerror(errno), Problem::access);
+  // A directory, a FIFO or /dev/zero would read as garbage, block, or never end.
   if (!S_ISREG(info.st_mode)) return empty(config, path.string(), "not a regular file", Problem::access);
+  if (static_cast<std::uintmax_t>(info.st_size) > kMaxFileBytes) {
+    return empty(config, path.string(), "implausibly large (" + std::to_string(info.st_size) + " bytes)", Problem::access);
+  }
   std::string contents;
   try {
     char chunk[1 << 16];
