@@ -19,7 +19,6 @@ namespace {
 
 constexpr int kUsageError = 2;
 
-
 void print_kernels(const Predictor& predictor, std::ostream& out) {
   out << "kernels: " << predictor.kernel_count() << " names, " << predictor.stored_samples() << " stored shapes\n";
   for (const std::string& name : predictor.kernel_names()) {

@@ -62,7 +62,7 @@ std::string path_hash(const std::string& text) {
   return out;
 }
 
-// An absolute path without spaces, colons or semicolons that leads to `shim`: a link to it in a
+// An absolute path without spaces or colons (what ld.so splits LD_PRELOAD at) that leads to `shim`: a link to it in a
 // folder only this user can change ($XDG_RUNTIME_DIR/gpuqos-UID, else /tmp/gpuqos-UID), made once
 // and reused; nullopt when no such folder can be had.
 std::optional<std::string> plain_link_to(const std::filesystem::path& shim) {
@@ -72,7 +72,7 @@ std::optional<std::string> plain_link_to(const std::filesystem::path& shim) {
   bases.emplace_back("/tmp");
   for (const std::string& base : bases) {
     const std::string folder = base + "/gpuqos-" + std::to_string(uid);
-    if (folder.find_first_of(" :;") != std::string::npos) continue;
+    if (folder.find_first_of(" :") != std::string::npos) continue;
     if (::mkdir(folder.c_str(), 0700) != 0 && errno != EEXIST) continue;
     // Another user's folder, or one others may write to, could swap the link for their library.
     struct stat info{};
