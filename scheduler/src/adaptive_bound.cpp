@@ -31,7 +31,8 @@ bool AdaptiveBound::observe(ClientId client, std::int64_t latency_ns, std::int64
     window.latencies[window.next] = latency_ns;
   }
   window.next = (window.next + 1) % kWindow;
-  if (++window.since_check < kEvery) return false;
+  // After a move, the window judges the new bound only once it holds a whole window taken under it.
+  if (++window.since_check < kEvery || window.latencies.size() < window.judge_from) return false;
   window.since_check = 0;
   std::vector<std::int64_t> sorted = window.latencies;
   const auto rank = static_cast<std::size_t>(
@@ -58,6 +59,16 @@ bool AdaptiveBound::observe(ClientId client, std::int64_t latency_ns, std::int64
   if (next == bound_ns_) return false;
   bound_ns_ = next;
   ++steps_;
+  // Every window's latencies were taken under the old bound: one slow query stayed in its window
+  // for kWindow / kEvery checks and stepped the bound down at each of them (a review: four steps
+  // for one query over the target, never taken back while the tail stayed in the band). So each
+  // starts again, and judges the new bound by a whole window of its own queries.
+  for (auto& [id, other] : windows_) {
+    other.latencies.clear();
+    other.next = 0;
+    other.since_check = 0;
+    other.judge_from = kWindow;
+  }
   return true;
 }
 

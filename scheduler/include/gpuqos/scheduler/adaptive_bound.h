@@ -6,10 +6,12 @@
 // step, but only when every other job's latest verdict also says rise, or is stale: older than
 // kStaleGaps of that job's own intervals between checks (at least kStaleChecks checks of any job:
 // a job that stopped querying without leaving must not hold the bound down for good, and one that
-// queries seldom must not lose its say to busier ones); in between it stays. So with several jobs the bound serves the one nearest
-// its target: a job meeting its target easily and querying ten times as often out-voted one 2.3x
-// over it, and held the bound at its maximum. Always within [min, max]. With adaptation off the
-// bound is fixed.
+// queries seldom must not lose its say to busier ones); in between it stays. So with several jobs
+// the bound serves the one nearest its target: a job meeting its target easily and querying ten
+// times as often out-voted one 2.3x over it, and held the bound at its maximum. After a step every
+// window starts again, and its next verdict is of a whole window taken under the new bound: one
+// query over the target moves the bound one step, not one per check whose window still holds it.
+// Always within [min, max]. With adaptation off the bound is fixed.
 //
 // Why it converges: if a job's tail grows with the bound (more best-effort work queued ahead of a
 // query delays it more), steps move the bound towards the band where the tail lies between
@@ -54,6 +56,7 @@ class AdaptiveBound {
     std::vector<std::int64_t> latencies;  // ring of the last kWindow
     std::size_t next = 0;
     std::size_t since_check = 0;
+    std::size_t judge_from = 1;  // the fewest latencies it judges by (kWindow since the bound moved)
     Verdict verdict = Verdict::none;  // at its latest check,
     std::uint64_t checked_at = 0;     // the checks_ count then,
     std::uint64_t gap = 0;            // and since the check before (0: none yet)
