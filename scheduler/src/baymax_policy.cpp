@@ -49,8 +49,11 @@ BaymaxPolicy::ClientState& BaymaxPolicy::state_of(ClientId client, ipc::Priority
   return it->second;
 }
 
+// At most kStaleOpNs: an op is retired by then whatever was predicted, so a longer prediction means
+// nothing more, and the backlogs and queues sum these (a review: credited ops predicted at the
+// learner's old 1e15-ns cap overflowed a device's best-effort backlog after 9,224 of them).
 std::int64_t BaymaxPolicy::predicted(const OpPosted& event) const {
-  return event.predicted_ns > 0 ? event.predicted_ns : placeholder_duration_ns(event.op);
+  return std::min(event.predicted_ns > 0 ? event.predicted_ns : placeholder_duration_ns(event.op), kStaleOpNs);
 }
 
 BaymaxPolicy::ClientState::FirstCompute BaymaxPolicy::first_compute_of(ClientId client, std::uint64_t query,
@@ -112,7 +115,7 @@ void BaymaxPolicy::first_compute_completion(ClientId client, const ipc::Completi
 }
 
 std::int64_t BaymaxPolicy::expected(const OpPosted& event) const {
-  return event.expected_ns > 0 && event.predicted_ns > 0 ? std::min(event.expected_ns, event.predicted_ns)
+  return event.expected_ns > 0 && event.predicted_ns > 0 ? std::min(event.expected_ns, predicted(event))
                                                          : predicted(event);
 }
 

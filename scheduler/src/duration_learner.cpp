@@ -144,9 +144,11 @@ DurationLearner::Estimate DurationLearner::posted(std::uint32_t client, const ip
     ++remembered_per_client_[client];
   }
   if (prediction.model == predictor::ModelUsed::none) return {};
-  // 0 would read as "no model knows it"; a NaN or infinity cannot be an integer.
+  // 0 would read as "no model knows it"; a NaN or infinity cannot be an integer. At most
+  // kMaxLearnedNs, the policy's horizon for an op in flight (it sums these).
   const auto nanoseconds = [](double ns) -> std::int64_t {
-    return std::isfinite(ns) ? std::max<std::int64_t>(1, static_cast<std::int64_t>(std::min(ns, 1e15))) : 0;
+    return std::isfinite(ns) ? std::max<std::int64_t>(1, static_cast<std::int64_t>(std::min(ns, static_cast<double>(kMaxLearnedNs))))
+                             : 0;
   };
   const Estimate estimate{nanoseconds(std::min(prediction.upper_ns, prediction.duration_ns * kMaxUpperRatio)),
                           nanoseconds(prediction.duration_ns),

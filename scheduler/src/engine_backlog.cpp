@@ -35,7 +35,9 @@ std::int64_t placeholder_duration_ns(const ipc::OpDescriptor& op) {
     case ipc::OpKind::kernel: return 100'000;
     case ipc::OpKind::graph: return 1'000'000;
     case ipc::OpKind::copy:
-    case ipc::OpKind::memset: return 5'000 + static_cast<std::int64_t>(op.bytes / kBytesPerUs) * 1'000;
+    case ipc::OpKind::memset:  // at most the horizon of an op in flight: the backlog sums these
+      return std::min<std::int64_t>(5'000 + static_cast<std::int64_t>(op.bytes / kBytesPerUs) * 1'000,
+                                    EngineBacklog::kLostAfterNs);
     default: return 0;
   }
 }

@@ -3043,6 +3043,25 @@ TEST(BaymaxPolicy, AnAbandonedQueryStopsHoldingBestEffortWork) {
   EXPECT_EQ(policy.tick(BaymaxPolicy::kStaleQueryNs + kMs + 1), (Decisions{{kTrainA, 1}}));
 }
 
+// A prediction counts for at most kStaleOpNs, the horizon of an op in flight: the backlog sums
+// them (a review: credited ops predicted at the learner's old 1e15-ns cap overflowed a device's
+// best-effort backlog after 9,224 of them, and it read negative).
+TEST(BaymaxPolicy, APredictionCountsForAtMostTheHorizonOfAnOpInFlight) {
+  PolicyOptions o = sliced();
+  o.credit_ops = 32;
+  BaymaxPolicy policy(o);
+  (void)policy.client_registered(train(kTrainA), 0);
+  constexpr std::uint64_t kOps = 10'000;
+  std::uint64_t granted = 0;
+  for (std::uint64_t seq = 1; seq <= kOps; ++seq) {
+    for (const Grant& grant : post(policy, kTrainA, Priority::low, op(seq), 0, 1'000'000'000'000'000)) granted = grant.through_seq;
+  }
+  ASSERT_GE(granted, kOps) << "all granted: nothing to protect";
+  const EngineLoad load = policy.backlog().load(0, Engine::compute);
+  EXPECT_EQ(load.outstanding_ops, kOps);
+  EXPECT_EQ(load.backlog_ns, static_cast<std::int64_t>(kOps) * BaymaxPolicy::kStaleOpNs);
+}
+
 TEST(BaymaxPolicy, AGoneClientReleasesWhatItHeld) {
   BaymaxPolicy policy(options(5 * kMs));
   (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
