@@ -1743,29 +1743,42 @@ TEST(BaymaxPolicy, AnOpenQueryAdmitsOnlyWhatStillMeetsItsDeadline) {
   BaymaxPolicy policy(options(50 * kMs));
   (void)policy.client_registered(serve(kServe, 10 * kMs), 0);
   EXPECT_TRUE(post(policy, kServe, Priority::high, op(1), 0, kMs).empty());  // opens a query, deadline 10 ms
-  // now + backlog + op + remaining (no profile yet: 0) + margin (1 ms) <= 10 ms
-  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 0, 3 * kMs), (Decisions{{kTrainA, 1}}));  // 4
-  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(2), 0, 3 * kMs), (Decisions{{kTrainA, 2}}));  // 7
-  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(3), 0, 3 * kMs), (Decisions{{kTrainA, 3}}));  // 10
-  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(4), 0, 3 * kMs).empty());                   // 13
+  // now + the query's posted work (no profile yet: all it is known to need) + backlog + op + margin
+  // (1 ms) <= 10 ms
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(1), 0, 3 * kMs), (Decisions{{kTrainA, 1}}));  // 5
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(2), 0, 3 * kMs), (Decisions{{kTrainA, 2}}));  // 8
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(3), 0, 3 * kMs).empty());                   // 11
   EXPECT_TRUE(post(policy, kServe, Priority::high, op(2, ipc::OpKind::sync), kMs, 0).empty()) << "not drained yet";
-  EXPECT_EQ(policy.op_completed({kServe, done(1, 2 * kMs), 2 * kMs}), (Decisions{{kTrainA, 4}}))
+  EXPECT_EQ(policy.op_completed({kServe, done(1, 2 * kMs), 2 * kMs}), (Decisions{{kTrainA, 3}}))
       << "the sync drained: the query closed";
   EXPECT_EQ(policy.queries().open_query(kServe), nullptr);
 }
 
+// Before the job's first query closed (no profile), the query's own posted work counts in full:
+// best-effort work granted now runs after it and before the query's next op (a review: an 8-ms
+// query kernel and a 3-ms best-effort one went together against a 10-ms target).
+TEST(BaymaxPolicy, BeforeAProfileAQuerysPostedWorkCountsInItsDeadline) {
+  BaymaxPolicy policy(options(50 * kMs));
+  (void)policy.client_registered(serve(kServe, 10 * kMs), 0);
+  EXPECT_TRUE(post(policy, kServe, Priority::high, op(1), 0, 8 * kMs).empty());
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(1), 0, 3 * kMs).empty()) << "8 + 3 + 1 > 10";
+  EXPECT_EQ(post(policy, kTrainA, Priority::low, op(2), 0, kMs / 2), Decisions{}) << "behind the held one";
+  EXPECT_EQ(policy.op_completed({kServe, done(1, 2 * kMs), 2 * kMs}), (Decisions{{kTrainA, 1}, {kTrainA, 2}}))
+      << "its kernel done early (no sync: the query stays open): 2 + 3 + 0.5 + 1 <= 10";
+}
+
 // A job's own safety margin ([[job]] safety_margin_ms) replaces the policy's (2 ms here) for its
-// queries, and only for them: 3-ms ops fit a 10-ms deadline three times with a margin of 0 or 1
-// (3 + 3 + 3 + margin <= 10), twice with 2 or 3.
+// queries, and only for them: 3-ms ops fit an 11-ms deadline behind the query's 1-ms op three times
+// with a margin of 0 or 1 (1 + 3 + 3 + 3 + margin <= 11), twice with 2 or 3.
 TEST(BaymaxPolicy, AJobsOwnSafetyMarginIsKeptBeforeItsDeadlines) {
   const auto granted_ops = [](std::optional<std::int64_t> job_margin_ns, bool beside_another = false) {
     PolicyOptions o = options(50 * kMs);
     o.baymax.safety_margin_ns = 2 * kMs;
     BaymaxPolicy policy(o);
-    ClientInfo info = serve(kServe, 10 * kMs + (beside_another ? 1 : 0));  // + the other's 1-ns op, ahead of its next
+    ClientInfo info = serve(kServe, 11 * kMs + (beside_another ? 1 : 0));  // + the other's 1-ns op, ahead of its next
     info.safety_margin_ns = job_margin_ns;
     (void)policy.client_registered(info, 0);
-    (void)post(policy, kServe, Priority::high, op(1), 0, kMs);  // opens a query, deadline 10 ms
+    (void)post(policy, kServe, Priority::high, op(1), 0, kMs);  // opens a query, deadline 11 ms
     if (beside_another) {  // a job with the policy's margin and a later deadline (30 ms)
       ClientInfo other = serve(kServeB, 30 * kMs);
       other.job = "other";
@@ -2137,23 +2150,28 @@ TEST(BaymaxPolicy, ALongOpHeldByDeadlinesClosesTheEngineAfterTheHoldLimit) {
 }
 
 // Two queries open at once; the one with the earlier deadline is served first, so the later one
-// must also absorb its outstanding work.
+// must also absorb its outstanding work. On a device that time-slices processes (before a profile
+// every best-effort op counts in full, as in order), the earlier one does not wait for the later
+// one's; on one that runs kernels to their end, every query waits for all the posted work.
 TEST(BaymaxPolicy, EarliestDeadlineFirstCountsTheWorkOfEarlierDeadlines) {
-  const auto decide = [](std::int64_t target_a, std::int64_t target_b) {
-    BaymaxPolicy policy(options(50 * kMs));
+  const auto decide = [](bool preemptive, std::int64_t target_a, std::int64_t target_b) {
+    BaymaxPolicy policy(on_device(preemptive, 50 * kMs));
     (void)policy.client_registered(serve(kServe, target_a), 0);
     (void)policy.client_registered(serve(kServeB, target_b), 0);
     (void)post(policy, kServe, Priority::high, op(1), 0, 5 * kMs);   // A: 5 ms of work outstanding
     (void)post(policy, kServeB, Priority::high, op(1), 0, 1 * kMs);  // B: 1 ms
     return post(policy, kTrainA, Priority::low, op(1), 0, 6 * kMs);
   };
-  // A first (deadline 10): A 6+0+1 = 7 <= 10; B (11) after A's 5 ms: 6+5+1 = 12 > 11: held.
-  EXPECT_TRUE(decide(10 * kMs, 11 * kMs).empty());
-  // B first (deadline 9): B 6+0+1 = 7 <= 9 by EDF, but on a device that runs kernels to their end
-  // A's posted 5 ms run before B's next ops whatever the deadlines: 6+5+1 = 12 > 9: held.
-  EXPECT_TRUE(decide(10 * kMs, 9 * kMs).empty());
-  // B's deadline 13: B 6+5+1 = 12 <= 13; A (10) after B's 1 ms: 6+1+1 = 8 <= 10: granted.
-  EXPECT_EQ(decide(10 * kMs, 13 * kMs), (Decisions{{kTrainA, 1}}));
+  constexpr std::int64_t kHalf = kMs / 2;
+  // A first (deadline 12): 5+6+1 = 12 <= 12; B (13) after A's 5 ms: 1+5+6+1 = 13 <= 13: granted.
+  EXPECT_EQ(decide(true, 12 * kMs, 13 * kMs), (Decisions{{kTrainA, 1}}));
+  // B's deadline 12.5: it still comes after A's, so 13 > 12.5: held.
+  EXPECT_TRUE(decide(true, 12 * kMs, 12 * kMs + kHalf).empty());
+  // B first (deadline 8.5): 1+6+1 = 8 <= 8.5 without A's 5 ms; A (13) after B's 1 ms: 5+1+6+1 = 13: granted.
+  EXPECT_EQ(decide(true, 13 * kMs, 8 * kMs + kHalf), (Decisions{{kTrainA, 1}}));
+  // In order, A's posted 5 ms run before B's next ops whatever the deadlines: 1+5+6+1 = 13 > 8.5.
+  EXPECT_TRUE(decide(false, 13 * kMs, 8 * kMs + kHalf).empty());
+  EXPECT_EQ(decide(false, 13 * kMs, 13 * kMs), (Decisions{{kTrainA, 1}}));
 }
 
 TEST(BaymaxPolicy, AtMostMaxBestEffortTransfersAtOnce) {
