@@ -76,6 +76,24 @@ ipc::Status make_parent_directory(const std::string& path) {
   return {};
 }
 
+// A lock file is opened without blocking and without becoming a controlling terminal: someone who
+// may write in its directory can put a FIFO there (a review: opened to read while another process
+// held it locked, the open waited for a writer for good, stalling gpuqosd's loop, which reads its
+// own SIGTERM) or a device.
+int open_lock_file(const std::string& lock_path, int flags) {
+  return ::open(lock_path.c_str(), flags | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0644);
+}
+
+// Why the open descriptor is no lock file of ours: not a regular file, or, one we would write, one
+// with other names (a hard link to a file elsewhere, which writing our pid would truncate). Empty: fine.
+std::string not_a_lock_file(int fd, bool writable) {
+  struct stat info{};
+  if (::fstat(fd, &info) != 0) return std::string("cannot be examined (") + std::strerror(errno) + ")";
+  if (!S_ISREG(info.st_mode)) return "is not a regular file (a FIFO, a device or a directory)";
+  if (writable && info.st_nlink > 1) return "has other names (" + std::to_string(info.st_nlink) + " hard links)";
+  return {};
+}
+
 }  // namespace
 
 void FileDescriptor::reset() noexcept {
@@ -128,7 +146,7 @@ ipc::Result<FileDescriptor> lock_socket_path(const std::string& path) {
 }
 
 std::string held_by(const std::string& lock_path) {
-  FileDescriptor fd(::open(lock_path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  FileDescriptor fd(open_lock_file(lock_path, O_RDONLY));
   // Another user's lock file (a user test: a user who made and locked it in a shared directory kept
   // root's gpuqosd from starting): its owner is named, and the pid in it, that user's word, is not.
   struct stat info{};
@@ -148,16 +166,19 @@ std::string held_by(const std::string& lock_path) {
 ipc::Result<FileDescriptor> lock_beside(const std::string& path, bool read_only_fallback) {
   const std::string lock_path = path + ".lock";
   if (ipc::Status made = make_parent_directory(path); !made) return ipc::Error{made.error()};
-  FileDescriptor fd(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
+  FileDescriptor fd(open_lock_file(lock_path, O_RDWR | O_CREAT));
   // Another user's lock file (left by their gpuqosd in a shared directory): a read-only descriptor
   // locks all the same; the pid is not written then.
   const bool writable = fd.valid();
   if (!writable && errno == EACCES && read_only_fallback) {
-    fd = FileDescriptor(::open(lock_path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+    fd = FileDescriptor(open_lock_file(lock_path, O_RDONLY));
     // No lock file to share, and none can be made: the directory is what refused (not "no such file").
     if (!fd.valid() && errno == ENOENT) return system_error_of(EACCES, "cannot create " + lock_path);
   }
   if (!fd.valid()) return system_error("cannot open " + lock_path);
+  if (const std::string odd = not_a_lock_file(fd.get(), writable); !odd.empty()) {
+    return ipc::Error{lock_path + " " + odd + ": gpuqosd keeps its lock in a regular file there; remove it"};
+  }
   if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
     if (errno != EWOULDBLOCK) return system_error("cannot lock " + lock_path);
     return ipc::Error{""};  // held: the caller says by whom (held_by)

@@ -8,9 +8,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <string>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -99,6 +102,45 @@ TEST(UnixSocket, ALockFileThatCannotBeMadeSaysWhy) {
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0) << "10: could not become nobody; 11: locked; 12: another message";
   fs::permissions(closed, fs::perms(0755), fs::perm_options::replace);
+}
+
+// A review: a FIFO at <socket>.lock, held locked through a descriptor that only reads it. The lock
+// failed, and opening the FIFO to read who held it waited for a writer for good (gpuqosd hung at
+// start, and its loop every half second, SIGTERM unread). Now it is refused at once, said why;
+// also a hard link, whose other file writing the pid would truncate.
+TEST(UnixSocket, ALockPathThatIsNoRegularFileIsRefusedWithoutWaiting) {
+  const testing::TempDir dir;
+  const std::string socket = (dir.path() / "gq.sock").string();
+  const std::string lock = socket + ".lock";
+  ASSERT_EQ(::mkfifo(lock.c_str(), 0644), 0);
+  const int holder = ::open(lock.c_str(), O_RDONLY | O_NONBLOCK);  // a reader: no writer then
+  ASSERT_GE(holder, 0);
+  ASSERT_EQ(::flock(holder, LOCK_EX), 0);
+  std::promise<std::string> said;
+  std::future<std::string> result = said.get_future();
+  std::thread locker([&] {
+    auto locked = lock_socket_path(socket);
+    said.set_value(locked ? std::string("locked") : locked.error());
+  });
+  const bool done = result.wait_for(std::chrono::seconds(5)) == std::future_status::ready;
+  if (!done) ::close(::open(lock.c_str(), O_WRONLY | O_NONBLOCK));  // a writer lets the stuck open go
+  locker.join();
+  ::close(holder);
+  ASSERT_TRUE(done) << "waited for a writer";
+  EXPECT_EQ(result.get(), lock + " is not a regular file (a FIFO, a device or a directory): gpuqosd keeps its lock in "
+                                 "a regular file there; remove it");
+
+  const std::string elsewhere = (dir.path() / "precious").string();
+  { std::ofstream(elsewhere) << "keep me\n"; }
+  const std::string linked = (dir.path() / "other.sock").string();
+  ASSERT_EQ(::link(elsewhere.c_str(), (linked + ".lock").c_str()), 0);
+  auto refused = lock_beside(linked);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().find("has other names (2 hard links)"), std::string::npos) << refused.error();
+  std::ifstream kept(elsewhere);
+  std::string text;
+  std::getline(kept, text);
+  EXPECT_EQ(text, "keep me") << "not truncated";
 }
 
 // A user test: another user made <socket>.lock in a shared directory and held it locked, and root's
