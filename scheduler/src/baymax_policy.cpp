@@ -429,6 +429,22 @@ bool BaymaxPolicy::query_in_system(std::uint32_t device, std::int64_t now_ns) co
   });
 }
 
+std::int64_t BaymaxPolicy::until_no_query_ns(std::uint32_t device, std::int64_t now_ns) const {
+  std::int64_t longest = 0;
+  for (const auto& [id, state] : clients_) {
+    const ClientInfo& info = state.info;
+    if (info.priority != ipc::Priority::high || !state.on(device) || !info.target_ns) continue;
+    std::int64_t left = 0;
+    if (const OpenQuery* query = queries_.open_query(id); query && !overdue(*query, *info.target_ns, now_ns)) {
+      left = std::max(queries_.expected_remaining_ns(id, now_ns), hp_outstanding_live(state));
+    }
+    const auto waiting = static_cast<std::int64_t>(queries_.waiting_arrivals(id).size());
+    left += waiting * std::max<std::int64_t>(queries_.expected_query_ns(id), 0);
+    longest = std::max(longest, left);
+  }
+  return longest;
+}
+
 std::int64_t BaymaxPolicy::idle_stream_bound_ns() const {
   // Held to what a config may give, whoever built the options (config.h says why that is safe).
   const double factor = std::clamp(options_.baymax.idle_bound_factor, 1.0, config::kMaxIdleBoundFactor);
@@ -1211,6 +1227,7 @@ Decisions BaymaxPolicy::grant_ready(std::int64_t now_ns) {
     }
     std::sort(order.begin(), order.end());
     std::set<EngineKey> closed;
+    std::set<EngineKey> closed_until_no_query;  // by a head the deadline held past kDeadlineHoldNs
     std::set<std::uint32_t> budget_reserved;  // devices whose budget a held long op waits for
     ClientId chosen = 0;
     bool found = false;
@@ -1218,6 +1235,8 @@ Decisions BaymaxPolicy::grant_ready(std::int64_t now_ns) {
       const ClientId id = std::get<2>(entry);
       const Queued& head = clients_.at(id).queue.front();
       const auto engine = engine_of(head.op);
+      const bool only_till_no_query =
+          engine && closed_until_no_query.contains({head.op.device, *engine}) && !closed.contains({head.op.device, *engine});
       if ((engine && closed.contains({head.op.device, *engine})) ||
           (budget_reserved.contains(head.op.device) && long_op_cost(head, now_ns) > 0)) {
         held(id, HoldReason::behind);
@@ -1225,6 +1244,12 @@ Decisions BaymaxPolicy::grant_ready(std::int64_t now_ns) {
       }
       ClientState& client = clients_.at(id);
       Hold hold = hold_of(id, head, now_ns);
+      // Behind a long op waiting for the queries to be done: only what is done before they are.
+      if (only_till_no_query && hold == Hold::none &&
+          be_backlog_ns(head.op.device, *engine, now_ns) + head.predicted_ns > until_no_query_ns(head.op.device, now_ns)) {
+        held(id, HoldReason::behind);
+        continue;
+      }
       if (hold == Hold::none) {
         chosen = id;
         found = true;
@@ -1252,7 +1277,9 @@ Decisions BaymaxPolicy::grant_ready(std::int64_t now_ns) {
         held(id, engine == Engine::compute ? HoldReason::bound : HoldReason::transfer);
       }
       if (client.head_held_since_ns < 0) client.head_held_since_ns = now_ns;
-      if (hold == Hold::deadline && now_ns - client.head_held_since_ns > kDeadlineHoldNs) hold = Hold::engine;
+      if (engine && hold == Hold::deadline && now_ns - client.head_held_since_ns > kDeadlineHoldNs) {
+        closed_until_no_query.insert({head.op.device, *engine});
+      }
       if (engine && hold == Hold::engine) closed.insert({head.op.device, *engine});
     }
     if (!found) break;

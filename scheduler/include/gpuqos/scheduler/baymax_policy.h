@@ -95,7 +95,10 @@
 // A head held by its engine's state (bound, transfer limit, bound_by_slices' slices) closes that engine to the clients behind it, so a long op is not starved by short ones; a head held only by a query's
 // deadline does not, so another client's shorter op may use the query's slack, until it has been
 // held kDeadlineHoldNs: then it closes the engine too, or back-to-back queries, each opening before
-// the others' short ops drained, would hold it for ever. With no high-priority client on a device, best-effort clients also get credit (seqs
+// the others' short ops drained, would hold it for ever. Closed so, the engine still takes the
+// others' ops that drain before the queries in the system are expected to be done (the long op can
+// go only when none is, and finds the engine empty then): closed outright, a job whose queries
+// never left the system idle kept every best-effort job off the device (a review). With no high-priority client on a device, best-effort clients also get credit (seqs
 // beyond their last posted op, as in fifo), so they pay no round trip when there is nothing to
 // protect. What it holds when a high-priority job comes goes unasked, so the best-effort clients
 // that may hold credit on a device share the bound (on a device that runs kernels to their end,
@@ -615,6 +618,9 @@ class BaymaxPolicy final : public Policy {
   // A query of a job with a target on the device is open (and not overdue), or a request of one is
   // waiting.
   bool query_in_system(std::uint32_t device, std::int64_t now_ns) const;
+  // How long until no such query may be in the system there: the longest of the jobs' open queries'
+  // expected remaining time (at least their posted work) and their waiting requests' whole ones.
+  std::int64_t until_no_query_ns(std::uint32_t device, std::int64_t now_ns) const;
   // Open for more than PolicyState::kOverdueTargets x its job's target: no longer protected.
   static bool overdue(const OpenQuery& query, std::int64_t target_ns, std::int64_t now_ns);
   // A best-effort stream's bound on a preemptive device with no query in the system there:
