@@ -178,26 +178,34 @@ SyntaxPlace syntax_place(std::string_view text, std::uint32_t error_line) {
   return {};
 }
 
-// The whole file, or the reason it cannot be read.
-// The whole of a config file. Only a regular file of at most kMaxConfigBytes: a FIFO, a device
-// (/dev/zero) or a runaway file would block or never end, and gpuqosd reads this on its loop
-// (SIGHUP). Opened non-blocking, so a FIFO without a writer does not stop the open either.
+// The whole of a config file, or the reason it cannot be read. Only a regular file of at most
+// kMaxConfigBytes: a FIFO, a device (/dev/zero) or a runaway file would block or never end, and
+// gpuqosd reads this on its loop (SIGHUP). What the path names is looked at before it is opened
+// (opening some devices does something: a watchdog; a terminal would become gpuqosd's controlling
+// one), and opened non-blocking, so a FIFO put there in between does not stop the open either.
 constexpr std::uintmax_t kMaxConfigBytes = 1 << 20;
 
 std::optional<std::string> read_file(const std::filesystem::path& path, std::string& text) {
   const auto error_text = [] { return std::error_code(errno, std::generic_category()).message(); };
+  const auto not_regular = [](const struct stat& st) -> std::optional<std::string> {
+    if (S_ISDIR(st.st_mode)) return std::string("Is a directory");
+    if (!S_ISREG(st.st_mode)) return std::string("not a regular file (a pipe, socket or device)");
+    return std::nullopt;
+  };
+  struct stat named {};
+  if (::stat(path.c_str(), &named) != 0) return error_text();
+  if (auto odd = not_regular(named)) return odd;
   struct File {
     int fd;
     ~File() {
       if (fd >= 0) ::close(fd);
     }
-  } const file{::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)};
+  } const file{::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)};
   const int fd = file.fd;
   if (fd < 0) return error_text();
   struct stat st {};
   if (::fstat(fd, &st) != 0) return error_text();
-  if (S_ISDIR(st.st_mode)) return std::string("Is a directory");
-  if (!S_ISREG(st.st_mode)) return std::string("not a regular file (a pipe, socket or device)");
+  if (auto odd = not_regular(st)) return odd;
   if (static_cast<std::uintmax_t>(st.st_size) > kMaxConfigBytes) {
     return std::to_string(st.st_size) + " bytes, more than a config file's limit of 1 MiB";
   }

@@ -2,11 +2,16 @@
 // table of malformed inputs whose every message is checked (file:line:column, key and reason).
 #include "gpuqos/config/config.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gpuqos/config/load.h"
@@ -261,6 +266,21 @@ TEST(ConfigLoad, AFileThatIsNotARegularOneOrIsHugeIsRefusedWithoutReading) {
   result = load_config_file("/dev/zero");
   ASSERT_FALSE(result.ok());
   EXPECT_EQ(result.error(), "/dev/zero: cannot read config file: not a regular file (a pipe, socket or device)");
+  // Not even opened: a writer waiting on the FIFO would be let go by the open (opening some devices
+  // does something of its own; a terminal would become gpuqosd's controlling one).
+  std::atomic<bool> writer_opened{false};
+  std::thread writer([&] {
+    const int fd = ::open(fifo.c_str(), O_WRONLY);  // waits for a reader
+    writer_opened = fd >= 0;
+    if (fd >= 0) ::close(fd);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the writer waits in its open
+  EXPECT_FALSE(load_config_file(fifo).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_FALSE(writer_opened) << "the config load opened the FIFO";
+  const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);  // lets the writer go
+  writer.join();
+  if (reader >= 0) ::close(reader);
   const auto huge = dir.write("huge.toml", "# " + std::string(2 << 20, 'x') + "\n");
   result = load_config_file(huge);
   ASSERT_FALSE(result.ok());
