@@ -1,6 +1,7 @@
 // options_from_config: the [daemon] and [policy] tables as DaemonOptions.
 #include "gpuqos/scheduler/daemon_config.h"
 
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <string>
@@ -107,6 +108,14 @@ bool device_settings_differ(const BaymaxOptions& options, const DeviceTable::Uui
                             std::uint32_t b) {
   const UuidSettings named = uuid_settings(options, uuid);
   return settings_as(options, named, a) != settings_as(options, named, b);
+}
+
+std::string config_path_to_keep(const std::string& given) {
+  std::error_code error;
+  const std::filesystem::path full = std::filesystem::absolute(given, error);
+  if (error || !full.has_filename()) return given;
+  const std::filesystem::path directory = std::filesystem::weakly_canonical(full.parent_path(), error);
+  return error ? full.lexically_normal().string() : (directory / full.filename()).string();
 }
 
 }  // namespace gpuqos::scheduler

@@ -165,8 +165,7 @@ int main(int argc, char** argv) {
       return kUsageError;
     }
     options = configured.value();
-    // Absolute: what status shows, and what SIGHUP reads, whatever the directory it is read from.
-    options.config_path = std::filesystem::absolute(config_path).lexically_normal().string();
+    options.config_path = gpuqos::scheduler::config_path_to_keep(config_path);
     options.log_level = gpuqos::config::to_string(loaded.value().daemon.log_level);
     gpuqos::scheduler::apply_command_line(options);
   }

@@ -3,8 +3,12 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+
 #include "gpuqos/config/config.h"
 #include "gpuqos/config/load.h"
+#include "gpuqos/testing/temp_dir.h"
 
 namespace gpuqos::scheduler {
 namespace {
@@ -70,6 +74,22 @@ TEST(OptionsFromConfig, PolicyNoneIsRefusedAtItsPlaceInTheFile) {
   ASSERT_FALSE(options);
   EXPECT_EQ(options.error(),
             "/etc/gpuqos/gpuqos.toml:2:8: policy.name: \"none\" means running without gpuqosd (stop the daemon instead)");
+}
+
+// A review: gpuqosd kept "link/../c.toml" as "c.toml" beside the link, lexically, while the kernel
+// had read real/c.toml (link -> real/sub): status named another file, and SIGHUP reloaded it. The
+// directory's links are resolved; a link that is the file itself is kept, to be followed at reload.
+TEST(ConfigPathToKeep, ResolvesTheDirectorysLinksAndKeepsTheFilesOwnName) {
+  namespace fs = std::filesystem;
+  const testing::TempDir dir;
+  const fs::path base = fs::canonical(dir.path());
+  fs::create_directories(base / "real" / "sub");
+  fs::create_directory_symlink(base / "real" / "sub", base / "link");
+  { std::ofstream(base / "real" / "c.toml") << "\n"; }
+  fs::create_symlink(base / "real" / "c.toml", base / "current.toml");
+  EXPECT_EQ(config_path_to_keep((base / "link" / ".." / "c.toml").string()), (base / "real" / "c.toml").string());
+  EXPECT_EQ(config_path_to_keep((base / "current.toml").string()), (base / "current.toml").string());
+  EXPECT_EQ(config_path_to_keep((base / "real" / "." / "missing.toml").string()), (base / "real" / "missing.toml").string());
 }
 
 }  // namespace

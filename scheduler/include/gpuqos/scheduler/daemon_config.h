@@ -22,6 +22,12 @@ ipc::Result<DaemonOptions> options_from_config(const config::Config& config, Dae
 // renumbered and nothing is named by UUID.
 PolicyOptions by_device_number(const PolicyOptions& options, const DeviceTable& devices);
 
+// The config file's path as gpuqosd keeps it (what status shows and SIGHUP reads, whatever its
+// directory becomes): absolute, its directory's symbolic links resolved (a lexical "link/.." is not
+// where the kernel goes), and the file's own name kept, so a link that is the config file is
+// followed again at each reload (a deployment that repoints it).
+std::string config_path_to_keep(const std::string& given);
+
 // Would the GPU with this UUID have different settings called ordinal a than called b?
 bool device_settings_differ(const BaymaxOptions& options, const DeviceTable::Uuid& uuid, std::uint32_t a,
                             std::uint32_t b);
