@@ -21,7 +21,10 @@ class Diagnostics {
   std::string place(const toml::source_position& where) const;
 
   bool empty() const noexcept { return entries_.empty(); }
-  // Every message, ordered by line and column (toml++ iterates tables by name, not file order).
+  // The messages, ordered by line and column (toml++ iterates tables by name, not file order): the
+  // first kMaxMessages of the file, then one that counts the rest. gpuqosd reloads on its loop: a
+  // 1-MiB file of 340,000 bad array elements took 250 ms to report, past the shims' heartbeat.
+  static constexpr std::size_t kMaxMessages = 1000;
   std::vector<std::string> messages() const;
 
  private:
@@ -30,8 +33,12 @@ class Diagnostics {
     std::uint32_t column;
     std::string text;
   };
+  static bool earlier(const Entry& a, const Entry& b) {
+    return a.line != b.line ? a.line < b.line : a.column < b.column;
+  }
   std::string source_name_;
-  std::vector<Entry> entries_;
+  std::vector<Entry> entries_;  // a heap by earlier() (the latest on top) once it is full
+  std::size_t left_out_ = 0;
 };
 
 }  // namespace gpuqos::config::detail

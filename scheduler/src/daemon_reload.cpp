@@ -221,7 +221,7 @@ void Daemon::reload_failed(const std::string& path, const std::string& error) {
     spdlog::error("reload of {} failed, keeping the running config: {}", path, error);
   } else {
     // At most kLoggedProblems lines: a megabyte of the wrong file logged 110,000 (gpuqosd
-    // --check-config prints them all).
+    // --check-config prints them, up to config's own cap).
     constexpr std::size_t kLoggedProblems = 100;
     spdlog::error("reload of {} failed, keeping the running config: {} problems:", path, problems.size());
     for (std::size_t i = 0; i < problems.size() && i < kLoggedProblems; ++i) spdlog::error("  {}", problems[i]);
