@@ -126,6 +126,7 @@ std::atomic<bool> tried{false};  // made, or failed to be: not tried again
 std::mutex create_mutex;
 
 void after_fork_in_child() noexcept {
+  Session::close_inherited();
   if (forked_child.load(std::memory_order_relaxed) || cuda_used.load(std::memory_order_relaxed)) {
     forked_child.store(true, std::memory_order_relaxed);
     return;

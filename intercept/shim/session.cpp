@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 
 #include "gpuqos/ipc/clock.h"
@@ -24,7 +25,45 @@ Session::FileId file_id(int fd) noexcept {
   return {st.st_dev, st.st_ino};
 }
 
+// The descriptors of the sessions alive, for a forked child to close (close_inherited). An entry is
+// claimed by its descriptor, then says which file that is: a child that finds a descriptor with no
+// file or another's (a fork in between) leaves it open, as before there were entries.
+struct Inherited {
+  std::atomic<int> fd{-1};
+  std::atomic<dev_t> device{0};
+  std::atomic<ino_t> inode{0};
+};
+std::array<Inherited, 16> inherited;  // two per session (socket and doorbell); more go unlisted
+
+void list_inherited(int fd, Session::FileId id) noexcept {
+  if (fd < 0) return;
+  for (Inherited& entry : inherited) {
+    int free = -1;
+    if (!entry.fd.compare_exchange_strong(free, fd, std::memory_order_acq_rel)) continue;
+    entry.device.store(id.device, std::memory_order_release);
+    entry.inode.store(id.inode, std::memory_order_release);
+    return;
+  }
+}
+
+void unlist_inherited(int fd) noexcept {
+  if (fd < 0) return;
+  for (Inherited& entry : inherited) {
+    int listed = fd;
+    if (entry.fd.compare_exchange_strong(listed, -1, std::memory_order_acq_rel)) return;
+  }
+}
+
 }  // namespace
+
+void Session::close_inherited() noexcept {
+  for (Inherited& entry : inherited) {
+    const int fd = entry.fd.exchange(-1, std::memory_order_acquire);
+    if (fd < 0) continue;
+    const FileId id{entry.device.load(std::memory_order_acquire), entry.inode.load(std::memory_order_acquire)};
+    if (id.inode != 0 && file_id(fd) == id) ::close(fd);  // still ours: not a number the program reused
+  }
+}
 
 Session::Session(std::uint32_t id, int fd, std::uint32_t client_number, ipc::Segment segment, Terms terms,
                  int doorbell)
@@ -35,7 +74,10 @@ Session::Session(std::uint32_t id, int fd, std::uint32_t client_number, ipc::Seg
       doorbell_id_(file_id(doorbell)),
       client_number_(client_number),
       terms_(terms),
-      segment_(std::move(segment)) {}
+      segment_(std::move(segment)) {
+  list_inherited(fd_, fd_id_);
+  list_inherited(doorbell_, doorbell_id_);
+}
 
 bool Session::managed_by_uuid(std::uint32_t device, const std::array<std::uint8_t, 16>& uuid) const noexcept {
   if (device >= by_uuid_.size()) return false;
@@ -55,6 +97,8 @@ bool Session::managed_by_uuid(std::uint32_t device, const std::array<std::uint8_
 }
 
 Session::~Session() {
+  unlist_inherited(fd_);
+  unlist_inherited(doorbell_);
   // A descriptor the program closed (and may use the number of) is not ours to close.
   if (ours(fd_, fd_id_, fd_disowned_)) ::close(fd_);
   if (ours(doorbell_, doorbell_id_, doorbell_disowned_)) ::close(doorbell_);

@@ -66,6 +66,13 @@ class Session {
   // returns within ~1.5 s even when the daemon accepts and never answers.
   static Opened open(const Settings& settings, std::uint32_t id);
 
+  // In a child just forked (an atfork handler: only async-signal-safe calls), closes the sockets of
+  // the parent's sessions it inherited, those still the files they were: a child that outlived its
+  // parent kept the parent's registration open, and where gpuqosd cannot see the parent's pid (its
+  // own pid namespace) the hang-up is all it has to know the parent is gone (a review: the parent
+  // stayed listed, its query open, until the child exited 20 s later). The parent's are its own.
+  static void close_inherited() noexcept;
+
   // Owns fd and doorbell (-1: none, the daemon's thread waits on the ops ring's futex instead).
   Session(std::uint32_t id, int fd, std::uint32_t client_number, ipc::Segment segment, Terms terms,
           int doorbell = -1);

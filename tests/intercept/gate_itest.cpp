@@ -993,6 +993,23 @@ TEST_F(GateTest, AChildForkedBeforeCudaWasUsedRegistersItself) {
       << "the parent's arrival, in its own registration";
 }
 
+// A child that outlives its parent does not keep the parent's registration open: a review found
+// the parent listed, its query open, until the child exited, where gpuqosd cannot see the parent's
+// pid to notice it gone (its own pid namespace): the socket's hang-up is all it has. Both ways the
+// shim treats a child (CUDA used in the parent or not).
+TEST_F(GateTest, AChildThatOutlivesItsParentDoesNotKeepItsRegistration) {
+  for (const char* mode : {"orphan", "orphan-first"}) {
+    SCOPED_TRACE(mode);
+    start({mode}, "high");
+    ASSERT_EQ(finish(), 0) << output_;
+    ASSERT_NE(output_.find("orphan ok"), std::string::npos) << output_;
+    EXPECT_TRUE(daemon_->wait_until(
+        [](const Clients& c) { return !c.empty() && std::all_of(c.begin(), c.end(), [](const FakeClient& client) { return client.hung_up; }); },
+        std::chrono::milliseconds(1500)))
+        << "the child (alive 3 s) holds the parent's socket";
+  }
+}
+
 TEST_F(GateTest, AForkedChildRunsUnmanagedAndLeavesItsParentsRegistrationAlone) {
   start({"fork"}, "low");
   ASSERT_EQ(finish(), 0) << output_;

@@ -66,10 +66,13 @@
 //   masks           launch + sync, then for each thread whose name starts "gpuqos-" (the shim's):
 //                   "thread <name> blocks <k>", k the signals of SIGINT, SIGTERM, SIGHUP, SIGUSR1,
 //                   SIGALRM, SIGCHLD its mask blocks (/proc/self/task/*/status)
+//   orphan          launch + sync, fork a child that sleeps 3 s (stdio to /dev/null); "orphan ok", exit
+//   orphan-first    the same with an arrival mark instead of the kernel, before any CUDA call
 //   fork            launch + sync, fork; the child marks a query and exit()s (atexit handlers run);
 //                   "child <status>" ("child hung" if it has not exited in 5 s), launch + sync again
 #include <cuda.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -611,6 +614,32 @@ int run_fork() {
   return 0;
 }
 
+// The shim registered (by a kernel, or only an arrival before any CUDA call), then the process forks
+// a child that outlives it by 3 s (its output to /dev/null, so the test's pipe closes with the
+// parent) and exits.
+int run_orphan(bool cuda) {
+  if (cuda) {
+    CHECK_CU(launch(10, nullptr));
+    CHECK_CU(cuCtxSynchronize());
+  } else {
+    gpuqos_query_arrived();
+  }
+  std::fflush(stdout);
+  const pid_t child = fork();
+  CHECK(child >= 0);
+  if (child == 0) {
+    const int null = ::open("/dev/null", O_RDWR);
+    if (null >= 0) {
+      ::dup2(null, 1);
+      ::dup2(null, 2);
+    }
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    std::_Exit(0);
+  }
+  std::printf("orphan ok\n");
+  return 0;
+}
+
 // A server that says a request's arrival (the shim registers), then forks a worker before any CUDA
 // call: the worker may use CUDA, and is managed as a process of its own.
 int run_fork_first() {
@@ -1020,8 +1049,10 @@ int main(int argc, char** argv) {
   if (const char* directory = std::getenv("GATE_CLIENT_CHDIR"); directory && ::chdir(directory) != 0) return 1;
   if (mode == "signals") start_alarms(arg(2, 20000));
   if (mode == "fork-first") return run_fork_first();  // CUDA first used after the fork
+  if (mode == "orphan-first") return run_orphan(false);
   if (open_device() != 0) return 1;
   if (mode == "ops") return run_ops();
+  if (mode == "orphan") return run_orphan(true);
   if (mode == "unified") return run_unified();
   if (mode == "unified-2d") return run_unified_2d();
   if (mode == "marks") return run_marks();
