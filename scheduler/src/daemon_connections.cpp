@@ -194,10 +194,13 @@ void Daemon::register_client(Pending& pending, const ipc::Hello& hello) {
   // number: it keeps the ordinals, and the GPUs named by UUID run unscheduled for it.
   if (!uuids.empty() && hello.version_minor < 8) {
     const bool says_uuids = hello.version_minor >= 7;
-    spdlog::warn("job '{}' pid {}: its shim (protocol 1.{}) cannot take [devices] uuids: {}", job, peer.pid,
-                 hello.version_minor,
-                 says_uuids ? "it posts the work of every device"
-                            : "the GPUs they name run unscheduled for it (upgrade the shim with gpuqosd)");
+    // Once per registration: within the budget of registration lines, as a loop of Hellos is a flood.
+    if (client_lines_.take(ipc::monotonic_ns(), peer.uid)) {
+      spdlog::warn("job '{}' pid {}: its shim (protocol 1.{}) cannot take [devices] uuids: {}", job, peer.pid,
+                   hello.version_minor,
+                   says_uuids ? "it posts the work of every device"
+                              : "the GPUs they name run unscheduled for it (upgrade the shim with gpuqosd)");
+    }
     if (says_uuids) managed = ipc::kAllDevices;
   }
   auto reply = ipc::make_hello_reply(ipc::HelloStatus::ok, id, name, "", decision.effective,
@@ -255,8 +258,8 @@ void Daemon::register_client(Pending& pending, const ipc::Hello& hello) {
     spdlog::info("{}: registered as client {} (uid {}, {} priority, {}, segment {})", client->tag(), id, peer.uid,
                  decision.effective == ipc::Priority::high ? "high" : "low", describe_targets(info), name);
   }
-  warn_if_target_unprotected(client->identity(), info);
-  warn_if_high_unlisted(client->identity(), info);
+  warn_if_target_unprotected(client->identity(), info, &client_lines_);
+  warn_if_high_unlisted(client->identity(), info, client_lines_);
   learner_->client_user(id, peer.uid);
   clients_.emplace(id, std::move(client));
   apply(policy_->client_registered(info, ipc::monotonic_ns()));
@@ -268,7 +271,7 @@ void Daemon::register_client(Pending& pending, const ipc::Hello& hello) {
 // Once a job: not while another high-priority process of it is connected. Not said of a listed job
 // without a target (a choice), without a config file, or under fifo and priority, which use no
 // targets (priority holds best-effort work for any high-priority work).
-void Daemon::warn_if_high_unlisted(const ClientIdentity& identity, const ClientInfo& info) const {
+void Daemon::warn_if_high_unlisted(const ClientIdentity& identity, const ClientInfo& info, LogBudget& budget) {
   if (info.priority != ipc::Priority::high || info.target_ns || options_.config_path.empty() ||
       policy_->name() != "baymax" || config::find_job(options_.config, identity.job)) {
     return;
@@ -276,7 +279,7 @@ void Daemon::warn_if_high_unlisted(const ClientIdentity& identity, const ClientI
   const bool seen = std::any_of(clients_.begin(), clients_.end(), [&](const auto& entry) {
     return entry.second->identity().job == identity.job && entry.second->high_priority();
   });
-  if (seen) return;
+  if (seen || !budget.take(ipc::monotonic_ns(), identity.peer.uid)) return;
   spdlog::warn("job '{}' pid {}: runs high priority, but no [[job]] of the config is named '{}'{}: with no latency "
                "target, best-effort work is not held for its queries",
                identity.job, identity.peer.pid, identity.job, config::did_you_mean_job(options_.config, identity.job));
@@ -286,14 +289,14 @@ void Daemon::warn_if_high_unlisted(const ClientIdentity& identity, const ClientI
 // `--priority high`, a bad GPUQOS_PRIORITY) is neither protected nor measured against its target,
 // and nothing else says so (a refused claim is warned of where it is refused). Not while a process
 // of the job runs high: its low ones are helpers of a protected job.
-bool Daemon::warn_if_target_unprotected(const ClientIdentity& identity, const ClientInfo& info) const {
+bool Daemon::warn_if_target_unprotected(const ClientIdentity& identity, const ClientInfo& info, LogBudget* budget) {
   if (info.priority != ipc::Priority::low || !info.target_ns || identity.claimed_priority != ipc::Priority::low) {
     return false;
   }
   const bool protected_job = std::any_of(clients_.begin(), clients_.end(), [&](const auto& entry) {
     return entry.second->identity().job == identity.job && entry.second->high_priority();
   });
-  if (protected_job) return false;
+  if (protected_job || (budget != nullptr && !budget->take(ipc::monotonic_ns(), identity.peer.uid))) return false;
   spdlog::warn("job '{}' pid {}: runs as low priority, but the config gives it a latency target ({}): its work waits "
                "like best-effort work and its queries are not measured against the target; start it with "
                "GPUQOS_PRIORITY=high (gpuqos run --priority high)",
@@ -398,8 +401,11 @@ std::string Daemon::note_unscheduled_device(Client& client, const std::vector<st
     return {};
   }
   unscheduled.emplace(device->ordinal, uuid);
-  spdlog::info("{} runs its device {} ({}) unscheduled: [devices] does not name it", client.tag(), device->ordinal,
-               uuid == DeviceTable::Uuid{} ? std::string("its driver cannot say its UUID") : DeviceTable::uuid_text(uuid));
+  // Within the budget of registration lines: up to 16 a registration, and a loop of them is a flood.
+  if (client_lines_.take(ipc::monotonic_ns(), client.identity().peer.uid)) {
+    spdlog::info("{} runs its device {} ({}) unscheduled: [devices] does not name it", client.tag(), device->ordinal,
+                 uuid == DeviceTable::Uuid{} ? std::string("its driver cannot say its UUID") : DeviceTable::uuid_text(uuid));
+  }
   return {};
 }
 

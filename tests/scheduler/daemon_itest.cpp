@@ -1064,6 +1064,32 @@ TEST(Daemon, AChurnOfRegistrationsIsSaidUpToABudgetAndTheRestCounted) {
   EXPECT_GT(counted(), 0u);
 }
 
+// A review: a client's lines beyond its registration (each GPU it runs unscheduled, up to 16; a shim
+// that cannot take the config's UUIDs; a job whose target it does not claim) were said for every
+// registration: 2,000 registrations of 16 unscheduled GPUs each wrote 32,000 lines. They share the
+// budget of registration lines now.
+TEST(Daemon, AChurnOfClientsRunningGpusUnscheduledIsSaidUpToABudget) {
+  DaemonProcess daemon;
+  constexpr int kClients = 100;  // 100 x (16 GPUs + registered + disconnected): 1,800 lines
+  for (int i = 0; i < kClients; ++i) {
+    FakeClient churn(daemon.socket(), Priority::low, "churn");
+    std::array<std::uint8_t, 16> uuid{};
+    for (std::uint32_t ordinal = 0; ordinal < 16; ++ordinal) {
+      uuid[0] = static_cast<std::uint8_t>(ordinal + 1);
+      ASSERT_TRUE(ipc::send_record(churn.socket_fd(), ipc::encode_unscheduled_device(ordinal, uuid)));
+    }
+  }
+  const auto lines = [&] {
+    return occurrences(daemon.log(), "unscheduled: [devices] does not name it") +
+           occurrences(daemon.log(), ": registered as client") + occurrences(daemon.log(), ": disconnected (");
+  };
+  EXPECT_TRUE(eventually([&] { return occurrences(daemon.log(), ": disconnected (") > 0 &&
+                                      daemon.log().find(" more registrations and disconnections of clients") != std::string::npos; },
+                         std::chrono::seconds(12)))
+      << lines() << " lines said";
+  EXPECT_LE(lines(), 2u * 400) << "the churn spans two windows at most";
+}
+
 // A user test opened 7,000 connections from one account: gpuqosd ran out of descriptors and no
 // other user's job could register. One user holds at most --max-connections-per-user (by default a
 // quarter of the descriptors, at most 512); others still register.

@@ -143,8 +143,6 @@ class Daemon {
   explicit Daemon(DaemonOptions options);
   ipc::Status setup();
   std::optional<std::string> lock_store();
-  bool warn_if_target_unprotected(const ClientIdentity& identity, const ClientInfo& info) const;
-  void warn_if_high_unlisted(const ClientIdentity& identity, const ClientInfo& info) const;
   void log_target_changed(const std::string& job, std::optional<std::int64_t> target,
                           const QosTracker::StartedOver& over) const;
   void watch(int fd, std::uint64_t token, std::uint32_t events);
@@ -310,6 +308,9 @@ class Daemon {
                           true};
   // The uid of a peer with no credentials: ~0 (no user has it).
   bool may_warn_of_peer(std::int64_t now_ns, uid_t uid) { return peer_warnings_.take(now_ns, uid); }
+  // Said within `budget` at a registration (a loop of them is a flood); a reload says them all.
+  bool warn_if_target_unprotected(const ClientIdentity& identity, const ClientInfo& info, LogBudget* budget = nullptr);
+  void warn_if_high_unlisted(const ClientIdentity& identity, const ClientInfo& info, LogBudget& budget);
   // The status answer of this pass of the loop (answer_control), made by its first request and
   // dropped when anything it shows may change (a client comes or goes, a reload).
   std::optional<std::string> pass_status_text_;
