@@ -232,27 +232,43 @@ void check_daemon_paths(Diagnostics& diagnostics, const toml::table& document, c
     return node != nullptr ? node->source().begin : toml::source_position{};
   };
   std::error_code error;
+  // A missing directory is made: only an existing file on the way stops that.
+  const auto file_on_the_way = [&](const std::filesystem::path& path) -> std::optional<std::filesystem::path> {
+    for (std::filesystem::path up = path.parent_path(); !up.empty(); up = up.parent_path()) {
+      const std::filesystem::file_status status = std::filesystem::status(up, error);
+      if (status.type() == std::filesystem::file_type::not_found) {
+        if (up == up.parent_path()) break;
+        continue;
+      }
+      if (!error && status.type() != std::filesystem::file_type::directory) return up;
+      break;
+    }
+    return std::nullopt;
+  };
   const std::filesystem::path store = daemon.profile_store;
-  if (options.check_store_path && !store.empty() &&
-      (std::filesystem::is_directory(store, error) || !store.has_filename())) {
-    diagnostics.error(place("daemon.profile_store"), "daemon.profile_store",
-                      "is a directory: give a file in it, e.g. " + (store / "gpuqosd.gqp").lexically_normal().string());
+  if (options.check_store_path && !store.empty()) {
+    if (std::filesystem::is_directory(store, error) || !store.has_filename()) {
+      diagnostics.error(place("daemon.profile_store"), "daemon.profile_store",
+                        "is a directory: give a file in it, e.g. " + (store / "gpuqosd.gqp").lexically_normal().string());
+    } else if (const auto file = file_on_the_way(store)) {
+      diagnostics.error(place("daemon.profile_store"), "daemon.profile_store",
+                        file->string() + " is not a directory: the store cannot be made under it");
+    }
   }
-  // The socket's directory is made if it is missing: only an existing file on the way stops that.
-  for (std::filesystem::path up = options.check_socket_path ? std::filesystem::path(daemon.socket_path).parent_path()
-                                                            : std::filesystem::path();
-       !up.empty();
-       up = up.parent_path()) {
-    const std::filesystem::file_status status = std::filesystem::status(up, error);
-    if (status.type() == std::filesystem::file_type::not_found) {
-      if (up == up.parent_path()) break;
-      continue;
-    }
-    if (!error && status.type() != std::filesystem::file_type::directory) {
+  if (options.check_socket_path && !daemon.socket_path.empty()) {
+    const std::filesystem::path socket = daemon.socket_path;
+    const std::filesystem::file_type type = std::filesystem::symlink_status(socket, error).type();
+    if (!socket.has_filename() || type == std::filesystem::file_type::directory) {
       diagnostics.error(place("daemon.socket"), "daemon.socket",
-                        up.string() + " is not a directory: the socket cannot be made under it");
+                        "is a directory: give a socket file in it, e.g. " + (socket / "gpuqosd.sock").lexically_normal().string());
+    } else if (type != std::filesystem::file_type::not_found && type != std::filesystem::file_type::none &&
+               type != std::filesystem::file_type::socket) {
+      // gpuqosd replaces a socket nobody answers on, and nothing else.
+      diagnostics.error(place("daemon.socket"), "daemon.socket", "exists and is not a socket: gpuqosd would not replace it");
+    } else if (const auto file = file_on_the_way(socket)) {
+      diagnostics.error(place("daemon.socket"), "daemon.socket",
+                        file->string() + " is not a directory: the socket cannot be made under it");
     }
-    break;
   }
 }
 

@@ -2074,6 +2074,23 @@ TEST(Gpuqosd, CheckConfigRefusesPathsTheDaemonCouldNotUse) {
   EXPECT_TRUE(eventually([&] { return daemon.output().find("serving " + socket) != std::string::npos; }, 5s))
       << daemon.output();
   EXPECT_EQ(daemon.terminate(10s), 0) << daemon.output();
+  // A review: a socket that is a file or a directory, and a store under a file, were "ok" here
+  // and refused by gpuqosd as it started (the socket's with no line named).
+  for (const auto& [socket_path, said] : std::vector<std::pair<std::string, std::string>>{
+           {(dir.path() / "plain").string(), "daemon.socket: exists and is not a socket: gpuqosd would not replace it"},
+           {dir.path().string() + "/", "daemon.socket: is a directory: give a socket file in it, e.g. " +
+                                           (dir.path() / "gpuqosd.sock").string()},
+           {dir.path().string(), "daemon.socket: is a directory: give a socket file in it"}}) {
+    std::ofstream(file) << "[daemon]\nsocket = \"" << socket_path << "\"\nprofile_store = \""
+                        << (dir.path() / "plain" / "p.gqp").string() << "\"\n";
+    ChildProcess refused({bin("gpuqosd"), "--check-config", file.string()}, {}, dir.path() / "out");
+    EXPECT_EQ(refused.wait(5s), 1) << refused.output();
+    EXPECT_NE(refused.output().find("paths.toml:2:10: " + said), std::string::npos) << refused.output();
+    EXPECT_NE(refused.output().find("paths.toml:3:17: daemon.profile_store: " + (dir.path() / "plain").string() +
+                                    " is not a directory: the store cannot be made under it"),
+              std::string::npos)
+        << refused.output();
+  }
   // A socket whose directories are yet to be made is fine: gpuqosd makes them.
   std::ofstream(file) << "[daemon]\nsocket = \"" << (dir.path() / "new" / "run" / "g.sock").string() << "\"\n";
   ChildProcess fine({bin("gpuqosd"), "--check-config", file.string()}, {}, dir.path() / "out");
