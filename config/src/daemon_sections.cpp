@@ -19,10 +19,15 @@ constexpr std::int64_t kMaxId = std::numeric_limits<std::uint32_t>::max() - 1;  
 // A path with a NUL or another control character: the system cuts it at the NUL (a review's
 // "/tmp/x\u0000y" passed --check-config, and gpuqosd made /tmp/x.lock and then said "/tmp/x y exists
 // and is not a socket" with no place in the file), and the others are typos no file name means.
+// Also a C1 control (U+0080-U+009F, UTF-8 C2 80-9F), which a terminal takes for CSI and the like
+// when gpuqosd's summary or log shows the path (a review).
 std::optional<std::string> control_character_in(std::string_view path) {
   for (std::size_t i = 0; i < path.size(); ++i) {
-    const auto c = static_cast<unsigned char>(path[i]);
-    if (c < 0x20 || c == 0x7f) {
+    auto c = static_cast<unsigned char>(path[i]);
+    const bool c1 = c == 0xC2 && i + 1 < path.size() && static_cast<unsigned char>(path[i + 1]) >= 0x80 &&
+                    static_cast<unsigned char>(path[i + 1]) <= 0x9F;
+    if (c < 0x20 || c == 0x7f || c1) {
+      if (c1) c = static_cast<unsigned char>(path[i + 1]);
       char code[8];
       std::snprintf(code, sizeof code, "U+%04X", c);
       return "must not contain control characters (" + std::string(code) + " at byte " + std::to_string(i) + ")";

@@ -379,7 +379,13 @@ Result<Config> parse_config(std::string_view text, std::string_view source_name,
     document = toml::parse(text, source_name);
   } catch (const toml::parse_error& error) {
     const SyntaxPlace place = syntax_place(text, error.source().begin.line);
-    diagnostics.error(error.source().begin, place.key, syntax_message(error) + place.hint);
+    // The key is the file's text (a table header's, say): shown escaped unless plainly printable,
+    // so a terminal's escape sequences in it reach no terminal (a review: ["a\x1b[2J"] cleared one).
+    const bool printable = place.key.size() <= 80 && std::all_of(place.key.begin(), place.key.end(), [](char c) {
+                             return static_cast<unsigned char>(c) >= 0x20 && static_cast<unsigned char>(c) < 0x7f;
+                           });
+    diagnostics.error(error.source().begin, printable ? place.key : detail::quoted(place.key),
+                      syntax_message(error) + place.hint);
     return Errors{diagnostics.messages()};
   }
   Config config = read_document(diagnostics, document);

@@ -25,7 +25,8 @@ std::string Section::key_path(std::string_view key) const {
   const bool bare = !key.empty() && std::all_of(key.begin(), key.end(), [](char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
   });
-  const std::string shown = bare ? std::string(key) : quoted(key);
+  // A long one is cut as quoted() cuts values (a review: a 500-KB bare key made a 500-KB error line).
+  const std::string shown = bare && key.size() <= 80 ? std::string(key) : quoted(key);
   return path_.empty() ? shown : path_ + "." + shown;
 }
 

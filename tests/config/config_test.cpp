@@ -702,6 +702,16 @@ const std::vector<BadCase>& bad_cases() {
       // A review: the path was cut at the NUL, --check-config passed, and gpuqosd failed with no place.
       {"socket_with_nul", "[daemon]\nsocket = \"/tmp/x\\u0000y\"\n",
        "t.toml:2:10: daemon.socket: must not contain control characters (U+0000 at byte 6)"},
+      // A review: C1 controls (a terminal's CSI, U+009B) went through into the summary.
+      {"socket_with_c1_control", "[daemon]\nsocket = \"/tmp/a\\u009b2J.sock\"\n",
+       "t.toml:2:10: daemon.socket: must not contain control characters (U+009B at byte 6)"},
+      // A review: a syntax error's key is the file's text (here a table header's, with a raw ESC that
+      // cleared a terminal); a bare key too long is cut (one of 500 KB made a 500-KB line).
+      {"syntax_error_in_a_header_with_an_escape", "[\"a\x1b[2J\"]\nx = 1\n",
+       "t.toml:1:4: \"\\\"a\\u001B[2J\\\"\": invalid TOML: error while parsing string: unescaped control characters "
+       "other than TAB (U+0009) are explicitly prohibited"},
+      {"long_bare_unknown_key", "[access]\n" + std::string(100, 'k') + " = 1\n",
+       "t.toml:2:1: access.\"" + std::string(80, 'k') + "...\": unknown key"},
       {"profile_store_with_newline", "[daemon]\nprofile_store = \"/var/lib/gpuqos/p\\n.gqp\"\n",
        "t.toml:2:17: daemon.profile_store: must not contain control characters (U+000A at byte 17)"},
       // A review: toml++ recurses once per dotted part, and 50,000 overflowed the stack (SIGSEGV, on a
