@@ -1424,6 +1424,7 @@ Decisions BaymaxPolicy::op_completed(const OpCompleted& event) {
     retired_.erase(stuck);
   }
   first_compute_completion(event.client, completion);  // while it is in flight
+  retire_earlier_on_its_stream(event.client, completion, event.now_ns);
   retire(event.client, completion.seq, completion.end_ns > 0 ? std::optional(completion.end_ns) : std::nullopt,
          event.now_ns, true);
   backlog_.complete(event.client, completion);
@@ -1435,6 +1436,18 @@ Decisions BaymaxPolicy::op_completed(const OpCompleted& event) {
     learn(queries_.completed(event.client, completion, event.now_ns));
   }
   return grant_ready(event.now_ns);
+}
+
+void BaymaxPolicy::retire_earlier_on_its_stream(ClientId client, const ipc::CompletionDescriptor& completion,
+                                                std::int64_t now_ns) {
+  const auto done = in_flight_.find({client, completion.seq});
+  if (done == in_flight_.end() || !done->second.high) return;
+  std::vector<std::uint64_t> earlier;
+  for (auto it = in_flight_.lower_bound({client, 0}); it != done; ++it) {
+    if (it->second.stream == done->second.stream && it->second.device == done->second.device) earlier.push_back(it->first.second);
+  }
+  const std::optional<std::int64_t> end = completion.end_ns > 0 ? std::optional(completion.end_ns) : std::nullopt;
+  for (const std::uint64_t seq : earlier) retire(client, seq, end, now_ns, true);
 }
 
 std::size_t BaymaxPolicy::in_flight_ops(ClientId client) const {

@@ -2234,12 +2234,29 @@ TEST(BaymaxPolicy, AHighPriorityOpHoldsItsEngineWhileItsJobsWorkMoves) {
   BaymaxPolicy policy(options());
   (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
   (void)post(policy, kServe, Priority::high, copy(1, ipc::CopyDirection::h2d), 0, kMs);
-  (void)post(policy, kServe, Priority::high, op(2), 0, kMs);
+  ipc::OpDescriptor elsewhere = op(2);
+  elsewhere.stream = 7;  // another stream: its completion says nothing of the copy's
+  (void)post(policy, kServe, Priority::high, elsewhere, 0, kMs);
   EXPECT_TRUE(post(policy, kTrainA, Priority::low, copy(1, ipc::CopyDirection::h2d), 0, kMs).empty())
       << "a high-priority copy in flight in the same direction";
   EXPECT_TRUE(policy.op_completed({kServe, done(2, 900 * kMs), 900 * kMs}).empty()) << "its kernel: it moves";
   EXPECT_TRUE(policy.tick(900 * kMs + BaymaxPolicy::kHpSilentNs).empty()) << "a second after it last moved, not before";
   EXPECT_EQ(policy.tick(900 * kMs + BaymaxPolicy::kHpSilentNs + 1), (Decisions{{kTrainA, 1}}));
+}
+
+// A stream runs its ops in order: a later op of a high-priority client's stream done, its earlier
+// ones there are done too, though their completions were lost (a full completions ring). A review:
+// a lost upload's completion held every best-effort transfer for 10 s while the job's work moved.
+TEST(BaymaxPolicy, ALaterCompletionOnAHighPriorityStreamRetiresTheOpsBeforeIt) {
+  BaymaxPolicy policy(options());
+  (void)policy.client_registered(serve(kServe, 100 * kMs), 0);
+  (void)post(policy, kServe, Priority::high, copy(1, ipc::CopyDirection::h2d), 0, kMs);  // its completion is lost
+  (void)post(policy, kServe, Priority::high, op(2), 0, kMs);                            // the same stream
+  EXPECT_TRUE(post(policy, kTrainA, Priority::low, copy(1, ipc::CopyDirection::h2d), 0, kMs).empty());
+  EXPECT_EQ(policy.op_completed({kServe, done(2, 3 * kMs), 3 * kMs}), (Decisions{{kTrainA, 1}}))
+      << "the kernel after it on its stream is done: so is the upload";
+  EXPECT_EQ(policy.in_flight_ops(kServe), 0u);
+  EXPECT_TRUE(policy.op_completed({kServe, done(1, 2 * kMs), 4 * kMs}).empty()) << "its completion after all: nothing left";
 }
 
 // Nothing of a high-priority client is held, so one that never reports completions could keep

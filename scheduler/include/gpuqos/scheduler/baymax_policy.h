@@ -481,6 +481,12 @@ class BaymaxPolicy final : public Policy {
                bool priced_long = false);
   // `completed`: by its completion (its job's work moved), not stale, at the cap or with its client.
   void retire(ClientId client, std::uint64_t seq, std::optional<std::int64_t> end_ns, std::int64_t now_ns, bool completed);
+  // A stream runs its ops in order: when a high-priority op completes, the client's earlier ones on
+  // its stream still in flight are done too, their completions lost (a full completions ring). Kept,
+  // one held best-effort work off its engine until kStaleOpNs while the job's other work moved (a
+  // review: a lost 4-KB upload's completion held every best-effort transfer for 10 s). Not for
+  // best-effort ops: a late completion of theirs still charges an overrun to the long-op budget.
+  void retire_earlier_on_its_stream(ClientId client, const ipc::CompletionDescriptor& completion, std::int64_t now_ns);
   void learn(const std::vector<ClosedQuery>& closed);
   // Drops what was counted of a client's queries (ClientState::work_query).
   static void forget_query_work(ClientState& state);
