@@ -352,7 +352,7 @@ Ticket DaemonGate::post(const Operation& op, const std::shared_ptr<Session>& ses
     const bool low = session->low_priority();  // the daemon's answer, not our claim
     if (!session->post(descriptor, kernels_, /*may_wait=*/low)) {
       if (session->ops_lost_to_full_ring() > 0 && !told_full_ring_.exchange(true)) {
-        log_(LogLevel::warn, "gpuqosd is not keeping up with this process: its ops ring was full, so work went to the "
+        log_(LogLevel::warn, "gpuqosd is not keeping up with this process: its ops ring (or socket) was full, so work went to the "
                              "GPU without being posted (gpuqosd does not count it; said once)");
       }
       return {};

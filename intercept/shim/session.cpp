@@ -195,12 +195,22 @@ bool Session::send_or_lose(std::span<const std::byte> record, const char* what) 
   return false;
 }
 
-bool Session::send_kernel_name(std::uint32_t id, const KernelRegistry& kernels) noexcept {
+bool Session::send_kernel_name(std::uint32_t id, const KernelRegistry& kernels, bool may_wait) noexcept {
   try {
     if (id < named_.size() && named_[id]) return true;
     auto record = ipc::encode_kernel_name(id, kernels.name_of(id));
     if (!record) return false;
-    if (!send_or_lose(record.value(), "a kernel name")) return false;
+    // A high-priority process never waits for gpuqosd: a full socket (gpuqosd not reading) leaves
+    // the op unposted and the name to send with the kernel's next launch. Retrying here held
+    // post_mutex_, and every thread of the process posting, for up to ~100 ms (a review).
+    if (!may_wait) {
+      if (!still_ours() || !ipc::send_record(fd_, record.value())) {
+        full_ring_ops_.fetch_add(1, std::memory_order_relaxed);
+        return false;
+      }
+    } else if (!send_or_lose(record.value(), "a kernel name")) {
+      return false;
+    }
     if (named_.size() <= id) named_.resize(id + 1024);
     named_[id] = true;
     return true;
@@ -246,7 +256,7 @@ bool Session::post(ipc::OpDescriptor& op, const KernelRegistry& kernels, bool ma
   if (keep_free > 0 && ipc::kOpsRingCapacity - segment_.ops().size_approx() <= keep_free) return false;
   op.seq = next_seq_;
   if (!ipc::validate_op(op, next_seq_ - 1, ipc::kMaxDevices)) return false;
-  if (op.kernel_id != 0 && !send_kernel_name(op.kernel_id, kernels)) return false;
+  if (op.kernel_id != 0 && !send_kernel_name(op.kernel_id, kernels, may_wait)) return false;
   if (!push_op(op, may_wait)) return false;
   ++next_seq_;
   return true;

@@ -117,8 +117,8 @@ class Session {
   // and synchronisations keep room for the GPU work behind them: a user test's flood of marks
   // filled the ring, and a high-priority job's kernels, which never wait, went unposted).
   bool post(ipc::OpDescriptor& op, const KernelRegistry& kernels, bool may_wait, std::uint32_t keep_free = 0) noexcept;
-  // Ops that found the ring full and were not posted (they ran unscheduled; marks held back by
-  // `keep_free` are not counted here).
+  // Ops that found the ring (or, high priority, the socket for their kernel's name) full and were not
+  // posted (they ran unscheduled; marks held back by `keep_free` are not counted here).
   std::uint64_t ops_lost_to_full_ring() const noexcept { return full_ring_ops_.load(std::memory_order_relaxed); }
 
   // Blocks until the daemon granted seq: true; false when the session was lost meanwhile.
@@ -152,7 +152,8 @@ class Session {
   std::int64_t on_daemon_clock(std::int64_t ns) const noexcept {
     return ns > 0 ? ns + terms_.clock_offset_ns - terms_.clock_uncertainty_ns : ns;
   }
-  bool send_kernel_name(std::uint32_t id, const KernelRegistry& kernels) noexcept;
+  // `may_wait` false (high priority): one try, and a full socket is no loss (the op goes unposted).
+  bool send_kernel_name(std::uint32_t id, const KernelRegistry& kernels, bool may_wait) noexcept;
   // Sends a record on the socket, with post_mutex_ held (records do not interleave); a socket that
   // stays full for ~100 ms, or fails, loses the session saying `what` could not be sent.
   bool send_or_lose(std::span<const std::byte> record, const char* what) noexcept;

@@ -95,6 +95,9 @@ class FakeDaemon {
   void freeze_heartbeat() { heartbeat_frozen_ = true; }
   // A daemon that falls behind its clients (heartbeats go on): no op or completion is read while paused.
   void pause_ops(bool paused) { ops_paused_ = paused; }
+  // A daemon that stops reading its clients' sockets (kernel names; heartbeats and rings go on), so
+  // their send buffers fill.
+  void pause_socket(bool paused) { socket_paused_ = paused; }
   // A stalled loop (CPU starvation, SIGSTOP): from now on, for `how_long`, no heartbeat, no grant,
   // no Hello answered (the listen backlog still takes connections).
   void stall_for(std::chrono::milliseconds how_long) {
@@ -266,6 +269,7 @@ class FakeDaemon {
   }
 
   void drain_socket(Connection& connection, FakeClient& client) {
+    if (socket_paused_) return;
     pollfd p{connection.fd, POLLIN, 0};
     while (!client.hung_up && ::poll(&p, 1, 0) > 0) {
       std::vector<std::byte> record;
@@ -283,6 +287,7 @@ class FakeDaemon {
   int listen_fd_ = -1;
   std::atomic<bool> running_{false}, auto_grant_{true}, heartbeat_frozen_{false}, corrupt_grants_{false};
   std::atomic<bool> ops_paused_{false};
+  std::atomic<bool> socket_paused_{false};
   std::atomic<std::int64_t> heartbeat_offset_ns_{0}, clock_offset_ns_{0}, reply_delay_ms_{0}, stall_until_ns_{0};
   std::atomic<bool> stamp_late_{false};
   std::atomic<std::uint64_t> grant_target_{0}, credit_{0};

@@ -66,6 +66,7 @@
 //   masks           launch + sync, then for each thread whose name starts "gpuqos-" (the shim's):
 //                   "thread <name> blocks <k>", k the signals of SIGINT, SIGTERM, SIGHUP, SIGUSR1,
 //                   SIGALRM, SIGCHLD its mask blocks (/proc/self/task/*/status)
+//   names <n>       n kernels of 200-character names, each launched once, then sync: "names ok"
 //   orphan          launch + sync, fork a child that sleeps 3 s (stdio to /dev/null); "orphan ok", exit
 //   orphan-first    the same with an arrival mark instead of the kernel, before any CUDA call
 //   fork            launch + sync, fork; the child marks a query and exit()s (atexit handlers run);
@@ -614,6 +615,29 @@ int run_fork() {
   return 0;
 }
 
+// A module of `count` kernels with 200-character names, each launched once (its name is posted
+// before its first op), then a synchronisation: "names ok".
+int run_names(long count) {
+  std::string ptx = ".version 7.0\n.target sm_70\n.address_size 64\n";
+  std::vector<std::string> names;
+  for (long i = 0; i < count; ++i) {
+    names.push_back("kernel_" + std::to_string(i) + "_" + std::string(190, 'n'));
+    ptx += ".visible .entry " + names.back() + "(.param .u64 d) { ret; }\n";
+  }
+  CUmodule module = nullptr;
+  CHECK_CU(cuModuleLoadData(&module, ptx.c_str()));
+  for (const std::string& name : names) {
+    CUfunction function = nullptr;
+    CHECK_CU(cuModuleGetFunction(&function, module, name.c_str()));
+    std::uint64_t unused = 1;
+    void* params[] = {&unused};
+    CHECK_CU(cuLaunchKernel(function, 1, 1, 1, 32, 1, 1, 0, nullptr, params, nullptr));
+  }
+  CHECK_CU(cuCtxSynchronize());
+  std::printf("names ok\n");
+  return 0;
+}
+
 // The shim registered (by a kernel, or only an arrival before any CUDA call), then the process forks
 // a child that outlives it by 3 s (its output to /dev/null, so the test's pipe closes with the
 // parent) and exits.
@@ -1053,6 +1077,7 @@ int main(int argc, char** argv) {
   if (open_device() != 0) return 1;
   if (mode == "ops") return run_ops();
   if (mode == "orphan") return run_orphan(true);
+  if (mode == "names") return run_names(arg(2, 2000));
   if (mode == "unified") return run_unified();
   if (mode == "unified-2d") return run_unified_2d();
   if (mode == "marks") return run_marks();
