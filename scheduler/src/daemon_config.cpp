@@ -113,9 +113,7 @@ bool device_settings_differ(const BaymaxOptions& options, const DeviceTable::Uui
 std::string config_path_to_keep(const std::string& given) {
   std::error_code error;
   const std::filesystem::path full = std::filesystem::absolute(given, error);
-  if (error || !full.has_filename()) return given;
-  const std::filesystem::path directory = std::filesystem::weakly_canonical(full.parent_path(), error);
-  return error ? full.lexically_normal().string() : (directory / full.filename()).string();
+  return error ? given : full.string();
 }
 
 }  // namespace gpuqos::scheduler

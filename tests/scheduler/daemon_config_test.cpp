@@ -78,18 +78,34 @@ TEST(OptionsFromConfig, PolicyNoneIsRefusedAtItsPlaceInTheFile) {
 
 // A review: gpuqosd kept "link/../c.toml" as "c.toml" beside the link, lexically, while the kernel
 // had read real/c.toml (link -> real/sub): status named another file, and SIGHUP reloaded it. The
-// directory's links are resolved; a link that is the file itself is kept, to be followed at reload.
-TEST(ConfigPathToKeep, ResolvesTheDirectorysLinksAndKeepsTheFilesOwnName) {
+// path is kept as given (made absolute), so each reload reads what the kernel resolves then: the
+// same file, or, after a deployment repoints a link on the way, the new one.
+TEST(ConfigPathToKeep, IsTheGivenPathMadeAbsoluteSoEachReloadResolvesItAgain) {
   namespace fs = std::filesystem;
   const testing::TempDir dir;
   const fs::path base = fs::canonical(dir.path());
   fs::create_directories(base / "real" / "sub");
+  fs::create_directories(base / "v2" / "sub");
   fs::create_directory_symlink(base / "real" / "sub", base / "link");
-  { std::ofstream(base / "real" / "c.toml") << "\n"; }
-  fs::create_symlink(base / "real" / "c.toml", base / "current.toml");
-  EXPECT_EQ(config_path_to_keep((base / "link" / ".." / "c.toml").string()), (base / "real" / "c.toml").string());
-  EXPECT_EQ(config_path_to_keep((base / "current.toml").string()), (base / "current.toml").string());
-  EXPECT_EQ(config_path_to_keep((base / "real" / "." / "missing.toml").string()), (base / "real" / "missing.toml").string());
+  { std::ofstream(base / "real" / "c.toml") << "first\n"; }
+  { std::ofstream(base / "v2" / "c.toml") << "second\n"; }
+  { std::ofstream(base / "c.toml") << "beside the link\n"; }
+  const std::string kept = config_path_to_keep((base / "link" / ".." / "c.toml").string());
+  const auto first_line = [](const std::string& path) {
+    std::string line;
+    std::ifstream in(path);
+    std::getline(in, line);
+    return line;
+  };
+  EXPECT_EQ(first_line(kept), "first") << kept;
+  fs::remove(base / "link");
+  fs::create_directory_symlink(base / "v2" / "sub", base / "link");  // repointed
+  EXPECT_EQ(first_line(kept), "second") << kept;
+  const fs::path here = fs::current_path();
+  fs::current_path(base);
+  const std::string relative = config_path_to_keep("link/../c.toml");
+  fs::current_path(here);
+  EXPECT_EQ(relative, (base / "link" / ".." / "c.toml").string());
 }
 
 }  // namespace

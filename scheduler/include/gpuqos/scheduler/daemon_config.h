@@ -23,9 +23,10 @@ ipc::Result<DaemonOptions> options_from_config(const config::Config& config, Dae
 PolicyOptions by_device_number(const PolicyOptions& options, const DeviceTable& devices);
 
 // The config file's path as gpuqosd keeps it (what status shows and SIGHUP reads, whatever its
-// directory becomes): absolute, its directory's symbolic links resolved (a lexical "link/.." is not
-// where the kernel goes), and the file's own name kept, so a link that is the config file is
-// followed again at each reload (a deployment that repoints it).
+// directory becomes): absolute, and otherwise as given, so the kernel resolves it at each reload as
+// it did at the start: "link/.." is where link's target's parent is (lexically normalized, it was
+// the file beside the link, and SIGHUP read another file than the start had), and a link on the
+// way that a deployment repoints (current -> releases/v2) is followed again.
 std::string config_path_to_keep(const std::string& given);
 
 // Would the GPU with this UUID have different settings called ordinal a than called b?
