@@ -59,16 +59,16 @@ bool AdaptiveBound::observe(ClientId client, std::int64_t latency_ns, std::int64
   if (next == bound_ns_) return false;
   bound_ns_ = next;
   ++steps_;
-  // Every window's latencies were taken under the old bound: one slow query stayed in its window
-  // for kWindow / kEvery checks and stepped the bound down at each of them (a review: four steps
-  // for one query over the target, never taken back while the tail stayed in the band). So each
-  // starts again, and judges the new bound by a whole window of its own queries.
-  for (auto& [id, other] : windows_) {
-    other.latencies.clear();
-    other.next = 0;
-    other.since_check = 0;
-    other.judge_from = kWindow;
-  }
+  // The latencies that moved it were taken under the old bound: one slow query stayed in its
+  // window for kWindow / kEvery checks and stepped the bound down at each of them (a review: four
+  // steps for one query over the target, never taken back while the tail stayed in the band). So
+  // the window that moved it starts again, and judges the new bound by a whole window of its own
+  // queries. Only that one: clearing the others' too let a busy job meeting its target raise the
+  // bound over one three times over its own, whose window never filled again between its steps.
+  window.latencies.clear();
+  window.next = 0;
+  window.since_check = 0;
+  window.judge_from = kWindow;
   return true;
 }
 

@@ -8,9 +8,10 @@
 // a job that stopped querying without leaving must not hold the bound down for good, and one that
 // queries seldom must not lose its say to busier ones); in between it stays. So with several jobs
 // the bound serves the one nearest its target: a job meeting its target easily and querying ten
-// times as often out-voted one 2.3x over it, and held the bound at its maximum. After a step every
-// window starts again, and its next verdict is of a whole window taken under the new bound: one
-// query over the target moves the bound one step, not one per check whose window still holds it.
+// times as often out-voted one 2.3x over it, and held the bound at its maximum. After a step the
+// window that made it starts again, and its next verdict is of a whole window taken under the new
+// bound: one query over the target moves the bound one step, not one per check whose window still
+// holds it.
 // Always within [min, max]. With adaptation off the bound is fixed.
 //
 // Why it converges: if a job's tail grows with the bound (more best-effort work queued ahead of a
