@@ -11,7 +11,8 @@ std::string Diagnostics::place(const toml::source_position& where) const {
 }
 
 void Diagnostics::error(const toml::source_position& where, std::string_view key, std::string_view message) {
-  const Entry place_only{where.line, where.column, {}};
+  const std::uint64_t found = total();
+  const Entry place_only{where.line, where.column, found, {}};
   if (entries_.size() >= kMaxMessages) {
     ++left_out_;
     if (!earlier(place_only, entries_.front())) return;  // later in the file than every one kept
@@ -21,7 +22,7 @@ void Diagnostics::error(const toml::source_position& where, std::string_view key
   std::string text = place(where) + ": ";
   if (!key.empty()) text.append(key).append(": ");
   text.append(message);
-  entries_.push_back({where.line, where.column, std::move(text)});
+  entries_.push_back({where.line, where.column, found, std::move(text)});
   if (entries_.size() == kMaxMessages && left_out_ == 0) {
     std::make_heap(entries_.begin(), entries_.end(), earlier);
   } else if (entries_.size() >= kMaxMessages) {
@@ -31,8 +32,7 @@ void Diagnostics::error(const toml::source_position& where, std::string_view key
 
 std::vector<std::string> Diagnostics::messages() const {
   std::vector<Entry> sorted = entries_;
-  // Stable: two problems at one place keep the order they were found in (not once it was a heap).
-  std::stable_sort(sorted.begin(), sorted.end(), earlier);
+  std::sort(sorted.begin(), sorted.end(), earlier);  // at one place, in the order found
   std::vector<std::string> texts;
   for (auto& entry : sorted) texts.push_back(std::move(entry.text));
   if (left_out_ > 0) {

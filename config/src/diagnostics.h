@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 namespace gpuqos::config::detail {
@@ -26,15 +27,17 @@ class Diagnostics {
   // 1-MiB file of 340,000 bad array elements took 250 ms to report, past the shims' heartbeat.
   static constexpr std::size_t kMaxMessages = 1000;
   std::vector<std::string> messages() const;
+  std::size_t total() const noexcept { return entries_.size() + left_out_; }
 
  private:
   struct Entry {
     std::uint32_t line;
     std::uint32_t column;
+    std::uint64_t found;  // how many were found before it: at one place, the order they were found in
     std::string text;
   };
   static bool earlier(const Entry& a, const Entry& b) {
-    return a.line != b.line ? a.line < b.line : a.column < b.column;
+    return std::tie(a.line, a.column, a.found) < std::tie(b.line, b.column, b.found);
   }
   std::string source_name_;
   std::vector<Entry> entries_;  // a heap by earlier() (the latest on top) once it is full

@@ -372,7 +372,7 @@ Result<Config> parse_config(std::string_view text, std::string_view source_name,
                       "a key of more than " + std::to_string(kMaxKeyParts) +
                           " dotted parts (gpuqosd's have at most three): not read, a longer one could overflow the "
                           "parser's stack");
-    return Errors{diagnostics.messages()};
+    return Errors{diagnostics.messages(), diagnostics.total()};
   }
   toml::table document;
   try {
@@ -386,7 +386,7 @@ Result<Config> parse_config(std::string_view text, std::string_view source_name,
                            });
     diagnostics.error(error.source().begin, printable ? place.key : detail::quoted(place.key),
                       syntax_message(error) + place.hint);
-    return Errors{diagnostics.messages()};
+    return Errors{diagnostics.messages(), diagnostics.total()};
   }
   Config config = read_document(diagnostics, document);
   check_daemon_paths(diagnostics, document, config.daemon, options);
@@ -395,7 +395,7 @@ Result<Config> parse_config(std::string_view text, std::string_view source_name,
     diagnostics.error(name != nullptr ? name->source().begin : toml::source_position{}, "policy.name",
                       "\"none\" means running without gpuqosd (stop the daemon instead)");
   }
-  if (!diagnostics.empty()) return Errors{diagnostics.messages()};
+  if (!diagnostics.empty()) return Errors{diagnostics.messages(), diagnostics.total()};
   return config;
 }
 

@@ -86,7 +86,7 @@ void Daemon::reload_config() {
   const std::string path = options_.config_path;  // a copy: options_ is replaced below
   if (path.empty()) return spdlog::info("SIGHUP: gpuqosd runs without --config, there is no file to reload");
   auto loaded = config::load_config_file(path, {.for_gpuqosd = true});
-  if (!loaded) return reload_failed(path, loaded.error());
+  if (!loaded) return reload_failed(path, loaded.error(), loaded.problems());
   auto configured = options_from_config(loaded.value(), options_);
   if (!configured) return reload_failed(path, configured.error());
   DaemonOptions next = std::move(configured.value());
@@ -209,7 +209,7 @@ void Daemon::reload_config() {
   reregister_clients_with_policy(ipc::monotonic_ns());
 }
 
-void Daemon::reload_failed(const std::string& path, const std::string& error) {
+void Daemon::reload_failed(const std::string& path, const std::string& error, std::size_t total) {
   // One problem per line (a log line each, each with its time and level, for whatever parses them).
   std::vector<std::string> problems;
   for (std::size_t at = 0; at <= error.size();) {
@@ -217,17 +217,21 @@ void Daemon::reload_failed(const std::string& path, const std::string& error) {
     if (end > at) problems.push_back(error.substr(at, end - at));
     at = end + 1;
   }
-  if (problems.size() <= 1) {
+  // More problems than lines: config listed the first ones and counted the rest in a last line.
+  const bool capped = total > problems.size();
+  if (capped) problems.pop_back();
+  total = std::max(total, problems.size());
+  if (total <= 1) {
     spdlog::error("reload of {} failed, keeping the running config: {}", path, error);
   } else {
     // At most kLoggedProblems lines: a megabyte of the wrong file logged 110,000 (gpuqosd
     // --check-config prints them, up to config's own cap).
     constexpr std::size_t kLoggedProblems = 100;
-    spdlog::error("reload of {} failed, keeping the running config: {} problems:", path, problems.size());
+    spdlog::error("reload of {} failed, keeping the running config: {} problems:", path, total);
     for (std::size_t i = 0; i < problems.size() && i < kLoggedProblems; ++i) spdlog::error("  {}", problems[i]);
-    if (problems.size() > kLoggedProblems) {
-      spdlog::error("  ... and {} more (gpuqosd --check-config {} lists them all)", problems.size() - kLoggedProblems,
-                    path);
+    if (total > kLoggedProblems) {
+      spdlog::error("  ... and {} more (gpuqosd --check-config {} lists {})", total - kLoggedProblems, path,
+                    capped ? fmt::format("the first {}", problems.size()) : std::string("them all"));
     }
   }
   config_status_.last_reload_ok = false;
@@ -238,7 +242,7 @@ void Daemon::reload_failed(const std::string& path, const std::string& error) {
   for (std::size_t i = 0; i < problems.size() && i < kKeptProblems; ++i) {
     kept += (i == 0 ? "" : "\n") + problems[i].substr(0, kKeptProblemBytes);
   }
-  if (problems.size() > kKeptProblems) kept += fmt::format("\n... and {} more", problems.size() - kKeptProblems);
+  if (total > kKeptProblems) kept += fmt::format("\n... and {} more", total - std::min(problems.size(), kKeptProblems));
   config_status_.last_reload_error = kept;
 }
 

@@ -35,7 +35,8 @@ void print_config_problems(const std::vector<std::string>& problems) {
   for (const std::string& problem : problems) std::cerr << "gpuqosd: " << problem << "\n";
 }
 
-// --check-config FILE: 0 when this gpuqosd would start with it, 1 with every problem printed.
+// --check-config FILE: 0 when this gpuqosd would start with it, 1 with its problems printed (the
+// first 1,000 in the file, and how many more).
 int check_config(const std::string& path) {
   auto loaded = gpuqos::config::load_config_file(
       path, {.for_gpuqosd = true, .check_socket_path = true, .check_store_path = true});

@@ -319,6 +319,7 @@ TEST(ConfigLoad, TheFirstThousandProblemsAreListedAndTheRestCounted) {
   EXPECT_EQ(result.errors()[1], "t.toml:4:1: access.k9999: unknown key");
   EXPECT_EQ(result.errors()[999], "t.toml:1002:1: access.k9001: unknown key");
   EXPECT_EQ(result.errors()[1000], "t.toml: and 501 more problems after these (only the first 1000 are listed)");
+  EXPECT_EQ(result.problems(), 1501u);
 }
 
 // What a file sets but the daemon will not use is said in the summary, not left out of it.

@@ -393,6 +393,18 @@ TEST(Reload, TheStatusSaysWhetherTheLastReloadWasAppliedAndAnEmptiedFileIsWarned
       << daemon->log();
   EXPECT_NE(daemon->log().find("job[99].target_ms"), std::string::npos);
   EXPECT_EQ(daemon->log().find("job[100].target_ms"), std::string::npos);
+  // Past config's 1,000, the count is still of them all (a review: it read "1001 problems", the
+  // line counting the rest taken for one, and "lists them all").
+  std::string capped = fifo(1);
+  for (int i = 0; i < 1200; ++i) capped += "[[job]]\nname = \"c" + std::to_string(i) + "\"\ntarget_ms = -1.0\n";
+  ASSERT_TRUE(daemon.reload(capped, failed + ": 1200 problems:")) << daemon->log();
+  ASSERT_TRUE(eventually([&] { return daemon->log().find("lists the first 1000)") != std::string::npos; })) << daemon->log();
+  EXPECT_NE(daemon->log().find("  ... and 1100 more (gpuqosd --check-config " + daemon.file().string() +
+                               " lists the first 1000)"),
+            std::string::npos)
+      << daemon->log();
+  const std::string kept_capped = daemon->status()["daemon"]["config"]["last_reload_error"];
+  EXPECT_TRUE(kept_capped.ends_with("\n... and 1192 more")) << kept_capped;
 
   ASSERT_TRUE(daemon.reload("", "config reloaded from")) << daemon->log();
   EXPECT_NE(daemon->log().find("it names no [[job]], the running config named 1: every latency target"), std::string::npos)

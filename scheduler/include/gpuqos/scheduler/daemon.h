@@ -241,7 +241,8 @@ class Daemon {
   FileDescriptor store_lock_;                // lock_beside(store): this daemon saves the store
   ConfigStatus config_status_;               // the config file running and its latest reload
   // A reload refused: logged one problem a line, and kept for the status and metrics.
-  void reload_failed(const std::string& path, const std::string& error);
+  // `total`: how many problems `error` stands for (its lines, or more when config capped them).
+  void reload_failed(const std::string& path, const std::string& error, std::size_t total = 0);
   // The socket file's identity once bound: a tmp cleaner may remove it (check_socket_path serves
   // the path again), or something else take its place (warned of once).
   dev_t socket_device_ = 0;
