@@ -84,14 +84,19 @@ int open_lock_file(const std::string& lock_path, int flags) {
   return ::open(lock_path.c_str(), flags | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0644);
 }
 
-// Why the open descriptor is no lock file of ours: not a regular file, or, one we would write, one
-// with other names (a hard link to a file elsewhere, which writing our pid would truncate). Empty: fine.
-std::string not_a_lock_file(int fd, bool writable) {
+// Why the open descriptor is no lock file of ours: not a regular file. Empty: fine.
+std::string not_a_lock_file(int fd) {
   struct stat info{};
   if (::fstat(fd, &info) != 0) return std::string("cannot be examined (") + std::strerror(errno) + ")";
   if (!S_ISREG(info.st_mode)) return "is not a regular file (a FIFO, a device or a directory)";
-  if (writable && info.st_nlink > 1) return "has other names (" + std::to_string(info.st_nlink) + " hard links)";
   return {};
+}
+
+// A file with other names (a hard link to one elsewhere, which writing our pid would truncate; or
+// made by a backup or deduplication tool) locks all the same, but its text is not ours to write.
+bool has_other_names(int fd) {
+  struct stat info{};
+  return ::fstat(fd, &info) == 0 && info.st_nlink > 1;
 }
 
 }  // namespace
@@ -169,16 +174,17 @@ ipc::Result<FileDescriptor> lock_beside(const std::string& path, bool read_only_
   FileDescriptor fd(open_lock_file(lock_path, O_RDWR | O_CREAT));
   // Another user's lock file (left by their gpuqosd in a shared directory): a read-only descriptor
   // locks all the same; the pid is not written then.
-  const bool writable = fd.valid();
+  bool writable = fd.valid();
   if (!writable && errno == EACCES && read_only_fallback) {
     fd = FileDescriptor(open_lock_file(lock_path, O_RDONLY));
     // No lock file to share, and none can be made: the directory is what refused (not "no such file").
     if (!fd.valid() && errno == ENOENT) return system_error_of(EACCES, "cannot create " + lock_path);
   }
   if (!fd.valid()) return system_error("cannot open " + lock_path);
-  if (const std::string odd = not_a_lock_file(fd.get(), writable); !odd.empty()) {
+  if (const std::string odd = not_a_lock_file(fd.get()); !odd.empty()) {
     return ipc::Error{lock_path + " " + odd + ": gpuqosd keeps its lock in a regular file there; remove it"};
   }
+  writable = writable && !has_other_names(fd.get());
   if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
     if (errno != EWOULDBLOCK) return system_error("cannot lock " + lock_path);
     return ipc::Error{""};  // held: the caller says by whom (held_by)
