@@ -194,8 +194,8 @@ void Daemon::register_client(Pending& pending, const ipc::Hello& hello) {
   // number: it keeps the ordinals, and the GPUs named by UUID run unscheduled for it.
   if (!uuids.empty() && hello.version_minor < 8) {
     const bool says_uuids = hello.version_minor >= 7;
-    // Once per registration: within the budget of registration lines, as a loop of Hellos is a flood.
-    if (client_lines_.take(ipc::monotonic_ns(), peer.uid)) {
+    // Once per registration: within a budget, as a loop of Hellos is a flood.
+    if (client_notes_.take(ipc::monotonic_ns(), peer.uid)) {
       spdlog::warn("job '{}' pid {}: its shim (protocol 1.{}) cannot take [devices] uuids: {}", job, peer.pid,
                    hello.version_minor,
                    says_uuids ? "it posts the work of every device"
@@ -258,8 +258,8 @@ void Daemon::register_client(Pending& pending, const ipc::Hello& hello) {
     spdlog::info("{}: registered as client {} (uid {}, {} priority, {}, segment {})", client->tag(), id, peer.uid,
                  decision.effective == ipc::Priority::high ? "high" : "low", describe_targets(info), name);
   }
-  warn_if_target_unprotected(client->identity(), info, &client_lines_);
-  warn_if_high_unlisted(client->identity(), info, client_lines_);
+  warn_if_target_unprotected(client->identity(), info, &client_notes_);
+  warn_if_high_unlisted(client->identity(), info, client_notes_);
   learner_->client_user(id, peer.uid);
   clients_.emplace(id, std::move(client));
   apply(policy_->client_registered(info, ipc::monotonic_ns()));
@@ -401,8 +401,8 @@ std::string Daemon::note_unscheduled_device(Client& client, const std::vector<st
     return {};
   }
   unscheduled.emplace(device->ordinal, uuid);
-  // Within the budget of registration lines: up to 16 a registration, and a loop of them is a flood.
-  if (client_lines_.take(ipc::monotonic_ns(), client.identity().peer.uid)) {
+  // Within a budget: up to 16 a registration, and a loop of them is a flood.
+  if (client_notes_.take(ipc::monotonic_ns(), client.identity().peer.uid)) {
     spdlog::info("{} runs its device {} ({}) unscheduled: [devices] does not name it", client.tag(), device->ordinal,
                  uuid == DeviceTable::Uuid{} ? std::string("its driver cannot say its UUID") : DeviceTable::uuid_text(uuid));
   }

@@ -299,6 +299,11 @@ class Daemon {
   // lines (8.9 MB) in 10 s. Generous: a job of hundreds of processes starting is said whole.
   static constexpr int kClientLinesPerWindow = 400;
   LogBudget client_lines_{kClientLinesPerWindow, "registrations and disconnections of clients"};
+  // What a registration says beside its own line (each GPU it runs unscheduled, a shim that cannot
+  // take the config's UUIDs, a job whose target or listing its claim does not match): a loop of
+  // registrations with 16 unscheduled GPUs each wrote 32,000 lines in 0.34 s. A budget of its own,
+  // so these neither crowd out the registrations nor are crowded out by them.
+  LogBudget client_notes_{kClientLinesPerWindow, "notes of clients' settings (GPUs unscheduled, targets, UUIDs)"};
   // Answers to peers that had stopped waiting for them (a Hello after the shim's second, a status
   // after `gpuqos status` gave up): not a fault, and every shim's retry in a stall adds one (a user
   // test: 17 lines after gpuqosd was stopped for 17 s). The first of a window is said, the rest
@@ -320,6 +325,7 @@ class Daemon {
   void tell_unsaid_peer_warnings(std::int64_t now_ns, bool last = false) {
     peer_warnings_.roll(now_ns, last);
     client_lines_.roll(now_ns, last);
+    client_notes_.roll(now_ns, last);
     late_answers_.roll(now_ns, last);
   }
   struct ToldHold {  // tell_long_holds(): an op told of as held long, until it goes
