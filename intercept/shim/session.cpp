@@ -35,8 +35,10 @@ struct Inherited {
 };
 std::array<Inherited, 16> inherited;  // two per session (socket and doorbell); more go unlisted
 
-void list_inherited(int fd, Session::FileId id) noexcept {
-  if (fd < 0) return;
+}  // namespace
+
+void Session::list_inherited(int fd, FileId id) noexcept {
+  if (fd < 0 || id.inode == 0) return;
   for (Inherited& entry : inherited) {
     int free = -1;
     if (!entry.fd.compare_exchange_strong(free, fd, std::memory_order_acq_rel)) continue;
@@ -46,15 +48,21 @@ void list_inherited(int fd, Session::FileId id) noexcept {
   }
 }
 
-void unlist_inherited(int fd) noexcept {
+void Session::unlist_inherited(int fd, FileId id) noexcept {
   if (fd < 0) return;
   for (Inherited& entry : inherited) {
+    // This file's entry: another of the same number may be a newer session's (the program closed
+    // ours, and the number came back).
+    if (entry.fd.load(std::memory_order_acquire) != fd || entry.inode.load(std::memory_order_acquire) != id.inode ||
+        entry.device.load(std::memory_order_acquire) != id.device) {
+      continue;
+    }
     int listed = fd;
     if (entry.fd.compare_exchange_strong(listed, -1, std::memory_order_acq_rel)) return;
   }
 }
 
-}  // namespace
+Session::FileId Session::file_of(int fd) noexcept { return file_id(fd); }
 
 void Session::close_inherited() noexcept {
   for (Inherited& entry : inherited) {
@@ -97,8 +105,8 @@ bool Session::managed_by_uuid(std::uint32_t device, const std::array<std::uint8_
 }
 
 Session::~Session() {
-  unlist_inherited(fd_);
-  unlist_inherited(doorbell_);
+  unlist_inherited(fd_, fd_id_);
+  unlist_inherited(doorbell_, doorbell_id_);
   // A descriptor the program closed (and may use the number of) is not ours to close.
   if (ours(fd_, fd_id_, fd_disowned_)) ::close(fd_);
   if (ours(doorbell_, doorbell_id_, doorbell_disowned_)) ::close(doorbell_);

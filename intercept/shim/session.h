@@ -72,6 +72,11 @@ class Session {
   // own pid namespace) the hang-up is all it has to know the parent is gone (a review: the parent
   // stayed listed, its query open, until the child exited 20 s later). The parent's are its own.
   static void close_inherited() noexcept;
+  // Lists (and unlists) a descriptor of a registration for close_inherited: a Session lists its
+  // own; session_open lists the socket from its making, for the Hello exchange before the Session.
+  static void list_inherited(int fd, FileId id) noexcept;
+  static void unlist_inherited(int fd, FileId id) noexcept;
+  static FileId file_of(int fd) noexcept;  // fstat's device and inode (0, 0: none)
 
   // Owns fd and doorbell (-1: none, the daemon's thread waits on the ops ring's futex instead).
   Session(std::uint32_t id, int fd, std::uint32_t client_number, ipc::Segment segment, Terms terms,

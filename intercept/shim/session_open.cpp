@@ -34,13 +34,27 @@ constexpr int kConnectTimeoutMs = 250;
 constexpr int kReplyTimeoutMs = 1000;
 
 // Closes the descriptor unless released (the registration's socket, the doorbell): every failure
-// path below just returns.
+// path below just returns. Listed for a child forked meanwhile to close (Session::close_inherited):
+// the Hello exchange can take a second and a half, and a child holding the socket kept the
+// registration it makes open after the parent was gone (a review); the Session lists its own.
 struct SocketGuard {
   int fd = -1;
+  Session::FileId id{};
   ~SocketGuard() {
-    if (fd >= 0) ::close(fd);
+    if (fd >= 0) {
+      Session::unlist_inherited(fd, id);
+      ::close(fd);
+    }
   }
-  int release() { return std::exchange(fd, -1); }
+  void take(int made) {
+    fd = made;
+    id = Session::file_of(fd);
+    Session::list_inherited(fd, id);
+  }
+  int release() {
+    Session::unlist_inherited(fd, id);
+    return std::exchange(fd, -1);
+  }
 };
 
 std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
@@ -80,7 +94,7 @@ bool connect_socket(const std::string& path, SocketGuard& socket, std::string& w
   if (path.empty() || path.size() >= sizeof address.sun_path) return why = "socket path too long or empty", false;
   address.sun_family = AF_UNIX;
   std::memcpy(address.sun_path, path.data(), path.size());
-  socket.fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  socket.take(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (socket.fd < 0) return why = errno_text("socket"), false;
   if (::connect(socket.fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0) return true;
   // On a Unix socket EAGAIN is no connect in progress: the daemon's queue of connections not yet
