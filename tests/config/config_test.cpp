@@ -268,13 +268,15 @@ TEST(ConfigLoad, AFileThatIsNotARegularOneOrIsHugeIsRefusedWithoutReading) {
   EXPECT_EQ(result.error(), "/dev/zero: cannot read config file: not a regular file (a pipe, socket or device)");
   // Not even opened: a writer waiting on the FIFO would be let go by the open (opening some devices
   // does something of its own; a terminal would become gpuqosd's controlling one).
-  std::atomic<bool> writer_opened{false};
+  std::atomic<bool> writer_opening{false}, writer_opened{false};
   std::thread writer([&] {
+    writer_opening = true;
     const int fd = ::open(fifo.c_str(), O_WRONLY);  // waits for a reader
     writer_opened = fd >= 0;
     if (fd >= 0) ::close(fd);
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the writer waits in its open
+  while (!writer_opening) std::this_thread::yield();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // in its open by now
   EXPECT_FALSE(load_config_file(fifo).ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   EXPECT_FALSE(writer_opened) << "the config load opened the FIFO";
