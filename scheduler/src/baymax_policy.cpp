@@ -1244,9 +1244,12 @@ Decisions BaymaxPolicy::grant_ready(std::int64_t now_ns) {
       }
       ClientState& client = clients_.at(id);
       Hold hold = hold_of(id, head, now_ns);
-      // Behind a long op waiting for the queries to be done: only what is done before they are.
+      // Behind a long op waiting for the queries to be done: only what is done before they are (on a
+      // device that runs work in order, after the high-priority work posted there too).
+      const std::int64_t ahead = be_backlog_ns(head.op.device, *engine, now_ns) +
+                                 (options_.baymax.preemptive(head.op.device) ? 0 : hp_work_on(head.op.device));
       if (only_till_no_query && hold == Hold::none &&
-          be_backlog_ns(head.op.device, *engine, now_ns) + head.predicted_ns > until_no_query_ns(head.op.device, now_ns)) {
+          ahead + head.predicted_ns > until_no_query_ns(head.op.device, now_ns)) {
         held(id, HoldReason::behind);
         continue;
       }

@@ -2155,7 +2155,8 @@ TEST(BaymaxPolicy, ALongOpHeldByDeadlinesClosesTheEngineAfterTheHoldLimit) {
 // ops that are done before the queries in the system are expected to be: a review found a job whose
 // queries never left the system idle kept every best-effort job off the device, short ops included.
 TEST(BaymaxPolicy, BehindALongOpWaitingForTheQueriesShortOpsDoneBeforeThemStillGo) {
-  BaymaxPolicy policy(options(300 * kMs));  // A's op within the bound: no long op
+  PolicyOptions o = on_device(true, 300 * kMs);  // A's op within the bound: no long op
+  BaymaxPolicy policy(o);
   (void)policy.client_registered(serve(kServe, 200 * kMs), 0);
   EXPECT_TRUE(post(policy, kServe, Priority::high, op(1), 0, 3 * kMs).empty());  // no profile: 3 ms still to do
   EXPECT_TRUE(post(policy, kTrainA, Priority::low, op(1), 0, 250 * kMs).empty()) << "never fits a 200 ms query";
@@ -2166,6 +2167,15 @@ TEST(BaymaxPolicy, BehindALongOpWaitingForTheQueriesShortOpsDoneBeforeThemStillG
   EXPECT_TRUE(post(policy, kTrainC, Priority::low, op(1), late, 2 * kMs).empty()) << "behind B's: 4 > 3";
   EXPECT_EQ(policy.held_head(kTrainC)->reason, HoldReason::behind);
   EXPECT_EQ(policy.held_head(kTrainA)->reason, HoldReason::deadline);
+
+  // On a device that runs work in order, B's op would run after the query's 3 ms: 3 + 2 > 3.
+  BaymaxPolicy in_order(options(300 * kMs));
+  (void)in_order.client_registered(serve(kServe, 200 * kMs), 0);
+  (void)post(in_order, kServe, Priority::high, op(1), 0, 3 * kMs);
+  (void)post(in_order, kTrainA, Priority::low, op(1), 0, 250 * kMs);
+  EXPECT_TRUE(in_order.tick(late).empty());
+  EXPECT_TRUE(post(in_order, kTrainB, Priority::low, op(1), late, 2 * kMs).empty());
+  EXPECT_EQ(in_order.held_head(kTrainB)->reason, HoldReason::behind);
 }
 
 // Two queries open at once; the one with the earlier deadline is served first, so the later one
