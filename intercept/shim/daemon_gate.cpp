@@ -16,7 +16,6 @@ namespace {
 
 using CtxGetCurrent = CUresult (*)(CUcontext*);
 using CtxGetId = CUresult (*)(CUcontext, unsigned long long*);
-using PrimaryCtxGetState = CUresult (*)(CUdevice, unsigned int*, int*);
 using PrimaryCtxRetain = CUresult (*)(CUcontext*, CUdevice);
 using PrimaryCtxRelease = CUresult (*)(CUdevice);
 
@@ -30,34 +29,12 @@ constexpr auto kRetryAfterStall = std::chrono::milliseconds(10);
 constexpr auto kFirstRefusedRetry = std::chrono::milliseconds(1000);
 constexpr auto kMaxRefusedRetry = std::chrono::milliseconds(60000);
 
-bool primary_active(CUdevice device) noexcept {
-  const auto get_state = driver<PrimaryCtxGetState>(DriverHelper::primary_ctx_get_state);
-  unsigned int flags = 0;
-  int active = 0;
-  return get_state && get_state(device, &flags, &active) == CUDA_SUCCESS && active != 0;
-}
-
 // cuCtxGetId (CUDA 12.0): no two contexts of the process have the same id, where a handle comes back
 // (a primary context made again after its last release often has its old one). 0: not said.
 std::uint64_t context_id(CUcontext context) noexcept {
   const auto get_id = driver<CtxGetId>(DriverHelper::ctx_get_id);
   unsigned long long id = 0;
   return context && get_id && get_id(context, &id) == CUDA_SUCCESS ? id : 0;
-}
-
-// Lifetime calls by what they end, whichever ABI (the one before _v2 or _v2) the program called.
-bool destroys_stream(HookId hook) noexcept {
-  return hook == HookId::hook_cuStreamDestroy || hook == HookId::hook_cuStreamDestroy_v2;
-}
-bool destroys_context(HookId hook) noexcept {
-  return hook == HookId::hook_cuCtxDestroy || hook == HookId::hook_cuCtxDestroy_v2;
-}
-bool destroys_green_context(HookId hook) noexcept { return hook == HookId::hook_cuGreenCtxDestroy; }
-bool resets_primary(HookId hook) noexcept {
-  return hook == HookId::hook_cuDevicePrimaryCtxReset || hook == HookId::hook_cuDevicePrimaryCtxReset_v2;
-}
-bool releases_primary(HookId hook) noexcept {
-  return hook == HookId::hook_cuDevicePrimaryCtxRelease || hook == HookId::hook_cuDevicePrimaryCtxRelease_v2;
 }
 
 // The context a lifetime call may end (before the call): cuCtxDestroy's, or the device's primary

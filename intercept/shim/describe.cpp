@@ -264,4 +264,26 @@ ContextDevices::Uuid ContextDevices::uuid(std::uint32_t device) noexcept {
   return uuids_[device];
 }
 
+bool destroys_stream(HookId hook) noexcept {
+  return hook == HookId::hook_cuStreamDestroy || hook == HookId::hook_cuStreamDestroy_v2;
+}
+bool destroys_context(HookId hook) noexcept {
+  return hook == HookId::hook_cuCtxDestroy || hook == HookId::hook_cuCtxDestroy_v2;
+}
+bool destroys_green_context(HookId hook) noexcept { return hook == HookId::hook_cuGreenCtxDestroy; }
+bool resets_primary(HookId hook) noexcept {
+  return hook == HookId::hook_cuDevicePrimaryCtxReset || hook == HookId::hook_cuDevicePrimaryCtxReset_v2;
+}
+bool releases_primary(HookId hook) noexcept {
+  return hook == HookId::hook_cuDevicePrimaryCtxRelease || hook == HookId::hook_cuDevicePrimaryCtxRelease_v2;
+}
+
+bool primary_active(CUdevice device) noexcept {
+  using PrimaryCtxGetState = CUresult (*)(CUdevice, unsigned int*, int*);
+  const auto get_state = driver<PrimaryCtxGetState>(DriverHelper::primary_ctx_get_state);
+  unsigned int flags = 0;
+  int active = 0;
+  return get_state && get_state(device, &flags, &active) == CUDA_SUCCESS && active != 0;
+}
+
 }  // namespace gpuqos::intercept

@@ -50,6 +50,15 @@ std::optional<ipc::CopyDirection> posted_copy_direction(const Operation& op) noe
 // the name of the handle it wrote, so launches of it carry the kernel's identity.
 void learn_kernel_name(const Operation& op, KernelRegistry& kernels) noexcept;
 
+// Lifetime calls by what they end, whichever ABI (the one before _v2 or _v2) the program called.
+bool destroys_stream(HookId hook) noexcept;
+bool destroys_context(HookId hook) noexcept;
+bool destroys_green_context(HookId hook) noexcept;
+bool resets_primary(HookId hook) noexcept;
+bool releases_primary(HookId hook) noexcept;
+// Is the device's primary context active (cuDevicePrimaryCtxGetState; false when it cannot say)?
+bool primary_active(CUdevice device) noexcept;
+
 // The device ordinal of each context seen (cuCtxGetDevice once per context; 0 when it fails), and
 // each device's SM count and UUID (asked once; 0 and all zero when the driver cannot say).
 class ContextDevices {

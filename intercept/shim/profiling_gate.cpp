@@ -42,6 +42,19 @@ void ProfilingGate::after(const Operation& op, Ticket ticket, CUresult result) n
     profiler_.end(std::exchange(call.external_id, 0), result == CUDA_SUCCESS);
   }
   if (op.category == Category::naming && result == CUDA_SUCCESS) learn_kernel_name(op, kernels_);
+  // A context that ended took its modules' functions with it: their handles may be given again to
+  // other kernels, and its handle to a context of another device (as DaemonGate forgets them; a
+  // review: after a cuCtxDestroy the profile named a kernel by the one its handle had been, and read
+  // that one's argument layout past the new kernel's parameters). A primary context's release ends
+  // it only when it leaves it inactive.
+  if (op.category == Category::lifetime && result == CUDA_SUCCESS && !destroys_stream(op.hook) &&
+      (!releases_primary(op.hook) || !primary_active(op.device))) {
+    try {
+      kernels_.forget_context_bound();
+    } catch (...) {  // out of memory: as KernelRegistry's other updates
+    }
+    devices_.forget_all();
+  }
   inner_.after(op, ticket, result);
 }
 

@@ -222,6 +222,27 @@ TEST_F(ProfileTest, EveryLaunchCopyAndMemsetOfAProgramGetsOneRecordWithTheDevice
   EXPECT_NEAR(duration_ns(memsets[0]), copy_ns("d2d", "none", 1024), kToleranceNs);
 }
 
+// A kernel's handle given again to another kernel after its module was unloaded or its context
+// destroyed: the profile names the new kernel and reads its own argument layout. A review: after a
+// cuCtxDestroy the profiling gate, which keeps a registry of its own, never forgot the old handle:
+// `narrow` was written as `wide` with four arguments, three read past its one-element array.
+TEST_F(ProfileTest, AHandleGivenAgainAfterItsContextEndedIsProfiledAsTheNewKernel) {
+  start_simgpud(kSpinCatalog);
+  for (const std::string how : {"unload", "destroy"}) {
+    SCOPED_TRACE(how);
+    fs::remove(profile_path_);
+    ASSERT_EQ(run({(kBuild / "tests" / "programs" / "intercept_gate_client").string(), "reload", how}), 0) << output_;
+    ASSERT_NE(output_.find("reload ok"), std::string::npos) << output_;
+    EXPECT_NE(output_.find("handle reused 1"), std::string::npos) << "the handle was not reused: nothing tested\n" << output_;
+    const auto kernels = of_kind(read_profile(profile_path_), "kernel");
+    ASSERT_EQ(kernels.size(), 2u);
+    EXPECT_EQ(kernels[0].at("name"), "wide");
+    EXPECT_EQ(kernels[0].at("args"), json::array({1, 2, 3, 4}));
+    EXPECT_EQ(kernels[1].at("name"), "narrow");
+    EXPECT_EQ(kernels[1].at("args"), json::array({7}));
+  }
+}
+
 // The CUPTI round trip: the BERT inference trace, converted, replayed through the shim in profiling
 // mode: one record per kernel and copy of every query, with the durations the trace recorded (the
 // catalog's from_arg model) and the device's copy model.
