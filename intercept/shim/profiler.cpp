@@ -289,6 +289,19 @@ void Profiler::finish() noexcept {
   if (static_cast<int>(::getpid()) != pid_) return;  // a forked child: the file is its parent's
   const State was = state_.exchange(State::finished, std::memory_order_acq_rel);
   if (was == State::off || was == State::finished) return;
+  // exit() from a signal handler that interrupted a hooked call: the frame below may hold CUPTI's
+  // locks, ours or the allocator's (a review: the forced flush waited for good on the lock the
+  // interrupted cuLaunchKernel held, 2 of 100 runs of intercept_gate_client exit-in-handler under
+  // GPUQOS_PROFILE; and committing, fclose's free() on the malloc lock of an interrupted malloc).
+  // Nothing more is done then: the records written so far stay in the temporary file, as a killed
+  // process's do, where `gpuqos train` reads them.
+  if (in_hooked_call()) {
+    if (was == State::running) {
+      flusher_.request_stop();
+      flusher_.detach();  // it may wait for the same locks; the process is ending
+    }
+    return;
+  }
   try {
     if (was == State::running) {  // start() is done with flusher_ (never touched while it runs)
       flusher_.request_stop();

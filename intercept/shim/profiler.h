@@ -64,8 +64,13 @@ class Profiler {
 
   // At exit (an atexit handler registered when CUPTI starts, so before the driver's own exit
   // handlers), and again at shutdown: flushes CUPTI, joins what arrived, renames the file into
-  // place. Only the first call (in the process that opened the file) does anything.
+  // place. Only the first call (in the process that opened the file) does anything. From inside a
+  // hooked call (exit() from a signal handler that interrupted one), the frame below may hold
+  // CUPTI's locks, ours or the allocator's: nothing is done then, and the records written so far
+  // stay in the temporary file, where `gpuqos train` reads them.
   void finish() noexcept;
+  // Is this thread inside a hooked driver call (ProfilingGate keeps the count)?
+  static bool in_hooked_call() noexcept;
 
  private:
   enum class State : std::uint8_t { off, idle, starting, running, finished };

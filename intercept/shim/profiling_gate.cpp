@@ -19,6 +19,12 @@ struct ThreadCall {
 };
 thread_local ThreadCall this_thread_call;
 
+}  // namespace
+
+bool Profiler::in_hooked_call() noexcept { return this_thread_call.depth > 0; }
+
+namespace {
+
 bool profiled_category(const Operation& op) {
   return !op.captured &&
          (op.category == Category::launch || op.category == Category::copy || op.category == Category::memset);
@@ -29,16 +35,23 @@ bool profiled_category(const Operation& op) {
 ProfilingGate::ProfilingGate(Gate& inner, const Settings& settings, Profiler::Log log)
     : inner_(inner), profiler_(settings, kernels_, std::move(log)) {}
 
+// The depth counts the inner gate's parts of the call too: exit() from a signal handler that
+// interrupted any of it must find the thread inside a call (Profiler::finish).
 Ticket ProfilingGate::before(const Operation& op) noexcept {
-  const Ticket ticket = inner_.before(op);  // a low-priority op may wait here for its grant
   ThreadCall& call = this_thread_call;
-  if (call.depth++ == 0 && profiled_category(op) && profiler_.ready()) begin_profiled(op);
+  const bool outermost = call.depth++ == 0;
+  const Ticket ticket = inner_.before(op);  // a low-priority op may wait here for its grant
+  if (outermost && profiled_category(op) && profiler_.ready()) begin_profiled(op);
   return ticket;
 }
 
 void ProfilingGate::after(const Operation& op, Ticket ticket, CUresult result) noexcept {
   ThreadCall& call = this_thread_call;
-  if (--call.depth == 0 && call.external_id != 0) {
+  struct Leave {
+    ThreadCall& call;
+    ~Leave() { --call.depth; }
+  } const leave{call};
+  if (call.depth == 1 && call.external_id != 0) {
     profiler_.end(std::exchange(call.external_id, 0), result == CUDA_SUCCESS);
   }
   if (op.category == Category::naming && result == CUDA_SUCCESS) learn_kernel_name(op, kernels_);
