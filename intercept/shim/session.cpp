@@ -17,13 +17,14 @@
 #include "gpuqos/ipc/validate.h"
 
 namespace gpuqos::intercept {
-namespace {
 
-Session::FileId file_id(int fd) noexcept {
+Session::FileId Session::file_of(int fd) noexcept {
   struct stat st {};
   if (fd < 0 || ::fstat(fd, &st) != 0) return {};
   return {st.st_dev, st.st_ino};
 }
+
+namespace {
 
 // The descriptors of the sessions alive, for a forked child to close (close_inherited). An entry is
 // claimed by its descriptor, then says which file that is: a child that finds a descriptor with no
@@ -62,14 +63,12 @@ void Session::unlist_inherited(int fd, FileId id) noexcept {
   }
 }
 
-Session::FileId Session::file_of(int fd) noexcept { return file_id(fd); }
-
 void Session::close_inherited() noexcept {
   for (Inherited& entry : inherited) {
     const int fd = entry.fd.exchange(-1, std::memory_order_acquire);
     if (fd < 0) continue;
     const FileId id{entry.device.load(std::memory_order_acquire), entry.inode.load(std::memory_order_acquire)};
-    if (id.inode != 0 && file_id(fd) == id) ::close(fd);  // still ours: not a number the program reused
+    if (id.inode != 0 && file_of(fd) == id) ::close(fd);  // still ours: not a number the program reused
   }
 }
 
@@ -78,8 +77,8 @@ Session::Session(std::uint32_t id, int fd, std::uint32_t client_number, ipc::Seg
     : id_(id),
       fd_(fd),
       doorbell_(doorbell),
-      fd_id_(file_id(fd)),
-      doorbell_id_(file_id(doorbell)),
+      fd_id_(file_of(fd)),
+      doorbell_id_(file_of(doorbell)),
       client_number_(client_number),
       terms_(terms),
       segment_(std::move(segment)) {
@@ -114,7 +113,7 @@ Session::~Session() {
 
 bool Session::ours(int fd, FileId id, const std::atomic<bool>& disowned) const noexcept {
   if (fd < 0 || disowned.load(std::memory_order_acquire)) return false;
-  const FileId now = file_id(fd);
+  const FileId now = file_of(fd);
   return now.inode != 0 && now == id;
 }
 

@@ -439,7 +439,7 @@ std::int64_t BaymaxPolicy::until_no_query_ns(std::uint32_t device, std::int64_t 
       left = std::max(queries_.expected_remaining_ns(id, now_ns), hp_outstanding_live(state));
     }
     const auto waiting = static_cast<std::int64_t>(queries_.waiting_arrivals(id).size());
-    left += waiting * std::max<std::int64_t>(queries_.expected_query_ns(id), 0);
+    left += waiting * queries_.expected_query_ns(id);
     longest = std::max(longest, left);
   }
   return longest;
@@ -1235,8 +1235,7 @@ Decisions BaymaxPolicy::grant_ready(std::int64_t now_ns) {
       const ClientId id = std::get<2>(entry);
       const Queued& head = clients_.at(id).queue.front();
       const auto engine = engine_of(head.op);
-      const bool only_till_no_query =
-          engine && closed_until_no_query.contains({head.op.device, *engine}) && !closed.contains({head.op.device, *engine});
+      const bool only_till_no_query = engine && closed_until_no_query.contains({head.op.device, *engine});
       if ((engine && closed.contains({head.op.device, *engine})) ||
           (budget_reserved.contains(head.op.device) && long_op_cost(head, now_ns) > 0)) {
         held(id, HoldReason::behind);

@@ -84,19 +84,18 @@ int open_lock_file(const std::string& lock_path, int flags) {
   return ::open(lock_path.c_str(), flags | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0644);
 }
 
-// Why the open descriptor is no lock file of ours: not a regular file. Empty: fine.
-std::string not_a_lock_file(int fd) {
+// What the open descriptor is, for a lock file: not a regular file (`odd` says so), or one with other
+// names (a hard link to one elsewhere, which writing our pid would truncate; or made by a backup or
+// deduplication tool), which locks all the same but whose text is not ours to write.
+struct LockFileKind {
+  std::string odd;  // empty: a regular file
+  bool other_names = false;
+};
+LockFileKind lock_file_kind(int fd) {
   struct stat info{};
-  if (::fstat(fd, &info) != 0) return std::string("cannot be examined (") + std::strerror(errno) + ")";
-  if (!S_ISREG(info.st_mode)) return "is not a regular file (a FIFO, a device or a directory)";
-  return {};
-}
-
-// A file with other names (a hard link to one elsewhere, which writing our pid would truncate; or
-// made by a backup or deduplication tool) locks all the same, but its text is not ours to write.
-bool has_other_names(int fd) {
-  struct stat info{};
-  return ::fstat(fd, &info) == 0 && info.st_nlink > 1;
+  if (::fstat(fd, &info) != 0) return {std::string("cannot be examined (") + std::strerror(errno) + ")"};
+  if (!S_ISREG(info.st_mode)) return {"is not a regular file (a FIFO, a device or a directory)"};
+  return {{}, info.st_nlink > 1};
 }
 
 }  // namespace
@@ -181,10 +180,11 @@ ipc::Result<FileDescriptor> lock_beside(const std::string& path, bool read_only_
     if (!fd.valid() && errno == ENOENT) return system_error_of(EACCES, "cannot create " + lock_path);
   }
   if (!fd.valid()) return system_error("cannot open " + lock_path);
-  if (const std::string odd = not_a_lock_file(fd.get()); !odd.empty()) {
-    return ipc::Error{lock_path + " " + odd + ": gpuqosd keeps its lock in a regular file there; remove it"};
+  const LockFileKind kind = lock_file_kind(fd.get());
+  if (!kind.odd.empty()) {
+    return ipc::Error{lock_path + " " + kind.odd + ": gpuqosd keeps its lock in a regular file there; remove it"};
   }
-  writable = writable && !has_other_names(fd.get());
+  writable = writable && !kind.other_names;
   if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
     if (errno != EWOULDBLOCK) return system_error("cannot lock " + lock_path);
     return ipc::Error{""};  // held: the caller says by whom (held_by)
