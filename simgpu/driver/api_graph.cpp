@@ -32,6 +32,11 @@ CUresult end_capture(CUstream hstream, CUgraph* graph, bool per_thread) {
   if (!stream->capture) return CUDA_ERROR_ILLEGAL_STATE;
   Graph* g = stream->capture;
   stream->capture = nullptr;
+  if (std::exchange(stream->capture_invalidated, false)) {
+    delete g;
+    *graph = nullptr;
+    return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+  }
   d.graphs.insert(g);
   *graph = reinterpret_cast<CUgraph>(g);
   return CUDA_SUCCESS;
@@ -43,7 +48,12 @@ CUresult is_capturing(CUstream hstream, CUstreamCaptureStatus* status, bool per_
   std::lock_guard lock(d.mu);
   CUstream_st* stream = resolve_stream(hstream, per_thread);
   if (!stream) return CUDA_ERROR_INVALID_HANDLE;
-  *status = stream->capture ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+  if (stream == stream->ctx->legacy && blocking_stream_captures(stream->ctx, /*invalidate=*/false)) {
+    return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+  }
+  *status = !stream->capture               ? CU_STREAM_CAPTURE_STATUS_NONE
+            : stream->capture_invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
+                                          : CU_STREAM_CAPTURE_STATUS_ACTIVE;
   return CUDA_SUCCESS;
 }
 

@@ -43,6 +43,9 @@ CUresult stream_query(CUstream hstream, bool per_thread) {
   if (!d.initialized()) return CUDA_ERROR_NOT_INITIALIZED;
   CUstream_st* stream = resolve_stream(hstream, per_thread);
   if (!stream) return CUDA_ERROR_INVALID_HANDLE;
+  if (stream == stream->ctx->legacy && blocking_stream_captures(stream->ctx, /*invalidate=*/true)) {
+    return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+  }
   if (d.connection_lost) return CUDA_ERROR_DEVICE_UNAVAILABLE;
   return stream->completed >= stream->submitted ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }

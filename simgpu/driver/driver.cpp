@@ -468,12 +468,23 @@ CUstream_st* resolve_stream(CUstream stream, bool per_thread_default) {
   return d.streams.contains(stream) ? stream : nullptr;
 }
 
+bool blocking_stream_captures(const CUctx_st* ctx, bool invalidate) {
+  bool any = false;
+  for (CUstream_st* stream : ctx->streams) {
+    if (stream == ctx->legacy || !stream->capture || (stream->flags & CU_STREAM_NON_BLOCKING) != 0) continue;
+    any = true;
+    if (invalidate) stream->capture_invalidated = true;
+  }
+  return any;
+}
+
 CUresult submit(CUstream_st* stream, const wire::WireOp& op, HostAction action, CUevent_st* event,
                 const std::vector<std::uint64_t>& wait_deps, const std::vector<GraphNode>* graph,
                 std::uint64_t* op_id) {
   Driver& d = driver();
   if (op_id) *op_id = 0;
   if (stream->capture) {
+    if (stream->capture_invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
     if (op.kind == wire::WireOpKind::kernel || op.kind == wire::WireOpKind::copy ||
         op.kind == wire::WireOpKind::memset) {
       stream->capture->nodes.push_back({op, std::move(action)});

@@ -53,6 +53,7 @@ struct CUstream_st {
   std::uint64_t last_op = 0;
   gpuqos::simgpu::driver::Graph* capture = nullptr;  // non-null while capturing
   CUstreamCaptureMode capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  bool capture_invalidated = false;  // an error ended the capture: cuStreamEndCapture says so
 };
 
 struct CUevent_st {
@@ -270,6 +271,13 @@ CUctx_st*& current_context();
 // Resolves a stream handle as the given API flavour sees it: NULL means the legacy stream, or
 // the per-thread default stream for _ptsz/_ptds entry points. Caller holds mu. Null if invalid.
 CUstream_st* resolve_stream(CUstream stream, bool per_thread_default);
+
+// Whether a blocking stream of ctx (created without CU_STREAM_NON_BLOCKING, or a per-thread default
+// stream) is capturing; with `invalidate`, those captures are invalidated. The legacy stream is
+// unusable while one is, as with the real driver: a use of it (simgpu models cuStreamQuery) fails
+// with CUDA_ERROR_STREAM_CAPTURE_IMPLICIT and invalidates the captures; cuStreamIsCapturing only
+// says so. Caller holds mu.
+bool blocking_stream_captures(const CUctx_st* ctx, bool invalidate);
 
 // Appends an op to a stream (or to the graph it is capturing); caller holds mu.
 // Returns the op id (0 if captured into a graph or on error).

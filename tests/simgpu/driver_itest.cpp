@@ -815,6 +815,48 @@ TEST_F(DriverItest, CapturedGraphOfCopyMemsetKernelReplaysTwice) {
   EXPECT_EQ(server().device_stat("kernels_completed"), 2);  // the captured kernel, once per replay
 }
 
+// The legacy stream is unusable while a blocking stream of its context captures, as with the real
+// driver (cuStreamIsCapturing in cuda.h): querying it fails and invalidates the capture, and asking
+// whether it captures only says so. A non-blocking stream's capture leaves it usable. The shim must
+// not break a program's capture by asking whether the legacy stream is idle (intercept.h).
+TEST_F(DriverItest, UsingTheLegacyStreamWhileABlockingStreamCapturesInvalidatesTheCapture) {
+  start(profile("fifo"));
+  ClientProcess client(server().socket(), [](ClientLink& c) {
+    CUfunction spin = nullptr;
+    if (!open_device(c) || !load_kernel(c, "spin", &spin)) return;
+    CUstream blocking = nullptr, non_blocking = nullptr;
+    if (!CLIENT_OK(c, cuStreamCreate(&blocking, 0)) || !CLIENT_OK(c, cuStreamCreate(&non_blocking, CU_STREAM_NON_BLOCKING))) {
+      return;
+    }
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    CUgraph graph = nullptr;
+    CLIENT_OK(c, cuStreamBeginCapture(non_blocking, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CLIENT_OK(c, cuStreamIsCapturing(CU_STREAM_LEGACY, &status));
+    CLIENT_CHECK(c, status == CU_STREAM_CAPTURE_STATUS_NONE);
+    CLIENT_OK(c, cuStreamQuery(CU_STREAM_LEGACY));
+    CLIENT_OK(c, cuStreamEndCapture(non_blocking, &graph));
+    CLIENT_OK(c, cuGraphDestroy(graph));
+
+    CLIENT_OK(c, cuStreamBeginCapture(blocking, CU_STREAM_CAPTURE_MODE_RELAXED));
+    CLIENT_OK(c, launch_spin(spin, 10, 1, blocking));
+    CLIENT_CU(c, cuStreamIsCapturing(CU_STREAM_LEGACY, &status), CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+    CLIENT_OK(c, cuStreamIsCapturing(blocking, &status));
+    CLIENT_CHECK(c, status == CU_STREAM_CAPTURE_STATUS_ACTIVE);  // asking did not invalidate it
+    CLIENT_CU(c, cuStreamQuery(CU_STREAM_LEGACY), CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+    CLIENT_OK(c, cuStreamIsCapturing(blocking, &status));
+    CLIENT_CHECK(c, status == CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+    CLIENT_CU(c, launch_spin(spin, 10, 1, blocking), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    graph = reinterpret_cast<CUgraph>(&status);
+    CLIENT_CU(c, cuStreamEndCapture(blocking, &graph), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    CLIENT_CHECK(c, graph == nullptr);
+    CLIENT_OK(c, cuStreamQuery(CU_STREAM_LEGACY));  // usable again
+    CLIENT_OK(c, cuStreamBeginCapture(blocking, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CLIENT_OK(c, cuStreamEndCapture(blocking, &graph));
+    CLIENT_OK(c, cuGraphDestroy(graph));
+  });
+  expect_clean(client.finish(), "client");
+}
+
 // ---------------------------------------------------------------------------------------------
 // 3. Error codes.
 
