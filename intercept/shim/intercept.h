@@ -146,9 +146,15 @@ CUresult intercept_in_chunks(Gate& g, const Operation& op, std::uint64_t chunk_b
 // legacy host function took 30 s, 0.0 ms without the shim).
 // The queries are made in relaxed capture mode: in the default (global) one, while this thread or
 // another captures a graph, they are "potentially unsafe" calls that would invalidate the capture.
+// And the legacy stream is not queried while a blocking stream of the context captures (then such a
+// stream is taken as busy): it is unusable then, and using it invalidates that capture whatever the
+// mode (a review: a large async copy onto one blocking stream broke the graph another thread was
+// capturing on another). cuStreamIsCapturing is the one question it takes without harm. A capture
+// begun between the two calls is still exposed (a window of one driver call).
 inline bool stream_is_idle(const Operation& op) noexcept {
   using StreamQuery = CUresult (*)(CUstream);
   using StreamGetFlags = CUresult (*)(CUstream, unsigned int*);
+  using StreamIsCapturing = CUresult (*)(CUstream, CUstreamCaptureStatus*);
   const auto query = driver<StreamQuery>(DriverHelper::stream_query);
   if (query == nullptr) return false;
   const bool per_thread = op.stream == CU_STREAM_PER_THREAD || (op.stream == nullptr && op.per_thread);
@@ -160,7 +166,11 @@ inline bool stream_is_idle(const Operation& op) noexcept {
   const auto get_flags = driver<StreamGetFlags>(DriverHelper::stream_get_flags);
   const bool non_blocking = !per_thread && get_flags && get_flags(stream, &flags) == CUDA_SUCCESS &&
                             (flags & CU_STREAM_NON_BLOCKING) != 0;
-  return non_blocking || query(CU_STREAM_LEGACY) == CUDA_SUCCESS;
+  if (non_blocking) return true;
+  const auto is_capturing = driver<StreamIsCapturing>(DriverHelper::stream_is_capturing);
+  CUstreamCaptureStatus legacy = CU_STREAM_CAPTURE_STATUS_NONE;
+  return is_capturing && is_capturing(CU_STREAM_LEGACY, &legacy) == CUDA_SUCCESS &&
+         legacy == CU_STREAM_CAPTURE_STATUS_NONE && query(CU_STREAM_LEGACY) == CUDA_SUCCESS;
 }
 
 // The body of the 1-D copy hooks (dst, src, ByteCount[, stream]: cuMemcpyHtoD/DtoH/DtoD, cuMemcpy

@@ -211,6 +211,22 @@ TEST_F(GateTest, ASynchronousDownloadIsFollowedByASyncMark) {
   EXPECT_EQ(kinds, chunked) << "one mark after each whole download";
 }
 
+// An async copy the shim may split onto a blocking stream first asks whether the legacy stream is
+// idle; while another blocking stream captures a graph that question invalidated the capture (the
+// legacy stream is unusable then, whatever the capture mode: a review). Now the copy goes whole.
+TEST_F(GateTest, ALargeCopyBesideABlockingStreamsCaptureLeavesTheCaptureWhole) {
+  constexpr std::uint64_t kMiB = 1 << 20;
+  daemon_->set_copy_chunk_bytes(4 * kMiB);
+  start({"copy-beside-capture", std::to_string(16 * kMiB)}, "low");
+  ASSERT_EQ(finish(), 0) << output_;
+  EXPECT_EQ(value_of(output_, "end_capture"), 0) << output_;
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 4); }));
+  std::vector<ipc::OpKind> kinds;
+  for (const auto& op : daemon_->clients().at(0).ops) kinds.push_back(op.kind);
+  const std::vector<ipc::OpKind> expected = {ipc::OpKind::copy, ipc::OpKind::sync, ipc::OpKind::graph, ipc::OpKind::sync};
+  EXPECT_EQ(kinds, expected) << "the copy whole (the captured launch is not posted), then the graph";
+}
+
 TEST_F(GateTest, ClassifiesUnifiedAddressCopiesByTheirPointers) {
   start({"unified"}, "high");
   ASSERT_EQ(finish(), 0) << output_;

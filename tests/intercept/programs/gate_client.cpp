@@ -67,6 +67,10 @@
 //                   "thread <name> blocks <k>", k the signals of SIGINT, SIGTERM, SIGHUP, SIGUSR1,
 //                   SIGALRM, SIGCHLD its mask blocks (/proc/self/task/*/status)
 //   names <n>       n kernels of 200-character names, each launched once, then sync: "names ok"
+//   copy-beside-capture <bytes>
+//                   captures spin(100) on a blocking stream (thread-local mode) while it copies <bytes>
+//                   from pinned memory on another, idle, blocking stream (cuMemcpyHtoDAsync):
+//                   "end_capture <result>"; the graph, if any, is then launched and synchronised
 //   orphan          launch + sync, fork a child that sleeps 3 s (stdio to /dev/null); "orphan ok", exit
 //   orphan-first    the same with an arrival mark instead of the kernel, before any CUDA call
 //   fork            launch + sync, fork; the child marks a query and exit()s (atexit handlers run);
@@ -751,6 +755,31 @@ int run_sync_download(std::size_t bytes) {
   return 0;
 }
 
+int run_copy_beside_capture(std::size_t bytes) {
+  void* pinned = nullptr;
+  CUdeviceptr device = 0;
+  CUstream capturing = nullptr, copying = nullptr;
+  CHECK_CU(cuMemAllocHost(&pinned, bytes));
+  CHECK_CU(cuMemAlloc(&device, bytes));
+  CHECK_CU(cuStreamCreate(&capturing, 0));
+  CHECK_CU(cuStreamCreate(&copying, 0));
+  CHECK_CU(cuStreamBeginCapture(capturing, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+  CHECK_CU(launch(100, capturing));
+  CHECK_CU(cuMemcpyHtoDAsync(device, pinned, bytes, copying));  // legal: it waits for the legacy stream only
+  CUgraph graph = nullptr;
+  const CUresult ended = cuStreamEndCapture(capturing, &graph);
+  std::printf("end_capture %d\n", static_cast<int>(ended));
+  CHECK_CU(cuStreamSynchronize(copying));
+  if (ended == CUDA_SUCCESS) {
+    CUgraphExec exec = nullptr;
+    CHECK_CU(cuGraphInstantiate(&exec, graph, 0));
+    CHECK_CU(cuGraphLaunch(exec, capturing));
+    CHECK_CU(cuStreamSynchronize(capturing));
+  }
+  CHECK_CU(cuMemFreeHost(pinned));
+  return 0;
+}
+
 int run_unified() {
   constexpr std::size_t kBytes = 8192;
   std::vector<unsigned char> pageable(kBytes, 5), other(kBytes, 0);
@@ -1089,6 +1118,7 @@ int main(int argc, char** argv) {
   if (mode == "threads") return run_threads(arg(2, 4), arg(3, 20));
   if (mode == "bench") return run_bench(arg(2, 1000), argc > 3 && std::string(argv[3]) == "legacy");
   if (mode == "sync-download") return run_sync_download(arg(2, 4096));
+  if (mode == "copy-beside-capture") return run_copy_beside_capture(arg(2, 16 << 20));
   if (mode == "copies") return run_copies(arg(2, 1 << 20), arg(3, arg(2, 1 << 20)));
   if (mode == "copies-2d") {
     const std::string how = argc > 4 ? argv[4] : "";
