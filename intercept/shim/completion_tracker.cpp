@@ -69,7 +69,7 @@ void CompletionTracker::track(std::shared_ptr<Session> session, const Ticket& ti
     Pending pending{std::move(session), ticket.seq, stream_key(op), ticket.context, nullptr, ticket.posted_ns,
                     static_cast<std::int32_t>(result), op.per_thread};
     pending.start_event = ticket.start_event;
-    if (ticket.start_event) pending.call_ns = ipc::monotonic_ns() - ticket.start_ns;
+    const std::int64_t returned_ns = ticket.start_event ? ipc::monotonic_ns() : 0;
     // cuLaunchCooperativeKernelMultiDevice names its streams in its parameter list, not to us: no
     // event (one on the default stream would be work the program never asked for); reported now.
     if (result == CUDA_SUCCESS && op.hook != HookId::hook_cuLaunchCooperativeKernelMultiDevice) {
@@ -86,6 +86,19 @@ void CompletionTracker::track(std::shared_ptr<Session> session, const Ticket& ti
       } else {
         pending.needs_record = pending.deferred = true;
       }
+    }
+    if (pending.start_event) {
+      // The host time the device time may hold besides the op's, had the stream nothing queued (the
+      // start event then ran at once): from the start event's record to the op's reaching the device
+      // (the record, then the call's way to the device); and from the op's end to the end event's
+      // record, which for an op that can end during the call is the rest of the call and the record.
+      // A synchronous copy across the host link lasts as long as its call, so for it only the parts
+      // before and after the call count: bounded by the whole call, such a copy was never timed (its
+      // device time is its call's and more), and gpuqosd never learned one online.
+      const std::int64_t recorded_ns = pending.event ? ipc::monotonic_ns() : returned_ns;
+      const bool lasts_its_call = op.synchronous && crosses_host_link(op);
+      pending.host_ns = (lasts_its_call ? ticket.call_ns - ticket.start_ns : returned_ns - ticket.start_ns) +
+                        (recorded_ns - returned_ns);
     }
     enqueue(std::move(pending));
   } catch (...) {  // out of memory: the daemon misses one completion, the program goes on
@@ -402,7 +415,7 @@ std::int64_t CompletionTracker::time_on_device(Pending& done) noexcept {
   give_back(done.context, done.start_event);
   done.start_event = nullptr;
   const auto device_ns = timed ? static_cast<std::int64_t>(static_cast<double>(ms) * 1e6) : 0;
-  return device_ns > 4 * done.call_ns ? device_ns : 0;
+  return device_ns > 4 * done.host_ns ? device_ns : 0;
 }
 
 void CompletionTracker::give_back(CUcontext context, CUevent event) noexcept {

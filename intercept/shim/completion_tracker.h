@@ -10,9 +10,10 @@
 // timed for a second (at most one launch per thread per 10 ms) also get an event recorded right
 // before it
 // on its stream, and is reported exact with start = end minus the device time between the two: the
-// op's own time, plus, when the stream was idle, up to the host's time from that record to the
-// call's return (so it is exact only when that host time is under a quarter of it: a thread
-// descheduled between the two calls would otherwise add its wait). Every
+// op's own time, plus, when the stream was idle, up to the host's time from that record to the end
+// event's (so it is exact only when that host time is under a quarter of it: a thread descheduled
+// between the two calls would otherwise add its wait; for a synchronous copy across the host link,
+// which lasts as long as its call, only the host's time before and after the call counts). Every
 // other op is coarse, with start = the later of its call and the previous end on the stream: the
 // host's view adds launch latency before an op and poll lateness after it (4-us memsets were learned
 // at 1 ms, 100-us kernels at up to 1.3 ms on a loaded machine, and a poll turn finding several ops
@@ -145,7 +146,7 @@ class CompletionTracker {
     bool covered = false;       // done when the next event on its stream is
     bool deferred = false;      // its event (if any) was recorded by the background thread
     CUevent start_event = nullptr;  // recorded right before the call (a timed call): times it on the device
-    std::int64_t call_ns = 0;       // host time from before start_event's record to after the call
+    std::int64_t host_ns = 0;  // host time the device time may hold besides the op's own (track())
   };
   // Ops by stream, in order; keyed by context too, as every context's default streams have one
   // handle (a decider must be of the same stream as the ops it decides).

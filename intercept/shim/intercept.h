@@ -187,6 +187,7 @@ CUresult intercept_copy(Operation op, Dst dst, Src src, Count bytes, Rest... res
   const auto real = real_function<id>();
   if (!real) return missing_real_function(id);
   stamp<id>(op);
+  op.synchronous = !kAsync;
   Gate& g = gate();
   const std::uint64_t chunk_bytes = g.copy_chunk_bytes();
   // Captured copies only record a graph node: one node, as the program asked.
@@ -352,6 +353,7 @@ CUresult intercept_copy_pitched(Operation op, const Copy* copy, Rest... rest) no
   const NoCancel no_cancel;  // first, as in intercept(); over the bands too
   if (!real_function<id>()) return missing_real_function(id);
   stamp<id>(op);
+  op.synchronous = sizeof...(Rest) == 0;
   Gate& g = gate();
   const CUresult result = copy_pitched_in_bands<id>(g, op, copy, rest...);
   if (sizeof...(Rest) == 0 && result == CUDA_SUCCESS) g.synchronous_copy_returned(op);

@@ -71,6 +71,9 @@
 //                   captures spin(100) on a blocking stream (thread-local mode) while it copies <bytes>
 //                   from pinned memory on another, idle, blocking stream (cuMemcpyHtoDAsync):
 //                   "end_capture <result>"; the graph, if any, is then launched and synchronised
+//   sync-copies <n> <bytes>
+//                   n times: cuMemcpyHtoD then cuMemcpyDtoH of <bytes> from and to pinned memory (the
+//                   calls wait for the copies), "longest_call_ns <ns>": the longest of those calls
 //   orphan          launch + sync, fork a child that sleeps 3 s (stdio to /dev/null); "orphan ok", exit
 //   orphan-first    the same with an arrival mark instead of the kernel, before any CUDA call
 //   fork            launch + sync, fork; the child marks a query and exit()s (atexit handlers run);
@@ -780,6 +783,25 @@ int run_copy_beside_capture(std::size_t bytes) {
   return 0;
 }
 
+int run_sync_copies(int count, std::size_t bytes) {
+  void* pinned = nullptr;
+  CUdeviceptr device = 0;
+  CHECK_CU(cuMemAllocHost(&pinned, bytes));
+  CHECK_CU(cuMemAlloc(&device, bytes));
+  long long longest = 0;
+  for (int i = 0; i < count; ++i) {
+    long long began = now_ns();
+    CHECK_CU(cuMemcpyHtoD(device, pinned, bytes));
+    longest = std::max(longest, now_ns() - began);
+    began = now_ns();
+    CHECK_CU(cuMemcpyDtoH(pinned, device, bytes));
+    longest = std::max(longest, now_ns() - began);
+  }
+  CHECK_CU(cuMemFreeHost(pinned));
+  std::printf("longest_call_ns %lld\n", longest);
+  return 0;
+}
+
 int run_unified() {
   constexpr std::size_t kBytes = 8192;
   std::vector<unsigned char> pageable(kBytes, 5), other(kBytes, 0);
@@ -1119,6 +1141,7 @@ int main(int argc, char** argv) {
   if (mode == "bench") return run_bench(arg(2, 1000), argc > 3 && std::string(argv[3]) == "legacy");
   if (mode == "sync-download") return run_sync_download(arg(2, 4096));
   if (mode == "copy-beside-capture") return run_copy_beside_capture(arg(2, 16 << 20));
+  if (mode == "sync-copies") return run_sync_copies(arg(2, 20), arg(3, 8 << 20));
   if (mode == "copies") return run_copies(arg(2, 1 << 20), arg(3, arg(2, 1 << 20)));
   if (mode == "copies-2d") {
     const std::string how = argc > 4 ? argv[4] : "";

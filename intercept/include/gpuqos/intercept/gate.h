@@ -45,6 +45,9 @@ struct Operation {
   // Issued into a capturing stream: it only records a graph node and runs when the graph is
   // launched, so it passes straight through; the gate must neither post nor hold it.
   bool captured = false;
+  // copy: a synchronous form (no stream argument). One between host and device memory returns only
+  // once it is done (or, from pageable memory, once staged), so its call lasts as long as it does.
+  bool synchronous = false;
 };
 
 // What before() gave an operation, handed back to after(). seq 0: not posted.
@@ -64,6 +67,7 @@ struct Ticket {
   bool waited = false;          // held for the daemon's grant (not issued on credit)
   CUevent start_event = nullptr;  // timed: recorded on its stream right before the call (completion_tracker.h)
   std::int64_t start_ns = 0;      // just before start_event was recorded
+  std::int64_t call_ns = 0;       // just after start_event was recorded: the real call comes next
 };
 
 // Contract for every implementation: called concurrently from any thread of the program, possibly
