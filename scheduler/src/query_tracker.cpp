@@ -92,18 +92,18 @@ void QueryTracker::maybe_close(ClientId client, State& state, std::int64_t at_ns
     if (state.later.empty()) return;
     // Work posted after the mark is the next query, open since its first op (done or not), closed
     // by the first sync after it: perhaps drained already, hence the loop.
-    const State::Later next = state.later.front();
+    State::Later next = std::move(state.later.front());
     state.later.pop_front();
+    state.later_times -= next.op_times.size() + next.block_times.size();
     open(state, next.first_op_ns);
     state.query.ops = next.ops;
     state.query.last_op_ns = next.last_op_ns;
     state.query.closing_seq = next.sync_seq;
     state.open_synced = next.synced;  // past kMaxLater its sync_seq was cleared: still waited for
-    for (auto it = state.outstanding.upper_bound(mark);
-         it != state.outstanding.end() && (next.sync_seq == 0 || it->first < next.sync_seq); ++it) {
-      if (state.op_times.size() < kProfileOps) state.op_times.push_back(it->second.at_ns);
-      if (it->second.blocks && state.block_times.size() < kProfileOps) state.block_times.push_back(it->second.at_ns);
-    }
+    // Its own times, kept as its ops came (some may be done already: rebuilt from the ops still
+    // outstanding, op k had another op's time, and none at all when every op was done).
+    state.op_times = std::move(next.op_times);
+    state.block_times = std::move(next.block_times);
   }
 }
 
@@ -113,6 +113,13 @@ void QueryTracker::switch_to_marks(State& state) {
   state.explicit_marks = true;
   state.open = false;
   state.later.clear();
+  state.later_times = 0;
+}
+
+void QueryTracker::keep_later_time(State& state, std::vector<std::int64_t>& times, std::int64_t at_ns) {
+  if (state.later_times >= kProfileOps) return;  // a queue that deep: the rest are not profiled
+  times.push_back(at_ns);
+  ++state.later_times;
 }
 
 std::vector<ClosedQuery> QueryTracker::posted(ClientId client, const ipc::OpDescriptor& op, std::int64_t now_ns) {
@@ -187,6 +194,7 @@ std::vector<ClosedQuery> QueryTracker::posted(ClientId client, const ipc::OpDesc
         } else if (!state.later.empty() && state.later.back().sync_seq == 0) {
           state.later.back().sync_seq = op.seq;  // a later query's (a sync with no op since the last: none)
           state.later.back().synced = true;
+          keep_later_time(state, state.later.back().block_times, at_ns);  // its closing sync, as note_blocking
         }
         maybe_close(client, state, at_ns, closed);
       }
@@ -213,8 +221,11 @@ std::vector<ClosedQuery> QueryTracker::posted(ClientId client, const ipc::OpDesc
         state.later.back().sync_seq = 0;  // it stays a query waited for (synced), though open again
       }
     }
-    ++state.later.back().ops;
-    state.later.back().last_op_ns = at_ns;
+    State::Later& later = state.later.back();
+    ++later.ops;
+    later.last_op_ns = at_ns;
+    if (later.op_times.size() < kProfileOps) keep_later_time(state, later.op_times, at_ns);
+    if (blocks_host(op) && later.block_times.size() < kProfileOps) keep_later_time(state, later.block_times, at_ns);
     return closed;
   }
   ++state.query.ops;
@@ -281,6 +292,7 @@ std::vector<AbandonedQueries> QueryTracker::expire(std::int64_t now_ns, std::int
     state.open = false;
     state.query = {};
     state.later.clear();
+    state.later_times = 0;
     state.op_times.clear();
     state.outstanding.clear();
   }
@@ -308,7 +320,8 @@ std::int64_t QueryTracker::expected_from(ClientId client, std::int64_t now_ns,
   std::int64_t floor = 0;
   const std::vector<std::int64_t>& profile = state.*after_op;
   const bool floored = after_op == &State::remaining;
-  if (state.query.ops == 0) {
+  // (No op time kept, as for a later query past kProfileOps times: taken as at its start.)
+  if (state.query.ops == 0 || state.op_times.empty()) {
     estimate = state.*whole;
     if (floored && !profile.empty()) floor = profile.front();
   } else {
@@ -333,7 +346,7 @@ double QueryTracker::expected_blocking_points(ClientId client) const {
   if (it == clients_.end() || !it->second.open) return 0;
   const State& state = it->second;
   double estimate = state.whole_blocks;
-  if (state.query.ops > 0) {
+  if (state.query.ops > 0 && !state.op_times.empty()) {
     const std::size_t k = std::min<std::size_t>(state.query.ops - 1, state.op_times.size() - 1);
     estimate = k < state.blocks.size() ? state.blocks[k] : 0;
   }

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 namespace gpuqos::scheduler {
@@ -162,6 +163,33 @@ TEST(QueryTracker, WorkAfterTheMarkDoneBeforeTheCloseIsStillTheNextQuery) {
   EXPECT_EQ(both[1].opened_ns, 2 * kMs);
   EXPECT_EQ(both[1].ops, 1u);
   EXPECT_EQ(tracker.open_query(kServe), nullptr);
+}
+
+// A pipelined server's next request whose work was done before the query ahead of it closed: the
+// reopened query's per-op times are its own ops' post times, done or not. They were rebuilt from the
+// ops still outstanding only, so with all of them done the open query had 4 ops and no times (the
+// estimate read past the end of its times: a review), and with some done op k had another op's time.
+TEST(QueryTracker, ANextQuerysOpsDoneBeforeItOpensKeepTheirOwnTimes) {
+  for (const std::uint64_t done_early : {4u, 2u}) {
+    SCOPED_TRACE(std::to_string(done_early) + " of the next query's 4 ops done before it opens");
+    QueryTracker tracker;
+    // A profile: 4 ops posted 1 ms apart, the query closed 3 ms after the last (after op k, 6 - k ms).
+    for (std::uint64_t k = 0; k < 4; ++k) (void)tracker.posted(kServe, op(k + 1), static_cast<std::int64_t>(k) * kMs);
+    (void)tracker.posted(kServe, op(5, ipc::OpKind::sync), 3 * kMs);
+    for (std::uint64_t k = 1; k <= 4; ++k) (void)tracker.completed(kServe, done(k, 6 * kMs), 6 * kMs);
+    ASSERT_EQ(tracker.open_query(kServe), nullptr);
+    // A query (op 6, its sync), then the next one's 4 ops at 101..104 ms, on another stream.
+    (void)tracker.posted(kServe, op(6), 100 * kMs);
+    (void)tracker.posted(kServe, op(7, ipc::OpKind::sync), 100 * kMs);
+    for (std::uint64_t k = 0; k < 4; ++k) {
+      (void)tracker.posted(kServe, op(8 + k), (101 + static_cast<std::int64_t>(k)) * kMs);
+    }
+    for (std::uint64_t k = 0; k < done_early; ++k) (void)tracker.completed(kServe, done(8 + k, 105 * kMs), 105 * kMs);
+    ASSERT_EQ(tracker.completed(kServe, done(6, 106 * kMs), 106 * kMs).size(), 1u);
+    ASSERT_NE(tracker.open_query(kServe), nullptr);
+    EXPECT_EQ(tracker.open_query(kServe)->ops, 4u);
+    EXPECT_EQ(tracker.expected_remaining_ns(kServe, 106 * kMs), 1 * kMs) << "after its 4th op (104 ms): 3 ms";
+  }
 }
 
 // Past QueryTracker::kMaxLater requests behind the open query's mark the newest takes in the rest.

@@ -191,8 +191,12 @@ class QueryTracker {
       std::int64_t first_op_ns = 0, last_op_ns = 0;
       std::uint64_t ops = 0, sync_seq = 0;
       bool synced = false;  // a sync came (past kMaxLater its sync_seq is cleared: it takes in more)
+      // Its op_times and block_times, as the open query's (its ops may be done before it opens);
+      // within later_times for all of them.
+      std::vector<std::int64_t> op_times, block_times;
     };
     std::deque<Later> later;
+    std::size_t later_times = 0;  // times kept in `later`, at most kProfileOps
     bool open_synced = false;  // the open query came from a Later that was synced (Later::synced)
     std::vector<std::int64_t> op_times;  // post time of each op of the open query (first kProfileOps)
     std::vector<std::int64_t> block_times;  // post times of the open query's blocking points
@@ -216,6 +220,8 @@ class QueryTracker {
   void open(State& state, std::int64_t at_ns, std::int64_t arrived_ns, bool from_arrival);
   void open(State& state, std::int64_t at_ns) { open(state, at_ns, at_ns, false); }
   static void switch_to_marks(State& state);
+  // Keeps a later query's op or blocking time in `times`, while `later` holds under kProfileOps.
+  static void keep_later_time(State& state, std::vector<std::int64_t>& times, std::int64_t at_ns);
   // The open queries that end unrecorded if the client's state is dropped now (client_gone).
   static std::uint64_t unfinished_queries(const State& state);
   std::int64_t expected_from(ClientId client, std::int64_t now_ns, std::vector<std::int64_t> State::*after_op,
