@@ -354,7 +354,7 @@ int Daemon::run() {
       heartbeat_and_tick(woke_ns);
     }
     doorbell_rang_ = items_waiting;
-    pass_status_text_.reset();
+    if (status_may_be_made(woke_ns)) pass_status_text_.reset();
     ++loop_pass_;
     for (int i = 0; i < ready; ++i) on_event(events[i].data.u64, events[i].events);
     if (std::exchange(doorbell_rang_, false)) drain_all(ipc::monotonic_ns());

@@ -304,6 +304,14 @@ bool Daemon::warn_if_target_unprotected(const ClientIdentity& identity, const Cl
   return true;
 }
 
+bool Daemon::status_may_be_made(std::int64_t now_ns) {
+  if (status_budget_at_ns_ != 0 && now_ns > status_budget_at_ns_) {
+    status_budget_ns_ = std::min(kStatusBudgetMaxNs, status_budget_ns_ + (now_ns - status_budget_at_ns_) / kStatusShare);
+  }
+  status_budget_at_ns_ = std::max(status_budget_at_ns_, now_ns);
+  return status_budget_ns_ > 0;
+}
+
 void Daemon::answer_control(Pending& pending, const std::vector<std::byte>& record) {
   auto decoded = ipc::decode_control_request(record);
   if (!decoded) {
@@ -319,11 +327,13 @@ void Daemon::answer_control(Pending& pending, const std::vector<std::byte>& reco
     status = ipc::ControlStatus::unknown_kind;
     text = "unknown control request " + std::to_string(static_cast<std::uint32_t>(decoded->request.kind));
   } else {
-    // Made once a pass, however many ask in it: one costs about 6 ms with 500 clients, and a review
-    // queued 64 at once (an epoll batch) for a 300-ms stall of the loop.
+    // Made once a pass at most, however many ask in it (a review queued 64 at once, an epoll batch,
+    // for a 300-ms stall of the loop), and within a share of the loop's time (pass_status_text_).
     if (!pass_status_text_) {
       drain_all(ipc::monotonic_ns());  // count what has arrived
+      const std::int64_t began_ns = ipc::monotonic_ns();
       pass_status_text_ = bounded_status_text(status_snapshot());
+      status_budget_ns_ -= ipc::monotonic_ns() - began_ns;
     }
     text = *pass_status_text_;
   }

@@ -317,9 +317,19 @@ class Daemon {
   // Said within `budget` at a registration (a loop of them is a flood); a reload says them all.
   bool warn_if_target_unprotected(const ClientIdentity& identity, const ClientInfo& info, LogBudget* budget = nullptr);
   void warn_if_high_unlisted(const ClientIdentity& identity, const ClientInfo& info, LogBudget& budget);
-  // The status answer of this pass of the loop (answer_control), made by its first request and
-  // dropped when anything it shows may change (a client comes or goes, a reload).
+  // The status answer (answer_control), made by the first request of a pass that finds none, and
+  // dropped when anything it shows may change (a client comes or goes, a reload) and at the next
+  // pass, unless making them has used up its share of the loop: a tenth of its time, in a budget of
+  // at most kStatusBudgetMaxNs. Then it is answered again until the budget has refilled. One costs
+  // about 6 ms with 500 clients, and any local user may ask in a loop (`gpuqos top --interval
+  // 0.001`, a script), which made one every pass: a tenth of the loop and more for the status.
   std::optional<std::string> pass_status_text_;
+  static constexpr std::int64_t kStatusBudgetMaxNs = 50'000'000;
+  static constexpr std::int64_t kStatusShare = 10;  // the budget refills at 1/kStatusShare of the time
+  std::int64_t status_budget_ns_ = kStatusBudgetMaxNs;
+  std::int64_t status_budget_at_ns_ = 0;  // when the budget was last refilled (0: never)
+  // Refills the status budget to now_ns; true if a status may be made anew.
+  bool status_may_be_made(std::int64_t now_ns);
   std::uint64_t loop_pass_ = 0;  // counts the loop's passes (read_client_socket's budget)
   // `last`: gpuqosd stops, and the counts of its last window are said now rather than lost.
   void tell_unsaid_peer_warnings(std::int64_t now_ns, bool last = false) {
