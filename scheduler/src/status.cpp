@@ -16,6 +16,8 @@
 #include <sstream>
 #include <utility>
 
+#include <fmt/format.h>
+
 #include "gpuqos/ipc/clock.h"
 #include "gpuqos/scheduler/unix_socket.h"
 
@@ -559,15 +561,14 @@ std::string render_status_table(const nlohmann::json& status) {
   }
   if (status.contains("policy_state")) out << render_policy_state(status);
   out << render_jobs_table(status);
-  char line[256];
   const int width = job_column_width(status.at("clients"));
   if (status.at("clients").empty() && !status.contains("clients_omitted")) {
     out << "no clients connected\n";
     return out.str();
   }
-  std::snprintf(line, sizeof line, "%-8s %-6s %-*s %-4s %-7s %-8s %10s %10s %10s %12s\n", "PID", "UID", width, "JOB", "PRIO",
-                "DEVICES", "STATE", "POSTED", "GRANTED", "COMPLETED", "WAIT_MS");
-  out << line;
+  // Formatted whole, however long (a row of 64 devices overran a 256-byte buffer: a review).
+  out << fmt::format("{:<8} {:<6} {:<{}} {:<4} {:<7} {:<8} {:>10} {:>10} {:>10} {:>12}\n", "PID", "UID", "JOB", width,
+                     "PRIO", "DEVICES", "STATE", "POSTED", "GRANTED", "COMPLETED", "WAIT_MS");
   bool lowered = false;  // a client runs below the class it claimed (footnote)
   for (const auto& c : status.at("clients")) {
     const auto& ops = c.at("ops");
@@ -579,15 +580,13 @@ std::string render_status_table(const nlohmann::json& status) {
       prio += "*";
       lowered = true;
     }
-    std::snprintf(line, sizeof line, "%-8lld %-6u %-*s %-4s %-7s %-8s %10llu %10llu %10llu %12s\n",
-                  static_cast<long long>(int64_at(c, "pid")), json_integer<std::uint32_t>(c.at("uid"), "uid"), width,
-                  c.at("job").get<std::string>().c_str(), prio.c_str(),
-                  devices.empty() ? "-" : devices.c_str(), c.at("state").get<std::string>().c_str(),
-                  static_cast<unsigned long long>(json_integer<std::uint64_t>(ops.at("posted"), "posted")),
-                  static_cast<unsigned long long>(json_integer<std::uint64_t>(ops.at("granted"), "granted")),
-                  static_cast<unsigned long long>(json_integer<std::uint64_t>(ops.at("completed"), "completed")),
-                  milliseconds(int64_at(c, "current_wait_ns")).c_str());
-    out << line;
+    out << fmt::format("{:<8} {:<6} {:<{}} {:<4} {:<7} {:<8} {:>10} {:>10} {:>10} {:>12}\n", int64_at(c, "pid"),
+                       json_integer<std::uint32_t>(c.at("uid"), "uid"), c.at("job").get<std::string>(), width, prio,
+                       devices.empty() ? std::string("-") : devices, c.at("state").get<std::string>(),
+                       json_integer<std::uint64_t>(ops.at("posted"), "posted"),
+                       json_integer<std::uint64_t>(ops.at("granted"), "granted"),
+                       json_integer<std::uint64_t>(ops.at("completed"), "completed"),
+                       milliseconds(int64_at(c, "current_wait_ns")));
     for (const auto& u : c.value("unscheduled_devices", nlohmann::json::array())) {
       const std::string uuid = u.value("uuid", "");
       out << "         runs its device " << u.at("ordinal") << (uuid.empty() ? "" : " (" + uuid + ")")

@@ -228,6 +228,21 @@ TEST(Status, ALongJobNameWidensItsColumn) {
   EXPECT_EQ(prio_column[0], prio_column[2]) << table;
 }
 
+// A client with work on 64 devices and a 63-character name: its row ran past a 256-byte buffer,
+// lost its newline, and the next row was glued to it (a review).
+TEST(Status, AClientRowOfManyDevicesIsWholeAndEndsItsLine) {
+  DaemonStatus status = status_with(2);
+  status.clients[0].job = std::string(63, 'j');
+  for (std::uint32_t d = 0; d < 64; ++d) status.clients[0].devices.push_back(d);
+  const std::string table = render_status_table(nlohmann::json::parse(bounded_status_text(status)));
+  const std::size_t row = table.find(std::string(63, 'j') + " ");
+  ASSERT_NE(row, std::string::npos) << table;
+  const std::string line = table.substr(row, table.find('\n', row) - row);
+  EXPECT_NE(line.find(",62,63 "), std::string::npos) << "every device, then the columns after\n" << line;
+  EXPECT_EQ(line.find("job-1"), std::string::npos) << "the next client on a line of its own\n" << table;
+  EXPECT_NE(table.find("\n" + std::to_string(status.clients[1].pid) + " "), std::string::npos) << table;
+}
+
 TEST(Status, AHeldClientShowsTheOpItIsHeldAtAndWhy) {
   DaemonStatus status = status_with(2);
   status.clients[1].held = HeldOpStatus{3, "kernel gq_41_vectorized_elementwise_kernel", 9'000'000, 6'000'000, "budget"};
