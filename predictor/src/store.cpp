@@ -430,22 +430,44 @@ std::optional<std::string> why_not_saved_over(const std::filesystem::path& targe
 
 namespace {
 
-// Puts `temp` at `path` if what is there is still `expected` (by device and inode), in one step
-// with the check: gpuqosd's store and a `gpuqos train --out` of the same path (a review: a store
-// trained between gpuqosd's check and its rename was replaced, silently). Errors as rename's, and
-// EEXIST when it was another file (then `temp` is left and `path` as it was).
-int replace_if_still(const std::string& temp, const std::filesystem::path& path, const FileIdentity& expected) {
-  if (!expected.exists) return ::renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE);
-  if (::renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, path.c_str(), RENAME_EXCHANGE) != 0) {
-    // No exchange on this file system: checked just before, as before (a window of a rename's
-    // length). The store gone: a new one is written.
-    if (errno != EINVAL && errno != ENOSYS && errno != ENOENT) return -1;
-    const FileIdentity there = identity_of(path);
-    if (there.exists && (there.device != expected.device || there.inode != expected.inode)) {
-      errno = EEXIST;
-      return -1;
+// Checked just before a rename, where the file system cannot do it in one step (a window of a
+// rename's length).
+int replace_if_unchanged(const std::string& temp, const std::filesystem::path& path, const FileIdentity& expected) {
+  const FileIdentity there = identity_of(path);
+  if (there.exists && (!expected.exists || there.device != expected.device || there.inode != expected.inode)) {
+    errno = EEXIST;
+    return -1;
+  }
+  return ::rename(temp.c_str(), path.c_str());
+}
+
+bool lacks_rename_flags(int error) { return error == EINVAL || error == ENOSYS; }
+
+}  // namespace
+
+// Where the check and the replacement are one step: gpuqosd's store and a `gpuqos train --out` of
+// the same path (a review: a store trained between gpuqosd's check and its rename was replaced,
+// silently).
+int replace_if_still(const std::string& temp, const std::filesystem::path& path, const FileIdentity& expected,
+                     RenameWithFlags rename_with_flags) {
+  if (rename_with_flags == nullptr) rename_with_flags = ::renameat2;
+  if (!expected.exists) {
+    if (rename_with_flags(AT_FDCWD, temp.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE) == 0) return 0;
+    if (!lacks_rename_flags(errno)) return -1;
+    // No flags here (a review: on NFS a store not there yet was never saved, every save "Invalid
+    // argument", and gpuqosd lost all it learned at each exit): a new name by link() fails if
+    // something is there, in one step too.
+    if (::link(temp.c_str(), path.c_str()) == 0) {
+      ::unlink(temp.c_str());
+      return 0;
     }
-    return ::rename(temp.c_str(), path.c_str());
+    if (errno == EEXIST) return -1;
+    return replace_if_unchanged(temp, path, expected);  // no hard links either
+  }
+  if (rename_with_flags(AT_FDCWD, temp.c_str(), AT_FDCWD, path.c_str(), RENAME_EXCHANGE) != 0) {
+    // No exchange on this file system. The store gone: a new one is written.
+    if (!lacks_rename_flags(errno) && errno != ENOENT) return -1;
+    return replace_if_unchanged(temp, path, expected);
   }
   struct stat old{};  // the file swapped out, now at `temp`
   if (::lstat(temp.c_str(), &old) == 0 && static_cast<std::uint64_t>(old.st_dev) == expected.device &&
@@ -454,12 +476,10 @@ int replace_if_still(const std::string& temp, const std::filesystem::path& path,
     return 0;
   }
   // Another's: swapped back (ours is at `temp` again).
-  ::renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, path.c_str(), RENAME_EXCHANGE);
+  rename_with_flags(AT_FDCWD, temp.c_str(), AT_FDCWD, path.c_str(), RENAME_EXCHANGE);
   errno = EEXIST;
   return -1;
 }
-
-}  // namespace
 
 FileIdentity identity_of(const std::filesystem::path& path) {
   struct stat info{};

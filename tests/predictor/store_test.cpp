@@ -7,6 +7,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -447,6 +449,39 @@ TEST(Store, ASaveOverAStoreReplacesOnlyTheFileItWasToldOf) {
   std::size_t files = 0;
   for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator(dir.path())) ++files;
   EXPECT_EQ(files, 2u) << "no temporary left";
+}
+
+// A file system without renameat2's flags (NFS, most FUSE file systems, kernels before 3.15) says
+// EINVAL to both. A store not there yet was then never saved (a review: gpuqosd lost all it learned
+// at each exit); now a new store is put there by link(), and one there by a checked rename.
+int no_rename_flags(int, const char*, int, const char*, unsigned) {
+  errno = EINVAL;
+  return -1;
+}
+
+TEST(Store, WithoutRenameFlagsAStoreIsStillPutOnlyWhereItWasToldOf) {
+  const testing::TempDir dir;
+  const auto path = dir.path() / "store.gqp";
+  const auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir.path() / name) << text;
+    return (dir.path() / name).string();
+  };
+  const FileIdentity none;
+  ASSERT_EQ(replace_if_still(write("t1", "first"), path, none, no_rename_flags), 0) << std::strerror(errno);
+  EXPECT_EQ(read_file(path), "first");
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "t1")) << "its temporary name is gone";
+  // Told there was none, but one is there: left as it is, and ours at its temporary name.
+  EXPECT_EQ(replace_if_still(write("t2", "second"), path, none, no_rename_flags), -1);
+  EXPECT_EQ(errno, EEXIST);
+  EXPECT_EQ(read_file(path), "first");
+  EXPECT_EQ(read_file(dir.path() / "t2"), "second");
+  // Told of the one there: replaced; told of another: EEXIST, nothing replaced.
+  const FileIdentity first = identity_of(path);
+  ASSERT_EQ(replace_if_still(dir.path() / "t2", path, first, no_rename_flags), 0) << std::strerror(errno);
+  EXPECT_EQ(read_file(path), "second");
+  EXPECT_EQ(replace_if_still(write("t3", "third"), path, first, no_rename_flags), -1);
+  EXPECT_EQ(errno, EEXIST);
+  EXPECT_EQ(read_file(path), "second");
 }
 
 TEST(Store, SaveReplacesAtomicallyAndLeavesNoTemporaries) {

@@ -103,6 +103,16 @@ inline std::optional<std::string> save_profile(const Predictor& predictor, const
   return save_profile(predictor.state(), path, as, readable_as, only_over, saved_as);
 }
 
+// save_profile's last step: puts the file `temp` at `path` if what is there is still `expected` (by
+// device and inode; or none), in one step with the check (renameat2 with RENAME_NOREPLACE or
+// RENAME_EXCHANGE); where the file system has no such flags (NFS, most FUSE file systems, kernels
+// before 3.15) by link() for a new file, else checked just before a rename. Errors as rename's, and
+// EEXIST when it was another file (then `temp` is left and `path` as it was). `rename_with_flags`:
+// ::renameat2, or a test's stand-in for a file system without the flags.
+using RenameWithFlags = int (*)(int old_dir, const char* old_path, int new_dir, const char* new_path, unsigned flags);
+int replace_if_still(const std::string& temp, const std::filesystem::path& path, const FileIdentity& expected,
+                     RenameWithFlags rename_with_flags = nullptr);
+
 // Removes what saves cut short left beside `path` (save_profile's temporary files, whose random
 // names no later save reuses): regular files of this user named `<path>.tmp.*`, at least an hour
 // old, never a link. How many it removed.
