@@ -41,7 +41,8 @@ bool Predictor::observe(const OpFeatures& op, double duration_ns) {
 }
 
 bool Predictor::observe(const KernelFeatures& kernel, double duration_ns) {
-  if (!(duration_ns > 0) || !std::isfinite(duration_ns)) return false;
+  // No name: nothing could look it up, and a store does not hold one.
+  if (!(duration_ns > 0) || !std::isfinite(duration_ns) || kernel.name.empty()) return false;
   auto it = kernels_.find(kernel.name);
   if (it == kernels_.end()) {
     if (!make_room()) return false;

@@ -35,7 +35,7 @@ ReadReport read_kineto_text(const std::string& text, const std::string& source, 
   } catch (const std::exception& e) {  // TraceError names the file and the event; bad_alloc and the like too
     return detail::fail(report, e.what());
   }
-  std::size_t zero_duration = 0, too_long = 0;
+  std::size_t zero_duration = 0, too_long = 0, unnamed = 0;
   for (const replay::Operation& op : workload.ops) {
     if (op.duration_ns <= 0) {
       ++zero_duration;
@@ -46,6 +46,11 @@ ReadReport read_kineto_text(const std::string& text, const std::string& source, 
       continue;
     }
     if (op.kind == replay::OpKind::kernel) {
+      // No name, no kernel gpuqosd can look up (and a store with one does not load: a review).
+      if (workload.kernels[std::size_t(op.kernel)].name.empty()) {
+        ++unnamed;
+        continue;
+      }
       // Named as the shim names kernels to gpuqosd (bytes outside printable ASCII escaped).
       KernelSample k{ipc::wire_kernel_name(workload.kernels[std::size_t(op.kernel)].name), {}, double(op.duration_ns)};
       k.shape.grid = op.grid;
@@ -72,6 +77,7 @@ ReadReport read_kineto_text(const std::string& text, const std::string& source, 
   };
   skipped(zero_duration, "with a zero duration (below the trace's time resolution)");
   skipped(too_long, "longer than an hour (a unit mistake or a broken clock, not one op)");
+  skipped(unnamed, "that are kernels without a name");
   return report;
 }
 

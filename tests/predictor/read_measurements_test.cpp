@@ -68,6 +68,23 @@ TEST(ReadMeasurements, KinetoTraceGzippedOrNot) {
   }
 }
 
+// A kernel event without a name was learned under "", and gpuqosd refused the whole store that
+// `gpuqos train` then wrote (a review). It is skipped and counted.
+TEST(ReadMeasurements, AKinetoKernelWithoutANameIsSkippedAndCounted) {
+  const testing::TempDir dir;
+  SampleSet out;
+  const auto path = dir.write("unnamed.json", R"({"traceEvents": [
+    {"ph": "X", "cat": "kernel", "ts": 1, "dur": 5, "args": {"grid": [1, 1, 1], "block": [32, 1, 1]}},
+    {"ph": "X", "cat": "kernel", "name": "k", "ts": 10, "dur": 5}]})");
+  const ReadReport r = read_measurements(path, ReadOptions{}, out);
+  ASSERT_FALSE(r.failed) << r.messages[0];
+  ASSERT_EQ(out.kernels.size(), 1u);
+  EXPECT_EQ(out.kernels[0].name, "k");
+  EXPECT_EQ(r.skipped, 1u);
+  ASSERT_EQ(r.messages.size(), 1u);
+  EXPECT_THAT(r.messages[0], HasSubstr("1 GPU ops that are kernels without a name skipped"));
+}
+
 TEST(ReadMeasurements, MalformedTraceFailsNamingFileAndEvent) {
   const testing::TempDir dir;
   SampleSet out;

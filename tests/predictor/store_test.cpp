@@ -95,6 +95,19 @@ TEST(Store, RoundTripPredictsTheSame) {
 // The caller's config is only the fallback: gpuqosd passes the default (108 SMs) because it knows
 // no device's SM count, so a store trained for 80 (or an H100's 132) is neither warned about nor
 // re-banked; it predicts with the count it was trained for.
+// A store holds no kernel without a name (its loader refuses one), so none is learned: one kernel
+// event without a name in a trace made `gpuqos train` write a store gpuqosd moved aside (a review).
+TEST(Store, AKernelWithoutANameIsNotLearnedSoTheStoreStillLoads) {
+  Predictor p = trained();
+  EXPECT_FALSE(p.observe(KernelFeatures{"", shape(64, 64)}, 1000.0));
+  const testing::TempDir dir;
+  const auto path = dir.path() / "store.gqp";
+  ASSERT_EQ(save_profile(p, path), std::nullopt);
+  const LoadedProfile loaded = load_profile(path, PredictorConfig{.sm_count = 80});
+  EXPECT_FALSE(loaded.warning.has_value()) << *loaded.warning;
+  EXPECT_EQ(loaded.predictor.kernel_count(), p.kernel_count());
+}
+
 TEST(Store, ALoadedProfileKeepsItsOwnSmCountWithoutAWarning) {
   const std::string bytes = encode_profile(trained());
   const LoadedProfile loaded = decode_profile(bytes, "p", PredictorConfig{.sm_count = 132});

@@ -38,7 +38,7 @@ class Predictor {
   Prediction predict(const CopyFeatures& copy) const;
 
   // Learns one measured duration. False (and nothing learned) when the duration is not a positive
-  // finite number, the op is unsupported, or a new name finds config.max_kernels names learned and
+  // finite number, the op is unsupported, a kernel has no name, or a new name finds config.max_kernels names learned and
   // none of them idle: a name not observed for kIdleEpochs epochs (advance_epochs) gives its place
   // to the new one (the least recently observed first). So a daemon that runs for weeks beside jobs
   // that come and go keeps learning the kernels of the jobs it runs now, and a job that makes up
