@@ -39,9 +39,12 @@
  * has only the first of them measured and protected until it ends.
  *
  * Header only, C99 and C++, nothing to link (glibc before 2.34: -ldl); any thread, with or without a CUDA context, but not a
- * signal handler (they take a lock). Without libgpuqos.so in the process all four calls are no-ops
+ * signal handler (they take a lock) nor a host function (cuLaunchHostFunc, cudaLaunchHostFunc: they
+ * call the driver, which CUDA forbids there). Without libgpuqos.so in the process all four calls are no-ops
  * (one failed symbol lookup, cached); with it they post a mark to the daemon and return without
- * waiting for the daemon (at most for another thread of the process posting at the same moment);
+ * waiting for the daemon (at most for another thread of the process posting at the same moment;
+ * and the process's first call into the shim, a mark or a CUDA call, registers with gpuqosd, which
+ * takes up to 1.5 s if gpuqosd accepts the connection and does not answer);
  * gpuqos_query_dropped() posts none: gpuqosd forgets the request at the next begin, and until then
  * counts it as waiting (best-effort work may be held for it until its deadline has passed).
  */
