@@ -8,13 +8,10 @@
 
 #include <unistd.h>
 
-#include <cxxabi.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cerrno>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -108,27 +105,7 @@ DurationLearner::DurationLearner(Options options, std::int64_t now_ns, std::opti
     : options_(std::move(options)),
       predictor_(load(options_.store_path, options_.saves_beside, warning, save_blocked_, from_store_, store_identity_)),
       last_save_ns_(now_ns),
-      epoch_began_ns_(now_ns) {
-  for (const std::string& name : predictor_.kernel_names()) {
-    if (name.find('(') != std::string::npos) store_has_demangled_names_ = true;
-  }
-}
-
-std::string DurationLearner::trained_name(std::string symbol) {
-  if (!store_has_demangled_names_ || !symbol.starts_with("_Z") || predictor_.last_observed_epoch(symbol)) return symbol;
-  auto known = demangled_.find(symbol);
-  if (known == demangled_.end()) {
-    // Names come cut to ipc::kMaxKernelNameBytes, and the demangler limits its recursion.
-    int status = -1;
-    char* const demangled = abi::__cxa_demangle(symbol.c_str(), nullptr, nullptr, &status);
-    std::string name;
-    if (status == 0 && demangled != nullptr && predictor_.last_observed_epoch(demangled)) name = demangled;
-    std::free(demangled);
-    if (demangled_.size() >= kMaxDemangled) demangled_.clear();
-    known = demangled_.emplace(symbol, std::move(name)).first;
-  }
-  return known->second.empty() ? symbol : known->second;
-}
+      epoch_began_ns_(now_ns) {}
 
 std::optional<DurationLearner::SmCountNote> DurationLearner::device_sm_count(std::uint32_t device, std::uint32_t sm_count) {
   if (sm_count == 0) return std::nullopt;
@@ -157,7 +134,6 @@ std::optional<DurationLearner::SmCountNote> DurationLearner::device_sm_count(std
 DurationLearner::Estimate DurationLearner::posted(std::uint32_t client, const ipc::OpDescriptor& op,
                                                   std::string kernel_name, std::int64_t arrived_ns) {
   if (!is_timed_work(op.kind)) return {};
-  if (op.kind == ipc::OpKind::kernel) kernel_name = trained_name(std::move(kernel_name));
   const predictor::Prediction prediction = predictor_.predict(predictor::features_of(op, kernel_name));
   if (!remembered_.empty() && remembered_.size() >= options_.max_remembered_ops) {
     const auto most = std::max_element(remembered_per_client_.begin(), remembered_per_client_.end(),

@@ -216,32 +216,6 @@ TEST(DurationLearner, LearnsExactCompletionsAndNotCoarseOnes) {
   EXPECT_LE(upper, 100'000 * DurationLearner::kMaxUpperRatio);
 }
 
-// A store trained from a Kineto trace or a CSV table names kernels as those tools print them,
-// demangled; the shim names them by their symbols. Every kernel of such a job stayed at the global
-// default (a review); a symbol the store knows by its demangled name is now predicted and learned
-// under that name, and one it does not know stays its own.
-TEST(DurationLearner, AKernelTheStoreKnowsByItsDemangledNameIsFoundByItsSymbol) {
-  testing::TempDir dir("learner-demangled");
-  predictor::Predictor trained;
-  predictor::LaunchShape shape;
-  shape.grid = {64, 1, 1};
-  shape.block = {128, 1, 1};
-  for (int i = 0; i < 20; ++i) trained.observe(predictor::KernelFeatures{"void foo<int>(int*)", shape}, 3'000'000.0);
-  const auto path = dir.path() / "kineto.gqp";
-  ASSERT_FALSE(predictor::save_profile(trained, path));
-  DurationLearner::Options options;
-  options.store_path = path.string();
-  std::optional<std::string> warning;
-  DurationLearner learner(options, 0, warning);
-  ASSERT_FALSE(warning) << *warning;
-  const DurationLearner::Estimate known = learner.posted(7, kernel(1, 64), "_Z3fooIiEvPT_");
-  EXPECT_FALSE(known.guessed);
-  EXPECT_NEAR(static_cast<double>(known.expected_ns), 3'000'000.0, 300'000.0);
-  learner.completed(7, exact(1, 3'000'000));
-  EXPECT_EQ(learner.predictor().kernel_count(), 1u) << "learned under the store's name, not a second one";
-  EXPECT_TRUE(learner.posted(7, kernel(2, 64), "_Z3barv").guessed) << "bar(): not in the store";
-}
-
 // A client that never reports completions fills what is remembered: it loses its own oldest ops,
 // and the others' completions are still learned. Client 9's ops sort after client 1's, so the
 // smallest-key eviction this replaces took client 1's.

@@ -30,7 +30,6 @@
 #include <string>
 #include <string_view>
 #include <utility>
-#include <unordered_map>
 #include <vector>
 
 #include "gpuqos/ipc/descriptor.h"
@@ -86,11 +85,7 @@ class DurationLearner {
   };
   std::optional<SmCountNote> device_sm_count(std::uint32_t device, std::uint32_t sm_count);
   // Remembers the op, read by gpuqosd at arrived_ns (0: not said); returns the predictor's
-  // estimates of its device time (0: no model knows it). A kernel the store knows only by its
-  // demangled name is predicted and learned under that name: the shim names kernels by their
-  // symbols, but a store trained from a Kineto trace or a CSV table has the names those tools
-  // print, demangled (a review: every kernel of a job trained from its PyTorch profile stayed at the
-  // global default). Only while the store holds such a name (one with a '(') are symbols demangled.
+  // estimates of its device time (0: no model knows it).
   Estimate posted(std::uint32_t client, const ipc::OpDescriptor& op, std::string kernel_name,
                   std::int64_t arrived_ns = 0);
   // `time_sliced_devices` (an ipc::device_in mask): devices that time-slice processes' work, where
@@ -189,11 +184,6 @@ class DurationLearner {
   Overlap overlaps(std::uint32_t client, const ipc::OpDescriptor& op, std::int64_t start_ns, std::int64_t end_ns);
 
   void forget(RememberedOps::iterator it);
-  // The name the predictor knows a kernel symbol by: the symbol, or its demangled form (posted()).
-  std::string trained_name(std::string symbol);
-  std::unordered_map<std::string, std::string> demangled_;  // symbol -> its name in the store ("": none)
-  static constexpr std::size_t kMaxDemangled = 65536;       // then forgotten, and demangled again
-  bool store_has_demangled_names_ = false;
   // Whether `client` may bring a new kernel name into the predictor (client_user); the record of one
   // it brought in; a recorded name used again after it was idle counts again; at each epoch, idle
   // names stop counting and the predictor's evicted ones leave the record.
