@@ -106,7 +106,8 @@ def describe(category, symbol, params):
         out = next((n for n, t in names.items() if t.endswith("*") and n != "name"), None)
         if out:
             f["out_handle"] = out
-        for name, field in (("name", "name"), ("kernel", "kernel"), ("hmod", "module"), ("library", "module")):
+        for name, field in (("name", "name"), ("kernel", "kernel"), ("hmod", "module"), ("library", "module"),
+                            ("hGraphExec", "graph_exec")):
             if name in names:
                 f[field] = name
     elif category == "alloc":

@@ -160,7 +160,10 @@ bool describe(const Operation& op, std::uint32_t device, std::int64_t posted_ns,
   out.device = device;
   switch (op.category) {
     case Category::launch: describe_kernel(op, kernels, out); return true;
-    case Category::graph_launch: out.kind = ipc::OpKind::graph; return true;
+    case Category::graph_launch:
+      out.kind = ipc::OpKind::graph;
+      out.kernel_id = kernels.graph_id(op.graph_exec);
+      return true;
     case Category::copy: return describe_copy(op, out);
     case Category::memset:
       out.kind = ipc::OpKind::memset;
@@ -175,6 +178,10 @@ void learn_kernel_name(const Operation& op, KernelRegistry& kernels) noexcept {
   try {
     if (op.hook == HookId::hook_cuModuleUnload || op.hook == HookId::hook_cuLibraryUnload) {
       kernels.forget_module(op.module, op.hook == HookId::hook_cuLibraryUnload);
+      return;
+    }
+    if (op.hook == HookId::hook_cuGraphExecDestroy) {
+      kernels.forget_graph(op.graph_exec);
       return;
     }
     if (!op.out_handle) return;

@@ -76,6 +76,33 @@ void KernelRegistry::forget_module(const void* module, bool library) {
 void KernelRegistry::forget_context_bound() {
   std::unique_lock lock(mutex_);
   std::erase_if(handles_, [](const auto& entry) { return !entry.second.of_library; });
+  graph_ids_.clear();  // a context's graph execs end with it
+}
+
+std::uint32_t KernelRegistry::graph_id(CUgraphExec exec) {
+  {
+    std::shared_lock lock(mutex_);
+    const auto it = graph_ids_.find(exec);
+    if (it != graph_ids_.end()) return it->second;
+  }
+  std::unique_lock lock(mutex_);
+  if (const auto it = graph_ids_.find(exec); it != graph_ids_.end()) return it->second;
+  if (graph_ids_.size() >= kMaxGraphIds) return 0;
+  std::array<bool, kMaxGraphIds + 1> taken{};
+  for (const auto& [other, id] : graph_ids_) taken[id] = true;
+  std::uint32_t id = 1;
+  while (taken[id]) ++id;
+  try {
+    graph_ids_.emplace(exec, id);
+  } catch (...) {  // out of memory: the job's shared model
+    return 0;
+  }
+  return id;
+}
+
+void KernelRegistry::forget_graph(CUgraphExec exec) {
+  std::unique_lock lock(mutex_);
+  graph_ids_.erase(exec);
 }
 
 KernelLaunchInfo KernelRegistry::launch_info(CUfunction function) {

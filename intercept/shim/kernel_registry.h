@@ -48,6 +48,16 @@ class KernelRegistry {
   // "" for an unknown id.
   std::string name_of(std::uint32_t id) const;
 
+  // A graph launch's identity for the daemon (its descriptor's kernel_id, which gpuqosd keys the
+  // graph's model by): 1 to kMaxGraphIds, the lowest not held by another live CUgraphExec, given at
+  // its first launch; 0 (the job's one shared model) past that, or out of memory. So a program that
+  // instantiates the same graphs in the same order gets the same ids run after run (a server's
+  // graphs per batch size), and one that instantiates a graph anew each step keeps reusing id 1.
+  // An exec destroyed (cuGraphExecDestroy), or every exec when a context ends, frees its id.
+  static constexpr std::uint32_t kMaxGraphIds = ipc::kMaxGraphIds;
+  std::uint32_t graph_id(CUgraphExec exec);
+  void forget_graph(CUgraphExec exec);
+
  private:
   std::uint32_t id_for_locked(std::string_view name);
 
@@ -61,6 +71,7 @@ class KernelRegistry {
   std::unordered_map<const void*, Handle> handles_;
   std::unordered_map<std::string, std::uint32_t> ids_;
   std::vector<std::string> names_;  // names_[id - 1]
+  std::unordered_map<const void*, std::uint32_t> graph_ids_;  // live CUgraphExec -> its id (graph_id)
 };
 
 // Scalar arguments of a launch as the descriptor carries them (zero-extended); the count read.

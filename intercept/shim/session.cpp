@@ -263,7 +263,10 @@ bool Session::post(ipc::OpDescriptor& op, const KernelRegistry& kernels, bool ma
   if (keep_free > 0 && ipc::kOpsRingCapacity - segment_.ops().size_approx() <= keep_free) return false;
   op.seq = next_seq_;
   if (!ipc::validate_op(op, next_seq_ - 1, ipc::kMaxDevices)) return false;
-  if (op.kernel_id != 0 && !send_kernel_name(op.kernel_id, kernels, may_wait)) return false;
+  // (A graph's kernel_id is its number in the process, not a named kernel.)
+  if (op.kind == ipc::OpKind::kernel && op.kernel_id != 0 && !send_kernel_name(op.kernel_id, kernels, may_wait)) {
+    return false;
+  }
   if (!push_op(op, may_wait)) return false;
   ++next_seq_;
   return true;

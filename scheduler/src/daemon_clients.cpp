@@ -104,7 +104,8 @@ std::string Daemon::accept_op(Client& client, const ArrivedOp& arrived) {
   const DurationLearner::Estimate estimate =
       op.kind == ipc::OpKind::kernel
           ? learner_->posted(client.identity().id, op, client.kernel_names().at(op.kernel_id), arrived.arrived_ns)
-          : learner_->posted(client.identity().id, op, op.kind == ipc::OpKind::graph ? "graph:" + client.identity().job : "",
+          : learner_->posted(client.identity().id, op,
+                             op.kind == ipc::OpKind::graph ? graph_model_name(client.identity().job, op.kernel_id) : "",
                              arrived.arrived_ns);
   // Every op, mark, grant and completion at trace level, timed by the monotonic clock the shim stamps
   // with: what a policy decided, and when, can be read back against a job's own timings.

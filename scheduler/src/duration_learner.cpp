@@ -101,6 +101,12 @@ predictor::Predictor load(const std::string& path, bool anothers, std::optional<
 
 }  // namespace
 
+std::string graph_model_name(std::string_view job, std::uint32_t graph_id) {
+  std::string name = "graph:" + std::string(job);
+  if (graph_id != 0 && graph_id <= ipc::kMaxGraphIds) name += ":" + std::to_string(graph_id);
+  return name;
+}
+
 DurationLearner::DurationLearner(Options options, std::int64_t now_ns, std::optional<std::string>& warning)
     : options_(std::move(options)),
       predictor_(load(options_.store_path, options_.saves_beside, warning, save_blocked_, from_store_, store_identity_)),

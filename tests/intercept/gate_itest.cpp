@@ -211,6 +211,27 @@ TEST_F(GateTest, ASynchronousDownloadIsFollowedByASyncMark) {
   EXPECT_EQ(kinds, chunked) << "one mark after each whole download";
 }
 
+// Each graph exec of the process is numbered in its launches' descriptors, so gpuqosd keeps a model
+// per graph (a job's graphs shared one, and a long one after short ones was predicted short: a
+// review): the lowest number no live exec holds, so a destroyed exec's number is given again.
+TEST_F(GateTest, EachGraphOfAProcessIsNumberedInItsLaunches) {
+  start({"graphs"}, "high");
+  ASSERT_EQ(finish(), 0) << output_;
+  ASSERT_NE(output_.find("graphs ok"), std::string::npos) << output_;
+  const auto graph_ids = [&] {
+    std::vector<std::uint32_t> graphs;
+    for (const auto& op : daemon_->clients().at(0).ops) {
+      if (op.kind == ipc::OpKind::graph) graphs.push_back(op.kernel_id);
+    }
+    return graphs;
+  };
+  ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 1); }));
+  ASSERT_TRUE(daemon_->wait_until([&](const Clients&) { return graph_ids().size() >= 5; })) << graph_ids().size();
+  const std::vector<std::uint32_t> graphs = graph_ids();
+  const std::vector<std::uint32_t> expected = {1, 2, 1, 2, 1};
+  EXPECT_EQ(graphs, expected) << "a, b, a, b; then c, given a's number once a was destroyed";
+}
+
 // An async copy the shim may split onto a blocking stream first asks whether the legacy stream is
 // idle; while another blocking stream captures a graph that question invalidated the capture (the
 // legacy stream is unusable then, whatever the capture mode: a review). Now the copy goes whole.

@@ -216,6 +216,32 @@ TEST(DurationLearner, LearnsExactCompletionsAndNotCoarseOnes) {
   EXPECT_LE(upper, 100'000 * DurationLearner::kMaxUpperRatio);
 }
 
+// A job's graphs each have a model of their own (the shim numbers them): one of 20 ms is not
+// predicted at the 1 ms of the job's other graph. An unnumbered graph (an older shim, or a number
+// past what a shim gives) keeps the job's shared model.
+TEST(DurationLearner, EachGraphOfAJobIsLearnedOnItsOwn) {
+  EXPECT_EQ(graph_model_name("serve", 0), "graph:serve");
+  EXPECT_EQ(graph_model_name("serve", 3), "graph:serve:3");
+  EXPECT_EQ(graph_model_name("serve", ipc::kMaxGraphIds + 1), "graph:serve");
+  DurationLearner learner = make_learner();
+  const auto graph = [](std::uint64_t seq, std::uint32_t id) {
+    ipc::OpDescriptor op{};
+    op.seq = seq;
+    op.kind = ipc::OpKind::graph;
+    op.kernel_id = id;
+    return op;
+  };
+  std::uint64_t seq = 0;
+  for (int i = 0; i < 10; ++i) {
+    for (const auto& [id, ns] : {std::pair{1u, 1'000'000}, std::pair{2u, 20'000'000}}) {
+      learner.posted(7, graph(++seq, id), graph_model_name("serve", id));
+      learner.completed(7, exact(seq, ns, static_cast<std::int64_t>(seq) * 100'000'000));
+    }
+  }
+  EXPECT_NEAR(static_cast<double>(learner.posted(7, graph(++seq, 1), graph_model_name("serve", 1)).expected_ns), 1e6, 2e5);
+  EXPECT_NEAR(static_cast<double>(learner.posted(7, graph(++seq, 2), graph_model_name("serve", 2)).expected_ns), 2e7, 4e6);
+}
+
 // A client that never reports completions fills what is remembered: it loses its own oldest ops,
 // and the others' completions are still learned. Client 9's ops sort after client 1's, so the
 // smallest-key eviction this replaces took client 1's.

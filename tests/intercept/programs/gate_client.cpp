@@ -67,6 +67,8 @@
 //                   "thread <name> blocks <k>", k the signals of SIGINT, SIGTERM, SIGHUP, SIGUSR1,
 //                   SIGALRM, SIGCHLD its mask blocks (/proc/self/task/*/status)
 //   names <n>       n kernels of 200-character names, each launched once, then sync: "names ok"
+//   graphs          graphs a (spin(100)) and b (spin(2000)) captured on a stream, each launched twice in turn and
+//                   synchronised; a destroyed, c (spin(300)) made and launched: "graphs ok"
 //   copy-beside-capture <bytes>
 //                   captures spin(100) on a blocking stream (thread-local mode) while it copies <bytes>
 //                   from pinned memory on another, idle, blocking stream (cuMemcpyHtoDAsync):
@@ -758,6 +760,33 @@ int run_sync_download(std::size_t bytes) {
   return 0;
 }
 
+int run_graphs() {
+  CUstream stream = nullptr;
+  CHECK_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  const auto make = [&](std::uint64_t duration_us, CUgraphExec* exec) {
+    CUgraph graph = nullptr;
+    CHECK_CU(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    CHECK_CU(launch(duration_us, stream));
+    CHECK_CU(cuStreamEndCapture(stream, &graph));
+    CHECK_CU(cuGraphInstantiate(exec, graph, 0));
+    CHECK_CU(cuGraphDestroy(graph));
+    return 0;
+  };
+  CUgraphExec a = nullptr, b = nullptr, c = nullptr;
+  if (make(100, &a) != 0 || make(2000, &b) != 0) return 1;
+  for (int i = 0; i < 2; ++i) {
+    CHECK_CU(cuGraphLaunch(a, stream));
+    CHECK_CU(cuGraphLaunch(b, stream));
+  }
+  CHECK_CU(cuStreamSynchronize(stream));
+  CHECK_CU(cuGraphExecDestroy(a));
+  if (make(300, &c) != 0) return 1;
+  CHECK_CU(cuGraphLaunch(c, stream));
+  CHECK_CU(cuStreamSynchronize(stream));
+  std::printf("graphs ok\n");
+  return 0;
+}
+
 int run_copy_beside_capture(std::size_t bytes) {
   void* pinned = nullptr;
   CUdeviceptr device = 0;
@@ -1140,6 +1169,7 @@ int main(int argc, char** argv) {
   if (mode == "threads") return run_threads(arg(2, 4), arg(3, 20));
   if (mode == "bench") return run_bench(arg(2, 1000), argc > 3 && std::string(argv[3]) == "legacy");
   if (mode == "sync-download") return run_sync_download(arg(2, 4096));
+  if (mode == "graphs") return run_graphs();
   if (mode == "copy-beside-capture") return run_copy_beside_capture(arg(2, 16 << 20));
   if (mode == "sync-copies") return run_sync_copies(arg(2, 20), arg(3, 8 << 20));
   if (mode == "copies") return run_copies(arg(2, 1 << 20), arg(3, arg(2, 1 << 20)));

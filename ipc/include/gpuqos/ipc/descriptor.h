@@ -42,6 +42,9 @@ enum class HostMemory : std::uint8_t { none = 0, pinned, pageable };
 inline constexpr std::uint8_t kHostMemoryCount = 3;
 
 inline constexpr std::uint32_t kMaxScalarArgs = 8;
+// A graph launch's identity (OpDescriptor::kernel_id): the shim numbers a process's live graph execs
+// from 1, the lowest free first, up to this many; gpuqosd keeps a model per job and number.
+inline constexpr std::uint32_t kMaxGraphIds = 64;
 
 // One operation posted by the shim. 192 bytes: the fields need 140, so 128 could not hold them;
 // three whole cache lines keep neighbouring ring slots from sharing a line.
@@ -52,7 +55,8 @@ struct OpDescriptor {
   std::int64_t posted_ns;       // CLOCK_MONOTONIC when the program made the call
   std::uint64_t bytes;          // copy, memset: bytes moved or set
   std::uint32_t device;         // CUDA device ordinal
-  std::uint32_t kernel_id;      // kernel: id registered with KernelName; graph: optional; else 0
+  std::uint32_t kernel_id;      // kernel: id registered with KernelName; graph: which of the
+                                // process's graphs (1..kMaxGraphIds; 0: not said); else 0
   std::uint32_t grid[3];        // kernel: gridDim x, y, z
   std::uint32_t block[3];       // kernel: blockDim x, y, z
   std::uint32_t shared_bytes;   // kernel: dynamic shared memory

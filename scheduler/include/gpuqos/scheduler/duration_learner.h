@@ -38,6 +38,12 @@
 
 namespace gpuqos::scheduler {
 
+// The name a graph launch is predicted and learned under: one per job and graph (the shim's number
+// of the process's graph, OpDescriptor::kernel_id), "graph:<job>:<n>"; "graph:<job>" for a graph not
+// numbered (an older shim, past ipc::kMaxGraphIds). A job's graphs of different lengths (a server's
+// per batch size) shared one model, and a long one after a run of short ones was predicted short.
+std::string graph_model_name(std::string_view job, std::uint32_t graph_id);
+
 class DurationLearner {
  public:
   struct Options {
