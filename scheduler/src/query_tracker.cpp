@@ -224,13 +224,18 @@ std::vector<ClosedQuery> QueryTracker::posted(ClientId client, const ipc::OpDesc
     State::Later& later = state.later.back();
     ++later.ops;
     later.last_op_ns = at_ns;
-    if (later.op_times.size() < kProfileOps) keep_later_time(state, later.op_times, at_ns);
+    if (later.op_times.size() + 1 == later.ops) keep_later_time(state, later.op_times, at_ns);  // as above
     if (blocks_host(op) && later.block_times.size() < kProfileOps) keep_later_time(state, later.block_times, at_ns);
     return closed;
   }
   ++state.query.ops;
   state.query.last_op_ns = at_ns;
-  if (state.op_times.size() < kProfileOps) state.op_times.push_back(at_ns);
+  // Times are of the query's first ops, op k's at k: once one is missing (a later query reopened
+  // past what `later` keeps), none after it is kept (op k's time at a smaller index was learned as
+  // another op's).
+  if (state.op_times.size() + 1 == state.query.ops && state.op_times.size() < kProfileOps) {
+    state.op_times.push_back(at_ns);
+  }
   note_blocking(state, op, at_ns);
   return closed;
 }
@@ -323,7 +328,7 @@ std::int64_t QueryTracker::expected_from(ClientId client, std::int64_t now_ns,
   // (No op time kept, as for a later query past kProfileOps times: taken as at its start.)
   if (state.query.ops == 0 || state.op_times.empty()) {
     estimate = state.*whole;
-    if (floored && !profile.empty()) floor = profile.front();
+    if (floored && !profile.empty() && state.query.ops == 0) floor = profile.front();
   } else {
     const std::size_t k = std::min<std::size_t>(state.query.ops - 1, state.op_times.size() - 1);
     if (k < profile.size()) estimate = profile[k];

@@ -192,6 +192,38 @@ TEST(QueryTracker, ANextQuerysOpsDoneBeforeItOpensKeepTheirOwnTimes) {
   }
 }
 
+// The later queries keep at most kProfileOps times in all: one reopened with fewer times than ops
+// keeps no time of the ops it gets after (op k's time is at k, or not kept): the next op's time was
+// appended at the first free index and taken as an earlier op's (a review).
+TEST(QueryTracker, AReopenedQueryPastTheKeptTimesKeepsNoMisplacedTime) {
+  QueryTracker tracker;
+  // A profile: 10 ops at 0..9 ms, done at 20 ms.
+  for (std::uint64_t k = 0; k < 10; ++k) (void)tracker.posted(kServe, op(k + 1), static_cast<std::int64_t>(k) * kMs);
+  (void)tracker.posted(kServe, op(11, ipc::OpKind::sync), 9 * kMs);
+  for (std::uint64_t k = 1; k <= 10; ++k) (void)tracker.completed(kServe, done(k, 20 * kMs), 20 * kMs);
+  // A (one op, its sync); B behind it, with all but 3 of the times kept (its sync takes one); C's
+  // 10 ops behind B get the last 2.
+  std::uint64_t seq = 11;
+  (void)tracker.posted(kServe, op(++seq), 100 * kMs);
+  const std::uint64_t a_op = seq;
+  (void)tracker.posted(kServe, op(++seq, ipc::OpKind::sync), 100 * kMs);
+  const std::uint64_t b_first = seq + 1;
+  for (std::size_t i = 0; i + 3 < QueryTracker::kProfileOps; ++i) (void)tracker.posted(kServe, op(++seq), 101 * kMs);
+  const std::uint64_t b_last = seq;
+  (void)tracker.posted(kServe, op(++seq, ipc::OpKind::sync), 101 * kMs);
+  for (int i = 0; i < 10; ++i) (void)tracker.posted(kServe, op(++seq), 102 * kMs);
+  constexpr std::int64_t kDone = 102 * kMs + 200'000;
+  (void)tracker.completed(kServe, done(a_op, kDone), kDone);
+  for (std::uint64_t s = b_first; s <= b_last; ++s) (void)tracker.completed(kServe, done(s, kDone), kDone);
+  ASSERT_NE(tracker.open_query(kServe), nullptr);
+  ASSERT_EQ(tracker.open_query(kServe)->ops, 10u) << "C, open";
+  constexpr std::int64_t kNow = 102 * kMs + 300'000;
+  const std::int64_t before = tracker.expected_remaining_ns(kServe, kNow);
+  ASSERT_GT(before, 0);
+  (void)tracker.posted(kServe, op(++seq), kNow);  // C's 11th op
+  EXPECT_EQ(tracker.expected_remaining_ns(kServe, kNow), before) << "still from its 2nd op, the last with its time";
+}
+
 // Past QueryTracker::kMaxLater requests behind the open query's mark the newest takes in the rest.
 TEST(QueryTracker, QueriesBehindTheMarkAreBounded) {
   QueryTracker tracker;
