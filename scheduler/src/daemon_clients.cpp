@@ -230,7 +230,7 @@ void Daemon::settle_departed(Client& client) {
 }
 
 void Daemon::drop_client(ClientId id, const std::string& reason, bool as_error) {
-  pass_status_text_.reset();  // what a status made earlier in this pass showed changes
+  status_changed();  // what a status made earlier showed changes
   auto it = clients_.find(id);
   if (it == clients_.end()) return;
   Client& client = *it->second;

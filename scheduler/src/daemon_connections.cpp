@@ -141,7 +141,7 @@ void Daemon::on_first_record(Pending& pending, const std::vector<std::byte>& rec
 }
 
 void Daemon::register_client(Pending& pending, const ipc::Hello& hello) {
-  pass_status_text_.reset();  // what a status made earlier in this pass showed changes
+  status_changed();  // what a status made earlier showed changes
   if (stopping_) return;
   // Numbers wrap after 2^32 registrations (a loop of them gets there in days): one still in use
   // (a client's epoll tokens, its segment's name, the policy's state of it) is never given twice.
@@ -333,7 +333,8 @@ void Daemon::answer_control(Pending& pending, const std::vector<std::byte>& reco
       drain_all(ipc::monotonic_ns());  // count what has arrived
       const std::int64_t began_ns = ipc::monotonic_ns();
       pass_status_text_ = bounded_status_text(status_snapshot());
-      status_budget_ns_ -= ipc::monotonic_ns() - began_ns;
+      // In debt by at most a full budget: a stall in the making does not freeze the answer for long.
+      status_budget_ns_ = std::max(status_budget_ns_ - (ipc::monotonic_ns() - began_ns), -kStatusBudgetMaxNs);
     }
     text = *pass_status_text_;
   }

@@ -82,7 +82,7 @@ void make_paths_absolute(DaemonOptions& options) {
 }
 
 void Daemon::reload_config() {
-  pass_status_text_.reset();  // what a status made earlier in this pass showed changes
+  status_changed();  // what a status made earlier showed changes
   const std::string path = options_.config_path;  // a copy: options_ is replaced below
   if (path.empty()) return spdlog::info("SIGHUP: gpuqosd runs without --config, there is no file to reload");
   auto loaded = config::load_config_file(path, {.for_gpuqosd = true});

@@ -330,6 +330,12 @@ class Daemon {
   std::int64_t status_budget_at_ns_ = 0;  // when the budget was last refilled (0: never)
   // Refills the status budget to now_ns; true if a status may be made anew.
   bool status_may_be_made(std::int64_t now_ns);
+  // Something a status shows changed (a client came or went, a reload): the next request makes one
+  // anew, within the budget, else once it has refilled (clients that come and go in a loop spent
+  // it without end, a follow-up review).
+  void status_changed() {
+    if (status_budget_ns_ > 0) pass_status_text_.reset();
+  }
   std::uint64_t loop_pass_ = 0;  // counts the loop's passes (read_client_socket's budget)
   // `last`: gpuqosd stops, and the counts of its last window are said now rather than lost.
   void tell_unsaid_peer_warnings(std::int64_t now_ns, bool last = false) {
