@@ -457,12 +457,23 @@ int replace_if_still(const std::string& temp, const std::filesystem::path& path,
     // No flags here (a review: on NFS a store not there yet was never saved, every save "Invalid
     // argument", and gpuqosd lost all it learned at each exit): a new name by link() fails if
     // something is there, in one step too.
-    if (::link(temp.c_str(), path.c_str()) == 0) {
+    // (EEXIST for our own link: NFS retried a link whose reply was lost, as link(2) warns. The name
+    // itself is looked at, not what a link planted there points to.)
+    const auto is_ours = [&] {
+      struct stat at_path{}, at_temp{};
+      return ::lstat(path.c_str(), &at_path) == 0 && ::lstat(temp.c_str(), &at_temp) == 0 &&
+             at_path.st_dev == at_temp.st_dev && at_path.st_ino == at_temp.st_ino;
+    };
+    const int linked = ::link(temp.c_str(), path.c_str()) == 0 ? 0 : errno;
+    if (linked == 0 || (linked == EEXIST && is_ours())) {
       ::unlink(temp.c_str());
       return 0;
     }
-    if (errno == EEXIST) return -1;
-    return replace_if_unchanged(temp, path, expected);  // no hard links either
+    if (linked != EPERM && linked != ENOTSUP && linked != EOPNOTSUPP && linked != ENOSYS) {
+      errno = linked;
+      return -1;
+    }
+    return replace_if_unchanged(temp, path, expected);  // no hard links on this file system either
   }
   if (rename_with_flags(AT_FDCWD, temp.c_str(), AT_FDCWD, path.c_str(), RENAME_EXCHANGE) != 0) {
     // No exchange on this file system. The store gone: a new one is written.

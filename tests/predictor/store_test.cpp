@@ -92,9 +92,6 @@ TEST(Store, RoundTripPredictsTheSame) {
               reference.predict(KernelFeatures{"gemm", shape(510, 500)}).duration_ns, 1e-3);
 }
 
-// The caller's config is only the fallback: gpuqosd passes the default (108 SMs) because it knows
-// no device's SM count, so a store trained for 80 (or an H100's 132) is neither warned about nor
-// re-banked; it predicts with the count it was trained for.
 // A store holds no kernel without a name (its loader refuses one), so none is learned: one kernel
 // event without a name in a trace made `gpuqos train` write a store gpuqosd moved aside (a review).
 TEST(Store, AKernelWithoutANameIsNotLearnedSoTheStoreStillLoads) {
@@ -108,6 +105,9 @@ TEST(Store, AKernelWithoutANameIsNotLearnedSoTheStoreStillLoads) {
   EXPECT_EQ(loaded.predictor.kernel_count(), p.kernel_count());
 }
 
+// The caller's config is only the fallback: gpuqosd passes the default (108 SMs) because it knows
+// no device's SM count, so a store trained for 80 (or an H100's 132) is neither warned about nor
+// re-banked; it predicts with the count it was trained for.
 TEST(Store, ALoadedProfileKeepsItsOwnSmCountWithoutAWarning) {
   const std::string bytes = encode_profile(trained());
   const LoadedProfile loaded = decode_profile(bytes, "p", PredictorConfig{.sm_count = 132});
@@ -495,6 +495,19 @@ TEST(Store, WithoutRenameFlagsAStoreIsStillPutOnlyWhereItWasToldOf) {
   EXPECT_EQ(replace_if_still(write("t3", "third"), path, first, no_rename_flags), -1);
   EXPECT_EQ(errno, EEXIST);
   EXPECT_EQ(read_file(path), "second");
+  // A link() that NFS retried after its reply was lost says EEXIST for our own link: saved. A
+  // symbolic link planted at the name, to our temporary file, is not ours.
+  const auto fresh = dir.path() / "fresh.gqp";
+  ASSERT_EQ(::link(write("t4", "fourth").c_str(), fresh.c_str()), 0);
+  EXPECT_EQ(replace_if_still(dir.path() / "t4", fresh, none, no_rename_flags), 0) << std::strerror(errno);
+  EXPECT_EQ(read_file(fresh), "fourth");
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "t4"));
+  const auto planted = dir.path() / "planted.gqp";
+  std::filesystem::create_symlink(write("t5", "fifth"), planted);
+  EXPECT_EQ(replace_if_still(dir.path() / "t5", planted, none, no_rename_flags), -1);
+  EXPECT_EQ(errno, EEXIST);
+  EXPECT_TRUE(std::filesystem::is_symlink(planted));
+  EXPECT_EQ(read_file(dir.path() / "t5"), "fifth") << "ours left at its temporary name";
 }
 
 TEST(Store, SaveReplacesAtomicallyAndLeavesNoTemporaries) {
