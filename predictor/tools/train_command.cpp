@@ -6,6 +6,10 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
 
 #include "gpuqos/predictor/candidates.h"
 #include "gpuqos/predictor/commands.h"
@@ -78,6 +82,25 @@ std::string out_problem(const std::string& out) {
   return "";
 }
 
+// Kineto traces and CSV tables usually hold kernels' demangled names ("void foo<int>(int*)"), but
+// the shim names a kernel to gpuqosd by its symbol ("_Z3fooIiEvPT_"), so such names are never
+// looked up. gpuqosd does not demangle what clients send (a client's symbol can make the demangler
+// run for minutes): said here, where the user can profile under the shim instead.
+std::optional<std::string> demangled_names_note(const SampleSet& samples) {
+  std::set<std::string_view> names, demangled;
+  for (const KernelSample& k : samples.kernels) {
+    names.insert(k.name);
+    if (k.name.find('(') != std::string::npos) demangled.insert(k.name);
+  }
+  if (demangled.empty()) return std::nullopt;
+  std::string example(*demangled.begin());
+  if (example.size() > 80) example = example.substr(0, 77) + "...";
+  return std::to_string(demangled.size()) + " of " + std::to_string(names.size()) +
+         " kernel names are demangled (such as \"" + example +
+         "\"): gpuqosd looks kernels up by their symbols, as the shim names them, so it will not find "
+         "these; profile the job under the shim for names it uses (GPUQOS_PROFILE, then gpuqos train on that profile)";
+}
+
 }  // namespace
 
 int run_train(const TrainOptions& options, std::ostream& out, std::ostream& err) {
@@ -112,6 +135,7 @@ int run_train(const TrainOptions& options, std::ostream& out, std::ostream& err)
   PredictorConfig config;
   config.sm_count = options.sms;
   if (const auto left_out = keep_most_measured_names(samples, config.max_kernels)) err << "gpuqos train: " << *left_out << "\n";
+  if (const auto demangled = demangled_names_note(samples)) err << "gpuqos train: " << *demangled << "\n";
   const Predictor predictor = train_predictor(samples, config, 1);
   if (const auto error = save_profile(predictor, options.out)) {
     err << "gpuqos train: " << *error << "\n";

@@ -97,6 +97,26 @@ TEST(Commands, TrainWritesAProfileAndEvalPrintsJson) {
   EXPECT_LT(j["kernels"]["median_ape"].get<double>(), 0.05);
 }
 
+// A table (or a Kineto trace) of demangled names trains a store gpuqosd never finds those kernels
+// in: it looks kernels up by their symbols, as the shim names them, and does not demangle what
+// clients send. Said, with how to get names it uses; symbols are not.
+TEST(Commands, TrainSaysWhenKernelNamesAreDemangled) {
+  const testing::TempDir dir;
+  const auto table = dir.write("t.csv", "Latency,Kernel Name,Grid x,Grid y,Grid z,Block x,Block y,Block z\n"
+                                        "0.01,\"void foo<int>(int*)\",1,1,1,128,1,1\n"
+                                        "0.01,_Z3barv,1,1,1,128,1,1\n");
+  std::ostringstream out, err;
+  ASSERT_EQ(run_train(TrainOptions{{table.string()}, (dir.path() / "p.gqp").string(), {}, 108}, out, err), 0)
+      << err.str();
+  EXPECT_THAT(err.str(), HasSubstr("1 of 2 kernel names are demangled (such as \"void foo<int>(int*)\")"));
+  EXPECT_THAT(err.str(), HasSubstr("GPUQOS_PROFILE"));
+  const auto symbols = dir.write("s.csv", "Latency,Kernel Name,Grid x,Grid y,Grid z,Block x,Block y,Block z\n"
+                                          "0.01,_Z3barv,1,1,1,128,1,1\n");
+  std::ostringstream out2, err2;
+  ASSERT_EQ(run_train(TrainOptions{{symbols.string()}, (dir.path() / "q.gqp").string(), {}, 108}, out2, err2), 0);
+  EXPECT_THAT(err2.str(), Not(HasSubstr("demangled")));
+}
+
 // More kernel names than a store holds: the most measured are kept and what is left out is said (a
 // review: the shuffle decided which names the predictor refused, silently, exit 0).
 TEST(Commands, TrainKeepsTheMostMeasuredNamesAStoreHoldsAndSaysWhatItLeftOut) {
