@@ -185,6 +185,10 @@ void learn_kernel_name(const Operation& op, KernelRegistry& kernels) noexcept {
       return;
     }
     if (!op.out_handle) return;
+    if (instantiates_graph(op.hook)) {
+      kernels.graph_instantiated(*static_cast<CUgraphExec*>(op.out_handle));
+      return;
+    }
     const void* handle = *static_cast<void* const*>(op.out_handle);  // CUfunction* or CUkernel*
     if (op.hook == HookId::hook_cuKernelGetFunction) {
       kernels.alias(handle, op.kernel);
@@ -269,6 +273,17 @@ ContextDevices::Uuid ContextDevices::uuid(std::uint32_t device) noexcept {
   if (tries != kUuidSettled) uuid_next_try_ns_[device].store(now_ns + kUuidRetryNs, std::memory_order_relaxed);
   uuid_tries_[device].store(tries, std::memory_order_release);
   return uuids_[device];
+}
+
+bool instantiates_graph(HookId hook) noexcept {
+  switch (hook) {
+    case HookId::hook_cuGraphInstantiate:
+    case HookId::hook_cuGraphInstantiate_v2:
+    case HookId::hook_cuGraphInstantiateWithFlags:
+    case HookId::hook_cuGraphInstantiateWithParams:
+    case HookId::hook_cuGraphInstantiateWithParams_ptsz: return true;
+    default: return false;
+  }
 }
 
 bool destroys_stream(HookId hook) noexcept {

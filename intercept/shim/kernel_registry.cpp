@@ -87,15 +87,35 @@ std::uint32_t KernelRegistry::graph_id(CUgraphExec exec) {
   }
   std::unique_lock lock(mutex_);
   if (const auto it = graph_ids_.find(exec); it != graph_ids_.end()) return it->second;
-  if (graph_ids_.size() >= kMaxGraphIds) return 0;
+  return number_graph_locked(exec);  // instantiated before the shim saw it (or by a call not hooked)
+}
+
+void KernelRegistry::graph_instantiated(CUgraphExec exec) {
+  std::unique_lock lock(mutex_);
+  graph_ids_.erase(exec);  // a handle given again
+  number_graph_locked(exec);
+}
+
+std::uint32_t KernelRegistry::number_graph_locked(CUgraphExec exec) {
   std::array<bool, kMaxGraphIds + 1> taken{};
-  for (const auto& [other, id] : graph_ids_) taken[id] = true;
-  std::uint32_t id = 1;
-  while (taken[id]) ++id;
-  try {
-    graph_ids_.emplace(exec, id);
-  } catch (...) {  // out of memory: the job's shared model
-    return 0;
+  std::uint32_t numbered = 0;
+  for (const auto& [other, id] : graph_ids_) {
+    taken[id] = true;
+    numbered += id != 0;
+  }
+  std::uint32_t id = 0;
+  if (numbered < kMaxGraphIds) {
+    id = 1;
+    while (taken[id]) ++id;
+  }
+  // Past kMaxGraphIds, 0 for good (not a number freed later: it would change models mid-life);
+  // remembered too, so its launches find it under the shared lock.
+  if (graph_ids_.size() < kMaxGraphEntries) {
+    try {
+      graph_ids_.emplace(exec, id);
+    } catch (...) {  // out of memory: the job's shared model
+      return 0;
+    }
   }
   return id;
 }

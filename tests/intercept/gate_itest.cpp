@@ -213,7 +213,9 @@ TEST_F(GateTest, ASynchronousDownloadIsFollowedByASyncMark) {
 
 // Each graph exec of the process is numbered in its launches' descriptors, so gpuqosd keeps a model
 // per graph (a job's graphs shared one, and a long one after short ones was predicted short: a
-// review): the lowest number no live exec holds, so a destroyed exec's number is given again.
+// review): at its instantiation, in program order, not at its first launch (whose order is the
+// traffic's: a review of the first form); the lowest number no live exec holds, so a destroyed
+// exec's number is given again.
 TEST_F(GateTest, EachGraphOfAProcessIsNumberedInItsLaunches) {
   start({"graphs"}, "high");
   ASSERT_EQ(finish(), 0) << output_;
@@ -228,8 +230,8 @@ TEST_F(GateTest, EachGraphOfAProcessIsNumberedInItsLaunches) {
   ASSERT_TRUE(daemon_->wait_until([](const Clients& c) { return has_ops(c, 1); }));
   ASSERT_TRUE(daemon_->wait_until([&](const Clients&) { return graph_ids().size() >= 5; })) << graph_ids().size();
   const std::vector<std::uint32_t> graphs = graph_ids();
-  const std::vector<std::uint32_t> expected = {1, 2, 1, 2, 1};
-  EXPECT_EQ(graphs, expected) << "a, b, a, b; then c, given a's number once a was destroyed";
+  const std::vector<std::uint32_t> expected = {2, 1, 2, 1, 1};
+  EXPECT_EQ(graphs, expected) << "b, a, b, a (a instantiated first); then c, given a's number once a was destroyed";
 }
 
 // An async copy the shim may split onto a blocking stream first asks whether the legacy stream is

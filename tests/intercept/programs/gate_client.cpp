@@ -67,8 +67,9 @@
 //                   "thread <name> blocks <k>", k the signals of SIGINT, SIGTERM, SIGHUP, SIGUSR1,
 //                   SIGALRM, SIGCHLD its mask blocks (/proc/self/task/*/status)
 //   names <n>       n kernels of 200-character names, each launched once, then sync: "names ok"
-//   graphs          graphs a (spin(100)) and b (spin(2000)) captured on a stream, each launched twice in turn and
-//                   synchronised; a destroyed, c (spin(300)) made and launched: "graphs ok"
+//   graphs          graphs a (spin(100)) and b (spin(2000)) captured on a stream and instantiated in that
+//                   order, then launched b, a, b, a and synchronised; a destroyed, c (spin(300)) made and
+//                   launched: "graphs ok"
 //   copy-beside-capture <bytes>
 //                   captures spin(100) on a blocking stream (thread-local mode) while it copies <bytes>
 //                   from pinned memory on another, idle, blocking stream (cuMemcpyHtoDAsync):
@@ -775,8 +776,8 @@ int run_graphs() {
   CUgraphExec a = nullptr, b = nullptr, c = nullptr;
   if (make(100, &a) != 0 || make(2000, &b) != 0) return 1;
   for (int i = 0; i < 2; ++i) {
-    CHECK_CU(cuGraphLaunch(a, stream));
     CHECK_CU(cuGraphLaunch(b, stream));
+    CHECK_CU(cuGraphLaunch(a, stream));
   }
   CHECK_CU(cuStreamSynchronize(stream));
   CHECK_CU(cuGraphExecDestroy(a));
