@@ -277,8 +277,6 @@ ContextDevices::Uuid ContextDevices::uuid(std::uint32_t device) noexcept {
 
 bool instantiates_graph(HookId hook) noexcept {
   switch (hook) {
-    case HookId::hook_cuGraphInstantiate:
-    case HookId::hook_cuGraphInstantiate_v2:
     case HookId::hook_cuGraphInstantiateWithFlags:
     case HookId::hook_cuGraphInstantiateWithParams:
     case HookId::hook_cuGraphInstantiateWithParams_ptsz: return true;

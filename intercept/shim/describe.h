@@ -51,7 +51,7 @@ std::optional<ipc::CopyDirection> posted_copy_direction(const Operation& op) noe
 void learn_kernel_name(const Operation& op, KernelRegistry& kernels) noexcept;
 
 // Lifetime calls by what they end, whichever ABI (the one before _v2 or _v2) the program called.
-bool instantiates_graph(HookId hook) noexcept;  // cuGraphInstantiate and its forms
+bool instantiates_graph(HookId hook) noexcept;  // cuGraphInstantiateWithFlags, cuGraphInstantiateWithParams
 bool destroys_stream(HookId hook) noexcept;
 bool destroys_context(HookId hook) noexcept;
 bool destroys_green_context(HookId hook) noexcept;

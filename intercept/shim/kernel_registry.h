@@ -50,13 +50,13 @@ class KernelRegistry {
 
   // A graph launch's identity for the daemon (its descriptor's kernel_id, which gpuqosd keys the
   // graph's model by): 1 to kMaxGraphIds, the lowest not held by another live CUgraphExec, given at
-  // its instantiation (cuGraphInstantiate*), in program order, not at its first launch, whose order
-  // is the traffic's (a review); 0 (the job's one shared model) past kMaxGraphIds live, for that
-  // exec's whole life, or out of memory. So a program that instantiates the same graphs in the same
-  // order gets the same ids run after run (a server's graphs per batch size), and one that
-  // instantiates a graph anew each step keeps reusing id 1. An exec not seen instantiated gets its
-  // id at its first launch. An exec destroyed (cuGraphExecDestroy), or every exec when a context
-  // ends, frees its id.
+  // its instantiation (cuGraphInstantiateWithFlags, cuGraphInstantiateWithParams), in program
+  // order, not at its first launch, whose order is the traffic's (a review); 0 (the job's one
+  // shared model) past kMaxGraphIds live, for that exec's whole life, or out of memory. So a program
+  // that instantiates the same graphs in the same order gets the same ids run after run (a server's
+  // graphs per batch size), and one that instantiates a graph anew each step keeps reusing id 1. An
+  // exec not seen instantiated gets its id at its first launch. An exec destroyed
+  // (cuGraphExecDestroy), or every exec when a context ends, frees its id.
   static constexpr std::uint32_t kMaxGraphIds = ipc::kMaxGraphIds;
   static constexpr std::size_t kMaxGraphEntries = 4096;  // execs remembered, numbered or not
   std::uint32_t graph_id(CUgraphExec exec);

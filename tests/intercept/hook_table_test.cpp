@@ -63,5 +63,17 @@ TEST(ProcAddressSymbols, AnUnrecognisedAnswerIsHookedOnlyForVersionsWeKnow) {
   EXPECT_EQ(hook_for_unrecognised_answer("cuLaunchKernel", 3000, false), std::nullopt);
 }
 
+// From CUDA 12, cuGetProcAddress("cuGraphInstantiate") answers cuGraphInstantiateWithFlags (3
+// parameters), which cudaTypedefs.h's version map does not say: were the CUDA 10/11 ABI (5
+// parameters) hooked, its hook would be handed to a 3-argument caller. It is not hooked, so the
+// driver's answer is kept; the forms whose ABI the map knows are hooked.
+TEST(ProcAddressSymbols, ARenamedApiIsNotAnsweredWithTheOldAbisHook) {
+  EXPECT_EQ(hook_for_unrecognised_answer("cuGraphInstantiate", 12000, false), std::nullopt);
+  EXPECT_EQ(hook_for_unrecognised_answer("cuGraphInstantiateWithFlags", 12000, false),
+            HookId::hook_cuGraphInstantiateWithFlags);
+  EXPECT_EQ(hook_for_unrecognised_answer("cuGraphInstantiateWithParams", 12000, true),
+            HookId::hook_cuGraphInstantiateWithParams_ptsz);
+}
+
 }  // namespace
 }  // namespace gpuqos::intercept
