@@ -97,7 +97,7 @@ void CompletionTracker::track(std::shared_ptr<Session> session, const Ticket& ti
       // device time is its call's and more), and gpuqosd never learned one online.
       const std::int64_t recorded_ns = pending.event ? ipc::monotonic_ns() : returned_ns;
       const bool lasts_its_call = op.synchronous && crosses_host_link(op);
-      pending.host_ns = (lasts_its_call ? ticket.call_ns - ticket.start_ns : returned_ns - ticket.start_ns) +
+      pending.host_ns = (lasts_its_call ? ticket.call_began_ns - ticket.start_ns : returned_ns - ticket.start_ns) +
                         (recorded_ns - returned_ns);
     }
     enqueue(std::move(pending));

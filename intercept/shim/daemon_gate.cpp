@@ -344,7 +344,7 @@ Ticket DaemonGate::post(const Operation& op, const std::shared_ptr<Session>& ses
     const auto time_on_device = [&] {
       ticket.start_ns = ipc::monotonic_ns();  // after posting (a kernel's name may have been sent): the call's own time
       ticket.start_event = completions_.record_start(ticket.context, op);
-      ticket.call_ns = ipc::monotonic_ns();
+      ticket.call_began_ns = ipc::monotonic_ns();
       // Only a kernel timed counts as timed (no event: asked again at its next launch).
       if (kernel_timed && ticket.start_event) {
         last_kernel_timed_ns = ticket.posted_ns;

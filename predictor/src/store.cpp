@@ -430,11 +430,22 @@ std::optional<std::string> why_not_saved_over(const std::filesystem::path& targe
 
 namespace {
 
+// Whether both name one file (by device and inode).
+bool same_file(const FileIdentity& a, const FileIdentity& b) {
+  return a.exists && b.exists && a.device == b.device && a.inode == b.inode;
+}
+
+// The file at `path` itself: a link there is not followed.
+FileIdentity identity_at(const std::filesystem::path& path) {
+  struct stat info{};
+  return ::lstat(path.c_str(), &info) == 0 ? identity_from(info) : FileIdentity{};
+}
+
 // Checked just before a rename, where the file system cannot do it in one step (a window of a
 // rename's length).
 int replace_if_unchanged(const std::string& temp, const std::filesystem::path& path, const FileIdentity& expected) {
   const FileIdentity there = identity_of(path);
-  if (there.exists && (!expected.exists || there.device != expected.device || there.inode != expected.inode)) {
+  if (there.exists && !same_file(there, expected)) {
     errno = EEXIST;
     return -1;
   }
@@ -459,13 +470,8 @@ int replace_if_still(const std::string& temp, const std::filesystem::path& path,
     // something is there, in one step too.
     // (EEXIST for our own link: NFS retried a link whose reply was lost, as link(2) warns. The name
     // itself is looked at, not what a link planted there points to.)
-    const auto is_ours = [&] {
-      struct stat at_path{}, at_temp{};
-      return ::lstat(path.c_str(), &at_path) == 0 && ::lstat(temp.c_str(), &at_temp) == 0 &&
-             at_path.st_dev == at_temp.st_dev && at_path.st_ino == at_temp.st_ino;
-    };
     const int linked = ::link(temp.c_str(), path.c_str()) == 0 ? 0 : errno;
-    if (linked == 0 || (linked == EEXIST && is_ours())) {
+    if (linked == 0 || (linked == EEXIST && same_file(identity_at(path), identity_at(temp)))) {
       ::unlink(temp.c_str());
       return 0;
     }
@@ -480,9 +486,7 @@ int replace_if_still(const std::string& temp, const std::filesystem::path& path,
     if (!lacks_rename_flags(errno) && errno != ENOENT) return -1;
     return replace_if_unchanged(temp, path, expected);
   }
-  struct stat old{};  // the file swapped out, now at `temp`
-  if (::lstat(temp.c_str(), &old) == 0 && static_cast<std::uint64_t>(old.st_dev) == expected.device &&
-      static_cast<std::uint64_t>(old.st_ino) == expected.inode) {
+  if (same_file(identity_at(temp), expected)) {  // the file swapped out, now at `temp`
     ::unlink(temp.c_str());
     return 0;
   }

@@ -225,7 +225,7 @@ std::vector<ClosedQuery> QueryTracker::posted(ClientId client, const ipc::OpDesc
     ++later.ops;
     later.last_op_ns = at_ns;
     if (later.op_times.size() + 1 == later.ops) keep_later_time(state, later.op_times, at_ns);  // as above
-    if (blocks_host(op) && later.block_times.size() < kProfileOps) keep_later_time(state, later.block_times, at_ns);
+    if (blocks_host(op)) keep_later_time(state, later.block_times, at_ns);
     return closed;
   }
   ++state.query.ops;

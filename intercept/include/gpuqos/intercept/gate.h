@@ -67,7 +67,7 @@ struct Ticket {
   bool waited = false;          // held for the daemon's grant (not issued on credit)
   CUevent start_event = nullptr;  // timed: recorded on its stream right before the call (completion_tracker.h)
   std::int64_t start_ns = 0;      // just before start_event was recorded
-  std::int64_t call_ns = 0;       // just after start_event was recorded: the real call comes next
+  std::int64_t call_began_ns = 0;  // just after start_event was recorded: the real call comes next
 };
 
 // Contract for every implementation: called concurrently from any thread of the program, possibly
