@@ -80,6 +80,21 @@ TEST(HookCheck, AnExclusionCoversAnEntryPoint) {
   EXPECT_EQ(run.exit_code, 0) << run.output;
 }
 
+// cuda.h defines cuGraphInstantiate as cuGraphInstantiateWithFlags (CUDA 12): a hook of the old
+// 5-parameter ABI would be what the shim answers for a name the driver answers with the new one.
+TEST(HookCheck, AHookOfAnApiThatCudaHRenamesIsRefused) {
+  gpuqos::testing::TempDir dir("hook-check-test");
+  const auto hooks = dir.write("hooks.def", read_file(kIntercept + "/hooks.def") +
+                                                "GPUQOS_HOOK(naming, cuGraphInstantiate_v2)\n");
+  const CheckRun run = run_check(hooks.string(), kIntercept + "/hook_exclusions.txt");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find("RENAMED API HOOKED: cuGraphInstantiate_v2: cuda.h defines cuGraphInstantiate as "
+                            "cuGraphInstantiateWithFlags"),
+            std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find(" 0 not covered"), std::string::npos) << run.output;
+}
+
 TEST(HookCheck, AnExclusionWithoutAReasonIsRefused) {
   gpuqos::testing::TempDir dir("hook-check-test");
   const auto exclusions = dir.write("exclusions.txt", "cuLaunchHostFunc\n");
