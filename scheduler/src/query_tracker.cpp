@@ -325,15 +325,17 @@ std::int64_t QueryTracker::expected_from(ClientId client, std::int64_t now_ns,
   std::int64_t floor = 0;
   const std::vector<std::int64_t>& profile = state.*after_op;
   const bool floored = after_op == &State::remaining;
-  // (No op time kept, as for a later query past kProfileOps times: taken as at its start.)
-  if (state.query.ops == 0 || state.op_times.empty()) {
+  if (state.query.ops == 0) {
     estimate = state.*whole;
-    if (floored && !profile.empty() && state.query.ops == 0) floor = profile.front();
+    if (floored && !profile.empty()) floor = profile.front();
   } else {
-    const std::size_t k = std::min<std::size_t>(state.query.ops - 1, state.op_times.size() - 1);
+    // From its latest op (the profile's last, past kProfileOps), when it was posted: a later query
+    // may have kept fewer times than it has ops (past kProfileOps in all), and the latest op's is
+    // last_op_ns. (From its last op with a time, the floor of that op's next did not decay.)
+    const std::size_t k = std::min<std::size_t>(state.query.ops, kProfileOps) - 1;
     if (k < profile.size()) estimate = profile[k];
     if (floored && k + 1 < profile.size() && state.query.ops < kProfileOps) floor = profile[k + 1];
-    since = state.op_times[k];
+    since = k < state.op_times.size() ? state.op_times[k] : state.query.last_op_ns;
   }
   return std::max<std::int64_t>(floor, estimate - (now_ns - since));
 }
@@ -351,8 +353,8 @@ double QueryTracker::expected_blocking_points(ClientId client) const {
   if (it == clients_.end() || !it->second.open) return 0;
   const State& state = it->second;
   double estimate = state.whole_blocks;
-  if (state.query.ops > 0 && !state.op_times.empty()) {
-    const std::size_t k = std::min<std::size_t>(state.query.ops - 1, state.op_times.size() - 1);
+  if (state.query.ops > 0) {
+    const std::size_t k = std::min<std::size_t>(state.query.ops, kProfileOps) - 1;
     estimate = k < state.blocks.size() ? state.blocks[k] : 0;
   }
   return std::max(1.0, estimate);

@@ -195,33 +195,79 @@ TEST(QueryTracker, ANextQuerysOpsDoneBeforeItOpensKeepTheirOwnTimes) {
 // The later queries keep at most kProfileOps times in all: one reopened with fewer times than ops
 // keeps no time of the ops it gets after (op k's time is at k, or not kept): the next op's time was
 // appended at the first free index and taken as an earlier op's (a review).
-TEST(QueryTracker, AReopenedQueryPastTheKeptTimesKeepsNoMisplacedTime) {
+// A profile (10 ops at 0..9 ms, done at 20 ms), then A (one op, its sync) and B behind it with
+// `b_ops` ops and its sync, and C's `c_ops` ops behind B; A and B done. With b_ops = kProfileOps - 3
+// B keeps all but 3 of the times (its sync takes one), and C's ops get the last 2.
+struct CutTimes {
   QueryTracker tracker;
-  // A profile: 10 ops at 0..9 ms, done at 20 ms.
+  std::uint64_t seq = 11;
+  std::uint64_t c_first = 0;  // C's first op
+};
+void run_queries_behind_a_long_one(CutTimes& run, std::size_t b_ops, int c_ops) {
+  QueryTracker& tracker = run.tracker;
   for (std::uint64_t k = 0; k < 10; ++k) (void)tracker.posted(kServe, op(k + 1), static_cast<std::int64_t>(k) * kMs);
   (void)tracker.posted(kServe, op(11, ipc::OpKind::sync), 9 * kMs);
   for (std::uint64_t k = 1; k <= 10; ++k) (void)tracker.completed(kServe, done(k, 20 * kMs), 20 * kMs);
-  // A (one op, its sync); B behind it, with all but 3 of the times kept (its sync takes one); C's
-  // 10 ops behind B get the last 2.
-  std::uint64_t seq = 11;
+  std::uint64_t& seq = run.seq;
   (void)tracker.posted(kServe, op(++seq), 100 * kMs);
   const std::uint64_t a_op = seq;
   (void)tracker.posted(kServe, op(++seq, ipc::OpKind::sync), 100 * kMs);
   const std::uint64_t b_first = seq + 1;
-  for (std::size_t i = 0; i + 3 < QueryTracker::kProfileOps; ++i) (void)tracker.posted(kServe, op(++seq), 101 * kMs);
+  for (std::size_t i = 0; i < b_ops; ++i) (void)tracker.posted(kServe, op(++seq), 101 * kMs);
   const std::uint64_t b_last = seq;
   (void)tracker.posted(kServe, op(++seq, ipc::OpKind::sync), 101 * kMs);
-  for (int i = 0; i < 10; ++i) (void)tracker.posted(kServe, op(++seq), 102 * kMs);
+  run.c_first = seq + 1;
+  for (int i = 0; i < c_ops; ++i) (void)tracker.posted(kServe, op(++seq), 102 * kMs);
   constexpr std::int64_t kDone = 102 * kMs + 200'000;
   (void)tracker.completed(kServe, done(a_op, kDone), kDone);
   for (std::uint64_t s = b_first; s <= b_last; ++s) (void)tracker.completed(kServe, done(s, kDone), kDone);
-  ASSERT_NE(tracker.open_query(kServe), nullptr);
-  ASSERT_EQ(tracker.open_query(kServe)->ops, 10u) << "C, open";
+}
+
+// C's 11th op has no time kept (its 3rd to 10th have none): when C closes, the profile learns from
+// its first 2 ops only, as if the 11th had not come (a review: it was kept as the 3rd's).
+TEST(QueryTracker, AReopenedQueryPastTheKeptTimesKeepsNoMisplacedTime) {
+  CutTimes with_11th, without;
+  run_queries_behind_a_long_one(with_11th, QueryTracker::kProfileOps - 3, 10);
+  run_queries_behind_a_long_one(without, QueryTracker::kProfileOps - 3, 10);
+  ASSERT_NE(with_11th.tracker.open_query(kServe), nullptr);
+  ASSERT_EQ(with_11th.tracker.open_query(kServe)->ops, 10u) << "C, open";
+  (void)with_11th.tracker.posted(kServe, op(++with_11th.seq), 110 * kMs);  // C's 11th op
+  for (CutTimes* run : {&with_11th, &without}) {
+    QueryTracker& tracker = run->tracker;
+    const std::uint64_t c_last = run->seq;
+    (void)tracker.posted(kServe, op(++run->seq, ipc::OpKind::sync), 110 * kMs);
+    std::size_t closed = 0;
+    for (std::uint64_t s = run->c_first; s <= c_last; ++s) {
+      closed += tracker.completed(kServe, done(s, 111 * kMs), 111 * kMs).size();
+    }
+    ASSERT_EQ(closed, 1u) << "C";
+    for (int i = 0; i < 3; ++i) (void)tracker.posted(kServe, op(++run->seq), 200 * kMs);  // D
+  }
+  EXPECT_EQ(with_11th.tracker.expected_remaining_ns(kServe, 200 * kMs),
+            without.tracker.expected_remaining_ns(kServe, 200 * kMs))
+      << "D after its 3rd op: the profile of the 3rd op learned nothing from C's 11th";
+}
+
+// A query whose times were cut (behind kProfileOps of queued work) is estimated from its latest op,
+// as one that kept them: from its last op with a time, the floor of that op's next (an early op's,
+// long) did not decay, and later ops did not count.
+TEST(QueryTracker, AQueryWithItsTimesCutIsEstimatedFromItsLatestOp) {
+  CutTimes cut, kept;
+  run_queries_behind_a_long_one(cut, QueryTracker::kProfileOps - 3, 5);
+  run_queries_behind_a_long_one(kept, 20, 5);  // the same profile for C's ops: B's 20 ops learn as its 4,093
+  for (CutTimes* run : {&cut, &kept}) {
+    ASSERT_NE(run->tracker.open_query(kServe), nullptr);
+    ASSERT_EQ(run->tracker.open_query(kServe)->ops, 5u) << "C, open";
+  }
   constexpr std::int64_t kNow = 102 * kMs + 300'000;
-  const std::int64_t before = tracker.expected_remaining_ns(kServe, kNow);
-  ASSERT_GT(before, 0);
-  (void)tracker.posted(kServe, op(++seq), kNow);  // C's 11th op
-  EXPECT_EQ(tracker.expected_remaining_ns(kServe, kNow), before) << "still from its 2nd op, the last with its time";
+  for (const std::int64_t at : {kNow, kNow + kMs, kNow + 2 * kMs, kNow + 10 * kMs}) {
+    EXPECT_EQ(cut.tracker.expected_remaining_ns(kServe, at), kept.tracker.expected_remaining_ns(kServe, at)) << at;
+    EXPECT_EQ(cut.tracker.expected_unblocked_ns(kServe, at), kept.tracker.expected_unblocked_ns(kServe, at)) << at;
+  }
+  EXPECT_EQ(cut.tracker.expected_blocking_points(kServe), kept.tracker.expected_blocking_points(kServe));
+  for (CutTimes* run : {&cut, &kept}) (void)run->tracker.posted(kServe, op(++run->seq), kNow + 3 * kMs);  // C's 6th
+  EXPECT_EQ(cut.tracker.expected_remaining_ns(kServe, kNow + 3 * kMs),
+            kept.tracker.expected_remaining_ns(kServe, kNow + 3 * kMs));
 }
 
 // Past QueryTracker::kMaxLater requests behind the open query's mark the newest takes in the rest.
