@@ -6,7 +6,6 @@
 
 #include <cstdlib>
 
-#include "gpuqos/ipc/registration.h"
 #include "shim.h"
 
 namespace gpuqos::intercept {
@@ -15,7 +14,7 @@ namespace {
 constexpr CUpti_ExternalCorrelationKind kExternalKind = CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2;
 constexpr std::size_t kBufferBytes = 1 << 20;  // CUPTI's recommendation is 1 to 10 MB
 // Bounds on what waits for its other half: a collector must not grow without end if CUPTI stops
-// delivering one kind of record (or delivers records of graphs, which the shim does not begin).
+// delivering one kind of record (or of work the shim did not begin; graph launches' nodes are not kept).
 constexpr std::size_t kMaxPending = 1 << 18;
 
 constexpr CUpti_ActivityKind kActivities[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
@@ -31,33 +30,6 @@ void CUPTIAPI buffer_requested(std::uint8_t** buffer, std::size_t* size, std::si
 void CUPTIAPI buffer_completed(CUcontext, std::uint32_t, std::uint8_t* buffer, std::size_t, std::size_t valid_bytes) {
   if (Profiler* profiler = active_profiler(); profiler && buffer) profiler->on_buffer(buffer, valid_bytes);
   std::free(buffer);
-}
-
-ipc::HostMemory host_memory_of(std::uint8_t cupti_kind) {
-  switch (cupti_kind) {
-    case CUPTI_ACTIVITY_MEMORY_KIND_PINNED: return ipc::HostMemory::pinned;
-    case CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE: return ipc::HostMemory::pageable;
-    default: return ipc::HostMemory::none;  // the descriptor's answer is used
-  }
-}
-
-// Direction and host memory of a copy as CUPTI saw it; false for a host-to-host copy (no GPU engine).
-bool classify_copy(const CUpti_ActivityMemcpy6& r, ipc::CopyDirection& direction, ipc::HostMemory& host) {
-  switch (r.copyKind) {
-    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD:
-    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOA:
-      direction = ipc::CopyDirection::h2d;
-      host = host_memory_of(r.srcKind);
-      return true;
-    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH:
-    case CUPTI_ACTIVITY_MEMCPY_KIND_ATOH:
-      direction = ipc::CopyDirection::d2h;
-      host = host_memory_of(r.dstKind);
-      return true;
-    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOH: return false;
-    case CUPTI_ACTIVITY_MEMCPY_KIND_UNKNOWN: direction = ipc::CopyDirection::none; return true;
-    default: direction = ipc::CopyDirection::d2d; return true;  // DTOD, PTOP and the array kinds
-  }
 }
 
 }  // namespace
@@ -193,58 +165,35 @@ void Profiler::on_buffer(std::uint8_t* buffer, std::size_t valid_bytes) noexcept
   }
 }
 
-// The record layouts are the ones of the cupti_activity.h this shim was built with (checked by
-// CuptiLibrary::load through the API version).
 void Profiler::on_record(const CUpti_Activity* record) {
-  Timing timing;
-  std::uint32_t correlation = 0;
-  switch (record->kind) {
-    case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: {
-      const auto& r = *reinterpret_cast<const CUpti_ActivityExternalCorrelation*>(record);
-      if (r.externalKind != kExternalKind) return;
-      if (external_of_.size() < kMaxPending) external_of_[r.correlationId] = r.externalId;
-      if (auto it = waiting_.find(r.correlationId); it != waiting_.end()) {
-        Timing waiting = std::move(it->second);
+  ActivityRecord read = read_activity(*record, kExternalKind);
+  switch (read.what) {
+    case ActivityRecord::What::external: {
+      if (external_of_.size() < kMaxPending) external_of_[read.correlation] = read.external_id;
+      if (auto it = waiting_.find(read.correlation); it != waiting_.end()) {
+        ActivityTiming waiting = std::move(it->second);
         waiting_.erase(it);
-        join_locked(r.correlationId, std::move(waiting));
+        join_locked(read.correlation, std::move(waiting));
       }
       return;
     }
-    case CUPTI_ACTIVITY_KIND_KERNEL:
-    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
-      const auto& r = *reinterpret_cast<const CUpti_ActivityKernel10*>(record);
-      timing.kind = ipc::OpKind::kernel;
-      timing.start_ns = r.start, timing.end_ns = r.end;
-      timing.cupti_name = r.name ? ipc::wire_kernel_name(r.name) : "";  // as the registry's names
-      correlation = r.correlationId;
-      break;
-    }
-    case CUPTI_ACTIVITY_KIND_MEMCPY: {
-      const auto& r = *reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
-      if (!classify_copy(r, timing.direction, timing.host_memory)) return;
-      timing.kind = ipc::OpKind::copy;
-      timing.start_ns = r.start, timing.end_ns = r.end, timing.bytes = r.bytes;
-      correlation = r.correlationId;
-      break;
-    }
-    case CUPTI_ACTIVITY_KIND_MEMSET: {
-      const auto& r = *reinterpret_cast<const CUpti_ActivityMemset4*>(record);
-      timing.kind = ipc::OpKind::memset;
-      timing.start_ns = r.start, timing.end_ns = r.end, timing.bytes = r.bytes;
-      correlation = r.correlationId;
-      break;
-    }
-    default: return;
+    case ActivityRecord::What::timing: join_locked(read.correlation, std::move(read.timing)); return;
+    case ActivityRecord::What::no_timing: join_locked(read.correlation, std::nullopt); return;
+    // Kept waiting for an external id that never comes, each held an entry for good (a review:
+    // a program of CUDA graphs, every node of every launch) and filled the table.
+    case ActivityRecord::What::graph_node: ++graph_nodes_; return;
+    case ActivityRecord::What::other: return;
   }
-  if (timing.start_ns == 0 || timing.end_ns < timing.start_ns) return;  // incomplete (a forced flush)
-  join_locked(correlation, std::move(timing));
 }
 
-void Profiler::join_locked(std::uint32_t correlation, Timing timing) {
+// A record with no timing ends its op's wait without a profile record; one whose op is not known
+// yet does not wait for it (the shim begins no op of most such records: a host-to-host copy).
+void Profiler::join_locked(std::uint32_t correlation, std::optional<ActivityTiming> timing) {
   const auto external = external_of_.find(correlation);
   if (external == external_of_.end()) {
+    if (!timing) return;
     if (waiting_.size() < kMaxPending) {
-      waiting_.emplace(correlation, std::move(timing));
+      waiting_.emplace(correlation, std::move(*timing));
     } else {
       ++unmatched_;
     }
@@ -253,14 +202,14 @@ void Profiler::join_locked(std::uint32_t correlation, Timing timing) {
   const auto launch = launches_.find(external->second);
   external_of_.erase(external);
   if (launch == launches_.end()) {
-    ++unmatched_;
+    if (timing) ++unmatched_;
     return;
   }
-  write_locked(launch->second, timing);
+  if (timing) write_locked(launch->second, *timing);
   launches_.erase(launch);
 }
 
-void Profiler::write_locked(const ipc::OpDescriptor& launch, const Timing& timing) {
+void Profiler::write_locked(const ipc::OpDescriptor& launch, const ActivityTiming& timing) {
   switch (timing.kind) {
     case ipc::OpKind::kernel: {
       std::string name = kernels_.name_of(launch.kernel_id);
@@ -328,7 +277,9 @@ void Profiler::finish() noexcept {
              " kernels, " + std::to_string(copies_written_) + " copies, " + std::to_string(memsets_written_) +
              " memsets) " + where + "; " +
                              std::to_string(launches_.size()) + " ops without a record, " +
-                             std::to_string(unmatched_ + waiting_.size()) + " records without an op");
+                             std::to_string(unmatched_ + waiting_.size()) + " records without an op" +
+                             (graph_nodes_ ? "; " + std::to_string(graph_nodes_) + " of graph launches' nodes, not profiled"
+                                           : std::string()));
   } catch (...) {  // out of memory for a message: the profile is written or not, either way quietly
   }
 }

@@ -32,6 +32,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "activity_records.h"
 #include "cupti_library.h"
 #include "gpuqos/intercept/settings.h"
 #include "gpuqos/ipc/descriptor.h"
@@ -75,20 +76,12 @@ class Profiler {
  private:
   enum class State : std::uint8_t { off, idle, starting, running, finished };
 
-  // One device-timed op from a CUPTI record.
-  struct Timing {
-    ipc::OpKind kind = ipc::OpKind::kernel;
-    std::uint64_t start_ns = 0, end_ns = 0, bytes = 0;
-    ipc::CopyDirection direction = ipc::CopyDirection::none;  // copies: none when CUPTI did not say
-    ipc::HostMemory host_memory = ipc::HostMemory::none;
-    std::string cupti_name;  // kernels: the record's name, used when the shim has none
-  };
-
   bool start() noexcept;
   bool enable_activities(std::string& why) noexcept;
   void on_record(const CUpti_Activity* record);  // caller holds mutex_
-  void join_locked(std::uint32_t correlation, Timing timing);
-  void write_locked(const ipc::OpDescriptor& launch, const Timing& timing);
+  // A kernel, copy or memset record of `correlation`; nullopt: one that makes no profile record.
+  void join_locked(std::uint32_t correlation, std::optional<ActivityTiming> timing);
+  void write_locked(const ipc::OpDescriptor& launch, const ActivityTiming& timing);
   void warn_off(const std::string& why) noexcept;
   void flush_periodically(std::stop_token stop) noexcept;  // the flusher thread
 
@@ -108,9 +101,10 @@ class Profiler {
   ProfileWriter writer_;
   std::unordered_map<std::uint64_t, ipc::OpDescriptor> launches_;     // external id -> the op
   std::unordered_map<std::uint32_t, std::uint64_t> external_of_;      // correlation id -> external id
-  std::unordered_map<std::uint32_t, Timing> waiting_;                 // timings whose pairing is still to come
+  std::unordered_map<std::uint32_t, ActivityTiming> waiting_;         // timings whose pairing is still to come
   std::uint64_t kernels_written_ = 0, copies_written_ = 0, memsets_written_ = 0;
   std::uint64_t unmatched_ = 0;  // records of work the shim did not begin (or lost)
+  std::uint64_t graph_nodes_ = 0;  // records of graph launches' nodes (not profiled)
 };
 
 // client.cpp: the process's profiler, nullptr when GPUQOS_PROFILE is unset (or before the shim
