@@ -179,8 +179,8 @@ void Profiler::on_record(const CUpti_Activity* record) {
     }
     case ActivityRecord::What::timing: join_locked(read.correlation, std::move(read.timing)); return;
     case ActivityRecord::What::no_timing: join_locked(read.correlation, std::nullopt); return;
-    // Kept waiting for an external id that never comes, each held an entry for good (a review:
-    // a program of CUDA graphs, every node of every launch) and filled the table.
+    // Kept waiting for an external id that never comes, each held an entry for good (in a program
+    // of CUDA graphs, every node of every launch) and filled the table.
     case ActivityRecord::What::graph_node: ++graph_nodes_; return;
     case ActivityRecord::What::other: return;
   }

@@ -46,9 +46,9 @@ TEST(ActivityRecords, AKernelOfOurLaunchIsItsTiming) {
 }
 
 // A graph launch's nodes carry its graphId and the launch's correlation id. The shim profiles no
-// graph launch, so no external id ever pairs with them: each was kept waiting for one, for good (a
-// review: the table filled with a CUDA-graph program's nodes, and then every record that came
-// before its pairing was lost).
+// graph launch, so no external id ever pairs with them: each was kept waiting for one, for good,
+// until a CUDA-graph program's nodes filled the table, and then every record that came before its
+// pairing was lost.
 TEST(ActivityRecords, ANodeOfAGraphLaunchIsSaidToBeOne) {
   EXPECT_EQ(read_activity(as_activity(kernel(42, 3)), kOurs).what, What::graph_node);
   EXPECT_EQ(read_activity(as_activity(copy(CUPTI_ACTIVITY_MEMCPY_KIND_HTOD, 3)), kOurs).what, What::graph_node);
