@@ -87,6 +87,7 @@ void Collector::unsubscribe_locked() {
   subscribe_(nullptr);
   subscribed_ = false;
   in_flight_.clear();  // their completions will not be reported any more
+  in_flight_graphs_.clear();
 }
 
 CUptiResult Collector::enable(CUpti_ActivityKind kind) {
@@ -153,7 +154,8 @@ void Collector::finalize() {
 void Collector::on_submitted(const act::SubmittedOp& op) {
   const ExternalIdStacks& stacks = external_id_stacks();  // the submitting thread's
   std::lock_guard lock(mutex_);
-  if (enabled_.test(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION)) {
+  // One EXTERNAL_CORRELATION record per API call: a graph launch's first node stands for it.
+  if (enabled_.test(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION) && op.graph_node == 0) {
     for (std::size_t kind = 0; kind < stacks.size(); ++kind) {
       if (stacks[kind].empty()) continue;
       const ExternalCorrelationRecord record = external_correlation_record(
@@ -161,34 +163,46 @@ void Collector::on_submitted(const act::SubmittedOp& op) {
       stage_locked(&record, sizeof record);
     }
   }
+  std::optional<InFlightRecord> record;
   switch (op.kind) {
     case act::OpKind::kernel:
       if (enabled_.test(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL)) {
-        in_flight_.emplace(op.correlation,
-                           kernel_record(op, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, intern_locked(op.name)));
+        record = kernel_record(op, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, intern_locked(op.name));
       } else if (enabled_.test(CUPTI_ACTIVITY_KIND_KERNEL)) {
-        in_flight_.emplace(op.correlation, kernel_record(op, CUPTI_ACTIVITY_KIND_KERNEL, intern_locked(op.name)));
+        record = kernel_record(op, CUPTI_ACTIVITY_KIND_KERNEL, intern_locked(op.name));
       }
-      return;
+      break;
     case act::OpKind::memcpy:
-      if (enabled_.test(CUPTI_ACTIVITY_KIND_MEMCPY)) in_flight_.emplace(op.correlation, memcpy_record(op));
-      return;
+      if (enabled_.test(CUPTI_ACTIVITY_KIND_MEMCPY)) record = memcpy_record(op);
+      break;
     case act::OpKind::memset:
-      if (enabled_.test(CUPTI_ACTIVITY_KIND_MEMSET)) in_flight_.emplace(op.correlation, memset_record(op));
-      return;
+      if (enabled_.test(CUPTI_ACTIVITY_KIND_MEMSET)) record = memset_record(op);
+      break;
+  }
+  if (!record) return;
+  if (op.graph_id != 0) {
+    in_flight_graphs_[op.correlation].push_back(*record);  // its nodes, in graph order
+  } else {
+    in_flight_.emplace(op.correlation, *record);
   }
 }
 
 void Collector::on_completed(const act::Completion& completion) {
   std::lock_guard lock(mutex_);
-  const auto it = in_flight_.find(completion.correlation);
-  if (it == in_flight_.end()) return;
-  if (completion.status == 0) {  // a refused op never ran: no record, as on a GPU
-    set_times(it->second, static_cast<std::uint64_t>(completion.start_ns),
-              static_cast<std::uint64_t>(completion.end_ns));
-    std::visit([&](const auto& record) { stage_locked(&record, sizeof record); }, it->second);
+  const auto stage = [&](InFlightRecord& record) {
+    if (completion.status != 0) return;  // a refused op never ran: no record, as on a GPU
+    set_times(record, static_cast<std::uint64_t>(completion.start_ns), static_cast<std::uint64_t>(completion.end_ns));
+    std::visit([&](const auto& r) { stage_locked(&r, sizeof r); }, record);
+  };
+  if (const auto it = in_flight_.find(completion.correlation); it != in_flight_.end()) {
+    stage(it->second);
+    in_flight_.erase(it);
+  } else if (const auto graph = in_flight_graphs_.find(completion.correlation); graph != in_flight_graphs_.end()) {
+    for (InFlightRecord& node : graph->second) stage(node);  // each with the graph's times
+    in_flight_graphs_.erase(graph);
+  } else {
+    return;
   }
-  in_flight_.erase(it);
   if (staged_.size() >= kDeliverBytes) wake_worker_.notify_one();
 }
 

@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -78,6 +79,7 @@ class Collector {
   CUpti_BuffersCallbackCompleteFunc completed_ = nullptr;
   std::uint32_t flush_period_ms_ = 0;  // 0: deliver when a buffer's worth is staged, or at a flush
   std::unordered_map<std::uint64_t, InFlightRecord> in_flight_;  // correlation id -> record
+  std::unordered_map<std::uint64_t, std::vector<InFlightRecord>> in_flight_graphs_;  // a graph launch's nodes
   std::vector<unsigned char> staged_;  // complete records, back to back
   std::size_t dropped_ = 0;
   std::unordered_set<std::string, NameHash, std::equal_to<>> names_;  // interned: records point into it

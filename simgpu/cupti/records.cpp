@@ -53,7 +53,11 @@ KernelRecord kernel_record(const act::SubmittedOp& op, CUpti_ActivityKind kernel
   r.dynamicSharedMemory = static_cast<std::int32_t>(op.dynamic_shared_bytes);
   r.sharedMemoryExecuted = op.static_shared_bytes + op.dynamic_shared_bytes;
   r.correlationId = static_cast<std::uint32_t>(op.correlation);
-  r.gridId = static_cast<std::int64_t>(op.correlation);  // unique per launch, as CUPTI's grid id is
+  // Unique per launch, as CUPTI's grid id is: a graph launch's nodes share its correlation id.
+  r.gridId = static_cast<std::int64_t>(op.graph_id == 0 ? op.correlation
+                                                         : (std::uint64_t{1} << 62) | (op.correlation << 16) | op.graph_node);
+  r.graphId = op.graph_id;
+  r.graphNodeId = op.graph_id == 0 ? 0 : op.graph_node + 1;
   r.name = name;
   r.launchType = CUPTI_ACTIVITY_LAUNCH_TYPE_REGULAR;
   return r;
@@ -71,6 +75,8 @@ MemcpyRecord memcpy_record(const act::SubmittedOp& op) {
   r.contextId = op.context;
   r.streamId = op.stream;
   r.correlationId = static_cast<std::uint32_t>(op.correlation);
+  r.graphId = op.graph_id;
+  r.graphNodeId = op.graph_id == 0 ? 0 : op.graph_node + 1;
   r.copyCount = 1;
   return r;
 }
@@ -86,6 +92,8 @@ MemsetRecord memset_record(const act::SubmittedOp& op) {
   r.correlationId = static_cast<std::uint32_t>(op.correlation);
   r.flags = op.async ? CUPTI_ACTIVITY_FLAG_MEMSET_ASYNC : 0;
   r.memoryKind = memory_kind(op.dst_memory);
+  r.graphId = op.graph_id;
+  r.graphNodeId = op.graph_id == 0 ? 0 : op.graph_node + 1;
   return r;
 }
 

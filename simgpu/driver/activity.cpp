@@ -43,11 +43,25 @@ act::CopyKind copy_kind(act::MemoryKind src, act::MemoryKind dst) {
   return act::CopyKind::htoh;
 }
 
+// Sends `op` to the subscriber for a submitted op, or keeps it as the report of the node a capture
+// just recorded (op_id 0 on a capturing stream).
+void report(const act::Hooks& h, std::uint64_t op_id, const CUstream_st& stream, act::SubmittedOp op,
+            std::string name = {}) {
+  if (op_id != 0) {
+    h.submitted(&op);
+    return;
+  }
+  if (!stream.capture || stream.capture->nodes.empty()) return;
+  auto node = std::make_shared<NodeReport>(NodeReport{op, std::move(name)});
+  node->op.name = nullptr;
+  stream.capture->nodes.back().report = std::move(node);
+}
+
 }  // namespace
 
 void report_kernel(std::uint64_t op_id, const CUfunc_st& fn, const CUstream_st& stream, const KernelShape& shape) {
   const act::Hooks* h = hooks();
-  if (!h || op_id == 0) return;
+  if (!h) return;
   act::SubmittedOp op = op_on(act::OpKind::kernel, op_id, stream);
   op.name = fn.entry.name.c_str();
   for (int i = 0; i < 3; ++i) {
@@ -56,31 +70,50 @@ void report_kernel(std::uint64_t op_id, const CUfunc_st& fn, const CUstream_st& 
   }
   op.dynamic_shared_bytes = shape.shared_bytes;
   op.static_shared_bytes = 0;  // as cuFuncGetAttribute(CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES) says
-  h->submitted(&op);
+  report(*h, op_id, stream, op, op_id == 0 ? fn.entry.name : std::string());
 }
 
 void report_copy(std::uint64_t op_id, const CUstream_st& stream, const void* dst, const void* src, std::size_t bytes,
                  bool async) {
   const act::Hooks* h = hooks();
-  if (!h || op_id == 0) return;
+  if (!h) return;
   act::SubmittedOp op = op_on(act::OpKind::memcpy, op_id, stream);
   op.async = async;
   op.bytes = bytes;
   op.src_memory = memory_kind(src, bytes);
   op.dst_memory = memory_kind(dst, bytes);
   op.copy_kind = copy_kind(op.src_memory, op.dst_memory);
-  h->submitted(&op);
+  report(*h, op_id, stream, op);
 }
 
 void report_memset(std::uint64_t op_id, const CUstream_st& stream, std::size_t bytes, std::uint32_t value, bool async) {
   const act::Hooks* h = hooks();
-  if (!h || op_id == 0) return;
+  if (!h) return;
   act::SubmittedOp op = op_on(act::OpKind::memset, op_id, stream);
   op.async = async;
   op.bytes = bytes;
   op.dst_memory = act::MemoryKind::device;
   op.memset_value = value;
-  h->submitted(&op);
+  report(*h, op_id, stream, op);
+}
+
+void report_graph_launch(std::uint64_t op_id, const CUstream_st& stream, const GraphExec& exec) {
+  const act::Hooks* h = hooks();
+  if (!h || op_id == 0) return;
+  std::uint32_t reported = 0;
+  for (const GraphNode& node : exec.nodes) {
+    if (!node.report) continue;
+    act::SubmittedOp op = node.report->op;
+    const act::SubmittedOp on = op_on(op.kind, op_id, stream);
+    op.correlation = on.correlation;
+    op.stream = on.stream;
+    op.context = on.context;
+    op.device = on.device;
+    op.name = op.kind == act::OpKind::kernel ? node.report->name.c_str() : nullptr;
+    op.graph_id = exec.id;
+    op.graph_node = reported++;
+    h->submitted(&op);
+  }
 }
 
 void report_completion(const wire::CompletionMsg& msg) {

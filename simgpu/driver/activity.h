@@ -8,7 +8,10 @@
 #include <cstddef>
 #include <cstdint>
 
+#include <string>
+
 #include "driver.h"
+#include "gpuqos/simgpu/activity.h"
 
 namespace gpuqos::simgpu::driver {
 
@@ -18,11 +21,21 @@ struct KernelShape {
   unsigned shared_bytes;
 };
 
-// op_id 0 (captured into a graph, or not submitted): nothing is reported.
+// What a graph launch reports of a node captured while a subscriber listened (GraphNode::report).
+struct NodeReport {
+  activity::SubmittedOp op{};  // correlation, stream, context, device and graph set at each launch
+  std::string name;            // a kernel's (op.name points into it at each launch)
+};
+
+// op_id 0: captured into a graph (then kept as the node's report, while a subscriber listens), or
+// not submitted: nothing is reported.
 void report_kernel(std::uint64_t op_id, const CUfunc_st& fn, const CUstream_st& stream, const KernelShape& shape);
 void report_copy(std::uint64_t op_id, const CUstream_st& stream, const void* dst, const void* src, std::size_t bytes,
                  bool async);
 void report_memset(std::uint64_t op_id, const CUstream_st& stream, std::size_t bytes, std::uint32_t value, bool async);
+
+// A graph launch submitted as op_id: each of its nodes that has a report.
+void report_graph_launch(std::uint64_t op_id, const CUstream_st& stream, const GraphExec& exec);
 
 // simgpud's completion of any op (those never reported at submit are ignored by the subscriber).
 void report_completion(const wire::CompletionMsg& msg);

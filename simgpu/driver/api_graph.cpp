@@ -2,6 +2,7 @@
 // copies and memsets its stream saw; a launch runs them in order as one unit on the device.
 #include <utility>
 
+#include "activity.h"
 #include "driver.h"
 
 using namespace gpuqos::simgpu::driver;
@@ -71,7 +72,10 @@ CUresult graph_launch(CUgraphExec hexec, CUstream hstream, bool per_thread) {
   }
   wire::WireOp op{};
   op.kind = wire::WireOpKind::graph;
-  return submit(stream, op, {}, nullptr, {}, &exec->nodes);
+  std::uint64_t op_id = 0;
+  if (CUresult r = submit(stream, op, {}, nullptr, {}, &exec->nodes, &op_id); r != CUDA_SUCCESS) return r;
+  report_graph_launch(op_id, *stream, *exec);
+  return CUDA_SUCCESS;
 }
 
 }  // namespace
@@ -123,7 +127,7 @@ SIMGPU_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph gr
   std::lock_guard lock(d.mu);
   auto* g = reinterpret_cast<Graph*>(graph);
   if (!d.graphs.contains(g)) return CUDA_ERROR_INVALID_HANDLE;
-  auto* e = new GraphExec{g->nodes};
+  auto* e = new GraphExec{g->nodes, d.next_graph_id++};
   d.graph_execs.insert(e);
   *exec = reinterpret_cast<CUgraphExec>(e);
   return CUDA_SUCCESS;

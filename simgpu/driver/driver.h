@@ -126,9 +126,12 @@ struct DataMove {
   std::uint64_t host_func_op = 0;             // a host function's op: simgpud is told once it ran
 };
 
+struct NodeReport;  // activity.h: what a graph launch reports of the node
+
 struct GraphNode {
   wire::WireOp op{};
   HostAction action;
+  std::shared_ptr<const NodeReport> report;  // captured while a libcupti listened; else none
 };
 
 struct Graph {
@@ -137,6 +140,7 @@ struct Graph {
 
 struct GraphExec {
   std::vector<GraphNode> nodes;
+  std::uint32_t id = 0;  // unique in the process, from 1: CUPTI's graphId of its nodes' records
 };
 
 struct PendingOp {
@@ -204,6 +208,7 @@ class Driver {
   // Ids for objects simgpud knows.
   std::uint32_t next_ctx = 1, next_stream = 1, next_kernel = 1;
   std::uint64_t next_op = 1, next_request = 1;
+  std::uint32_t next_graph_id = 1;
 
   // Sends one message (caller holds mu). False if the connection is gone.
   bool send(wire::MsgType type, const void* head, std::size_t head_bytes, const void* tail = nullptr,

@@ -307,7 +307,7 @@ void records_client(ClientLink& c) {
   CLIENT_CHECK(c, r.externals.size() == want.size());
 }
 
-// Only enabled kinds are recorded; KERNEL records carry that kind; graph launches record nothing;
+// Only enabled kinds are recorded; KERNEL records carry that kind; a graph launch records its nodes;
 // a disabled kind stops at once.
 void kinds_client(ClientLink& c) {
   Cupti cupti;
@@ -319,12 +319,15 @@ void kinds_client(ClientLink& c) {
   CLIENT_CHECK(c, cupti.register_callbacks(&buffer_requested, &buffer_completed) == CUPTI_SUCCESS);
   CLIENT_CHECK(c, cupti.enable(CUPTI_ACTIVITY_KIND_KERNEL) == CUPTI_SUCCESS);
   CLIENT_CHECK(c, cupti.enable(CUPTI_ACTIVITY_KIND_MEMSET) == CUPTI_SUCCESS);
+  CLIENT_CHECK(c, cupti.enable(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION) == CUPTI_SUCCESS);
   CLIENT_CHECK(c, cupti.enable(CUPTI_ACTIVITY_KIND_DRIVER) == CUPTI_ERROR_NOT_SUPPORTED);  // not simulated
   CLIENT_CHECK(c, cupti.enable(static_cast<CUpti_ActivityKind>(100000)) == CUPTI_ERROR_INVALID_KIND);
   CLIENT_OK(c, launch_spin(spin, 20, stream));
   CLIENT_OK(c, cuMemcpyDtoDAsync(device, device, 1024, stream));  // MEMCPY is not enabled
   CLIENT_OK(c, cuMemsetD8Async(device, 1, 4096, stream));
-  // A captured graph of a kernel and a memset, launched: not recorded (simgpu times graphs as a unit).
+  // A captured graph of a kernel and a memset, launched: a record of each node, with the graph's id
+  // and the launch's correlation id, each with the whole graph's times (simgpud times a graph as a
+  // unit), and one EXTERNAL_CORRELATION record for the launch.
   CUgraph graph = nullptr;
   CUgraphExec exec = nullptr;
   CLIENT_OK(c, cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
@@ -332,18 +335,32 @@ void kinds_client(ClientLink& c) {
   CLIENT_OK(c, cuMemsetD8Async(device, 2, 4096, stream));
   CLIENT_OK(c, cuStreamEndCapture(stream, &graph));
   CLIENT_OK(c, cuGraphInstantiateWithFlags(&exec, graph, 0));
+  CLIENT_CHECK(c, cupti.push(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2, 5) == CUPTI_SUCCESS);
   CLIENT_OK(c, cuGraphLaunch(exec, stream));
+  CLIENT_CHECK(c, cupti.pop(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2, nullptr) == CUPTI_SUCCESS);
   CLIENT_OK(c, cuStreamSynchronize(stream));
   CLIENT_CHECK(c, cupti.disable(CUPTI_ACTIVITY_KIND_MEMSET) == CUPTI_SUCCESS);
   CLIENT_OK(c, cuMemsetD8(device, 3, 4096));  // after disable: no record
   CLIENT_CHECK(c, cupti.flush_all(0) == CUPTI_SUCCESS);
   const Records r = read_records(cupti);
-  CLIENT_CHECK(c, r.kernels.size() == 1 && r.copies.empty() && r.memsets.size() == 1 && r.externals.empty());
-  if (r.kernels.size() == 1) {
-    CLIENT_CHECK(c, r.kernels[0].kind == CUPTI_ACTIVITY_KIND_KERNEL);
-    CLIENT_NEAR(c, r.kernels[0].end - r.kernels[0].start, 20000.0, kToleranceNs);
-  }
-  if (r.memsets.size() == 1) CLIENT_CHECK(c, r.memsets[0].bytes == 4096 && r.memsets[0].value == 1);
+  CLIENT_CHECK(c, r.kernels.size() == 2 && r.copies.empty() && r.memsets.size() == 2 && r.externals.size() == 1);
+  if (r.kernels.size() != 2 || r.memsets.size() != 2 || r.externals.size() != 1) return;
+  CLIENT_CHECK(c, r.kernels[0].kind == CUPTI_ACTIVITY_KIND_KERNEL && r.kernels[1].kind == CUPTI_ACTIVITY_KIND_KERNEL);
+  CLIENT_CHECK(c, r.kernels[0].graphId == 0 && r.memsets[0].graphId == 0);
+  CLIENT_NEAR(c, r.kernels[0].end - r.kernels[0].start, 20000.0, kToleranceNs);
+  CLIENT_CHECK(c, r.memsets[0].bytes == 4096 && r.memsets[0].value == 1);
+  const CUpti_ActivityKernel10& node_kernel = r.kernels[1];
+  const CUpti_ActivityMemset4& node_memset = r.memsets[1];
+  CLIENT_CHECK(c, node_kernel.graphId != 0 && node_memset.graphId == node_kernel.graphId);
+  CLIENT_CHECK(c, node_kernel.correlationId == node_memset.correlationId);
+  CLIENT_CHECK(c, r.externals[0].externalId == 5 && r.externals[0].correlationId == node_kernel.correlationId);
+  CLIENT_CHECK(c, node_kernel.correlationId > r.kernels[0].correlationId);
+  CLIENT_CHECK(c, node_kernel.graphNodeId != node_memset.graphNodeId);
+  CLIENT_CHECK(c, node_kernel.gridId != r.kernels[0].gridId);
+  CLIENT_CHECK(c, std::string(node_kernel.name) == "spin");
+  CLIENT_CHECK(c, node_memset.bytes == 4096 && node_memset.value == 2);
+  CLIENT_CHECK(c, node_kernel.start == node_memset.start && node_kernel.end == node_memset.end);
+  CLIENT_CHECK(c, node_kernel.end - node_kernel.start >= 30000);  // the kernel's 30 us and the memset
 }
 
 // Delivery: small buffers are filled with whole records, in order; declined buffers drop records,
@@ -444,7 +461,7 @@ class CuptiItest : public ::testing::Test {
 
 TEST_F(CuptiItest, KernelCopyAndMemsetRecordsCarryTheDevicesTimesShapesAndCorrelation) { run(records_client); }
 
-TEST_F(CuptiItest, OnlyEnabledKindsAreRecordedAndGraphLaunchesAreNot) { run(kinds_client); }
+TEST_F(CuptiItest, OnlyEnabledKindsAreRecordedAndAGraphLaunchAsItsNodes) { run(kinds_client); }
 
 TEST_F(CuptiItest, SmallBuffersGetWholeRecordsInOrderDeclinedOnesCountAsDroppedAndAPeriodDelivers) { run(delivery_client); }
 

@@ -3,12 +3,15 @@
 // libcupti finds simgpuActivitySubscribe with dlsym on libcuda.so.1 and hands it a table of hooks.
 // The driver then reports each kernel launch, copy and memset it sends to simgpud twice: on the
 // submitting thread when it is submitted, and on the driver's receiver thread when simgpud says it
-// completed, with the device's own start and end times. Graph launches, event records, waits and
-// host functions are not reported (the device times a graph as one unit, not node by node).
+// completed, with the device's own start and end times. A graph launch is reported as its kernel,
+// copy and memset nodes (those captured while a subscriber listened), each with the launch's
+// correlation id and the graph's id, and completed as one: the device times a graph as one unit,
+// not node by node. Event records, waits and host functions are not reported.
 //
 // Contract for the hooks: both are called with the driver's lock held, so they must be short,
 // must not block and must never call into the driver. For one correlation id, submitted() is
-// called before completed() (the lock orders them). A correlation id is the driver's op id:
+// called before completed() (the lock orders them); a graph launch's nodes all share one
+// correlation id and one completed(). A correlation id is the driver's op id:
 // unique in the process and increasing. With no subscriber the driver pays one relaxed atomic load
 // per submitted op.
 //
@@ -19,7 +22,7 @@
 
 namespace gpuqos::simgpu::activity {
 
-inline constexpr std::uint32_t kVersion = 1;
+inline constexpr std::uint32_t kVersion = 2;
 
 enum class OpKind : std::uint32_t { kernel = 1, memcpy, memset };
 enum class CopyKind : std::uint32_t { unknown = 0, htod, dtoh, dtod, htoh };
@@ -46,6 +49,10 @@ struct SubmittedOp {
   MemoryKind src_memory;  // memcpy
   MemoryKind dst_memory;  // memcpy; memset: where it sets
   std::uint32_t memset_value;
+  // A node of a graph launch: its graph's id (0: not a graph's) and its place among the launch's
+  // reported nodes (0: the first, which alone stands for the launch's API call).
+  std::uint32_t graph_id;
+  std::uint32_t graph_node;
 };
 
 // When the device ran it, in CLOCK_MONOTONIC ns. status != 0: the device refused it, nothing ran.
