@@ -158,8 +158,10 @@ class Daemon {
   // over all its calls (the socket stays readable for the next pass: a client whose processes refill
   // it as fast as it is read must not hold the loop past the shims' heartbeat limit, as a review's
   // did for 2 s, nor by posting ops of kernels it never names), and with `until_kernel` only until
-  // that kernel's name came; why the client must go, or empty.
+  // that kernel's name came, then at most kRecordsPerLookup past that budget; why the client must
+  // go, or empty.
   static constexpr int kRecordsPerRead = 256;
+  static constexpr int kRecordsPerLookup = 4;
   std::string read_client_socket(Client& client, std::optional<std::uint32_t> until_kernel = std::nullopt);
   void expire_pending(std::int64_t now_ns);
 
