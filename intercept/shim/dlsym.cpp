@@ -19,10 +19,20 @@ namespace {
 
 void* no_dlsym(void*, const char*) { return nullptr; }
 
+// glibc's first symbol version on this architecture: dlsym's version before 2.34.
+#if defined(__x86_64__)
+constexpr const char* kBaseGlibcVersion = "GLIBC_2.2.5";
+#elif defined(__aarch64__) || (defined(__powerpc64__) && defined(__LITTLE_ENDIAN__))
+constexpr const char* kBaseGlibcVersion = "GLIBC_2.17";
+#else
+#error "libgpuqos: the first glibc symbol version of dlsym on this architecture is not known"
+#endif
+
 DlsymFunction look_up_real_dlsym() {
   // Both versions are the same function in glibc >= 2.34 (GLIBC_2.34 since libdl moved into libc);
-  // GLIBC_2.2.5 is x86-64's original one, for older glibc.
-  for (const char* version : {"GLIBC_2.34", "GLIBC_2.2.5"}) {
+  // the architecture's first one is for older glibc (a review: with x86-64's alone, on aarch64 with
+  // glibc before 2.34 every dlsym of the program answered nothing).
+  for (const char* version : {"GLIBC_2.34", kBaseGlibcVersion}) {
     if (void* fn = dlvsym(RTLD_NEXT, "dlsym", version)) return reinterpret_cast<DlsymFunction>(fn);
   }
   return &no_dlsym;  // never a null pointer to jump to
@@ -59,7 +69,13 @@ bool caller_interposes(const void* caller, const char* name) noexcept {
   Dl_info object{};
   if (!caller || dladdr(caller, &object) == 0 || !object.dli_fname) return false;
   void* handle = dlopen(object.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
-  if (!handle) return false;
+  if (!handle) {
+    // Not an object dlopen knows by that name (the program itself, started by a bare name, as a
+    // shell finds it on PATH): the failure must not stay for the program's dlerror() after a
+    // lookup that succeeds (a review).
+    dlerror();
+    return false;
+  }
   void* found = real_dlsym()(handle, name);
   dlclose(handle);  // NOLOAD took a reference
   Dl_info definer{};

@@ -211,6 +211,11 @@ TEST_F(ShimTest, DlopenAndDlsymAnswerHooks) {
   EXPECT_EQ(c.at("failed"), 0);
 }
 
+TEST_F(ShimTest, AHookedDlsymFromAProgramStartedByABareNameLeavesNoError) {
+  ASSERT_EQ(run("intercept_dlopen_client", "dlerror"), 0) << output_;
+  EXPECT_NE(output_.find("dlerror ok"), std::string::npos) << output_;
+}
+
 // dlsym on another library's handle: the hook only where that handle's search finds the driver's
 // definition (a library linking libcuda); a library's own definition of the name (a wrapper it
 // opened) is answered as it is, and calling it never reaches the shim.

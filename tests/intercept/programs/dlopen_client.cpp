@@ -3,7 +3,7 @@
 // `absent` expects no driver at all and calls hooks found with dlsym(RTLD_DEFAULT), which must fail
 // cleanly with CUDA_ERROR_NOT_INITIALIZED; `handles` looks a hooked name up on the handles of two
 // other libraries beside this program (test_wrapper.cpp, test_linked.cpp); `late` loads the driver
-// by its path after a hook was reached without one.
+// by its path after a hook was reached without one; `dlerror` checks a hooked lookup leaves no error.
 #include <cuda.h>
 #include <dlfcn.h>
 
@@ -149,6 +149,25 @@ int run_late(const char* driver_path) {
   return 0;
 }
 
+// Started by a bare name (argv[0] without a slash, as a shell finds a program on PATH): it runs
+// itself again so. A successful dlsym leaves dlerror() empty (a review: the shim's lookup of its
+// caller's object tried to dlopen that bare name, and the failure stayed for the program to read).
+int run_dlerror(char** argv) {
+  if (std::strchr(argv[0], '/') != nullptr) {
+    char* again[] = {const_cast<char*>("intercept_dlopen_client"), argv[1], nullptr};
+    ::execv(argv[0], again);
+    std::printf("cannot run itself again\n");
+    return 1;
+  }
+  dlerror();
+  void* hook = dlsym(RTLD_DEFAULT, "cuLaunchKernel");
+  const char* error = dlerror();
+  std::printf("found %s, dlerror %s\n", hook ? "yes" : "no", error ? error : "none");
+  CHECK(hook != nullptr && error == nullptr);
+  std::printf("dlerror ok\n");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -157,6 +176,7 @@ int main(int argc, char** argv) {
   if (mode == "absent") return run_absent();
   if (mode == "handles") return run_handles();
   if (mode == "late") return run_late(std::getenv("DRIVER_PATH"));
-  std::printf("usage: %s dlsym|absent|handles|late\n", argv[0]);
+  if (mode == "dlerror") return run_dlerror(argv);
+  std::printf("usage: %s dlsym|absent|handles|late|dlerror\n", argv[0]);
   return 2;
 }
