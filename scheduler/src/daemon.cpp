@@ -54,7 +54,7 @@ std::optional<HeldOpStatus> Daemon::held_op(Client& client) const {
   switch (op.kind) {
     case ipc::OpKind::kernel: {
       const auto name = client.kernel_names().find(op.kernel_id);
-      what = "kernel " + (name == client.kernel_names().end() ? std::to_string(op.kernel_id) : name->second);
+      what = "kernel " + (name == client.kernel_names().end() ? std::to_string(op.kernel_id) : *name->second);
       break;
     }
     case ipc::OpKind::copy: what = std::string("copy ") + direction_name(op.direction) + " " + std::to_string(op.bytes) + " bytes"; break;

@@ -138,9 +138,10 @@ std::optional<DurationLearner::SmCountNote> DurationLearner::device_sm_count(std
 }
 
 DurationLearner::Estimate DurationLearner::posted(std::uint32_t client, const ipc::OpDescriptor& op,
-                                                  std::string kernel_name, std::int64_t arrived_ns) {
+                                                  std::shared_ptr<const std::string> kernel_name, std::int64_t arrived_ns) {
   if (!is_timed_work(op.kind)) return {};
-  const predictor::Prediction prediction = predictor_.predict(predictor::features_of(op, kernel_name));
+  if (!kernel_name) kernel_name = std::make_shared<const std::string>();
+  const predictor::Prediction prediction = predictor_.predict(predictor::features_of(op, *kernel_name));
   if (!remembered_.empty() && remembered_.size() >= options_.max_remembered_ops) {
     const auto most = std::max_element(remembered_per_client_.begin(), remembered_per_client_.end(),
                                        [](const auto& a, const auto& b) { return a.second < b.second; });
@@ -207,7 +208,7 @@ std::int64_t DurationLearner::completed(std::uint32_t client, const ipc::Complet
     ++counts_.rejected;
     return own_ns;
   }
-  const predictor::OpFeatures features = predictor::features_of(remembered.op, remembered.kernel_name);
+  const predictor::OpFeatures features = predictor::features_of(remembered.op, *remembered.kernel_name);
   const bool is_kernel = features.op_class == predictor::OpClass::kernel;
   const std::optional<std::uint64_t> last_epoch =
       is_kernel ? predictor_.last_observed_epoch(features.kernel.name) : std::nullopt;
@@ -218,9 +219,9 @@ std::int64_t DurationLearner::completed(std::uint32_t client, const ipc::Complet
     return own_ns;
   }
   if (new_name) {
-    brought_in_name(client, remembered.kernel_name);
+    brought_in_name(client, *remembered.kernel_name);
   } else if (last_epoch && predictor_.epoch() - *last_epoch >= predictor::Predictor::kIdleEpochs) {
-    name_in_use_again(remembered.kernel_name);
+    name_in_use_again(*remembered.kernel_name);
   }
   ++counts_.learned;
   return own_ns;

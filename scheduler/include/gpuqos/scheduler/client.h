@@ -117,9 +117,11 @@ class Client {
   const std::map<std::uint32_t, std::array<std::uint8_t, 16>>& unscheduled_devices() const { return unscheduled_devices_; }
 
   // Kernel names registered over the socket.
-  std::unordered_map<std::uint32_t, std::string>& kernel_names() { return kernel_names_; }
+  // Shared with the ops DurationLearner remembers.
+  using KernelNames = std::unordered_map<std::uint32_t, std::shared_ptr<const std::string>>;
+  KernelNames& kernel_names() { return kernel_names_; }
   std::size_t kernel_name_count() const { return kernel_names_.size(); }
-  std::size_t kernel_name_bytes = 0;  // the names' lengths summed (Daemon::add_kernel_name keeps it)
+  std::size_t kernel_name_bytes = 0;  // the names' costs summed (Daemon::add_kernel_name keeps it)
   // Records read from its socket in the daemon's loop pass `records_pass` (Daemon::read_client_socket).
   std::uint64_t records_pass = 0;
   int records_read = 0;
@@ -156,7 +158,7 @@ class Client {
   std::size_t ungranted_work_ = 0;
   std::int64_t heartbeat_ns_ = 0;     // the last published
   std::int64_t fell_open_at_ns_ = 0;  // when the shim last stopped waiting for a stalled loop (0: never)
-  std::unordered_map<std::uint32_t, std::string> kernel_names_;
+  KernelNames kernel_names_;
   std::vector<ipc::CompletionDescriptor> deferred_completions_;
 };
 

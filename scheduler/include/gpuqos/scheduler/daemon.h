@@ -101,6 +101,8 @@ class Daemon {
   // the root daemon's memory from one user, who may hold hundreds of connections. A real program's
   // names (thousands, a few hundred bytes each) take a few MiB.
   static constexpr std::size_t kMaxKernelNameBytesPerClient = 32u << 20;
+  // What a name costs besides its bytes: its map entry, its shared string's block and heap block.
+  static constexpr std::size_t kKernelNameEntryBytes = 128;
   static constexpr std::size_t kMaxKernelNameBytesPerUser = 128u << 20;
   // Out of descriptors (EMFILE and the like), the listener is not watched for this long: it stays
   // readable, so watching it would spin the loop.

@@ -25,6 +25,7 @@
 #include <deque>
 #include <future>
 #include <map>
+#include <memory>
 #include <set>
 #include <optional>
 #include <string>
@@ -91,9 +92,15 @@ class DurationLearner {
   };
   std::optional<SmCountNote> device_sm_count(std::uint32_t device, std::uint32_t sm_count);
   // Remembers the op, read by gpuqosd at arrived_ns (0: not said); returns the predictor's
-  // estimates of its device time (0: no model knows it).
-  Estimate posted(std::uint32_t client, const ipc::OpDescriptor& op, std::string kernel_name,
+  // estimates of its device time (0: no model knows it). The name is shared, not copied: a client's
+  // registered name serves every op of its kernel (a review: a copy per remembered op, 65,536 of
+  // them, was 280 MiB from one client of 4-KiB names, and an allocation for each op of a real one).
+  Estimate posted(std::uint32_t client, const ipc::OpDescriptor& op, std::shared_ptr<const std::string> kernel_name,
                   std::int64_t arrived_ns = 0);
+  Estimate posted(std::uint32_t client, const ipc::OpDescriptor& op, std::string kernel_name,
+                  std::int64_t arrived_ns = 0) {
+    return posted(client, op, std::make_shared<const std::string>(std::move(kernel_name)), arrived_ns);
+  }
   // `time_sliced_devices` (an ipc::device_in mask): devices that time-slice processes' work, where
   // an overlapping span is learned (see the top of this file). Returns the op's own device time on a
   // device that runs work in order (exact, ran): from the latest end within its span of the spans
@@ -168,7 +175,7 @@ class DurationLearner {
  private:
   struct Remembered {
     ipc::OpDescriptor op;
-    std::string kernel_name;
+    std::shared_ptr<const std::string> kernel_name;  // never null
     std::uint64_t epoch = 0;  // the predictor's when it was posted
     std::int64_t arrived_ns = 0;  // when gpuqosd read it (0: not said)
   };
