@@ -476,19 +476,26 @@ void Daemon::LogBudget::roll(std::int64_t now_ns, bool last) {
 
 void Daemon::expire_pending(std::int64_t now_ns) {
   // One line per connection, but a flood of them (a scanner, a client in a reconnect loop) is one
-  // line per sweep, not thousands.
+  // line per sweep, not thousands; and every line is within the peer warnings' budget (a review: a
+  // few silent connections every 10 ms made a line or three each sweep, 100 a second).
   constexpr std::size_t kSaidOneByOne = 3;
   std::vector<std::int64_t> pids;
-  std::erase_if(pending_, [now_ns, &pids](const auto& entry) {
+  std::vector<uid_t> uids;
+  std::erase_if(pending_, [now_ns, &pids, &uids](const auto& entry) {
     if (now_ns - entry.second.accepted_ns < kFirstRecordTimeoutNs) return false;
     pids.push_back(entry.second.peer.pid);
+    uids.push_back(entry.second.peer.uid);
     return true;
   });
   const auto within = kFirstRecordTimeoutNs / 1'000'000;
   if (pids.size() <= kSaidOneByOne) {
-    for (const std::int64_t pid : pids) spdlog::warn("pid {}: sent nothing within {} ms of connecting: closed", pid, within);
+    for (std::size_t i = 0; i < pids.size(); ++i) {
+      if (!may_warn_of_peer(now_ns, uids[i])) continue;
+      spdlog::warn("pid {}: sent nothing within {} ms of connecting: closed", pids[i], within);
+    }
     return;
   }
+  if (!may_warn_of_peer(now_ns, uids.front())) return;
   const std::size_t closed = pids.size();
   std::sort(pids.begin(), pids.end());  // one process's many connections: its pid once
   pids.erase(std::unique(pids.begin(), pids.end()), pids.end());

@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <thread>
+#include <deque>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -1648,6 +1649,26 @@ TEST(Daemon, SilentConnectionsAreClosedAndAFloodIsOneLine) {
   EXPECT_LT(lines, 10u) << log;
   char byte = 0;
   EXPECT_EQ(::recv(silent[0].get(), &byte, 1, 0), 0) << "closed by the daemon";
+}
+
+// A trickle of silent connections, one every 10 ms, expires a few at each sweep: each sweep's line
+// is within the peer warnings' budget, not 100 lines a second for as long as it goes on (a review).
+TEST(Daemon, ATrickleOfSilentConnectionsIsSaidWithinTheWarningsBudget) {
+  DaemonProcess daemon;
+  std::deque<scheduler::FileDescriptor> silent;
+  const auto until = std::chrono::steady_clock::now() + 4s;
+  while (std::chrono::steady_clock::now() < until) {
+    auto fd = scheduler::connect_unix(daemon.socket());
+    ASSERT_TRUE(fd.ok()) << fd.error();
+    silent.push_back(std::move(fd.value()));
+    if (silent.size() > 300) silent.pop_front();  // closed by gpuqosd long since
+    std::this_thread::sleep_for(10ms);
+  }
+  std::this_thread::sleep_for(2500ms);  // the last ones expire
+  const std::string log = daemon.log();
+  const std::size_t lines = occurrences(log, "sent nothing within 2000 ms of connecting: closed");
+  EXPECT_GE(lines, 1u) << log;
+  EXPECT_LE(lines, static_cast<std::size_t>(scheduler::Daemon::kPeerWarningsPerWindow)) << log;
 }
 
 TEST(Daemon, ReclaimsAClientKilledWhileWaitingWithin100ms) {
