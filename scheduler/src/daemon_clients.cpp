@@ -95,6 +95,16 @@ std::string Daemon::accept_op(Client& client, const ArrivedOp& arrived) {
     return "posts without waiting for its grants (over " + std::to_string(kMaxUngrantedOps) + " GPU ops or " +
            std::to_string(kMaxUngrantedPosts) + " ops and marks ungranted)";
   }
+  if (client.ungranted_work() >= client.user_ungranted_check_at) {
+    client.user_ungranted_check_at = client.ungranted_work() + kUngrantedUserCheckEvery;
+    const uid_t uid = client.identity().peer.uid;
+    std::size_t users = 0;
+    for (const auto& [id, other] : clients_) users += other->identity().peer.uid == uid ? other->ungranted_work() : 0;
+    if (users > kMaxUngrantedOpsPerUser) {
+      return "its user's clients post without waiting for their grants (over " +
+             std::to_string(kMaxUngrantedOpsPerUser) + " GPU ops ungranted in all)";
+    }
+  }
   qos_posted(client, op, arrived.arrived_ns);
   if (op.kind == ipc::OpKind::kernel && op.sm_count != 0) {
     if (const auto note = learner_->device_sm_count(op.device, op.sm_count)) {

@@ -1458,6 +1458,32 @@ TEST(Daemon, DisconnectsALowPriorityClientThatPostsWithoutWaitingForItsGrants) {
   expect_dropped_others_served(daemon, bad, good);
 }
 
+// Each of a user's clients within its own limit, together over the user's: the client that takes the
+// user past it goes, those before it stay (a review: 512 connections at the per-client limit held
+// 8 GiB of gpuqosd's memory).
+TEST(Daemon, OneUsersClientsPostingWithoutWaitingAreLimitedTogether) {
+  DaemonProcess daemon({"--max-outstanding", "1"});
+  FakeClient first(daemon.socket(), Priority::low, "first");
+  first.name_kernel(1, "k");
+  first.post(FakeClient::kernel(1));
+  ASSERT_TRUE(first.wait_granted(1));  // and never completed: everything after it is held
+  constexpr std::size_t kEach = scheduler::Daemon::kMaxUngrantedOps - 1000;  // each within its own limit
+  constexpr std::size_t kClients = scheduler::Daemon::kMaxUngrantedOpsPerUser / kEach + 1;
+  ASSERT_TRUE(post_many(first, 2, kEach));
+  std::vector<std::unique_ptr<FakeClient>> more;
+  for (std::size_t i = 1; i < kClients; ++i) {
+    more.push_back(std::make_unique<FakeClient>(daemon.socket(), Priority::low, "more"));
+    more.back()->name_kernel(1, "k");
+    if (!post_many(*more.back(), 1, kEach)) break;
+  }
+  ASSERT_EQ(more.size(), kClients - 1);
+  EXPECT_TRUE(more.back()->disconnected(10s)) << daemon.log();
+  EXPECT_NE(daemon.log().find("its user's clients post without waiting for their grants"), std::string::npos)
+      << daemon.log();
+  EXPECT_FALSE(first.disconnected(300ms)) << "within its own limit, and before the user's was reached";
+  EXPECT_FALSE(more.front()->disconnected(0ms));
+}
+
 // A completion read before its op waits for it, at most kDeferredCompletionLimitNs without one of
 // them going through: a client whose ops keep coming is not a protocol violator because some of its
 // completions are always ahead (a review: one posting 15,000 ops a second beside clients flooding

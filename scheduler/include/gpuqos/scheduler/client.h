@@ -107,6 +107,8 @@ class Client {
   // thread count; far more is a client that posts without waiting (Daemon::kMaxUngrantedOps). Marks
   // (synchronisations, query marks) are posted without waiting: they count only in the second.
   std::size_t ungranted_work() const { return ungranted_work_; }
+  // Daemon::accept_op's: its user's total is next checked when ungranted_work() reaches this.
+  std::size_t user_ungranted_check_at = 0;
   std::size_t ungranted_count() const { return ungranted_.size(); }
   // Grants pushed, GPU ops held for a grant and how long they waited (for the metrics).
   const GrantCounters& grant_counters() const { return grant_counters_; }

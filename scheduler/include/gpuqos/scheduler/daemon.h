@@ -91,6 +91,13 @@ class Daemon {
   // waiting for them (a shim holds one per waiting thread): it is disconnected before it grows the
   // daemon's memory without bound.
   static constexpr std::size_t kMaxUngrantedOps = 65536;
+  // And GPU ops waiting for their grants over all of one user's clients: the policy keeps about
+  // 240 bytes of each, and one user may hold hundreds of connections (a review: 512 of them at the
+  // per-client limit held 8 GiB). A client is checked each time its own count has grown by
+  // kUngrantedUserCheckEvery since its last check, so the user's total stays within this and that
+  // much more per client.
+  static constexpr std::size_t kMaxUngrantedOpsPerUser = 4 * kMaxUngrantedOps;
+  static constexpr std::size_t kUngrantedUserCheckEvery = 1024;
   // Marks are posted without waiting (a thread looping on cuStreamSynchronize, a server's arrivals)
   // and wait for the grant of the op before them: a far larger bound, with GPU ops, on their sum.
   static constexpr std::size_t kMaxUngrantedPosts = 1 << 20;
